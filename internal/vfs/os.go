@@ -1,0 +1,150 @@
+package vfs
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Default is the operating system's filesystem.
+var Default FS = osFS{}
+
+type osFS struct{}
+
+type osFile struct {
+	*os.File
+	fd int // cached so that SyncData/Preallocate do not call (*os.File).Fd per call
+}
+
+func wrapOS(f *os.File, err error) (File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &osFile{File: f, fd: int(f.Fd())}, nil
+}
+
+func (osFS) Create(name string) (File, error) {
+	return wrapOS(os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o644))
+}
+
+func (osFS) Open(name string) (File, error) {
+	return wrapOS(os.OpenFile(name, os.O_RDONLY|unix.O_CLOEXEC, 0))
+}
+
+func (osFS) OpenReadWrite(name string, create bool) (File, error) {
+	flag := os.O_RDWR | unix.O_CLOEXEC
+	if create {
+		flag |= os.O_CREATE
+	}
+	return wrapOS(os.OpenFile(name, flag, 0o644))
+}
+
+func (osFS) OpenDir(name string) (File, error) {
+	return wrapOS(os.OpenFile(name, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0))
+}
+
+func (osFS) SyncDir(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	err = unix.Fsync(fd)
+	if cerr := unix.Close(fd); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return &os.PathError{Op: "fsync", Path: dir, Err: err}
+	}
+	return nil
+}
+
+func (osFS) MkdirAll(dir string, perm os.FileMode) error { return os.MkdirAll(dir, perm) }
+func (osFS) Remove(name string) error                    { return os.Remove(name) }
+func (osFS) RemoveAll(name string) error                 { return os.RemoveAll(name) }
+func (osFS) Rename(oldname, newname string) error        { return os.Rename(oldname, newname) }
+func (osFS) Link(oldname, newname string) error          { return os.Link(oldname, newname) }
+func (osFS) Stat(name string) (os.FileInfo, error)       { return os.Stat(name) }
+
+func (osFS) List(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+func (osFS) GetDiskUsage(path string) (DiskUsage, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return DiskUsage{}, &os.PathError{Op: "statfs", Path: path, Err: err}
+	}
+	bsize := uint64(st.Bsize)
+	total := st.Blocks * bsize
+	free := st.Bfree * bsize
+	return DiskUsage{AvailBytes: st.Bavail * bsize, TotalBytes: total, UsedBytes: total - free}, nil
+}
+
+// osLocks records the paths this process holds, because flock on a second
+// descriptor of the same file in the same process would succeed silently on
+// some kernels' emulations; in-process double locking is always an error.
+var osLocks sync.Map
+
+type osLock struct {
+	f    *os.File
+	name string
+}
+
+func (l *osLock) Close() error {
+	osLocks.Delete(l.name)
+	return l.f.Close() // closing the descriptor releases the flock
+}
+
+func (osFS) Lock(name string) (io.Closer, error) {
+	if _, loaded := osLocks.LoadOrStore(name, true); loaded {
+		return nil, fmt.Errorf("vfs: lock %s: already held by this process", name)
+	}
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		osLocks.Delete(name)
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		osLocks.Delete(name)
+		return nil, fmt.Errorf("vfs: lock %s: held by another process: %w", name, err)
+	}
+	return &osLock{f: f, name: name}, nil
+}
+
+func (f *osFile) SyncData() error {
+	if err := unix.Fdatasync(f.fd); err != nil {
+		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
+	}
+	return nil
+}
+
+func (f *osFile) Preallocate(offset, lengthBytes int64) error {
+	if lengthBytes <= 0 {
+		return nil
+	}
+	err := unix.Fallocate(f.fd, unix.FALLOC_FL_KEEP_SIZE, offset, lengthBytes)
+	if err == unix.EOPNOTSUPP || err == unix.ENOSYS {
+		return nil // filesystems without fallocate: preallocation is an optimisation only
+	}
+	if err != nil {
+		return &os.PathError{Op: "fallocate", Path: f.Name(), Err: err}
+	}
+	return nil
+}
+
+func (f *osFile) Fd() uintptr { return uintptr(f.fd) }
