@@ -1,0 +1,553 @@
+package engine
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// putBlockAttemptsMax bounds how often PutBlock re-verifies when another
+// PutBlock of the same block committed while it waited for its data sync.
+const putBlockAttemptsMax = 8
+
+// PutBlock commits block metadata: its length and chunk list. The chunk
+// list must be exactly the chunks written to the block from offset 0 (all
+// of them, or a prefix), and must extend, never shrink, what is committed.
+// PutBlock first waits until the data of those chunks is durable, so that a
+// record never becomes durable before the data it describes; the record
+// itself is durable after the next Sync. Nothing changes on error.
+func (e *Engine) PutBlock(bd *BlockData) error {
+	b := bd.ID
+	if err := e.check(); err != nil {
+		return blockErr("put block", b, err)
+	}
+	if err := validateBlockData(bd); err != nil {
+		return blockErr("put block", b, err)
+	}
+	c, err := e.lookup(b.Container)
+	if err != nil {
+		return blockErr("put block", b, err)
+	}
+	for attempt := 0; attempt < putBlockAttemptsMax; attempt++ {
+		c.mu.Lock()
+		bs, seq, err := e.verifyPutLocked(c, bd)
+		c.mu.Unlock()
+		if err != nil {
+			return blockErr("put block", b, err)
+		}
+		if bs == nil {
+			return nil // identical to what is committed
+		}
+		if err := e.commit.sync(seq); err != nil {
+			return blockErr("put block", b, err)
+		}
+		c.mu.Lock()
+		if c.blocks[b.Local] != bs || bs.committedLen > bd.Length {
+			c.mu.Unlock()
+			continue // state changed while we synced: verify again
+		}
+		_, _, err = e.verifyPutLocked(c, bd)
+		if err != nil {
+			c.mu.Unlock()
+			return blockErr("put block", b, err)
+		}
+		err = e.commitPutLocked(c, bs, bd)
+		c.mu.Unlock()
+		if err != nil {
+			return blockErr("put block", b, err)
+		}
+		return nil
+	}
+	return blockErr("put block", b, fmt.Errorf("%w: block changed under %d attempts", ErrOverlap, putBlockAttemptsMax))
+}
+
+// validateBlockData checks bd on its own: contiguous chunks from 0 that add
+// up to Length, with the right number of checksums each.
+func validateBlockData(bd *BlockData) error {
+	if len(bd.Chunks) > maxChunksPerBlock {
+		return fmt.Errorf("%w: %d chunks exceed %d", ErrInvalid, len(bd.Chunks), maxChunksPerBlock)
+	}
+	var off uint64
+	for i := range bd.Chunks {
+		ch := &bd.Chunks[i]
+		if ch.Offset != off {
+			return fmt.Errorf("%w: chunk %d at offset %d, want %d (chunks are contiguous)", ErrHole, i, ch.Offset, off)
+		}
+		if err := checkChunkArgs(ch.Length, bd.BytesPerChecksum, ch.Checksums); err != nil {
+			return fmt.Errorf("chunk %d: %w", i, err)
+		}
+		off += ch.Length
+	}
+	if off != bd.Length {
+		return fmt.Errorf("%w: length %d, chunks add up to %d", ErrInvalid, bd.Length, off)
+	}
+	return nil
+}
+
+// verifyPutLocked checks bd against what was written and committed. It
+// returns the block state and the sequence number the data must be durable
+// to, or a nil state when bd is already committed as is.
+func (e *Engine) verifyPutLocked(c *container, bd *BlockData) (*blockState, uint64, error) {
+	if c.state != StateOpen || c.creating {
+		return nil, 0, fmt.Errorf("%w: state %s", ErrNotOpen, c.state)
+	}
+	bs, err := e.blockStateLocked(c, bd.ID.Local)
+	if err != nil {
+		return nil, 0, err
+	}
+	if bs.broken != nil {
+		return nil, 0, bs.broken
+	}
+	if bd.Length < bs.committedLen {
+		return nil, 0, fmt.Errorf("%w: length %d would shrink the committed %d", ErrInvalid, bd.Length, bs.committedLen)
+	}
+	if bd.Length > bs.nextOffset {
+		return nil, 0, fmt.Errorf("%w: length %d, only %d bytes written", ErrInvalid, bd.Length, bs.nextOffset)
+	}
+	if len(bd.Chunks) > 0 && bs.bpc != 0 && bd.BytesPerChecksum != bs.bpc {
+		return nil, 0, fmt.Errorf("%w: bytes per checksum %d, block uses %d", ErrInvalid, bd.BytesPerChecksum, bs.bpc)
+	}
+	i := 0
+	if bs.committedLen > 0 {
+		old, err := e.loadBlock(c, bd.ID)
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(bd.Chunks) < len(old.Chunks) {
+			return nil, 0, fmt.Errorf("%w: %d chunks, %d committed", ErrInvalid, len(bd.Chunks), len(old.Chunks))
+		}
+		for ; i < len(old.Chunks); i++ {
+			if !sameChunk(&bd.Chunks[i], &old.Chunks[i]) {
+				return nil, 0, fmt.Errorf("%w: chunk %d at offset %d differs from the committed one", ErrInvalid, i, bd.Chunks[i].Offset)
+			}
+		}
+		if bd.Length == bs.committedLen {
+			return nil, 0, nil
+		}
+	}
+	var seq uint64
+	for j := 0; i < len(bd.Chunks); i, j = i+1, j+1 {
+		if j >= len(bs.pending) || !sameChunk(&bd.Chunks[i], &bs.pending[j].ChunkInfo) {
+			return nil, 0, fmt.Errorf("%w: chunk %d at offset %d does not match the chunk written there", ErrInvalid, i, bd.Chunks[i].Offset)
+		}
+		if !bs.pending[j].done {
+			return nil, 0, fmt.Errorf("%w: chunk %d at offset %d is still being written", ErrInvalid, i, bd.Chunks[i].Offset)
+		}
+		seq = max(seq, bs.pending[j].seq)
+	}
+	return bs, seq, nil
+}
+
+func sameChunk(a, b *ChunkInfo) bool {
+	return a.Offset == b.Offset && a.Length == b.Length && slices.Equal(a.Checksums, b.Checksums)
+}
+
+// commitPutLocked writes the record (unsynced: the next Sync covers it) and
+// trims the committed chunks from the pending list.
+func (e *Engine) commitPutLocked(c *container, bs *blockState, bd *BlockData) error {
+	rec := &BlockData{ID: bd.ID, Length: bd.Length, BytesPerChecksum: bd.BytesPerChecksum, Chunks: cloneChunks(bd.Chunks)}
+	if err := c.vol.db.Set(blockKey(bd.ID), encodeBlockRecord(rec), pebble.NoSync); err != nil {
+		return err
+	}
+	e.commit.markVolume(c.vol)
+	e.records.put(rec)
+	n := 0
+	for n < len(bs.pending) && bs.pending[n].Offset < bd.Length {
+		n++
+	}
+	bs.pending = slices.Delete(bs.pending, 0, n)
+	bs.committedLen = bd.Length
+	if len(bs.pending) == 0 {
+		// Nothing beyond the record: the state can be rebuilt from it, so
+		// do not keep it (bounds memory by what is being written).
+		delete(c.blocks, bd.ID.Local)
+	}
+	return nil
+}
+
+func cloneChunks(in []ChunkInfo) []ChunkInfo {
+	out := make([]ChunkInfo, len(in))
+	for i := range in {
+		out[i] = ChunkInfo{Offset: in[i].Offset, Length: in[i].Length, Checksums: slices.Clone(in[i].Checksums)}
+	}
+	return out
+}
+
+// GetBlock returns block b's committed metadata.
+func (e *Engine) GetBlock(b BlockID) (*BlockData, error) {
+	if e.closed.Load() {
+		return nil, blockErr("get block", b, ErrClosed)
+	}
+	c, err := e.lookup(b.Container)
+	if err != nil {
+		return nil, blockErr("get block", b, err)
+	}
+	bd, err := e.loadBlock(c, b)
+	if err != nil {
+		e.noteCorruption(c, err)
+		return nil, blockErr("get block", b, err)
+	}
+	return &BlockData{ID: bd.ID, Length: bd.Length, BytesPerChecksum: bd.BytesPerChecksum, Chunks: cloneChunks(bd.Chunks)}, nil
+}
+
+// ListBlocksMax bounds one page of ListBlocks.
+const ListBlocksMax = 10000
+
+// ListBlocks returns up to limit committed blocks of container id with a
+// local ID greater than startAfter (use 0 to start; local IDs are > 0 in
+// practice, and a block with local ID 0 is returned only on the first
+// page), in local ID order.
+func (e *Engine) ListBlocks(id ContainerID, startAfter uint64, first bool, limit int) ([]*BlockData, error) {
+	if limit <= 0 || limit > ListBlocksMax {
+		limit = ListBlocksMax
+	}
+	c, err := e.lookup(id)
+	if err != nil {
+		return nil, containerErr("list blocks", id, err)
+	}
+	lo, hi := blockKeyRange(id)
+	if !first {
+		lo = blockKey(BlockID{Container: id, Local: startAfter + 1})
+		if startAfter == ^uint64(0) {
+			return nil, nil
+		}
+	}
+	it, err := c.vol.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, containerErr("list blocks", id, err)
+	}
+	defer it.Close()
+	var out []*BlockData
+	for it.First(); it.Valid() && len(out) < limit; it.Next() {
+		bid, _ := decodeBlockKey(it.Key())
+		bd, err := decodeBlockRecord(it.Value())
+		if err == nil && bd.ID != bid {
+			err = fmt.Errorf("%w: record of block %d stored under key of %d", ErrCorrupt, bd.ID.Local, bid.Local)
+		}
+		if err != nil {
+			e.noteCorruption(c, err)
+			return out, blockErr("list blocks", bid, err)
+		}
+		out = append(out, bd)
+	}
+	return out, it.Error()
+}
+
+// DeleteBlock removes block b: its record (durably), then its file.
+func (e *Engine) DeleteBlock(b BlockID) error {
+	if err := e.check(); err != nil {
+		return blockErr("delete block", b, err)
+	}
+	c, err := e.lookup(b.Container)
+	if err != nil {
+		return blockErr("delete block", b, err)
+	}
+	c.mu.Lock()
+	if c.state == StateDeleting || c.creating {
+		c.mu.Unlock()
+		return blockErr("delete block", b, fmt.Errorf("%w: state %s", ErrNotOpen, c.state))
+	}
+	var length uint64
+	bs := c.blocks[b.Local]
+	bd, lerr := e.loadBlock(c, b)
+	switch {
+	case lerr == nil:
+		length = bd.Length
+	case errors.Is(lerr, ErrNotFound) && bs != nil:
+	case errors.Is(lerr, ErrNotFound):
+		c.mu.Unlock()
+		return blockErr("delete block", b, lerr)
+	case errors.Is(lerr, ErrCorrupt):
+		// A damaged record can still be deleted; its length is unknown.
+	default:
+		c.mu.Unlock()
+		return blockErr("delete block", b, lerr)
+	}
+	if bs != nil {
+		length = bs.nextOffset
+	}
+	if err := c.vol.db.Delete(blockKey(b), pebble.Sync); err != nil {
+		c.mu.Unlock()
+		return blockErr("delete block", b, err)
+	}
+	e.records.drop(b)
+	delete(c.blocks, b.Local)
+	c.usedBytes -= min(length, c.usedBytes)
+	path := e.blockPath(c, b.Local)
+	c.mu.Unlock()
+	e.files.drop(b)
+	// The record is gone durably; a file whose unlink a crash undoes is an
+	// orphan that nothing reads, and a rewrite of the block truncates it.
+	if err := e.fs.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return blockErr("delete block", b, err)
+	}
+	return nil
+}
+
+// ReadChunk reads length bytes at offset of block b, from committed chunks
+// and from chunks written since (which may not be durable yet), verifying
+// the CRC32C of every piece it touches. It reads into dst's storage when
+// large enough and returns the bytes. A mismatch is an ErrCorrupt error
+// naming container, block and offset, and marks the container UNHEALTHY;
+// wrong bytes are never returned.
+func (e *Engine) ReadChunk(b BlockID, offset, length uint64, dst []byte) ([]byte, error) {
+	if e.closed.Load() {
+		return nil, blockOffErr("read chunk", b, offset, ErrClosed)
+	}
+	if length == 0 || length > MaxChunkSizeBytes {
+		return nil, blockOffErr("read chunk", b, offset, fmt.Errorf("%w: read length %d not in [1, %d]", ErrInvalid, length, MaxChunkSizeBytes))
+	}
+	c, err := e.lookup(b.Container)
+	if err != nil {
+		return nil, blockOffErr("read chunk", b, offset, err)
+	}
+	chunks, bpc, err := e.readableChunks(c, b)
+	if err != nil {
+		e.noteCorruption(c, err)
+		return nil, blockOffErr("read chunk", b, offset, err)
+	}
+	end := offset + length
+	var readable uint64
+	if n := len(chunks); n > 0 {
+		readable = chunks[n-1].Offset + chunks[n-1].Length
+	}
+	if end < offset || end > readable {
+		return nil, blockOffErr("read chunk", b, offset, fmt.Errorf("%w: range of %d bytes beyond the %d readable bytes", ErrNotFound, length, readable))
+	}
+	bf, _, err := e.files.acquire(b, e.blockPath(c, b.Local), false)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			err = fmt.Errorf("%w: block file missing: %v", ErrCorrupt, err)
+			e.noteCorruption(c, err)
+		}
+		return nil, blockOffErr("read chunk", b, offset, err)
+	}
+	defer bf.release()
+	out, badOff, err := readVerified(bf, chunks, bpc, offset, end, dst)
+	if err != nil {
+		if errors.Is(err, ErrCorrupt) {
+			e.noteCorruption(c, err)
+		}
+		return nil, blockOffErr("read chunk", b, badOff, err)
+	}
+	return out, nil
+}
+
+// readVerified reads [offset, end) of a block whose layout is chunks,
+// covering whole checksum pieces, and verifies them. The covered range is
+// contiguous because chunks are, so it is one pread.
+func readVerified(bf *blockFile, chunks []ChunkInfo, bpc uint32, offset, end uint64, dst []byte) ([]byte, uint64, error) {
+	first := findChunk(chunks, offset)
+	last := findChunk(chunks, end-1)
+	if first < 0 || last < 0 {
+		panic(fmt.Sprintf("engine: read [%d,%d) outside chunk layout", offset, end))
+	}
+	fc, lc := &chunks[first], &chunks[last]
+	start := fc.Offset + (offset-fc.Offset)/uint64(bpc)*uint64(bpc)
+	stop := min(lc.Offset+((end-1-lc.Offset)/uint64(bpc)+1)*uint64(bpc), lc.Offset+lc.Length)
+	n := int(stop - start)
+	var buf []byte
+	if cap(dst) >= n {
+		buf = dst[:n]
+	} else {
+		buf = make([]byte, n)
+	}
+	got, err := bf.f.ReadAt(buf, int64(start))
+	if err != nil && !(err == io.EOF && got == n) {
+		if err == io.EOF {
+			return nil, start + uint64(got), fmt.Errorf("%w: block file ends at %d, metadata says %d", ErrCorrupt, start+uint64(got), stop)
+		}
+		return nil, start, err
+	}
+	for i := first; i <= last; i++ {
+		ch := &chunks[i]
+		lo := max(start, ch.Offset)
+		hi := min(stop, ch.Offset+ch.Length)
+		p0 := (lo - ch.Offset) / uint64(bpc)
+		if bad := verifyPieces(buf[lo-start:hi-start], ch.Checksums[p0:], bpc); bad >= 0 {
+			at := ch.Offset + (p0+uint64(bad))*uint64(bpc)
+			return nil, at, fmt.Errorf("%w: checksum mismatch in the %d bytes at offset %d", ErrCorrupt, min(uint64(bpc), ch.Offset+ch.Length-at), at)
+		}
+	}
+	return buf[offset-start : end-start], 0, nil
+}
+
+// readableChunks returns the layout a read may use: the committed chunks
+// followed by the chunks written since, up to the first still in flight.
+func (e *Engine) readableChunks(c *container, b BlockID) ([]ChunkInfo, uint32, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var chunks []ChunkInfo
+	var bpc uint32
+	bs := c.blocks[b.Local]
+	if bs == nil || bs.committedLen > 0 {
+		bd, err := e.loadBlock(c, b)
+		switch {
+		case err == nil:
+			chunks, bpc = bd.Chunks, bd.BytesPerChecksum
+		case errors.Is(err, ErrNotFound) && bs != nil:
+		default:
+			return nil, 0, err
+		}
+	}
+	if bs != nil {
+		if len(bs.pending) > 0 {
+			chunks = slices.Clip(chunks)
+		}
+		for i := range bs.pending {
+			if !bs.pending[i].done {
+				break
+			}
+			chunks = append(chunks, bs.pending[i].ChunkInfo)
+			bpc = bs.bpc
+		}
+	}
+	return chunks, bpc, nil
+}
+
+// noteCorruption marks c UNHEALTHY when err is damage found on disk.
+func (e *Engine) noteCorruption(c *container, err error) {
+	if !errors.Is(err, ErrCorrupt) {
+		return
+	}
+	if merr := e.setUnhealthy(c, err.Error()); merr != nil {
+		e.log.Error("engine: could not mark container UNHEALTHY", "container", c.id, "err", merr)
+	}
+}
+
+// scanBufferBytes bounds the memory of a container scan.
+const scanBufferBytes = 1 << 20
+
+// maxDamageReports bounds ScanResult.Damage.
+const maxDamageReports = 100
+
+// ScanContainer reads every committed block of a container and verifies every
+// checksum. Damage marks the container UNHEALTHY and is listed in the result;
+// the error is for failures to scan at all.
+func (e *Engine) ScanContainer(id ContainerID) (ScanResult, error) {
+	res := ScanResult{Container: id}
+	c, err := e.lookup(id)
+	if err != nil {
+		return res, containerErr("scan", id, err)
+	}
+	damage := func(format string, args ...any) {
+		if len(res.Damage) < maxDamageReports {
+			res.Damage = append(res.Damage, fmt.Sprintf(format, args...))
+		}
+	}
+	buf := make([]byte, scanBufferBytes)
+	var startAfter uint64
+	first := true
+	for {
+		blocks, err := e.ListBlocks(id, startAfter, first, 1000)
+		if err != nil && !errors.Is(err, ErrCorrupt) {
+			return res, err
+		}
+		if err != nil {
+			damage("%v", err)
+		}
+		for _, bd := range blocks {
+			res.Blocks++
+			res.Bytes += bd.Length
+			if bad := e.scanBlock(c, bd, buf); bad != "" {
+				damage("%s", bad)
+			}
+		}
+		if err != nil || len(blocks) < 1000 {
+			break
+		}
+		first, startAfter = false, blocks[len(blocks)-1].ID.Local
+	}
+	if len(res.Damage) > 0 {
+		if err := e.setUnhealthy(c, res.Damage[0]); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func (e *Engine) scanBlock(c *container, bd *BlockData, buf []byte) string {
+	if bd.Length == 0 {
+		return ""
+	}
+	bf, _, err := e.files.acquire(bd.ID, e.blockPath(c, bd.ID.Local), false)
+	if err != nil {
+		return fmt.Sprintf("container %d block %d: block file: %v", c.id, bd.ID.Local, err)
+	}
+	defer bf.release()
+	step := max(uint64(len(buf))/uint64(bd.BytesPerChecksum), 1) * uint64(bd.BytesPerChecksum)
+	for i := range bd.Chunks {
+		ch := &bd.Chunks[i]
+		for pos := uint64(0); pos < ch.Length; pos += step {
+			n := min(step, ch.Length-pos)
+			if _, _, err := readVerified(bf, bd.Chunks[i:i+1], bd.BytesPerChecksum, ch.Offset+pos, ch.Offset+pos+n, buf); err != nil {
+				return fmt.Sprintf("container %d block %d offset %d: %v", c.id, bd.ID.Local, ch.Offset+pos, err)
+			}
+		}
+	}
+	return ""
+}
+
+// recordCache keeps decoded block records for reads, bounded by count.
+// Entries are shared and must not be modified.
+type recordCache struct {
+	max   int
+	mu    sync.Mutex
+	items map[BlockID]*list.Element
+	lru   list.List
+}
+
+func newRecordCache(max int) *recordCache {
+	return &recordCache{max: max, items: make(map[BlockID]*list.Element)}
+}
+
+func (r *recordCache) get(b BlockID) *BlockData {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if el := r.items[b]; el != nil {
+		r.lru.MoveToFront(el)
+		return el.Value.(*BlockData)
+	}
+	return nil
+}
+
+func (r *recordCache) put(bd *BlockData) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if el := r.items[bd.ID]; el != nil {
+		el.Value = bd
+		r.lru.MoveToFront(el)
+		return
+	}
+	r.items[bd.ID] = r.lru.PushFront(bd)
+	for r.lru.Len() > r.max {
+		old := r.lru.Remove(r.lru.Back()).(*BlockData)
+		delete(r.items, old.ID)
+	}
+}
+
+func (r *recordCache) drop(b BlockID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if el := r.items[b]; el != nil {
+		r.lru.Remove(el)
+		delete(r.items, b)
+	}
+}
+
+func (r *recordCache) dropContainer(id ContainerID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for b, el := range r.items {
+		if b.Container == id {
+			r.lru.Remove(el)
+			delete(r.items, b)
+		}
+	}
+}

@@ -1,0 +1,84 @@
+// Package engine is the storage engine of a Spindle datanode: containers of
+// blocks on a set of volumes, chunk writes with pwrite into block files that
+// stay open, CRC32C per piece verified on write and on every read, block
+// metadata in Pebble (one instance per volume), and a group commit that makes
+// many writes durable with one fdatasync per touched file and one metadata
+// sync per touched volume.
+//
+// # Model
+//
+// A volume is a data directory (one per disk). A container is a directory on
+// one volume, under one of 256 hashed subdirectories, holding one file per
+// block (FILE_PER_BLOCK). A block is written as contiguous chunks from offset
+// 0; PutBlock commits its metadata (length, chunk list, checksums). Container
+// states: OPEN → CLOSED, OPEN/CLOSED → UNHEALTHY (damage found), any →
+// DELETING → gone.
+//
+// # Invariants
+//
+//   - No file create, stat or rename per chunk: a block file is created (and
+//     its directory synced) once, then kept open in a bounded cache.
+//   - Data is verified against the writer's checksums before it is written;
+//     every read verifies every piece it returns. A mismatch is ErrCorrupt
+//     naming container, block and offset; wrong bytes are never returned.
+//   - A block record never becomes durable before the data it describes:
+//     PutBlock waits for the data's sync before it commits the record.
+//   - A write is durable once a Sync that started after it returns; a
+//     failed sync makes the engine refuse every later mutation (ErrFailed).
+//   - Every record on disk carries a CRC32C and its own identity (container
+//     and block IDs), checked on decode.
+//
+// # On-disk records
+//
+// Pebble keys (big-endian, so that iteration is in ID order):
+//
+//	'C' | containerID u64                 → container record
+//	'B' | containerID u64 | localID u64   → block record
+//
+// Container record (30 bytes, little-endian):
+//
+//	| offset | size | field                                         |
+//	|--------|------|-----------------------------------------------|
+//	| 0      | 1    | record version = 1                            |
+//	| 1      | 1    | state: 1 OPEN, 2 CLOSED, 3 UNHEALTHY, 4 DELETING |
+//	| 2      | 8    | container ID                                  |
+//	| 10     | 8    | max size, bytes                               |
+//	| 18     | 8    | created, Unix ms                              |
+//	| 26     | 4    | CRC32C of bytes 0..25                         |
+//
+// Block record (33 + Σ(4 + 4·pieces) + 4 bytes, little-endian):
+//
+//	| offset | size    | field                                        |
+//	|--------|---------|----------------------------------------------|
+//	| 0      | 1       | record version = 1                           |
+//	| 1      | 8       | container ID                                 |
+//	| 9      | 8       | local block ID                               |
+//	| 17     | 4       | bytes per checksum (bpc)                     |
+//	| 21     | 8       | block length, bytes                          |
+//	| 29     | 4       | chunk count n                                |
+//	| 33     | …       | n × { chunk length u32, ⌈length/bpc⌉ × CRC32C u32 } |
+//	| end-4  | 4       | CRC32C of every byte before                  |
+//
+// Chunk offsets are not stored: chunks are contiguous from 0.
+//
+// Volume identity file SPINDLE_VOLUME (40 bytes):
+//
+//	| offset | size | field                          |
+//	|--------|------|--------------------------------|
+//	| 0      | 8    | magic "SPNDLVOL"               |
+//	| 8      | 4    | format version = 1             |
+//	| 12     | 16   | volume UUID (random)           |
+//	| 28     | 8    | created, Unix ms               |
+//	| 36     | 4    | CRC32C of bytes 0..35          |
+//
+// Block files hold raw chunk bytes at their offsets, nothing else.
+//
+// # Concurrency
+//
+// An Engine is safe for concurrent use. Engine.mu guards the container map;
+// each container's mutex guards its state and its blocks' write state. Lock
+// order: Engine.mu → container.mu → committer.mu; file and record caches
+// have leaf locks. No lock is held across a pwrite, a pread or a group
+// commit round: writers reserve their range under the container lock,
+// pwrite outside it, and mark the chunk done under it again.
+package engine

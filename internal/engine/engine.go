@@ -1,0 +1,682 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/spindle-store/spindle/internal/vfs"
+)
+
+// Engine is a datanode's storage engine over a set of volumes.
+type Engine struct {
+	cfg     Config
+	fs      vfs.FS
+	log     *slog.Logger
+	vols    []*volume
+	files   *fileCache
+	commit  *committer
+	records *recordCache
+	closed  atomic.Bool
+
+	mu         sync.RWMutex // guards containers and volume.containers
+	containers map[ContainerID]*container
+}
+
+// container is the in-memory state of one container.
+type container struct {
+	id  ContainerID
+	vol *volume
+	dir string
+
+	mu           sync.Mutex // guards everything below
+	state        ContainerState
+	maxSizeBytes uint64
+	created      uint64
+	usedBytes    uint64
+	reason       string
+	creating     bool                   // directory/record not yet durable
+	blocks       map[uint64]*blockState // blocks with chunks written since their last PutBlock
+}
+
+// blockState tracks a block that is being written: its committed length and
+// the chunks written after it. Chunks are contiguous: the next chunk must
+// start at nextOffset (or replay an identical chunk).
+type blockState struct {
+	committedLen uint64
+	bpc          uint32 // bytes per checksum of every chunk of the block; 0 until the first
+	nextOffset   uint64
+	pending      []pendingChunk
+	broken       error // a write to the file failed: the block takes no more puts
+}
+
+type pendingChunk struct {
+	ChunkInfo
+	done bool   // pwrite completed
+	seq  uint64 // committer sequence of the write, valid when done
+}
+
+// Open opens the engine over cfg.DataDirs, formatting new volumes, loading
+// every container and finishing interrupted deletions.
+func Open(cfg Config) (*Engine, error) {
+	cfg = cfg.withDefaults()
+	if len(cfg.DataDirs) == 0 {
+		return nil, fmt.Errorf("engine: open: %w: no data directories", ErrInvalid)
+	}
+	e := &Engine{
+		cfg:        cfg,
+		fs:         cfg.FS,
+		log:        cfg.Logger,
+		files:      newFileCache(cfg.FS, cfg.OpenFilesMax),
+		records:    newRecordCache(cfg.BlockRecordCacheMax),
+		containers: make(map[ContainerID]*container),
+	}
+	e.commit = newCommitter(cfg.SyncWorkers,
+		func(bf *blockFile) error { return bf.f.SyncData() },
+		e.fs.SyncDir,
+		func(v *volume) error { return v.db.LogData(nil, pebble.Sync) })
+	seen := map[[16]byte]string{}
+	for _, d := range cfg.DataDirs {
+		d = filepath.Clean(d)
+		v, err := openVolume(e.fs, d, e.log)
+		if err != nil {
+			e.closeVolumes()
+			return nil, err
+		}
+		e.vols = append(e.vols, v)
+		if other, dup := seen[v.uuid]; dup {
+			e.closeVolumes()
+			return nil, fmt.Errorf("engine: open: %w: %s and %s are the same volume", ErrInvalid, other, d)
+		}
+		seen[v.uuid] = d
+	}
+	for _, v := range e.vols {
+		if err := e.loadVolume(v); err != nil {
+			e.closeVolumes()
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+func (e *Engine) closeVolumes() {
+	for _, v := range e.vols {
+		_ = v.close()
+	}
+}
+
+// loadVolume reads every container record of v, and for each container the
+// lengths of its blocks. A record that does not decode marks its container
+// UNHEALTHY; other containers are unaffected.
+func (e *Engine) loadVolume(v *volume) error {
+	it, err := v.db.NewIter(&pebble.IterOptions{LowerBound: []byte{keyPrefixContainer}, UpperBound: []byte{keyPrefixContainer + 1}})
+	if err != nil {
+		return fmt.Errorf("engine: volume %s: %w", v.dir, err)
+	}
+	var deleting []*container
+	for it.First(); it.Valid(); it.Next() {
+		id, ok := decodeContainerKey(it.Key())
+		if !ok {
+			e.log.Error("engine: unknown key in container key space", "volume", v.dir, "key", fmt.Sprintf("%x", it.Key()))
+			continue
+		}
+		c := &container{id: id, vol: v, dir: v.containerDir(id), blocks: make(map[uint64]*blockState)}
+		rec, derr := decodeContainerRecord(it.Value())
+		if derr == nil && rec.ID != id {
+			derr = fmt.Errorf("%w: record of container %d stored under key of %d", ErrCorrupt, rec.ID, id)
+		}
+		if derr != nil {
+			c.state, c.reason = StateUnhealthy, "container record: "+derr.Error()
+			c.maxSizeBytes = e.cfg.MaxContainerSizeBytes
+		} else {
+			c.state, c.maxSizeBytes, c.created = rec.State, rec.MaxSizeBytes, rec.CreatedUnixMs
+		}
+		if other := e.containers[id]; other != nil {
+			it.Close()
+			return fmt.Errorf("engine: open: %w: container %d is on volumes %s and %s", ErrCorrupt, id, other.vol.dir, v.dir)
+		}
+		e.containers[id] = c
+		v.containers++
+		if c.state == StateDeleting {
+			deleting = append(deleting, c)
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("engine: volume %s: %w", v.dir, err)
+	}
+	for _, c := range e.containers {
+		if c.vol != v || c.state == StateDeleting {
+			continue
+		}
+		used, err := e.sumBlocks(c)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				return err
+			}
+			e.log.Error("engine: damaged container", "container", c.id, "err", err)
+			if merr := e.setUnhealthy(c, err.Error()); merr != nil {
+				return merr
+			}
+		}
+		c.usedBytes = used
+	}
+	for _, c := range deleting {
+		e.log.Info("engine: finishing interrupted delete", "container", c.id)
+		if err := e.finishDelete(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sumBlocks adds up the lengths of c's blocks, decoding (and so checking)
+// every block record.
+func (e *Engine) sumBlocks(c *container) (uint64, error) {
+	lo, hi := blockKeyRange(c.id)
+	it, err := c.vol.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return 0, containerErr("load", c.id, err)
+	}
+	defer it.Close()
+	var used uint64
+	for it.First(); it.Valid(); it.Next() {
+		bid, _ := decodeBlockKey(it.Key())
+		bd, err := decodeBlockRecord(it.Value())
+		if err == nil && bd.ID != bid {
+			err = fmt.Errorf("%w: record of block %d/%d stored under key of %d/%d", ErrCorrupt, bd.ID.Container, bd.ID.Local, bid.Container, bid.Local)
+		}
+		if err != nil {
+			return used, blockErr("load", bid, err)
+		}
+		used += bd.Length
+	}
+	return used, it.Error()
+}
+
+// Close makes everything written durable and closes the engine.
+func (e *Engine) Close() error {
+	if e.closed.Swap(true) {
+		return ErrClosed
+	}
+	err := e.commit.sync(e.commit.current())
+	e.files.closeAll()
+	for _, v := range e.vols {
+		if cerr := v.close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+func (e *Engine) check() error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	return e.commit.failure()
+}
+
+// Sync makes durable every write, PutBlock and DeleteBlock that returned
+// before Sync was called. Concurrent callers share sync rounds (group
+// commit).
+func (e *Engine) Sync() error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	return e.commit.sync(e.commit.current())
+}
+
+// SyncStats reports the group commit's work so far.
+func (e *Engine) SyncStats() CommitStats { return e.commit.stats() }
+
+// Volumes returns the data directories in use.
+func (e *Engine) Volumes() []string {
+	out := make([]string, len(e.vols))
+	for i, v := range e.vols {
+		out[i] = v.dir
+	}
+	return out
+}
+
+func (e *Engine) lookup(id ContainerID) (*container, error) {
+	e.mu.RLock()
+	c := e.containers[id]
+	e.mu.RUnlock()
+	if c == nil {
+		return nil, fmt.Errorf("%w: container %d", ErrNotFound, id)
+	}
+	return c, nil
+}
+
+// CreateContainer creates an OPEN container on the volume holding the fewest
+// containers. It is durable when CreateContainer returns.
+func (e *Engine) CreateContainer(id ContainerID) error {
+	if err := e.check(); err != nil {
+		return containerErr("create", id, err)
+	}
+	e.mu.Lock()
+	if e.containers[id] != nil {
+		e.mu.Unlock()
+		return containerErr("create", id, ErrExists)
+	}
+	v := e.vols[0]
+	for _, w := range e.vols[1:] {
+		if w.containers < v.containers {
+			v = w
+		}
+	}
+	c := &container{id: id, vol: v, dir: v.containerDir(id), state: StateOpen, creating: true,
+		maxSizeBytes: e.cfg.MaxContainerSizeBytes, created: uint64(time.Now().UnixMilli()),
+		blocks: make(map[uint64]*blockState)}
+	e.containers[id] = c
+	v.containers++
+	e.mu.Unlock()
+
+	err := e.createContainerOnDisk(c)
+	if err != nil {
+		e.mu.Lock()
+		delete(e.containers, id)
+		v.containers--
+		e.mu.Unlock()
+		return containerErr("create", id, err)
+	}
+	c.mu.Lock()
+	c.creating = false
+	c.mu.Unlock()
+	return nil
+}
+
+// createContainerOnDisk: directory first (and its entry synced), then the
+// record with a synced Pebble commit. A crash in between leaves a directory
+// without a record, which nothing reads; the record never exists without
+// its directory.
+func (e *Engine) createContainerOnDisk(c *container) error {
+	if err := e.fs.RemoveAll(c.dir); err != nil { // leftovers of a crashed create
+		return err
+	}
+	if err := e.fs.MkdirAll(c.dir, 0o755); err != nil {
+		return err
+	}
+	if err := e.fs.SyncDir(filepath.Dir(c.dir)); err != nil {
+		return err
+	}
+	rec := containerRecord{ID: c.id, State: StateOpen, MaxSizeBytes: c.maxSizeBytes, CreatedUnixMs: c.created}
+	return c.vol.db.Set(containerKey(c.id), encodeContainerRecord(rec), pebble.Sync)
+}
+
+// persistStateLocked writes c's state durably. c.mu must be held.
+func (e *Engine) persistStateLocked(c *container, s ContainerState) error {
+	rec := containerRecord{ID: c.id, State: s, MaxSizeBytes: c.maxSizeBytes, CreatedUnixMs: c.created}
+	if err := c.vol.db.Set(containerKey(c.id), encodeContainerRecord(rec), pebble.Sync); err != nil {
+		return containerErr("persist state", c.id, err)
+	}
+	c.state = s
+	return nil
+}
+
+func (e *Engine) setUnhealthy(c *container, reason string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return e.markUnhealthyLocked(c, reason)
+}
+
+func (e *Engine) markUnhealthyLocked(c *container, reason string) error {
+	if c.state == StateUnhealthy || c.state == StateDeleting {
+		return nil
+	}
+	e.log.Error("engine: container marked UNHEALTHY", "container", c.id, "reason", reason)
+	c.reason = reason
+	c.blocks = make(map[uint64]*blockState)
+	return e.persistStateLocked(c, StateUnhealthy)
+}
+
+// CloseContainer makes every write to the container durable and moves it to
+// CLOSED. Chunks written after their block's last PutBlock are not part of
+// the closed container. Closing a CLOSED container is a no-op.
+func (e *Engine) CloseContainer(id ContainerID) error {
+	if err := e.check(); err != nil {
+		return containerErr("close", id, err)
+	}
+	c, err := e.lookup(id)
+	if err != nil {
+		return containerErr("close", id, err)
+	}
+	c.mu.Lock()
+	switch {
+	case c.state == StateClosed:
+		c.mu.Unlock()
+		return nil
+	case c.state != StateOpen || c.creating:
+		s := c.state
+		c.mu.Unlock()
+		return containerErr("close", id, fmt.Errorf("%w: state %s", ErrNotOpen, s))
+	}
+	c.state = StateClosed // no more writes or puts from here on
+	c.mu.Unlock()
+	if err := e.Sync(); err != nil {
+		return containerErr("close", id, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for local, bs := range c.blocks {
+		c.usedBytes -= bs.nextOffset - bs.committedLen
+		delete(c.blocks, local)
+	}
+	return e.persistStateLocked(c, StateClosed)
+}
+
+// DeleteContainer removes a container and all its blocks. An OPEN container
+// with blocks is deleted only with force.
+func (e *Engine) DeleteContainer(id ContainerID, force bool) error {
+	if err := e.check(); err != nil {
+		return containerErr("delete", id, err)
+	}
+	c, err := e.lookup(id)
+	if err != nil {
+		return containerErr("delete", id, err)
+	}
+	c.mu.Lock()
+	if c.creating {
+		c.mu.Unlock()
+		return containerErr("delete", id, fmt.Errorf("%w: being created", ErrNotOpen))
+	}
+	if c.state == StateOpen && c.usedBytes > 0 && !force {
+		c.mu.Unlock()
+		return containerErr("delete", id, fmt.Errorf("%w: OPEN container holds %d bytes; force to delete", ErrInvalid, c.usedBytes))
+	}
+	err = e.persistStateLocked(c, StateDeleting)
+	c.blocks = make(map[uint64]*blockState)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return e.finishDelete(c)
+}
+
+// finishDelete removes a DELETING container: files, directory, then its
+// records. Each step is idempotent, so recovery repeats it after a crash.
+func (e *Engine) finishDelete(c *container) error {
+	e.files.dropContainer(c.id)
+	e.records.dropContainer(c.id)
+	if err := e.fs.RemoveAll(c.dir); err != nil {
+		return containerErr("delete", c.id, err)
+	}
+	if err := e.fs.SyncDir(filepath.Dir(c.dir)); err != nil {
+		return containerErr("delete", c.id, err)
+	}
+	b := c.vol.db.NewBatch()
+	lo, hi := blockKeyRange(c.id)
+	if err := b.DeleteRange(lo, hi, nil); err != nil {
+		return containerErr("delete", c.id, err)
+	}
+	if err := b.Delete(containerKey(c.id), nil); err != nil {
+		return containerErr("delete", c.id, err)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return containerErr("delete", c.id, err)
+	}
+	e.mu.Lock()
+	if e.containers[c.id] == c {
+		delete(e.containers, c.id)
+		c.vol.containers--
+	}
+	e.mu.Unlock()
+	return nil
+}
+
+func (c *container) infoLocked() ContainerInfo {
+	return ContainerInfo{ID: c.id, State: c.state, Volume: c.vol.dir, Dir: c.dir,
+		MaxSizeBytes: c.maxSizeBytes, UsedBytes: c.usedBytes, Reason: c.reason}
+}
+
+// Container returns a snapshot of container id.
+func (e *Engine) Container(id ContainerID) (ContainerInfo, error) {
+	c, err := e.lookup(id)
+	if err != nil {
+		return ContainerInfo{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.infoLocked(), nil
+}
+
+// ListContainers returns every container, by ID.
+func (e *Engine) ListContainers() []ContainerInfo {
+	e.mu.RLock()
+	cs := make([]*container, 0, len(e.containers))
+	for _, c := range e.containers {
+		cs = append(cs, c)
+	}
+	e.mu.RUnlock()
+	out := make([]ContainerInfo, 0, len(cs))
+	for _, c := range cs {
+		c.mu.Lock()
+		if !c.creating {
+			out = append(out, c.infoLocked())
+		}
+		c.mu.Unlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// blockStateLocked returns the write state of block local, building it from
+// the committed record if there is one. c.mu must be held.
+func (e *Engine) blockStateLocked(c *container, local uint64) (*blockState, error) {
+	if bs := c.blocks[local]; bs != nil {
+		return bs, nil
+	}
+	bs := &blockState{}
+	bd, err := e.loadBlock(c, BlockID{Container: c.id, Local: local})
+	switch {
+	case err == nil:
+		bs.committedLen, bs.nextOffset = bd.Length, bd.Length
+		if len(bd.Chunks) > 0 {
+			bs.bpc = bd.BytesPerChecksum
+		}
+	case errors.Is(err, ErrNotFound):
+	default:
+		return nil, err
+	}
+	c.blocks[local] = bs
+	return bs, nil
+}
+
+// loadBlock returns block b's committed record (cached, shared: callers must
+// not modify it).
+func (e *Engine) loadBlock(c *container, b BlockID) (*BlockData, error) {
+	if bd := e.records.get(b); bd != nil {
+		return bd, nil
+	}
+	val, closer, err := c.vol.db.Get(blockKey(b))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, fmt.Errorf("%w: block %d/%d", ErrNotFound, b.Container, b.Local)
+	}
+	if err != nil {
+		return nil, err
+	}
+	bd, derr := decodeBlockRecord(val)
+	closer.Close()
+	if derr == nil && bd.ID != b {
+		derr = fmt.Errorf("%w: record of block %d/%d stored under key of %d/%d", ErrCorrupt, bd.ID.Container, bd.ID.Local, b.Container, b.Local)
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	e.records.put(bd)
+	return bd, nil
+}
+
+func (e *Engine) blockPath(c *container, local uint64) string {
+	return filepath.Join(c.dir, blockFileName(local))
+}
+
+// WriteChunk verifies data against checksums (CRC32C of every
+// bytesPerChecksum piece) and writes it at offset of block b with one
+// pwrite into the block's cached open file. The write is durable after the
+// next Sync. Chunks are appended contiguously: offset must be the end of the
+// block's written data, or the offset of an identical earlier chunk (a
+// replay, which succeeds without writing). Nothing changes on error.
+func (e *Engine) WriteChunk(b BlockID, offset uint64, data []byte, bytesPerChecksum uint32, checksums []uint32) error {
+	if err := e.check(); err != nil {
+		return blockOffErr("write chunk", b, offset, err)
+	}
+	if err := checkChunkArgs(uint64(len(data)), bytesPerChecksum, checksums); err != nil {
+		return blockOffErr("write chunk", b, offset, err)
+	}
+	if bad := verifyPieces(data, checksums, bytesPerChecksum); bad >= 0 {
+		return blockOffErr("write chunk", b, offset+uint64(bad)*uint64(bytesPerChecksum), ErrChecksumMismatch)
+	}
+	c, err := e.lookup(b.Container)
+	if err != nil {
+		return blockOffErr("write chunk", b, offset, err)
+	}
+	length := uint64(len(data))
+
+	c.mu.Lock()
+	if c.state != StateOpen || c.creating {
+		s := c.state
+		c.mu.Unlock()
+		return blockOffErr("write chunk", b, offset, fmt.Errorf("%w: state %s", ErrNotOpen, s))
+	}
+	bs, err := e.blockStateLocked(c, b.Local)
+	if err != nil {
+		c.mu.Unlock()
+		return blockOffErr("write chunk", b, offset, err)
+	}
+	if bs.broken != nil {
+		c.mu.Unlock()
+		return blockOffErr("write chunk", b, offset, bs.broken)
+	}
+	if bs.bpc != 0 && bs.bpc != bytesPerChecksum {
+		c.mu.Unlock()
+		return blockOffErr("write chunk", b, offset, fmt.Errorf("%w: bytes per checksum %d, block uses %d", ErrInvalid, bytesPerChecksum, bs.bpc))
+	}
+	if offset != bs.nextOffset {
+		err := e.replayLocked(c, b, bs, offset, length, checksums)
+		c.mu.Unlock()
+		if err != nil {
+			return blockOffErr("write chunk", b, offset, err)
+		}
+		return nil
+	}
+	if c.usedBytes+length > c.maxSizeBytes {
+		used, max := c.usedBytes, c.maxSizeBytes
+		c.mu.Unlock()
+		return blockOffErr("write chunk", b, offset, fmt.Errorf("%w: %d bytes used + %d > max %d", ErrContainerFull, used, length, max))
+	}
+	newBlockFile := bs.nextOffset == 0
+	bf, created, err := e.files.acquire(b, e.blockPath(c, b.Local), newBlockFile)
+	if err != nil {
+		c.mu.Unlock()
+		return blockOffErr("write chunk", b, offset, err)
+	}
+	if newBlockFile && !created {
+		// A file left by a write that was never committed (a crash before
+		// PutBlock, or a failed write): its bytes mean nothing.
+		if err := bf.f.Truncate(0); err != nil {
+			c.mu.Unlock()
+			bf.release()
+			return blockOffErr("write chunk", b, offset, err)
+		}
+	}
+	idx := len(bs.pending)
+	bs.pending = append(bs.pending, pendingChunk{ChunkInfo: ChunkInfo{Offset: offset, Length: length, Checksums: slices.Clone(checksums)}})
+	bs.nextOffset += length
+	bs.bpc = bytesPerChecksum
+	c.usedBytes += length
+	c.mu.Unlock()
+	if created {
+		e.commit.markDir(c.dir)
+	}
+
+	_, werr := bf.f.WriteAt(data, int64(offset))
+	var seq uint64
+	if werr == nil {
+		seq = e.commit.markFile(bf)
+	}
+	bf.release()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// The block cannot have been reset meanwhile: a chunk that is not done
+	// stops PutBlock from committing past it, and close/delete drop the
+	// state only of containers that no longer take writes.
+	if cur := c.blocks[b.Local]; cur != bs || idx >= len(bs.pending) || bs.pending[idx].Offset != offset {
+		if werr != nil {
+			return blockOffErr("write chunk", b, offset, werr)
+		}
+		return nil // container closed or deleted meanwhile; the write is moot
+	}
+	if werr != nil {
+		bs.broken = fmt.Errorf("earlier write at offset %d failed: %w", offset, werr)
+		return blockOffErr("write chunk", b, offset, werr)
+	}
+	bs.pending[idx].done = true
+	bs.pending[idx].seq = seq
+	return nil
+}
+
+func checkChunkArgs(length uint64, bpc uint32, checksums []uint32) error {
+	if length == 0 {
+		return fmt.Errorf("%w: empty chunk", ErrInvalid)
+	}
+	if length > MaxChunkSizeBytes {
+		return fmt.Errorf("%w: chunk of %d bytes exceeds %d", ErrInvalid, length, MaxChunkSizeBytes)
+	}
+	if err := validBytesPerChecksum(bpc); err != nil {
+		return err
+	}
+	if want := PieceCount(length, bpc); len(checksums) != want {
+		return fmt.Errorf("%w: %d checksums for %d bytes at %d bytes per checksum, want %d", ErrInvalid, len(checksums), length, bpc, want)
+	}
+	return nil
+}
+
+// replayLocked accepts a write at an offset before the end of the block when
+// it is an identical replay of one chunk already written.
+func (e *Engine) replayLocked(c *container, b BlockID, bs *blockState, offset, length uint64, sums []uint32) error {
+	if offset > bs.nextOffset {
+		return fmt.Errorf("%w: block has %d bytes", ErrHole, bs.nextOffset)
+	}
+	var have *ChunkInfo
+	if offset >= bs.committedLen {
+		for i := range bs.pending {
+			if bs.pending[i].Offset == offset {
+				if !bs.pending[i].done {
+					return fmt.Errorf("%w: the same chunk is being written", ErrOverlap)
+				}
+				have = &bs.pending[i].ChunkInfo
+				break
+			}
+		}
+	} else {
+		bd, err := e.loadBlock(c, b)
+		if err != nil {
+			return err
+		}
+		if i := findChunk(bd.Chunks, offset); i >= 0 && bd.Chunks[i].Offset == offset {
+			have = &bd.Chunks[i]
+		}
+	}
+	if have == nil || have.Length != length || !slices.Equal(have.Checksums, sums) {
+		return fmt.Errorf("%w: block has %d bytes", ErrOverlap, bs.nextOffset)
+	}
+	return nil
+}
+
+// findChunk returns the index of the chunk holding offset, or -1.
+func findChunk(chunks []ChunkInfo, offset uint64) int {
+	i := sort.Search(len(chunks), func(i int) bool { return chunks[i].Offset+chunks[i].Length > offset })
+	if i < len(chunks) && chunks[i].Offset <= offset {
+		return i
+	}
+	return -1
+}

@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"container/list"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/spindle-store/spindle/internal/vfs"
+)
+
+// blockFile is an open block file, shared by every user of the block.
+// References: the cache holds one while the file is in it; each user holds
+// one while it reads or writes; the group committer holds one while the file
+// has unsynced writes. The descriptor is closed when the count reaches zero,
+// so eviction never closes a file in use or one that still has to be synced.
+type blockFile struct {
+	id   BlockID
+	path string
+	f    vfs.File
+	refs atomic.Int32
+	elem *list.Element // position in the LRU; guarded by fileCache.mu
+}
+
+func (b *blockFile) release() {
+	n := b.refs.Add(-1)
+	if n < 0 {
+		panic(fmt.Sprintf("engine: block file %s released more than acquired", b.path))
+	}
+	if n == 0 {
+		_ = b.f.Close() // read-only or fully synced by now: nothing to lose
+	}
+}
+
+// fileCache keeps up to maxFiles block files open so that a chunk write
+// costs one pwrite: no open, stat or close per chunk.
+type fileCache struct {
+	fs       vfs.FS
+	maxFiles int
+
+	mu    sync.Mutex
+	files map[BlockID]*blockFile
+	lru   list.List // front = most recently used
+}
+
+func newFileCache(fs vfs.FS, maxFiles int) *fileCache {
+	return &fileCache{fs: fs, maxFiles: maxFiles, files: make(map[BlockID]*blockFile)}
+}
+
+// acquire returns the open file of block id, opening it (read-write, and
+// creating it when create is set) if needed. The caller must release it.
+// created reports that this call created a file that did not exist, so that
+// the caller can have the parent directory synced.
+func (c *fileCache) acquire(id BlockID, path string, create bool) (bf *blockFile, created bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if bf := c.files[id]; bf != nil {
+		c.lru.MoveToFront(bf.elem)
+		bf.refs.Add(1)
+		return bf, false, nil
+	}
+	f, err := c.fs.OpenReadWrite(path, false)
+	if err != nil && create {
+		f, err = c.fs.OpenReadWrite(path, true)
+		created = err == nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	bf = &blockFile{id: id, path: path, f: f}
+	bf.refs.Store(2) // the cache's and the caller's
+	bf.elem = c.lru.PushFront(bf)
+	c.files[id] = bf
+	for c.lru.Len() > c.maxFiles {
+		c.evictLocked(c.lru.Back().Value.(*blockFile))
+	}
+	return bf, created, nil
+}
+
+func (c *fileCache) evictLocked(bf *blockFile) {
+	c.lru.Remove(bf.elem)
+	delete(c.files, bf.id)
+	bf.release()
+}
+
+// drop removes block id from the cache (its descriptor closes once unused).
+func (c *fileCache) drop(id BlockID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if bf := c.files[id]; bf != nil {
+		c.evictLocked(bf)
+	}
+}
+
+// dropContainer removes every block of container id from the cache.
+func (c *fileCache) dropContainer(id ContainerID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for bid, bf := range c.files {
+		if bid.Container == id {
+			c.evictLocked(bf)
+		}
+	}
+}
+
+func (c *fileCache) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, bf := range c.files {
+		c.evictLocked(bf)
+	}
+}

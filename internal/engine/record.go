@@ -1,0 +1,284 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// On-disk records. Every record ends with the CRC32C of all bytes before it;
+// integers are little-endian, except Pebble keys, which are big-endian so that
+// iteration follows numeric order. The byte tables are in doc.go and
+// docs/FORMAT.md; keep the three in step.
+
+const (
+	recordVersion = 1
+
+	keyPrefixContainer = 'C' // 'C' | containerID u64 BE
+	keyPrefixBlock     = 'B' // 'B' | containerID u64 BE | localID u64 BE
+
+	containerRecordSize = 30
+	blockHeaderSize     = 33
+	volumeRecordSize    = 40
+	volumeMagic         = "SPNDLVOL"
+
+	// maxChunksPerBlock bounds a block record's chunk list, and with it the
+	// memory a decoder may allocate for a record read from disk.
+	maxChunksPerBlock = 1 << 22
+)
+
+// ContainerState is the lifecycle state of a container.
+type ContainerState uint8
+
+// Container states. OPEN accepts writes; CLOSED is immutable; UNHEALTHY was
+// found damaged by a read or scan (readable, not writable); DELETING is being
+// removed (recovery finishes the removal after a crash).
+const (
+	StateOpen      ContainerState = 1
+	StateClosed    ContainerState = 2
+	StateUnhealthy ContainerState = 3
+	StateDeleting  ContainerState = 4
+)
+
+func (s ContainerState) String() string {
+	switch s {
+	case StateOpen:
+		return "OPEN"
+	case StateClosed:
+		return "CLOSED"
+	case StateUnhealthy:
+		return "UNHEALTHY"
+	case StateDeleting:
+		return "DELETING"
+	}
+	return fmt.Sprintf("STATE(%d)", uint8(s))
+}
+
+func (s ContainerState) valid() bool { return s >= StateOpen && s <= StateDeleting }
+
+// containerRecord is the value under key 'C'|id.
+type containerRecord struct {
+	ID            ContainerID
+	State         ContainerState
+	MaxSizeBytes  uint64
+	CreatedUnixMs uint64
+}
+
+func containerKey(id ContainerID) []byte {
+	k := make([]byte, 9)
+	k[0] = keyPrefixContainer
+	binary.BigEndian.PutUint64(k[1:], uint64(id))
+	return k
+}
+
+func blockKey(b BlockID) []byte {
+	k := make([]byte, 17)
+	k[0] = keyPrefixBlock
+	binary.BigEndian.PutUint64(k[1:], uint64(b.Container))
+	binary.BigEndian.PutUint64(k[9:], b.Local)
+	return k
+}
+
+// blockKeyRange returns [lo, hi) covering every block key of container id.
+func blockKeyRange(id ContainerID) (lo, hi []byte) {
+	lo = blockKey(BlockID{Container: id})
+	hi = make([]byte, 9)
+	hi[0] = keyPrefixBlock
+	binary.BigEndian.PutUint64(hi[1:], uint64(id)+1)
+	if uint64(id) == ^uint64(0) {
+		hi = []byte{keyPrefixBlock + 1}
+	}
+	return lo, hi
+}
+
+func decodeBlockKey(k []byte) (BlockID, bool) {
+	if len(k) != 17 || k[0] != keyPrefixBlock {
+		return BlockID{}, false
+	}
+	return BlockID{Container: ContainerID(binary.BigEndian.Uint64(k[1:])), Local: binary.BigEndian.Uint64(k[9:])}, true
+}
+
+func decodeContainerKey(k []byte) (ContainerID, bool) {
+	if len(k) != 9 || k[0] != keyPrefixContainer {
+		return 0, false
+	}
+	return ContainerID(binary.BigEndian.Uint64(k[1:])), true
+}
+
+func encodeContainerRecord(r containerRecord) []byte {
+	b := make([]byte, containerRecordSize)
+	b[0] = recordVersion
+	b[1] = byte(r.State)
+	binary.LittleEndian.PutUint64(b[2:], uint64(r.ID))
+	binary.LittleEndian.PutUint64(b[10:], r.MaxSizeBytes)
+	binary.LittleEndian.PutUint64(b[18:], r.CreatedUnixMs)
+	return sealRecord(b[:containerRecordSize-4], b)
+}
+
+// sealRecord writes the CRC32C of body into the last 4 bytes of full, where
+// body is full minus those 4 bytes.
+func sealRecord(body, full []byte) []byte {
+	binary.LittleEndian.PutUint32(full[len(body):], CRC32C(body))
+	return full
+}
+
+func checkRecordCRC(b []byte) error {
+	if len(b) < 5 {
+		return fmt.Errorf("%w: record of %d bytes is too short", ErrCorrupt, len(b))
+	}
+	body := b[:len(b)-4]
+	want := binary.LittleEndian.Uint32(b[len(b)-4:])
+	if got := CRC32C(body); got != want {
+		return fmt.Errorf("%w: record crc32c %08x, stored %08x", ErrCorrupt, got, want)
+	}
+	if body[0] != recordVersion {
+		return fmt.Errorf("%w: record version %d, want %d", ErrCorrupt, body[0], recordVersion)
+	}
+	return nil
+}
+
+func decodeContainerRecord(b []byte) (containerRecord, error) {
+	var r containerRecord
+	if len(b) != containerRecordSize {
+		return r, fmt.Errorf("%w: container record of %d bytes, want %d", ErrCorrupt, len(b), containerRecordSize)
+	}
+	if err := checkRecordCRC(b); err != nil {
+		return r, err
+	}
+	r.State = ContainerState(b[1])
+	if !r.State.valid() {
+		return r, fmt.Errorf("%w: container record state %d", ErrCorrupt, b[1])
+	}
+	r.ID = ContainerID(binary.LittleEndian.Uint64(b[2:]))
+	r.MaxSizeBytes = binary.LittleEndian.Uint64(b[10:])
+	r.CreatedUnixMs = binary.LittleEndian.Uint64(b[18:])
+	return r, nil
+}
+
+// encodeBlockRecord encodes a block's metadata. Chunks are contiguous from
+// offset 0, so offsets are not stored.
+func encodeBlockRecord(bd *BlockData) []byte {
+	size := blockHeaderSize + 4
+	for i := range bd.Chunks {
+		size += 4 + 4*len(bd.Chunks[i].Checksums)
+	}
+	b := make([]byte, size)
+	b[0] = recordVersion
+	binary.LittleEndian.PutUint64(b[1:], uint64(bd.ID.Container))
+	binary.LittleEndian.PutUint64(b[9:], bd.ID.Local)
+	binary.LittleEndian.PutUint32(b[17:], bd.BytesPerChecksum)
+	binary.LittleEndian.PutUint64(b[21:], bd.Length)
+	binary.LittleEndian.PutUint32(b[29:], uint32(len(bd.Chunks)))
+	p := blockHeaderSize
+	for i := range bd.Chunks {
+		c := &bd.Chunks[i]
+		binary.LittleEndian.PutUint32(b[p:], uint32(c.Length))
+		p += 4
+		for _, s := range c.Checksums {
+			binary.LittleEndian.PutUint32(b[p:], s)
+			p += 4
+		}
+	}
+	if p != size-4 {
+		panic(fmt.Sprintf("engine: block record size %d, wrote %d", size-4, p))
+	}
+	return sealRecord(b[:p], b)
+}
+
+// decodeBlockRecord decodes and validates a block record: CRC, version, that
+// the chunk lengths add up to the block length, the checksum counts, and the
+// bounds that keep a hostile record from allocating without limit.
+func decodeBlockRecord(b []byte) (*BlockData, error) {
+	if len(b) < blockHeaderSize+4 {
+		return nil, fmt.Errorf("%w: block record of %d bytes is too short", ErrCorrupt, len(b))
+	}
+	if err := checkRecordCRC(b); err != nil {
+		return nil, err
+	}
+	bd := &BlockData{
+		ID: BlockID{
+			Container: ContainerID(binary.LittleEndian.Uint64(b[1:])),
+			Local:     binary.LittleEndian.Uint64(b[9:]),
+		},
+		BytesPerChecksum: binary.LittleEndian.Uint32(b[17:]),
+		Length:           binary.LittleEndian.Uint64(b[21:]),
+	}
+	n := binary.LittleEndian.Uint32(b[29:])
+	body := b[blockHeaderSize : len(b)-4]
+	if n > maxChunksPerBlock || uint64(n)*8 > uint64(len(body)) {
+		return nil, fmt.Errorf("%w: block record claims %d chunks in %d bytes", ErrCorrupt, n, len(body))
+	}
+	if err := validBytesPerChecksum(bd.BytesPerChecksum); err != nil && n > 0 {
+		return nil, fmt.Errorf("%w: block record: %v", ErrCorrupt, err)
+	}
+	bd.Chunks = make([]ChunkInfo, n)
+	sums := make([]uint32, 0, (len(body)-4*int(n))/4)
+	var off uint64
+	p := 0
+	for i := range bd.Chunks {
+		if p+4 > len(body) {
+			return nil, fmt.Errorf("%w: block record truncated at chunk %d", ErrCorrupt, i)
+		}
+		l := uint64(binary.LittleEndian.Uint32(body[p:]))
+		p += 4
+		if l == 0 || l > MaxChunkSizeBytes {
+			return nil, fmt.Errorf("%w: block record chunk %d length %d", ErrCorrupt, i, l)
+		}
+		k := PieceCount(l, bd.BytesPerChecksum)
+		if p+4*k > len(body) {
+			return nil, fmt.Errorf("%w: block record truncated in checksums of chunk %d", ErrCorrupt, i)
+		}
+		start := len(sums)
+		for j := 0; j < k; j++ {
+			sums = append(sums, binary.LittleEndian.Uint32(body[p:]))
+			p += 4
+		}
+		bd.Chunks[i] = ChunkInfo{Offset: off, Length: l, Checksums: sums[start:len(sums):len(sums)]}
+		off += l
+	}
+	if p != len(body) {
+		return nil, fmt.Errorf("%w: block record has %d trailing bytes", ErrCorrupt, len(body)-p)
+	}
+	if off != bd.Length {
+		return nil, fmt.Errorf("%w: block record length %d, chunks add up to %d", ErrCorrupt, bd.Length, off)
+	}
+	return bd, nil
+}
+
+// volumeRecord is the content of a volume's identity file.
+type volumeRecord struct {
+	FormatVersion uint32
+	UUID          [16]byte
+	CreatedUnixMs uint64
+}
+
+const volumeFormatVersion = 1
+
+func encodeVolumeRecord(r volumeRecord) []byte {
+	b := make([]byte, volumeRecordSize)
+	copy(b, volumeMagic)
+	binary.LittleEndian.PutUint32(b[8:], r.FormatVersion)
+	copy(b[12:28], r.UUID[:])
+	binary.LittleEndian.PutUint64(b[28:], r.CreatedUnixMs)
+	return sealRecord(b[:36], b)
+}
+
+func decodeVolumeRecord(b []byte) (volumeRecord, error) {
+	var r volumeRecord
+	if len(b) != volumeRecordSize {
+		return r, fmt.Errorf("%w: volume identity of %d bytes, want %d", ErrCorrupt, len(b), volumeRecordSize)
+	}
+	if string(b[:8]) != volumeMagic {
+		return r, fmt.Errorf("%w: volume identity magic %q", ErrCorrupt, b[:8])
+	}
+	want := binary.LittleEndian.Uint32(b[36:])
+	if got := CRC32C(b[:36]); got != want {
+		return r, fmt.Errorf("%w: volume identity crc32c %08x, stored %08x", ErrCorrupt, got, want)
+	}
+	r.FormatVersion = binary.LittleEndian.Uint32(b[8:])
+	if r.FormatVersion != volumeFormatVersion {
+		return r, fmt.Errorf("%w: volume format version %d, this build reads %d", ErrCorrupt, r.FormatVersion, volumeFormatVersion)
+	}
+	copy(r.UUID[:], b[12:28])
+	r.CreatedUnixMs = binary.LittleEndian.Uint64(b[28:])
+	return r, nil
+}

@@ -1,0 +1,201 @@
+package engine
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/spindle-store/spindle/internal/vfs"
+)
+
+// Volume layout (one data directory, normally one disk):
+//
+//	<dir>/SPINDLE_VOLUME            identity record (see doc.go)
+//	<dir>/LOCK                      flock held while an engine has the volume open
+//	<dir>/meta/                     Pebble: container and block records
+//	<dir>/containers/<xx>/<cid>/    one directory per container; xx = two hex digits
+//	<dir>/containers/<xx>/<cid>/<local>.blk   one file per block (FILE_PER_BLOCK)
+const (
+	volumeIdentityFile = "SPINDLE_VOLUME"
+	volumeLockFile     = "LOCK"
+	volumeMetaDir      = "meta"
+	volumeContainerDir = "containers"
+	// containerFanout is the number of hashed subdirectories containers are
+	// spread over, so that no directory holds (and serialises creates in)
+	// more than 1/256 of the containers of a volume.
+	containerFanout = 256
+)
+
+type volume struct {
+	dir  string
+	uuid [16]byte
+	db   *pebble.DB
+	lock io.Closer
+	// containers counts the containers placed here; guarded by Engine.mu.
+	containers int
+}
+
+// openVolume opens (formatting on first use) the volume in dir.
+func openVolume(fs vfs.FS, dir string, logger *slog.Logger) (*volume, error) {
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("engine: volume %s: %w", dir, err)
+	}
+	lock, err := fs.Lock(filepath.Join(dir, volumeLockFile))
+	if err != nil {
+		return nil, fmt.Errorf("engine: volume %s: %w", dir, err)
+	}
+	v := &volume{dir: dir, lock: lock}
+	ok := false
+	defer func() {
+		if !ok {
+			v.close()
+		}
+	}()
+	rec, err := readVolumeIdentity(fs, dir)
+	if errors.Is(err, os.ErrNotExist) {
+		rec, err = formatVolume(fs, dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	v.uuid = rec.UUID
+	db, err := pebble.Open(filepath.Join(dir, volumeMetaDir), &pebble.Options{
+		FS:     vfs.ToPebble(fs),
+		Logger: pebbleLogger{logger.With("volume", dir)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: volume %s: open metadata store: %w", dir, err)
+	}
+	v.db = db
+	ok = true
+	return v, nil
+}
+
+func readVolumeIdentity(fs vfs.FS, dir string) (volumeRecord, error) {
+	path := filepath.Join(dir, volumeIdentityFile)
+	f, err := fs.Open(path)
+	if err != nil {
+		return volumeRecord{}, err
+	}
+	defer f.Close()
+	buf := make([]byte, volumeRecordSize+1)
+	n, err := f.ReadAt(buf, 0)
+	if err != nil && err != io.EOF {
+		return volumeRecord{}, fmt.Errorf("engine: volume %s: read identity: %w", dir, err)
+	}
+	rec, err := decodeVolumeRecord(buf[:n])
+	if err != nil {
+		return rec, fmt.Errorf("engine: volume %s: %w", dir, err)
+	}
+	return rec, nil
+}
+
+// formatVolume lays out a new volume. The identity file is written last,
+// through a temporary name, file sync, rename and directory sync: a volume
+// with an identity file is complete, and a crash before it leaves a
+// directory that the next open formats again.
+func formatVolume(fs vfs.FS, dir string) (volumeRecord, error) {
+	names, err := fs.List(dir)
+	if err != nil {
+		return volumeRecord{}, fmt.Errorf("engine: volume %s: %w", dir, err)
+	}
+	for _, n := range names {
+		switch n {
+		case volumeLockFile, volumeMetaDir, volumeContainerDir, volumeIdentityFile + ".tmp":
+		default:
+			return volumeRecord{}, fmt.Errorf("engine: volume %s: not a Spindle volume and not empty (found %q)", dir, n)
+		}
+	}
+	// A half-formatted volume holds no data: start it again.
+	for _, n := range []string{volumeMetaDir, volumeContainerDir} {
+		if err := fs.RemoveAll(filepath.Join(dir, n)); err != nil {
+			return volumeRecord{}, fmt.Errorf("engine: volume %s: %w", dir, err)
+		}
+	}
+	cdir := filepath.Join(dir, volumeContainerDir)
+	for i := 0; i < containerFanout; i++ {
+		if err := fs.MkdirAll(filepath.Join(cdir, fmt.Sprintf("%02x", i)), 0o755); err != nil {
+			return volumeRecord{}, fmt.Errorf("engine: volume %s: %w", dir, err)
+		}
+	}
+	if err := fs.SyncDir(cdir); err != nil {
+		return volumeRecord{}, fmt.Errorf("engine: volume %s: %w", dir, err)
+	}
+	rec := volumeRecord{FormatVersion: volumeFormatVersion, CreatedUnixMs: uint64(time.Now().UnixMilli())}
+	if _, err := rand.Read(rec.UUID[:]); err != nil {
+		return rec, err
+	}
+	tmp := filepath.Join(dir, volumeIdentityFile+".tmp")
+	f, err := fs.Create(tmp)
+	if err != nil {
+		return rec, fmt.Errorf("engine: volume %s: %w", dir, err)
+	}
+	_, err = f.WriteAt(encodeVolumeRecord(rec), 0)
+	if err == nil {
+		err = f.SyncData()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fs.Rename(tmp, filepath.Join(dir, volumeIdentityFile))
+	}
+	if err == nil {
+		err = fs.SyncDir(dir)
+	}
+	if err != nil {
+		return rec, fmt.Errorf("engine: volume %s: write identity: %w", dir, err)
+	}
+	return rec, nil
+}
+
+func (v *volume) close() error {
+	var err error
+	if v.db != nil {
+		err = v.db.Close()
+		v.db = nil
+	}
+	if v.lock != nil {
+		if lerr := v.lock.Close(); err == nil {
+			err = lerr
+		}
+		v.lock = nil
+	}
+	return err
+}
+
+// containerDir is where container id lives on volume v.
+func (v *volume) containerDir(id ContainerID) string {
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(uint64(id) >> (8 * i))
+	}
+	sub := fmt.Sprintf("%02x", CRC32C(b[:])%containerFanout)
+	return filepath.Join(v.dir, volumeContainerDir, sub, fmt.Sprintf("%d", uint64(id)))
+}
+
+func blockFileName(local uint64) string { return fmt.Sprintf("%016x.blk", local) }
+
+// pebbleLogger routes Pebble's logs to slog. Pebble calls Fatalf on
+// unrecoverable errors; the default would exit the process, this panics so
+// that the failure carries a stack and tests see it.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...interface{}) {
+	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Errorf(format string, args ...interface{}) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Fatalf(format string, args ...interface{}) {
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error(msg, "component", "pebble", "fatal", true)
+	panic("pebble: " + msg)
+}
