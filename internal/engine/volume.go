@@ -44,7 +44,7 @@ type volume struct {
 
 // openVolume opens (formatting on first use) the volume in dir.
 func openVolume(fs vfs.FS, dir string, logger *slog.Logger) (*volume, error) {
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
+	if err := mkdirAllDurable(fs, dir); err != nil {
 		return nil, fmt.Errorf("engine: volume %s: %w", dir, err)
 	}
 	lock, err := fs.Lock(filepath.Join(dir, volumeLockFile))
@@ -118,6 +118,12 @@ func formatVolume(fs vfs.FS, dir string) (volumeRecord, error) {
 		if err := fs.RemoveAll(filepath.Join(dir, n)); err != nil {
 			return volumeRecord{}, fmt.Errorf("engine: volume %s: %w", dir, err)
 		}
+	}
+	// Pebble creates files in meta/ and syncs meta/, but not the entry of
+	// meta/ itself: create it here; the directory sync after the identity
+	// rename below makes it durable.
+	if err := fs.MkdirAll(filepath.Join(dir, volumeMetaDir), 0o755); err != nil {
+		return volumeRecord{}, fmt.Errorf("engine: volume %s: %w", dir, err)
 	}
 	cdir := filepath.Join(dir, volumeContainerDir)
 	for i := 0; i < containerFanout; i++ {
