@@ -227,4 +227,3 @@ func TestCrashAtEveryWrite(t *testing.T) {
 		})
 	}
 }
-
