@@ -1,0 +1,97 @@
+// Package main is the spindle command: one binary whose subcommands run the
+// store's roles, its shell tools and its benches (see DESIGN.md). This
+// package only binds flags, environment and config file to option structs
+// and calls into internal/...; it holds no logic of its own.
+//
+// Flag values are resolved, per flag, as: command line > environment
+// (SPINDLE_<FLAG_NAME>, dashes as underscores) > config file (--config) >
+// default; see config.go.
+//
+// Invariants: results go to stdout, everything else (logs, progress, errors)
+// to stderr; a failing command exits with status 1.
+//
+// Concurrency: commands run on the main goroutine; SIGINT/SIGTERM cancel the
+// command's context, which long-running commands observe.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spindle-store/spindle/internal/buildinfo"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCmd().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		os.Exit(1) // cobra has printed the error to stderr
+	}
+}
+
+// rootOptions are the persistent flags every command has.
+type rootOptions struct {
+	configPath string
+	logLevel   string
+}
+
+// newRootCmd builds the whole command tree. Tests call it and run commands
+// in-process with SetArgs/SetOut/SetErr.
+func newRootCmd() *cobra.Command {
+	// Run every PersistentPreRunE on the path from the root, not just the
+	// nearest one, so that a subcommand adding its own hook does not skip
+	// the config resolution below.
+	cobra.EnableTraverseRunHooks = true
+
+	opts := &rootOptions{}
+	root := &cobra.Command{
+		Use:   "spindle",
+		Short: "Spindle: a replicated chunk store with its performance lab built in",
+		Long: `Spindle is a replicated chunk store (datanodes, Raft pipelines, a meta
+service) with the load generators that measure its write path built in.
+
+Every flag can also be set by the environment variable SPINDLE_<FLAG_NAME>
+(upper case, dashes as underscores) or in the --config file; the command
+line wins over the environment, which wins over the file.`,
+		Version:       buildinfo.String(),
+		SilenceUsage:  true,
+		SilenceErrors: false,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			sources, err := applyConfig(cmd, os.LookupEnv)
+			if err != nil {
+				return err
+			}
+			if err := setupLogging(cmd.ErrOrStderr(), opts.logLevel); err != nil {
+				return err
+			}
+			for _, s := range sources {
+				slog.Debug("flag set", "flag", s.flag, "value", s.value, "from", s.from)
+			}
+			return nil
+		},
+	}
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.PersistentFlags().StringVar(&opts.configPath, configFlag, "", "JSON config file: {\"bench chunk-write\": {\"chunk-size\": \"1MiB\"}, ...}")
+	root.PersistentFlags().StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+
+	root.AddCommand(newVersionCmd(), newBenchCmd())
+	return root
+}
+
+// setupLogging installs the default slog logger, writing text to w.
+func setupLogging(w io.Writer, level string) error {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(strings.TrimSpace(level))); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl})))
+	return nil
+}
