@@ -24,7 +24,7 @@ func newBenchCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	cmd.PersistentFlags().Bool(jsonFlag, false, "print the result as one line of JSON on stdout")
-	cmd.AddCommand(newBenchBaselineCmd())
+	cmd.AddCommand(newBenchBaselineCmd(), newBenchChunkWriteCmd())
 	return cmd
 }
 
@@ -81,6 +81,7 @@ benches report their figures as a ratio to this one.`,
 	f.Var(&chunkSize, "chunk-size", "bytes per pwrite (e.g. 1KiB, 1MiB)")
 	f.IntVar(&cfg.Writers, "writers", 16, "concurrent writers, one file each")
 	f.IntVar(&cfg.WritesPerSync, "writes-per-sync", 1, "fdatasync after every N pwrites of a writer")
+	f.StringVar(&cfg.Pattern, "pattern", bench.PatternOverwrite, "at the wrap: overwrite (rewrite allocated space in place) or append (truncate first: every write goes to new space)")
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "run time bound (0: none)")
 	f.Int64Var(&cfg.MaxOps, "max-ops", 0, "bound on the total number of writes (0: none)")
 	f.Var(&fileSize, "file-size", "size at which each writer's file wraps to offset 0")

@@ -46,6 +46,13 @@ type BaselineConfig struct {
 	// offset 0 and wraps to 0 when the next chunk would pass this size
 	// (default 256 MiB), so disk use is at most Writers × FileSizeBytes.
 	FileSizeBytes int64
+	// Pattern is what happens at the wrap: PatternOverwrite (default)
+	// rewrites the file in place, so every later write lands on space the
+	// filesystem already allocated (and, on tmpfs, on pages already in
+	// memory); PatternAppend truncates the file to zero first, so that every
+	// write goes to newly allocated space, as a store writing new blocks
+	// (and deleting old ones) does.
+	Pattern string
 	// Progress is as in LoopConfig (nil: stderr when it is a terminal).
 	Progress io.Writer
 }
@@ -65,7 +72,14 @@ type Baseline struct {
 	ChunkSizeBytes int64          `json:"chunk_size_bytes"`
 	WritesPerSync  int            `json:"writes_per_sync"`
 	FileSizeBytes  int64          `json:"file_size_bytes"`
+	Pattern        string         `json:"pattern"`
 }
+
+// Baseline write patterns, see BaselineConfig.Pattern.
+const (
+	PatternOverwrite = "overwrite"
+	PatternAppend    = "append"
+)
 
 // Result presents the baseline as a bench result of scenario "baseline".
 func (b Baseline) Result() Result {
@@ -83,6 +97,7 @@ func (b Baseline) Result() Result {
 	r.SetParam("chunk_size_bytes", b.ChunkSizeBytes)
 	r.SetParam("writes_per_sync", b.WritesPerSync)
 	r.SetParam("file_size_bytes", b.FileSizeBytes)
+	r.SetParam("pattern", b.Pattern)
 	r.Extra = map[string]any{"syncs": b.Syncs}
 	return r
 }
@@ -100,7 +115,12 @@ func (c BaselineConfig) withDefaults() (BaselineConfig, error) {
 	if c.FileSizeBytes == 0 {
 		c.FileSizeBytes = DefaultBaselineFileSizeBytes
 	}
+	if c.Pattern == "" {
+		c.Pattern = PatternOverwrite
+	}
 	switch {
+	case c.Pattern != PatternOverwrite && c.Pattern != PatternAppend:
+		return c, fmt.Errorf("bench: baseline: pattern %q, want %q or %q", c.Pattern, PatternOverwrite, PatternAppend)
 	case c.Writers < 1 || c.Writers > MaxWorkers:
 		return c, fmt.Errorf("bench: baseline: %d writers, want 1..%d", c.Writers, MaxWorkers)
 	case c.ChunkSizeBytes < 1 || c.ChunkSizeBytes > MaxBaselineChunkSizeBytes:
@@ -166,6 +186,7 @@ func RunBaseline(ctx context.Context, cfg BaselineConfig) (res Baseline, err err
 		ChunkSizeBytes: cfg.ChunkSizeBytes,
 		WritesPerSync:  cfg.WritesPerSync,
 		FileSizeBytes:  cfg.FileSizeBytes,
+		Pattern:        cfg.Pattern,
 	}
 	r := st.Result("baseline")
 	res.Ops, res.Bytes, res.Seconds, res.OpsPerS, res.MBPerS, res.LatencyUs = r.Ops, r.Bytes, r.Seconds, r.OpsPerS, r.MBPerS, r.LatencyUs
@@ -212,6 +233,7 @@ type baselineWriter struct {
 	buf      []byte
 	off      int64
 	fileSize int64
+	truncate bool // PatternAppend: truncate to zero at the wrap
 	perSync  int
 	pending  []time.Time // start times of writes not yet covered by a sync
 	syncs    int64
@@ -229,7 +251,7 @@ func openBaselineWriter(dir string, i int, cfg BaselineConfig) (*baselineWriter,
 		buf[j] = byte(rng.IntN(255)) + 1 // never zero: no sparse-file or zero-page shortcuts
 	}
 	return &baselineWriter{
-		id: i, path: path, fd: fd, buf: buf, fileSize: cfg.FileSizeBytes,
+		id: i, path: path, fd: fd, buf: buf, fileSize: cfg.FileSizeBytes, truncate: cfg.Pattern == PatternAppend,
 		perSync: cfg.WritesPerSync, pending: make([]time.Time, 0, cfg.WritesPerSync),
 	}, nil
 }
@@ -237,14 +259,24 @@ func openBaselineWriter(dir string, i int, cfg BaselineConfig) (*baselineWriter,
 // write issues one pwrite at the current offset and, every perSync writes,
 // the fdatasync that completes them (recording their latencies into lat).
 func (bw *baselineWriter) write(lat *Latency) (int, error) {
+	if bw.off+int64(len(bw.buf)) > bw.fileSize {
+		bw.off = 0
+		if bw.truncate {
+			// Writes before the wrap are made durable first, so every
+			// counted write was durable once, as the engine's are.
+			if err := bw.sync(lat); err != nil {
+				return 0, err
+			}
+			if err := unix.Ftruncate(bw.fd, 0); err != nil {
+				return 0, fmt.Errorf("baseline writer %d: ftruncate %s: %w", bw.id, bw.path, err)
+			}
+		}
+	}
 	start := time.Now()
 	if err := pwriteFull(bw.fd, bw.buf, bw.off); err != nil {
 		return 0, fmt.Errorf("baseline writer %d: pwrite %d bytes to %s at offset %d: %w", bw.id, len(bw.buf), bw.path, bw.off, err)
 	}
 	bw.off += int64(len(bw.buf))
-	if bw.off+int64(len(bw.buf)) > bw.fileSize {
-		bw.off = 0
-	}
 	bw.pending = append(bw.pending, start)
 	if len(bw.pending) >= bw.perSync {
 		if err := bw.sync(lat); err != nil {
