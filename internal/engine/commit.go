@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // committer is the engine's group commit. Writers mark what they dirtied
@@ -33,6 +35,16 @@ type committer struct {
 	files      map[*blockFile]struct{} // each holds a reference
 	dirs       map[string]struct{}
 	vols       map[*volume]struct{}
+	// spare sets, emptied after a round and swapped in at the next, so
+	// that a round allocates nothing
+	spareFiles map[*blockFile]struct{}
+	spareDirs  map[string]struct{}
+	spareVols  map[*volume]struct{}
+	// fileSyncNs is a moving average of one fdatasync's latency (written
+	// by the round runner only, which is one goroutine at a time). Files
+	// are synced in parallel only when a sync is slow enough that
+	// overlapping them pays for the hand-off (on tmpfs it never does).
+	fileSyncNs int64
 
 	// stats, guarded by mu
 	rounds     uint64
@@ -50,6 +62,9 @@ func newCommitter(workers int, syncFile func(*blockFile) error, syncDir func(str
 		files:      make(map[*blockFile]struct{}),
 		dirs:       make(map[string]struct{}),
 		vols:       make(map[*volume]struct{}),
+		spareFiles: make(map[*blockFile]struct{}),
+		spareDirs:  make(map[string]struct{}),
+		spareVols:  make(map[*volume]struct{}),
 		syncFileFn: syncFile,
 		syncDirFn:  syncDir,
 		syncVolFn:  syncVol,
@@ -118,17 +133,20 @@ func (c *committer) sync(seq uint64) error {
 		c.running = true
 		target := c.seq
 		files, dirs, vols := c.files, c.dirs, c.vols
-		c.files = make(map[*blockFile]struct{}, len(files))
-		c.dirs = make(map[string]struct{})
-		c.vols = make(map[*volume]struct{})
+		c.files, c.dirs, c.vols = c.spareFiles, c.spareDirs, c.spareVols
 		c.mu.Unlock()
 		err := c.round(files, dirs, vols)
+		nFiles, nDirs, nVols := len(files), len(dirs), len(vols)
+		clear(files)
+		clear(dirs)
+		clear(vols)
 		c.mu.Lock()
+		c.spareFiles, c.spareDirs, c.spareVols = files, dirs, vols
 		c.running = false
 		c.rounds++
-		c.fileSyncs += uint64(len(files))
-		c.dirSyncs += uint64(len(dirs))
-		c.metaSyncs += uint64(len(vols))
+		c.fileSyncs += uint64(nFiles)
+		c.dirSyncs += uint64(nDirs)
+		c.metaSyncs += uint64(nVols)
 		if err != nil {
 			c.err = fmt.Errorf("%w: %w", ErrFailed, err)
 		} else if target > c.durableSeq {
@@ -145,11 +163,13 @@ func (c *committer) sync(seq uint64) error {
 // before committing the record at all).
 func (c *committer) round(files map[*blockFile]struct{}, dirs map[string]struct{}, vols map[*volume]struct{}) error {
 	var firstErr error
-	if len(files) <= 2 || c.workers <= 1 {
+	if len(files) <= 2 || c.workers <= 1 || c.fileSyncNs < parallelSyncMinNs {
 		for bf := range files {
+			start := time.Now()
 			if err := c.syncFileFn(bf); err != nil && firstErr == nil {
 				firstErr = err
 			}
+			c.fileSyncNs += (time.Since(start).Nanoseconds() - c.fileSyncNs) / 8
 			bf.release()
 		}
 	} else {
@@ -171,6 +191,11 @@ func (c *committer) round(files map[*blockFile]struct{}, dirs map[string]struct{
 	return firstErr
 }
 
+// parallelSyncMinNs: below this average fdatasync latency, a round syncs
+// its files one after the other; above, in parallel. A goroutine hand-off
+// costs a few µs; a device flush tens of µs or more.
+const parallelSyncMinNs = 20_000
+
 func (c *committer) parallelFiles(files map[*blockFile]struct{}) error {
 	work := make(chan *blockFile, len(files))
 	for bf := range files {
@@ -186,8 +211,14 @@ func (c *committer) parallelFiles(files map[*blockFile]struct{}) error {
 			defer wg.Done()
 			var first error
 			for bf := range work {
+				start := time.Now()
 				if err := c.syncFileFn(bf); err != nil && first == nil {
 					first = err
+				}
+				if d := time.Since(start).Nanoseconds(); d < parallelSyncMinNs {
+					// a fast sync seen in parallel: let the average fall
+					// so that small rounds go serial again
+					atomic.AddInt64(&c.fileSyncNs, (d-atomic.LoadInt64(&c.fileSyncNs))/8)
 				}
 				bf.release()
 			}
