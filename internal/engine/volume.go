@@ -33,6 +33,10 @@ const (
 	containerFanout = 256
 )
 
+// errForeignDir marks a data directory that holds files that are not a
+// Spindle volume's: the engine refuses it rather than format over them.
+var errForeignDir = errors.New("not a Spindle volume")
+
 type volume struct {
 	dir  string
 	uuid [16]byte
@@ -60,16 +64,18 @@ func openVolume(fs vfs.FS, dir string, logger *slog.Logger) (*volume, error) {
 	}()
 	rec, err := readVolumeIdentity(fs, dir)
 	if errors.Is(err, os.ErrNotExist) {
-		rec, err = formatVolume(fs, dir)
+		rec, err = formatVolume(fs, dir, logger)
+		if errors.Is(err, errForeignDir) {
+			// Leave someone else's directory as we found it.
+			v.close()
+			_ = fs.Remove(filepath.Join(dir, volumeLockFile))
+		}
 	}
 	if err != nil {
 		return nil, err
 	}
 	v.uuid = rec.UUID
-	db, err := pebble.Open(filepath.Join(dir, volumeMetaDir), &pebble.Options{
-		FS:     vfs.ToPebble(fs),
-		Logger: pebbleLogger{logger.With("volume", dir)},
-	})
+	db, err := pebble.Open(filepath.Join(dir, volumeMetaDir), pebbleOptions(fs, dir, logger))
 	if err != nil {
 		return nil, fmt.Errorf("engine: volume %s: open metadata store: %w", dir, err)
 	}
@@ -101,7 +107,7 @@ func readVolumeIdentity(fs vfs.FS, dir string) (volumeRecord, error) {
 // through a temporary name, file sync, rename and directory sync: a volume
 // with an identity file is complete, and a crash before it leaves a
 // directory that the next open formats again.
-func formatVolume(fs vfs.FS, dir string) (volumeRecord, error) {
+func formatVolume(fs vfs.FS, dir string, logger *slog.Logger) (volumeRecord, error) {
 	names, err := fs.List(dir)
 	if err != nil {
 		return volumeRecord{}, fmt.Errorf("engine: volume %s: %w", dir, err)
@@ -109,8 +115,9 @@ func formatVolume(fs vfs.FS, dir string) (volumeRecord, error) {
 	for _, n := range names {
 		switch n {
 		case volumeLockFile, volumeMetaDir, volumeContainerDir, volumeIdentityFile + ".tmp":
+		case "lost+found": // the root of a freshly made ext4 filesystem
 		default:
-			return volumeRecord{}, fmt.Errorf("engine: volume %s: not a Spindle volume and not empty (found %q)", dir, n)
+			return volumeRecord{}, fmt.Errorf("engine: volume %s: %w and not empty (found %q)", dir, errForeignDir, n)
 		}
 	}
 	// A half-formatted volume holds no data: start it again.
@@ -125,6 +132,16 @@ func formatVolume(fs vfs.FS, dir string) (volumeRecord, error) {
 	if err := fs.MkdirAll(filepath.Join(dir, volumeMetaDir), 0o755); err != nil {
 		return volumeRecord{}, fmt.Errorf("engine: volume %s: %w", dir, err)
 	}
+	// The metadata store is created (and closed) before the identity file
+	// exists, so that a crash while Pebble creates its files leaves a volume
+	// that is formatted again, never one with a half-made store.
+	db, err := pebble.Open(filepath.Join(dir, volumeMetaDir), pebbleOptions(fs, dir, logger))
+	if err != nil {
+		return volumeRecord{}, fmt.Errorf("engine: volume %s: create metadata store: %w", dir, err)
+	}
+	if err := db.Close(); err != nil {
+		return volumeRecord{}, fmt.Errorf("engine: volume %s: create metadata store: %w", dir, err)
+	}
 	cdir := filepath.Join(dir, volumeContainerDir)
 	for i := 0; i < containerFanout; i++ {
 		if err := fs.MkdirAll(filepath.Join(cdir, fmt.Sprintf("%02x", i)), 0o755); err != nil {
@@ -132,6 +149,12 @@ func formatVolume(fs vfs.FS, dir string) (volumeRecord, error) {
 		}
 	}
 	if err := fs.SyncDir(cdir); err != nil {
+		return volumeRecord{}, fmt.Errorf("engine: volume %s: %w", dir, err)
+	}
+	// The entries of meta/ and containers/ must be durable before the
+	// identity file can be: a volume with an identity is taken as complete,
+	// and its layout is not rebuilt on open.
+	if err := fs.SyncDir(dir); err != nil {
 		return volumeRecord{}, fmt.Errorf("engine: volume %s: %w", dir, err)
 	}
 	rec := volumeRecord{FormatVersion: volumeFormatVersion, CreatedUnixMs: uint64(time.Now().UnixMilli())}
@@ -188,6 +211,13 @@ func (v *volume) containerDir(id ContainerID) string {
 }
 
 func blockFileName(local uint64) string { return fmt.Sprintf("%016x.blk", local) }
+
+func pebbleOptions(fs vfs.FS, dir string, logger *slog.Logger) *pebble.Options {
+	return &pebble.Options{
+		FS:     vfs.ToPebble(fs),
+		Logger: pebbleLogger{logger.With("volume", dir)},
+	}
+}
 
 // pebbleLogger routes Pebble's logs to slog. Pebble calls Fatalf on
 // unrecoverable errors; the default would exit the process, this panics so

@@ -921,9 +921,12 @@ func (fs *MemFS) InjectErrors(f func(op Op) error) {
 
 // CrashClone returns a new, independent MemFS holding what a crash at this
 // moment could leave: the durable state plus, when keepUnsyncedPercent > 0,
-// each unsynced operation (a file write or truncate, or a directory entry
-// operation; a rename as a whole) kept with that probability, drawn from rng
-// in the order the operations happened and applied in that order. At 0 it
+// each unsynced file write or truncate kept with that probability, and a
+// prefix of the unsynced directory entry operations (a rename as a whole):
+// each is kept with that probability until the first one lost, after which
+// none is (namespace changes reach the disk in order, as a journaling
+// filesystem commits them). Draws come from rng in the order the operations
+// happened, and kept operations are applied in that order. At 0 it
 // holds exactly the durable state; at 100 it equals the current state. rng
 // may be nil when the percentage is 0 or at least 100. Everything in the
 // clone is durable; it has no open files, locks, injector or crash trigger,
@@ -949,7 +952,7 @@ func (fs *MemFS) crashCloneLocked(pct int, rng *rand.Rand) *MemFS {
 		}
 		// Collect the unsynced operations of every inode the durable or
 		// current state can reach, and draw for them in sequence order.
-		var seqs []int64
+		var seqs, dirSeqs []int64
 		seen := map[*inode]bool{fs.root: true}
 		stack := []*inode{fs.root}
 		visit := func(n *inode) {
@@ -974,16 +977,30 @@ func (fs *MemFS) crashCloneLocked(pct int, rng *rand.Rand) *MemFS {
 				}
 				if !op.isDurable() && !dirOps[op] {
 					dirOps[op] = true
-					seqs = append(seqs, op.seq)
+					dirSeqs = append(dirSeqs, op.seq)
 				}
 			}
 		}
 		slices.Sort(seqs)
+		slices.Sort(dirSeqs)
 		keep := make(map[int64]bool)
+		// File data: each unsynced write kept or lost on its own, as
+		// dirty pages are written back in any order.
 		for _, s := range seqs {
 			if rng.Intn(100) < pct {
 				keep[s] = true
 			}
+		}
+		// Namespace operations: a prefix, in the order they happened, as
+		// a journaling filesystem (ext4, XFS) commits its metadata: a
+		// later create, rename or remove is never durable while an
+		// earlier one is lost. (Pebble relies on this too: it writes a new
+		// MANIFEST and then a marker naming it before one directory sync.)
+		for _, s := range dirSeqs {
+			if rng.Intn(100) >= pct {
+				break
+			}
+			keep[s] = true
 		}
 		kept = func(seq int64) bool { return keep[seq] }
 	}

@@ -738,3 +738,40 @@ func TestMemConcurrent(t *testing.T) {
 		t.Fatalf("shared: %q", got)
 	}
 }
+
+// TestCrashCloneNamespacePrefix: unsynced creates survive a crash as an
+// in-order prefix (a journaling filesystem's guarantee), never "c without b".
+func TestCrashCloneNamespacePrefix(t *testing.T) {
+	fs := NewMem()
+	if err := fs.MkdirAll("/d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.SyncDir("/"); err != nil {
+		t.Fatal(err)
+	}
+	order := []string{"a", "b", "c", "d"}
+	for _, n := range order {
+		f, err := fs.Create("/d/" + n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	seen := map[int]bool{}
+	for seed := int64(0); seed < 200; seed++ {
+		clone := fs.CrashClone(50, rand.New(rand.NewSource(seed)))
+		names, err := clone.List("/d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, n := range names {
+			if n != order[i] {
+				t.Fatalf("seed %d: %v is not a prefix of %v", seed, names, order)
+			}
+		}
+		seen[len(names)] = true
+	}
+	if len(seen) < 3 {
+		t.Fatalf("prefix lengths seen %v: the draw is not random", seen)
+	}
+}

@@ -9,7 +9,9 @@
 //     parent directory is synced (SyncDir, or OpenDir(d).Sync()). A MemFS can
 //     be "crashed" at the k-th mutating operation, producing a clone that holds
 //     only what was durable at that moment (optionally plus a random subset of
-//     unsynced operations, as a power loss may leave), and it can inject errors
+//     unsynced file writes and an in-order prefix of unsynced namespace
+//     operations, as a power loss on a journaling filesystem may leave), and
+//     it can inject errors
 //     into chosen operations.
 //
 // Invariants:
