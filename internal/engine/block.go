@@ -94,8 +94,8 @@ func validateBlockData(bd *BlockData) error {
 // returns the block state and the sequence number the data must be durable
 // to, or a nil state when bd is already committed as is.
 func (e *Engine) verifyPutLocked(c *container, bd *BlockData) (*blockState, uint64, error) {
-	if c.state != StateOpen || c.creating {
-		return nil, 0, fmt.Errorf("%w: state %s", ErrNotOpen, c.state)
+	if err := c.writableLocked(); err != nil {
+		return nil, 0, err
 	}
 	bs, err := e.blockStateLocked(c, bd.ID.Local)
 	if err != nil {
@@ -239,7 +239,9 @@ func (e *Engine) ListBlocks(id ContainerID, startAfter uint64, first bool, limit
 	return out, it.Error()
 }
 
-// DeleteBlock removes block b: its record (durably), then its file.
+// DeleteBlock removes block b: its record, durably (through the group
+// commit, without holding the container lock across the sync), then its
+// file. While that runs the block is neither writable nor readable.
 func (e *Engine) DeleteBlock(b BlockID) error {
 	if err := e.check(); err != nil {
 		return blockErr("delete block", b, err)
@@ -249,9 +251,14 @@ func (e *Engine) DeleteBlock(b BlockID) error {
 		return blockErr("delete block", b, err)
 	}
 	c.mu.Lock()
-	if c.state == StateDeleting || c.creating {
+	if c.state == StateDeleting || c.busy != "" {
+		err := fmt.Errorf("%w: state %s %s", ErrNotOpen, c.state, c.busy)
 		c.mu.Unlock()
-		return blockErr("delete block", b, fmt.Errorf("%w: state %s", ErrNotOpen, c.state))
+		return blockErr("delete block", b, err)
+	}
+	if _, ok := c.deleting[b.Local]; ok {
+		c.mu.Unlock()
+		return blockErr("delete block", b, fmt.Errorf("%w: already being deleted", ErrNotFound))
 	}
 	var length uint64
 	bs := c.blocks[b.Local]
@@ -272,19 +279,32 @@ func (e *Engine) DeleteBlock(b BlockID) error {
 	if bs != nil {
 		length = bs.nextOffset
 	}
-	if err := c.vol.db.Delete(blockKey(b), pebble.Sync); err != nil {
+	if err := c.vol.db.Delete(blockKey(b), pebble.NoSync); err != nil {
 		c.mu.Unlock()
 		return blockErr("delete block", b, err)
 	}
+	seq := e.commit.markVolume(c.vol)
 	e.records.drop(b)
 	delete(c.blocks, b.Local)
+	c.deleting[b.Local] = struct{}{}
 	c.usedBytes -= min(length, c.usedBytes)
 	path := e.blockPath(c, b.Local)
 	c.mu.Unlock()
 	e.files.drop(b)
-	// The record is gone durably; a file whose unlink a crash undoes is an
-	// orphan that nothing reads, and a rewrite of the block truncates it.
-	if err := e.fs.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+
+	err = e.commit.sync(seq)
+	if err == nil {
+		// The record is gone durably; a file whose unlink a crash undoes
+		// is an orphan that nothing reads, and a rewrite of the block
+		// truncates it.
+		if rerr := e.fs.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = rerr
+		}
+	}
+	c.mu.Lock()
+	delete(c.deleting, b.Local)
+	c.mu.Unlock()
+	if err != nil {
 		return blockErr("delete block", b, err)
 	}
 	return nil
@@ -383,6 +403,9 @@ func readVerified(bf *blockFile, chunks []ChunkInfo, bpc uint32, offset, end uin
 func (e *Engine) readableChunks(c *container, b BlockID) ([]ChunkInfo, uint32, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if _, ok := c.deleting[b.Local]; ok {
+		return nil, 0, fmt.Errorf("%w: block %d is being deleted", ErrNotFound, b.Local)
+	}
 	var chunks []ChunkInfo
 	var bpc uint32
 	bs := c.blocks[b.Local]

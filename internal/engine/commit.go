@@ -235,6 +235,20 @@ func (c *committer) parallelFiles(files map[*blockFile]struct{}) error {
 	return nil
 }
 
+// poison puts the committer in the failed state (if it is not already) and
+// returns that state's error. Every sync failure anywhere in the engine goes
+// through here, so that "a sync failed" always means the same thing: nothing
+// more is acknowledged until the engine is reopened.
+func (c *committer) poison(err error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = fmt.Errorf("%w: %w", ErrFailed, err)
+		c.cond.Broadcast()
+	}
+	return c.err
+}
+
 // CommitStats counts the work of the group commit since Open.
 type CommitStats struct {
 	Rounds, FileSyncs, DirSyncs, MetaSyncs uint64

@@ -43,8 +43,29 @@ type container struct {
 	created      uint64
 	usedBytes    uint64
 	reason       string
-	creating     bool                   // directory/record not yet durable
-	blocks       map[uint64]*blockState // blocks with chunks written since their last PutBlock
+	// busy names a transition in progress ("being created", "being
+	// closed"); a busy container takes no writes or puts.
+	busy   string
+	blocks map[uint64]*blockState // blocks with chunks written since their last PutBlock
+	// deleting holds blocks whose record delete is being synced and whose
+	// file is about to be unlinked: no write, put or read may use them.
+	deleting map[uint64]struct{}
+}
+
+// writableLocked says whether c takes writes and puts. c.mu must be held.
+func (c *container) writableLocked() error {
+	if c.state != StateOpen {
+		return fmt.Errorf("%w: state %s", ErrNotOpen, c.state)
+	}
+	if c.busy != "" {
+		return fmt.Errorf("%w: %s", ErrNotOpen, c.busy)
+	}
+	return nil
+}
+
+func newContainer(id ContainerID, v *volume) *container {
+	return &container{id: id, vol: v, dir: v.containerDir(id),
+		blocks: make(map[uint64]*blockState), deleting: make(map[uint64]struct{})}
 }
 
 // blockState tracks a block that is being written: its committed length and
@@ -128,7 +149,7 @@ func (e *Engine) loadVolume(v *volume) error {
 			e.log.Error("engine: unknown key in container key space", "volume", v.dir, "key", fmt.Sprintf("%x", it.Key()))
 			continue
 		}
-		c := &container{id: id, vol: v, dir: v.containerDir(id), blocks: make(map[uint64]*blockState)}
+		c := newContainer(id, v)
 		rec, derr := decodeContainerRecord(it.Value())
 		if derr == nil && rec.ID != id {
 			derr = fmt.Errorf("%w: record of container %d stored under key of %d", ErrCorrupt, rec.ID, id)
@@ -272,9 +293,9 @@ func (e *Engine) CreateContainer(id ContainerID) error {
 			v = w
 		}
 	}
-	c := &container{id: id, vol: v, dir: v.containerDir(id), state: StateOpen, creating: true,
-		maxSizeBytes: e.cfg.MaxContainerSizeBytes, created: uint64(time.Now().UnixMilli()),
-		blocks: make(map[uint64]*blockState)}
+	c := newContainer(id, v)
+	c.state, c.busy = StateOpen, "being created"
+	c.maxSizeBytes, c.created = e.cfg.MaxContainerSizeBytes, uint64(time.Now().UnixMilli())
 	e.containers[id] = c
 	v.containers++
 	e.mu.Unlock()
@@ -288,7 +309,7 @@ func (e *Engine) CreateContainer(id ContainerID) error {
 		return containerErr("create", id, err)
 	}
 	c.mu.Lock()
-	c.creating = false
+	c.busy = ""
 	c.mu.Unlock()
 	return nil
 }
@@ -305,17 +326,20 @@ func (e *Engine) createContainerOnDisk(c *container) error {
 		return err
 	}
 	if err := e.fs.SyncDir(filepath.Dir(c.dir)); err != nil {
-		return err
+		return e.commit.poison(err)
 	}
 	rec := containerRecord{ID: c.id, State: StateOpen, MaxSizeBytes: c.maxSizeBytes, CreatedUnixMs: c.created}
-	return c.vol.db.Set(containerKey(c.id), encodeContainerRecord(rec), pebble.Sync)
+	if err := c.vol.db.Set(containerKey(c.id), encodeContainerRecord(rec), pebble.Sync); err != nil {
+		return e.commit.poison(err)
+	}
+	return nil
 }
 
 // persistStateLocked writes c's state durably. c.mu must be held.
 func (e *Engine) persistStateLocked(c *container, s ContainerState) error {
 	rec := containerRecord{ID: c.id, State: s, MaxSizeBytes: c.maxSizeBytes, CreatedUnixMs: c.created}
 	if err := c.vol.db.Set(containerKey(c.id), encodeContainerRecord(rec), pebble.Sync); err != nil {
-		return containerErr("persist state", c.id, err)
+		return containerErr("persist state", c.id, e.commit.poison(err))
 	}
 	c.state = s
 	return nil
@@ -349,27 +373,31 @@ func (e *Engine) CloseContainer(id ContainerID) error {
 		return containerErr("close", id, err)
 	}
 	c.mu.Lock()
-	switch {
-	case c.state == StateClosed:
+	if c.state == StateClosed && c.busy == "" {
 		c.mu.Unlock()
 		return nil
-	case c.state != StateOpen || c.creating:
-		s := c.state
-		c.mu.Unlock()
-		return containerErr("close", id, fmt.Errorf("%w: state %s", ErrNotOpen, s))
 	}
-	c.state = StateClosed // no more writes or puts from here on
-	c.mu.Unlock()
-	if err := e.Sync(); err != nil {
+	if err := c.writableLocked(); err != nil {
+		c.mu.Unlock()
 		return containerErr("close", id, err)
 	}
+	c.busy = "being closed" // no more writes or puts from here on
+	c.mu.Unlock()
+	err = e.Sync()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err == nil {
+		err = e.persistStateLocked(c, StateClosed)
+	}
+	c.busy = ""
+	if err != nil {
+		return containerErr("close", id, err) // still OPEN, in memory as on disk
+	}
 	for local, bs := range c.blocks {
 		c.usedBytes -= bs.nextOffset - bs.committedLen
 		delete(c.blocks, local)
 	}
-	return e.persistStateLocked(c, StateClosed)
+	return nil
 }
 
 // DeleteContainer removes a container and all its blocks. An OPEN container
@@ -383,9 +411,10 @@ func (e *Engine) DeleteContainer(id ContainerID, force bool) error {
 		return containerErr("delete", id, err)
 	}
 	c.mu.Lock()
-	if c.creating {
+	if c.busy != "" {
+		b := c.busy
 		c.mu.Unlock()
-		return containerErr("delete", id, fmt.Errorf("%w: being created", ErrNotOpen))
+		return containerErr("delete", id, fmt.Errorf("%w: %s", ErrNotOpen, b))
 	}
 	if c.state == StateOpen && c.usedBytes > 0 && !force {
 		c.mu.Unlock()
@@ -409,7 +438,7 @@ func (e *Engine) finishDelete(c *container) error {
 		return containerErr("delete", c.id, err)
 	}
 	if err := e.fs.SyncDir(filepath.Dir(c.dir)); err != nil {
-		return containerErr("delete", c.id, err)
+		return containerErr("delete", c.id, e.commit.poison(err))
 	}
 	b := c.vol.db.NewBatch()
 	lo, hi := blockKeyRange(c.id)
@@ -420,7 +449,7 @@ func (e *Engine) finishDelete(c *container) error {
 		return containerErr("delete", c.id, err)
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
-		return containerErr("delete", c.id, err)
+		return containerErr("delete", c.id, e.commit.poison(err))
 	}
 	e.mu.Lock()
 	if e.containers[c.id] == c {
@@ -458,7 +487,7 @@ func (e *Engine) ListContainers() []ContainerInfo {
 	out := make([]ContainerInfo, 0, len(cs))
 	for _, c := range cs {
 		c.mu.Lock()
-		if !c.creating {
+		if c.busy != "being created" {
 			out = append(out, c.infoLocked())
 		}
 		c.mu.Unlock()
@@ -472,6 +501,9 @@ func (e *Engine) ListContainers() []ContainerInfo {
 func (e *Engine) blockStateLocked(c *container, local uint64) (*blockState, error) {
 	if bs := c.blocks[local]; bs != nil {
 		return bs, nil
+	}
+	if _, ok := c.deleting[local]; ok {
+		return nil, fmt.Errorf("%w: block %d is being deleted", ErrNotFound, local)
 	}
 	bs := &blockState{}
 	bd, err := e.loadBlock(c, BlockID{Container: c.id, Local: local})
@@ -541,10 +573,9 @@ func (e *Engine) WriteChunk(b BlockID, offset uint64, data []byte, bytesPerCheck
 	length := uint64(len(data))
 
 	c.mu.Lock()
-	if c.state != StateOpen || c.creating {
-		s := c.state
+	if err := c.writableLocked(); err != nil {
 		c.mu.Unlock()
-		return blockOffErr("write chunk", b, offset, fmt.Errorf("%w: state %s", ErrNotOpen, s))
+		return blockOffErr("write chunk", b, offset, err)
 	}
 	bs, err := e.blockStateLocked(c, b.Local)
 	if err != nil {
@@ -613,7 +644,10 @@ func (e *Engine) WriteChunk(b BlockID, offset uint64, data []byte, bytesPerCheck
 		if werr != nil {
 			return blockOffErr("write chunk", b, offset, werr)
 		}
-		return nil // container closed or deleted meanwhile; the write is moot
+		// The container was closed, marked UNHEALTHY or deleted, or the
+		// block deleted, while the bytes went to the file: they belong
+		// to nothing now, so the write did not happen.
+		return blockOffErr("write chunk", b, offset, fmt.Errorf("%w: container or block changed during the write", ErrNotOpen))
 	}
 	if werr != nil {
 		bs.broken = fmt.Errorf("earlier write at offset %d failed: %w", offset, werr)

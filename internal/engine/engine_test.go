@@ -471,3 +471,76 @@ func ExampleEngine() {
 	fmt.Println(string(got))
 	// Output: durable
 }
+
+// TestEverySyncFailureIsSticky: a directory fsync failing in a container
+// create is the same failure as a data fdatasync failing: nothing more is
+// acknowledged.
+func TestEverySyncFailureIsSticky(t *testing.T) {
+	fs := vfs.NewMem()
+	e := openMem(t, fs)
+	defer e.Close()
+	fs.InjectErrors(func(op vfs.Op) error {
+		if op.Kind == vfs.OpSyncDir && strings.Contains(op.Path, "/containers/") {
+			return vfs.ErrInjected
+		}
+		return nil
+	})
+	wantErr(t, e.CreateContainer(1), ErrFailed)
+	fs.InjectErrors(nil)
+	wantErr(t, e.CreateContainer(2), ErrFailed)
+	wantErr(t, e.Sync(), ErrFailed)
+	if _, err := e.Container(1); err == nil {
+		t.Fatal("a container whose create failed is listed")
+	}
+}
+
+// TestCloseFailureLeavesContainerOpen: memory says what disk says.
+func TestCloseFailureLeavesContainerOpen(t *testing.T) {
+	fs := vfs.NewMem()
+	e := openMem(t, fs)
+	defer e.Close()
+	mustNo(t, e.CreateContainer(1))
+	_, err := writeChunk(e, BlockID{Container: 1, Local: 1}, 0, 100)
+	mustNo(t, err)
+	fs.InjectErrors(func(op vfs.Op) error {
+		if op.Kind == vfs.OpSyncData && strings.HasSuffix(op.Path, ".blk") {
+			return vfs.ErrInjected
+		}
+		return nil
+	})
+	wantErr(t, e.CloseContainer(1), ErrFailed)
+	if ci, _ := e.Container(1); ci.State != StateOpen {
+		t.Fatalf("state %s after a failed close, want OPEN", ci.State)
+	}
+}
+
+// TestDeleteBlockBlocksUse: while a delete is between its record sync and
+// its unlink, the block can be neither written nor read; afterwards its
+// local ID starts afresh.
+func TestDeleteBlockBlocksUse(t *testing.T) {
+	fs := vfs.NewMem()
+	e := openMem(t, fs)
+	defer e.Close()
+	mustNo(t, e.CreateContainer(1))
+	b := BlockID{Container: 1, Local: 1}
+	mustNo(t, e.PutBlock(writeBlock(t, e, b, 300)))
+	var during []error
+	fs.InjectErrors(func(op vfs.Op) error {
+		if op.Kind == vfs.OpRemove && strings.HasSuffix(op.Path, blockFileName(1)) {
+			_, rerr := e.ReadChunk(b, 0, 10, nil)
+			_, werr := writeChunk(e, b, 0, 10)
+			during = append(during, rerr, werr)
+		}
+		return nil
+	})
+	mustNo(t, e.DeleteBlock(b))
+	fs.InjectErrors(nil)
+	if len(during) != 2 {
+		t.Fatalf("unlink of the block file not seen (%d)", len(during))
+	}
+	for _, err := range during {
+		wantErr(t, err, ErrNotFound)
+	}
+	mustNo(t, e.PutBlock(writeBlock(t, e, b, 200)))
+	checkBlock(t, e, b, 200)
+}

@@ -29,8 +29,10 @@ const (
 // ContainerState is the lifecycle state of a container.
 type ContainerState uint8
 
-// Container states. OPEN accepts writes; CLOSED is immutable; UNHEALTHY was
-// found damaged by a read or scan (readable, not writable); DELETING is being
+// Container states. OPEN accepts writes; CLOSED takes no more writes or
+// puts (its blocks are final; whole blocks may still be deleted, as the
+// cluster's block deletion does); UNHEALTHY was found damaged by a read or
+// scan (readable, not writable; blocks may be deleted); DELETING is being
 // removed (recovery finishes the removal after a crash).
 const (
 	StateOpen      ContainerState = 1

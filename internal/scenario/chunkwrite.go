@@ -24,7 +24,7 @@ type ChunkWriteLocalConfig struct {
 	ChunkSizeBytes int64
 	// Clients is the number of concurrent writers (default 16).
 	Clients int
-	// Duration and Count bound the run (default 10 s when both are zero).
+	// Duration and Count bound the run; at least one is required.
 	Duration time.Duration
 	Count    int64
 	// BlockSizeBytes: a writer commits its block with PutBlock and starts
@@ -63,7 +63,7 @@ func (c *ChunkWriteLocalConfig) defaults() error {
 		return fmt.Errorf("clients %d not in [1, %d]", c.Clients, bench.MaxWorkers)
 	}
 	if c.Duration == 0 && c.Count == 0 {
-		c.Duration = 10 * time.Second
+		return fmt.Errorf("no bound: give a duration or a count")
 	}
 	if c.Duration < 0 || c.Count < 0 {
 		return fmt.Errorf("negative duration or count")
@@ -179,20 +179,35 @@ func RunChunkWriteLocal(ctx context.Context, cfg ChunkWriteLocalConfig) (bench.R
 		cfg.DataDirs = []string{d}
 	}
 	stamp := fmt.Sprintf("spindle-bench-%d-%d", os.Getpid(), time.Now().UnixNano())
-	for _, d := range cfg.DataDirs {
-		if st, err := os.Stat(d); err != nil || !st.IsDir() {
-			return bench.Result{}, fmt.Errorf("chunk-write: data dir %s: not a directory (%v)", d, err)
-		}
-		runDirs = append(runDirs, filepath.Join(d, stamp))
-	}
+	var made []string // data dirs this run created, removed at the end
 	defer func() {
 		for _, d := range runDirs {
 			os.RemoveAll(d)
+		}
+		for _, d := range made {
+			os.RemoveAll(d) // created by this run, parents included: all ours
 		}
 		if tmp != "" {
 			os.RemoveAll(tmp)
 		}
 	}()
+	for _, d := range cfg.DataDirs {
+		st, err := os.Stat(d)
+		if errors.Is(err, os.ErrNotExist) {
+			top := topmostMissing(d)
+			if err = os.MkdirAll(d, 0o755); err == nil {
+				made = append(made, top)
+				st, err = os.Stat(d)
+			}
+		}
+		if err != nil {
+			return bench.Result{}, fmt.Errorf("chunk-write: data dir: %w", err)
+		}
+		if !st.IsDir() {
+			return bench.Result{}, fmt.Errorf("chunk-write: data dir %s is not a directory", d)
+		}
+		runDirs = append(runDirs, filepath.Join(d, stamp))
+	}
 
 	e, err := engine.Open(engine.Config{DataDirs: runDirs, Logger: cfg.Logger})
 	if err != nil {
@@ -302,6 +317,22 @@ func RunChunkWriteLocal(ctx context.Context, cfg ChunkWriteLocalConfig) (bench.R
 		}
 	}
 	return res, nil
+}
+
+// topmostMissing returns the highest ancestor of dir (or dir) that does
+// not exist.
+func topmostMissing(dir string) string {
+	dir = filepath.Clean(dir)
+	for {
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return dir
+		}
+		if _, err := os.Stat(parent); err == nil {
+			return dir
+		}
+		dir = parent
+	}
 }
 
 func ratio(a, b float64) float64 {

@@ -35,7 +35,8 @@ func TestChunkWriteLocalRejectsBadConfig(t *testing.T) {
 	for _, cfg := range []ChunkWriteLocalConfig{
 		{ChunkSizeBytes: -1, Count: 1},
 		{Clients: -3, Count: 1},
-		{DataDirs: []string{"/nonexistent/spindle"}, Count: 1},
+		{DataDirs: []string{"/proc/version"}, Count: 1}, // a file, not a directory
+		{ChunkSizeBytes: 1024},                          // no duration, no count
 	} {
 		cfg.Progress = io.Discard
 		if _, err := RunChunkWriteLocal(context.Background(), cfg); err == nil {
