@@ -70,6 +70,7 @@ comes with the pipelines.`,
 	f.Var(&bpc, "bytes-per-checksum", "CRC32C piece size")
 	f.IntVar(&cfg.Containers, "containers", 4, "OPEN containers the writers share")
 	f.Var(&retain, "retain", "data kept on disk; past it the oldest blocks are deleted (bounds disk use)")
+	f.IntVar(&cfg.SyncWorkers, "sync-workers", 0, "group commit: sync rounds in flight and parallel fdatasyncs per round (0: engine default)")
 	f.BoolVar(&cfg.NoBaseline, "no-baseline", false, "skip the raw baselines")
 	f.BoolVar(&cfg.NoOverwriteBaseline, "no-overwrite-baseline", false, "skip the second (overwrite in place) baseline")
 	return cmd

@@ -294,11 +294,11 @@ func (e *Engine) DeleteBlock(b BlockID) error {
 
 	err = e.commit.sync(seq)
 	if err == nil {
-		// The record is gone durably; a file whose unlink a crash undoes
-		// is an orphan that nothing reads, and a rewrite of the block
-		// truncates it.
+		// The record is gone durably: the block is deleted. A file left by
+		// a failed unlink (or one a crash undoes) is an orphan that
+		// nothing reads, and a rewrite of the block truncates it.
 		if rerr := e.fs.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-			err = rerr
+			e.log.Warn("engine: deleted block's file left behind", "container", b.Container, "block", b.Local, "err", rerr)
 		}
 	}
 	c.mu.Lock()
@@ -343,8 +343,7 @@ func (e *Engine) ReadChunk(b BlockID, offset, length uint64, dst []byte) ([]byte
 	bf, _, err := e.files.acquire(b, e.blockPath(c, b.Local), false)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			err = fmt.Errorf("%w: block file missing: %v", ErrCorrupt, err)
-			e.noteCorruption(c, err)
+			err = e.missingFile(c, b, err)
 		}
 		return nil, blockOffErr("read chunk", b, offset, err)
 	}
@@ -434,6 +433,28 @@ func (e *Engine) readableChunks(c *container, b BlockID) ([]ChunkInfo, uint32, e
 	return chunks, bpc, nil
 }
 
+// missingFile decides what a block file that is not there means: if the
+// block was deleted since the caller looked it up (a DeleteBlock racing a
+// read or a scan), it is simply not found; if the block still exists, its
+// data is lost: damage, and the container is marked UNHEALTHY.
+func (e *Engine) missingFile(c *container, b BlockID, err error) error {
+	c.mu.Lock()
+	_, deleting := c.deleting[b.Local]
+	bs := c.blocks[b.Local]
+	c.mu.Unlock()
+	if !deleting && bs == nil {
+		if _, lerr := e.loadBlock(c, b); errors.Is(lerr, ErrNotFound) {
+			deleting = true
+		}
+	}
+	if deleting {
+		return fmt.Errorf("%w: block deleted during the read", ErrNotFound)
+	}
+	err = fmt.Errorf("%w: block file missing: %v", ErrCorrupt, err)
+	e.noteCorruption(c, err)
+	return err
+}
+
 // noteCorruption marks c UNHEALTHY when err is damage found on disk.
 func (e *Engine) noteCorruption(c *container, err error) {
 	if !errors.Is(err, ErrCorrupt) {
@@ -500,6 +521,12 @@ func (e *Engine) scanBlock(c *container, bd *BlockData, buf []byte) string {
 		return ""
 	}
 	bf, _, err := e.files.acquire(bd.ID, e.blockPath(c, bd.ID.Local), false)
+	if errors.Is(err, os.ErrNotExist) {
+		err = e.missingFile(c, bd.ID, err)
+		if errors.Is(err, ErrNotFound) {
+			return "" // deleted since the scan listed it
+		}
+	}
 	if err != nil {
 		return fmt.Sprintf("container %d block %d: block file: %v", c.id, bd.ID.Local, err)
 	}

@@ -9,12 +9,20 @@ import (
 
 // committer is the engine's group commit. Writers mark what they dirtied
 // (a block file, a directory entry, a volume's metadata) and get a sequence
-// number; sync(seq) returns once everything marked up to seq is durable. One
-// caller at a time runs a sync round for everybody: it takes the dirty sets,
-// fdatasyncs every dirty file (in parallel, up to SyncWorkers), fsyncs every
-// dirty directory, then syncs each dirty volume's Pebble WAL once. Writers
-// arriving meanwhile wait and are covered by the next round, so N concurrent
-// writes cost one fdatasync per touched file and one metadata sync.
+// number; sync(seq) returns once everything marked up to seq is durable. A
+// caller that finds its write not yet covered starts a sync round for
+// everybody: the round takes the dirty sets, fdatasyncs every dirty file
+// (in parallel when fdatasync is slow), fsyncs every dirty directory, then
+// syncs each dirty volume's Pebble WAL once. Writers arriving meanwhile are
+// covered by a later round, so N concurrent writes cost about one fdatasync
+// per touched file and one metadata sync.
+//
+// Rounds are pipelined: up to maxRounds run at once, each on the sets it
+// took, so that a device with a deep queue sees many flushes in flight (as
+// N independent writers calling fdatasync would), while a fast device
+// batches. durableSeq only advances over the completed prefix of rounds in
+// the order they started, so "durable up to seq" keeps its meaning: every
+// round that started before, and so every write marked before, is done.
 //
 // Invariant: a sequence number is handed out only after the write it stands
 // for has completed (pwrite returned, Pebble batch committed), so a round
@@ -24,27 +32,23 @@ import (
 // pages, so nothing written since the last good round can be vouched for;
 // every later sync and mutation returns ErrFailed.
 type committer struct {
-	workers int
+	workers   int
+	maxRounds int
 
 	mu         sync.Mutex
-	cond       sync.Cond
 	seq        uint64 // last sequence number handed out
 	durableSeq uint64 // everything up to here is durable
-	running    bool
+	started    uint64 // target of the latest round started
+	inflight   []*round
 	err        error
-	files      map[*blockFile]struct{} // each holds a reference
-	dirs       map[string]struct{}
-	vols       map[*volume]struct{}
-	// spare sets, emptied after a round and swapped in at the next, so
-	// that a round allocates nothing
-	spareFiles map[*blockFile]struct{}
-	spareDirs  map[string]struct{}
-	spareVols  map[*volume]struct{}
-	// fileSyncNs is a moving average of one fdatasync's latency (written
-	// by the round runner only, which is one goroutine at a time). Files
-	// are synced in parallel only when a sync is slow enough that
-	// overlapping them pays for the hand-off (on tmpfs it never does).
-	fileSyncNs int64
+	dirty      *dirtySets
+	spare      []*dirtySets // emptied sets, reused so that a round allocates nothing
+
+	// fileSyncNs is a moving average of one fdatasync's latency, updated
+	// atomically by concurrent rounds. Files are synced in parallel only
+	// when a sync is slow enough that overlapping them pays for the
+	// hand-off (on tmpfs it never does).
+	fileSyncNs atomic.Int64
 
 	// stats, guarded by mu
 	rounds     uint64
@@ -56,20 +60,42 @@ type committer struct {
 	syncVolFn  func(*volume) error
 }
 
+// dirtySets is what one round makes durable.
+type dirtySets struct {
+	files map[*blockFile]struct{} // each holds a reference
+	dirs  map[string]struct{}
+	vols  map[*volume]struct{}
+}
+
+func newDirtySets() *dirtySets {
+	return &dirtySets{files: make(map[*blockFile]struct{}), dirs: make(map[string]struct{}), vols: make(map[*volume]struct{})}
+}
+
+// round is one sync round in flight; done is closed when its syncs have
+// returned.
+type round struct {
+	target uint64
+	done   chan struct{}
+}
+
+func (r *round) isDone() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func newCommitter(workers int, syncFile func(*blockFile) error, syncDir func(string) error, syncVol func(*volume) error) *committer {
 	c := &committer{
 		workers:    workers,
-		files:      make(map[*blockFile]struct{}),
-		dirs:       make(map[string]struct{}),
-		vols:       make(map[*volume]struct{}),
-		spareFiles: make(map[*blockFile]struct{}),
-		spareDirs:  make(map[string]struct{}),
-		spareVols:  make(map[*volume]struct{}),
+		maxRounds:  workers,
+		dirty:      newDirtySets(),
 		syncFileFn: syncFile,
 		syncDirFn:  syncDir,
 		syncVolFn:  syncVol,
 	}
-	c.cond.L = &c.mu
 	return c
 }
 
@@ -78,9 +104,9 @@ func newCommitter(workers int, syncFile func(*blockFile) error, syncDir func(str
 func (c *committer) markFile(bf *blockFile) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.files[bf]; !ok {
+	if _, ok := c.dirty.files[bf]; !ok {
 		bf.refs.Add(1)
-		c.files[bf] = struct{}{}
+		c.dirty.files[bf] = struct{}{}
 	}
 	c.seq++
 	return c.seq
@@ -90,7 +116,7 @@ func (c *committer) markFile(bf *blockFile) uint64 {
 func (c *committer) markDir(dir string) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.dirs[dir] = struct{}{}
+	c.dirty.dirs[dir] = struct{}{}
 	c.seq++
 	return c.seq
 }
@@ -99,7 +125,7 @@ func (c *committer) markDir(dir string) uint64 {
 func (c *committer) markVolume(v *volume) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.vols[v] = struct{}{}
+	c.dirty.vols[v] = struct{}{}
 	c.seq++
 	return c.seq
 }
@@ -126,35 +152,69 @@ func (c *committer) sync(seq uint64) error {
 		if c.err != nil {
 			return c.err
 		}
-		if c.running {
-			c.cond.Wait()
+		if c.started < seq && len(c.inflight) < c.maxRounds {
+			c.runRound()
 			continue
 		}
-		c.running = true
-		target := c.seq
-		files, dirs, vols := c.files, c.dirs, c.vols
-		c.files, c.dirs, c.vols = c.spareFiles, c.spareDirs, c.spareVols
-		c.mu.Unlock()
-		err := c.round(files, dirs, vols)
-		nFiles, nDirs, nVols := len(files), len(dirs), len(vols)
-		clear(files)
-		clear(dirs)
-		clear(vols)
-		c.mu.Lock()
-		c.spareFiles, c.spareDirs, c.spareVols = files, dirs, vols
-		c.running = false
-		c.rounds++
-		c.fileSyncs += uint64(nFiles)
-		c.dirSyncs += uint64(nDirs)
-		c.metaSyncs += uint64(nVols)
-		if err != nil {
-			c.err = fmt.Errorf("%w: %w", ErrFailed, err)
-		} else if target > c.durableSeq {
-			c.durableSeq = target
+		// Sleep on the round this wait depends on: the first that covers
+		// seq if it is still running, else the oldest unfinished one
+		// (which holds durableSeq back); with no round covering seq and
+		// no room for one, also the oldest. Only the waiters of a round
+		// wake when it ends.
+		wait := c.inflight[0]
+		for _, r := range c.inflight {
+			if r.target >= seq {
+				if !r.isDone() {
+					wait = r
+				}
+				break
+			}
 		}
-		c.cond.Broadcast()
+		c.mu.Unlock()
+		<-wait.done
+		c.mu.Lock()
 	}
 	return c.err
+}
+
+// runRound runs one sync round over the current dirty sets. c.mu is held on
+// entry and on return, released while the round syncs.
+func (c *committer) runRound() {
+	r := &round{target: c.seq, done: make(chan struct{})}
+	c.started = r.target
+	c.inflight = append(c.inflight, r)
+	sets := c.dirty
+	if n := len(c.spare); n > 0 {
+		c.dirty, c.spare = c.spare[n-1], c.spare[:n-1]
+	} else {
+		c.dirty = newDirtySets()
+	}
+	c.mu.Unlock()
+	err := c.round(sets.files, sets.dirs, sets.vols)
+	nFiles, nDirs, nVols := len(sets.files), len(sets.dirs), len(sets.vols)
+	clear(sets.files)
+	clear(sets.dirs)
+	clear(sets.vols)
+	c.mu.Lock()
+	c.spare = append(c.spare, sets)
+	c.rounds++
+	c.fileSyncs += uint64(nFiles)
+	c.dirSyncs += uint64(nDirs)
+	c.metaSyncs += uint64(nVols)
+	if err != nil && c.err == nil {
+		c.err = fmt.Errorf("%w: %w", ErrFailed, err)
+	}
+	close(r.done)
+	// Advance over the completed prefix, in start order. A failed round
+	// advances nothing: the committer is poisoned.
+	for len(c.inflight) > 0 && c.inflight[0].isDone() {
+		if t := c.inflight[0].target; t > c.durableSeq && c.err == nil {
+			c.durableSeq = t
+		}
+		c.inflight = c.inflight[1:]
+	}
+	// Waiters of rounds still running wake when those end and then see a
+	// failure in c.err: every waiter sleeps on a round that is running.
 }
 
 // round makes one set of dirty things durable. Order matters: block data and
@@ -163,13 +223,13 @@ func (c *committer) sync(seq uint64) error {
 // before committing the record at all).
 func (c *committer) round(files map[*blockFile]struct{}, dirs map[string]struct{}, vols map[*volume]struct{}) error {
 	var firstErr error
-	if len(files) <= 2 || c.workers <= 1 || c.fileSyncNs < parallelSyncMinNs {
+	if len(files) <= 2 || c.workers <= 1 || c.fileSyncNs.Load() < parallelSyncMinNs {
 		for bf := range files {
 			start := time.Now()
 			if err := c.syncFileFn(bf); err != nil && firstErr == nil {
 				firstErr = err
 			}
-			c.fileSyncNs += (time.Since(start).Nanoseconds() - c.fileSyncNs) / 8
+			c.noteSync(time.Since(start).Nanoseconds())
 			bf.release()
 		}
 	} else {
@@ -189,6 +249,14 @@ func (c *committer) round(files map[*blockFile]struct{}, dirs map[string]struct{
 		}
 	}
 	return firstErr
+}
+
+// noteSync folds one fdatasync latency into the moving average (a racy
+// read-modify-write between concurrent rounds loses an update now and then,
+// which an average does not mind).
+func (c *committer) noteSync(ns int64) {
+	avg := c.fileSyncNs.Load()
+	c.fileSyncNs.Store(avg + (ns-avg)/8)
 }
 
 // parallelSyncMinNs: below this average fdatasync latency, a round syncs
@@ -215,11 +283,7 @@ func (c *committer) parallelFiles(files map[*blockFile]struct{}) error {
 				if err := c.syncFileFn(bf); err != nil && first == nil {
 					first = err
 				}
-				if d := time.Since(start).Nanoseconds(); d < parallelSyncMinNs {
-					// a fast sync seen in parallel: let the average fall
-					// so that small rounds go serial again
-					atomic.AddInt64(&c.fileSyncNs, (d-atomic.LoadInt64(&c.fileSyncNs))/8)
-				}
+				c.noteSync(time.Since(start).Nanoseconds())
 				bf.release()
 			}
 			errs <- first
@@ -244,7 +308,6 @@ func (c *committer) poison(err error) error {
 	defer c.mu.Unlock()
 	if c.err == nil {
 		c.err = fmt.Errorf("%w: %w", ErrFailed, err)
-		c.cond.Broadcast()
 	}
 	return c.err
 }

@@ -186,8 +186,10 @@ func verifyAfterCrash(e *Engine, acked *crashWorkload) error {
 // operation for k = 1, 2, … until the workload finishes before the k-th,
 // reopens the engine on what the crash left and checks that everything
 // acknowledged as durable is there and whole, and that nothing reads wrong.
-// It runs the strict model (unsynced data all lost) and a power-loss model
-// (each unsynced operation kept or lost at random).
+// It runs the strict model (unsynced data all lost) and a journaled
+// power-loss model (each unsynced file write kept or lost at random; unsynced
+// namespace operations kept as an in-order prefix), and after each recovery
+// a second life: new writes, another crash, and those writes back.
 func TestCrashAtEveryWrite(t *testing.T) {
 	for _, mode := range []struct {
 		name    string

@@ -386,6 +386,11 @@ func (e *Engine) CloseContainer(id ContainerID) error {
 	err = e.Sync()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err == nil && c.state != StateOpen {
+		// Marked UNHEALTHY (by a read or a scan) while we synced: that
+		// verdict stands; a damaged container is not closed as healthy.
+		err = fmt.Errorf("%w: became %s while closing", ErrNotOpen, c.state)
+	}
 	if err == nil {
 		err = e.persistStateLocked(c, StateClosed)
 	}
@@ -637,9 +642,9 @@ func (e *Engine) WriteChunk(b BlockID, offset uint64, data []byte, bytesPerCheck
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// The block cannot have been reset meanwhile: a chunk that is not done
-	// stops PutBlock from committing past it, and close/delete drop the
-	// state only of containers that no longer take writes.
+	// PutBlock cannot have committed past this chunk (it is not done), but
+	// the block's state is gone if the block was deleted or the container
+	// closed, marked UNHEALTHY or deleted during the pwrite.
 	if cur := c.blocks[b.Local]; cur != bs || idx >= len(bs.pending) || bs.pending[idx].Offset != offset {
 		if werr != nil {
 			return blockOffErr("write chunk", b, offset, werr)

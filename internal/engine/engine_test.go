@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -437,6 +438,14 @@ func TestVolumeChecks(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not a Spindle volume") {
 		t.Fatalf("open of a foreign directory: %v", err)
 	}
+	if names, _ := fs.List("/junk"); len(names) != 1 {
+		t.Fatalf("a refused directory was changed: %v", names)
+	}
+	// The root of a fresh ext4 filesystem holds lost+found: that is a
+	// usable volume.
+	mustNo(t, fs.MkdirAll("/disk/lost+found", 0o755))
+	ed := openMem(t, fs, func(c *Config) { c.DataDirs = []string{"/disk"} })
+	mustNo(t, ed.Close())
 	e := openMem(t, fs, func(c *Config) { c.DataDirs = []string{"/v"} })
 	_, err = Open(Config{DataDirs: []string{"/v"}, FS: fs, Logger: quietLogger})
 	if err == nil {
@@ -543,4 +552,51 @@ func TestDeleteBlockBlocksUse(t *testing.T) {
 	}
 	mustNo(t, e.PutBlock(writeBlock(t, e, b, 200)))
 	checkBlock(t, e, b, 200)
+}
+
+// TestCloseKeepsUnhealthyVerdict: a container found damaged while a close
+// syncs is not closed as healthy.
+func TestCloseKeepsUnhealthyVerdict(t *testing.T) {
+	fs := vfs.NewMem()
+	e := openMem(t, fs)
+	defer e.Close()
+	mustNo(t, e.CreateContainer(1))
+	_, err := writeChunk(e, BlockID{Container: 1, Local: 1}, 0, 100)
+	mustNo(t, err)
+	c, _ := e.lookup(1)
+	fs.InjectErrors(func(op vfs.Op) error {
+		if op.Kind == vfs.OpSyncData && strings.HasSuffix(op.Path, ".blk") {
+			fs.InjectErrors(nil)
+			mustNo(t, e.setUnhealthy(c, "damage found by a concurrent scan"))
+		}
+		return nil
+	})
+	wantErr(t, e.CloseContainer(1), ErrNotOpen)
+	if ci, _ := e.Container(1); ci.State != StateUnhealthy {
+		t.Fatalf("state %s, want UNHEALTHY", ci.State)
+	}
+}
+
+// TestMissingFileOfDeletedBlockIsNotDamage: a read or scan that looked a
+// block up before a DeleteBlock and finds its file gone reports not found,
+// and does not mark the container UNHEALTHY; a missing file of a block that
+// still exists is damage.
+func TestMissingFileOfDeletedBlockIsNotDamage(t *testing.T) {
+	fs := vfs.NewMem()
+	e := openMem(t, fs)
+	defer e.Close()
+	mustNo(t, e.CreateContainer(1))
+	gone, kept := BlockID{Container: 1, Local: 1}, BlockID{Container: 1, Local: 2}
+	mustNo(t, e.PutBlock(writeBlock(t, e, gone, 100)))
+	mustNo(t, e.PutBlock(writeBlock(t, e, kept, 100)))
+	mustNo(t, e.DeleteBlock(gone))
+	c, _ := e.lookup(1)
+	wantErr(t, e.missingFile(c, gone, os.ErrNotExist), ErrNotFound)
+	if ci, _ := e.Container(1); ci.State != StateOpen {
+		t.Fatalf("state %s after a deleted block's file was missed", ci.State)
+	}
+	wantErr(t, e.missingFile(c, kept, os.ErrNotExist), ErrCorrupt)
+	if ci, _ := e.Container(1); ci.State != StateUnhealthy {
+		t.Fatalf("state %s after an existing block's file was missing", ci.State)
+	}
 }

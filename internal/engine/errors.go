@@ -21,7 +21,10 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrExists is a container that already exists.
 	ErrExists = errors.New("already exists")
-	// ErrNotOpen is a write, put or close to a container that is not OPEN.
+	// ErrNotOpen is a write, put or close to a container that is not OPEN,
+	// or busy being created or closed; a delete of a busy container; and a
+	// write overtaken by a close, an UNHEALTHY mark or a delete while its
+	// bytes were on their way to the file.
 	ErrNotOpen = errors.New("container not open")
 	// ErrContainerFull is a write that would take a container past its
 	// maximum size.

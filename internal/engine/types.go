@@ -50,7 +50,7 @@ type ContainerInfo struct {
 const (
 	DefaultMaxContainerSizeBytes = 5 << 30
 	DefaultOpenFilesMax          = 1024
-	DefaultSyncWorkers           = 8
+	DefaultSyncWorkers           = 32
 	MaxSyncWorkers               = 256
 	DefaultBlockRecordCacheMax   = 256
 )
@@ -66,8 +66,10 @@ type Config struct {
 	// use (being written, or awaiting a sync) stay open past the bound
 	// until released.
 	OpenFilesMax int
-	// SyncWorkers is how many fdatasync calls a group commit issues in
-	// parallel, so that a sync of many files uses the device's queue.
+	// SyncWorkers bounds the group commit's parallelism: how many sync
+	// rounds may be in flight at once, and how many fdatasync calls one
+	// round issues in parallel, so that a device with a deep queue sees
+	// many flushes at a time (as independent writers would give it).
 	SyncWorkers int
 	// BlockRecordCacheMax bounds the cache of decoded block records used by
 	// reads.

@@ -51,7 +51,10 @@ func openVolume(fs vfs.FS, dir string, logger *slog.Logger) (*volume, error) {
 	if err := mkdirAllDurable(fs, dir); err != nil {
 		return nil, fmt.Errorf("engine: volume %s: %w", dir, err)
 	}
-	lock, err := fs.Lock(filepath.Join(dir, volumeLockFile))
+	lockPath := filepath.Join(dir, volumeLockFile)
+	_, statErr := fs.Stat(lockPath)
+	lockExisted := statErr == nil
+	lock, err := fs.Lock(lockPath)
 	if err != nil {
 		return nil, fmt.Errorf("engine: volume %s: %w", dir, err)
 	}
@@ -65,10 +68,10 @@ func openVolume(fs vfs.FS, dir string, logger *slog.Logger) (*volume, error) {
 	rec, err := readVolumeIdentity(fs, dir)
 	if errors.Is(err, os.ErrNotExist) {
 		rec, err = formatVolume(fs, dir, logger)
-		if errors.Is(err, errForeignDir) {
+		if errors.Is(err, errForeignDir) && !lockExisted {
 			// Leave someone else's directory as we found it.
 			v.close()
-			_ = fs.Remove(filepath.Join(dir, volumeLockFile))
+			_ = fs.Remove(lockPath)
 		}
 	}
 	if err != nil {
@@ -127,8 +130,8 @@ func formatVolume(fs vfs.FS, dir string, logger *slog.Logger) (volumeRecord, err
 		}
 	}
 	// Pebble creates files in meta/ and syncs meta/, but not the entry of
-	// meta/ itself: create it here; the directory sync after the identity
-	// rename below makes it durable.
+	// meta/ itself: create it here; the sync of the volume directory below,
+	// before the identity file is written, makes it durable.
 	if err := fs.MkdirAll(filepath.Join(dir, volumeMetaDir), 0o755); err != nil {
 		return volumeRecord{}, fmt.Errorf("engine: volume %s: %w", dir, err)
 	}

@@ -36,9 +36,11 @@ type ChunkWriteLocalConfig struct {
 	// Containers is how many OPEN containers the writers share (default 4).
 	Containers int
 	// RetainBytes bounds the data kept on disk: past it, writers delete
-	// their oldest committed blocks (default 1 GiB). The baseline's files
-	// add up to the same size, so both runs have the same footprint.
+	// their oldest committed blocks (default 1 GiB). The overwrite
+	// baseline's files add up to the same size.
 	RetainBytes int64
+	// SyncWorkers is the engine's group-commit parallelism (0: default).
+	SyncWorkers int
 	// NoBaseline skips the raw baselines.
 	NoBaseline bool
 	// NoOverwriteBaseline skips the second, overwrite-in-place baseline.
@@ -209,7 +211,7 @@ func RunChunkWriteLocal(ctx context.Context, cfg ChunkWriteLocalConfig) (bench.R
 		runDirs = append(runDirs, filepath.Join(d, stamp))
 	}
 
-	e, err := engine.Open(engine.Config{DataDirs: runDirs, Logger: cfg.Logger})
+	e, err := engine.Open(engine.Config{DataDirs: runDirs, Logger: cfg.Logger, SyncWorkers: cfg.SyncWorkers})
 	if err != nil {
 		return bench.Result{}, fmt.Errorf("chunk-write: %w", err)
 	}
