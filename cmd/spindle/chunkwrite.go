@@ -69,7 +69,7 @@ comes with the pipelines.`,
 	f.Var(&blockSize, "block-size", "a writer commits its block (PutBlock) and starts a new one at this size")
 	f.Var(&bpc, "bytes-per-checksum", "CRC32C piece size")
 	f.IntVar(&cfg.Containers, "containers", 4, "OPEN containers the writers share")
-	f.Var(&retain, "retain", "data kept on disk; past it the oldest blocks are deleted in the background (bounds disk use)")
+	f.Var(&retain, "retain", "data kept on disk; past it each writer deletes its oldest blocks (bounds disk use)")
 	f.IntVar(&cfg.SyncWorkers, "sync-workers", 0, "group commit: sync rounds in flight and parallel fdatasyncs per round (0: engine default)")
 	f.BoolVar(&cfg.NoBaseline, "no-baseline", false, "skip the raw baselines")
 	f.BoolVar(&cfg.NoOverwriteBaseline, "no-overwrite-baseline", false, "skip the second (overwrite in place) baseline")

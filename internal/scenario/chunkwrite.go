@@ -35,8 +35,8 @@ type ChunkWriteLocalConfig struct {
 	BytesPerChecksum uint32
 	// Containers is how many OPEN containers the writers share (default 4).
 	Containers int
-	// RetainBytes bounds the data kept on disk: past it, writers hand their
-	// oldest committed blocks to a background deleter (default 1 GiB). The overwrite
+	// RetainBytes bounds the data kept on disk: past it, writers delete
+	// their oldest committed blocks (default 1 GiB). The overwrite
 	// baseline's files add up to the same size.
 	RetainBytes int64
 	// SyncWorkers is the engine's group-commit parallelism (0: default).
@@ -117,16 +117,7 @@ type chunkWriter struct {
 	retainMaxB int64
 	payloads   []payload
 	bpc        uint32
-	// deletes receives blocks past the retention budget; a background
-	// deleter removes them, as a datanode's block deletion runs beside its
-	// writes. The channel is bounded: a writer that gets ahead of the
-	// deleter waits, so disk use stays bounded.
-	deletes chan<- engine.BlockID
 }
-
-// deleteQueueMax bounds the blocks waiting for the background deleter, and
-// so how far past RetainBytes the data on disk (on tmpfs: in memory) grows.
-const deleteQueueMax = 4
 
 func (w *chunkWriter) writeOne(op int64) (int, error) {
 	p := &w.payloads[op%int64(len(w.payloads))]
@@ -158,7 +149,11 @@ func (w *chunkWriter) seal() error {
 		w.retainedB += int64(w.block.Length)
 		for w.retainedB > w.retainMaxB && len(w.retained) > 1 {
 			old := w.retained[0]
-			w.deletes <- old.ID
+			// Inline, as the baseline truncates its file inline: both
+			// pay for freeing space in the writer's own time.
+			if err := w.e.DeleteBlock(old.ID); err != nil {
+				return err
+			}
 			w.retained = w.retained[1:]
 			w.retainedB -= int64(old.Length)
 		}
@@ -229,22 +224,6 @@ func RunChunkWriteLocal(ctx context.Context, cfg ChunkWriteLocalConfig) (bench.R
 			return bench.Result{}, fmt.Errorf("chunk-write: %w", err)
 		}
 	}
-	deletes := make(chan engine.BlockID, deleteQueueMax)
-	deleterDone := make(chan error, 1)
-	go func() {
-		var first error
-		for id := range deletes {
-			if err := e.DeleteBlock(id); err != nil && first == nil {
-				first = err
-			}
-		}
-		deleterDone <- first
-	}()
-	stopDeleter := sync.OnceValue(func() error {
-		close(deletes)
-		return <-deleterDone
-	})
-	defer stopDeleter()
 	writers := make([]*chunkWriter, cfg.Clients)
 	for i := range writers {
 		w := &chunkWriter{
@@ -254,7 +233,6 @@ func RunChunkWriteLocal(ctx context.Context, cfg ChunkWriteLocalConfig) (bench.R
 			blockMax:   cfg.BlockSizeBytes,
 			retainMaxB: max(cfg.RetainBytes/int64(cfg.Clients), cfg.BlockSizeBytes),
 			bpc:        cfg.BytesPerChecksum,
-			deletes:    deletes,
 		}
 		// Payloads and their checksums are made before the clock starts:
 		// computing checksums is the client's work, on another machine in
@@ -280,9 +258,6 @@ func RunChunkWriteLocal(ctx context.Context, cfg ChunkWriteLocalConfig) (bench.R
 		return bench.Result{}, fmt.Errorf("chunk-write: %w", err)
 	}
 	after := e.SyncStats()
-	if err := stopDeleter(); err != nil {
-		return bench.Result{}, fmt.Errorf("chunk-write: background block delete: %w", err)
-	}
 	if err := closeOnce(); err != nil {
 		return bench.Result{}, fmt.Errorf("chunk-write: close engine: %w", err)
 	}
