@@ -244,13 +244,7 @@ func parallel(workers, n int, fn func(i int) error) error {
 // blockContent is the deterministic content of block b at offset off.
 func blockContent(b engine.BlockID, off uint64, n int) []byte {
 	p := make([]byte, n)
-	x := (uint64(b.Container)<<32 | b.Local) ^ off*0x9E3779B97F4A7C15 | 1
-	for i := range p {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		p[i] = byte(x)
-	}
+	bench.FillPseudoRandom(p, (uint64(b.Container)<<32|b.Local)^off*0x9E3779B97F4A7C15)
 	return p
 }
 

@@ -239,7 +239,7 @@ func RunChunkWriteLocal(ctx context.Context, cfg ChunkWriteLocalConfig) (bench.R
 		// a real deployment; verifying them is the engine's, and counted.
 		for v := 0; v < payloadVariants; v++ {
 			data := make([]byte, cfg.ChunkSizeBytes)
-			fillPseudoRandom(data, uint64(i*payloadVariants+v+1))
+			bench.FillPseudoRandom(data, uint64(i*payloadVariants+v+1))
 			w.payloads = append(w.payloads, payload{data: data, sums: engine.ComputeChecksums(nil, data, cfg.BytesPerChecksum)})
 		}
 		if err := w.seal(); err != nil {
@@ -344,15 +344,4 @@ func ratio(a, b float64) float64 {
 		return 0
 	}
 	return float64(int64(a/b*100+0.5)) / 100
-}
-
-// fillPseudoRandom fills p with a xorshift stream: incompressible, cheap.
-func fillPseudoRandom(p []byte, seed uint64) {
-	x := seed*0x9E3779B97F4A7C15 | 1
-	for i := range p {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		p[i] = byte(x)
-	}
 }
