@@ -1,0 +1,583 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// startServer serves h on 127.0.0.1 and returns the server and its
+// address; the server is closed when the test ends.
+func startServer(t testing.TB, cfg ServerConfig) (*Server, string) {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = quietLogger
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(cfg)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	t.Cleanup(func() {
+		s.Close()
+		if err := <-done; !errors.Is(err, ErrServerClosed) {
+			t.Errorf("Serve = %v", err)
+		}
+	})
+	return s, l.Addr().String()
+}
+
+func dial(t testing.TB, addr string, cfg ClientConfig) *Client {
+	t.Helper()
+	c, err := DialClient(context.Background(), addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// storeHandler is a little chunk store: WriteChunk stores, ReadChunk reads
+// back, GetBlock answers NOT_LEADER with a leader address, PutBlock echoes
+// the block.
+type storeHandler struct {
+	mu     sync.Mutex
+	chunks map[[3]uint64][]byte
+}
+
+func (s *storeHandler) handle(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
+	switch f.Type {
+	case TypeWriteChunk:
+		var wc WriteChunk
+		if err := f.Decode(&wc); err != nil {
+			return &Response{Status: StatusInvalid, Message: err.Error()}, nil
+		}
+		if crc32.Checksum(f.Payload, crc32.MakeTable(crc32.Castagnoli)) != wc.Checksums[0] {
+			return &Response{RequestID: wc.RequestID, Status: StatusChecksumMismatch}, nil
+		}
+		s.mu.Lock()
+		s.chunks[[3]uint64{wc.ContainerID, wc.LocalID, wc.Offset}] = bytes.Clone(f.Payload)
+		s.mu.Unlock()
+		return &Response{RequestID: wc.RequestID}, nil
+	case TypeReadChunk:
+		var rc ReadChunk
+		if err := f.Decode(&rc); err != nil {
+			return &Response{Status: StatusInvalid, Message: err.Error()}, nil
+		}
+		s.mu.Lock()
+		data, ok := s.chunks[[3]uint64{rc.ContainerID, rc.LocalID, rc.Offset}]
+		s.mu.Unlock()
+		if !ok {
+			return &Response{RequestID: rc.RequestID, Status: StatusNotFound, Message: "no such chunk"}, nil
+		}
+		return &Response{RequestID: rc.RequestID, Offset: rc.Offset, BytesPerChecksum: uint32(len(data)),
+			Checksums: []uint32{crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli))}}, data
+	case TypeGetBlock:
+		var gb GetBlock
+		f.Decode(&gb)
+		return &Response{RequestID: gb.RequestID, Status: StatusNotLeader, Leader: "127.0.0.1:1"}, nil
+	case TypePutBlock:
+		var pb PutBlock
+		f.Decode(&pb)
+		return &Response{RequestID: pb.RequestID, HasBlock: true, Block: pb.Block}, nil
+	}
+	return &Response{Status: StatusUnsupported}, nil
+}
+
+func crcOf(b []byte) uint32 { return crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)) }
+
+func TestClientServerRequests(t *testing.T) {
+	h := &storeHandler{chunks: map[[3]uint64][]byte{}}
+	_, addr := startServer(t, ServerConfig{Handler: h.handle})
+	cl := dial(t, addr, ClientConfig{})
+	ctx := context.Background()
+
+	// 1 KiB and 16 MiB chunks, written and read back.
+	for i, size := range []int{1 << 10, 16 << 20} {
+		data := bytes.Repeat([]byte{byte(i + 1), 2, 3, 4}, size/4)
+		res, err := cl.Call(ctx, &WriteChunk{ContainerID: 1, LocalID: 2, Offset: uint64(i), Length: uint64(size), Checksums: []uint32{crcOf(data)}}, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Release()
+		res, err = cl.Call(ctx, &ReadChunk{ContainerID: 1, LocalID: 2, Offset: uint64(i), Length: uint64(size)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(res.Payload, data) || res.Response.Checksums[0] != crcOf(data) {
+			t.Fatalf("%d bytes: read back differs", size)
+		}
+		res.Release()
+	}
+	// A status error, with the leader to follow.
+	_, err := cl.Call(ctx, &GetBlock{ContainerID: 1, LocalID: 2})
+	var se *StatusError
+	if !errors.As(err, &se) || se.Status != StatusNotLeader || se.Leader != "127.0.0.1:1" {
+		t.Fatalf("GetBlock = %v", err)
+	}
+	_, err = cl.Call(ctx, &ReadChunk{ContainerID: 9})
+	if !errors.As(err, &se) || se.Status != StatusNotFound {
+		t.Fatalf("ReadChunk of a missing chunk = %v", err)
+	}
+	// PutBlock, echoed.
+	pb := samplePutBlock()
+	res, err := cl.Call(ctx, pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Response.HasBlock || !equalMessages(&PutBlock{Block: res.Response.Block}, &PutBlock{Block: pb.Block}) {
+		t.Fatalf("PutBlock echo %+v", res.Response.Block)
+	}
+	if res.Response.RequestID != pb.RequestID {
+		t.Fatal("request ID not set on the request")
+	}
+	// A request the sender refuses leaves the client usable.
+	if _, err := cl.Call(ctx, &WriteChunk{Length: 10}, []byte{1}); !errors.Is(err, ErrInvalid) {
+		t.Fatal(err)
+	}
+	if cl.Err() != nil || cl.Outstanding() != 0 {
+		t.Fatal(cl.Err(), cl.Outstanding())
+	}
+}
+
+// heldHandler holds every WriteChunk until released, replying later from
+// another goroutine (a deferred reply), so that requests stay outstanding.
+type heldHandler struct {
+	mu   sync.Mutex
+	held []held
+	got  chan struct{}
+}
+
+type held struct {
+	c  *Conn
+	id uint64
+}
+
+func newHeldHandler() *heldHandler { return &heldHandler{got: make(chan struct{}, 1<<12)} }
+
+func (h *heldHandler) handle(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
+	var wc WriteChunk
+	if err := f.Decode(&wc); err != nil {
+		return &Response{Status: StatusInvalid}, nil
+	}
+	h.mu.Lock()
+	h.held = append(h.held, held{c, wc.RequestID})
+	h.mu.Unlock()
+	h.got <- struct{}{}
+	return nil, nil
+}
+
+func (h *heldHandler) wait(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case <-h.got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("requests did not arrive")
+		}
+	}
+}
+
+// releaseAll replies to every held request, newest first.
+func (h *heldHandler) releaseAll(t *testing.T) {
+	h.mu.Lock()
+	hs := h.held
+	h.held = nil
+	h.mu.Unlock()
+	for i := len(hs) - 1; i >= 0; i-- {
+		if err := hs[i].c.Send(&Response{RequestID: hs[i].id, Message: "done"}); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// With the window full, the next Call blocks (nothing more reaches the
+// server) until a slot frees; responses are matched by ID in any order.
+func TestClientWindowFull(t *testing.T) {
+	const window = 8
+	h := newHeldHandler()
+	_, addr := startServer(t, ServerConfig{Handler: h.handle})
+	cl := dial(t, addr, ClientConfig{Window: window})
+	ctx := context.Background()
+
+	type result struct {
+		i   int
+		err error
+	}
+	results := make(chan result, window+1)
+	for i := range window {
+		go func() {
+			res, err := cl.Call(ctx, &WriteChunk{ContainerID: uint64(i), Length: 1}, []byte{byte(i)})
+			if err == nil {
+				res.Release()
+			}
+			results <- result{i, err}
+		}()
+	}
+	h.wait(t, window)
+	if got := cl.Outstanding(); got != window {
+		t.Fatalf("%d outstanding, want %d", got, window)
+	}
+	// The window is full: a Call with a short deadline never gets a slot.
+	sctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err := cl.Call(sctx, &WriteChunk{Length: 1}, []byte{0})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Call on a full window = %v", err)
+	}
+	// One more, blocked until the window drains.
+	go func() {
+		res, err := cl.Call(ctx, &WriteChunk{Length: 1}, []byte{0})
+		if err == nil {
+			res.Release()
+		}
+		results <- result{window, err}
+	}()
+	h.mu.Lock()
+	if len(h.held) != window {
+		t.Fatalf("server saw %d requests with a window of %d", len(h.held), window)
+	}
+	h.mu.Unlock()
+	h.releaseAll(t) // newest first: out of order
+	for range window {
+		if r := <-results; r.err != nil {
+			t.Fatalf("call %d: %v", r.i, r.err)
+		}
+	}
+	h.wait(t, 1) // the blocked call got through
+	h.releaseAll(t)
+	if r := <-results; r.err != nil {
+		t.Fatal(r.err)
+	}
+	if cl.Outstanding() != 0 {
+		t.Fatal("requests left outstanding")
+	}
+}
+
+// A request that is never answered times out (RequestTimeout, or the
+// context's deadline); its late response is discarded; the client goes on.
+func TestClientRequestTimeout(t *testing.T) {
+	h := newHeldHandler()
+	_, addr := startServer(t, ServerConfig{Handler: h.handle})
+	cl := dial(t, addr, ClientConfig{RequestTimeout: 50 * time.Millisecond})
+	_, err := cl.Call(context.Background(), &WriteChunk{Length: 1}, []byte{1})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Call = %v, want DeadlineExceeded", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		h.wait(t, 2)
+		cancel()
+	}()
+	if _, err := cl.Call(ctx, &WriteChunk{Length: 1}, []byte{1}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Call = %v, want Canceled", err)
+	}
+	if cl.Outstanding() != 0 {
+		t.Fatal("abandoned requests still outstanding")
+	}
+	h.releaseAll(t)
+	// The late responses arrive and are dropped; the next call works.
+	deadline := time.Now().Add(10 * time.Second)
+	for cl.LateResponses() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d late responses", cl.LateResponses())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	go func() {
+		h.wait(t, 1)
+		h.releaseAll(t)
+	}()
+	if res, err := cl.Call(context.Background(), &WriteChunk{Length: 1}, []byte{1}); err != nil {
+		t.Fatal(err)
+	} else if res.Response.Message != "done" {
+		t.Fatalf("%+v", res.Response)
+	}
+}
+
+// A connection error fails every outstanding request with that error, and
+// every later Call.
+func TestClientConnectionError(t *testing.T) {
+	h := newHeldHandler()
+	_, addr := startServer(t, ServerConfig{Handler: h.handle})
+	cl := dial(t, addr, ClientConfig{Window: 16})
+	const n = 16
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := cl.Call(context.Background(), &WriteChunk{Length: 1}, []byte{1})
+			errs <- err
+		}()
+	}
+	h.wait(t, n)
+	h.mu.Lock()
+	h.held[0].c.Close() // the server drops the connection
+	h.mu.Unlock()
+	var first error
+	for range n {
+		err := <-errs
+		if err == nil {
+			t.Fatal("an outstanding call succeeded")
+		}
+		if first == nil {
+			first = err
+		} else if err != first {
+			t.Fatalf("calls failed with different errors: %v / %v", first, err)
+		}
+	}
+	if cl.Err() != first {
+		t.Fatalf("Err = %v, want %v", cl.Err(), first)
+	}
+	if _, err := cl.Call(context.Background(), &WriteChunk{Length: 1}, []byte{1}); err != first {
+		t.Fatalf("later Call = %v", err)
+	}
+}
+
+// A server that dies in the middle of a response frame: a clean error for
+// the caller, wrapping io.ErrUnexpectedEOF.
+func TestClientServerDiesMidFrame(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		nc, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		c := NewConn(nc, ConnConfig{})
+		f, err := c.ReadFrame()
+		if err != nil {
+			return
+		}
+		var rc ReadChunk
+		f.Decode(&rc)
+		whole := encodeFrame(t, &Response{RequestID: rc.RequestID}, make([]byte, 100000))
+		nc.Write(whole[:50000])
+	}()
+	cl := dial(t, l.Addr().String(), ClientConfig{})
+	_, err = cl.Call(context.Background(), &ReadChunk{Length: 100000})
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("Call = %v, want io.ErrUnexpectedEOF", err)
+	}
+}
+
+// A server that sends garbage breaks the client with ErrBadFrame.
+func TestClientBadFrameFromServer(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		nc, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		NewConn(nc, ConnConfig{}).ReadFrame()
+		nc.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
+		io.Copy(io.Discard, nc)
+	}()
+	cl := dial(t, l.Addr().String(), ClientConfig{})
+	if _, err := cl.Call(context.Background(), &GetBlock{}); !errors.Is(err, ErrBadFrame) {
+		t.Fatalf("Call = %v, want ErrBadFrame", err)
+	}
+}
+
+// The server closes a connection that sends a bad frame; other
+// connections are unaffected.
+func TestServerClosesOnBadFrame(t *testing.T) {
+	h := &storeHandler{chunks: map[[3]uint64][]byte{}}
+	_, addr := startServer(t, ServerConfig{Handler: h.handle})
+	good := dial(t, addr, ClientConfig{})
+	for _, bad := range [][]byte{
+		prefixBytes('S', 'W', 1, TypeWriteChunk, MaxHeaderBytes+1, 0),
+		prefixBytes('S', 'W', 1, TypeWriteChunk, 0, MaxPayloadBytes+1),
+		prefixBytes('X', 'X', 1, TypeWriteChunk, 0, 0),
+	} {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.Write(bad)
+		nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := nc.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("after a bad frame: read %d, %v; want the server to close", n, err)
+		}
+		nc.Close()
+	}
+	if _, err := good.Call(context.Background(), &GetBlock{}); !errors.As(err, new(*StatusError)) {
+		t.Fatalf("other connection: %v", err)
+	}
+}
+
+// PayloadAlloc hands the handler a payload buffer it keeps.
+func TestServerPayloadAlloc(t *testing.T) {
+	var kept [][]byte
+	var mu sync.Mutex
+	_, addr := startServer(t, ServerConfig{
+		PayloadAlloc: func(t MsgType, header []byte, n int) []byte { return make([]byte, n) },
+		Handler: func(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
+			var wc WriteChunk
+			f.Decode(&wc)
+			mu.Lock()
+			kept = append(kept, f.Payload)
+			mu.Unlock()
+			return &Response{RequestID: wc.RequestID}, nil
+		},
+	})
+	cl := dial(t, addr, ClientConfig{})
+	for i := range 5 {
+		p := bytes.Repeat([]byte{byte(i)}, 70000)
+		if _, err := cl.Call(context.Background(), &WriteChunk{Length: uint64(len(p))}, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, p := range kept {
+		if !bytes.Equal(p, bytes.Repeat([]byte{byte(i)}, 70000)) {
+			t.Fatalf("kept payload %d was overwritten", i)
+		}
+	}
+}
+
+// Shutdown lets a handler in progress finish and reply, then closes;
+// Serve returns ErrServerClosed; new connections are refused.
+func TestServerGracefulShutdown(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	var ctxDone atomic.Bool
+	s := NewServer(ServerConfig{Logger: quietLogger, Handler: func(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
+		var gb GetBlock
+		f.Decode(&gb)
+		close(entered)
+		<-release
+		ctxDone.Store(ctx.Err() != nil)
+		return &Response{RequestID: gb.RequestID, Message: "finished"}, nil
+	}})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(l) }()
+	cl := dial(t, l.Addr().String(), ClientConfig{})
+	type res struct {
+		r   *Result
+		err error
+	}
+	got := make(chan res, 1)
+	go func() {
+		r, err := cl.Call(context.Background(), &GetBlock{})
+		got <- res{r, err}
+	}()
+	<-entered
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(context.Background()) }()
+	if err := <-served; !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve = %v", err)
+	}
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned (%v) with a handler in progress", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	r := <-got
+	if r.err != nil || r.r.Response.Message != "finished" {
+		t.Fatalf("in-progress request: %v %+v", r.err, r.r)
+	}
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+	if ctxDone.Load() {
+		t.Fatal("handler context cancelled during a graceful shutdown")
+	}
+	if _, err := net.DialTimeout("tcp", l.Addr().String(), time.Second); err == nil {
+		t.Fatal("listener still accepting")
+	}
+	if err := s.Serve(l); !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve after Shutdown = %v", err)
+	}
+	// The connection was closed: the client fails from now on.
+	if _, err := cl.Call(context.Background(), &GetBlock{}); err == nil {
+		t.Fatal("call after shutdown succeeded")
+	}
+}
+
+// Shutdown with a handler that does not finish in time falls back to
+// Close: the handler's context is cancelled.
+func TestServerShutdownTimeout(t *testing.T) {
+	entered := make(chan struct{})
+	s := NewServer(ServerConfig{Logger: quietLogger, Handler: func(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
+		close(entered)
+		<-ctx.Done()
+		return nil, nil
+	}})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(l)
+	cl := dial(t, l.Addr().String(), ClientConfig{})
+	go cl.Call(context.Background(), &GetBlock{})
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown = %v", err)
+	}
+}
+
+// Many clients, many concurrent calls each: everything matches up.
+func TestClientServerConcurrent(t *testing.T) {
+	h := &storeHandler{chunks: map[[3]uint64][]byte{}}
+	_, addr := startServer(t, ServerConfig{Handler: h.handle})
+	const clients, callers, calls = 4, 8, 50
+	var wg sync.WaitGroup
+	for c := range clients {
+		cl := dial(t, addr, ClientConfig{Window: 4})
+		for g := range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range calls {
+					data := bytes.Repeat([]byte{byte(c), byte(g), byte(i)}, 100+i)
+					key := uint64(c*1000000 + g*1000 + i)
+					res, err := cl.Call(context.Background(), &WriteChunk{ContainerID: key, Length: uint64(len(data)), Checksums: []uint32{crcOf(data)}}, data)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					res.Release()
+					res, err = cl.Call(context.Background(), &ReadChunk{ContainerID: key})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if !bytes.Equal(res.Payload, data) {
+						t.Error("read back the wrong data")
+					}
+					res.Release()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+}

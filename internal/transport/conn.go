@@ -1,0 +1,297 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults and limits of ConnConfig.
+const (
+	DefaultReadBufferBytes    = 64 << 10
+	MinReadBufferBytes        = 4 << 10
+	MaxReadBufferBytes        = 16 << 20
+	DefaultRetainPayloadBytes = 4 << 20
+	DefaultWriteTimeout       = 30 * time.Second
+)
+
+// ConnConfig configures the read and write sides of a Conn (and a Reader).
+// Zero fields take the defaults above.
+type ConnConfig struct {
+	// ReadBufferBytes is the size of the buffered reader that prefixes,
+	// headers and small payloads are read through: one read syscall
+	// brings in as many small frames as fit. Clamped to
+	// [MinReadBufferBytes, MaxReadBufferBytes].
+	ReadBufferBytes int
+	// RetainPayloadBytes bounds the payload buffer a Reader keeps between
+	// frames (it grows to the largest payload seen up to this bound).
+	// Larger payloads are read into a buffer from a pool, given back at
+	// the next read.
+	RetainPayloadBytes int
+	// WriteTimeout bounds each frame write; a write that times out breaks
+	// the connection. Negative: no timeout.
+	WriteTimeout time.Duration
+}
+
+func (c ConnConfig) withDefaults() ConnConfig {
+	if c.ReadBufferBytes <= 0 {
+		c.ReadBufferBytes = DefaultReadBufferBytes
+	}
+	c.ReadBufferBytes = min(max(c.ReadBufferBytes, MinReadBufferBytes), MaxReadBufferBytes)
+	if c.RetainPayloadBytes <= 0 {
+		c.RetainPayloadBytes = DefaultRetainPayloadBytes
+	}
+	c.RetainPayloadBytes = min(c.RetainPayloadBytes, MaxPayloadBytes)
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	return c
+}
+
+// Reader reads frames from a byte stream. It is not safe for concurrent
+// use: one goroutine reads.
+//
+// Aliasing: the header returned by ReadHeader, and the payload returned by
+// ReadPayload when it was read into the Reader's own buffer, are valid
+// until the next ReadHeader or ReadFrame call; copy (or decode) what must
+// outlive it. A payload read into a caller's dst belongs to the caller.
+//
+// Errors are sticky: after any error every call returns it again. A clean
+// end of stream at a frame boundary is io.EOF (unwrapped); an end inside a
+// frame wraps io.ErrUnexpectedEOF; invalid bytes wrap ErrBadFrame.
+type Reader struct {
+	br     *bufio.Reader
+	hdr    []byte  // reused header buffer, grown to the largest header seen
+	pay    []byte  // reused payload buffer, up to retain bytes
+	big    *[]byte // pooled buffer holding the current payload, if any
+	retain int
+	typ    MsgType
+	left   int  // payload bytes of the current frame still unread
+	inPay  bool // ReadHeader done, payload not read yet
+	err    error
+}
+
+// NewReader returns a Reader on r.
+func NewReader(r io.Reader, cfg ConnConfig) *Reader {
+	cfg = cfg.withDefaults()
+	return &Reader{br: bufio.NewReaderSize(r, cfg.ReadBufferBytes), retain: cfg.RetainPayloadBytes}
+}
+
+func (r *Reader) fail(what string, err error) error {
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	r.err = fmt.Errorf("transport: read %s: %w", what, err)
+	return r.err
+}
+
+// ReadHeader reads the next frame's prefix and header, skipping the
+// payload of the previous frame if it was not read. It returns the type,
+// the header bytes and the payload length (already checked against
+// MaxPayloadBytes); the caller then calls ReadPayload (unless the length
+// is 0).
+func (r *Reader) ReadHeader() (MsgType, []byte, int, error) {
+	if r.err != nil {
+		return 0, nil, 0, r.err
+	}
+	if r.big != nil {
+		putBuf(r.big)
+		r.big = nil
+	}
+	if r.left > 0 {
+		if _, err := r.br.Discard(r.left); err != nil {
+			return 0, nil, 0, r.fail("skipped payload", err)
+		}
+		r.left = 0
+	}
+	r.inPay = false
+	p, err := r.br.Peek(PrefixBytes)
+	if err != nil {
+		if err == io.EOF && len(p) == 0 {
+			r.err = io.EOF
+			return 0, nil, 0, io.EOF
+		}
+		return 0, nil, 0, r.fail("frame prefix", err)
+	}
+	pf, err := parsePrefix(p)
+	if err != nil {
+		r.err = err
+		return 0, nil, 0, err
+	}
+	r.br.Discard(PrefixBytes) // cannot fail: the bytes are buffered
+	if pf.headerLen > cap(r.hdr) {
+		r.hdr = make([]byte, pf.headerLen) // bounded by MaxHeaderBytes
+	}
+	h := r.hdr[:pf.headerLen]
+	if _, err := io.ReadFull(r.br, h); err != nil {
+		return 0, nil, 0, r.fail(pf.typ.String()+" header", err)
+	}
+	r.typ, r.left, r.inPay = pf.typ, pf.payloadLen, true
+	return pf.typ, h, pf.payloadLen, nil
+}
+
+// ReadPayload reads the payload of the frame whose header ReadHeader just
+// returned. It reads into dst[:n] when cap(dst) ≥ n (the caller owns the
+// bytes), else into the Reader's own buffer (see Reader for how long they
+// stay valid). A payload of 0 bytes returns an empty slice and reads
+// nothing. Large payloads go straight from the socket into the buffer;
+// only what the buffered reader already holds is copied.
+func (r *Reader) ReadPayload(dst []byte) ([]byte, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	if !r.inPay {
+		panic("transport: ReadPayload without ReadHeader")
+	}
+	r.inPay = false
+	n := r.left
+	var buf []byte
+	switch {
+	case cap(dst) >= n:
+		buf = dst[:n]
+	case n <= r.retain:
+		if n > cap(r.pay) {
+			r.pay = make([]byte, min(max(n, 2*cap(r.pay)), r.retain))
+		}
+		buf = r.pay[:n]
+	default:
+		r.big = getBuf(n)
+		buf = *r.big
+	}
+	if n == 0 {
+		return buf, nil
+	}
+	if _, err := io.ReadFull(r.br, buf); err != nil {
+		return nil, r.fail(r.typ.String()+" payload", err)
+	}
+	r.left = 0
+	return buf, nil
+}
+
+// ReadFrame reads a whole frame, its payload into the Reader's own buffer.
+func (r *Reader) ReadFrame() (Frame, error) {
+	t, h, _, err := r.ReadHeader()
+	if err != nil {
+		return Frame{}, err
+	}
+	p, err := r.ReadPayload(nil)
+	if err != nil {
+		return Frame{}, err
+	}
+	return Frame{Type: t, Header: h, Payload: p}, nil
+}
+
+// Conn is a framed connection: a Reader on one side, a frame writer on the
+// other.
+//
+// Concurrency: reads (ReadHeader, ReadPayload, ReadFrame) from one
+// goroutine at a time; Send and SendBatch from any number of goroutines —
+// a mutex serialises them, so frames are never interleaved, and each is
+// one gathered write (writev on a *net.TCPConn). Close from any goroutine.
+//
+// A write error (including a timeout) is sticky and closes the connection:
+// part of a frame may have been sent, so the stream is broken.
+type Conn struct {
+	*Reader
+	nc       net.Conn
+	wtimeout time.Duration
+
+	wmu  sync.Mutex
+	enc  Encoder
+	wnb  net.Buffers
+	werr error
+
+	closed atomic.Bool
+}
+
+// NewConn wraps nc. Pass the *net.TCPConn itself: a wrapper type hides
+// writev from net.Buffers (one write per iovec instead).
+func NewConn(nc net.Conn, cfg ConnConfig) *Conn {
+	cfg = cfg.withDefaults()
+	return &Conn{Reader: NewReader(nc, cfg), nc: nc, wtimeout: cfg.WriteTimeout}
+}
+
+// DialConn connects to addr over TCP.
+func DialConn(ctx context.Context, addr string, cfg ConnConfig) (*Conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("transport: dial %s: %w", addr, err)
+	}
+	return NewConn(nc, cfg), nil
+}
+
+// NetConn returns the underlying connection.
+func (c *Conn) NetConn() net.Conn { return c.nc }
+
+// RemoteAddr returns the peer's address.
+func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+// Send writes one frame: header m, payload the concatenation of payload.
+// It returns once the frame is written (the payload slices are not
+// retained). ErrTooLarge and ErrInvalid leave the connection usable;
+// any other error is a broken connection.
+func (c *Conn) Send(m Message, payload ...[]byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.werr != nil {
+		return c.werr
+	}
+	if err := c.enc.Append(m, payload...); err != nil {
+		c.enc.Reset()
+		return err
+	}
+	err := c.writeLocked(&c.enc)
+	c.enc.Reset()
+	return err
+}
+
+// SendBatch writes every frame of e with one gathered write. e is not
+// reset; the caller owns it.
+func (c *Conn) SendBatch(e *Encoder) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.werr != nil {
+		return c.werr
+	}
+	return c.writeLocked(e)
+}
+
+func (c *Conn) writeLocked(e *Encoder) error {
+	if e.Len() == 0 {
+		return nil
+	}
+	if c.wtimeout > 0 {
+		c.nc.SetWriteDeadline(time.Now().Add(c.wtimeout))
+	}
+	c.wnb = e.Buffers()
+	_, err := c.wnb.WriteTo(c.nc)
+	c.wnb = nil
+	if err != nil {
+		if c.closed.Load() {
+			err = ErrClosed
+		}
+		c.werr = fmt.Errorf("transport: write to %s: %w", c.nc.RemoteAddr(), err)
+		c.nc.Close()
+		return c.werr
+	}
+	return nil
+}
+
+// Close closes the connection; a blocked read or write returns.
+func (c *Conn) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	err := c.nc.Close()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}

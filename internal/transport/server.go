@@ -1,0 +1,279 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+)
+
+// Defaults and limits of ServerConfig.
+const (
+	DefaultMaxConns = 1024
+	// maxAcceptBackoff bounds the pause after a failed Accept (EMFILE…).
+	maxAcceptBackoff = time.Second
+)
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = errors.New("transport: server closed")
+
+// Handler handles one frame. It runs on its connection's goroutine, so a
+// connection's frames are handled one at a time, in order, and the next
+// frame is not read until it returns. f.Header is valid only until it
+// returns; so is f.Payload, unless ServerConfig.PayloadAlloc supplied its
+// buffer (then the handler owns it).
+//
+// It returns the reply to send on c (reply nil: none — a one-way message
+// such as a RaftMessage, or a reply the handler will send later with
+// c.Send from another goroutine, which lets a connection have many
+// requests in progress at once; return an untyped nil, not a nil
+// *Response). payload is the reply frame's payload. If sending the reply
+// fails, the connection is closed.
+//
+// ctx is cancelled when the connection closes or the server is closed.
+type Handler func(ctx context.Context, c *Conn, f Frame) (reply Message, payload []byte)
+
+// ServerConfig configures a Server. Zero fields take the defaults above.
+type ServerConfig struct {
+	// Handler handles every frame. Required.
+	Handler Handler
+	Conn    ConnConfig
+	// PayloadAlloc, if set, gives the buffer a frame's payload is read
+	// into (called after the header is read, with the payload length n ≥
+	// 1; a buffer shorter than n is ignored and the connection's own
+	// buffer used). The handler then owns the payload: the way to keep
+	// chunk bytes past the handler's return without copying them.
+	PayloadAlloc func(t MsgType, header []byte, n int) []byte
+	// MaxConns bounds the connections served at once; Accept waits while
+	// it is reached.
+	MaxConns int
+	// Logger receives connection errors; slog.Default() when nil.
+	Logger *slog.Logger
+}
+
+// Server accepts connections and serves frames with one goroutine per
+// connection (never one per frame).
+type Server struct {
+	cfg    ServerConfig
+	ctx    context.Context
+	cancel context.CancelFunc
+	slots  chan struct{}
+	quit   chan struct{} // closed when shutdown starts
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*Conn]struct{}
+	draining  bool
+	wg        sync.WaitGroup // Serve loops and connection goroutines
+}
+
+// NewServer returns a Server. It panics without a Handler.
+func NewServer(cfg ServerConfig) *Server {
+	if cfg.Handler == nil {
+		panic("transport: ServerConfig.Handler is nil")
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Conn = cfg.Conn.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{
+		cfg:       cfg,
+		ctx:       ctx,
+		cancel:    cancel,
+		slots:     make(chan struct{}, cfg.MaxConns),
+		quit:      make(chan struct{}),
+		listeners: make(map[net.Listener]struct{}),
+		conns:     make(map[*Conn]struct{}),
+	}
+}
+
+// Serve accepts connections on l until Shutdown or Close, then returns
+// ErrServerClosed (or the listener's error if it fails for another
+// reason). It closes l.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		l.Close()
+		return ErrServerClosed
+	}
+	s.listeners[l] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, l)
+		s.mu.Unlock()
+		l.Close()
+		s.wg.Done()
+	}()
+
+	var backoff time.Duration
+	for {
+		select {
+		case s.slots <- struct{}{}:
+		case <-s.quit:
+			return ErrServerClosed
+		}
+		nc, err := l.Accept()
+		if err != nil {
+			<-s.slots
+			select {
+			case <-s.quit:
+				return ErrServerClosed
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("transport: accept: %w", err)
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), maxAcceptBackoff)
+			s.cfg.Logger.Warn("transport: accept failed", "addr", l.Addr(), "err", err, "retry_in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-s.quit:
+				return ErrServerClosed
+			}
+			continue
+		}
+		backoff = 0
+		c := NewConn(nc, s.cfg.Conn)
+		s.mu.Lock()
+		if s.draining {
+			s.mu.Unlock()
+			nc.Close()
+			<-s.slots
+			return ErrServerClosed
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(c)
+	}
+}
+
+func (s *Server) serveConn(c *Conn) {
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer func() {
+		cancel()
+		c.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		<-s.slots
+		s.wg.Done()
+	}()
+	log := s.cfg.Logger
+	for {
+		select {
+		case <-s.quit:
+			return
+		default:
+		}
+		t, h, n, err := c.ReadHeader()
+		if err != nil {
+			s.logReadErr(c, err)
+			return
+		}
+		var payload []byte
+		if n > 0 {
+			var dst []byte
+			if s.cfg.PayloadAlloc != nil {
+				dst = s.cfg.PayloadAlloc(t, h, n)
+			}
+			if payload, err = c.ReadPayload(dst); err != nil {
+				s.logReadErr(c, err)
+				return
+			}
+		}
+		reply, rp := s.cfg.Handler(ctx, c, Frame{Type: t, Header: h, Payload: payload})
+		if reply != nil {
+			if err := c.Send(reply, rp); err != nil {
+				log.Warn("transport: reply failed, closing connection", "remote", c.RemoteAddr(), "type", reply.Type(), "err", err)
+				return
+			}
+		}
+	}
+}
+
+func (s *Server) logReadErr(c *Conn, err error) {
+	select {
+	case <-s.quit:
+		return // shutting down: reads are interrupted on purpose
+	default:
+	}
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+		s.cfg.Logger.Debug("transport: connection closed", "remote", c.RemoteAddr(), "err", err)
+	case errors.Is(err, ErrBadFrame):
+		s.cfg.Logger.Warn("transport: bad frame, closing connection", "remote", c.RemoteAddr(), "err", err)
+	default:
+		s.cfg.Logger.Info("transport: connection lost", "remote", c.RemoteAddr(), "err", err)
+	}
+}
+
+// startDrain stops accepting and interrupts every connection's wait for
+// its next frame. Handlers in progress finish and send their replies;
+// frames not yet read are dropped (their clients see the connection
+// close).
+func (s *Server) startDrain() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return
+	}
+	s.draining = true
+	close(s.quit)
+	for l := range s.listeners {
+		l.Close()
+	}
+	now := time.Now()
+	for c := range s.conns {
+		c.nc.SetReadDeadline(now)
+	}
+}
+
+// Shutdown stops the server gracefully: no new connections, no new
+// frames; it waits for handlers in progress to return and send their
+// replies, then closes every connection. If ctx ends first, it closes the
+// server as Close does and returns ctx's error. Replies a handler has
+// deferred to another goroutine are that goroutine's to send before
+// Shutdown is called.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.startDrain()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		s.cancel()
+		return nil
+	case <-ctx.Done():
+		s.Close()
+		return ctx.Err()
+	}
+}
+
+// Close stops the server at once: listeners and connections are closed,
+// handler contexts cancelled. It waits for the connection goroutines, so
+// handlers must return when their context is cancelled.
+func (s *Server) Close() error {
+	s.startDrain()
+	s.cancel()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
