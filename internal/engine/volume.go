@@ -48,7 +48,7 @@ type volume struct {
 
 // openVolume opens (formatting on first use) the volume in dir.
 func openVolume(fs vfs.FS, dir string, logger *slog.Logger) (*volume, error) {
-	if err := mkdirAllDurable(fs, dir); err != nil {
+	if err := vfs.MkdirAllDurable(fs, dir); err != nil {
 		return nil, fmt.Errorf("engine: volume %s: %w", dir, err)
 	}
 	lockPath := filepath.Join(dir, volumeLockFile)

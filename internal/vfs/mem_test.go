@@ -775,3 +775,22 @@ func TestCrashCloneNamespacePrefix(t *testing.T) {
 		t.Fatalf("prefix lengths seen %v: the draw is not random", seen)
 	}
 }
+
+// TestMkdirAllDurable: every directory it creates survives a crash.
+func TestMkdirAllDurable(t *testing.T) {
+	fs := NewMem()
+	if err := MkdirAllDurable(fs, "/a/b/c"); err != nil {
+		t.Fatal(err)
+	}
+	img := fs.CrashClone(0, nil)
+	if st, err := img.Stat("/a/b/c"); err != nil || !st.IsDir() {
+		t.Fatalf("after a crash: %v %v", st, err)
+	}
+	// A plain MkdirAll is not durable: the model must show the difference.
+	if err := fs.MkdirAll("/x/y", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.CrashClone(0, nil).Stat("/x"); err == nil {
+		t.Fatal("an unsynced mkdir survived a strict crash")
+	}
+}

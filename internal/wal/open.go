@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -27,7 +26,7 @@ func Open(cfg Config) (*Log, error) {
 	}
 	dir := filepath.Clean(c.Dir)
 	fs := c.FS
-	if err := mkdirAllDurable(fs, dir); err != nil {
+	if err := vfs.MkdirAllDurable(fs, dir); err != nil {
 		return nil, fmt.Errorf("wal: create log directory %s: %w", dir, err)
 	}
 	lk, err := fs.Lock(filepath.Join(dir, lockName))
@@ -219,35 +218,4 @@ func (l *Log) replay(h *recordHeader, payload []byte, off int64) error {
 		l.groups[h.group] = g
 	}
 	return g.apply(h, payload, off, nil, true, l.cache.drop)
-}
-
-// mkdirAllDurable creates dir and any missing parents, and syncs the
-// parent of every directory it created.
-func mkdirAllDurable(fs vfs.FS, dir string) error {
-	var missing []string
-	for d := dir; ; d = filepath.Dir(d) {
-		_, err := fs.Stat(d)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		missing = append(missing, d)
-		if parent := filepath.Dir(d); parent == d {
-			break
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for i := len(missing) - 1; i >= 0; i-- {
-		if err := fs.SyncDir(filepath.Dir(missing[i])); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -1,18 +1,16 @@
-package engine
+package vfs
 
 import (
 	"errors"
 	"os"
 	"path/filepath"
-
-	"github.com/spindle-store/spindle/internal/vfs"
 )
 
-// mkdirAllDurable creates dir and any missing parents, and syncs the parent
+// MkdirAllDurable creates dir and any missing parents, and syncs the parent
 // of every directory it created, so that the new directories survive a
-// crash (a mkdir is a directory entry, durable only once its parent is
-// synced).
-func mkdirAllDurable(fs vfs.FS, dir string) error {
+// crash: a mkdir is a directory entry, durable only once its parent is
+// synced. A dir that already exists costs one Stat.
+func MkdirAllDurable(fs FS, dir string) error {
 	dir = filepath.Clean(dir)
 	var missing []string
 	for d := dir; ; d = filepath.Dir(d) {
