@@ -17,7 +17,7 @@ LDFLAGS  := -X $(BUILDPKG).Version=$(VERSION)$(if $(COMMIT), -X $(BUILDPKG).comm
 FUZZTIME       ?= 10s
 BENCHTIME      ?= 1s
 BENCH_DURATION ?= 5s
-RACE_PKGS      ?= ./cmd/... ./internal/bench/... ./internal/units/... ./internal/buildinfo/...
+RACE_PKGS      ?= ./cmd/... ./internal/bench/... ./internal/units/... ./internal/buildinfo/... ./internal/engine/... ./internal/vfs/... ./internal/wal/... ./internal/transport/...
 
 # Go sources to format-check: everything but testdata, vendor and bin.
 GO_FILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*' -not -path '*/testdata/*' -not -path './vendor/*')
@@ -47,7 +47,7 @@ vet: ## go vet ./...
 test: deps fmt-check vet ## gofmt check, go vet, then all tests
 	$(GO) test -count=1 ./...
 
-test-race: ## race detector on the harness packages (needs cgo and a C compiler)
+test-race: ## race detector on the concurrent packages (needs cgo and a C compiler)
 	$(GO) test -count=1 -race $(RACE_PKGS)
 
 demo: build ## run the all-in-one demo
