@@ -1,0 +1,53 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/spindle-store/spindle/internal/report"
+	"github.com/spindle-store/spindle/internal/units"
+)
+
+func newReportEnvCmd() *cobra.Command {
+	var dirs []string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "env",
+		Short: "Show the environment a report records: CPU, memory, kernel, filesystems and devices of --dir, vm.dirty_*, versions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			env := report.CaptureEnvironment(dirs)
+			out := cmd.OutOrStdout()
+			if asJSON {
+				b, err := json.Marshal(env)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintln(out, string(b))
+				return err
+			}
+			fmt.Fprintf(out, "cpu      %s, %d cores\n", env.CPUModel, env.Cores)
+			fmt.Fprintf(out, "memory   %s\n", units.FormatBytes(int64(env.MemoryBytes)))
+			fmt.Fprintf(out, "kernel   %s\n", env.Kernel)
+			fmt.Fprintf(out, "versions spindle %s (commit %s), %s\n", env.SpindleVersion, env.Commit, env.GoVersion)
+			fmt.Fprintf(out, "vm       %s\n", strings.Join(env.SortedVMDirty(), " "))
+			for _, d := range env.Dirs {
+				rot := "unknown"
+				if d.Rotational != nil {
+					rot = map[bool]string{true: "rotational", false: "non-rotational"}[*d.Rotational]
+				}
+				fmt.Fprintf(out, "dir      %s: %s on %s (%s, device %s, %s) options %s\n", d.Path, d.FSType, d.MountPoint, d.Source, d.Device, rot, d.Options)
+			}
+			for _, m := range env.Missing {
+				fmt.Fprintf(out, "missing  %s\n", m)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&dirs, "dir", nil, "directory to describe (repeatable)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one line of JSON")
+	return cmd
+}
