@@ -23,7 +23,8 @@
 //     selections and orderings ("syscall calls errors seconds usecs/call
 //     shortest longest % time"): columns are found from the header and the
 //     dashed separator under it, and blank cells are placed by alignment
-//     with the separator;
+//     with the separator (a table needs at least the calls and syscall
+//     columns);
 //   - several tables in one input (strace prints one per personality, e.g.
 //     "System call usage summary for 32 bit mode:"): Parse merges them,
 //     ParseTables returns them one by one.
