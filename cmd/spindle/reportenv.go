@@ -39,7 +39,11 @@ func newReportEnvCmd() *cobra.Command {
 				if d.Rotational != nil {
 					rot = map[bool]string{true: "rotational", false: "non-rotational"}[*d.Rotational]
 				}
-				fmt.Fprintf(out, "dir      %s: %s on %s (%s, device %s, %s) options %s\n", d.Path, d.FSType, d.MountPoint, d.Source, d.Device, rot, d.Options)
+				journal := ""
+				if d.Journal != nil {
+					journal = map[bool]string{true: ", journaled", false: ", NO JOURNAL: namespace changes not ordered"}[*d.Journal]
+				}
+				fmt.Fprintf(out, "dir      %s: %s on %s (%s, device %s, %s%s) options %s\n", d.Path, d.FSType, d.MountPoint, d.Source, d.Device, rot, journal, d.Options)
 			}
 			for _, m := range env.Missing {
 				fmt.Fprintf(out, "missing  %s\n", m)

@@ -43,6 +43,10 @@ type DirInfo struct {
 	Device     string `json:"device"`        // major:minor
 	Rotational *bool  `json:"rotational"`    // nil when not a block device, or unknown
 	Options    string `json:"mount_options"` // per-mount and superblock options
+	// Journal says whether an ext4 filesystem has a journal (jbd2 running
+	// for its device); nil for other filesystems. Without one, namespace
+	// changes (creates, renames) reach the disk in no particular order.
+	Journal *bool `json:"journal,omitempty"`
 }
 
 // procRoot and sysRoot are where /proc and /sys are read from (tests point
@@ -113,6 +117,9 @@ func CaptureEnvironment(dirs []string) Environment {
 			info.MountPoint, info.FSType, info.Source, info.Device = m.mountPoint, m.fsType, m.source, m.device
 			info.Options = m.options
 			info.Rotational = rotational(m.device)
+			if m.fsType == "ext4" {
+				info.Journal = ext4Journal(m.source)
+			}
 		} else {
 			missing("filesystem of %s", d)
 		}
@@ -228,6 +235,22 @@ func rotational(device string) *bool {
 		}
 	}
 	return nil
+}
+
+// ext4Journal reports whether jbd2 runs for the ext4 filesystem on source
+// (/proc/fs/jbd2/<dev>-8 exists for a mounted ext4 with a journal); nil when
+// that cannot be told (no /proc/fs/jbd2, a source that is not a device).
+func ext4Journal(source string) *bool {
+	if !strings.HasPrefix(source, "/dev/") {
+		return nil
+	}
+	dir := filepath.Join(procRoot, "fs", "jbd2")
+	if _, err := os.Stat(dir); err != nil {
+		return nil
+	}
+	_, err := os.Stat(filepath.Join(dir, filepath.Base(source)+"-8"))
+	has := err == nil
+	return &has
 }
 
 // SortedVMDirty returns the vm.dirty settings as "name=value" lines, sorted.

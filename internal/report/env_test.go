@@ -1,6 +1,8 @@
 package report
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -67,5 +69,27 @@ func TestCaptureEnvironmentHere(t *testing.T) {
 	}
 	if len(env.Dirs) != 1 || (env.Dirs[0].FSType == "" && !strings.Contains(missing, dir)) {
 		t.Fatalf("dir %s neither described nor reported missing: %+v", dir, env)
+	}
+}
+
+func TestExt4Journal(t *testing.T) {
+	root := t.TempDir()
+	old := procRoot
+	procRoot = root
+	defer func() { procRoot = old }()
+	if ext4Journal("/dev/vda") != nil {
+		t.Fatal("journal state claimed without /proc/fs/jbd2")
+	}
+	if err := os.MkdirAll(filepath.Join(root, "fs", "jbd2", "sdb1-8"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if j := ext4Journal("/dev/vda"); j == nil || *j {
+		t.Fatalf("vda without a jbd2 entry: %v", j)
+	}
+	if j := ext4Journal("/dev/sdb1"); j == nil || !*j {
+		t.Fatalf("sdb1 with a jbd2 entry: %v", j)
+	}
+	if ext4Journal("tmpfs") != nil {
+		t.Fatal("journal state claimed for a pseudo source")
 	}
 }
