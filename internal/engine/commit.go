@@ -17,7 +17,7 @@ import (
 // covered by a later round, so N concurrent writes cost about one fdatasync
 // per touched file and one metadata sync.
 //
-// Rounds are pipelined: up to maxRounds run at once, each on the sets it
+// Rounds are pipelined: up to workers run at once, each on the sets it
 // took, so that a device with a deep queue sees many flushes in flight (as
 // N independent writers calling fdatasync would), while a fast device
 // batches. durableSeq only advances over the completed prefix of rounds in
@@ -32,8 +32,9 @@ import (
 // pages, so nothing written since the last good round can be vouched for;
 // every later sync and mutation returns ErrFailed.
 type committer struct {
-	workers   int
-	maxRounds int
+	// workers bounds both the rounds in flight and the parallel
+	// fdatasyncs of one round (Config.SyncWorkers).
+	workers int
 
 	mu         sync.Mutex
 	seq        uint64 // last sequence number handed out
@@ -90,7 +91,6 @@ func (r *round) isDone() bool {
 func newCommitter(workers int, syncFile func(*blockFile) error, syncDir func(string) error, syncVol func(*volume) error) *committer {
 	c := &committer{
 		workers:    workers,
-		maxRounds:  workers,
 		dirty:      newDirtySets(),
 		syncFileFn: syncFile,
 		syncDirFn:  syncDir,
@@ -152,7 +152,7 @@ func (c *committer) sync(seq uint64) error {
 		if c.err != nil {
 			return c.err
 		}
-		if c.started < seq && len(c.inflight) < c.maxRounds {
+		if c.started < seq && len(c.inflight) < c.workers {
 			c.runRound()
 			continue
 		}
