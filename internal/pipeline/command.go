@@ -1,0 +1,176 @@
+package pipeline
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/spindle-store/spindle/internal/transport"
+)
+
+// Entry data format (the Data of a raft EntryNormal entry of a pipeline).
+//
+// An entry carries a batch of commands (many WriteChunk from many clients in
+// one entry, item 5 of the pipeline design: the batch grows with the load,
+// because the event loop puts everything that arrived since its last turn in
+// one proposal). Chunk bytes are never in the entry: the log holds headers
+// only; the bytes travel as the RaftMessage frame's payload segments and
+// live in the block files.
+//
+//	| offset | size   | field                                         |
+//	|--------|--------|-----------------------------------------------|
+//	| 0      | 1      | entry format version = 1                      |
+//	| 1      | …      | commands, back to back, at least one          |
+//
+// Command:
+//
+//	| size   | field                                                   |
+//	|--------|---------------------------------------------------------|
+//	| 1      | kind: 1 WriteChunk, 2 PutBlock, 3 DeleteBlock,          |
+//	|        |       4 CloseContainer                                  |
+//	| 8      | proposal ID, u64 little-endian (node ID << 48 | counter; |
+//	|        | 0: none, nobody waits for the result)                   |
+//	| uvarint| body length n (≤ transport.MaxHeaderBytes)              |
+//	| n      | body, protobuf: WriteChunk → transport.WriteChunk;      |
+//	|        | PutBlock → transport.PutBlock; DeleteBlock and          |
+//	|        | CloseContainer → transport.GetBlock (the block or the   |
+//	|        | container it names)                                     |
+//
+// An empty entry (raft's own, at a leader change) has no data. Decoding is
+// strict: an unknown version or kind, a length past the end or over its
+// limit, a body that does not decode, or trailing bytes are ErrBadEntry.
+
+const (
+	entryVersion = 1
+	// MaxCommandsPerEntry bounds the commands of one entry (a proposal
+	// batch); the loop splits larger batches.
+	MaxCommandsPerEntry = 4096
+	// maxEntryBytes bounds the data of one entry the loop builds.
+	maxEntryBytes = 512 << 10
+)
+
+// ErrBadEntry marks entry data that does not decode.
+var ErrBadEntry = errors.New("pipeline: bad entry")
+
+// Kind is a command's kind (its first byte on disk).
+type Kind uint8
+
+// Command kinds. The numbers are part of the on-disk format.
+const (
+	KindWriteChunk     Kind = 1
+	KindPutBlock       Kind = 2
+	KindDeleteBlock    Kind = 3
+	KindCloseContainer Kind = 4
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindWriteChunk:
+		return "WriteChunk"
+	case KindPutBlock:
+		return "PutBlock"
+	case KindDeleteBlock:
+		return "DeleteBlock"
+	case KindCloseContainer:
+		return "CloseContainer"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Command is one decoded command. Only the field of its Kind counts:
+// WriteChunk, PutBlock, or Ref (DeleteBlock: container and block;
+// CloseContainer: container).
+type Command struct {
+	Kind       Kind
+	ProposalID uint64
+	WriteChunk transport.WriteChunk
+	PutBlock   transport.PutBlock
+	Ref        transport.GetBlock
+}
+
+// AppendCommand appends c to entry data dst, starting a new entry (the
+// version byte) when dst is empty.
+func AppendCommand(dst []byte, c *Command) []byte {
+	if len(dst) == 0 {
+		dst = append(dst, entryVersion)
+	}
+	dst = append(dst, byte(c.Kind))
+	dst = binary.LittleEndian.AppendUint64(dst, c.ProposalID)
+	switch c.Kind {
+	case KindWriteChunk:
+		dst = binary.AppendUvarint(dst, uint64(c.WriteChunk.Size()))
+		dst = c.WriteChunk.AppendMarshal(dst)
+	case KindPutBlock:
+		dst = binary.AppendUvarint(dst, uint64(c.PutBlock.Size()))
+		dst = c.PutBlock.AppendMarshal(dst)
+	default:
+		dst = binary.AppendUvarint(dst, uint64(c.Ref.Size()))
+		dst = c.Ref.AppendMarshal(dst)
+	}
+	return dst
+}
+
+// DecodeEntry calls fn for each command of entry data, in order. The
+// Command passed to fn is reused between calls (fn copies what it keeps).
+// Empty data (raft's empty entry) has no commands.
+func DecodeEntry(data []byte, fn func(*Command) error) error {
+	if len(data) == 0 {
+		return nil
+	}
+	if data[0] != entryVersion {
+		return fmt.Errorf("%w: version %d", ErrBadEntry, data[0])
+	}
+	p := data[1:]
+	if len(p) == 0 {
+		return fmt.Errorf("%w: no command", ErrBadEntry)
+	}
+	var c Command
+	for n := 0; len(p) > 0; n++ {
+		if n >= MaxCommandsPerEntry {
+			return fmt.Errorf("%w: more than %d commands", ErrBadEntry, MaxCommandsPerEntry)
+		}
+		if len(p) < 9 {
+			return fmt.Errorf("%w: command %d truncated", ErrBadEntry, n)
+		}
+		c.Kind = Kind(p[0])
+		c.ProposalID = binary.LittleEndian.Uint64(p[1:9])
+		p = p[9:]
+		l, k := binary.Uvarint(p)
+		if k <= 0 || l > transport.MaxHeaderBytes || l > uint64(len(p)-k) {
+			return fmt.Errorf("%w: command %d: bad body length", ErrBadEntry, n)
+		}
+		body := p[k : k+int(l)]
+		p = p[k+int(l):]
+		var err error
+		switch c.Kind {
+		case KindWriteChunk:
+			err = c.WriteChunk.Unmarshal(body)
+		case KindPutBlock:
+			err = c.PutBlock.Unmarshal(body)
+		case KindDeleteBlock, KindCloseContainer:
+			err = c.Ref.Unmarshal(body)
+		default:
+			return fmt.Errorf("%w: command %d: unknown kind %d", ErrBadEntry, n, uint8(c.Kind))
+		}
+		if err != nil {
+			return fmt.Errorf("%w: command %d (%s): %v", ErrBadEntry, n, c.Kind, err)
+		}
+		if err := fn(&c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteChunkLengths appends to dst the payload length of every WriteChunk
+// command of entry data, in order: the segments a RaftMessage carrying the
+// entry must have.
+func WriteChunkLengths(data []byte, dst []uint64) ([]uint64, error) {
+	err := DecodeEntry(data, func(c *Command) error {
+		if c.Kind == KindWriteChunk {
+			dst = append(dst, c.WriteChunk.Length)
+		}
+		return nil
+	})
+	return dst, err
+}
