@@ -562,6 +562,58 @@ func (e *Engine) blockPath(c *container, local uint64) string {
 // block's written data, or the offset of an identical earlier chunk (a
 // replay, which succeeds without writing). Nothing changes on error.
 func (e *Engine) WriteChunk(b BlockID, offset uint64, data []byte, bytesPerChecksum uint32, checksums []uint32) error {
+	return e.writeChunk(b, offset, data, bytesPerChecksum, checksums, false)
+}
+
+// AdoptChunk registers a chunk whose bytes are already in the block file at
+// offset: written (and made durable) before a restart by a WriteChunk that a
+// replicated log still holds, but past the block's last PutBlock, so the
+// engine's recovery did not see it (it rebuilds a block from its record).
+// The bytes are read back and verified against checksums; the chunk is then
+// pending exactly as if WriteChunk had just written it (the bytes are written
+// again, unchanged, and covered by the next Sync). A chunk already known
+// (an identical one at offset) is accepted as a replay; a chunk whose bytes
+// are missing or do not match is an error and changes nothing.
+func (e *Engine) AdoptChunk(b BlockID, offset, length uint64, bytesPerChecksum uint32, checksums []uint32) error {
+	if err := e.check(); err != nil {
+		return blockOffErr("adopt chunk", b, offset, err)
+	}
+	if err := checkChunkArgs(length, bytesPerChecksum, checksums); err != nil {
+		return blockOffErr("adopt chunk", b, offset, err)
+	}
+	c, err := e.lookup(b.Container)
+	if err != nil {
+		return blockOffErr("adopt chunk", b, offset, err)
+	}
+	c.mu.Lock()
+	bs, err := e.blockStateLocked(c, b.Local)
+	if err == nil && offset < bs.nextOffset {
+		err = e.replayLocked(c, b, bs, offset, length, checksums)
+		c.mu.Unlock()
+		if err != nil {
+			return blockOffErr("adopt chunk", b, offset, err)
+		}
+		return nil
+	}
+	path := e.blockPath(c, b.Local)
+	c.mu.Unlock()
+	if err != nil {
+		return blockOffErr("adopt chunk", b, offset, err)
+	}
+	bf, _, err := e.files.acquire(b, path, false)
+	if err != nil {
+		return blockOffErr("adopt chunk", b, offset, fmt.Errorf("%w: block file: %v", ErrNotFound, err))
+	}
+	data := make([]byte, length)
+	n, rerr := bf.f.ReadAt(data, int64(offset))
+	bf.release()
+	if uint64(n) != length {
+		return blockOffErr("adopt chunk", b, offset, fmt.Errorf("%w: only %d of %d bytes in the file (%v)", ErrNotFound, n, length, rerr))
+	}
+	return e.writeChunk(b, offset, data, bytesPerChecksum, checksums, true)
+}
+
+func (e *Engine) writeChunk(b BlockID, offset uint64, data []byte, bytesPerChecksum uint32, checksums []uint32, adopt bool) error {
 	if err := e.check(); err != nil {
 		return blockOffErr("write chunk", b, offset, err)
 	}
@@ -614,7 +666,7 @@ func (e *Engine) WriteChunk(b BlockID, offset uint64, data []byte, bytesPerCheck
 		c.mu.Unlock()
 		return blockOffErr("write chunk", b, offset, err)
 	}
-	if newBlockFile && !created {
+	if newBlockFile && !created && !adopt {
 		// A file left by a write that was never committed (a crash before
 		// PutBlock, or a failed write): its bytes mean nothing.
 		if err := bf.f.Truncate(0); err != nil {
