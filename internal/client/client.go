@@ -1,0 +1,635 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/transport"
+)
+
+// Defaults and limits of Options.
+const (
+	DefaultWindow         = 256
+	DefaultConnsPerMember = 1
+	MaxConnsPerMember     = 64
+	DefaultMaxAttempts    = 100
+	MaxMaxAttempts        = 10000
+	DefaultRetryTimeout   = 30 * time.Second
+	DefaultAttemptTimeout = 10 * time.Second
+	DefaultDialTimeout    = 2 * time.Second
+	DefaultMinBackoff     = 2 * time.Millisecond
+	DefaultMaxBackoff     = 250 * time.Millisecond
+	// MaxMembers bounds the addresses a Client keeps connections to: the
+	// members it was given plus leaders it was redirected to.
+	MaxMembers = 64
+)
+
+var (
+	// ErrClosed is any call on a Client after Close.
+	ErrClosed = errors.New("client: closed")
+	// ErrCorrupt marks data read back that does not match its checksums
+	// (or a response that does not describe what was asked).
+	ErrCorrupt = errors.New("client: corrupt read")
+)
+
+// Options configures a Client. Zero fields take the defaults above.
+type Options struct {
+	// BytesPerChecksum is the checksum piece size of WriteChunk (default
+	// engine.DefaultBytesPerChecksum, 16 KiB).
+	BytesPerChecksum uint32
+	// Window is the most requests in flight on one connection (default
+	// DefaultWindow; clamped to transport.MaxWindow).
+	Window int
+	// ConnsPerMember is the number of connections kept to each member
+	// (default 1, at most MaxConnsPerMember); requests are spread over them
+	// round-robin.
+	ConnsPerMember int
+	// MaxAttempts bounds the attempts of one operation (default
+	// DefaultMaxAttempts, at most MaxMaxAttempts).
+	MaxAttempts int
+	// RetryTimeout bounds the total time of one operation, all attempts
+	// and backoffs included (default DefaultRetryTimeout).
+	RetryTimeout time.Duration
+	// AttemptTimeout bounds one attempt: waiting for a window slot and for
+	// the response (default DefaultAttemptTimeout).
+	AttemptTimeout time.Duration
+	// DialTimeout bounds one dial (default DefaultDialTimeout).
+	DialTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the pause between attempts that
+	// found no leader (defaults DefaultMinBackoff, DefaultMaxBackoff).
+	MinBackoff, MaxBackoff time.Duration
+	// Conn configures the connections' framing.
+	Conn transport.ConnConfig
+	// Logger receives retries and reconnections at debug level (nil:
+	// slog.Default()).
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.BytesPerChecksum == 0 {
+		o.BytesPerChecksum = engine.DefaultBytesPerChecksum
+	}
+	if o.BytesPerChecksum < engine.MinBytesPerChecksum || o.BytesPerChecksum > engine.MaxBytesPerChecksum {
+		return o, fmt.Errorf("client: bytes per checksum %d not in [%d, %d]", o.BytesPerChecksum, engine.MinBytesPerChecksum, engine.MaxBytesPerChecksum)
+	}
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
+	}
+	o.Window = min(o.Window, transport.MaxWindow)
+	if o.ConnsPerMember <= 0 {
+		o.ConnsPerMember = DefaultConnsPerMember
+	}
+	o.ConnsPerMember = min(o.ConnsPerMember, MaxConnsPerMember)
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	o.MaxAttempts = min(o.MaxAttempts, MaxMaxAttempts)
+	if o.RetryTimeout <= 0 {
+		o.RetryTimeout = DefaultRetryTimeout
+	}
+	if o.AttemptTimeout <= 0 {
+		o.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = DefaultMinBackoff
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = DefaultMaxBackoff
+	}
+	o.MaxBackoff = max(o.MaxBackoff, o.MinBackoff)
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
+}
+
+// BlockID names a block: its container and its local ID in it.
+type BlockID struct {
+	Container uint64
+	Local     uint64
+}
+
+func (b BlockID) String() string { return fmt.Sprintf("%d/%d", b.Container, b.Local) }
+
+// Chunk is the result of a ReadChunk: the bytes read (owned by the caller)
+// and the checksums they were verified against.
+type Chunk struct {
+	Offset           uint64
+	Data             []byte
+	BytesPerChecksum uint32
+	Checksums        []uint32
+}
+
+// Stats counts what a Client's retry machinery did, since New.
+type Stats struct {
+	Ops         uint64 // operations that succeeded
+	Attempts    uint64 // attempts made (≥ Ops)
+	Redirects   uint64 // NotLeader answers naming a leader, followed
+	NoLeader    uint64 // NotLeader answers without a leader
+	Unavailable uint64 // Unavailable answers
+	Timeouts    uint64 // attempts that timed out
+	ConnErrors  uint64 // attempts failed by a broken connection or a dial
+	Dials       uint64 // connections dialled (successfully)
+}
+
+// Client is a pipeline client. See the package comment.
+type Client struct {
+	pipelineID uint64
+	opts       Options
+	log        *slog.Logger
+
+	mu      sync.Mutex // guards members' list (appends) and closed
+	members []*member  // the configured members first, then redirect targets
+	closed  bool
+
+	leader atomic.Pointer[member] // last member known to lead; nil: unknown
+
+	ops, attempts, redirects, noLeader, unavailable, timeouts, connErrors, dials atomic.Uint64
+}
+
+// member is one datanode address and its connection slots.
+type member struct {
+	addr  string
+	index int
+	rr    atomic.Uint32
+	slots []connSlot
+}
+
+// connSlot is one lazily dialled connection. mu serialises dials; the
+// current client is read without it.
+type connSlot struct {
+	mu sync.Mutex
+	c  atomic.Pointer[transport.Client]
+}
+
+// New returns a Client of the pipeline pipelineID whose members listen at
+// addrs (host:port). Nothing is dialled until the first request.
+func New(addrs []string, pipelineID uint64, opts Options) (*Client, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if len(addrs) == 0 {
+		return nil, errors.New("client: no member addresses")
+	}
+	if len(addrs) > MaxMembers {
+		return nil, fmt.Errorf("client: %d members, at most %d", len(addrs), MaxMembers)
+	}
+	c := &Client{pipelineID: pipelineID, opts: o, log: o.Logger}
+	for _, a := range addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("client: member address %q: %w", a, err)
+		}
+		if c.lookup(a) != nil {
+			return nil, fmt.Errorf("client: member address %q given twice", a)
+		}
+		c.members = append(c.members, c.newMember(a))
+	}
+	return c, nil
+}
+
+func (c *Client) newMember(addr string) *member {
+	return &member{addr: addr, index: len(c.members), slots: make([]connSlot, c.opts.ConnsPerMember)}
+}
+
+// lookup returns the member of addr; the caller holds c.mu (or owns c).
+func (c *Client) lookup(addr string) *member {
+	for _, m := range c.members {
+		if m.addr == addr {
+			return m
+		}
+	}
+	return nil
+}
+
+// memberFor returns the member of addr, adding it (a leader the Client was
+// redirected to that it was not told about) while there is room.
+func (c *Client) memberFor(addr string) (*member, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if m := c.lookup(addr); m != nil {
+		return m, nil
+	}
+	if len(c.members) >= MaxMembers {
+		return nil, fmt.Errorf("client: redirected to %s: already %d member addresses", addr, MaxMembers)
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return nil, fmt.Errorf("client: redirected to bad address %q: %w", addr, err)
+	}
+	m := c.newMember(addr)
+	c.members = append(c.members, m)
+	return m, nil
+}
+
+// next returns the member after m in the list (round robin).
+func (c *Client) next(m *member) *member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.members[(m.index+1)%len(c.members)]
+}
+
+// Members returns the member addresses the Client knows (the configured
+// ones first).
+func (c *Client) Members() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, len(c.members))
+	for i, m := range c.members {
+		out[i] = m.addr
+	}
+	return out
+}
+
+// PipelineID returns the pipeline the Client writes to.
+func (c *Client) PipelineID() uint64 { return c.pipelineID }
+
+// Leader returns the address of the member that last acknowledged a write
+// or named itself leader in a redirect; "" when unknown.
+func (c *Client) Leader() string {
+	if m := c.leader.Load(); m != nil {
+		return m.addr
+	}
+	return ""
+}
+
+// Stats returns the Client's counters.
+func (c *Client) Stats() Stats {
+	return Stats{
+		Ops: c.ops.Load(), Attempts: c.attempts.Load(), Redirects: c.redirects.Load(),
+		NoLeader: c.noLeader.Load(), Unavailable: c.unavailable.Load(), Timeouts: c.timeouts.Load(),
+		ConnErrors: c.connErrors.Load(), Dials: c.dials.Load(),
+	}
+}
+
+// Close closes every connection. Calls in flight fail; later calls return
+// ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	members := slices.Clone(c.members)
+	c.mu.Unlock()
+	for _, m := range members {
+		for i := range m.slots {
+			s := &m.slots[i]
+			s.mu.Lock()
+			if tc := s.c.Swap(nil); tc != nil {
+				tc.Close()
+			}
+			s.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// conn returns a connection to m, dialling one if its slot is empty or
+// broken.
+func (c *Client) conn(ctx context.Context, m *member) (*transport.Client, error) {
+	s := &m.slots[int(m.rr.Add(1))%len(m.slots)]
+	if tc := s.c.Load(); tc != nil {
+		return tc, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if tc := s.c.Load(); tc != nil {
+		return tc, nil
+	}
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
+	dctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
+	defer cancel()
+	tc, err := transport.DialClient(dctx, m.addr, transport.ClientConfig{
+		Conn: c.opts.Conn, Window: c.opts.Window, RequestTimeout: c.opts.AttemptTimeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	c.dials.Add(1)
+	c.log.Debug("client: connected", "addr", m.addr)
+	s.c.Store(tc)
+	if c.isClosed() { // closed while dialling: Close may have missed it
+		if s.c.CompareAndSwap(tc, nil) {
+			tc.Close()
+		}
+		return nil, ErrClosed
+	}
+	return tc, nil
+}
+
+// drop forgets tc (broken) in m's slots and closes it.
+func (c *Client) drop(m *member, tc *transport.Client) {
+	for i := range m.slots {
+		if m.slots[i].c.CompareAndSwap(tc, nil) {
+			tc.Close()
+			c.log.Debug("client: connection dropped", "addr", m.addr, "err", tc.Err())
+			return
+		}
+	}
+}
+
+// call is one attempt of an operation on one connection.
+type call func(ctx context.Context, tc *transport.Client) error
+
+// target says where an operation goes.
+type target struct {
+	addr  string // "": the leader (or any member)
+	write bool   // follows redirects and records the leader
+}
+
+// do runs op with the retry policy of the package comment.
+func (c *Client) do(ctx context.Context, name string, t target, op call) error {
+	start := time.Now()
+	deadline := start.Add(c.opts.RetryTimeout)
+	var m *member
+	if t.addr != "" {
+		var err error
+		if m, err = c.memberFor(t.addr); err != nil {
+			return fmt.Errorf("client: %s: %w", name, err)
+		}
+	} else if m = c.leader.Load(); m == nil {
+		c.mu.Lock()
+		m = c.members[0]
+		c.mu.Unlock()
+	}
+	backoff := c.opts.MinBackoff
+	sinceLeader := 0 // consecutive attempts without a usable leader
+	for attempt := 1; ; attempt++ {
+		c.attempts.Add(1)
+		err := c.attempt(ctx, m, op)
+		if err == nil {
+			c.ops.Add(1)
+			if t.write && c.leader.Load() != m {
+				c.leader.Store(m)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("client: %s at %s: %w", name, m.addr, err)
+		}
+		if c.isClosed() {
+			return fmt.Errorf("client: %s: %w", name, ErrClosed)
+		}
+		wait := false
+		at := m
+		var se *transport.StatusError
+		switch {
+		case errors.As(err, &se) && se.Status == transport.StatusNotLeader && t.write:
+			c.forgetLeader(m)
+			sinceLeader++
+			if se.Leader != "" && se.Leader != m.addr {
+				c.redirects.Add(1)
+				lm, merr := c.memberFor(se.Leader)
+				if merr != nil {
+					return fmt.Errorf("client: %s: %w", name, merr)
+				}
+				c.leader.Store(lm)
+				m = lm
+				// A redirect is followed at once, unless redirects
+				// go round in circles (stale leader hints).
+				wait = sinceLeader > len(c.members)
+			} else {
+				c.noLeader.Add(1)
+				m = c.nextFor(t, m)
+				wait = sinceLeader >= len(c.members)
+			}
+		case errors.As(err, &se) && se.Status == transport.StatusUnavailable:
+			c.unavailable.Add(1)
+			sinceLeader++
+			wait = true
+			if sinceLeader%3 == 0 {
+				m = c.nextFor(t, m)
+			}
+		case errors.As(err, &se):
+			return fmt.Errorf("client: %s at %s: %w", name, m.addr, err) // a final status
+		case errors.Is(err, transport.ErrTooLarge), errors.Is(err, transport.ErrInvalid),
+			errors.Is(err, ErrClosed), errors.Is(err, ErrCorrupt):
+			return fmt.Errorf("client: %s at %s: %w", name, m.addr, err)
+		default: // dial failure, broken connection, attempt timeout
+			if errors.Is(err, context.DeadlineExceeded) {
+				c.timeouts.Add(1)
+			} else {
+				c.connErrors.Add(1)
+			}
+			c.forgetLeader(m)
+			m = c.nextFor(t, m)
+			sinceLeader++
+			wait = sinceLeader >= len(c.members)
+		}
+		left := time.Until(deadline)
+		if attempt >= c.opts.MaxAttempts || left <= 0 {
+			return fmt.Errorf("client: %s: gave up after %d attempts in %v, last at %s: %w",
+				name, attempt, time.Since(start).Round(time.Millisecond), at.addr, err)
+		}
+		c.log.Debug("client: retrying", "op", name, "attempt", attempt, "failed_at", at.addr, "next", m.addr, "err", err)
+		if wait {
+			if !sleep(ctx, min(jitter(backoff), left)) {
+				return fmt.Errorf("client: %s: %w (last error at %s: %w)", name, ctx.Err(), at.addr, err)
+			}
+			backoff = min(2*backoff, c.opts.MaxBackoff)
+		}
+	}
+}
+
+// nextFor is the member to try after m failed: m itself for an addressed
+// operation, else the next one.
+func (c *Client) nextFor(t target, m *member) *member {
+	if t.addr != "" {
+		return m
+	}
+	return c.next(m)
+}
+
+func (c *Client) forgetLeader(m *member) { c.leader.CompareAndSwap(m, nil) }
+
+// attempt makes one attempt on m.
+func (c *Client) attempt(ctx context.Context, m *member, op call) error {
+	tc, err := c.conn(ctx, m)
+	if err != nil {
+		return err
+	}
+	// Without a deadline on ctx the transport bounds the call by its
+	// RequestTimeout (= AttemptTimeout), with no context to allocate: the
+	// common case costs nothing here.
+	actx := ctx
+	if d, ok := ctx.Deadline(); ok && time.Until(d) > c.opts.AttemptTimeout {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, c.opts.AttemptTimeout)
+		defer cancel()
+	}
+	err = op(actx, tc)
+	if err != nil && tc.Err() != nil {
+		c.drop(m, tc)
+	}
+	return err
+}
+
+// jitter returns d scaled by a random factor in [0.5, 1.5).
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d+1)
+}
+
+// sleep waits d or until ctx ends; false means ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// WriteChunk writes data at offset of block b through the pipeline, with
+// checksums computed here (Options.BytesPerChecksum), and returns the
+// chunk's description for the block's PutBlock.
+func (c *Client) WriteChunk(ctx context.Context, b BlockID, offset uint64, data []byte) (transport.ChunkInfo, error) {
+	sums := engine.ComputeChecksums(nil, data, c.opts.BytesPerChecksum)
+	if err := c.WriteChunkChecksums(ctx, b, offset, data, c.opts.BytesPerChecksum, sums); err != nil {
+		return transport.ChunkInfo{}, err
+	}
+	return transport.ChunkInfo{Offset: offset, Length: uint64(len(data)), Checksums: sums}, nil
+}
+
+// WriteChunkChecksums is WriteChunk with checksums the caller computed
+// (CRC32C of every bytesPerChecksum piece of data).
+func (c *Client) WriteChunkChecksums(ctx context.Context, b BlockID, offset uint64, data []byte, bytesPerChecksum uint32, sums []uint32) error {
+	if len(data) == 0 {
+		return errors.New("client: WriteChunk: empty chunk")
+	}
+	if want := engine.PieceCount(uint64(len(data)), bytesPerChecksum); len(sums) != want {
+		return fmt.Errorf("client: WriteChunk %s@%d: %d checksums for %d bytes at %d per checksum, want %d", b, offset, len(sums), len(data), bytesPerChecksum, want)
+	}
+	return c.do(ctx, "WriteChunk", target{write: true}, func(ctx context.Context, tc *transport.Client) error {
+		req := transport.WriteChunk{
+			PipelineID: c.pipelineID, ContainerID: b.Container, LocalID: b.Local,
+			Offset: offset, Length: uint64(len(data)), BytesPerChecksum: bytesPerChecksum, Checksums: sums,
+		}
+		res, err := tc.Call(ctx, &req, data)
+		if err != nil {
+			return err
+		}
+		res.Release()
+		return nil
+	})
+}
+
+// PutBlock commits a block's metadata through the pipeline.
+func (c *Client) PutBlock(ctx context.Context, bd transport.BlockData) error {
+	return c.do(ctx, "PutBlock", target{write: true}, func(ctx context.Context, tc *transport.Client) error {
+		req := transport.PutBlock{PipelineID: c.pipelineID, Block: bd}
+		res, err := tc.Call(ctx, &req)
+		if err != nil {
+			return err
+		}
+		res.Release()
+		return nil
+	})
+}
+
+// GetBlock returns block b's committed metadata as the member at addr has
+// it ("" : the leader if known, else any member).
+func (c *Client) GetBlock(ctx context.Context, addr string, b BlockID) (transport.BlockData, error) {
+	var out transport.BlockData
+	err := c.do(ctx, "GetBlock", target{addr: addr}, func(ctx context.Context, tc *transport.Client) error {
+		req := transport.GetBlock{PipelineID: c.pipelineID, ContainerID: b.Container, LocalID: b.Local}
+		res, err := tc.Call(ctx, &req)
+		if err != nil {
+			return err
+		}
+		defer res.Release()
+		if !res.Response.HasBlock {
+			return fmt.Errorf("%w: GetBlock %s: response without a block", ErrCorrupt, b)
+		}
+		out = cloneBlock(res.Response.Block)
+		return nil
+	})
+	return out, err
+}
+
+// ReadChunk reads length bytes at offset of block b from the member at addr
+// ("": the leader if known, else any member), verifying every piece against
+// the checksums that come with it.
+func (c *Client) ReadChunk(ctx context.Context, addr string, b BlockID, offset, length uint64) (Chunk, error) {
+	var out Chunk
+	err := c.do(ctx, "ReadChunk", target{addr: addr}, func(ctx context.Context, tc *transport.Client) error {
+		req := transport.ReadChunk{PipelineID: c.pipelineID, ContainerID: b.Container, LocalID: b.Local, Offset: offset, Length: length}
+		res, err := tc.Call(ctx, &req)
+		if err != nil {
+			return err
+		}
+		defer res.Release()
+		r := &res.Response
+		if err := verify(r, res.Payload, offset, length); err != nil {
+			return fmt.Errorf("ReadChunk %s@%d+%d from %s: %w", b, offset, length, tc.RemoteAddr(), err)
+		}
+		out = Chunk{
+			Offset: r.Offset, Data: slices.Clone(res.Payload),
+			BytesPerChecksum: r.BytesPerChecksum, Checksums: slices.Clone(r.Checksums),
+		}
+		if out.Data == nil {
+			out.Data = []byte{}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// verify checks a ReadChunk response: the range asked for, and every piece
+// against its checksum.
+func verify(r *transport.Response, data []byte, offset, length uint64) error {
+	if r.Offset != offset || uint64(len(data)) != length {
+		return fmt.Errorf("%w: got %d bytes at %d", ErrCorrupt, len(data), r.Offset)
+	}
+	if length == 0 {
+		return nil
+	}
+	bpc := r.BytesPerChecksum
+	if bpc == 0 {
+		return fmt.Errorf("%w: no bytes per checksum", ErrCorrupt)
+	}
+	if want := engine.PieceCount(length, bpc); len(r.Checksums) != want {
+		return fmt.Errorf("%w: %d checksums for %d bytes at %d per checksum, want %d", ErrCorrupt, len(r.Checksums), length, bpc, want)
+	}
+	for i, off := 0, 0; off < len(data); i, off = i+1, off+int(bpc) {
+		end := min(off+int(bpc), len(data))
+		if got := engine.CRC32C(data[off:end]); got != r.Checksums[i] {
+			return fmt.Errorf("%w: piece %d (bytes %d..%d of the block): crc32c %08x, checksum %08x", ErrCorrupt, i, offset+uint64(off), offset+uint64(end), got, r.Checksums[i])
+		}
+	}
+	return nil
+}
+
+func cloneBlock(b transport.BlockData) transport.BlockData {
+	out := b
+	out.Chunks = make([]transport.ChunkInfo, len(b.Chunks))
+	for i, ch := range b.Chunks {
+		out.Chunks[i] = transport.ChunkInfo{Offset: ch.Offset, Length: ch.Length, Checksums: slices.Clone(ch.Checksums)}
+	}
+	return out
+}

@@ -1,0 +1,547 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/transport"
+)
+
+// fakePipeline is a pipeline of fake datanodes served by transport.Server on
+// 127.0.0.1: the leader stores chunks in a map shared by all members (reads
+// are served by any member), followers answer NotLeader. Its knobs let a
+// test script the leader's answers.
+type fakePipeline struct {
+	t     *testing.T
+	nodes []*fakeNode
+
+	mu          sync.Mutex
+	leader      int  // index of the leader; -1: none
+	hint        bool // followers name the leader in NotLeader
+	unavailable int  // the leader answers Unavailable this many more times
+	final       transport.Status
+	corruptRead bool
+	chunks      map[chunkKey][]byte
+	blocks      map[BlockID]transport.BlockData
+}
+
+type chunkKey struct {
+	b   BlockID
+	off uint64
+}
+
+type fakeNode struct {
+	p      *fakePipeline
+	index  int
+	addr   string
+	srv    *transport.Server
+	silent atomic.Bool // accept frames, never answer
+	conns  atomic.Int64
+	frames atomic.Int64
+	down   atomic.Bool
+}
+
+func newFakePipeline(t *testing.T, n int) *fakePipeline {
+	t.Helper()
+	p := &fakePipeline{t: t, leader: 0, hint: true, chunks: map[chunkKey][]byte{}, blocks: map[BlockID]transport.BlockData{}}
+	for i := range n {
+		nd := &fakeNode{p: p, index: i}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		nd.addr = l.Addr().String()
+		nd.srv = transport.NewServer(transport.ServerConfig{
+			Handler: nd.handle,
+			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		go nd.srv.Serve(countingListener{l, &nd.conns})
+		p.nodes = append(p.nodes, nd)
+	}
+	t.Cleanup(func() {
+		for _, nd := range p.nodes {
+			nd.srv.Close()
+		}
+	})
+	return p
+}
+
+type countingListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+func (p *fakePipeline) addrs() []string {
+	var out []string
+	for _, nd := range p.nodes {
+		out = append(out, nd.addr)
+	}
+	return out
+}
+
+// set changes the pipeline's knobs under its lock.
+func (p *fakePipeline) set(f func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f()
+}
+
+func (p *fakePipeline) setLeader(i int) {
+	p.mu.Lock()
+	p.leader = i
+	p.mu.Unlock()
+}
+
+// kill closes node i's server: its connections break, dials are refused.
+func (p *fakePipeline) kill(i int) {
+	p.nodes[i].down.Store(true)
+	p.nodes[i].srv.Close()
+}
+
+func (nd *fakeNode) handle(ctx context.Context, c *transport.Conn, f transport.Frame) (transport.Message, []byte) {
+	nd.frames.Add(1)
+	if nd.silent.Load() {
+		return nil, nil
+	}
+	p := nd.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	resp := &transport.Response{}
+	notLeader := func() (transport.Message, []byte) {
+		resp.Status = transport.StatusNotLeader
+		if p.hint && p.leader >= 0 {
+			resp.Leader = p.nodes[p.leader].addr
+		}
+		return resp, nil
+	}
+	leaderChecks := func() bool {
+		switch {
+		case p.leader != nd.index:
+			return false
+		case p.unavailable > 0:
+			p.unavailable--
+			resp.Status = transport.StatusUnavailable
+			return false
+		case p.final != transport.StatusOK:
+			resp.Status = p.final
+			return false
+		}
+		return true
+	}
+	switch f.Type {
+	case transport.TypeWriteChunk:
+		var m transport.WriteChunk
+		if err := f.Decode(&m); err != nil {
+			p.t.Errorf("decode: %v", err)
+			return nil, nil
+		}
+		resp.RequestID = m.RequestID
+		if p.leader != nd.index {
+			return notLeader()
+		}
+		if !leaderChecks() {
+			return resp, nil
+		}
+		if m.PipelineID != 7 {
+			resp.Status = transport.StatusInvalid
+			return resp, nil
+		}
+		if got := engine.ComputeChecksums(nil, f.Payload, m.BytesPerChecksum); fmt.Sprint(got) != fmt.Sprint(m.Checksums) {
+			resp.Status = transport.StatusChecksumMismatch
+			return resp, nil
+		}
+		p.chunks[chunkKey{BlockID{m.ContainerID, m.LocalID}, m.Offset}] = bytes.Clone(f.Payload)
+		return resp, nil
+	case transport.TypePutBlock:
+		var m transport.PutBlock
+		if err := f.Decode(&m); err != nil {
+			p.t.Errorf("decode: %v", err)
+			return nil, nil
+		}
+		resp.RequestID = m.RequestID
+		if p.leader != nd.index {
+			return notLeader()
+		}
+		if !leaderChecks() {
+			return resp, nil
+		}
+		p.blocks[BlockID{m.Block.ContainerID, m.Block.LocalID}] = cloneBlock(m.Block)
+		return resp, nil
+	case transport.TypeReadChunk:
+		var m transport.ReadChunk
+		if err := f.Decode(&m); err != nil {
+			p.t.Errorf("decode: %v", err)
+			return nil, nil
+		}
+		resp.RequestID = m.RequestID
+		data, ok := p.chunks[chunkKey{BlockID{m.ContainerID, m.LocalID}, m.Offset}]
+		if !ok || uint64(len(data)) != m.Length {
+			resp.Status = transport.StatusNotFound
+			return resp, nil
+		}
+		resp.Offset = m.Offset
+		resp.BytesPerChecksum = 512
+		resp.Checksums = engine.ComputeChecksums(nil, data, 512)
+		if p.corruptRead {
+			resp.Checksums[0] ^= 1
+		}
+		return resp, data
+	case transport.TypeGetBlock:
+		var m transport.GetBlock
+		if err := f.Decode(&m); err != nil {
+			p.t.Errorf("decode: %v", err)
+			return nil, nil
+		}
+		resp.RequestID = m.RequestID
+		bd, ok := p.blocks[BlockID{m.ContainerID, m.LocalID}]
+		if !ok {
+			resp.Status = transport.StatusNotFound
+			return resp, nil
+		}
+		resp.Block, resp.HasBlock = bd, true
+		return resp, nil
+	}
+	resp.Status = transport.StatusUnsupported
+	return resp, nil
+}
+
+func quietOptions() Options {
+	return Options{
+		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		MinBackoff:     time.Millisecond,
+		MaxBackoff:     5 * time.Millisecond,
+		AttemptTimeout: 5 * time.Second,
+		RetryTimeout:   20 * time.Second,
+	}
+}
+
+func newTestClient(t *testing.T, addrs []string, o Options) *Client {
+	t.Helper()
+	c, err := New(addrs, 7, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestWriteFollowsRedirectAndRemembersLeader(t *testing.T) {
+	p := newFakePipeline(t, 3)
+	p.setLeader(2)
+	c := newTestClient(t, p.addrs(), quietOptions())
+	ctx := testCtx(t)
+	data := []byte("hello, pipeline")
+	ci, err := c.WriteChunk(ctx, BlockID{1, 1}, 0, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.Length != uint64(len(data)) || len(ci.Checksums) != 1 || ci.Checksums[0] != engine.CRC32C(data) {
+		t.Fatalf("chunk info %+v", ci)
+	}
+	if got := c.Leader(); got != p.nodes[2].addr {
+		t.Fatalf("leader %q, want %q", got, p.nodes[2].addr)
+	}
+	if st := c.Stats(); st.Redirects != 1 {
+		t.Fatalf("stats %+v, want one redirect", st)
+	}
+	before := p.nodes[0].frames.Load()
+	for i := range 10 {
+		if _, err := c.WriteChunk(ctx, BlockID{1, 1}, uint64(len(data)*(i+1)), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := p.nodes[0].frames.Load(); n != before {
+		t.Fatalf("writes went to the follower after the leader was known (%d frames)", n-before)
+	}
+	if st := c.Stats(); st.Redirects != 1 || st.Ops != 11 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestNoLeaderHintTriesOtherMembers(t *testing.T) {
+	p := newFakePipeline(t, 3)
+	p.set(func() { p.hint = false })
+	p.setLeader(1)
+	c := newTestClient(t, p.addrs(), quietOptions())
+	if _, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if c.Leader() != p.nodes[1].addr {
+		t.Fatalf("leader %q", c.Leader())
+	}
+	if st := c.Stats(); st.NoLeader != 1 {
+		t.Fatalf("stats %+v, want one NotLeader without a hint", st)
+	}
+}
+
+func TestUnavailableIsRetriedThenSucceeds(t *testing.T) {
+	p := newFakePipeline(t, 3)
+	p.set(func() { p.unavailable = 5 })
+	c := newTestClient(t, p.addrs(), quietOptions())
+	if err := c.PutBlock(testCtx(t), transport.BlockData{ContainerID: 1, LocalID: 2, BytesPerChecksum: 512}); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Unavailable != 5 {
+		t.Fatalf("stats %+v, want 5 unavailable", st)
+	}
+	bd, err := c.GetBlock(testCtx(t), p.nodes[1].addr, BlockID{1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bd.ContainerID != 1 || bd.LocalID != 2 {
+		t.Fatalf("block %+v", bd)
+	}
+}
+
+func TestAttemptsAreBounded(t *testing.T) {
+	p := newFakePipeline(t, 1)
+	p.set(func() { p.unavailable = 1 << 30 })
+	o := quietOptions()
+	o.MaxAttempts = 7
+	c := newTestClient(t, p.addrs(), o)
+	_, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x"))
+	var se *transport.StatusError
+	if !errors.As(err, &se) || se.Status != transport.StatusUnavailable {
+		t.Fatalf("err %v, want Unavailable", err)
+	}
+	if st := c.Stats(); st.Attempts != 7 {
+		t.Fatalf("stats %+v, want 7 attempts", st)
+	}
+}
+
+func TestRetryTimeoutBoundsAnOperation(t *testing.T) {
+	p := newFakePipeline(t, 1)
+	p.set(func() { p.unavailable = 1 << 30 })
+	o := quietOptions()
+	o.MaxAttempts = MaxMaxAttempts
+	o.RetryTimeout = 50 * time.Millisecond
+	c := newTestClient(t, p.addrs(), o)
+	_, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x"))
+	var se *transport.StatusError
+	if !errors.As(err, &se) || se.Status != transport.StatusUnavailable {
+		t.Fatalf("err %v, want Unavailable", err)
+	}
+	if st := c.Stats(); st.Attempts >= MaxMaxAttempts {
+		t.Fatalf("stats %+v: the time bound did not stop it", st)
+	}
+}
+
+func TestFinalStatusIsNotRetried(t *testing.T) {
+	p := newFakePipeline(t, 3)
+	p.set(func() { p.final = transport.StatusOverlap })
+	c := newTestClient(t, p.addrs(), quietOptions())
+	_, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x"))
+	var se *transport.StatusError
+	if !errors.As(err, &se) || se.Status != transport.StatusOverlap {
+		t.Fatalf("err %v, want Overlap", err)
+	}
+	if st := c.Stats(); st.Attempts != 1 {
+		t.Fatalf("stats %+v, want 1 attempt", st)
+	}
+}
+
+func TestDeadMemberIsSkipped(t *testing.T) {
+	p := newFakePipeline(t, 3)
+	p.setLeader(1)
+	p.kill(0)
+	c := newTestClient(t, p.addrs(), quietOptions())
+	if _, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.ConnErrors != 1 {
+		t.Fatalf("stats %+v, want one connection error", st)
+	}
+}
+
+func TestLeaderLossMidStream(t *testing.T) {
+	p := newFakePipeline(t, 3)
+	c := newTestClient(t, p.addrs(), quietOptions())
+	ctx := testCtx(t)
+	const writers, perWriter = 8, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	var acked atomic.Int64
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			data := []byte(fmt.Sprintf("writer %d", w))
+			for i := range perWriter {
+				if _, err := c.WriteChunk(ctx, BlockID{uint64(w), 1}, uint64(i*len(data)), data); err != nil {
+					errs <- err
+					return
+				}
+				if acked.Add(1) == writers*perWriter/4 {
+					// A quarter in: the leader dies, node 2 takes over.
+					p.mu.Lock()
+					p.leader = -1
+					p.mu.Unlock()
+					p.kill(0)
+					p.setLeader(2)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if c.Leader() != p.nodes[2].addr {
+		t.Fatalf("leader %q, want %q", c.Leader(), p.nodes[2].addr)
+	}
+	// Every chunk reads back from every live member.
+	for _, nd := range p.nodes[1:] {
+		for w := range writers {
+			data := []byte(fmt.Sprintf("writer %d", w))
+			for i := range perWriter {
+				ch, err := c.ReadChunk(ctx, nd.addr, BlockID{uint64(w), 1}, uint64(i*len(data)), uint64(len(data)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(ch.Data, data) {
+					t.Fatalf("read %q, want %q", ch.Data, data)
+				}
+			}
+		}
+	}
+}
+
+func TestAttemptTimeoutMovesOn(t *testing.T) {
+	p := newFakePipeline(t, 3)
+	p.nodes[0].silent.Store(true)
+	p.setLeader(1)
+	o := quietOptions()
+	o.AttemptTimeout = 50 * time.Millisecond
+	c := newTestClient(t, p.addrs(), o)
+	// No deadline on the context: the transport's request timeout bounds
+	// the attempt.
+	if _, err := c.WriteChunk(context.Background(), BlockID{1, 1}, 0, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	// With a deadline far away, the client derives the attempt's own.
+	if _, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 1, []byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Timeouts != 1 {
+		t.Fatalf("stats %+v, want one timeout (the second write goes to the known leader)", st)
+	}
+}
+
+func TestConcurrentWritersShareConnections(t *testing.T) {
+	p := newFakePipeline(t, 3)
+	o := quietOptions()
+	o.ConnsPerMember = 2
+	o.Window = 16
+	c := newTestClient(t, p.addrs(), o)
+	ctx := testCtx(t)
+	const writers, perWriter = 64, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			data := bytes.Repeat([]byte{byte(w)}, 1000)
+			for i := range perWriter {
+				if _, err := c.WriteChunk(ctx, BlockID{1, uint64(w)}, uint64(i*len(data)), data); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := p.nodes[0].conns.Load(); n > 2 {
+		t.Fatalf("%d connections to the leader, want at most 2", n)
+	}
+	p.mu.Lock()
+	n := len(p.chunks)
+	p.mu.Unlock()
+	if n != writers*perWriter {
+		t.Fatalf("%d chunks stored, want %d", n, writers*perWriter)
+	}
+}
+
+func TestReadVerifiesChecksums(t *testing.T) {
+	p := newFakePipeline(t, 3)
+	c := newTestClient(t, p.addrs(), quietOptions())
+	ctx := testCtx(t)
+	data := bytes.Repeat([]byte("0123456789"), 300) // 6 pieces of 512
+	if _, err := c.WriteChunk(ctx, BlockID{3, 4}, 0, data); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := c.ReadChunk(ctx, "", BlockID{3, 4}, 0, uint64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(ch.Data, data) || len(ch.Checksums) != 6 || ch.BytesPerChecksum != 512 {
+		t.Fatalf("chunk %d bytes, %d checksums, bpc %d", len(ch.Data), len(ch.Checksums), ch.BytesPerChecksum)
+	}
+	p.set(func() { p.corruptRead = true })
+	_, err = c.ReadChunk(ctx, p.nodes[2].addr, BlockID{3, 4}, 0, uint64(len(data)))
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("err %v, want ErrCorrupt", err)
+	}
+	_, err = c.ReadChunk(ctx, p.nodes[2].addr, BlockID{3, 5}, 0, 1)
+	var se *transport.StatusError
+	if !errors.As(err, &se) || se.Status != transport.StatusNotFound {
+		t.Fatalf("err %v, want NotFound", err)
+	}
+}
+
+func TestClosedClientRefuses(t *testing.T) {
+	p := newFakePipeline(t, 1)
+	c := newTestClient(t, p.addrs(), quietOptions())
+	if _, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if _, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 1, []byte("x")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("err %v, want ErrClosed", err)
+	}
+}
+
+func TestNewRejectsBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		addrs []string
+		o     Options
+	}{
+		{nil, Options{}},
+		{[]string{"nohost"}, Options{}},
+		{[]string{"127.0.0.1:1", "127.0.0.1:1"}, Options{}},
+		{[]string{"127.0.0.1:1"}, Options{BytesPerChecksum: 1}},
+	} {
+		if _, err := New(tc.addrs, 1, tc.o); err == nil {
+			t.Errorf("New(%v, %+v) succeeded", tc.addrs, tc.o)
+		}
+	}
+}
