@@ -1,0 +1,192 @@
+// Package datanode runs a Spindle datanode: one storage engine over its data
+// directories, one shared raft log in its log directory, and the pipelines
+// (raft groups) it is a member of, served on one TCP address for peers and
+// clients alike.
+//
+// Invariants: the log directory is never created silently empty for a
+// datanode whose engine already holds containers (it would forget votes and
+// acknowledged entries: Open refuses); the ready file appears only once the
+// node serves, written atomically (temporary file, fsync, rename).
+//
+// Concurrency: Run blocks until its context ends or the node fails, then
+// stops the node and closes the log and the engine, in that order.
+package datanode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/pipeline"
+	"github.com/spindle-store/spindle/internal/wal"
+)
+
+// Config configures a datanode.
+type Config struct {
+	ID             uint64
+	ListenAddr     string
+	DataDirs       []string
+	LogDir         string
+	Pipelines      []pipeline.PipelineConfig
+	ReadyFile      string
+	TickInterval   time.Duration
+	ElectionTicks  int
+	HeartbeatTicks int
+	CPUProfile     string
+	Logger         *slog.Logger
+}
+
+// ParsePipeline parses "GROUP:ID=ADDR,ID=ADDR,ID=ADDR".
+func ParsePipeline(s string) (pipeline.PipelineConfig, error) {
+	var p pipeline.PipelineConfig
+	gid, rest, ok := strings.Cut(strings.TrimSpace(s), ":")
+	if !ok {
+		return p, fmt.Errorf("pipeline %q: want GROUP:ID=ADDR,ID=ADDR,...", s)
+	}
+	id, err := strconv.ParseUint(gid, 10, 64)
+	if err != nil || id == 0 {
+		return p, fmt.Errorf("pipeline %q: group %q is not a positive integer", s, gid)
+	}
+	p.ID = id
+	for _, m := range strings.Split(rest, ",") {
+		mid, addr, ok := strings.Cut(strings.TrimSpace(m), "=")
+		if !ok {
+			return p, fmt.Errorf("pipeline %q: member %q: want ID=ADDR", s, m)
+		}
+		n, err := strconv.ParseUint(mid, 10, 64)
+		if err != nil || n == 0 {
+			return p, fmt.Errorf("pipeline %q: member ID %q is not a positive integer", s, mid)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return p, fmt.Errorf("pipeline %q: member %d address %q: %v", s, n, addr, err)
+		}
+		p.Members = append(p.Members, pipeline.Member{ID: n, Addr: addr})
+	}
+	if len(p.Members) < 1 {
+		return p, fmt.Errorf("pipeline %q: no member", s)
+	}
+	return p, nil
+}
+
+// Run runs the datanode until ctx ends (a clean stop: nil) or it fails.
+func Run(ctx context.Context, cfg Config) (err error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if len(cfg.DataDirs) == 0 || cfg.LogDir == "" {
+		return errors.New("datanode: --data-dir and --log-dir are required")
+	}
+	if len(cfg.Pipelines) == 0 {
+		return errors.New("datanode: no --pipeline: a datanode serves at least one")
+	}
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err != nil {
+			return fmt.Errorf("datanode: --cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fmt.Errorf("datanode: --cpuprofile: %w", err)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	eng, err := engine.Open(engine.Config{DataDirs: cfg.DataDirs, Logger: log})
+	if err != nil {
+		return fmt.Errorf("datanode: %w", err)
+	}
+	defer func() {
+		if cerr := eng.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	// A datanode that holds containers has written its log before: an
+	// empty log directory now is a lost or wrong --log-dir.
+	mustExist := len(eng.ListContainers()) > 0
+	wl, err := wal.Open(wal.Config{Dir: cfg.LogDir, MustExist: mustExist, Logger: log})
+	if err != nil {
+		if errors.Is(err, wal.ErrNoLog) {
+			return fmt.Errorf("datanode: --log-dir %s holds no log, but the data directories hold containers: refusing to start with an empty log (it would forget acknowledged entries and votes)", cfg.LogDir)
+		}
+		return fmt.Errorf("datanode: %w", err)
+	}
+	defer func() {
+		if cerr := wl.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("datanode: listen: %w", err)
+	}
+	node, err := pipeline.Start(pipeline.Config{
+		ID: cfg.ID, Listener: ln, Engine: eng, Log: wl, Pipelines: cfg.Pipelines,
+		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
+		Logger: log,
+	})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("datanode: %w", err)
+	}
+	log.Info("datanode serving", "id", cfg.ID, "addr", node.Addr(), "data_dirs", cfg.DataDirs, "log_dir", cfg.LogDir, "pipelines", len(cfg.Pipelines))
+	if cfg.ReadyFile != "" {
+		if err := writeReady(cfg.ReadyFile, node.Addr()); err != nil {
+			node.Close()
+			return err
+		}
+	}
+	select {
+	case <-ctx.Done():
+	case <-node.Stopped():
+	}
+	nerr := node.Close()
+	if nerr != nil {
+		return fmt.Errorf("datanode: %w", nerr)
+	}
+	log.Info("datanode stopped", "id", cfg.ID)
+	return nil
+}
+
+// writeReady writes "ADDR\nPID\n" to path atomically.
+func writeReady(path, addr string) error {
+	tmp := path + ".tmp"
+	data := fmt.Sprintf("%s\n%d\n", addr, os.Getpid())
+	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+		return fmt.Errorf("datanode: ready file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("datanode: ready file: %w", err)
+	}
+	return nil
+}
+
+// ReadReady reads a ready file written by Run: the address and the pid.
+func ReadReady(path string) (addr string, pid int, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", 0, err
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2 {
+		return "", 0, fmt.Errorf("ready file %s: want 2 lines, got %q", path, b)
+	}
+	pid, err = strconv.Atoi(lines[1])
+	if err != nil {
+		return "", 0, fmt.Errorf("ready file %s: pid: %v", path, err)
+	}
+	return lines[0], pid, nil
+}
+
+// DefaultDirs returns dir/data and dir/log, for a datanode rooted at dir.
+func DefaultDirs(dir string) (data, log string) {
+	return filepath.Join(dir, "data"), filepath.Join(dir, "log")
+}

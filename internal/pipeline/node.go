@@ -1,0 +1,715 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/transport"
+	"github.com/spindle-store/spindle/internal/wal"
+)
+
+// Defaults and limits of Config.
+const (
+	DefaultTickInterval   = 100 * time.Millisecond
+	DefaultElectionTicks  = 10
+	DefaultHeartbeatTicks = 1
+	// DefaultRetainEntries is how many applied entries a group keeps in
+	// its log for lagging followers before compacting.
+	DefaultRetainEntries = 20000
+	// DefaultCompactEveryEntries is how far the applied index moves
+	// between two compactions of a group.
+	DefaultCompactEveryEntries = 10000
+	// maxEventsPerTurn bounds the events the loop takes before it looks at
+	// its groups again.
+	maxEventsPerTurn = 4096
+	// maxRaftPayloadBytes bounds the chunk bytes of one RaftMessage frame:
+	// a MsgApp carrying more is split (raft's MaxSizePerMsg counts the
+	// entries' headers only).
+	maxRaftPayloadBytes = 32 << 20
+	// peerQueueMax bounds the messages waiting for one peer's writer; more
+	// are dropped (raft resends: the transport is allowed to lose messages).
+	peerQueueMax  = 8192
+	eventQueueCap = 16384
+)
+
+// Member is one datanode of a pipeline.
+type Member struct {
+	ID   uint64
+	Addr string
+}
+
+// PipelineConfig declares one pipeline: a raft group and its members.
+type PipelineConfig struct {
+	ID      uint64
+	Members []Member
+}
+
+// Config configures a Node.
+type Config struct {
+	// ID is this datanode's raft ID (≥ 1), the same in every pipeline.
+	ID uint64
+	// Listener serves raft messages from peers and client requests.
+	Listener net.Listener
+	Engine   *engine.Engine
+	Log      *wal.Log
+	// Pipelines this datanode is a member of.
+	Pipelines []PipelineConfig
+	// TickInterval is raft's tick; ElectionTicks and HeartbeatTicks count
+	// ticks.
+	TickInterval   time.Duration
+	ElectionTicks  int
+	HeartbeatTicks int
+	// RetainEntries and CompactEveryEntries drive log compaction.
+	RetainEntries       uint64
+	CompactEveryEntries uint64
+	Logger              *slog.Logger
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	out := *c
+	if out.ID == 0 || out.ID >= 1<<16 {
+		return out, fmt.Errorf("pipeline: node ID %d out of range [1, 65535]", out.ID)
+	}
+	if out.Listener == nil || out.Engine == nil || out.Log == nil {
+		return out, errors.New("pipeline: Listener, Engine and Log are required")
+	}
+	if out.TickInterval <= 0 {
+		out.TickInterval = DefaultTickInterval
+	}
+	if out.ElectionTicks <= 0 {
+		out.ElectionTicks = DefaultElectionTicks
+	}
+	if out.HeartbeatTicks <= 0 {
+		out.HeartbeatTicks = DefaultHeartbeatTicks
+	}
+	if out.HeartbeatTicks >= out.ElectionTicks {
+		return out, fmt.Errorf("pipeline: heartbeat ticks %d must be below election ticks %d", out.HeartbeatTicks, out.ElectionTicks)
+	}
+	if out.RetainEntries == 0 {
+		out.RetainEntries = DefaultRetainEntries
+	}
+	if out.CompactEveryEntries == 0 {
+		out.CompactEveryEntries = DefaultCompactEveryEntries
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	seen := map[uint64]bool{}
+	for _, p := range out.Pipelines {
+		if p.ID == 0 || seen[p.ID] {
+			return out, fmt.Errorf("pipeline: pipeline ID %d is 0 or repeated", p.ID)
+		}
+		seen[p.ID] = true
+		me := false
+		ids := map[uint64]bool{}
+		for _, m := range p.Members {
+			if m.ID == 0 || ids[m.ID] || m.Addr == "" {
+				return out, fmt.Errorf("pipeline %d: member %d is 0, repeated or has no address", p.ID, m.ID)
+			}
+			ids[m.ID] = true
+			me = me || m.ID == out.ID
+		}
+		if !me {
+			return out, fmt.Errorf("pipeline %d: this node (%d) is not a member", p.ID, out.ID)
+		}
+	}
+	return out, nil
+}
+
+// Node is a datanode's replication layer: every pipeline it is a member of,
+// one event loop driving them all, one append worker, one apply worker, one
+// reply writer and one writer per peer. See docs/ARCHITECTURE.md §12.
+//
+// Concurrency: the loop goroutine owns every group's RawNode, payload cache
+// and pending proposals; the other goroutines talk to it through the
+// events channel (connection goroutines and workers → loop) and unbounded
+// queues (loop → workers). Leader, Term and Status read atomics.
+type Node struct {
+	cfg    Config
+	log    *slog.Logger
+	eng    *engine.Engine
+	wal    *wal.Log
+	server *transport.Server
+	groups map[uint64]*group
+	order  []*group
+
+	events   chan event
+	appendq  *queue[*appendJob]
+	applyq   *queue[*applyJob]
+	replies  *queue[reply]
+	peersMu  sync.Mutex
+	peers    map[uint64]*peer
+	addrs    map[uint64]string
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+	propSeq  uint64 // loop-owned
+	failed   atomic.Pointer[error]
+	serveErr chan error
+}
+
+// group is one pipeline's state, owned by the loop goroutine unless noted.
+type group struct {
+	id       uint64
+	rn       *raft.RawNode
+	members  map[uint64]string
+	isLeader bool
+	pending  map[uint64]*proposal
+	queue    []*proposal
+	payloads map[uint64]*entryPayload
+	// payloadLow: indexes below it have no cache entries left.
+	payloadLow uint64
+
+	// Read from other goroutines.
+	leader  atomic.Uint64
+	term    atomic.Uint64
+	applied atomic.Uint64
+}
+
+// proposal is a client request waiting for its entry to commit and apply.
+type proposal struct {
+	id      uint64
+	kind    Kind
+	wc      transport.WriteChunk
+	pb      transport.PutBlock
+	payload []byte
+	conn    *transport.Conn
+	reqID   uint64
+	// Set by the loop when the leader's own append of the entry is done:
+	// a WriteChunk's result is its append's.
+	appended  bool
+	appendErr error
+}
+
+type entryPayload struct {
+	term uint64
+	segs [][]byte
+}
+
+type eventKind uint8
+
+const (
+	evRaft eventKind = iota + 1
+	evPropose
+	evAppendDone
+	evApplyDone
+	evUnreachable
+)
+
+type event struct {
+	kind    eventKind
+	group   uint64
+	msg     *raftpb.Message
+	segs    [][]byte
+	prop    *proposal
+	appends []*appendJob
+	apply   *applyJob
+	peer    uint64
+}
+
+// Start opens every pipeline from the log (bootstrapping new ones), adopts
+// the chunks their logs hold, and starts serving.
+func Start(c Config) (*Node, error) {
+	cfg, err := c.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{
+		cfg:      cfg,
+		log:      cfg.Logger.With("node", cfg.ID),
+		eng:      cfg.Engine,
+		wal:      cfg.Log,
+		groups:   map[uint64]*group{},
+		events:   make(chan event, eventQueueCap),
+		appendq:  newQueue[*appendJob](),
+		applyq:   newQueue[*applyJob](),
+		replies:  newQueue[reply](),
+		peers:    map[uint64]*peer{},
+		addrs:    map[uint64]string{},
+		stop:     make(chan struct{}),
+		serveErr: make(chan error, 1),
+	}
+	for _, p := range cfg.Pipelines {
+		for _, m := range p.Members {
+			if a, ok := n.addrs[m.ID]; ok && a != m.Addr {
+				return nil, fmt.Errorf("pipeline: member %d has two addresses, %s and %s", m.ID, a, m.Addr)
+			}
+			n.addrs[m.ID] = m.Addr
+		}
+	}
+	for _, p := range cfg.Pipelines {
+		g, err := n.openGroup(p)
+		if err != nil {
+			return nil, err
+		}
+		n.groups[p.ID] = g
+		n.order = append(n.order, g)
+	}
+	n.server = transport.NewServer(transport.ServerConfig{
+		Handler:      n.handle,
+		PayloadAlloc: payloadAlloc,
+	})
+	n.wg.Add(4)
+	go n.run()
+	go n.appendWorker()
+	go n.applyWorker()
+	go n.replyWriter()
+	go func() { n.serveErr <- n.server.Serve(cfg.Listener) }()
+	return n, nil
+}
+
+func payloadAlloc(t transport.MsgType, _ []byte, n int) []byte {
+	if t == transport.TypeWriteChunk || t == transport.TypeRaftMessage {
+		return make([]byte, n)
+	}
+	return nil
+}
+
+// openGroup bootstraps or recovers one pipeline's raft state.
+func (n *Node) openGroup(p PipelineConfig) (*group, error) {
+	g := &group{id: p.ID, members: map[uint64]string{}, pending: map[uint64]*proposal{}, payloads: map[uint64]*entryPayload{}}
+	var voters []uint64
+	for _, m := range p.Members {
+		g.members[m.ID] = m.Addr
+		voters = append(voters, m.ID)
+	}
+	sort.Slice(voters, func(i, j int) bool { return voters[i] < voters[j] })
+	last, err := n.wal.LastIndex(p.ID)
+	if err != nil {
+		return nil, err
+	}
+	_, hasSnap, err := n.wal.Snapshot(p.ID)
+	if err != nil {
+		return nil, err
+	}
+	if last == 0 && !hasSnap {
+		// Bootstrap: every member starts from the same snapshot at (1, 1)
+		// holding the membership, so that no member needs to be told it.
+		cs, err := proto.Marshal(&raftpb.ConfState{Voters: voters})
+		if err != nil {
+			return nil, err
+		}
+		seq, err := n.wal.Append(wal.SnapshotRecord(p.ID, 1, 1, cs), wal.HardStateRecord(p.ID, wal.HardState{Term: 1, Commit: 1}))
+		if err != nil {
+			return nil, fmt.Errorf("pipeline %d: bootstrap: %w", p.ID, err)
+		}
+		if err := n.wal.WaitDurable(seq); err != nil {
+			return nil, fmt.Errorf("pipeline %d: bootstrap: %w", p.ID, err)
+		}
+		n.log.Info("pipeline bootstrapped", "pipeline", p.ID, "voters", voters)
+	} else if err := n.adoptChunks(p.ID); err != nil {
+		return nil, err
+	}
+	first, err := n.wal.FirstIndex(p.ID)
+	if err != nil {
+		return nil, err
+	}
+	rc := &raft.Config{
+		ID:                        n.cfg.ID,
+		ElectionTick:              n.cfg.ElectionTicks,
+		HeartbeatTick:             n.cfg.HeartbeatTicks,
+		Storage:                   n.wal.RaftStorage(p.ID),
+		Applied:                   first - 1,
+		AsyncStorageWrites:        true,
+		MaxSizePerMsg:             1 << 20,
+		MaxCommittedSizePerReady:  8 << 20,
+		MaxUncommittedEntriesSize: 64 << 20,
+		MaxInflightMsgs:           256,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		Logger:                    raftLogger{n.log.With("pipeline", p.ID)},
+	}
+	rn, err := raft.NewRawNode(rc)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline %d: %w", p.ID, err)
+	}
+	g.rn = rn
+	g.payloadLow = first
+	g.applied.Store(first - 1)
+	return g, nil
+}
+
+// adoptChunks tells the engine about the chunks of the WriteChunk entries
+// the log holds: their bytes were made durable before their log records
+// (see appendWorker), but the engine rebuilt its blocks from their last
+// PutBlock only.
+func (n *Node) adoptChunks(gid uint64) error {
+	first, err := n.wal.FirstIndex(gid)
+	if err != nil {
+		return err
+	}
+	last, err := n.wal.LastIndex(gid)
+	if err != nil {
+		return err
+	}
+	adopted, failed := 0, 0
+	for lo := first; lo <= last; {
+		ents, err := n.wal.Entries(gid, lo, last+1, 8<<20)
+		if err != nil {
+			return fmt.Errorf("pipeline %d: recover entries from %d: %w", gid, lo, err)
+		}
+		for _, e := range ents {
+			if raftpb.EntryType(e.Type) != raftpb.EntryType_EntryNormal {
+				continue
+			}
+			err := DecodeEntry(e.Data, func(c *Command) error {
+				if c.Kind != KindWriteChunk {
+					return nil
+				}
+				w := &c.WriteChunk
+				b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
+				if err := n.eng.AdoptChunk(b, w.Offset, w.Length, w.BytesPerChecksum, w.Checksums); err != nil {
+					// A chunk whose block was deleted later, or a
+					// write that failed when it was first made.
+					failed++
+					n.log.Debug("recovery: chunk not adopted", "pipeline", gid, "index", e.Index, "err", err)
+					return nil
+				}
+				adopted++
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("pipeline %d: entry %d: %w", gid, e.Index, err)
+			}
+		}
+		lo = ents[len(ents)-1].Index + 1
+	}
+	n.log.Info("pipeline recovered", "pipeline", gid, "first_index", first, "last_index", last, "chunks_adopted", adopted, "chunks_not_adopted", failed)
+	return nil
+}
+
+// Addr is the address the node serves on.
+func (n *Node) Addr() string { return n.cfg.Listener.Addr().String() }
+
+// Leader returns the ID of the pipeline's leader as this node knows it
+// (0: none known) and its term.
+func (n *Node) Leader(pipeline uint64) (leader, term uint64) {
+	g := n.groups[pipeline]
+	if g == nil {
+		return 0, 0
+	}
+	return g.leader.Load(), g.term.Load()
+}
+
+// Applied returns the pipeline's applied index on this node.
+func (n *Node) Applied(pipeline uint64) uint64 {
+	if g := n.groups[pipeline]; g != nil {
+		return g.applied.Load()
+	}
+	return 0
+}
+
+// Err returns the failure that stopped the node, or nil.
+func (n *Node) Err() error {
+	if p := n.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Close stops serving and every goroutine. It does not close the engine or
+// the log (their owner does, after Close).
+func (n *Node) Close() error {
+	n.stopOnce.Do(func() { close(n.stop) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = n.server.Shutdown(ctx)
+	n.wg.Wait()
+	n.peersMu.Lock()
+	for _, p := range n.peers {
+		p.close()
+	}
+	n.peersMu.Unlock()
+	return n.Err()
+}
+
+// Failed returns a channel closed when the node stops on its own (a storage
+// failure).
+func (n *Node) Stopped() <-chan struct{} { return n.stop }
+
+// fail records a storage failure and stops the node: after a failed
+// fdatasync nothing more may be acknowledged (the engine and the log refuse
+// too; this stops the loop from waiting on them).
+func (n *Node) fail(err error) {
+	if n.failed.CompareAndSwap(nil, &err) {
+		n.log.Error("node failed: stopping", "err", err)
+	}
+	n.stopOnce.Do(func() { close(n.stop) })
+}
+
+// post hands an event to the loop; false when the node is stopping.
+func (n *Node) post(ev event) bool {
+	select {
+	case n.events <- ev:
+		return true
+	case <-n.stop:
+		return false
+	}
+}
+
+// run is the event loop: it owns every RawNode.
+func (n *Node) run() {
+	defer n.wg.Done()
+	ticker := time.NewTicker(n.cfg.TickInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-n.stop:
+			n.failAllPending()
+			return
+		case <-ticker.C:
+			for _, g := range n.order {
+				g.rn.Tick()
+			}
+		case ev := <-n.events:
+			n.onEvent(ev)
+		drain:
+			for i := 0; i < maxEventsPerTurn; i++ {
+				select {
+				case ev := <-n.events:
+					n.onEvent(ev)
+				default:
+					break drain
+				}
+			}
+		}
+		for _, g := range n.order {
+			n.flushProposals(g)
+			if g.rn.HasReady() {
+				n.onReady(g)
+			}
+		}
+	}
+}
+
+func (n *Node) onEvent(ev event) {
+	g := n.groups[ev.group]
+	switch ev.kind {
+	case evRaft:
+		if g == nil {
+			return
+		}
+		m := ev.msg
+		if m.GetType() == raftpb.MessageType_MsgApp && len(m.GetEntries()) > 0 {
+			if err := g.stashPayloads(m, ev.segs); err != nil {
+				n.log.Warn("raft message dropped", "pipeline", g.id, "from", m.GetFrom(), "err", err)
+				return
+			}
+		}
+		if err := g.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
+			n.log.Debug("raft step", "pipeline", g.id, "type", m.GetType(), "err", err)
+		}
+	case evPropose:
+		if g == nil {
+			n.replyErr(ev.prop, transport.StatusNotFound, fmt.Sprintf("pipeline %d is not served here", ev.group), "")
+			return
+		}
+		g.queue = append(g.queue, ev.prop)
+	case evAppendDone:
+		for _, j := range ev.appends {
+			for _, r := range j.results {
+				if p := j.g.pending[r.proposal]; p != nil {
+					p.appended, p.appendErr = true, r.err
+				}
+			}
+			for _, resp := range j.msg.GetResponses() {
+				n.deliver(j.g, resp)
+			}
+		}
+	case evApplyDone:
+		j := ev.apply
+		j.g.applied.Store(j.last)
+		for i := j.g.payloadLow; i <= j.last; i++ {
+			delete(j.g.payloads, i)
+		}
+		j.g.payloadLow = max(j.g.payloadLow, j.last+1)
+		for _, resp := range j.msg.GetResponses() {
+			n.deliver(j.g, resp)
+		}
+	case evUnreachable:
+		for _, g := range n.order {
+			if _, ok := g.members[ev.peer]; ok {
+				g.rn.ReportUnreachable(ev.peer)
+			}
+		}
+	}
+}
+
+// deliver steps a local response into the group or sends it to a peer.
+func (n *Node) deliver(g *group, m *raftpb.Message) {
+	if m.GetTo() == n.cfg.ID {
+		if err := g.rn.Step(m); err != nil {
+			n.log.Debug("raft step (local)", "pipeline", g.id, "type", m.GetType(), "err", err)
+		}
+		return
+	}
+	n.send(g, m)
+}
+
+// stashPayloads keeps the chunk bytes that came with a MsgApp, per entry,
+// for the append worker (and for this node's own MsgApps should it become
+// leader before the entries are applied).
+func (g *group) stashPayloads(m *raftpb.Message, segs [][]byte) error {
+	k := 0
+	for _, e := range m.GetEntries() {
+		if e.GetType() != raftpb.EntryType_EntryNormal || len(e.GetData()) == 0 {
+			continue
+		}
+		start := k
+		err := DecodeEntry(e.GetData(), func(c *Command) error {
+			if c.Kind != KindWriteChunk {
+				return nil
+			}
+			if k >= len(segs) || uint64(len(segs[k])) != c.WriteChunk.Length {
+				return fmt.Errorf("entry %d: WriteChunk %d has no matching payload segment", e.GetIndex(), k-start)
+			}
+			k++
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if k > start && e.GetIndex() >= g.payloadLow {
+			g.payloads[e.GetIndex()] = &entryPayload{term: e.GetTerm(), segs: segs[start:k:k]}
+		}
+	}
+	if k != len(segs) {
+		return fmt.Errorf("%d payload segments for %d WriteChunk", len(segs), k)
+	}
+	return nil
+}
+
+// flushProposals puts the requests that arrived since the last turn into
+// as few entries as the limits allow (the batch grows with the load).
+func (n *Node) flushProposals(g *group) {
+	if len(g.queue) == 0 {
+		return
+	}
+	q := g.queue
+	g.queue = g.queue[:0:0]
+	if !g.isLeader {
+		lead := g.leader.Load()
+		for _, p := range q {
+			n.replyErr(p, transport.StatusNotLeader, fmt.Sprintf("node %d is not the leader of pipeline %d", n.cfg.ID, g.id), g.members[lead])
+		}
+		return
+	}
+	var data []byte
+	var batch []*proposal
+	propose := func() {
+		if len(batch) == 0 {
+			return
+		}
+		if err := g.rn.Propose(data); err != nil {
+			for _, p := range batch {
+				delete(g.pending, p.id)
+				n.replyErr(p, transport.StatusUnavailable, "proposal dropped: "+err.Error(), "")
+			}
+		}
+		data, batch = nil, nil
+	}
+	for _, p := range q {
+		n.propSeq++
+		p.id = n.cfg.ID<<48 | n.propSeq&(1<<48-1)
+		c := Command{Kind: p.kind, ProposalID: p.id}
+		switch p.kind {
+		case KindWriteChunk:
+			c.WriteChunk = p.wc
+			c.WriteChunk.RequestID = 0
+		case KindPutBlock:
+			c.PutBlock = p.pb
+			c.PutBlock.RequestID = 0
+		}
+		data = AppendCommand(data, &c)
+		g.pending[p.id] = p
+		batch = append(batch, p)
+		if len(data) >= maxEntryBytes || len(batch) >= MaxCommandsPerEntry {
+			propose()
+		}
+	}
+	propose()
+}
+
+// onReady handles one Ready of a group: local appends first (they register
+// the payloads this Ready's MsgApps carry), then applies, then the network.
+func (n *Node) onReady(g *group) {
+	rd := g.rn.Ready()
+	if rd.SoftState != nil {
+		was := g.isLeader
+		g.isLeader = rd.SoftState.RaftState == raft.StateLeader
+		g.leader.Store(rd.SoftState.Lead)
+		if was && !g.isLeader {
+			n.failPending(g, "leadership lost")
+		}
+		if g.isLeader && !was {
+			st := g.rn.BasicStatus()
+			n.log.Info("became leader", "pipeline", g.id, "term", st.GetTerm())
+		}
+	}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		g.term.Store(rd.HardState.GetTerm())
+	}
+	for _, m := range rd.Messages {
+		if m.GetTo() == raft.LocalAppendThread {
+			n.appendq.push(n.newAppendJob(g, m))
+		}
+	}
+	for _, m := range rd.Messages {
+		switch m.GetTo() {
+		case raft.LocalAppendThread:
+		case raft.LocalApplyThread:
+			n.applyq.push(n.newApplyJob(g, m))
+		default:
+			n.send(g, m)
+		}
+	}
+}
+
+func (n *Node) failPending(g *group, why string) {
+	lead := g.leader.Load()
+	for id, p := range g.pending {
+		delete(g.pending, id)
+		n.replyErr(p, transport.StatusNotLeader, why, g.members[lead])
+	}
+}
+
+func (n *Node) failAllPending() {
+	for _, g := range n.order {
+		for id, p := range g.pending {
+			delete(g.pending, id)
+			n.replyErr(p, transport.StatusUnavailable, "datanode stopping", "")
+		}
+		for _, p := range g.queue {
+			n.replyErr(p, transport.StatusUnavailable, "datanode stopping", "")
+		}
+		g.queue = nil
+	}
+}
+
+// raftLogger sends raft's logs to slog: debug and info at debug level.
+type raftLogger struct{ l *slog.Logger }
+
+func (r raftLogger) Debug(v ...any)              {}
+func (r raftLogger) Debugf(f string, v ...any)   {}
+func (r raftLogger) Info(v ...any)               { r.l.Debug(fmt.Sprint(v...)) }
+func (r raftLogger) Infof(f string, v ...any)    { r.l.Debug(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Warning(v ...any)            { r.l.Warn(fmt.Sprint(v...)) }
+func (r raftLogger) Warningf(f string, v ...any) { r.l.Warn(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Error(v ...any)              { r.l.Error(fmt.Sprint(v...)) }
+func (r raftLogger) Errorf(f string, v ...any)   { r.l.Error(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Fatal(v ...any)              { r.l.Error(fmt.Sprint(v...)); panic(fmt.Sprint(v...)) }
+func (r raftLogger) Fatalf(f string, v ...any)   { r.Fatal(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Panic(v ...any)              { r.Fatal(v...) }
+func (r raftLogger) Panicf(f string, v ...any)   { r.Fatal(fmt.Sprintf(f, v...)) }

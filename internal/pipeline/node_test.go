@@ -1,0 +1,209 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/transport"
+	"github.com/spindle-store/spindle/internal/wal"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// testNode is one in-process datanode on real directories and a real
+// 127.0.0.1 listener.
+type testNode struct {
+	id      uint64
+	addr    string
+	dataDir string
+	logDir  string
+	eng     *engine.Engine
+	log     *wal.Log
+	node    *Node
+}
+
+func (tn *testNode) start(t *testing.T, pc PipelineConfig) {
+	t.Helper()
+	var err error
+	tn.eng, err = engine.Open(engine.Config{DataDirs: []string{tn.dataDir}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.log, err = wal.Open(wal.Config{Dir: tn.logDir, Logger: quiet, SegmentSizeBytes: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", tn.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.node, err = Start(Config{ID: tn.id, Listener: ln, Engine: tn.eng, Log: tn.log, Pipelines: []PipelineConfig{pc},
+		TickInterval: 20 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (tn *testNode) stop(t *testing.T) {
+	t.Helper()
+	if tn.node == nil {
+		return
+	}
+	if err := tn.node.Close(); err != nil {
+		t.Errorf("node %d close: %v", tn.id, err)
+	}
+	tn.log.Close()
+	tn.eng.Close()
+	tn.node = nil
+}
+
+func startCluster(t *testing.T) ([]*testNode, PipelineConfig) {
+	t.Helper()
+	var nodes []*testNode
+	pc := PipelineConfig{ID: 1}
+	for i := uint64(1); i <= 3; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		dir := t.TempDir()
+		nodes = append(nodes, &testNode{id: i, addr: addr, dataDir: dir + "/data", logDir: dir + "/log"})
+		pc.Members = append(pc.Members, Member{ID: i, Addr: addr})
+	}
+	for _, tn := range nodes {
+		tn.start(t, pc)
+	}
+	t.Cleanup(func() {
+		for _, tn := range nodes {
+			tn.stop(t)
+		}
+	})
+	return nodes, pc
+}
+
+// waitLeader polls (bounded) until the running nodes agree on a leader.
+func waitLeader(t *testing.T, nodes []*testNode) *testNode {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, tn := range nodes {
+			if tn.node == nil {
+				continue
+			}
+			if l, _ := tn.node.Leader(1); l == tn.id {
+				return tn
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no leader within 10 s")
+	return nil
+}
+
+func chunkData(b uint64, off uint64, n int) []byte {
+	out := make([]byte, n)
+	for i := range out {
+		x := b*1_000_003 + off + uint64(i)
+		x ^= x >> 7
+		x *= 0x9E3779B97F4A7C15
+		out[i] = byte(x >> 56)
+	}
+	return out
+}
+
+const bpc = 512
+
+func TestPipelineReplicatesWrites(t *testing.T) {
+	nodes, _ := startCluster(t)
+	leader := waitLeader(t, nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := transport.DialClient(ctx, leader.addr, transport.ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+
+	// Non-leader redirects.
+	for _, tn := range nodes {
+		if tn == leader {
+			continue
+		}
+		c2, err := transport.DialClient(ctx, tn.addr, transport.ClientConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := chunkData(9, 0, 100)
+		_, err = c2.Call(ctx, &transport.WriteChunk{PipelineID: 1, ContainerID: 9, LocalID: 1, Length: 100, BytesPerChecksum: bpc, Checksums: engine.ComputeChecksums(nil, data, bpc)}, data)
+		var se *transport.StatusError
+		if !errors.As(err, &se) || se.Status != transport.StatusNotLeader || se.Leader != leader.addr {
+			t.Fatalf("write to follower: %v, want NOT_LEADER naming %s", err, leader.addr)
+		}
+		c2.Close()
+		break
+	}
+
+	const blocks, chunks, size = 4, 20, 3000
+	errc := make(chan error, blocks)
+	for b := uint64(1); b <= blocks; b++ {
+		go func() {
+			var bd transport.BlockData
+			bd.ContainerID, bd.LocalID, bd.BytesPerChecksum = 5, b, bpc
+			for i := 0; i < chunks; i++ {
+				off := uint64(i * size)
+				data := chunkData(b, off, size)
+				sums := engine.ComputeChecksums(nil, data, bpc)
+				if _, err := cl.Call(ctx, &transport.WriteChunk{PipelineID: 1, ContainerID: 5, LocalID: b, Offset: off, Length: size, BytesPerChecksum: bpc, Checksums: sums}, data); err != nil {
+					errc <- fmt.Errorf("block %d chunk %d: %w", b, i, err)
+					return
+				}
+				bd.Chunks = append(bd.Chunks, transport.ChunkInfo{Offset: off, Length: size, Checksums: sums})
+				bd.Length += size
+			}
+			_, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: bd})
+			errc <- err
+		}()
+	}
+	for range blocks {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A bad checksum is refused by the leader's engine and reported.
+	data := chunkData(77, 0, 100)
+	sums := engine.ComputeChecksums(nil, data, bpc)
+	sums[0] ^= 1
+	_, err = cl.Call(ctx, &transport.WriteChunk{PipelineID: 1, ContainerID: 5, LocalID: 77, Length: 100, BytesPerChecksum: bpc, Checksums: sums}, data)
+	var se *transport.StatusError
+	if !errors.As(err, &se) || se.Status != transport.StatusChecksumMismatch {
+		t.Fatalf("bad checksum: %v, want CHECKSUM_MISMATCH", err)
+	}
+	// Every replica holds every block once it has applied.
+	want := leader.node.Applied(1)
+	for _, tn := range nodes {
+		deadline := time.Now().Add(10 * time.Second)
+		for tn.node.Applied(1) < want && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		for b := uint64(1); b <= blocks; b++ {
+			id := engine.BlockID{Container: 5, Local: b}
+			bd, err := tn.eng.GetBlock(id)
+			if err != nil {
+				t.Fatalf("node %d block %d: %v", tn.id, b, err)
+			}
+			got, err := tn.eng.ReadChunk(id, 0, bd.Length, nil)
+			if err != nil || string(got) != string(chunkData(b, 0, chunks*size)) {
+				t.Fatalf("node %d block %d: wrong data (%v)", tn.id, b, err)
+			}
+		}
+	}
+}

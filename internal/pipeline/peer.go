@@ -1,0 +1,383 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/transport"
+)
+
+// outMsg is a raft message for a peer, with the chunk bytes of its
+// WriteChunk entries: segs[i] is nil where the loop's cache did not have
+// them (the writer reads them back from the engine).
+type outMsg struct {
+	group uint64
+	msg   *raftpb.Message
+	segs  [][]byte
+	miss  []missing
+}
+
+type missing struct {
+	seg int
+	wc  transport.WriteChunk
+}
+
+// send queues m for its peer, with its payloads.
+func (n *Node) send(g *group, m *raftpb.Message) {
+	to := m.GetTo()
+	if m.GetType() == raftpb.MessageType_MsgSnap {
+		// The follower needs entries compacted away: a raft snapshot
+		// would have to carry containers. Spindle catches such a
+		// replica up with a container copy, outside raft.
+		n.log.Warn("follower is behind the compacted log: it needs a container copy", "pipeline", g.id, "follower", to)
+		g.rn.ReportSnapshot(to, raft.SnapshotFailure)
+		return
+	}
+	om := outMsg{group: g.id, msg: m}
+	if m.GetType() == raftpb.MessageType_MsgApp {
+		for _, e := range m.GetEntries() {
+			if e.GetType() != raftpb.EntryType_EntryNormal || len(e.GetData()) == 0 {
+				continue
+			}
+			ep := g.payloads[e.GetIndex()]
+			if ep != nil && ep.term != e.GetTerm() {
+				ep = nil
+			}
+			k := 0
+			_ = DecodeEntry(e.GetData(), func(c *Command) error {
+				if c.Kind != KindWriteChunk {
+					return nil
+				}
+				if ep != nil && k < len(ep.segs) && ep.segs[k] != nil {
+					om.segs = append(om.segs, ep.segs[k])
+				} else {
+					om.miss = append(om.miss, missing{seg: len(om.segs), wc: c.WriteChunk})
+					om.segs = append(om.segs, nil)
+				}
+				k++
+				return nil
+			})
+		}
+	}
+	p := n.peer(to)
+	if p == nil {
+		return
+	}
+	if !p.push(om) {
+		g.rn.ReportUnreachable(to)
+	}
+}
+
+func (n *Node) peer(id uint64) *peer {
+	n.peersMu.Lock()
+	defer n.peersMu.Unlock()
+	if p := n.peers[id]; p != nil {
+		return p
+	}
+	addr, ok := n.addrs[id]
+	if !ok {
+		return nil
+	}
+	p := &peer{n: n, id: id, addr: addr, signal: make(chan struct{}, 1), done: make(chan struct{})}
+	n.peers[id] = p
+	go p.run()
+	return p
+}
+
+// peer writes raft messages to one datanode over one connection (dialled
+// lazily, redialled after an error with a bounded backoff), batching
+// everything queued into one gathered write.
+type peer struct {
+	n      *Node
+	id     uint64
+	addr   string
+	mu     sync.Mutex
+	q      []outMsg
+	signal chan struct{}
+	done   chan struct{}
+	once   sync.Once
+	conn   *transport.Conn
+}
+
+func (p *peer) push(m outMsg) bool {
+	p.mu.Lock()
+	if len(p.q) >= peerQueueMax {
+		p.mu.Unlock()
+		return false
+	}
+	p.q = append(p.q, m)
+	p.mu.Unlock()
+	select {
+	case p.signal <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (p *peer) close() { p.once.Do(func() { close(p.done) }) }
+
+func (p *peer) run() {
+	var batch []outMsg
+	var enc transport.Encoder
+	backoff := 50 * time.Millisecond
+	for {
+		select {
+		case <-p.signal:
+		case <-p.done:
+			if p.conn != nil {
+				p.conn.Close()
+			}
+			return
+		case <-p.n.stop:
+			if p.conn != nil {
+				p.conn.Close()
+			}
+			return
+		}
+		p.mu.Lock()
+		batch = append(batch[:0], p.q...)
+		clear(p.q)
+		p.q = p.q[:0]
+		p.mu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		if p.conn == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			c, err := transport.DialConn(ctx, p.addr, transport.ConnConfig{WriteTimeout: 10 * time.Second})
+			cancel()
+			if err != nil {
+				p.n.log.Debug("peer unreachable", "peer", p.id, "addr", p.addr, "err", err)
+				p.n.post(event{kind: evUnreachable, peer: p.id})
+				select {
+				case <-time.After(backoff):
+				case <-p.done:
+				case <-p.n.stop:
+				}
+				backoff = min(2*backoff, time.Second)
+				continue
+			}
+			backoff = 50 * time.Millisecond
+			p.conn = c
+		}
+		enc.Reset()
+		for i := range batch {
+			if err := p.encode(&enc, &batch[i]); err != nil {
+				p.n.log.Warn("raft message not sent", "peer", p.id, "err", err)
+			}
+		}
+		if enc.Frames() > 0 {
+			if err := p.conn.SendBatch(&enc); err != nil {
+				p.n.log.Debug("peer write failed", "peer", p.id, "err", err)
+				p.conn.Close()
+				p.conn = nil
+				p.n.post(event{kind: evUnreachable, peer: p.id})
+			}
+		}
+		enc.Reset()
+		clear(batch)
+	}
+}
+
+// encode fills the missing payloads from the engine and appends m to enc,
+// split into several MsgApps when its chunk bytes exceed one frame's bound.
+func (p *peer) encode(enc *transport.Encoder, om *outMsg) error {
+	for _, ms := range om.miss {
+		w := &ms.wc
+		b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
+		data, err := p.n.eng.ReadChunk(b, w.Offset, w.Length, nil)
+		if err != nil || uint64(len(data)) != w.Length {
+			// Deleted since, or never written here (the write
+			// failed on every replica alike): the follower's engine
+			// refuses the zeros by checksum, as it refused the
+			// original.
+			data = make([]byte, w.Length)
+		}
+		om.segs[ms.seg] = data
+	}
+	m := om.msg
+	total := 0
+	for _, s := range om.segs {
+		total += len(s)
+	}
+	if m.GetType() != raftpb.MessageType_MsgApp || total <= maxRaftPayloadBytes || len(m.GetEntries()) < 2 {
+		rm := &transport.RaftMessage{GroupID: om.group, Message: m}
+		rm.SetPayloads(om.segs)
+		return enc.Append(rm, om.segs...)
+	}
+	// Split: consecutive runs of entries, each a valid MsgApp whose
+	// previous entry is the last of the run before.
+	ents := m.GetEntries()
+	segAt := 0
+	prevIndex, prevTerm := m.GetIndex(), m.GetLogTerm()
+	for start := 0; start < len(ents); {
+		end, bytes, segEnd := start, 0, segAt
+		for end < len(ents) {
+			cnt, sz := entrySegs(ents[end], om.segs, segEnd)
+			if end > start && bytes+sz > maxRaftPayloadBytes {
+				break
+			}
+			bytes += sz
+			segEnd += cnt
+			end++
+		}
+		part := &raftpb.Message{
+			Type: m.Type, To: m.To, From: m.From, Term: m.Term,
+			LogTerm: &prevTerm, Index: &prevIndex, Commit: m.Commit,
+			Entries: ents[start:end],
+		}
+		segs := om.segs[segAt:segEnd]
+		rm := &transport.RaftMessage{GroupID: om.group, Message: part}
+		rm.SetPayloads(segs)
+		if err := enc.Append(rm, segs...); err != nil {
+			return err
+		}
+		pi, pt := ents[end-1].GetIndex(), ents[end-1].GetTerm()
+		prevIndex, prevTerm = pi, pt
+		start, segAt = end, segEnd
+	}
+	return nil
+}
+
+// entrySegs counts an entry's WriteChunk segments (from segs[at]) and their
+// bytes.
+func entrySegs(e *raftpb.Entry, segs [][]byte, at int) (int, int) {
+	if e.GetType() != raftpb.EntryType_EntryNormal || len(e.GetData()) == 0 {
+		return 0, 0
+	}
+	cnt, sz := 0, 0
+	_ = DecodeEntry(e.GetData(), func(c *Command) error {
+		if c.Kind == KindWriteChunk && at+cnt < len(segs) {
+			sz += len(segs[at+cnt])
+			cnt++
+		}
+		return nil
+	})
+	return cnt, sz
+}
+
+// reply is a response to a client request, written by the reply writer.
+type reply struct {
+	conn    *transport.Conn
+	resp    *transport.Response
+	payload []byte
+}
+
+func (n *Node) replyErr(p *proposal, st transport.Status, msg, leader string) {
+	n.replies.push(reply{conn: p.conn, resp: &transport.Response{RequestID: p.reqID, Status: st, Message: msg, Leader: leader}})
+}
+
+func (n *Node) replyResult(p *proposal, err error) {
+	r := &transport.Response{RequestID: p.reqID, Status: statusOf(err)}
+	if err != nil {
+		r.Message = err.Error()
+	}
+	n.replies.push(reply{conn: p.conn, resp: r})
+}
+
+// replyWriter writes responses, everything queued for one connection in one
+// gathered write.
+func (n *Node) replyWriter() {
+	defer n.wg.Done()
+	var rs []reply
+	encs := map[*transport.Conn]*transport.Encoder{}
+	for {
+		rs = n.replies.popAll(rs[:0], n.stop)
+		if rs == nil {
+			return
+		}
+		for _, r := range rs {
+			e := encs[r.conn]
+			if e == nil {
+				e = &transport.Encoder{}
+				encs[r.conn] = e
+			}
+			if err := e.Append(r.resp, r.payload); err != nil {
+				n.log.Warn("response not encodable", "err", err)
+			}
+		}
+		for c, e := range encs {
+			if e.Frames() > 0 {
+				if err := c.SendBatch(e); err != nil {
+					n.log.Debug("client write failed", "remote", c.RemoteAddr(), "err", err)
+				}
+			}
+			e.Reset()
+			delete(encs, c)
+		}
+		clear(rs)
+	}
+}
+
+// handle serves one frame from a peer or a client.
+func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame) (transport.Message, []byte) {
+	switch f.Type {
+	case transport.TypeRaftMessage:
+		rm := &transport.RaftMessage{}
+		if err := f.Decode(rm); err != nil {
+			n.log.Warn("bad raft frame", "remote", c.RemoteAddr(), "err", err)
+			c.Close()
+			return nil, nil
+		}
+		segs, _ := rm.Segments(f.Payload, nil)
+		n.post(event{kind: evRaft, group: rm.GroupID, msg: rm.Message, segs: segs})
+		return nil, nil
+	case transport.TypeWriteChunk:
+		wc := &transport.WriteChunk{}
+		if err := f.Decode(wc); err != nil {
+			return badRequest(0, err)
+		}
+		p := &proposal{kind: KindWriteChunk, wc: *wc, payload: f.Payload, conn: c, reqID: wc.RequestID}
+		if !n.post(event{kind: evPropose, group: wc.PipelineID, prop: p}) {
+			return unavailable(wc.RequestID)
+		}
+		return nil, nil
+	case transport.TypePutBlock:
+		pb := &transport.PutBlock{}
+		if err := f.Decode(pb); err != nil {
+			return badRequest(0, err)
+		}
+		p := &proposal{kind: KindPutBlock, pb: *pb, conn: c, reqID: pb.RequestID}
+		if !n.post(event{kind: evPropose, group: pb.PipelineID, prop: p}) {
+			return unavailable(pb.RequestID)
+		}
+		return nil, nil
+	case transport.TypeReadChunk:
+		rc := &transport.ReadChunk{}
+		if err := f.Decode(rc); err != nil {
+			return badRequest(0, err)
+		}
+		b := engine.BlockID{Container: engine.ContainerID(rc.ContainerID), Local: rc.LocalID}
+		data, err := n.eng.ReadChunk(b, rc.Offset, rc.Length, nil)
+		if err != nil {
+			return &transport.Response{RequestID: rc.RequestID, Status: statusOf(err), Message: err.Error()}, nil
+		}
+		bpc := uint32(engine.DefaultBytesPerChecksum)
+		return &transport.Response{RequestID: rc.RequestID, Offset: rc.Offset, BytesPerChecksum: bpc, Checksums: engine.ComputeChecksums(nil, data, bpc)}, data
+	case transport.TypeGetBlock:
+		gb := &transport.GetBlock{}
+		if err := f.Decode(gb); err != nil {
+			return badRequest(0, err)
+		}
+		bd, err := n.eng.GetBlock(engine.BlockID{Container: engine.ContainerID(gb.ContainerID), Local: gb.LocalID})
+		if err != nil {
+			return &transport.Response{RequestID: gb.RequestID, Status: statusOf(err), Message: err.Error()}, nil
+		}
+		return &transport.Response{RequestID: gb.RequestID, Block: fromEngineBlock(bd), HasBlock: true}, nil
+	}
+	return &transport.Response{Status: transport.StatusUnsupported, Message: fmt.Sprintf("message type %v is not served by a datanode", f.Type)}, nil
+}
+
+func badRequest(id uint64, err error) (transport.Message, []byte) {
+	return &transport.Response{RequestID: id, Status: transport.StatusInvalid, Message: err.Error()}, nil
+}
+
+func unavailable(id uint64) (transport.Message, []byte) {
+	return &transport.Response{RequestID: id, Status: transport.StatusUnavailable, Message: "datanode stopping"}, nil
+}

@@ -1,0 +1,383 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/transport"
+	"github.com/spindle-store/spindle/internal/wal"
+)
+
+// appendJob is one MsgStorageAppend of one group, with the chunk bytes of
+// its WriteChunk entries (segs[i]: entry i's, in command order).
+type appendJob struct {
+	g       *group
+	msg     *raftpb.Message
+	segs    [][][]byte
+	results []proposalResult
+}
+
+type proposalResult struct {
+	proposal uint64
+	err      error
+}
+
+// applyJob is one MsgStorageApply of one group, with the client requests
+// its entries answer.
+type applyJob struct {
+	g    *group
+	msg  *raftpb.Message
+	reqs map[uint64]*proposal
+	last uint64
+}
+
+// newAppendJob finds every WriteChunk entry's payload: from the stash of a
+// received MsgApp, or from this leader's pending proposals, which it then
+// stashes (this Ready's MsgApps to the followers need them too).
+func (n *Node) newAppendJob(g *group, m *raftpb.Message) *appendJob {
+	j := &appendJob{g: g, msg: m, segs: make([][][]byte, len(m.GetEntries()))}
+	for i, e := range m.GetEntries() {
+		if e.GetType() != raftpb.EntryType_EntryNormal || len(e.GetData()) == 0 {
+			continue
+		}
+		if ep := g.payloads[e.GetIndex()]; ep != nil && ep.term == e.GetTerm() {
+			j.segs[i] = ep.segs
+			continue
+		}
+		var segs [][]byte
+		_ = DecodeEntry(e.GetData(), func(c *Command) error {
+			if c.Kind == KindWriteChunk {
+				var seg []byte
+				if p := g.pending[c.ProposalID]; p != nil {
+					seg = p.payload
+				}
+				segs = append(segs, seg)
+			}
+			return nil
+		})
+		if len(segs) > 0 {
+			j.segs[i] = segs
+			if e.GetIndex() >= g.payloadLow {
+				g.payloads[e.GetIndex()] = &entryPayload{term: e.GetTerm(), segs: segs}
+			}
+		}
+	}
+	return j
+}
+
+// newApplyJob takes the pending requests the committed entries answer.
+func (n *Node) newApplyJob(g *group, m *raftpb.Message) *applyJob {
+	j := &applyJob{g: g, msg: m}
+	ents := m.GetEntries()
+	if len(ents) > 0 {
+		j.last = ents[len(ents)-1].GetIndex()
+	} else {
+		j.last = g.applied.Load()
+	}
+	if len(g.pending) == 0 {
+		return j
+	}
+	for _, e := range ents {
+		if e.GetType() != raftpb.EntryType_EntryNormal || len(e.GetData()) == 0 {
+			continue
+		}
+		_ = DecodeEntry(e.GetData(), func(c *Command) error {
+			if p := g.pending[c.ProposalID]; p != nil {
+				delete(g.pending, c.ProposalID)
+				if j.reqs == nil {
+					j.reqs = map[uint64]*proposal{}
+				}
+				j.reqs[c.ProposalID] = p
+			}
+			return nil
+		})
+	}
+	return j
+}
+
+// appendWorker makes MsgStorageAppends durable, many groups' and many
+// Readies' at once: every WriteChunk's bytes are written into their block
+// file, the engine syncs (one fdatasync per touched file), then the entries
+// (headers only) and hard states are appended to the WAL and made durable
+// (one write, one fdatasync). Only then do the responses go back to the
+// loop: a replica acknowledges only what it has fsynced, log and data.
+//
+// Data before log record: a log record on disk implies its chunk bytes are
+// durable, so recovery can always adopt them (adoptChunks) and a new leader
+// can always send them.
+func (n *Node) appendWorker() {
+	defer n.wg.Done()
+	var jobs []*appendJob
+	var recs []wal.Record
+	for {
+		jobs = n.appendq.popAll(jobs[:0], n.stop)
+		if jobs == nil {
+			return
+		}
+		wrote := false
+		for _, j := range jobs {
+			for i, e := range j.msg.GetEntries() {
+				if e.GetType() != raftpb.EntryType_EntryNormal || len(e.GetData()) == 0 {
+					continue
+				}
+				k := 0
+				err := DecodeEntry(e.GetData(), func(c *Command) error {
+					if c.Kind != KindWriteChunk {
+						return nil
+					}
+					var seg []byte
+					if k < len(j.segs[i]) {
+						seg = j.segs[i][k]
+					}
+					k++
+					err := n.writeChunk(&c.WriteChunk, seg)
+					wrote = true
+					if err != nil {
+						n.log.Debug("write chunk", "pipeline", j.g.id, "index", e.GetIndex(), "err", err)
+					}
+					if c.ProposalID>>48 == n.cfg.ID {
+						j.results = append(j.results, proposalResult{c.ProposalID, err})
+					}
+					return nil
+				})
+				if err != nil {
+					// The leader encoded it: a bug or damage. The
+					// entry's commands have no effect here.
+					n.log.Error("undecodable entry", "pipeline", j.g.id, "index", e.GetIndex(), "err", err)
+				}
+			}
+		}
+		if wrote {
+			if err := n.eng.Sync(); err != nil {
+				n.fail(fmt.Errorf("append: engine sync: %w", err))
+				return
+			}
+		}
+		recs = recs[:0]
+		for _, j := range jobs {
+			m := j.msg
+			if s := m.GetSnapshot(); s != nil && s.GetMetadata().GetIndex() > 0 {
+				// Spindle's leaders never send raft snapshots (a
+				// follower behind the compacted log is caught up
+				// by a container copy, outside raft).
+				n.fail(fmt.Errorf("pipeline %d: raft snapshot at %d received: unsupported", j.g.id, s.GetMetadata().GetIndex()))
+				return
+			}
+			for _, e := range m.GetEntries() {
+				recs = append(recs, wal.EntryRecord(j.g.id, e.GetTerm(), e.GetIndex(), uint8(e.GetType()), e.GetData()))
+			}
+			if m.Term != nil {
+				recs = append(recs, wal.HardStateRecord(j.g.id, wal.HardState{Term: m.GetTerm(), Vote: m.GetVote(), Commit: m.GetCommit()}))
+			}
+		}
+		if len(recs) > 0 {
+			seq, err := n.wal.Append(recs...)
+			if err == nil {
+				err = n.wal.WaitDurable(seq)
+			}
+			if err != nil {
+				n.fail(fmt.Errorf("append: log: %w", err))
+				return
+			}
+		}
+		if !n.post(event{kind: evAppendDone, appends: append([]*appendJob(nil), jobs...)}) {
+			return
+		}
+	}
+}
+
+// writeChunk writes one replicated chunk, creating its container on first
+// use (containers are implicit in a pipeline, as in Ozone).
+func (n *Node) writeChunk(w *transport.WriteChunk, data []byte) error {
+	if data == nil || uint64(len(data)) != w.Length {
+		return fmt.Errorf("%w: payload of WriteChunk %d/%d@%d missing", engine.ErrInvalid, w.ContainerID, w.LocalID, w.Offset)
+	}
+	b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
+	err := n.eng.WriteChunk(b, w.Offset, data, w.BytesPerChecksum, w.Checksums)
+	if errors.Is(err, engine.ErrNotFound) {
+		if cerr := n.eng.CreateContainer(b.Container); cerr != nil && !errors.Is(cerr, engine.ErrExists) {
+			return cerr
+		}
+		err = n.eng.WriteChunk(b, w.Offset, data, w.BytesPerChecksum, w.Checksums)
+	}
+	return err
+}
+
+// applyWorker applies committed entries: PutBlock, DeleteBlock and
+// CloseContainer change the engine (a WriteChunk's bytes were written at
+// append time), then the waiting clients are answered and the responses go
+// back to the loop. It also compacts the log.
+func (n *Node) applyWorker() {
+	defer n.wg.Done()
+	var jobs []*applyJob
+	open := map[uint64]*openBlocks{}
+	compacted := map[uint64]uint64{}
+	for {
+		jobs = n.applyq.popAll(jobs[:0], n.stop)
+		if jobs == nil {
+			return
+		}
+		for _, j := range jobs {
+			ob := open[j.g.id]
+			if ob == nil {
+				ob = newOpenBlocks()
+				open[j.g.id] = ob
+			}
+			for _, e := range j.msg.GetEntries() {
+				if e.GetType() != raftpb.EntryType_EntryNormal || len(e.GetData()) == 0 {
+					continue
+				}
+				_ = DecodeEntry(e.GetData(), func(c *Command) error {
+					var err error
+					switch c.Kind {
+					case KindWriteChunk:
+						ob.wrote(c.WriteChunk.ContainerID, c.WriteChunk.LocalID, e.GetIndex())
+						if p := j.reqs[c.ProposalID]; p != nil {
+							if !p.appended {
+								err = fmt.Errorf("%w: append result unknown", engine.ErrFailed)
+							} else {
+								err = p.appendErr
+							}
+						}
+					case KindPutBlock:
+						err = n.eng.PutBlock(toEngineBlock(&c.PutBlock.Block))
+						if err == nil {
+							ob.committed(c.PutBlock.Block.ContainerID, c.PutBlock.Block.LocalID)
+						}
+					case KindDeleteBlock:
+						err = n.eng.DeleteBlock(engine.BlockID{Container: engine.ContainerID(c.Ref.ContainerID), Local: c.Ref.LocalID})
+						ob.committed(c.Ref.ContainerID, c.Ref.LocalID)
+					case KindCloseContainer:
+						err = n.eng.CloseContainer(engine.ContainerID(c.Ref.ContainerID))
+					}
+					if p := j.reqs[c.ProposalID]; p != nil {
+						n.replyResult(p, err)
+					} else if err != nil {
+						n.log.Debug("apply", "pipeline", j.g.id, "index", e.GetIndex(), "kind", c.Kind, "err", err)
+					}
+					return nil
+				})
+			}
+			if !n.post(event{kind: evApplyDone, group: j.g.id, apply: j}) {
+				return
+			}
+			n.maybeCompact(j.g, j.last, ob, compacted)
+		}
+	}
+}
+
+// maybeCompact compacts a group's log below what the engine holds durably
+// and no lagging follower is likely to need: at most applied −
+// RetainEntries, and never past the first WriteChunk of a block with no
+// PutBlock covering it yet (the engine forgets such chunks at a restart; the
+// log's headers are how they are found again).
+func (n *Node) maybeCompact(g *group, applied uint64, ob *openBlocks, compacted map[uint64]uint64) {
+	if applied < n.cfg.RetainEntries+compacted[g.id]+n.cfg.CompactEveryEntries {
+		return
+	}
+	to := applied - n.cfg.RetainEntries
+	if lo := ob.lowest(); lo != 0 && lo-1 < to {
+		to = lo - 1
+	}
+	if to <= compacted[g.id] {
+		return
+	}
+	if err := n.eng.Sync(); err != nil {
+		n.fail(fmt.Errorf("compact: engine sync: %w", err))
+		return
+	}
+	if err := n.wal.Compact(g.id, to); err != nil {
+		n.log.Warn("log compaction", "pipeline", g.id, "to", to, "err", err)
+		return
+	}
+	compacted[g.id] = to
+}
+
+// openBlocks tracks, per block, the index of the first WriteChunk entry not
+// covered by a PutBlock yet.
+type openBlocks struct {
+	first map[[2]uint64]uint64
+}
+
+func newOpenBlocks() *openBlocks { return &openBlocks{first: map[[2]uint64]uint64{}} }
+
+func (o *openBlocks) wrote(c, l, index uint64) {
+	k := [2]uint64{c, l}
+	if _, ok := o.first[k]; !ok {
+		o.first[k] = index
+	}
+}
+
+func (o *openBlocks) committed(c, l uint64) { delete(o.first, [2]uint64{c, l}) }
+
+func (o *openBlocks) lowest() uint64 {
+	var lo uint64
+	for _, i := range o.first {
+		if lo == 0 || i < lo {
+			lo = i
+		}
+	}
+	return lo
+}
+
+func toEngineBlock(b *transport.BlockData) *engine.BlockData {
+	out := &engine.BlockData{
+		ID:               engine.BlockID{Container: engine.ContainerID(b.ContainerID), Local: b.LocalID},
+		Length:           b.Length,
+		BytesPerChecksum: b.BytesPerChecksum,
+		Chunks:           make([]engine.ChunkInfo, len(b.Chunks)),
+	}
+	for i, c := range b.Chunks {
+		out.Chunks[i] = engine.ChunkInfo{Offset: c.Offset, Length: c.Length, Checksums: c.Checksums}
+	}
+	return out
+}
+
+func fromEngineBlock(b *engine.BlockData) transport.BlockData {
+	out := transport.BlockData{
+		ContainerID:      uint64(b.ID.Container),
+		LocalID:          b.ID.Local,
+		Length:           b.Length,
+		BytesPerChecksum: b.BytesPerChecksum,
+		Chunks:           make([]transport.ChunkInfo, len(b.Chunks)),
+	}
+	for i, c := range b.Chunks {
+		out.Chunks[i] = transport.ChunkInfo{Offset: c.Offset, Length: c.Length, Checksums: c.Checksums}
+	}
+	return out
+}
+
+// statusOf maps an engine or log error to a wire status.
+func statusOf(err error) transport.Status {
+	switch {
+	case err == nil:
+		return transport.StatusOK
+	case errors.Is(err, engine.ErrChecksumMismatch):
+		return transport.StatusChecksumMismatch
+	case errors.Is(err, engine.ErrCorrupt):
+		return transport.StatusCorrupt
+	case errors.Is(err, engine.ErrNotFound):
+		return transport.StatusNotFound
+	case errors.Is(err, engine.ErrExists):
+		return transport.StatusExists
+	case errors.Is(err, engine.ErrNotOpen):
+		return transport.StatusNotOpen
+	case errors.Is(err, engine.ErrContainerFull):
+		return transport.StatusContainerFull
+	case errors.Is(err, engine.ErrOverlap):
+		return transport.StatusOverlap
+	case errors.Is(err, engine.ErrHole):
+		return transport.StatusHole
+	case errors.Is(err, engine.ErrInvalid):
+		return transport.StatusInvalid
+	case errors.Is(err, engine.ErrFailed), errors.Is(err, wal.ErrFailed):
+		return transport.StatusFailed
+	case errors.Is(err, engine.ErrClosed), errors.Is(err, raft.ErrProposalDropped):
+		return transport.StatusUnavailable
+	}
+	return transport.StatusInternal
+}
