@@ -29,7 +29,7 @@ type testNode struct {
 	node    *Node
 }
 
-func (tn *testNode) start(t *testing.T, pc PipelineConfig) {
+func (tn *testNode) start(t testing.TB, pc PipelineConfig) {
 	t.Helper()
 	var err error
 	tn.eng, err = engine.Open(engine.Config{DataDirs: []string{tn.dataDir}, Logger: quiet})
@@ -51,7 +51,7 @@ func (tn *testNode) start(t *testing.T, pc PipelineConfig) {
 	}
 }
 
-func (tn *testNode) stop(t *testing.T) {
+func (tn *testNode) stop(t testing.TB) {
 	t.Helper()
 	if tn.node == nil {
 		return
@@ -64,7 +64,7 @@ func (tn *testNode) stop(t *testing.T) {
 	tn.node = nil
 }
 
-func startCluster(t *testing.T) ([]*testNode, PipelineConfig) {
+func startCluster(t testing.TB) ([]*testNode, PipelineConfig) {
 	t.Helper()
 	var nodes []*testNode
 	pc := PipelineConfig{ID: 1}
@@ -91,7 +91,7 @@ func startCluster(t *testing.T) ([]*testNode, PipelineConfig) {
 }
 
 // waitLeader polls (bounded) until the running nodes agree on a leader.
-func waitLeader(t *testing.T, nodes []*testNode) *testNode {
+func waitLeader(t testing.TB, nodes []*testNode) *testNode {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
