@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/scenario"
 	"github.com/spindle-store/spindle/internal/units"
@@ -15,30 +17,67 @@ import (
 
 func newBenchChunkWriteCmd() *cobra.Command {
 	var cfg scenario.ChunkWriteLocalConfig
+	var pcfg scenario.ChunkWritePipelineConfig
 	var local bool
 	var logDir string
 	chunkSize := units.ByteSize(units.MiB)
 	blockSize := units.ByteSize(64 * units.MiB)
 	retain := units.ByteSize(units.GiB)
+	maxBytes := units.ByteSize(scenario.DefaultPipelineMaxBytes)
 	bpc := units.ByteSize(engine.DefaultBytesPerChecksum)
 	cmd := &cobra.Command{
 		Use:   "chunk-write",
-		Short: "Durable chunk writes (seed 002); --local: straight into the storage engine",
+		Short: "Durable chunk writes (seed 002) through a 3-replica pipeline; --local: straight into the storage engine",
 		Long: `Writes chunks of --chunk-size from --clients concurrent writers for
---duration (or --count writes), each write acknowledged only once durable
-(WriteChunk, then a group-committed sync), a PutBlock per full block. Then
-measures, in the same run and on the same directory, the raw baseline: a
-loop of pwrite + fdatasync of the same size, one sync per write, the same
-number of writers, writing new space as the engine does (append); and, as
-a second figure, the same loop rewriting space in place (overwrite).
+--duration (or --count writes), each write acknowledged only once durable,
+a PutBlock per full block (--block-size). Then measures, in the same run and
+on the same data directory, the raw baseline: a loop of pwrite + fdatasync
+of the same size, one sync per write, the same number of writers, writing
+new space as the store does (append).
+
+By default (replicated): starts three ` + "`spindle datanode`" + ` processes on
+127.0.0.1 forming one Raft pipeline, with their volumes in --data-dir/dn1..3
+and their Raft logs in --log-dir/dn1..3 (put them on different devices to
+compare placements, as seed 002 did), waits for a leader and writes through
+the pipeline client: a write is acknowledged once a quorum of the replicas
+has fsynced its data and its log record. The datanodes are stopped and their
+directories removed at the end (also on error or interrupt). The JSON adds
+replicas, data_dir, log_dir and placement (filesystem and device of each).
 
 --local runs the engine in this process on --data-dir (repeatable, one per
-volume). The replicated form (three datanodes, a Raft pipeline, --log-dir)
-comes with the pipelines.`,
+volume), without network or log; it also reports an overwrite-in-place
+baseline.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if bpc.Int64() < engine.MinBytesPerChecksum || bpc.Int64() > engine.MaxBytesPerChecksum {
+				return fmt.Errorf("chunk-write: --bytes-per-checksum %d not in [%d, %d]", bpc.Int64(), engine.MinBytesPerChecksum, engine.MaxBytesPerChecksum)
+			}
 			if !local {
-				return errors.New("chunk-write: only --local (engine, no network) exists yet; the replicated pipeline comes with the pipelines issue")
+				if len(cfg.DataDirs) > 1 {
+					return errors.New("chunk-write: the replicated form takes one --data-dir (each datanode gets a subdirectory of it)")
+				}
+				if len(cfg.DataDirs) == 1 {
+					pcfg.DataDir = cfg.DataDirs[0]
+				}
+				bin, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("chunk-write: finding the spindle binary for the datanodes: %w", err)
+				}
+				pcfg.Binary = bin
+				pcfg.LogDir = logDir
+				pcfg.ChunkSizeBytes = chunkSize.Int64()
+				pcfg.BlockSizeBytes = blockSize.Int64()
+				pcfg.MaxBytes = maxBytes.Int64()
+				pcfg.BytesPerChecksum = uint32(bpc.Int64())
+				pcfg.Clients, pcfg.Duration, pcfg.Count = cfg.Clients, cfg.Duration, cfg.Count
+				pcfg.Containers, pcfg.NoBaseline = cfg.Containers, cfg.NoBaseline
+				pcfg.Progress = bench.TerminalProgress()
+				pcfg.Logger = slog.Default()
+				res, err := scenario.RunChunkWritePipeline(cmd.Context(), pcfg)
+				if err != nil {
+					return err
+				}
+				return printResult(cmd, res.Result, res)
 			}
 			if logDir != "" {
 				return errors.New("chunk-write: --log-dir needs the Raft pipeline; --local has no log")
@@ -46,9 +85,6 @@ comes with the pipelines.`,
 			cfg.ChunkSizeBytes = chunkSize.Int64()
 			cfg.BlockSizeBytes = blockSize.Int64()
 			cfg.RetainBytes = retain.Int64()
-			if bpc.Int64() < engine.MinBytesPerChecksum || bpc.Int64() > engine.MaxBytesPerChecksum {
-				return fmt.Errorf("chunk-write: --bytes-per-checksum %d not in [%d, %d]", bpc.Int64(), engine.MinBytesPerChecksum, engine.MaxBytesPerChecksum)
-			}
 			cfg.BytesPerChecksum = uint32(bpc.Int64())
 			cfg.Logger = slog.Default()
 			res, err := scenario.RunChunkWriteLocal(cmd.Context(), cfg)
@@ -59,19 +95,25 @@ comes with the pipelines.`,
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&local, "local", false, "write straight into the storage engine in this process (no network)")
-	f.StringSliceVar(&cfg.DataDirs, "data-dir", nil, "volume directory (repeat or comma-separate for several; default: a temporary directory)")
-	f.StringVar(&logDir, "log-dir", "", "Raft log directory (pipeline mode only)")
+	f.BoolVar(&local, "local", false, "write straight into the storage engine in this process (no network, no log)")
+	f.StringSliceVar(&cfg.DataDirs, "data-dir", nil, "volume directory (--local: repeat or comma-separate for several; default: a temporary directory)")
+	f.StringVar(&logDir, "log-dir", "", "Raft log directory of the datanodes (default: a temporary directory)")
 	f.Var(&chunkSize, "chunk-size", "bytes per chunk write (e.g. 1KiB, 1MiB)")
 	f.IntVar(&cfg.Clients, "clients", 16, "concurrent writers")
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "run time bound (0: none; then --count is required)")
 	f.Int64Var(&cfg.Count, "count", 0, "bound on the total number of writes (0: none)")
 	f.Var(&blockSize, "block-size", "a writer commits its block (PutBlock) and starts a new one at this size")
 	f.Var(&bpc, "bytes-per-checksum", "CRC32C piece size")
-	f.IntVar(&cfg.Containers, "containers", 4, "OPEN containers the writers share")
-	f.Var(&retain, "retain", "data kept on disk; past it each writer deletes its oldest blocks (bounds disk use)")
-	f.IntVar(&cfg.SyncWorkers, "sync-workers", 0, "group commit: sync rounds in flight and parallel fdatasyncs per round (0: engine default)")
+	f.IntVar(&cfg.Containers, "containers", 4, "containers the writers share at a time")
+	f.Var(&retain, "retain", "--local: data kept on disk; past it each writer deletes its oldest blocks (bounds disk use)")
+	f.IntVar(&cfg.SyncWorkers, "sync-workers", 0, "--local: group commit: sync rounds in flight and parallel fdatasyncs per round (0: engine default)")
 	f.BoolVar(&cfg.NoBaseline, "no-baseline", false, "skip the raw baselines")
-	f.BoolVar(&cfg.NoOverwriteBaseline, "no-overwrite-baseline", false, "skip the second (overwrite in place) baseline")
+	f.BoolVar(&cfg.NoOverwriteBaseline, "no-overwrite-baseline", false, "--local: skip the second (overwrite in place) baseline")
+	f.Var(&maxBytes, "max-bytes", "replicated: stop after writing this many bytes (each replica holds them all), whatever --duration says")
+	f.IntVar(&pcfg.Conns, "conns", scenario.DefaultPipelineConns, "replicated: connections to each datanode, shared by all clients")
+	f.IntVar(&pcfg.Window, "window", 0, "replicated: requests in flight per connection (0: enough for every client)")
+	f.DurationVar(&pcfg.Tick, "tick", 0, "replicated: the datanodes' raft tick (0: their default)")
+	f.IntVar(&pcfg.ElectionTicks, "election-ticks", 0, "replicated: the datanodes' election timeout in ticks (0: their default)")
+	f.StringVar(&pcfg.CPUProfileDir, "cpuprofile-dir", "", "replicated: each datanode writes a CPU profile dn<i>.pprof here")
 	return cmd
 }

@@ -1,0 +1,514 @@
+// Package localcluster runs a pipeline of real `spindle datanode` child
+// processes on 127.0.0.1: it picks free ports, starts the members with their
+// data and log directories, waits until each has written its ready file,
+// and kills (SIGKILL), restarts and stops them. `spindle bench chunk-write`
+// (replicated form) and the multi-process tests of pipelines use it.
+//
+// Layout: member i (1-based) keeps its volume in DataDir/dn<i>, its Raft
+// log in LogDir/dn<i>, its stderr in DataDir/dn<i>.log (appended across
+// restarts) and its ready file in DataDir/dn<i>.ready.
+//
+// # Invariants
+//
+//   - Only 127.0.0.1 addresses are used; a member keeps its address across
+//     restarts (the pipeline's membership names it).
+//   - Every child is started with the parent-death signal SIGKILL, so that
+//     no datanode outlives the process that started it, even if that
+//     process is killed; Stop (SIGTERM, then SIGKILL after a bounded wait)
+//     reaps them in the ordinary case.
+//   - Every wait is bounded: readiness by Config.ReadyTimeout, exits by
+//     the timeouts given to Stop and by Kill's own bound.
+//   - Start fails, with the tail of the member's log, if a child exits
+//     before it is ready; it stops the members it started.
+//
+// # Concurrency
+//
+// A Cluster's methods may be called from any goroutine; a mutex serialises
+// the ones that change a member's process (Kill, Restart, Stop). Addresses
+// and directories never change after Start.
+package localcluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Defaults and limits of Config.
+const (
+	DefaultMembers      = 3
+	MaxMembers          = 9
+	DefaultPipelineID   = 1
+	DefaultReadyTimeout = 30 * time.Second
+	// DefaultStopTimeout is how long Stop waits after SIGTERM before it
+	// sends SIGKILL.
+	DefaultStopTimeout = 10 * time.Second
+	// killTimeout bounds the wait for a SIGKILLed child to be reaped.
+	killTimeout = 10 * time.Second
+	// startAttempts bounds how often Start retries with fresh ports when a
+	// member exits before it is ready (a port taken meanwhile).
+	startAttempts = 3
+	// readyPoll is the interval at which ready files are looked for.
+	readyPoll = 10 * time.Millisecond
+	// logTailBytes is how much of a member's log an error quotes.
+	logTailBytes = 2048
+)
+
+// Config describes a local pipeline.
+type Config struct {
+	// Binary is the spindle executable. Required.
+	Binary string
+	// Members is the pipeline's size (default 3).
+	Members int
+	// PipelineID is the Raft group ID (default 1).
+	PipelineID uint64
+	// DataDir and LogDir are the parents of the members' directories.
+	// Required; they are created when missing.
+	DataDir, LogDir string
+	// Tick and ElectionTicks are passed as --tick and --election-ticks
+	// when set.
+	Tick          time.Duration
+	ElectionTicks int
+	// ExtraArgs are appended to every member's command line; NodeArgs,
+	// when set, returns more for member id (1-based).
+	ExtraArgs []string
+	NodeArgs  func(id int) []string
+	// Env is added to the children's environment.
+	Env []string
+	// ReadyTimeout bounds the wait for one member's ready file (default
+	// DefaultReadyTimeout).
+	ReadyTimeout time.Duration
+}
+
+// Node is one member.
+type Node struct {
+	ID        int // 1-based
+	Addr      string
+	DataDir   string
+	LogDir    string
+	LogPath   string // the member's stderr and stdout
+	readyPath string
+
+	proc   *os.Process
+	exited chan struct{} // closed once the process is reaped
+	state  *os.ProcessState
+}
+
+// Cluster is a running local pipeline.
+type Cluster struct {
+	cfg   Config
+	mu    sync.Mutex
+	nodes []*Node
+}
+
+// Start starts the members and waits until every one is ready.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	if cfg.Binary == "" {
+		return nil, errors.New("localcluster: no spindle binary")
+	}
+	if cfg.DataDir == "" || cfg.LogDir == "" {
+		return nil, errors.New("localcluster: data and log directories are required")
+	}
+	if cfg.Members == 0 {
+		cfg.Members = DefaultMembers
+	}
+	if cfg.Members < 1 || cfg.Members > MaxMembers {
+		return nil, fmt.Errorf("localcluster: %d members, want 1..%d", cfg.Members, MaxMembers)
+	}
+	if cfg.PipelineID == 0 {
+		cfg.PipelineID = DefaultPipelineID
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = DefaultReadyTimeout
+	}
+	var lastErr error
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		c := &Cluster{cfg: cfg}
+		err := c.start(ctx)
+		if err == nil {
+			return c, nil
+		}
+		c.Stop(DefaultStopTimeout)
+		lastErr = err
+		var early *exitedEarlyError
+		if !errors.As(err, &early) || ctx.Err() != nil {
+			break
+		}
+		// A member died before it was ready: most likely its port was
+		// taken between our probe and its bind. Start afresh.
+		for _, n := range c.nodes {
+			os.RemoveAll(n.DataDir)
+			os.RemoveAll(n.LogDir)
+			os.Remove(n.readyPath)
+		}
+	}
+	return nil, lastErr
+}
+
+func (c *Cluster) start(ctx context.Context) error {
+	ports, err := freePorts(c.cfg.Members)
+	if err != nil {
+		return err
+	}
+	for i := range c.cfg.Members {
+		id := i + 1
+		n := &Node{
+			ID:        id,
+			Addr:      net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[i])),
+			DataDir:   filepath.Join(c.cfg.DataDir, fmt.Sprintf("dn%d", id)),
+			LogDir:    filepath.Join(c.cfg.LogDir, fmt.Sprintf("dn%d", id)),
+			LogPath:   filepath.Join(c.cfg.DataDir, fmt.Sprintf("dn%d.log", id)),
+			readyPath: filepath.Join(c.cfg.DataDir, fmt.Sprintf("dn%d.ready", id)),
+		}
+		for _, d := range []string{n.DataDir, n.LogDir} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return fmt.Errorf("localcluster: %w", err)
+			}
+		}
+		c.nodes = append(c.nodes, n)
+	}
+	for _, n := range c.nodes {
+		if err := c.launch(n); err != nil {
+			return err
+		}
+	}
+	for _, n := range c.nodes {
+		if err := c.waitReady(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// freePorts returns n distinct ports that were free on 127.0.0.1 a moment
+// ago (the listeners are closed before returning).
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("localcluster: free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// pipelineFlag is the --pipeline value: G:1=ADDR1,2=ADDR2,...
+func (c *Cluster) pipelineFlag() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d:", c.cfg.PipelineID)
+	for i, n := range c.nodes {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%d=%s", n.ID, n.Addr)
+	}
+	return b.String()
+}
+
+// Args returns the command line (without the binary) member n runs with.
+func (c *Cluster) args(n *Node) []string {
+	args := []string{"datanode",
+		"--id", strconv.Itoa(n.ID),
+		"--listen", n.Addr,
+		"--data-dir", n.DataDir,
+		"--log-dir", n.LogDir,
+		"--pipeline", c.pipelineFlag(),
+		"--ready-file", n.readyPath,
+	}
+	if c.cfg.Tick > 0 {
+		args = append(args, "--tick", c.cfg.Tick.String())
+	}
+	if c.cfg.ElectionTicks > 0 {
+		args = append(args, "--election-ticks", strconv.Itoa(c.cfg.ElectionTicks))
+	}
+	args = append(args, c.cfg.ExtraArgs...)
+	if c.cfg.NodeArgs != nil {
+		args = append(args, c.cfg.NodeArgs(n.ID)...)
+	}
+	return args
+}
+
+// launch starts n's process (not waiting for it to be ready).
+func (c *Cluster) launch(n *Node) error {
+	if err := os.Remove(n.readyPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("localcluster: %w", err)
+	}
+	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("localcluster: %w", err)
+	}
+	defer logf.Close() // the child has its own descriptor
+	cmd := exec.Command(c.cfg.Binary, c.args(n)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), c.cfg.Env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	fmt.Fprintf(logf, "=== localcluster: %s %s\n", c.cfg.Binary, strings.Join(c.args(n), " "))
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("localcluster: start member %d: %w", n.ID, err)
+	}
+	exited := make(chan struct{})
+	n.proc, n.exited, n.state = cmd.Process, exited, nil
+	go func() {
+		cmd.Wait()
+		c.mu.Lock()
+		if n.exited == exited {
+			n.state = cmd.ProcessState
+		}
+		c.mu.Unlock()
+		close(exited)
+	}()
+	return nil
+}
+
+// exitedEarlyError is a member that exited before it was ready.
+type exitedEarlyError struct {
+	id   int
+	tail string
+}
+
+func (e *exitedEarlyError) Error() string {
+	return fmt.Sprintf("localcluster: member %d exited before it was ready; its log ends:\n%s", e.id, e.tail)
+}
+
+// waitReady waits, bounded by ReadyTimeout, for n's ready file to name n's
+// address and process.
+func (c *Cluster) waitReady(ctx context.Context, n *Node) error {
+	c.mu.Lock()
+	proc, exited := n.proc, n.exited
+	c.mu.Unlock()
+	deadline := time.Now().Add(c.cfg.ReadyTimeout)
+	tick := time.NewTicker(readyPoll)
+	defer tick.Stop()
+	for {
+		if b, err := os.ReadFile(n.readyPath); err == nil {
+			f := strings.Fields(string(b))
+			if len(f) >= 2 && f[0] == n.Addr && f[1] == strconv.Itoa(proc.Pid) {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("localcluster: member %d not ready within %v; its log ends:\n%s", n.ID, c.cfg.ReadyTimeout, tail(n.LogPath))
+		}
+		select {
+		case <-exited:
+			return &exitedEarlyError{id: n.ID, tail: tail(n.LogPath)}
+		case <-ctx.Done():
+			return fmt.Errorf("localcluster: waiting for member %d: %w", n.ID, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// tail returns the end of the file at path.
+func tail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(%v)", err)
+	}
+	if len(b) > logTailBytes {
+		b = b[len(b)-logTailBytes:]
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	return string(b)
+}
+
+// Nodes returns the members, in ID order.
+func (c *Cluster) Nodes() []*Node { return c.nodes }
+
+// Addrs returns the members' addresses, in ID order.
+func (c *Cluster) Addrs() []string {
+	out := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		out[i] = n.Addr
+	}
+	return out
+}
+
+// PipelineID returns the pipeline's Raft group ID.
+func (c *Cluster) PipelineID() uint64 { return c.cfg.PipelineID }
+
+// Node returns the member with address addr, or nil.
+func (c *Cluster) Node(addr string) *Node {
+	for _, n := range c.nodes {
+		if n.Addr == addr {
+			return n
+		}
+	}
+	return nil
+}
+
+// Running reports whether member id's process is alive.
+func (c *Cluster) Running(id int) bool {
+	n := c.node(id)
+	c.mu.Lock()
+	exited := n.exited
+	c.mu.Unlock()
+	if exited == nil {
+		return false
+	}
+	select {
+	case <-exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// PID returns member id's process ID (0 if it never started).
+func (c *Cluster) PID(id int) int {
+	n := c.node(id)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n.proc == nil {
+		return 0
+	}
+	return n.proc.Pid
+}
+
+func (c *Cluster) node(id int) *Node {
+	if id < 1 || id > len(c.nodes) {
+		panic(fmt.Sprintf("localcluster: no member %d", id))
+	}
+	return c.nodes[id-1]
+}
+
+// Kill sends SIGKILL to member id and waits (bounded) until it is reaped.
+func (c *Cluster) Kill(id int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.signalAndWait(c.node(id), syscall.SIGKILL, killTimeout)
+}
+
+// signalAndWait sends sig to n and waits up to timeout for its exit; the
+// caller holds c.mu, which is released while waiting.
+func (c *Cluster) signalAndWait(n *Node, sig syscall.Signal, timeout time.Duration) error {
+	if n.proc == nil {
+		return nil
+	}
+	exited := n.exited
+	select {
+	case <-exited:
+		return nil
+	default:
+	}
+	if err := n.proc.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("localcluster: signal member %d: %w", n.ID, err)
+	}
+	c.mu.Unlock()
+	defer c.mu.Lock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-exited:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("localcluster: member %d (pid %d) still running %v after %v", n.ID, n.proc.Pid, timeout, sig)
+	}
+}
+
+// Restart starts member id again (it must have exited: Kill it first) with
+// the same address and directories, and waits until it is ready.
+func (c *Cluster) Restart(ctx context.Context, id int) error {
+	n := c.node(id)
+	if c.Running(id) {
+		return fmt.Errorf("localcluster: member %d is running", id)
+	}
+	c.mu.Lock()
+	err := c.launch(n)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return c.waitReady(ctx, n)
+}
+
+// ExitStatus describes how member id's last process ended ("" while it
+// runs or if it never started).
+func (c *Cluster) ExitStatus(id int) string {
+	n := c.node(id)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n.state == nil {
+		return ""
+	}
+	return n.state.String()
+}
+
+// Stop sends SIGTERM to every running member, waits up to timeout for them
+// to exit, then SIGKILLs the rest. It returns an error naming the members
+// that had to be killed or exited with a failure status.
+func (c *Cluster) Stop(timeout time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.nodes {
+		if n.proc != nil {
+			n.proc.Signal(syscall.SIGTERM)
+		}
+	}
+	var errs []error
+	deadline := time.Now().Add(timeout)
+	for _, n := range c.nodes {
+		if n.proc == nil {
+			continue
+		}
+		if err := c.signalAndWait(n, syscall.SIGTERM, max(time.Until(deadline), 0)); err != nil {
+			errs = append(errs, err)
+			if kerr := c.signalAndWait(n, syscall.SIGKILL, killTimeout); kerr != nil {
+				errs = append(errs, kerr)
+			}
+			continue
+		}
+		if n.state != nil && !n.state.Success() && !killed(n.state) {
+			errs = append(errs, fmt.Errorf("localcluster: member %d: %s; its log ends:\n%s", n.ID, n.state, tail(n.LogPath)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// killed reports whether the process was ended by SIGKILL (by Kill).
+func killed(st *os.ProcessState) bool {
+	ws, ok := st.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+// Logs returns the ends of every member's log, for a failing test.
+func (c *Cluster) Logs() string {
+	var b strings.Builder
+	for _, n := range c.nodes {
+		fmt.Fprintf(&b, "--- member %d (%s) %s:\n%s\n", n.ID, n.Addr, n.LogPath, tail(n.LogPath))
+	}
+	return b.String()
+}
+
+// CopyLogs writes every member's whole log to w.
+func (c *Cluster) CopyLogs(w io.Writer) {
+	for _, n := range c.nodes {
+		fmt.Fprintf(w, "--- member %d (%s):\n", n.ID, n.Addr)
+		if f, err := os.Open(n.LogPath); err == nil {
+			io.Copy(w, f)
+			f.Close()
+		}
+	}
+}
