@@ -207,3 +207,127 @@ func TestPipelineReplicatesWrites(t *testing.T) {
 		}
 	}
 }
+
+// writeChunks writes n chunks of size to block b from offset off through cl
+// and returns the chunk infos.
+func writeChunks(t testing.TB, cl *transport.Client, b, off uint64, n, size int) []transport.ChunkInfo {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out []transport.ChunkInfo
+	for i := 0; i < n; i++ {
+		data := chunkData(b, off, size)
+		sums := engine.ComputeChecksums(nil, data, bpc)
+		if _, err := cl.Call(ctx, &transport.WriteChunk{PipelineID: 1, ContainerID: 5, LocalID: b, Offset: off, Length: uint64(size), BytesPerChecksum: bpc, Checksums: sums}, data); err != nil {
+			t.Fatalf("block %d offset %d: %v", b, off, err)
+		}
+		out = append(out, transport.ChunkInfo{Offset: off, Length: uint64(size), Checksums: sums})
+		off += uint64(size)
+	}
+	return out
+}
+
+// readBack polls (bounded) until node tn has block b's first length bytes,
+// then checks them.
+func readBack(t testing.TB, tn *testNode, b, length uint64) {
+	t.Helper()
+	id := engine.BlockID{Container: 5, Local: b}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := tn.eng.ReadChunk(id, 0, length, nil)
+		if err == nil {
+			if string(got) != string(chunkData(b, 0, int(length))) {
+				t.Fatalf("node %d block %d: wrong bytes", tn.id, b)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d block %d: %d bytes not readable: %v", tn.id, b, length, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func dial(t testing.TB, addr string) *transport.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cl, err := transport.DialClient(ctx, addr, transport.ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// TestPipelineRestartAndCatchUp: a follower stopped while writes go on
+// catches up when it comes back; after every node restarts, chunks written
+// past their block's last PutBlock are found again from the log's headers
+// (adopted), read back on every replica, and the block can be continued and
+// committed.
+func TestPipelineRestartAndCatchUp(t *testing.T) {
+	nodes, pc := startCluster(t)
+	leader := waitLeader(t, nodes)
+	cl := dial(t, leader.addr)
+	const size = 2048
+	c1 := writeChunks(t, cl, 1, 0, 10, size)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 5, LocalID: 1, Length: 10 * size, BytesPerChecksum: bpc, Chunks: c1}}); err != nil {
+		t.Fatal(err)
+	}
+	var follower *testNode
+	for _, tn := range nodes {
+		if tn != leader {
+			follower = tn
+			break
+		}
+	}
+	follower.stop(t)
+	writeChunks(t, cl, 1, 10*size, 5, size) // past the PutBlock
+	writeChunks(t, cl, 2, 0, 7, size)       // no PutBlock at all
+	follower.start(t, pc)
+	for _, tn := range nodes {
+		readBack(t, tn, 1, 15*size)
+		readBack(t, tn, 2, 7*size)
+	}
+	cl.Close()
+
+	for _, tn := range nodes {
+		tn.stop(t)
+	}
+	for _, tn := range nodes {
+		tn.start(t, pc)
+	}
+	for _, tn := range nodes {
+		readBack(t, tn, 1, 15*size)
+		readBack(t, tn, 2, 7*size)
+	}
+	leader = waitLeader(t, nodes)
+	cl = dial(t, leader.addr)
+	// Block 2 continues where it was and commits whole.
+	more := writeChunks(t, cl, 2, 7*size, 3, size)
+	var all []transport.ChunkInfo
+	for i := 0; i < 7; i++ {
+		data := chunkData(2, uint64(i*size), size)
+		all = append(all, transport.ChunkInfo{Offset: uint64(i * size), Length: size, Checksums: engine.ComputeChecksums(nil, data, bpc)})
+	}
+	all = append(all, more...)
+	if _, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 5, LocalID: 2, Length: 10 * size, BytesPerChecksum: bpc, Chunks: all}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range nodes {
+		readBack(t, tn, 2, 10*size)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			bd, err := tn.eng.GetBlock(engine.BlockID{Container: 5, Local: 2})
+			if err == nil && bd.Length == 10*size {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d: block 2 not committed: %v %v", tn.id, bd, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
