@@ -24,7 +24,7 @@ func newBenchCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	cmd.PersistentFlags().Bool(jsonFlag, false, "print the result as one line of JSON on stdout")
-	cmd.AddCommand(newBenchBaselineCmd(), newBenchChunkWriteCmd(), newBenchQueueDirsCmd())
+	cmd.AddCommand(newBenchBaselineCmd(), newBenchChunkWriteCmd(), newBenchFollowerAppendCmd(), newBenchQueueDirsCmd())
 	return cmd
 }
 
