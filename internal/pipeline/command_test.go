@@ -1,0 +1,90 @@
+package pipeline
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/spindle-store/spindle/internal/transport"
+)
+
+func sampleEntry() []byte {
+	var d []byte
+	d = AppendCommand(d, &Command{Kind: KindWriteChunk, ProposalID: 1<<48 | 5, WriteChunk: transport.WriteChunk{PipelineID: 1, ContainerID: 2, LocalID: 3, Offset: 4096, Length: 1024, BytesPerChecksum: 512, Checksums: []uint32{1, 2}}})
+	d = AppendCommand(d, &Command{Kind: KindPutBlock, ProposalID: 1<<48 | 6, PutBlock: transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 2, LocalID: 3, Length: 5120, BytesPerChecksum: 512, Chunks: []transport.ChunkInfo{{Offset: 0, Length: 5120, Checksums: make([]uint32, 10)}}}}})
+	d = AppendCommand(d, &Command{Kind: KindDeleteBlock, Ref: transport.GetBlock{ContainerID: 2, LocalID: 9}})
+	d = AppendCommand(d, &Command{Kind: KindCloseContainer, Ref: transport.GetBlock{ContainerID: 2}})
+	return d
+}
+
+func TestEntryRoundTrip(t *testing.T) {
+	d := sampleEntry()
+	var kinds []Kind
+	err := DecodeEntry(d, func(c *Command) error {
+		kinds = append(kinds, c.Kind)
+		switch c.Kind {
+		case KindWriteChunk:
+			if c.WriteChunk.Offset != 4096 || c.WriteChunk.Length != 1024 || len(c.WriteChunk.Checksums) != 2 || c.ProposalID != 1<<48|5 {
+				t.Fatalf("write chunk decoded as %+v", c.WriteChunk)
+			}
+		case KindPutBlock:
+			if c.PutBlock.Block.Length != 5120 || len(c.PutBlock.Block.Chunks) != 1 {
+				t.Fatalf("put block decoded as %+v", c.PutBlock)
+			}
+		case KindDeleteBlock:
+			if c.Ref.LocalID != 9 {
+				t.Fatalf("delete decoded as %+v", c.Ref)
+			}
+		}
+		return nil
+	})
+	if err != nil || len(kinds) != 4 {
+		t.Fatalf("decode: %v, kinds %v", err, kinds)
+	}
+	lens, err := WriteChunkLengths(d, nil)
+	if err != nil || len(lens) != 1 || lens[0] != 1024 {
+		t.Fatalf("lengths %v %v", lens, err)
+	}
+}
+
+func TestEntryRejectsDamage(t *testing.T) {
+	d := sampleEntry()
+	cases := map[string][]byte{
+		"version":    append([]byte{2}, d[1:]...),
+		"no command": {1},
+		"truncated":  d[:len(d)-1],
+		"trailing":   append(append([]byte(nil), d...), 0),
+		"kind":       append([]byte{1, 9}, d[2:]...),
+	}
+	for name, b := range cases {
+		err := DecodeEntry(b, func(*Command) error { return nil })
+		if !errors.Is(err, ErrBadEntry) {
+			t.Errorf("%s: %v, want ErrBadEntry", name, err)
+		}
+	}
+	if err := DecodeEntry(nil, func(*Command) error { t.Fatal("command in empty entry"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func FuzzDecodeEntry(f *testing.F) {
+	f.Add(sampleEntry())
+	f.Add([]byte{1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var out []byte
+		n := 0
+		err := DecodeEntry(b, func(c *Command) error {
+			out = AppendCommand(out, c)
+			n++
+			return nil
+		})
+		if err != nil || n == 0 {
+			return
+		}
+		// What decodes re-encodes to something that decodes to the same
+		// number of commands.
+		m := 0
+		if err := DecodeEntry(out, func(*Command) error { m++; return nil }); err != nil || m != n {
+			t.Fatalf("re-encoded entry: %v, %d commands, want %d", err, m, n)
+		}
+	})
+}
