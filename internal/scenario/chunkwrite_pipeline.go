@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -80,7 +81,8 @@ type ChunkWritePipelineConfig struct {
 	// --cpuprofile is added per node by CPUProfileDir instead).
 	DatanodeArgs []string
 	// CPUProfileDir, when set, makes each datanode write a CPU profile
-	// dn<i>.pprof there.
+	// dn<i>.pprof there, and the bench its own (the client side) of the
+	// timed loop, client.pprof.
 	CPUProfileDir string
 	// NoBaseline skips the raw baseline.
 	NoBaseline bool
@@ -383,6 +385,13 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 		maxOps = cfg.Count
 	}
 	before := c.Stats()
+	if cfg.CPUProfileDir != "" {
+		stopProf, err := startCPUProfile(filepath.Join(cfg.CPUProfileDir, "client.pprof"))
+		if err != nil {
+			return out, fmt.Errorf("chunk-write: %w", err)
+		}
+		defer stopProf()
+	}
 	stats, err := bench.Loop(ctx, bench.LoopConfig{
 		Workers: cfg.Clients, Duration: cfg.Duration, MaxOps: maxOps,
 		Label: "chunk-write (3 replicas)", Progress: cfg.Progress,
@@ -516,4 +525,24 @@ func placementLabel(data, log report.DirInfo) string {
 		return name(data) + "/same device"
 	}
 	return name(data) + "/" + name(log)
+}
+
+// startCPUProfile profiles this process into path until the returned
+// function is called.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
+	}, nil
 }
