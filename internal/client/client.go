@@ -142,6 +142,9 @@ type Stats struct {
 	Timeouts    uint64 // attempts that timed out
 	ConnErrors  uint64 // attempts failed by a broken connection or a dial
 	Dials       uint64 // connections dialled (successfully)
+	// Batches is the number of gathered writes of the connections open
+	// now (requests per batch = how well callers share a connection).
+	Batches uint64
 }
 
 // Client is a pipeline client. See the package comment.
@@ -269,7 +272,17 @@ func (c *Client) Leader() string {
 
 // Stats returns the Client's counters.
 func (c *Client) Stats() Stats {
-	return Stats{
+	var batches uint64
+	c.mu.Lock()
+	for _, m := range c.members {
+		for i := range m.slots {
+			if tc := m.slots[i].c.Load(); tc != nil {
+				batches += tc.Batches()
+			}
+		}
+	}
+	c.mu.Unlock()
+	return Stats{Batches: batches,
 		Ops: c.ops.Load(), Attempts: c.attempts.Load(), Redirects: c.redirects.Load(),
 		NoLeader: c.noLeader.Load(), Unavailable: c.unavailable.Load(), Timeouts: c.timeouts.Load(),
 		ConnErrors: c.connErrors.Load(), Dials: c.dials.Load(),

@@ -385,9 +385,9 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 		maxOps = cfg.Count
 	}
 	before := c.Stats()
+	stopProf := func() {}
 	if cfg.CPUProfileDir != "" {
-		stopProf, err := startCPUProfile(filepath.Join(cfg.CPUProfileDir, "client.pprof"))
-		if err != nil {
+		if stopProf, err = startCPUProfile(filepath.Join(cfg.CPUProfileDir, "client.pprof")); err != nil {
 			return out, fmt.Errorf("chunk-write: %w", err)
 		}
 		defer stopProf()
@@ -401,6 +401,7 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 	if err != nil {
 		return out, fmt.Errorf("chunk-write: %w\n%s", err, cl.Logs())
 	}
+	stopProf()
 	after := c.Stats()
 	leader := c.Leader()
 	c.Close()
@@ -432,6 +433,7 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 		"client_redirects":  after.Redirects - before.Redirects,
 		"client_retries":    (after.Attempts - before.Attempts) - (after.Ops - before.Ops),
 		"client_conn_dials": after.Dials,
+		"client_batches":    after.Batches - before.Batches,
 		"placement":         out.Placement.Label,
 	}
 	if cfg.CPUProfileDir != "" {

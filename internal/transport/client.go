@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,9 +44,10 @@ func (c ClientConfig) withDefaults() ClientConfig {
 
 // Client pipelines requests on one connection: up to Window outstanding,
 // each answered by the Response with its request ID, in any order. One
-// goroutine reads the responses; callers write their own requests (one
-// gathered write each, serialised by the Conn's mutex). Safe for
-// concurrent use.
+// goroutine reads the responses; one goroutine writes the requests: callers
+// queue their frames and everything queued meanwhile goes out in one
+// gathered write, so that many callers sharing a connection cost one
+// writev per batch, not one per request. Safe for concurrent use.
 //
 // A connection error (read or write, a bad frame from the server, Close)
 // fails every outstanding request and every later Call with that error; a
@@ -61,7 +63,24 @@ type Client struct {
 	nextID  uint64
 	err     error // sticky; set once, under mu
 
-	late atomic.Uint64
+	// Write side: frames queued in wq, written by writeLoop.
+	wmu     sync.Mutex
+	wq      *sendBatch // accepting frames; nil: none queued
+	spare   *Encoder   // a reset Encoder for the next batch
+	wsig    chan struct{}
+	wclosed bool          // no more batches: writeLoop has exited
+	wdone   chan struct{} // closed when writeLoop has exited
+
+	late    atomic.Uint64
+	batches atomic.Uint64
+}
+
+// sendBatch is frames written together; done is closed once they are
+// written (or will never be), err then says how it went.
+type sendBatch struct {
+	enc  *Encoder
+	done chan struct{}
+	err  error
 }
 
 // DialClient connects to addr over TCP and returns a Client on the
@@ -84,8 +103,11 @@ func NewClient(nc net.Conn, cfg ClientConfig) *Client {
 		sem:     make(chan struct{}, cfg.Window),
 		done:    make(chan struct{}),
 		pending: make(map[uint64]*Result, cfg.Window),
+		wsig:    make(chan struct{}, 1),
+		wdone:   make(chan struct{}),
 	}
 	go c.readLoop()
+	go c.writeLoop()
 	return c
 }
 
@@ -177,7 +199,14 @@ func (c *Client) call(ctx context.Context, req Request, payload [][]byte, r *Res
 	c.pending[id] = r
 	c.mu.Unlock()
 
-	if err := c.conn.Send(req, payload...); err != nil {
+	batch, err := c.queue(req, payload)
+	if batch != nil {
+		// Call never returns while its payload may still be read: the
+		// batch is done once written, or once its write has failed or
+		// will never happen (bounded by the write timeout).
+		defer func() { <-batch.done }()
+	}
+	if err != nil {
 		if errors.Is(err, ErrTooLarge) || errors.Is(err, ErrInvalid) {
 			if !c.withdraw(id, r) {
 				<-r.done // failed meanwhile by a connection error
@@ -186,6 +215,7 @@ func (c *Client) call(ctx context.Context, req Request, payload [][]byte, r *Res
 		}
 		c.fail(err) // delivers the error to r, below
 	}
+	// A write error fails the connection, and with it r.
 
 	var gaveUp error
 	select {
@@ -210,6 +240,94 @@ func (c *Client) call(ctx context.Context, req Request, payload [][]byte, r *Res
 		return nil, err
 	}
 	return r, nil
+}
+
+// queue adds a frame to the batch being gathered and wakes the writer. It
+// refuses (ErrTooLarge, ErrInvalid) a frame the Encoder refuses, with
+// nothing queued.
+func (c *Client) queue(req Request, payload [][]byte) (*sendBatch, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.wclosed {
+		return nil, fmt.Errorf("transport: client writer stopped: %w", ErrClosed)
+	}
+	b := c.wq
+	if b == nil {
+		enc := c.spare
+		c.spare = nil
+		if enc == nil {
+			enc = &Encoder{}
+		}
+		b = &sendBatch{enc: enc, done: make(chan struct{})}
+	}
+	if err := b.enc.Append(req, payload...); err != nil {
+		if c.wq == nil { // a new batch with nothing in it: keep its Encoder
+			c.spare = b.enc
+		}
+		return nil, err
+	}
+	if c.wq == nil {
+		c.wq = b
+		select {
+		case c.wsig <- struct{}{}:
+		default:
+		}
+	}
+	return b, nil
+}
+
+// writeLoop writes the queued batches, each with one gathered write, until
+// the connection breaks or the client closes; then it fails what is still
+// queued. It is the only writer of requests on the connection.
+func (c *Client) writeLoop() {
+	defer close(c.wdone)
+	var err error
+	for err == nil {
+		select {
+		case <-c.wsig:
+		case <-c.done: // the reader exited: the connection is broken
+			err = c.Err()
+			if err == nil {
+				err = fmt.Errorf("transport: client closed: %w", ErrClosed)
+			}
+			continue
+		}
+		// Let the callers that are runnable now (woken by the
+		// responses of the last batch) queue their frames first: they
+		// join this write instead of costing one each.
+		runtime.Gosched()
+		c.wmu.Lock()
+		b := c.wq
+		c.wq = nil
+		c.wmu.Unlock()
+		if b == nil {
+			continue
+		}
+		c.batches.Add(1)
+		err = c.conn.SendBatch(b.enc)
+		b.err = err
+		b.enc.Reset()
+		close(b.done)
+		if err != nil {
+			c.fail(err)
+			break
+		}
+		c.wmu.Lock()
+		if c.spare == nil {
+			c.spare = b.enc
+		}
+		c.wmu.Unlock()
+	}
+	c.wmu.Lock()
+	c.wclosed = true
+	b := c.wq
+	c.wq = nil
+	c.wmu.Unlock()
+	if b != nil {
+		b.err = err
+		b.enc.Reset()
+		close(b.done)
+	}
 }
 
 // withdraw takes r out of pending if it is still there (and so will never
@@ -310,10 +428,15 @@ func (c *Client) LateResponses() uint64 { return c.late.Load() }
 // RemoteAddr returns the server's address.
 func (c *Client) RemoteAddr() net.Addr { return c.conn.RemoteAddr() }
 
+// Batches is the number of gathered writes that carried requests: fewer
+// than the requests when callers share the connection.
+func (c *Client) Batches() uint64 { return c.batches.Load() }
+
 // Close closes the connection; outstanding and later calls fail with
-// ErrClosed. It waits for the reader to exit.
+// ErrClosed. It waits for the reader and the writer to exit.
 func (c *Client) Close() error {
 	c.fail(fmt.Errorf("transport: client closed: %w", ErrClosed))
 	<-c.done
+	<-c.wdone
 	return nil
 }
