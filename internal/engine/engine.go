@@ -25,6 +25,7 @@ type Engine struct {
 	files   *fileCache
 	commit  *committer
 	records *recordCache
+	dirs    *dirCache
 	closed  atomic.Bool
 
 	mu         sync.RWMutex // guards containers and volume.containers
@@ -98,11 +99,12 @@ func Open(cfg Config) (*Engine, error) {
 		log:        cfg.Logger,
 		files:      newFileCache(cfg.FS, cfg.OpenFilesMax),
 		records:    newRecordCache(cfg.BlockRecordCacheMax),
+		dirs:       newDirCache(cfg.FS, cfg.OpenFilesMax),
 		containers: make(map[ContainerID]*container),
 	}
 	e.commit = newCommitter(cfg.SyncWorkers,
 		func(bf *blockFile) error { return bf.f.SyncData() },
-		e.fs.SyncDir,
+		e.dirs.sync,
 		func(v *volume) error { return v.db.LogData(nil, pebble.Sync) })
 	seen := map[[16]byte]string{}
 	for _, d := range cfg.DataDirs {
@@ -229,6 +231,7 @@ func (e *Engine) Close() error {
 	}
 	err := e.commit.sync(e.commit.current())
 	e.files.closeAll()
+	e.dirs.close()
 	for _, v := range e.vols {
 		if cerr := v.close(); err == nil {
 			err = cerr
@@ -325,7 +328,14 @@ func (e *Engine) createContainerOnDisk(c *container) error {
 	if err := e.fs.MkdirAll(c.dir, 0o755); err != nil {
 		return err
 	}
+	// The hashed subdirectory is made by the first container that hashes
+	// to it (volumes are formatted without them: 256 mkdirs and 512 stats
+	// at start-up for nothing), so both entries are synced: the
+	// container's in its subdirectory, the subdirectory's in containers/.
 	if err := e.fs.SyncDir(filepath.Dir(c.dir)); err != nil {
+		return e.commit.poison(err)
+	}
+	if err := e.fs.SyncDir(filepath.Dir(filepath.Dir(c.dir))); err != nil {
 		return e.commit.poison(err)
 	}
 	rec := containerRecord{ID: c.id, State: StateOpen, MaxSizeBytes: c.maxSizeBytes, CreatedUnixMs: c.created}
@@ -439,6 +449,7 @@ func (e *Engine) DeleteContainer(id ContainerID, force bool) error {
 func (e *Engine) finishDelete(c *container) error {
 	e.files.dropContainer(c.id)
 	e.records.dropContainer(c.id)
+	e.dirs.drop(c.dir)
 	if err := e.fs.RemoveAll(c.dir); err != nil {
 		return containerErr("delete", c.id, err)
 	}

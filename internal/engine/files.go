@@ -3,6 +3,7 @@ package engine
 import (
 	"container/list"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -59,10 +60,23 @@ func (c *fileCache) acquire(id BlockID, path string, create bool) (bf *blockFile
 		bf.refs.Add(1)
 		return bf, false, nil
 	}
-	f, err := c.fs.OpenReadWrite(path, false)
-	if err != nil && create {
+	var f vfs.File
+	if create {
+		// One open for a new block (no failed open first): a file that
+		// is empty after it counts as created (its name gets a directory
+		// sync, harmless if it was an empty leftover); a non-empty one is
+		// a leftover the caller truncates.
 		f, err = c.fs.OpenReadWrite(path, true)
-		created = err == nil
+		if err == nil {
+			var fi os.FileInfo
+			if fi, err = f.Stat(); err != nil {
+				f.Close()
+			} else {
+				created = fi.Size() == 0
+			}
+		}
+	} else {
+		f, err = c.fs.OpenReadWrite(path, false)
 	}
 	if err != nil {
 		return nil, false, err

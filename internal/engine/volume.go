@@ -146,10 +146,10 @@ func formatVolume(fs vfs.FS, dir string, logger *slog.Logger) (volumeRecord, err
 		return volumeRecord{}, fmt.Errorf("engine: volume %s: create metadata store: %w", dir, err)
 	}
 	cdir := filepath.Join(dir, volumeContainerDir)
-	for i := 0; i < containerFanout; i++ {
-		if err := fs.MkdirAll(filepath.Join(cdir, fmt.Sprintf("%02x", i)), 0o755); err != nil {
-			return volumeRecord{}, fmt.Errorf("engine: volume %s: %w", dir, err)
-		}
+	// The containerFanout hashed subdirectories are made on demand by
+	// createContainerOnDisk.
+	if err := fs.MkdirAll(cdir, 0o755); err != nil {
+		return volumeRecord{}, fmt.Errorf("engine: volume %s: %w", dir, err)
 	}
 	if err := fs.SyncDir(cdir); err != nil {
 		return volumeRecord{}, fmt.Errorf("engine: volume %s: %w", dir, err)
