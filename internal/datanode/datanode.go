@@ -50,7 +50,7 @@ func ParsePipeline(s string) (pipeline.PipelineConfig, error) {
 	var p pipeline.PipelineConfig
 	gid, rest, ok := strings.Cut(strings.TrimSpace(s), ":")
 	if !ok {
-		return p, fmt.Errorf("pipeline %q: want GROUP:ID=ADDR,ID=ADDR,...", s)
+		return p, fmt.Errorf("pipeline %q: want GROUP:ID=ADDR,ID=ADDR,ID=ADDR", s)
 	}
 	id, err := strconv.ParseUint(gid, 10, 64)
 	if err != nil || id == 0 {

@@ -21,7 +21,6 @@ type dirCache struct {
 type dirHandle struct {
 	f    vfs.File
 	refs int // the cache's and each sync's in progress
-	gone bool
 }
 
 func newDirCache(fs vfs.FS, maxDirs int) *dirCache {

@@ -12,7 +12,6 @@ type queue[T any] struct {
 	mu     sync.Mutex
 	items  []T
 	signal chan struct{} // capacity 1: "items is not empty"
-	closed bool
 }
 
 func newQueue[T any]() *queue[T] {
