@@ -672,7 +672,12 @@ func (e *Engine) writeChunk(b BlockID, offset uint64, data []byte, bytesPerCheck
 		return blockOffErr("write chunk", b, offset, fmt.Errorf("%w: %d bytes used + %d > max %d", ErrContainerFull, used, length, max))
 	}
 	newBlockFile := bs.nextOffset == 0
-	bf, created, err := e.files.acquire(b, e.blockPath(c, b.Local), newBlockFile)
+	// The path is built only when the file is not open already (most
+	// chunks of a block find it in the cache).
+	bf, created := e.files.cached(b), false
+	if bf == nil {
+		bf, created, err = e.files.acquire(b, e.blockPath(c, b.Local), newBlockFile)
+	}
 	if err != nil {
 		c.mu.Unlock()
 		return blockOffErr("write chunk", b, offset, err)

@@ -48,6 +48,19 @@ func newFileCache(fs vfs.FS, maxFiles int) *fileCache {
 	return &fileCache{fs: fs, maxFiles: maxFiles, files: make(map[BlockID]*blockFile)}
 }
 
+// cached returns block id's file with a reference if the cache holds it,
+// else nil (the caller then acquires it by path).
+func (c *fileCache) cached(id BlockID) *blockFile {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if bf := c.files[id]; bf != nil {
+		c.lru.MoveToFront(bf.elem)
+		bf.refs.Add(1)
+		return bf
+	}
+	return nil
+}
+
 // acquire returns the open file of block id, opening it (read-write, and
 // creating it when create is set) if needed. The caller must release it.
 // created reports that this call created a file that did not exist, so that
