@@ -114,6 +114,8 @@ baseline.`,
 	f.IntVar(&pcfg.Window, "window", 0, "replicated: requests in flight per connection (0: enough for every client)")
 	f.DurationVar(&pcfg.Tick, "tick", 0, "replicated: the datanodes' raft tick (0: their default)")
 	f.IntVar(&pcfg.ElectionTicks, "election-ticks", 0, "replicated: the datanodes' election timeout in ticks (0: their default)")
+	f.IntVar(&pcfg.DatanodeProcs, "datanode-procs", 0, "replicated: each datanode's GOMAXPROCS (0: an equal share of the CPUs, max(1, NumCPU/3); -1: Go's default)")
+	f.StringSliceVar(&pcfg.DatanodeEnv, "datanode-env", nil, "replicated: NAME=VALUE added to the datanodes' environment (repeatable)")
 	f.StringVar(&pcfg.CPUProfileDir, "cpuprofile-dir", "", "replicated: each datanode writes a CPU profile dn<i>.pprof here")
 	return cmd
 }
