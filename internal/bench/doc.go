@@ -1,7 +1,9 @@
 // Package bench is the measurement harness behind `spindle bench`: latency
 // histograms, a bounded multi-worker load loop, the result record every bench
 // prints, and the raw-OS baseline (pwrite + fdatasync straight on a file
-// descriptor) that engine figures are compared with. The scenarios themselves
+// descriptor) that engine figures are compared with, and the loopback TCP
+// baseline (RunLoopbackTCP: streams to a listener on 127.0.0.1 in this
+// process) that replication is compared with. The scenarios themselves
 // (chunk-write, follower-append, ...) live with the code they measure and use
 // this package.
 //
