@@ -180,6 +180,9 @@ type SyscallSummary struct {
 	FdatasyncPerMessage float64 `json:"fdatasync_per_message"`
 	// Seconds is the time strace attributes to system calls.
 	Seconds float64 `json:"seconds"`
+	// Rows are strace's rows in printed order, with their errors and
+	// times (what `spindle report` tabulates and charts).
+	Rows []syscallprof.Syscall `json:"rows"`
 	// TracedRun is the traced run's own throughput (slowed by strace;
 	// the result's top-level figures come from the untraced run).
 	TracedRun TracedRun `json:"traced_run"`
@@ -214,6 +217,7 @@ func summarizeSyscalls(p syscallprof.Profile, messages, appendEntries int64) *Sy
 		Errors:  p.Total.Errors,
 		Seconds: p.Total.Seconds,
 		ByName:  make(map[string]int64, len(p.Syscalls)),
+		Rows:    p.Syscalls,
 	}
 	for _, sc := range p.Syscalls {
 		s.ByName[sc.Name] += sc.Calls

@@ -133,6 +133,9 @@ func TestSummarizeSyscallsSeed000(t *testing.T) {
 	if s.ByName["futex"] != 1101987 || s.ByName["rename"] != 30019 {
 		t.Errorf("by name %v", s.ByName)
 	}
+	if len(s.Rows) != len(p.Syscalls) || s.Rows[0].Name != "futex" || s.Rows[0].Seconds != p.Syscalls[0].Seconds || s.Rows[0].Errors != p.Syscalls[0].Errors {
+		t.Errorf("rows %d, first %+v; want strace's %d rows with their times and errors", len(s.Rows), s.Rows[0], len(p.Syscalls))
+	}
 	s10 := summarizeSyscalls(p, 30000, 3000)
 	if s10.PerAppendEntries != round4(2738788.0/3000) {
 		t.Errorf("per AppendEntries at batch 10: %v", s10.PerAppendEntries)
