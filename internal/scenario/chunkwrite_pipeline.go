@@ -418,7 +418,10 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 		return writers[worker].writeOne(ctx)
 	})
 	if err != nil {
-		return out, fmt.Errorf("chunk-write: %w\n%s", err, cl.Logs())
+		if ctx.Err() != nil { // interrupted: the datanodes did nothing wrong
+			return out, fmt.Errorf("chunk-write: interrupted: %w", err)
+		}
+		return out, fmt.Errorf("chunk-write: %w\ndatanode logs:\n%s", err, cl.Logs())
 	}
 	stopProf()
 	after := c.Stats()
