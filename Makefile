@@ -17,7 +17,7 @@ LDFLAGS  := -X $(BUILDPKG).Version=$(VERSION)$(if $(COMMIT), -X $(BUILDPKG).comm
 FUZZTIME       ?= 10s
 BENCHTIME      ?= 1s
 BENCH_DURATION ?= 5s
-RACE_PKGS      ?= ./cmd/... ./internal/bench/... ./internal/units/... ./internal/buildinfo/... ./internal/engine/... ./internal/vfs/... ./internal/wal/... ./internal/transport/...
+RACE_PKGS      ?= ./cmd/... ./internal/bench/... ./internal/units/... ./internal/buildinfo/... ./internal/engine/... ./internal/vfs/... ./internal/wal/... ./internal/transport/... ./internal/client/... ./internal/localcluster/...
 
 # Go sources to format-check: everything but testdata, vendor and bin.
 GO_FILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*' -not -path '*/testdata/*' -not -path './vendor/*')
