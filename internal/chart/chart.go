@@ -45,9 +45,10 @@ import (
 const (
 	MaxCategories = 64
 	MaxSeries     = 8
-	// MaxLabelRunes bounds category and series names; longer ones are
-	// shortened with an ellipsis.
-	MaxLabelRunes = 48
+	// MaxLabelRunes bounds category names, MaxLegendRunes series names;
+	// longer ones are shortened with an ellipsis.
+	MaxLabelRunes  = 48
+	MaxLegendRunes = 96
 )
 
 // Geometry, in points (1/72 inch).
@@ -149,11 +150,25 @@ func (b *Bars) Render(w io.Writer, format string) error {
 	if err := b.draw(draw.New(c)); err != nil {
 		return err
 	}
-	if _, err := c.WriteTo(w); err != nil {
+	var buf bytes.Buffer
+	if _, err := c.WriteTo(&buf); err != nil {
+		return fmt.Errorf("chart: write %s: %w", format, err)
+	}
+	out := buf.Bytes()
+	if format == SVG {
+		// Text was laid out with Liberation Sans' metrics; name the fonts
+		// that share them (Arimo, Arial, Helvetica) as fallbacks so that
+		// a viewer without Liberation draws text of the same width.
+		out = bytes.ReplaceAll(out, []byte("font-family:Liberation Sans;"), []byte(svgFontFamily))
+	}
+	if _, err := w.Write(out); err != nil {
 		return fmt.Errorf("chart: write %s: %w", format, err)
 	}
 	return nil
 }
+
+// svgFontFamily is the font-family of every SVG text.
+const svgFontFamily = "font-family:'Liberation Sans',Arimo,Arial,Helvetica,sans-serif;"
 
 // WriteFile renders the chart to path, in the format its extension names
 // (.svg or .png); the file is written whole or not at all.
@@ -275,11 +290,11 @@ func (b *Bars) draw(c draw.Canvas) error {
 		}
 		lab.Offset = vg.Point{X: 3, Y: bar.Offset}
 		p.Add(lab)
-		legend.Add(shorten(s.Name, MaxLabelRunes), bar)
+		legend.Add(shorten(s.Name, MaxLegendRunes), bar)
 	}
 
 	legendH := vg.Length(k)*16 + 16
-	plotArea := draw.Crop(c, 0, 0, legendH, 0)
+	plotArea := draw.Crop(c, 6, -10, legendH, 0)
 	c.SetColor(color.White)
 	c.Fill(c.Rectangle.Path())
 	p.Draw(plotArea)
@@ -287,14 +302,28 @@ func (b *Bars) draw(c draw.Canvas) error {
 	return nil
 }
 
-// valueTicks are round ticks from 0 with labels in the same short form as
-// the bar values.
-func valueTicks(min, max float64) []plot.Tick {
-	ticks := plot.DefaultTicks{}.Ticks(min, max)
-	for i := range ticks {
-		if ticks[i].Label != "" {
-			ticks[i].Label = FormatValue(ticks[i].Value)
+// valueTicks are 5 to 11 labelled ticks at round steps (1, 2 or 5 × 10^k)
+// from 0, labelled in the same short form as the bar values.
+func valueTicks(lo, hi float64) []plot.Tick {
+	if !(hi > lo) {
+		return []plot.Tick{{Value: lo, Label: FormatValue(lo)}}
+	}
+	raw := (hi - lo) / 5
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := mag // the largest round step <= raw: 5 to 11 ticks
+	for _, m := range []float64{2, 5} {
+		if m*mag <= raw {
+			step = m * mag
 		}
+	}
+	var ticks []plot.Tick
+	start := math.Ceil(lo/step) * step
+	for i := 0; i <= 20; i++ { // at most 11 steps fit by construction
+		v := start + float64(i)*step
+		if v > hi+step*1e-9 {
+			break
+		}
+		ticks = append(ticks, plot.Tick{Value: v, Label: FormatValue(v)})
 	}
 	return ticks
 }

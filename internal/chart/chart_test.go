@@ -193,3 +193,25 @@ func TestFormatValue(t *testing.T) {
 		}
 	}
 }
+
+func TestValueTicks(t *testing.T) {
+	for _, tc := range []struct {
+		lo, hi float64
+		want   string
+	}{
+		{0, 2.67, "0 0.5 1 1.5 2 2.5"},
+		{0, 6.3, "0 1 2 3 4 5 6"},
+		{0, 4080, "0 500 1000 1500 2000 2500 3000 3500 4000"},
+		{0, 102, "0 20 40 60 80 100"},
+		{0, 0.0102, "0 0.002 0.004 0.006 0.008 0.01"},
+		{1, 1, "1"},
+	} {
+		var got []string
+		for _, tk := range valueTicks(tc.lo, tc.hi) {
+			got = append(got, tk.Label)
+		}
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("ticks(%v, %v) = %q, want %q", tc.lo, tc.hi, got, tc.want)
+		}
+	}
+}

@@ -30,9 +30,28 @@
 //	    "ops":       30000,                      // optional: operations the profile covers
 //	    "per_op":    90.93                       // optional: total / ops
 //	  },
-//	  "results": [ … ]                           // bench results (bench.Result JSON, one per
+//	  "results": [ … ],                          // bench results (bench.Result JSON, one per
 //	                                             // scenario run); [] for an import
+//	  // written by `report run` (optional for every other source):
+//	  "environment": { … },                      // Environment: CPU, memory, kernel, dirs, vm.dirty_*, versions
+//	  "suite":       "quick",                    // or "custom" (--scenarios)
+//	  "command":     ["spindle", "report", …],   // the command line
+//	  "scale":       1,                          // factor applied to every step's duration and count
+//	  "steps":       [{"name": "queue-dirs-10x1", "scenario": "queue-dirs", "status": "done",
+//	                   "seconds": 1.2, "reason": ""}],  // status: done, failed, skipped, interrupted
+//	  "interrupted": false,                      // the run was stopped (SIGINT) before its last step
+//	  "seconds":     83.1,                       // wall time of the whole run
+//	  "tracer":      {"tool": "strace -f -c", "version": "strace -- version 6.1"}
+//	                                             // or {"tool": "", "reason": "strace is not on PATH"}
 //	}
+//
+// A result of a report run names its step in params.step (the key by which
+// compare matches results across runs; repeats of a step share it). A
+// result with a system-call profile carries it in extra: "syscalls" (per
+// name, below), "syscall_tool" (what measured it), optionally
+// "syscall_total" ({calls, errors, seconds}: the tracer's own total line,
+// authoritative over the sum of the rows), "syscall_ops" (the operations
+// the profile covers, default the result's ops) and "syscall_scope".
 //
 // Units are last in names (seconds, usecs_per_call, percent_time); counts
 // are plain integers. A bench result may carry its own per-syscall figures
@@ -98,6 +117,42 @@ type Run struct {
 	Syscalls      *Syscalls      `json:"syscalls,omitempty"`
 	Results       []bench.Result `json:"results"`
 	Notes         []string       `json:"notes,omitempty"`
+
+	Environment *Environment `json:"environment,omitempty"`
+	Suite       string       `json:"suite,omitempty"`
+	Command     []string     `json:"command,omitempty"`
+	Scale       float64      `json:"scale,omitempty"`
+	Steps       []Step       `json:"steps,omitempty"`
+	Interrupted bool         `json:"interrupted,omitempty"`
+	Seconds     float64      `json:"seconds,omitempty"`
+	Tracer      *Tracer      `json:"tracer,omitempty"`
+}
+
+// Tracer says which system-call tracer a report run used for the benches
+// that trace a process (strace -f -c), or why none.
+type Tracer struct {
+	Tool    string `json:"tool"`              // "strace -f -c", or "" when none
+	Version string `json:"version,omitempty"` // its first line of -V
+	Reason  string `json:"reason,omitempty"`  // why there is none
+}
+
+// Step statuses of a report run.
+const (
+	StepDone        = "done"
+	StepFailed      = "failed"
+	StepSkipped     = "skipped"
+	StepInterrupted = "interrupted"
+)
+
+// Step is one step of a report run and what became of it. A failed or
+// skipped step says why in Reason; only done steps have results.
+type Step struct {
+	Name     string  `json:"name"`
+	Scenario string  `json:"scenario"`
+	What     string  `json:"what,omitempty"`
+	Status   string  `json:"status"`
+	Reason   string  `json:"reason,omitempty"`
+	Seconds  float64 `json:"seconds"`
 }
 
 // Syscalls is a system-call profile of a run.
@@ -219,6 +274,16 @@ func (r *Run) Validate() error {
 		if res.Scenario == "" {
 			return fmt.Errorf("report: run %q: result %d has no scenario", r.Name, i)
 		}
+	}
+	for _, st := range r.Steps {
+		switch st.Status {
+		case StepDone, StepFailed, StepSkipped, StepInterrupted:
+		default:
+			return fmt.Errorf("report: run %q: step %q has status %q", r.Name, st.Name, st.Status)
+		}
+	}
+	if !finiteNonNeg(r.Scale, r.Seconds) {
+		return fmt.Errorf("report: run %q: negative or non-finite scale or seconds", r.Name)
 	}
 	if s := r.Syscalls; s != nil {
 		var rows syscallprof.Counts

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/spindle-store/spindle/internal/bench"
+	"github.com/spindle-store/spindle/internal/lab"
+	"github.com/spindle-store/spindle/internal/report"
+)
+
+func newReportRunCmd() *cobra.Command {
+	var opts lab.Options
+	var list bool
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run a suite of benches and their baselines; write results.json, report.md and SVG charts",
+		Long: `Runs the benches of a suite, and before them the baselines they are judged
+against, all measured in this run by Spindle itself: for every directory used
+(--dir, and --log-dir when it differs) the raw sequential write + fdatasync
+bandwidth and the small (4 KiB) write + fdatasync rate and latency, and the
+loopback TCP bandwidth. Then writes --out/results.json (every figure),
+--out/report.md (environment: CPU, memory, kernel, filesystem and device of
+each directory, vm.dirty_*, versions, the command; every bench's figures
+next to its baselines as ratios; syscall profiles: per-operation counts, top
+syscalls by time and by count, the tracer used) and --out/*.svg charts.
+
+--suite quick finishes in about a minute and a half on a 2-core VM; full runs
+each bench for longer (follower-append with seed 000's 30000 messages) and
+takes about a quarter of an hour. --scenarios keeps only the steps named (a
+step, a scenario such as queue-dirs, or "baselines"); the baselines always
+run. --list prints the steps of the suite.
+
+Progress goes to stderr: bars on a terminal, one line per step otherwise.
+An interrupted run (Ctrl-C) still writes the report of the steps that
+finished, and exits non-zero; so does a run where a step failed (the report
+says which and why).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if list {
+				steps, err := lab.Catalogue(opts.Suite)
+				if err != nil {
+					return err
+				}
+				for _, s := range steps {
+					fmt.Fprintln(cmd.OutOrStdout(), s)
+				}
+				return nil
+			}
+			if opts.Out == "" {
+				opts.Out = "spindle-report-" + time.Now().Format("20060102-150405")
+			}
+			opts.Command = commandLine(cmd)
+			opts.Progress = cmd.ErrOrStderr()
+			opts.Bars = cmd.ErrOrStderr() == os.Stderr && bench.StderrIsTerminal()
+			run, err := lab.Run(cmd.Context(), opts)
+			if run.Name != "" {
+				done := 0
+				for _, s := range run.Steps {
+					if s.Status == report.StepDone {
+						done++
+					}
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %d of %d steps done in %.1f s -> %s, %s\n", run.Name, done, len(run.Steps), run.Seconds,
+					report.ResultsPath(opts.Out), filepath.Join(opts.Out, report.ReportFile))
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Out, "out", "", "run directory to write (default: spindle-report-YYYYMMDD-HHMMSS)")
+	f.StringVar(&opts.Name, "name", "", "name of the run in comparisons (default: the base name of --out)")
+	f.StringVar(&opts.Suite, "suite", lab.SuiteQuick, "quick or full")
+	f.StringSliceVar(&opts.Scenarios, "scenarios", nil, "only these steps or scenarios (comma-separated; the baselines always run); see --list")
+	f.StringVar(&opts.DataDir, "dir", "", "where the benches write, each step in its own subdirectory (default: a temporary directory)")
+	f.StringVar(&opts.LogDir, "log-dir", "", "where the datanodes' Raft logs go (default: --dir); its baselines are measured too")
+	f.Float64Var(&opts.Scale, "scale", 1, "multiply every step's duration and count (e.g. 0.1 for a smoke run, 4 for a longer one)")
+	f.BoolVar(&opts.Replace, "replace", false, "overwrite a run already in --out")
+	f.BoolVar(&opts.NoTrace, "no-trace", false, "take no syscall profile (no strace run)")
+	f.StringVar(&opts.Strace, "strace", "", "the strace binary (default: strace on PATH)")
+	f.BoolVar(&opts.PNG, "png", false, "also write every chart as PNG")
+	f.BoolVar(&list, "list", false, "list the steps of --suite and exit")
+	return cmd
+}
+
+// commandLine rebuilds the command as run: its path and the flags set
+// (with their values as parsed, so that config-file and environment
+// settings show too).
+func commandLine(cmd *cobra.Command) []string {
+	parts := strings.Fields(cmd.CommandPath())
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		parts = append(parts, "--"+f.Name+"="+f.Value.String())
+	})
+	return parts
+}
+
+func newReportRenderCmd() *cobra.Command {
+	var opts report.RenderOptions
+	cmd := &cobra.Command{
+		Use:   "render RUN_DIR",
+		Short: "Write report.md and the charts of a run directory again from its results.json",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			run, err := report.Load(args[0])
+			if err != nil {
+				return err
+			}
+			if err := report.WriteRunReport(args[0], run, opts); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), filepath.Join(args[0], report.ReportFile))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&opts.PNG, "png", false, "also write every chart as PNG")
+	return cmd
+}
