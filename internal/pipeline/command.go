@@ -114,6 +114,23 @@ func AppendCommand(dst []byte, c *Command) []byte {
 // Command passed to fn is reused between calls (fn copies what it keeps).
 // Empty data (raft's empty entry) has no commands.
 func DecodeEntry(data []byte, fn func(*Command) error) error {
+	return decodeEntry(data, false, fn)
+}
+
+// DecodeCommands returns the commands of entry data, each decoded into a
+// Command of its own (nothing shared between them or with data).
+func DecodeCommands(data []byte) ([]Command, error) {
+	var out []Command
+	err := decodeEntry(data, true, func(c *Command) error {
+		out = append(out, *c)
+		return nil
+	})
+	return out, err
+}
+
+// decodeEntry decodes data's commands into one reused Command, or a fresh
+// one each (fresh: slices not shared between calls of fn).
+func decodeEntry(data []byte, fresh bool, fn func(*Command) error) error {
 	if len(data) == 0 {
 		return nil
 	}
@@ -131,6 +148,9 @@ func DecodeEntry(data []byte, fn func(*Command) error) error {
 		}
 		if len(p) < 9 {
 			return fmt.Errorf("%w: command %d truncated", ErrBadEntry, n)
+		}
+		if fresh {
+			c = Command{}
 		}
 		c.Kind = Kind(p[0])
 		c.ProposalID = binary.LittleEndian.Uint64(p[1:9])

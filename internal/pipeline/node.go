@@ -168,7 +168,7 @@ type group struct {
 	isLeader bool
 	pending  map[uint64]*proposal
 	queue    []*proposal
-	payloads map[uint64]*entryPayload
+	cache    map[uint64]*cachedEntry // by index: decoded entries and their chunk bytes
 	// payloadLow: indexes below it have no cache entries left.
 	payloadLow uint64
 
@@ -191,11 +191,6 @@ type proposal struct {
 	// a WriteChunk's result is its append's.
 	appended  bool
 	appendErr error
-}
-
-type entryPayload struct {
-	term uint64
-	segs [][]byte
 }
 
 type eventKind uint8
@@ -279,7 +274,7 @@ func payloadAlloc(t transport.MsgType, _ []byte, n int) []byte {
 
 // openGroup bootstraps or recovers one pipeline's raft state.
 func (n *Node) openGroup(p PipelineConfig) (*group, error) {
-	g := &group{id: p.ID, members: map[uint64]string{}, pending: map[uint64]*proposal{}, payloads: map[uint64]*entryPayload{}}
+	g := &group{id: p.ID, members: map[uint64]string{}, pending: map[uint64]*proposal{}, cache: map[uint64]*cachedEntry{}}
 	var voters []uint64
 	for _, m := range p.Members {
 		g.members[m.ID] = m.Addr
@@ -532,7 +527,7 @@ func (n *Node) onEvent(ev event) {
 		j := ev.apply
 		j.g.applied.Store(j.last)
 		for i := j.g.payloadLow; i <= j.last; i++ {
-			delete(j.g.payloads, i)
+			delete(j.g.cache, i)
 		}
 		j.g.payloadLow = max(j.g.payloadLow, j.last+1)
 		for _, resp := range j.msg.GetResponses() {
@@ -558,31 +553,31 @@ func (n *Node) deliver(g *group, m *raftpb.Message) {
 	n.send(g, m)
 }
 
-// stashPayloads keeps the chunk bytes that came with a MsgApp, per entry,
-// for the append worker (and for this node's own MsgApps should it become
-// leader before the entries are applied).
+// stashPayloads decodes the entries of a received MsgApp and keeps them
+// with the chunk bytes that came in its frame, for the append worker (and
+// for this node's own MsgApps should it become leader before they apply).
 func (g *group) stashPayloads(m *raftpb.Message, segs [][]byte) error {
 	k := 0
 	for _, e := range m.GetEntries() {
-		if e.GetType() != raftpb.EntryType_EntryNormal || len(e.GetData()) == 0 {
-			continue
+		ce := decodeCached(e)
+		if ce.err != nil {
+			return fmt.Errorf("entry %d: %w", e.GetIndex(), ce.err)
 		}
-		start := k
-		err := DecodeEntry(e.GetData(), func(c *Command) error {
+		w := 0
+		for i := range ce.cmds {
+			c := &ce.cmds[i]
 			if c.Kind != KindWriteChunk {
-				return nil
+				continue
 			}
 			if k >= len(segs) || uint64(len(segs[k])) != c.WriteChunk.Length {
-				return fmt.Errorf("entry %d: WriteChunk %d has no matching payload segment", e.GetIndex(), k-start)
+				return fmt.Errorf("entry %d: WriteChunk %d has no matching payload segment", e.GetIndex(), w)
 			}
+			ce.segs[w] = segs[k]
+			w++
 			k++
-			return nil
-		})
-		if err != nil {
-			return err
 		}
-		if k > start && e.GetIndex() >= g.payloadLow {
-			g.payloads[e.GetIndex()] = &entryPayload{term: e.GetTerm(), segs: segs[start:k:k]}
+		if e.GetIndex() >= g.payloadLow {
+			g.cache[e.GetIndex()] = ce
 		}
 	}
 	if k != len(segs) {

@@ -42,27 +42,21 @@ func (n *Node) send(g *group, m *raftpb.Message) {
 	om := outMsg{group: g.id, msg: m}
 	if m.GetType() == raftpb.MessageType_MsgApp {
 		for _, e := range m.GetEntries() {
-			if e.GetType() != raftpb.EntryType_EntryNormal || len(e.GetData()) == 0 {
-				continue
-			}
-			ep := g.payloads[e.GetIndex()]
-			if ep != nil && ep.term != e.GetTerm() {
-				ep = nil
-			}
-			k := 0
-			_ = DecodeEntry(e.GetData(), func(c *Command) error {
+			ce := g.entry(e, true)
+			w := 0
+			for ci := range ce.cmds {
+				c := &ce.cmds[ci]
 				if c.Kind != KindWriteChunk {
-					return nil
+					continue
 				}
-				if ep != nil && k < len(ep.segs) && ep.segs[k] != nil {
-					om.segs = append(om.segs, ep.segs[k])
+				if seg := ce.segs[w]; seg != nil {
+					om.segs = append(om.segs, seg)
 				} else {
 					om.miss = append(om.miss, missing{seg: len(om.segs), wc: c.WriteChunk})
 					om.segs = append(om.segs, nil)
 				}
-				k++
-				return nil
-			})
+				w++
+			}
 		}
 	}
 	p := n.peer(to)

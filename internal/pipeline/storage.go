@@ -12,12 +12,12 @@ import (
 	"github.com/spindle-store/spindle/internal/wal"
 )
 
-// appendJob is one MsgStorageAppend of one group, with the chunk bytes of
-// its WriteChunk entries (segs[i]: entry i's, in command order).
+// appendJob is one MsgStorageAppend of one group, with its entries decoded
+// and their chunk bytes (ents[i] is msg.Entries[i]).
 type appendJob struct {
 	g       *group
 	msg     *raftpb.Message
-	segs    [][][]byte
+	ents    []*cachedEntry
 	results []proposalResult
 }
 
@@ -26,75 +26,66 @@ type proposalResult struct {
 	err      error
 }
 
-// applyJob is one MsgStorageApply of one group, with the client requests
-// its entries answer.
+// applyJob is one MsgStorageApply of one group, its entries decoded, with
+// the client requests they answer.
 type applyJob struct {
 	g    *group
 	msg  *raftpb.Message
+	ents []*cachedEntry
 	reqs map[uint64]*proposal
 	last uint64
 }
 
-// newAppendJob finds every WriteChunk entry's payload: from the stash of a
-// received MsgApp, or from this leader's pending proposals, which it then
-// stashes (this Ready's MsgApps to the followers need them too).
+// newAppendJob finds every WriteChunk entry's payload: from the cache (a
+// received MsgApp's), or from this leader's pending proposals, which it
+// then caches (this Ready's MsgApps to the followers need them too).
 func (n *Node) newAppendJob(g *group, m *raftpb.Message) *appendJob {
-	j := &appendJob{g: g, msg: m, segs: make([][][]byte, len(m.GetEntries()))}
+	j := &appendJob{g: g, msg: m, ents: make([]*cachedEntry, len(m.GetEntries()))}
 	for i, e := range m.GetEntries() {
-		if e.GetType() != raftpb.EntryType_EntryNormal || len(e.GetData()) == 0 {
-			continue
-		}
-		if ep := g.payloads[e.GetIndex()]; ep != nil && ep.term == e.GetTerm() {
-			j.segs[i] = ep.segs
-			continue
-		}
-		var segs [][]byte
-		_ = DecodeEntry(e.GetData(), func(c *Command) error {
-			if c.Kind == KindWriteChunk {
-				var seg []byte
+		ce := g.entry(e, true)
+		w := 0
+		for ci := range ce.cmds {
+			c := &ce.cmds[ci]
+			if c.Kind != KindWriteChunk {
+				continue
+			}
+			if ce.segs[w] == nil {
 				if p := g.pending[c.ProposalID]; p != nil {
-					seg = p.payload
+					ce.segs[w] = p.payload
 				}
-				segs = append(segs, seg)
 			}
-			return nil
-		})
-		if len(segs) > 0 {
-			j.segs[i] = segs
-			if e.GetIndex() >= g.payloadLow {
-				g.payloads[e.GetIndex()] = &entryPayload{term: e.GetTerm(), segs: segs}
-			}
+			w++
 		}
+		j.ents[i] = ce
 	}
 	return j
 }
 
 // newApplyJob takes the pending requests the committed entries answer.
 func (n *Node) newApplyJob(g *group, m *raftpb.Message) *applyJob {
-	j := &applyJob{g: g, msg: m}
 	ents := m.GetEntries()
+	j := &applyJob{g: g, msg: m, ents: make([]*cachedEntry, len(ents))}
 	if len(ents) > 0 {
 		j.last = ents[len(ents)-1].GetIndex()
 	} else {
 		j.last = g.applied.Load()
 	}
-	if len(g.pending) == 0 {
-		return j
-	}
-	for _, e := range ents {
-		if e.GetType() != raftpb.EntryType_EntryNormal || len(e.GetData()) == 0 {
+	for i, e := range ents {
+		ce := g.entry(e, false)
+		j.ents[i] = ce
+		if len(g.pending) == 0 {
 			continue
 		}
-		_ = DecodeEntry(e.GetData(), func(c *Command) error {
-			if p := g.pending[c.ProposalID]; p != nil {
-				delete(g.pending, c.ProposalID)
+		for ci := range ce.cmds {
+			id := ce.cmds[ci].ProposalID
+			if p := g.pending[id]; p != nil {
+				delete(g.pending, id)
 				if j.reqs == nil {
 					j.reqs = map[uint64]*proposal{}
 				}
-				j.reqs[c.ProposalID] = p
+				j.reqs[id] = p
 			}
-			return nil
-		})
+		}
 	}
 	return j
 }
@@ -121,20 +112,21 @@ func (n *Node) appendWorker() {
 		wrote := false
 		for _, j := range jobs {
 			for i, e := range j.msg.GetEntries() {
-				if e.GetType() != raftpb.EntryType_EntryNormal || len(e.GetData()) == 0 {
+				ce := j.ents[i]
+				if ce.err != nil {
+					// The leader encoded it: a bug or damage. The
+					// entry's commands have no effect here.
+					n.log.Error("undecodable entry", "pipeline", j.g.id, "index", e.GetIndex(), "err", ce.err)
 					continue
 				}
-				k := 0
-				err := DecodeEntry(e.GetData(), func(c *Command) error {
+				w := 0
+				for ci := range ce.cmds {
+					c := &ce.cmds[ci]
 					if c.Kind != KindWriteChunk {
-						return nil
+						continue
 					}
-					var seg []byte
-					if k < len(j.segs[i]) {
-						seg = j.segs[i][k]
-					}
-					k++
-					err := n.writeChunk(&c.WriteChunk, seg)
+					err := n.writeChunk(&c.WriteChunk, ce.segs[w])
+					w++
 					wrote = true
 					if err != nil {
 						n.log.Debug("write chunk", "pipeline", j.g.id, "index", e.GetIndex(), "err", err)
@@ -142,12 +134,6 @@ func (n *Node) appendWorker() {
 					if c.ProposalID>>48 == n.cfg.ID {
 						j.results = append(j.results, proposalResult{c.ProposalID, err})
 					}
-					return nil
-				})
-				if err != nil {
-					// The leader encoded it: a bug or damage. The
-					// entry's commands have no effect here.
-					n.log.Error("undecodable entry", "pipeline", j.g.id, "index", e.GetIndex(), "err", err)
 				}
 			}
 		}
@@ -227,11 +213,10 @@ func (n *Node) applyWorker() {
 				ob = newOpenBlocks()
 				open[j.g.id] = ob
 			}
-			for _, e := range j.msg.GetEntries() {
-				if e.GetType() != raftpb.EntryType_EntryNormal || len(e.GetData()) == 0 {
-					continue
-				}
-				_ = DecodeEntry(e.GetData(), func(c *Command) error {
+			for i, e := range j.msg.GetEntries() {
+				ce := j.ents[i]
+				for ci := range ce.cmds {
+					c := &ce.cmds[ci]
 					var err error
 					switch c.Kind {
 					case KindWriteChunk:
@@ -259,8 +244,7 @@ func (n *Node) applyWorker() {
 					} else if err != nil {
 						n.log.Debug("apply", "pipeline", j.g.id, "index", e.GetIndex(), "kind", c.Kind, "err", err)
 					}
-					return nil
-				})
+				}
 			}
 			if !n.post(event{kind: evApplyDone, group: j.g.id, apply: j}) {
 				return
