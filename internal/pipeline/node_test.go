@@ -29,7 +29,7 @@ type testNode struct {
 	node    *Node
 }
 
-func (tn *testNode) start(t testing.TB, pc PipelineConfig) {
+func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
 	t.Helper()
 	var err error
 	tn.eng, err = engine.Open(engine.Config{DataDirs: []string{tn.dataDir}, Logger: quiet})
@@ -44,7 +44,7 @@ func (tn *testNode) start(t testing.TB, pc PipelineConfig) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tn.node, err = Start(Config{ID: tn.id, Listener: ln, Engine: tn.eng, Log: tn.log, Pipelines: []PipelineConfig{pc},
+	tn.node, err = Start(Config{ID: tn.id, Listener: ln, Engine: tn.eng, Log: tn.log, Pipelines: pcs,
 		TickInterval: 20 * time.Millisecond, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -93,13 +93,18 @@ func startCluster(t testing.TB) ([]*testNode, PipelineConfig) {
 // waitLeader polls (bounded) until the running nodes agree on a leader.
 func waitLeader(t testing.TB, nodes []*testNode) *testNode {
 	t.Helper()
+	return waitLeaderOf(t, nodes, 1)
+}
+
+func waitLeaderOf(t testing.TB, nodes []*testNode, pipeline uint64) *testNode {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, tn := range nodes {
 			if tn.node == nil {
 				continue
 			}
-			if l, _ := tn.node.Leader(1); l == tn.id {
+			if l, _ := tn.node.Leader(pipeline); l == tn.id {
 				return tn
 			}
 		}
@@ -329,5 +334,82 @@ func TestPipelineRestartAndCatchUp(t *testing.T) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
+	}
+}
+
+// TestSeveralPipelinesPerDatanode: four datanodes, two pipelines sharing two
+// of them; one event loop and one log per datanode serve both, and each
+// pipeline's writes land on its own members only.
+func TestSeveralPipelinesPerDatanode(t *testing.T) {
+	var nodes []*testNode
+	for i := uint64(1); i <= 4; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		dir := t.TempDir()
+		nodes = append(nodes, &testNode{id: i, addr: addr, dataDir: dir + "/data", logDir: dir + "/log"})
+	}
+	member := func(ids ...int) PipelineConfig {
+		pc := PipelineConfig{ID: uint64(ids[0])}
+		for _, i := range ids[1:] {
+			pc.Members = append(pc.Members, Member{ID: nodes[i-1].id, Addr: nodes[i-1].addr})
+		}
+		return pc
+	}
+	p1, p2 := member(1, 1, 2, 3), member(2, 2, 3, 4)
+	nodes[0].start(t, p1)
+	nodes[1].start(t, p1, p2)
+	nodes[2].start(t, p1, p2)
+	nodes[3].start(t, p2)
+	t.Cleanup(func() {
+		for _, tn := range nodes {
+			tn.stop(t)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, pid := range []uint64{1, 2} {
+		var members []*testNode
+		if pid == 1 {
+			members = nodes[:3]
+		} else {
+			members = nodes[1:]
+		}
+		leader := waitLeaderOf(t, members, pid)
+		cl := dial(t, leader.addr)
+		cid := 10 * pid
+		data := chunkData(pid, 0, 4096)
+		sums := engine.ComputeChecksums(nil, data, bpc)
+		if _, err := cl.Call(ctx, &transport.WriteChunk{PipelineID: pid, ContainerID: cid, LocalID: 1, Length: 4096, BytesPerChecksum: bpc, Checksums: sums}, data); err != nil {
+			t.Fatalf("pipeline %d: %v", pid, err)
+		}
+		for _, tn := range members {
+			id := engine.BlockID{Container: engine.ContainerID(cid), Local: 1}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				got, err := tn.eng.ReadChunk(id, 0, 4096, nil)
+				if err == nil && string(got) == string(data) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("pipeline %d node %d: %v", pid, tn.id, err)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+	// Containers of one pipeline exist only on its members.
+	if _, err := nodes[0].eng.Container(20); err == nil {
+		t.Fatal("pipeline 2's container on node 1, not a member")
+	}
+	if _, err := nodes[3].eng.Container(10); err == nil {
+		t.Fatal("pipeline 1's container on node 4, not a member")
+	}
+	groups, err := nodes[1].log.Groups()
+	if err != nil || len(groups) != 2 {
+		t.Fatalf("node 2's log holds groups %v (%v), want both pipelines", groups, err)
 	}
 }
