@@ -162,13 +162,14 @@ type Node struct {
 
 // group is one pipeline's state, owned by the loop goroutine unless noted.
 type group struct {
-	id       uint64
-	rn       *raft.RawNode
-	members  map[uint64]string
-	isLeader bool
-	pending  map[uint64]*proposal
-	queue    []*proposal
-	cache    map[uint64]*cachedEntry // by index: decoded entries and their chunk bytes
+	id           uint64
+	rn           *raft.RawNode
+	members      map[uint64]string
+	isLeader     bool
+	pending      map[uint64]*proposal
+	queue        []*proposal
+	cache        map[uint64]*cachedEntry // by index: decoded entries and their chunk bytes
+	snapWarnedAt time.Time               // last "needs a container copy" warning (rate limit)
 	// payloadLow: indexes below it have no cache entries left.
 	payloadLow uint64
 

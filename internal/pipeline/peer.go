@@ -35,7 +35,10 @@ func (n *Node) send(g *group, m *raftpb.Message) {
 		// The follower needs entries compacted away: a raft snapshot
 		// would have to carry containers. Spindle catches such a
 		// replica up with a container copy, outside raft.
-		n.log.Warn("follower is behind the compacted log: it needs a container copy", "pipeline", g.id, "follower", to)
+		if now := time.Now(); now.Sub(g.snapWarnedAt) > 10*time.Second {
+			g.snapWarnedAt = now
+			n.log.Warn("follower is behind the compacted log: it needs a container copy", "pipeline", g.id, "follower", to)
+		}
 		g.rn.ReportSnapshot(to, raft.SnapshotFailure)
 		return
 	}
