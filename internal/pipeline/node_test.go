@@ -27,6 +27,8 @@ type testNode struct {
 	eng     *engine.Engine
 	log     *wal.Log
 	node    *Node
+	retain  uint64 // Config.RetainEntries and CompactEveryEntries (0: defaults)
+	every   uint64
 }
 
 func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
@@ -45,7 +47,7 @@ func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
 		t.Fatal(err)
 	}
 	tn.node, err = Start(Config{ID: tn.id, Listener: ln, Engine: tn.eng, Log: tn.log, Pipelines: pcs,
-		TickInterval: 20 * time.Millisecond, Logger: quiet})
+		TickInterval: 20 * time.Millisecond, Logger: quiet, RetainEntries: tn.retain, CompactEveryEntries: tn.every})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,5 +413,71 @@ func TestSeveralPipelinesPerDatanode(t *testing.T) {
 	groups, err := nodes[1].log.Groups()
 	if err != nil || len(groups) != 2 {
 		t.Fatalf("node 2's log holds groups %v (%v), want both pipelines", groups, err)
+	}
+}
+
+// TestCompactionKeepsWhatOnlyTheLogKnows: the log is compacted as entries
+// apply, but never past the first chunk of a block with no PutBlock yet;
+// after a restart of every node that block's chunks are still found (from
+// the log) and read back on every replica.
+func TestCompactionKeepsWhatOnlyTheLogKnows(t *testing.T) {
+	nodes, pc := startCluster(t)
+	for _, tn := range nodes {
+		tn.stop(t)
+		tn.retain, tn.every = 10, 10
+		tn.start(t, pc)
+	}
+	leader := waitLeader(t, nodes)
+	cl := dial(t, leader.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const size = 1024
+	// Block 1: written, never committed.
+	writeChunks(t, cl, 1, 0, 3, size)
+	firstOpen, err := leader.log.LastIndex(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Blocks 2..: many entries, each block committed.
+	for b := uint64(2); b < 12; b++ {
+		cs := writeChunks(t, cl, b, 0, 10, size)
+		if _, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 5, LocalID: b, Length: 10 * size, BytesPerChecksum: bpc, Chunks: cs}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, _ := leader.log.FirstIndex(1)
+	if first > firstOpen-2 {
+		t.Fatalf("log compacted to first index %d, past the open block's chunks (from index %d)", first, firstOpen-2)
+	}
+	// Commit block 1 now: compaction may move past it afterwards.
+	var cs []transport.ChunkInfo
+	for i := 0; i < 3; i++ {
+		d := chunkData(1, uint64(i*size), size)
+		cs = append(cs, transport.ChunkInfo{Offset: uint64(i * size), Length: size, Checksums: engine.ComputeChecksums(nil, d, bpc)})
+	}
+	// Before that, restart everything: block 1 is known only from the log.
+	cl.Close()
+	for _, tn := range nodes {
+		tn.stop(t)
+	}
+	for _, tn := range nodes {
+		tn.start(t, pc)
+	}
+	for _, tn := range nodes {
+		readBack(t, tn, 1, 3*size)
+	}
+	leader = waitLeader(t, nodes)
+	cl = dial(t, leader.addr)
+	if _, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 5, LocalID: 1, Length: 3 * size, BytesPerChecksum: bpc, Chunks: cs}}); err != nil {
+		t.Fatal(err)
+	}
+	for b := uint64(20); b < 26; b++ {
+		cs := writeChunks(t, cl, b, 0, 10, size)
+		if _, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 5, LocalID: b, Length: 10 * size, BytesPerChecksum: bpc, Chunks: cs}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f, _ := leader.log.FirstIndex(1); f <= firstOpen {
+		t.Fatalf("log not compacted past the committed block: first index %d", f)
 	}
 }
