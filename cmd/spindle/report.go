@@ -17,7 +17,7 @@ func newReportCmd() *cobra.Command {
 		Short: "Performance lab: run directories, syscall profiles, comparisons",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newReportRunCmd(), newReportRenderCmd(), newReportImportStraceCmd(), newReportEnvCmd())
+	cmd.AddCommand(newReportRunCmd(), newReportCompareCmd(), newReportRenderCmd(), newReportImportStraceCmd(), newReportEnvCmd())
 	return cmd
 }
 

@@ -121,3 +121,64 @@ func newReportRenderCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&opts.PNG, "png", false, "also write every chart as PNG")
 	return cmd
 }
+
+func newReportCompareCmd() *cobra.Command {
+	var opts report.CompareOptions
+	var out string
+	var quiet bool
+	cmd := &cobra.Command{
+		Use:   "compare RUN_A RUN_B [RUN_C...]",
+		Short: "Compare runs: side-by-side Markdown tables with deltas and verdicts, grouped bar charts (SVG)",
+		Long: `Compares two or more runs (run directories or results.json files, from
+report run, or imported with report import-strace) against the first:
+
+- every bench figure (ops/s, MB/s, p50 and p99 latency, ratio to its raw
+  baseline, syscalls per operation) side by side with its delta and a
+  verdict: faster, slower or same within noise when each side has repeats
+  (runs with the same name are pooled as repeats; Welch's t-test at 95%),
+  "single run" otherwise;
+- one grouped bar chart per figure (each run's value as a percentage of the
+  first run's, the figure itself at the bar's end);
+- per system-call profile found on two runs or more: totals, calls per
+  operation, threads created and fdatasyncs per operation, a side-by-side
+  table of the top syscalls, and charts of calls, total time and average
+  time per syscall in the manner of seed 003 (first run green, second red,
+  third yellow). An imported profile is compared with the follower-append
+  profile of the other runs (seed 000's experiment), or the one --profile
+  names.
+
+Writes --out/compare.md and --out/*.svg, and prints the Markdown.`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			runs := make([]report.Run, 0, len(args))
+			for _, a := range args {
+				r, err := report.Load(a)
+				if err != nil {
+					return err
+				}
+				runs = append(runs, r)
+			}
+			if out == "" {
+				out = "spindle-compare-" + time.Now().Format("20060102-150405")
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return fmt.Errorf("compare: %w", err)
+			}
+			c, err := report.Compare(out, runs, opts)
+			if err != nil {
+				return err
+			}
+			if !quiet {
+				fmt.Fprint(cmd.OutOrStdout(), c.Markdown)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "compare: wrote %s and %d charts in %s\n", filepath.Join(out, report.CompareFile), len(c.Charts), out)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&out, "out", "", "directory for compare.md and the charts (default: spindle-compare-YYYYMMDD-HHMMSS)")
+	f.StringVar(&opts.Profile, "profile", "", "the profile (step) of the runs that have several to compare with imported profiles (default: the first follower-append one)")
+	f.BoolVar(&opts.PNG, "png", false, "also write every chart as PNG")
+	f.BoolVarP(&quiet, "quiet", "q", false, "do not print the Markdown")
+	return cmd
+}

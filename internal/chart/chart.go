@@ -228,7 +228,7 @@ func (b *Bars) draw(c draw.Canvas) error {
 	p.NominalY(names...)
 	grid := plotter.NewGrid()
 	grid.Horizontal.Width = 0 // vertical lines only: at the value ticks
-	grid.Vertical.Color = color.Gray{Y: 0xdd}
+	grid.Vertical.Color = color.Gray{Y: 0xe8}
 	p.Add(grid)
 
 	legend := plot.NewLegend()

@@ -215,7 +215,9 @@ func runSteps(ctx context.Context, run *report.Run, steps []step, env *stepEnv, 
 			run.Interrupted = true
 		case err != nil:
 			rec.Status, rec.Reason = report.StepFailed, err.Error()
-			opts.Logger.Warn("report run: step failed", "step", s.name, "err", err)
+			if opts.Logger != nil {
+				opts.Logger.Warn("report run: step failed", "step", s.name, "err", err)
+			}
 		default:
 			rec.Status = report.StepDone
 			for _, r := range results {

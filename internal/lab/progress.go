@@ -77,6 +77,7 @@ type barProgress struct {
 	p       *mpb.Progress
 	total   *mpb.Bar
 	cur     *mpb.Bar
+	curMax  int64 // the running step's bar total (its estimate in ms)
 	stop    chan struct{}
 	stopped sync.WaitGroup
 
@@ -92,7 +93,7 @@ type barProgress struct {
 const tickEvery = 200 * time.Millisecond
 
 func newBarProgress(w io.Writer, n int) *barProgress {
-	b := &barProgress{p: mpb.New(mpb.WithOutput(w), mpb.WithWidth(32), mpb.WithRefreshRate(tickEvery)), n: n, start: time.Now(), stop: make(chan struct{})}
+	b := &barProgress{p: mpb.New(mpb.WithOutput(w), mpb.WithAutoRefresh(), mpb.WithWidth(32), mpb.WithRefreshRate(tickEvery)), n: n, start: time.Now(), stop: make(chan struct{})}
 	b.total = b.p.AddBar(int64(n),
 		mpb.PrependDecorators(decor.Any(func(decor.Statistics) string {
 			b.mu.Lock()
@@ -114,7 +115,8 @@ func (b *barProgress) begin(i, n int, s step, left time.Duration) {
 	b.etaLeft, b.etaAt = left, time.Now()
 	b.mu.Unlock()
 	est := max(s.estimate, time.Millisecond)
-	b.cur = b.p.AddBar(int64(est/time.Millisecond),
+	b.curMax = int64(est / time.Millisecond)
+	b.cur = b.p.AddBar(b.curMax,
 		mpb.BarRemoveOnComplete(),
 		mpb.PrependDecorators(decor.Name(fmt.Sprintf("  %s", s.name), decor.WCSyncSpaceR)),
 		mpb.AppendDecorators(decor.Elapsed(decor.ET_STYLE_GO)),
@@ -143,8 +145,7 @@ func (b *barProgress) begin(i, n int, s step, left time.Duration) {
 func (b *barProgress) end(i, n int, s step, status, reason string, took time.Duration) {
 	close(b.stop)
 	b.stopped.Wait()
-	b.cur.SetTotal(-1, true) // complete (removed)
-	b.cur.Wait()
+	b.cur.SetCurrent(b.curMax) // complete: removed at the next refresh
 	b.mu.Lock()
 	b.done = i + 1
 	b.mu.Unlock()
@@ -157,7 +158,9 @@ func (b *barProgress) end(i, n int, s step, status, reason string, took time.Dur
 }
 
 func (b *barProgress) close() {
-	b.total.SetTotal(-1, true)
+	// A run that ended early (interrupted) leaves its bar where it was;
+	// Abort is a no-op on a completed bar.
+	b.total.Abort(false)
 	b.p.Wait()
 }
 

@@ -86,8 +86,12 @@ func fmtNum(v float64) string {
 		return strconv.FormatFloat(v, 'f', 3, 64)
 	case a == 0:
 		return "0"
+	case a >= 0.01:
+		return strconv.FormatFloat(v, 'f', 3, 64)
 	}
-	return strconv.FormatFloat(v, 'g', 3, 64)
+	// Three significant digits, without an exponent.
+	r, _ := strconv.ParseFloat(strconv.FormatFloat(v, 'g', 3, 64), 64)
+	return strconv.FormatFloat(r, 'f', -1, 64)
 }
 
 // fmtInt prints n with thousands separators.
