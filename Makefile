@@ -17,12 +17,14 @@ LDFLAGS  := -X $(BUILDPKG).Version=$(VERSION)$(if $(COMMIT), -X $(BUILDPKG).comm
 FUZZTIME       ?= 10s
 BENCHTIME      ?= 1s
 BENCH_DURATION ?= 5s
+REPORT_SUITE   ?= quick
+REPORT_OUT     ?= reports/$(REPORT_SUITE)-$(shell date +%Y%m%d-%H%M%S)
 RACE_PKGS      ?= ./cmd/... ./internal/bench/... ./internal/units/... ./internal/buildinfo/... ./internal/engine/... ./internal/vfs/... ./internal/wal/... ./internal/transport/... ./internal/client/... ./internal/localcluster/...
 
 # Go sources to format-check: everything but testdata, vendor and bin.
 GO_FILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*' -not -path '*/testdata/*' -not -path './vendor/*')
 
-.PHONY: help deps build test test-race vet fmt fmt-check demo fuzz bench clean
+.PHONY: help deps build test test-race vet fmt fmt-check demo fuzz bench report clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -60,6 +62,9 @@ bench: build ## Go benchmarks (BENCHTIME), then short spindle benches (BENCH_DUR
 	$(GO) test -run='^$$' -bench=. -benchtime=$(BENCHTIME) ./...
 	$(BIN) bench baseline --duration $(BENCH_DURATION)
 	$(BIN) bench chunk-write --local --duration $(BENCH_DURATION)
+
+report: build ## the quick report suite (REPORT_SUITE=full: the long one) into REPORT_OUT (default reports/SUITE-DATE)
+	$(BIN) report run --suite $(REPORT_SUITE) --out $(REPORT_OUT)
 
 clean: ## remove build output
 	rm -rf bin
