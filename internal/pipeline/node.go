@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"sort"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/spindle-store/spindle/internal/engine"
@@ -28,6 +30,11 @@ const (
 	// DefaultRetainEntries is how many applied entries a group keeps in
 	// its log for lagging followers before compacting.
 	DefaultRetainEntries = 20000
+	// DefaultMaxRetainEntries bounds what a leader keeps for a follower
+	// that lags behind (or is down): up to this many applied entries, so
+	// that it catches up from the log; past it the log is compacted anyway
+	// and that follower needs a container copy.
+	DefaultMaxRetainEntries = 500000
 	// DefaultCompactEveryEntries is how far the applied index moves
 	// between two compactions of a group.
 	DefaultCompactEveryEntries = 10000
@@ -73,6 +80,7 @@ type Config struct {
 	HeartbeatTicks int
 	// RetainEntries and CompactEveryEntries drive log compaction.
 	RetainEntries       uint64
+	MaxRetainEntries    uint64
 	CompactEveryEntries uint64
 	Logger              *slog.Logger
 }
@@ -99,6 +107,12 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.RetainEntries == 0 {
 		out.RetainEntries = DefaultRetainEntries
+	}
+	if out.MaxRetainEntries == 0 {
+		out.MaxRetainEntries = DefaultMaxRetainEntries
+	}
+	if out.MaxRetainEntries < out.RetainEntries {
+		out.MaxRetainEntries = out.RetainEntries
 	}
 	if out.CompactEveryEntries == 0 {
 		out.CompactEveryEntries = DefaultCompactEveryEntries
@@ -177,6 +191,9 @@ type group struct {
 	leader  atomic.Uint64
 	term    atomic.Uint64
 	applied atomic.Uint64
+	// minMatch is, on a leader, 1 + the lowest index every follower is
+	// known to hold (0 elsewhere): compaction keeps the entries above it.
+	minMatch atomic.Uint64
 }
 
 // proposal is a client request waiting for its entry to commit and apply.
@@ -656,6 +673,20 @@ func (n *Node) onReady(g *group) {
 	}
 	if !raft.IsEmptyHardState(rd.HardState) {
 		g.term.Store(rd.HardState.GetTerm())
+	}
+	if g.isLeader {
+		var lo uint64 = math.MaxUint64
+		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+			if id != n.cfg.ID {
+				lo = min(lo, pr.Match)
+			}
+		})
+		if lo == math.MaxUint64 {
+			lo = 0
+		}
+		g.minMatch.Store(lo + 1)
+	} else {
+		g.minMatch.Store(0)
 	}
 	for _, m := range rd.Messages {
 		if m.GetTo() == raft.LocalAppendThread {

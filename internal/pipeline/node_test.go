@@ -481,3 +481,43 @@ func TestCompactionKeepsWhatOnlyTheLogKnows(t *testing.T) {
 		t.Fatalf("log not compacted past the committed block: first index %d", f)
 	}
 }
+
+// TestLeaderKeepsTheLogForADownFollower: with a small retention, a leader
+// still keeps the entries a stopped follower lacks (up to MaxRetainEntries),
+// so that the follower catches up from the log when it returns.
+func TestLeaderKeepsTheLogForADownFollower(t *testing.T) {
+	nodes, pc := startCluster(t)
+	for _, tn := range nodes {
+		tn.stop(t)
+		tn.retain, tn.every = 10, 10
+		tn.start(t, pc)
+	}
+	leader := waitLeader(t, nodes)
+	cl := dial(t, leader.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const size = 1024
+	var follower *testNode
+	for _, tn := range nodes {
+		if tn != leader {
+			follower = tn
+			break
+		}
+	}
+	cs := writeChunks(t, cl, 1, 0, 2, size)
+	if _, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 5, LocalID: 1, Length: 2 * size, BytesPerChecksum: bpc, Chunks: cs}}); err != nil {
+		t.Fatal(err)
+	}
+	readBack(t, follower, 1, 2*size)
+	follower.stop(t)
+	for b := uint64(2); b < 12; b++ {
+		cs := writeChunks(t, cl, b, 0, 10, size)
+		if _, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 5, LocalID: b, Length: 10 * size, BytesPerChecksum: bpc, Chunks: cs}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	follower.start(t, pc)
+	for b := uint64(2); b < 12; b++ {
+		readBack(t, follower, b, 10*size)
+	}
+}

@@ -256,14 +256,23 @@ func (n *Node) applyWorker() {
 
 // maybeCompact compacts a group's log below what the engine holds durably
 // and no lagging follower is likely to need: at most applied −
-// RetainEntries, and never past the first WriteChunk of a block with no
-// PutBlock covering it yet (the engine forgets such chunks at a restart; the
-// log's headers are how they are found again).
+// RetainEntries; on a leader, not below what every follower holds unless
+// that would keep more than MaxRetainEntries (a follower that far behind
+// needs a container copy); and never past the first WriteChunk of a block
+// with no PutBlock covering it yet (the engine forgets such chunks at a
+// restart; the log's headers are how they are found again).
 func (n *Node) maybeCompact(g *group, applied uint64, ob *openBlocks, compacted map[uint64]uint64) {
 	if applied < n.cfg.RetainEntries+compacted[g.id]+n.cfg.CompactEveryEntries {
 		return
 	}
 	to := applied - n.cfg.RetainEntries
+	if m := g.minMatch.Load(); m != 0 && m-1 < to {
+		floor := uint64(0)
+		if applied > n.cfg.MaxRetainEntries {
+			floor = applied - n.cfg.MaxRetainEntries
+		}
+		to = max(m-1, floor)
+	}
 	if lo := ob.lowest(); lo != 0 && lo-1 < to {
 		to = lo - 1
 	}
