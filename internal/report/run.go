@@ -5,6 +5,15 @@
 // datanode, seed 000) share one schema, so that `spindle report compare`
 // takes any mix of them.
 //
+// Besides the schema: CaptureEnvironment (the machine and the filesystem
+// of each directory), WriteRunReport (report.md and the charts of one run:
+// baselines, every bench over its baselines, syscall profiles) and Compare
+// (compare.md and charts of two or more runs: deltas against the first,
+// verdicts by Welch's t-test where runs of one name give repeats, "single
+// run" otherwise; an imported profile is matched with the runs'
+// follower-append profile). Every figure they print comes from the runs
+// given; what a run lacks prints as a dash or "n/a", never as zero.
+//
 // # results.json, schema version 1
 //
 //	{
@@ -67,7 +76,9 @@
 // non-empty; results is never null; when syscalls is present, every count is
 // >= 0, rows is the sum of by_name, and total >= rows.calls.
 //
-// Concurrency: functions have no shared state. Save writes a temporary file
+// Concurrency: functions have no shared state; writing the same directory
+// from two goroutines leaves one writer's files (each file is written to a
+// temporary name and renamed). Save writes a temporary file
 // and renames it into place (or, when not replacing, links it, which fails
 // if results.json exists), so a reader never sees a partial file; two
 // concurrent Saves to one directory leave one of the two files.
