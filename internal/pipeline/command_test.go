@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -87,4 +88,35 @@ func FuzzDecodeEntry(f *testing.F) {
 			t.Fatalf("re-encoded entry: %v, %d commands, want %d", err, m, n)
 		}
 	})
+}
+
+func TestByteBudget(t *testing.T) {
+	b := newByteBudget(100)
+	ctx := context.Background()
+	if err := b.acquire(ctx, 60); err != nil {
+		t.Fatal(err)
+	}
+	// 60 + 50 > 100: waits; a cancelled context ends the wait.
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- b.acquire(cctx, 50) }()
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("acquire over the budget returned without the bytes being released")
+	}
+	// A release lets a waiter in.
+	go func() { done <- b.acquire(ctx, 50) }()
+	b.release(60)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Larger than the whole budget: admitted once nothing else is held.
+	go func() { done <- b.acquire(ctx, 500) }()
+	b.release(50)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if b.used != 500 {
+		t.Fatalf("used %d", b.used)
+	}
 }

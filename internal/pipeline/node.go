@@ -49,6 +49,9 @@ const (
 	// are dropped (raft resends: the transport is allowed to lose messages).
 	peerQueueMax  = 8192
 	eventQueueCap = 16384
+	// DefaultMaxInflightPayloadBytes bounds the client chunk bytes a node
+	// holds between their arrival and their answer.
+	DefaultMaxInflightPayloadBytes = 512 << 20
 )
 
 // Member is one datanode of a pipeline.
@@ -82,7 +85,9 @@ type Config struct {
 	RetainEntries       uint64
 	MaxRetainEntries    uint64
 	CompactEveryEntries uint64
-	Logger              *slog.Logger
+	// MaxInflightPayloadBytes bounds client chunk bytes held in memory.
+	MaxInflightPayloadBytes int64
+	Logger                  *slog.Logger
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -116,6 +121,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.CompactEveryEntries == 0 {
 		out.CompactEveryEntries = DefaultCompactEveryEntries
+	}
+	if out.MaxInflightPayloadBytes <= 0 {
+		out.MaxInflightPayloadBytes = DefaultMaxInflightPayloadBytes
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
@@ -170,6 +178,7 @@ type Node struct {
 	stopOnce sync.Once
 	wg       sync.WaitGroup
 	propSeq  uint64 // loop-owned
+	inflight *byteBudget
 	failed   atomic.Pointer[error]
 	serveErr chan error
 }
@@ -253,6 +262,7 @@ func Start(c Config) (*Node, error) {
 		addrs:    map[uint64]string{},
 		stop:     make(chan struct{}),
 		serveErr: make(chan error, 1),
+		inflight: newByteBudget(cfg.MaxInflightPayloadBytes),
 	}
 	for _, p := range cfg.Pipelines {
 		for _, m := range p.Members {

@@ -267,10 +267,12 @@ type reply struct {
 }
 
 func (n *Node) replyErr(p *proposal, st transport.Status, msg, leader string) {
+	n.inflight.release(int64(len(p.payload)))
 	n.replies.push(reply{conn: p.conn, resp: &transport.Response{RequestID: p.reqID, Status: st, Message: msg, Leader: leader}})
 }
 
 func (n *Node) replyResult(p *proposal, err error) {
+	n.inflight.release(int64(len(p.payload)))
 	r := &transport.Response{RequestID: p.reqID, Status: statusOf(err)}
 	if err != nil {
 		r.Message = err.Error()
@@ -330,8 +332,12 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 		if err := f.Decode(wc); err != nil {
 			return badRequest(0, err)
 		}
+		if err := n.inflight.acquire(ctx, int64(len(f.Payload))); err != nil {
+			return unavailable(wc.RequestID)
+		}
 		p := &proposal{kind: KindWriteChunk, wc: *wc, payload: f.Payload, conn: c, reqID: wc.RequestID}
 		if !n.post(event{kind: evPropose, group: wc.PipelineID, prop: p}) {
+			n.inflight.release(int64(len(f.Payload)))
 			return unavailable(wc.RequestID)
 		}
 		return nil, nil
