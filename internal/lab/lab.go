@@ -211,7 +211,7 @@ func runSteps(ctx context.Context, run *report.Run, steps []step, env *stepEnv, 
 		rec.Seconds = took.Round(time.Millisecond).Seconds()
 		switch {
 		case err != nil && ctx.Err() != nil:
-			rec.Status, rec.Reason = report.StepInterrupted, "interrupted: no figure kept"
+			rec.Status, rec.Reason = report.StepInterrupted, "stopped before it finished: no figure kept"
 			run.Interrupted = true
 		case err != nil:
 			rec.Status, rec.Reason = report.StepFailed, err.Error()

@@ -45,7 +45,7 @@ func TestRunStepsRecordsOutcomes(t *testing.T) {
 	want := []struct{ name, status, reason string }{
 		{"ok", report.StepDone, ""},
 		{"broken", report.StepFailed, "no disk"},
-		{"stopped", report.StepInterrupted, "interrupted: no figure kept"},
+		{"stopped", report.StepInterrupted, "stopped before it finished: no figure kept"},
 		{"never", report.StepSkipped, "the run was interrupted before this step"},
 	}
 	if len(run.Steps) != len(want) {
