@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -40,10 +39,8 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	spindleBin = filepath.Join(dir, "spindle")
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gobin); err != nil {
-		gobin = "go"
-	}
+	// go test puts its own GOROOT/bin first on the PATH of the tests.
+	gobin := "go"
 	cmd := exec.Command(gobin, "build", "-o", spindleBin, "github.com/spindle-store/spindle/cmd/spindle")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
