@@ -1,0 +1,286 @@
+// Package metaapi is the control-plane protocol of Spindle's meta service:
+// JSON over HTTP/1.1 on one address (127.0.0.1 in tests and in the embedded
+// server), shared by datanodes (registration, heartbeats with container
+// reports, commands back), clients (buckets, keys, block allocation) and the
+// admin commands. The data path (chunks) never goes through the meta
+// service: clients write to pipelines with internal/client.
+//
+// Routes (all bodies JSON; errors are an Error body with an HTTP status):
+//
+//	POST   /v1/heartbeat                      Heartbeat → HeartbeatResponse
+//	PUT    /v1/buckets/{bucket}               → Bucket          (409 exists)
+//	GET    /v1/buckets                        → BucketList
+//	DELETE /v1/buckets/{bucket}               (409 not empty)
+//	POST   /v1/allocate                       AllocateRequest → AllocateResponse
+//	POST   /v1/keys/{bucket}/{key...}         CommitKey → KeyInfo  (commit: atomic)
+//	GET    /v1/keys/{bucket}/{key...}         → KeyInfo
+//	DELETE /v1/keys/{bucket}/{key...}         (blocks deleted on datanodes later)
+//	GET    /v1/list/{bucket}?prefix=&start_after=&limit=  → KeyList
+//	GET    /v1/nodes | /v1/pipelines | /v1/containers     → admin views
+//	GET    /metrics                           Prometheus
+//
+// Invariants: a key is visible only once CommitKey returns (an interrupted
+// put leaves no key, only unreferenced blocks the meta service deletes); a
+// committed key's blocks are never deleted while the key exists; names are
+// validated by ValidBucket and ValidKey on both sides.
+//
+// Concurrency: the types are plain values; Client is safe for concurrent use.
+package metaapi
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Health of a datanode as the meta service sees it.
+const (
+	HealthHealthy = "HEALTHY" // heartbeat within StaleAfter
+	HealthStale   = "STALE"   // no heartbeat for StaleAfter: no new pipelines or containers
+	HealthDead    = "DEAD"    // no heartbeat for DeadAfter: its pipelines are closed
+)
+
+// Defaults of the cluster manager.
+const (
+	DefaultHeartbeatInterval = 1 * time.Second
+	DefaultStaleAfter        = 5 * time.Second
+	DefaultDeadAfter         = 30 * time.Second
+	// DefaultPipelinesPerNode bounds the pipelines a datanode is a member of.
+	DefaultPipelinesPerNode = 2
+	// DefaultContainerSizeBytes: a container is closed once this full.
+	DefaultContainerSizeBytes = 5 << 30
+	// MaxKeyBytes and MaxBucketBytes bound names.
+	MaxKeyBytes    = 1024
+	MaxBucketBytes = 63
+	// MaxListLimit bounds one page of a listing.
+	MaxListLimit = 1000
+	// MaxBlocksPerKey bounds a key's block list.
+	MaxBlocksPerKey = 1 << 16
+)
+
+// Heartbeat is what a datanode sends every DefaultHeartbeatInterval (and
+// at start). The first one, with NodeID 0, registers it: the meta service
+// assigns a node ID (its raft ID in every pipeline), which the datanode
+// keeps (in its log directory) and sends from then on together with UUID.
+type Heartbeat struct {
+	UUID       string            `json:"uuid"` // stable identity of the datanode (random at its first start)
+	NodeID     uint64            `json:"node_id,omitempty"`
+	Addr       string            `json:"addr"` // data-path address (peers and clients)
+	MetricsURL string            `json:"metrics_url,omitempty"`
+	Capacity   uint64            `json:"capacity_bytes,omitempty"`
+	Used       uint64            `json:"used_bytes,omitempty"`
+	Containers []ContainerReport `json:"containers,omitempty"`
+	Pipelines  []PipelineReport  `json:"pipelines,omitempty"`
+}
+
+// ContainerReport is one container on a datanode.
+type ContainerReport struct {
+	ID        uint64 `json:"id"`
+	State     string `json:"state"` // OPEN, CLOSED, UNHEALTHY, DELETING
+	UsedBytes uint64 `json:"used_bytes"`
+	Blocks    uint64 `json:"blocks,omitempty"`
+}
+
+// PipelineReport is one pipeline the datanode serves.
+type PipelineReport struct {
+	ID       uint64 `json:"id"`
+	LeaderID uint64 `json:"leader_id"` // 0: none known
+	Term     uint64 `json:"term"`
+	Applied  uint64 `json:"applied"`
+}
+
+// HeartbeatResponse carries the node's ID and the commands for it.
+type HeartbeatResponse struct {
+	NodeID   uint64    `json:"node_id"`
+	Commands []Command `json:"commands,omitempty"`
+}
+
+// Command kinds sent to datanodes.
+const (
+	// CmdJoinPipeline: start serving the pipeline (idempotent).
+	CmdJoinPipeline = "join_pipeline"
+	// CmdLeavePipeline: stop serving the pipeline (it was closed).
+	CmdLeavePipeline = "leave_pipeline"
+	// CmdCloseContainer: the pipeline's leader proposes CloseContainer.
+	CmdCloseContainer = "close_container"
+	// CmdDeleteBlocks: the pipeline's leader proposes DeleteBlock for each.
+	CmdDeleteBlocks = "delete_blocks"
+)
+
+// Command is one instruction to a datanode.
+type Command struct {
+	Kind      string    `json:"kind"`
+	Pipeline  *Pipeline `json:"pipeline,omitempty"`
+	Container uint64    `json:"container,omitempty"`
+	Blocks    []uint64  `json:"blocks,omitempty"` // local IDs in Container
+}
+
+// Pipeline is a raft group of datanodes.
+type Pipeline struct {
+	ID      uint64   `json:"id"`
+	State   string   `json:"state,omitempty"` // OPEN, CLOSED
+	Members []Member `json:"members"`
+	Leader  uint64   `json:"leader_id,omitempty"`
+}
+
+// Member is a datanode in a pipeline.
+type Member struct {
+	NodeID uint64 `json:"node_id"`
+	Addr   string `json:"addr"`
+}
+
+// Bucket is a namespace of keys.
+type Bucket struct {
+	Name    string    `json:"name"`
+	Created time.Time `json:"created"`
+	Keys    uint64    `json:"keys"`
+	Bytes   uint64    `json:"bytes"`
+}
+
+// BucketList lists buckets.
+type BucketList struct {
+	Buckets []Bucket `json:"buckets"`
+}
+
+// AllocateRequest asks for a new block for a key being written.
+type AllocateRequest struct {
+	Bucket string `json:"bucket"`
+	Key    string `json:"key"`
+	// ExcludePipelines: pipelines that just failed for this client.
+	ExcludePipelines []uint64 `json:"exclude_pipelines,omitempty"`
+}
+
+// AllocateResponse is a new block: a fresh local ID in an OPEN container of
+// an OPEN pipeline.
+type AllocateResponse struct {
+	Block    BlockRef `json:"block"`
+	Pipeline Pipeline `json:"pipeline"`
+}
+
+// BlockRef names a block.
+type BlockRef struct {
+	Container uint64 `json:"container"`
+	Local     uint64 `json:"local"`
+}
+
+// KeyBlock is one block of a key, in key order.
+type KeyBlock struct {
+	BlockRef
+	Pipeline uint64 `json:"pipeline"`
+	Length   uint64 `json:"length"`
+	// Members is filled on reads: where the replicas are.
+	Members []Member `json:"members,omitempty"`
+}
+
+// CommitKey makes a key visible, atomically, replacing an older version.
+type CommitKey struct {
+	Size   uint64     `json:"size"`
+	Blocks []KeyBlock `json:"blocks"`
+	// CRC32C of the whole value (Castagnoli), as the client computed it.
+	CRC32C uint32 `json:"crc32c"`
+}
+
+// KeyInfo describes a committed key.
+type KeyInfo struct {
+	Bucket  string     `json:"bucket"`
+	Key     string     `json:"key"`
+	Size    uint64     `json:"size"`
+	CRC32C  uint32     `json:"crc32c"`
+	Created time.Time  `json:"created"`
+	Blocks  []KeyBlock `json:"blocks"`
+}
+
+// KeyList is one page of a listing.
+type KeyList struct {
+	Keys []KeyInfo `json:"keys"` // without Blocks
+	// Next is the start_after of the next page; empty when done.
+	Next string `json:"next,omitempty"`
+}
+
+// NodeInfo is the admin view of a datanode.
+type NodeInfo struct {
+	NodeID        uint64    `json:"node_id"`
+	UUID          string    `json:"uuid"`
+	Addr          string    `json:"addr"`
+	Health        string    `json:"health"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	Pipelines     []uint64  `json:"pipelines"`
+	Containers    int       `json:"containers"`
+	UsedBytes     uint64    `json:"used_bytes"`
+}
+
+// ContainerInfo is the admin view of a container.
+type ContainerInfo struct {
+	ID        uint64 `json:"id"`
+	Pipeline  uint64 `json:"pipeline"`
+	State     string `json:"state"` // OPEN, CLOSING, CLOSED
+	UsedBytes uint64 `json:"used_bytes"`
+	Blocks    uint64 `json:"blocks"`
+}
+
+// Error is the body of every non-2xx response.
+type Error struct {
+	Code    string `json:"code"` // one of the Code* constants
+	Message string `json:"message"`
+}
+
+// Error codes.
+const (
+	CodeInvalid     = "INVALID"     // 400: bad name or body
+	CodeNotFound    = "NOT_FOUND"   // 404: no such bucket or key
+	CodeExists      = "EXISTS"      // 409
+	CodeNotEmpty    = "NOT_EMPTY"   // 409: bucket has keys
+	CodeNoPipeline  = "NO_PIPELINE" // 503: no healthy pipeline to allocate from
+	CodeUnavailable = "UNAVAILABLE" // 503
+	CodeInternal    = "INTERNAL"    // 500
+)
+
+// Errors a Client returns (wrapped with the server's message); test with
+// errors.Is.
+var (
+	ErrInvalid     = errors.New("invalid request")
+	ErrNotFound    = errors.New("not found")
+	ErrExists      = errors.New("already exists")
+	ErrNotEmpty    = errors.New("bucket not empty")
+	ErrNoPipeline  = errors.New("no healthy pipeline")
+	ErrUnavailable = errors.New("meta service unavailable")
+)
+
+// ValidBucket checks a bucket name: 3..63 bytes of lower-case letters,
+// digits, '-' and '.', starting and ending with a letter or digit (as S3).
+func ValidBucket(name string) error {
+	if len(name) < 3 || len(name) > MaxBucketBytes {
+		return fmt.Errorf("%w: bucket name %q: want 3..%d characters", ErrInvalid, name, MaxBucketBytes)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || ((c == '-' || c == '.') && i > 0 && i < len(name)-1)
+		if !ok {
+			return fmt.Errorf("%w: bucket name %q: only a-z, 0-9, '-' and '.' (not first or last)", ErrInvalid, name)
+		}
+	}
+	return nil
+}
+
+// ValidKey checks a key name: 1..1024 bytes of UTF-8 without NUL or
+// control characters, not starting with '/', no "." or ".." segment.
+func ValidKey(key string) error {
+	if len(key) == 0 || len(key) > MaxKeyBytes {
+		return fmt.Errorf("%w: key name: want 1..%d bytes, got %d", ErrInvalid, MaxKeyBytes, len(key))
+	}
+	if strings.HasPrefix(key, "/") {
+		return fmt.Errorf("%w: key %q starts with '/'", ErrInvalid, key)
+	}
+	for _, r := range key {
+		if r < 0x20 || r == 0x7f || r == '\uFFFD' {
+			return fmt.Errorf("%w: key %q has a control character or invalid UTF-8", ErrInvalid, key)
+		}
+	}
+	for _, seg := range strings.Split(key, "/") {
+		if seg == "." || seg == ".." {
+			return fmt.Errorf("%w: key %q has a %q segment", ErrInvalid, key, seg)
+		}
+	}
+	return nil
+}
