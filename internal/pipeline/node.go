@@ -130,24 +130,34 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	seen := map[uint64]bool{}
 	for _, p := range out.Pipelines {
-		if p.ID == 0 || seen[p.ID] {
-			return out, fmt.Errorf("pipeline: pipeline ID %d is 0 or repeated", p.ID)
+		if seen[p.ID] {
+			return out, fmt.Errorf("pipeline: pipeline ID %d repeated", p.ID)
 		}
 		seen[p.ID] = true
-		me := false
-		ids := map[uint64]bool{}
-		for _, m := range p.Members {
-			if m.ID == 0 || ids[m.ID] || m.Addr == "" {
-				return out, fmt.Errorf("pipeline %d: member %d is 0, repeated or has no address", p.ID, m.ID)
-			}
-			ids[m.ID] = true
-			me = me || m.ID == out.ID
-		}
-		if !me {
-			return out, fmt.Errorf("pipeline %d: this node (%d) is not a member", p.ID, out.ID)
+		if err := validPipeline(out.ID, p); err != nil {
+			return out, err
 		}
 	}
 	return out, nil
+}
+
+func validPipeline(self uint64, p PipelineConfig) error {
+	if p.ID == 0 {
+		return errors.New("pipeline: pipeline ID 0")
+	}
+	me := false
+	ids := map[uint64]bool{}
+	for _, m := range p.Members {
+		if m.ID == 0 || m.ID >= 1<<16 || ids[m.ID] || m.Addr == "" {
+			return fmt.Errorf("pipeline %d: member %d is 0, too large, repeated or has no address", p.ID, m.ID)
+		}
+		ids[m.ID] = true
+		me = me || m.ID == self
+	}
+	if !me {
+		return fmt.Errorf("pipeline %d: this node (%d) is not a member", p.ID, self)
+	}
+	return nil
 }
 
 // Node is a datanode's replication layer: every pipeline it is a member of,
@@ -164,8 +174,11 @@ type Node struct {
 	eng    *engine.Engine
 	wal    *wal.Log
 	server *transport.Server
-	groups map[uint64]*group
-	order  []*group
+	// groups and order are written by the loop only, under groupsMu;
+	// the loop reads them without it, other goroutines under RLock.
+	groupsMu sync.RWMutex
+	groups   map[uint64]*group
+	order    []*group
 
 	events   chan event
 	appendq  *queue[*appendJob]
@@ -211,9 +224,12 @@ type proposal struct {
 	kind    Kind
 	wc      transport.WriteChunk
 	pb      transport.PutBlock
+	ref     transport.GetBlock // DeleteBlock, CloseContainer
 	payload []byte
 	conn    *transport.Conn
 	reqID   uint64
+	// done receives the result of a proposal made by Propose (conn nil).
+	done chan error
 	// Set by the loop when the leader's own append of the entry is done:
 	// a WriteChunk's result is its append's.
 	appended  bool
@@ -228,6 +244,8 @@ const (
 	evAppendDone
 	evApplyDone
 	evUnreachable
+	evAddPipeline
+	evRemovePipeline
 )
 
 type event struct {
@@ -239,6 +257,8 @@ type event struct {
 	appends []*appendJob
 	apply   *applyJob
 	peer    uint64
+	pc      PipelineConfig
+	done    chan error
 }
 
 // Start opens every pipeline from the log (bootstrapping new ones), adopts
@@ -265,11 +285,8 @@ func Start(c Config) (*Node, error) {
 		inflight: newByteBudget(cfg.MaxInflightPayloadBytes),
 	}
 	for _, p := range cfg.Pipelines {
-		for _, m := range p.Members {
-			if a, ok := n.addrs[m.ID]; ok && a != m.Addr {
-				return nil, fmt.Errorf("pipeline: member %d has two addresses, %s and %s", m.ID, a, m.Addr)
-			}
-			n.addrs[m.ID] = m.Addr
+		if err := n.addMembers(p); err != nil {
+			return nil, err
 		}
 	}
 	for _, p := range cfg.Pipelines {
@@ -296,6 +313,22 @@ func Start(c Config) (*Node, error) {
 func payloadAlloc(t transport.MsgType, _ []byte, n int) []byte {
 	if t == transport.TypeWriteChunk || t == transport.TypeRaftMessage {
 		return make([]byte, n)
+	}
+	return nil
+}
+
+// addMembers records the peers' addresses of p. A peer keeps one address
+// for all pipelines (a changed address needs a restart).
+func (n *Node) addMembers(p PipelineConfig) error {
+	n.peersMu.Lock()
+	defer n.peersMu.Unlock()
+	for _, m := range p.Members {
+		if a, ok := n.addrs[m.ID]; ok && a != m.Addr {
+			return fmt.Errorf("pipeline %d: member %d has two addresses, %s and %s", p.ID, m.ID, a, m.Addr)
+		}
+	}
+	for _, m := range p.Members {
+		n.addrs[m.ID] = m.Addr
 	}
 	return nil
 }
@@ -419,7 +452,7 @@ func (n *Node) Addr() string { return n.cfg.Listener.Addr().String() }
 // Leader returns the ID of the pipeline's leader as this node knows it
 // (0: none known) and its term.
 func (n *Node) Leader(pipeline uint64) (leader, term uint64) {
-	g := n.groups[pipeline]
+	g := n.group(pipeline)
 	if g == nil {
 		return 0, 0
 	}
@@ -428,10 +461,115 @@ func (n *Node) Leader(pipeline uint64) (leader, term uint64) {
 
 // Applied returns the pipeline's applied index on this node.
 func (n *Node) Applied(pipeline uint64) uint64 {
-	if g := n.groups[pipeline]; g != nil {
+	if g := n.group(pipeline); g != nil {
 		return g.applied.Load()
 	}
 	return 0
+}
+
+func (n *Node) group(id uint64) *group {
+	n.groupsMu.RLock()
+	defer n.groupsMu.RUnlock()
+	return n.groups[id]
+}
+
+// PipelineStatus is one pipeline as this node sees it.
+type PipelineStatus struct {
+	ID, Leader, Term, Applied uint64
+	Members                   []Member
+}
+
+// Pipelines returns the pipelines this node serves, in the order they were
+// added.
+func (n *Node) Pipelines() []PipelineStatus {
+	n.groupsMu.RLock()
+	defer n.groupsMu.RUnlock()
+	out := make([]PipelineStatus, 0, len(n.order))
+	for _, g := range n.order {
+		st := PipelineStatus{ID: g.id, Leader: g.leader.Load(), Term: g.term.Load(), Applied: g.applied.Load()}
+		for id, addr := range g.members {
+			st.Members = append(st.Members, Member{ID: id, Addr: addr})
+		}
+		sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].ID < st.Members[j].ID })
+		out = append(out, st)
+	}
+	return out
+}
+
+// AddPipeline starts serving a pipeline (bootstrapping it on first use, or
+// recovering it from the log). Adding a pipeline already served with the
+// same members is a no-op; with other members it is an error.
+func (n *Node) AddPipeline(ctx context.Context, pc PipelineConfig) error {
+	if err := validPipeline(n.cfg.ID, pc); err != nil {
+		return err
+	}
+	return n.call(ctx, event{kind: evAddPipeline, pc: pc})
+}
+
+// RemovePipeline stops serving a pipeline (it was closed): its pending
+// requests fail, and its log records are compacted away.
+func (n *Node) RemovePipeline(ctx context.Context, id uint64) error {
+	return n.call(ctx, event{kind: evRemovePipeline, pc: PipelineConfig{ID: id}})
+}
+
+// Propose proposes commands (DeleteBlock, CloseContainer, PutBlock) to a
+// pipeline this node leads, and waits for each to be applied here. It
+// returns the first error (transport.StatusError-like errors of statusOf are
+// plain errors here; ErrNotLeader when this node does not lead it).
+func (n *Node) Propose(ctx context.Context, pipeline uint64, cmds []Command) error {
+	var dones []chan error
+	for i := range cmds {
+		c := &cmds[i]
+		p := &proposal{kind: c.Kind, done: make(chan error, 1)}
+		switch c.Kind {
+		case KindPutBlock:
+			p.pb = c.PutBlock
+		case KindDeleteBlock, KindCloseContainer:
+			p.ref = c.Ref
+		default:
+			return fmt.Errorf("pipeline: Propose: %s carries a payload; clients write chunks", c.Kind)
+		}
+		if !n.post(event{kind: evPropose, group: pipeline, prop: p}) {
+			return errStopped
+		}
+		dones = append(dones, p.done)
+	}
+	var first error
+	for _, d := range dones {
+		select {
+		case err := <-d:
+			if first == nil {
+				first = err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.stop:
+			return errStopped
+		}
+	}
+	return first
+}
+
+// ErrNotLeader is returned by Propose on a node that does not lead the
+// pipeline.
+var ErrNotLeader = errors.New("pipeline: not the leader")
+
+var errStopped = errors.New("pipeline: node stopped")
+
+// call runs a loop event that answers on its done channel.
+func (n *Node) call(ctx context.Context, ev event) error {
+	ev.done = make(chan error, 1)
+	if !n.post(ev) {
+		return errStopped
+	}
+	select {
+	case err := <-ev.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.stop:
+		return errStopped
+	}
 }
 
 // Err returns the failure that stopped the node, or nil.
@@ -535,6 +673,10 @@ func (n *Node) onEvent(ev event) {
 			n.log.Debug("raft step", "pipeline", g.id, "type", m.GetType(), "err", err)
 		}
 	case evPropose:
+		if g == nil && ev.prop.done != nil {
+			ev.prop.done <- fmt.Errorf("%w: pipeline %d is not served here", engine.ErrNotFound, ev.group)
+			return
+		}
 		if g == nil {
 			n.replyErr(ev.prop, transport.StatusNotFound, fmt.Sprintf("pipeline %d is not served here", ev.group), "")
 			return
@@ -561,6 +703,10 @@ func (n *Node) onEvent(ev event) {
 		for _, resp := range j.msg.GetResponses() {
 			n.deliver(j.g, resp)
 		}
+	case evAddPipeline:
+		ev.done <- n.addGroup(ev.pc)
+	case evRemovePipeline:
+		ev.done <- n.removeGroup(ev.pc.ID)
 	case evUnreachable:
 		for _, g := range n.order {
 			if _, ok := g.members[ev.peer]; ok {
@@ -568,6 +714,68 @@ func (n *Node) onEvent(ev event) {
 			}
 		}
 	}
+}
+
+func (n *Node) addGroup(pc PipelineConfig) error {
+	if g := n.groups[pc.ID]; g != nil {
+		if len(g.members) != len(pc.Members) {
+			return fmt.Errorf("pipeline %d: already served with other members", pc.ID)
+		}
+		for _, m := range pc.Members {
+			if g.members[m.ID] != m.Addr {
+				return fmt.Errorf("pipeline %d: already served with other members", pc.ID)
+			}
+		}
+		return nil
+	}
+	if err := n.addMembers(pc); err != nil {
+		return err
+	}
+	g, err := n.openGroup(pc)
+	if err != nil {
+		return err
+	}
+	n.groupsMu.Lock()
+	n.groups[pc.ID] = g
+	n.order = append(n.order, g)
+	n.groupsMu.Unlock()
+	n.log.Info("pipeline added", "pipeline", pc.ID, "members", pc.Members)
+	return nil
+}
+
+func (n *Node) removeGroup(id uint64) error {
+	g := n.groups[id]
+	if g == nil {
+		return nil
+	}
+	n.failPending(g, "pipeline closed")
+	for _, p := range g.queue {
+		n.replyErr(p, transport.StatusNotFound, fmt.Sprintf("pipeline %d closed", id), "")
+	}
+	g.queue = nil
+	n.groupsMu.Lock()
+	delete(n.groups, id)
+	for i, o := range n.order {
+		if o == g {
+			n.order = append(n.order[:i], n.order[i+1:]...)
+			break
+		}
+	}
+	n.groupsMu.Unlock()
+	// Its records in the shared log are no longer needed: compact them
+	// away (in the background: Compact waits for a sync).
+	last, err := n.wal.LastIndex(id)
+	if err == nil && last > 0 {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.wal.Compact(id, last); err != nil {
+				n.log.Warn("compacting a removed pipeline's log", "pipeline", id, "err", err)
+			}
+		}()
+	}
+	n.log.Info("pipeline removed", "pipeline", id)
+	return nil
 }
 
 // deliver steps a local response into the group or sends it to a peer.
@@ -654,6 +862,8 @@ func (n *Node) flushProposals(g *group) {
 		case KindPutBlock:
 			c.PutBlock = p.pb
 			c.PutBlock.RequestID = 0
+		case KindDeleteBlock, KindCloseContainer:
+			c.Ref = p.ref
 		}
 		data = AppendCommand(data, &c)
 		g.pending[p.id] = p

@@ -521,3 +521,77 @@ func TestLeaderKeepsTheLogForADownFollower(t *testing.T) {
 		readBack(t, follower, b, 10*size)
 	}
 }
+
+// TestDynamicPipelines: pipelines added at run time (as the meta service
+// hands them out) elect a leader and take writes; Propose on the leader
+// deletes a block on every replica; a removed pipeline serves nothing.
+func TestDynamicPipelines(t *testing.T) {
+	nodes, pc := startCluster(t)
+	for _, tn := range nodes {
+		tn.stop(t)
+		tn.start(t) // no pipeline
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pc.ID = 42
+	bad := pc
+	bad.Members = append([]Member(nil), pc.Members...)
+	bad.Members[0].Addr = "127.0.0.1:1"
+	for _, tn := range nodes {
+		if err := tn.node.AddPipeline(ctx, pc); err != nil {
+			t.Fatal(err)
+		}
+		if err := tn.node.AddPipeline(ctx, pc); err != nil {
+			t.Fatalf("second add: %v", err)
+		}
+		if err := tn.node.AddPipeline(ctx, PipelineConfig{ID: 42, Members: bad.Members}); err == nil {
+			t.Fatal("pipeline re-added with another member address")
+		}
+	}
+	leader := waitLeaderOf(t, nodes, 42)
+	cl := dial(t, leader.addr)
+	data := chunkData(3, 0, 1000)
+	sums := engine.ComputeChecksums(nil, data, bpc)
+	if _, err := cl.Call(ctx, &transport.WriteChunk{PipelineID: 42, ContainerID: 7, LocalID: 3, Length: 1000, BytesPerChecksum: bpc, Checksums: sums}, data); err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range nodes {
+		if tn == leader {
+			continue
+		}
+		err := tn.node.Propose(ctx, 42, []Command{{Kind: KindDeleteBlock, Ref: transport.GetBlock{ContainerID: 7, LocalID: 3}}})
+		if !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("propose on a follower: %v, want ErrNotLeader", err)
+		}
+		break
+	}
+	if err := leader.node.Propose(ctx, 42, []Command{{Kind: KindDeleteBlock, Ref: transport.GetBlock{ContainerID: 7, LocalID: 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range nodes {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, err := tn.eng.ReadChunk(engine.BlockID{Container: 7, Local: 3}, 0, 1000, nil)
+			if errors.Is(err, engine.ErrNotFound) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d: block not deleted: %v", tn.id, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for _, tn := range nodes {
+		if err := tn.node.RemovePipeline(ctx, 42); err != nil {
+			t.Fatal(err)
+		}
+		if len(tn.node.Pipelines()) != 0 {
+			t.Fatalf("node %d still serves %v", tn.id, tn.node.Pipelines())
+		}
+	}
+	_, err := cl.Call(ctx, &transport.WriteChunk{PipelineID: 42, ContainerID: 7, LocalID: 4, Length: 1000, BytesPerChecksum: bpc, Checksums: sums}, data)
+	var se *transport.StatusError
+	if !errors.As(err, &se) || se.Status != transport.StatusNotFound {
+		t.Fatalf("write to a removed pipeline: %v, want NOT_FOUND", err)
+	}
+}

@@ -268,11 +268,23 @@ type reply struct {
 
 func (n *Node) replyErr(p *proposal, st transport.Status, msg, leader string) {
 	n.inflight.release(int64(len(p.payload)))
+	if p.done != nil {
+		if st == transport.StatusNotLeader {
+			p.done <- fmt.Errorf("%w: %s", ErrNotLeader, msg)
+		} else {
+			p.done <- fmt.Errorf("pipeline: %s: %s", st, msg)
+		}
+		return
+	}
 	n.replies.push(reply{conn: p.conn, resp: &transport.Response{RequestID: p.reqID, Status: st, Message: msg, Leader: leader}})
 }
 
 func (n *Node) replyResult(p *proposal, err error) {
 	n.inflight.release(int64(len(p.payload)))
+	if p.done != nil {
+		p.done <- err
+		return
+	}
 	r := &transport.Response{RequestID: p.reqID, Status: statusOf(err)}
 	if err != nil {
 		r.Message = err.Error()
