@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/pipeline"
 	"github.com/spindle-store/spindle/internal/wal"
 )
@@ -42,7 +43,13 @@ type Config struct {
 	ElectionTicks  int
 	HeartbeatTicks int
 	CPUProfile     string
-	Logger         *slog.Logger
+	// Meta, when set, is the meta service: the datanode registers (its node
+	// ID comes from there on first start), heartbeats every
+	// HeartbeatInterval with its container and pipeline reports, and serves
+	// the pipelines it is told to (kept in PIPELINES.json for restarts).
+	Meta              MetaClient
+	HeartbeatInterval time.Duration
+	Logger            *slog.Logger
 }
 
 // ParsePipeline parses "GROUP:ID=ADDR,ID=ADDR,ID=ADDR".
@@ -86,8 +93,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if len(cfg.DataDirs) == 0 || cfg.LogDir == "" {
 		return errors.New("datanode: --data-dir and --log-dir are required")
 	}
-	if len(cfg.Pipelines) == 0 {
-		return errors.New("datanode: no --pipeline: a datanode serves at least one")
+	if len(cfg.Pipelines) == 0 && cfg.Meta == nil {
+		return errors.New("datanode: no --pipeline and no --meta: a datanode serves static pipelines or those of a meta service")
 	}
 	if cfg.CPUProfile != "" {
 		f, err := os.Create(cfg.CPUProfile)
@@ -128,8 +135,42 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("datanode: listen: %w", err)
 	}
+	var id identity
+	pipelines := cfg.Pipelines
+	if cfg.Meta != nil {
+		if id, err = loadIdentity(cfg.LogDir); err != nil {
+			ln.Close()
+			return err
+		}
+		if id.NodeID == 0 {
+			if err := register(ctx, cfg.Meta, cfg.LogDir, &id, ln.Addr().String(), log); err != nil {
+				ln.Close()
+				return err
+			}
+			log.Info("registered with the meta service", "uuid", id.UUID, "node_id", id.NodeID)
+		}
+		if cfg.ID != 0 && cfg.ID != id.NodeID {
+			ln.Close()
+			return fmt.Errorf("datanode: --id %d, but the meta service knows this datanode as node %d", cfg.ID, id.NodeID)
+		}
+		cfg.ID = id.NodeID
+		saved, err := loadPipelines(cfg.LogDir)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		static := map[uint64]bool{}
+		for _, p := range pipelines {
+			static[p.ID] = true
+		}
+		for _, p := range saved {
+			if !static[p.ID] {
+				pipelines = append(pipelines, p)
+			}
+		}
+	}
 	node, err := pipeline.Start(pipeline.Config{
-		ID: cfg.ID, Listener: ln, Engine: eng, Log: wl, Pipelines: cfg.Pipelines,
+		ID: cfg.ID, Listener: ln, Engine: eng, Log: wl, Pipelines: pipelines,
 		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
 		Logger: log,
 	})
@@ -144,10 +185,23 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return err
 		}
 	}
+	hbDone := make(chan struct{})
+	if cfg.Meta != nil {
+		interval := cfg.HeartbeatInterval
+		if interval <= 0 {
+			interval = metaapi.DefaultHeartbeatInterval
+		}
+		h := &heartbeater{mc: cfg.Meta, id: id, addr: node.Addr(), logDir: cfg.LogDir, eng: eng, node: node, log: log,
+			interval: interval, proposals: make(chan struct{}, maxConcurrentProposals)}
+		go func() { defer close(hbDone); h.run(ctx) }()
+	} else {
+		close(hbDone)
+	}
 	select {
 	case <-ctx.Done():
 	case <-node.Stopped():
 	}
+	<-hbDone
 	nerr := node.Close()
 	if nerr != nil {
 		return fmt.Errorf("datanode: %w", nerr)

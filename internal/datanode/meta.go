@@ -1,0 +1,291 @@
+package datanode
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/pipeline"
+	"github.com/spindle-store/spindle/internal/transport"
+)
+
+// Files a datanode keeps in its log directory, next to the WAL, written
+// atomically (temporary file, fsync, rename, directory fsync):
+//
+//	DATANODE.json   {"uuid": "<32 hex>", "node_id": N}
+//	                identity: random UUID at first start; the node ID the
+//	                meta service assigned to it (its raft ID everywhere)
+//	PIPELINES.json  [{"ID": G, "Members": [{"ID": N, "Addr": "host:port"}, …]}, …]
+//	                the pipelines the meta service told it to serve, so that
+//	                it serves them again at a restart without waiting for
+//	                the meta service
+const (
+	identityFile  = "DATANODE.json"
+	pipelinesFile = "PIPELINES.json"
+)
+
+// identity is a datanode's stable identity.
+type identity struct {
+	UUID   string `json:"uuid"`
+	NodeID uint64 `json:"node_id"`
+}
+
+// MetaClient is the part of the meta service's client a datanode uses
+// (metaapi.Client implements it).
+type MetaClient interface {
+	Heartbeat(ctx context.Context, hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, error)
+}
+
+func loadJSON(path string, v any) (bool, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	return true, nil
+}
+
+// saveJSON writes v to path durably and atomically.
+func saveJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// loadIdentity reads (or creates, with a new UUID) the identity file.
+func loadIdentity(logDir string) (identity, error) {
+	var id identity
+	path := filepath.Join(logDir, identityFile)
+	ok, err := loadJSON(path, &id)
+	if err != nil {
+		return id, fmt.Errorf("datanode: identity: %w", err)
+	}
+	if ok && len(id.UUID) == 32 {
+		return id, nil
+	}
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return id, err
+	}
+	id = identity{UUID: hex.EncodeToString(b[:])}
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return id, err
+	}
+	return id, saveJSON(path, id)
+}
+
+// register obtains the node ID from the meta service (first start), retrying
+// with a bounded backoff until ctx ends.
+func register(ctx context.Context, mc MetaClient, logDir string, id *identity, addr string, log *slog.Logger) error {
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		resp, err := mc.Heartbeat(ctx, &metaapi.Heartbeat{UUID: id.UUID, NodeID: id.NodeID, Addr: addr})
+		if err == nil {
+			if resp.NodeID == 0 || resp.NodeID >= 1<<16 {
+				return fmt.Errorf("datanode: the meta service assigned node ID %d, out of [1, 65535]", resp.NodeID)
+			}
+			if id.NodeID != 0 && resp.NodeID != id.NodeID {
+				return fmt.Errorf("datanode: the meta service knows this datanode (%s) as node %d, its identity file says %d", id.UUID, resp.NodeID, id.NodeID)
+			}
+			id.NodeID = resp.NodeID
+			return saveJSON(filepath.Join(logDir, identityFile), id)
+		}
+		if errors.Is(err, metaapi.ErrInvalid) {
+			return fmt.Errorf("datanode: registration refused: %w", err)
+		}
+		log.Warn("meta service not reachable yet; retrying", "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// heartbeater reports to the meta service and carries out its commands.
+type heartbeater struct {
+	mc       MetaClient
+	id       identity
+	addr     string
+	logDir   string
+	eng      *engine.Engine
+	node     *pipeline.Node
+	log      *slog.Logger
+	interval time.Duration
+	// proposals bounds the commands being proposed at once.
+	proposals chan struct{}
+}
+
+const maxConcurrentProposals = 16
+
+func (h *heartbeater) run(ctx context.Context) {
+	t := time.NewTicker(h.interval)
+	defer t.Stop()
+	for {
+		h.beat(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.node.Stopped():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (h *heartbeater) report() *metaapi.Heartbeat {
+	hb := &metaapi.Heartbeat{UUID: h.id.UUID, NodeID: h.id.NodeID, Addr: h.addr}
+	for _, c := range h.eng.ListContainers() {
+		hb.Containers = append(hb.Containers, metaapi.ContainerReport{ID: uint64(c.ID), State: c.State.String(), UsedBytes: c.UsedBytes})
+		hb.Used += c.UsedBytes
+	}
+	for _, p := range h.node.Pipelines() {
+		hb.Pipelines = append(hb.Pipelines, metaapi.PipelineReport{ID: p.ID, LeaderID: p.Leader, Term: p.Term, Applied: p.Applied})
+	}
+	return hb
+}
+
+func (h *heartbeater) beat(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := h.mc.Heartbeat(cctx, h.report())
+	if err != nil {
+		h.log.Warn("heartbeat failed", "err", err)
+		return
+	}
+	changed := false
+	for _, c := range resp.Commands {
+		switch c.Kind {
+		case metaapi.CmdJoinPipeline:
+			if c.Pipeline == nil {
+				h.log.Warn("join_pipeline without a pipeline")
+				continue
+			}
+			if err := h.node.AddPipeline(ctx, toPipelineConfig(c.Pipeline)); err != nil {
+				h.log.Warn("join pipeline", "pipeline", c.Pipeline.ID, "err", err)
+				continue
+			}
+			changed = true
+		case metaapi.CmdLeavePipeline:
+			if c.Pipeline == nil {
+				continue
+			}
+			if err := h.node.RemovePipeline(ctx, c.Pipeline.ID); err != nil {
+				h.log.Warn("leave pipeline", "pipeline", c.Pipeline.ID, "err", err)
+				continue
+			}
+			changed = true
+		case metaapi.CmdCloseContainer, metaapi.CmdDeleteBlocks:
+			h.propose(ctx, c)
+		default:
+			h.log.Warn("unknown command from the meta service", "kind", c.Kind)
+		}
+	}
+	if changed {
+		if err := h.savePipelines(); err != nil {
+			h.log.Error("saving the pipeline list", "err", err)
+		}
+	}
+}
+
+// propose runs a close or delete command on the pipeline this node leads,
+// in the background (bounded); a node that does not lead it ignores it
+// (the meta service sends it to the leader it sees in the reports).
+func (h *heartbeater) propose(ctx context.Context, c metaapi.Command) {
+	if c.Pipeline == nil {
+		h.log.Warn("command without its pipeline", "kind", c.Kind)
+		return
+	}
+	pid := c.Pipeline.ID
+	if l, _ := h.node.Leader(pid); l != h.id.NodeID {
+		return
+	}
+	var cmds []pipeline.Command
+	if c.Kind == metaapi.CmdCloseContainer {
+		cmds = append(cmds, pipeline.Command{Kind: pipeline.KindCloseContainer, Ref: transport.GetBlock{ContainerID: c.Container}})
+	} else {
+		for _, b := range c.Blocks {
+			cmds = append(cmds, pipeline.Command{Kind: pipeline.KindDeleteBlock, Ref: transport.GetBlock{ContainerID: c.Container, LocalID: b}})
+		}
+	}
+	select {
+	case h.proposals <- struct{}{}:
+	default:
+		h.log.Warn("too many commands in progress; the meta service will resend", "kind", c.Kind)
+		return
+	}
+	go func() {
+		defer func() { <-h.proposals }()
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := h.node.Propose(pctx, pid, cmds); err != nil && !errors.Is(err, engine.ErrNotFound) {
+			h.log.Warn("command from the meta service", "kind", c.Kind, "pipeline", pid, "container", c.Container, "err", err)
+		}
+	}()
+}
+
+func (h *heartbeater) savePipelines() error {
+	var pcs []pipeline.PipelineConfig
+	for _, p := range h.node.Pipelines() {
+		pcs = append(pcs, pipeline.PipelineConfig{ID: p.ID, Members: p.Members})
+	}
+	return saveJSON(filepath.Join(h.logDir, pipelinesFile), pcs)
+}
+
+func toPipelineConfig(p *metaapi.Pipeline) pipeline.PipelineConfig {
+	pc := pipeline.PipelineConfig{ID: p.ID}
+	for _, m := range p.Members {
+		pc.Members = append(pc.Members, pipeline.Member{ID: m.NodeID, Addr: m.Addr})
+	}
+	return pc
+}
+
+// loadPipelines reads the pipelines saved by an earlier run.
+func loadPipelines(logDir string) ([]pipeline.PipelineConfig, error) {
+	var pcs []pipeline.PipelineConfig
+	if _, err := loadJSON(filepath.Join(logDir, pipelinesFile), &pcs); err != nil {
+		return nil, fmt.Errorf("datanode: %w", err)
+	}
+	return pcs, nil
+}
