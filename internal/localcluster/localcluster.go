@@ -89,6 +89,15 @@ type Config struct {
 	// ReadyTimeout bounds the wait for one member's ready file (default
 	// DefaultReadyTimeout).
 	ReadyTimeout time.Duration
+	// MetaAddr, when set, runs the members as datanodes of that meta
+	// service (--meta) instead of one static pipeline (--id, --pipeline).
+	MetaAddr string
+	// Addrs, when set, are the members' listen addresses (one per member;
+	// a restarted cluster must keep them: pipelines name them). Without
+	// Addrs free ports are picked, and a member that dies before it is
+	// ready (a port taken meanwhile) makes Start begin afresh; with Addrs
+	// Start fails instead, and never removes a directory.
+	Addrs []string
 }
 
 // Node is one member.
@@ -132,6 +141,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = DefaultReadyTimeout
 	}
+	if len(cfg.Addrs) > 0 && len(cfg.Addrs) != cfg.Members {
+		return nil, fmt.Errorf("localcluster: %d addresses for %d members", len(cfg.Addrs), cfg.Members)
+	}
 	var lastErr error
 	for attempt := 1; attempt <= startAttempts; attempt++ {
 		c := &Cluster{cfg: cfg}
@@ -142,7 +154,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.Stop(DefaultStopTimeout)
 		lastErr = err
 		var early *exitedEarlyError
-		if !errors.As(err, &early) || ctx.Err() != nil {
+		if !errors.As(err, &early) || ctx.Err() != nil || len(cfg.Addrs) > 0 {
 			break
 		}
 		// A member died before it was ready: most likely its port was
@@ -157,15 +169,21 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 }
 
 func (c *Cluster) start(ctx context.Context) error {
-	ports, err := freePorts(c.cfg.Members)
-	if err != nil {
-		return err
+	addrs := c.cfg.Addrs
+	if len(addrs) == 0 {
+		ports, err := freePorts(c.cfg.Members)
+		if err != nil {
+			return err
+		}
+		for _, p := range ports {
+			addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		}
 	}
 	for i := range c.cfg.Members {
 		id := i + 1
 		n := &Node{
 			ID:        id,
-			Addr:      net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[i])),
+			Addr:      addrs[i],
 			DataDir:   filepath.Join(c.cfg.DataDir, fmt.Sprintf("dn%d", id)),
 			LogDir:    filepath.Join(c.cfg.LogDir, fmt.Sprintf("dn%d", id)),
 			LogPath:   filepath.Join(c.cfg.DataDir, fmt.Sprintf("dn%d.log", id)),
@@ -228,12 +246,15 @@ func (c *Cluster) pipelineFlag() string {
 // Args returns the command line (without the binary) member n runs with.
 func (c *Cluster) args(n *Node) []string {
 	args := []string{"datanode",
-		"--id", strconv.Itoa(n.ID),
 		"--listen", n.Addr,
 		"--data-dir", n.DataDir,
 		"--log-dir", n.LogDir,
-		"--pipeline", c.pipelineFlag(),
 		"--ready-file", n.readyPath,
+	}
+	if c.cfg.MetaAddr != "" {
+		args = append(args, "--meta", c.cfg.MetaAddr)
+	} else {
+		args = append(args, "--id", strconv.Itoa(n.ID), "--pipeline", c.pipelineFlag())
 	}
 	if c.cfg.Tick > 0 {
 		args = append(args, "--tick", c.cfg.Tick.String())
