@@ -16,7 +16,7 @@
 //	GET    /v1/keys/{bucket}/{key...}         → KeyInfo
 //	DELETE /v1/keys/{bucket}/{key...}         (blocks deleted on datanodes later)
 //	GET    /v1/list/{bucket}?prefix=&start_after=&limit=  → KeyList
-//	GET    /v1/nodes | /v1/pipelines | /v1/containers     → admin views
+//	GET    /v1/nodes | /v1/pipelines | /v1/containers     → NodeList | PipelineList | ContainerList
 //	GET    /metrics                           Prometheus
 //
 // Invariants: a key is visible only once CommitKey returns (an interrupted
@@ -24,12 +24,33 @@
 // committed key's blocks are never deleted while the key exists; names are
 // validated by ValidBucket and ValidKey on both sides.
 //
+// Commit rules: every block of a CommitKey must have been handed out by
+// Allocate for the same bucket and key and not committed since (INVALID
+// otherwise: a client cannot commit blocks it never got); the lengths sum
+// to Size; no block twice; at most MaxBlocksPerKey blocks; no block of
+// length 0. A CommitKey identical to the key's current version (same size,
+// CRC32C and blocks) succeeds again, so that a commit whose answer was lost
+// can be retried. Blocks allocated and never committed are garbage: after
+// a grace period (an hour by default) the meta service deletes them.
+//
+// Deletion: replacing or deleting a key schedules its old blocks for
+// deletion. The meta service sends delete_blocks to the leader of the
+// block's pipeline (as the reports name it) while the pipeline is served;
+// once a CLOSED pipeline is served by nobody, to every live member holding
+// the container, each deleting its own replica. A datanode acknowledges
+// the blocks it deleted (or found already gone) in DeletedBlocks of its
+// next heartbeat; unacknowledged deletions are sent again, a bounded
+// number of times.
+//
 // Concurrency: the types are plain values; Client is safe for concurrent use.
 package metaapi
 
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -72,6 +93,136 @@ type Heartbeat struct {
 	Used       uint64            `json:"used_bytes,omitempty"`
 	Containers []ContainerReport `json:"containers,omitempty"`
 	Pipelines  []PipelineReport  `json:"pipelines,omitempty"`
+	// DeletedBlocks acknowledges delete_blocks: blocks this node deleted
+	// (its DeleteBlock was applied) or found already gone since its last
+	// heartbeat; at most MaxDeletedBlocksReport (the rest next time).
+	DeletedBlocks []BlockRef `json:"deleted_blocks,omitempty"`
+}
+
+// Container states (ContainerReport.State and ContainerInfo.State).
+const (
+	ContainerOpen      = "OPEN"
+	ContainerClosing   = "CLOSING" // meta only: close commands sent, not all replicas closed
+	ContainerClosed    = "CLOSED"
+	ContainerUnhealthy = "UNHEALTHY" // reports only
+	ContainerDeleting  = "DELETING"  // reports only
+)
+
+// Pipeline states (Pipeline.State).
+const (
+	PipelineOpen   = "OPEN"
+	PipelineClosed = "CLOSED"
+)
+
+// Bounds of a heartbeat, checked by Heartbeat.Validate (a heartbeat over
+// them is malformed and refused, changing nothing).
+const (
+	MaxUUIDBytes           = 64
+	MaxReportedContainers  = 1 << 17
+	MaxReportedPipelines   = 1024
+	MaxDeletedBlocksReport = 10000
+	// MaxReportBytes bounds every byte count in a report (1 PiB): larger
+	// is absurd.
+	MaxReportBytes = 1 << 50
+)
+
+// Validate checks a heartbeat: a UUID of 1..MaxUUIDBytes letters, digits,
+// '-' or '_'; Addr host:port with a port in 1..65535; MetricsURL empty or
+// http(s)://...; byte counts ≤ MaxReportBytes and Used ≤ Capacity when a
+// capacity is given; container reports with non-zero, distinct IDs and a
+// known state (OPEN, CLOSED, UNHEALTHY, DELETING); pipeline reports with
+// non-zero, distinct IDs; every list within its bound. Errors wrap
+// ErrInvalid.
+func (hb *Heartbeat) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: heartbeat: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	}
+	if len(hb.UUID) == 0 || len(hb.UUID) > MaxUUIDBytes {
+		return bad("uuid: want 1..%d characters, got %d", MaxUUIDBytes, len(hb.UUID))
+	}
+	for i := 0; i < len(hb.UUID); i++ {
+		c := hb.UUID[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return bad("uuid %q: only letters, digits, '-' and '_'", hb.UUID)
+		}
+	}
+	if err := validAddr(hb.Addr); err != nil {
+		return bad("addr %q: %v", hb.Addr, err)
+	}
+	if hb.MetricsURL != "" {
+		u, err := url.Parse(hb.MetricsURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(hb.MetricsURL) > 1024 {
+			return bad("metrics_url %q: want http://host:port/path", hb.MetricsURL)
+		}
+	}
+	if hb.Capacity > MaxReportBytes || hb.Used > MaxReportBytes {
+		return bad("capacity %d / used %d bytes: over %d", hb.Capacity, hb.Used, uint64(MaxReportBytes))
+	}
+	if hb.Capacity > 0 && hb.Used > hb.Capacity {
+		return bad("used %d bytes > capacity %d", hb.Used, hb.Capacity)
+	}
+	if len(hb.Containers) > MaxReportedContainers {
+		return bad("%d container reports, at most %d", len(hb.Containers), MaxReportedContainers)
+	}
+	seen := make(map[uint64]bool, len(hb.Containers))
+	for _, c := range hb.Containers {
+		if c.ID == 0 {
+			return bad("container report with ID 0")
+		}
+		if seen[c.ID] {
+			return bad("container %d reported twice", c.ID)
+		}
+		seen[c.ID] = true
+		switch c.State {
+		case ContainerOpen, ContainerClosed, ContainerUnhealthy, ContainerDeleting:
+		default:
+			return bad("container %d: unknown state %q (want OPEN, CLOSED, UNHEALTHY or DELETING)", c.ID, c.State)
+		}
+		if c.UsedBytes > MaxReportBytes {
+			return bad("container %d: %d bytes used, over %d", c.ID, c.UsedBytes, uint64(MaxReportBytes))
+		}
+		if c.Blocks > MaxReportBytes {
+			return bad("container %d: %d blocks", c.ID, c.Blocks)
+		}
+	}
+	if len(hb.Pipelines) > MaxReportedPipelines {
+		return bad("%d pipeline reports, at most %d", len(hb.Pipelines), MaxReportedPipelines)
+	}
+	clear(seen)
+	for _, p := range hb.Pipelines {
+		if p.ID == 0 {
+			return bad("pipeline report with ID 0")
+		}
+		if seen[p.ID] {
+			return bad("pipeline %d reported twice", p.ID)
+		}
+		seen[p.ID] = true
+	}
+	if len(hb.DeletedBlocks) > MaxDeletedBlocksReport {
+		return bad("%d deleted blocks, at most %d", len(hb.DeletedBlocks), MaxDeletedBlocksReport)
+	}
+	for _, b := range hb.DeletedBlocks {
+		if b.Container == 0 || b.Local == 0 {
+			return bad("deleted block %d/%d: IDs start at 1", b.Container, b.Local)
+		}
+	}
+	return nil
+}
+
+// validAddr checks host:port with a non-empty host and a port in 1..65535.
+func validAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		return errors.New("no host")
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || n == 0 {
+		return fmt.Errorf("port %q: want 1..65535", port)
+	}
+	return nil
 }
 
 // ContainerReport is one container on a datanode.
@@ -103,8 +254,14 @@ const (
 	// CmdLeavePipeline: stop serving the pipeline (it was closed).
 	CmdLeavePipeline = "leave_pipeline"
 	// CmdCloseContainer: the pipeline's leader proposes CloseContainer.
+	// Sent to the leader the reports name (to every member still reporting
+	// the container OPEN when none is known), repeated until no live
+	// member reports it OPEN; a node that does not serve the pipeline (any
+	// more) should close its replica itself.
 	CmdCloseContainer = "close_container"
 	// CmdDeleteBlocks: the pipeline's leader proposes DeleteBlock for each.
+	// When Pipeline.State is CLOSED and nobody serves it, the node deletes
+	// its own replica's blocks. Acknowledged in Heartbeat.DeletedBlocks.
 	CmdDeleteBlocks = "delete_blocks"
 )
 
@@ -141,6 +298,21 @@ type Bucket struct {
 // BucketList lists buckets.
 type BucketList struct {
 	Buckets []Bucket `json:"buckets"`
+}
+
+// NodeList is GET /v1/nodes: every registered datanode, by node ID.
+type NodeList struct {
+	Nodes []NodeInfo `json:"nodes"`
+}
+
+// PipelineList is GET /v1/pipelines: every pipeline, open and closed, by ID.
+type PipelineList struct {
+	Pipelines []Pipeline `json:"pipelines"`
+}
+
+// ContainerList is GET /v1/containers: every container, by ID.
+type ContainerList struct {
+	Containers []ContainerInfo `json:"containers"`
 }
 
 // AllocateRequest asks for a new block for a key being written.
@@ -219,10 +391,63 @@ type ContainerInfo struct {
 	Blocks    uint64 `json:"blocks"`
 }
 
-// Error is the body of every non-2xx response.
+// Error is the body of every non-2xx response. As an error (what Client
+// returns) it reads as its message and unwraps to the Err* value of its
+// code, so errors.Is(err, ErrNotFound) works.
 type Error struct {
 	Code    string `json:"code"` // one of the Code* constants
 	Message string `json:"message"`
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return "meta: " + e.Code
+	}
+	return e.Message
+}
+
+// Unwrap returns the Err* value of the code (nil for an unknown code).
+func (e *Error) Unwrap() error { return errorOf(e.Code) }
+
+// errorOf maps a code to its Err* value.
+func errorOf(code string) error {
+	switch code {
+	case CodeInvalid:
+		return ErrInvalid
+	case CodeNotFound:
+		return ErrNotFound
+	case CodeExists:
+		return ErrExists
+	case CodeNotEmpty:
+		return ErrNotEmpty
+	case CodeNoPipeline:
+		return ErrNoPipeline
+	case CodeUnavailable:
+		return ErrUnavailable
+	case CodeInternal:
+		return ErrInternal
+	}
+	return nil
+}
+
+// CodeOf is the code and HTTP status a server answers err with: the first
+// Err* value err wraps, INTERNAL (500) otherwise.
+func CodeOf(err error) (code string, status int) {
+	switch {
+	case errors.Is(err, ErrInvalid):
+		return CodeInvalid, 400
+	case errors.Is(err, ErrNotFound):
+		return CodeNotFound, 404
+	case errors.Is(err, ErrExists):
+		return CodeExists, 409
+	case errors.Is(err, ErrNotEmpty):
+		return CodeNotEmpty, 409
+	case errors.Is(err, ErrNoPipeline):
+		return CodeNoPipeline, 503
+	case errors.Is(err, ErrUnavailable):
+		return CodeUnavailable, 503
+	}
+	return CodeInternal, 500
 }
 
 // Error codes.
@@ -245,6 +470,7 @@ var (
 	ErrNotEmpty    = errors.New("bucket not empty")
 	ErrNoPipeline  = errors.New("no healthy pipeline")
 	ErrUnavailable = errors.New("meta service unavailable")
+	ErrInternal    = errors.New("meta service internal error")
 )
 
 // ValidBucket checks a bucket name: 3..63 bytes of lower-case letters,

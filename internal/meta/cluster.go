@@ -1,0 +1,401 @@
+package meta
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+// healthOf is n's health at now, from its last heartbeat.
+func (s *Service) healthOf(n *node, now time.Time) string {
+	switch d := now.Sub(n.last); {
+	case d >= s.cfg.DeadAfter:
+		return metaapi.HealthDead
+	case d >= s.cfg.StaleAfter:
+		return metaapi.HealthStale
+	}
+	return metaapi.HealthHealthy
+}
+
+// live: not DEAD.
+func (s *Service) live(id uint64, now time.Time) bool {
+	n := s.nodes[id]
+	return n != nil && s.healthOf(n, now) != metaapi.HealthDead
+}
+
+// reports says whether node id's last heartbeat (since the start) lists
+// pipeline pid.
+func (s *Service) reports(id, pid uint64) bool {
+	n := s.nodes[id]
+	if n == nil || !n.seen {
+		return false
+	}
+	_, ok := n.pipelines[pid]
+	return ok
+}
+
+// served: a live member reports the pipeline (its raft group runs).
+func (s *Service) served(p *pipelineState, now time.Time) bool {
+	for _, m := range p.rec.Members {
+		if s.live(m, now) && s.reports(m, p.rec.ID) {
+			return true
+		}
+	}
+	return false
+}
+
+// leaderOf is the pipeline's leader as the live members' reports name it
+// (the one of the highest term), or 0. The leader must itself be a live
+// member that reports the pipeline.
+func (s *Service) leaderOf(p *pipelineState, now time.Time) uint64 {
+	var leader, term uint64
+	for _, m := range p.rec.Members {
+		if !s.live(m, now) || !s.reports(m, p.rec.ID) {
+			continue
+		}
+		r := s.nodes[m].pipelines[p.rec.ID]
+		if r.LeaderID != 0 && (leader == 0 || r.Term > term) {
+			leader, term = r.LeaderID, r.Term
+		}
+	}
+	if leader == 0 || !slices.Contains(p.rec.Members, leader) || !s.live(leader, now) || !s.reports(leader, p.rec.ID) {
+		return 0
+	}
+	return leader
+}
+
+// reportedOpen lists the live members of c's pipeline whose last report
+// has c OPEN.
+func (s *Service) reportedOpen(c *containerState, now time.Time) []uint64 {
+	var ids []uint64
+	for _, m := range s.pipelines[c.rec.Pipeline].rec.Members {
+		n := s.nodes[m]
+		if !n.seen || !s.live(m, now) {
+			continue
+		}
+		if r, ok := n.containers[c.rec.ID]; ok && r.State == metaapi.ContainerOpen {
+			ids = append(ids, m)
+		}
+	}
+	return ids
+}
+
+// pipelineView is the API form of a pipeline.
+func (s *Service) pipelineView(p *pipelineState, now time.Time) *metaapi.Pipeline {
+	v := &metaapi.Pipeline{ID: p.rec.ID, State: metaapi.PipelineOpen, Leader: s.leaderOf(p, now)}
+	if p.rec.State == pipelineClosed {
+		v.State = metaapi.PipelineClosed
+	}
+	for _, m := range p.rec.Members {
+		v.Members = append(v.Members, metaapi.Member{NodeID: m, Addr: s.nodes[m].rec.Addr})
+	}
+	return v
+}
+
+// Heartbeat registers a datanode (NodeID 0) or records its heartbeat, and
+// returns its node ID and the commands for it. A malformed heartbeat is
+// refused (ErrInvalid) and changes nothing.
+func (s *Service) Heartbeat(hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, error) {
+	if err := hb.Validate(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	now := s.cfg.Now()
+	id, known := s.byUUID[hb.UUID]
+	switch {
+	case hb.NodeID == 0 && !known:
+		if s.ctr.NextNode > MaxNodeID {
+			return nil, fmt.Errorf("meta: cannot register datanode %s: all %d node IDs are taken", hb.UUID, MaxNodeID)
+		}
+	case hb.NodeID == 0:
+		// A known UUID always gets its ID back.
+	case !known:
+		return nil, fmt.Errorf("%w: datanode %s claims node ID %d, but no datanode with that UUID is registered here (a different meta service, or its directory was lost)", metaapi.ErrInvalid, hb.UUID, hb.NodeID)
+	case id != hb.NodeID:
+		return nil, fmt.Errorf("%w: datanode %s claims node ID %d, but it is registered as node %d", metaapi.ErrInvalid, hb.UUID, hb.NodeID, id)
+	}
+	// Valid: from here on the heartbeat is applied.
+	b := s.db.NewBatch()
+	if !known {
+		id = s.ctr.NextNode
+		s.ctr.NextNode++
+		rec := nodeRecord{ID: id, Registered: now, UUID: hb.UUID, Addr: hb.Addr, MetricsURL: hb.MetricsURL}
+		s.nodes[id] = &node{rec: rec, health: metaapi.HealthHealthy}
+		s.byUUID[hb.UUID] = id
+		set(b, counterKey(), s.ctr.encode())
+		set(b, u64key(prefixNode, id), rec.encode())
+		s.metrics.registrations.Inc()
+		s.log.Info("datanode registered", "node", id, "uuid", hb.UUID, "addr", hb.Addr)
+	}
+	n := s.nodes[id]
+	if n.rec.Addr != hb.Addr || n.rec.MetricsURL != hb.MetricsURL {
+		if n.rec.Addr != hb.Addr && known {
+			s.log.Warn("datanode address changed; its pipelines' peers still know the old one", "node", id, "old", n.rec.Addr, "new", hb.Addr)
+		}
+		n.rec.Addr, n.rec.MetricsURL = hb.Addr, hb.MetricsURL
+		set(b, u64key(prefixNode, id), n.rec.encode())
+	}
+	if n.health != metaapi.HealthHealthy {
+		s.log.Info("datanode healthy again", "node", id, "was", n.health)
+	}
+	n.last, n.seen, n.health = now, true, metaapi.HealthHealthy
+	n.capacity, n.used = hb.Capacity, hb.Used
+	n.containers = make(map[uint64]metaapi.ContainerReport, len(hb.Containers))
+	for _, c := range hb.Containers {
+		n.containers[c.ID] = c
+	}
+	n.pipelines = make(map[uint64]metaapi.PipelineReport, len(hb.Pipelines))
+	for _, p := range hb.Pipelines {
+		n.pipelines[p.ID] = p
+	}
+	s.metrics.heartbeats.Inc()
+	// Containers the reports say are full, closed or damaged stop taking
+	// blocks.
+	for _, r := range hb.Containers {
+		c := s.containers[r.ID]
+		if c == nil || c.rec.State != containerOpen {
+			continue
+		}
+		switch {
+		case r.State != metaapi.ContainerOpen:
+			s.startClose(b, c, fmt.Sprintf("node %d reports it %s", id, r.State))
+		case r.UsedBytes >= s.cfg.ContainerSizeBytes:
+			s.startClose(b, c, fmt.Sprintf("node %d reports %d bytes used", id, r.UsedBytes))
+		}
+	}
+	s.ackDeletes(b, id, hb.DeletedBlocks, now)
+	if err := s.commit(b); err != nil {
+		return nil, err
+	}
+	return &metaapi.HeartbeatResponse{NodeID: id, Commands: s.commandsFor(n, now)}, nil
+}
+
+// startClose moves an OPEN container to CLOSING (no more allocations;
+// close commands until its replicas are closed).
+func (s *Service) startClose(b *pebble.Batch, c *containerState, why string) {
+	if c.rec.State != containerOpen {
+		return
+	}
+	c.rec.State = containerClosing
+	set(b, u64key(prefixContainer, c.rec.ID), c.rec.encode())
+	s.log.Info("closing container", "container", c.rec.ID, "pipeline", c.rec.Pipeline, "why", why)
+}
+
+// commandsFor builds the commands for node n (its heartbeat was just
+// applied): joins, closes, deletes, leaves, at most MaxCommandsPerHeartbeat.
+func (s *Service) commandsFor(n *node, now time.Time) []metaapi.Command {
+	id := n.rec.ID
+	var cmds []metaapi.Command
+	full := func() bool { return len(cmds) >= MaxCommandsPerHeartbeat }
+	pids := s.sortedPipelines()
+	// Join the OPEN pipelines it is a member of and does not serve.
+	for _, pid := range pids {
+		p := s.pipelines[pid]
+		if p.rec.State == pipelineOpen && slices.Contains(p.rec.Members, id) && !s.reports(id, pid) && !full() {
+			cmds = append(cmds, metaapi.Command{Kind: metaapi.CmdJoinPipeline, Pipeline: s.pipelineView(p, now)})
+		}
+	}
+	// Close containers that are CLOSING or CLOSED in the meta service and
+	// still OPEN on a live replica: through the leader, or every such
+	// replica when no leader is known.
+	for _, pid := range pids {
+		p := s.pipelines[pid]
+		if !slices.Contains(p.rec.Members, id) {
+			continue
+		}
+		leader := s.leaderOf(p, now)
+		if leader != 0 && leader != id {
+			continue
+		}
+		for _, cid := range p.containers {
+			c := s.containers[cid]
+			if c.rec.State == containerOpen || full() {
+				continue
+			}
+			open := s.reportedOpen(c, now)
+			if len(open) == 0 || (leader == 0 && !slices.Contains(open, id)) {
+				continue
+			}
+			if t, ok := c.lastClose[id]; ok && now.Sub(t) < s.cfg.CloseResendAfter {
+				continue
+			}
+			if c.lastClose == nil {
+				c.lastClose = map[uint64]time.Time{}
+			}
+			c.lastClose[id] = now
+			cmds = append(cmds, metaapi.Command{Kind: metaapi.CmdCloseContainer, Pipeline: s.pipelineView(p, now), Container: cid})
+		}
+	}
+	cmds = s.deleteCommands(cmds, id, now)
+	// Leave the CLOSED pipelines it still serves, once none of their
+	// containers is OPEN on a live replica (or after LeaveTimeout).
+	for _, pid := range pids {
+		p := s.pipelines[pid]
+		if p.rec.State != pipelineClosed || !s.reports(id, pid) || full() {
+			continue
+		}
+		if now.Sub(p.rec.Closed) < s.cfg.LeaveTimeout && s.anyOpenReplica(p, now) {
+			continue
+		}
+		cmds = append(cmds, metaapi.Command{Kind: metaapi.CmdLeavePipeline, Pipeline: s.pipelineView(p, now)})
+	}
+	s.metrics.commands.Add(float64(len(cmds)))
+	return cmds
+}
+
+// anyOpenReplica: a live member reports a container of p OPEN.
+func (s *Service) anyOpenReplica(p *pipelineState, now time.Time) bool {
+	for _, cid := range p.containers {
+		if len(s.reportedOpen(s.containers[cid], now)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Service) sortedPipelines() []uint64 {
+	ids := make([]uint64, 0, len(s.pipelines))
+	for id := range s.pipelines {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func (s *Service) sortedNodes() []uint64 {
+	ids := make([]uint64, 0, len(s.nodes))
+	for id := range s.nodes {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// openPipelineCounts is the number of OPEN pipelines of every node.
+func (s *Service) openPipelineCounts() map[uint64]int {
+	counts := make(map[uint64]int, len(s.nodes))
+	for _, p := range s.pipelines {
+		if p.rec.State == pipelineOpen {
+			for _, m := range p.rec.Members {
+				counts[m]++
+			}
+		}
+	}
+	return counts
+}
+
+// createPipelines creates pipelines from HEALTHY datanodes heard from since
+// the start, PipelineSize each, while PipelineSize of them are in fewer than
+// PipelinesPerNode OPEN pipelines; the members are those with the fewest.
+func (s *Service) createPipelines(b *pebble.Batch, now time.Time) {
+	counts := s.openPipelineCounts()
+	// Each pass adds a pipeline or stops: bounded by the free slots.
+	for range len(s.nodes)*s.cfg.PipelinesPerNode/PipelineSize + 1 {
+		var cands []uint64
+		for _, id := range s.sortedNodes() {
+			n := s.nodes[id]
+			if n.seen && s.healthOf(n, now) == metaapi.HealthHealthy && counts[id] < s.cfg.PipelinesPerNode {
+				cands = append(cands, id)
+			}
+		}
+		if len(cands) < PipelineSize {
+			return
+		}
+		slices.SortStableFunc(cands, func(a, b uint64) int { return counts[a] - counts[b] })
+		members := slices.Clone(cands[:PipelineSize])
+		slices.Sort(members)
+		rec := pipelineRecord{ID: s.ctr.NextPipeline, State: pipelineOpen, Created: now, Members: members}
+		s.ctr.NextPipeline++
+		s.pipelines[rec.ID] = &pipelineState{rec: rec}
+		for _, m := range members {
+			counts[m]++
+		}
+		set(b, counterKey(), s.ctr.encode())
+		set(b, u64key(prefixPipeline, rec.ID), rec.encode())
+		s.log.Info("pipeline created", "pipeline", rec.ID, "members", members)
+	}
+}
+
+// Tick runs one round of the cluster manager at the clock's time: health
+// from the last heartbeats, pipelines with a DEAD member closed (their
+// OPEN containers closing), new pipelines where possible, CLOSING
+// containers no live replica reports OPEN marked CLOSED, allocations
+// older than AllocationGrace scheduled for deletion, deletions that ran
+// out of attempts dropped. Start runs it every TickInterval; tests call it.
+func (s *Service) Tick() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	now := s.cfg.Now()
+	b := s.db.NewBatch()
+	for _, id := range s.sortedNodes() {
+		n := s.nodes[id]
+		if h := s.healthOf(n, now); h != n.health {
+			s.log.Info("datanode health changed", "node", id, "from", n.health, "to", h, "last_heartbeat", n.last)
+			n.health = h
+		}
+	}
+	for _, pid := range s.sortedPipelines() {
+		p := s.pipelines[pid]
+		if p.rec.State != pipelineOpen {
+			continue
+		}
+		for _, m := range p.rec.Members {
+			if s.healthOf(s.nodes[m], now) == metaapi.HealthDead {
+				s.closePipeline(b, p, now, fmt.Sprintf("member %d is DEAD", m))
+				break
+			}
+		}
+	}
+	s.createPipelines(b, now)
+	s.settleContainers(b, now)
+	s.expireAllocations(b, now)
+	s.dropExhaustedDeletes(b, now)
+	return s.commit(b)
+}
+
+// closePipeline marks p CLOSED and its OPEN containers CLOSING.
+func (s *Service) closePipeline(b *pebble.Batch, p *pipelineState, now time.Time, why string) {
+	p.rec.State, p.rec.Closed = pipelineClosed, now
+	set(b, u64key(prefixPipeline, p.rec.ID), p.rec.encode())
+	s.log.Warn("pipeline closed", "pipeline", p.rec.ID, "members", p.rec.Members, "why", why)
+	for _, cid := range p.containers {
+		s.startClose(b, s.containers[cid], fmt.Sprintf("pipeline %d closed", p.rec.ID))
+	}
+}
+
+// settleContainers marks CLOSED every CLOSING container that no live
+// replica reports OPEN, once every live member has reported since the
+// start (before that, reports are missing, not empty).
+func (s *Service) settleContainers(b *pebble.Batch, now time.Time) {
+	for _, pid := range s.sortedPipelines() {
+		p := s.pipelines[pid]
+		ready := true
+		for _, m := range p.rec.Members {
+			if s.live(m, now) && !s.nodes[m].seen {
+				ready = false
+			}
+		}
+		if !ready {
+			continue
+		}
+		for _, cid := range p.containers {
+			c := s.containers[cid]
+			if c.rec.State == containerClosing && len(s.reportedOpen(c, now)) == 0 {
+				c.rec.State = containerClosed
+				set(b, u64key(prefixContainer, cid), c.rec.encode())
+				s.log.Info("container closed", "container", cid, "pipeline", pid)
+			}
+		}
+	}
+}

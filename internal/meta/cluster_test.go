@@ -1,0 +1,333 @@
+package meta
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+func TestRegistrationAndIDStability(t *testing.T) {
+	dir, clk := t.TempDir(), newClock()
+	s := open(t, testConfig(dir, clk))
+	reg := func(uuid string, id uint64) (*metaapi.HeartbeatResponse, error) {
+		return s.Heartbeat(&metaapi.Heartbeat{UUID: uuid, NodeID: id, Addr: "127.0.0.1:7001"})
+	}
+	r1 := must[*metaapi.HeartbeatResponse](t)(reg("aaaa", 0))
+	r2 := must[*metaapi.HeartbeatResponse](t)(reg("bbbb", 0))
+	if r1.NodeID != 1 || r2.NodeID != 2 {
+		t.Fatalf("node IDs %d, %d; want 1, 2", r1.NodeID, r2.NodeID)
+	}
+	// A known UUID registering again (lost its identity file's ID) gets
+	// its ID back; with its ID it is accepted.
+	if r := must[*metaapi.HeartbeatResponse](t)(reg("aaaa", 0)); r.NodeID != 1 {
+		t.Fatalf("re-registration got %d, want 1", r.NodeID)
+	}
+	must[*metaapi.HeartbeatResponse](t)(reg("bbbb", 2))
+	// Mismatches are refused.
+	_, err := reg("aaaa", 2)
+	wantErr(t, err, metaapi.ErrInvalid, "UUID of node 1 claiming ID 2")
+	_, err = reg("cccc", 1)
+	wantErr(t, err, metaapi.ErrInvalid, "unknown UUID claiming ID 1")
+	_, err = reg("dddd", 9)
+	wantErr(t, err, metaapi.ErrInvalid, "unknown UUID claiming unknown ID 9")
+	if n := len(must[*metaapi.NodeList](t)(s.Nodes()).Nodes); n != 2 {
+		t.Fatalf("%d nodes after refused heartbeats, want 2", n)
+	}
+	// Across a restart: same IDs, and the counter goes on.
+	mustNo(t, s.Close())
+	s = open(t, testConfig(dir, clk))
+	if r := must[*metaapi.HeartbeatResponse](t)(reg("bbbb", 0)); r.NodeID != 2 {
+		t.Fatalf("after restart bbbb got %d, want 2", r.NodeID)
+	}
+	if r := must[*metaapi.HeartbeatResponse](t)(reg("eeee", 0)); r.NodeID != 3 {
+		t.Fatalf("after restart a new node got %d, want 3", r.NodeID)
+	}
+	_, err = reg("aaaa", 3)
+	wantErr(t, err, metaapi.ErrInvalid, "mismatch after restart")
+}
+
+func TestHealthTransitions(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	cfg.StaleAfter, cfg.DeadAfter = 5*time.Second, 30*time.Second
+	c := &cluster{t: t, s: open(t, cfg), clk: clk}
+	a, b := c.add(), c.add()
+	check := func(wa, wb string) {
+		t.Helper()
+		mustNo(t, c.s.Tick())
+		h := c.health()
+		if h[a.id] != wa || h[b.id] != wb {
+			t.Fatalf("at +%s: health %v, want %d:%s %d:%s", clk.Now().Sub(newClock().Now()), h, a.id, wa, b.id, wb)
+		}
+	}
+	check(metaapi.HealthHealthy, metaapi.HealthHealthy)
+	clk.Advance(4999 * time.Millisecond)
+	check(metaapi.HealthHealthy, metaapi.HealthHealthy)
+	clk.Advance(time.Millisecond)
+	b.beat()
+	check(metaapi.HealthStale, metaapi.HealthHealthy)
+	clk.Advance(25 * time.Second)
+	b.beat()
+	check(metaapi.HealthDead, metaapi.HealthHealthy)
+	a.beat()
+	check(metaapi.HealthHealthy, metaapi.HealthHealthy)
+}
+
+func TestPipelineCreationAndSpread(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		nodes, perNode int
+		wantPipelines  int
+	}{
+		{"3 nodes, 2 per node", 3, 2, 2},
+		{"4 nodes, 2 per node", 4, 2, 2},
+		{"6 nodes, 1 per node", 6, 1, 2},
+		{"7 nodes, 3 per node", 7, 3, 7},
+		{"2 nodes", 2, 2, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newClock()
+			cfg := testConfig(t.TempDir(), clk)
+			cfg.PipelinesPerNode = tc.perNode
+			c := newCluster(t, cfg, clk, tc.nodes)
+			ps := c.pipelines()
+			if len(ps) != tc.wantPipelines {
+				t.Fatalf("%d pipelines, want %d: %+v", len(ps), tc.wantPipelines, ps)
+			}
+			per := map[uint64]int{}
+			for _, p := range ps {
+				if len(p.Members) != PipelineSize || p.State != metaapi.PipelineOpen {
+					t.Fatalf("pipeline %+v", p)
+				}
+				ids := map[uint64]bool{}
+				for _, m := range p.Members {
+					ids[m.NodeID] = true
+					per[m.NodeID]++
+					if m.Addr != c.node(m.NodeID).addr {
+						t.Fatalf("member %d address %q", m.NodeID, m.Addr)
+					}
+				}
+				if len(ids) != PipelineSize {
+					t.Fatalf("pipeline %d has a node twice: %+v", p.ID, p.Members)
+				}
+			}
+			lo, hi := tc.perNode, 0
+			for _, n := range c.nodes {
+				lo, hi = min(lo, per[n.id]), max(hi, per[n.id])
+				if len(n.pipelines) != per[n.id] {
+					t.Fatalf("node %d serves %d pipelines, member of %d", n.id, len(n.pipelines), per[n.id])
+				}
+			}
+			if hi > tc.perNode {
+				t.Fatalf("a node is in %d pipelines, limit %d", hi, tc.perNode)
+			}
+			// Spread: with enough pipelines, nobody is left out or
+			// loaded two more than another.
+			if tc.wantPipelines > 0 && hi-lo > 1 {
+				t.Fatalf("pipelines per node %v: not spread", per)
+			}
+		})
+	}
+}
+
+func TestJoinRepeatedUntilReported(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	cfg.PipelinesPerNode = 1
+	c := &cluster{t: t, s: open(t, cfg), clk: clk}
+	for range 3 {
+		c.add()
+	}
+	mustNo(t, c.s.Tick())
+	// A node that ignores its join gets it again, with the members.
+	n := c.nodes[0]
+	for i := range 3 {
+		resp := must[*metaapi.HeartbeatResponse](t)(c.s.Heartbeat(n.report()))
+		if len(resp.Commands) != 1 || resp.Commands[0].Kind != metaapi.CmdJoinPipeline || len(resp.Commands[0].Pipeline.Members) != 3 {
+			t.Fatalf("heartbeat %d: commands %+v, want one join with 3 members", i, resp.Commands)
+		}
+	}
+	n.beat() // joins
+	if cmds := n.beat(); len(cmds) != 0 {
+		t.Fatalf("after joining: %+v", cmds)
+	}
+	// Not allocatable until every member serves it.
+	mustNo(t, ignore(c.s.CreateBucket("bkt")))
+	_, err := c.s.Allocate(&metaapi.AllocateRequest{Bucket: "bkt", Key: "k"})
+	wantErr(t, err, metaapi.ErrNoPipeline, "allocate before members joined")
+	c.settle()
+	must[*metaapi.AllocateResponse](t)(c.s.Allocate(&metaapi.AllocateRequest{Bucket: "bkt", Key: "k"}))
+}
+
+func ignore[T any](_ T, err error) error { return err }
+
+func TestPipelineClosedAndReplacedWhenMemberDies(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	cfg.PipelinesPerNode = 1
+	c := newCluster(t, cfg, clk, 4)
+	ps := c.pipelines()
+	if len(ps) != 1 {
+		t.Fatalf("%d pipelines, want 1", len(ps))
+	}
+	old := ps[0]
+	mustNo(t, ignore(c.s.CreateBucket("bkt")))
+	ki := c.put("bkt", "k", 1, 100)
+	cid := ki.Blocks[0].Container
+	// The leader of the fake pipeline is its lowest member; kill the
+	// highest, so the survivors keep their leader.
+	dead := c.node(old.Members[2].NodeID)
+	var alive []*fakeDN
+	for _, n := range c.nodes {
+		if n != dead {
+			alive = append(alive, n)
+		}
+	}
+	for range 7 {
+		clk.Advance(5 * time.Second)
+		c.round(alive...)
+	}
+	c.settle(alive...)
+	if h := c.health()[dead.id]; h != metaapi.HealthDead {
+		t.Fatalf("dead node health %s", h)
+	}
+	ps = c.pipelines()
+	if len(ps) != 2 || ps[0].State != metaapi.PipelineClosed || ps[1].State != metaapi.PipelineOpen {
+		t.Fatalf("pipelines %+v: want the old CLOSED and a new OPEN one", ps)
+	}
+	for _, m := range ps[1].Members {
+		if m.NodeID == dead.id {
+			t.Fatalf("new pipeline %+v has the dead node", ps[1])
+		}
+	}
+	// The container was closed through the survivors' leader, then they
+	// left the pipeline.
+	leader := c.node(old.Members[0].NodeID)
+	if !hasCmd(leader.got, metaapi.CmdCloseContainer, cid) {
+		t.Fatalf("leader %d got no close_container %d: %+v", leader.id, cid, leader.got)
+	}
+	for i := range 2 {
+		n := c.node(old.Members[i].NodeID)
+		if _, ok := n.pipelines[old.ID]; ok {
+			t.Fatalf("survivor %d still serves closed pipeline %d", n.id, old.ID)
+		}
+		if !hasCmd(n.got, metaapi.CmdLeavePipeline, 0) {
+			t.Fatalf("survivor %d got no leave_pipeline", n.id)
+		}
+	}
+	if st := c.containers()[cid].State; st != metaapi.ContainerClosed {
+		t.Fatalf("container %d is %s, want CLOSED", cid, st)
+	}
+	// New blocks go to the new pipeline, in a new container.
+	a := must[*metaapi.AllocateResponse](t)(c.s.Allocate(&metaapi.AllocateRequest{Bucket: "bkt", Key: "k2"}))
+	if a.Pipeline.ID != ps[1].ID || a.Block.Container == cid {
+		t.Fatalf("allocation %+v after the failure", a)
+	}
+	// The dead node comes back: it is healthy again and leaves the closed
+	// pipeline it still runs.
+	dead.beat()
+	clk.Advance(time.Second)
+	c.settle()
+	if _, ok := dead.pipelines[old.ID]; ok || c.health()[dead.id] != metaapi.HealthHealthy {
+		t.Fatalf("returning node: pipelines %v, health %s", dead.pipelines, c.health()[dead.id])
+	}
+}
+
+func hasCmd(cmds []metaapi.Command, kind string, container uint64) bool {
+	return slices.ContainsFunc(cmds, func(c metaapi.Command) bool {
+		return c.Kind == kind && (container == 0 || c.Container == container)
+	})
+}
+
+func TestStaleNodeGetsNoBlocks(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	cfg.PipelinesPerNode = 1
+	c := newCluster(t, cfg, clk, 3)
+	mustNo(t, ignore(c.s.CreateBucket("bkt")))
+	clk.Advance(6 * time.Second)
+	c.nodes[0].beat()
+	c.nodes[1].beat()
+	_, err := c.s.Allocate(&metaapi.AllocateRequest{Bucket: "bkt", Key: "k"})
+	wantErr(t, err, metaapi.ErrNoPipeline, "allocate with a STALE member")
+	c.nodes[2].beat()
+	must[*metaapi.AllocateResponse](t)(c.s.Allocate(&metaapi.AllocateRequest{Bucket: "bkt", Key: "k"}))
+	// Excluded pipelines are skipped.
+	p := c.pipelines()[0].ID
+	_, err = c.s.Allocate(&metaapi.AllocateRequest{Bucket: "bkt", Key: "k", ExcludePipelines: []uint64{p}})
+	wantErr(t, err, metaapi.ErrNoPipeline, "allocate excluding the only pipeline")
+}
+
+func TestContainerClosedWhenFull(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	cfg.PipelinesPerNode = 1
+	cfg.ContainerSizeBytes = 1000
+	c := newCluster(t, cfg, clk, 3)
+	mustNo(t, ignore(c.s.CreateBucket("bkt")))
+	k1 := c.put("bkt", "a", 2, 400) // 800 bytes committed: still open
+	cid := k1.Blocks[0].Container
+	if st := c.containers()[cid].State; st != metaapi.ContainerOpen {
+		t.Fatalf("container at 800/1000 bytes is %s", st)
+	}
+	k2 := c.put("bkt", "b", 1, 300) // 1100: full
+	if k2.Blocks[0].Container != cid {
+		t.Fatalf("second key in container %d, want %d", k2.Blocks[0].Container, cid)
+	}
+	if st := c.containers()[cid].State; st != metaapi.ContainerClosing {
+		t.Fatalf("full container is %s, want CLOSING", st)
+	}
+	k3 := c.put("bkt", "c", 1, 10)
+	if k3.Blocks[0].Container == cid {
+		t.Fatal("a block was allocated in a closing container")
+	}
+	c.settle()
+	leader := c.node(c.pipelines()[0].Members[0].NodeID)
+	if !hasCmd(leader.got, metaapi.CmdCloseContainer, cid) {
+		t.Fatalf("leader got no close_container: %+v", leader.got)
+	}
+	if st := c.containers()[cid].State; st != metaapi.ContainerClosed {
+		t.Fatalf("container is %s after its replicas closed, want CLOSED", st)
+	}
+
+	// A replica reporting a size over the limit closes a container too.
+	cid3 := k3.Blocks[0].Container
+	for _, n := range c.nodes {
+		n.conts[cid3].UsedBytes = 5000
+	}
+	c.settle()
+	if st := c.containers()[cid3].State; st != metaapi.ContainerClosed {
+		t.Fatalf("container reported over the size is %s, want CLOSED", st)
+	}
+}
+
+func TestRestartKeepsNodesPresumedHealthy(t *testing.T) {
+	dir, clk := t.TempDir(), newClock()
+	cfg := testConfig(dir, clk)
+	cfg.PipelinesPerNode = 1
+	c := newCluster(t, cfg, clk, 3)
+	mustNo(t, c.s.Close())
+	// A long outage of the meta service: nobody is dead at restart.
+	clk.Advance(time.Hour)
+	c.s = open(t, cfg)
+	mustNo(t, c.s.Tick())
+	for id, h := range c.health() {
+		if h != metaapi.HealthHealthy {
+			t.Fatalf("node %d %s right after a restart", id, h)
+		}
+	}
+	if ps := c.pipelines(); len(ps) != 1 || ps[0].State != metaapi.PipelineOpen {
+		t.Fatalf("pipelines after restart: %+v", ps)
+	}
+	// Allocation works before any heartbeat arrives.
+	mustNo(t, ignore(c.s.CreateBucket("bkt")))
+	must[*metaapi.AllocateResponse](t)(c.s.Allocate(&metaapi.AllocateRequest{Bucket: "bkt", Key: "k"}))
+	// Nodes that never come back are DEAD after DeadAfter.
+	clk.Advance(metaapi.DefaultDeadAfter)
+	mustNo(t, c.s.Tick())
+	if ps := c.pipelines(); ps[0].State != metaapi.PipelineClosed {
+		t.Fatalf("pipeline of silent nodes: %+v", ps)
+	}
+}

@@ -1,0 +1,143 @@
+// Package meta is Spindle's meta service (`spindle meta`): the cluster
+// manager (datanode registry and health, pipelines, containers, commands
+// to datanodes) and the namespace (buckets, keys → block lists), with its
+// state in one Pebble store, served over HTTP with the protocol of
+// internal/metaapi and Prometheus metrics on /metrics.
+//
+// # Cluster manager
+//
+// A datanode registers with its first heartbeat (node ID 0, a UUID): it
+// gets the next node ID (1..MaxNodeID), persisted; the same UUID always
+// gets the same ID back, and a heartbeat whose UUID and node ID disagree
+// with the registry is refused (INVALID). Health comes from the time of
+// the last heartbeat: HEALTHY, STALE after StaleAfter, DEAD after
+// DeadAfter. Heartbeat times are kept in memory only: at start every node
+// counts as last heard at the start time, so a restart of the meta service
+// declares nobody dead before DeadAfter.
+//
+// Pipelines (PipelineSize = 3 members) are made from HEALTHY datanodes
+// heard from since the start, at most PipelinesPerNode OPEN ones per
+// datanode, members chosen among those in the fewest pipelines. A member
+// learns its pipelines from join_pipeline commands, repeated in every
+// heartbeat response until its heartbeat reports the pipeline. A pipeline
+// with a DEAD member is CLOSED (for good); its OPEN containers become
+// CLOSING; new pipelines are made from the healthy nodes when possible.
+// The survivors are told to leave it (leave_pipeline) once none of its
+// containers is OPEN on a live replica, or LeaveTimeout after the close.
+//
+// Containers: every OPEN pipeline has ContainersPerPipeline OPEN
+// containers (made on demand by Allocate; IDs global, never reused). A
+// block's local ID comes from its container's counter, persisted with the
+// allocation in one synced batch, so no ID is handed out twice, restarts
+// included. A container becomes CLOSING when the bytes of committed keys
+// in it, or what a replica reports used, reach ContainerSizeBytes, when a
+// replica reports it CLOSED or UNHEALTHY, or when its pipeline closes; it
+// takes no more blocks. close_container goes to the pipeline's leader
+// (the reports name it; when none is known, to every live member that
+// reports the container OPEN), at most every CloseResendAfter, until no
+// live replica reports it OPEN; then (at a Tick) it is CLOSED. A replica
+// reporting OPEN a container the meta service has CLOSED gets the command
+// too.
+//
+// Allocation picks, round robin, an OPEN pipeline whose members are all
+// HEALTHY and report it (a member not heard from since the start counts
+// as serving it, as before the restart), skipping the pipelines the
+// client excludes; none: NO_PIPELINE.
+//
+// # Namespace
+//
+// A key is one record holding its ordered block list, size and CRC32C.
+// CommitKey writes it in one synced batch together with the removal of
+// the blocks' allocation records, the bucket's counts, the containers'
+// committed bytes and, when it replaces a version, the pending deletion
+// of the old blocks: a key is visible whole or not at all. The rules of a
+// commit are in the metaapi package comment.
+//
+// # Deleting blocks, garbage
+//
+// Replacing a key, deleting a key, and an allocation that expired
+// schedule blocks for deletion (a 'D' record, synced with the change that
+// caused it). Delivery, at most MaxDeleteBlocksPerHeartbeat blocks per
+// heartbeat response, one delete_blocks command per container:
+//
+//   - while some live member serves the pipeline's raft group: to the
+//     leader the reports name (none known: held back). One
+//     acknowledgement (Heartbeat.DeletedBlocks) from any member completes
+//     it and removes the record. Unacknowledged, it is delivered again
+//     DeleteRedeliverAfter later, MaxDeleteAttempts deliveries in all;
+//   - once the pipeline is CLOSED and served by nobody: to every live
+//     member whose report holds the container (each deletes its own
+//     replica), MaxDeleteAttempts deliveries per member; complete when each
+//     such member acknowledged.
+//
+// A deletion still not complete DeleteRedeliverAfter after its last
+// allowed delivery is dropped (logged; spindle_meta_deletes_dropped_total):
+// the block then stays on disk, unreferenced. Delivery counts and
+// acknowledgements live in memory: after a restart every pending deletion
+// is delivered again (DeleteBlock of a deleted block is harmless).
+//
+// Garbage: every allocation is recorded with its time, bucket and key; a
+// commit consumes it. An allocation not committed within AllocationGrace
+// (an interrupted put; default an hour) is turned, at a Tick, into a
+// pending deletion (reason "expired"); a commit naming it afterwards is
+// refused (INVALID).
+//
+// # Store (Pebble, Dir/pebble)
+//
+// Keys (IDs big-endian, so that iteration is in ID order; names raw):
+//
+//	| key                                       | bytes    | value                          |
+//	|-------------------------------------------|----------|--------------------------------|
+//	| 'M'                                       | 1        | counters                       |
+//	| 'N' | node ID u64                         | 9        | node record                    |
+//	| 'P' | pipeline ID u64                     | 9        | pipeline record                |
+//	| 'C' | container ID u64                    | 9        | container record               |
+//	| 'B' | bucket name                         | 4..64    | bucket record                  |
+//	| 'K' | bucket name | 0x00 | key name       | ≤ 1089   | key record                     |
+//	| 'A' | container ID u64 | local ID u64     | 17       | allocation record              |
+//	| 'D' | container ID u64 | local ID u64     | 17       | pending deletion record        |
+//
+// Values: byte 0 is the record version (1), then the fields below
+// (integers little-endian; str = uvarint length then the bytes), then a
+// CRC32C (Castagnoli) of every byte before it, u32 little-endian. Times
+// are Unix milliseconds (0: none).
+//
+//	counters (29 bytes):  version u8 | next node ID u64 | next pipeline ID u64 | next container ID u64 | crc u32
+//	node:                 version u8 | node ID u64 | registered u64 | uuid str | addr str | metrics URL str | crc u32
+//	pipeline (31+8n):     version u8 | pipeline ID u64 | state u8 (1 OPEN, 2 CLOSED) | created u64 | closed u64 |
+//	                      member count n u8 | n × node ID u64 | crc u32
+//	container (46 bytes): version u8 | container ID u64 | pipeline ID u64 | state u8 (1 OPEN, 2 CLOSING, 3 CLOSED) |
+//	                      created u64 | next local ID u64 | committed bytes u64 | crc u32
+//	bucket (29 bytes):    version u8 | created u64 | keys u64 | bytes u64 | crc u32
+//	key (29+32n):         version u8 | size u64 | value CRC32C u32 | created u64 | block count n u32 |
+//	                      n × (container u64 | local u64 | pipeline u64 | length u64) | crc u32
+//	allocation:           version u8 | allocated u64 | bucket str | key str | crc u32
+//	deletion (14 bytes):  version u8 | scheduled u64 | reason u8 (1 replaced, 2 deleted, 3 expired) | crc u32
+//
+// docs/FORMAT.md §13 draws the same with examples. Decoding is strict
+// (length, version, CRC, field ranges, trailing bytes) and fuzzed; a
+// record that fails is ErrCorrupt and Open refuses the store.
+//
+// # Invariants
+//
+//   - Every change a response depends on is in Pebble, synced, before the
+//     response is sent; one request's changes are one batch.
+//   - A malformed request (ErrInvalid) changes nothing: validation comes
+//     before any change, in memory or on disk.
+//   - IDs (node, pipeline, container, local block) are never handed out
+//     twice: counters are persisted in the batch that uses them.
+//   - A committed key's blocks are never scheduled for deletion while the
+//     key references them; a block is committed at most once.
+//   - A failed Pebble commit fails the service: memory may then be ahead
+//     of the store, so every later request is refused.
+//
+// # Concurrency
+//
+// A Service is safe for concurrent use. One RWMutex guards all state:
+// changes (heartbeats, allocations, commits, deletions, Tick) hold it for
+// writing across their synced Pebble commit, so a reader (which holds it
+// for reading) never sees a change that is not durable. Reads of keys go
+// to Pebble under the read lock. Start runs one goroutine for the HTTP
+// server (plus its connections) and one that calls Tick every
+// TickInterval; Close stops both before closing the store.
+package meta

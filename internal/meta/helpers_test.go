@@ -1,0 +1,267 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+// clock is a settable clock for the service (no sleeping in tests).
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// testConfig: defaults, the given clock, no background ticker.
+func testConfig(dir string, clk *clock) Config {
+	return Config{Dir: dir, Now: clk.Now, TickInterval: -1, Logger: quiet}
+}
+
+func open(t *testing.T, cfg Config) *Service {
+	t.Helper()
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func must[T any](t *testing.T) func(T, error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+func mustNo(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func wantErr(t *testing.T, err, target error, what string) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s: got %v, want %v", what, err, target)
+	}
+}
+
+// fakeDN plays a datanode against a Service: it reports what it serves,
+// carries out the commands (a pipeline's leader is its lowest member;
+// closing and deleting through a pipeline applies on every member, as
+// raft would) and acknowledges deletions.
+type fakeDN struct {
+	c         *cluster
+	uuid      string
+	id        uint64
+	addr      string
+	pipelines map[uint64]*metaapi.Pipeline
+	conts     map[uint64]*metaapi.ContainerReport
+	deleted   []metaapi.BlockRef // to acknowledge
+	got       []metaapi.Command  // every command received
+	noAck     bool
+}
+
+// cluster is a set of fake datanodes around one Service.
+type cluster struct {
+	t     *testing.T
+	s     *Service
+	clk   *clock
+	nodes []*fakeDN
+}
+
+func (c *cluster) add() *fakeDN {
+	n := &fakeDN{c: c, uuid: fmt.Sprintf("uuid-%d", len(c.nodes)+1), addr: fmt.Sprintf("127.0.0.1:%d", 20001+len(c.nodes)),
+		pipelines: map[uint64]*metaapi.Pipeline{}, conts: map[uint64]*metaapi.ContainerReport{}}
+	c.nodes = append(c.nodes, n)
+	n.beat()
+	return n
+}
+
+func (c *cluster) node(id uint64) *fakeDN {
+	for _, n := range c.nodes {
+		if n.id == id {
+			return n
+		}
+	}
+	c.t.Fatalf("no fake datanode %d", id)
+	return nil
+}
+
+func (n *fakeDN) report() *metaapi.Heartbeat {
+	hb := &metaapi.Heartbeat{UUID: n.uuid, NodeID: n.id, Addr: n.addr, DeletedBlocks: n.deleted}
+	for _, id := range slices.Sorted(maps.Keys(n.conts)) {
+		hb.Containers = append(hb.Containers, *n.conts[id])
+	}
+	for _, id := range slices.Sorted(maps.Keys(n.pipelines)) {
+		p := n.pipelines[id]
+		hb.Pipelines = append(hb.Pipelines, metaapi.PipelineReport{ID: id, LeaderID: p.Members[0].NodeID, Term: 1})
+	}
+	return hb
+}
+
+// beat sends one heartbeat and carries out the commands.
+func (n *fakeDN) beat() []metaapi.Command {
+	n.c.t.Helper()
+	resp, err := n.c.s.Heartbeat(n.report())
+	if err != nil {
+		n.c.t.Fatalf("heartbeat of %s: %v", n.uuid, err)
+	}
+	n.id = resp.NodeID
+	n.deleted = nil
+	n.got = append(n.got, resp.Commands...)
+	for _, cmd := range resp.Commands {
+		switch cmd.Kind {
+		case metaapi.CmdJoinPipeline:
+			n.pipelines[cmd.Pipeline.ID] = cmd.Pipeline
+		case metaapi.CmdLeavePipeline:
+			delete(n.pipelines, cmd.Pipeline.ID)
+		case metaapi.CmdCloseContainer:
+			if _, ok := n.pipelines[cmd.Pipeline.ID]; !ok {
+				continue
+			}
+			for _, m := range cmd.Pipeline.Members {
+				if r := n.c.nodeOrNil(m.NodeID); r != nil && r.conts[cmd.Container] != nil {
+					r.conts[cmd.Container].State = metaapi.ContainerClosed
+				}
+			}
+		case metaapi.CmdDeleteBlocks:
+			if n.noAck {
+				continue
+			}
+			for _, b := range cmd.Blocks {
+				n.deleted = append(n.deleted, metaapi.BlockRef{Container: cmd.Container, Local: b})
+			}
+		}
+	}
+	return resp.Commands
+}
+
+func (c *cluster) nodeOrNil(id uint64) *fakeDN {
+	for _, n := range c.nodes {
+		if n.id == id {
+			return n
+		}
+	}
+	return nil
+}
+
+// write pretends a block was written to container cid on every member of
+// pipeline p: the container appears in their reports.
+func (c *cluster) write(p metaapi.Pipeline, cid, bytes uint64) {
+	for _, m := range p.Members {
+		n := c.node(m.NodeID)
+		r := n.conts[cid]
+		if r == nil {
+			r = &metaapi.ContainerReport{ID: cid, State: metaapi.ContainerOpen}
+			n.conts[cid] = r
+		}
+		r.UsedBytes += bytes
+		r.Blocks++
+	}
+}
+
+// round: every listed node beats, then a tick.
+func (c *cluster) round(nodes ...*fakeDN) {
+	c.t.Helper()
+	for _, n := range nodes {
+		n.beat()
+	}
+	mustNo(c.t, c.s.Tick())
+}
+
+// settle runs rounds of the given nodes (default all) until no command
+// is sent (bounded).
+func (c *cluster) settle(nodes ...*fakeDN) {
+	c.t.Helper()
+	if len(nodes) == 0 {
+		nodes = c.nodes
+	}
+	for range 20 {
+		sent := 0
+		for _, n := range nodes {
+			sent += len(n.beat())
+		}
+		mustNo(c.t, c.s.Tick())
+		if sent == 0 {
+			return
+		}
+	}
+	c.t.Fatal("the cluster keeps sending commands after 20 rounds")
+}
+
+func newCluster(t *testing.T, cfg Config, clk *clock, nodes int) *cluster {
+	c := &cluster{t: t, s: open(t, cfg), clk: clk}
+	for range nodes {
+		c.add()
+	}
+	mustNo(t, c.s.Tick())
+	c.settle()
+	return c
+}
+
+func (c *cluster) pipelines() []metaapi.Pipeline {
+	return must[*metaapi.PipelineList](c.t)(c.s.Pipelines()).Pipelines
+}
+
+func (c *cluster) containers() map[uint64]metaapi.ContainerInfo {
+	m := map[uint64]metaapi.ContainerInfo{}
+	for _, ci := range must[*metaapi.ContainerList](c.t)(c.s.Containers()).Containers {
+		m[ci.ID] = ci
+	}
+	return m
+}
+
+func (c *cluster) health() map[uint64]string {
+	m := map[uint64]string{}
+	for _, n := range must[*metaapi.NodeList](c.t)(c.s.Nodes()).Nodes {
+		m[n.NodeID] = n.Health
+	}
+	return m
+}
+
+// put allocates n blocks of size each for bucket/key, "writes" them and
+// commits the key.
+func (c *cluster) put(bucket, key string, n int, size uint64) *metaapi.KeyInfo {
+	c.t.Helper()
+	ck := &metaapi.CommitKey{CRC32C: 7}
+	for range n {
+		a := must[*metaapi.AllocateResponse](c.t)(c.s.Allocate(&metaapi.AllocateRequest{Bucket: bucket, Key: key}))
+		c.write(a.Pipeline, a.Block.Container, size)
+		ck.Blocks = append(ck.Blocks, metaapi.KeyBlock{BlockRef: a.Block, Pipeline: a.Pipeline.ID, Length: size})
+		ck.Size += size
+	}
+	return must[*metaapi.KeyInfo](c.t)(c.s.CommitKey(bucket, key, ck))
+}
+
+var bg = context.Background()

@@ -1,0 +1,345 @@
+package meta
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+// ShutdownTimeout bounds the wait for in-flight requests at Close.
+const ShutdownTimeout = 5 * time.Second
+
+// Handler serves the routes of metaapi and /metrics.
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	route := func(pattern, name string, h func(w http.ResponseWriter, r *http.Request) (any, int, error)) {
+		mux.Handle(pattern, s.instrument(name, h))
+	}
+	route("POST /v1/heartbeat", "heartbeat", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		var hb metaapi.Heartbeat
+		if err := decodeBody(w, r, &hb); err != nil {
+			return nil, 0, err
+		}
+		resp, err := s.Heartbeat(&hb)
+		return resp, http.StatusOK, err
+	})
+	route("PUT /v1/buckets/{bucket}", "create_bucket", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		b, err := s.CreateBucket(r.PathValue("bucket"))
+		return b, http.StatusCreated, err
+	})
+	route("GET /v1/buckets", "list_buckets", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		l, err := s.ListBuckets()
+		return l, http.StatusOK, err
+	})
+	route("DELETE /v1/buckets/{bucket}", "delete_bucket", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		return nil, http.StatusNoContent, s.DeleteBucket(r.PathValue("bucket"))
+	})
+	route("POST /v1/allocate", "allocate", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		var req metaapi.AllocateRequest
+		if err := decodeBody(w, r, &req); err != nil {
+			return nil, 0, err
+		}
+		resp, err := s.Allocate(&req)
+		return resp, http.StatusOK, err
+	})
+	route("GET /v1/list/{bucket}", "list_keys", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		q := r.URL.Query()
+		o := ListOptions{Prefix: q.Get("prefix"), StartAfter: q.Get("start_after")}
+		if v := q.Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return nil, 0, fmt.Errorf("%w: limit %q is not a number", metaapi.ErrInvalid, v)
+			}
+			o.Limit = n
+		}
+		l, err := s.List(r.PathValue("bucket"), o)
+		return l, http.StatusOK, err
+	})
+	route("GET /v1/nodes", "nodes", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		l, err := s.Nodes()
+		return l, http.StatusOK, err
+	})
+	route("GET /v1/pipelines", "pipelines", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		l, err := s.Pipelines()
+		return l, http.StatusOK, err
+	})
+	route("GET /v1/containers", "containers", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		l, err := s.Containers()
+		return l, http.StatusOK, err
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	commitKey := s.instrument("commit_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		bucket, key, err := keyPath(r)
+		if err != nil {
+			return nil, 0, err
+		}
+		var ck metaapi.CommitKey
+		if err := decodeBody(w, r, &ck); err != nil {
+			return nil, 0, err
+		}
+		ki, err := s.CommitKey(bucket, key, &ck)
+		return ki, http.StatusOK, err
+	})
+	getKey := s.instrument("get_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		bucket, key, err := keyPath(r)
+		if err != nil {
+			return nil, 0, err
+		}
+		ki, err := s.GetKey(bucket, key)
+		return ki, http.StatusOK, err
+	})
+	deleteKey := s.instrument("delete_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		bucket, key, err := keyPath(r)
+		if err != nil {
+			return nil, 0, err
+		}
+		return nil, http.StatusNoContent, s.DeleteKey(bucket, key)
+	})
+	// Key routes bypass the mux: it would clean (redirect) key names such
+	// as "a//b" or "dir/", which are valid.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.EscapedPath(), keyRoute) {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		switch r.Method {
+		case http.MethodPost:
+			commitKey.ServeHTTP(w, r)
+		case http.MethodGet:
+			getKey.ServeHTTP(w, r)
+		case http.MethodDelete:
+			deleteKey.ServeHTTP(w, r)
+		default:
+			w.Header().Set("Allow", "GET, POST, DELETE")
+			writeError(w, http.StatusMethodNotAllowed, metaapi.CodeInvalid, fmt.Sprintf("method %s not allowed on %s", r.Method, keyRoute))
+		}
+	})
+}
+
+const keyRoute = "/v1/keys/"
+
+// keyPath splits /v1/keys/{bucket}/{key...}; both parts are path-escaped
+// (metaapi.KeyPath builds it).
+func keyPath(r *http.Request) (bucket, key string, err error) {
+	rest := strings.TrimPrefix(r.URL.EscapedPath(), keyRoute)
+	eb, ek, ok := strings.Cut(rest, "/")
+	if !ok {
+		return "", "", fmt.Errorf("%w: want %s{bucket}/{key}", metaapi.ErrInvalid, keyRoute)
+	}
+	if bucket, err = url.PathUnescape(eb); err == nil {
+		key, err = url.PathUnescape(ek)
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("%w: bad escaping in %s: %v", metaapi.ErrInvalid, r.URL.EscapedPath(), err)
+	}
+	return bucket, key, nil
+}
+
+// instrument turns a handler returning (body, status, error) into an
+// http.Handler that writes JSON or an Error body and observes the latency.
+func (s *Service) instrument(route string, h func(w http.ResponseWriter, r *http.Request) (any, int, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		body, status, err := h(w, r)
+		if err != nil {
+			var code string
+			code, status = metaapi.CodeOf(err)
+			if status == http.StatusInternalServerError {
+				s.log.Error("request failed", "route", route, "err", err)
+			}
+			writeError(w, status, code, err.Error())
+		} else {
+			writeJSON(w, status, body)
+		}
+		s.metrics.requests.WithLabelValues(route, strconv.Itoa(status)).Observe(time.Since(start).Seconds())
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	if status == http.StatusNoContent || v == nil {
+		w.WriteHeader(status)
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, metaapi.CodeInternal, "encoding the response: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	b, _ := json.Marshal(metaapi.Error{Code: code, Message: msg})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// decodeBody reads one JSON value of at most MaxRequestBytes.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return fmt.Errorf("%w: body over %d bytes", metaapi.ErrInvalid, MaxRequestBytes)
+		}
+		return fmt.Errorf("%w: bad JSON body: %v", metaapi.ErrInvalid, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w: bad JSON body: data after the value", metaapi.ErrInvalid)
+	}
+	return nil
+}
+
+// Server is a Service served over HTTP, with the cluster manager ticking.
+type Server struct {
+	svc    *Service
+	srv    *http.Server
+	ln     net.Listener
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
+	served chan error
+}
+
+// Start opens the service in cfg.Dir, listens on cfg.Listen and serves.
+func Start(cfg Config) (*Server, error) {
+	svc, err := Open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg = svc.cfg
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		svc.Close()
+		return nil, fmt.Errorf("meta: listen: %w", err)
+	}
+	s := &Server{svc: svc, ln: ln, stop: make(chan struct{}), served: make(chan error, 1),
+		srv: &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		err := s.srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		s.served <- err
+	}()
+	if cfg.TickInterval > 0 {
+		s.wg.Add(1)
+		go s.tick(cfg.TickInterval)
+	}
+	svc.log.Info("meta service serving", "addr", s.Addr(), "dir", cfg.Dir)
+	return s, nil
+}
+
+func (s *Server) tick(every time.Duration) {
+	defer s.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			if err := s.svc.Tick(); err != nil {
+				s.svc.log.Error("cluster manager tick", "err", err)
+			}
+		}
+	}
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Service is the served state.
+func (s *Server) Service() *Service { return s.svc }
+
+// Close stops serving (waiting up to ShutdownTimeout for requests in
+// flight), stops the ticker and closes the store.
+func (s *Server) Close() error {
+	var err error
+	s.once.Do(func() {
+		close(s.stop)
+		ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+		defer cancel()
+		if serr := s.srv.Shutdown(ctx); serr != nil {
+			s.srv.Close()
+		}
+		s.wg.Wait()
+		err = s.svc.Close()
+	})
+	return err
+}
+
+// Run serves until ctx ends (a clean stop: nil) or serving fails. Once
+// serving it writes "ADDR\nPID\n" to cfg.ReadyFile (atomically).
+func Run(ctx context.Context, cfg Config) error {
+	s, err := Start(cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.ReadyFile != "" {
+		if err := WriteReady(cfg.ReadyFile, s.Addr()); err != nil {
+			s.Close()
+			return err
+		}
+	}
+	var serr error
+	select {
+	case <-ctx.Done():
+	case serr = <-s.served:
+		if serr == nil {
+			serr = errors.New("meta: server stopped")
+		}
+	}
+	if cerr := s.Close(); serr == nil {
+		serr = cerr
+	}
+	if serr == nil {
+		s.svc.log.Info("meta service stopped")
+	}
+	return serr
+}
+
+// WriteReady writes "ADDR\nPID\n" to path atomically: a temporary file,
+// fsync, rename.
+func WriteReady(path, addr string) error {
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	f, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("meta: ready file: %w", err)
+	}
+	_, err = fmt.Fprintf(f, "%s\n%d\n", addr, os.Getpid())
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("meta: ready file: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,466 @@
+package meta
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+// CreateBucket creates an empty bucket (ErrExists if it exists).
+func (s *Service) CreateBucket(name string) (*metaapi.Bucket, error) {
+	if err := metaapi.ValidBucket(name); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	if _, ok := s.buckets[name]; ok {
+		return nil, fmt.Errorf("%w: bucket %s", metaapi.ErrExists, name)
+	}
+	rec := bucketRecord{Created: s.cfg.Now()}
+	b := s.db.NewBatch()
+	set(b, bucketKey(name), rec.encode())
+	s.buckets[name] = rec
+	if err := s.commit(b); err != nil {
+		return nil, err
+	}
+	return bucketView(name, rec), nil
+}
+
+func bucketView(name string, r bucketRecord) *metaapi.Bucket {
+	return &metaapi.Bucket{Name: name, Created: r.Created, Keys: r.Keys, Bytes: r.Bytes}
+}
+
+// ListBuckets lists every bucket by name.
+func (s *Service) ListBuckets() (*metaapi.BucketList, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	l := &metaapi.BucketList{Buckets: []metaapi.Bucket{}}
+	for _, name := range slices.Sorted(maps.Keys(s.buckets)) {
+		l.Buckets = append(l.Buckets, *bucketView(name, s.buckets[name]))
+	}
+	return l, nil
+}
+
+// DeleteBucket deletes an empty bucket (ErrNotEmpty if it has keys).
+func (s *Service) DeleteBucket(name string) error {
+	if err := metaapi.ValidBucket(name); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	rec, ok := s.buckets[name]
+	if !ok {
+		return fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, name)
+	}
+	if rec.Keys > 0 {
+		return fmt.Errorf("%w: bucket %s holds %d keys", metaapi.ErrNotEmpty, name, rec.Keys)
+	}
+	// The count and the keys are written in the same batches; check the
+	// keys themselves anyway, cheaply.
+	first, err := s.firstKey(name)
+	if err != nil {
+		return err
+	}
+	if first != "" {
+		panic(fmt.Sprintf("meta: bucket %s counts 0 keys but holds key %q", name, first))
+	}
+	b := s.db.NewBatch()
+	del(b, bucketKey(name))
+	delete(s.buckets, name)
+	return s.commit(b)
+}
+
+func (s *Service) firstKey(bucket string) (string, error) {
+	p := keyPrefix(bucket)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return "", err
+	}
+	defer it.Close()
+	if it.First() {
+		return string(it.Key()[len(p):]), nil
+	}
+	return "", it.Error()
+}
+
+// bucketOf checks the names and returns the bucket's record.
+func (s *Service) bucketOf(bucket, key string) (bucketRecord, error) {
+	if err := metaapi.ValidBucket(bucket); err != nil {
+		return bucketRecord{}, err
+	}
+	if err := metaapi.ValidKey(key); err != nil {
+		return bucketRecord{}, err
+	}
+	rec, ok := s.buckets[bucket]
+	if !ok {
+		return rec, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, bucket)
+	}
+	return rec, nil
+}
+
+// allocatable: OPEN, every member HEALTHY and serving it (or not heard
+// from since the start: presumed to serve it as before).
+func (s *Service) allocatable(p *pipelineState, now time.Time) bool {
+	if p.rec.State != pipelineOpen {
+		return false
+	}
+	for _, m := range p.rec.Members {
+		n := s.nodes[m]
+		if s.healthOf(n, now) != metaapi.HealthHealthy || (n.seen && !s.reports(m, p.rec.ID)) {
+			return false
+		}
+	}
+	return true
+}
+
+// Allocate hands out a new block for bucket/key: a fresh local ID in an
+// OPEN container of an allocatable pipeline (round robin over them),
+// recorded with its time so that it can be committed once, or deleted
+// after AllocationGrace.
+func (s *Service) Allocate(req *metaapi.AllocateRequest) (*metaapi.AllocateResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	if _, err := s.bucketOf(req.Bucket, req.Key); err != nil {
+		return nil, err
+	}
+	now := s.cfg.Now()
+	var cands []*pipelineState
+	for _, pid := range s.sortedPipelines() {
+		if p := s.pipelines[pid]; s.allocatable(p, now) && !slices.Contains(req.ExcludePipelines, pid) {
+			cands = append(cands, p)
+		}
+	}
+	if len(cands) == 0 {
+		healthy := 0
+		for _, n := range s.nodes {
+			if s.healthOf(n, now) == metaapi.HealthHealthy {
+				healthy++
+			}
+		}
+		open := 0
+		for _, p := range s.pipelines {
+			if p.rec.State == pipelineOpen {
+				open++
+			}
+		}
+		return nil, fmt.Errorf("%w: %d healthy datanodes (%d needed for a pipeline), %d open pipelines, %d excluded by the client",
+			metaapi.ErrNoPipeline, healthy, PipelineSize, open, len(req.ExcludePipelines))
+	}
+	p := cands[s.rr%uint64(len(cands))]
+	s.rr++
+	b := s.db.NewBatch()
+	var open []*containerState
+	for _, cid := range p.containers {
+		c := s.containers[cid]
+		if c.rec.State != containerOpen {
+			continue
+		}
+		if c.rec.Committed >= s.cfg.ContainerSizeBytes {
+			s.startClose(b, c, fmt.Sprintf("%d bytes committed", c.rec.Committed))
+			continue
+		}
+		open = append(open, c)
+	}
+	for len(open) < s.cfg.ContainersPerPipeline {
+		c := &containerState{rec: containerRecord{ID: s.ctr.NextContainer, Pipeline: p.rec.ID, State: containerOpen, Created: now, NextLocal: 1}}
+		s.ctr.NextContainer++
+		s.containers[c.rec.ID] = c
+		p.containers = append(p.containers, c.rec.ID)
+		open = append(open, c)
+		set(b, counterKey(), s.ctr.encode())
+		s.log.Info("container created", "container", c.rec.ID, "pipeline", p.rec.ID)
+	}
+	c := open[p.rr%uint64(len(open))]
+	p.rr++
+	ref := blockRef{c.rec.ID, c.rec.NextLocal}
+	c.rec.NextLocal++
+	set(b, u64key(prefixContainer, c.rec.ID), c.rec.encode())
+	a := allocRecord{Allocated: now, Bucket: req.Bucket, Key: req.Key}
+	set(b, blockKey(prefixAlloc, ref.container, ref.local), a.encode())
+	s.allocs[ref] = a
+	if err := s.commit(b); err != nil {
+		return nil, err
+	}
+	s.metrics.allocations.Inc()
+	return &metaapi.AllocateResponse{
+		Block:    metaapi.BlockRef{Container: ref.container, Local: ref.local},
+		Pipeline: *s.pipelineView(p, now),
+	}, nil
+}
+
+// getKey reads a key record (ok false: no such key).
+func (s *Service) getKey(bucket, key string) (keyRecord, bool, error) {
+	v, closer, err := s.db.Get(objectKey(bucket, key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return keyRecord{}, false, nil
+	}
+	if err != nil {
+		return keyRecord{}, false, fmt.Errorf("meta: read key %s/%s: %w", bucket, key, err)
+	}
+	defer closer.Close()
+	rec, err := decodeKey(v)
+	if err != nil {
+		return rec, false, fmt.Errorf("meta: key %s/%s: %w", bucket, key, err)
+	}
+	return rec, true, nil
+}
+
+// CommitKey makes bucket/key the given blocks, atomically (one synced
+// batch), replacing an older version whose blocks are scheduled for
+// deletion. See the metaapi package comment for the rules.
+func (s *Service) CommitKey(bucket, key string, ck *metaapi.CommitKey) (*metaapi.KeyInfo, error) {
+	if len(ck.Blocks) > maxBlocksPerKey {
+		return nil, fmt.Errorf("%w: %d blocks, at most %d", metaapi.ErrInvalid, len(ck.Blocks), maxBlocksPerKey)
+	}
+	var sum uint64
+	seen := make(map[blockRef]bool, len(ck.Blocks))
+	for i, kb := range ck.Blocks {
+		ref := blockRef{kb.Container, kb.Local}
+		if seen[ref] {
+			return nil, fmt.Errorf("%w: block %d/%d appears twice", metaapi.ErrInvalid, kb.Container, kb.Local)
+		}
+		seen[ref] = true
+		if kb.Length == 0 {
+			return nil, fmt.Errorf("%w: block %d (%d/%d) has length 0", metaapi.ErrInvalid, i, kb.Container, kb.Local)
+		}
+		if kb.Length > s.cfg.ContainerSizeBytes || sum+kb.Length < sum {
+			return nil, fmt.Errorf("%w: block %d (%d/%d): length %d is absurd", metaapi.ErrInvalid, i, kb.Container, kb.Local, kb.Length)
+		}
+		sum += kb.Length
+	}
+	if sum != ck.Size {
+		return nil, fmt.Errorf("%w: the blocks hold %d bytes, size says %d", metaapi.ErrInvalid, sum, ck.Size)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	brec, err := s.bucketOf(bucket, key)
+	if err != nil {
+		return nil, err
+	}
+	old, exists, err := s.getKey(bucket, key)
+	if err != nil {
+		return nil, err
+	}
+	now := s.cfg.Now()
+	if exists && sameVersion(old, ck) {
+		return s.keyInfo(bucket, key, old, now), nil // a retried commit
+	}
+	rec := keyRecord{Size: ck.Size, CRC32C: ck.CRC32C, Created: now, Blocks: make([]storedBlock, 0, len(ck.Blocks))}
+	for _, kb := range ck.Blocks {
+		ref := blockRef{kb.Container, kb.Local}
+		a, ok := s.allocs[ref]
+		if !ok {
+			return nil, fmt.Errorf("%w: block %d/%d was not allocated by this meta service, or was committed already, or its allocation expired", metaapi.ErrInvalid, kb.Container, kb.Local)
+		}
+		if a.Bucket != bucket || a.Key != key {
+			return nil, fmt.Errorf("%w: block %d/%d was allocated for %s/%s, not %s/%s", metaapi.ErrInvalid, kb.Container, kb.Local, a.Bucket, a.Key, bucket, key)
+		}
+		c := s.containers[kb.Container]
+		if kb.Pipeline != 0 && kb.Pipeline != c.rec.Pipeline {
+			return nil, fmt.Errorf("%w: block %d/%d is in pipeline %d, not %d", metaapi.ErrInvalid, kb.Container, kb.Local, c.rec.Pipeline, kb.Pipeline)
+		}
+		rec.Blocks = append(rec.Blocks, storedBlock{Container: kb.Container, Local: kb.Local, Pipeline: c.rec.Pipeline, Length: kb.Length})
+	}
+	// Valid: one batch makes the key visible, consumes the allocations,
+	// schedules the old blocks' deletion and updates the counts.
+	b := s.db.NewBatch()
+	set(b, objectKey(bucket, key), rec.encode())
+	touched := map[uint64]bool{}
+	for _, sb := range rec.Blocks {
+		del(b, blockKey(prefixAlloc, sb.Container, sb.Local))
+		delete(s.allocs, blockRef{sb.Container, sb.Local})
+		c := s.containers[sb.Container]
+		c.rec.Committed += sb.Length
+		touched[sb.Container] = true
+	}
+	for _, cid := range slices.Sorted(maps.Keys(touched)) {
+		c := s.containers[cid]
+		set(b, u64key(prefixContainer, cid), c.rec.encode())
+		if c.rec.Committed >= s.cfg.ContainerSizeBytes {
+			s.startClose(b, c, fmt.Sprintf("%d bytes committed", c.rec.Committed))
+		}
+	}
+	if exists {
+		for _, sb := range old.Blocks {
+			s.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonReplaced, now)
+		}
+		brec.Bytes -= old.Size
+	} else {
+		brec.Keys++
+	}
+	brec.Bytes += rec.Size
+	set(b, bucketKey(bucket), brec.encode())
+	s.buckets[bucket] = brec
+	if err := s.commit(b); err != nil {
+		return nil, err
+	}
+	s.metrics.commits.Inc()
+	return s.keyInfo(bucket, key, rec, now), nil
+}
+
+func sameVersion(old keyRecord, ck *metaapi.CommitKey) bool {
+	if old.Size != ck.Size || old.CRC32C != ck.CRC32C || len(old.Blocks) != len(ck.Blocks) {
+		return false
+	}
+	for i, sb := range old.Blocks {
+		kb := ck.Blocks[i]
+		if sb.Container != kb.Container || sb.Local != kb.Local || sb.Length != kb.Length || (kb.Pipeline != 0 && kb.Pipeline != sb.Pipeline) {
+			return false
+		}
+	}
+	return true
+}
+
+// keyInfo is the API form of a key, with its blocks' replicas.
+func (s *Service) keyInfo(bucket, key string, rec keyRecord, now time.Time) *metaapi.KeyInfo {
+	ki := &metaapi.KeyInfo{Bucket: bucket, Key: key, Size: rec.Size, CRC32C: rec.CRC32C, Created: rec.Created, Blocks: make([]metaapi.KeyBlock, 0, len(rec.Blocks))}
+	for _, sb := range rec.Blocks {
+		kb := metaapi.KeyBlock{BlockRef: metaapi.BlockRef{Container: sb.Container, Local: sb.Local}, Pipeline: sb.Pipeline, Length: sb.Length}
+		if p := s.pipelines[sb.Pipeline]; p != nil {
+			kb.Members = s.pipelineView(p, now).Members
+		}
+		ki.Blocks = append(ki.Blocks, kb)
+	}
+	return ki
+}
+
+// GetKey returns a committed key with its blocks and their replicas.
+func (s *Service) GetKey(bucket, key string) (*metaapi.KeyInfo, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	if _, err := s.bucketOf(bucket, key); err != nil {
+		return nil, err
+	}
+	rec, ok, err := s.getKey(bucket, key)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: key %s/%s", metaapi.ErrNotFound, bucket, key)
+	}
+	return s.keyInfo(bucket, key, rec, s.cfg.Now()), nil
+}
+
+// DeleteKey removes a key; its blocks are scheduled for deletion.
+func (s *Service) DeleteKey(bucket, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	brec, err := s.bucketOf(bucket, key)
+	if err != nil {
+		return err
+	}
+	rec, ok, err := s.getKey(bucket, key)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: key %s/%s", metaapi.ErrNotFound, bucket, key)
+	}
+	now := s.cfg.Now()
+	b := s.db.NewBatch()
+	del(b, objectKey(bucket, key))
+	for _, sb := range rec.Blocks {
+		s.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonDeleted, now)
+	}
+	brec.Keys--
+	brec.Bytes -= rec.Size
+	set(b, bucketKey(bucket), brec.encode())
+	s.buckets[bucket] = brec
+	return s.commit(b)
+}
+
+// ListOptions select a page of a listing.
+type ListOptions struct {
+	Prefix     string
+	StartAfter string
+	Limit      int // 0: MaxListLimit
+}
+
+// List returns up to Limit keys of bucket that start with Prefix and come
+// after StartAfter, in byte order, without their blocks; Next is set when
+// more follow.
+func (s *Service) List(bucket string, o ListOptions) (*metaapi.KeyList, error) {
+	if err := metaapi.ValidBucket(bucket); err != nil {
+		return nil, err
+	}
+	if o.Limit < 0 || o.Limit > metaapi.MaxListLimit {
+		return nil, fmt.Errorf("%w: limit %d: want 1..%d", metaapi.ErrInvalid, o.Limit, metaapi.MaxListLimit)
+	}
+	if o.Limit == 0 {
+		o.Limit = metaapi.MaxListLimit
+	}
+	if len(o.Prefix) > maxKeyBytes || len(o.StartAfter) > maxKeyBytes {
+		return nil, fmt.Errorf("%w: prefix or start_after longer than %d bytes", metaapi.ErrInvalid, maxKeyBytes)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	if _, ok := s.buckets[bucket]; !ok {
+		return nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, bucket)
+	}
+	kp := keyPrefix(bucket)
+	lo := append(slices.Clone(kp), o.Prefix...)
+	hi := prefixEnd(lo)
+	if o.Prefix == "" {
+		hi = prefixEnd(kp)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, fmt.Errorf("meta: list %s: %w", bucket, err)
+	}
+	defer it.Close()
+	var ok bool
+	if o.StartAfter != "" {
+		// The first key after StartAfter: StartAfter + 0x00 is its
+		// immediate successor.
+		ok = it.SeekGE(append(append(slices.Clone(kp), o.StartAfter...), 0))
+	} else {
+		ok = it.First()
+	}
+	l := &metaapi.KeyList{Keys: []metaapi.KeyInfo{}}
+	for ; ok; ok = it.Next() {
+		name := string(it.Key()[len(kp):])
+		if len(l.Keys) == o.Limit {
+			l.Next = l.Keys[len(l.Keys)-1].Key
+			break
+		}
+		rec, err := decodeKey(it.Value())
+		if err != nil {
+			return nil, fmt.Errorf("meta: key %s/%s: %w", bucket, name, err)
+		}
+		l.Keys = append(l.Keys, metaapi.KeyInfo{Bucket: bucket, Key: name, Size: rec.Size, CRC32C: rec.CRC32C, Created: rec.Created})
+	}
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("meta: list %s: %w", bucket, err)
+	}
+	return l, nil
+}

@@ -1,0 +1,524 @@
+package meta
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"time"
+)
+
+// ErrCorrupt marks a record in the meta service's Pebble store that fails
+// its checks (length, version, CRC, identity). Test with errors.Is.
+var ErrCorrupt = errors.New("meta: corrupt record")
+
+// recordVersion is the first byte of every value.
+const recordVersion = 1
+
+// Key prefixes (the first byte of every Pebble key).
+const (
+	prefixCounters  = 'M'
+	prefixNode      = 'N'
+	prefixPipeline  = 'P'
+	prefixContainer = 'C'
+	prefixBucket    = 'B'
+	prefixKey       = 'K'
+	prefixAlloc     = 'A'
+	prefixDelete    = 'D'
+)
+
+// Limits of stored strings (the API validates tighter ones first).
+const (
+	maxUUIDBytes = 64
+	maxAddrBytes = 255
+	maxURLBytes  = 1024
+)
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// ---- keys ----
+
+func u64key(prefix byte, id uint64) []byte {
+	k := make([]byte, 9)
+	k[0] = prefix
+	binary.BigEndian.PutUint64(k[1:], id)
+	return k
+}
+
+func blockKey(prefix byte, container, local uint64) []byte {
+	k := make([]byte, 17)
+	k[0] = prefix
+	binary.BigEndian.PutUint64(k[1:], container)
+	binary.BigEndian.PutUint64(k[9:], local)
+	return k
+}
+
+func parseU64Key(k []byte) (uint64, bool) {
+	if len(k) != 9 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(k[1:]), true
+}
+
+func parseBlockKey(k []byte) (container, local uint64, ok bool) {
+	if len(k) != 17 {
+		return 0, 0, false
+	}
+	return binary.BigEndian.Uint64(k[1:]), binary.BigEndian.Uint64(k[9:]), true
+}
+
+func counterKey() []byte { return []byte{prefixCounters} }
+
+func bucketKey(name string) []byte { return append([]byte{prefixBucket}, name...) }
+
+// keyPrefix is 'K' | bucket | 0x00: every key of the bucket starts with it
+// (bucket names hold no 0x00, key names neither).
+func keyPrefix(bucket string) []byte {
+	k := make([]byte, 0, len(bucket)+2)
+	k = append(k, prefixKey)
+	k = append(k, bucket...)
+	return append(k, 0)
+}
+
+func objectKey(bucket, key string) []byte { return append(keyPrefix(bucket), key...) }
+
+// prefixEnd is the smallest key greater than every key starting with p
+// (nil: no bound).
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// ---- value encoding ----
+
+type enc struct{ b []byte }
+
+func newEnc() *enc { return &enc{b: []byte{recordVersion}} }
+
+func (e *enc) u8(v uint8)   { e.b = append(e.b, v) }
+func (e *enc) u32(v uint32) { e.b = binary.LittleEndian.AppendUint32(e.b, v) }
+func (e *enc) u64(v uint64) { e.b = binary.LittleEndian.AppendUint64(e.b, v) }
+func (e *enc) str(s string) {
+	e.b = binary.AppendUvarint(e.b, uint64(len(s)))
+	e.b = append(e.b, s...)
+}
+func (e *enc) finish() []byte {
+	return binary.LittleEndian.AppendUint32(e.b, crc32.Checksum(e.b, crcTable))
+}
+
+// dec decodes one value; the first error sticks.
+type dec struct {
+	b    []byte
+	what string
+	err  error
+}
+
+func newDec(what string, v []byte) *dec {
+	d := &dec{what: what}
+	if len(v) < 5 {
+		d.err = fmt.Errorf("%w: %s: %d bytes", ErrCorrupt, what, len(v))
+		return d
+	}
+	body, sum := v[:len(v)-4], binary.LittleEndian.Uint32(v[len(v)-4:])
+	if got := crc32.Checksum(body, crcTable); got != sum {
+		d.err = fmt.Errorf("%w: %s: CRC32C %08x, stored %08x", ErrCorrupt, what, got, sum)
+		return d
+	}
+	if body[0] != recordVersion {
+		d.err = fmt.Errorf("%w: %s: record version %d", ErrCorrupt, what, body[0])
+		return d
+	}
+	d.b = body[1:]
+	return d
+}
+
+func (d *dec) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s: %s", ErrCorrupt, d.what, fmt.Sprintf(format, args...))
+	}
+}
+
+func (d *dec) need(n int) bool {
+	if d.err != nil {
+		return false
+	}
+	if len(d.b) < n {
+		d.fail("truncated")
+		return false
+	}
+	return true
+}
+
+func (d *dec) u8() uint8 {
+	if !d.need(1) {
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *dec) u32() uint32 {
+	if !d.need(4) {
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(d.b)
+	d.b = d.b[4:]
+	return v
+}
+
+func (d *dec) u64() uint64 {
+	if !d.need(8) {
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *dec) str(limit int) string {
+	if d.err != nil {
+		return ""
+	}
+	n, k := binary.Uvarint(d.b)
+	if k <= 0 || n > uint64(limit) {
+		d.fail("bad string length")
+		return ""
+	}
+	d.b = d.b[k:]
+	if !d.need(int(n)) {
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func (d *dec) done() error {
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d trailing bytes", len(d.b))
+	}
+	return d.err
+}
+
+func ms(t time.Time) uint64 {
+	if t.IsZero() {
+		return 0
+	}
+	return uint64(t.UnixMilli())
+}
+
+func fromMS(v uint64) time.Time {
+	if v == 0 || v > math.MaxInt64 {
+		return time.Time{}
+	}
+	return time.UnixMilli(int64(v)).UTC()
+}
+
+// ---- records ----
+
+// counters are the next IDs to hand out; never decremented.
+type counters struct {
+	NextNode      uint64
+	NextPipeline  uint64
+	NextContainer uint64
+}
+
+func (c counters) encode() []byte {
+	e := newEnc()
+	e.u64(c.NextNode)
+	e.u64(c.NextPipeline)
+	e.u64(c.NextContainer)
+	return e.finish()
+}
+
+func decodeCounters(v []byte) (counters, error) {
+	d := newDec("counters", v)
+	c := counters{NextNode: d.u64(), NextPipeline: d.u64(), NextContainer: d.u64()}
+	if err := d.done(); err != nil {
+		return c, err
+	}
+	if c.NextNode == 0 || c.NextPipeline == 0 || c.NextContainer == 0 {
+		return c, fmt.Errorf("%w: counters: a next ID is 0", ErrCorrupt)
+	}
+	return c, nil
+}
+
+// nodeRecord is a registered datanode.
+type nodeRecord struct {
+	ID         uint64
+	Registered time.Time
+	UUID       string
+	Addr       string
+	MetricsURL string
+}
+
+func (n nodeRecord) encode() []byte {
+	e := newEnc()
+	e.u64(n.ID)
+	e.u64(ms(n.Registered))
+	e.str(n.UUID)
+	e.str(n.Addr)
+	e.str(n.MetricsURL)
+	return e.finish()
+}
+
+func decodeNode(v []byte) (nodeRecord, error) {
+	d := newDec("node", v)
+	n := nodeRecord{ID: d.u64(), Registered: fromMS(d.u64()), UUID: d.str(maxUUIDBytes), Addr: d.str(maxAddrBytes), MetricsURL: d.str(maxURLBytes)}
+	if err := d.done(); err != nil {
+		return n, err
+	}
+	if n.ID == 0 || n.UUID == "" {
+		return n, fmt.Errorf("%w: node %d: no ID or UUID", ErrCorrupt, n.ID)
+	}
+	return n, nil
+}
+
+// Pipeline states as stored.
+const (
+	pipelineOpen   = 1
+	pipelineClosed = 2
+)
+
+// pipelineRecord is a pipeline the meta service created.
+type pipelineRecord struct {
+	ID      uint64
+	State   uint8
+	Created time.Time
+	Closed  time.Time
+	Members []uint64
+}
+
+// pipelineMaxMembers bounds a stored member list.
+const pipelineMaxMembers = 16
+
+func (p pipelineRecord) encode() []byte {
+	e := newEnc()
+	e.u64(p.ID)
+	e.u8(p.State)
+	e.u64(ms(p.Created))
+	e.u64(ms(p.Closed))
+	e.u8(uint8(len(p.Members)))
+	for _, m := range p.Members {
+		e.u64(m)
+	}
+	return e.finish()
+}
+
+func decodePipeline(v []byte) (pipelineRecord, error) {
+	d := newDec("pipeline", v)
+	p := pipelineRecord{ID: d.u64(), State: d.u8(), Created: fromMS(d.u64()), Closed: fromMS(d.u64())}
+	n := int(d.u8())
+	if n == 0 || n > pipelineMaxMembers {
+		d.fail("%d members", n)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		p.Members = append(p.Members, d.u64())
+	}
+	if err := d.done(); err != nil {
+		return p, err
+	}
+	if p.ID == 0 || (p.State != pipelineOpen && p.State != pipelineClosed) {
+		return p, fmt.Errorf("%w: pipeline %d: state %d", ErrCorrupt, p.ID, p.State)
+	}
+	return p, nil
+}
+
+// Container states as stored.
+const (
+	containerOpen    = 1
+	containerClosing = 2
+	containerClosed  = 3
+)
+
+func containerStateName(s uint8) string {
+	switch s {
+	case containerOpen:
+		return "OPEN"
+	case containerClosing:
+		return "CLOSING"
+	case containerClosed:
+		return "CLOSED"
+	}
+	return fmt.Sprintf("state(%d)", s)
+}
+
+// containerRecord is a container the meta service allocated.
+type containerRecord struct {
+	ID        uint64
+	Pipeline  uint64
+	State     uint8
+	Created   time.Time
+	NextLocal uint64 // the next local block ID to hand out (from 1)
+	Committed uint64 // bytes of committed key blocks ever placed in it
+}
+
+func (c containerRecord) encode() []byte {
+	e := newEnc()
+	e.u64(c.ID)
+	e.u64(c.Pipeline)
+	e.u8(c.State)
+	e.u64(ms(c.Created))
+	e.u64(c.NextLocal)
+	e.u64(c.Committed)
+	return e.finish()
+}
+
+func decodeContainer(v []byte) (containerRecord, error) {
+	d := newDec("container", v)
+	c := containerRecord{ID: d.u64(), Pipeline: d.u64(), State: d.u8(), Created: fromMS(d.u64()), NextLocal: d.u64(), Committed: d.u64()}
+	if err := d.done(); err != nil {
+		return c, err
+	}
+	if c.ID == 0 || c.Pipeline == 0 || c.NextLocal == 0 || c.State < containerOpen || c.State > containerClosed {
+		return c, fmt.Errorf("%w: container %d: pipeline %d, state %d, next local %d", ErrCorrupt, c.ID, c.Pipeline, c.State, c.NextLocal)
+	}
+	return c, nil
+}
+
+// bucketRecord is a bucket; its name is in the Pebble key.
+type bucketRecord struct {
+	Created time.Time
+	Keys    uint64
+	Bytes   uint64
+}
+
+func (b bucketRecord) encode() []byte {
+	e := newEnc()
+	e.u64(ms(b.Created))
+	e.u64(b.Keys)
+	e.u64(b.Bytes)
+	return e.finish()
+}
+
+func decodeBucket(v []byte) (bucketRecord, error) {
+	d := newDec("bucket", v)
+	b := bucketRecord{Created: fromMS(d.u64()), Keys: d.u64(), Bytes: d.u64()}
+	return b, d.done()
+}
+
+// keyBlockBytes is the stored size of one block of a key.
+const keyBlockBytes = 32
+
+// keyRecord is a committed key; bucket and name are in the Pebble key.
+type keyRecord struct {
+	Size    uint64
+	CRC32C  uint32
+	Created time.Time
+	Blocks  []storedBlock
+}
+
+// storedBlock is one block of a key as stored.
+type storedBlock struct {
+	Container, Local, Pipeline, Length uint64
+}
+
+func (k keyRecord) encode() []byte {
+	e := newEnc()
+	e.u64(k.Size)
+	e.u32(k.CRC32C)
+	e.u64(ms(k.Created))
+	e.u32(uint32(len(k.Blocks)))
+	for _, b := range k.Blocks {
+		e.u64(b.Container)
+		e.u64(b.Local)
+		e.u64(b.Pipeline)
+		e.u64(b.Length)
+	}
+	return e.finish()
+}
+
+func decodeKey(v []byte) (keyRecord, error) {
+	d := newDec("key", v)
+	k := keyRecord{Size: d.u64(), CRC32C: d.u32(), Created: fromMS(d.u64())}
+	n := d.u32()
+	if d.err == nil && (n > maxBlocksPerKey || uint64(len(d.b)) != uint64(n)*keyBlockBytes) {
+		d.fail("%d blocks in %d bytes", n, len(d.b))
+	}
+	var sum uint64
+	for i := uint32(0); i < n && d.err == nil; i++ {
+		b := storedBlock{Container: d.u64(), Local: d.u64(), Pipeline: d.u64(), Length: d.u64()}
+		sum += b.Length
+		k.Blocks = append(k.Blocks, b)
+	}
+	if err := d.done(); err != nil {
+		return k, err
+	}
+	if sum != k.Size {
+		return k, fmt.Errorf("%w: key: blocks sum to %d bytes, size %d", ErrCorrupt, sum, k.Size)
+	}
+	return k, nil
+}
+
+// allocRecord is a block handed out by Allocate and not committed yet.
+type allocRecord struct {
+	Allocated time.Time
+	Bucket    string
+	Key       string
+}
+
+func (a allocRecord) encode() []byte {
+	e := newEnc()
+	e.u64(ms(a.Allocated))
+	e.str(a.Bucket)
+	e.str(a.Key)
+	return e.finish()
+}
+
+func decodeAlloc(v []byte) (allocRecord, error) {
+	d := newDec("allocation", v)
+	a := allocRecord{Allocated: fromMS(d.u64()), Bucket: d.str(maxBucketBytes), Key: d.str(maxKeyBytes)}
+	return a, d.done()
+}
+
+// Reasons a block is scheduled for deletion.
+const (
+	reasonReplaced = 1 // its key was replaced by a newer version
+	reasonDeleted  = 2 // its key was deleted
+	reasonExpired  = 3 // allocated, never committed within the grace period
+)
+
+func reasonName(r uint8) string {
+	switch r {
+	case reasonReplaced:
+		return "replaced"
+	case reasonDeleted:
+		return "deleted"
+	case reasonExpired:
+		return "expired"
+	}
+	return fmt.Sprintf("reason(%d)", r)
+}
+
+// deleteRecord is a block to delete on the datanodes.
+type deleteRecord struct {
+	Scheduled time.Time
+	Reason    uint8
+}
+
+func (r deleteRecord) encode() []byte {
+	e := newEnc()
+	e.u64(ms(r.Scheduled))
+	e.u8(r.Reason)
+	return e.finish()
+}
+
+func decodeDelete(v []byte) (deleteRecord, error) {
+	d := newDec("pending delete", v)
+	r := deleteRecord{Scheduled: fromMS(d.u64()), Reason: d.u8()}
+	if err := d.done(); err != nil {
+		return r, err
+	}
+	if r.Reason < reasonReplaced || r.Reason > reasonExpired {
+		return r, fmt.Errorf("%w: pending delete: reason %d", ErrCorrupt, r.Reason)
+	}
+	return r, nil
+}

@@ -1,0 +1,474 @@
+package meta
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+const (
+	maxBlocksPerKey = metaapi.MaxBlocksPerKey
+	maxBucketBytes  = metaapi.MaxBucketBytes
+	maxKeyBytes     = metaapi.MaxKeyBytes
+)
+
+// PipelineSize is the number of datanodes in a pipeline.
+const PipelineSize = 3
+
+// MaxNodeID is the highest node ID the meta service assigns (a datanode's
+// raft ID must fit in 16 bits: the pipeline's proposal IDs carry it).
+const MaxNodeID = 1<<16 - 1
+
+// Defaults of the service's own limits (the cluster defaults are in
+// metaapi).
+const (
+	// DefaultAllocationGrace: a block allocated and not committed for this
+	// long is garbage (an interrupted put) and scheduled for deletion.
+	DefaultAllocationGrace = time.Hour
+	// DefaultContainersPerPipeline: OPEN containers kept per OPEN pipeline.
+	DefaultContainersPerPipeline = 1
+	// DefaultLeaveTimeout: a CLOSED pipeline's members are told to leave it
+	// once none of its containers is reported OPEN, or after this long.
+	DefaultLeaveTimeout = time.Minute
+	// DefaultDeleteRedeliverAfter: a block deletion delivered and not
+	// acknowledged is delivered again after this long.
+	DefaultDeleteRedeliverAfter = 30 * time.Second
+	// DefaultMaxDeleteAttempts: deliveries of one block deletion before the
+	// meta service gives up on it (logged and counted).
+	DefaultMaxDeleteAttempts = 5
+	// DefaultCloseResendAfter: a close_container command is repeated, to a
+	// node still reporting the container OPEN, at most this often.
+	DefaultCloseResendAfter = 3 * time.Second
+)
+
+// Named bounds.
+const (
+	// MaxDeleteBlocksPerHeartbeat bounds the block IDs of the delete_blocks
+	// commands in one heartbeat response.
+	MaxDeleteBlocksPerHeartbeat = 1000
+	// MaxCommandsPerHeartbeat bounds the commands in one heartbeat response
+	// (a datanode runs a bounded number of them at once).
+	MaxCommandsPerHeartbeat = 64
+	// MaxExpiredPerTick bounds the expired allocations turned into pending
+	// deletions in one Tick.
+	MaxExpiredPerTick = 10000
+	// MaxRequestBytes bounds a request body.
+	MaxRequestBytes = 32 << 20
+)
+
+// Config configures a meta service. Zero values take the defaults.
+type Config struct {
+	// Dir holds the Pebble store (created if missing).
+	Dir string
+	// Listen is the HTTP address of Start/Run (default 127.0.0.1:0).
+	Listen string
+	// ReadyFile, when set, receives "ADDR\nPID\n" once Run serves.
+	ReadyFile string
+
+	HeartbeatInterval     time.Duration
+	StaleAfter            time.Duration
+	DeadAfter             time.Duration
+	PipelinesPerNode      int
+	ContainerSizeBytes    uint64
+	ContainersPerPipeline int
+	AllocationGrace       time.Duration
+	LeaveTimeout          time.Duration
+	DeleteRedeliverAfter  time.Duration
+	MaxDeleteAttempts     int
+	CloseResendAfter      time.Duration
+
+	// TickInterval is how often Start runs Tick (default
+	// HeartbeatInterval); negative: never (tests call Tick themselves).
+	TickInterval time.Duration
+	// Now is the clock (default time.Now); tests inject one.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:0"
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = metaapi.DefaultHeartbeatInterval
+	}
+	if c.StaleAfter <= 0 {
+		c.StaleAfter = metaapi.DefaultStaleAfter
+	}
+	if c.DeadAfter <= 0 {
+		c.DeadAfter = metaapi.DefaultDeadAfter
+	}
+	if c.PipelinesPerNode <= 0 {
+		c.PipelinesPerNode = metaapi.DefaultPipelinesPerNode
+	}
+	if c.ContainerSizeBytes == 0 {
+		c.ContainerSizeBytes = metaapi.DefaultContainerSizeBytes
+	}
+	if c.ContainersPerPipeline <= 0 {
+		c.ContainersPerPipeline = DefaultContainersPerPipeline
+	}
+	if c.AllocationGrace <= 0 {
+		c.AllocationGrace = DefaultAllocationGrace
+	}
+	if c.LeaveTimeout <= 0 {
+		c.LeaveTimeout = DefaultLeaveTimeout
+	}
+	if c.DeleteRedeliverAfter <= 0 {
+		c.DeleteRedeliverAfter = DefaultDeleteRedeliverAfter
+	}
+	if c.MaxDeleteAttempts <= 0 {
+		c.MaxDeleteAttempts = DefaultMaxDeleteAttempts
+	}
+	if c.CloseResendAfter <= 0 {
+		c.CloseResendAfter = DefaultCloseResendAfter
+	}
+	if c.TickInterval == 0 {
+		c.TickInterval = c.HeartbeatInterval
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func (c *Config) validate() error {
+	if c.Dir == "" {
+		return errors.New("meta: --dir is required")
+	}
+	if c.DeadAfter <= c.StaleAfter {
+		return fmt.Errorf("meta: dead-after %s must exceed stale-after %s", c.DeadAfter, c.StaleAfter)
+	}
+	return nil
+}
+
+// node is a registered datanode: its record and what its last heartbeat
+// said (memory only).
+type node struct {
+	rec nodeRecord
+	// last is the time of the last heartbeat (the service's start time for
+	// a node not heard from since).
+	last time.Time
+	// seen: a heartbeat arrived since the service started (its reports
+	// below are real).
+	seen       bool
+	health     string
+	capacity   uint64
+	used       uint64
+	containers map[uint64]metaapi.ContainerReport
+	pipelines  map[uint64]metaapi.PipelineReport
+}
+
+// pipelineState is a pipeline's record plus what reports say of it.
+type pipelineState struct {
+	rec        pipelineRecord
+	containers []uint64 // every container of the pipeline, in ID order
+	rr         uint64   // round-robin cursor over its OPEN containers
+}
+
+// containerState is a container's record plus memory-only bookkeeping.
+type containerState struct {
+	rec       containerRecord
+	lastClose map[uint64]time.Time // node → last close_container sent
+}
+
+// pendingDelete is a block scheduled for deletion.
+type pendingDelete struct {
+	rec   deleteRecord
+	tries map[uint64]int       // node → deliveries to it
+	last  map[uint64]time.Time // node → last delivery to it
+	acked map[uint64]bool      // nodes that acknowledged it
+}
+
+// blockRef is a block's identity as a map key.
+type blockRef struct{ container, local uint64 }
+
+// Service is the meta service's state: the cluster manager and the
+// namespace over one Pebble store. See the package comment for its
+// invariants and concurrency contract.
+type Service struct {
+	cfg     Config
+	log     *slog.Logger
+	db      *pebble.DB
+	started time.Time
+	metrics *metrics
+
+	mu sync.RWMutex
+	// failed is set when a Pebble commit fails: memory may then be ahead
+	// of the store, so every later request is refused.
+	failed     error
+	closed     bool
+	ctr        counters
+	nodes      map[uint64]*node
+	byUUID     map[string]uint64
+	pipelines  map[uint64]*pipelineState
+	containers map[uint64]*containerState
+	buckets    map[string]bucketRecord
+	allocs     map[blockRef]allocRecord
+	deletes    map[uint64]map[uint64]*pendingDelete // container → local → pending
+	nDeletes   int
+	rr         uint64 // round-robin cursor over allocatable pipelines
+}
+
+// Open opens (creating if needed) the meta service's store in cfg.Dir and
+// loads its state.
+func Open(cfg Config) (*Service, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("meta: %w", err)
+	}
+	log := cfg.Logger.With("component", "meta")
+	db, err := pebble.Open(filepath.Join(cfg.Dir, "pebble"), &pebble.Options{Logger: pebbleLogger{log}})
+	if err != nil {
+		return nil, fmt.Errorf("meta: open store in %s: %w", cfg.Dir, err)
+	}
+	s := &Service{
+		cfg: cfg, log: log, db: db, started: cfg.Now(),
+		nodes: map[uint64]*node{}, byUUID: map[string]uint64{},
+		pipelines: map[uint64]*pipelineState{}, containers: map[uint64]*containerState{},
+		buckets: map[string]bucketRecord{}, allocs: map[blockRef]allocRecord{},
+		deletes: map[uint64]map[uint64]*pendingDelete{},
+	}
+	if err := s.load(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("meta: load %s: %w", cfg.Dir, err)
+	}
+	s.metrics = newMetrics(s)
+	log.Info("meta store opened", "dir", cfg.Dir, "nodes", len(s.nodes), "pipelines", len(s.pipelines),
+		"containers", len(s.containers), "buckets", len(s.buckets), "pending_allocations", len(s.allocs), "pending_deletes", s.nDeletes)
+	return s, nil
+}
+
+// Close closes the store. Requests after Close fail with ErrUnavailable.
+func (s *Service) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("meta: close store: %w", err)
+	}
+	return nil
+}
+
+// scan calls fn for every key/value with the given one-byte prefix.
+func (s *Service) scan(prefix byte, fn func(k, v []byte) error) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefix}, UpperBound: []byte{prefix + 1}})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := fn(it.Key(), it.Value()); err != nil {
+			it.Close()
+			return err
+		}
+	}
+	if err := it.Error(); err != nil {
+		it.Close()
+		return err
+	}
+	return it.Close()
+}
+
+func (s *Service) load() error {
+	v, closer, err := s.db.Get(counterKey())
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		s.ctr = counters{NextNode: 1, NextPipeline: 1, NextContainer: 1}
+	case err != nil:
+		return err
+	default:
+		s.ctr, err = decodeCounters(v)
+		closer.Close()
+		if err != nil {
+			return err
+		}
+	}
+	err = s.scan(prefixNode, func(k, v []byte) error {
+		id, ok := parseU64Key(k)
+		rec, err := decodeNode(v)
+		if err != nil {
+			return err
+		}
+		if !ok || rec.ID != id || id >= s.ctr.NextNode {
+			return fmt.Errorf("%w: node record %x holds node %d (next ID %d)", ErrCorrupt, k, rec.ID, s.ctr.NextNode)
+		}
+		s.nodes[id] = &node{rec: rec, last: s.started, health: metaapi.HealthHealthy,
+			containers: map[uint64]metaapi.ContainerReport{}, pipelines: map[uint64]metaapi.PipelineReport{}}
+		s.byUUID[rec.UUID] = id
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = s.scan(prefixPipeline, func(k, v []byte) error {
+		id, ok := parseU64Key(k)
+		rec, err := decodePipeline(v)
+		if err != nil {
+			return err
+		}
+		if !ok || rec.ID != id || id >= s.ctr.NextPipeline {
+			return fmt.Errorf("%w: pipeline record %x holds pipeline %d", ErrCorrupt, k, rec.ID)
+		}
+		for _, m := range rec.Members {
+			if s.nodes[m] == nil {
+				return fmt.Errorf("%w: pipeline %d: member %d is not a registered node", ErrCorrupt, id, m)
+			}
+		}
+		s.pipelines[id] = &pipelineState{rec: rec}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = s.scan(prefixContainer, func(k, v []byte) error {
+		id, ok := parseU64Key(k)
+		rec, err := decodeContainer(v)
+		if err != nil {
+			return err
+		}
+		p := s.pipelines[rec.Pipeline]
+		if !ok || rec.ID != id || id >= s.ctr.NextContainer || p == nil {
+			return fmt.Errorf("%w: container record %x holds container %d of pipeline %d", ErrCorrupt, k, rec.ID, rec.Pipeline)
+		}
+		s.containers[id] = &containerState{rec: rec}
+		p.containers = append(p.containers, id) // the scan is in ID order
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = s.scan(prefixBucket, func(k, v []byte) error {
+		rec, err := decodeBucket(v)
+		if err != nil {
+			return fmt.Errorf("bucket %q: %w", k[1:], err)
+		}
+		s.buckets[string(k[1:])] = rec
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = s.scan(prefixAlloc, func(k, v []byte) error {
+		c, l, ok := parseBlockKey(k)
+		rec, err := decodeAlloc(v)
+		if err != nil {
+			return err
+		}
+		if !ok || s.containers[c] == nil || l >= s.containers[c].rec.NextLocal {
+			return fmt.Errorf("%w: allocation %x: no such container or local ID not handed out", ErrCorrupt, k)
+		}
+		s.allocs[blockRef{c, l}] = rec
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return s.scan(prefixDelete, func(k, v []byte) error {
+		c, l, ok := parseBlockKey(k)
+		rec, err := decodeDelete(v)
+		if err != nil {
+			return err
+		}
+		if !ok || s.containers[c] == nil {
+			return fmt.Errorf("%w: pending delete %x: no such container", ErrCorrupt, k)
+		}
+		s.addDelete(blockRef{c, l}, rec)
+		return nil
+	})
+}
+
+func (s *Service) addDelete(ref blockRef, rec deleteRecord) {
+	m := s.deletes[ref.container]
+	if m == nil {
+		m = map[uint64]*pendingDelete{}
+		s.deletes[ref.container] = m
+	}
+	if _, ok := m[ref.local]; !ok {
+		s.nDeletes++
+	}
+	m[ref.local] = &pendingDelete{rec: rec}
+}
+
+func (s *Service) removeDelete(ref blockRef) {
+	m := s.deletes[ref.container]
+	if _, ok := m[ref.local]; !ok {
+		return
+	}
+	delete(m, ref.local)
+	s.nDeletes--
+	if len(m) == 0 {
+		delete(s.deletes, ref.container)
+	}
+}
+
+// usable returns an error when the service cannot take requests. Callers
+// hold s.mu (either mode).
+func (s *Service) usable() error {
+	if s.closed {
+		return fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable)
+	}
+	if s.failed != nil {
+		return fmt.Errorf("meta: store failed earlier, refusing requests: %w", s.failed)
+	}
+	return nil
+}
+
+// commit writes b synced. A failure fails the service: the caller has
+// already changed memory, which is now ahead of the store. Callers hold
+// s.mu for writing.
+func (s *Service) commit(b *pebble.Batch) error {
+	defer b.Close()
+	if b.Empty() {
+		return nil
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		s.failed = err
+		s.log.Error("meta store commit failed; refusing every later request", "err", err)
+		return fmt.Errorf("meta: store commit: %w", err)
+	}
+	return nil
+}
+
+// set adds key → value to b; Set on a batch fails only on misuse.
+func set(b *pebble.Batch, k, v []byte) {
+	if err := b.Set(k, v, nil); err != nil {
+		panic(fmt.Sprintf("meta: batch set: %v", err))
+	}
+}
+
+func del(b *pebble.Batch, k []byte) {
+	if err := b.Delete(k, nil); err != nil {
+		panic(fmt.Sprintf("meta: batch delete: %v", err))
+	}
+}
+
+// pebbleLogger routes Pebble's logs to slog; Fatalf panics (the default
+// would exit the process).
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error(msg, "component", "pebble", "fatal", true)
+	panic("pebble: " + msg)
+}

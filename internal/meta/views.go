@@ -1,0 +1,76 @@
+package meta
+
+import (
+	"slices"
+
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+// Nodes is the admin view of every registered datanode, by node ID.
+func (s *Service) Nodes() (*metaapi.NodeList, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	now := s.cfg.Now()
+	l := &metaapi.NodeList{Nodes: []metaapi.NodeInfo{}}
+	for _, id := range s.sortedNodes() {
+		n := s.nodes[id]
+		ni := metaapi.NodeInfo{NodeID: id, UUID: n.rec.UUID, Addr: n.rec.Addr, Health: s.healthOf(n, now),
+			LastHeartbeat: n.last, Pipelines: []uint64{}, Containers: len(n.containers), UsedBytes: n.used}
+		for _, pid := range s.sortedPipelines() {
+			p := s.pipelines[pid]
+			if p.rec.State == pipelineOpen && slices.Contains(p.rec.Members, id) {
+				ni.Pipelines = append(ni.Pipelines, pid)
+			}
+		}
+		l.Nodes = append(l.Nodes, ni)
+	}
+	return l, nil
+}
+
+// Pipelines is the admin view of every pipeline, open and closed, by ID.
+func (s *Service) Pipelines() (*metaapi.PipelineList, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	now := s.cfg.Now()
+	l := &metaapi.PipelineList{Pipelines: []metaapi.Pipeline{}}
+	for _, pid := range s.sortedPipelines() {
+		l.Pipelines = append(l.Pipelines, *s.pipelineView(s.pipelines[pid], now))
+	}
+	return l, nil
+}
+
+// Containers is the admin view of every container, by ID; used bytes and
+// blocks are the largest any live replica reports.
+func (s *Service) Containers() (*metaapi.ContainerList, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	now := s.cfg.Now()
+	ids := make([]uint64, 0, len(s.containers))
+	for id := range s.containers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	l := &metaapi.ContainerList{Containers: []metaapi.ContainerInfo{}}
+	for _, id := range ids {
+		c := s.containers[id]
+		ci := metaapi.ContainerInfo{ID: id, Pipeline: c.rec.Pipeline, State: containerStateName(c.rec.State)}
+		for _, m := range s.pipelines[c.rec.Pipeline].rec.Members {
+			n := s.nodes[m]
+			if r, ok := n.containers[id]; ok && s.live(m, now) {
+				ci.UsedBytes = max(ci.UsedBytes, r.UsedBytes)
+				ci.Blocks = max(ci.Blocks, r.Blocks)
+			}
+		}
+		l.Containers = append(l.Containers, ci)
+	}
+	return l, nil
+}

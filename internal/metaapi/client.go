@@ -1,0 +1,347 @@
+package metaapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client defaults and bounds.
+const (
+	// DefaultClientTimeout bounds one attempt of a request.
+	DefaultClientTimeout = 10 * time.Second
+	// DefaultClientAttempts bounds the tries of an idempotent request.
+	DefaultClientAttempts = 3
+	// DefaultClientBackoff is the wait before the first retry; it doubles
+	// up to MaxClientBackoff.
+	DefaultClientBackoff = 100 * time.Millisecond
+	MaxClientBackoff     = 2 * time.Second
+	// MaxResponseBytes bounds a response body the client reads.
+	MaxResponseBytes = 64 << 20
+	// maxErrorBodyBytes bounds an error body.
+	maxErrorBodyBytes = 1 << 20
+)
+
+// ClientOptions configure a Client; zero values take the defaults.
+type ClientOptions struct {
+	// Timeout bounds one attempt (DefaultClientTimeout).
+	Timeout time.Duration
+	// Attempts bounds the tries of an idempotent request
+	// (DefaultClientAttempts); 1 disables retries.
+	Attempts int
+	// Backoff is the wait before the first retry (DefaultClientBackoff).
+	Backoff time.Duration
+	// HTTPClient, when set, carries the requests (its own Timeout applies
+	// too).
+	HTTPClient *http.Client
+}
+
+// Client calls a meta service. It is safe for concurrent use.
+//
+// Errors: a non-2xx answer is an *Error (errors.Is(err, ErrNotFound), …
+// work through its Unwrap); a meta service that cannot be reached is an
+// *Error with code UNAVAILABLE whose message says "meta unreachable at
+// ADDR"; a cancelled or expired ctx is returned as ctx.Err(), wrapped.
+//
+// Retries (up to Attempts, with a doubling backoff) apply to the
+// idempotent calls — Heartbeat, ListBuckets, Allocate, CommitKey, GetKey,
+// List, Nodes, Pipelines, Containers — on UNAVAILABLE answers and on
+// transport failures. Allocate counts as idempotent because a block
+// allocated and never committed is garbage the meta service deletes;
+// CommitKey because the meta service accepts a commit identical to the
+// key's current version. CreateBucket, DeleteBucket and DeleteKey are
+// tried once.
+type Client struct {
+	base     string // scheme://host:port, no trailing slash
+	host     string
+	hc       *http.Client
+	timeout  time.Duration
+	attempts int
+	backoff  time.Duration
+}
+
+// NewClient returns a client of the meta service at baseURL:
+// "http://host:port" or just "host:port".
+func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
+	raw := baseURL
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return nil, fmt.Errorf("meta address %q: want host:port or http://host:port", baseURL)
+	}
+	c := &Client{base: u.Scheme + "://" + u.Host, host: u.Host, hc: opts.HTTPClient,
+		timeout: opts.Timeout, attempts: opts.Attempts, backoff: opts.Backoff}
+	if c.hc == nil {
+		c.hc = &http.Client{Transport: &http.Transport{
+			Proxy:               nil, // the meta service is on the cluster's network, never behind a proxy
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     90 * time.Second,
+		}}
+	}
+	if c.timeout <= 0 {
+		c.timeout = DefaultClientTimeout
+	}
+	if c.attempts <= 0 {
+		c.attempts = DefaultClientAttempts
+	}
+	if c.backoff <= 0 {
+		c.backoff = DefaultClientBackoff
+	}
+	return c, nil
+}
+
+// Addr is the meta service's host:port.
+func (c *Client) Addr() string { return c.host }
+
+// KeyPath is the escaped URL path of a key: /v1/keys/{bucket}/{key...},
+// each '/'-separated segment of the key path-escaped.
+func KeyPath(bucket, key string) string {
+	segs := strings.Split(key, "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	return "/v1/keys/" + url.PathEscape(bucket) + "/" + strings.Join(segs, "/")
+}
+
+// Heartbeat sends a heartbeat (a registration when hb.NodeID is 0).
+func (c *Client) Heartbeat(ctx context.Context, hb *Heartbeat) (*HeartbeatResponse, error) {
+	var r HeartbeatResponse
+	return &r, c.do(ctx, http.MethodPost, "/v1/heartbeat", hb, &r, true)
+}
+
+// CreateBucket creates a bucket (ErrExists if it exists).
+func (c *Client) CreateBucket(ctx context.Context, name string) (*Bucket, error) {
+	if err := ValidBucket(name); err != nil {
+		return nil, err
+	}
+	var b Bucket
+	return &b, c.do(ctx, http.MethodPut, "/v1/buckets/"+url.PathEscape(name), nil, &b, false)
+}
+
+// ListBuckets lists the buckets.
+func (c *Client) ListBuckets(ctx context.Context) (*BucketList, error) {
+	var l BucketList
+	return &l, c.do(ctx, http.MethodGet, "/v1/buckets", nil, &l, true)
+}
+
+// DeleteBucket deletes an empty bucket (ErrNotEmpty otherwise).
+func (c *Client) DeleteBucket(ctx context.Context, name string) error {
+	if err := ValidBucket(name); err != nil {
+		return err
+	}
+	return c.do(ctx, http.MethodDelete, "/v1/buckets/"+url.PathEscape(name), nil, nil, false)
+}
+
+// Allocate asks for a new block for bucket/key (ErrNoPipeline when no
+// healthy pipeline is left after req.ExcludePipelines).
+func (c *Client) Allocate(ctx context.Context, req *AllocateRequest) (*AllocateResponse, error) {
+	if err := validNames(req.Bucket, req.Key); err != nil {
+		return nil, err
+	}
+	var r AllocateResponse
+	return &r, c.do(ctx, http.MethodPost, "/v1/allocate", req, &r, true)
+}
+
+// CommitKey makes bucket/key visible with the given blocks, atomically.
+func (c *Client) CommitKey(ctx context.Context, bucket, key string, ck *CommitKey) (*KeyInfo, error) {
+	if err := validNames(bucket, key); err != nil {
+		return nil, err
+	}
+	var ki KeyInfo
+	return &ki, c.do(ctx, http.MethodPost, KeyPath(bucket, key), ck, &ki, true)
+}
+
+// GetKey returns a committed key with its blocks and their replicas.
+func (c *Client) GetKey(ctx context.Context, bucket, key string) (*KeyInfo, error) {
+	if err := validNames(bucket, key); err != nil {
+		return nil, err
+	}
+	var ki KeyInfo
+	return &ki, c.do(ctx, http.MethodGet, KeyPath(bucket, key), nil, &ki, true)
+}
+
+// DeleteKey deletes a key; its blocks are deleted on the datanodes later.
+func (c *Client) DeleteKey(ctx context.Context, bucket, key string) error {
+	if err := validNames(bucket, key); err != nil {
+		return err
+	}
+	return c.do(ctx, http.MethodDelete, KeyPath(bucket, key), nil, nil, false)
+}
+
+// ListOptions select one page of List.
+type ListOptions struct {
+	Prefix     string
+	StartAfter string // KeyList.Next of the previous page
+	Limit      int    // 0: the server's MaxListLimit
+}
+
+// List returns one page of the keys of bucket (without their blocks).
+func (c *Client) List(ctx context.Context, bucket string, o ListOptions) (*KeyList, error) {
+	if err := ValidBucket(bucket); err != nil {
+		return nil, err
+	}
+	q := url.Values{}
+	if o.Prefix != "" {
+		q.Set("prefix", o.Prefix)
+	}
+	if o.StartAfter != "" {
+		q.Set("start_after", o.StartAfter)
+	}
+	if o.Limit != 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	path := "/v1/list/" + url.PathEscape(bucket)
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var l KeyList
+	return &l, c.do(ctx, http.MethodGet, path, nil, &l, true)
+}
+
+// Nodes is the admin view of the datanodes.
+func (c *Client) Nodes(ctx context.Context) ([]NodeInfo, error) {
+	var l NodeList
+	err := c.do(ctx, http.MethodGet, "/v1/nodes", nil, &l, true)
+	return l.Nodes, err
+}
+
+// Pipelines is the admin view of the pipelines.
+func (c *Client) Pipelines(ctx context.Context) ([]Pipeline, error) {
+	var l PipelineList
+	err := c.do(ctx, http.MethodGet, "/v1/pipelines", nil, &l, true)
+	return l.Pipelines, err
+}
+
+// Containers is the admin view of the containers.
+func (c *Client) Containers(ctx context.Context) ([]ContainerInfo, error) {
+	var l ContainerList
+	err := c.do(ctx, http.MethodGet, "/v1/containers", nil, &l, true)
+	return l.Containers, err
+}
+
+func validNames(bucket, key string) error {
+	if err := ValidBucket(bucket); err != nil {
+		return err
+	}
+	return ValidKey(key)
+}
+
+// do runs one call: up to c.attempts tries when idempotent, one otherwise.
+func (c *Client) do(ctx context.Context, method, path string, in, out any, idempotent bool) error {
+	var body []byte
+	if in != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
+			return fmt.Errorf("meta %s %s: encode request: %w", method, path, err)
+		}
+	}
+	attempts := 1
+	if idempotent {
+		attempts = c.attempts
+	}
+	backoff := c.backoff
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = c.once(ctx, method, path, body, out)
+		if err == nil || attempt >= attempts || !retryable(err) || ctx.Err() != nil {
+			break
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("meta %s %s: %w (after: %v)", method, path, ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, MaxClientBackoff)
+	}
+	return err
+}
+
+// retryable: the meta service was unreachable or said UNAVAILABLE.
+func retryable(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == CodeUnavailable
+}
+
+// once runs one HTTP exchange.
+func (c *Client) once(ctx context.Context, method, path string, body []byte, out any) error {
+	actx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(actx, method, c.base+path, rd)
+	if err != nil {
+		return &Error{Code: CodeInvalid, Message: fmt.Sprintf("meta %s %s: %v", method, path, err)}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("meta %s %s: %w", method, path, ctx.Err())
+		}
+		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("meta unreachable at %s: %s %s: %v", c.host, method, path, unwrapURLError(err))}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return c.errorOf(method, path, resp)
+	}
+	if out == nil || resp.StatusCode == http.StatusNoContent {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBodyBytes))
+		return nil
+	}
+	dec := json.NewDecoder(io.LimitReader(resp.Body, MaxResponseBytes))
+	if err := dec.Decode(out); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("meta %s %s: %w", method, path, ctx.Err())
+		}
+		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("meta at %s: %s %s: reading the answer: %v", c.host, method, path, err)}
+	}
+	return nil
+}
+
+// errorOf turns a non-2xx response into an *Error.
+func (c *Client) errorOf(method, path string, resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
+	var e Error
+	if json.Unmarshal(b, &e) == nil && e.Code != "" {
+		return &e
+	}
+	code := CodeInternal
+	switch {
+	case resp.StatusCode == http.StatusBadRequest:
+		code = CodeInvalid
+	case resp.StatusCode == http.StatusNotFound:
+		code = CodeNotFound
+	case resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusGatewayTimeout:
+		code = CodeUnavailable
+	}
+	snippet := strings.TrimSpace(string(b))
+	if len(snippet) > 200 {
+		snippet = snippet[:200] + "…"
+	}
+	return &Error{Code: code, Message: fmt.Sprintf("meta at %s: %s %s: HTTP %d: %s", c.host, method, path, resp.StatusCode, snippet)}
+}
+
+// unwrapURLError drops the *url.Error wrapper (it repeats method and URL).
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
