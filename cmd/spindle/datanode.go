@@ -9,19 +9,23 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/spindle-store/spindle/internal/datanode"
+	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/pipeline"
 )
 
 func newDatanodeCmd() *cobra.Command {
 	var cfg datanode.Config
 	var pipelines []string
+	var metaAddr string
 	cmd := &cobra.Command{
 		Use:   "datanode",
 		Short: "Run a datanode: storage engine, shared raft log, static pipelines",
 		Long: `Runs a datanode: the storage engine over --data-dir, one shared raft log
 in --log-dir (put it on its own device to keep log fsyncs off the data disk),
 and the pipelines given by --pipeline GROUP:ID=ADDR,ID=ADDR,ID=ADDR
-(repeatable; this datanode is --id in each). Peers and clients use the one
+(repeatable; this datanode is --id in each), or, with --meta ADDR, those the
+meta service assigns (the datanode registers, heartbeats with its container
+and pipeline reports, and keeps its identity and pipelines in --log-dir). Peers and clients use the one
 --listen address. Once serving it writes "ADDR\nPID\n" to --ready-file.
 SIGTERM or SIGINT stops it cleanly.`,
 		Args: cobra.NoArgs,
@@ -33,13 +37,22 @@ SIGTERM or SIGINT stops it cleanly.`,
 				}
 				cfg.Pipelines = append(cfg.Pipelines, p)
 			}
+			if metaAddr != "" {
+				mc, err := metaapi.NewClient(metaAddr, metaapi.ClientOptions{})
+				if err != nil {
+					return err
+				}
+				cfg.Meta = mc
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return datanode.Run(ctx, cfg)
 		},
 	}
 	f := cmd.Flags()
-	f.Uint64Var(&cfg.ID, "id", 0, "this datanode's raft ID (1..65535), the same in every pipeline")
+	f.Uint64Var(&cfg.ID, "id", 0, "this datanode's raft ID (1..65535), the same in every pipeline (with --meta: assigned by the meta service)")
+	f.StringVar(&metaAddr, "meta", "", "meta service address (host:port): register, heartbeat, and serve the pipelines it assigns")
+	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", metaapi.DefaultHeartbeatInterval, "heartbeat period (with --meta)")
 	f.StringVar(&cfg.ListenAddr, "listen", "127.0.0.1:0", "address for peers and clients")
 	f.StringSliceVar(&cfg.DataDirs, "data-dir", nil, "volume directory (repeat or comma-separate for several)")
 	f.StringVar(&cfg.LogDir, "log-dir", "", "raft log directory")

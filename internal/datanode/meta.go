@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/spindle-store/spindle/internal/engine"
@@ -155,6 +156,44 @@ type heartbeater struct {
 	interval time.Duration
 	// proposals bounds the commands being proposed at once.
 	proposals chan struct{}
+
+	mu      sync.Mutex
+	deleted []metaapi.BlockRef // acknowledgements for the next heartbeat
+}
+
+// maxPendingAcks bounds the deletion acknowledgements kept between
+// heartbeats (beyond it they are dropped: the meta service resends, and a
+// delete is idempotent).
+const maxPendingAcks = 4 * metaapi.MaxDeletedBlocksReport
+
+func (h *heartbeater) ack(c uint64, blocks []uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, b := range blocks {
+		if len(h.deleted) >= maxPendingAcks {
+			return
+		}
+		h.deleted = append(h.deleted, metaapi.BlockRef{Container: c, Local: b})
+	}
+}
+
+// takeAcks removes up to MaxDeletedBlocksReport acknowledgements.
+func (h *heartbeater) takeAcks() []metaapi.BlockRef {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := min(len(h.deleted), metaapi.MaxDeletedBlocksReport)
+	out := append([]metaapi.BlockRef(nil), h.deleted[:n]...)
+	h.deleted = append(h.deleted[:0], h.deleted[n:]...)
+	return out
+}
+
+// putBackAcks returns acknowledgements a failed heartbeat did not deliver.
+func (h *heartbeater) putBackAcks(acks []metaapi.BlockRef) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.deleted)+len(acks) <= maxPendingAcks {
+		h.deleted = append(acks, h.deleted...)
+	}
 }
 
 const maxConcurrentProposals = 16
@@ -189,8 +228,11 @@ func (h *heartbeater) report() *metaapi.Heartbeat {
 func (h *heartbeater) beat(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := h.mc.Heartbeat(cctx, h.report())
+	hb := h.report()
+	hb.DeletedBlocks = h.takeAcks()
+	resp, err := h.mc.Heartbeat(cctx, hb)
 	if err != nil {
+		h.putBackAcks(hb.DeletedBlocks)
 		h.log.Warn("heartbeat failed", "err", err)
 		return
 	}
@@ -229,15 +271,25 @@ func (h *heartbeater) beat(ctx context.Context) {
 	}
 }
 
-// propose runs a close or delete command on the pipeline this node leads,
-// in the background (bounded); a node that does not lead it ignores it
-// (the meta service sends it to the leader it sees in the reports).
+// propose runs a close or delete command. On the leader of a pipeline this
+// node serves it is proposed (in the background, bounded), so that every
+// replica applies it; a follower ignores it (the meta service sends it to
+// the leader the reports name). For a pipeline this node does not serve
+// (closed, left), the node acts on its own replica directly.
 func (h *heartbeater) propose(ctx context.Context, c metaapi.Command) {
 	if c.Pipeline == nil {
 		h.log.Warn("command without its pipeline", "kind", c.Kind)
 		return
 	}
 	pid := c.Pipeline.ID
+	served := false
+	for _, p := range h.node.Pipelines() {
+		served = served || p.ID == pid
+	}
+	if !served {
+		h.local(c)
+		return
+	}
 	if l, _ := h.node.Leader(pid); l != h.id.NodeID {
 		return
 	}
@@ -259,10 +311,41 @@ func (h *heartbeater) propose(ctx context.Context, c metaapi.Command) {
 		defer func() { <-h.proposals }()
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		if err := h.node.Propose(pctx, pid, cmds); err != nil && !errors.Is(err, engine.ErrNotFound) {
+		err := h.node.Propose(pctx, pid, cmds)
+		if err != nil && !errors.Is(err, engine.ErrNotFound) {
 			h.log.Warn("command from the meta service", "kind", c.Kind, "pipeline", pid, "container", c.Container, "err", err)
+			return
+		}
+		if c.Kind == metaapi.CmdDeleteBlocks {
+			h.ack(c.Container, c.Blocks)
 		}
 	}()
+}
+
+// local carries out a command on this node's own replica.
+func (h *heartbeater) local(c metaapi.Command) {
+	id := engine.ContainerID(c.Container)
+	switch c.Kind {
+	case metaapi.CmdCloseContainer:
+		if err := h.eng.CloseContainer(id); err != nil && !errors.Is(err, engine.ErrNotFound) {
+			h.log.Warn("closing a container of a pipeline not served", "container", c.Container, "err", err)
+		}
+	case metaapi.CmdDeleteBlocks:
+		var done []uint64
+		for _, b := range c.Blocks {
+			err := h.eng.DeleteBlock(engine.BlockID{Container: id, Local: b})
+			if err != nil && !errors.Is(err, engine.ErrNotFound) {
+				h.log.Warn("deleting a block of a pipeline not served", "container", c.Container, "block", b, "err", err)
+				continue
+			}
+			done = append(done, b)
+		}
+		if err := h.eng.Sync(); err != nil {
+			h.log.Error("sync after deletions", "err", err)
+			return
+		}
+		h.ack(c.Container, done)
+	}
 }
 
 func (h *heartbeater) savePipelines() error {
