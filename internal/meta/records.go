@@ -183,12 +183,21 @@ func (d *dec) u64() uint64 {
 	return v
 }
 
+// tm decodes a time in Unix ms (0: none).
+func (d *dec) tm() time.Time {
+	v := d.u64()
+	if v > math.MaxInt64 {
+		d.fail("time %d ms out of range", v)
+	}
+	return fromMS(v)
+}
+
 func (d *dec) str(limit int) string {
 	if d.err != nil {
 		return ""
 	}
 	n, k := binary.Uvarint(d.b)
-	if k <= 0 || n > uint64(limit) {
+	if k <= 0 || n > uint64(limit) || k != len(binary.AppendUvarint(nil, n)) {
 		d.fail("bad string length")
 		return ""
 	}
@@ -272,7 +281,7 @@ func (n nodeRecord) encode() []byte {
 
 func decodeNode(v []byte) (nodeRecord, error) {
 	d := newDec("node", v)
-	n := nodeRecord{ID: d.u64(), Registered: fromMS(d.u64()), UUID: d.str(maxUUIDBytes), Addr: d.str(maxAddrBytes), MetricsURL: d.str(maxURLBytes)}
+	n := nodeRecord{ID: d.u64(), Registered: d.tm(), UUID: d.str(maxUUIDBytes), Addr: d.str(maxAddrBytes), MetricsURL: d.str(maxURLBytes)}
 	if err := d.done(); err != nil {
 		return n, err
 	}
@@ -315,7 +324,7 @@ func (p pipelineRecord) encode() []byte {
 
 func decodePipeline(v []byte) (pipelineRecord, error) {
 	d := newDec("pipeline", v)
-	p := pipelineRecord{ID: d.u64(), State: d.u8(), Created: fromMS(d.u64()), Closed: fromMS(d.u64())}
+	p := pipelineRecord{ID: d.u64(), State: d.u8(), Created: d.tm(), Closed: d.tm()}
 	n := int(d.u8())
 	if n == 0 || n > pipelineMaxMembers {
 		d.fail("%d members", n)
@@ -374,7 +383,7 @@ func (c containerRecord) encode() []byte {
 
 func decodeContainer(v []byte) (containerRecord, error) {
 	d := newDec("container", v)
-	c := containerRecord{ID: d.u64(), Pipeline: d.u64(), State: d.u8(), Created: fromMS(d.u64()), NextLocal: d.u64(), Committed: d.u64()}
+	c := containerRecord{ID: d.u64(), Pipeline: d.u64(), State: d.u8(), Created: d.tm(), NextLocal: d.u64(), Committed: d.u64()}
 	if err := d.done(); err != nil {
 		return c, err
 	}
@@ -401,7 +410,7 @@ func (b bucketRecord) encode() []byte {
 
 func decodeBucket(v []byte) (bucketRecord, error) {
 	d := newDec("bucket", v)
-	b := bucketRecord{Created: fromMS(d.u64()), Keys: d.u64(), Bytes: d.u64()}
+	b := bucketRecord{Created: d.tm(), Keys: d.u64(), Bytes: d.u64()}
 	return b, d.done()
 }
 
@@ -438,7 +447,7 @@ func (k keyRecord) encode() []byte {
 
 func decodeKey(v []byte) (keyRecord, error) {
 	d := newDec("key", v)
-	k := keyRecord{Size: d.u64(), CRC32C: d.u32(), Created: fromMS(d.u64())}
+	k := keyRecord{Size: d.u64(), CRC32C: d.u32(), Created: d.tm()}
 	n := d.u32()
 	if d.err == nil && (n > maxBlocksPerKey || uint64(len(d.b)) != uint64(n)*keyBlockBytes) {
 		d.fail("%d blocks in %d bytes", n, len(d.b))
@@ -475,7 +484,7 @@ func (a allocRecord) encode() []byte {
 
 func decodeAlloc(v []byte) (allocRecord, error) {
 	d := newDec("allocation", v)
-	a := allocRecord{Allocated: fromMS(d.u64()), Bucket: d.str(maxBucketBytes), Key: d.str(maxKeyBytes)}
+	a := allocRecord{Allocated: d.tm(), Bucket: d.str(maxBucketBytes), Key: d.str(maxKeyBytes)}
 	return a, d.done()
 }
 
@@ -513,7 +522,7 @@ func (r deleteRecord) encode() []byte {
 
 func decodeDelete(v []byte) (deleteRecord, error) {
 	d := newDec("pending delete", v)
-	r := deleteRecord{Scheduled: fromMS(d.u64()), Reason: d.u8()}
+	r := deleteRecord{Scheduled: d.tm(), Reason: d.u8()}
 	if err := d.done(); err != nil {
 		return r, err
 	}
