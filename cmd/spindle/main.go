@@ -82,7 +82,7 @@ line wins over the environment, which wins over the file.`,
 	root.PersistentFlags().StringVar(&opts.configPath, configFlag, "", "JSON config file: {\"bench chunk-write\": {\"chunk-size\": \"1MiB\"}, ...}")
 	root.PersistentFlags().StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 
-	root.AddCommand(newVersionCmd(), newBenchCmd(), newDemoCmd(), newReportCmd(), newDatanodeCmd(), newMetaCmd())
+	root.AddCommand(newVersionCmd(), newBenchCmd(), newDemoCmd(), newReportCmd(), newDatanodeCmd(), newMetaCmd(), newServerCmd())
 	return root
 }
 
