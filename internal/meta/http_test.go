@@ -43,13 +43,13 @@ func snapshot(t *testing.T, cl *metaapi.Client) string {
 	enc.Encode(nodes)
 	enc.Encode(must[[]metaapi.Pipeline](t)(cl.Pipelines(bg)))
 	enc.Encode(must[[]metaapi.ContainerInfo](t)(cl.Containers(bg)))
-	bl := must[*metaapi.BucketList](t)(cl.ListBuckets(bg))
+	bl := must[metaapi.BucketList](t)(cl.ListBuckets(bg))
 	enc.Encode(bl)
 	for _, bk := range bl.Buckets {
-		l := must[*metaapi.KeyList](t)(cl.List(bg, bk.Name, metaapi.ListOptions{}))
+		l := must[metaapi.KeyList](t)(cl.List(bg, bk.Name, metaapi.ListOptions{}))
 		enc.Encode(l)
 		for _, k := range l.Keys {
-			enc.Encode(must[*metaapi.KeyInfo](t)(cl.GetKey(bg, bk.Name, k.Key)))
+			enc.Encode(must[metaapi.KeyInfo](t)(cl.GetKey(bg, bk.Name, k.Key)))
 		}
 	}
 	return b.String()
@@ -170,22 +170,22 @@ func TestClientErrorsAndKeyNames(t *testing.T) {
 
 	names := []string{"a//b", "dir/", "x?y#z%25&", "sp ace/ü/🙂", "a/b/c.d", "%2F", "+plus"}
 	for i, k := range names {
-		a := must[*metaapi.AllocateResponse](t)(cl.Allocate(bg, &metaapi.AllocateRequest{Bucket: "bkt", Key: k}))
+		a := must[metaapi.AllocateResponse](t)(cl.Allocate(bg, metaapi.AllocateRequest{Bucket: "bkt", Key: k}))
 		ck := &metaapi.CommitKey{Size: uint64(i + 1), CRC32C: uint32(i), Blocks: []metaapi.KeyBlock{{BlockRef: a.Block, Pipeline: a.Pipeline.ID, Length: uint64(i + 1)}}}
-		ki := must[*metaapi.KeyInfo](t)(cl.CommitKey(bg, "bkt", k, ck))
+		ki := must[metaapi.KeyInfo](t)(cl.CommitKey(bg, "bkt", k, *ck))
 		if ki.Key != k {
 			t.Fatalf("committed %q as %q", k, ki.Key)
 		}
 		// The commit is idempotent: a retry with the same blocks works.
-		must[*metaapi.KeyInfo](t)(cl.CommitKey(bg, "bkt", k, ck))
+		must[metaapi.KeyInfo](t)(cl.CommitKey(bg, "bkt", k, *ck))
 	}
 	for i, k := range names {
-		ki := must[*metaapi.KeyInfo](t)(cl.GetKey(bg, "bkt", k))
+		ki := must[metaapi.KeyInfo](t)(cl.GetKey(bg, "bkt", k))
 		if ki.Key != k || ki.Size != uint64(i+1) || len(ki.Blocks[0].Members) != 3 {
 			t.Fatalf("get %q: %+v", k, ki)
 		}
 	}
-	l := must[*metaapi.KeyList](t)(cl.List(bg, "bkt", metaapi.ListOptions{Prefix: "a/b", Limit: 1}))
+	l := must[metaapi.KeyList](t)(cl.List(bg, "bkt", metaapi.ListOptions{Prefix: "a/b", Limit: 1}))
 	if len(l.Keys) != 1 || l.Keys[0].Key != "a/b/c.d" || l.Next != "" {
 		t.Fatalf("list a/: %+v", l)
 	}
@@ -197,7 +197,7 @@ func TestClientErrorsAndKeyNames(t *testing.T) {
 
 	// No pipeline left: NO_PIPELINE.
 	p := c.pipelines()[0].ID
-	_, err = cl.Allocate(bg, &metaapi.AllocateRequest{Bucket: "bkt", Key: "k", ExcludePipelines: []uint64{p}})
+	_, err = cl.Allocate(bg, metaapi.AllocateRequest{Bucket: "bkt", Key: "k", ExcludePipelines: []uint64{p}})
 	wantErr(t, err, metaapi.ErrNoPipeline, "allocate excluding everything")
 
 	// Routes and methods that do not exist.
@@ -277,7 +277,7 @@ func TestClientRetriesIdempotentCallsOnly(t *testing.T) {
 	go hs.Serve(ln)
 	t.Cleanup(func() { hs.Close() })
 	cl := must[*metaapi.Client](t)(metaapi.NewClient("http://"+ln.Addr().String(), metaapi.ClientOptions{Attempts: 3, Backoff: time.Millisecond}))
-	l := must[*metaapi.BucketList](t)(cl.ListBuckets(bg))
+	l := must[metaapi.BucketList](t)(cl.ListBuckets(bg))
 	if len(l.Buckets) != 1 || f.seen["GET /v1/buckets"] != 3 {
 		t.Fatalf("list after 2 failures: %+v, %d tries", l, f.seen["GET /v1/buckets"])
 	}
@@ -318,7 +318,7 @@ func TestRestartIntact(t *testing.T) {
 	c.put("beta", "k", 1, 1)
 	c.put("beta", "k", 1, 2) // replaced: a pending deletion
 	mustNo(t, cl.DeleteKey(bg, "alpha", "key3"))
-	pending := must[*metaapi.AllocateResponse](t)(cl.Allocate(bg, &metaapi.AllocateRequest{Bucket: "beta", Key: "later"}))
+	pending := must[metaapi.AllocateResponse](t)(cl.Allocate(bg, metaapi.AllocateRequest{Bucket: "beta", Key: "later"}))
 	c.settle()
 	before := snapshot(t, cl)
 	ctr, nDel, nAlloc := c.s.ctr, c.s.nDeletes, len(c.s.allocs)
@@ -339,7 +339,7 @@ func TestRestartIntact(t *testing.T) {
 		t.Fatalf("counters %+v/%+v, deletions %d/%d, allocations %d/%d", c.s.ctr, ctr, c.s.nDeletes, nDel, len(c.s.allocs), nAlloc)
 	}
 	// The pending allocation can still be committed.
-	must[*metaapi.KeyInfo](t)(cl.CommitKey(bg, "beta", "later", &metaapi.CommitKey{Size: 5, Blocks: []metaapi.KeyBlock{{BlockRef: pending.Block, Length: 5}}}))
+	must[metaapi.KeyInfo](t)(cl.CommitKey(bg, "beta", "later", metaapi.CommitKey{Size: 5, Blocks: []metaapi.KeyBlock{{BlockRef: pending.Block, Length: 5}}}))
 }
 
 func TestRunReadyFileAndStop(t *testing.T) {

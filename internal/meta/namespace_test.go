@@ -348,12 +348,17 @@ func TestDeleteDelivery(t *testing.T) {
 		t.Fatalf("%d deliveries (want 3), %d still pending (want 0)", deliveries, c.s.nDeletes)
 	}
 
-	// Bounded per heartbeat.
+	// Bounded per heartbeat: 2,500 pending deletions (scheduled directly,
+	// as 2,500 allocations would cost as many syncs) take 3 heartbeats.
 	leader.noAck = false
-	for i := range 3 {
-		c.put("bkt", fmt.Sprint("big", i), 600, 1)
-		mustNo(t, c.s.DeleteKey("bkt", fmt.Sprint("big", i)))
+	cid := ki.Blocks[0].Container
+	c.s.mu.Lock()
+	b := c.s.db.NewBatch()
+	for l := uint64(1000); l < 3500; l++ {
+		c.s.scheduleDelete(b, blockRef{cid, l}, reasonDeleted, c.clk.Now())
 	}
+	mustNo(t, c.s.commit(b))
+	c.s.mu.Unlock()
 	for round := 0; c.s.nDeletes > 0; round++ {
 		if round > 3 {
 			t.Fatalf("%d deletions left after %d heartbeats", c.s.nDeletes, round)

@@ -120,18 +120,18 @@ func (c *Client) Heartbeat(ctx context.Context, hb *Heartbeat) (*HeartbeatRespon
 }
 
 // CreateBucket creates a bucket (ErrExists if it exists).
-func (c *Client) CreateBucket(ctx context.Context, name string) (*Bucket, error) {
-	if err := ValidBucket(name); err != nil {
-		return nil, err
-	}
+func (c *Client) CreateBucket(ctx context.Context, name string) (Bucket, error) {
 	var b Bucket
-	return &b, c.do(ctx, http.MethodPut, "/v1/buckets/"+url.PathEscape(name), nil, &b, false)
+	if err := ValidBucket(name); err != nil {
+		return b, err
+	}
+	return b, c.do(ctx, http.MethodPut, "/v1/buckets/"+url.PathEscape(name), nil, &b, false)
 }
 
 // ListBuckets lists the buckets.
-func (c *Client) ListBuckets(ctx context.Context) (*BucketList, error) {
+func (c *Client) ListBuckets(ctx context.Context) (BucketList, error) {
 	var l BucketList
-	return &l, c.do(ctx, http.MethodGet, "/v1/buckets", nil, &l, true)
+	return l, c.do(ctx, http.MethodGet, "/v1/buckets", nil, &l, true)
 }
 
 // DeleteBucket deletes an empty bucket (ErrNotEmpty otherwise).
@@ -144,30 +144,30 @@ func (c *Client) DeleteBucket(ctx context.Context, name string) error {
 
 // Allocate asks for a new block for bucket/key (ErrNoPipeline when no
 // healthy pipeline is left after req.ExcludePipelines).
-func (c *Client) Allocate(ctx context.Context, req *AllocateRequest) (*AllocateResponse, error) {
-	if err := validNames(req.Bucket, req.Key); err != nil {
-		return nil, err
-	}
+func (c *Client) Allocate(ctx context.Context, req AllocateRequest) (AllocateResponse, error) {
 	var r AllocateResponse
-	return &r, c.do(ctx, http.MethodPost, "/v1/allocate", req, &r, true)
+	if err := validNames(req.Bucket, req.Key); err != nil {
+		return r, err
+	}
+	return r, c.do(ctx, http.MethodPost, "/v1/allocate", req, &r, true)
 }
 
 // CommitKey makes bucket/key visible with the given blocks, atomically.
-func (c *Client) CommitKey(ctx context.Context, bucket, key string, ck *CommitKey) (*KeyInfo, error) {
-	if err := validNames(bucket, key); err != nil {
-		return nil, err
-	}
+func (c *Client) CommitKey(ctx context.Context, bucket, key string, ck CommitKey) (KeyInfo, error) {
 	var ki KeyInfo
-	return &ki, c.do(ctx, http.MethodPost, KeyPath(bucket, key), ck, &ki, true)
+	if err := validNames(bucket, key); err != nil {
+		return ki, err
+	}
+	return ki, c.do(ctx, http.MethodPost, KeyPath(bucket, key), ck, &ki, true)
 }
 
 // GetKey returns a committed key with its blocks and their replicas.
-func (c *Client) GetKey(ctx context.Context, bucket, key string) (*KeyInfo, error) {
-	if err := validNames(bucket, key); err != nil {
-		return nil, err
-	}
+func (c *Client) GetKey(ctx context.Context, bucket, key string) (KeyInfo, error) {
 	var ki KeyInfo
-	return &ki, c.do(ctx, http.MethodGet, KeyPath(bucket, key), nil, &ki, true)
+	if err := validNames(bucket, key); err != nil {
+		return ki, err
+	}
+	return ki, c.do(ctx, http.MethodGet, KeyPath(bucket, key), nil, &ki, true)
 }
 
 // DeleteKey deletes a key; its blocks are deleted on the datanodes later.
@@ -186,9 +186,10 @@ type ListOptions struct {
 }
 
 // List returns one page of the keys of bucket (without their blocks).
-func (c *Client) List(ctx context.Context, bucket string, o ListOptions) (*KeyList, error) {
+func (c *Client) List(ctx context.Context, bucket string, o ListOptions) (KeyList, error) {
+	var l KeyList
 	if err := ValidBucket(bucket); err != nil {
-		return nil, err
+		return l, err
 	}
 	q := url.Values{}
 	if o.Prefix != "" {
@@ -204,8 +205,12 @@ func (c *Client) List(ctx context.Context, bucket string, o ListOptions) (*KeyLi
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	var l KeyList
-	return &l, c.do(ctx, http.MethodGet, path, nil, &l, true)
+	return l, c.do(ctx, http.MethodGet, path, nil, &l, true)
+}
+
+// ListKeys is List with its options as arguments (keyclient.Meta).
+func (c *Client) ListKeys(ctx context.Context, bucket, prefix, startAfter string, limit int) (KeyList, error) {
+	return c.List(ctx, bucket, ListOptions{Prefix: prefix, StartAfter: startAfter, Limit: limit})
 }
 
 // Nodes is the admin view of the datanodes.

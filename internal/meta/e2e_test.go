@@ -1,0 +1,127 @@
+package meta
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/spindle-store/spindle/internal/datanode"
+	"github.com/spindle-store/spindle/internal/keyclient"
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+// The meta client is what the key client talks to.
+var _ keyclient.Meta = (*metaapi.Client)(nil)
+
+// waitFor polls cond every 10 ms until it holds, failing after 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out (20 s) waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestEndToEndWithDatanodes: a meta service and three real datanodes in
+// this process: registration, a pipeline joined with a leader, keys put
+// and read back through the key client, and the blocks of a replaced and
+// a deleted key deleted on the datanodes and acknowledged.
+func TestEndToEndWithDatanodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three datanodes")
+	}
+	cfg := Config{Dir: filepath.Join(t.TempDir(), "meta"), Logger: quiet, PipelinesPerNode: 1,
+		HeartbeatInterval: 50 * time.Millisecond, StaleAfter: 2 * time.Second, DeadAfter: 10 * time.Second,
+		DeleteRedeliverAfter: time.Second}
+	srv, mc := serve(t, cfg)
+	svc := srv.Service()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Errorf("datanode: %v", err)
+			}
+		}
+	})
+	for i := range 3 {
+		dir := filepath.Join(t.TempDir(), "dn", string(rune('a'+i)))
+		data, log := datanode.DefaultDirs(dir)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- datanode.Run(ctx, datanode.Config{ListenAddr: "127.0.0.1:0", DataDirs: []string{data}, LogDir: log,
+				Meta: mc, HeartbeatInterval: 50 * time.Millisecond, Logger: quiet})
+		}()
+	}
+	waitFor(t, "a pipeline of 3 registered datanodes with a leader", func() bool {
+		ps, err := mc.Pipelines(ctx)
+		return err == nil && len(ps) == 1 && ps[0].Leader != 0
+	})
+
+	kc, err := keyclient.New(mc, keyclient.Options{ChunkSize: 64 << 10, BlockSize: 256 << 10, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	if _, err := kc.CreateBucket(ctx, "bkt"); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	value := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	v1, v2 := value(600<<10), value(100<<10)
+	for _, v := range [][]byte{v1, v2} { // v2 replaces v1
+		if _, err := kc.Put(ctx, "bkt", "dir/key", bytes.NewReader(v), keyclient.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kc.Put(ctx, "bkt", "other", bytes.NewReader(v1), keyclient.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	ki, err := kc.Get(ctx, "bkt", "dir/key", &got, keyclient.GetOptions{})
+	if err != nil || !bytes.Equal(got.Bytes(), v2) || ki.Size != uint64(len(v2)) {
+		t.Fatalf("get: %d bytes (want %d), equal %v, %v", got.Len(), len(v2), bytes.Equal(got.Bytes(), v2), err)
+	}
+	if err := kc.Delete(ctx, "bkt", "other"); err != nil {
+		t.Fatal(err)
+	}
+	pending := func() int {
+		svc.mu.RLock()
+		defer svc.mu.RUnlock()
+		return svc.nDeletes
+	}
+	// v1's 3 blocks and other's 3.
+	if n := pending(); n == 0 {
+		t.Fatal("no deletion scheduled for a replaced and a deleted key")
+	}
+	waitFor(t, "every scheduled deletion acknowledged by the datanodes", func() bool { return pending() == 0 })
+	// Acknowledged, not given up.
+	var m dto.Metric
+	if err := svc.metrics.deletesDropped.Write(&m); err != nil || m.GetCounter().GetValue() != 0 {
+		t.Fatalf("%v deletions dropped (%v)", m.GetCounter().GetValue(), err)
+	}
+	got.Reset()
+	if _, err := kc.Get(ctx, "bkt", "dir/key", &got, keyclient.GetOptions{}); err != nil || !bytes.Equal(got.Bytes(), v2) {
+		t.Fatalf("the live key after the deletions: %v", err)
+	}
+}
