@@ -15,9 +15,12 @@
 // counts as last heard at the start time, so a restart of the meta service
 // declares nobody dead before DeadAfter.
 //
-// Pipelines (PipelineSize = 3 members) are made from HEALTHY datanodes
-// heard from since the start, at most PipelinesPerNode OPEN ones per
-// datanode, members chosen among those in the fewest pipelines. A member
+// Pipelines (PipelineSize = 3 members) are made at each Tick (not at a
+// heartbeat, so that datanodes starting together are spread) from HEALTHY
+// datanodes heard from since the start, at most PipelinesPerNode OPEN ones
+// per datanode, members chosen among those in the fewest pipelines. A
+// datanode that arrives once the others are full gets pipelines only when
+// some close. A member
 // learns its pipelines from join_pipeline commands, repeated in every
 // heartbeat response until its heartbeat reports the pipeline. A pipeline
 // with a DEAD member is CLOSED (for good); its OPEN containers become
@@ -68,7 +71,8 @@
 //   - once the pipeline is CLOSED and served by nobody: to every live
 //     member whose report holds the container (each deletes its own
 //     replica), MaxDeleteAttempts deliveries per member; complete when each
-//     such member acknowledged.
+//     such member acknowledged (replicas on DEAD members are not waited
+//     for: with no live holder it completes at once).
 //
 // A deletion still not complete DeleteRedeliverAfter after its last
 // allowed delivery is dropped (logged; spindle_meta_deletes_dropped_total):

@@ -88,6 +88,13 @@ func TestRecordBytes(t *testing.T) {
 	if got[len(want):] != "1a4a8974" {
 		t.Fatalf("container record CRC %s", got[len(want):])
 	}
+	k := keyRecord{Size: 300, CRC32C: 0xdeadbeef, Created: t0, Blocks: []storedBlock{{5, 1, 2, 100}, {5, 2, 2, 200}}}
+	wantKey := "01" + "2c01000000000000" + "efbeadde" + "888ca97c9b010000" + "02000000" +
+		"0500000000000000" + "0100000000000000" + "0200000000000000" + "6400000000000000" +
+		"0500000000000000" + "0200000000000000" + "0200000000000000" + "c800000000000000" + "bd1b1331"
+	if got := hex.EncodeToString(k.encode()); got != wantKey {
+		t.Fatalf("key record\n got %s\nwant %s", got, wantKey)
+	}
 	if k := hex.EncodeToString(objectKey("bkt", "a/b")); k != "4b626b7400612f62" {
 		t.Fatalf("key of bkt/a/b: %s", k)
 	}
