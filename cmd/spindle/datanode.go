@@ -62,5 +62,6 @@ SIGTERM or SIGINT stops it cleanly.`,
 	f.IntVar(&cfg.ElectionTicks, "election-ticks", pipeline.DefaultElectionTicks, "ticks without a leader before an election")
 	f.IntVar(&cfg.HeartbeatTicks, "heartbeat-ticks", pipeline.DefaultHeartbeatTicks, "ticks between leader heartbeats")
 	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile here")
+	f.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:0", "HTTP address of Prometheus /metrics (empty: none)")
 	return cmd
 }

@@ -18,12 +18,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -49,7 +54,10 @@ type Config struct {
 	// the pipelines it is told to (kept in PIPELINES.json for restarts).
 	Meta              MetaClient
 	HeartbeatInterval time.Duration
-	Logger            *slog.Logger
+	// MetricsListen is the HTTP address of /metrics (Prometheus); empty:
+	// none. Reported to the meta service.
+	MetricsListen string
+	Logger        *slog.Logger
 }
 
 // ParsePipeline parses "GROUP:ID=ADDR,ID=ADDR,ID=ADDR".
@@ -169,8 +177,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			}
 		}
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	node, err := pipeline.Start(pipeline.Config{
-		ID: cfg.ID, Listener: ln, Engine: eng, Log: wl, Pipelines: pipelines,
+		ID: cfg.ID, Listener: ln, Engine: eng, Log: wl, Pipelines: pipelines, Metrics: reg,
 		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
 		Logger: log,
 	})
@@ -178,7 +188,21 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		ln.Close()
 		return fmt.Errorf("datanode: %w", err)
 	}
-	log.Info("datanode serving", "id", cfg.ID, "addr", node.Addr(), "data_dirs", cfg.DataDirs, "log_dir", cfg.LogDir, "pipelines", len(cfg.Pipelines))
+	metricsURL := ""
+	if cfg.MetricsListen != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			node.Close()
+			return fmt.Errorf("datanode: metrics listener: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go hs.Serve(mln)
+		defer hs.Close()
+		metricsURL = "http://" + mln.Addr().String() + "/metrics"
+	}
+	log.Info("datanode serving", "id", cfg.ID, "addr", node.Addr(), "data_dirs", cfg.DataDirs, "log_dir", cfg.LogDir, "pipelines", len(pipelines), "metrics", metricsURL)
 	if cfg.ReadyFile != "" {
 		if err := writeReady(cfg.ReadyFile, node.Addr()); err != nil {
 			node.Close()
@@ -191,7 +215,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if interval <= 0 {
 			interval = metaapi.DefaultHeartbeatInterval
 		}
-		h := &heartbeater{mc: cfg.Meta, id: id, addr: node.Addr(), logDir: cfg.LogDir, eng: eng, node: node, log: log,
+		h := &heartbeater{mc: cfg.Meta, id: id, addr: node.Addr(), metricsURL: metricsURL, logDir: cfg.LogDir, eng: eng, node: node, log: log,
 			interval: interval, proposals: make(chan struct{}, maxConcurrentProposals)}
 		go func() { defer close(hbDone); h.run(ctx) }()
 	} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,3 +91,41 @@ func TestRunServesAndStops(t *testing.T) {
 }
 
 func timeAfterMs(ms int) <-chan time.Time { return time.After(time.Duration(ms) * time.Millisecond) }
+
+// TestMetricsServed: /metrics answers with the datanode's metrics.
+func TestMetricsServed(t *testing.T) {
+	dir := t.TempDir()
+	p, _ := ParsePipeline("1:1=127.0.0.1:0,2=127.0.0.1:2,3=127.0.0.1:3")
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	f := newFakeMeta()
+	go func() {
+		errc <- Run(ctx, Config{ID: 0, ListenAddr: "127.0.0.1:0", DataDirs: []string{filepath.Join(dir, "data")}, LogDir: filepath.Join(dir, "log"),
+			Pipelines: []pipeline.PipelineConfig{p}, Meta: f, HeartbeatInterval: 10 * time.Millisecond, MetricsListen: "127.0.0.1:0",
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	}()
+	var url string
+	waitFor(t, "a heartbeat with the metrics URL", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, r := range f.reports {
+			url = r.MetricsURL
+		}
+		return url != ""
+	})
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"spindle_datanode_chunk_writes_total", "spindle_datanode_wal_syncs_total", "spindle_datanode_pipelines 1", "go_goroutines"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}

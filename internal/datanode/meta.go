@@ -146,14 +146,15 @@ func register(ctx context.Context, mc MetaClient, logDir string, id *identity, a
 
 // heartbeater reports to the meta service and carries out its commands.
 type heartbeater struct {
-	mc       MetaClient
-	id       identity
-	addr     string
-	logDir   string
-	eng      *engine.Engine
-	node     *pipeline.Node
-	log      *slog.Logger
-	interval time.Duration
+	mc         MetaClient
+	id         identity
+	addr       string
+	metricsURL string
+	logDir     string
+	eng        *engine.Engine
+	node       *pipeline.Node
+	log        *slog.Logger
+	interval   time.Duration
 	// proposals bounds the commands being proposed at once.
 	proposals chan struct{}
 
@@ -214,7 +215,7 @@ func (h *heartbeater) run(ctx context.Context) {
 }
 
 func (h *heartbeater) report() *metaapi.Heartbeat {
-	hb := &metaapi.Heartbeat{UUID: h.id.UUID, NodeID: h.id.NodeID, Addr: h.addr}
+	hb := &metaapi.Heartbeat{UUID: h.id.UUID, NodeID: h.id.NodeID, Addr: h.addr, MetricsURL: h.metricsURL}
 	for _, c := range h.eng.ListContainers() {
 		hb.Containers = append(hb.Containers, metaapi.ContainerReport{ID: uint64(c.ID), State: c.State.String(), UsedBytes: c.UsedBytes})
 		hb.Used += c.UsedBytes

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
@@ -87,7 +88,9 @@ type Config struct {
 	CompactEveryEntries uint64
 	// MaxInflightPayloadBytes bounds client chunk bytes held in memory.
 	MaxInflightPayloadBytes int64
-	Logger                  *slog.Logger
+	// Metrics, when set, receives the node's Prometheus metrics.
+	Metrics prometheus.Registerer
+	Logger  *slog.Logger
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -192,6 +195,7 @@ type Node struct {
 	wg       sync.WaitGroup
 	propSeq  uint64 // loop-owned
 	inflight *byteBudget
+	metrics  *metrics
 	failed   atomic.Pointer[error]
 	serveErr chan error
 }
@@ -229,7 +233,8 @@ type proposal struct {
 	conn    *transport.Conn
 	reqID   uint64
 	// done receives the result of a proposal made by Propose (conn nil).
-	done chan error
+	done    chan error
+	arrived time.Time
 	// Set by the loop when the leader's own append of the entry is done:
 	// a WriteChunk's result is its append's.
 	appended  bool
@@ -284,6 +289,7 @@ func Start(c Config) (*Node, error) {
 		serveErr: make(chan error, 1),
 		inflight: newByteBudget(cfg.MaxInflightPayloadBytes),
 	}
+	n.metrics = newMetrics(n, cfg.Metrics)
 	for _, p := range cfg.Pipelines {
 		if err := n.addMembers(p); err != nil {
 			return nil, err
@@ -885,6 +891,9 @@ func (n *Node) onReady(g *group) {
 		g.leader.Store(rd.SoftState.Lead)
 		if was && !g.isLeader {
 			n.failPending(g, "leadership lost")
+		}
+		if g.leader.Load() != 0 {
+			n.metrics.leaderChanges.Inc()
 		}
 		if g.isLeader && !was {
 			st := g.rn.BasicStatus()

@@ -268,6 +268,7 @@ type reply struct {
 
 func (n *Node) replyErr(p *proposal, st transport.Status, msg, leader string) {
 	n.inflight.release(int64(len(p.payload)))
+	n.metrics.answered(p, st.String())
 	if p.done != nil {
 		if st == transport.StatusNotLeader {
 			p.done <- fmt.Errorf("%w: %s", ErrNotLeader, msg)
@@ -281,6 +282,7 @@ func (n *Node) replyErr(p *proposal, st transport.Status, msg, leader string) {
 
 func (n *Node) replyResult(p *proposal, err error) {
 	n.inflight.release(int64(len(p.payload)))
+	n.metrics.answered(p, statusOf(err).String())
 	if p.done != nil {
 		p.done <- err
 		return
@@ -347,7 +349,7 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 		if err := n.inflight.acquire(ctx, int64(len(f.Payload))); err != nil {
 			return unavailable(wc.RequestID)
 		}
-		p := &proposal{kind: KindWriteChunk, wc: *wc, payload: f.Payload, conn: c, reqID: wc.RequestID}
+		p := &proposal{kind: KindWriteChunk, wc: *wc, payload: f.Payload, conn: c, reqID: wc.RequestID, arrived: time.Now()}
 		if !n.post(event{kind: evPropose, group: wc.PipelineID, prop: p}) {
 			n.inflight.release(int64(len(f.Payload)))
 			return unavailable(wc.RequestID)
@@ -358,7 +360,7 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 		if err := f.Decode(pb); err != nil {
 			return badRequest(0, err)
 		}
-		p := &proposal{kind: KindPutBlock, pb: *pb, conn: c, reqID: pb.RequestID}
+		p := &proposal{kind: KindPutBlock, pb: *pb, conn: c, reqID: pb.RequestID, arrived: time.Now()}
 		if !n.post(event{kind: evPropose, group: pb.PipelineID, prop: p}) {
 			return unavailable(pb.RequestID)
 		}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -110,6 +111,8 @@ func (n *Node) appendWorker() {
 			return
 		}
 		wrote := false
+		roundStart := time.Now()
+		chunks := 0
 		for _, j := range jobs {
 			for i, e := range j.msg.GetEntries() {
 				ce := j.ents[i]
@@ -128,6 +131,11 @@ func (n *Node) appendWorker() {
 					err := n.writeChunk(&c.WriteChunk, ce.segs[w])
 					w++
 					wrote = true
+					chunks++
+					if err == nil {
+						n.metrics.chunkWrites.Inc()
+						n.metrics.chunkBytes.Add(float64(c.WriteChunk.Length))
+					}
 					if err != nil {
 						n.log.Debug("write chunk", "pipeline", j.g.id, "index", e.GetIndex(), "err", err)
 					}
@@ -170,6 +178,9 @@ func (n *Node) appendWorker() {
 				return
 			}
 		}
+		n.metrics.appendRounds.Inc()
+		n.metrics.appendBatch.Observe(float64(chunks))
+		n.metrics.appendSeconds.Observe(time.Since(roundStart).Seconds())
 		if !n.post(event{kind: evAppendDone, appends: append([]*appendJob(nil), jobs...)}) {
 			return
 		}
@@ -246,6 +257,7 @@ func (n *Node) applyWorker() {
 					}
 				}
 			}
+			n.metrics.applied.Add(float64(len(j.ents)))
 			if !n.post(event{kind: evApplyDone, group: j.g.id, apply: j}) {
 				return
 			}

@@ -1,0 +1,85 @@
+package pipeline
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are a node's Prometheus metrics, registered in the registry of
+// Config.Metrics (none when nil: the counters still count, unexported).
+// Counters are updated by the goroutine doing the work (atomics inside
+// the client library), so reading them never takes the loop's time.
+type metrics struct {
+	chunkWrites    prometheus.Counter
+	chunkBytes     prometheus.Counter
+	appendRounds   prometheus.Counter
+	appendBatch    prometheus.Histogram
+	appendSeconds  prometheus.Histogram
+	leaderChanges  prometheus.Counter
+	proposals      *prometheus.CounterVec
+	requestSeconds *prometheus.HistogramVec
+	applied        prometheus.Counter
+}
+
+func newMetrics(n *Node, reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		chunkWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_chunk_writes_total",
+			Help: "Replicated chunks written into block files (leader and follower), at append time."}),
+		chunkBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_chunk_bytes_total",
+			Help: "Bytes of the replicated chunks written."}),
+		appendRounds: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_append_rounds_total",
+			Help: "Append worker rounds (chunk writes, engine sync, WAL append and sync for everything queued)."}),
+		appendBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spindle_datanode_append_round_chunks",
+			Help: "Chunks per append round (the batching the load brings).", Buckets: prometheus.ExponentialBuckets(1, 2, 14)}),
+		appendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spindle_datanode_append_round_seconds",
+			Help: "Duration of an append round, until log and data are durable.", Buckets: prometheus.ExponentialBuckets(25e-6, 2, 16)}),
+		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_raft_leader_changes_total",
+			Help: "Leader changes seen, all pipelines."}),
+		proposals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spindle_datanode_client_requests_total",
+			Help: "Client write requests answered, by kind and status."}, []string{"kind", "status"}),
+		requestSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "spindle_datanode_client_request_seconds",
+			Help: "Client write requests from arrival to answer (committed and applied), by kind.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18)}, []string{"kind"}),
+		applied: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_entries_applied_total",
+			Help: "Raft entries applied, all pipelines."}),
+	}
+	if reg == nil {
+		return m
+	}
+	reg.MustRegister(m.chunkWrites, m.chunkBytes, m.appendRounds, m.appendBatch, m.appendSeconds, m.leaderChanges, m.proposals, m.requestSeconds, m.applied)
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_datanode_pipelines", Help: "Pipelines served."},
+			func() float64 { return float64(len(n.Pipelines())) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_datanode_pipelines_led", Help: "Pipelines this node leads."},
+			func() float64 {
+				c := 0
+				for _, p := range n.Pipelines() {
+					if p.Leader == n.cfg.ID {
+						c++
+					}
+				}
+				return float64(c)
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_datanode_containers", Help: "Containers on this node's volumes."},
+			func() float64 { return float64(len(n.eng.ListContainers())) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_wal_syncs_total", Help: "fdatasyncs of the shared raft log."},
+			func() float64 { return float64(n.wal.Stats().SyncDatas) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_wal_rounds_total", Help: "Group-commit rounds of the shared raft log."},
+			func() float64 { return float64(n.wal.Stats().Rounds) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_wal_records_total", Help: "Records appended to the shared raft log."},
+			func() float64 { return float64(n.wal.Stats().Records) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_engine_file_syncs_total", Help: "fdatasyncs of block files."},
+			func() float64 { return float64(n.eng.SyncStats().FileSyncs) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_engine_sync_rounds_total", Help: "Engine group-commit rounds."},
+			func() float64 { return float64(n.eng.SyncStats().Rounds) }),
+	)
+	return m
+}
+
+func (m *metrics) answered(p *proposal, status string) {
+	k := p.kind.String()
+	m.proposals.WithLabelValues(k, status).Inc()
+	if !p.arrived.IsZero() {
+		m.requestSeconds.WithLabelValues(k).Observe(time.Since(p.arrived).Seconds())
+	}
+}
