@@ -235,6 +235,66 @@ func TestPipelineClosedAndReplacedWhenMemberDies(t *testing.T) {
 	}
 }
 
+func TestLeaveWaitsForContainersToClose(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	cfg.PipelinesPerNode = 1
+	cfg.LeaveTimeout = time.Minute
+	c := newCluster(t, cfg, clk, 4)
+	mustNo(t, ignore(c.s.CreateBucket("bkt")))
+	ki := c.put("bkt", "k", 1, 100)
+	old := c.pipelines()[0]
+	dead := c.node(old.Members[2].NodeID)
+	leader := c.node(old.Members[0].NodeID)
+	leader.noClose = true // the close does not happen (yet)
+	var alive []*fakeDN
+	for _, n := range c.nodes {
+		if n != dead {
+			alive = append(alive, n)
+		}
+	}
+	for range 7 {
+		clk.Advance(5 * time.Second)
+		c.round(alive...)
+	}
+	if c.pipelines()[0].State != metaapi.PipelineClosed {
+		t.Fatal("pipeline with a DEAD member not closed")
+	}
+	// While the container is OPEN on the survivors: close commands to the
+	// leader (repeated, at most every CloseResendAfter), no leave.
+	before := len(leader.got)
+	for range 5 {
+		clk.Advance(5 * time.Second)
+		c.round(alive...)
+	}
+	closes := 0
+	for _, cmd := range leader.got[before:] {
+		if cmd.Kind == metaapi.CmdCloseContainer && cmd.Container == ki.Blocks[0].Container {
+			closes++
+		}
+	}
+	if closes != 5 {
+		t.Fatalf("%d close_container in 5 heartbeats 5 s apart, want 5", closes)
+	}
+	for _, n := range alive {
+		if hasCmd(n.got, metaapi.CmdLeavePipeline, 0) {
+			t.Fatalf("node %d told to leave while the container is OPEN on it", n.id)
+		}
+	}
+	// After LeaveTimeout they leave anyway; the container stays CLOSING.
+	clk.Advance(cfg.LeaveTimeout)
+	c.round(alive...)
+	c.round(alive...)
+	for i := range 2 {
+		if n := c.node(old.Members[i].NodeID); !hasCmd(n.got, metaapi.CmdLeavePipeline, 0) {
+			t.Fatalf("survivor %d not told to leave after the timeout", n.id)
+		}
+	}
+	if st := c.containers()[ki.Blocks[0].Container].State; st != metaapi.ContainerClosing {
+		t.Fatalf("container never closed on its replicas is %s, want CLOSING", st)
+	}
+}
+
 func hasCmd(cmds []metaapi.Command, kind string, container uint64) bool {
 	return slices.ContainsFunc(cmds, func(c metaapi.Command) bool {
 		return c.Kind == kind && (container == 0 || c.Container == container)

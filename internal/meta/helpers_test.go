@@ -90,6 +90,7 @@ type fakeDN struct {
 	deleted   []metaapi.BlockRef // to acknowledge
 	got       []metaapi.Command  // every command received
 	noAck     bool
+	noClose   bool // ignore close_container
 }
 
 // cluster is a set of fake datanodes around one Service.
@@ -147,7 +148,7 @@ func (n *fakeDN) beat() []metaapi.Command {
 		case metaapi.CmdLeavePipeline:
 			delete(n.pipelines, cmd.Pipeline.ID)
 		case metaapi.CmdCloseContainer:
-			if _, ok := n.pipelines[cmd.Pipeline.ID]; !ok {
+			if _, ok := n.pipelines[cmd.Pipeline.ID]; !ok || n.noClose {
 				continue
 			}
 			for _, m := range cmd.Pipeline.Members {
