@@ -377,3 +377,70 @@ func TestRunReadyFileAndStop(t *testing.T) {
 	_, err := cl.ListBuckets(bg)
 	wantErr(t, err, metaapi.ErrUnavailable, "after stop")
 }
+
+func TestConcurrentPutsOverHTTP(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	cfg.PipelinesPerNode = 2
+	srv, cl := serve(t, cfg)
+	c := &cluster{t: t, s: srv.Service(), clk: clk}
+	for range 3 {
+		c.add()
+	}
+	mustNo(t, c.s.Tick())
+	c.settle()
+	mustNo(t, ignore(cl.CreateBucket(bg, "bkt")))
+	const writers, each = 8, 15
+	type put struct {
+		key    string
+		blocks []metaapi.BlockRef
+	}
+	results := make(chan put, writers*each)
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			for i := range each {
+				key := fmt.Sprintf("w%d/k%d", w, i)
+				ck := metaapi.CommitKey{}
+				var refs []metaapi.BlockRef
+				for range 2 {
+					a, err := cl.Allocate(bg, metaapi.AllocateRequest{Bucket: "bkt", Key: key})
+					if err != nil {
+						errs <- err
+						return
+					}
+					ck.Blocks = append(ck.Blocks, metaapi.KeyBlock{BlockRef: a.Block, Pipeline: a.Pipeline.ID, Length: 10})
+					ck.Size += 10
+					refs = append(refs, a.Block)
+				}
+				if _, err := cl.CommitKey(bg, "bkt", key, ck); err != nil {
+					errs <- err
+					return
+				}
+				results <- put{key, refs}
+			}
+			errs <- nil
+		}()
+	}
+	for range writers {
+		mustNo(t, <-errs)
+	}
+	close(results)
+	seen := map[metaapi.BlockRef]string{}
+	for p := range results {
+		for _, r := range p.blocks {
+			if k, dup := seen[r]; dup {
+				t.Fatalf("block %v handed out for %s and %s", r, k, p.key)
+			}
+			seen[r] = p.key
+		}
+		ki := must[metaapi.KeyInfo](t)(cl.GetKey(bg, "bkt", p.key))
+		if len(ki.Blocks) != 2 || ki.Blocks[0].BlockRef != p.blocks[0] || ki.Blocks[1].BlockRef != p.blocks[1] {
+			t.Fatalf("key %s: %+v, committed %v", p.key, ki.Blocks, p.blocks)
+		}
+	}
+	bl := must[metaapi.BucketList](t)(cl.ListBuckets(bg))
+	if len(seen) != 2*writers*each || bl.Buckets[0].Keys != writers*each || bl.Buckets[0].Bytes != 20*writers*each {
+		t.Fatalf("%d blocks, bucket %+v", len(seen), bl.Buckets[0])
+	}
+}
