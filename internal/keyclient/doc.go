@@ -15,9 +15,18 @@
 // block's pipeline: a datanode acknowledges a WriteChunk only once a quorum
 // has it fsynced, so one writer reaches disk speed only with depth (the
 // lesson of seed 001, where Ozone's single-stream client was the
-// bottleneck). Chunks of a block are sent in order; a chunk that overtook
-// its predecessor on the way (StatusHole) is sent again once every earlier
-// chunk is acknowledged.
+// bottleneck). While the pipeline client knows no leader (a new pipeline,
+// or its leader just failed) one chunk goes at a time, so that writes do
+// not reach the leader in redirect order. Chunks of a block are sent in
+// order, each write starting after the previous one started; the transport
+// gives no signal once a request is queued, so two writes started back to
+// back can still swap on the way. The leader then refuses the one that
+// overtook (StatusHole: blocks are written contiguously), and the writes
+// after it, which are sent again once the earlier ones are on their way (a
+// chunk refused twice: once they are acknowledged, so progress is certain).
+// Refused writes cost a replication of their bytes; PutResult.Holes counts
+// them (none measured with 4 MiB chunks, 10-20 % of writes with 64 KiB
+// ones).
 //
 // Blocks are committed with PutBlock whose BlockData lists exactly the
 // acknowledged chunks, contiguous from offset 0: every Options.CommitEvery

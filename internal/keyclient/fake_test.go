@@ -41,8 +41,9 @@ type fakePipeline struct {
 	writesLeft int
 	// corrupt: members whose reads come back with wrong checksums.
 	corrupt map[int]bool
-	// holdN > 0: chunk write answers are held until holdN are held or
-	// holdTotal chunk writes arrived; maxHeld records the most held. A
+	// holdN > 0: chunk write answers (but the first) are held until holdN
+	// are held or holdTotal chunk writes arrived; maxHeld records the most
+	// held. A
 	// write past the end is then accepted, and applied once the writes
 	// before it arrive (answers held back would otherwise make the
 	// client's order-keeping stall the test).
@@ -148,7 +149,9 @@ func (p *fakePipeline) handle(member int, c *transport.Conn, f transport.Frame) 
 		p.arrived++
 		p.held = append(p.held, heldReply{c, resp})
 		p.maxHeld = max(p.maxHeld, len(p.held))
-		if len(p.held) >= p.holdN || p.arrived >= p.holdTotal {
+		// The first write is answered at once: until it is, the client
+		// knows no leader and sends one write at a time.
+		if len(p.held) >= p.holdN || p.arrived >= p.holdTotal || p.arrived == 1 {
 			for _, h := range p.held {
 				if err := h.c.Send(h.r); err != nil {
 					p.t.Errorf("send held reply: %v", err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/client"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/transport"
 )
 
 // ErrRange is a range that does not lie within the value.
@@ -213,6 +214,10 @@ func readReplicas(ctx context.Context, cl *client.Client, kb *metaapi.KeyBlock, 
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		var se *transport.StatusError
+		if errors.As(err, &se) && se.Status == transport.StatusCorrupt {
+			err = fmt.Errorf("%w: %w", ErrCorrupt, err) // damage found on the replica's disk
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", members[k].Addr, err))
 		pref.CompareAndSwap(int32(k), int32((k+1)%len(members)))

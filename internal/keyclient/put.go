@@ -234,7 +234,7 @@ func (s *putStream) sendReady(b *blockState) bool {
 			allAcked = false
 			continue
 		}
-		if b.inflight >= s.o.InFlight || ch.holes > 1 && !allAcked {
+		if b.inflight >= s.window(b) || ch.holes > 1 && !allAcked {
 			break
 		}
 		s.sendChunk(b, ch)
@@ -244,6 +244,17 @@ func (s *putStream) sendReady(b *blockState) bool {
 	return started
 }
 
+// window is the most chunk writes b may have in flight: InFlight, or 1
+// while the pipeline client knows no leader (at the start, and after the
+// leader failed): writes sent at once to a member that is not the leader
+// would reach the leader in redirect order, most of them refused as holes.
+func (s *putStream) window(b *blockState) int {
+	if b.pc.c.Leader() == "" {
+		return 1
+	}
+	return s.o.InFlight
+}
+
 // readChunk reads the next chunk from the source when there is room for
 // it, opening a block for it when none is open.
 func (s *putStream) readChunk() (bool, error) {
@@ -251,7 +262,7 @@ func (s *putStream) readChunk() (bool, error) {
 		return false, nil
 	}
 	b := s.blk
-	if b != nil && (s.sealed(b) || b.inflight >= s.o.InFlight || len(b.buf) >= s.maxBuffered) {
+	if b != nil && (s.sealed(b) || b.inflight >= s.window(b) || len(b.buf) >= s.maxBuffered) {
 		return false, nil
 	}
 	n := uint64(s.o.ChunkSize)
