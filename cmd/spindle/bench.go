@@ -24,7 +24,8 @@ func newBenchCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	cmd.PersistentFlags().Bool(jsonFlag, false, "print the result as one line of JSON on stdout")
-	cmd.AddCommand(newBenchBaselineCmd(), newBenchChunkWriteCmd(), newBenchFollowerAppendCmd(), newBenchQueueDirsCmd())
+	cmd.AddCommand(newBenchBaselineCmd(), newBenchChunkWriteCmd(), newBenchFollowerAppendCmd(), newBenchQueueDirsCmd(),
+		newBenchTeraGenCmd(), newBenchKeyWriteCmd(), newBenchKeyReadCmd())
 	return cmd
 }
 

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/spindle-store/spindle/internal/bench"
+	"github.com/spindle-store/spindle/internal/scenario"
+	"github.com/spindle-store/spindle/internal/units"
+)
+
+// clusterFlags are the flags every key bench shares: where the cluster
+// is and how the key client writes.
+type clusterFlags struct {
+	cfg       scenario.ClusterConfig
+	chunkSize units.ByteSize
+	blockSize units.ByteSize
+}
+
+func (c *clusterFlags) add(f *pflag.FlagSet) {
+	f.StringVar(&c.cfg.Dir, "dir", "", "start an embedded spindle server with its data here (created and removed if missing; an existing directory gets a subdirectory, removed at the end; default: a temporary directory)")
+	f.StringVar(&c.cfg.Meta, "meta", "", "use the running cluster whose meta service is at host:port instead of an embedded server")
+	f.StringVar(&c.cfg.BaselineDir, "baseline-dir", "", "with --meta: run the raw disk baseline in this directory (default: none)")
+	f.BoolVar(&c.cfg.Keep, "keep", false, "keep the keys (and the embedded server's data) at the end")
+	f.IntVar(&c.cfg.Datanodes, "datanodes", 3, "embedded server: datanode processes")
+	f.IntVar(&c.cfg.DatanodeProcs, "datanode-procs", 0, "embedded server: each datanode's GOMAXPROCS (0: Go's default)")
+	f.StringSliceVar(&c.cfg.DatanodeEnv, "datanode-env", nil, "embedded server: NAME=VALUE added to the datanodes' environment (repeatable)")
+	f.Var(&c.chunkSize, "chunk-size", "key client: bytes per chunk write (default 4MiB)")
+	f.Var(&c.blockSize, "block-size", "key client: bytes per block (default 256MiB)")
+	f.IntVar(&c.cfg.Client.InFlight, "in-flight", 0, "key client: chunks of one put in flight (0: its default, 8)")
+}
+
+// resolve fills in the binary and the client options.
+func (c *clusterFlags) resolve() (scenario.ClusterConfig, error) {
+	cfg := c.cfg
+	if cfg.Meta == "" {
+		bin, err := os.Executable()
+		if err != nil {
+			return cfg, fmt.Errorf("finding the spindle binary for the datanodes: %w", err)
+		}
+		cfg.Binary = bin
+	}
+	cfg.Client.ChunkSize = int(c.chunkSize.Int64())
+	cfg.Client.BlockSize = c.blockSize.Int64()
+	if cfg.Client.ChunkSize < 0 || cfg.Client.BlockSize < 0 {
+		return cfg, fmt.Errorf("negative --chunk-size or --block-size")
+	}
+	return cfg, nil
+}
+
+func newBenchTeraGenCmd() *cobra.Command {
+	var cf clusterFlags
+	var cfg scenario.TeraGenConfig
+	size := units.ByteSize(units.GiB)
+	keySize := units.ByteSize(scenario.DefaultTeraGenKeyBytes)
+	cmd := &cobra.Command{
+		Use:   "teragen",
+		Short: "TeraGen (seed 001): TeraGen's rows written as keys by N writers through the key client",
+		Long: `Writes --size of Hadoop TeraGen rows (100 bytes each: GenSort's layout and
+generator, so the same rows as a TeraGen job of that many rows) as keys through
+the key client, from --writers concurrent writers. Each writer takes its
+contiguous share of the rows, like a TeraGen map task, and writes it as keys
+of at most --key-size (PREFIX/part-m-NNNNN in row order). Rows are generated
+as they are sent, never held in memory.
+
+Reports the whole run's MB/s (bytes of rows over the time from the first put
+to the last commit; MB = 10^6 bytes), each writer's figures, TeraGen's
+CHECKSUM (the sum of the rows' CRC32s, as TeraValidate computes it; 10^8 rows
+give Hadoop's 214760662691937609), and a raw disk baseline measured in the
+same directory after the run (one writer, pwrite of a chunk + fdatasync),
+with the ratio. ops are keys; latency is per key.
+
+By default starts an embedded spindle server (meta service + 3 datanodes on
+127.0.0.1) with its data in --dir, stopped and removed at the end; --meta
+uses a running cluster instead (the bench's keys are deleted at the end unless
+--keep). Seed 001's question: with 2 writers, is it nearly as fast as with
+16?`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ccfg, err := cf.resolve()
+			if err != nil {
+				return fmt.Errorf("teragen: %w", err)
+			}
+			cfg.ClusterConfig = ccfg
+			cfg.SizeBytes = size.Int64()
+			cfg.KeyBytes = keySize.Int64()
+			cfg.Progress = bench.TerminalProgress()
+			cfg.Logger = slog.Default()
+			res, err := scenario.RunTeraGen(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			return printResult(cmd, res.Result, res)
+		},
+	}
+	f := cmd.Flags()
+	cf.add(f)
+	f.Var(&size, "size", "bytes of rows to write (whole 100-byte rows; e.g. 10GiB)")
+	f.IntVar(&cfg.Writers, "writers", 2, "concurrent writers (TeraGen's map tasks)")
+	f.Var(&keySize, "key-size", "largest key a writer writes (its share is cut into keys of this size)")
+	f.StringVar(&cfg.Bucket, "bucket", scenario.DefaultTeraGenBucket, "bucket of the keys (created when missing)")
+	f.StringVar(&cfg.Prefix, "prefix", "", "key name prefix (default teragen-DATE-TIME-PID/)")
+	f.BoolVar(&cfg.Validate, "validate", false, "read every key back afterwards (timed apart) and check its rows' checksum")
+	f.BoolVar(&cfg.NoBaseline, "no-baseline", false, "skip the raw disk baseline")
+	f.DurationVar(&cfg.BaselineDuration, "baseline-duration", scenario.DefaultBaselineDuration, "bound of the raw disk baseline (never more bytes than the run wrote)")
+	f.DurationVar(&cfg.Timeout, "timeout", scenario.DefaultTeraGenTimeout, "bound of the whole run")
+	return cmd
+}
+
+// keyBenchFlags binds the flags of key-write and key-read.
+func keyBenchFlags(cmd *cobra.Command, cf *clusterFlags, cfg *scenario.KeyBenchConfig, size *units.ByteSize) {
+	f := cmd.Flags()
+	cf.add(f)
+	f.IntVar(&cfg.Keys, "keys", 1000, "number of keys")
+	f.Var(size, "size", "bytes per key (0 allowed)")
+	f.IntVar(&cfg.Concurrency, "concurrency", 16, "concurrent puts or gets")
+	f.StringVar(&cfg.Bucket, "bucket", scenario.DefaultKeyBenchBucket, "bucket of the keys (created when missing)")
+	f.StringVar(&cfg.Prefix, "prefix", "", "key name prefix (default NAME-DATE-TIME-PID/)")
+	f.DurationVar(&cfg.Duration, "duration", 0, "time bound of the timed phase (0: none; --keys bounds it)")
+	f.BoolVar(&cfg.NoBaseline, "no-baseline", false, "skip the raw disk baseline")
+	f.DurationVar(&cfg.BaselineDuration, "baseline-duration", scenario.DefaultBaselineDuration, "bound of the raw disk baseline")
+}
+
+func runKeyBench(cmd *cobra.Command, cf *clusterFlags, cfg scenario.KeyBenchConfig, size units.ByteSize, read bool) error {
+	ccfg, err := cf.resolve()
+	if err != nil {
+		return err
+	}
+	cfg.ClusterConfig = ccfg
+	cfg.SizeBytes = size.Int64()
+	cfg.Progress = bench.TerminalProgress()
+	cfg.Logger = slog.Default()
+	run := scenario.RunKeyWrite
+	if read {
+		run = scenario.RunKeyRead
+	}
+	res, err := run(cmd.Context(), cfg)
+	if err != nil {
+		return err
+	}
+	return printResult(cmd, res.Result, res)
+}
+
+func newBenchKeyWriteCmd() *cobra.Command {
+	var cf clusterFlags
+	var cfg scenario.KeyBenchConfig
+	size := units.ByteSize(units.MiB)
+	cmd := &cobra.Command{
+		Use:   "key-write",
+		Short: "Puts of many keys (--keys of --size) by --concurrency writers through the key client",
+		Long: `Puts --keys keys of --size bytes each through the key client, --concurrency
+at a time (each put: allocation, chunks written durably to 3 replicas, block
+commit, key commit). Values are deterministic per key (the key-read bench
+verifies the same way). ops are keys; latency is per put. Then, in the same
+directory, the raw disk baseline: --concurrency writers doing pwrite of
+min(--size, chunk size) + fdatasync each, appending.
+
+Embedded server in --dir by default, or a running cluster with --meta (the
+keys are deleted at the end unless --keep).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runKeyBench(cmd, &cf, cfg, size, false)
+		},
+	}
+	keyBenchFlags(cmd, &cf, &cfg, &size)
+	return cmd
+}
+
+func newBenchKeyReadCmd() *cobra.Command {
+	var cf clusterFlags
+	var cfg scenario.KeyBenchConfig
+	size := units.ByteSize(units.MiB)
+	cmd := &cobra.Command{
+		Use:   "key-read",
+		Short: "Gets of many keys, every byte verified (the keys are written first, untimed)",
+		Long: `Writes --keys keys of --size bytes (untimed), then gets each of them once,
+--concurrency at a time, and compares every byte with what was written (on
+top of the client's CRC32C checks per 16 KiB and of the whole value). ops are
+keys; latency is per get. No baseline (reads of what was just written come
+from the page cache).
+
+Embedded server in --dir by default, or a running cluster with --meta (the
+keys are deleted at the end unless --keep).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runKeyBench(cmd, &cf, cfg, size, true)
+		},
+	}
+	keyBenchFlags(cmd, &cf, &cfg, &size)
+	return cmd
+}

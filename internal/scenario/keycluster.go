@@ -1,0 +1,249 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spindle-store/spindle/internal/bench"
+	"github.com/spindle-store/spindle/internal/keyclient"
+	"github.com/spindle-store/spindle/internal/meta"
+	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/server"
+)
+
+// ClusterConfig says which cluster the key benches (teragen, key-write,
+// key-read) use: an embedded `spindle server` with its data in Dir, started
+// and stopped by the bench, or the running cluster whose meta service is at
+// Meta.
+type ClusterConfig struct {
+	// Dir, for an embedded server: created when missing and then removed
+	// at the end; when it exists, the bench works in a new subdirectory
+	// of it, removed at the end. "" (and no Meta): a new temporary
+	// directory.
+	Dir string
+	// Meta is the meta service of a running cluster (host:port); the
+	// bench's keys are deleted at the end unless Keep.
+	Meta string
+	// Binary is the spindle executable run as the embedded datanodes
+	// (required for an embedded server).
+	Binary string
+	// Datanodes of the embedded server (default 3).
+	Datanodes int
+	// DatanodeArgs and DatanodeEnv are added to the embedded datanodes'
+	// command lines and environments.
+	DatanodeArgs []string
+	DatanodeEnv  []string
+	// DatanodeProcs is each embedded datanode's GOMAXPROCS; 0: Go's
+	// default (every datanode may use every CPU).
+	DatanodeProcs int
+	// MetaConfig overrides settings of the embedded meta service.
+	MetaConfig meta.Config
+	// BaselineDir, with Meta, is where the raw disk baseline runs (""
+	// with Meta: no baseline, the cluster's disks are not known here).
+	// With an embedded server the baseline runs in the bench's directory.
+	BaselineDir string
+	// Keep leaves the keys (and an embedded server's data) in place.
+	Keep bool
+	// Client configures the key client (zero fields: its defaults).
+	Client keyclient.Options
+}
+
+// keyCluster is the cluster a key bench runs against.
+type keyCluster struct {
+	cfg  ClusterConfig
+	meta *metaapi.Client
+	srv  *server.Server // nil once stopped
+	// embedded: the cluster is an embedded server started by the bench.
+	embedded bool
+	root     string   // the bench's directory (embedded)
+	remove   []string // created by the bench: removed by cleanup, last first
+	label    string   // "embedded (DIR)" or "meta ADDR"
+	log      *slog.Logger
+}
+
+// Limits of the key benches.
+const (
+	// clusterStartWait bounds the wait for an embedded server's first
+	// pipeline.
+	clusterStartWait = 60 * time.Second
+	// cleanupWait bounds deleting a bench's keys on a running cluster.
+	cleanupWait = 2 * time.Minute
+	// MaxBenchKeys bounds the keys one key bench writes.
+	MaxBenchKeys = 10_000_000
+)
+
+// openKeyCluster starts the embedded server or connects to Meta.
+func openKeyCluster(ctx context.Context, cfg ClusterConfig, log *slog.Logger, progress func(string, ...any)) (*keyCluster, error) {
+	k := &keyCluster{cfg: cfg, log: log}
+	if cfg.Meta != "" {
+		if cfg.Dir != "" {
+			return nil, errors.New("give --dir (an embedded server) or --meta (a running cluster), not both")
+		}
+		mc, err := metaapi.NewClient(cfg.Meta, metaapi.ClientOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := mc.ListBuckets(ctx); err != nil {
+			return nil, fmt.Errorf("meta service at %s: %w", cfg.Meta, err)
+		}
+		k.meta, k.label = mc, "meta "+cfg.Meta
+		return k, nil
+	}
+	if cfg.Binary == "" {
+		return nil, errors.New("no spindle binary to run the embedded datanodes")
+	}
+	root, made, err := benchRoot(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	k.root, k.remove = root, made
+	env := cfg.DatanodeEnv
+	if cfg.DatanodeProcs > 0 && !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
+		env = append(slices.Clip(env), fmt.Sprintf("GOMAXPROCS=%d", cfg.DatanodeProcs))
+	}
+	mcfg := cfg.MetaConfig
+	if mcfg.Logger == nil {
+		mcfg.Logger = quietLogger()
+	}
+	progress("starting spindle server (%d datanodes) in %s", max(cfg.Datanodes, server.DefaultDatanodes), filepath.Join(root, "server"))
+	srv, err := server.Start(ctx, server.Config{
+		Dir: filepath.Join(root, "server"), Datanodes: cfg.Datanodes, MetaListen: "127.0.0.1:0",
+		Binary: cfg.Binary, Meta: mcfg, DatanodeArgs: cfg.DatanodeArgs, DatanodeEnv: env,
+		ReadyTimeout: clusterStartWait, Logger: quietLogger(),
+	})
+	if err != nil {
+		k.cleanup()
+		return nil, fmt.Errorf("embedded server: %w", err)
+	}
+	k.srv, k.meta, k.embedded, k.label = srv, srv.Meta(), true, "embedded server in "+root
+	return k, nil
+}
+
+// benchRoot returns the bench's directory: dir itself when the bench
+// creates it, a new subdirectory when dir exists, a temporary directory
+// when dir is "". made lists what cleanup removes.
+func benchRoot(dir string) (string, []string, error) {
+	if dir == "" {
+		d, err := os.MkdirTemp("", "spindle-bench-")
+		if err != nil {
+			return "", nil, err
+		}
+		return d, []string{d}, nil
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", nil, err
+	}
+	st, err := os.Stat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		top := topmostMissing(dir)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", nil, err
+		}
+		return dir, []string{top}, nil
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	if !st.IsDir() {
+		return "", nil, fmt.Errorf("%s is not a directory", dir)
+	}
+	d, err := os.MkdirTemp(dir, "spindle-bench-")
+	if err != nil {
+		return "", nil, err
+	}
+	return d, []string{d}, nil
+}
+
+// baselineDir is where the raw disk baseline runs ("" = none).
+func (k *keyCluster) baselineDir() string {
+	if k.embedded {
+		return filepath.Join(k.root, "baseline")
+	}
+	return k.cfg.BaselineDir
+}
+
+// stop stops an embedded server and removes its data (unless Keep), so
+// that a baseline after it starts from the same free space.
+func (k *keyCluster) stop() error {
+	if k.srv == nil {
+		return nil
+	}
+	err := k.srv.Close()
+	k.srv = nil
+	if !k.cfg.Keep {
+		if rerr := os.RemoveAll(filepath.Join(k.root, "server")); err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+// cleanup stops what runs and removes what the bench created (unless
+// Keep).
+func (k *keyCluster) cleanup() error {
+	err := k.stop()
+	if k.cfg.Keep {
+		return err
+	}
+	for i := len(k.remove) - 1; i >= 0; i-- {
+		if rerr := os.RemoveAll(k.remove[i]); err == nil {
+			err = rerr
+		}
+	}
+	k.remove = nil
+	return err
+}
+
+// ensureBucket creates bucket unless it exists.
+func ensureBucket(ctx context.Context, kc *keyclient.Client, bucket string) error {
+	_, err := kc.CreateBucket(ctx, bucket)
+	if err != nil && !errors.Is(err, metaapi.ErrExists) {
+		return err
+	}
+	return nil
+}
+
+// deleteKeys deletes names from bucket (bounded by cleanupWait), for a
+// bench on a running cluster; a key already gone is fine.
+func deleteKeys(ctx context.Context, kc *keyclient.Client, bucket string, names []string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupWait)
+	defer cancel()
+	var errs []error
+	for _, n := range names {
+		if err := kc.Delete(ctx, bucket, n); err != nil && !errors.Is(err, metaapi.ErrNotFound) {
+			errs = append(errs, err)
+			if len(errs) >= 10 || ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// runPrefix names a bench run's keys: NAME-YYYYMMDD-HHMMSS-<pid>/.
+func runPrefix(name string) string {
+	return fmt.Sprintf("%s-%s-%d/", name, time.Now().Format("20060102-150405"), os.Getpid())
+}
+
+// diskBaseline measures the disk under dir: one writer, pwrite of chunk
+// bytes + fdatasync each, appending (as datanodes write new blocks), for
+// at most d or maxBytes.
+func diskBaseline(ctx context.Context, dir string, chunk int64, d time.Duration, maxBytes int64, progress io.Writer) (bench.Baseline, error) {
+	ops := max(maxBytes/chunk, 1)
+	return bench.RunBaseline(ctx, bench.BaselineConfig{
+		Dir: dir, Writers: 1, ChunkSizeBytes: chunk, WritesPerSync: 1,
+		Duration: d, MaxOps: ops, FileSizeBytes: max(chunk, 1<<30), Pattern: bench.PatternAppend,
+		Progress: progress,
+	})
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
