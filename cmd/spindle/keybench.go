@@ -101,7 +101,7 @@ uses a running cluster instead (the bench's keys are deleted at the end unless
 	cf.add(f)
 	f.Var(&size, "size", "bytes of rows to write (whole 100-byte rows; e.g. 10GiB)")
 	f.IntVar(&cfg.Writers, "writers", 2, "concurrent writers (TeraGen's map tasks)")
-	f.Var(&keySize, "key-size", "largest key a writer writes (its share is cut into keys of this size)")
+	f.Var(&keySize, "key-size", "size of the keys a writer writes: its share is cut into ⌈share/key-size⌉ keys of equal row counts")
 	f.StringVar(&cfg.Bucket, "bucket", scenario.DefaultTeraGenBucket, "bucket of the keys (created when missing)")
 	f.StringVar(&cfg.Prefix, "prefix", "", "key name prefix (default teragen-DATE-TIME-PID/)")
 	f.BoolVar(&cfg.Validate, "validate", false, "read every key back afterwards (timed apart) and check its rows' checksum")

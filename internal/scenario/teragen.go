@@ -40,8 +40,9 @@ type TeraGenConfig struct {
 	// Writers write concurrently (default 2), each its share of the rows
 	// (contiguous, as a map task's split), in keys of at most KeyBytes.
 	Writers int
-	// KeyBytes bounds one key (default 1 GiB, rounded down to whole
-	// rows); a writer's share smaller than that is one key.
+	// KeyBytes sizes the keys (default 1 GiB): a writer's share is cut
+	// into ⌈share/KeyBytes⌉ keys of equal row counts (so a key is at
+	// most one row over KeyBytes); a share smaller than that is one key.
 	KeyBytes int64
 	// Bucket receives the keys (default "teragen"; created when missing),
 	// named PREFIX/part-m-NNNNN in row order; Prefix defaults to
@@ -105,16 +106,23 @@ type teraKey struct {
 }
 
 // planTeraGen splits rows over writers (contiguous shares, as TeraGen's
-// splits) and each share into keys of at most rowsPerKey rows, numbered
-// in row order.
-func planTeraGen(rows uint64, writers int, rowsPerKey uint64, prefix string) [][]*teraKey {
+// splits) and each share into ⌈share bytes / keyBytes⌉ keys of equal row
+// counts (±1 row; a key is at most one row over keyBytes), numbered in
+// row order.
+func planTeraGen(rows uint64, writers int, keyBytes int64, prefix string) [][]*teraKey {
 	plan := make([][]*teraKey, writers)
 	idx := 0
 	for w := range writers {
 		s, e := rows*uint64(w)/uint64(writers), rows*uint64(w+1)/uint64(writers)
-		for first := s; first < e; first += rowsPerKey {
+		share := e - s
+		if share == 0 {
+			continue
+		}
+		n := (share*teragen.RowSize + uint64(keyBytes) - 1) / uint64(keyBytes)
+		for k := range n {
+			first, last := s+share*k/n, s+share*(k+1)/n
 			plan[w] = append(plan[w], &teraKey{
-				name: fmt.Sprintf("%spart-m-%05d", prefix, idx), first: first, rows: min(rowsPerKey, e-first),
+				name: fmt.Sprintf("%spart-m-%05d", prefix, idx), first: first, rows: last - first,
 			})
 			idx++
 		}
@@ -141,11 +149,8 @@ func (c *TeraGenConfig) defaults() error {
 	if c.KeyBytes < teragen.RowSize {
 		return fmt.Errorf("key size %d bytes: at least one row (%d bytes)", c.KeyBytes, teragen.RowSize)
 	}
-	rows := uint64(c.SizeBytes / teragen.RowSize)
-	perKey := uint64(c.KeyBytes / teragen.RowSize)
-	keys := uint64(c.Writers) + rows/perKey
-	if keys > MaxBenchKeys {
-		return fmt.Errorf("%d rows in keys of %d rows: more than %d keys", rows, perKey, MaxBenchKeys)
+	if keys := c.Writers + int(c.SizeBytes/c.KeyBytes); keys > MaxBenchKeys {
+		return fmt.Errorf("%d bytes in keys of %d bytes: more than %d keys", c.SizeBytes, c.KeyBytes, MaxBenchKeys)
 	}
 	if c.Bucket == "" {
 		c.Bucket = DefaultTeraGenBucket
@@ -208,7 +213,7 @@ func RunTeraGen(ctx context.Context, cfg TeraGenConfig) (out TeraGenResult, err 
 	}
 
 	rows := uint64(cfg.SizeBytes / teragen.RowSize)
-	plan := planTeraGen(rows, cfg.Writers, uint64(cfg.KeyBytes/teragen.RowSize), cfg.Prefix)
+	plan := planTeraGen(rows, cfg.Writers, cfg.KeyBytes, cfg.Prefix)
 	var names []string
 	for _, ks := range plan {
 		for _, k := range ks {
@@ -223,8 +228,8 @@ func RunTeraGen(ctx context.Context, cfg TeraGenConfig) (out TeraGenResult, err 
 		}()
 	}
 	total := int64(rows) * teragen.RowSize
-	progress("%d rows (%s) from %d writers in %d keys of up to %s, into %s/%s on %s",
-		rows, units.FormatBytes(total), cfg.Writers, len(names), units.FormatBytes(cfg.KeyBytes/teragen.RowSize*teragen.RowSize),
+	progress("%d rows (%s) from %d writers in %d keys of about %s at most, into %s/%s on %s",
+		rows, units.FormatBytes(total), cfg.Writers, len(names), units.FormatBytes(cfg.KeyBytes),
 		cfg.Bucket, cfg.Prefix, cl.label)
 
 	writers := make([]TeraGenWriter, cfg.Writers)
@@ -294,7 +299,7 @@ func RunTeraGen(ctx context.Context, cfg TeraGenConfig) (out TeraGenResult, err 
 	res := st.Result("teragen")
 	res.SetParam("size_bytes", cfg.SizeBytes)
 	res.SetParam("writers", cfg.Writers)
-	res.SetParam("key_bytes", cfg.KeyBytes/teragen.RowSize*teragen.RowSize)
+	res.SetParam("key_bytes", cfg.KeyBytes)
 	co := kc.Options()
 	res.SetParam("chunk_size_bytes", co.ChunkSize)
 	res.SetParam("block_size_bytes", co.BlockSize)
