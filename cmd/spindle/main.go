@@ -8,7 +8,9 @@
 // default; see config.go.
 //
 // Invariants: results go to stdout, everything else (logs, progress, errors)
-// to stderr; a failing command exits with status 1.
+// to stderr; a failing command exits with status 1, or with the more
+// specific status of exitcode.go (usage 2, not found 3, unavailable 4,
+// corrupt 5) when it knows one.
 //
 // Concurrency: commands run on the main goroutine; SIGINT/SIGTERM cancel the
 // command's context, which long-running commands observe.
@@ -33,7 +35,7 @@ func main() {
 	err := newRootCmd().ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		os.Exit(1) // cobra has printed the error to stderr
+		os.Exit(exitCode(err)) // cobra has printed the error to stderr
 	}
 }
 
@@ -60,7 +62,9 @@ service) with the load generators that measure its write path built in.
 
 Every flag can also be set by the environment variable SPINDLE_<FLAG_NAME>
 (upper case, dashes as underscores) or in the --config file; the command
-line wins over the environment, which wins over the file.`,
+line wins over the environment, which wins over the file.
+
+` + exitCodesHelp,
 		Version:       buildinfo.String(),
 		SilenceUsage:  true,
 		SilenceErrors: false,
@@ -79,10 +83,12 @@ line wins over the environment, which wins over the file.`,
 		},
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
 	root.PersistentFlags().StringVar(&opts.configPath, configFlag, "", "JSON config file: {\"bench chunk-write\": {\"chunk-size\": \"1MiB\"}, ...}")
 	root.PersistentFlags().StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 
-	root.AddCommand(newVersionCmd(), newBenchCmd(), newDemoCmd(), newReportCmd(), newDatanodeCmd(), newMetaCmd(), newServerCmd())
+	root.AddCommand(newVersionCmd(), newBenchCmd(), newDemoCmd(), newReportCmd(), newDatanodeCmd(), newMetaCmd(), newServerCmd(),
+		newPutCmd(), newGetCmd(), newLsCmd(), newRmCmd(), newStatCmd(), newBucketCmd(), newAdminCmd())
 	return root
 }
 

@@ -49,6 +49,14 @@ type fakePipeline struct {
 	// client's order-keeping stall the test).
 	holdN, holdTotal, arrived, maxHeld int
 	held                               []heldReply
+	// replyDelay > 0: chunk write and PutBlock answers are sent that much
+	// later, from another goroutine; overlaps counts a PutBlock of a block
+	// arriving while writes of it are unanswered, and writes of a block
+	// arriving while its PutBlock is unanswered.
+	replyDelay time.Duration
+	unanswered map[metaapi.BlockRef]int
+	putPending map[metaapi.BlockRef]bool
+	overlaps   int
 	// counters
 	writes, holes, putBlocks, reads int
 }
@@ -77,7 +85,8 @@ type heldReply struct {
 
 func newFakePipeline(t *testing.T, id uint64, members int) *fakePipeline {
 	t.Helper()
-	p := &fakePipeline{t: t, id: id, blocks: map[metaapi.BlockRef]*fakeBlock{}, holeOnce: map[fakeChunkKey]bool{}, writesLeft: -1, corrupt: map[int]bool{}}
+	p := &fakePipeline{t: t, id: id, blocks: map[metaapi.BlockRef]*fakeBlock{}, holeOnce: map[fakeChunkKey]bool{}, writesLeft: -1, corrupt: map[int]bool{},
+		unanswered: map[metaapi.BlockRef]int{}, putPending: map[metaapi.BlockRef]bool{}}
 	for i := range members {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -143,6 +152,15 @@ func (p *fakePipeline) handle(member int, c *transport.Conn, f transport.Frame) 
 		}
 		resp.RequestID = m.RequestID
 		msg, payload := p.writeChunk(&m, f.Payload, resp)
+		if p.replyDelay > 0 && msg != nil {
+			ref := metaapi.BlockRef{Container: m.ContainerID, Local: m.LocalID}
+			if p.putPending[ref] {
+				p.overlaps++
+			}
+			p.unanswered[ref]++
+			p.later(c, resp, func() { p.unanswered[ref]-- })
+			return nil, nil
+		}
 		if p.holdN == 0 || msg == nil {
 			return msg, payload
 		}
@@ -194,6 +212,14 @@ func (p *fakePipeline) handle(member int, c *transport.Conn, f transport.Frame) 
 		}
 		fb.committed = bd
 		p.putBlocks++
+		if p.replyDelay > 0 {
+			if p.unanswered[ref] > 0 {
+				p.overlaps++
+			}
+			p.putPending[ref] = true
+			p.later(c, resp, func() { delete(p.putPending, ref) })
+			return nil, nil
+		}
 		return resp, nil
 	case transport.TypeReadChunk:
 		var m transport.ReadChunk
@@ -216,6 +242,18 @@ func (p *fakePipeline) handle(member int, c *transport.Conn, f transport.Frame) 
 		return resp, bytes.Clone(data)
 	}
 	return fail(transport.StatusUnsupported, "unsupported")
+}
+
+// later sends resp after replyDelay, calling done (under the lock) just
+// before.
+func (p *fakePipeline) later(c *transport.Conn, resp *transport.Response, done func()) {
+	go func() {
+		time.Sleep(p.replyDelay) // a slow datanode: only makes overlaps possible
+		p.mu.Lock()
+		done()
+		p.mu.Unlock()
+		c.Send(resp) // a closed connection: the client gave up
+	}()
 }
 
 // writeChunk applies a WriteChunk with the engine's rules; the lock is held.

@@ -87,6 +87,14 @@ type Options struct {
 	// chunks). It bounds what a pipeline failure makes the stream write
 	// again.
 	CommitEvery int64
+	// OverlapCheckpoints lets a checkpoint PutBlock of a block be in
+	// flight while later chunks of the same block are written. Off by
+	// default: the datanode's engine (WriteChunk) takes a chunk whose
+	// block was committed by a PutBlock during its pwrite for a chunk
+	// overtaken by a close, and refuses it (NOT_OPEN), which costs the
+	// Put a new block; without it, writes of the block pause from the
+	// moment a checkpoint is due until its PutBlock is answered.
+	OverlapCheckpoints bool
 	// MaxFailovers bounds the pipelines that may fail under one Put
 	// (default 4).
 	MaxFailovers int

@@ -167,6 +167,7 @@ func TestPutKeepsInFlightChunksOutstanding(t *testing.T) {
 			p.set(func() { p.holdN, p.holdTotal = depth, chunks })
 			o := fakeOptions()
 			o.InFlight, o.BlockSize = depth, chunks*fChunk
+			o.CommitEvery = o.BlockSize // no checkpoint pausing the writes
 			kc, _ := setup(t, o, p)
 			ctx := testCtx(t)
 			data := randomBytes(3, chunks*fChunk)
@@ -181,6 +182,26 @@ func TestPutKeepsInFlightChunksOutstanding(t *testing.T) {
 			mustGet(t, ctx, kc, "deep", data)
 		})
 	}
+}
+
+// No chunk write of a block is in flight with a checkpoint PutBlock of it
+// (the datanode's engine refuses such writes), unless OverlapCheckpoints.
+func TestPutCheckpointsDoNotOverlapWrites(t *testing.T) {
+	p := newFakePipeline(t, 1, 1)
+	p.set(func() { p.replyDelay = time.Millisecond })
+	kc, _ := setup(t, fakeOptions(), p)
+	ctx := testCtx(t)
+	data := randomBytes(14, 3*fBlock+fChunk)
+	res, err := kc.Put(ctx, bkt, "k", bytes.NewReader(data), keyclient.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustGet(t, ctx, kc, "k", data)
+	p.set(func() {
+		if p.overlaps != 0 || p.putBlocks < 7 { // 3 full blocks: each a checkpoint or more and its last PutBlock
+			t.Errorf("%d overlaps of writes and PutBlocks of one block, %d PutBlocks (%+v)", p.overlaps, p.putBlocks, res)
+		}
+	})
 }
 
 // A chunk refused as a hole (it overtook its predecessor) is sent again

@@ -196,14 +196,20 @@ func (s *putStream) step() (bool, error) {
 			s.finishBlock()
 			return true, nil
 		}
-		started := false
+		started, due := false, false
 		if !b.putting {
-			if n := s.ackedPrefix(b); n > 0 && (n >= s.perCommit || n == len(b.buf) && (s.sealed(b) || len(b.buf) >= s.maxBuffered)) {
+			n := s.ackedPrefix(b)
+			due = n > 0 && (n >= s.perCommit || n == len(b.buf) && (s.sealed(b) || len(b.buf) >= s.maxBuffered))
+			if due && (s.o.OverlapCheckpoints || b.inflight == 0) {
 				s.startPutBlock(b, n)
 				started = true
 			}
 		}
-		if s.sendReady(b) || started {
+		// Unless checkpoints may overlap writes, no chunk of the block
+		// is written from the moment its checkpoint is due until the
+		// PutBlock is answered.
+		quiet := !s.o.OverlapCheckpoints && (due || b.putting)
+		if !quiet && s.sendReady(b) || started {
 			return true, nil
 		}
 	}

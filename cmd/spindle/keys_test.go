@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spindle-store/spindle/internal/meta"
+	"github.com/spindle-store/spindle/internal/server"
+)
+
+// runIn runs the spindle command line in this process with stdin.
+func runIn(t *testing.T, stdin []byte, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	root := newRootCmd()
+	var out, errOut bytes.Buffer
+	root.SetIn(bytes.NewReader(stdin))
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	err = root.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
+}
+
+// wantExit checks a command's exit status and that its error says want.
+func wantExit(t *testing.T, err error, code int, want string) {
+	t.Helper()
+	if got := exitCode(err); got != code {
+		t.Errorf("exit status %d (%v), want %d", got, err, code)
+	}
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want it to say %q", err, want)
+	}
+}
+
+func startEmbedded(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := server.Start(ctx, server.Config{
+		Dir: t.TempDir(), MetaListen: "127.0.0.1:0", DatanodeEnv: []string{asSpindleEnv + "=1"},
+		Logger: quietLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s.MetaAddr()
+}
+
+// The key commands end to end against an embedded cluster (meta service
+// and three datanodes, this test binary acting as spindle).
+func TestKeyCommands(t *testing.T) {
+	addr := startEmbedded(t)
+	t.Setenv("SPINDLE_META", addr) // as a user would
+	dir := t.TempDir()
+	value := make([]byte, 3<<20+12345)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range value {
+		value[i] = byte(r.Uint32())
+	}
+	src := filepath.Join(dir, "value")
+	if err := os.WriteFile(src, value, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	must := func(stdin []byte, args ...string) string {
+		t.Helper()
+		out, errOut, err := runIn(t, stdin, args...)
+		if err != nil {
+			t.Fatalf("spindle %s: %v\n%s", strings.Join(args, " "), err, errOut)
+		}
+		return out
+	}
+	must(nil, "bucket", "create", "demo")
+	out := must(nil, "put", "--chunk-size", "256KiB", "--block-size", "1MiB", "demo/dir/value", src)
+	if !strings.Contains(out, fmt.Sprintf("demo/dir/value\t%d bytes", len(value))) || !strings.Contains(out, "4 blocks") {
+		t.Errorf("put printed %q", out)
+	}
+	must([]byte("hello, spindle\n"), "put", "demo/hello", "-")
+
+	// get to a file, to stdout, a range
+	dst := filepath.Join(dir, "copy")
+	must(nil, "get", "demo/dir/value", dst)
+	if got, err := os.ReadFile(dst); err != nil || !bytes.Equal(got, value) {
+		t.Fatalf("get to a file: %d bytes, %v", len(got), err)
+	}
+	if out := must(nil, "get", "demo/hello"); out != "hello, spindle\n" {
+		t.Errorf("get to stdout: %q", out)
+	}
+	if out := must(nil, "get", "--offset", "7", "--length", "7", "demo/hello", "-"); out != "spindle" {
+		t.Errorf("ranged get: %q", out)
+	}
+	if out := must(nil, "get", "--offset", "1048570", "--length", "20", "demo/dir/value"); out != string(value[1048570:1048590]) {
+		t.Errorf("ranged get across blocks: %q", out)
+	}
+
+	out = must(nil, "ls", "demo")
+	if !strings.Contains(out, "dir/value") || !strings.Contains(out, "hello") || !strings.Contains(out, fmt.Sprint(len(value))) {
+		t.Errorf("ls: %q", out)
+	}
+	if out := must(nil, "ls", "demo/dir/"); strings.Contains(out, "hello") || !strings.Contains(out, "dir/value") {
+		t.Errorf("ls with a prefix: %q", out)
+	}
+	out = must(nil, "stat", "demo/dir/value")
+	for _, w := range []string{"size:    3158073", "blocks:  4", "PIPELINE"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("stat: %q lacks %q", out, w)
+		}
+	}
+	if out := must(nil, "bucket", "ls"); !strings.Contains(out, "demo") {
+		t.Errorf("bucket ls: %q", out)
+	}
+	for _, view := range []string{"nodes", "pipelines", "containers"} {
+		if out := must(nil, "admin", view); len(strings.Split(strings.TrimSpace(out), "\n")) < 2 {
+			t.Errorf("admin %s: %q", view, out)
+		}
+	}
+	if out := must(nil, "admin", "nodes", "--json"); !strings.HasPrefix(out, "[") || !strings.Contains(out, "HEALTHY") {
+		t.Errorf("admin nodes --json: %q", out)
+	}
+
+	// What goes wrong, and how it says so.
+	_, _, err := runIn(t, nil, "get", "demo/missing", filepath.Join(dir, "missing"))
+	wantExit(t, err, exitNotFound, "unknown key demo/missing")
+	if _, err := os.Stat(filepath.Join(dir, "missing")); !os.IsNotExist(err) {
+		t.Errorf("a failed get left its file: %v", err)
+	}
+	_, _, err = runIn(t, nil, "stat", "nobucket/k")
+	wantExit(t, err, exitNotFound, "unknown bucket nobucket")
+	_, _, err = runIn(t, nil, "put", "Bad_Bucket/k", src)
+	wantExit(t, err, exitUsage, "bucket name")
+	_, _, err = runIn(t, nil, "put", "demo/../k", src)
+	wantExit(t, err, exitUsage, `".." segment`)
+	_, _, err = runIn(t, nil, "put", "demo", src)
+	wantExit(t, err, exitUsage, "want BUCKET/KEY")
+	_, _, err = runIn(t, nil, "put", "demo/k")
+	wantExit(t, err, exitUsage, "accepts 2 arg(s)")
+	_, _, err = runIn(t, nil, "put", "demo/k", filepath.Join(dir, "no-such-file"))
+	wantExit(t, err, exitNotFound, "no such file")
+	_, _, err = runIn(t, nil, "get", "--offset", "100", "demo/hello")
+	wantExit(t, err, exitUsage, "range not satisfiable")
+	_, _, err = runIn(t, nil, "get", "--no-such-flag", "demo/hello")
+	wantExit(t, err, exitUsage, "unknown flag")
+	_, _, err = runIn(t, nil, "bucket", "rm", "demo")
+	wantExit(t, err, exitFailure, "bucket demo is not empty")
+	_, _, err = runIn(t, nil, "bucket", "create", "demo")
+	wantExit(t, err, exitFailure, "already exists")
+	_, _, err = runIn(t, nil, "get", "--meta", "127.0.0.1:1", "demo/hello")
+	wantExit(t, err, exitUnavailable, "meta unreachable at 127.0.0.1:1")
+
+	must(nil, "rm", "demo/hello")
+	_, _, err = runIn(t, nil, "rm", "demo/hello")
+	wantExit(t, err, exitNotFound, "unknown key demo/hello")
+	must(nil, "rm", "demo/dir/value")
+	must(nil, "bucket", "rm", "demo")
+	if out := must(nil, "bucket", "ls"); strings.Contains(out, "demo") {
+		t.Errorf("bucket ls after rm: %q", out)
+	}
+}
+
+// A meta service without datanodes: a put says there is no healthy
+// pipeline, exits 4, and leaves no key.
+func TestPutWithoutPipeline(t *testing.T) {
+	ms, err := meta.Start(meta.Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ms.Close() })
+	addr := ms.Addr()
+	if _, _, err := runIn(t, nil, "bucket", "create", "--meta", addr, "empty"); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = runIn(t, []byte("some bytes"), "put", "--meta", addr, "empty/k", "-")
+	wantExit(t, err, exitUnavailable, "no healthy pipeline")
+	_, _, err = runIn(t, nil, "stat", "--meta", addr, "empty/k")
+	wantExit(t, err, exitNotFound, "unknown key empty/k")
+}
+
+func TestExitCodes(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		code int
+	}{
+		{nil, 0},
+		{errors.New("boom"), exitFailure},
+		{usageErr(errors.New("x")), exitUsage},
+		{fmt.Errorf("wrapped: %w", &exitError{exitCorrupt, errors.New("bad")}), exitCorrupt},
+		{errors.New(`unknown command "frob" for "spindle"`), exitUsage},
+	} {
+		if got := exitCode(c.err); got != c.code {
+			t.Errorf("exitCode(%v) = %d, want %d", c.err, got, c.code)
+		}
+	}
+	if !strings.Contains(newRootCmd().Long, "4 unavailable") {
+		t.Error("the exit statuses are not in the help")
+	}
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
