@@ -1,287 +1,167 @@
-// Package demo is `spindle demo`: Spindle's main job on its embedded
-// default, end to end, in a temporary directory. Today that is the storage
-// engine: write and read back some hundreds of MB with verification, close
-// and scan the containers, reopen the engine and verify again, then short
-// chunk-write benches; it prints a summary table. Later issues grow it into
-// a whole cluster.
+// Package demo is `spindle demo`: Spindle end to end on its embedded
+// default, in one temporary directory, in about a minute:
+//
+//  1. the storage engine alone: blocks written durably, read back and
+//     verified, containers closed and scanned, the engine reopened and
+//     everything verified again;
+//  2. the cluster: `spindle server` (the meta service in this process, three
+//     datanode processes on 127.0.0.1), files of several sizes (0 bytes to
+//     many blocks, with small blocks) put, stat-ed, listed, got back and
+//     compared byte for byte, a ranged get across blocks, a delete;
+//  3. short runs of every bench: teragen (with read-back validation),
+//     key-write and key-read against that server; then, the server stopped,
+//     the raw baseline, chunk-write (engine only and through a 3-replica
+//     pipeline), follower-append and queue-dirs, each starting what it
+//     needs;
+//
+// then a summary table of every step and the benches' results.
 //
 // Invariants: everything it creates is under one temporary directory,
-// removed at the end (also on failure); every figure it prints was measured
-// in this run; any mismatch is an error and a non-zero exit.
+// removed at the end (also on failure); every process it starts is stopped
+// before Run returns; every figure it prints was measured in this run; any
+// mismatch (bytes, sizes, checksums, a key that should or should not be
+// there) is an error, so `spindle demo` exits non-zero.
 //
-// Concurrency: Run starts and joins its own goroutines; one Run at a time.
+// Concurrency: Run starts and joins its own goroutines and processes; one
+// Run at a time.
 package demo
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spindle-store/spindle/internal/bench"
-	"github.com/spindle-store/spindle/internal/engine"
-	"github.com/spindle-store/spindle/internal/scenario"
-	"github.com/spindle-store/spindle/internal/units"
 )
 
 // Config sizes the demo.
 type Config struct {
 	// Dir is where the temporary directory goes ("" = os.TempDir()).
 	Dir string
-	// DataBytes is how much is written and read back (default 256 MiB).
+	// Binary is the spindle executable run as the datanodes (required for
+	// the cluster and the multi-process benches).
+	Binary string
+	// DataBytes is what the engine part writes and reads back (default
+	// 64 MiB).
 	DataBytes int64
-	// Writers write in parallel (default 4).
+	// Writers write in parallel in the engine part (default 4).
 	Writers int
-	// BenchDuration is the length of each short bench (default 2 s).
+	// BenchDuration is the length of each short timed bench (default 1 s).
 	BenchDuration time.Duration
+	// TeraGenBytes is the short teragen's size (default 512 MiB).
+	TeraGenBytes int64
+	// EngineOnly skips the cluster and the multi-process benches.
+	EngineOnly bool
 	// Out receives progress and the summary table.
 	Out io.Writer
+	// Logger receives the components' logs (nil: discarded).
+	Logger *slog.Logger
 }
 
+// Defaults of Config.
 const (
-	demoChunkBytes = 1 << 20
-	demoBlockBytes = 4 << 20
+	DefaultDataBytes     = 64 << 20
+	DefaultTeraGenBytes  = 512 << 20
+	DefaultBenchDuration = time.Second
 )
 
 type row struct{ step, figures, result string }
 
+// demo is one run's state.
+type demo struct {
+	cfg     Config
+	tmp     string
+	out     io.Writer
+	log     *slog.Logger
+	rows    []row
+	results []bench.Result
+}
+
+func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.out, format+"\n", args...) }
+
+func (d *demo) add(step, figures string) { d.rows = append(d.rows, row{step, figures, "ok"}) }
+
 // Run runs the demo.
-func Run(ctx context.Context, cfg Config) error {
+func Run(ctx context.Context, cfg Config) (err error) {
 	if cfg.DataBytes <= 0 {
-		cfg.DataBytes = 256 << 20
+		cfg.DataBytes = DefaultDataBytes
 	}
 	if cfg.Writers <= 0 {
 		cfg.Writers = 4
 	}
 	if cfg.BenchDuration <= 0 {
-		cfg.BenchDuration = 2 * time.Second
+		cfg.BenchDuration = DefaultBenchDuration
+	}
+	if cfg.TeraGenBytes <= 0 {
+		cfg.TeraGenBytes = DefaultTeraGenBytes
 	}
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if !cfg.EngineOnly && cfg.Binary == "" {
+		return errors.New("demo: no spindle binary to run the datanodes")
 	}
 	tmp, err := os.MkdirTemp(cfg.Dir, "spindle-demo-")
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	out := cfg.Out
-	fmt.Fprintf(out, "spindle demo: storage engine in %s\n", tmp)
-
-	var rows []row
-	vols := []string{filepath.Join(tmp, "vol1"), filepath.Join(tmp, "vol2")}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	open := func() (*engine.Engine, error) {
-		return engine.Open(engine.Config{DataDirs: vols, Logger: quiet})
-	}
-	e, err := open()
-	if err != nil {
-		return fmt.Errorf("demo: %w", err)
-	}
-	defer func() { e.Close() }()
-
-	// 1. Write.
-	blocks := int(max(cfg.DataBytes/demoBlockBytes, 1))
-	containers := cfg.Writers
-	for i := 1; i <= containers; i++ {
-		if err := e.CreateContainer(engine.ContainerID(i)); err != nil {
-			return fmt.Errorf("demo: %w", err)
-		}
-	}
-	ids := make([]engine.BlockID, blocks)
-	for i := range ids {
-		ids[i] = engine.BlockID{Container: engine.ContainerID(1 + i%containers), Local: uint64(i + 1)}
-	}
-	fmt.Fprintf(out, "writing %s in %d blocks of %s (chunks of %s) from %d writers ...\n",
-		units.FormatBytes(int64(blocks)*demoBlockBytes), blocks, units.FormatBytes(demoBlockBytes), units.FormatBytes(demoChunkBytes), cfg.Writers)
+	d := &demo{cfg: cfg, tmp: tmp, out: cfg.Out, log: cfg.Logger}
 	start := time.Now()
-	if err := parallel(cfg.Writers, blocks, func(i int) error { return writeBlock(e, ids[i]) }); err != nil {
+	d.say("spindle demo in %s", tmp)
+	defer func() {
+		d.summary(time.Since(start), err)
+	}()
+
+	if err := d.runEngine(ctx); err != nil {
 		return err
 	}
-	if err := e.Sync(); err != nil {
-		return fmt.Errorf("demo: %w", err)
-	}
-	total := int64(blocks) * demoBlockBytes
-	el := time.Since(start)
-	st := e.SyncStats()
-	rows = append(rows, row{"write (durable, PutBlock per block)",
-		fmt.Sprintf("%s in %.2fs = %.0f MB/s; %d sync rounds, %d fdatasyncs", units.FormatBytes(total), el.Seconds(), float64(total)/1e6/el.Seconds(), st.Rounds, st.FileSyncs), "ok"})
-
-	// 2. Read back and verify.
-	readAll := func(label string) error {
-		start := time.Now()
-		err := parallel(cfg.Writers, blocks, func(i int) error { return verifyBlock(e, ids[i]) })
-		if err != nil {
-			return err
-		}
-		el := time.Since(start)
-		rows = append(rows, row{label, fmt.Sprintf("%s in %.2fs = %.0f MB/s, every byte compared", units.FormatBytes(total), el.Seconds(), float64(total)/1e6/el.Seconds()), "ok"})
+	if cfg.EngineOnly {
 		return nil
 	}
-	fmt.Fprintln(out, "reading back and verifying ...")
-	if err := readAll("read back (CRC32C per 16 KiB + compare)"); err != nil {
+	if err := d.runCluster(ctx); err != nil {
 		return err
 	}
+	return d.runBenches(ctx)
+}
 
-	// 3. Close and scan.
-	fmt.Fprintln(out, "closing and scanning containers ...")
-	start = time.Now()
-	var scanned uint64
-	for i := 1; i <= containers; i++ {
-		id := engine.ContainerID(i)
-		if err := e.CloseContainer(id); err != nil {
-			return fmt.Errorf("demo: %w", err)
-		}
-		res, err := e.ScanContainer(id)
-		if err != nil {
-			return fmt.Errorf("demo: %w", err)
-		}
-		if len(res.Damage) > 0 {
-			return fmt.Errorf("demo: scan of container %d found damage: %v", id, res.Damage)
-		}
-		scanned += res.Bytes
-	}
-	rows = append(rows, row{"close + scan containers", fmt.Sprintf("%d CLOSED containers, %s verified in %.2fs", containers, units.FormatBytes(int64(scanned)), time.Since(start).Seconds()), "ok"})
-
-	// 4. Reopen and verify again.
-	if err := e.Close(); err != nil {
-		return fmt.Errorf("demo: close: %w", err)
-	}
-	if e, err = open(); err != nil {
-		return fmt.Errorf("demo: reopen: %w", err)
-	}
-	fmt.Fprintln(out, "reopened the engine; verifying again ...")
-	if err := readAll("reopen + read back"); err != nil {
-		return err
-	}
-	for _, ci := range e.ListContainers() {
-		if ci.State != engine.StateClosed {
-			return fmt.Errorf("demo: container %d is %s after reopen, want CLOSED", ci.ID, ci.State)
-		}
-	}
-	if err := e.Close(); err != nil {
-		return fmt.Errorf("demo: %w", err)
-	}
-
-	// 5. Short benches.
-	var results []bench.Result
-	for _, b := range []struct {
-		size    int64
-		clients int
-	}{{1 << 10, 16}, {1 << 20, 4}} {
-		fmt.Fprintf(out, "bench chunk-write --local --chunk-size %s --clients %d --duration %s ...\n", units.FormatBytes(b.size), b.clients, cfg.BenchDuration)
-		benchDir := filepath.Join(tmp, "bench")
-		if err := os.MkdirAll(benchDir, 0o755); err != nil {
-			return err
-		}
-		res, err := scenario.RunChunkWriteLocal(ctx, scenario.ChunkWriteLocalConfig{
-			DataDirs: []string{benchDir}, ChunkSizeBytes: b.size, Clients: b.clients, Duration: cfg.BenchDuration,
-			RetainBytes: 256 << 20, NoOverwriteBaseline: true, Progress: io.Discard, Logger: quiet,
-		})
-		if err != nil {
-			return fmt.Errorf("demo: %w", err)
-		}
-		results = append(results, res)
-		ratio := "-"
-		if res.RatioToBaseline != nil {
-			ratio = fmt.Sprintf("%.2f", *res.RatioToBaseline)
-		}
-		rows = append(rows, row{fmt.Sprintf("chunk-write %s x%d", units.FormatBytes(b.size), b.clients),
-			fmt.Sprintf("%.0f writes/s, %.1f MB/s, p99 %.0f µs; raw pwrite+fdatasync %.0f/s; ratio %s", res.OpsPerS, res.MBPerS, res.LatencyUs.P99, res.Baseline.OpsPerS, ratio), "ok"})
-	}
-
-	fmt.Fprintln(out)
-	fmt.Fprintln(out, "summary (figures measured in this run; MB = 10^6 bytes):")
-	tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
+// summary prints the table of steps (those that ran) and the benches'
+// results.
+func (d *demo) summary(el time.Duration, err error) {
+	fmt.Fprintln(d.out)
+	fmt.Fprintln(d.out, "summary (figures measured in this run; MB = 10^6 bytes):")
+	tw := tabwriter.NewWriter(d.out, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "  step\tfigures\tresult")
-	for _, r := range rows {
+	for _, r := range d.rows {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.step, r.figures, r.result)
 	}
-	tw.Flush()
-	fmt.Fprintln(out)
-	return bench.WriteTable(out, results...)
-}
-
-// parallel runs fn(0..n-1) on `workers` goroutines; the first error wins.
-func parallel(workers, n int, fn func(i int) error) error {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	next := 0
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				if first != nil || next >= n {
-					mu.Unlock()
-					return
-				}
-				i := next
-				next++
-				mu.Unlock()
-				if err := fn(i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return first
-}
-
-// blockContent is the deterministic content of block b at offset off.
-func blockContent(b engine.BlockID, off uint64, n int) []byte {
-	p := make([]byte, n)
-	bench.FillPseudoRandom(p, (uint64(b.Container)<<32|b.Local)^off*0x9E3779B97F4A7C15)
-	return p
-}
-
-func writeBlock(e *engine.Engine, b engine.BlockID) error {
-	bd := &engine.BlockData{ID: b, BytesPerChecksum: engine.DefaultBytesPerChecksum}
-	for off := uint64(0); off < demoBlockBytes; off += demoChunkBytes {
-		data := blockContent(b, off, demoChunkBytes)
-		sums := engine.ComputeChecksums(nil, data, bd.BytesPerChecksum)
-		if err := e.WriteChunk(b, off, data, bd.BytesPerChecksum, sums); err != nil {
-			return fmt.Errorf("demo: %w", err)
-		}
-		bd.Chunks = append(bd.Chunks, engine.ChunkInfo{Offset: off, Length: demoChunkBytes, Checksums: sums})
-		bd.Length += demoChunkBytes
-	}
-	if err := e.PutBlock(bd); err != nil {
-		return fmt.Errorf("demo: %w", err)
-	}
-	return nil
-}
-
-func verifyBlock(e *engine.Engine, b engine.BlockID) error {
-	bd, err := e.GetBlock(b)
 	if err != nil {
-		return fmt.Errorf("demo: %w", err)
+		fmt.Fprintf(tw, "  FAILED\t%v\t\n", err)
 	}
-	if bd.Length != demoBlockBytes {
-		return fmt.Errorf("demo: block %d/%d has %d bytes, wrote %d", b.Container, b.Local, bd.Length, demoBlockBytes)
+	tw.Flush()
+	if len(d.results) > 0 {
+		fmt.Fprintln(d.out)
+		bench.WriteTable(d.out, d.results...)
 	}
-	buf := make([]byte, demoChunkBytes)
-	for off := uint64(0); off < bd.Length; off += demoChunkBytes {
-		got, err := e.ReadChunk(b, off, demoChunkBytes, buf)
-		if err != nil {
-			return fmt.Errorf("demo: %w", err)
-		}
-		if !bytes.Equal(got, blockContent(b, off, demoChunkBytes)) {
-			return fmt.Errorf("demo: block %d/%d offset %d: bytes read differ from bytes written", b.Container, b.Local, off)
-		}
+	fmt.Fprintln(d.out)
+	if err != nil {
+		fmt.Fprintf(d.out, "spindle demo FAILED after %.1fs\n", el.Seconds())
+		return
 	}
-	return nil
+	fmt.Fprintf(d.out, "spindle demo: every step ok in %.1fs; everything stopped and removed\n", el.Seconds())
+}
+
+func ratioText(r *float64) string {
+	if r == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", *r)
 }

@@ -234,13 +234,23 @@ func runPrefix(name string) string {
 	return fmt.Sprintf("%s-%s-%d/", name, time.Now().Format("20060102-150405"), os.Getpid())
 }
 
-// diskBaseline measures the disk under dir: one writer, pwrite of chunk
-// bytes + fdatasync each, appending (as datanodes write new blocks), for
-// at most d or maxBytes.
-func diskBaseline(ctx context.Context, dir string, chunk int64, d time.Duration, maxBytes int64, progress io.Writer) (bench.Baseline, error) {
+// baselineWriters is how many writers the disk baseline has: one per
+// datanode of an embedded server (each writes its replica to this disk at
+// the same time), one for a --baseline-dir.
+func (k *keyCluster) baselineWriters() int {
+	if k.embedded {
+		return max(k.cfg.Datanodes, server.DefaultDatanodes)
+	}
+	return 1
+}
+
+// diskBaseline measures the disk under dir: writers each doing pwrite of
+// chunk bytes + fdatasync, appending (as datanodes write new blocks), for
+// at most d or maxBytes in all.
+func diskBaseline(ctx context.Context, dir string, writers int, chunk int64, d time.Duration, maxBytes int64, progress io.Writer) (bench.Baseline, error) {
 	ops := max(maxBytes/chunk, 1)
 	return bench.RunBaseline(ctx, bench.BaselineConfig{
-		Dir: dir, Writers: 1, ChunkSizeBytes: chunk, WritesPerSync: 1,
+		Dir: dir, Writers: writers, ChunkSizeBytes: chunk, WritesPerSync: 1,
 		Duration: d, MaxOps: ops, FileSizeBytes: max(chunk, 1<<30), Pattern: bench.PatternAppend,
 		Progress: progress,
 	})

@@ -333,13 +333,18 @@ func RunTeraGen(ctx context.Context, cfg TeraGenConfig) (out TeraGenResult, err 
 		return out, fmt.Errorf("teragen: stopping the embedded server: %w", err)
 	}
 	if dir := cl.baselineDir(); dir != "" && !cfg.NoBaseline {
-		progress("baseline: pwrite %s + fdatasync, appending, on %s", units.FormatBytes(int64(co.ChunkSize)), dir)
-		b, err := diskBaseline(ctx, dir, int64(co.ChunkSize), cfg.BaselineDuration, total, cfg.Progress)
+		bw := cl.baselineWriters()
+		progress("baseline: %d writers, pwrite %s + fdatasync, appending, on %s", bw, units.FormatBytes(int64(co.ChunkSize)), dir)
+		b, err := diskBaseline(ctx, dir, bw, int64(co.ChunkSize), cfg.BaselineDuration, total, cfg.Progress)
 		if err != nil {
 			return out, fmt.Errorf("teragen: baseline: %w", err)
 		}
 		res.SetBaseline(b)
-		res.AddNote("baseline: the disk's sequential durable writes (one writer, pwrite of a chunk + fdatasync each) in the same directory after the run; the embedded cluster keeps 3 replicas, so with all datanodes on that disk ratio 0.33 is its ceiling")
+		if cl.embedded {
+			res.AddNote("baseline: the disk's sequential durable writes in the same directory after the run (%d writers, one per datanode, pwrite of a chunk + fdatasync each); the embedded cluster writes every byte 3 times to this disk (3 replicas), so about 1/3 is the most the ratio can be", bw)
+		} else {
+			res.AddNote("baseline: sequential durable writes in %s (one writer, pwrite of a chunk + fdatasync each), not necessarily the cluster's disks", dir)
+		}
 	} else if !cfg.NoBaseline {
 		res.AddNote("no baseline: the cluster's disks are not local (give --baseline-dir to measure one here)")
 	}
