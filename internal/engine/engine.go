@@ -711,9 +711,20 @@ func (e *Engine) writeChunk(b BlockID, offset uint64, data []byte, bytesPerCheck
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// PutBlock cannot have committed past this chunk (it is not done), but
-	// the block's state is gone if the block was deleted or the container
+	// it may have committed earlier chunks meanwhile, which moves this
+	// chunk's entry down the pending list: find it by its offset. The
+	// block's state is gone if the block was deleted or the container
 	// closed, marked UNHEALTHY or deleted during the pwrite.
-	if cur := c.blocks[b.Local]; cur != bs || idx >= len(bs.pending) || bs.pending[idx].Offset != offset {
+	idx = -1
+	if cur := c.blocks[b.Local]; cur == bs {
+		for j := len(bs.pending) - 1; j >= 0; j-- {
+			if bs.pending[j].Offset == offset {
+				idx = j
+				break
+			}
+		}
+	}
+	if idx < 0 {
 		if werr != nil {
 			return blockOffErr("write chunk", b, offset, werr)
 		}
