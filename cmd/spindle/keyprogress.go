@@ -29,13 +29,19 @@ type transferProgress struct {
 	stop    chan struct{}
 	stopped sync.WaitGroup
 	ok      atomic.Bool
+	delay   time.Duration
+	drawing chan struct{} // closed once the bar exists
+}
+
+func newTransferProgress(delay time.Duration) *transferProgress {
+	return &transferProgress{stop: make(chan struct{}), delay: delay, drawing: make(chan struct{})}
 }
 
 // startTransferProgress starts following a transfer of total bytes (< 0:
 // unknown) named name. It draws nothing unless enabled and w is the
 // process's stderr on a terminal.
 func startTransferProgress(w io.Writer, enabled bool, name string, total int64) *transferProgress {
-	t := &transferProgress{stop: make(chan struct{})}
+	t := newTransferProgress(progressDelay)
 	if !enabled || w != io.Writer(os.Stderr) || !bench.StderrIsTerminal() {
 		return t
 	}
@@ -56,7 +62,7 @@ func (t *transferProgress) finish(ok bool) {
 // run waits progressDelay, then draws the bar until finish.
 func (t *transferProgress) run(w io.Writer, name string, total int64) {
 	defer t.stopped.Done()
-	delay := time.NewTimer(progressDelay)
+	delay := time.NewTimer(t.delay)
 	defer delay.Stop()
 	select {
 	case <-t.stop:
@@ -65,31 +71,32 @@ func (t *transferProgress) run(w io.Writer, name string, total int64) {
 	}
 	p := mpb.New(mpb.WithOutput(w), mpb.WithAutoRefresh(), mpb.WithWidth(40), mpb.WithRefreshRate(progressTick))
 	known := total >= 0
-	bar := p.AddBar(max(total, 0),
+	var style mpb.BarFillerBuilder = mpb.BarStyle()
+	count := decor.Counters(decor.SizeB1024(0), "% .1f / % .1f")
+	if !known { // a spinner and the count
+		style, count = mpb.SpinnerStyle(), decor.Current(decor.SizeB1024(0), "% .1f")
+	}
+	bar := p.New(max(total, 0), style,
 		mpb.PrependDecorators(decor.Name(name, decor.WCSyncSpaceR)),
-		mpb.AppendDecorators(
-			decor.Counters(decor.SizeB1024(0), "% .1f / % .1f"),
-			decor.Name("  "),
-			decor.AverageSpeed(decor.SizeB1024(0), "% .1f"),
-		),
+		mpb.AppendDecorators(count, decor.Name("  "), decor.AverageSpeed(decor.SizeB1024(0), "% .1f")),
 	)
+	close(t.drawing)
 	tick := time.NewTicker(progressTick)
 	defer tick.Stop()
 	for {
 		select {
 		case <-t.stop:
-			n := t.done.Load()
-			if t.ok.Load() || !known {
-				bar.SetTotal(n, true) // complete (an unknown total is what was sent)
-			} else {
-				bar.Abort(false)
+			if n := t.done.Load(); t.ok.Load() {
+				bar.SetCurrent(n)     // completes a bar of known total
+				bar.SetTotal(n, true) // completes one of unknown total
 			}
-			p.Wait()
+			bar.Abort(false) // ends it in every other case (no-op once complete)
+			p.Wait()         // returns: the bar is complete or aborted
 			return
 		case <-tick.C:
 			n := t.done.Load()
 			if !known {
-				bar.SetTotal(n+1, false) // grows ahead of the count
+				bar.SetTotal(n+1, false) // keeps ahead of the count
 			}
 			bar.SetCurrent(n)
 		}

@@ -206,3 +206,26 @@ func TestExitCodes(t *testing.T) {
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// A progress bar ends, drawn, whether the transfer succeeded or not and
+// whether its total was known or not.
+func TestTransferProgressEnds(t *testing.T) {
+	for _, c := range []struct {
+		total int64
+		ok    bool
+	}{{1000, true}, {1000, false}, {-1, true}, {-1, false}, {0, true}} {
+		var buf bytes.Buffer
+		tp := newTransferProgress(0)
+		tp.stopped.Add(1)
+		go tp.run(&buf, "put b/k", c.total)
+		<-tp.drawing
+		tp.set(max(c.total, 700) / 2)
+		if c.ok {
+			tp.set(max(c.total, 700))
+		}
+		tp.finish(c.ok) // returns only once the bar has ended
+		if !strings.Contains(buf.String(), "put b/k") {
+			t.Errorf("total %d, ok %v: drew %q", c.total, c.ok, buf.String())
+		}
+	}
+}
