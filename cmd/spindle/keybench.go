@@ -17,8 +17,9 @@ import (
 // is and how the key client writes.
 type clusterFlags struct {
 	cfg       scenario.ClusterConfig
-	chunkSize units.ByteSize
-	blockSize units.ByteSize
+	chunkSize   units.ByteSize
+	blockSize   units.ByteSize
+	commitEvery units.ByteSize
 }
 
 func (c *clusterFlags) add(f *pflag.FlagSet) {
@@ -32,6 +33,7 @@ func (c *clusterFlags) add(f *pflag.FlagSet) {
 	f.Var(&c.chunkSize, "chunk-size", "key client: bytes per chunk write (default 4MiB)")
 	f.Var(&c.blockSize, "block-size", "key client: bytes per block (default 256MiB)")
 	f.IntVar(&c.cfg.Client.InFlight, "in-flight", 0, "key client: chunks of one put in flight (0: its default, 8)")
+	f.Var(&c.commitEvery, "commit-every", "key client: bytes of a block between checkpoint PutBlocks (default 16MiB)")
 }
 
 // resolve fills in the binary and the client options.
@@ -46,8 +48,9 @@ func (c *clusterFlags) resolve() (scenario.ClusterConfig, error) {
 	}
 	cfg.Client.ChunkSize = int(c.chunkSize.Int64())
 	cfg.Client.BlockSize = c.blockSize.Int64()
-	if cfg.Client.ChunkSize < 0 || cfg.Client.BlockSize < 0 {
-		return cfg, fmt.Errorf("negative --chunk-size or --block-size")
+	cfg.Client.CommitEvery = c.commitEvery.Int64()
+	if cfg.Client.ChunkSize < 0 || cfg.Client.BlockSize < 0 || cfg.Client.CommitEvery < 0 {
+		return cfg, fmt.Errorf("negative --chunk-size, --block-size or --commit-every")
 	}
 	return cfg, nil
 }

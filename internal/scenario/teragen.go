@@ -304,6 +304,7 @@ func RunTeraGen(ctx context.Context, cfg TeraGenConfig) (out TeraGenResult, err 
 	res.SetParam("chunk_size_bytes", co.ChunkSize)
 	res.SetParam("block_size_bytes", co.BlockSize)
 	res.SetParam("in_flight", co.InFlight)
+	res.SetParam("commit_every_bytes", co.CommitEvery)
 	res.SetParam("bucket", cfg.Bucket)
 	res.SetParam("prefix", cfg.Prefix)
 	res.SetParam("durable", true)
