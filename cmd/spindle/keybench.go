@@ -16,7 +16,7 @@ import (
 // clusterFlags are the flags every key bench shares: where the cluster
 // is and how the key client writes.
 type clusterFlags struct {
-	cfg       scenario.ClusterConfig
+	cfg         scenario.ClusterConfig
 	chunkSize   units.ByteSize
 	blockSize   units.ByteSize
 	commitEvery units.ByteSize
