@@ -44,7 +44,8 @@ func BenchmarkPut(b *testing.B) {
 	for _, depth := range benchDepths() {
 		b.Run(fmt.Sprintf("inflight=%d", depth), func(b *testing.B) {
 			chunk, _ := strconv.Atoi(os.Getenv("SPINDLE_BENCH_CHUNK"))
-			o := keyclient.Options{ChunkSize: chunk, InFlight: depth, Logger: quiet(), Pipeline: client.Options{Logger: quiet()}}
+			o := keyclient.Options{ChunkSize: chunk, InFlight: depth, Logger: quiet(), Pipeline: client.Options{Logger: quiet()},
+				PauseAtCheckpoints: os.Getenv("SPINDLE_BENCH_PAUSE") != ""}
 			kc, err := keyclient.New(meta, o)
 			if err != nil {
 				b.Fatal(err)

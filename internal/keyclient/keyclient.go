@@ -87,14 +87,13 @@ type Options struct {
 	// chunks). It bounds what a pipeline failure makes the stream write
 	// again.
 	CommitEvery int64
-	// OverlapCheckpoints lets a checkpoint PutBlock of a block be in
-	// flight while later chunks of the same block are written. Off by
-	// default: the datanode's engine (WriteChunk) takes a chunk whose
-	// block was committed by a PutBlock during its pwrite for a chunk
-	// overtaken by a close, and refuses it (NOT_OPEN), which costs the
-	// Put a new block; without it, writes of the block pause from the
-	// moment a checkpoint is due until its PutBlock is answered.
-	OverlapCheckpoints bool
+	// PauseAtCheckpoints stops the writes of a block from the moment a
+	// checkpoint PutBlock of it is due until the PutBlock is answered.
+	// Off by default (a checkpoint overlaps the block's later writes);
+	// for datanodes whose engine refuses a chunk whose block was
+	// committed by a PutBlock during its pwrite (NOT_OPEN, fixed in the
+	// engine since), which costs a Put a new block each time.
+	PauseAtCheckpoints bool
 	// MaxFailovers bounds the pipelines that may fail under one Put
 	// (default 4).
 	MaxFailovers int

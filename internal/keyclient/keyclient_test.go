@@ -184,12 +184,14 @@ func TestPutKeepsInFlightChunksOutstanding(t *testing.T) {
 	}
 }
 
-// No chunk write of a block is in flight with a checkpoint PutBlock of it
-// (the datanode's engine refuses such writes), unless OverlapCheckpoints.
-func TestPutCheckpointsDoNotOverlapWrites(t *testing.T) {
+// With PauseAtCheckpoints, no chunk write of a block is in flight with a
+// checkpoint PutBlock of it.
+func TestPutPausesAtCheckpoints(t *testing.T) {
 	p := newFakePipeline(t, 1, 1)
 	p.set(func() { p.replyDelay = time.Millisecond })
-	kc, _ := setup(t, fakeOptions(), p)
+	o := fakeOptions()
+	o.PauseAtCheckpoints = true
+	kc, _ := setup(t, o, p)
 	ctx := testCtx(t)
 	data := randomBytes(14, 3*fBlock+fChunk)
 	res, err := kc.Put(ctx, bkt, "k", bytes.NewReader(data), keyclient.PutOptions{})

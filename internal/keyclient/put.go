@@ -200,15 +200,14 @@ func (s *putStream) step() (bool, error) {
 		if !b.putting {
 			n := s.ackedPrefix(b)
 			due = n > 0 && (n >= s.perCommit || n == len(b.buf) && (s.sealed(b) || len(b.buf) >= s.maxBuffered))
-			if due && (s.o.OverlapCheckpoints || b.inflight == 0) {
+			if due && (!s.o.PauseAtCheckpoints || b.inflight == 0) {
 				s.startPutBlock(b, n)
 				started = true
 			}
 		}
-		// Unless checkpoints may overlap writes, no chunk of the block
-		// is written from the moment its checkpoint is due until the
-		// PutBlock is answered.
-		quiet := !s.o.OverlapCheckpoints && (due || b.putting)
+		// With PauseAtCheckpoints, no chunk of the block is written from
+		// the moment its checkpoint is due until the PutBlock is answered.
+		quiet := s.o.PauseAtCheckpoints && (due || b.putting)
 		if !quiet && s.sendReady(b) || started {
 			return true, nil
 		}
