@@ -177,8 +177,10 @@ func newGetCmd() *cobra.Command {
 		Long: `Reads BUCKET/KEY to FILE (default "-", standard output), verifying
 every piece against its checksum (reading from another replica when one
 fails) and the whole value against its CRC32C. A FILE is written under a
-temporary name and renamed once complete: a failed get leaves no FILE.
---offset and --length read a range (no whole-value check then).`,
+temporary name and renamed once complete: a failed get leaves no FILE
+(on standard output, what was written before a failure must be discarded:
+the exit status says so, 5 for corrupt data). --offset and --length read a
+range (no whole-value check then).`,
 		Args: rangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bucket, key, err := splitKey(args[0])
