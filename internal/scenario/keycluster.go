@@ -123,7 +123,7 @@ func openKeyCluster(ctx context.Context, cfg ClusterConfig, log *slog.Logger, pr
 		k.cleanup()
 		return nil, fmt.Errorf("embedded server: %w", err)
 	}
-	k.srv, k.meta, k.embedded, k.label = srv, srv.Meta(), true, "embedded server in "+root
+	k.srv, k.meta, k.embedded, k.label = srv, srv.Meta(), true, "embedded server in "+filepath.Join(root, "server")
 	return k, nil
 }
 

@@ -273,6 +273,9 @@ func (b *keyBench) result(stats bench.Stats) KeyBenchResult {
 	if stats.Ops < int64(b.cfg.Keys) {
 		res.AddNote("stopped by --duration after %d of %d keys", stats.Ops, b.cfg.Keys)
 	}
+	if b.cfg.Keep {
+		res.AddNote("kept: the keys in %s/%s on %s", b.cfg.Bucket, b.cfg.Prefix, b.cl.label)
+	}
 	return KeyBenchResult{Result: res, Keys: int(stats.Ops), SizeBytes: b.cfg.SizeBytes, Concurrency: b.cfg.Concurrency, Cluster: b.cl.label}
 }
 

@@ -349,6 +349,9 @@ func RunTeraGen(ctx context.Context, cfg TeraGenConfig) (out TeraGenResult, err 
 	} else if !cfg.NoBaseline {
 		res.AddNote("no baseline: the cluster's disks are not local (give --baseline-dir to measure one here)")
 	}
+	if cfg.Keep {
+		res.AddNote("kept: the keys in %s/%s on %s", cfg.Bucket, cfg.Prefix, cl.label)
+	}
 	out.Result = res
 	return out, nil
 }
