@@ -191,7 +191,9 @@ func (d *demo) putGetFiles(ctx context.Context, kc *keyclient.Client) error {
 // baselines in the demo's directory.
 func (d *demo) clusterBenches(ctx context.Context, metaAddr string) error {
 	base := filepath.Join(d.tmp, "baseline")
-	cc := scenario.ClusterConfig{Meta: metaAddr, BaselineDir: base}
+	// The server's three datanodes write to this disk: so does the
+	// baseline, with one writer each.
+	cc := scenario.ClusterConfig{Meta: metaAddr, BaselineDir: base, BaselineWriters: server.DefaultDatanodes}
 	quiet := d.log
 
 	d.say("3. benches: teragen --size %s --writers 2 --validate ...", units.FormatBytes(d.cfg.TeraGenBytes))

@@ -50,6 +50,9 @@ type ClusterConfig struct {
 	// with Meta: no baseline, the cluster's disks are not known here).
 	// With an embedded server the baseline runs in the bench's directory.
 	BaselineDir string
+	// BaselineWriters is the writers of the teragen disk baseline (0: one
+	// per datanode with an embedded server, one with BaselineDir).
+	BaselineWriters int
 	// Keep leaves the keys (and an embedded server's data) in place.
 	Keep bool
 	// Client configures the key client (zero fields: its defaults).
@@ -234,10 +237,13 @@ func runPrefix(name string) string {
 	return fmt.Sprintf("%s-%s-%d/", name, time.Now().Format("20060102-150405"), os.Getpid())
 }
 
-// baselineWriters is how many writers the disk baseline has: one per
-// datanode of an embedded server (each writes its replica to this disk at
-// the same time), one for a --baseline-dir.
+// baselineWriters is how many writers the disk baseline has: by default
+// one per datanode of an embedded server (each writes its replica to this
+// disk at the same time), one for a --baseline-dir.
 func (k *keyCluster) baselineWriters() int {
+	if k.cfg.BaselineWriters > 0 {
+		return k.cfg.BaselineWriters
+	}
 	if k.embedded {
 		return max(k.cfg.Datanodes, server.DefaultDatanodes)
 	}

@@ -344,7 +344,7 @@ func RunTeraGen(ctx context.Context, cfg TeraGenConfig) (out TeraGenResult, err 
 		if cl.embedded {
 			res.AddNote("baseline: the disk's sequential durable writes in the same directory after the run (%d writers, one per datanode, pwrite of a chunk + fdatasync each); the embedded cluster writes every byte 3 times to this disk (3 replicas), so about 1/3 is the most the ratio can be", bw)
 		} else {
-			res.AddNote("baseline: sequential durable writes in %s (one writer, pwrite of a chunk + fdatasync each), not necessarily the cluster's disks", dir)
+			res.AddNote("baseline: sequential durable writes in %s (%d writers, pwrite of a chunk + fdatasync each), not necessarily on the cluster's disks", dir, bw)
 		}
 	} else if !cfg.NoBaseline {
 		res.AddNote("no baseline: the cluster's disks are not local (give --baseline-dir to measure one here)")
