@@ -167,7 +167,7 @@ func (s *Service) Heartbeat(hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, 
 		switch {
 		case r.State != metaapi.ContainerOpen:
 			s.startClose(b, c, fmt.Sprintf("node %d reports it %s", id, r.State))
-		case r.UsedBytes >= s.cfg.ContainerSizeBytes:
+		case r.UsedBytes >= s.fullBytes():
 			s.startClose(b, c, fmt.Sprintf("node %d reports %d bytes used", id, r.UsedBytes))
 		}
 	}

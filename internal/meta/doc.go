@@ -33,7 +33,8 @@
 // block's local ID comes from its container's counter, persisted with the
 // allocation in one synced batch, so no ID is handed out twice, restarts
 // included. A container becomes CLOSING when the bytes of committed keys
-// in it, or what a replica reports used, reach ContainerSizeBytes, when a
+// in it, or what a replica reports used, reach 90 % of ContainerSizeBytes (room
+// for the blocks in flight when it closes), when a
 // replica reports it CLOSED or UNHEALTHY, or when its pipeline closes; it
 // takes no more blocks. close_container goes to the pipeline's leader
 // (the reports name it; when none is known, to every live member that

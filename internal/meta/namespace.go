@@ -173,7 +173,7 @@ func (s *Service) Allocate(req *metaapi.AllocateRequest) (*metaapi.AllocateRespo
 		if c.rec.State != containerOpen {
 			continue
 		}
-		if c.rec.Committed >= s.cfg.ContainerSizeBytes {
+		if c.rec.Committed >= s.fullBytes() {
 			s.startClose(b, c, fmt.Sprintf("%d bytes committed", c.rec.Committed))
 			continue
 		}
@@ -297,7 +297,7 @@ func (s *Service) CommitKey(bucket, key string, ck *metaapi.CommitKey) (*metaapi
 	for _, cid := range slices.Sorted(maps.Keys(touched)) {
 		c := s.containers[cid]
 		set(b, u64key(prefixContainer, cid), c.rec.encode())
-		if c.rec.Committed >= s.cfg.ContainerSizeBytes {
+		if c.rec.Committed >= s.fullBytes() {
 			s.startClose(b, c, fmt.Sprintf("%d bytes committed", c.rec.Committed))
 		}
 	}

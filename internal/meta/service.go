@@ -472,3 +472,13 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 	p.l.Error(msg, "component", "pebble", "fatal", true)
 	panic("pebble: " + msg)
 }
+
+// fullBytes is when a container counts as full and starts closing: 90 % of
+// ContainerSizeBytes. A container is never filled to the byte: writers
+// allocated blocks in it before it closes, and a container that ends a few
+// bytes short of its size would otherwise stay OPEN while refusing every
+// new block with CONTAINER_FULL. The margin leaves room for the blocks in
+// flight when it closes.
+func (s *Service) fullBytes() uint64 {
+	return s.cfg.ContainerSizeBytes - s.cfg.ContainerSizeBytes/10
+}
