@@ -691,7 +691,6 @@ func (e *Engine) writeChunk(b BlockID, offset uint64, data []byte, bytesPerCheck
 			return blockOffErr("write chunk", b, offset, err)
 		}
 	}
-	idx := len(bs.pending)
 	bs.pending = append(bs.pending, pendingChunk{ChunkInfo: ChunkInfo{Offset: offset, Length: length, Checksums: slices.Clone(checksums)}})
 	bs.nextOffset += length
 	bs.bpc = bytesPerChecksum
@@ -715,7 +714,7 @@ func (e *Engine) writeChunk(b BlockID, offset uint64, data []byte, bytesPerCheck
 	// chunk's entry down the pending list: find it by its offset. The
 	// block's state is gone if the block was deleted or the container
 	// closed, marked UNHEALTHY or deleted during the pwrite.
-	idx = -1
+	idx := -1
 	if cur := c.blocks[b.Local]; cur == bs {
 		for j := len(bs.pending) - 1; j >= 0; j-- {
 			if bs.pending[j].Offset == offset {
