@@ -254,19 +254,25 @@ func TestPutFailoverMidBlock(t *testing.T) {
 	}
 	ki := mustGet(t, ctx, kc, "failover", data)
 	first := ki.Blocks[0]
-	if first.Pipeline != 1 {
-		t.Fatalf("first block on pipeline %d, want 1", first.Pipeline)
-	}
-	// The short block ends at a checkpoint (whole chunks) that pipeline a
-	// committed before the failure.
-	bd, _ := a.committed(first.BlockRef)
-	if first.Length == 0 || first.Length%fChunk != 0 || first.Length > ok*fChunk || bd.Length < first.Length {
-		t.Errorf("short block of %d bytes (datanode committed %d): want whole chunks, at most %d", first.Length, bd.Length, ok*fChunk)
+	// Pipeline a accepts 10 chunk writes; chunks that overtook each other
+	// on the way (holes) are sent again and count too, so whether a
+	// checkpoint was reached before the failure depends on timing. If it
+	// was, the key's first block is a short block on pipeline 1, ending at
+	// that checkpoint; if not, that block was dropped whole.
+	start := 0
+	if first.Pipeline == 1 {
+		bd, _ := a.committed(first.BlockRef)
+		if first.Length == 0 || first.Length%fChunk != 0 || first.Length > ok*fChunk || bd.Length < first.Length {
+			t.Errorf("short block of %d bytes (datanode committed %d): want whole chunks, at most %d", first.Length, bd.Length, ok*fChunk)
+		}
+		start = 1
+	} else {
+		t.Logf("no checkpoint on pipeline 1 before its failure: its block was dropped")
 	}
 	var total uint64
 	for i, kb := range ki.Blocks {
 		total += kb.Length
-		if i > 0 && kb.Pipeline != 2 {
+		if i >= start && kb.Pipeline != 2 {
 			t.Errorf("block %d on pipeline %d after pipeline 1 failed", i, kb.Pipeline)
 		}
 	}
