@@ -134,36 +134,16 @@ func openKeyCluster(ctx context.Context, cfg ClusterConfig, log *slog.Logger, pr
 // creates it, a new subdirectory when dir exists, a temporary directory
 // when dir is "". made lists what cleanup removes.
 func benchRoot(dir string) (string, []string, error) {
-	if dir == "" {
-		d, err := os.MkdirTemp("", "spindle-bench-")
-		if err != nil {
-			return "", nil, err
-		}
-		return d, []string{d}, nil
+	d, made, err := benchDir(dir, "spindle-bench-")
+	if err != nil || len(made) > 0 {
+		return d, made, err
 	}
-	dir, err := filepath.Abs(dir)
+	// dir existed: work in a new subdirectory of it.
+	sub, err := os.MkdirTemp(d, "spindle-bench-")
 	if err != nil {
 		return "", nil, err
 	}
-	st, err := os.Stat(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		top := topmostMissing(dir)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return "", nil, err
-		}
-		return dir, []string{top}, nil
-	}
-	if err != nil {
-		return "", nil, err
-	}
-	if !st.IsDir() {
-		return "", nil, fmt.Errorf("%s is not a directory", dir)
-	}
-	d, err := os.MkdirTemp(dir, "spindle-bench-")
-	if err != nil {
-		return "", nil, err
-	}
-	return d, []string{d}, nil
+	return sub, []string{sub}, nil
 }
 
 // baselineDir is where the raw disk baseline runs ("" = none).
