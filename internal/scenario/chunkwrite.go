@@ -51,24 +51,34 @@ type ChunkWriteLocalConfig struct {
 	Logger *slog.Logger
 }
 
-func (c *ChunkWriteLocalConfig) defaults() error {
-	if c.ChunkSizeBytes == 0 {
-		c.ChunkSizeBytes = 1 << 20
+// chunkLoadDefaults fills and checks what both chunk-write forms share:
+// the chunk size (default 1 MiB), the clients (default 16) and the bound
+// (a duration or a count, neither negative).
+func chunkLoadDefaults(chunkSizeBytes *int64, clients *int, d time.Duration, count int64) error {
+	if *chunkSizeBytes == 0 {
+		*chunkSizeBytes = 1 << 20
 	}
-	if c.ChunkSizeBytes < 1 || c.ChunkSizeBytes > engine.MaxChunkSizeBytes {
-		return fmt.Errorf("chunk size %d not in [1, %d]", c.ChunkSizeBytes, engine.MaxChunkSizeBytes)
+	if *chunkSizeBytes < 1 || *chunkSizeBytes > engine.MaxChunkSizeBytes {
+		return fmt.Errorf("chunk size %d not in [1, %d]", *chunkSizeBytes, engine.MaxChunkSizeBytes)
 	}
-	if c.Clients == 0 {
-		c.Clients = 16
+	if *clients == 0 {
+		*clients = 16
 	}
-	if c.Clients < 1 || c.Clients > bench.MaxWorkers {
-		return fmt.Errorf("clients %d not in [1, %d]", c.Clients, bench.MaxWorkers)
+	if *clients < 1 || *clients > bench.MaxWorkers {
+		return fmt.Errorf("clients %d not in [1, %d]", *clients, bench.MaxWorkers)
 	}
-	if c.Duration == 0 && c.Count == 0 {
+	if d == 0 && count == 0 {
 		return fmt.Errorf("no bound: give a duration or a count")
 	}
-	if c.Duration < 0 || c.Count < 0 {
+	if d < 0 || count < 0 {
 		return fmt.Errorf("negative duration or count")
+	}
+	return nil
+}
+
+func (c *ChunkWriteLocalConfig) defaults() error {
+	if err := chunkLoadDefaults(&c.ChunkSizeBytes, &c.Clients, c.Duration, c.Count); err != nil {
+		return err
 	}
 	if c.BlockSizeBytes == 0 {
 		c.BlockSizeBytes = 64 << 20

@@ -130,23 +130,11 @@ func (c *ChunkWritePipelineConfig) defaults() error {
 	if c.Binary == "" {
 		return errors.New("no spindle binary to run the datanodes")
 	}
-	if c.ChunkSizeBytes == 0 {
-		c.ChunkSizeBytes = 1 << 20
+	if err := chunkLoadDefaults(&c.ChunkSizeBytes, &c.Clients, c.Duration, c.Count); err != nil {
+		return err
 	}
-	if c.ChunkSizeBytes < 1 || c.ChunkSizeBytes > engine.MaxChunkSizeBytes {
-		return fmt.Errorf("chunk size %d not in [1, %d]", c.ChunkSizeBytes, engine.MaxChunkSizeBytes)
-	}
-	if c.Clients == 0 {
-		c.Clients = 16
-	}
-	if c.Clients < 1 || c.Clients > bench.MaxWorkers {
-		return fmt.Errorf("clients %d not in [1, %d]", c.Clients, bench.MaxWorkers)
-	}
-	if c.Duration == 0 && c.Count == 0 {
-		return fmt.Errorf("no bound: give a duration or a count")
-	}
-	if c.Duration < 0 || c.Count < 0 || c.MaxBytes < 0 {
-		return fmt.Errorf("negative duration, count or byte bound")
+	if c.MaxBytes < 0 {
+		return fmt.Errorf("negative byte bound")
 	}
 	if c.MaxBytes == 0 {
 		c.MaxBytes = DefaultPipelineMaxBytes
