@@ -181,16 +181,3 @@ func decodeEntry(data []byte, fresh bool, fn func(*Command) error) error {
 	}
 	return nil
 }
-
-// WriteChunkLengths appends to dst the payload length of every WriteChunk
-// command of entry data, in order: the segments a RaftMessage carrying the
-// entry must have.
-func WriteChunkLengths(data []byte, dst []uint64) ([]uint64, error) {
-	err := DecodeEntry(data, func(c *Command) error {
-		if c.Kind == KindWriteChunk {
-			dst = append(dst, c.WriteChunk.Length)
-		}
-		return nil
-	})
-	return dst, err
-}

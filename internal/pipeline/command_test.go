@@ -1,9 +1,13 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/spindle-store/spindle/internal/transport"
 )
@@ -41,9 +45,15 @@ func TestEntryRoundTrip(t *testing.T) {
 	if err != nil || len(kinds) != 4 {
 		t.Fatalf("decode: %v, kinds %v", err, kinds)
 	}
-	lens, err := WriteChunkLengths(d, nil)
-	if err != nil || len(lens) != 1 || lens[0] != 1024 {
-		t.Fatalf("lengths %v %v", lens, err)
+	cmds, err := DecodeCommands(d)
+	var lens []uint64
+	for _, c := range cmds {
+		if c.Kind == KindWriteChunk {
+			lens = append(lens, c.WriteChunk.Length)
+		}
+	}
+	if err != nil || len(cmds) != 4 || len(lens) != 1 || lens[0] != 1024 {
+		t.Fatalf("commands %d, WriteChunk lengths %v, %v", len(cmds), lens, err)
 	}
 }
 
@@ -118,5 +128,53 @@ func TestByteBudget(t *testing.T) {
 	}
 	if b.used != 500 {
 		t.Fatalf("used %d", b.used)
+	}
+}
+
+// TestMsgAppSplit: a MsgApp whose chunk bytes exceed one frame's bound goes
+// out as consecutive MsgApps, each naming the entry before it, with its own
+// entries' segments.
+func TestMsgAppSplit(t *testing.T) {
+	const seg = 20 << 20 // three of them exceed maxRaftPayloadBytes
+	m := &raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), To: proto.Uint64(2), From: proto.Uint64(1),
+		Term: proto.Uint64(3), LogTerm: proto.Uint64(2), Index: proto.Uint64(10), Commit: proto.Uint64(9)}
+	om := &outMsg{group: 7, msg: m}
+	for i := uint64(11); i <= 13; i++ {
+		data := AppendCommand(nil, &Command{Kind: KindWriteChunk, WriteChunk: transport.WriteChunk{ContainerID: 1, LocalID: i, Length: seg}})
+		m.Entries = append(m.Entries, &raftpb.Entry{Term: proto.Uint64(3), Index: proto.Uint64(i), Type: raftpb.EntryType_EntryNormal.Enum(), Data: data})
+		b := make([]byte, seg)
+		b[0] = byte(i)
+		om.segs = append(om.segs, b)
+		om.perEntry = append(om.perEntry, 1)
+	}
+	var enc transport.Encoder
+	if err := (&peer{}).encode(&enc, om); err != nil {
+		t.Fatal(err)
+	}
+	if enc.Frames() != 3 {
+		t.Fatalf("%d frames, want 3", enc.Frames())
+	}
+	var buf bytes.Buffer
+	bufs := enc.Buffers()
+	if _, err := bufs.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	r := transport.NewReader(&buf, transport.ConnConfig{})
+	prevIndex, prevTerm := uint64(10), uint64(2)
+	for i := uint64(11); i <= 13; i++ {
+		f, err := r.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rm transport.RaftMessage
+		if err := f.Decode(&rm); err != nil {
+			t.Fatal(err)
+		}
+		got := rm.Message
+		if rm.GroupID != 7 || got.GetIndex() != prevIndex || got.GetLogTerm() != prevTerm || got.GetCommit() != 9 ||
+			len(got.GetEntries()) != 1 || got.GetEntries()[0].GetIndex() != i || len(f.Payload) != seg || f.Payload[0] != byte(i) {
+			t.Fatalf("part for entry %d: index %d logterm %d, %d entries, %d payload bytes", i, got.GetIndex(), got.GetLogTerm(), len(got.GetEntries()), len(f.Payload))
+		}
+		prevIndex, prevTerm = i, 3
 	}
 }

@@ -21,6 +21,9 @@ type outMsg struct {
 	msg   *raftpb.Message
 	segs  [][]byte
 	miss  []missing
+	// perEntry[i] is the number of segments of msg.Entries[i] (a MsgApp's),
+	// from the decoded entries: what a split needs, without decoding again.
+	perEntry []int
 }
 
 type missing struct {
@@ -60,6 +63,7 @@ func (n *Node) send(g *group, m *raftpb.Message) {
 				}
 				w++
 			}
+			om.perEntry = append(om.perEntry, w)
 		}
 	}
 	p := n.peer(to)
@@ -216,7 +220,10 @@ func (p *peer) encode(enc *transport.Encoder, om *outMsg) error {
 	for start := 0; start < len(ents); {
 		end, bytes, segEnd := start, 0, segAt
 		for end < len(ents) {
-			cnt, sz := entrySegs(ents[end], om.segs, segEnd)
+			cnt, sz := om.perEntry[end], 0
+			for _, seg := range om.segs[segEnd : segEnd+cnt] {
+				sz += len(seg)
+			}
 			if end > start && bytes+sz > maxRaftPayloadBytes {
 				break
 			}
@@ -240,23 +247,6 @@ func (p *peer) encode(enc *transport.Encoder, om *outMsg) error {
 		start, segAt = end, segEnd
 	}
 	return nil
-}
-
-// entrySegs counts an entry's WriteChunk segments (from segs[at]) and their
-// bytes.
-func entrySegs(e *raftpb.Entry, segs [][]byte, at int) (int, int) {
-	if e.GetType() != raftpb.EntryType_EntryNormal || len(e.GetData()) == 0 {
-		return 0, 0
-	}
-	cnt, sz := 0, 0
-	_ = DecodeEntry(e.GetData(), func(c *Command) error {
-		if c.Kind == KindWriteChunk && at+cnt < len(segs) {
-			sz += len(segs[at+cnt])
-			cnt++
-		}
-		return nil
-	})
-	return cnt, sz
 }
 
 // reply is a response to a client request, written by the reply writer.
