@@ -33,6 +33,7 @@ import (
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/pipeline"
+	"github.com/spindle-store/spindle/internal/vfs"
 	"github.com/spindle-store/spindle/internal/wal"
 )
 
@@ -236,12 +237,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 // writeReady writes "ADDR\nPID\n" to path atomically.
 func writeReady(path, addr string) error {
-	tmp := path + ".tmp"
-	data := fmt.Sprintf("%s\n%d\n", addr, os.Getpid())
-	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
-		return fmt.Errorf("datanode: ready file: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := vfs.WriteFileAtomic(vfs.Default, path, fmt.Appendf(nil, "%s\n%d\n", addr, os.Getpid())); err != nil {
 		return fmt.Errorf("datanode: ready file: %w", err)
 	}
 	return nil

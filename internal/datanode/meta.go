@@ -17,6 +17,7 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/pipeline"
 	"github.com/spindle-store/spindle/internal/transport"
+	"github.com/spindle-store/spindle/internal/vfs"
 )
 
 // Files a datanode keeps in its log directory, next to the WAL, written
@@ -66,31 +67,7 @@ func saveJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return vfs.WriteFileAtomic(vfs.Default, path, append(b, '\n'))
 }
 
 // loadIdentity reads (or creates, with a new UUID) the identity file.

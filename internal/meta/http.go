@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/vfs"
 )
 
 // ShutdownTimeout bounds the wait for in-flight requests at Close.
@@ -319,26 +319,9 @@ func Run(ctx context.Context, cfg Config) error {
 	return serr
 }
 
-// WriteReady writes "ADDR\nPID\n" to path atomically: a temporary file,
-// fsync, rename.
+// WriteReady writes "ADDR\nPID\n" to path atomically (vfs.WriteFileAtomic).
 func WriteReady(path, addr string) error {
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("meta: ready file: %w", err)
-	}
-	_, err = fmt.Fprintf(f, "%s\n%d\n", addr, os.Getpid())
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := vfs.WriteFileAtomic(vfs.Default, path, fmt.Appendf(nil, "%s\n%d\n", addr, os.Getpid())); err != nil {
 		return fmt.Errorf("meta: ready file: %w", err)
 	}
 	return nil

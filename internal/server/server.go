@@ -35,6 +35,7 @@ import (
 	"github.com/spindle-store/spindle/internal/localcluster"
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/vfs"
 )
 
 // Defaults.
@@ -264,19 +265,7 @@ func saveState(dir string, st state) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, "server.json.tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("server: %w", err)
-	}
-	f, err := os.Open(tmp)
-	if err == nil {
-		err = f.Sync()
-		f.Close()
-	}
-	if err != nil {
-		return fmt.Errorf("server: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "server.json")); err != nil {
+	if err := vfs.WriteFileAtomic(vfs.Default, filepath.Join(dir, "server.json"), append(b, '\n')); err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
 	return nil

@@ -39,3 +39,31 @@ func MkdirAllDurable(fs FS, dir string) error {
 	}
 	return nil
 }
+
+// WriteFileAtomic replaces path with data so that a crash leaves either
+// the old file or the new one, whole: the bytes go to path+".tmp", which is
+// fsynced, renamed over path, and the directory synced (the rename is a
+// directory entry). On failure the temporary file is removed. For small
+// files written whole: identity, ready and state files.
+func WriteFileAtomic(fs FS, path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := fs.Create(tmp)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(data, 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fs.Rename(tmp, path)
+	}
+	if err != nil {
+		fs.Remove(tmp)
+		return err
+	}
+	return fs.SyncDir(filepath.Dir(path))
+}

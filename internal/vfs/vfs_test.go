@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"slices"
@@ -517,5 +518,36 @@ func testMisc(t *testing.T, fs FS, dir string) {
 	must(t, err)
 	if buf.String() != "x" {
 		t.Errorf("copy: %q", buf.String())
+	}
+}
+
+// TestWriteFileAtomic: the file is replaced whole; after a crash right
+// after the call (only synced state survives) the new contents are there,
+// and no temporary file is left.
+func TestWriteFileAtomic(t *testing.T) {
+	fs := NewMem()
+	if err := fs.MkdirAll("/d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.SyncDir("/"); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"first", "second, longer"} {
+		if err := WriteFileAtomic(fs, "/d/f", []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := fs.CrashClone(0, rand.New(rand.NewSource(1)))
+	f, err := after.Open("/d/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(f)
+	f.Close()
+	if string(b) != "second, longer" {
+		t.Fatalf("after a crash: %q", b)
+	}
+	if names, _ := after.List("/d"); len(names) != 1 {
+		t.Fatalf("directory holds %v", names)
 	}
 }
