@@ -33,7 +33,7 @@ import (
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/pipeline"
-	"github.com/spindle-store/spindle/internal/vfs"
+	"github.com/spindle-store/spindle/internal/readyfile"
 	"github.com/spindle-store/spindle/internal/wal"
 )
 
@@ -205,7 +205,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	log.Info("datanode serving", "id", cfg.ID, "addr", node.Addr(), "data_dirs", cfg.DataDirs, "log_dir", cfg.LogDir, "pipelines", len(pipelines), "metrics", metricsURL)
 	if cfg.ReadyFile != "" {
-		if err := writeReady(cfg.ReadyFile, node.Addr()); err != nil {
+		if err := readyfile.Write(cfg.ReadyFile, node.Addr()); err != nil {
 			node.Close()
 			return err
 		}
@@ -233,31 +233,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	log.Info("datanode stopped", "id", cfg.ID)
 	return nil
-}
-
-// writeReady writes "ADDR\nPID\n" to path atomically.
-func writeReady(path, addr string) error {
-	if err := vfs.WriteFileAtomic(vfs.Default, path, fmt.Appendf(nil, "%s\n%d\n", addr, os.Getpid())); err != nil {
-		return fmt.Errorf("datanode: ready file: %w", err)
-	}
-	return nil
-}
-
-// ReadReady reads a ready file written by Run: the address and the pid.
-func ReadReady(path string) (addr string, pid int, err error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", 0, err
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) != 2 {
-		return "", 0, fmt.Errorf("ready file %s: want 2 lines, got %q", path, b)
-	}
-	pid, err = strconv.Atoi(lines[1])
-	if err != nil {
-		return "", 0, fmt.Errorf("ready file %s: pid: %v", path, err)
-	}
-	return lines[0], pid, nil
 }
 
 // DefaultDirs returns dir/data and dir/log, for a datanode rooted at dir.

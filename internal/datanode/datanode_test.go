@@ -13,6 +13,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/pipeline"
+	"github.com/spindle-store/spindle/internal/readyfile"
 )
 
 func TestParsePipeline(t *testing.T) {
@@ -68,7 +69,7 @@ func TestRunServesAndStops(t *testing.T) {
 	var pid int
 	for i := 0; i < 2000; i++ {
 		var err error
-		if addr, pid, err = ReadReady(ready); err == nil {
+		if addr, pid, err = readyfile.Read(ready); err == nil {
 			break
 		}
 		select {

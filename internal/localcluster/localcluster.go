@@ -43,6 +43,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/spindle-store/spindle/internal/readyfile"
 )
 
 // Defaults and limits of Config.
@@ -321,11 +323,8 @@ func (c *Cluster) waitReady(ctx context.Context, n *Node) error {
 	tick := time.NewTicker(readyPoll)
 	defer tick.Stop()
 	for {
-		if b, err := os.ReadFile(n.readyPath); err == nil {
-			f := strings.Fields(string(b))
-			if len(f) >= 2 && f[0] == n.Addr && f[1] == strconv.Itoa(proc.Pid) {
-				return nil
-			}
+		if addr, pid, err := readyfile.Read(n.readyPath); err == nil && addr == n.Addr && pid == proc.Pid {
+			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("localcluster: member %d not ready within %v; its log ends:\n%s", n.ID, c.cfg.ReadyTimeout, tail(n.LogPath))

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
-	"github.com/spindle-store/spindle/internal/vfs"
+	"github.com/spindle-store/spindle/internal/readyfile"
 )
 
 // ShutdownTimeout bounds the wait for in-flight requests at Close.
@@ -319,10 +318,5 @@ func Run(ctx context.Context, cfg Config) error {
 	return serr
 }
 
-// WriteReady writes "ADDR\nPID\n" to path atomically (vfs.WriteFileAtomic).
-func WriteReady(path, addr string) error {
-	if err := vfs.WriteFileAtomic(vfs.Default, path, fmt.Appendf(nil, "%s\n%d\n", addr, os.Getpid())); err != nil {
-		return fmt.Errorf("meta: ready file: %w", err)
-	}
-	return nil
-}
+// WriteReady writes "ADDR\nPID\n" to path atomically (internal/readyfile).
+func WriteReady(path, addr string) error { return readyfile.Write(path, addr) }

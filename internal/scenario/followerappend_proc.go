@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/spindle-store/spindle/internal/readyfile"
 )
 
 // Limits of the datanode child process.
@@ -28,8 +30,6 @@ const (
 	faKillTimeout = 10 * time.Second
 	// faLogTailLines is how much of the datanode's output an error quotes.
 	faLogTailLines = 20
-	// faMaxReadyFileBytes bounds the ready file read.
-	faMaxReadyFileBytes = 4096
 	// faElectionTicks keeps the follower's election timeout from firing
 	// while the leader is busy (1000 ticks of 100 ms: 100 s).
 	faElectionTicks = 1000
@@ -122,7 +122,7 @@ func waitReady(ctx context.Context, path string, done <-chan struct{}) (string, 
 	deadline := time.NewTimer(faReadyTimeout)
 	defer deadline.Stop()
 	for range int(faReadyTimeout/faReadyPoll) + 1 {
-		addr, pid, err := readReadyFile(path)
+		addr, pid, err := readyfile.Read(path)
 		if err == nil {
 			return addr, pid, nil
 		}
@@ -133,7 +133,7 @@ func waitReady(ctx context.Context, path string, done <-chan struct{}) (string, 
 		case <-ticker.C:
 		case <-done:
 			// It may have written the file just before exiting.
-			if addr, pid, err := readReadyFile(path); err == nil {
+			if addr, pid, err := readyfile.Read(path); err == nil {
 				return addr, pid, errors.New("exited right after starting")
 			}
 			return "", 0, errors.New("exited before it was ready")
@@ -144,28 +144,6 @@ func waitReady(ctx context.Context, path string, done <-chan struct{}) (string, 
 		}
 	}
 	return "", 0, fmt.Errorf("not ready (no %s) after %v", path, faReadyTimeout)
-}
-
-func readReadyFile(path string) (string, int, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	var buf [faMaxReadyFileBytes]byte
-	n, err := f.Read(buf[:])
-	if err != nil {
-		return "", 0, fmt.Errorf("ready file %s: %w", path, err)
-	}
-	lines := strings.Fields(string(buf[:n]))
-	if len(lines) != 2 {
-		return "", 0, fmt.Errorf("ready file %s: %q, want \"ADDR\\nPID\\n\"", path, buf[:n])
-	}
-	pid, err := strconv.Atoi(lines[1])
-	if err != nil || pid <= 0 {
-		return "", 0, fmt.Errorf("ready file %s: bad pid %q", path, lines[1])
-	}
-	return lines[0], pid, nil
 }
 
 // exited reports whether the child has exited.

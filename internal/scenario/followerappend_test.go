@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -392,23 +391,6 @@ func TestLeaderReportsCampaign(t *testing.T) {
 	_, lerr, _ := runFakeLeader(t, testLeaderConfig(10, 1), &fakeFollower{ackEvery: 1, campaign: true})
 	if lerr == nil || !strings.Contains(lerr.Error(), "election timeout") {
 		t.Errorf("leader error %v, want the campaign named", lerr)
-	}
-}
-
-func TestReadReadyFile(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "ready")
-	if _, _, err := readReadyFile(p); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("missing file: %v", err)
-	}
-	os.WriteFile(p, []byte("127.0.0.1:4567\n1234\n"), 0o644)
-	addr, pid, err := readReadyFile(p)
-	if err != nil || addr != "127.0.0.1:4567" || pid != 1234 {
-		t.Errorf("got %q %d %v", addr, pid, err)
-	}
-	os.WriteFile(p, []byte("127.0.0.1:4567\n"), 0o644)
-	if _, _, err := readReadyFile(p); err == nil {
-		t.Error("a ready file without pid accepted")
 	}
 }
 
