@@ -17,6 +17,8 @@
 //	DELETE /v1/keys/{bucket}/{key...}         (blocks deleted on datanodes later)
 //	GET    /v1/list/{bucket}?prefix=&start_after=&limit=  → KeyList
 //	GET    /v1/nodes | /v1/pipelines | /v1/containers     → NodeList | PipelineList | ContainerList
+//	GET    /v1/replication                    → ReplicationStatus
+//	POST   /v1/safemode/exit                  → ReplicationStatus (leaves safe mode now)
 //	GET    /metrics                           Prometheus
 //
 // Invariants: a key is visible only once CommitKey returns (an interrupted
@@ -41,6 +43,13 @@
 // the blocks it deleted (or found already gone) in DeletedBlocks of its
 // next heartbeat; unacknowledged deletions are sent again, a bounded
 // number of times.
+//
+// Re-replication: the replicas of a CLOSED container are where the
+// datanodes' reports say they are (not necessarily its pipeline's
+// members). When fewer than the replication factor are healthy, the meta
+// service sends replicate_container to a target, which pulls the
+// container from a source and reports it once complete; a KeyBlock's
+// Members list the healthy replicas.
 //
 // Concurrency: the types are plain values; Client is safe for concurrent use.
 package metaapi
@@ -97,6 +106,27 @@ type Heartbeat struct {
 	// (its DeleteBlock was applied) or found already gone since its last
 	// heartbeat; at most MaxDeletedBlocksReport (the rest next time).
 	DeletedBlocks []BlockRef `json:"deleted_blocks,omitempty"`
+	// CopyFailures: replicate_container copies to this node that failed
+	// since its last heartbeat, at most MaxCopyFailuresReport (the rest
+	// next time). The meta service drops the copy and schedules it again,
+	// from another source when there is one.
+	CopyFailures []CopyFailure `json:"copy_failures,omitempty"`
+	// Copying: the containers being copied to this node right now (a
+	// replicate_container under way), at most MaxCopyingReport. A copy the
+	// meta service scheduled that the target does not list here for
+	// CopyStartTimeout is taken as lost.
+	Copying []uint64 `json:"copying,omitempty"`
+}
+
+// CopyFailure is a replicate_container copy that failed on its target.
+type CopyFailure struct {
+	Container uint64 `json:"container"`
+	// Source is the node the copy was read from (0: none could be
+	// reached or tried).
+	Source uint64 `json:"source"`
+	// Error says what went wrong, at most MaxCopyErrorBytes (truncate
+	// longer messages).
+	Error string `json:"error"`
 }
 
 // Container states (ContainerReport.State and ContainerInfo.State).
@@ -124,6 +154,12 @@ const (
 	// MaxReportBytes bounds every byte count in a report (1 PiB): larger
 	// is absurd.
 	MaxReportBytes = 1 << 50
+	// MaxCopyFailuresReport bounds Heartbeat.CopyFailures.
+	MaxCopyFailuresReport = 1024
+	// MaxCopyingReport bounds Heartbeat.Copying.
+	MaxCopyingReport = 1024
+	// MaxCopyErrorBytes bounds CopyFailure.Error.
+	MaxCopyErrorBytes = 4096
 )
 
 // Validate checks a heartbeat: a UUID of 1..MaxUUIDBytes letters, digits,
@@ -131,8 +167,9 @@ const (
 // http(s)://...; byte counts ≤ MaxReportBytes and Used ≤ Capacity when a
 // capacity is given; container reports with non-zero, distinct IDs and a
 // known state (OPEN, CLOSED, UNHEALTHY, DELETING); pipeline reports with
-// non-zero, distinct IDs; every list within its bound. Errors wrap
-// ErrInvalid.
+// non-zero, distinct IDs; copy failures with a non-zero container and an
+// error of at most MaxCopyErrorBytes; copying containers non-zero and
+// distinct; every list within its bound. Errors wrap ErrInvalid.
 func (hb *Heartbeat) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: heartbeat: %s", ErrInvalid, fmt.Sprintf(format, args...))
@@ -206,6 +243,30 @@ func (hb *Heartbeat) Validate() error {
 			return bad("deleted block %d/%d: IDs start at 1", b.Container, b.Local)
 		}
 	}
+	if len(hb.CopyFailures) > MaxCopyFailuresReport {
+		return bad("%d copy failures, at most %d", len(hb.CopyFailures), MaxCopyFailuresReport)
+	}
+	for _, f := range hb.CopyFailures {
+		if f.Container == 0 {
+			return bad("copy failure of container 0")
+		}
+		if len(f.Error) > MaxCopyErrorBytes {
+			return bad("copy failure of container %d: error of %d bytes, at most %d", f.Container, len(f.Error), MaxCopyErrorBytes)
+		}
+	}
+	if len(hb.Copying) > MaxCopyingReport {
+		return bad("%d containers copying, at most %d", len(hb.Copying), MaxCopyingReport)
+	}
+	clear(seen)
+	for _, id := range hb.Copying {
+		if id == 0 {
+			return bad("copying container 0")
+		}
+		if seen[id] {
+			return bad("container %d listed as copying twice", id)
+		}
+		seen[id] = true
+	}
 	return nil
 }
 
@@ -261,8 +322,21 @@ const (
 	CmdCloseContainer = "close_container"
 	// CmdDeleteBlocks: the pipeline's leader proposes DeleteBlock for each.
 	// When Pipeline.State is CLOSED and nobody serves it, the node deletes
-	// its own replica's blocks. Acknowledged in Heartbeat.DeletedBlocks.
+	// its own replica's blocks (the node may hold a re-replicated copy and
+	// not be a member of the pipeline). Acknowledged in
+	// Heartbeat.DeletedBlocks.
 	CmdDeleteBlocks = "delete_blocks"
+	// CmdReplicateContainer: the target (the node receiving the command)
+	// pulls the CLOSED container Container from one of Sources (preferred
+	// first) by the bulk streaming protocol, and reports it CLOSED once it
+	// is complete and verified; SizeBytes is the container's expected size
+	// (for progress), Pipeline the container's pipeline. Idempotent: a node
+	// already holding the container, or already copying it, ignores a
+	// repeat. The meta service repeats the command in every heartbeat
+	// response while the copy is scheduled; the target lists the copy in
+	// Heartbeat.Copying while it runs and reports a failure in
+	// Heartbeat.CopyFailures.
+	CmdReplicateContainer = "replicate_container"
 )
 
 // Command is one instruction to a datanode.
@@ -271,6 +345,11 @@ type Command struct {
 	Pipeline  *Pipeline `json:"pipeline,omitempty"`
 	Container uint64    `json:"container,omitempty"`
 	Blocks    []uint64  `json:"blocks,omitempty"` // local IDs in Container
+	// Sources (replicate_container): the replicas to copy from, preferred
+	// first.
+	Sources []Member `json:"sources,omitempty"`
+	// SizeBytes (replicate_container): the container's expected bytes.
+	SizeBytes uint64 `json:"size_bytes,omitempty"`
 }
 
 // Pipeline is a raft group of datanodes.
@@ -389,6 +468,50 @@ type ContainerInfo struct {
 	State     string `json:"state"` // OPEN, CLOSING, CLOSED
 	UsedBytes uint64 `json:"used_bytes"`
 	Blocks    uint64 `json:"blocks"`
+	// Replicas: the live datanodes (not DEAD, heard from since the meta
+	// service started) whose last report lists the container, by node ID.
+	Replicas []uint64 `json:"replicas,omitempty"`
+}
+
+// ReplicationStatus is GET /v1/replication (and the answer of POST
+// /v1/safemode/exit): the replication manager's state. Counts are from
+// the latest reports; the totals since the meta service started.
+type ReplicationStatus struct {
+	// SafeMode: the meta service makes no replication decisions yet (after
+	// a start, until enough reports arrived or an operator exits it).
+	SafeMode bool `json:"safe_mode"`
+	// SafeModeReason says which condition is missing, with numbers.
+	SafeModeReason    string `json:"safe_mode_reason,omitempty"`
+	ReplicationFactor int    `json:"replication_factor"`
+	// UnderReplicated: CLOSED containers with fewer healthy replicas than
+	// wanted; Unrecoverable: those of them with no healthy replica left.
+	UnderReplicated int `json:"under_replicated"`
+	Unrecoverable   int `json:"unrecoverable"`
+	// PendingBytes: bytes of the copies still needed (each container's
+	// size × its missing replicas), copies in flight included.
+	PendingBytes     uint64     `json:"pending_bytes"`
+	Inflight         []CopyTask `json:"inflight"`
+	CopiedContainers uint64     `json:"copied_containers"`
+	CopiedBytes      uint64     `json:"copied_bytes"`
+	FailedCopies     uint64     `json:"failed_copies"`
+	// FirstScheduled: the first copy scheduled since the start (zero:
+	// none); LastCompleted: the last copy completed.
+	FirstScheduled time.Time `json:"first_scheduled,omitzero"`
+	LastCompleted  time.Time `json:"last_completed,omitzero"`
+	// RateBytesPerS: CopiedBytes / (LastCompleted - FirstScheduled).
+	RateBytesPerS float64 `json:"rate_bytes_per_s"`
+}
+
+// CopyTask is one container copy in flight.
+type CopyTask struct {
+	Container uint64    `json:"container"`
+	Source    uint64    `json:"source"`
+	Target    uint64    `json:"target"`
+	SizeBytes uint64    `json:"size_bytes"`
+	Started   time.Time `json:"started"`
+	// Attempt counts the copies of this container scheduled since it was
+	// last complete (1: the first).
+	Attempt int `json:"attempt"`
 }
 
 // Error is the body of every non-2xx response. As an error (what Client

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -46,13 +47,24 @@ func TestKeyPath(t *testing.T) {
 func goodHeartbeat() Heartbeat {
 	return Heartbeat{UUID: "0123456789abcdef", NodeID: 1, Addr: "127.0.0.1:9000", Capacity: 100, Used: 10,
 		Containers: []ContainerReport{{ID: 1, State: ContainerOpen, UsedBytes: 5}, {ID: 2, State: ContainerClosed}},
-		Pipelines:  []PipelineReport{{ID: 1, LeaderID: 1, Term: 2}}, DeletedBlocks: []BlockRef{{Container: 1, Local: 3}}}
+		Pipelines:  []PipelineReport{{ID: 1, LeaderID: 1, Term: 2}}, DeletedBlocks: []BlockRef{{Container: 1, Local: 3}},
+		CopyFailures: []CopyFailure{{Container: 7, Source: 2, Error: "connection refused"}, {Container: 8, Source: 0, Error: strings.Repeat("e", MaxCopyErrorBytes)}},
+		Copying:      []uint64{9, 10}}
 }
 
 func TestHeartbeatValidate(t *testing.T) {
 	hb := goodHeartbeat()
 	if err := hb.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	// At the bounds: accepted.
+	hb.CopyFailures = slices.Repeat([]CopyFailure{{Container: 1}}, MaxCopyFailuresReport)
+	hb.Copying = make([]uint64, MaxCopyingReport)
+	for i := range hb.Copying {
+		hb.Copying[i] = uint64(i + 1)
+	}
+	if err := hb.Validate(); err != nil {
+		t.Fatalf("at the bounds: %v", err)
 	}
 	for name, mod := range map[string]func(*Heartbeat){
 		"uuid long":       func(h *Heartbeat) { h.UUID = strings.Repeat("a", MaxUUIDBytes+1) },
@@ -68,6 +80,19 @@ func TestHeartbeatValidate(t *testing.T) {
 		"pipeline 0":      func(h *Heartbeat) { h.Pipelines[0].ID = 0 },
 		"too many":        func(h *Heartbeat) { h.Pipelines = make([]PipelineReport, MaxReportedPipelines+1) },
 		"deleted local 0": func(h *Heartbeat) { h.DeletedBlocks[0].Local = 0 },
+		"copy failure 0":  func(h *Heartbeat) { h.CopyFailures[0].Container = 0 },
+		"copy error long": func(h *Heartbeat) { h.CopyFailures[1].Error += "e" },
+		"copy failures over bound": func(h *Heartbeat) {
+			h.CopyFailures = slices.Repeat([]CopyFailure{{Container: 1}}, MaxCopyFailuresReport+1)
+		},
+		"copying 0":   func(h *Heartbeat) { h.Copying[1] = 0 },
+		"copying dup": func(h *Heartbeat) { h.Copying[1] = h.Copying[0] },
+		"copying over bound": func(h *Heartbeat) {
+			h.Copying = make([]uint64, MaxCopyingReport+1)
+			for i := range h.Copying {
+				h.Copying[i] = uint64(i + 1)
+			}
+		},
 	} {
 		hb := goodHeartbeat()
 		mod(&hb)
@@ -101,6 +126,14 @@ func FuzzHeartbeat(f *testing.F) {
 				t.Fatalf("accepted container report %+v", c)
 			}
 			seen[c.ID] = true
+		}
+		if len(hb.CopyFailures) > MaxCopyFailuresReport || len(hb.Copying) > MaxCopyingReport {
+			t.Fatalf("accepted %d copy failures, %d copying", len(hb.CopyFailures), len(hb.Copying))
+		}
+		for _, f := range hb.CopyFailures {
+			if f.Container == 0 || len(f.Error) > MaxCopyErrorBytes {
+				t.Fatalf("accepted copy failure %+v", f)
+			}
 		}
 		if hb.UUID == "" || validAddr(hb.Addr) != nil {
 			t.Fatalf("accepted identity %q %q", hb.UUID, hb.Addr)

@@ -53,12 +53,13 @@ type ClientOptions struct {
 //
 // Retries (up to Attempts, with a doubling backoff) apply to the
 // idempotent calls — Heartbeat, ListBuckets, Allocate, CommitKey, GetKey,
-// List, Nodes, Pipelines, Containers — on UNAVAILABLE answers and on
-// transport failures. Allocate counts as idempotent because a block
-// allocated and never committed is garbage the meta service deletes;
-// CommitKey because the meta service accepts a commit identical to the
-// key's current version. CreateBucket, DeleteBucket and DeleteKey are
-// tried once.
+// List, Nodes, Pipelines, Containers, Replication, ExitSafeMode — on
+// UNAVAILABLE answers and on transport failures. Allocate counts as
+// idempotent because a block allocated and never committed is garbage the
+// meta service deletes; CommitKey because the meta service accepts a
+// commit identical to the key's current version; ExitSafeMode because
+// leaving safe mode twice is leaving it once. CreateBucket, DeleteBucket
+// and DeleteKey are tried once.
 type Client struct {
 	base     string // scheme://host:port, no trailing slash
 	host     string
@@ -232,6 +233,26 @@ func (c *Client) Containers(ctx context.Context) ([]ContainerInfo, error) {
 	var l ContainerList
 	err := c.do(ctx, http.MethodGet, "/v1/containers", nil, &l, true)
 	return l.Containers, err
+}
+
+// Replication is the replication manager's state.
+func (c *Client) Replication(ctx context.Context) (*ReplicationStatus, error) {
+	var st ReplicationStatus
+	if err := c.do(ctx, http.MethodGet, "/v1/replication", nil, &st, true); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// ExitSafeMode makes the meta service leave safe mode now (replication
+// decisions start at its next tick) and returns the replication state.
+// Exiting when already out of safe mode changes nothing.
+func (c *Client) ExitSafeMode(ctx context.Context) (*ReplicationStatus, error) {
+	var st ReplicationStatus
+	if err := c.do(ctx, http.MethodPost, "/v1/safemode/exit", nil, &st, true); err != nil {
+		return nil, err
+	}
+	return &st, nil
 }
 
 func validNames(bucket, key string) error {
