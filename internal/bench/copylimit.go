@@ -1,0 +1,241 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+)
+
+// Copy limits: what one stream of each part of a container copy reaches on
+// this machine, measured alone, the way fio (numjobs=1) and iperf3 (-P 1)
+// measure them by default. A re-replication's rate is compared with the
+// slowest of them.
+
+// copyLimitBufBytes is the read/write size of the limit measurements.
+const copyLimitBufBytes = 4 << 20
+
+// Rate is one measured stream.
+type Rate struct {
+	Bytes   int64   `json:"bytes"`
+	Seconds float64 `json:"seconds"`
+	MBPerS  float64 `json:"mb_per_s"`
+}
+
+func rateOf(n int64, d time.Duration) Rate {
+	s := d.Seconds()
+	return Rate{Bytes: n, Seconds: s, MBPerS: float64(n) / 1e6 / max(s, 1e-9)}
+}
+
+// CopyLimits are the three single-stream limits and the slowest.
+type CopyLimits struct {
+	DiskRead  Rate `json:"disk_read"`
+	DiskWrite Rate `json:"disk_write"`
+	Loopback  Rate `json:"loopback"`
+	// Limit is the slowest of the three, in MB/s.
+	Limit float64 `json:"limit_mb_per_s"`
+	// LimitedBy names it: "disk_read", "disk_write" or "loopback".
+	LimitedBy string `json:"limited_by"`
+}
+
+// MeasureCopyLimits measures, one stream each: reading files (4 MiB reads,
+// up to maxBytes in all), writing a new file of maxBytes in dir (4 MiB
+// writes, then fdatasync; removed after), and sending the files over a TCP
+// connection on 127.0.0.1 with sendfile to a reader that discards them.
+func MeasureCopyLimits(ctx context.Context, dir string, files []string, maxBytes int64) (CopyLimits, error) {
+	var l CopyLimits
+	if len(files) == 0 || maxBytes <= 0 {
+		return l, errors.New("copy limits: no files to read")
+	}
+	var err error
+	if l.DiskWrite, err = DiskWriteRate(ctx, dir, maxBytes); err != nil {
+		return l, err
+	}
+	if l.DiskRead, err = DiskReadRate(ctx, files, maxBytes); err != nil {
+		return l, err
+	}
+	if l.Loopback, err = LoopbackRate(ctx, files, maxBytes); err != nil {
+		return l, err
+	}
+	l.Limit, l.LimitedBy = l.DiskRead.MBPerS, "disk_read"
+	if l.DiskWrite.MBPerS < l.Limit {
+		l.Limit, l.LimitedBy = l.DiskWrite.MBPerS, "disk_write"
+	}
+	if l.Loopback.MBPerS < l.Limit {
+		l.Limit, l.LimitedBy = l.Loopback.MBPerS, "loopback"
+	}
+	return l, nil
+}
+
+// DiskWriteRate writes sizeBytes to a new file in dir with 4 MiB writes and
+// one fdatasync at the end, then removes it.
+func DiskWriteRate(ctx context.Context, dir string, sizeBytes int64) (Rate, error) {
+	f, err := os.CreateTemp(dir, "copy-limit-*.tmp")
+	if err != nil {
+		return Rate{}, fmt.Errorf("disk write limit: %w", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, copyLimitBufBytes)
+	for i := range buf {
+		buf[i] = byte(i*7 + i>>9)
+	}
+	start := time.Now()
+	var n int64
+	for n < sizeBytes {
+		if err := ctx.Err(); err != nil {
+			return Rate{}, err
+		}
+		w := buf[:min(int64(len(buf)), sizeBytes-n)]
+		if _, err := f.Write(w); err != nil {
+			return Rate{}, fmt.Errorf("disk write limit: %w", err)
+		}
+		n += int64(len(w))
+	}
+	if err := f.Sync(); err != nil {
+		return Rate{}, fmt.Errorf("disk write limit: %w", err)
+	}
+	return rateOf(n, time.Since(start)), nil
+}
+
+// DiskReadRate reads the files in order (4 MiB reads) until maxBytes.
+func DiskReadRate(ctx context.Context, files []string, maxBytes int64) (Rate, error) {
+	buf := make([]byte, copyLimitBufBytes)
+	start := time.Now()
+	var n int64
+	for _, name := range files {
+		if n >= maxBytes {
+			break
+		}
+		f, err := os.Open(name)
+		if err != nil {
+			return Rate{}, fmt.Errorf("disk read limit: %w", err)
+		}
+		for n < maxBytes {
+			if err := ctx.Err(); err != nil {
+				f.Close()
+				return Rate{}, err
+			}
+			k, err := f.Read(buf[:min(int64(len(buf)), maxBytes-n)])
+			n += int64(k)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				f.Close()
+				return Rate{}, fmt.Errorf("disk read limit: %w", err)
+			}
+		}
+		f.Close()
+	}
+	return rateOf(n, time.Since(start)), nil
+}
+
+// LoopbackRate sends the files (up to maxBytes) over one TCP connection on
+// 127.0.0.1 — io.Copy of each *os.File to the *net.TCPConn, which is
+// sendfile — to a reader that discards them into a 1 MiB buffer; the time
+// runs until the reader has everything.
+func LoopbackRate(ctx context.Context, files []string, maxBytes int64) (Rate, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return Rate{}, fmt.Errorf("loopback limit: %w", err)
+	}
+	defer ln.Close()
+	got := make(chan int64, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 1<<20)
+		var n int64
+		for {
+			k, err := c.Read(buf)
+			n += int64(k)
+			if err != nil {
+				break
+			}
+		}
+		got <- n
+	}()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", ln.Addr().String())
+	if err != nil {
+		return Rate{}, fmt.Errorf("loopback limit: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	start := time.Now()
+	var sent int64
+	for _, name := range files {
+		if sent >= maxBytes {
+			break
+		}
+		f, err := os.Open(name)
+		if err != nil {
+			c.Close()
+			return Rate{}, fmt.Errorf("loopback limit: %w", err)
+		}
+		k, err := io.Copy(c, &io.LimitedReader{R: f, N: maxBytes - sent})
+		f.Close()
+		sent += k
+		if err != nil {
+			c.Close()
+			return Rate{}, fmt.Errorf("loopback limit: %w", err)
+		}
+	}
+	c.(*net.TCPConn).CloseWrite()
+	n := <-got
+	elapsed := time.Since(start)
+	c.Close()
+	if n != sent {
+		return Rate{}, fmt.Errorf("loopback limit: sent %d bytes, received %d", sent, n)
+	}
+	return rateOf(n, elapsed), nil
+}
+
+// FilesUnder lists the regular files under dir whose names end in suffix,
+// largest first, up to maxBytes in all.
+func FilesUnder(dir, suffix string, maxBytes int64) ([]string, error) {
+	type fi struct {
+		name string
+		size int64
+	}
+	var all []fi
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() && filepath.Ext(p) == suffix {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			all = append(all, fi{p, info.Size()})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// largest first: a limit measured on big files is not a measure of
+	// per-file overhead
+	sort.Slice(all, func(i, j int) bool { return all[i].size > all[j].size })
+	var out []string
+	var n int64
+	for _, f := range all {
+		if n >= maxBytes {
+			break
+		}
+		out = append(out, f.name)
+		n += f.size
+	}
+	return out, nil
+}

@@ -1,0 +1,321 @@
+package bulk
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+
+	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/transport"
+)
+
+const testBPC = 16 << 10
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func blockBytes(b engine.BlockID, n int) []byte {
+	out := make([]byte, n)
+	x := uint64(b.Container)*1_000_003 + b.Local*7919
+	for i := range out {
+		x = x*6364136223846793005 + 1442695040888963407
+		out[i] = byte(x >> 56)
+	}
+	return out
+}
+
+func openEngine(t *testing.T) *engine.Engine {
+	t.Helper()
+	e, err := engine.Open(engine.Config{DataDirs: []string{t.TempDir()}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// fill creates container id with blocks of the given sizes (chunks of at
+// most 1 MiB) and closes it unless open.
+func fill(t *testing.T, e *engine.Engine, id engine.ContainerID, open bool, sizes ...int) map[uint64][]byte {
+	t.Helper()
+	if err := e.CreateContainer(id); err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint64][]byte{}
+	for i, n := range sizes {
+		b := engine.BlockID{Container: id, Local: uint64(i + 1)}
+		data := blockBytes(b, n)
+		bd := &engine.BlockData{ID: b, BytesPerChecksum: testBPC, Length: uint64(n)}
+		for off := 0; off < n; off += 1 << 20 {
+			c := data[off:min(n, off+1<<20)]
+			sums := engine.ComputeChecksums(nil, c, testBPC)
+			if err := e.WriteChunk(b, uint64(off), c, testBPC, sums); err != nil {
+				t.Fatal(err)
+			}
+			bd.Chunks = append(bd.Chunks, engine.ChunkInfo{Offset: uint64(off), Length: uint64(len(c)), Checksums: sums})
+		}
+		if err := e.PutBlock(bd); err != nil {
+			t.Fatal(err)
+		}
+		want[b.Local] = data
+	}
+	if !open {
+		if err := e.CloseContainer(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return want
+}
+
+// serve starts a Server for e behind a Demux on 127.0.0.1; data-path
+// connections come out of the returned Demux.
+func serve(t *testing.T, e *engine.Engine, maxExports int) (*Server, *Demux) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(e, maxExports, quiet)
+	d := NewDemux(ln, s.Handle)
+	t.Cleanup(func() { d.Close(); d.Wait(); s.Close() })
+	return s, d
+}
+
+func importFrom(ctx context.Context, dst *engine.Engine, addr string, id uint64) (FetchResult, error) {
+	var im *engine.Importer
+	res, err := Fetch(ctx, addr, id, func(maxSize, used uint64) (Sink, error) {
+		var err error
+		im, err = dst.ImportContainer(engine.ContainerID(id), maxSize)
+		return im, err
+	})
+	if err == nil {
+		err = im.Commit()
+	}
+	if err != nil && im != nil {
+		im.Abort()
+	}
+	return res, err
+}
+
+func TestCopyRoundTrip(t *testing.T) {
+	src, dst := openEngine(t), openEngine(t)
+	want := fill(t, src, 7, false, 3<<20+123, 1, 64<<10, 5<<20)
+	s, d := serve(t, src, 0)
+	res, err := importFrom(context.Background(), dst, d.Addr().String(), 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Blocks != 4 || res.Bytes != 3<<20+123+1+64<<10+5<<20 {
+		t.Fatalf("fetched %d blocks, %d bytes", res.Blocks, res.Bytes)
+	}
+	info, err := dst.Container(7)
+	if err != nil || info.State != engine.StateClosed || info.UsedBytes != res.Bytes {
+		t.Fatalf("imported container: %+v, %v", info, err)
+	}
+	for local, data := range want {
+		got, err := dst.ReadChunk(engine.BlockID{Container: 7, Local: local}, 0, uint64(len(data)), nil)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("block %d: %d bytes read, err %v", local, len(got), err)
+		}
+		a, _ := src.GetBlock(engine.BlockID{Container: 7, Local: local})
+		b, _ := dst.GetBlock(engine.BlockID{Container: 7, Local: local})
+		if a.Length != b.Length || len(a.Chunks) != len(b.Chunks) {
+			t.Fatalf("block %d metadata differs: %+v vs %+v", local, a, b)
+		}
+	}
+	st := s.Stats()
+	if st.Exports != 1 || st.Bytes != res.Bytes || !st.Sendfile {
+		t.Fatalf("server stats %+v: want one export of %d bytes by sendfile", st, res.Bytes)
+	}
+}
+
+func TestCopyRefusals(t *testing.T) {
+	src, dst := openEngine(t), openEngine(t)
+	fill(t, src, 1, true, 1000)
+	s, d := serve(t, src, 1)
+	addr := d.Addr().String()
+	_, err := importFrom(context.Background(), dst, addr, 2)
+	if !errors.Is(err, ErrRemote) {
+		t.Fatalf("missing container: %v, want ErrRemote", err)
+	}
+	_, err = importFrom(context.Background(), dst, addr, 1)
+	if !errors.Is(err, ErrRemote) {
+		t.Fatalf("OPEN container: %v, want ErrRemote", err)
+	}
+	// A full export semaphore answers BUSY.
+	fill(t, src, 3, false, 1000)
+	s.sema <- struct{}{}
+	_, err = importFrom(context.Background(), dst, addr, 3)
+	<-s.sema
+	if !errors.Is(err, ErrBusy) {
+		t.Fatalf("busy source: %v, want ErrBusy", err)
+	}
+	if _, err := dst.Container(3); !errors.Is(err, engine.ErrNotFound) {
+		t.Fatalf("refused copy left container 3: %v", err)
+	}
+	if st := s.Stats(); st.Refused != 3 {
+		t.Fatalf("refused %d, want 3", st.Refused)
+	}
+	// And then it works.
+	if _, err := importFrom(context.Background(), dst, addr, 3); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fakeSource serves one connection with the bytes mangle makes of a real
+// export of container id from e.
+func fakeSource(t *testing.T, e *engine.Engine, id uint64, mangle func([]byte) []byte) string {
+	t.Helper()
+	// Capture a real stream first.
+	_, d := serve(t, e, 0)
+	c, err := Dial(context.Background(), d.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write(request{op: OpExportContainer, container: id}.encode())
+	stream, err := io.ReadAll(c)
+	c.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		var rb [requestBytes]byte
+		io.ReadFull(c, rb[:])
+		c.Write(mangle(stream))
+	}()
+	return ln.Addr().String()
+}
+
+func TestCopyOfBrokenStreamsLeavesNothing(t *testing.T) {
+	src := openEngine(t)
+	fill(t, src, 9, false, 2<<20, 300<<10)
+	cases := map[string]struct {
+		mangle func([]byte) []byte
+		want   error
+	}{
+		"truncated mid-block": {func(b []byte) []byte { return b[:len(b)/2] }, io.ErrUnexpectedEOF},
+		"no end record":       {func(b []byte) []byte { return b[:len(b)-endRecordBytes-1] }, io.ErrUnexpectedEOF},
+		"flipped data byte": {func(b []byte) []byte {
+			out := bytes.Clone(b)
+			out[len(out)/3] ^= 1
+			return out
+		}, engine.ErrCorrupt},
+		"bad end record": {func(b []byte) []byte {
+			out := bytes.Clone(b)
+			out[len(out)-5] ^= 1
+			return out
+		}, ErrProtocol},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			dst := openEngine(t)
+			addr := fakeSource(t, src, 9, tc.mangle)
+			_, err := importFrom(context.Background(), dst, addr, 9)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("error %v, want %v", err, tc.want)
+			}
+			if _, err := dst.Container(9); !errors.Is(err, engine.ErrNotFound) {
+				t.Fatalf("a broken copy left the container: %v", err)
+			}
+			if n := len(dst.ListContainers()); n != 0 {
+				t.Fatalf("%d containers after a broken copy", n)
+			}
+		})
+	}
+}
+
+func TestDemuxPassesDataPathConnections(t *testing.T) {
+	e := openEngine(t)
+	_, d := serve(t, e, 0)
+	c, err := net.Dial("tcp", d.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var enc transport.Encoder
+	if err := enc.Append(&transport.GetBlock{RequestID: 1, ContainerID: 1, LocalID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var fb bytes.Buffer
+	bufs := enc.Buffers()
+	bufs.WriteTo(&fb)
+	frame := fb.Bytes()
+	if _, err := c.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	if _, ok := got.(*net.TCPConn); !ok {
+		t.Fatalf("data-path connection came out as %T, want *net.TCPConn (writev and sendfile need it)", got)
+	}
+	buf := make([]byte, len(frame))
+	if _, err := io.ReadFull(got, buf); err != nil || !bytes.Equal(buf, frame) {
+		t.Fatalf("the peeked bytes were consumed: %q, %v", buf, err)
+	}
+}
+
+func TestCancelledFetchLeavesNothing(t *testing.T) {
+	src, dst := openEngine(t), openEngine(t)
+	fill(t, src, 4, false, 4<<20)
+	_, d := serve(t, src, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	var im *engine.Importer
+	_, err := Fetch(ctx, d.Addr().String(), 4, func(maxSize, used uint64) (Sink, error) {
+		var err error
+		im, err = dst.ImportContainer(4, maxSize)
+		cancel() // the stream is cut before the first block
+		return im, err
+	})
+	if err == nil {
+		t.Fatal("a cancelled fetch succeeded")
+	}
+	if err := im.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	if len(dst.ListContainers()) != 0 {
+		t.Fatal("a cancelled fetch left a container")
+	}
+}
+
+func FuzzDecodeBlockRecord(f *testing.F) {
+	bd := &engine.BlockData{ID: engine.BlockID{Container: 1, Local: 5}, Length: 20000, BytesPerChecksum: testBPC,
+		Chunks: []engine.ChunkInfo{{Offset: 0, Length: 20000, Checksums: []uint32{1, 2}}}}
+	f.Add(appendBlockRecord(nil, bd)[5:])
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := decodeBlockRecord(1, b)
+		if err != nil {
+			return
+		}
+		again := appendBlockRecord(nil, got)[5:]
+		if !bytes.Equal(again, b) {
+			t.Fatalf("decode/encode not canonical")
+		}
+	})
+}
+
+func FuzzDecodeRequest(f *testing.F) {
+	f.Add(request{op: OpExportContainer, container: 3}.encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := decodeRequest(b)
+		if err == nil && !bytes.Equal(r.encode(), b) {
+			t.Fatalf("decode/encode not canonical")
+		}
+	})
+}

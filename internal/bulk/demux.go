@@ -1,0 +1,177 @@
+package bulk
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// MaxPeeking bounds the accepted connections whose first bytes have not
+// arrived yet; beyond it new connections are closed at once.
+const MaxPeeking = 4096
+
+// Demux shares one listener between the data-path protocol and bulk
+// streams. It accepts from ln, peeks at each connection's first two bytes
+// with recv(MSG_PEEK) (consuming nothing, and keeping the connection's
+// type: a data-path connection stays a *net.TCPConn, so writev and
+// sendfile keep working), hands "SB" connections to bulk and returns every
+// other one from Accept.
+//
+// Concurrency: one goroutine accepts; one goroutine per connection waits
+// for its first bytes (bounded by MaxPeeking). Close closes ln, every
+// connection still being peeked, and ends Accept with net.ErrClosed.
+type Demux struct {
+	ln   net.Listener
+	bulk func(net.Conn)
+	out  chan net.Conn
+	done chan struct{}
+
+	mu      sync.Mutex
+	peeking map[net.Conn]struct{}
+	closed  bool
+	err     error
+	wg      sync.WaitGroup
+}
+
+// NewDemux starts demultiplexing ln.
+func NewDemux(ln net.Listener, bulk func(net.Conn)) *Demux {
+	d := &Demux{ln: ln, bulk: bulk, out: make(chan net.Conn), done: make(chan struct{}), peeking: map[net.Conn]struct{}{}}
+	d.wg.Add(1)
+	go d.acceptLoop()
+	return d
+}
+
+func (d *Demux) acceptLoop() {
+	defer d.wg.Done()
+	for {
+		c, err := d.ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			d.mu.Lock()
+			if d.err == nil {
+				d.err = err
+			}
+			d.mu.Unlock()
+			d.Close()
+			return
+		}
+		d.mu.Lock()
+		if d.closed || len(d.peeking) >= MaxPeeking {
+			d.mu.Unlock()
+			c.Close()
+			continue
+		}
+		d.peeking[c] = struct{}{}
+		d.wg.Add(1)
+		d.mu.Unlock()
+		go d.classify(c)
+	}
+}
+
+func (d *Demux) classify(c net.Conn) {
+	defer d.wg.Done()
+	isBulk, err := peekBulk(c)
+	d.mu.Lock()
+	delete(d.peeking, c)
+	closed := d.closed
+	d.mu.Unlock()
+	if err != nil || closed {
+		c.Close()
+		return
+	}
+	if isBulk {
+		d.bulk(c)
+		return
+	}
+	select {
+	case d.out <- c:
+	case <-d.done:
+		c.Close()
+	}
+}
+
+// peekBulk waits for the first two bytes of c without consuming them and
+// says whether they are the bulk magic. A connection that is not a TCP
+// connection is never bulk.
+func peekBulk(c net.Conn) (bool, error) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return false, nil
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return false, err
+	}
+	var b [2]byte
+	deadline := time.Now().Add(RequestTimeout)
+	for {
+		var n int
+		var perr error
+		err := raw.Read(func(fd uintptr) bool {
+			n, _, perr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK)
+			return perr != unix.EAGAIN
+		})
+		if err != nil {
+			return false, err
+		}
+		if perr != nil {
+			return false, perr
+		}
+		if n == 0 {
+			return false, errors.New("closed before its first bytes")
+		}
+		if b[0] != Magic0 {
+			return false, nil
+		}
+		if n >= 2 {
+			return b[1] == Magic1, nil
+		}
+		// One byte so far (both protocols send their first 12+ bytes in
+		// one write, so this is rare): the socket stays readable, so poll
+		// for the second byte, for at most RequestTimeout.
+		if time.Now().After(deadline) {
+			return false, errors.New("second byte did not arrive")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Accept returns the next data-path connection.
+func (d *Demux) Accept() (net.Conn, error) {
+	select {
+	case c := <-d.out:
+		return c, nil
+	case <-d.done:
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return nil, net.ErrClosed
+	}
+}
+
+// Close stops accepting and closes the connections being classified.
+func (d *Demux) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	close(d.done)
+	for c := range d.peeking {
+		c.Close()
+	}
+	d.mu.Unlock()
+	return d.ln.Close()
+}
+
+// Wait waits for the accept loop and the classifiers to end (after Close).
+func (d *Demux) Wait() { d.wg.Wait() }
+
+// Addr is the listener's address.
+func (d *Demux) Addr() net.Addr { return d.ln.Addr() }

@@ -1,0 +1,357 @@
+package bulk
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/vfs"
+)
+
+// Defaults and limits of a Server.
+const (
+	// DefaultMaxExports bounds the exports a node serves at once; more get
+	// StatusBusy (the target tries another source).
+	DefaultMaxExports = 8
+	// RequestTimeout bounds the wait for a request's bytes.
+	RequestTimeout = 10 * time.Second
+	// MinWriteTimeout and MinRateBytesPerS set a write deadline per block:
+	// MinWriteTimeout plus the block's length at MinRateBytesPerS. A target
+	// that stops reading is dropped after that.
+	MinWriteTimeout  = 30 * time.Second
+	MinRateBytesPerS = 1 << 20
+	// headerBufBytes is the buffer of small writes (status, records); the
+	// block bytes bypass it (sendfile).
+	headerBufBytes = 64 << 10
+)
+
+// ServerStats counts what a Server did.
+type ServerStats struct {
+	Exports       uint64 // exports completed
+	ExportsFailed uint64 // exports started and not completed
+	Refused       uint64 // requests refused (busy, not found, not closed, bad)
+	Bytes         uint64 // block bytes sent
+	Active        int64  // exports in progress
+	Sendfile      bool   // the last block went out by sendfile (OS files) rather than read+write
+}
+
+// Server serves whole-container reads from an engine.
+type Server struct {
+	eng  *engine.Engine
+	log  *slog.Logger
+	sema chan struct{}
+
+	exports, failed, refused, bytes atomic.Uint64
+	active                          atomic.Int64
+	sendfile                        atomic.Bool
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// NewServer returns a Server over eng; maxExports ≤ 0 means
+// DefaultMaxExports.
+func NewServer(eng *engine.Engine, maxExports int, log *slog.Logger) *Server {
+	if maxExports <= 0 {
+		maxExports = DefaultMaxExports
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Server{eng: eng, log: log, sema: make(chan struct{}, maxExports), conns: map[net.Conn]struct{}{}}
+}
+
+// Stats returns the counters.
+func (s *Server) Stats() ServerStats {
+	return ServerStats{Exports: s.exports.Load(), ExportsFailed: s.failed.Load(), Refused: s.refused.Load(),
+		Bytes: s.bytes.Load(), Active: s.active.Load(), Sendfile: s.sendfile.Load()}
+}
+
+// Handle serves one connection (one request) in a new goroutine and closes
+// it. After Close it closes conn at once.
+func (s *Server) Handle(conn net.Conn) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		conn.Close()
+		return
+	}
+	s.conns[conn] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.conns, conn)
+			s.mu.Unlock()
+			conn.Close()
+		}()
+		if err := s.serve(conn); err != nil {
+			s.log.Warn("bulk: export failed", "remote", conn.RemoteAddr().String(), "err", err)
+		}
+	}()
+}
+
+// Close closes every connection being served and waits for their
+// goroutines.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+func (s *Server) refuse(w *bufio.Writer, status byte, msg string) error {
+	s.refused.Add(1)
+	w.Write(appendStatus(nil, status, msg))
+	return w.Flush()
+}
+
+func (s *Server) serve(conn net.Conn) error {
+	conn.SetReadDeadline(time.Now().Add(RequestTimeout))
+	var rb [requestBytes]byte
+	w := bufio.NewWriterSize(conn, headerBufBytes)
+	conn.SetWriteDeadline(time.Now().Add(MinWriteTimeout))
+	if _, err := io.ReadFull(conn, rb[:]); err != nil {
+		return fmt.Errorf("reading the request: %w", err)
+	}
+	req, err := decodeRequest(rb[:])
+	if err != nil {
+		return s.refuse(w, StatusBadReq, err.Error())
+	}
+	select {
+	case s.sema <- struct{}{}:
+		defer func() { <-s.sema }()
+	default:
+		return s.refuse(w, StatusBusy, fmt.Sprintf("%d exports in progress", cap(s.sema)))
+	}
+	x, err := s.eng.ExportContainer(engine.ContainerID(req.container))
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+		return s.refuse(w, StatusNotFound, err.Error())
+	case errors.Is(err, engine.ErrNotClosed):
+		return s.refuse(w, StatusNotClosed, err.Error())
+	case err != nil:
+		return s.refuse(w, StatusError, err.Error())
+	}
+	defer x.Close()
+	s.active.Add(1)
+	defer s.active.Add(-1)
+	start := time.Now()
+	blocks, n, err := s.stream(conn, w, x)
+	if err != nil {
+		s.failed.Add(1)
+		return fmt.Errorf("container %d after %d blocks, %d bytes: %w", req.container, blocks, n, err)
+	}
+	s.exports.Add(1)
+	secs := time.Since(start).Seconds()
+	s.log.Info("bulk: container exported", "container", req.container, "remote", conn.RemoteAddr().String(),
+		"blocks", blocks, "bytes", n, "seconds", fmt.Sprintf("%.3f", secs), "mb_per_s", fmt.Sprintf("%.0f", float64(n)/1e6/max(secs, 1e-9)))
+	return nil
+}
+
+// stream writes the OK status, the container header, every block and the
+// end record. Block bytes go from the block file to the connection by
+// io.Copy of an *os.File (inside an io.LimitedReader) to the *net.TCPConn,
+// which Go turns into sendfile(2): no copy through user space.
+func (s *Server) stream(conn net.Conn, w *bufio.Writer, x *engine.Export) (blocks, n uint64, err error) {
+	info := x.Info()
+	b := appendStatus(nil, StatusOK, "")
+	b = containerHeader{maxSizeBytes: info.MaxSizeBytes, usedBytes: info.UsedBytes}.appendTo(b)
+	w.Write(b)
+	for {
+		bd, f, err := x.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return blocks, n, err
+		}
+		if blockRecordSize(bd) > MaxBlockRecordBytes {
+			f.Close()
+			return blocks, n, fmt.Errorf("block %d: record of %d bytes over the wire limit %d", bd.ID.Local, blockRecordSize(bd), MaxBlockRecordBytes)
+		}
+		b = appendBlockRecord(b[:0], bd)
+		conn.SetWriteDeadline(time.Now().Add(MinWriteTimeout + time.Duration(bd.Length/MinRateBytesPerS)*time.Second))
+		if _, err := w.Write(b); err != nil {
+			f.Close()
+			return blocks, n, err
+		}
+		if err := w.Flush(); err != nil {
+			f.Close()
+			return blocks, n, err
+		}
+		var src io.Reader = f
+		if of, ok := vfs.OSFile(f); ok {
+			src = of
+			s.sendfile.Store(true)
+		} else {
+			s.sendfile.Store(false)
+		}
+		// io.Copy to the connection itself (not a wrapper): *net.TCPConn's
+		// ReadFrom recognises *io.LimitedReader over *os.File.
+		c, err := io.Copy(conn, &io.LimitedReader{R: src, N: int64(bd.Length)})
+		f.Close()
+		n += uint64(c)
+		s.bytes.Add(uint64(c))
+		if err != nil {
+			return blocks, n, err
+		}
+		if uint64(c) != bd.Length {
+			return blocks, n, fmt.Errorf("block %d: file ended after %d of %d bytes: %w", bd.ID.Local, c, bd.Length, engine.ErrCorrupt)
+		}
+		blocks++
+	}
+	b = appendEnd(b[:0], blocks, n)
+	if _, err := w.Write(b); err != nil {
+		return blocks, n, err
+	}
+	return blocks, n, w.Flush()
+}
+
+// Sink receives a container's blocks: *engine.Importer implements it.
+type Sink interface {
+	AddBlock(bd *engine.BlockData, r io.Reader) error
+}
+
+// FetchResult describes a completed fetch.
+type FetchResult struct {
+	Blocks, Bytes uint64
+	MaxSizeBytes  uint64
+	Seconds       float64
+}
+
+// Dial connects to a source; the dialer honours ctx.
+func Dial(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("bulk: dial %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+// Fetch asks the node at addr for container id and hands every block to
+// sink (which verifies and stores it). begin is called with the source's
+// container header before the first block (it may create the sink); it may
+// be nil when sink is given. The stream is complete only once the end
+// record matched the blocks and bytes received; any other outcome is an
+// error and the caller must discard what the sink holds. ctx cancels it
+// (the connection is closed).
+func Fetch(ctx context.Context, addr string, id uint64, begin func(maxSizeBytes, usedBytes uint64) (Sink, error)) (FetchResult, error) {
+	var res FetchResult
+	start := time.Now()
+	conn, err := Dial(ctx, addr)
+	if err != nil {
+		return res, err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	res, err = fetch(conn, id, begin)
+	res.Seconds = time.Since(start).Seconds()
+	if err != nil && ctx.Err() != nil {
+		err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	if err != nil {
+		return res, fmt.Errorf("bulk: fetch container %d from %s: %w", id, addr, err)
+	}
+	return res, nil
+}
+
+// fetchBufBytes is the read buffer of a fetch: small reads (records) come
+// from it, large ones (block bytes into the importer's 1 MiB buffer) go
+// around it straight from the socket.
+const fetchBufBytes = 256 << 10
+
+func fetch(conn net.Conn, id uint64, begin func(maxSizeBytes, usedBytes uint64) (Sink, error)) (FetchResult, error) {
+	var res FetchResult
+	if _, err := conn.Write(request{op: OpExportContainer, container: id}.encode()); err != nil {
+		return res, err
+	}
+	r := bufio.NewReaderSize(conn, fetchBufBytes)
+	if err := readStatus(r); err != nil {
+		return res, err
+	}
+	h, err := readContainerHeader(r)
+	if err != nil {
+		return res, err
+	}
+	res.MaxSizeBytes = h.maxSizeBytes
+	sink, err := begin(h.maxSizeBytes, h.usedBytes)
+	if err != nil {
+		return res, err
+	}
+	var lenBuf [5]byte
+	var rec []byte
+	lr := &io.LimitedReader{R: r}
+	last := uint64(0)
+	for {
+		if _, err := io.ReadFull(r, lenBuf[:1]); err != nil {
+			return res, noEOF(err)
+		}
+		switch lenBuf[0] {
+		case tagEnd:
+			var e [endRecordBytes]byte
+			if _, err := io.ReadFull(r, e[:]); err != nil {
+				return res, noEOF(err)
+			}
+			blocks, n, err := decodeEnd(e[:])
+			if err != nil {
+				return res, err
+			}
+			if blocks != res.Blocks || n != res.Bytes {
+				return res, fmt.Errorf("%w: end record says %d blocks, %d bytes; received %d, %d", ErrProtocol, blocks, n, res.Blocks, res.Bytes)
+			}
+			return res, nil
+		case tagBlock:
+		default:
+			return res, fmt.Errorf("%w: tag %q", ErrProtocol, lenBuf[0])
+		}
+		if _, err := io.ReadFull(r, lenBuf[1:]); err != nil {
+			return res, noEOF(err)
+		}
+		n := uint32(lenBuf[1]) | uint32(lenBuf[2])<<8 | uint32(lenBuf[3])<<16 | uint32(lenBuf[4])<<24
+		if n > MaxBlockRecordBytes {
+			return res, fmt.Errorf("%w: block record of %d bytes over %d", ErrProtocol, n, MaxBlockRecordBytes)
+		}
+		if cap(rec) < int(n) {
+			rec = make([]byte, n)
+		}
+		rec = rec[:n]
+		if _, err := io.ReadFull(r, rec); err != nil {
+			return res, noEOF(err)
+		}
+		bd, err := decodeBlockRecord(engine.ContainerID(id), rec)
+		if err != nil {
+			return res, err
+		}
+		if res.Blocks > 0 && bd.ID.Local <= last {
+			return res, fmt.Errorf("%w: block %d after block %d", ErrProtocol, bd.ID.Local, last)
+		}
+		last = bd.ID.Local
+		lr.N = int64(bd.Length)
+		if err := sink.AddBlock(bd, lr); err != nil {
+			return res, fmt.Errorf("block %d: %w", bd.ID.Local, noEOF(err))
+		}
+		if lr.N != 0 {
+			return res, fmt.Errorf("block %d: the sink left %d bytes unread", bd.ID.Local, lr.N)
+		}
+		res.Blocks++
+		res.Bytes += bd.Length
+	}
+}
