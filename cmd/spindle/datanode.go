@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spindle-store/spindle/internal/bulk"
 	"github.com/spindle-store/spindle/internal/datanode"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/pipeline"
@@ -63,5 +64,7 @@ SIGTERM or SIGINT stops it cleanly.`,
 	f.IntVar(&cfg.HeartbeatTicks, "heartbeat-ticks", pipeline.DefaultHeartbeatTicks, "ticks between leader heartbeats")
 	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile here")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:0", "HTTP address of Prometheus /metrics (empty: none)")
+	f.IntVar(&cfg.MaxCopies, "max-copies", datanode.DefaultMaxCopies, "container copies (re-replication) received at once")
+	f.IntVar(&cfg.MaxExports, "max-exports", bulk.DefaultMaxExports, "whole-container reads (re-replication sources) served at once")
 	return cmd
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/spindle-store/spindle/internal/bulk"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/pipeline"
@@ -58,7 +59,13 @@ type Config struct {
 	// MetricsListen is the HTTP address of /metrics (Prometheus); empty:
 	// none. Reported to the meta service.
 	MetricsListen string
-	Logger        *slog.Logger
+	// MaxCopies bounds the container copies (re-replication) this node
+	// receives at once (default DefaultMaxCopies); MaxExports the
+	// whole-container reads it serves at once (default
+	// bulk.DefaultMaxExports).
+	MaxCopies  int
+	MaxExports int
+	Logger     *slog.Logger
 }
 
 // ParsePipeline parses "GROUP:ID=ADDR,ID=ADDR,ID=ADDR".
@@ -180,8 +187,20 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// One address for the data path and bulk container streams: the demux
+	// hands "SB" connections to the bulk server (sendfile of CLOSED
+	// containers) and the rest to the pipeline node.
+	bsrv := bulk.NewServer(eng, cfg.MaxExports, log)
+	defer bsrv.Close()
+	registerBulkMetrics(reg, bsrv)
+	dm := bulk.NewDemux(ln, bsrv.Handle)
+	defer dm.Wait()
+	defer dm.Close()
+	repl := newReplicator(eng, cfg.ID, cfg.MaxCopies, log)
+	defer repl.stop()
+	repl.register(reg)
 	node, err := pipeline.Start(pipeline.Config{
-		ID: cfg.ID, Listener: ln, Engine: eng, Log: wl, Pipelines: pipelines, Metrics: reg,
+		ID: cfg.ID, Listener: dm, Engine: eng, Log: wl, Pipelines: pipelines, Metrics: reg,
 		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
 		Logger: log,
 	})
@@ -217,7 +236,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			interval = metaapi.DefaultHeartbeatInterval
 		}
 		h := &heartbeater{mc: cfg.Meta, id: id, addr: node.Addr(), metricsURL: metricsURL, logDir: cfg.LogDir, eng: eng, node: node, log: log,
-			interval: interval, proposals: make(chan struct{}, maxConcurrentProposals)}
+			interval: interval, proposals: make(chan struct{}, maxConcurrentProposals), repl: repl}
 		go func() { defer close(hbDone); h.run(ctx) }()
 	} else {
 		close(hbDone)
@@ -238,4 +257,25 @@ func Run(ctx context.Context, cfg Config) (err error) {
 // DefaultDirs returns dir/data and dir/log, for a datanode rooted at dir.
 func DefaultDirs(dir string) (data, log string) {
 	return filepath.Join(dir, "data"), filepath.Join(dir, "log")
+}
+
+// registerBulkMetrics exports the bulk server's counters.
+func registerBulkMetrics(reg *prometheus.Registry, s *bulk.Server) {
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_export_bytes_total",
+			Help: "Block bytes sent by whole-container reads (re-replication sources), by sendfile."},
+			func() float64 { return float64(s.Stats().Bytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_exports_completed_total",
+			Help: "Whole-container reads served to the end."},
+			func() float64 { return float64(s.Stats().Exports) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_exports_failed_total",
+			Help: "Whole-container reads started and not finished."},
+			func() float64 { return float64(s.Stats().ExportsFailed) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_exports_refused_total",
+			Help: "Whole-container read requests refused (busy, not found, not closed, malformed)."},
+			func() float64 { return float64(s.Stats().Refused) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_datanode_exports_running",
+			Help: "Whole-container reads being served now."},
+			func() float64 { return float64(s.Stats().Active) }),
+	)
 }

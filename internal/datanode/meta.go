@@ -134,6 +134,9 @@ type heartbeater struct {
 	interval   time.Duration
 	// proposals bounds the commands being proposed at once.
 	proposals chan struct{}
+	// repl runs replicate_container commands; its wake channel makes the
+	// next heartbeat come at once when a copy ends.
+	repl *replicator
 
 	mu      sync.Mutex
 	deleted []metaapi.BlockRef // acknowledgements for the next heartbeat
@@ -187,6 +190,7 @@ func (h *heartbeater) run(ctx context.Context) {
 		case <-h.node.Stopped():
 			return
 		case <-t.C:
+		case <-h.repl.wake:
 		}
 	}
 }
@@ -200,6 +204,7 @@ func (h *heartbeater) report() *metaapi.Heartbeat {
 	for _, p := range h.node.Pipelines() {
 		hb.Pipelines = append(hb.Pipelines, metaapi.PipelineReport{ID: p.ID, LeaderID: p.Leader, Term: p.Term, Applied: p.Applied})
 	}
+	hb.Copying = h.repl.copying()
 	return hb
 }
 
@@ -208,9 +213,11 @@ func (h *heartbeater) beat(ctx context.Context) {
 	defer cancel()
 	hb := h.report()
 	hb.DeletedBlocks = h.takeAcks()
+	hb.CopyFailures = h.repl.takeFailures()
 	resp, err := h.mc.Heartbeat(cctx, hb)
 	if err != nil {
 		h.putBackAcks(hb.DeletedBlocks)
+		h.repl.putBackFailures(hb.CopyFailures)
 		h.log.Warn("heartbeat failed", "err", err)
 		return
 	}
@@ -238,6 +245,8 @@ func (h *heartbeater) beat(ctx context.Context) {
 			changed = true
 		case metaapi.CmdCloseContainer, metaapi.CmdDeleteBlocks:
 			h.propose(ctx, c)
+		case metaapi.CmdReplicateContainer:
+			h.repl.submit(c)
 		default:
 			h.log.Warn("unknown command from the meta service", "kind", c.Kind)
 		}

@@ -1,0 +1,283 @@
+package datanode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spindle-store/spindle/internal/bulk"
+	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+// Limits of the replicator (the target side of re-replication).
+const (
+	// DefaultMaxCopies bounds the container copies a node runs at once.
+	DefaultMaxCopies = 4
+	// maxQueuedCopies bounds the copies accepted (running or waiting for
+	// a slot); more replicate_container commands are ignored (the meta
+	// service repeats them).
+	maxQueuedCopies = 64
+	// maxPendingFailures bounds the failure reports kept between
+	// heartbeats.
+	maxPendingFailures = metaapi.MaxCopyFailuresReport
+	// maxErrorBytes bounds the error text of one failure report.
+	maxErrorBytes = 512
+)
+
+// copyPauseEnv names a test hook: when the file it names exists once a copy
+// has received its first block, the copy renames it to NAME.paused and waits
+// until that file is removed. Integration tests use it to kill -9 a source
+// or a target in the middle of a copy, deterministically.
+const copyPauseEnv = "SPINDLE_TEST_COPY_PAUSE"
+
+// replicator carries out replicate_container commands: it pulls CLOSED
+// containers from their sources by bulk streaming into an engine importer,
+// which verifies every checksum and makes the container visible atomically.
+// A copy that fails from every source listed is reported in the next
+// heartbeat (CopyFailures); the meta service picks again.
+//
+// Concurrency: submit, copying and takeFailures may be called from any
+// goroutine; each copy runs in its own goroutine (at most maxQueuedCopies,
+// of which maxActive copy at a time). stop cancels them and waits.
+type replicator struct {
+	eng       *engine.Engine
+	self      uint64
+	log       *slog.Logger
+	sema      chan struct{}
+	wake      chan struct{}
+	pausePath string
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	active   map[uint64]bool // accepted: copying or waiting for a slot
+	failures []metaapi.CopyFailure
+
+	bytes, ok, failed atomic.Uint64
+	running           atomic.Int64
+}
+
+func newReplicator(eng *engine.Engine, self uint64, maxActive int, log *slog.Logger) *replicator {
+	if maxActive <= 0 {
+		maxActive = DefaultMaxCopies
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &replicator{eng: eng, self: self, log: log, sema: make(chan struct{}, maxActive), wake: make(chan struct{}, 1),
+		pausePath: os.Getenv(copyPauseEnv), ctx: ctx, cancel: cancel, active: map[uint64]bool{}}
+}
+
+// register exports the replicator's metrics.
+func (r *replicator) register(reg *prometheus.Registry) {
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_copy_bytes_total",
+			Help: "Block bytes received by container copies (re-replication targets), completed or not."},
+			func() float64 { return float64(r.bytes.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_copies_completed_total",
+			Help: "Container copies completed (verified and visible)."},
+			func() float64 { return float64(r.ok.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_copies_failed_total",
+			Help: "Container copies that failed from every source offered."},
+			func() float64 { return float64(r.failed.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_datanode_copies_running",
+			Help: "Container copies receiving now."},
+			func() float64 { return float64(r.running.Load()) }),
+	)
+}
+
+// submit accepts a replicate_container command unless the container is
+// here already, being copied, or the queue is full.
+func (r *replicator) submit(c metaapi.Command) {
+	id := c.Container
+	if id == 0 || len(c.Sources) == 0 {
+		r.log.Warn("replicate_container without a container or sources", "container", id)
+		return
+	}
+	if _, err := r.eng.Container(engine.ContainerID(id)); err == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.active[id] || len(r.active) >= maxQueuedCopies || r.ctx.Err() != nil {
+		return
+	}
+	r.active[id] = true
+	r.wg.Add(1)
+	go r.run(c)
+}
+
+// copying lists the containers accepted and not finished, in ID order.
+func (r *replicator) copying() []uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]uint64, 0, len(r.active))
+	for id := range r.active {
+		out = append(out, id)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	if len(out) > metaapi.MaxCopyingReport {
+		out = out[:metaapi.MaxCopyingReport]
+	}
+	return out
+}
+
+// takeFailures removes the failure reports for a heartbeat.
+func (r *replicator) takeFailures() []metaapi.CopyFailure {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.failures
+	r.failures = nil
+	return out
+}
+
+// putBackFailures returns reports a failed heartbeat did not deliver.
+func (r *replicator) putBackFailures(f []metaapi.CopyFailure) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.failures)+len(f) <= maxPendingFailures {
+		r.failures = append(f, r.failures...)
+	}
+}
+
+func (r *replicator) stop() {
+	r.cancel()
+	r.wg.Wait()
+}
+
+func (r *replicator) notify() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *replicator) run(c metaapi.Command) {
+	defer r.wg.Done()
+	defer func() {
+		r.mu.Lock()
+		delete(r.active, c.Container)
+		r.mu.Unlock()
+		r.notify()
+	}()
+	select {
+	case r.sema <- struct{}{}:
+		defer func() { <-r.sema }()
+	case <-r.ctx.Done():
+		return
+	}
+	r.running.Add(1)
+	defer r.running.Add(-1)
+	var lastErr error
+	for _, src := range c.Sources {
+		if src.NodeID == r.self {
+			continue
+		}
+		err := r.copyFrom(c.Container, src)
+		if err == nil || errors.Is(err, engine.ErrExists) {
+			if err != nil {
+				r.log.Info("container copy: already here", "container", c.Container)
+			}
+			return
+		}
+		lastErr = err
+		if r.ctx.Err() != nil {
+			return // stopping: not a failure of the source
+		}
+		r.log.Warn("container copy failed", "container", c.Container, "source", src.NodeID, "addr", src.Addr, "err", err)
+	}
+	if lastErr == nil {
+		lastErr = errors.New("no source other than this node")
+	}
+	r.failed.Add(1)
+	msg := lastErr.Error()
+	if len(msg) > maxErrorBytes {
+		msg = msg[:maxErrorBytes]
+	}
+	r.mu.Lock()
+	if len(r.failures) < maxPendingFailures {
+		r.failures = append(r.failures, metaapi.CopyFailure{Container: c.Container, Source: c.Sources[0].NodeID, Error: msg})
+	}
+	r.mu.Unlock()
+}
+
+// copyFrom pulls container id from src into an importer; on any error the
+// importer is aborted (nothing becomes visible).
+func (r *replicator) copyFrom(id uint64, src metaapi.Member) error {
+	var im *engine.Importer
+	start := time.Now()
+	res, err := bulk.Fetch(r.ctx, src.Addr, id, func(maxSizeBytes, usedBytes uint64) (bulk.Sink, error) {
+		var err error
+		im, err = r.eng.ImportContainer(engine.ContainerID(id), maxSizeBytes)
+		if err != nil {
+			return nil, err
+		}
+		return &countingSink{im: im, r: r}, nil
+	})
+	if err == nil {
+		err = im.Commit()
+	}
+	if err != nil {
+		if im != nil {
+			if aerr := im.Abort(); aerr != nil {
+				r.log.Error("container copy: abort", "container", id, "err", aerr)
+			}
+		}
+		return err
+	}
+	r.ok.Add(1)
+	secs := time.Since(start).Seconds()
+	r.log.Info("container copied", "container", id, "source", src.NodeID, "blocks", res.Blocks, "bytes", res.Bytes,
+		"seconds", fmt.Sprintf("%.3f", secs), "mb_per_s", fmt.Sprintf("%.0f", float64(res.Bytes)/1e6/max(secs, 1e-9)))
+	return nil
+}
+
+// countingSink counts received bytes and runs the test pause hook.
+type countingSink struct {
+	im     *engine.Importer
+	r      *replicator
+	blocks int
+}
+
+func (s *countingSink) AddBlock(bd *engine.BlockData, rd io.Reader) error {
+	if err := s.im.AddBlock(bd, rd); err != nil {
+		return err
+	}
+	s.r.bytes.Add(bd.Length)
+	s.blocks++
+	if s.blocks == 1 && s.r.pausePath != "" {
+		s.r.pause()
+	}
+	return nil
+}
+
+// pause implements copyPauseEnv.
+func (r *replicator) pause() {
+	paused := r.pausePath + ".paused"
+	if err := os.Rename(r.pausePath, paused); err != nil {
+		return // not armed
+	}
+	r.log.Info("container copy paused (test hook)", "file", paused)
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if _, err := os.Stat(paused); errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
