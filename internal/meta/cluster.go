@@ -156,6 +156,11 @@ func (s *Service) Heartbeat(hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, 
 	for _, p := range hb.Pipelines {
 		n.pipelines[p.ID] = p
 	}
+	n.copying = make(map[uint64]bool, len(hb.Copying))
+	for _, cid := range hb.Copying {
+		n.copying[cid] = true
+	}
+	s.copyReports(n, hb, now)
 	s.metrics.heartbeats.Inc()
 	// Containers the reports say are full, closed or damaged stop taking
 	// blocks.
@@ -190,7 +195,8 @@ func (s *Service) startClose(b *pebble.Batch, c *containerState, why string) {
 }
 
 // commandsFor builds the commands for node n (its heartbeat was just
-// applied): joins, closes, deletes, leaves, at most MaxCommandsPerHeartbeat.
+// applied): joins, closes, copies, deletes, leaves, at most
+// MaxCommandsPerHeartbeat.
 func (s *Service) commandsFor(n *node, now time.Time) []metaapi.Command {
 	id := n.rec.ID
 	var cmds []metaapi.Command
@@ -234,6 +240,7 @@ func (s *Service) commandsFor(n *node, now time.Time) []metaapi.Command {
 			cmds = append(cmds, metaapi.Command{Kind: metaapi.CmdCloseContainer, Pipeline: s.pipelineView(p, now), Container: cid})
 		}
 	}
+	cmds = s.replicateCommands(cmds, id, now)
 	cmds = s.deleteCommands(cmds, id, now)
 	// Leave the CLOSED pipelines it still serves, once none of their
 	// containers is OPEN on a live replica (or after LeaveTimeout).
@@ -329,7 +336,9 @@ func (s *Service) createPipelines(b *pebble.Batch, now time.Time) {
 // OPEN containers closing), new pipelines where possible, CLOSING
 // containers no live replica reports OPEN marked CLOSED, allocations
 // older than AllocationGrace scheduled for deletion, deletions that ran
-// out of attempts dropped. Start runs it every TickInterval; tests call it.
+// out of attempts dropped, then the replication manager's round (safe
+// mode, copies settled and scheduled). Start runs it every TickInterval;
+// tests call it.
 func (s *Service) Tick() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -361,6 +370,7 @@ func (s *Service) Tick() error {
 	s.settleContainers(b, now)
 	s.expireAllocations(b, now)
 	s.dropExhaustedDeletes(b, now)
+	s.replicate(now)
 	return s.commit(b)
 }
 

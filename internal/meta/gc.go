@@ -19,23 +19,26 @@ import (
 //     went through raft). At most MaxDeleteAttempts deliveries in all,
 //     RedeliverAfter apart.
 //   - replica: the pipeline is CLOSED and nobody serves it. Every live
-//     member whose report holds the container gets the deletion and
-//     deletes its own replica; it completes once each of them has
-//     acknowledged. At most MaxDeleteAttempts deliveries per member.
+//     node whose report holds the container (a member, or the target of a
+//     re-replication) gets the deletion and deletes its own replica; it
+//     completes once each of them has acknowledged, and every live node
+//     has reported since the start. At most MaxDeleteAttempts deliveries
+//     per node.
 //
 // An OPEN pipeline nobody serves yet holds its deletions back. A deletion
 // delivered the maximum number of times and still not complete
 // RedeliverAfter after the last delivery is dropped (logged, counted in
 // spindle_meta_deletes_dropped_total): the block stays on disk.
 
-// holders lists the live members whose last report holds container c.
+// holders lists the live nodes (members of its pipeline or not: copies
+// made by re-replication) whose last report holds container c, by node ID.
 func (s *Service) holders(c *containerState, now time.Time) []uint64 {
 	var ids []uint64
-	for _, m := range s.pipelines[c.rec.Pipeline].rec.Members {
-		n := s.nodes[m]
-		if n.seen && s.live(m, now) {
+	for _, id := range s.sortedNodes() {
+		n := s.nodes[id]
+		if n.seen && s.live(id, now) {
 			if _, ok := n.containers[c.rec.ID]; ok {
-				ids = append(ids, m)
+				ids = append(ids, id)
 			}
 		}
 	}
@@ -58,17 +61,20 @@ func (pd *pendingDelete) totals() (tries int, last time.Time) {
 type deleteMode struct {
 	served  bool     // the pipeline's raft group runs: through its leader
 	replica bool     // CLOSED and served by nobody: per replica
-	ready   bool     // every live member has reported since the start
-	holders []uint64 // live members whose report holds the container
+	ready   bool     // every live node has reported since the start
+	holders []uint64 // live nodes whose report holds the container
 }
 
 func (s *Service) deleteModeOf(c *containerState, now time.Time) deleteMode {
 	p := s.pipelines[c.rec.Pipeline]
 	m := deleteMode{served: s.served(p, now), ready: true, holders: s.holders(c, now)}
 	m.replica = !m.served && p.rec.State == pipelineClosed
-	for _, id := range p.rec.Members {
-		if s.live(id, now) && !s.nodes[id].seen {
+	// Any node may hold a copy: until every live one has reported, a
+	// holder may be missing from the list.
+	for id, n := range s.nodes {
+		if !n.seen && s.live(id, now) {
 			m.ready = false
+			break
 		}
 	}
 	return m
@@ -118,7 +124,7 @@ func (s *Service) deleteCommands(cmds []metaapi.Command, id uint64, now time.Tim
 		}
 		c := s.containers[cid]
 		p := s.pipelines[c.rec.Pipeline]
-		if !slices.Contains(p.rec.Members, id) {
+		if _, holds := s.nodes[id].containers[cid]; !holds && !slices.Contains(p.rec.Members, id) {
 			continue
 		}
 		mode := s.deleteModeOf(c, now)
@@ -176,7 +182,7 @@ func (s *Service) ackDeletes(b *pebble.Batch, id uint64, acks []metaapi.BlockRef
 			continue // already complete, or never pending
 		}
 		c := s.containers[r.Container]
-		if !slices.Contains(s.pipelines[c.rec.Pipeline].rec.Members, id) {
+		if _, holds := s.nodes[id].containers[r.Container]; !holds && !slices.Contains(s.pipelines[c.rec.Pipeline].rec.Members, id) {
 			continue
 		}
 		if pd.acked == nil {

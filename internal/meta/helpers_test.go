@@ -91,7 +91,22 @@ type fakeDN struct {
 	got       []metaapi.Command  // every command received
 	noAck     bool
 	noClose   bool // ignore close_container
+	// copy is what it does with replicate_container (default: copy at
+	// once from the first source holding the container CLOSED).
+	copy     copyMode
+	copying  map[uint64]uint64     // container → source, copies held under way (copyHold)
+	failures []metaapi.CopyFailure // to report
+	copied   map[uint64][]uint64   // container → the sources it was told, per copy carried out
 }
+
+type copyMode int
+
+const (
+	copyNow    copyMode = iota // copy at once
+	copyIgnore                 // ignore the command
+	copyHold                   // list it in Copying; finish at finishCopies
+	copyFail                   // report a failure from the first source
+)
 
 // cluster is a set of fake datanodes around one Service.
 type cluster struct {
@@ -120,7 +135,8 @@ func (c *cluster) node(id uint64) *fakeDN {
 }
 
 func (n *fakeDN) report() *metaapi.Heartbeat {
-	hb := &metaapi.Heartbeat{UUID: n.uuid, NodeID: n.id, Addr: n.addr, DeletedBlocks: n.deleted}
+	hb := &metaapi.Heartbeat{UUID: n.uuid, NodeID: n.id, Addr: n.addr, DeletedBlocks: n.deleted, CopyFailures: n.failures,
+		Copying: slices.Sorted(maps.Keys(n.copying))}
 	for _, id := range slices.Sorted(maps.Keys(n.conts)) {
 		hb.Containers = append(hb.Containers, *n.conts[id])
 	}
@@ -139,7 +155,7 @@ func (n *fakeDN) beat() []metaapi.Command {
 		n.c.t.Fatalf("heartbeat of %s: %v", n.uuid, err)
 	}
 	n.id = resp.NodeID
-	n.deleted = nil
+	n.deleted, n.failures = nil, nil
 	n.got = append(n.got, resp.Commands...)
 	for _, cmd := range resp.Commands {
 		switch cmd.Kind {
@@ -156,6 +172,8 @@ func (n *fakeDN) beat() []metaapi.Command {
 					r.conts[cmd.Container].State = metaapi.ContainerClosed
 				}
 			}
+		case metaapi.CmdReplicateContainer:
+			n.replicate(cmd)
 		case metaapi.CmdDeleteBlocks:
 			if n.noAck {
 				continue
@@ -166,6 +184,53 @@ func (n *fakeDN) beat() []metaapi.Command {
 		}
 	}
 	return resp.Commands
+}
+
+// replicate carries out a replicate_container as n.copy says.
+func (n *fakeDN) replicate(cmd metaapi.Command) {
+	if _, ok := n.conts[cmd.Container]; ok || n.copying[cmd.Container] != 0 || len(cmd.Sources) == 0 {
+		return // idempotent: held or under way already
+	}
+	src := cmd.Sources[0].NodeID
+	switch n.copy {
+	case copyIgnore:
+	case copyHold:
+		if n.copying == nil {
+			n.copying = map[uint64]uint64{}
+		}
+		n.copying[cmd.Container] = src
+	case copyFail:
+		n.failures = append(n.failures, metaapi.CopyFailure{Container: cmd.Container, Source: src, Error: "injected"})
+	default:
+		n.finishCopy(cmd.Container, src)
+	}
+	if n.copied == nil {
+		n.copied = map[uint64][]uint64{}
+	}
+	var ids []uint64
+	for _, m := range cmd.Sources {
+		ids = append(ids, m.NodeID)
+	}
+	n.copied[cmd.Container] = ids
+}
+
+// finishCopy makes n hold container cid as source src holds it (CLOSED).
+func (n *fakeDN) finishCopy(cid, src uint64) {
+	delete(n.copying, cid)
+	r := n.c.nodeOrNil(src)
+	if r == nil || r.conts[cid] == nil || r.conts[cid].State != metaapi.ContainerClosed {
+		n.failures = append(n.failures, metaapi.CopyFailure{Container: cid, Source: src, Error: "source lacks it"})
+		return
+	}
+	cp := *r.conts[cid]
+	n.conts[cid] = &cp
+}
+
+// finishCopies completes every copy n holds under way.
+func (n *fakeDN) finishCopies() {
+	for _, cid := range slices.Sorted(maps.Keys(n.copying)) {
+		n.finishCopy(cid, n.copying[cid])
+	}
 }
 
 func (c *cluster) nodeOrNil(id uint64) *fakeDN {

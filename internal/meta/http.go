@@ -81,6 +81,14 @@ func (s *Service) Handler() http.Handler {
 		l, err := s.Containers()
 		return l, http.StatusOK, err
 	})
+	route("GET /v1/replication", "replication", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		st, err := s.Replication()
+		return st, http.StatusOK, err
+	})
+	route("POST /v1/safemode/exit", "safemode_exit", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		st, err := s.ExitSafeMode()
+		return st, http.StatusOK, err
+	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	commitKey := s.instrument("commit_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		bucket, key, err := keyPath(r)

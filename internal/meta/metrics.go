@@ -67,7 +67,16 @@ var (
 	descKeyBytes    = prometheus.NewDesc("spindle_meta_key_bytes", "Bytes of committed keys.", nil, nil)
 	descAllocs      = prometheus.NewDesc("spindle_meta_pending_allocations", "Blocks allocated and not committed yet.", nil, nil)
 	descDeletes     = prometheus.NewDesc("spindle_meta_pending_deletes", "Blocks scheduled for deletion and not acknowledged yet.", nil, nil)
-	stateCollectors = []*prometheus.Desc{descNodes, descPipelines, descContainers, descBuckets, descKeys, descKeyBytes, descAllocs, descDeletes}
+	descSafeMode    = prometheus.NewDesc("spindle_meta_safe_mode", "1 while the meta service is in safe mode (no replication decisions), else 0.", nil, nil)
+	descUnder       = prometheus.NewDesc("spindle_meta_replication_under_replicated", "CLOSED containers with fewer healthy replicas than the replication factor.", nil, nil)
+	descUnrecov     = prometheus.NewDesc("spindle_meta_replication_unrecoverable", "CLOSED containers with no healthy replica reported.", nil, nil)
+	descPending     = prometheus.NewDesc("spindle_meta_replication_pending_bytes", "Bytes of the container copies still needed (size × missing replicas).", nil, nil)
+	descInflight    = prometheus.NewDesc("spindle_meta_replication_inflight", "Container copies in flight.", nil, nil)
+	descCopiedBytes = prometheus.NewDesc("spindle_meta_replication_copied_bytes_total", "Bytes of the container copies completed.", nil, nil)
+	descCopied      = prometheus.NewDesc("spindle_meta_replication_copied_containers_total", "Container copies completed.", nil, nil)
+	descCopyFailed  = prometheus.NewDesc("spindle_meta_replication_failed_copies_total", "Container copies failed, lost or timed out (each scheduled again).", nil, nil)
+	stateCollectors = []*prometheus.Desc{descNodes, descPipelines, descContainers, descBuckets, descKeys, descKeyBytes, descAllocs, descDeletes,
+		descSafeMode, descUnder, descUnrecov, descPending, descInflight, descCopiedBytes, descCopied, descCopyFailed}
 )
 
 // stateCollector reads the gauges from the service's state at scrape time.
@@ -122,4 +131,17 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descKeyBytes, prometheus.GaugeValue, float64(bytes))
 	ch <- prometheus.MustNewConstMetric(descAllocs, prometheus.GaugeValue, float64(len(s.allocs)))
 	ch <- prometheus.MustNewConstMetric(descDeletes, prometheus.GaugeValue, float64(s.nDeletes))
+	safe := 0.0
+	if s.repl.safeMode {
+		safe = 1
+	}
+	under, unrecoverable, pending := s.underReplicated(s.replicaIndex(now))
+	ch <- prometheus.MustNewConstMetric(descSafeMode, prometheus.GaugeValue, safe)
+	ch <- prometheus.MustNewConstMetric(descUnder, prometheus.GaugeValue, float64(under))
+	ch <- prometheus.MustNewConstMetric(descUnrecov, prometheus.GaugeValue, float64(unrecoverable))
+	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(pending))
+	ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(len(s.repl.tasks)))
+	ch <- prometheus.MustNewConstMetric(descCopiedBytes, prometheus.CounterValue, float64(s.repl.copiedBytes))
+	ch <- prometheus.MustNewConstMetric(descCopied, prometheus.CounterValue, float64(s.repl.copiedContainers))
+	ch <- prometheus.MustNewConstMetric(descCopyFailed, prometheus.CounterValue, float64(s.repl.failedCopies))
 }

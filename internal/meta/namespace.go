@@ -335,10 +335,16 @@ func sameVersion(old keyRecord, ck *metaapi.CommitKey) bool {
 // keyInfo is the API form of a key, with its blocks' replicas.
 func (s *Service) keyInfo(bucket, key string, rec keyRecord, now time.Time) *metaapi.KeyInfo {
 	ki := &metaapi.KeyInfo{Bucket: bucket, Key: key, Size: rec.Size, CRC32C: rec.CRC32C, Created: rec.Created, Blocks: make([]metaapi.KeyBlock, 0, len(rec.Blocks))}
+	members := map[uint64][]metaapi.Member{} // by container: most keys have many blocks in few containers
 	for _, sb := range rec.Blocks {
 		kb := metaapi.KeyBlock{BlockRef: metaapi.BlockRef{Container: sb.Container, Local: sb.Local}, Pipeline: sb.Pipeline, Length: sb.Length}
 		if p := s.pipelines[sb.Pipeline]; p != nil {
-			kb.Members = s.pipelineView(p, now).Members
+			ms, ok := members[sb.Container]
+			if !ok {
+				ms = s.readMembers(sb.Container, p, now)
+				members[sb.Container] = ms
+			}
+			kb.Members = slices.Clone(ms)
 		}
 		ki.Blocks = append(ki.Blocks, kb)
 	}

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -403,21 +404,35 @@ func TestDeleteOnClosedPipelinePerReplica(t *testing.T) {
 		c.round(alive...)
 	}
 	c.settle(alive...)
-	// Nobody serves the old pipeline now; deleting the key sends the
-	// deletion to both surviving replicas, each acknowledging.
-	mustNo(t, c.s.DeleteKey("bkt", "k"))
-	for i := range 2 {
-		n := c.node(old.Members[i].NodeID)
-		if cmds := n.beat(); !hasCmd(cmds, metaapi.CmdDeleteBlocks, ki.Blocks[0].Container) {
-			t.Fatalf("survivor %d got %+v, want delete_blocks", n.id, cmds)
+	// The replication manager copied the container to the fourth node,
+	// not a member of the pipeline.
+	cid := ki.Blocks[0].Container
+	var copyHolder *fakeDN
+	for _, n := range alive {
+		if !slices.ContainsFunc(old.Members, func(m metaapi.Member) bool { return m.NodeID == n.id }) {
+			copyHolder = n
 		}
 	}
-	c.node(old.Members[0].NodeID).beat()
-	if c.s.nDeletes != 1 {
-		t.Fatalf("deletion complete with one replica of two acknowledged")
+	if r := copyHolder.conts[cid]; r == nil || r.State != metaapi.ContainerClosed {
+		t.Fatalf("node %d holds no copy of container %d: %+v", copyHolder.id, cid, copyHolder.conts)
 	}
-	c.node(old.Members[1].NodeID).beat()
+	// Nobody serves the old pipeline now; deleting the key sends the
+	// deletion to both surviving replicas and to the copy, each
+	// acknowledging.
+	mustNo(t, c.s.DeleteKey("bkt", "k"))
+	holders := []*fakeDN{c.node(old.Members[0].NodeID), c.node(old.Members[1].NodeID), copyHolder}
+	for _, n := range holders {
+		if cmds := n.beat(); !hasCmd(cmds, metaapi.CmdDeleteBlocks, cid) {
+			t.Fatalf("holder %d got %+v, want delete_blocks", n.id, cmds)
+		}
+	}
+	for i, n := range holders {
+		n.beat()
+		if want := 1; i < 2 && c.s.nDeletes != want {
+			t.Fatalf("deletion complete with %d replicas of 3 acknowledged", i+1)
+		}
+	}
 	if c.s.nDeletes != 0 {
-		t.Fatalf("deletion pending after both replicas acknowledged")
+		t.Fatalf("deletion pending after the 3 replicas acknowledged")
 	}
 }

@@ -85,6 +85,27 @@ type Config struct {
 	MaxDeleteAttempts     int
 	CloseResendAfter      time.Duration
 
+	// Replication manager (replication.go; zero: the Default* values).
+	ReplicationFactor  int
+	CopyRetryAfter     time.Duration
+	MaxCopiesPerTarget int
+	MaxCopiesPerSource int
+	MaxInflightCopies  int
+	// CopyStartTimeout: a scheduled copy its target has not listed in
+	// Copying for this long is taken as lost (default 3 heartbeat
+	// intervals + 10 s).
+	CopyStartTimeout time.Duration
+	// CopyTimeoutMin: a copy older than this and than its size at
+	// MinCopyBytesPerS is taken as lost (DefaultCopyTimeoutMin).
+	CopyTimeoutMin time.Duration
+	// Safe mode: SafeModeMinNodes datanodes (default min(3, registered))
+	// reported and SafeModeContainerFraction (default 0.99) of the CLOSED
+	// containers with a healthy replica; DisableSafeMode starts without
+	// it (tests).
+	SafeModeMinNodes          int
+	SafeModeContainerFraction float64
+	DisableSafeMode           bool
+
 	// TickInterval is how often Start runs Tick (default
 	// HeartbeatInterval); negative: never (tests call Tick themselves).
 	TickInterval time.Duration
@@ -130,6 +151,30 @@ func (c *Config) setDefaults() {
 	if c.CloseResendAfter <= 0 {
 		c.CloseResendAfter = DefaultCloseResendAfter
 	}
+	if c.ReplicationFactor <= 0 {
+		c.ReplicationFactor = DefaultReplicationFactor
+	}
+	if c.CopyRetryAfter <= 0 {
+		c.CopyRetryAfter = DefaultCopyRetryAfter
+	}
+	if c.MaxCopiesPerTarget <= 0 {
+		c.MaxCopiesPerTarget = DefaultMaxCopiesPerTarget
+	}
+	if c.MaxCopiesPerSource <= 0 {
+		c.MaxCopiesPerSource = DefaultMaxCopiesPerSource
+	}
+	if c.MaxInflightCopies <= 0 {
+		c.MaxInflightCopies = DefaultMaxInflightCopies
+	}
+	if c.CopyStartTimeout <= 0 {
+		c.CopyStartTimeout = 3*c.HeartbeatInterval + copyStartSlack
+	}
+	if c.CopyTimeoutMin <= 0 {
+		c.CopyTimeoutMin = DefaultCopyTimeoutMin
+	}
+	if c.SafeModeContainerFraction == 0 {
+		c.SafeModeContainerFraction = DefaultSafeModeContainerFraction
+	}
 	if c.TickInterval == 0 {
 		c.TickInterval = c.HeartbeatInterval
 	}
@@ -147,6 +192,9 @@ func (c *Config) validate() error {
 	}
 	if c.DeadAfter <= c.StaleAfter {
 		return fmt.Errorf("meta: dead-after %s must exceed stale-after %s", c.DeadAfter, c.StaleAfter)
+	}
+	if c.SafeModeContainerFraction < 0 || c.SafeModeContainerFraction > 1 {
+		return fmt.Errorf("meta: safe-mode container fraction %g: want 0..1", c.SafeModeContainerFraction)
 	}
 	return nil
 }
@@ -166,6 +214,7 @@ type node struct {
 	used       uint64
 	containers map[uint64]metaapi.ContainerReport
 	pipelines  map[uint64]metaapi.PipelineReport
+	copying    map[uint64]bool // containers being copied to it (Heartbeat.Copying)
 }
 
 // pipelineState is a pipeline's record plus what reports say of it.
@@ -217,6 +266,7 @@ type Service struct {
 	deletes    map[uint64]map[uint64]*pendingDelete // container → local → pending
 	nDeletes   int
 	rr         uint64 // round-robin cursor over allocatable pipelines
+	repl       replication
 }
 
 // Open opens (creating if needed) the meta service's store in cfg.Dir and
@@ -239,7 +289,7 @@ func Open(cfg Config) (*Service, error) {
 		nodes: map[uint64]*node{}, byUUID: map[string]uint64{},
 		pipelines: map[uint64]*pipelineState{}, containers: map[uint64]*containerState{},
 		buckets: map[string]bucketRecord{}, allocs: map[blockRef]allocRecord{},
-		deletes: map[uint64]map[uint64]*pendingDelete{},
+		deletes: map[uint64]map[uint64]*pendingDelete{}, repl: newReplication(&cfg),
 	}
 	if err := s.load(); err != nil {
 		db.Close()

@@ -46,7 +46,8 @@ func (s *Service) Pipelines() (*metaapi.PipelineList, error) {
 }
 
 // Containers is the admin view of every container, by ID; used bytes and
-// blocks are the largest any live replica reports.
+// blocks are the largest any live replica reports; Replicas lists the
+// live nodes whose report holds it (members of its pipeline or copies).
 func (s *Service) Containers() (*metaapi.ContainerList, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -59,16 +60,25 @@ func (s *Service) Containers() (*metaapi.ContainerList, error) {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	holders := map[uint64][]uint64{} // container → live nodes reporting it, by node ID
+	for _, nid := range s.sortedNodes() {
+		n := s.nodes[nid]
+		if !n.seen || !s.live(nid, now) {
+			continue
+		}
+		for cid := range n.containers {
+			holders[cid] = append(holders[cid], nid)
+		}
+	}
 	l := &metaapi.ContainerList{Containers: []metaapi.ContainerInfo{}}
 	for _, id := range ids {
 		c := s.containers[id]
 		ci := metaapi.ContainerInfo{ID: id, Pipeline: c.rec.Pipeline, State: containerStateName(c.rec.State)}
-		for _, m := range s.pipelines[c.rec.Pipeline].rec.Members {
-			n := s.nodes[m]
-			if r, ok := n.containers[id]; ok && s.live(m, now) {
-				ci.UsedBytes = max(ci.UsedBytes, r.UsedBytes)
-				ci.Blocks = max(ci.Blocks, r.Blocks)
-			}
+		for _, m := range holders[id] {
+			r := s.nodes[m].containers[id]
+			ci.UsedBytes = max(ci.UsedBytes, r.UsedBytes)
+			ci.Blocks = max(ci.Blocks, r.Blocks)
+			ci.Replicas = append(ci.Replicas, m)
 		}
 		l.Containers = append(l.Containers, ci)
 	}

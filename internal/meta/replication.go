@@ -1,0 +1,533 @@
+package meta
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+// The replication manager and safe mode (see the package comment,
+// "Replication manager" and "Safe mode"). All of it is memory only and
+// runs under s.mu held for writing (Tick, Heartbeat, ExitSafeMode) or
+// reading (Replication, the metrics, reads of keys).
+
+// Defaults and bounds of the replication manager.
+const (
+	// DefaultReplicationFactor: healthy replicas wanted of every CLOSED
+	// container.
+	DefaultReplicationFactor = PipelineSize
+	// DefaultSafeModeMinNodes: datanodes that must have reported since the
+	// start before safe mode ends (at most the registered ones).
+	DefaultSafeModeMinNodes = 3
+	// DefaultSafeModeContainerFraction: fraction of the CLOSED containers
+	// that must have a healthy replica reported before safe mode ends.
+	DefaultSafeModeContainerFraction = 0.99
+	// DefaultCopyRetryAfter: a source that failed a copy of a container is
+	// not chosen again for it for this long when another source exists.
+	DefaultCopyRetryAfter = 30 * time.Second
+	// DefaultMaxCopiesPerTarget bounds the copies in flight to one node.
+	DefaultMaxCopiesPerTarget = 4
+	// DefaultMaxCopiesPerSource bounds the copies in flight from one node.
+	DefaultMaxCopiesPerSource = 4
+	// DefaultMaxInflightCopies bounds the copies in flight in the cluster.
+	DefaultMaxInflightCopies = 64
+	// DefaultCopyTimeoutMin: a copy is given at least this long in all
+	// (the bound grows with its size, see MinCopyBytesPerS).
+	DefaultCopyTimeoutMin = 10 * time.Minute
+	// MinCopyBytesPerS: a copy slower than this (over its whole age) is
+	// taken as lost once it is older than DefaultCopyTimeoutMin.
+	MinCopyBytesPerS = 20_000_000
+	// copyStartSlack is added to three heartbeat intervals for the
+	// default CopyStartTimeout.
+	copyStartSlack = 10 * time.Second
+)
+
+// copyTask is one container copy in flight (at most one per container).
+type copyTask struct {
+	container, source, target uint64
+	sizeBytes                 uint64
+	started                   time.Time
+	// alive is the scheduling time, then the last heartbeat of the target
+	// listing the copy in Copying.
+	alive   time.Time
+	attempt int
+}
+
+// sourceFailure names a failed copy of a container from a source.
+type sourceFailure struct{ container, source uint64 }
+
+// replication is the replication manager's state.
+type replication struct {
+	// safeMode: no replication decisions (set at start unless disabled;
+	// cleared once, for good).
+	safeMode bool
+	tasks    map[uint64]*copyTask // container → its copy in flight
+	// attempts: copies of a container scheduled since it was last
+	// complete (cleared at completion).
+	attempts map[uint64]int
+	// failed: when a (container, source) copy last failed; entries older
+	// than CopyRetryAfter are pruned at Tick.
+	failed map[sourceFailure]time.Time
+
+	copiedContainers, copiedBytes, failedCopies uint64
+	firstScheduled, lastCompleted               time.Time
+}
+
+func newReplication(cfg *Config) replication {
+	return replication{safeMode: !cfg.DisableSafeMode, tasks: map[uint64]*copyTask{},
+		attempts: map[uint64]int{}, failed: map[sourceFailure]time.Time{}}
+}
+
+// healthyReplica: node id has heartbeated since the start, is not DEAD,
+// and its last report lists container cid CLOSED.
+func (s *Service) healthyReplica(id, cid uint64, now time.Time) bool {
+	n := s.nodes[id]
+	if n == nil || !n.seen || s.healthOf(n, now) == metaapi.HealthDead {
+		return false
+	}
+	r, ok := n.containers[cid]
+	return ok && r.State == metaapi.ContainerClosed
+}
+
+// replicaIndex maps every container some healthy replica holds to those
+// replicas, by node ID (one pass over the live nodes' reports).
+func (s *Service) replicaIndex(now time.Time) map[uint64][]uint64 {
+	idx := map[uint64][]uint64{}
+	for _, id := range s.sortedNodes() {
+		n := s.nodes[id]
+		if !n.seen || s.healthOf(n, now) == metaapi.HealthDead {
+			continue
+		}
+		for cid, r := range n.containers {
+			if r.State == metaapi.ContainerClosed {
+				idx[cid] = append(idx[cid], id)
+			}
+		}
+	}
+	return idx
+}
+
+// replicasOf lists the healthy replicas of container cid, by node ID.
+func (s *Service) replicasOf(cid uint64, now time.Time) []uint64 {
+	var ids []uint64
+	for _, id := range s.sortedNodes() {
+		if s.healthyReplica(id, cid, now) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// containerSize is the bytes of container c: the largest any of holders
+// reports, else the committed bytes.
+func (s *Service) containerSize(c *containerState, holders []uint64) uint64 {
+	var size uint64
+	for _, id := range holders {
+		size = max(size, s.nodes[id].containers[c.rec.ID].UsedBytes)
+	}
+	if size == 0 {
+		size = c.rec.Committed
+	}
+	return size
+}
+
+// safeModeMinNodes is the datanodes that must report before safe mode
+// ends.
+func (s *Service) safeModeMinNodes() int {
+	if s.cfg.SafeModeMinNodes > 0 {
+		return s.cfg.SafeModeMinNodes
+	}
+	return min(DefaultSafeModeMinNodes, len(s.nodes))
+}
+
+// safeModeReason says which condition to leave safe mode is missing,
+// with numbers; "" when both hold.
+func (s *Service) safeModeReason(idx map[uint64][]uint64) string {
+	var missing []string
+	seen, want := 0, s.safeModeMinNodes()
+	for _, n := range s.nodes {
+		if n.seen {
+			seen++
+		}
+	}
+	if seen < want {
+		missing = append(missing, fmt.Sprintf("%d/%d datanodes reported", seen, want))
+	}
+	closed, with := 0, 0
+	for cid, c := range s.containers {
+		if c.rec.State == containerClosed {
+			closed++
+			if len(idx[cid]) > 0 {
+				with++
+			}
+		}
+	}
+	if need := int(math.Ceil(s.cfg.SafeModeContainerFraction*float64(closed) - 1e-9)); with < need {
+		missing = append(missing, fmt.Sprintf("%d/%d containers have a replica (%d needed)", with, closed, need))
+	}
+	return strings.Join(missing, "; ")
+}
+
+// replicate is the replication manager's round at a Tick: leave safe
+// mode when its conditions hold, settle the copies in flight (complete,
+// failed, lost), then schedule copies of the under-replicated CLOSED
+// containers. Memory only.
+func (s *Service) replicate(now time.Time) {
+	idx := s.replicaIndex(now)
+	if s.repl.safeMode {
+		why := s.safeModeReason(idx)
+		if why != "" {
+			return
+		}
+		s.repl.safeMode = false
+		s.log.Info("safe mode over: enough datanodes and containers reported; replication decisions start",
+			"datanodes", len(s.nodes), "containers", len(s.containers))
+	}
+	s.settleCopies(idx, now)
+	for k, t := range s.repl.failed {
+		if now.Sub(t) >= s.cfg.CopyRetryAfter {
+			delete(s.repl.failed, k)
+		}
+	}
+	s.scheduleCopies(idx, now)
+}
+
+// settleCopies ends the copies in flight that completed, whose target is
+// DEAD or reports the container in another state, that have no healthy
+// source left, or that timed out.
+func (s *Service) settleCopies(idx map[uint64][]uint64, now time.Time) {
+	for _, cid := range slices.Sorted(maps.Keys(s.repl.tasks)) {
+		t := s.repl.tasks[cid]
+		n := s.nodes[t.target]
+		r, holds := n.containers[cid]
+		limit := max(s.cfg.CopyTimeoutMin, time.Duration(float64(t.sizeBytes)/MinCopyBytesPerS*float64(time.Second)))
+		switch {
+		case holds && r.State == metaapi.ContainerClosed && s.healthOf(n, now) != metaapi.HealthDead:
+			s.copyDone(t, now)
+		case s.healthOf(n, now) == metaapi.HealthDead:
+			s.copyFailed(t, "the target is DEAD")
+		case holds:
+			s.copyFailed(t, fmt.Sprintf("the target reports the container %s", r.State))
+		case len(idx[cid]) == 0:
+			s.copyFailed(t, "no healthy replica is left to copy from")
+		case now.Sub(t.alive) >= s.cfg.CopyStartTimeout:
+			s.copyFailed(t, fmt.Sprintf("the target has not reported the copy under way for %s", now.Sub(t.alive).Round(time.Millisecond)))
+		case now.Sub(t.started) >= limit:
+			s.copyFailed(t, fmt.Sprintf("not complete after %s (limit %s)", now.Sub(t.started).Round(time.Millisecond), limit))
+		}
+	}
+}
+
+// copyDone records a completed copy.
+func (s *Service) copyDone(t *copyTask, now time.Time) {
+	delete(s.repl.tasks, t.container)
+	delete(s.repl.attempts, t.container)
+	s.repl.copiedContainers++
+	s.repl.copiedBytes += t.sizeBytes
+	s.repl.lastCompleted = now
+	d := now.Sub(t.started)
+	mbps := 0.0
+	if d > 0 {
+		mbps = float64(t.sizeBytes) / 1e6 / d.Seconds()
+	}
+	s.log.Info("container copied", "container", t.container, "source", t.source, "target", t.target,
+		"bytes", t.sizeBytes, "took", d.Round(time.Millisecond), "mb_per_s", math.Round(mbps*10)/10, "attempt", t.attempt)
+}
+
+// copyFailed drops a copy in flight; the next Tick schedules it again.
+func (s *Service) copyFailed(t *copyTask, why string) {
+	delete(s.repl.tasks, t.container)
+	s.repl.failedCopies++
+	s.log.Warn("container copy failed; it will be scheduled again", "container", t.container, "source", t.source,
+		"target", t.target, "attempt", t.attempt, "why", why)
+}
+
+// scheduleCopies schedules one copy for each CLOSED container with fewer
+// healthy replicas than wanted (and at least one), in container ID
+// order, within the limits.
+func (s *Service) scheduleCopies(idx map[uint64][]uint64, now time.Time) {
+	if len(s.repl.tasks) >= s.cfg.MaxInflightCopies {
+		return
+	}
+	var under []uint64
+	for cid, c := range s.containers {
+		if h := len(idx[cid]); c.rec.State == containerClosed && h > 0 && h < s.cfg.ReplicationFactor && s.repl.tasks[cid] == nil {
+			under = append(under, cid)
+		}
+	}
+	if len(under) == 0 {
+		return
+	}
+	slices.Sort(under)
+	asSource, asTarget := map[uint64]int{}, map[uint64]int{}
+	for _, t := range s.repl.tasks {
+		asSource[t.source]++
+		asTarget[t.target]++
+	}
+	nodes := s.sortedNodes()
+	for _, cid := range under {
+		if len(s.repl.tasks) >= s.cfg.MaxInflightCopies {
+			return
+		}
+		target := s.chooseTarget(cid, nodes, asTarget, now)
+		if target == 0 {
+			continue
+		}
+		source := s.chooseSource(cid, idx[cid], asSource, now)
+		if source == 0 {
+			continue
+		}
+		c := s.containers[cid]
+		s.repl.attempts[cid]++
+		t := &copyTask{container: cid, source: source, target: target, sizeBytes: s.containerSize(c, idx[cid]),
+			started: now, alive: now, attempt: s.repl.attempts[cid]}
+		s.repl.tasks[cid] = t
+		asSource[source]++
+		asTarget[target]++
+		if s.repl.firstScheduled.IsZero() {
+			s.repl.firstScheduled = now
+		}
+		s.log.Info("container copy scheduled", "container", cid, "source", source, "target", target,
+			"bytes", t.sizeBytes, "replicas", idx[cid], "attempt", t.attempt)
+	}
+}
+
+// chooseTarget picks the node to copy container cid to: HEALTHY, heard
+// from since the start, not holding the container in any state nor
+// copying it, under MaxCopiesPerTarget; the fewest copies in flight to
+// it, then the fewest containers, then the lowest ID. 0: none.
+func (s *Service) chooseTarget(cid uint64, nodes []uint64, asTarget map[uint64]int, now time.Time) uint64 {
+	var best uint64
+	for _, id := range nodes {
+		n := s.nodes[id]
+		if !n.seen || s.healthOf(n, now) != metaapi.HealthHealthy || asTarget[id] >= s.cfg.MaxCopiesPerTarget || n.copying[cid] {
+			continue
+		}
+		if _, holds := n.containers[cid]; holds {
+			continue
+		}
+		if best == 0 || cmp.Or(cmp.Compare(asTarget[id], asTarget[best]), cmp.Compare(len(n.containers), len(s.nodes[best].containers))) < 0 {
+			best = id
+		}
+	}
+	return best
+}
+
+// recentlyFailed: a copy of cid from source failed within CopyRetryAfter.
+func (s *Service) recentlyFailed(cid, source uint64, now time.Time) bool {
+	t, ok := s.repl.failed[sourceFailure{cid, source}]
+	return ok && now.Sub(t) < s.cfg.CopyRetryAfter
+}
+
+// chooseSource picks the replica to copy container cid from, among its
+// healthy replicas: HEALTHY, under MaxCopiesPerSource, the fewest copies
+// in flight from it, then the lowest ID. Replicas a copy of cid failed
+// from within CopyRetryAfter are skipped while another HEALTHY replica
+// exists (even a busy one: the copy then waits for it). 0: none.
+func (s *Service) chooseSource(cid uint64, replicas []uint64, asSource map[uint64]int, now time.Time) uint64 {
+	var fresh, failed []uint64
+	for _, id := range replicas {
+		if s.healthOf(s.nodes[id], now) != metaapi.HealthHealthy {
+			continue
+		}
+		if s.recentlyFailed(cid, id, now) {
+			failed = append(failed, id)
+		} else {
+			fresh = append(fresh, id)
+		}
+	}
+	cands := fresh
+	if len(cands) == 0 {
+		cands = failed
+	}
+	var best uint64
+	for _, id := range cands {
+		if asSource[id] >= s.cfg.MaxCopiesPerSource {
+			continue
+		}
+		if best == 0 || asSource[id] < asSource[best] {
+			best = id
+		}
+	}
+	return best
+}
+
+// copyReports applies what node id's heartbeat (just recorded in n) says
+// of the copies to it: a container now reported CLOSED completes its
+// copy; one listed in Copying is under way; a failure drops the copy
+// (unless the same heartbeat still lists it in Copying: the target went
+// on with another source) and keeps the source from being chosen again
+// for that container for CopyRetryAfter.
+func (s *Service) copyReports(n *node, hb *metaapi.Heartbeat, now time.Time) {
+	id := n.rec.ID
+	for _, cid := range hb.Copying {
+		if t := s.repl.tasks[cid]; t != nil && t.target == id {
+			t.alive = now
+		}
+	}
+	for _, f := range hb.CopyFailures {
+		if f.Source != 0 {
+			s.repl.failed[sourceFailure{f.Container, f.Source}] = now
+		}
+		if t := s.repl.tasks[f.Container]; t != nil && t.target == id && !n.copying[f.Container] {
+			s.copyFailed(t, fmt.Sprintf("the target reports: from node %d: %s", f.Source, f.Error))
+		}
+	}
+	for _, cid := range slices.Sorted(maps.Keys(s.repl.tasks)) {
+		t := s.repl.tasks[cid]
+		if r, ok := n.containers[cid]; ok && t.target == id && r.State == metaapi.ContainerClosed {
+			s.copyDone(t, now)
+		}
+	}
+}
+
+// replicateCommands appends a replicate_container for every copy in
+// flight to node id: Sources are the chosen source, then the other
+// healthy replicas (those a copy recently failed from last). A copy with
+// no healthy source left is not sent (the next Tick drops it).
+func (s *Service) replicateCommands(cmds []metaapi.Command, id uint64, now time.Time) []metaapi.Command {
+	for _, cid := range slices.Sorted(maps.Keys(s.repl.tasks)) {
+		t := s.repl.tasks[cid]
+		if t.target != id || len(cmds) >= MaxCommandsPerHeartbeat {
+			continue
+		}
+		replicas := s.replicasOf(cid, now)
+		slices.SortStableFunc(replicas, func(a, b uint64) int {
+			ka, kb := sourceRank(a, t.source, s.recentlyFailed(cid, a, now)), sourceRank(b, t.source, s.recentlyFailed(cid, b, now))
+			return ka - kb
+		})
+		if len(replicas) == 0 {
+			continue
+		}
+		cmd := metaapi.Command{Kind: metaapi.CmdReplicateContainer, Container: cid, SizeBytes: s.containerSize(s.containers[cid], replicas)}
+		if p := s.pipelines[s.containers[cid].rec.Pipeline]; p != nil {
+			cmd.Pipeline = s.pipelineView(p, now)
+		}
+		for _, r := range replicas {
+			cmd.Sources = append(cmd.Sources, metaapi.Member{NodeID: r, Addr: s.nodes[r].rec.Addr})
+		}
+		cmds = append(cmds, cmd)
+	}
+	return cmds
+}
+
+// sourceRank orders a copy's sources: the chosen one, the others, those a
+// copy recently failed from.
+func sourceRank(id, chosen uint64, failed bool) int {
+	switch {
+	case id == chosen:
+		return 0
+	case failed:
+		return 2
+	}
+	return 1
+}
+
+// replicationStatus is the API form of the replication manager's state.
+// Callers hold s.mu.
+func (s *Service) replicationStatus(now time.Time) *metaapi.ReplicationStatus {
+	idx := s.replicaIndex(now)
+	st := &metaapi.ReplicationStatus{SafeMode: s.repl.safeMode, ReplicationFactor: s.cfg.ReplicationFactor,
+		Inflight: []metaapi.CopyTask{}, CopiedContainers: s.repl.copiedContainers, CopiedBytes: s.repl.copiedBytes,
+		FailedCopies: s.repl.failedCopies, FirstScheduled: s.repl.firstScheduled, LastCompleted: s.repl.lastCompleted}
+	if st.SafeMode {
+		st.SafeModeReason = s.safeModeReason(idx)
+		if st.SafeModeReason == "" {
+			st.SafeModeReason = "conditions met; leaving at the next tick"
+		}
+	}
+	st.UnderReplicated, st.Unrecoverable, st.PendingBytes = s.underReplicated(idx)
+	for _, cid := range slices.Sorted(maps.Keys(s.repl.tasks)) {
+		t := s.repl.tasks[cid]
+		st.Inflight = append(st.Inflight, metaapi.CopyTask{Container: cid, Source: t.source, Target: t.target,
+			SizeBytes: t.sizeBytes, Started: t.started, Attempt: t.attempt})
+	}
+	if d := st.LastCompleted.Sub(st.FirstScheduled); d > 0 && !st.FirstScheduled.IsZero() {
+		st.RateBytesPerS = float64(st.CopiedBytes) / d.Seconds()
+	}
+	return st
+}
+
+// underReplicated counts the CLOSED containers with fewer healthy
+// replicas than wanted, those with none, and the bytes still to copy.
+func (s *Service) underReplicated(idx map[uint64][]uint64) (under, unrecoverable int, pending uint64) {
+	for cid, c := range s.containers {
+		h := len(idx[cid])
+		if c.rec.State != containerClosed || h >= s.cfg.ReplicationFactor {
+			continue
+		}
+		under++
+		if h == 0 {
+			unrecoverable++
+		}
+		pending += s.containerSize(c, idx[cid]) * uint64(s.cfg.ReplicationFactor-h)
+	}
+	return under, unrecoverable, pending
+}
+
+// Replication is the replication manager's state (GET /v1/replication).
+func (s *Service) Replication() (*metaapi.ReplicationStatus, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	return s.replicationStatus(s.cfg.Now()), nil
+}
+
+// ExitSafeMode leaves safe mode now, whatever the reports (an operator's
+// decision, logged); replication decisions start at the next Tick. Once
+// out of safe mode the service stays out until it restarts.
+func (s *Service) ExitSafeMode() (*metaapi.ReplicationStatus, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	now := s.cfg.Now()
+	if s.repl.safeMode {
+		why := s.safeModeReason(s.replicaIndex(now))
+		s.repl.safeMode = false
+		s.log.Warn("safe mode exited by the operator; replication decisions start", "was_waiting_for", why)
+	}
+	return s.replicationStatus(now), nil
+}
+
+// readMembers lists where the replicas of container cid (of pipeline p)
+// are, for reads. OPEN and CLOSING containers: p's members. CLOSED: its
+// healthy replicas, p's members first, then the members not heard from
+// since the start (their replicas are unknown yet); no healthy replica
+// reported at all (as right after a restart): p's members.
+func (s *Service) readMembers(cid uint64, p *pipelineState, now time.Time) []metaapi.Member {
+	all := s.pipelineView(p, now).Members
+	c := s.containers[cid]
+	if c == nil || c.rec.State != containerClosed {
+		return all
+	}
+	var ms []metaapi.Member
+	for _, m := range all {
+		if s.healthyReplica(m.NodeID, cid, now) {
+			ms = append(ms, m)
+		}
+	}
+	for _, id := range s.sortedNodes() {
+		if !slices.Contains(p.rec.Members, id) && s.healthyReplica(id, cid, now) {
+			ms = append(ms, metaapi.Member{NodeID: id, Addr: s.nodes[id].rec.Addr})
+		}
+	}
+	if len(ms) == 0 {
+		return all
+	}
+	for _, m := range all {
+		if !s.nodes[m.NodeID].seen && s.live(m.NodeID, now) {
+			ms = append(ms, m)
+		}
+	}
+	return ms
+}
