@@ -34,10 +34,11 @@ const (
 	maxErrorBytes = 512
 )
 
-// copyPauseEnv names a test hook: when the file it names exists once a copy
-// has received its first block, the copy renames it to NAME.paused and waits
-// until that file is removed. Integration tests use it to kill -9 a source
-// or a target in the middle of a copy, deterministically.
+// copyPauseEnv names a test hook, an "arm" file ARM: while ARM exists, a
+// copy that has received its first block creates ARM.paused.<pid>.<container>
+// and waits until that marker or ARM is removed (once per container and
+// process). Integration tests use it to kill -9 a source or a target in the
+// middle of a copy, deterministically.
 const copyPauseEnv = "SPINDLE_TEST_COPY_PAUSE"
 
 // replicator carries out replicate_container commands: it pulls CLOSED
@@ -64,6 +65,7 @@ type replicator struct {
 	mu       sync.Mutex
 	active   map[uint64]bool // accepted: copying or waiting for a slot
 	failures []metaapi.CopyFailure
+	paused   map[uint64]bool // containers the test hook paused once
 
 	bytes, ok, failed atomic.Uint64
 	running           atomic.Int64
@@ -256,22 +258,37 @@ func (s *countingSink) AddBlock(bd *engine.BlockData, rd io.Reader) error {
 	s.r.bytes.Add(bd.Length)
 	s.blocks++
 	if s.blocks == 1 && s.r.pausePath != "" {
-		s.r.pause()
+		s.r.pause(uint64(bd.ID.Container))
 	}
 	return nil
 }
 
-// pause implements copyPauseEnv.
-func (r *replicator) pause() {
-	paused := r.pausePath + ".paused"
-	if err := os.Rename(r.pausePath, paused); err != nil {
+// pause implements copyPauseEnv for container id.
+func (r *replicator) pause(id uint64) {
+	if _, err := os.Stat(r.pausePath); err != nil {
 		return // not armed
 	}
-	r.log.Info("container copy paused (test hook)", "file", paused)
+	r.mu.Lock()
+	if r.paused == nil {
+		r.paused = map[uint64]bool{}
+	}
+	again := r.paused[id]
+	r.paused[id] = true
+	r.mu.Unlock()
+	if again {
+		return
+	}
+	marker := fmt.Sprintf("%s.paused.%d.%d", r.pausePath, os.Getpid(), id)
+	if err := os.WriteFile(marker, nil, 0o644); err != nil {
+		return
+	}
+	r.log.Info("container copy paused (test hook)", "container", id, "marker", marker)
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for {
-		if _, err := os.Stat(paused); errors.Is(err, os.ErrNotExist) {
+		_, merr := os.Stat(marker)
+		_, aerr := os.Stat(r.pausePath)
+		if errors.Is(merr, os.ErrNotExist) || errors.Is(aerr, os.ErrNotExist) {
 			return
 		}
 		select {

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/spindle-store/spindle/internal/bench"
+	"github.com/spindle-store/spindle/internal/scenario"
+	"github.com/spindle-store/spindle/internal/units"
+)
+
+func newBenchRereplicateCmd() *cobra.Command {
+	var cfg scenario.RereplicateConfig
+	size := units.ByteSize(2 * units.GiB)
+	containerSize := units.ByteSize(0)
+	cmd := &cobra.Command{
+		Use:   "rereplicate",
+		Short: "Re-replication of a lost datanode's closed containers (seed 004), against the copy limit of this machine",
+		Long: `Seed 004's experiment: generates --size of keys offline (spindle gen: closed
+containers with 3 replicas over --datanodes datanodes, and the meta store), starts
+the embedded cluster on it and reads keys back, stops it, deletes one datanode's
+data and log, restarts, and waits until every container has 3 healthy replicas
+again — the meta service's replication manager copies each under-replicated
+container from a surviving replica to another datanode by zero-copy streaming
+(sendfile, no staging). Then reads keys back again.
+
+Reports the re-replication rate (bytes copied over the time from the first copy
+scheduled to the last completed, as the meta service saw them; MB = 10^6 bytes)
+and, as the baseline, the copy limit measured in the same run on the same
+directory: the slowest of disk read, disk write and loopback TCP sendfile, one
+stream each (as fio and iperf3 measure by default), with the ratio.
+
+--dir holds every datanode's and the meta service's directories (a new
+subdirectory when it exists), removed at the end unless --keep. Mind the space:
+3 × --size of replicas plus the copy-limit file (on /dev/shm: memory).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("rereplicate: finding the spindle binary for the datanodes: %w", err)
+			}
+			cfg.Binary = bin
+			cfg.SizeBytes = size.Int64()
+			cfg.ContainerSizeBytes = containerSize.Int64()
+			cfg.Progress = bench.TerminalProgress()
+			res, err := scenario.Rereplicate(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			return printResult(cmd, res.Result, res)
+		},
+	}
+	f := cmd.Flags()
+	f.Var(&size, "size", "bytes of keys to generate (the replicas take 3 times as much)")
+	f.StringVar(&cfg.Dir, "dir", "", "directory for every datanode and the meta service (default: a temporary directory)")
+	f.IntVar(&cfg.Datanodes, "datanodes", scenario.DefaultRereplicateDatanodes, "datanodes (≥ 4; the last one loses its data)")
+	f.Var(&containerSize, "container-size", "container size (default size/32 within [16MiB, 1GiB])")
+	f.IntVar(&cfg.MaxCopies, "max-copies", 2, "copies a target datanode runs at once")
+	f.IntVar(&cfg.MaxCopiesPerNode, "max-scheduled", 16, "copies the meta service schedules per source and per target")
+	f.DurationVar(&cfg.Timeout, "timeout", scenario.DefaultRereplicateTimeout, "bound of the whole run")
+	f.BoolVar(&cfg.Keep, "keep", false, "leave the cluster's directories in place")
+	return cmd
+}

@@ -1,0 +1,321 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spindle-store/spindle/internal/bench"
+	"github.com/spindle-store/spindle/internal/gen"
+	"github.com/spindle-store/spindle/internal/keyclient"
+	"github.com/spindle-store/spindle/internal/meta"
+	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/server"
+	"github.com/spindle-store/spindle/internal/units"
+)
+
+// Defaults and limits of the re-replication bench.
+const (
+	DefaultRereplicateDatanodes = 4
+	// DefaultRereplicateTimeout bounds a whole run.
+	DefaultRereplicateTimeout = 60 * time.Minute
+	// rereplicateCheckBytes bounds the key bytes read back before and
+	// after (an even sample of the keys when they hold more).
+	rereplicateCheckBytes = 1 << 30
+	// copyLimitBytes bounds each copy-limit measurement.
+	copyLimitBytes = 1 << 30
+	// rereplicateHeartbeat is the cluster's heartbeat period during the
+	// bench: commands reach the targets within it.
+	rereplicateHeartbeat = 100 * time.Millisecond
+	// rereplicatePoll is how often the bench reads the meta service's
+	// replication status.
+	rereplicatePoll = 100 * time.Millisecond
+)
+
+// RereplicateConfig configures `spindle bench rereplicate` (seed 004).
+type RereplicateConfig struct {
+	// Dir holds every datanode's and the meta service's directories (a
+	// new subdirectory when it exists; removed at the end unless Keep).
+	Dir string
+	// SizeBytes is the key data generated (×3 replicas on disk).
+	SizeBytes int64
+	// Datanodes (default 4, at least 4: one is lost, 3 replicas remain
+	// possible).
+	Datanodes int
+	// ContainerSizeBytes (default SizeBytes/32 within [16 MiB, 1 GiB]).
+	ContainerSizeBytes int64
+	// MaxCopies is the copies a target runs at once (default 2) and
+	// MaxCopiesPerNode what the meta service schedules per source and per
+	// target (default 16: more than run, so targets never wait for the
+	// next heartbeat to start the next copy).
+	MaxCopies, MaxCopiesPerNode int
+	// Binary is the spindle executable for the datanodes (required).
+	Binary string
+	Timeout time.Duration
+	Keep    bool
+	// Progress receives progress lines (nil: stderr when a terminal).
+	Progress io.Writer
+}
+
+// RereplicateResult is the bench's result: mb_per_s is the re-replication
+// rate, baseline the slowest copy limit.
+type RereplicateResult struct {
+	bench.Result
+	Containers     int               `json:"containers"`
+	CopiedBytes    uint64            `json:"copied_bytes"`
+	Limits         bench.CopyLimits  `json:"copy_limits"`
+	Gen            *gen.Result       `json:"gen"`
+	LostNode       uint64            `json:"lost_node"`
+	KeysChecked    int               `json:"keys_checked"`
+	KeysTotal      int               `json:"keys_total"`
+	FailedCopies   uint64            `json:"failed_copies"`
+	SourceSendfile map[string]uint64 `json:"-"`
+	Dir            string            `json:"dir"`
+}
+
+// Rereplicate runs the experiment: generate, start, check keys, stop,
+// lose one datanode's data, restart, wait until every container has its
+// replicas again, check keys; measure the copy limits in between.
+func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult, error) {
+	if cfg.SizeBytes <= 0 {
+		return nil, errors.New("rereplicate: --size is required")
+	}
+	if cfg.Binary == "" {
+		return nil, errors.New("rereplicate: no spindle binary for the datanodes")
+	}
+	if cfg.Datanodes == 0 {
+		cfg.Datanodes = DefaultRereplicateDatanodes
+	}
+	if cfg.Datanodes < 4 {
+		return nil, fmt.Errorf("rereplicate: %d datanodes: at least 4 (one is lost, 3 replicas must remain possible)", cfg.Datanodes)
+	}
+	if cfg.ContainerSizeBytes == 0 {
+		cfg.ContainerSizeBytes = min(max(cfg.SizeBytes/32, 16<<20), 1<<30)
+	}
+	if cfg.MaxCopies <= 0 {
+		cfg.MaxCopies = 2
+	}
+	if cfg.MaxCopiesPerNode <= 0 {
+		cfg.MaxCopiesPerNode = 16
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultRereplicateTimeout
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = bench.TerminalProgress()
+	}
+	progress := func(format string, args ...any) {
+		fmt.Fprintf(cfg.Progress, "rereplicate: "+format+"\n", args...)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	root, made, err := benchRoot(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cfg.Keep {
+			return
+		}
+		for i := len(made) - 1; i >= 0; i-- {
+			os.RemoveAll(made[i])
+		}
+	}()
+	cdir := filepath.Join(root, "cluster")
+	res := &RereplicateResult{Dir: root}
+
+	// 1. Generate offline.
+	progress("generating %s of keys (%d replicas on %d datanodes, containers of %s) in %s",
+		units.FormatBytes(cfg.SizeBytes), 3, cfg.Datanodes, units.FormatBytes(cfg.ContainerSizeBytes), cdir)
+	g, err := gen.Run(ctx, gen.Config{Dir: cdir, Datanodes: cfg.Datanodes, SizeBytes: uint64(cfg.SizeBytes),
+		ContainerSizeBytes: uint64(cfg.ContainerSizeBytes), Progress: cfg.Progress})
+	if err != nil {
+		return nil, fmt.Errorf("rereplicate: generating: %w", err)
+	}
+	res.Gen = g
+	progress("generated %d keys, %d containers, %s of replicas in %.1fs (%.0f MB/s)", g.Keys, g.Containers,
+		units.FormatBytes(int64(g.ReplicaBytes)), g.Seconds, g.MBPerS)
+
+	scfg := server.Config{
+		Dir: cdir, Datanodes: cfg.Datanodes, MetaListen: "127.0.0.1:0", Binary: cfg.Binary,
+		Meta: meta.Config{
+			HeartbeatInterval: rereplicateHeartbeat, StaleAfter: 10 * rereplicateHeartbeat, DeadAfter: 20 * rereplicateHeartbeat,
+			MaxCopiesPerSource: cfg.MaxCopiesPerNode, MaxCopiesPerTarget: cfg.MaxCopiesPerNode,
+			Logger: quietLogger(),
+		},
+		DatanodeArgs: []string{"--heartbeat-interval", rereplicateHeartbeat.String(), "--max-copies", fmt.Sprint(cfg.MaxCopies)},
+		ReadyTimeout: clusterStartWait, Logger: quietLogger(),
+	}
+
+	// 2. Start the cluster on it and check keys.
+	progress("starting the cluster on the generated data")
+	srv, err := server.Start(ctx, scfg)
+	if err != nil {
+		return nil, fmt.Errorf("rereplicate: starting the cluster: %w", err)
+	}
+	lostAddr := srv.Cluster().Nodes()[cfg.Datanodes-1].Addr
+	lost, held, err := nodeByAddr(ctx, srv.Meta(), lostAddr)
+	if err == nil {
+		res.KeysTotal, res.KeysChecked, err = checkGenKeys(ctx, srv.Meta(), g, progress)
+	}
+	if cerr := srv.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rereplicate: %w", err)
+	}
+	res.LostNode = lost
+	progress("keys read back (%d of %d checked byte for byte); node %d (%s) holds %d containers", res.KeysChecked, res.KeysTotal, lost, lostAddr, held)
+
+	// 3. Lose one datanode's data.
+	lostData := filepath.Join(cdir, "datanodes", fmt.Sprintf("dn%d", cfg.Datanodes))
+	lostLog := filepath.Join(cdir, "datanodes", "log", fmt.Sprintf("dn%d", cfg.Datanodes))
+	if err := os.RemoveAll(lostData); err != nil {
+		return nil, err
+	}
+	if err := os.RemoveAll(lostLog); err != nil {
+		return nil, err
+	}
+	progress("deleted %s and %s", lostData, lostLog)
+
+	// 4. Copy limits, measured on the surviving block files.
+	files, err := bench.FilesUnder(filepath.Join(cdir, "datanodes", "dn1"), ".blk", copyLimitBytes)
+	if err != nil {
+		return nil, err
+	}
+	limBytes := min(int64(copyLimitBytes), int64(g.ReplicaBytes)/int64(cfg.Datanodes))
+	progress("measuring the copy limits (one stream each, %s): disk read, disk write, loopback sendfile", units.FormatBytes(limBytes))
+	res.Limits, err = bench.MeasureCopyLimits(ctx, root, files, limBytes)
+	if err != nil {
+		return nil, fmt.Errorf("rereplicate: %w", err)
+	}
+	progress("copy limits: disk read %.0f MB/s, disk write %.0f MB/s, loopback %.0f MB/s: limit %.0f MB/s (%s)",
+		res.Limits.DiskRead.MBPerS, res.Limits.DiskWrite.MBPerS, res.Limits.Loopback.MBPerS, res.Limits.Limit, res.Limits.LimitedBy)
+
+	// 5. Restart and wait for the replicas.
+	progress("restarting the cluster; waiting until every container has 3 replicas again")
+	srv, err = server.Start(ctx, scfg)
+	if err != nil {
+		return nil, fmt.Errorf("rereplicate: restarting the cluster: %w", err)
+	}
+	defer srv.Close()
+	st, err := waitReplicated(ctx, srv.Meta(), held, progress)
+	if err != nil {
+		return nil, fmt.Errorf("rereplicate: %w", err)
+	}
+	secs := st.LastCompleted.Sub(st.FirstScheduled).Seconds()
+	res.Result = bench.Result{Scenario: "rereplicate", Ops: int64(st.CopiedContainers), Seconds: secs,
+		OpsPerS: float64(st.CopiedContainers) / max(secs, 1e-9), Bytes: int64(st.CopiedBytes),
+		MBPerS: float64(st.CopiedBytes) / 1e6 / max(secs, 1e-9)}
+	res.Containers, res.CopiedBytes, res.FailedCopies = int(st.CopiedContainers), st.CopiedBytes, st.FailedCopies
+	res.SetBaseline(bench.Baseline{MBPerS: res.Limits.Limit, Bytes: res.Limits.DiskRead.Bytes, Seconds: res.Limits.DiskRead.Seconds, Dir: root})
+	res.Params = map[string]any{"size_bytes": cfg.SizeBytes, "datanodes": cfg.Datanodes, "container_size_bytes": cfg.ContainerSizeBytes,
+		"max_copies": cfg.MaxCopies, "max_copies_per_node": cfg.MaxCopiesPerNode, "heartbeat_ms": rereplicateHeartbeat.Milliseconds()}
+	res.AddNote("time from the first copy scheduled to the last completed, as the meta service saw them; copy limit: the slowest of disk read, disk write and loopback sendfile, one stream each, measured in this run")
+	progress("re-replicated %d containers, %s in %.2fs: %.0f MB/s = %.2f of the copy limit",
+		st.CopiedContainers, units.FormatBytes(int64(st.CopiedBytes)), secs, res.MBPerS, res.MBPerS/max(res.Limits.Limit, 1e-9))
+
+	// 6. Keys read back after.
+	if _, _, err := checkGenKeys(ctx, srv.Meta(), g, progress); err != nil {
+		return nil, fmt.Errorf("rereplicate: after re-replication: %w", err)
+	}
+	return res, nil
+}
+
+// nodeByAddr finds the node serving addr and how many containers it reports.
+func nodeByAddr(ctx context.Context, mc *metaapi.Client, addr string) (uint64, int, error) {
+	deadline := time.Now().Add(clusterStartWait)
+	for {
+		nodes, err := mc.Nodes(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, n := range nodes {
+			if n.Addr == addr && n.Containers > 0 {
+				return n.NodeID, n.Containers, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return 0, 0, fmt.Errorf("no node at %s reporting containers within %v", addr, clusterStartWait)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		case <-time.After(rereplicatePoll):
+		}
+	}
+}
+
+// waitReplicated polls the replication status until no container is
+// under-replicated, nothing is in flight and at least want copies are
+// done (ctx bounds it).
+func waitReplicated(ctx context.Context, mc *metaapi.Client, want int, progress func(string, ...any)) (*metaapi.ReplicationStatus, error) {
+	var last time.Time
+	for {
+		st, err := mc.Replication(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !st.SafeMode && st.UnderReplicated == 0 && len(st.Inflight) == 0 && st.CopiedContainers >= uint64(want) {
+			return st, nil
+		}
+		if st.Unrecoverable > 0 {
+			return nil, fmt.Errorf("%d containers have no replica left", st.Unrecoverable)
+		}
+		if time.Since(last) >= time.Second {
+			last = time.Now()
+			if st.SafeMode {
+				progress("safe mode: %s", st.SafeModeReason)
+			} else {
+				progress("%d/%d copied (%s), %d in flight, %d under-replicated, %s pending", st.CopiedContainers, want,
+					units.FormatBytes(int64(st.CopiedBytes)), len(st.Inflight), st.UnderReplicated, units.FormatBytes(int64(st.PendingBytes)))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for re-replication: %w (last status: %d/%d copied, %d under-replicated)", ctx.Err(), st.CopiedContainers, want, st.UnderReplicated)
+		case <-time.After(rereplicatePoll):
+		}
+	}
+}
+
+// checkGenKeys lists the generated keys and reads an even sample of at
+// most rereplicateCheckBytes back, comparing every byte with gen.Content.
+func checkGenKeys(ctx context.Context, mc *metaapi.Client, g *gen.Result, progress func(string, ...any)) (total, checked int, err error) {
+	kc, err := keyclient.New(mc, keyclient.Options{Logger: quietLogger()})
+	if err != nil {
+		return 0, 0, err
+	}
+	var names []metaapi.KeyInfo
+	if err := kc.List(ctx, g.Bucket, "", func(k metaapi.KeyInfo) error { names = append(names, k); return nil }); err != nil {
+		return 0, 0, fmt.Errorf("listing %s: %w", g.Bucket, err)
+	}
+	if len(names) != g.Keys {
+		return len(names), 0, fmt.Errorf("bucket %s lists %d keys, the generator wrote %d", g.Bucket, len(names), g.Keys)
+	}
+	step := 1
+	if g.KeyBytes > rereplicateCheckBytes {
+		step = int((g.KeyBytes + rereplicateCheckBytes - 1) / rereplicateCheckBytes)
+	}
+	var buf bytes.Buffer
+	for i := 0; i < g.Keys; i += step {
+		buf.Reset()
+		name := gen.KeyName(i)
+		ki, err := kc.Get(ctx, g.Bucket, name, &buf, keyclient.GetOptions{})
+		if err != nil {
+			return len(names), checked, fmt.Errorf("reading %s/%s: %w", g.Bucket, name, err)
+		}
+		want := make([]byte, ki.Size)
+		gen.Content(g.Seed, i, 0, want)
+		if !bytes.Equal(buf.Bytes(), want) {
+			return len(names), checked, fmt.Errorf("%s/%s: the bytes read differ from those generated", g.Bucket, name)
+		}
+		checked++
+	}
+	return len(names), checked, nil
+}
