@@ -32,6 +32,8 @@ const (
 	// rereplicateHeartbeat is the cluster's heartbeat period during the
 	// bench: commands reach the targets within it.
 	rereplicateHeartbeat = 100 * time.Millisecond
+	rereplicateBucket = "gen"
+	rereplicateSeed   = 4
 	// rereplicatePoll is how often the bench reads the meta service's
 	// replication status.
 	rereplicatePoll = 100 * time.Millisecond
@@ -132,8 +134,9 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 	// 1. Generate offline.
 	progress("generating %s of keys (%d replicas on %d datanodes, containers of %s) in %s",
 		units.FormatBytes(cfg.SizeBytes), 3, cfg.Datanodes, units.FormatBytes(cfg.ContainerSizeBytes), cdir)
-	g, err := gen.Run(ctx, gen.Config{Dir: cdir, Datanodes: cfg.Datanodes, SizeBytes: uint64(cfg.SizeBytes),
-		ContainerSizeBytes: uint64(cfg.ContainerSizeBytes), Progress: cfg.Progress})
+	gcfg := gen.Config{Dir: cdir, Datanodes: cfg.Datanodes, SizeBytes: uint64(cfg.SizeBytes),
+		ContainerSizeBytes: uint64(cfg.ContainerSizeBytes), Bucket: rereplicateBucket, Seed: rereplicateSeed, Progress: cfg.Progress}
+	g, err := gen.Run(ctx, gcfg)
 	if err != nil {
 		return nil, fmt.Errorf("rereplicate: generating: %w", err)
 	}
@@ -161,7 +164,7 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 	lostAddr := srv.Cluster().Nodes()[cfg.Datanodes-1].Addr
 	lost, held, err := nodeByAddr(ctx, srv.Meta(), lostAddr)
 	if err == nil {
-		res.KeysTotal, res.KeysChecked, err = checkGenKeys(ctx, srv.Meta(), g, progress)
+		res.KeysTotal, res.KeysChecked, err = checkGenKeys(ctx, srv.Meta(), gcfg, g)
 	}
 	if cerr := srv.Close(); err == nil && cerr != nil {
 		err = cerr
@@ -221,7 +224,7 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 		st.CopiedContainers, units.FormatBytes(int64(st.CopiedBytes)), secs, res.MBPerS, res.MBPerS/max(res.Limits.Limit, 1e-9))
 
 	// 6. Keys read back after.
-	if _, _, err := checkGenKeys(ctx, srv.Meta(), g, progress); err != nil {
+	if _, _, err := checkGenKeys(ctx, srv.Meta(), gcfg, g); err != nil {
 		return nil, fmt.Errorf("rereplicate: after re-replication: %w", err)
 	}
 	return res, nil
@@ -286,17 +289,17 @@ func waitReplicated(ctx context.Context, mc *metaapi.Client, want int, progress 
 
 // checkGenKeys lists the generated keys and reads an even sample of at
 // most rereplicateCheckBytes back, comparing every byte with gen.Content.
-func checkGenKeys(ctx context.Context, mc *metaapi.Client, g *gen.Result, progress func(string, ...any)) (total, checked int, err error) {
+func checkGenKeys(ctx context.Context, mc *metaapi.Client, gcfg gen.Config, g *gen.Result) (total, checked int, err error) {
 	kc, err := keyclient.New(mc, keyclient.Options{Logger: quietLogger()})
 	if err != nil {
 		return 0, 0, err
 	}
 	var names []metaapi.KeyInfo
-	if err := kc.List(ctx, g.Bucket, "", func(k metaapi.KeyInfo) error { names = append(names, k); return nil }); err != nil {
-		return 0, 0, fmt.Errorf("listing %s: %w", g.Bucket, err)
+	if err := kc.List(ctx, gcfg.Bucket, "", func(k metaapi.KeyInfo) error { names = append(names, k); return nil }); err != nil {
+		return 0, 0, fmt.Errorf("listing %s: %w", gcfg.Bucket, err)
 	}
 	if len(names) != g.Keys {
-		return len(names), 0, fmt.Errorf("bucket %s lists %d keys, the generator wrote %d", g.Bucket, len(names), g.Keys)
+		return len(names), 0, fmt.Errorf("bucket %s lists %d keys, the generator wrote %d", gcfg.Bucket, len(names), g.Keys)
 	}
 	step := 1
 	if g.KeyBytes > rereplicateCheckBytes {
@@ -306,14 +309,14 @@ func checkGenKeys(ctx context.Context, mc *metaapi.Client, g *gen.Result, progre
 	for i := 0; i < g.Keys; i += step {
 		buf.Reset()
 		name := gen.KeyName(i)
-		ki, err := kc.Get(ctx, g.Bucket, name, &buf, keyclient.GetOptions{})
+		ki, err := kc.Get(ctx, gcfg.Bucket, name, &buf, keyclient.GetOptions{})
 		if err != nil {
-			return len(names), checked, fmt.Errorf("reading %s/%s: %w", g.Bucket, name, err)
+			return len(names), checked, fmt.Errorf("reading %s/%s: %w", gcfg.Bucket, name, err)
 		}
 		want := make([]byte, ki.Size)
-		gen.Content(g.Seed, i, 0, want)
+		gen.Content(gcfg.Seed, i, 0, want)
 		if !bytes.Equal(buf.Bytes(), want) {
-			return len(names), checked, fmt.Errorf("%s/%s: the bytes read differ from those generated", g.Bucket, name)
+			return len(names), checked, fmt.Errorf("%s/%s: the bytes read differ from those generated", gcfg.Bucket, name)
 		}
 		checked++
 	}
