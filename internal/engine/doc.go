@@ -73,6 +73,48 @@
 //
 // Block files hold raw chunk bytes at their offsets, nothing else.
 //
+// # Whole-container export and import
+//
+// ExportContainer reads a CLOSED container (only then are its block files
+// immutable) block by block, in local ID order, handing out each block's
+// record and its file opened read-only, so that a re-replication source or
+// a client download streams the file with sendfile (vfs.OSFile); it pages
+// through the block records (exportPageBlocks at a time) and skips blocks
+// deleted meanwhile. The source does not verify checksums; the importer
+// does.
+//
+// ImportContainer builds a container in a staging directory of one volume,
+// <volume>/tmp/import-<cid>-<random>/, laid out like a container directory
+// (<local>.blk files). AddBlock reads each block's bytes through one
+// ImportBufferBytes buffer per importer (memory does not depend on the
+// container's or the block's size), verifies every piece before writing it,
+// and writes each buffer with one pwrite. Commit fdatasyncs the files,
+// fsyncs the staging directory, renames it to the container's directory,
+// fsyncs both parents, then commits the CLOSED container record and every
+// block record in one synced Pebble batch: the commit point. Until then the
+// container ID is reserved (ErrExists for CreateContainer and a second
+// import) but the container is invisible.
+//
+// Import invariants:
+//
+//   - A container record never becomes durable before its directory and
+//     every byte of its block files (all synced before the Pebble commit).
+//   - After a crash at any point the container is absent (no directory, no
+//     record) or present with every block verified: Open removes every
+//     staging directory and every container directory without a container
+//     record on its volume (sweepVolume), and never one with a record.
+//   - Nothing but the volume's tmp/ directory is written before Commit; a
+//     failed or aborted import leaves nothing visible (Abort removes the
+//     staging directory).
+//
+// Staging layout (see volume.go and docs/FORMAT.md):
+//
+//	| path                              | content                                   |
+//	|-----------------------------------|-------------------------------------------|
+//	| <vol>/tmp/                        | staging directories only; emptied at Open |
+//	| <vol>/tmp/import-<cid>-<16 hex>/  | one import in progress (cid in decimal)   |
+//	| <vol>/tmp/import-…/<local>.blk    | a block file, as in a container directory |
+//
 // # Concurrency
 //
 // An Engine is safe for concurrent use. Engine.mu guards the container map;
@@ -81,4 +123,10 @@
 // have leaf locks. No lock is held across a pwrite, a pread or a group
 // commit round: writers reserve their range under the container lock,
 // pwrite outside it, and mark the chunk done under it again.
+//
+// An Export or an Importer is used by one goroutine at a time; many may run
+// at once. An Importer takes Engine.mu only to reserve its ID and to insert
+// the committed container; it holds no lock across its file I/O or its
+// Pebble commit. Close the engine only after every Importer has committed
+// or aborted.
 package engine

@@ -28,8 +28,11 @@ type Engine struct {
 	dirs    *dirCache
 	closed  atomic.Bool
 
-	mu         sync.RWMutex // guards containers and volume.containers
+	mu         sync.RWMutex // guards containers, importing and volume.containers
 	containers map[ContainerID]*container
+	// importing holds the IDs of containers being imported (ImportContainer
+	// until Commit or Abort): reserved, like an ID in containers.
+	importing map[ContainerID]struct{}
 }
 
 // container is the in-memory state of one container.
@@ -101,6 +104,7 @@ func Open(cfg Config) (*Engine, error) {
 		records:    newRecordCache(cfg.BlockRecordCacheMax),
 		dirs:       newDirCache(cfg.FS, cfg.OpenFilesMax),
 		containers: make(map[ContainerID]*container),
+		importing:  make(map[ContainerID]struct{}),
 	}
 	e.commit = newCommitter(cfg.SyncWorkers,
 		func(bf *blockFile) error { return bf.f.SyncData() },
@@ -123,6 +127,14 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	for _, v := range e.vols {
 		if err := e.loadVolume(v); err != nil {
+			e.closeVolumes()
+			return nil, err
+		}
+	}
+	// After every volume is loaded: the sweep keeps exactly the container
+	// directories that have a record (import.go).
+	for _, v := range e.vols {
+		if err := e.sweepVolume(v); err != nil {
 			e.closeVolumes()
 			return nil, err
 		}
@@ -290,6 +302,10 @@ func (e *Engine) CreateContainer(id ContainerID) error {
 		e.mu.Unlock()
 		return containerErr("create", id, ErrExists)
 	}
+	if _, ok := e.importing[id]; ok {
+		e.mu.Unlock()
+		return containerErr("create", id, fmt.Errorf("%w: being imported", ErrExists))
+	}
 	v := e.vols[0]
 	for _, w := range e.vols[1:] {
 		if w.containers < v.containers {
@@ -319,8 +335,8 @@ func (e *Engine) CreateContainer(id ContainerID) error {
 
 // createContainerOnDisk: directory first (and its entry synced), then the
 // record with a synced Pebble commit. A crash in between leaves a directory
-// without a record, which nothing reads; the record never exists without
-// its directory.
+// without a record, which the next Open removes (sweepVolume); the record
+// never exists without its directory.
 func (e *Engine) createContainerOnDisk(c *container) error {
 	if err := e.fs.RemoveAll(c.dir); err != nil { // leftovers of a crashed create
 		return err

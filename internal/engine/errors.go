@@ -19,7 +19,8 @@ var (
 	ErrChecksumMismatch = errors.New("checksum mismatch")
 	// ErrNotFound is a missing container, block or chunk range.
 	ErrNotFound = errors.New("not found")
-	// ErrExists is a container that already exists.
+	// ErrExists is a container that already exists, or whose import is in
+	// progress.
 	ErrExists = errors.New("already exists")
 	// ErrNotOpen is a write, put or close to a container that is not OPEN,
 	// or busy being created or closed; a delete of a busy container; and a
@@ -44,6 +45,9 @@ var (
 	ErrFailed = errors.New("engine failed")
 	// ErrClosed is any call after Close.
 	ErrClosed = errors.New("engine closed")
+	// ErrNotClosed is a whole-container export of a container that is not
+	// CLOSED: only a CLOSED container's block files are immutable.
+	ErrNotClosed = errors.New("container not closed")
 )
 
 func blockErr(op string, b BlockID, err error) error {

@@ -22,11 +22,16 @@ import (
 //	<dir>/meta/                     Pebble: container and block records
 //	<dir>/containers/<xx>/<cid>/    one directory per container; xx = two hex digits
 //	<dir>/containers/<xx>/<cid>/<local>.blk   one file per block (FILE_PER_BLOCK)
+//	<dir>/tmp/import-<cid>-<random>/          staging directory of a container import
+//	                                          (same layout as a container directory)
 const (
 	volumeIdentityFile = "SPINDLE_VOLUME"
 	volumeLockFile     = "LOCK"
 	volumeMetaDir      = "meta"
 	volumeContainerDir = "containers"
+	// volumeTmpDir holds the staging directories of container imports;
+	// everything in it is removed at Open.
+	volumeTmpDir = "tmp"
 	// containerFanout is the number of hashed subdirectories containers are
 	// spread over, so that no directory holds (and serialises creates in)
 	// more than 1/256 of the containers of a volume.
@@ -117,14 +122,14 @@ func formatVolume(fs vfs.FS, dir string, logger *slog.Logger) (volumeRecord, err
 	}
 	for _, n := range names {
 		switch n {
-		case volumeLockFile, volumeMetaDir, volumeContainerDir, volumeIdentityFile + ".tmp":
+		case volumeLockFile, volumeMetaDir, volumeContainerDir, volumeTmpDir, volumeIdentityFile + ".tmp":
 		case "lost+found": // the root of a freshly made ext4 filesystem
 		default:
 			return volumeRecord{}, fmt.Errorf("engine: volume %s: %w and not empty (found %q)", dir, errForeignDir, n)
 		}
 	}
 	// A half-formatted volume holds no data: start it again.
-	for _, n := range []string{volumeMetaDir, volumeContainerDir} {
+	for _, n := range []string{volumeMetaDir, volumeContainerDir, volumeTmpDir} {
 		if err := fs.RemoveAll(filepath.Join(dir, n)); err != nil {
 			return volumeRecord{}, fmt.Errorf("engine: volume %s: %w", dir, err)
 		}

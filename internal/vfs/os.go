@@ -148,3 +148,15 @@ func (f *osFile) Preallocate(offset, lengthBytes int64) error {
 }
 
 func (f *osFile) Fd() uintptr { return uintptr(f.fd) }
+
+// OSFile returns the *os.File under a file of the OS filesystem (Default),
+// so that a caller can hand it to io.Copy towards a *net.TCPConn and get
+// sendfile (any wrapper type hides the *os.File and silently disables it).
+// It returns false for every other File (MemFS files, directory handles of
+// other implementations). The *os.File belongs to f: closing it closes f.
+func OSFile(f File) (*os.File, bool) {
+	if of, ok := f.(*osFile); ok && of != nil {
+		return of.File, true
+	}
+	return nil, false
+}

@@ -14,6 +14,9 @@
 //     it can inject errors
 //     into chosen operations.
 //
+// OSFile unwraps a Default file to its *os.File, so that io.Copy towards a
+// *net.TCPConn uses sendfile (a wrapper type would silently disable it).
+//
 // Invariants:
 //   - Paths are slash-separated and are interpreted by the implementation;
 //     callers build them with path/filepath.Join.
