@@ -482,3 +482,56 @@ func BenchmarkImport(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// TestConcurrentImports runs imports of different containers at once, into
+// one engine, while another goroutine lists containers: each import lands
+// whole, they spread over the volumes, and no listing shows a container
+// before its Commit (run with -race).
+func TestConcurrentImports(t *testing.T) {
+	src := openMem(t, vfs.NewMem())
+	defer src.Close()
+	ids := []ContainerID{10, 11, 12, 13}
+	for _, id := range ids {
+		buildClosed(t, src, id)
+	}
+	dfs := vfs.NewMem()
+	dst := openMem(t, dfs)
+	defer dst.Close()
+	stop := make(chan struct{})
+	listErr := make(chan error, 1)
+	go func() {
+		defer close(listErr)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, ci := range dst.ListContainers() {
+				if ci.State != StateClosed || ci.UsedBytes == 0 {
+					listErr <- fmt.Errorf("listed during import: %+v", ci)
+					return
+				}
+			}
+		}
+	}()
+	errs := make(chan error, len(ids))
+	for _, id := range ids {
+		go func() { errs <- copyContainer(src, dst, id, 0, nil) }()
+	}
+	for range ids {
+		mustNo(t, <-errs)
+	}
+	close(stop)
+	mustNo(t, <-listErr)
+	perVol := map[string]int{}
+	for _, id := range ids {
+		checkSameContainer(t, src, dst, id)
+		ci, _ := dst.Container(id)
+		perVol[ci.Volume]++
+	}
+	if perVol["/vol1"] != 2 || perVol["/vol2"] != 2 {
+		t.Fatalf("containers per volume: %v", perVol)
+	}
+	mustNo(t, noLeftovers(dst, dfs))
+}
