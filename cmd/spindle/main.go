@@ -89,6 +89,7 @@ line wins over the environment, which wins over the file.
 
 	root.AddCommand(newVersionCmd(), newBenchCmd(), newDemoCmd(), newReportCmd(), newDatanodeCmd(), newMetaCmd(), newServerCmd(),
 		newPutCmd(), newGetCmd(), newLsCmd(), newRmCmd(), newStatCmd(), newBucketCmd(), newAdminCmd())
+	root.AddCommand(newGenCmd())
 	return root
 }
 
