@@ -120,6 +120,23 @@ func TestMalformedHeartbeatsRefusedAndChangeNothing(t *testing.T) {
 		{"metrics URL", mod(func(hb *metaapi.Heartbeat) { hb.MetricsURL = "ftp://x" }), "metrics_url"},
 		{"deleted block 0", mod(func(hb *metaapi.Heartbeat) { hb.DeletedBlocks = []metaapi.BlockRef{{}} }), "deleted block"},
 		{"wrong node ID", mod(func(hb *metaapi.Heartbeat) { hb.NodeID = 2 }), "registered as node"},
+		{"copy failure of container 0", mod(func(hb *metaapi.Heartbeat) { hb.CopyFailures = []metaapi.CopyFailure{{Source: 1}} }), "container 0"},
+		{"copy failures over the bound", mod(func(hb *metaapi.Heartbeat) {
+			hb.CopyFailures = make([]metaapi.CopyFailure, metaapi.MaxCopyFailuresReport+1)
+			for i := range hb.CopyFailures {
+				hb.CopyFailures[i].Container = 1
+			}
+		}), "copy failures"},
+		{"copy error too long", mod(func(hb *metaapi.Heartbeat) {
+			hb.CopyFailures = []metaapi.CopyFailure{{Container: 1, Error: strings.Repeat("x", metaapi.MaxCopyErrorBytes+1)}}
+		}), "error of"},
+		{"copying twice", mod(func(hb *metaapi.Heartbeat) { hb.Copying = []uint64{5, 5} }), "copying twice"},
+		{"copying over the bound", mod(func(hb *metaapi.Heartbeat) {
+			hb.Copying = make([]uint64, metaapi.MaxCopyingReport+1)
+			for i := range hb.Copying {
+				hb.Copying[i] = uint64(i + 1)
+			}
+		}), "containers copying"},
 	}
 	for _, tc := range cases {
 		_, err := cl.Heartbeat(bg, tc.hb)

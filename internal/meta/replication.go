@@ -299,14 +299,16 @@ func (s *Service) scheduleCopies(idx map[uint64][]uint64, now time.Time) {
 }
 
 // chooseTarget picks the node to copy container cid to: HEALTHY, heard
-// from since the start, not holding the container in any state nor
-// copying it, under MaxCopiesPerTarget; the fewest copies in flight to
-// it, then the fewest containers, then the lowest ID. 0: none.
+// from since the start, not holding the container in any state, under
+// MaxCopiesPerTarget; the fewest copies in flight to it, then the fewest
+// containers, then the lowest ID. 0: none. A node still copying the
+// container (a copy timed out here but going on there) may be chosen
+// again: it ignores the repeated command and its copy counts when done.
 func (s *Service) chooseTarget(cid uint64, nodes []uint64, asTarget map[uint64]int, now time.Time) uint64 {
 	var best uint64
 	for _, id := range nodes {
 		n := s.nodes[id]
-		if !n.seen || s.healthOf(n, now) != metaapi.HealthHealthy || asTarget[id] >= s.cfg.MaxCopiesPerTarget || n.copying[cid] {
+		if !n.seen || s.healthOf(n, now) != metaapi.HealthHealthy || asTarget[id] >= s.cfg.MaxCopiesPerTarget {
 			continue
 		}
 		if _, holds := n.containers[cid]; holds {
@@ -363,9 +365,18 @@ func (s *Service) chooseSource(cid uint64, replicas []uint64, asSource map[uint6
 // copy; one listed in Copying is under way; a failure drops the copy
 // (unless the same heartbeat still lists it in Copying: the target went
 // on with another source) and keeps the source from being chosen again
-// for that container for CopyRetryAfter.
+// for that container for CopyRetryAfter. When a copy ended, the slots it
+// held are given out at once (outside safe mode), so that this
+// heartbeat's response can carry the next copy instead of waiting for a
+// Tick.
 func (s *Service) copyReports(n *node, hb *metaapi.Heartbeat, now time.Time) {
 	id := n.rec.ID
+	before := s.repl.copiedContainers + s.repl.failedCopies
+	defer func() {
+		if s.repl.copiedContainers+s.repl.failedCopies != before && !s.repl.safeMode {
+			s.scheduleCopies(s.replicaIndex(now), now)
+		}
+	}()
 	for _, cid := range hb.Copying {
 		if t := s.repl.tasks[cid]; t != nil && t.target == id {
 			t.alive = now
@@ -525,7 +536,11 @@ func (s *Service) readMembers(cid uint64, p *pipelineState, now time.Time) []met
 		return all
 	}
 	for _, m := range all {
-		if !s.nodes[m.NodeID].seen && s.live(m.NodeID, now) {
+		// A member not heard from since the start may still hold it; but
+		// not one whose address a replica listed already has (a datanode
+		// that lost its disks comes back at its old address as a new node).
+		dup := slices.ContainsFunc(ms, func(x metaapi.Member) bool { return x.Addr == m.Addr })
+		if !s.nodes[m.NodeID].seen && s.live(m.NodeID, now) && !dup {
 			ms = append(ms, m)
 		}
 	}

@@ -1,0 +1,560 @@
+package meta
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+// replBlockBytes is the size of every test key (one block), which fills
+// its container (replContainerBytes): each key has a container of its own.
+const (
+	replBlockBytes     = 1000
+	replContainerBytes = 1000
+)
+
+// replCluster is n fake datanodes (one pipeline, of nodes 1, 2, 3) and k
+// keys k0..k(k-1), each in a CLOSED container of its own; it returns the
+// containers in key order.
+func replCluster(t *testing.T, n, k int, mod func(*Config)) (*cluster, []uint64) {
+	t.Helper()
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	cfg.PipelinesPerNode = 1
+	cfg.ContainerSizeBytes = replContainerBytes
+	if mod != nil {
+		mod(&cfg)
+	}
+	c := newCluster(t, cfg, clk, n)
+	if ps := c.pipelines(); len(ps) != 1 || !slices.Equal(memberIDs(ps[0].Members), []uint64{1, 2, 3}) {
+		t.Fatalf("test setup: pipelines %+v, want one of nodes 1, 2, 3", ps)
+	}
+	mustNo(t, ignore(c.s.CreateBucket("bkt")))
+	var cids []uint64
+	for i := range k {
+		ki := c.put("bkt", fmt.Sprintf("k%d", i), 1, replBlockBytes)
+		c.settle()
+		cids = append(cids, ki.Blocks[0].Container)
+	}
+	for _, cid := range cids {
+		if st := c.containers()[cid].State; st != metaapi.ContainerClosed {
+			t.Fatalf("test setup: container %d is %s, want CLOSED", cid, st)
+		}
+	}
+	if len(slices.Compact(slices.Clone(cids))) != k {
+		t.Fatalf("test setup: keys share containers: %v", cids)
+	}
+	return c, cids
+}
+
+func memberIDs(ms []metaapi.Member) []uint64 {
+	var ids []uint64
+	for _, m := range ms {
+		ids = append(ids, m.NodeID)
+	}
+	return ids
+}
+
+// except is every node of c but those given.
+func (c *cluster) except(gone ...*fakeDN) []*fakeDN {
+	var ns []*fakeDN
+	for _, n := range c.nodes {
+		if !slices.Contains(gone, n) {
+			ns = append(ns, n)
+		}
+	}
+	return ns
+}
+
+// kill makes the given nodes DEAD: the others beat through DeadAfter.
+func (c *cluster) kill(gone ...*fakeDN) {
+	c.t.Helper()
+	alive := c.except(gone...)
+	for range 7 {
+		c.clk.Advance(5 * time.Second)
+		c.round(alive...)
+	}
+	for _, n := range gone {
+		if h := c.health()[n.id]; h != metaapi.HealthDead {
+			c.t.Fatalf("node %d is %s, want DEAD", n.id, h)
+		}
+	}
+}
+
+func (c *cluster) repl() *metaapi.ReplicationStatus {
+	return must[*metaapi.ReplicationStatus](c.t)(c.s.Replication())
+}
+
+// tasks is the copies in flight as "container:source->target".
+func (c *cluster) tasks() []string {
+	var ts []string
+	for _, t := range c.repl().Inflight {
+		ts = append(ts, fmt.Sprintf("%d:%d->%d", t.Container, t.Source, t.Target))
+	}
+	return ts
+}
+
+func (c *cluster) readMembers(key string) []uint64 {
+	ki := must[*metaapi.KeyInfo](c.t)(c.s.GetKey("bkt", key))
+	return memberIDs(ki.Blocks[0].Members)
+}
+
+// replicateCmd is the replicate_container for container cid in cmds.
+func replicateCmd(cmds []metaapi.Command, cid uint64) *metaapi.Command {
+	for i := range cmds {
+		if cmds[i].Kind == metaapi.CmdReplicateContainer && cmds[i].Container == cid {
+			return &cmds[i]
+		}
+	}
+	return nil
+}
+
+func TestDeadNodeContainersCopiedToTheRightTarget(t *testing.T) {
+	c, cids := replCluster(t, 4, 3, func(cfg *Config) { cfg.MaxCopiesPerTarget = 2 })
+	n1, n3, n4 := c.node(1), c.node(3), c.node(4)
+	n4.copy = copyHold
+	if st := c.repl(); st.SafeMode || st.UnderReplicated != 0 || len(st.Inflight) != 0 {
+		t.Fatalf("healthy cluster: %+v", st)
+	}
+	c.kill(n3)
+	// Nodes 1 and 2 hold every container: the only target is node 4, two
+	// copies at most; sources alternate.
+	want := []string{fmt.Sprintf("%d:1->4", cids[0]), fmt.Sprintf("%d:2->4", cids[1])}
+	if got := c.tasks(); !slices.Equal(got, want) {
+		t.Fatalf("copies in flight %v, want %v", got, want)
+	}
+	st := c.repl()
+	scheduled := st.Inflight[0].Started
+	if st.UnderReplicated != 3 || st.Unrecoverable != 0 || st.PendingBytes != 3*replBlockBytes {
+		t.Fatalf("status %+v: want 3 under-replicated, %d bytes pending", st, 3*replBlockBytes)
+	}
+	cmds := n4.beat()
+	for i, wantSrc := range [][]uint64{{1, 2}, {2, 1}} {
+		cmd := replicateCmd(cmds, cids[i])
+		if cmd == nil || !slices.Equal(memberIDs(cmd.Sources), wantSrc) || cmd.SizeBytes != replBlockBytes ||
+			cmd.Sources[0].Addr != c.node(wantSrc[0]).addr {
+			t.Fatalf("command for container %d: %+v, want sources %v and %d bytes", cids[i], cmd, wantSrc, replBlockBytes)
+		}
+	}
+	if replicateCmd(cmds, cids[2]) != nil || replicateCmd(n1.beat(), cids[0]) != nil {
+		t.Fatal("a copy over the target's limit, or sent to a node that is not its target")
+	}
+	// Reads go to the healthy replicas only.
+	if got := c.readMembers("k0"); !slices.Equal(got, []uint64{1, 2}) {
+		t.Fatalf("read members %v before the copy, want [1 2]", got)
+	}
+	// The target finishes both copies two seconds later: done when its
+	// report lists them CLOSED, and the freed slot carries the third copy
+	// in the same response.
+	c.clk.Advance(2 * time.Second)
+	n4.finishCopies()
+	cmds = n4.beat()
+	st = c.repl()
+	if st.CopiedContainers != 2 || st.CopiedBytes != 2*replBlockBytes || st.FailedCopies != 0 {
+		t.Fatalf("after 2 copies: %+v", st)
+	}
+	if cmd := replicateCmd(cmds, cids[2]); cmd == nil || !slices.Equal(memberIDs(cmd.Sources), []uint64{1, 2}) {
+		t.Fatalf("the freed slot did not carry container %d at once: %+v", cids[2], cmds)
+	}
+	c.clk.Advance(time.Second)
+	n4.finishCopies()
+	n4.beat()
+	c.round(c.except(n3)...)
+	st = c.repl()
+	if st.CopiedContainers != 3 || st.UnderReplicated != 0 || st.PendingBytes != 0 || len(st.Inflight) != 0 {
+		t.Fatalf("after every copy: %+v", st)
+	}
+	d := st.LastCompleted.Sub(st.FirstScheduled)
+	if !st.FirstScheduled.Equal(scheduled) || !st.LastCompleted.Equal(c.clk.Now()) || d <= 0 || st.RateBytesPerS != 3*replBlockBytes/d.Seconds() {
+		t.Fatalf("copies from %s to %s at %.1f B/s, want from %s to %s at %d bytes over that", st.FirstScheduled, st.LastCompleted,
+			st.RateBytesPerS, scheduled, c.clk.Now(), 3*replBlockBytes)
+	}
+	// Reads list the new replica after the pipeline's members.
+	for i := range cids {
+		if got := c.readMembers(fmt.Sprintf("k%d", i)); !slices.Equal(got, []uint64{1, 2, 4}) {
+			t.Fatalf("read members of k%d %v, want [1 2 4]", i, got)
+		}
+	}
+	if got := c.containers()[cids[0]].Replicas; !slices.Equal(got, []uint64{1, 2, 4}) {
+		t.Fatalf("admin view of container %d: replicas %v", cids[0], got)
+	}
+	// Nodes 1 and 2 die too: the copy is the one replica left, and reads
+	// go there alone.
+	c.kill(c.node(1), c.node(2), n3)
+	if got := c.readMembers("k0"); !slices.Equal(got, []uint64{4}) {
+		t.Fatalf("read members %v with only node 4 alive, want [4]", got)
+	}
+	if st := c.repl(); st.UnderReplicated != 3 || st.Unrecoverable != 0 || len(st.Inflight) != 0 {
+		t.Fatalf("no target left: %+v", st)
+	}
+}
+
+func TestCopiesSpreadWithinSourceAndClusterLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		want string // copies in flight, containers numbered 0..3
+	}{
+		{"defaults: spread over sources and targets", nil, "0:1->4 1:2->5 2:1->4 3:2->5"},
+		{"one copy per source", func(cfg *Config) { cfg.MaxCopiesPerSource = 1 }, "0:1->4 1:2->5"},
+		{"one copy per target", func(cfg *Config) { cfg.MaxCopiesPerTarget = 1 }, "0:1->4 1:2->5"},
+		{"two copies in the cluster", func(cfg *Config) { cfg.MaxInflightCopies = 2 }, "0:1->4 1:2->5"},
+		{"one copy in the cluster", func(cfg *Config) { cfg.MaxInflightCopies = 1 }, "0:1->4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, cids := replCluster(t, 5, 4, tc.mod)
+			c.node(4).copy, c.node(5).copy = copyHold, copyHold
+			c.kill(c.node(3))
+			want := tc.want
+			for i := len(cids) - 1; i >= 0; i-- {
+				want = strings.ReplaceAll(want, fmt.Sprintf("%d:", i), fmt.Sprintf("%d:", cids[i]))
+			}
+			if got := strings.Join(c.tasks(), " "); got != want {
+				t.Fatalf("copies in flight %q, want %q", got, want)
+			}
+			// Every copy completes in the end, within the limits.
+			for range 10 {
+				c.node(4).finishCopies()
+				c.node(5).finishCopies()
+				c.round(c.except(c.node(3))...)
+			}
+			if st := c.repl(); st.CopiedContainers != 4 || st.UnderReplicated != 0 {
+				t.Fatalf("in the end: %+v", st)
+			}
+		})
+	}
+}
+
+func TestCopyFailureTriesAnotherSource(t *testing.T) {
+	c, cids := replCluster(t, 4, 1, nil)
+	n3, n4 := c.node(3), c.node(4)
+	n4.copy = copyIgnore
+	c.kill(n3)
+	cid := cids[0]
+	if got := c.tasks(); !slices.Equal(got, []string{fmt.Sprintf("%d:1->4", cid)}) {
+		t.Fatalf("copies %v", got)
+	}
+	// The copy from node 1 fails: it is dropped and scheduled again at
+	// once, from node 2, node 1 last in the sources.
+	n4.copy = copyFail
+	n4.beat() // gets the command again, fails
+	cmds := n4.beat()
+	st := c.repl()
+	if st.FailedCopies != 1 || len(st.Inflight) != 1 || st.Inflight[0].Source != 2 || st.Inflight[0].Attempt != 2 {
+		t.Fatalf("after a failure from node 1: %+v", st)
+	}
+	if cmd := replicateCmd(cmds, cid); cmd == nil || !slices.Equal(memberIDs(cmd.Sources), []uint64{2, 1}) {
+		t.Fatalf("second command %+v, want sources [2 1]", cmd)
+	}
+	// It fails from node 2 too: both failed lately, so node 1 again (the
+	// fewest copies, then the lowest ID), and this time it works.
+	n4.copy = copyNow
+	cmds = n4.beat()
+	if cmd := replicateCmd(cmds, cid); cmd == nil || cmd.Sources[0].NodeID != 1 {
+		t.Fatalf("third command %+v, want node 1 first", cmd)
+	}
+	n4.beat()
+	st = c.repl()
+	if st.FailedCopies != 2 || st.CopiedContainers != 1 || len(st.Inflight) != 0 || st.UnderReplicated != 0 {
+		t.Fatalf("in the end: %+v", st)
+	}
+	// Failures are forgotten after CopyRetryAfter.
+	for range 7 {
+		c.clk.Advance(5 * time.Second)
+		c.round(c.except(n3)...)
+	}
+	c.s.mu.RLock()
+	left := len(c.s.repl.failed)
+	c.s.mu.RUnlock()
+	if left != 0 {
+		t.Fatalf("%d source failures remembered after CopyRetryAfter", left)
+	}
+}
+
+func TestCopyTimeouts(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		mode     copyMode
+		size     uint64
+		mod      func(*Config)
+		dropped  time.Duration // after scheduling (the target's last heartbeat when it dies), within a second
+		deadNode bool
+	}{
+		{name: "never reported under way", mode: copyIgnore, size: replBlockBytes, dropped: 3*time.Second + copyStartSlack},
+		{name: "under way too long", mode: copyHold, size: replBlockBytes, mod: func(cfg *Config) { cfg.CopyTimeoutMin = 20 * time.Second },
+			dropped: 20 * time.Second},
+		{name: "large, under way too long", mode: copyHold, size: 1e9, mod: func(cfg *Config) { cfg.CopyTimeoutMin = 20 * time.Second },
+			dropped: 50 * time.Second}, // 1 GB at MinCopyBytesPerS
+		{name: "target DEAD", mode: copyHold, size: replBlockBytes, mod: func(cfg *Config) { cfg.CopyStartTimeout = time.Hour },
+			dropped: metaapi.DefaultDeadAfter, deadNode: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, cids := replCluster(t, 4, 1, tc.mod)
+			n3, n4 := c.node(3), c.node(4)
+			for _, n := range c.nodes {
+				if r := n.conts[cids[0]]; r != nil {
+					r.UsedBytes = tc.size
+				}
+			}
+			n4.copy = tc.mode
+			c.kill(n3)
+			st := c.repl()
+			if len(st.Inflight) != 1 || st.Inflight[0].SizeBytes != tc.size {
+				t.Fatalf("copies in flight %+v, want one of %d bytes", st.Inflight, tc.size)
+			}
+			from := st.Inflight[0].Started
+			alive := c.except(n3)
+			if tc.deadNode {
+				alive, from = c.except(n3, n4), c.clk.Now()
+			}
+			for range 120 {
+				c.clk.Advance(time.Second)
+				c.round(alive...)
+				if c.repl().FailedCopies > 0 {
+					break
+				}
+			}
+			st = c.repl()
+			age := c.clk.Now().Sub(from)
+			if st.FailedCopies != 1 || age < tc.dropped || age >= tc.dropped+time.Second {
+				t.Fatalf("copy dropped after %s (%d failures), want after %s", age, st.FailedCopies, tc.dropped)
+			}
+			if tc.deadNode {
+				if len(st.Inflight) != 0 {
+					t.Fatalf("a copy to a DEAD node or with no target: %+v", st.Inflight)
+				}
+				return
+			}
+			// Scheduled again (the same target: the only one).
+			if len(st.Inflight) != 1 || st.Inflight[0].Attempt != 2 || st.Inflight[0].Target != 4 {
+				t.Fatalf("after the timeout: %+v", st.Inflight)
+			}
+		})
+	}
+}
+
+func TestUnhealthyReplicaIsReplaced(t *testing.T) {
+	c, cids := replCluster(t, 4, 1, nil)
+	c.node(2).conts[cids[0]].State = metaapi.ContainerUnhealthy
+	c.round(c.nodes...) // scheduled
+	c.round(c.nodes...) // node 4 gets the command and copies
+	c.round(c.nodes...) // and reports it
+	st := c.repl()
+	if st.CopiedContainers != 1 || st.UnderReplicated != 0 {
+		t.Fatalf("status %+v: want the UNHEALTHY replica replaced", st)
+	}
+	if r := c.node(4).conts[cids[0]]; r == nil || r.State != metaapi.ContainerClosed || c.node(4).copied[cids[0]][0] != 1 {
+		t.Fatalf("node 4: %+v, sources %v", r, c.node(4).copied)
+	}
+	// Reads skip the UNHEALTHY replica.
+	if got := c.readMembers("k0"); !slices.Equal(got, []uint64{1, 3, 4}) {
+		t.Fatalf("read members %v, want [1 3 4]", got)
+	}
+}
+
+func TestReadsSkipANodeReplacedAtItsAddress(t *testing.T) {
+	c, cids := replCluster(t, 3, 1, nil)
+	c.restart(nil)
+	// Node 3 lost its disks and comes back at its address as a new node,
+	// 4; node 3 is not heard from, and is not DEAD yet.
+	n3 := c.node(3)
+	fresh := c.add()
+	fresh.addr = n3.addr
+	c.round(c.except(n3)...)
+	if got := c.readMembers("k0"); !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Fatalf("read members %v, want [1 2 3] (node 3 not heard from yet)", got)
+	}
+	for range 3 {
+		c.round(c.except(n3)...)
+	}
+	if st := c.repl(); st.CopiedContainers != 1 || c.node(4) != fresh || fresh.conts[cids[0]] == nil {
+		t.Fatalf("status %+v: want one copy, to node 4", st)
+	}
+	// The copy on node 4 is at node 3's address: listed once.
+	if got := c.readMembers("k0"); !slices.Equal(got, []uint64{1, 2, 4}) {
+		t.Fatalf("read members %v, want [1 2 4]", got)
+	}
+}
+
+// restart closes c's service and opens it again on the same store (the
+// fake datanodes keep their state).
+func (c *cluster) restart(mod func(*Config)) {
+	c.t.Helper()
+	cfg := c.s.cfg
+	mustNo(c.t, c.s.Close())
+	if mod != nil {
+		mod(&cfg)
+	}
+	c.s = open(c.t, cfg)
+}
+
+func TestSafeMode(t *testing.T) {
+	t.Run("until enough datanodes reported, or an operator exits", func(t *testing.T) {
+		c, cids := replCluster(t, 4, 2, nil)
+		c.restart(nil)
+		// Before any report, reads go to the pipeline's members.
+		if got := c.readMembers("k0"); !slices.Equal(got, []uint64{1, 2, 3}) {
+			t.Fatalf("read members %v right after a restart, want the pipeline's [1 2 3]", got)
+		}
+		// Nodes 2 and 4 report: every container has one healthy replica of
+		// three, but only 2 datanodes of 3 reported.
+		for range 3 {
+			c.clk.Advance(time.Second)
+			c.round(c.node(2), c.node(4))
+		}
+		st := c.repl()
+		if !st.SafeMode || st.SafeModeReason != "2/3 datanodes reported" || len(st.Inflight) != 0 || st.UnderReplicated != 2 {
+			t.Fatalf("status %+v: want safe mode for 2/3 datanodes, no copies", st)
+		}
+		for _, cmd := range c.node(4).got {
+			if cmd.Kind == metaapi.CmdReplicateContainer {
+				t.Fatalf("a copy in safe mode: %+v", cmd)
+			}
+		}
+		// Reads: the replica reported, then the members not heard from.
+		if got := c.readMembers("k0"); !slices.Equal(got, []uint64{2, 1, 3}) {
+			t.Fatalf("read members %v, want [2 1 3]", got)
+		}
+		st = must[*metaapi.ReplicationStatus](t)(c.s.ExitSafeMode())
+		if st.SafeMode || st.SafeModeReason != "" {
+			t.Fatalf("after exit: %+v", st)
+		}
+		c.round(c.node(2), c.node(4))
+		if got := c.tasks(); !slices.Equal(got, []string{fmt.Sprintf("%d:2->4", cids[0]), fmt.Sprintf("%d:2->4", cids[1])}) {
+			t.Fatalf("copies after the exit: %v", got)
+		}
+		// Out for good: a node reporting nothing does not bring it back.
+		c.node(1).conts = map[uint64]*metaapi.ContainerReport{}
+		c.round(c.nodes...)
+		if c.repl().SafeMode {
+			t.Fatal("back in safe mode")
+		}
+	})
+	t.Run("until enough containers have a replica", func(t *testing.T) {
+		c, cids := replCluster(t, 4, 3, nil)
+		c.restart(nil)
+		// Node 1 lost its data, node 2 holds one container of three.
+		c.node(1).conts = map[uint64]*metaapi.ContainerReport{}
+		for _, cid := range cids[1:] {
+			delete(c.node(2).conts, cid)
+		}
+		c.round(c.node(1), c.node(2), c.node(4))
+		st := c.repl()
+		if !st.SafeMode || st.SafeModeReason != "1/3 containers have a replica (3 needed)" || len(st.Inflight) != 0 {
+			t.Fatalf("status %+v: want safe mode for 1/3 containers", st)
+		}
+		c.round(c.nodes...)
+		st = c.repl()
+		if st.SafeMode || len(st.Inflight) == 0 {
+			t.Fatalf("every node reported: %+v, want copies", st)
+		}
+	})
+	t.Run("a store without containers", func(t *testing.T) {
+		clk := newClock()
+		s := open(t, testConfig(t.TempDir(), clk))
+		if st := must[*metaapi.ReplicationStatus](t)(s.Replication()); !st.SafeMode {
+			t.Fatalf("a new service is not in safe mode: %+v", st)
+		}
+		mustNo(t, s.Tick())
+		if st := must[*metaapi.ReplicationStatus](t)(s.Replication()); st.SafeMode {
+			t.Fatalf("no datanode registered, no container: %+v", st)
+		}
+	})
+	t.Run("disabled", func(t *testing.T) {
+		cfg := testConfig(t.TempDir(), newClock())
+		cfg.DisableSafeMode = true
+		if st := must[*metaapi.ReplicationStatus](t)(open(t, cfg).Replication()); st.SafeMode {
+			t.Fatalf("safe mode disabled: %+v", st)
+		}
+	})
+	t.Run("explicit minimum and fraction", func(t *testing.T) {
+		c, cids := replCluster(t, 4, 3, nil)
+		c.restart(func(cfg *Config) { cfg.SafeModeMinNodes, cfg.SafeModeContainerFraction = 4, 0.5 })
+		delete(c.node(1).conts, cids[0])
+		delete(c.node(1).conts, cids[1])
+		c.round(c.node(1), c.node(4))
+		if st := c.repl(); st.SafeModeReason != "2/4 datanodes reported; 1/3 containers have a replica (2 needed)" {
+			t.Fatalf("reason %q", st.SafeModeReason)
+		}
+		c.round(c.node(2), c.node(3))
+		if st := c.repl(); st.SafeMode {
+			t.Fatalf("4 datanodes reported: %+v", st)
+		}
+	})
+}
+
+func TestReplicationMetrics(t *testing.T) {
+	c, _ := replCluster(t, 4, 2, nil)
+	c.kill(c.node(3))
+	c.round(c.except(c.node(3))...)
+	rec := httptest.NewRecorder()
+	c.s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{
+		"spindle_meta_safe_mode 0",
+		"spindle_meta_replication_under_replicated 0",
+		"spindle_meta_replication_unrecoverable 0",
+		"spindle_meta_replication_pending_bytes 0",
+		"spindle_meta_replication_inflight 0",
+		"spindle_meta_replication_copied_containers_total 2",
+		fmt.Sprintf("spindle_meta_replication_copied_bytes_total %d", 2*replBlockBytes),
+		"spindle_meta_replication_failed_copies_total 0",
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	c.restart(nil)
+	rec = httptest.NewRecorder()
+	c.s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), "spindle_meta_safe_mode 1\n") {
+		t.Error("safe mode after a restart not in the metrics")
+	}
+}
+
+func TestReplicationOverHTTP(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	srv, cl := serve(t, cfg)
+	c := &cluster{t: t, s: srv.Service(), clk: clk}
+	c.add()
+	st := must[*metaapi.ReplicationStatus](t)(cl.Replication(bg))
+	if !st.SafeMode || st.ReplicationFactor != DefaultReplicationFactor || st.Inflight == nil {
+		t.Fatalf("GET /v1/replication: %+v", st)
+	}
+	st = must[*metaapi.ReplicationStatus](t)(cl.ExitSafeMode(bg))
+	if st.SafeMode {
+		t.Fatalf("POST /v1/safemode/exit: %+v", st)
+	}
+	if st := must[*metaapi.ReplicationStatus](t)(cl.ExitSafeMode(bg)); st.SafeMode {
+		t.Fatalf("a second exit: %+v", st)
+	}
+	if st := must[*metaapi.ReplicationStatus](t)(cl.Replication(bg)); st.SafeMode {
+		t.Fatalf("after the exit: %+v", st)
+	}
+	resp := mustDo(t, must[*http.Request](t)(http.NewRequest(http.MethodGet, "http://"+srv.Addr()+"/v1/safemode/exit", nil)))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET /v1/safemode/exit: HTTP %d", resp.StatusCode)
+	}
+}
+
+func TestHeartbeatAddressUpdated(t *testing.T) {
+	dir, clk := t.TempDir(), newClock()
+	s := open(t, testConfig(dir, clk))
+	hb := &metaapi.Heartbeat{UUID: "gen-1", Addr: "127.0.0.1:1"}
+	hb.NodeID = must[*metaapi.HeartbeatResponse](t)(s.Heartbeat(hb)).NodeID
+	hb.Addr = "127.0.0.1:4567"
+	must[*metaapi.HeartbeatResponse](t)(s.Heartbeat(hb))
+	mustNo(t, s.Close())
+	s = open(t, testConfig(dir, clk))
+	if ns := must[*metaapi.NodeList](t)(s.Nodes()).Nodes; len(ns) != 1 || ns[0].Addr != "127.0.0.1:4567" {
+		t.Fatalf("nodes after a restart: %+v, want the reported address", ns)
+	}
+}
