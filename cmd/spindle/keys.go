@@ -449,11 +449,11 @@ func newAdminCmd() *cobra.Command {
 	var env keyEnv
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "admin nodes|pipelines|containers",
-		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers",
+		Use:   "admin nodes|pipelines|containers|replication|safemode",
+		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr(errors.New("want admin nodes|pipelines|containers"))
+			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode"))
 		},
 	}
 	env.addFlags(cmd.PersistentFlags())
@@ -525,6 +525,7 @@ func newAdminCmd() *cobra.Command {
 				return cs, nil
 			}),
 	)
+	cmd.AddCommand(newAdminReplicationCmds(&env, &asJSON)...)
 	return cmd
 }
 
