@@ -48,6 +48,79 @@
 // as serving it, as before the restart), skipping the pipelines the
 // client excludes; none: NO_PIPELINE.
 //
+// # Replicas of a CLOSED container
+//
+// An OPEN or CLOSING container's replicas are its pipeline's members. A
+// CLOSED container's replicas are wherever the reports say (a copy made
+// by re-replication is on a node outside the pipeline); like Ozone's SCM,
+// the meta service learns them from the heartbeats and persists nothing
+// of them. A healthy replica of container c is a node heard from since
+// the start, not DEAD, whose last report lists c CLOSED (OPEN, UNHEALTHY
+// and DELETING replicas do not count).
+//
+// Reads: a KeyBlock's Members list, for a CLOSED container, its healthy
+// replicas (the pipeline's members first, then the others by node ID),
+// then the pipeline's live members not heard from since the start (their
+// replicas are unknown yet), an address listed once; with no healthy
+// replica reported at all (as right after a restart) the pipeline's
+// members. OPEN and CLOSING containers: the pipeline's members.
+//
+// # Replication manager
+//
+// At each Tick, outside safe mode, every CLOSED container with fewer
+// healthy replicas than ReplicationFactor (default PipelineSize) and at
+// least one gets a copy scheduled, in container ID order (deterministic),
+// one copy per container at a time (a container missing two replicas
+// gets its second copy after the first completes):
+//
+//   - target: a HEALTHY node heard from since the start that does not
+//     hold the container in any state, with fewer than MaxCopiesPerTarget
+//     copies to it; the fewest copies in flight to it, then the fewest
+//     containers reported, then the lowest ID;
+//   - source: one of its healthy replicas that is HEALTHY (not STALE),
+//     with fewer than MaxCopiesPerSource copies from it; the fewest, then
+//     the lowest ID;
+//     a replica a copy of this container failed from within
+//     CopyRetryAfter is chosen only when no other HEALTHY replica exists;
+//   - at most MaxInflightCopies copies in flight in the cluster.
+//
+// The target gets replicate_container in every heartbeat response while
+// the copy is in flight (Sources: the chosen source, then the other
+// healthy replicas, those that failed lately last; SizeBytes: the largest
+// size a replica reports), lists it in Heartbeat.Copying while it runs,
+// and reports the container CLOSED when done: the copy is complete
+// (counted, logged with its MB/s). It ends as failed, to be scheduled
+// again, when the target reports a CopyFailure for it (and no longer
+// lists it in Copying), when the target is DEAD or reports the container
+// in another state, when no healthy replica is left to copy from, when
+// the target has not listed it in Copying for CopyStartTimeout (default 3
+// heartbeat intervals + 10 s; a restarted target gets the repeated
+// command and lists it again), or when it is older than both
+// CopyTimeoutMin (10 minutes) and its size at MinCopyBytesPerS (20 MB/s).
+// A copy that ends in a heartbeat frees its slots at once: the same
+// response can carry the next copy. The state (copies in flight,
+// attempts, recent failures, totals) is memory only: after a restart the
+// reports say again which replicas exist, and a copy a target finishes
+// meanwhile simply shows up as a replica. Over-replication (a DEAD node
+// that comes back with its replicas) is left alone for now (future work:
+// delete the extra replicas). Progress: GET /v1/replication, the
+// spindle_meta_replication_* metrics, `spindle admin replication`.
+//
+// # Safe mode
+//
+// After a start the meta service is in safe mode: no replication
+// decision (everything else runs) until (a) SafeModeMinNodes datanodes
+// (default min(3, registered)) have reported since the start and (b)
+// SafeModeContainerFraction (default 0.99) of the CLOSED containers have
+// a healthy replica reported — so that a cold start, with reports still
+// missing, does not schedule a storm of copies. A store without CLOSED
+// containers needs (a) only. An operator can leave it at once (POST
+// /v1/safemode/exit, `spindle admin safemode exit`; logged). Once left,
+// it stays left until the next start. DisableSafeMode starts without it
+// (tests). The status says which condition is missing ("2/3 datanodes
+// reported", "812/1000 containers have a replica (990 needed)");
+// spindle_meta_safe_mode is 1 while in it.
+//
 // # Namespace
 //
 // A key is one record holding its ordered block list, size and CRC32C.
@@ -70,10 +143,17 @@
 //     it and removes the record. Unacknowledged, it is delivered again
 //     DeleteRedeliverAfter later, MaxDeleteAttempts deliveries in all;
 //   - once the pipeline is CLOSED and served by nobody: to every live
-//     member whose report holds the container (each deletes its own
-//     replica), MaxDeleteAttempts deliveries per member; complete when each
-//     such member acknowledged (replicas on DEAD members are not waited
-//     for: with no live holder it completes at once).
+//     node whose report holds the container (each deletes its own
+//     replica; a re-replicated copy is on a node outside the pipeline),
+//     MaxDeleteAttempts deliveries per node; complete when each such node
+//     acknowledged, once every live node has reported since the start
+//     (replicas on DEAD nodes are not waited for: with no live holder it
+//     completes at once).
+//
+// Known limit: while the pipeline is served, deletions go through its raft
+// group to its members only; a copy of a CLOSED container on a node
+// outside the pipeline (re-replicated while the pipeline was still OPEN,
+// after a member reported it UNHEALTHY) keeps those blocks, unreferenced.
 //
 // A deletion still not complete DeleteRedeliverAfter after its last
 // allowed delivery is dropped (logged; spindle_meta_deletes_dropped_total):
@@ -139,9 +219,11 @@
 // # Concurrency
 //
 // A Service is safe for concurrent use. One RWMutex guards all state:
-// changes (heartbeats, allocations, commits, deletions, Tick) hold it for
-// writing across their synced Pebble commit, so a reader (which holds it
-// for reading) never sees a change that is not durable. Reads of keys go
+// changes (heartbeats, allocations, commits, deletions, Tick, leaving
+// safe mode) hold it for writing across their synced Pebble commit, so a
+// reader (which holds it for reading) never sees a change that is not
+// durable. The replication manager's state is memory only and changes
+// under the write lock too (Tick, Heartbeat, ExitSafeMode). Reads of keys go
 // to Pebble under the read lock. Start runs one goroutine for the HTTP
 // server (plus its connections) and one that calls Tick every
 // TickInterval; Close stops both before closing the store.
