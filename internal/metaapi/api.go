@@ -38,8 +38,9 @@
 // Deletion: replacing or deleting a key schedules its old blocks for
 // deletion. The meta service sends delete_blocks to the leader of the
 // block's pipeline (as the reports name it) while the pipeline is served;
-// once a CLOSED pipeline is served by nobody, to every live member holding
-// the container, each deleting its own replica. A datanode acknowledges
+// once a CLOSED pipeline is served by nobody, to every live datanode
+// holding the container (re-replicated copies included), each deleting
+// its own replica. A datanode acknowledges
 // the blocks it deleted (or found already gone) in DeletedBlocks of its
 // next heartbeat; unacknowledged deletions are sent again, a bounded
 // number of times.
