@@ -34,14 +34,12 @@ import (
 // made by re-replication) whose last report holds container c, by node ID.
 func (s *Service) holders(c *containerState, now time.Time) []uint64 {
 	var ids []uint64
-	for _, id := range s.sortedNodes() {
-		n := s.nodes[id]
-		if n.seen && s.live(id, now) {
-			if _, ok := n.containers[c.rec.ID]; ok {
-				ids = append(ids, id)
-			}
+	for id, n := range s.nodes {
+		if _, ok := n.containers[c.rec.ID]; ok && n.seen && s.live(id, now) {
+			ids = append(ids, id)
 		}
 	}
+	slices.Sort(ids)
 	return ids
 }
 
