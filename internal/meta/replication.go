@@ -67,7 +67,10 @@ type replication struct {
 	// safeMode: no replication decisions (set at start unless disabled;
 	// cleared once, for good).
 	safeMode bool
-	tasks    map[uint64]*copyTask // container → its copy in flight
+	// forced: an operator ended safe mode; copies are then decided without
+	// waiting for the members not heard from yet (see undecided).
+	forced bool
+	tasks  map[uint64]*copyTask // container → its copy in flight
 	// attempts: copies of a container scheduled since it was last
 	// complete (cleared at completion).
 	attempts map[uint64]int
@@ -257,7 +260,8 @@ func (s *Service) scheduleCopies(idx map[uint64][]uint64, now time.Time) {
 	}
 	var under []uint64
 	for cid, c := range s.containers {
-		if h := len(idx[cid]); c.rec.State == containerClosed && h > 0 && h < s.cfg.ReplicationFactor && s.repl.tasks[cid] == nil {
+		if h := len(idx[cid]); c.rec.State == containerClosed && h > 0 && h < s.cfg.ReplicationFactor && s.repl.tasks[cid] == nil &&
+			!s.undecided(c, now) {
 			under = append(under, cid)
 		}
 	}
@@ -296,6 +300,24 @@ func (s *Service) scheduleCopies(idx map[uint64][]uint64, now time.Time) {
 		s.log.Info("container copy scheduled", "container", cid, "source", source, "target", target,
 			"bytes", t.sizeBytes, "replicas", idx[cid], "attempt", t.attempt)
 	}
+}
+
+// undecided says whether a member of c's pipeline has not been heard from
+// since the start and is not DEAD yet: it may well hold c (it held it when
+// the pipeline wrote it), so no copy is decided before its first report or
+// its death (unless an operator forced safe mode off). Without this, a cold start copies every container of the
+// datanodes that report last (safe mode ends on a fraction of them).
+func (s *Service) undecided(c *containerState, now time.Time) bool {
+	p := s.pipelines[c.rec.Pipeline]
+	if p == nil || s.repl.forced {
+		return false
+	}
+	for _, m := range p.rec.Members {
+		if n := s.nodes[m]; n != nil && !n.seen && s.live(m, now) {
+			return true
+		}
+	}
+	return false
 }
 
 // chooseTarget picks the node to copy container cid to: HEALTHY, heard
@@ -504,7 +526,7 @@ func (s *Service) ExitSafeMode() (*metaapi.ReplicationStatus, error) {
 	now := s.cfg.Now()
 	if s.repl.safeMode {
 		why := s.safeModeReason(s.replicaIndex(now))
-		s.repl.safeMode = false
+		s.repl.safeMode, s.repl.forced = false, true
 		s.log.Warn("safe mode exited by the operator; replication decisions start", "was_waiting_for", why)
 	}
 	return s.replicationStatus(now), nil

@@ -370,6 +370,12 @@ func TestReadsSkipANodeReplacedAtItsAddress(t *testing.T) {
 	if got := c.readMembers("k0"); !slices.Equal(got, []uint64{1, 2, 3}) {
 		t.Fatalf("read members %v, want [1 2 3] (node 3 not heard from yet)", got)
 	}
+	// Node 3 may still hold it: no copy until it reports or is DEAD.
+	c.round(c.except(n3)...)
+	if st := c.repl(); len(st.Inflight) != 0 || st.CopiedContainers != 0 {
+		t.Fatalf("status %+v: a copy decided before node 3 reported or died", st)
+	}
+	c.clk.Advance(c.s.cfg.DeadAfter)
 	for range 3 {
 		c.round(c.except(n3)...)
 	}
