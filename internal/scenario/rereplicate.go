@@ -32,8 +32,8 @@ const (
 	// rereplicateHeartbeat is the cluster's heartbeat period during the
 	// bench: commands reach the targets within it.
 	rereplicateHeartbeat = 100 * time.Millisecond
-	rereplicateBucket = "gen"
-	rereplicateSeed   = 4
+	rereplicateBucket    = "gen"
+	rereplicateSeed      = 4
 	// rereplicatePoll is how often the bench reads the meta service's
 	// replication status.
 	rereplicatePoll = 100 * time.Millisecond
@@ -57,7 +57,7 @@ type RereplicateConfig struct {
 	// next heartbeat to start the next copy).
 	MaxCopies, MaxCopiesPerNode int
 	// Binary is the spindle executable for the datanodes (required).
-	Binary string
+	Binary  string
 	Timeout time.Duration
 	Keep    bool
 	// Progress receives progress lines (nil: stderr when a terminal).
