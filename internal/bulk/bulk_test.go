@@ -39,7 +39,7 @@ func openEngine(t *testing.T) *engine.Engine {
 
 // fill creates container id with blocks of the given sizes (chunks of at
 // most 1 MiB) and closes it unless open.
-func fill(t *testing.T, e *engine.Engine, id engine.ContainerID, open bool, sizes ...int) map[uint64][]byte {
+func fill(t testing.TB, e *engine.Engine, id engine.ContainerID, open bool, sizes ...int) map[uint64][]byte {
 	t.Helper()
 	if err := e.CreateContainer(id); err != nil {
 		t.Fatal(err)
@@ -72,7 +72,7 @@ func fill(t *testing.T, e *engine.Engine, id engine.ContainerID, open bool, size
 
 // serve starts a Server for e behind a Demux on 127.0.0.1; data-path
 // connections come out of the returned Demux.
-func serve(t *testing.T, e *engine.Engine, maxExports int) (*Server, *Demux) {
+func serve(t testing.TB, e *engine.Engine, maxExports int) (*Server, *Demux) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -273,6 +273,19 @@ func Fetch(ctx context.Context, addr string, id uint64, begin func(maxSizeBytes,
 	return res, nil
 }
 
+// directReader reads what br has buffered, then from conn directly.
+type directReader struct {
+	br   *bufio.Reader
+	conn net.Conn
+}
+
+func (d directReader) Read(p []byte) (int, error) {
+	if d.br.Buffered() > 0 {
+		return d.br.Read(p[:min(len(p), d.br.Buffered())])
+	}
+	return d.conn.Read(p)
+}
+
 // fetchBufBytes is the read buffer of a fetch: small reads (records) come
 // from it, large ones (block bytes into the importer's 1 MiB buffer) go
 // around it straight from the socket.
@@ -298,7 +311,9 @@ func fetch(conn net.Conn, id uint64, begin func(maxSizeBytes, usedBytes uint64) 
 	}
 	var lenBuf [5]byte
 	var rec []byte
-	lr := &io.LimitedReader{R: r}
+	// Block bytes: what the buffer holds already, then straight from the
+	// socket into the sink's buffer (no second copy through r's buffer).
+	lr := &io.LimitedReader{R: directReader{r, conn}}
 	last := uint64(0)
 	for {
 		if _, err := io.ReadFull(r, lenBuf[:1]); err != nil {

@@ -255,6 +255,10 @@ func (s *countingSink) AddBlock(bd *engine.BlockData, rd io.Reader) error {
 	if err := s.im.AddBlock(bd, rd); err != nil {
 		return err
 	}
+	return s.added(bd)
+}
+
+func (s *countingSink) added(bd *engine.BlockData) error {
 	s.r.bytes.Add(bd.Length)
 	s.blocks++
 	if s.blocks == 1 && s.r.pausePath != "" {

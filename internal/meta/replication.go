@@ -80,6 +80,9 @@ type replication struct {
 
 	copiedContainers, copiedBytes, failedCopies uint64
 	firstScheduled, lastCompleted               time.Time
+	// firstDelivered: the first replicate_container sent to a target (a
+	// copy starts then; the time between is the wait for a heartbeat).
+	firstDelivered time.Time
 }
 
 func newReplication(cfg *Config) replication {
@@ -445,6 +448,9 @@ func (s *Service) replicateCommands(cmds []metaapi.Command, id uint64, now time.
 		for _, r := range replicas {
 			cmd.Sources = append(cmd.Sources, metaapi.Member{NodeID: r, Addr: s.nodes[r].rec.Addr})
 		}
+		if s.repl.firstDelivered.IsZero() {
+			s.repl.firstDelivered = now
+		}
 		cmds = append(cmds, cmd)
 	}
 	return cmds
@@ -468,7 +474,8 @@ func (s *Service) replicationStatus(now time.Time) *metaapi.ReplicationStatus {
 	idx := s.replicaIndex(now)
 	st := &metaapi.ReplicationStatus{SafeMode: s.repl.safeMode, ReplicationFactor: s.cfg.ReplicationFactor,
 		Inflight: []metaapi.CopyTask{}, CopiedContainers: s.repl.copiedContainers, CopiedBytes: s.repl.copiedBytes,
-		FailedCopies: s.repl.failedCopies, FirstScheduled: s.repl.firstScheduled, LastCompleted: s.repl.lastCompleted}
+		FailedCopies: s.repl.failedCopies, FirstScheduled: s.repl.firstScheduled, LastCompleted: s.repl.lastCompleted,
+		FirstDelivered: s.repl.firstDelivered}
 	if st.SafeMode {
 		st.SafeModeReason = s.safeModeReason(idx)
 		if st.SafeModeReason == "" {

@@ -498,6 +498,9 @@ type ReplicationStatus struct {
 	// FirstScheduled: the first copy scheduled since the start (zero:
 	// none); LastCompleted: the last copy completed.
 	FirstScheduled time.Time `json:"first_scheduled,omitzero"`
+	// FirstDelivered: the first replicate_container sent to a target in a
+	// heartbeat response (the first copy starts then).
+	FirstDelivered time.Time `json:"first_delivered,omitzero"`
 	LastCompleted  time.Time `json:"last_completed,omitzero"`
 	// RateBytesPerS: CopiedBytes / (LastCompleted - FirstScheduled).
 	RateBytesPerS float64 `json:"rate_bytes_per_s"`

@@ -1,0 +1,53 @@
+package bulk
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/spindle-store/spindle/internal/engine"
+)
+
+// BenchmarkFetch copies a 256 MiB container between two engines in
+// BENCH_DIR (default the test's temporary directory; /dev/shm shows the
+// CPU cost), by splice and by read+write.
+func BenchmarkFetch(b *testing.B) {
+	dir := os.Getenv("BENCH_DIR")
+	mk := func() *engine.Engine {
+		d, err := os.MkdirTemp(dir, "bulk-bench-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { os.RemoveAll(d) })
+		e, err := engine.Open(engine.Config{DataDirs: []string{d}, Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { e.Close() })
+		return e
+	}
+	src := mk()
+	sizes := make([]int, 64)
+	for i := range sizes {
+		sizes[i] = 4 << 20
+	}
+	fill(b, src, 1, false, sizes...)
+	_, dm := serve(b, src, 0)
+	d := dm.Addr().String()
+	b.SetBytes(256 << 20)
+	for i := 0; i < b.N; i++ {
+		dst := mk()
+		var im *engine.Importer
+		_, err := Fetch(context.Background(), d, 1, func(maxSize, used uint64) (Sink, error) {
+			var err error
+			im, err = dst.ImportContainer(1, maxSize)
+			return im, err
+		})
+		if err == nil {
+			err = im.Commit()
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
