@@ -43,25 +43,50 @@ type CopyLimits struct {
 	LimitedBy string `json:"limited_by"`
 }
 
+// MaxLimitPasses bounds the passes of one limit measurement.
+const MaxLimitPasses = 16
+
 // MeasureCopyLimits measures, one stream each: reading files (4 MiB reads,
 // up to maxBytes in all), writing a new file of maxBytes in dir (4 MiB
 // writes, then fdatasync; removed after), and sending the files over a TCP
 // connection on 127.0.0.1 with sendfile to a reader that discards them.
-func MeasureCopyLimits(ctx context.Context, dir string, files []string, maxBytes int64) (CopyLimits, error) {
+// Each is repeated (at most MaxLimitPasses times) until it ran for
+// minDuration, and its rate is all its bytes over all its time: one pass
+// of a fraction of a second swings by a third on a shared VM.
+func MeasureCopyLimits(ctx context.Context, dir string, files []string, maxBytes int64, minDuration time.Duration) (CopyLimits, error) {
 	var l CopyLimits
 	if len(files) == 0 || maxBytes <= 0 {
 		return l, errors.New("copy limits: no files to read")
 	}
 	var err error
-	if l.DiskWrite, err = DiskWriteRate(ctx, dir, maxBytes); err != nil {
+	if l.DiskWrite, err = repeatRate(minDuration, func() (Rate, error) { return DiskWriteRate(ctx, dir, maxBytes) }); err != nil {
 		return l, err
 	}
-	if l.DiskRead, err = DiskReadRate(ctx, files, maxBytes); err != nil {
+	if l.DiskRead, err = repeatRate(minDuration, func() (Rate, error) { return DiskReadRate(ctx, files, maxBytes) }); err != nil {
 		return l, err
 	}
-	if l.Loopback, err = LoopbackRate(ctx, files, maxBytes); err != nil {
+	if l.Loopback, err = repeatRate(minDuration, func() (Rate, error) { return LoopbackRate(ctx, files, maxBytes) }); err != nil {
 		return l, err
 	}
+	l.pickLimit()
+	return l, nil
+}
+
+func repeatRate(minDuration time.Duration, f func() (Rate, error)) (Rate, error) {
+	var total Rate
+	for pass := 0; pass < MaxLimitPasses && (pass == 0 || total.Seconds < minDuration.Seconds()); pass++ {
+		r, err := f()
+		if err != nil {
+			return total, err
+		}
+		total.Bytes += r.Bytes
+		total.Seconds += r.Seconds
+	}
+	total.MBPerS = float64(total.Bytes) / 1e6 / max(total.Seconds, 1e-9)
+	return total, nil
+}
+
+func (l *CopyLimits) pickLimit() {
 	l.Limit, l.LimitedBy = l.DiskRead.MBPerS, "disk_read"
 	if l.DiskWrite.MBPerS < l.Limit {
 		l.Limit, l.LimitedBy = l.DiskWrite.MBPerS, "disk_write"
@@ -69,7 +94,6 @@ func MeasureCopyLimits(ctx context.Context, dir string, files []string, maxBytes
 	if l.Loopback.MBPerS < l.Limit {
 		l.Limit, l.LimitedBy = l.Loopback.MBPerS, "loopback"
 	}
-	return l, nil
 }
 
 // DiskWriteRate writes sizeBytes to a new file in dir with 4 MiB writes and
