@@ -74,7 +74,7 @@ type RereplicateResult struct {
 	CopiedBytes uint64 `json:"copied_bytes"`
 	// Limits are measured with the cluster stopped, just before the
 	// restart that starts the copies.
-	Limits bench.CopyLimits `json:"copy_limits"`
+	Limits         bench.CopyLimits  `json:"copy_limits"`
 	Gen            *gen.Result       `json:"gen"`
 	LostNode       uint64            `json:"lost_node"`
 	KeysChecked    int               `json:"keys_checked"`
