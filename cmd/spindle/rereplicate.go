@@ -57,8 +57,8 @@ subdirectory when it exists), removed at the end unless --keep. Mind the space:
 	f.StringVar(&cfg.Dir, "dir", "", "directory for every datanode and the meta service (default: a temporary directory)")
 	f.IntVar(&cfg.Datanodes, "datanodes", scenario.DefaultRereplicateDatanodes, "datanodes (≥ 4; the last one loses its data)")
 	f.Var(&containerSize, "container-size", "container size (default size/32 within [16MiB, 1GiB])")
-	f.IntVar(&cfg.MaxCopies, "max-copies", 2, "copies a target datanode runs at once")
-	f.IntVar(&cfg.MaxCopiesPerNode, "max-scheduled", 16, "copies the meta service schedules per source and per target")
+	f.IntVar(&cfg.MaxCopies, "max-copies", 1, "copies a target datanode runs at once (every datanode is a target: 4 datanodes, 4 streams on 2 cores)")
+	f.IntVar(&cfg.MaxCopiesPerNode, "max-scheduled", 4, "copies the meta service schedules per source and per target (more than --max-copies: the next copy is queued on the target)")
 	f.DurationVar(&cfg.Timeout, "timeout", scenario.DefaultRereplicateTimeout, "bound of the whole run")
 	f.BoolVar(&cfg.Keep, "keep", false, "leave the cluster's directories in place")
 	return cmd

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io"
 	"log/slog"
 	"net"
@@ -28,6 +29,17 @@ const (
 	// that stops reading is dropped after that.
 	MinWriteTimeout  = 30 * time.Second
 	MinRateBytesPerS = 1 << 20
+	// SocketBufBytes sizes both ends' socket buffers (SO_SNDBUF at the
+	// source, SO_RCVBUF at the target; the kernel caps it at
+	// net.core.[rw]mem_max): a copy is one connection per container, and a
+	// fresh connection's autotuned buffers start at 16 KiB (send) and 128
+	// KiB (receive), so every copy would begin with many small wakeups.
+	SocketBufBytes = 4 << 20
+	// rcvLowatBytes: a fetch's socket reads as readable only once this
+	// much has arrived (or the source closed), so that the target wakes
+	// once per 256 KiB rather than per segment. Safe because a source
+	// never waits for the target mid-response and closes after it.
+	rcvLowatBytes = 256 << 10
 	// headerBufBytes is the buffer of small writes (status, records); the
 	// block bytes bypass it (sendfile).
 	headerBufBytes = 64 << 10
@@ -122,6 +134,9 @@ func (s *Server) refuse(w *bufio.Writer, status byte, msg string) error {
 }
 
 func (s *Server) serve(conn net.Conn) error {
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetWriteBuffer(SocketBufBytes)
+	}
 	conn.SetReadDeadline(time.Now().Add(RequestTimeout))
 	var rb [requestBytes]byte
 	w := bufio.NewWriterSize(conn, headerBufBytes)
@@ -241,6 +256,12 @@ func Dial(ctx context.Context, addr string) (net.Conn, error) {
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("bulk: dial %s: %w", addr, err)
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetReadBuffer(SocketBufBytes)
+		if raw, err := tc.SyscallConn(); err == nil {
+			raw.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, rcvLowatBytes) })
+		}
 	}
 	return c, nil
 }

@@ -104,10 +104,10 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 		cfg.ContainerSizeBytes = min(max(cfg.SizeBytes/32, 16<<20), 1<<30)
 	}
 	if cfg.MaxCopies <= 0 {
-		cfg.MaxCopies = 2
+		cfg.MaxCopies = 1
 	}
 	if cfg.MaxCopiesPerNode <= 0 {
-		cfg.MaxCopiesPerNode = 16
+		cfg.MaxCopiesPerNode = 4
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultRereplicateTimeout
