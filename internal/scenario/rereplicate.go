@@ -62,6 +62,13 @@ type RereplicateConfig struct {
 	Binary  string
 	Timeout time.Duration
 	Keep    bool
+	// ProfileSource traces datanode 1 (a surviving source, and a target
+	// too) with `strace -f` during the re-replication and reports its
+	// data-moving system calls by bytes. strace slows it: the run's
+	// figures are then those of a traced run (noted).
+	ProfileSource bool
+	// Strace is the strace binary ("": found on PATH).
+	Strace string
 	// Progress receives progress lines (nil: stderr when a terminal).
 	Progress io.Writer
 }
@@ -80,6 +87,7 @@ type RereplicateResult struct {
 	KeysChecked    int               `json:"keys_checked"`
 	KeysTotal      int               `json:"keys_total"`
 	FailedCopies   uint64            `json:"failed_copies"`
+	SourceProfile  *SourceProfile    `json:"source_profile,omitempty"`
 	SourceSendfile map[string]uint64 `json:"-"`
 	Dir            string            `json:"dir"`
 }
@@ -120,6 +128,13 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
+	if cfg.ProfileSource {
+		s, err := findStrace(ctx, cfg.Strace, cfg.Binary)
+		if err != nil {
+			return nil, fmt.Errorf("rereplicate: --profile-source: %w", err)
+		}
+		cfg.Strace = s
+	}
 	root, made, err := benchRoot(cfg.Dir)
 	if err != nil {
 		return nil, err
@@ -216,9 +231,37 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 			srv.Close()
 		}
 	}()
+	var tracer *straceTracer
+	var traced uint64
+	if cfg.ProfileSource {
+		m := srv.Cluster().Nodes()[0]
+		if traced, _, err = nodeByAddr(ctx, srv.Meta(), m.Addr); err != nil {
+			return nil, fmt.Errorf("rereplicate: %w", err)
+		}
+		out := filepath.Join(root, "source.strace")
+		if tracer, err = startSourceTrace(ctx, cfg.Strace, srv.Cluster().PID(m.ID), out); err != nil {
+			return nil, fmt.Errorf("rereplicate: --profile-source: %w", err)
+		}
+		progress("tracing node %d (pid %d) with strace", traced, srv.Cluster().PID(m.ID))
+	}
 	st, err := waitReplicated(ctx, srv.Meta(), held, progress)
+	if tracer != nil {
+		tracer.stop()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("rereplicate: %w", err)
+	}
+	if tracer != nil {
+		p, err := parseSourceTrace(tracer.out)
+		if err != nil {
+			return nil, fmt.Errorf("rereplicate: --profile-source: %w", err)
+		}
+		p.Node, p.PID = traced, srv.Cluster().PID(1)
+		p.Note = "as a source the node sends block files with sendfile (headers with write); as a target it receives with read and writes block files with pwrite64"
+		res.SourceProfile = p
+		progress("node %d: sendfile %d calls %s; read %d calls %s; write %d calls %s; pwrite64 %d calls %s",
+			traced, p.Calls["sendfile"], units.FormatBytes(p.Bytes["sendfile"]), p.Calls["read"], units.FormatBytes(p.Bytes["read"]),
+			p.Calls["write"], units.FormatBytes(p.Bytes["write"]), p.Calls["pwrite64"], units.FormatBytes(p.Bytes["pwrite64"]))
 	}
 	// The copy window: from the first replicate_container delivered to a
 	// target (a copy starts then) to the last copy completed, as the meta
@@ -233,6 +276,9 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 	res.Extra = map[string]any{"seconds_from_decision": decided, "mb_per_s_from_decision": float64(st.CopiedBytes) / 1e6 / max(decided, 1e-9)}
 	res.Params = map[string]any{"size_bytes": cfg.SizeBytes, "datanodes": cfg.Datanodes, "container_size_bytes": cfg.ContainerSizeBytes,
 		"max_copies": cfg.MaxCopies, "max_copies_per_node": cfg.MaxCopiesPerNode, "heartbeat_ms": rereplicateHeartbeat.Milliseconds()}
+	if res.SourceProfile != nil {
+		res.AddNote("profiled run: node %d was traced by strace during the copies, which slows them", traced)
+	}
 	res.AddNote("time from the first copy command delivered to a target to the last copy completed, as the meta service saw them (extra: from the first decision); copy limit: the slowest of disk read, disk write and loopback sendfile, one stream each, each repeated for 2 s (rate = all bytes / all time) with the cluster stopped, just before the restart that starts the copies")
 	progress("re-replicated %d containers, %s in %.2fs: %.0f MB/s",
 		st.CopiedContainers, units.FormatBytes(int64(st.CopiedBytes)), secs, res.MBPerS)
