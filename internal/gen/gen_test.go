@@ -49,7 +49,8 @@ func TestRunWritesAReadableCluster(t *testing.T) {
 	if res.Keys != 10 || res.Containers != 6 || res.KeyBytes != 48*testMiB || res.ReplicaBytes != 3*48*testMiB {
 		t.Fatalf("result %+v", res)
 	}
-	if res.Seconds <= 0 || res.MBPerS <= 0 || res.BaselineMBPerS <= 0 || res.Ratio <= 0 || res.Baseline.Bytes != 48*testMiB {
+	if res.Seconds <= 0 || res.MBPerS <= 0 || res.BaselineMBPerS <= 0 || res.Ratio <= 0 || res.Baseline.Bytes != 2*48*testMiB ||
+		res.BaselineBeforeMBPerS <= 0 || res.BaselineAfterMBPerS <= 0 {
 		t.Fatalf("figures %+v", res)
 	}
 	bj := res.Bench()
