@@ -27,10 +27,14 @@ container from a surviving replica to another datanode by zero-copy streaming
 (sendfile, no staging). Then reads keys back again.
 
 Reports the re-replication rate (bytes copied over the time from the first copy
-scheduled to the last completed, as the meta service saw them; MB = 10^6 bytes)
+command delivered to a target to the last copy completed, as the meta service
+saw them; MB = 10^6 bytes; the time from the first decision is in extra)
 and, as the baseline, the copy limit measured in the same run on the same
 directory: the slowest of disk read, disk write and loopback TCP sendfile, one
-stream each (as fio and iperf3 measure by default), with the ratio.
+stream each (as fio and iperf3 measure by default), each repeated for 2 s with
+the cluster stopped just before the restart, with the ratio. --profile-source
+traces datanode 1 with strace during the copies and reports its data-moving
+system calls by bytes (sendfile for what it sends).
 
 --dir holds every datanode's and the meta service's directories (a new
 subdirectory when it exists), removed at the end unless --keep. Mind the space:
@@ -56,8 +60,8 @@ subdirectory when it exists), removed at the end unless --keep. Mind the space:
 	f.Var(&size, "size", "bytes of keys to generate (the replicas take 3 times as much)")
 	f.StringVar(&cfg.Dir, "dir", "", "directory for every datanode and the meta service (default: a temporary directory)")
 	f.IntVar(&cfg.Datanodes, "datanodes", scenario.DefaultRereplicateDatanodes, "datanodes (≥ 4; the last one loses its data)")
-	f.Var(&containerSize, "container-size", "container size (default size/32 within [16MiB, 1GiB])")
-	f.IntVar(&cfg.MaxCopies, "max-copies", 1, "copies a target datanode runs at once (every datanode is a target: 4 datanodes, 4 streams on 2 cores)")
+	f.Var(&containerSize, "container-size", "container size (default size/64 within [16MiB, 1GiB])")
+	f.IntVar(&cfg.MaxCopies, "max-copies", 2, "copies a target datanode runs at once")
 	f.IntVar(&cfg.MaxCopiesPerNode, "max-scheduled", 4, "copies the meta service schedules per source and per target (more than --max-copies: the next copy is queued on the target)")
 	f.DurationVar(&cfg.Timeout, "timeout", scenario.DefaultRereplicateTimeout, "bound of the whole run")
 	f.BoolVar(&cfg.Keep, "keep", false, "leave the cluster's directories in place")

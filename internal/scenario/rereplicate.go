@@ -51,11 +51,13 @@ type RereplicateConfig struct {
 	// Datanodes (default 4, at least 4: one is lost, 3 replicas remain
 	// possible).
 	Datanodes int
-	// ContainerSizeBytes (default SizeBytes/32 within [16 MiB, 1 GiB]).
+	// ContainerSizeBytes (default SizeBytes/64 within [16 MiB, 1 GiB]:
+	// enough containers that the last copies, running alone, are a small
+	// part of the time).
 	ContainerSizeBytes int64
 	// MaxCopies is the copies a target runs at once (default 2) and
 	// MaxCopiesPerNode what the meta service schedules per source and per
-	// target (default 16: more than run, so targets never wait for the
+	// target (default 4: more than run, so targets never wait for the
 	// next heartbeat to start the next copy).
 	MaxCopies, MaxCopiesPerNode int
 	// Binary is the spindle executable for the datanodes (required).
@@ -109,10 +111,10 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 		return nil, fmt.Errorf("rereplicate: %d datanodes: at least 4 (one is lost, 3 replicas must remain possible)", cfg.Datanodes)
 	}
 	if cfg.ContainerSizeBytes == 0 {
-		cfg.ContainerSizeBytes = min(max(cfg.SizeBytes/32, 16<<20), 1<<30)
+		cfg.ContainerSizeBytes = min(max(cfg.SizeBytes/64, 16<<20), 1<<30)
 	}
 	if cfg.MaxCopies <= 0 {
-		cfg.MaxCopies = 1
+		cfg.MaxCopies = 2
 	}
 	if cfg.MaxCopiesPerNode <= 0 {
 		cfg.MaxCopiesPerNode = 4
