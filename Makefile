@@ -19,7 +19,7 @@ BENCHTIME      ?= 1s
 BENCH_DURATION ?= 5s
 REPORT_SUITE   ?= quick
 REPORT_OUT     ?= reports/$(REPORT_SUITE)-$(shell date +%Y%m%d-%H%M%S)
-RACE_PKGS      ?= ./cmd/... ./internal/bench/... ./internal/units/... ./internal/buildinfo/... ./internal/engine/... ./internal/vfs/... ./internal/wal/... ./internal/transport/... ./internal/client/... ./internal/localcluster/... ./internal/pipeline/... ./internal/datanode/... ./internal/meta/... ./internal/metaapi/... ./internal/keyclient/...
+RACE_PKGS      ?= ./cmd/... ./internal/bench/... ./internal/units/... ./internal/buildinfo/... ./internal/engine/... ./internal/vfs/... ./internal/wal/... ./internal/transport/... ./internal/client/... ./internal/localcluster/... ./internal/pipeline/... ./internal/datanode/... ./internal/meta/... ./internal/metaapi/... ./internal/keyclient/... ./internal/bulk/... ./internal/gen/...
 
 # Go sources to format-check: everything but testdata, vendor and bin.
 GO_FILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*' -not -path '*/testdata/*' -not -path './vendor/*')
