@@ -50,3 +50,11 @@ func TestAdminReplicationAndSafeMode(t *testing.T) {
 	_, _, err = runIn(t, nil, "admin", "replication", "--watch", "-1s", "--meta", addr)
 	wantExit(t, err, exitUsage, "--watch")
 }
+
+func TestAdminContainerGetNeedsItsFlags(t *testing.T) {
+	t.Setenv(asSpindleEnv, "1")
+	_, stderr, err := run(t, []string{"admin", "container-get", "--datanode", "127.0.0.1:1"})
+	if err == nil || !strings.Contains(stderr, "needs --datanode, --container and --out") {
+		t.Fatalf("err %v, stderr %q", err, stderr)
+	}
+}

@@ -449,11 +449,11 @@ func newAdminCmd() *cobra.Command {
 	var env keyEnv
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "admin nodes|pipelines|containers|replication|safemode",
+		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get",
 		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode"))
+			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get"))
 		},
 	}
 	env.addFlags(cmd.PersistentFlags())
@@ -526,6 +526,7 @@ func newAdminCmd() *cobra.Command {
 			}),
 	)
 	cmd.AddCommand(newAdminReplicationCmds(&env, &asJSON)...)
+	cmd.AddCommand(newAdminContainerGetCmd())
 	return cmd
 }
 

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/spindle-store/spindle/internal/engine"
@@ -318,4 +321,44 @@ func FuzzDecodeRequest(f *testing.F) {
 			t.Fatalf("decode/encode not canonical")
 		}
 	})
+}
+
+func TestDownloadContainer(t *testing.T) {
+	src := openEngine(t)
+	want := fill(t, src, 5, false, 2<<20+77, 40000)
+	_, d := serve(t, src, 0)
+	dir := filepath.Join(t.TempDir(), "c5")
+	m, err := DownloadContainer(context.Background(), d.Addr().String(), 5, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Container != 5 || len(m.Blocks) != 2 || m.Bytes != 2<<20+77+40000 {
+		t.Fatalf("manifest %+v", m)
+	}
+	for local, data := range want {
+		got, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%016x.blk", local)))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("block %d: %d bytes, %v", local, len(got), err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, ManifestFile)); err != nil {
+		t.Fatal(err)
+	}
+	// A corrupted stream: nothing is left.
+	bad := fakeSource(t, src, 5, func(b []byte) []byte {
+		out := bytes.Clone(b)
+		out[len(out)/2] ^= 1
+		return out
+	})
+	dir2 := filepath.Join(t.TempDir(), "bad")
+	if _, err := DownloadContainer(context.Background(), bad, 5, dir2); !errors.Is(err, engine.ErrCorrupt) {
+		t.Fatalf("corrupted download: %v, want ErrCorrupt", err)
+	}
+	if _, err := os.Stat(dir2); !os.IsNotExist(err) {
+		t.Fatalf("a failed download left %s", dir2)
+	}
+	// An existing directory is refused.
+	if _, err := DownloadContainer(context.Background(), d.Addr().String(), 5, dir); err == nil {
+		t.Fatal("download into an existing directory")
+	}
 }
