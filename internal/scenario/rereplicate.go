@@ -33,7 +33,7 @@ const (
 	copyLimitDuration = 2 * time.Second
 	// rereplicateHeartbeat is the cluster's heartbeat period during the
 	// bench: commands reach the targets within it.
-	rereplicateHeartbeat = 100 * time.Millisecond
+	rereplicateHeartbeat = 50 * time.Millisecond
 	rereplicateBucket    = "gen"
 	rereplicateSeed      = 4
 	// rereplicatePoll is how often the bench reads the meta service's
@@ -168,7 +168,7 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 	scfg := server.Config{
 		Dir: cdir, Datanodes: cfg.Datanodes, MetaListen: "127.0.0.1:0", Binary: cfg.Binary,
 		Meta: meta.Config{
-			HeartbeatInterval: rereplicateHeartbeat, StaleAfter: 10 * rereplicateHeartbeat, DeadAfter: 20 * rereplicateHeartbeat,
+			HeartbeatInterval: rereplicateHeartbeat, StaleAfter: time.Second, DeadAfter: 2 * time.Second,
 			MaxCopiesPerSource: cfg.MaxCopiesPerNode, MaxCopiesPerTarget: cfg.MaxCopiesPerNode,
 			Logger: quietLogger(),
 		},
