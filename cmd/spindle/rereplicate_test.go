@@ -11,7 +11,7 @@ import (
 func TestBenchRereplicateEmbedded(t *testing.T) {
 	t.Setenv(asSpindleEnv, "1")
 	dir := filepath.Join(t.TempDir(), "data")
-	out, stderr, err := run(t, []string{"bench", "rereplicate", "--size", "48MiB", "--container-size", "4MiB", "--dir", dir, "--json"})
+	out, stderr, err := run(t, []string{"bench", "rereplicate", "--size", "48MiB", "--container-size", "4MiB", "--dir", dir, "--timeout", "5m", "--json"})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
 	}

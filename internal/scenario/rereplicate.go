@@ -176,9 +176,13 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 		ReadyTimeout: clusterStartWait, Logger: quietLogger(),
 	}
 
-	// 2. Start the cluster on it and check keys.
+	// 2. Start the cluster on it and check keys. The first start keeps the
+	// default STALE/DEAD times: a datanode slow to report (a loaded
+	// machine) must not be declared DEAD and have its containers copied.
+	first := scfg
+	first.Meta.StaleAfter, first.Meta.DeadAfter = 0, 0
 	progress("starting the cluster on the generated data")
-	srv, err := server.Start(ctx, scfg)
+	srv, err := server.Start(ctx, first)
 	if err != nil {
 		return nil, fmt.Errorf("rereplicate: starting the cluster: %w", err)
 	}
@@ -246,7 +250,7 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 		}
 		progress("tracing node %d (pid %d) with strace", traced, srv.Cluster().PID(m.ID))
 	}
-	st, err := waitReplicated(ctx, srv.Meta(), held, progress)
+	st, err := waitReplicated(ctx, srv.Meta(), lost, held, progress)
 	if tracer != nil {
 		tracer.stop()
 	}
@@ -324,18 +328,28 @@ func nodeByAddr(ctx context.Context, mc *metaapi.Client, addr string) (uint64, i
 	}
 }
 
-// waitReplicated polls the replication status until no container is
-// under-replicated, nothing is in flight and at least want copies are
-// done (ctx bounds it).
-func waitReplicated(ctx context.Context, mc *metaapi.Client, want int, progress func(string, ...any)) (*metaapi.ReplicationStatus, error) {
+// waitReplicated polls the replication status until the lost node is
+// DEAD (its replicas no longer count), no container is under-replicated,
+// nothing is in flight and at least one copy is done (ctx bounds it).
+// want, the containers the lost node held, is for progress only: a
+// container already copied elsewhere needs no copy.
+func waitReplicated(ctx context.Context, mc *metaapi.Client, lost uint64, want int, progress func(string, ...any)) (*metaapi.ReplicationStatus, error) {
 	var last time.Time
 	for {
 		st, err := mc.Replication(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if !st.SafeMode && st.UnderReplicated == 0 && len(st.Inflight) == 0 && st.CopiedContainers >= uint64(want) {
-			return st, nil
+		if !st.SafeMode && st.UnderReplicated == 0 && len(st.Inflight) == 0 && st.CopiedContainers > 0 {
+			nodes, err := mc.Nodes(ctx)
+			if err != nil {
+				return nil, err
+			}
+			for _, n := range nodes {
+				if n.NodeID == lost && n.Health == metaapi.HealthDead {
+					return st, nil
+				}
+			}
 		}
 		if st.Unrecoverable > 0 {
 			return nil, fmt.Errorf("%d containers have no replica left", st.Unrecoverable)
