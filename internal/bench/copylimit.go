@@ -87,13 +87,22 @@ func repeatRate(minDuration time.Duration, f func() (Rate, error)) (Rate, error)
 }
 
 func (l *CopyLimits) pickLimit() {
-	l.Limit, l.LimitedBy = l.DiskRead.MBPerS, "disk_read"
-	if l.DiskWrite.MBPerS < l.Limit {
-		l.Limit, l.LimitedBy = l.DiskWrite.MBPerS, "disk_write"
+	var r Rate
+	r, l.LimitedBy = l.Slowest()
+	l.Limit = r.MBPerS
+}
+
+// Slowest returns the slowest of the three measurements and its name
+// ("disk_read", "disk_write" or "loopback"; the first of equals).
+func (l CopyLimits) Slowest() (Rate, string) {
+	r, name := l.DiskRead, "disk_read"
+	if l.DiskWrite.MBPerS < r.MBPerS {
+		r, name = l.DiskWrite, "disk_write"
 	}
-	if l.Loopback.MBPerS < l.Limit {
-		l.Limit, l.LimitedBy = l.Loopback.MBPerS, "loopback"
+	if l.Loopback.MBPerS < r.MBPerS {
+		r, name = l.Loopback, "loopback"
 	}
+	return r, name
 }
 
 // DiskWriteRate writes sizeBytes to a new file in dir with 4 MiB writes and

@@ -298,7 +298,7 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 		return nil, fmt.Errorf("rereplicate: stopping the cluster: %w", err)
 	}
 
-	lim := map[string]bench.Rate{"disk_read": res.Limits.DiskRead, "disk_write": res.Limits.DiskWrite, "loopback": res.Limits.Loopback}[res.Limits.LimitedBy]
+	lim, _ := res.Limits.Slowest()
 	res.SetBaseline(bench.Baseline{MBPerS: res.Limits.Limit, Bytes: lim.Bytes, Seconds: lim.Seconds, Dir: root, Writers: 1})
 	progress("re-replicated at %.0f MB/s = %.2f of the copy limit", res.MBPerS, res.MBPerS/max(res.Limits.Limit, 1e-9))
 	return res, nil
@@ -378,6 +378,7 @@ func checkGenKeys(ctx context.Context, mc *metaapi.Client, gcfg gen.Config, g *g
 	if err != nil {
 		return 0, 0, err
 	}
+	defer kc.Close()
 	var names []metaapi.KeyInfo
 	if err := kc.List(ctx, gcfg.Bucket, "", func(k metaapi.KeyInfo) error { names = append(names, k); return nil }); err != nil {
 		return 0, 0, fmt.Errorf("listing %s: %w", gcfg.Bucket, err)
