@@ -90,7 +90,6 @@ func (s *DirSink) copyBlock(bd *engine.BlockData, r io.Reader, f *os.File) error
 		return fmt.Errorf("%w: block %d: bytes per checksum %d", ErrProtocol, bd.ID.Local, bpc)
 	}
 	room := uint64(len(s.buf)) / bpc * bpc
-	var sums []uint32
 	for _, ch := range bd.Chunks {
 		for off := uint64(0); off < ch.Length; {
 			n := min(room, ch.Length-off)
@@ -98,12 +97,8 @@ func (s *DirSink) copyBlock(bd *engine.BlockData, r io.Reader, f *os.File) error
 			if _, err := io.ReadFull(r, buf); err != nil {
 				return fmt.Errorf("block %d at %d: %w", bd.ID.Local, ch.Offset+off, noEOF(err))
 			}
-			sums = engine.ComputeChecksums(sums[:0], buf, bd.BytesPerChecksum)
-			first := off / bpc
-			for i, c := range sums {
-				if int(first)+i >= len(ch.Checksums) || ch.Checksums[int(first)+i] != c {
-					return fmt.Errorf("block %d: checksum mismatch at offset %d: %w", bd.ID.Local, ch.Offset+off+uint64(i)*bpc, engine.ErrCorrupt)
-				}
+			if bad := engine.VerifyPieces(buf, ch.Checksums[off/bpc:], bd.BytesPerChecksum); bad >= 0 {
+				return fmt.Errorf("block %d: checksum mismatch at offset %d: %w", bd.ID.Local, ch.Offset+off+uint64(bad)*bpc, engine.ErrCorrupt)
 			}
 			if _, err := f.Write(buf); err != nil {
 				return err

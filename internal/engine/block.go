@@ -389,7 +389,7 @@ func readVerified(bf *blockFile, chunks []ChunkInfo, bpc uint32, offset, end uin
 		lo := max(start, ch.Offset)
 		hi := min(stop, ch.Offset+ch.Length)
 		p0 := (lo - ch.Offset) / uint64(bpc)
-		if bad := verifyPieces(buf[lo-start:hi-start], ch.Checksums[p0:], bpc); bad >= 0 {
+		if bad := VerifyPieces(buf[lo-start:hi-start], ch.Checksums[p0:], bpc); bad >= 0 {
 			at := ch.Offset + (p0+uint64(bad))*uint64(bpc)
 			return nil, at, fmt.Errorf("%w: checksum mismatch in the %d bytes at offset %d", ErrCorrupt, min(uint64(bpc), ch.Offset+ch.Length-at), at)
 		}

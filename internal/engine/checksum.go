@@ -38,9 +38,11 @@ func ComputeChecksums(dst []uint32, data []byte, bytesPerChecksum uint32) []uint
 	return dst
 }
 
-// verifyPieces checks data (which starts at a piece boundary) against sums;
-// it returns the index of the first bad piece, or -1.
-func verifyPieces(data []byte, sums []uint32, bytesPerChecksum uint32) int {
+// VerifyPieces checks data (which starts at a piece boundary) against sums,
+// which must hold a checksum for each of its pieces; it returns the index
+// of the first bad piece, or -1. This is the reader's side: the engine and
+// every client of a stream of checked pieces call it.
+func VerifyPieces(data []byte, sums []uint32, bytesPerChecksum uint32) int {
 	bpc := int(bytesPerChecksum)
 	for i, off := 0, 0; off < len(data); i, off = i+1, off+bpc {
 		end := min(off+bpc, len(data))

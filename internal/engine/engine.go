@@ -647,7 +647,7 @@ func (e *Engine) writeChunk(b BlockID, offset uint64, data []byte, bytesPerCheck
 	if err := checkChunkArgs(uint64(len(data)), bytesPerChecksum, checksums); err != nil {
 		return blockOffErr("write chunk", b, offset, err)
 	}
-	if bad := verifyPieces(data, checksums, bytesPerChecksum); bad >= 0 {
+	if bad := VerifyPieces(data, checksums, bytesPerChecksum); bad >= 0 {
 		return blockOffErr("write chunk", b, offset+uint64(bad)*uint64(bytesPerChecksum), ErrChecksumMismatch)
 	}
 	c, err := e.lookup(b.Container)

@@ -235,7 +235,7 @@ func (im *Importer) copyBlock(bd *BlockData, r io.Reader, f vfs.File) error {
 		for at := uint64(0); at < span; {
 			ch := &bd.Chunks[ci]
 			n := min(ch.Length-co, span-at)
-			if bad := verifyPieces(buf[at:at+n], ch.Checksums[co/bpc:], bd.BytesPerChecksum); bad >= 0 {
+			if bad := VerifyPieces(buf[at:at+n], ch.Checksums[co/bpc:], bd.BytesPerChecksum); bad >= 0 {
 				off := ch.Offset + co + uint64(bad)*bpc
 				return blockOffErr("import", bd.ID, off, fmt.Errorf("%w: checksum mismatch in the %d bytes at offset %d", ErrCorrupt, min(bpc, ch.Offset+ch.Length-off), off))
 			}
