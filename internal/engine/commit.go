@@ -265,38 +265,47 @@ func (c *committer) noteSync(ns int64) {
 const parallelSyncMinNs = 20_000
 
 func (c *committer) parallelFiles(files map[*blockFile]struct{}) error {
-	work := make(chan *blockFile, len(files))
+	list := make([]*blockFile, 0, len(files))
 	for bf := range files {
-		work <- bf
+		list = append(list, bf)
 	}
-	close(work)
-	n := min(c.workers, len(files))
-	errs := make(chan error, n)
-	var wg sync.WaitGroup
-	wg.Add(n)
-	for i := 0; i < n; i++ {
+	return parallelEach(len(list), c.workers, func(i int) error {
+		start := time.Now()
+		err := c.syncFileFn(list[i])
+		c.noteSync(time.Since(start).Nanoseconds())
+		list[i].release()
+		return err
+	})
+}
+
+// parallelEach runs fn(0) … fn(n-1) on at most workers goroutines, every
+// one of them whatever the others return, and returns the first error
+// (in completion order) or nil.
+func parallelEach(n, workers int, fn func(i int) error) error {
+	workers = min(workers, n)
+	var (
+		next     atomic.Int64
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	wg.Add(workers)
+	for w := 0; w < workers; w++ {
 		go func() {
 			defer wg.Done()
-			var first error
-			for bf := range work {
-				start := time.Now()
-				if err := c.syncFileFn(bf); err != nil && first == nil {
-					first = err
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				if err := fn(int(i)); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
 				}
-				c.noteSync(time.Since(start).Nanoseconds())
-				bf.release()
 			}
-			errs <- first
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return firstErr
 }
 
 // poison puts the committer in the failed state (if it is not already) and

@@ -9,8 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -374,35 +372,7 @@ func (im *Importer) syncFiles() error {
 			paths = append(paths, filepath.Join(im.staging, blockFileName(im.records[i].local)))
 		}
 	}
-	workers := min(im.e.cfg.SyncWorkers, len(paths))
-	var (
-		next     atomic.Int64
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-	)
-	wg.Add(workers)
-	for w := 0; w < workers; w++ {
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(len(paths)) {
-					return
-				}
-				if err := syncFileData(im.e.fs, paths[i]); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return firstErr
+	return parallelEach(len(paths), im.e.cfg.SyncWorkers, func(i int) error { return syncFileData(im.e.fs, paths[i]) })
 }
 
 func syncFileData(fs vfs.FS, path string) error {
