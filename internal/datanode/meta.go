@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/spindle-store/spindle/internal/engine"
@@ -138,8 +137,9 @@ type heartbeater struct {
 	// next heartbeat come at once when a copy ends.
 	repl *replicator
 
-	mu      sync.Mutex
-	deleted []metaapi.BlockRef // acknowledgements for the next heartbeat
+	// deleted holds the acknowledgements for the next heartbeats (at most
+	// maxPendingAcks).
+	deleted *reportQueue[metaapi.BlockRef]
 }
 
 // maxPendingAcks bounds the deletion acknowledgements kept between
@@ -147,34 +147,13 @@ type heartbeater struct {
 // delete is idempotent).
 const maxPendingAcks = 4 * metaapi.MaxDeletedBlocksReport
 
+// ack queues deletion acknowledgements for the next heartbeat.
 func (h *heartbeater) ack(c uint64, blocks []uint64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, b := range blocks {
-		if len(h.deleted) >= maxPendingAcks {
-			return
-		}
-		h.deleted = append(h.deleted, metaapi.BlockRef{Container: c, Local: b})
+	refs := make([]metaapi.BlockRef, len(blocks))
+	for i, b := range blocks {
+		refs[i] = metaapi.BlockRef{Container: c, Local: b}
 	}
-}
-
-// takeAcks removes up to MaxDeletedBlocksReport acknowledgements.
-func (h *heartbeater) takeAcks() []metaapi.BlockRef {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := min(len(h.deleted), metaapi.MaxDeletedBlocksReport)
-	out := append([]metaapi.BlockRef(nil), h.deleted[:n]...)
-	h.deleted = append(h.deleted[:0], h.deleted[n:]...)
-	return out
-}
-
-// putBackAcks returns acknowledgements a failed heartbeat did not deliver.
-func (h *heartbeater) putBackAcks(acks []metaapi.BlockRef) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.deleted)+len(acks) <= maxPendingAcks {
-		h.deleted = append(acks, h.deleted...)
-	}
+	h.deleted.add(refs...)
 }
 
 const maxConcurrentProposals = 16
@@ -212,12 +191,12 @@ func (h *heartbeater) beat(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	hb := h.report()
-	hb.DeletedBlocks = h.takeAcks()
-	hb.CopyFailures = h.repl.takeFailures()
+	hb.DeletedBlocks = h.deleted.take(metaapi.MaxDeletedBlocksReport)
+	hb.CopyFailures = h.repl.failures.take(metaapi.MaxCopyFailuresReport)
 	resp, err := h.mc.Heartbeat(cctx, hb)
 	if err != nil {
-		h.putBackAcks(hb.DeletedBlocks)
-		h.repl.putBackFailures(hb.CopyFailures)
+		h.deleted.putBack(hb.DeletedBlocks)
+		h.repl.failures.putBack(hb.CopyFailures)
 		h.log.Warn("heartbeat failed", "err", err)
 		return
 	}

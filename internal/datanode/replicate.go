@@ -47,7 +47,7 @@ const copyPauseEnv = "SPINDLE_TEST_COPY_PAUSE"
 // A copy that fails from every source listed is reported in the next
 // heartbeat (CopyFailures); the meta service picks again.
 //
-// Concurrency: submit, copying and takeFailures may be called from any
+// Concurrency: submit, copying and failures may be used from any
 // goroutine; each copy runs in its own goroutine (at most maxQueuedCopies,
 // of which maxActive copy at a time). stop cancels them and waits.
 type replicator struct {
@@ -62,10 +62,13 @@ type replicator struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex
-	active   map[uint64]bool // accepted: copying or waiting for a slot
-	failures []metaapi.CopyFailure
-	paused   map[uint64]bool // containers the test hook paused once
+	// failures are the copies that failed from every source, for the next
+	// heartbeats.
+	failures *reportQueue[metaapi.CopyFailure]
+
+	mu     sync.Mutex
+	active map[uint64]bool // accepted: copying or waiting for a slot
+	paused map[uint64]bool // containers the test hook paused once
 
 	bytes, ok, failed atomic.Uint64
 	running           atomic.Int64
@@ -77,7 +80,8 @@ func newReplicator(eng *engine.Engine, self uint64, maxActive int, log *slog.Log
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &replicator{eng: eng, self: self, log: log, sema: make(chan struct{}, maxActive), wake: make(chan struct{}, 1),
-		pausePath: os.Getenv(copyPauseEnv), ctx: ctx, cancel: cancel, active: map[uint64]bool{}}
+		pausePath: os.Getenv(copyPauseEnv), ctx: ctx, cancel: cancel, active: map[uint64]bool{},
+		failures: newReportQueue[metaapi.CopyFailure](maxPendingFailures)}
 }
 
 // register exports the replicator's metrics.
@@ -134,24 +138,6 @@ func (r *replicator) copying() []uint64 {
 	return out
 }
 
-// takeFailures removes the failure reports for a heartbeat.
-func (r *replicator) takeFailures() []metaapi.CopyFailure {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := r.failures
-	r.failures = nil
-	return out
-}
-
-// putBackFailures returns reports a failed heartbeat did not deliver.
-func (r *replicator) putBackFailures(f []metaapi.CopyFailure) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.failures)+len(f) <= maxPendingFailures {
-		r.failures = append(f, r.failures...)
-	}
-}
-
 func (r *replicator) stop() {
 	r.cancel()
 	r.wg.Wait()
@@ -206,11 +192,7 @@ func (r *replicator) run(c metaapi.Command) {
 	if len(msg) > maxErrorBytes {
 		msg = msg[:maxErrorBytes]
 	}
-	r.mu.Lock()
-	if len(r.failures) < maxPendingFailures {
-		r.failures = append(r.failures, metaapi.CopyFailure{Container: c.Container, Source: c.Sources[0].NodeID, Error: msg})
-	}
-	r.mu.Unlock()
+	r.failures.add(metaapi.CopyFailure{Container: c.Container, Source: c.Sources[0].NodeID, Error: msg})
 }
 
 // copyFrom pulls container id from src into an importer; on any error the

@@ -1,0 +1,44 @@
+package datanode
+
+import "sync"
+
+// reportQueue holds reports for the next heartbeats — deletion
+// acknowledgements, copy failures — at most max of them: beyond, new ones
+// are dropped (the meta service resends what it does not hear of). A
+// heartbeat takes at most a report's worth; a failed heartbeat puts what
+// it took back in front, when it fits. Safe for concurrent use.
+type reportQueue[T any] struct {
+	mu    sync.Mutex
+	max   int
+	items []T
+}
+
+func newReportQueue[T any](max int) *reportQueue[T] { return &reportQueue[T]{max: max} }
+
+// add appends vs, as many as fit.
+func (q *reportQueue[T]) add(vs ...T) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	vs = vs[:min(len(vs), max(q.max-len(q.items), 0))]
+	q.items = append(q.items, vs...)
+}
+
+// take removes and returns the first n (at most).
+func (q *reportQueue[T]) take(n int) []T {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n = min(len(q.items), n)
+	out := append([]T(nil), q.items[:n]...)
+	q.items = append(q.items[:0], q.items[n:]...)
+	return out
+}
+
+// putBack returns vs, taken for a heartbeat that failed, in front, unless
+// they no longer fit.
+func (q *reportQueue[T]) putBack(vs []T) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items)+len(vs) <= q.max {
+		q.items = append(vs, q.items...)
+	}
+}
