@@ -106,34 +106,25 @@ func (l CopyLimits) Slowest() (Rate, string) {
 }
 
 // DiskWriteRate writes sizeBytes to a new file in dir with 4 MiB writes and
-// one fdatasync at the end, then removes it.
+// one fdatasync at the end, then removes it (SequentialWriteBaseline).
 func DiskWriteRate(ctx context.Context, dir string, sizeBytes int64) (Rate, error) {
-	f, err := os.CreateTemp(dir, "copy-limit-*.tmp")
+	b, err := SequentialWriteBaseline(ctx, dir, sizeBytes)
 	if err != nil {
 		return Rate{}, fmt.Errorf("disk write limit: %w", err)
 	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	buf := make([]byte, copyLimitBufBytes)
-	for i := range buf {
-		buf[i] = byte(i*7 + i>>9)
-	}
-	start := time.Now()
-	var n int64
-	for n < sizeBytes {
-		if err := ctx.Err(); err != nil {
-			return Rate{}, err
-		}
-		w := buf[:min(int64(len(buf)), sizeBytes-n)]
-		if _, err := f.Write(w); err != nil {
-			return Rate{}, fmt.Errorf("disk write limit: %w", err)
-		}
-		n += int64(len(w))
-	}
-	if err := f.Sync(); err != nil {
-		return Rate{}, fmt.Errorf("disk write limit: %w", err)
-	}
-	return rateOf(n, time.Since(start)), nil
+	return rateOf(b.Bytes, time.Duration(b.Seconds*float64(time.Second))), nil
+}
+
+// SequentialWriteBaseline is a disk's sequential write bandwidth: one
+// writer, one new file of sizeBytes (rounded up to whole 4 MiB writes) in
+// dir, one fdatasync after the last write, the file removed — RunBaseline
+// with those settings.
+func SequentialWriteBaseline(ctx context.Context, dir string, sizeBytes int64) (Baseline, error) {
+	ops := max((sizeBytes+copyLimitBufBytes-1)/copyLimitBufBytes, 1)
+	return RunBaseline(ctx, BaselineConfig{
+		Dir: dir, Writers: 1, ChunkSizeBytes: copyLimitBufBytes, WritesPerSync: int(ops), MaxOps: ops,
+		FileSizeBytes: ops * copyLimitBufBytes, Pattern: PatternOverwrite, Progress: io.Discard,
+	})
 }
 
 // DiskReadRate reads the files in order (4 MiB reads) until maxBytes.

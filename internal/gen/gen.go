@@ -38,8 +38,6 @@ const (
 	MaxKeys = 1 << 24
 	// MaxBaselineBytes bounds the disk baseline's file.
 	MaxBaselineBytes = 2 << 30
-	// baselineWriteBytes is the size of one write of the baseline.
-	baselineWriteBytes = 4 << 20
 	// progressIntervalMs is the period of the progress lines.
 	progressIntervalMs = 1000
 )
@@ -307,11 +305,7 @@ func (r *Result) Bench() BenchJSON {
 
 // baseline measures the disk's sequential write bandwidth in Dir.
 func baseline(ctx context.Context, cfg Config) (bench.Baseline, error) {
-	ops := int64(ceilDiv(min(cfg.SizeBytes, MaxBaselineBytes), baselineWriteBytes))
-	b, err := bench.RunBaseline(ctx, bench.BaselineConfig{
-		Dir: cfg.Dir, Writers: 1, ChunkSizeBytes: baselineWriteBytes, WritesPerSync: int(ops), MaxOps: ops,
-		FileSizeBytes: ops * baselineWriteBytes, Pattern: bench.PatternOverwrite, Progress: io.Discard,
-	})
+	b, err := bench.SequentialWriteBaseline(ctx, cfg.Dir, int64(min(cfg.SizeBytes, MaxBaselineBytes)))
 	if err != nil {
 		return b, fmt.Errorf("gen: disk baseline: %w", err)
 	}
