@@ -285,8 +285,13 @@ func Fetch(ctx context.Context, addr string, id uint64, begin func(maxSizeBytes,
 	defer stop()
 	res, err = fetch(conn, id, begin)
 	res.Seconds = time.Since(start).Seconds()
-	if err != nil && ctx.Err() != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
 		err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+	case ctx.Err() != nil:
+		// Cancelled while the last bytes were already buffered: the caller
+		// gave up, so the copy must not be committed.
+		err = ctx.Err()
 	}
 	if err != nil {
 		return res, fmt.Errorf("bulk: fetch container %d from %s: %w", id, addr, err)
