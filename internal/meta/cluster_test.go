@@ -169,8 +169,8 @@ func TestPipelineClosedAndReplacedWhenMemberDies(t *testing.T) {
 	cfg.PipelinesPerNode = 1
 	c := newCluster(t, cfg, clk, 4)
 	ps := c.pipelines()
-	if len(ps) != 1 {
-		t.Fatalf("%d pipelines, want 1", len(ps))
+	if len(ps) != 1 || !ps[0].Allocatable {
+		t.Fatalf("pipelines %+v, want 1, allocatable", ps)
 	}
 	old := ps[0]
 	mustNo(t, ignore(c.s.CreateBucket("bkt")))
@@ -194,8 +194,8 @@ func TestPipelineClosedAndReplacedWhenMemberDies(t *testing.T) {
 		t.Fatalf("dead node health %s", h)
 	}
 	ps = c.pipelines()
-	if len(ps) != 2 || ps[0].State != metaapi.PipelineClosed || ps[1].State != metaapi.PipelineOpen {
-		t.Fatalf("pipelines %+v: want the old CLOSED and a new OPEN one", ps)
+	if len(ps) != 2 || ps[0].State != metaapi.PipelineClosed || ps[1].State != metaapi.PipelineOpen || ps[0].Allocatable || !ps[1].Allocatable {
+		t.Fatalf("pipelines %+v: want the old CLOSED (not allocatable) and a new OPEN one (allocatable)", ps)
 	}
 	for _, m := range ps[1].Members {
 		if m.NodeID == dead.id {
@@ -389,5 +389,26 @@ func TestRestartKeepsNodesPresumedHealthy(t *testing.T) {
 	mustNo(t, c.s.Tick())
 	if ps := c.pipelines(); ps[0].State != metaapi.PipelineClosed {
 		t.Fatalf("pipeline of silent nodes: %+v", ps)
+	}
+}
+
+// A pipeline is allocatable only once every member reports it: right after
+// the Tick that made it, its members have not joined yet.
+func TestPipelineAllocatableOnceItsMembersReportIt(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	c := &cluster{t: t, s: open(t, cfg), clk: clk}
+	for range 3 {
+		c.add()
+	}
+	c.round(c.nodes...)
+	mustNo(t, c.s.Tick())
+	ps := c.pipelines()
+	if len(ps) == 0 || ps[0].State != metaapi.PipelineOpen || ps[0].Allocatable {
+		t.Fatalf("pipelines %+v: want an OPEN one, not yet allocatable", ps)
+	}
+	c.settle()
+	if ps = c.pipelines(); !ps[0].Allocatable {
+		t.Fatalf("pipelines %+v: want it allocatable once its members serve it", ps)
 	}
 }

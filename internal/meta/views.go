@@ -40,7 +40,9 @@ func (s *Service) Pipelines() (*metaapi.PipelineList, error) {
 	now := s.cfg.Now()
 	l := &metaapi.PipelineList{Pipelines: []metaapi.Pipeline{}}
 	for _, pid := range s.sortedPipelines() {
-		l.Pipelines = append(l.Pipelines, *s.pipelineView(s.pipelines[pid], now))
+		v := s.pipelineView(s.pipelines[pid], now)
+		v.Allocatable = s.allocatable(s.pipelines[pid], now)
+		l.Pipelines = append(l.Pipelines, *v)
 	}
 	return l, nil
 }

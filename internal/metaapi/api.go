@@ -359,6 +359,9 @@ type Pipeline struct {
 	State   string   `json:"state,omitempty"` // OPEN, CLOSED
 	Members []Member `json:"members"`
 	Leader  uint64   `json:"leader_id,omitempty"`
+	// Allocatable, in GET /v1/pipelines: blocks can be allocated on it now
+	// (OPEN, every member HEALTHY and reporting it).
+	Allocatable bool `json:"allocatable,omitempty"`
 }
 
 // Member is a datanode in a pipeline.

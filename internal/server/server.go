@@ -170,13 +170,15 @@ func (s *Server) waitPipeline(ctx context.Context) error {
 		pl, err := s.client.Pipelines(ctx)
 		if err == nil {
 			for _, p := range pl {
-				if p.State == metaapi.PipelineOpen && p.Leader != 0 {
+				// A leader is not enough: a member may not have reported
+				// the pipeline it just joined, and Allocate would refuse.
+				if p.Allocatable && p.Leader != 0 {
 					return nil
 				}
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("server: no pipeline with a leader within %v (last error: %v); datanode logs in %s", s.cfg.ReadyTimeout, err, filepath.Join(s.cfg.Dir, "datanodes"))
+			return fmt.Errorf("server: no allocatable pipeline with a leader within %v (last error: %v); datanode logs in %s", s.cfg.ReadyTimeout, err, filepath.Join(s.cfg.Dir, "datanodes"))
 		}
 		select {
 		case <-ctx.Done():
