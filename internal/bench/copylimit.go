@@ -46,14 +46,25 @@ type CopyLimits struct {
 // MaxLimitPasses bounds the passes of one limit measurement.
 const MaxLimitPasses = 16
 
+// SocketTuning sets the socket options of the loopback measurement's two
+// ends, as the copies set theirs (bulk.TuneSender, bulk.TuneReceiver): a
+// copy limit measured with smaller buffers than the copies use would be
+// lower than what the network gives them (1.6–1.8 GB/s against 2.5–3.1
+// GB/s on the 2-vCPU VM of docs/ARCHITECTURE.md §14). Nil leaves a side at
+// the kernel's defaults.
+type SocketTuning struct {
+	Sender, Receiver func(net.Conn)
+}
+
 // MeasureCopyLimits measures, one stream each: reading files (4 MiB reads,
 // up to maxBytes in all), writing a new file of maxBytes in dir (4 MiB
 // writes, then fdatasync; removed after), and sending the files over a TCP
-// connection on 127.0.0.1 with sendfile to a reader that discards them.
+// connection on 127.0.0.1 with sendfile to a reader that discards them,
+// both ends tuned by tune.
 // Each is repeated (at most MaxLimitPasses times) until it ran for
 // minDuration, and its rate is all its bytes over all its time: one pass
 // of a fraction of a second swings by a third on a shared VM.
-func MeasureCopyLimits(ctx context.Context, dir string, files []string, maxBytes int64, minDuration time.Duration) (CopyLimits, error) {
+func MeasureCopyLimits(ctx context.Context, dir string, files []string, maxBytes int64, minDuration time.Duration, tune SocketTuning) (CopyLimits, error) {
 	var l CopyLimits
 	if len(files) == 0 || maxBytes <= 0 {
 		return l, errors.New("copy limits: no files to read")
@@ -65,7 +76,7 @@ func MeasureCopyLimits(ctx context.Context, dir string, files []string, maxBytes
 	if l.DiskRead, err = repeatRate(minDuration, func() (Rate, error) { return DiskReadRate(ctx, files, maxBytes) }); err != nil {
 		return l, err
 	}
-	if l.Loopback, err = repeatRate(minDuration, func() (Rate, error) { return LoopbackRate(ctx, files, maxBytes) }); err != nil {
+	if l.Loopback, err = repeatRate(minDuration, func() (Rate, error) { return LoopbackRate(ctx, files, maxBytes, tune) }); err != nil {
 		return l, err
 	}
 	l.pickLimit()
@@ -163,8 +174,9 @@ func DiskReadRate(ctx context.Context, files []string, maxBytes int64) (Rate, er
 // LoopbackRate sends the files (up to maxBytes) over one TCP connection on
 // 127.0.0.1 — io.Copy of each *os.File to the *net.TCPConn, which is
 // sendfile — to a reader that discards them into a 1 MiB buffer; the time
-// runs until the reader has everything.
-func LoopbackRate(ctx context.Context, files []string, maxBytes int64) (Rate, error) {
+// runs until the reader has everything. tune sets both ends' socket
+// options before the first byte.
+func LoopbackRate(ctx context.Context, files []string, maxBytes int64, tune SocketTuning) (Rate, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return Rate{}, fmt.Errorf("loopback limit: %w", err)
@@ -178,6 +190,9 @@ func LoopbackRate(ctx context.Context, files []string, maxBytes int64) (Rate, er
 			return
 		}
 		defer c.Close()
+		if tune.Receiver != nil {
+			tune.Receiver(c)
+		}
 		buf := make([]byte, 1<<20)
 		var n int64
 		for {
@@ -193,6 +208,9 @@ func LoopbackRate(ctx context.Context, files []string, maxBytes int64) (Rate, er
 	c, err := d.DialContext(ctx, "tcp", ln.Addr().String())
 	if err != nil {
 		return Rate{}, fmt.Errorf("loopback limit: %w", err)
+	}
+	if tune.Sender != nil {
+		tune.Sender(c)
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()

@@ -134,9 +134,7 @@ func (s *Server) refuse(w *bufio.Writer, status byte, msg string) error {
 }
 
 func (s *Server) serve(conn net.Conn) error {
-	if tc, ok := conn.(*net.TCPConn); ok {
-		tc.SetWriteBuffer(SocketBufBytes)
-	}
+	TuneSender(conn)
 	conn.SetReadDeadline(time.Now().Add(RequestTimeout))
 	var rb [requestBytes]byte
 	w := bufio.NewWriterSize(conn, headerBufBytes)
@@ -257,13 +255,30 @@ func Dial(ctx context.Context, addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bulk: dial %s: %w", addr, err)
 	}
+	TuneReceiver(c)
+	return c, nil
+}
+
+// TuneSender sets the socket options of a source's connection
+// (SO_SNDBUF = SocketBufBytes); TuneReceiver those of a target's
+// (SO_RCVBUF = SocketBufBytes, SO_RCVLOWAT = 256 KiB). Connections that
+// are not TCP are left alone. The copy limit's loopback measurement
+// (bench.MeasureCopyLimits) tunes its connection with the same two, so
+// that it measures the network as the copies use it.
+func TuneSender(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetWriteBuffer(SocketBufBytes)
+	}
+}
+
+// TuneReceiver: see TuneSender.
+func TuneReceiver(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetReadBuffer(SocketBufBytes)
 		if raw, err := tc.SyscallConn(); err == nil {
 			raw.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, rcvLowatBytes) })
 		}
 	}
-	return c, nil
 }
 
 // Fetch asks the node at addr for container id and hands every block to

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/bench"
+	"github.com/spindle-store/spindle/internal/bulk"
 	"github.com/spindle-store/spindle/internal/gen"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/meta"
@@ -218,7 +219,8 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 	}
 	limBytes := min(int64(copyLimitBytes), int64(g.ReplicaBytes)/int64(cfg.Datanodes))
 	progress("measuring the copy limits (one stream each, %s): disk read, disk write, loopback sendfile", units.FormatBytes(limBytes))
-	res.Limits, err = bench.MeasureCopyLimits(ctx, root, files, limBytes, copyLimitDuration)
+	res.Limits, err = bench.MeasureCopyLimits(ctx, root, files, limBytes, copyLimitDuration,
+		bench.SocketTuning{Sender: bulk.TuneSender, Receiver: bulk.TuneReceiver})
 	if err != nil {
 		return nil, fmt.Errorf("rereplicate: %w", err)
 	}
@@ -285,7 +287,7 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 	if res.SourceProfile != nil {
 		res.AddNote("profiled run: node %d was traced by strace during the copies, which slows them", traced)
 	}
-	res.AddNote("time from the first copy command delivered to a target to the last copy completed, as the meta service saw them (extra: from the first decision); copy limit: the slowest of disk read, disk write and loopback sendfile, one stream each, each repeated for 2 s (rate = all bytes / all time) with the cluster stopped, just before the restart that starts the copies")
+	res.AddNote("time from the first copy command delivered to a target to the last copy completed, as the meta service saw them (extra: from the first decision); copy limit: the slowest of disk read, disk write and loopback sendfile (with the copies' socket buffers), one stream each, each repeated for 2 s (rate = all bytes / all time) with the cluster stopped, just before the restart that starts the copies")
 	progress("re-replicated %d containers, %s in %.2fs: %.0f MB/s",
 		st.CopiedContainers, units.FormatBytes(int64(st.CopiedBytes)), secs, res.MBPerS)
 
