@@ -146,6 +146,15 @@ func printReplication(w io.Writer, st *metaapi.ReplicationStatus, stamped bool) 
 	}
 	fmt.Fprintf(tw, "rate:\t%s\n", r)
 	fmt.Fprintf(tw, "in flight:\t%d\n", len(st.Inflight))
+	l := st.Limits
+	minNodes := "min(3, registered)"
+	if l.SafeModeMinNodes > 0 {
+		minNodes = fmt.Sprint(l.SafeModeMinNodes)
+	}
+	fmt.Fprintf(tw, "limits:\t%d copies per source, %d per target, %d in all; retry a failed source after %s; a copy is lost after %s at least\n",
+		l.MaxCopiesPerSource, l.MaxCopiesPerTarget, l.MaxInflightCopies,
+		time.Duration(l.CopyRetryAfterMs)*time.Millisecond, time.Duration(l.CopyTimeoutMinMs)*time.Millisecond)
+	fmt.Fprintf(tw, "safe mode ends at:\t%s datanodes heard and %g of the containers with a replica\n", minNodes, l.SafeModeContainerFraction)
 	if err := tw.Flush(); err != nil {
 		return err
 	}

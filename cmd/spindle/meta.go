@@ -16,6 +16,7 @@ import (
 func newMetaCmd() *cobra.Command {
 	var cfg meta.Config
 	containerSize := units.ByteSize(metaapi.DefaultContainerSizeBytes)
+	var checkReplication func() error
 	cmd := &cobra.Command{
 		Use:   "meta",
 		Short: "Run the meta service: datanode registry, pipelines, containers, buckets and keys",
@@ -29,7 +30,10 @@ Prometheus metrics on /metrics. Datanodes join with
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if containerSize <= 0 {
-				return fmt.Errorf("--container-size %s: want a positive size", containerSize)
+				return usageErr(fmt.Errorf("--container-size %s: want a positive size", containerSize))
+			}
+			if err := checkReplication(); err != nil {
+				return err
 			}
 			cfg.ContainerSizeBytes = uint64(containerSize)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -49,5 +53,6 @@ Prometheus metrics on /metrics. Datanodes join with
 	f.IntVar(&cfg.ContainersPerPipeline, "containers-per-pipeline", meta.DefaultContainersPerPipeline, "open containers per open pipeline")
 	f.DurationVar(&cfg.AllocationGrace, "allocation-grace", meta.DefaultAllocationGrace, "blocks allocated and not committed for this long are deleted (interrupted puts)")
 	f.DurationVar(&cfg.LeaveTimeout, "leave-timeout", meta.DefaultLeaveTimeout, "a closed pipeline's members leave it once its containers are closed, or after this long")
+	checkReplication = addReplicationFlags(f, &cfg)
 	return cmd
 }

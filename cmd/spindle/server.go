@@ -2,18 +2,22 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
+	"github.com/spindle-store/spindle/internal/datanode"
 	"github.com/spindle-store/spindle/internal/server"
 )
 
 func newServerCmd() *cobra.Command {
 	var cfg server.Config
 	var readyFile string
+	var checkReplication func() error
+	maxCopies := datanode.DefaultMaxCopies
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the embedded cluster: the meta service and N datanodes on 127.0.0.1 under one directory",
@@ -25,6 +29,13 @@ use --meta-listen (default 127.0.0.1:9860): spindle put, get, ls, ... .
 Ctrl-C or SIGTERM stops everything cleanly.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkReplication(); err != nil {
+				return err
+			}
+			if maxCopies < 1 {
+				return usageErr(fmt.Errorf("--max-copies %d: want at least 1", maxCopies))
+			}
+			cfg.DatanodeArgs = append(cfg.DatanodeArgs, "--max-copies", fmt.Sprint(maxCopies))
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return server.Run(ctx, cfg, readyFile)
@@ -35,5 +46,7 @@ Ctrl-C or SIGTERM stops everything cleanly.`,
 	f.IntVar(&cfg.Datanodes, "datanodes", server.DefaultDatanodes, "datanode processes (3..9)")
 	f.StringVar(&cfg.MetaListen, "meta-listen", "127.0.0.1:9860", "address of the meta service")
 	f.StringVar(&readyFile, "ready-file", "", "write the meta address and PID here once ready")
+	f.IntVar(&maxCopies, "max-copies", maxCopies, "re-replication: container copies each datanode receives at once")
+	checkReplication = addReplicationFlags(f, &cfg.Meta)
 	return cmd
 }

@@ -475,7 +475,11 @@ func (s *Service) replicationStatus(now time.Time) *metaapi.ReplicationStatus {
 	st := &metaapi.ReplicationStatus{SafeMode: s.repl.safeMode, ReplicationFactor: s.cfg.ReplicationFactor,
 		Inflight: []metaapi.CopyTask{}, CopiedContainers: s.repl.copiedContainers, CopiedBytes: s.repl.copiedBytes,
 		FailedCopies: s.repl.failedCopies, FirstScheduled: s.repl.firstScheduled, LastCompleted: s.repl.lastCompleted,
-		FirstDelivered: s.repl.firstDelivered}
+		FirstDelivered: s.repl.firstDelivered,
+		Limits: metaapi.ReplicationLimits{MaxCopiesPerSource: s.cfg.MaxCopiesPerSource, MaxCopiesPerTarget: s.cfg.MaxCopiesPerTarget,
+			MaxInflightCopies: s.cfg.MaxInflightCopies, CopyRetryAfterMs: s.cfg.CopyRetryAfter.Milliseconds(),
+			CopyTimeoutMinMs: s.cfg.CopyTimeoutMin.Milliseconds(), SafeModeMinNodes: s.cfg.SafeModeMinNodes,
+			SafeModeContainerFraction: s.cfg.SafeModeContainerFraction}}
 	if st.SafeMode {
 		st.SafeModeReason = s.safeModeReason(idx)
 		if st.SafeModeReason == "" {

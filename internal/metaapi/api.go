@@ -507,6 +507,25 @@ type ReplicationStatus struct {
 	LastCompleted  time.Time `json:"last_completed,omitzero"`
 	// RateBytesPerS: CopiedBytes / (LastCompleted - FirstScheduled).
 	RateBytesPerS float64 `json:"rate_bytes_per_s"`
+	// Limits are the replication manager's settings in force.
+	Limits ReplicationLimits `json:"limits"`
+}
+
+// ReplicationLimits are the replication manager's settings (spindle meta's
+// flags of the same names).
+type ReplicationLimits struct {
+	MaxCopiesPerSource int `json:"max_copies_per_source"`
+	MaxCopiesPerTarget int `json:"max_copies_per_target"`
+	MaxInflightCopies  int `json:"max_inflight_copies"`
+	// CopyRetryAfterMs: a source whose copy failed is not chosen again for
+	// this long.
+	CopyRetryAfterMs int64 `json:"copy_retry_after_ms"`
+	// CopyTimeoutMinMs: a copy older than this (and than its size at the
+	// minimum copy rate) is taken as lost.
+	CopyTimeoutMinMs int64 `json:"copy_timeout_min_ms"`
+	// SafeModeMinNodes: 0 is min(3, registered datanodes).
+	SafeModeMinNodes          int     `json:"safe_mode_min_nodes"`
+	SafeModeContainerFraction float64 `json:"safe_mode_container_fraction"`
 }
 
 // CopyTask is one container copy in flight.
