@@ -226,6 +226,8 @@ func (h *heartbeater) beat(ctx context.Context) {
 			h.propose(ctx, c)
 		case metaapi.CmdReplicateContainer:
 			h.repl.submit(c)
+		case metaapi.CmdDeleteContainer:
+			h.deleteReplica(c)
 		default:
 			h.log.Warn("unknown command from the meta service", "kind", c.Kind)
 		}
@@ -312,6 +314,47 @@ func (h *heartbeater) local(c metaapi.Command) {
 		}
 		h.ack(c.Container, done)
 	}
+}
+
+// deleteReplica deletes this node's replica of c.Container, one too many
+// (metaapi.CmdDeleteContainer), in the background and bounded like the
+// proposals. It refuses a container of a pipeline this node serves (its
+// raft group may still write to it) and one not CLOSED here; the engine
+// refuses one being exported. A replica already gone is fine. The next
+// heartbeat's report lacks the container.
+func (h *heartbeater) deleteReplica(c metaapi.Command) {
+	id := engine.ContainerID(c.Container)
+	if c.Pipeline != nil {
+		for _, p := range h.node.Pipelines() {
+			if p.ID == c.Pipeline.ID {
+				h.log.Warn("not deleting a replica of a pipeline this node serves", "container", c.Container, "pipeline", p.ID)
+				return
+			}
+		}
+	}
+	info, err := h.eng.Container(id)
+	if errors.Is(err, engine.ErrNotFound) {
+		return
+	}
+	if err != nil || info.State != engine.StateClosed {
+		h.log.Warn("not deleting a replica that is not CLOSED", "container", c.Container, "state", info.State, "err", err)
+		return
+	}
+	select {
+	case h.proposals <- struct{}{}:
+	default:
+		h.log.Warn("too many commands in progress; the meta service will resend", "kind", c.Kind)
+		return
+	}
+	go func() {
+		defer func() { <-h.proposals }()
+		err := h.eng.DeleteContainer(id, false)
+		if err != nil && !errors.Is(err, engine.ErrNotFound) {
+			h.log.Warn("deleting an extra replica", "container", c.Container, "err", err)
+			return
+		}
+		h.log.Info("extra replica deleted", "container", c.Container)
+	}()
 }
 
 func (h *heartbeater) savePipelines() error {

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/wal"
 )
 
 // fakeMeta is an in-memory meta service: it assigns node IDs by UUID and,
@@ -22,10 +24,13 @@ type fakeMeta struct {
 	reports map[uint64]*metaapi.Heartbeat
 	down    bool // answer every heartbeat with ErrUnavailable
 	silent  bool // no commands
+	// send: commands for a node, sent in its next heartbeat response
+	send map[uint64][]metaapi.Command
 }
 
 func newFakeMeta() *fakeMeta {
-	return &fakeMeta{ids: map[string]uint64{}, addrs: map[uint64]string{}, reports: map[uint64]*metaapi.Heartbeat{}}
+	return &fakeMeta{ids: map[string]uint64{}, addrs: map[uint64]string{}, reports: map[uint64]*metaapi.Heartbeat{},
+		send: map[uint64][]metaapi.Command{}}
 }
 
 func (f *fakeMeta) Heartbeat(_ context.Context, hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, error) {
@@ -45,6 +50,7 @@ func (f *fakeMeta) Heartbeat(_ context.Context, hb *metaapi.Heartbeat) (*metaapi
 	f.addrs[id] = hb.Addr
 	f.reports[id] = hb
 	resp := &metaapi.HeartbeatResponse{NodeID: id}
+	resp.Commands, f.send[id] = f.send[id], nil
 	if f.silent || len(f.addrs) < 3 || hb.NodeID == 0 {
 		return resp, nil
 	}
@@ -52,6 +58,9 @@ func (f *fakeMeta) Heartbeat(_ context.Context, hb *metaapi.Heartbeat) (*metaapi
 		if p.ID == 5 {
 			return resp, nil
 		}
+	}
+	if len(resp.Commands) > 0 {
+		return resp, nil
 	}
 	pl := &metaapi.Pipeline{ID: 5}
 	for i := uint64(1); i <= 3; i++ {
@@ -159,4 +168,82 @@ func TestDatanodesJoinPipelinesFromTheMetaService(t *testing.T) {
 		r := f.reports[id.NodeID]
 		return r != nil && r.NodeID == id.NodeID && len(r.Pipelines) == 1 && r.Pipelines[0].LeaderID != 0
 	})
+}
+
+// reported returns the state node id's last report gives container cid
+// ("" when it lacks it).
+func (f *fakeMeta) reported(id, cid uint64) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r := f.reports[id]; r != nil {
+		for _, c := range r.Containers {
+			if c.ID == cid {
+				return c.State
+			}
+		}
+	}
+	return ""
+}
+
+// TestDeleteContainerCommand: delete_container deletes a CLOSED replica
+// of a pipeline the node does not serve, and only that: a replica of a
+// pipeline it serves and an OPEN one stay, and a repeat (or a container
+// never held) is harmless.
+func TestDeleteContainerCommand(t *testing.T) {
+	f := newFakeMeta()
+	dir := t.TempDir()
+	// Node 0's disk holds containers 7 and 9 CLOSED and 8 OPEN (and the
+	// log a node holding containers has).
+	wl, err := wal.Open(wal.Config{Dir: filepath.Join(dir, "log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl.Close()
+	e, err := engine.Open(engine.Config{DataDirs: []string{filepath.Join(dir, "data")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cid := range []engine.ContainerID{7, 8, 9} {
+		if err := e.CreateContainer(cid); err != nil {
+			t.Fatal(err)
+		}
+		if cid != 8 {
+			if err := e.CloseContainer(cid); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	e.Close()
+	nodes := []*runningNode{runNode(t, f, dir, "127.0.0.1:0"), runNode(t, f, t.TempDir(), "127.0.0.1:0"), runNode(t, f, t.TempDir(), "127.0.0.1:0")}
+	defer func() {
+		for _, n := range nodes {
+			n.stop(t)
+		}
+	}()
+	waitFor(t, "3 nodes reporting pipeline 5 with a leader", func() bool { return f.withLeader() == 3 })
+	id, err := loadIdentity(filepath.Join(dir, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	me := id.NodeID
+	for cid, want := range map[uint64]string{7: metaapi.ContainerClosed, 8: metaapi.ContainerOpen, 9: metaapi.ContainerClosed} {
+		if got := f.reported(me, cid); got != want {
+			t.Fatalf("container %d reported %q, want %q", cid, got, want)
+		}
+	}
+	del := func(cid, pipeline uint64) metaapi.Command {
+		return metaapi.Command{Kind: metaapi.CmdDeleteContainer, Container: cid, Pipeline: &metaapi.Pipeline{ID: pipeline}}
+	}
+	f.mu.Lock()
+	f.send[me] = []metaapi.Command{del(9, 5), del(8, 99), del(7, 99), del(7, 99), del(42, 99)}
+	f.mu.Unlock()
+	waitFor(t, "container 7 gone from the reports", func() bool { return f.reported(me, 7) == "" })
+	// The commands ran in order in one heartbeat: once 7 is gone, 9 and 8
+	// were refused already.
+	if got := f.reported(me, 9); got != metaapi.ContainerClosed {
+		t.Fatalf("container 9 of pipeline 5, which the node serves: reported %q, want it kept CLOSED", got)
+	}
+	if got := f.reported(me, 8); got != metaapi.ContainerOpen {
+		t.Fatalf("OPEN container 8: reported %q, want it kept", got)
+	}
 }

@@ -241,6 +241,7 @@ func (s *Service) commandsFor(n *node, now time.Time) []metaapi.Command {
 		}
 	}
 	cmds = s.replicateCommands(cmds, id, now)
+	cmds = s.trimCommands(cmds, id, now)
 	cmds = s.deleteCommands(cmds, id, now)
 	// Leave the CLOSED pipelines it still serves, once none of their
 	// containers is OPEN on a live replica (or after LeaveTimeout).

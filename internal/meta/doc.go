@@ -101,10 +101,24 @@
 // response can carry the next copy. The state (copies in flight,
 // attempts, recent failures, totals) is memory only: after a restart the
 // reports say again which replicas exist, and a copy a target finishes
-// meanwhile simply shows up as a replica. Over-replication (a DEAD node
-// that comes back with its replicas) is left alone for now (future work:
-// delete the extra replicas). Progress: GET /v1/replication, the
-// spindle_meta_replication_* metrics, `spindle admin replication`.
+// meanwhile simply shows up as a replica. Progress: GET /v1/replication,
+// the spindle_meta_replication_* metrics, `spindle admin replication`.
+//
+// Over-replication (a DEAD node that comes back with its replicas after
+// they were copied) is trimmed at the same Tick, one replica per
+// container at a time, at most MaxTrims in flight: a CLOSED container
+// with more healthy replicas than ReplicationFactor, no copy and no
+// deletion of it in flight, no pipeline member undecided and every holder
+// HEALTHY (a STALE report may be stale) loses the replica of the fullest
+// node (then the highest ID) among those whose reports do not list the
+// container's pipeline — a node serving it keeps its replica, whatever
+// the count, since its raft group may still write to it. The node gets
+// delete_container once (in its next heartbeat response); the deletion is
+// done when a later report lacks the container, dropped when the node is
+// DEAD, and decided again after CopyStartTimeout without it. The count
+// never goes below ReplicationFactor by a deletion of ours: a replica
+// being deleted still counts until its node's report drops it, and only
+// one is deleted per container at a time.
 //
 // # Safe mode
 //

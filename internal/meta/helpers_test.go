@@ -90,7 +90,9 @@ type fakeDN struct {
 	deleted   []metaapi.BlockRef // to acknowledge
 	got       []metaapi.Command  // every command received
 	noAck     bool
-	noClose   bool // ignore close_container
+	noClose   bool   // ignore close_container
+	noTrim    bool   // ignore delete_container
+	used      uint64 // reported Used (Capacity: 1 TB)
 	// copy is what it does with replicate_container (default: copy at
 	// once from the first source holding the container CLOSED).
 	copy     copyMode
@@ -136,7 +138,10 @@ func (c *cluster) node(id uint64) *fakeDN {
 
 func (n *fakeDN) report() *metaapi.Heartbeat {
 	hb := &metaapi.Heartbeat{UUID: n.uuid, NodeID: n.id, Addr: n.addr, DeletedBlocks: n.deleted, CopyFailures: n.failures,
-		Copying: slices.Sorted(maps.Keys(n.copying))}
+		Copying: slices.Sorted(maps.Keys(n.copying)), Used: n.used}
+	if n.used > 0 {
+		hb.Capacity = 1e12
+	}
 	for _, id := range slices.Sorted(maps.Keys(n.conts)) {
 		hb.Containers = append(hb.Containers, *n.conts[id])
 	}
@@ -174,6 +179,15 @@ func (n *fakeDN) beat() []metaapi.Command {
 			}
 		case metaapi.CmdReplicateContainer:
 			n.replicate(cmd)
+		case metaapi.CmdDeleteContainer:
+			// as a datanode: never a replica of a pipeline it serves
+			if _, serves := n.pipelines[cmd.Pipeline.ID]; serves {
+				n.c.t.Errorf("node %d told to delete container %d of pipeline %d, which it serves", n.id, cmd.Container, cmd.Pipeline.ID)
+				continue
+			}
+			if !n.noTrim {
+				delete(n.conts, cmd.Container)
+			}
 		case metaapi.CmdDeleteBlocks:
 			if n.noAck {
 				continue

@@ -74,9 +74,11 @@ var (
 	descInflight    = prometheus.NewDesc("spindle_meta_replication_inflight", "Container copies in flight.", nil, nil)
 	descCopiedBytes = prometheus.NewDesc("spindle_meta_replication_copied_bytes_total", "Bytes of the container copies completed.", nil, nil)
 	descCopied      = prometheus.NewDesc("spindle_meta_replication_copied_containers_total", "Container copies completed.", nil, nil)
+	descOver        = prometheus.NewDesc("spindle_meta_replication_over_replicated_containers", "CLOSED containers with more healthy replicas than wanted.", nil, nil)
+	descTrimmed     = prometheus.NewDesc("spindle_meta_replication_trimmed_replicas_total", "Extra replicas deleted (over-replication).", nil, nil)
 	descCopyFailed  = prometheus.NewDesc("spindle_meta_replication_failed_copies_total", "Container copies failed, lost or timed out (each scheduled again).", nil, nil)
 	stateCollectors = []*prometheus.Desc{descNodes, descPipelines, descContainers, descBuckets, descKeys, descKeyBytes, descAllocs, descDeletes,
-		descSafeMode, descUnder, descUnrecov, descPending, descInflight, descCopiedBytes, descCopied, descCopyFailed}
+		descSafeMode, descUnder, descUnrecov, descPending, descInflight, descCopiedBytes, descCopied, descCopyFailed, descOver, descTrimmed}
 )
 
 // stateCollector reads the gauges from the service's state at scrape time.
@@ -135,7 +137,8 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if s.repl.safeMode {
 		safe = 1
 	}
-	under, unrecoverable, pending := s.underReplicated(s.replicaIndex(now))
+	idx := s.replicaIndex(now)
+	under, unrecoverable, pending := s.underReplicated(idx)
 	ch <- prometheus.MustNewConstMetric(descSafeMode, prometheus.GaugeValue, safe)
 	ch <- prometheus.MustNewConstMetric(descUnder, prometheus.GaugeValue, float64(under))
 	ch <- prometheus.MustNewConstMetric(descUnrecov, prometheus.GaugeValue, float64(unrecoverable))
@@ -144,4 +147,6 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descCopiedBytes, prometheus.CounterValue, float64(s.repl.copiedBytes))
 	ch <- prometheus.MustNewConstMetric(descCopied, prometheus.CounterValue, float64(s.repl.copiedContainers))
 	ch <- prometheus.MustNewConstMetric(descCopyFailed, prometheus.CounterValue, float64(s.repl.failedCopies))
+	ch <- prometheus.MustNewConstMetric(descOver, prometheus.GaugeValue, float64(len(s.overReplicated(idx))))
+	ch <- prometheus.MustNewConstMetric(descTrimmed, prometheus.CounterValue, float64(s.repl.trimmed))
 }

@@ -46,7 +46,21 @@ const (
 	// copyStartSlack is added to three heartbeat intervals for the
 	// default CopyStartTimeout.
 	copyStartSlack = 10 * time.Second
+	// MaxTrims bounds the replica deletions (over-replication) in flight
+	// in the cluster.
+	MaxTrims = 64
 )
+
+// trimTask is one extra replica's deletion in flight (at most one per
+// container): decided at a Tick, sent once in node's next heartbeat
+// response, done when a later report of node lacks the container, dropped
+// (and decided again) when node is DEAD or CopyStartTimeout passed since
+// the decision or the delivery without it.
+type trimTask struct {
+	container, node uint64
+	decided         time.Time
+	delivered       time.Time // zero until sent
+}
 
 // copyTask is one container copy in flight (at most one per container).
 type copyTask struct {
@@ -83,11 +97,14 @@ type replication struct {
 	// firstDelivered: the first replicate_container sent to a target (a
 	// copy starts then; the time between is the wait for a heartbeat).
 	firstDelivered time.Time
+
+	trims   map[uint64]*trimTask // container → its extra replica's deletion
+	trimmed uint64               // deletions done since the start
 }
 
 func newReplication(cfg *Config) replication {
 	return replication{safeMode: !cfg.DisableSafeMode, tasks: map[uint64]*copyTask{},
-		attempts: map[uint64]int{}, failed: map[sourceFailure]time.Time{}}
+		attempts: map[uint64]int{}, failed: map[sourceFailure]time.Time{}, trims: map[uint64]*trimTask{}}
 }
 
 // healthyReplica: node id has heartbeated since the start, is not DEAD,
@@ -202,6 +219,106 @@ func (s *Service) replicate(now time.Time) {
 		}
 	}
 	s.scheduleCopies(idx, now)
+	s.settleTrims(now)
+	s.scheduleTrims(idx, now)
+}
+
+// overReplicated lists, in ID order, the CLOSED containers with more
+// healthy replicas than wanted.
+func (s *Service) overReplicated(idx map[uint64][]uint64) []uint64 {
+	var over []uint64
+	for cid, c := range s.containers {
+		if c.rec.State == containerClosed && len(idx[cid]) > s.cfg.ReplicationFactor {
+			over = append(over, cid)
+		}
+	}
+	slices.Sort(over)
+	return over
+}
+
+// scheduleTrims decides the deletion of one extra replica of each
+// over-replicated CLOSED container, within MaxTrims, when it is safe to
+// count: no copy of it in flight, no deletion of it in flight, no member
+// of its pipeline undecided, and every holder HEALTHY (a STALE holder's
+// report may be old). The replica deleted is one on a node whose reports
+// do not list the container's pipeline (no raft group there writes to
+// it): the one on the node using the most bytes, then the highest ID.
+// A container with no such replica keeps its extra one. After the
+// deletion the container still has ReplicationFactor healthy replicas.
+func (s *Service) scheduleTrims(idx map[uint64][]uint64, now time.Time) {
+	for _, cid := range s.overReplicated(idx) {
+		if len(s.repl.trims) >= MaxTrims {
+			return
+		}
+		c := s.containers[cid]
+		if s.repl.tasks[cid] != nil || s.repl.trims[cid] != nil || s.undecided(c, now) {
+			continue
+		}
+		holders := idx[cid]
+		var victim uint64
+		for _, id := range holders {
+			n := s.nodes[id]
+			if s.healthOf(n, now) != metaapi.HealthHealthy {
+				victim = 0
+				break
+			}
+			if s.reports(id, c.rec.Pipeline) {
+				continue
+			}
+			if victim == 0 || n.used > s.nodes[victim].used || (n.used == s.nodes[victim].used && id > victim) {
+				victim = id
+			}
+		}
+		if victim == 0 {
+			continue
+		}
+		s.repl.trims[cid] = &trimTask{container: cid, node: victim, decided: now}
+		s.log.Info("extra replica to delete", "container", cid, "node", victim, "replicas", holders, "wanted", s.cfg.ReplicationFactor)
+	}
+}
+
+// settleTrims ends the deletions whose node's report lacks the container
+// (done), whose node is DEAD, or that timed out (decided again later).
+func (s *Service) settleTrims(now time.Time) {
+	for _, cid := range slices.Sorted(maps.Keys(s.repl.trims)) {
+		t := s.repl.trims[cid]
+		n := s.nodes[t.node]
+		_, holds := n.containers[cid]
+		since := t.decided
+		if !t.delivered.IsZero() {
+			since = t.delivered
+		}
+		switch {
+		case !holds && !t.delivered.IsZero():
+			delete(s.repl.trims, cid)
+			s.repl.trimmed++
+			s.log.Info("extra replica deleted", "container", cid, "node", t.node)
+		case s.healthOf(n, now) == metaapi.HealthDead:
+			delete(s.repl.trims, cid)
+		case now.Sub(since) >= s.cfg.CopyStartTimeout:
+			delete(s.repl.trims, cid)
+			s.log.Warn("extra replica not deleted in time; deciding again", "container", cid, "node", t.node,
+				"waited", now.Sub(since).Round(time.Millisecond))
+		}
+	}
+}
+
+// trimCommands appends a delete_container for each deletion decided for
+// node id and not sent yet.
+func (s *Service) trimCommands(cmds []metaapi.Command, id uint64, now time.Time) []metaapi.Command {
+	for _, cid := range slices.Sorted(maps.Keys(s.repl.trims)) {
+		t := s.repl.trims[cid]
+		if t.node != id || !t.delivered.IsZero() || len(cmds) >= MaxCommandsPerHeartbeat {
+			continue
+		}
+		cmd := metaapi.Command{Kind: metaapi.CmdDeleteContainer, Container: cid}
+		if p := s.pipelines[s.containers[cid].rec.Pipeline]; p != nil {
+			cmd.Pipeline = s.pipelineView(p, now)
+		}
+		t.delivered = now
+		cmds = append(cmds, cmd)
+	}
+	return cmds
 }
 
 // settleCopies ends the copies in flight that completed, whose target is
@@ -487,6 +604,7 @@ func (s *Service) replicationStatus(now time.Time) *metaapi.ReplicationStatus {
 		}
 	}
 	st.UnderReplicated, st.Unrecoverable, st.PendingBytes = s.underReplicated(idx)
+	st.OverReplicated, st.Trimming, st.TrimmedReplicas = len(s.overReplicated(idx)), len(s.repl.trims), s.repl.trimmed
 	for _, cid := range slices.Sorted(maps.Keys(s.repl.tasks)) {
 		t := s.repl.tasks[cid]
 		st.Inflight = append(st.Inflight, metaapi.CopyTask{Container: cid, Source: t.source, Target: t.target,

@@ -564,3 +564,146 @@ func TestHeartbeatAddressUpdated(t *testing.T) {
 		t.Fatalf("nodes after a restart: %+v, want the reported address", ns)
 	}
 }
+
+// deleteCmds lists the delete_container commands n received, as
+// "container" strings, in order.
+func deleteCmds(n *fakeDN) []uint64 {
+	var cids []uint64
+	for _, cmd := range n.got {
+		if cmd.Kind == metaapi.CmdDeleteContainer {
+			cids = append(cids, cmd.Container)
+		}
+	}
+	return cids
+}
+
+// holders lists the nodes of c whose reports hold container cid.
+func (c *cluster) holders(cid uint64) []uint64 {
+	var ids []uint64
+	for _, n := range c.nodes {
+		if n.conts[cid] != nil {
+			ids = append(ids, n.id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// A DEAD node's containers are copied; when it comes back with its
+// replicas, each container has one too many, and one replica of each is
+// deleted — on a node that does not serve the container's pipeline —
+// leaving exactly the replication factor.
+func TestOverReplicationTrimmedAfterADeadNodeReturns(t *testing.T) {
+	c, cids := replCluster(t, 4, 2, nil)
+	n3 := c.node(3)
+	c.kill(n3)
+	c.settle(c.except(n3)...)
+	for _, cid := range cids {
+		if got := c.holders(cid); !slices.Equal(got, []uint64{1, 2, 3, 4}) {
+			t.Fatalf("container %d held by %v after the copies, want [1 2 3 4] (node 3 DEAD but keeping its replica)", cid, got)
+		}
+	}
+	if st := c.repl(); st.CopiedContainers != 2 || st.OverReplicated != 0 {
+		t.Fatalf("status %+v: want 2 copies, nothing over-replicated while node 3 is DEAD", st)
+	}
+	// Node 3 comes back: 4 healthy replicas each. Node 2 is the fullest
+	// node, and serves no pipeline any more (closed with node 3's death):
+	// its replicas go.
+	c.node(2).used = 5e9
+	n3.beat()
+	if st := c.repl(); st.OverReplicated != 2 {
+		t.Fatalf("status %+v: want 2 containers over-replicated", st)
+	}
+	for range 3 {
+		c.round(c.nodes...) // decided, sent and carried out, reported
+	}
+	for _, cid := range cids {
+		if got := c.holders(cid); len(got) != 3 {
+			t.Fatalf("container %d held by %v after trimming, want 3 replicas; %+v; health %v", cid, got, c.repl(), c.health())
+		}
+	}
+	st := c.repl()
+	if st.OverReplicated != 0 || st.Trimming != 0 || st.TrimmedReplicas != 2 || st.UnderReplicated != 0 {
+		t.Fatalf("status %+v: want 2 replicas trimmed, none over- or under-replicated", st)
+	}
+	for _, n := range c.nodes {
+		if got, want := deleteCmds(n), []uint64(nil); n.id == 2 && !slices.Equal(got, cids) || n.id != 2 && !slices.Equal(got, want) {
+			t.Fatalf("node %d told to delete %v; want node 2 told to delete %v, the others nothing", n.id, got, cids)
+		}
+	}
+}
+
+// Only a replica on a node that does not serve the container's pipeline
+// is deleted (a member of an OPEN pipeline keeps its replica whatever the
+// count); none is deleted while a holder is STALE or while the meta
+// service is in safe mode; a node that does not carry out the deletion is
+// told again after CopyStartTimeout.
+func TestOverReplicationTrimRules(t *testing.T) {
+	c, cids := replCluster(t, 4, 1, nil)
+	cid := cids[0]
+	n2, n4 := c.node(2), c.node(4)
+	// Node 2's replica turns UNHEALTHY: copied to node 4 (not a member).
+	n2.conts[cid].State = metaapi.ContainerUnhealthy
+	for range 3 {
+		c.round(c.nodes...) // scheduled, sent and copied, reported
+	}
+	if got := c.holders(cid); !slices.Equal(got, []uint64{1, 2, 3, 4}) || c.repl().CopiedContainers != 1 {
+		t.Fatalf("holders %v, status %+v: want the copy on node 4", got, c.repl())
+	}
+	// Node 2's replica is CLOSED again: 4 healthy replicas, three of them
+	// on members of the OPEN pipeline (node 3 the fullest, node 4 the
+	// emptiest: the fullest not serving the pipeline is node 4). But node
+	// 4 is STALE: nothing yet.
+	n2.conts[cid].State = metaapi.ContainerClosed
+	c.node(3).used, n4.used = 9e9, 1e9
+	c.clk.Advance(c.s.cfg.StaleAfter)
+	c.round(c.except(n4)...)
+	c.round(c.except(n4)...)
+	if st := c.repl(); st.OverReplicated != 1 || st.Trimming != 0 || len(deleteCmds(n4)) != 0 {
+		t.Fatalf("status %+v, deletes to node 4 %v: want none decided while node 4 is STALE", st, deleteCmds(n4))
+	}
+	// Node 4 ignores the first delete_container.
+	n4.noTrim = true
+	c.round(c.nodes...) // node 4 HEALTHY again; decided at the tick
+	c.round(c.nodes...) // sent
+	if got := deleteCmds(n4); !slices.Equal(got, []uint64{cid}) {
+		t.Fatalf("deletes to node 4: %v, want [%d]", got, cid)
+	}
+	c.round(c.nodes...)
+	if got := deleteCmds(n4); len(got) != 1 || c.repl().Trimming != 1 {
+		t.Fatalf("deletes to node 4: %v, status %+v: want the deletion pending, not sent again yet", got, c.repl())
+	}
+	n4.noTrim = false
+	c.clk.Advance(c.s.cfg.CopyStartTimeout)
+	for range 4 {
+		c.round(c.nodes...) // timed out, decided again, sent, reported
+	}
+	if got := c.holders(cid); !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Fatalf("holders %v, want [1 2 3]: only node 4 does not serve the pipeline", got)
+	}
+	if st := c.repl(); st.TrimmedReplicas != 1 || st.OverReplicated != 0 || len(deleteCmds(n4)) != 2 {
+		t.Fatalf("status %+v, deletes to node 4 %v: want the deletion sent again and done", st, deleteCmds(n4))
+	}
+	for _, n := range c.except(n4) {
+		if got := deleteCmds(n); len(got) != 0 {
+			t.Fatalf("node %d (a member of the OPEN pipeline) told to delete %v", n.id, got)
+		}
+	}
+
+	// Safe mode: 4 replicas again, the service restarted in safe mode
+	// (which the 4 reports end): nothing is deleted before it ends.
+	n4.conts[cid] = &metaapi.ContainerReport{ID: cid, State: metaapi.ContainerClosed, UsedBytes: replBlockBytes, Blocks: 1}
+	c.restart(func(cfg *Config) { cfg.SafeModeMinNodes = 5 })
+	c.round(c.nodes...)
+	c.round(c.nodes...)
+	if st := c.repl(); !st.SafeMode || st.Trimming != 0 || len(deleteCmds(n4)) != 2 {
+		t.Fatalf("status %+v: want safe mode on (5 nodes wanted) and no deletion decided", st)
+	}
+	mustNo(t, ignore(c.s.ExitSafeMode()))
+	for range 3 {
+		c.round(c.nodes...)
+	}
+	if got := c.holders(cid); !slices.Equal(got, []uint64{1, 2, 3}) || c.repl().TrimmedReplicas != 1 {
+		t.Fatalf("holders %v, status %+v: want node 4's replica deleted after safe mode", got, c.repl())
+	}
+}

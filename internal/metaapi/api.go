@@ -338,6 +338,14 @@ const (
 	// Heartbeat.Copying while it runs and reports a failure in
 	// Heartbeat.CopyFailures.
 	CmdReplicateContainer = "replicate_container"
+	// CmdDeleteContainer: the node deletes its CLOSED replica of Container,
+	// one replica too many (the meta service counted more healthy replicas
+	// than the replication factor). Sent only to a node whose reports do
+	// not list the container's pipeline (Pipeline): no raft group there
+	// still writes to it. The node refuses it for a pipeline it serves, or
+	// a replica that is not CLOSED, or one being exported; a replica
+	// already gone is fine. Its next reports lack the container.
+	CmdDeleteContainer = "delete_container"
 )
 
 // Command is one instruction to a datanode.
@@ -507,6 +515,12 @@ type ReplicationStatus struct {
 	LastCompleted  time.Time `json:"last_completed,omitzero"`
 	// RateBytesPerS: CopiedBytes / (LastCompleted - FirstScheduled).
 	RateBytesPerS float64 `json:"rate_bytes_per_s"`
+	// OverReplicated: CLOSED containers with more healthy replicas than
+	// wanted; Trimming: replica deletions sent and not yet seen done;
+	// TrimmedReplicas: those done since the start.
+	OverReplicated  int    `json:"over_replicated"`
+	Trimming        int    `json:"trimming"`
+	TrimmedReplicas uint64 `json:"trimmed_replicas"`
 	// Limits are the replication manager's settings in force.
 	Limits ReplicationLimits `json:"limits"`
 }

@@ -256,7 +256,7 @@ func TestRereplicationAfterLosingADatanode(t *testing.T) {
 			return false, err
 		}
 		final = st
-		return !st.SafeMode && st.UnderReplicated == 0 && len(st.Inflight) == 0, nil
+		return !st.SafeMode && st.UnderReplicated == 0 && len(st.Inflight) == 0 && st.OverReplicated == 0 && st.Trimming == 0, nil
 	})
 	if final.CopiedContainers == 0 {
 		t.Fatalf("status %+v: no copy done", final)
@@ -278,11 +278,8 @@ func TestRereplicationAfterLosingADatanode(t *testing.T) {
 	copiedTo := map[uint64]map[uint64]bool{} // node → containers it got by copy
 	copies := 0
 	for _, c := range cs {
-		if len(c.Replicas) < 3 {
-			t.Fatalf("container %d has replicas %v, want 3", c.ID, c.Replicas)
-		}
-		if len(c.Replicas) > 3 {
-			t.Logf("container %d (pipeline %d %v) has replicas %v", c.ID, c.Pipeline, members[c.Pipeline], c.Replicas)
+		if len(c.Replicas) != 3 {
+			t.Fatalf("container %d (pipeline %d %v) has replicas %v, want 3", c.ID, c.Pipeline, members[c.Pipeline], c.Replicas)
 		}
 		if slices.Contains(c.Replicas, rrDatanodes) {
 			t.Fatalf("container %d still lists the lost node %d", c.ID, rrDatanodes)
@@ -354,5 +351,67 @@ func TestRereplicationAfterLosingADatanode(t *testing.T) {
 	if read == 0 {
 		t.Fatal("no block read from the new replicas")
 	}
-	t.Logf("%d containers copied (%d failed copies) to nodes %v; %d blocks read back from their new replicas alone", final.CopiedContainers, final.FailedCopies, slices.Collect(maps.Keys(copiedTo)), read)
+	t.Logf("%d containers copied (%d failed copies, %d extra replicas deleted) to nodes %v; %d blocks read back from their new replicas alone",
+		final.CopiedContainers, final.FailedCopies, final.TrimmedReplicas, slices.Collect(maps.Keys(copiedTo)), read)
+
+	// 5. A datanode stops until it is DEAD: its containers are copied
+	// elsewhere. It comes back with its replicas: the extra ones are
+	// deleted, every container has exactly 3 again, every key reads back.
+	idx := idxByNode()
+	gone := cs[0].Replicas[0]
+	if idx[gone] == 0 {
+		t.Fatalf("node %d (a replica of container %d) is not a running datanode", gone, cs[0].ID)
+	}
+	held := 0
+	for _, c := range cs {
+		if slices.Contains(c.Replicas, gone) {
+			held++
+		}
+	}
+	if err := cl.Kill(idx[gone]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, fmt.Sprintf("node %d DEAD and its %d containers copied", gone, held), func() (bool, error) {
+		nodes, err := mc.Nodes(ctx)
+		if err != nil {
+			return false, err
+		}
+		dead := false
+		for _, n := range nodes {
+			dead = dead || n.NodeID == gone && n.Health == metaapi.HealthDead
+		}
+		st, err := mc.Replication(ctx)
+		return dead && st.UnderReplicated == 0 && len(st.Inflight) == 0 && st.CopiedContainers >= final.CopiedContainers+uint64(held), err
+	})
+	if err := cl.Restart(ctx, idx[gone]); err != nil {
+		t.Fatal(err)
+	}
+	var trimmed *metaapi.ReplicationStatus
+	waitFor(t, ctx, fmt.Sprintf("node %d back and the extra replicas deleted", gone), func() (bool, error) {
+		st, err := mc.Replication(ctx)
+		trimmed = st
+		return err == nil && st.TrimmedReplicas >= final.TrimmedReplicas+uint64(held) && st.OverReplicated == 0 && st.Trimming == 0 &&
+			st.UnderReplicated == 0, err
+	})
+	if cs, err = mc.Containers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if len(c.Replicas) != 3 {
+			t.Fatalf("container %d has replicas %v after node %d came back, want 3", c.ID, c.Replicas, gone)
+		}
+	}
+	for k, ki := range keys {
+		var buf bytes.Buffer
+		if err := kc.ReadKey(ctx, ki, 0, int64(ki.Size), &buf, keyclient.GetOptions{}); err != nil {
+			t.Fatalf("key %d after trimming: %v", k, err)
+		}
+		want := make([]byte, ki.Size)
+		gen.Content(rrSeed, k, 0, want)
+		if !bytes.Equal(buf.Bytes(), want) {
+			t.Fatalf("key %d after trimming: bytes differ", k)
+		}
+	}
+	t.Logf("node %d (%d containers) DEAD, copied, back: %d extra replicas deleted; every key reads back", gone, held,
+		trimmed.TrimmedReplicas-final.TrimmedReplicas)
 }
