@@ -317,9 +317,10 @@ func (h *heartbeater) local(c metaapi.Command) {
 }
 
 // deleteReplica deletes this node's replica of c.Container, one too many
-// (metaapi.CmdDeleteContainer), in the background and bounded like the
-// proposals. It refuses a container of a pipeline this node serves (its
-// raft group may still write to it) and one not CLOSED here; the engine
+// or UNHEALTHY (metaapi.CmdDeleteContainer), in the background and bounded
+// like the proposals. It refuses a container of a pipeline this node
+// serves (its raft group may still write to it) and one neither CLOSED
+// nor UNHEALTHY here (OPEN, CLOSING, DELETING); the engine
 // refuses one being exported. A replica already gone is fine. The next
 // heartbeat's report lacks the container.
 func (h *heartbeater) deleteReplica(c metaapi.Command) {
@@ -336,8 +337,8 @@ func (h *heartbeater) deleteReplica(c metaapi.Command) {
 	if errors.Is(err, engine.ErrNotFound) {
 		return
 	}
-	if err != nil || info.State != engine.StateClosed {
-		h.log.Warn("not deleting a replica that is not CLOSED", "container", c.Container, "state", info.State, "err", err)
+	if err != nil || (info.State != engine.StateClosed && info.State != engine.StateUnhealthy) {
+		h.log.Warn("not deleting a replica that is neither CLOSED nor UNHEALTHY", "container", c.Container, "state", info.State, "err", err)
 		return
 	}
 	select {

@@ -118,7 +118,9 @@
 // DEAD, and decided again after CopyStartTimeout without it. The count
 // never goes below ReplicationFactor by a deletion of ours: a replica
 // being deleted still counts until its node's report drops it, and only
-// one is deleted per container at a time.
+// one is deleted per container at a time. An UNHEALTHY replica goes the
+// same way once its container has ReplicationFactor healthy replicas, all
+// HEALTHY, when its node is HEALTHY and does not serve the pipeline.
 //
 // # Safe mode
 //

@@ -255,13 +255,12 @@ func (s *Service) scheduleTrims(idx map[uint64][]uint64, now time.Time) {
 			continue
 		}
 		holders := idx[cid]
+		if !s.allHealthy(holders, now) {
+			continue
+		}
 		var victim uint64
 		for _, id := range holders {
 			n := s.nodes[id]
-			if s.healthOf(n, now) != metaapi.HealthHealthy {
-				victim = 0
-				break
-			}
 			if s.reports(id, c.rec.Pipeline) {
 				continue
 			}
@@ -275,6 +274,50 @@ func (s *Service) scheduleTrims(idx map[uint64][]uint64, now time.Time) {
 		s.repl.trims[cid] = &trimTask{container: cid, node: victim, decided: now}
 		s.log.Info("extra replica to delete", "container", cid, "node", victim, "replicas", holders, "wanted", s.cfg.ReplicationFactor)
 	}
+	// UNHEALTHY replicas of containers back to ReplicationFactor healthy
+	// replicas (all of them HEALTHY) go too, by the same rules: on a
+	// HEALTHY node not serving the container's pipeline, one deletion per
+	// container at a time.
+	type replica struct{ container, node uint64 }
+	var unhealthy []replica
+	for _, id := range s.sortedNodes() {
+		n := s.nodes[id]
+		if !n.seen || s.healthOf(n, now) != metaapi.HealthHealthy {
+			continue
+		}
+		for cid, r := range n.containers {
+			if r.State == metaapi.ContainerUnhealthy {
+				unhealthy = append(unhealthy, replica{cid, id})
+			}
+		}
+	}
+	slices.SortFunc(unhealthy, func(a, b replica) int {
+		return cmp.Or(cmp.Compare(a.container, b.container), cmp.Compare(a.node, b.node))
+	})
+	for _, u := range unhealthy {
+		if len(s.repl.trims) >= MaxTrims {
+			return
+		}
+		c := s.containers[u.container]
+		if c == nil || c.rec.State != containerClosed || len(idx[u.container]) < s.cfg.ReplicationFactor ||
+			s.repl.tasks[u.container] != nil || s.repl.trims[u.container] != nil || s.undecided(c, now) ||
+			!s.allHealthy(idx[u.container], now) || s.reports(u.node, c.rec.Pipeline) {
+			continue
+		}
+		s.repl.trims[u.container] = &trimTask{container: u.container, node: u.node, decided: now}
+		s.log.Info("UNHEALTHY replica to delete", "container", u.container, "node", u.node, "healthy replicas", idx[u.container])
+	}
+}
+
+// allHealthy says whether every node of ids is HEALTHY (reported within
+// StaleAfter).
+func (s *Service) allHealthy(ids []uint64, now time.Time) bool {
+	for _, id := range ids {
+		if s.healthOf(s.nodes[id], now) != metaapi.HealthHealthy {
+			return false
+		}
+	}
+	return true
 }
 
 // settleTrims ends the deletions whose node's report lacks the container

@@ -707,3 +707,39 @@ func TestOverReplicationTrimRules(t *testing.T) {
 		t.Fatalf("holders %v, status %+v: want node 4's replica deleted after safe mode", got, c.repl())
 	}
 }
+
+// An UNHEALTHY replica is deleted once the container has its healthy
+// replicas again, on a node that does not serve the container's pipeline;
+// a member serving it keeps its UNHEALTHY replica.
+func TestUnhealthyReplicaDeletedOnceReplaced(t *testing.T) {
+	c, cids := replCluster(t, 5, 1, nil)
+	cid := cids[0]
+	n2, n4, n5 := c.node(2), c.node(4), c.node(5)
+	n2.conts[cid].State = metaapi.ContainerUnhealthy
+	for range 3 {
+		c.round(c.nodes...)
+	}
+	if got := c.holders(cid); !slices.Equal(got, []uint64{1, 2, 3, 4}) {
+		t.Fatalf("holders %v: want the copy on node 4", got)
+	}
+	// The copy on node 4 turns UNHEALTHY too: copied to node 5; node 4's
+	// replica is deleted only once node 5 has its copy.
+	n4.conts[cid].State = metaapi.ContainerUnhealthy
+	n5.copy = copyHold
+	for range 3 {
+		c.round(c.nodes...)
+	}
+	if len(deleteCmds(n4)) != 0 || c.repl().UnderReplicated != 1 {
+		t.Fatalf("deletes to node 4 %v, status %+v: want none while the container is under-replicated", deleteCmds(n4), c.repl())
+	}
+	n5.finishCopies()
+	for range 3 {
+		c.round(c.nodes...)
+	}
+	if got := c.holders(cid); !slices.Equal(got, []uint64{1, 2, 3, 5}) {
+		t.Fatalf("holders %v: want node 4's UNHEALTHY replica deleted, node 2's kept (it serves the pipeline)", got)
+	}
+	if st := c.repl(); st.TrimmedReplicas != 1 || st.UnderReplicated != 0 || st.Trimming != 0 || len(deleteCmds(n2)) != 0 {
+		t.Fatalf("status %+v, deletes to node 2 %v", st, deleteCmds(n2))
+	}
+}

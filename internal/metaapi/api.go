@@ -338,13 +338,14 @@ const (
 	// Heartbeat.Copying while it runs and reports a failure in
 	// Heartbeat.CopyFailures.
 	CmdReplicateContainer = "replicate_container"
-	// CmdDeleteContainer: the node deletes its CLOSED replica of Container,
-	// one replica too many (the meta service counted more healthy replicas
-	// than the replication factor). Sent only to a node whose reports do
-	// not list the container's pipeline (Pipeline): no raft group there
-	// still writes to it. The node refuses it for a pipeline it serves, or
-	// a replica that is not CLOSED, or one being exported; a replica
-	// already gone is fine. Its next reports lack the container.
+	// CmdDeleteContainer: the node deletes its replica of Container: a
+	// CLOSED one too many (the meta service counted more healthy replicas
+	// than the replication factor) or an UNHEALTHY one replaced. Sent only
+	// to a node whose reports do not list the container's pipeline
+	// (Pipeline): no raft group there still writes to it. The node refuses
+	// it for a pipeline it serves, a replica neither CLOSED nor UNHEALTHY,
+	// or one being exported; a replica already gone is fine. Its next
+	// reports lack the container.
 	CmdDeleteContainer = "delete_container"
 )
 
