@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/transport"
@@ -82,7 +83,7 @@ func serve(t testing.TB, e *engine.Engine, maxExports int) (*Server, *Demux) {
 		t.Fatal(err)
 	}
 	s := NewServer(e, maxExports, quiet)
-	d := NewDemux(ln, s.Handle)
+	d := NewDemux(ln, s.Handle, 0)
 	t.Cleanup(func() { d.Close(); d.Wait(); s.Close() })
 	return s, d
 }
@@ -360,5 +361,48 @@ func TestDownloadContainer(t *testing.T) {
 	// An existing directory is refused.
 	if _, err := DownloadContainer(context.Background(), d.Addr().String(), 5, dir); err == nil {
 		t.Fatal("download into an existing directory")
+	}
+}
+
+// A connection that sends nothing is closed once the first bytes timeout
+// passes (its MaxPeeking slot freed); one that sent its first bytes keeps
+// no deadline from the demux.
+func TestDemuxFirstBytesTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 100 * time.Millisecond
+	d := NewDemux(ln, func(c net.Conn) { c.Close() }, timeout)
+	t.Cleanup(func() { d.Close(); d.Wait() })
+
+	silent, err := net.Dial("tcp", d.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	silent.SetReadDeadline(time.Now().Add(30 * time.Second)) // the test's own bound
+	if n, err := silent.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("silent connection: read %d, %v; want EOF (closed by the demux)", n, err)
+	}
+
+	c, err := net.Dial("tcp", d.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	frame := []byte("data-path bytes")
+	if _, err := c.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	time.Sleep(2 * timeout) // past the first bytes deadline, had it been left set
+	buf := make([]byte, len(frame))
+	if _, err := io.ReadFull(got, buf); err != nil || !bytes.Equal(buf, frame) {
+		t.Fatalf("data-path connection after the first bytes timeout: %q, %v", buf, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -13,6 +14,13 @@ import (
 // arrived yet; beyond it new connections are closed at once.
 const MaxPeeking = 4096
 
+// DefaultFirstBytesTimeout: a connection whose first two bytes have not
+// arrived this long after it was accepted is closed, freeing its
+// MaxPeeking slot. Every client of both protocols dials when it has a
+// request or a batch to send and sends it at once (data-path clients, raft
+// peers, fetches), so only a stuck or hostile peer waits that long.
+const DefaultFirstBytesTimeout = time.Minute
+
 // Demux shares one listener between the data-path protocol and bulk
 // streams. It accepts from ln, peeks at each connection's first two bytes
 // with recv(MSG_PEEK) (consuming nothing, and keeping the connection's
@@ -21,13 +29,15 @@ const MaxPeeking = 4096
 // other one from Accept.
 //
 // Concurrency: one goroutine accepts; one goroutine per connection waits
-// for its first bytes (bounded by MaxPeeking). Close closes ln, every
-// connection still being peeked, and ends Accept with net.ErrClosed.
+// for its first bytes (bounded by MaxPeeking, and in time by the first
+// bytes timeout). Close closes ln, every connection still being peeked,
+// and ends Accept with net.ErrClosed.
 type Demux struct {
-	ln   net.Listener
-	bulk func(net.Conn)
-	out  chan net.Conn
-	done chan struct{}
+	ln         net.Listener
+	bulk       func(net.Conn)
+	out        chan net.Conn
+	done       chan struct{}
+	firstBytes time.Duration
 
 	mu      sync.Mutex
 	peeking map[net.Conn]struct{}
@@ -36,9 +46,15 @@ type Demux struct {
 	wg      sync.WaitGroup
 }
 
-// NewDemux starts demultiplexing ln.
-func NewDemux(ln net.Listener, bulk func(net.Conn)) *Demux {
-	d := &Demux{ln: ln, bulk: bulk, out: make(chan net.Conn), done: make(chan struct{}), peeking: map[net.Conn]struct{}{}}
+// NewDemux starts demultiplexing ln. A connection whose first two bytes
+// have not arrived within firstBytesTimeout (0: DefaultFirstBytesTimeout)
+// is closed.
+func NewDemux(ln net.Listener, bulk func(net.Conn), firstBytesTimeout time.Duration) *Demux {
+	if firstBytesTimeout <= 0 {
+		firstBytesTimeout = DefaultFirstBytesTimeout
+	}
+	d := &Demux{ln: ln, bulk: bulk, out: make(chan net.Conn), done: make(chan struct{}), peeking: map[net.Conn]struct{}{},
+		firstBytes: firstBytesTimeout}
 	d.wg.Add(1)
 	go d.acceptLoop()
 	return d
@@ -76,7 +92,7 @@ func (d *Demux) acceptLoop() {
 
 func (d *Demux) classify(c net.Conn) {
 	defer d.wg.Done()
-	isBulk, err := peekBulk(c)
+	isBulk, err := peekBulk(c, d.firstBytes)
 	d.mu.Lock()
 	delete(d.peeking, c)
 	closed := d.closed
@@ -97,9 +113,10 @@ func (d *Demux) classify(c net.Conn) {
 }
 
 // peekBulk waits for the first two bytes of c without consuming them and
-// says whether they are the bulk magic. A connection that is not a TCP
-// connection is never bulk.
-func peekBulk(c net.Conn) (bool, error) {
+// says whether they are the bulk magic; none within timeout is an error
+// (the read deadline it sets is cleared again on success). A connection
+// that is not a TCP connection is never bulk.
+func peekBulk(c net.Conn, timeout time.Duration) (bool, error) {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
 		return false, nil
@@ -108,6 +125,17 @@ func peekBulk(c net.Conn) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	if err := tc.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return false, err
+	}
+	isBulk, err := peekMagic(raw)
+	if err != nil {
+		return false, err
+	}
+	return isBulk, tc.SetReadDeadline(time.Time{})
+}
+
+func peekMagic(raw syscall.RawConn) (bool, error) {
 	var b [2]byte
 	deadline := time.Now().Add(RequestTimeout)
 	for {

@@ -193,7 +193,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	bsrv := bulk.NewServer(eng, cfg.MaxExports, log)
 	defer bsrv.Close()
 	registerBulkMetrics(reg, bsrv)
-	dm := bulk.NewDemux(ln, bsrv.Handle)
+	dm := bulk.NewDemux(ln, bsrv.Handle, 0)
 	defer dm.Wait()
 	defer dm.Close()
 	repl := newReplicator(eng, cfg.ID, cfg.MaxCopies, log)
