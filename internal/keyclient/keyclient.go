@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -338,29 +339,37 @@ func validName(bucket, key string) error {
 	return metaapi.ValidKey(key)
 }
 
-// pool shares pipeline clients among streams, keyed by pipeline ID. A
-// pipeline whose members changed gets a new client; the old one is closed
-// once no stream uses it.
+// pool shares pipeline clients among streams, keyed by pipeline ID and
+// member addresses (in order): the containers of one pipeline may have
+// different replicas once some were re-replicated (reads list a CLOSED
+// container's replicas, not the pipeline's members), and each replica set
+// keeps its own client rather than replacing the others' at every switch.
+// A client no stream uses stays idle; beyond max idle ones the least
+// recently released is closed, so a pipeline's old member list ages out.
 type pool struct {
 	opts client.Options
 	max  int
 
 	mu     sync.Mutex
-	m      map[uint64]*pooled
+	m      map[poolKey]*pooled
 	idle   []*pooled // unreferenced clients still in m, least recently released first
 	closed bool
 }
 
-type pooled struct {
+type poolKey struct {
 	id      uint64
-	members []string
-	c       *client.Client
-	refs    int
-	stale   bool // replaced or evicted: closed when refs reach 0
+	members string // the addresses joined by NUL
+}
+
+type pooled struct {
+	key   poolKey
+	c     *client.Client
+	refs  int
+	stale bool // evicted or pool closed: closed when refs reach 0
 }
 
 func newPool(opts client.Options, max int) *pool {
-	return &pool{opts: opts, max: max, m: make(map[uint64]*pooled)}
+	return &pool{opts: opts, max: max, m: make(map[poolKey]*pooled)}
 }
 
 // get returns a referenced client of pipeline id with those members.
@@ -370,20 +379,18 @@ func (p *pool) get(id uint64, members []string) (*pooled, error) {
 	if p.closed {
 		return nil, ErrClosed
 	}
-	if pc := p.m[id]; pc != nil {
-		if slices.Equal(pc.members, members) {
-			pc.refs++
-			p.idle = slices.DeleteFunc(p.idle, func(x *pooled) bool { return x == pc })
-			return pc, nil
-		}
-		p.retireLocked(pc)
+	k := poolKey{id: id, members: strings.Join(members, "\x00")}
+	if pc := p.m[k]; pc != nil {
+		pc.refs++
+		p.idle = slices.DeleteFunc(p.idle, func(x *pooled) bool { return x == pc })
+		return pc, nil
 	}
 	c, err := client.New(members, id, p.opts)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline %d: %w", id, err)
 	}
-	pc := &pooled{id: id, members: slices.Clone(members), c: c, refs: 1}
-	p.m[id] = pc
+	pc := &pooled{key: k, c: c, refs: 1}
+	p.m[k] = pc
 	return pc, nil
 }
 
@@ -411,8 +418,8 @@ func (p *pool) put(pc *pooled) {
 // retireLocked removes pc from the pool; it is closed now if unused, else
 // by its last put.
 func (p *pool) retireLocked(pc *pooled) {
-	if p.m[pc.id] == pc {
-		delete(p.m, pc.id)
+	if p.m[pc.key] == pc {
+		delete(p.m, pc.key)
 	}
 	pc.stale = true
 	p.idle = slices.DeleteFunc(p.idle, func(x *pooled) bool { return x == pc })
@@ -429,7 +436,7 @@ func (p *pool) close() {
 		pc.stale = true
 		pc.c.Close() // calls in flight fail; idempotent for the last put
 	}
-	p.m = map[uint64]*pooled{}
+	p.m = map[poolKey]*pooled{}
 	p.idle = nil
 }
 
