@@ -109,10 +109,12 @@
 // container at a time, at most MaxTrims in flight: a CLOSED container
 // with more healthy replicas than ReplicationFactor, no copy and no
 // deletion of it in flight, no pipeline member undecided and every holder
-// HEALTHY (a STALE report may be stale) loses the replica of the fullest
-// node (then the highest ID) among those whose reports do not list the
-// container's pipeline — a node serving it keeps its replica, whatever
-// the count, since its raft group may still write to it. The node gets
+// HEALTHY (a STALE report may be stale) loses its smallest replica
+// (fewest bytes, then blocks: a short replica is never kept while a
+// complete one goes), then one on a node not serving its pipeline, then
+// the fullest node's, then the highest ID's — and nothing while that
+// replica is on a node serving the pipeline, whose raft group may still
+// write to it. The node gets
 // delete_container once (in its next heartbeat response); the deletion is
 // done when a later report lacks the container, dropped when the node is
 // DEAD, and decided again after CopyStartTimeout without it. The count

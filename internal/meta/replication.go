@@ -242,9 +242,11 @@ func (s *Service) overReplicated(idx map[uint64][]uint64) []uint64 {
 // of its pipeline undecided, and every holder HEALTHY (a STALE holder's
 // report may be old). The replica deleted is one on a node whose reports
 // do not list the container's pipeline (no raft group there writes to
-// it): the one on the node using the most bytes, then the highest ID.
-// A container with no such replica keeps its extra one. After the
-// deletion the container still has ReplicationFactor healthy replicas.
+// it), first in trimOrder: the smallest replica, then one not served by
+// the pipeline, then the fullest node. When the replica first in that
+// order is on a node serving the pipeline, nothing is deleted (yet).
+// After the deletion the container still has ReplicationFactor healthy
+// replicas.
 func (s *Service) scheduleTrims(idx map[uint64][]uint64, now time.Time) {
 	for _, cid := range s.overReplicated(idx) {
 		if len(s.repl.trims) >= MaxTrims {
@@ -258,18 +260,14 @@ func (s *Service) scheduleTrims(idx map[uint64][]uint64, now time.Time) {
 		if !s.allHealthy(holders, now) {
 			continue
 		}
-		var victim uint64
-		for _, id := range holders {
-			n := s.nodes[id]
-			if s.reports(id, c.rec.Pipeline) {
-				continue
-			}
-			if victim == 0 || n.used > s.nodes[victim].used || (n.used == s.nodes[victim].used && id > victim) {
+		victim := holders[0]
+		for _, id := range holders[1:] {
+			if s.trimOrder(c, id, victim) < 0 {
 				victim = id
 			}
 		}
-		if victim == 0 {
-			continue
+		if s.reports(victim, c.rec.Pipeline) {
+			continue // the replica to go is served by a raft group: wait
 		}
 		s.repl.trims[cid] = &trimTask{container: cid, node: victim, decided: now}
 		s.log.Info("extra replica to delete", "container", cid, "node", victim, "replicas", holders, "wanted", s.cfg.ReplicationFactor)
@@ -307,6 +305,27 @@ func (s *Service) scheduleTrims(idx map[uint64][]uint64, now time.Time) {
 		s.repl.trims[u.container] = &trimTask{container: u.container, node: u.node, decided: now}
 		s.log.Info("UNHEALTHY replica to delete", "container", u.container, "node", u.node, "healthy replicas", idx[u.container])
 	}
+}
+
+// trimOrder orders the replicas of container c on nodes a and b for
+// deletion (negative: a goes first): the replica reporting the fewest
+// bytes of the container, then the fewest blocks — a replica closed short
+// (a member that missed writes and closed its copy by itself) must never
+// be kept while a complete one goes; replicas only lagging on block
+// deletions differ the same way and lose nothing by going first —, then
+// one on a node not serving c's pipeline, then the fullest node, then the
+// highest ID.
+func (s *Service) trimOrder(c *containerState, a, b uint64) int {
+	na, nb := s.nodes[a], s.nodes[b]
+	ra, rb := na.containers[c.rec.ID], nb.containers[c.rec.ID]
+	serves := func(id uint64) int {
+		if s.reports(id, c.rec.Pipeline) {
+			return 1
+		}
+		return 0
+	}
+	return cmp.Or(cmp.Compare(ra.UsedBytes, rb.UsedBytes), cmp.Compare(ra.Blocks, rb.Blocks),
+		cmp.Compare(serves(a), serves(b)), cmp.Compare(nb.used, na.used), cmp.Compare(b, a))
 }
 
 // allHealthy says whether every node of ids is HEALTHY (reported within
