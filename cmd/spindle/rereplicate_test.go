@@ -28,6 +28,15 @@ func TestBenchRereplicateEmbedded(t *testing.T) {
 			t.Errorf("copy limit %s: %v", k, lim[k])
 		}
 	}
+	// CPU use, machine-wide, of the copies and of each limit (Linux has
+	// /proc/stat): a busy fraction within [0, 1] and CPU time per GB.
+	cpu := num2map(t, m, "cpu")
+	for _, k := range []string{"copy", "disk_read", "disk_write", "loopback"} {
+		u := num2map(t, cpu, k)
+		if f := num(t, u, "busy_fraction"); f <= 0 || f > 1 || num(t, u, "cpus") < 1 || num(t, u, "cpu_s_per_gb") <= 0 {
+			t.Errorf("cpu %s: %v", k, u)
+		}
+	}
 	if num(t, m, "keys_checked") < 1 || num(t, m, "keys_checked") != num(t, m, "keys_total") {
 		t.Errorf("keys checked %v of %v", m["keys_checked"], m["keys_total"])
 	}

@@ -25,7 +25,13 @@ type Rate struct {
 	Bytes   int64   `json:"bytes"`
 	Seconds float64 `json:"seconds"`
 	MBPerS  float64 `json:"mb_per_s"`
+
+	from, to time.Time // the first pass's start, the last pass's end
 }
+
+// Span is when the measurement ran: from the start of its first pass to
+// the end of its last (zero for a Rate not measured by MeasureCopyLimits).
+func (r Rate) Span() (from, to time.Time) { return r.from, r.to }
 
 func rateOf(n int64, d time.Duration) Rate {
 	s := d.Seconds()
@@ -84,7 +90,7 @@ func MeasureCopyLimits(ctx context.Context, dir string, files []string, maxBytes
 }
 
 func repeatRate(minDuration time.Duration, f func() (Rate, error)) (Rate, error) {
-	var total Rate
+	total := Rate{from: time.Now()}
 	for pass := 0; pass < MaxLimitPasses && (pass == 0 || total.Seconds < minDuration.Seconds()); pass++ {
 		r, err := f()
 		if err != nil {
@@ -94,6 +100,7 @@ func repeatRate(minDuration time.Duration, f func() (Rate, error)) (Rate, error)
 		total.Seconds += r.Seconds
 	}
 	total.MBPerS = float64(total.Bytes) / 1e6 / max(total.Seconds, 1e-9)
+	total.to = time.Now()
 	return total, nil
 }
 

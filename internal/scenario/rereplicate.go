@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/spindle-store/spindle/internal/bench"
@@ -84,15 +85,43 @@ type RereplicateResult struct {
 	CopiedBytes uint64 `json:"copied_bytes"`
 	// Limits are measured with the cluster stopped, just before the
 	// restart that starts the copies.
-	Limits         bench.CopyLimits  `json:"copy_limits"`
-	Gen            *gen.Result       `json:"gen"`
-	LostNode       uint64            `json:"lost_node"`
-	KeysChecked    int               `json:"keys_checked"`
-	KeysTotal      int               `json:"keys_total"`
-	FailedCopies   uint64            `json:"failed_copies"`
-	SourceProfile  *SourceProfile    `json:"source_profile,omitempty"`
+	Limits        bench.CopyLimits `json:"copy_limits"`
+	Gen           *gen.Result      `json:"gen"`
+	LostNode      uint64           `json:"lost_node"`
+	KeysChecked   int              `json:"keys_checked"`
+	KeysTotal     int              `json:"keys_total"`
+	FailedCopies  uint64           `json:"failed_copies"`
+	SourceProfile *SourceProfile   `json:"source_profile,omitempty"`
+	// CPU is the machine's CPU use (every process, from /proc/stat) while
+	// the copies ran ("copy") and during each copy limit measurement;
+	// absent where it could not be sampled.
+	CPU            map[string]CPUUse `json:"cpu,omitempty"`
 	SourceSendfile map[string]uint64 `json:"-"`
 	Dir            string            `json:"dir"`
+}
+
+// CPUUse is the machine's CPU use over one part of the run.
+type CPUUse struct {
+	bench.CPUWindow
+	// CPUs is runtime.NumCPU(); CPUSecondsPerGB the busy CPU time per GB
+	// moved (copied, or measured for a limit).
+	CPUs            int     `json:"cpus"`
+	CPUSecondsPerGB float64 `json:"cpu_s_per_gb"`
+}
+
+// cpuSampleInterval: the copy window lasts about a second at 2 GiB on
+// /dev/shm, so the samples around it must be close.
+const cpuSampleInterval = 20 * time.Millisecond
+
+func cpuUse(s *bench.CPUSampler, from, to time.Time, bytes int64) (CPUUse, bool) {
+	if s == nil || bytes <= 0 {
+		return CPUUse{}, false
+	}
+	w, ok := s.Window(from, to)
+	if !ok {
+		return CPUUse{}, false
+	}
+	return CPUUse{CPUWindow: w, CPUs: runtime.NumCPU(), CPUSecondsPerGB: w.BusyCPUSeconds / (float64(bytes) / 1e9)}, true
 }
 
 // Rereplicate runs the experiment: generate, start, check keys, stop,
@@ -218,6 +247,14 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 		return nil, err
 	}
 	limBytes := min(int64(copyLimitBytes), int64(g.ReplicaBytes)/int64(cfg.Datanodes))
+	// The CPU sampler runs from the limits to the end of the copies; a
+	// machine without /proc/stat gets no CPU figures, and says so.
+	sampler, serr := bench.StartCPUSampler(cpuSampleInterval)
+	if serr != nil {
+		res.AddNote("no CPU figures: %v", serr)
+	} else {
+		defer sampler.Stop()
+	}
 	progress("measuring the copy limits (one stream each, %s): disk read, disk write, loopback sendfile", units.FormatBytes(limBytes))
 	res.Limits, err = bench.MeasureCopyLimits(ctx, root, files, limBytes, copyLimitDuration,
 		bench.SocketTuning{Sender: bulk.TuneSender, Receiver: bulk.TuneReceiver})
@@ -256,6 +293,21 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 	if tracer != nil {
 		tracer.stop()
 	}
+	if sampler != nil {
+		sampler.Stop()
+		res.CPU = map[string]CPUUse{}
+		for name, r := range map[string]bench.Rate{"disk_read": res.Limits.DiskRead, "disk_write": res.Limits.DiskWrite, "loopback": res.Limits.Loopback} {
+			from, to := r.Span()
+			if u, ok := cpuUse(sampler, from, to, r.Bytes); ok {
+				res.CPU[name] = u
+			}
+		}
+		if err == nil {
+			if u, ok := cpuUse(sampler, st.FirstDelivered, st.LastCompleted, int64(st.CopiedBytes)); ok {
+				res.CPU["copy"] = u
+			}
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("rereplicate: %w", err)
 	}
@@ -290,6 +342,12 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 	res.AddNote("time from the first copy command delivered to a target to the last copy completed, as the meta service saw them (extra: from the first decision); copy limit: the slowest of disk read, disk write and loopback sendfile (with the copies' socket buffers), one stream each, each repeated for 2 s (rate = all bytes / all time) with the cluster stopped, just before the restart that starts the copies")
 	progress("re-replicated %d containers, %s in %.2fs: %.0f MB/s",
 		st.CopiedContainers, units.FormatBytes(int64(st.CopiedBytes)), secs, res.MBPerS)
+	if u, ok := res.CPU["copy"]; ok {
+		w := res.CPU["disk_write"]
+		l := res.CPU["loopback"]
+		progress("CPU, machine-wide (%d CPUs): copies %.0f %% busy, %.2f CPU-s/GB; limits alone: disk write %.0f %% busy, %.2f CPU-s/GB; loopback %.0f %%, %.2f CPU-s/GB",
+			u.CPUs, 100*u.BusyFraction, u.CPUSecondsPerGB, 100*w.BusyFraction, w.CPUSecondsPerGB, 100*l.BusyFraction, l.CPUSecondsPerGB)
+	}
 
 	// 6. Keys read back after.
 	if _, _, err := checkGenKeys(ctx, srv.Meta(), gcfg, g); err != nil {

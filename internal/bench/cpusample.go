@@ -1,0 +1,169 @@
+package bench
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// CPU use of a window known only afterwards (a re-replication's copies run
+// from the first command delivered to the last copy completed, as the meta
+// service saw them): a CPUSampler records the machine's busy and total CPU
+// time from /proc/stat every interval, and Window finds the samples around
+// the window.
+//
+// Figures are machine-wide (every process), in USER_HZ ticks of 10 ms
+// (Linux's fixed clock-tick unit for /proc/stat).
+
+// userHz is /proc/stat's tick rate (sysconf(_SC_CLK_TCK); 100 on Linux
+// for every architecture Go supports).
+const userHz = 100
+
+// MaxCPUSamples bounds a sampler's memory (at 20 ms, over 30 minutes);
+// later samples are not kept.
+const MaxCPUSamples = 100_000
+
+type cpuSample struct {
+	at          time.Time
+	busy, total uint64 // ticks, all CPUs
+}
+
+// CPUSampler samples /proc/stat in the background until Stop.
+type CPUSampler struct {
+	path    string
+	mu      sync.Mutex
+	samples []cpuSample
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// StartCPUSampler reads /proc/stat now (an error if it cannot) and then
+// every interval until Stop.
+func StartCPUSampler(interval time.Duration) (*CPUSampler, error) {
+	return startCPUSampler("/proc/stat", interval)
+}
+
+func startCPUSampler(path string, interval time.Duration) (*CPUSampler, error) {
+	s := &CPUSampler{path: path, stop: make(chan struct{}), done: make(chan struct{})}
+	if err := s.sample(); err != nil {
+		return nil, err
+	}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stop:
+				s.sample()
+				return
+			case <-t.C:
+				s.sample()
+			}
+		}
+	}()
+	return s, nil
+}
+
+// Stop takes a last sample and ends the sampling. Idempotent.
+func (s *CPUSampler) Stop() {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.done
+}
+
+func (s *CPUSampler) sample() error {
+	busy, total, err := readProcStat(s.path)
+	if err != nil {
+		return err
+	}
+	s.add(cpuSample{at: time.Now(), busy: busy, total: total})
+	return nil
+}
+
+func (s *CPUSampler) add(c cpuSample) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.samples) < MaxCPUSamples {
+		s.samples = append(s.samples, c)
+	}
+}
+
+// CPUWindow is the CPU use of the machine over a window.
+type CPUWindow struct {
+	// BusyCPUSeconds: CPU time spent outside idle and iowait, all CPUs.
+	BusyCPUSeconds float64 `json:"busy_cpu_seconds"`
+	// BusyFraction: BusyCPUSeconds over all CPUs' time (1: every CPU busy
+	// throughout).
+	BusyFraction float64 `json:"busy_fraction"`
+	// Seconds: the time between the two samples used, which contains the
+	// window asked for (by at most one interval each side).
+	Seconds float64 `json:"seconds"`
+}
+
+// Window returns the CPU use between the last sample at or before from and
+// the first at or after to; false when the samples do not cover it.
+func (s *CPUSampler) Window(from, to time.Time) (CPUWindow, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, b := -1, -1
+	for i, c := range s.samples {
+		if !c.at.After(from) {
+			a = i
+		}
+		if b < 0 && !c.at.Before(to) {
+			b = i
+		}
+	}
+	if a < 0 || b < 0 || b <= a {
+		return CPUWindow{}, false
+	}
+	sa, sb := s.samples[a], s.samples[b]
+	busy, total := sb.busy-sa.busy, sb.total-sa.total
+	if total == 0 || sb.busy < sa.busy || sb.total < sa.total {
+		return CPUWindow{}, false
+	}
+	return CPUWindow{BusyCPUSeconds: float64(busy) / userHz, BusyFraction: float64(busy) / float64(total),
+		Seconds: sb.at.Sub(sa.at).Seconds()}, true
+}
+
+// readProcStat sums the aggregate "cpu" line of a /proc/stat file: busy is
+// user + nice + system + irq + softirq + steal, total adds idle and iowait
+// (guest time is already inside user and nice).
+func readProcStat(path string) (busy, total uint64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, fmt.Errorf("cpu sampler: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 || fields[0] != "cpu" {
+			continue
+		}
+		if len(fields) < 9 {
+			return 0, 0, fmt.Errorf("cpu sampler: %s: %d fields on the cpu line, want at least 8 values", path, len(fields))
+		}
+		var v [8]uint64 // user nice system idle iowait irq softirq steal
+		for i := range v {
+			if v[i], err = strconv.ParseUint(fields[i+1], 10, 64); err != nil {
+				return 0, 0, fmt.Errorf("cpu sampler: %s: %w", path, err)
+			}
+		}
+		busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
+		return busy, busy + v[3] + v[4], nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, fmt.Errorf("cpu sampler: %w", err)
+	}
+	return 0, 0, errors.New("cpu sampler: " + path + " has no cpu line")
+}
