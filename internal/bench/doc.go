@@ -30,4 +30,7 @@
 // workers have finished; RunWorkers does exactly that. A Result is a plain
 // value. RunWorkers and RunBaseline may be called concurrently with each other
 // (they share no state), although the figures would then disturb each other.
+// A CPUSampler samples /proc/stat from one goroutine of its own, bounded by
+// MaxCPUSamples; Window may be called from any goroutine, also while it
+// samples; Stop ends it (idempotent).
 package bench
