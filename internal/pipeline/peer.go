@@ -361,7 +361,15 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 			return badRequest(0, err)
 		}
 		b := engine.BlockID{Container: engine.ContainerID(rc.ContainerID), Local: rc.LocalID}
-		data, err := n.eng.ReadChunk(b, rc.Offset, rc.Length, nil)
+		// The bytes go out in this reply, from the connection's scratch
+		// buffer (pooled, given back once sent): no allocation per read.
+		// A read not aligned to checksum pieces may need more; the engine
+		// then allocates.
+		var dst []byte
+		if rc.Length <= engine.MaxChunkSizeBytes {
+			dst = c.Scratch(int(rc.Length))
+		}
+		data, err := n.eng.ReadChunk(b, rc.Offset, rc.Length, dst)
 		if err != nil {
 			return &transport.Response{RequestID: rc.RequestID, Status: statusOf(err), Message: err.Error()}, nil
 		}

@@ -208,6 +208,31 @@ type Conn struct {
 	werr error
 
 	closed atomic.Bool
+
+	scratch *[]byte // Scratch's buffer, from the payload pool, until ReleaseScratch
+}
+
+// Scratch returns a buffer of length n (1..MaxPayloadBytes; else nil) from
+// the payload pool, for a Handler's reply payload: it is the handler's
+// until ReleaseScratch, which a Server calls once the handler's reply has
+// been sent (so a handler that replies later, from another goroutine,
+// must not use it). One buffer per connection at a time: a second call
+// gives the first back. Like the reads, Scratch and ReleaseScratch belong
+// to the goroutine that reads the connection.
+func (c *Conn) Scratch(n int) []byte {
+	c.ReleaseScratch()
+	if n < 1 || n > MaxPayloadBytes {
+		return nil
+	}
+	c.scratch = getBuf(n)
+	return *c.scratch
+}
+
+// ReleaseScratch gives Scratch's buffer back to the pool (nothing without
+// one).
+func (c *Conn) ReleaseScratch() {
+	putBuf(c.scratch)
+	c.scratch = nil
 }
 
 // NewConn wraps nc. Pass the *net.TCPConn itself: a wrapper type hides

@@ -132,5 +132,8 @@
 // callers pipeline up to the window. A Server runs one goroutine per
 // connection, which reads a frame, calls the Handler and writes its reply;
 // a Handler that replies later from another goroutine (with Conn.Send)
-// lets one connection have many requests in progress.
+// lets one connection have many requests in progress. A Handler replying
+// at once may put its reply payload in Conn.Scratch (a pooled buffer the
+// Server takes back after writing the reply: ReadChunk's bytes, without
+// an allocation per read).
 package transport

@@ -197,9 +197,11 @@ func (s *Server) serveConn(c *Conn) {
 		if reply != nil {
 			if err := c.Send(reply, rp); err != nil {
 				log.Warn("transport: reply failed, closing connection", "remote", c.RemoteAddr(), "type", reply.Type(), "err", err)
+				c.ReleaseScratch()
 				return
 			}
 		}
+		c.ReleaseScratch() // the reply is written: the handler's scratch is free
 	}
 }
 
