@@ -131,7 +131,8 @@ type heartbeater struct {
 	node       *pipeline.Node
 	log        *slog.Logger
 	interval   time.Duration
-	// proposals bounds the commands being proposed at once.
+	// proposals bounds the commands run in the background at once
+	// (inBackground: proposals, replica deletions).
 	proposals chan struct{}
 	// repl runs replicate_container commands; its wake channel makes the
 	// next heartbeat come at once when a copy ends.
@@ -250,11 +251,7 @@ func (h *heartbeater) propose(ctx context.Context, c metaapi.Command) {
 		return
 	}
 	pid := c.Pipeline.ID
-	served := false
-	for _, p := range h.node.Pipelines() {
-		served = served || p.ID == pid
-	}
-	if !served {
+	if !h.serves(pid) {
 		h.local(c)
 		return
 	}
@@ -269,14 +266,7 @@ func (h *heartbeater) propose(ctx context.Context, c metaapi.Command) {
 			cmds = append(cmds, pipeline.Command{Kind: pipeline.KindDeleteBlock, Ref: transport.GetBlock{ContainerID: c.Container, LocalID: b}})
 		}
 	}
-	select {
-	case h.proposals <- struct{}{}:
-	default:
-		h.log.Warn("too many commands in progress; the meta service will resend", "kind", c.Kind)
-		return
-	}
-	go func() {
-		defer func() { <-h.proposals }()
+	h.inBackground(c.Kind, func() {
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		err := h.node.Propose(pctx, pid, cmds)
@@ -287,6 +277,33 @@ func (h *heartbeater) propose(ctx context.Context, c metaapi.Command) {
 		if c.Kind == metaapi.CmdDeleteBlocks {
 			h.ack(c.Container, c.Blocks)
 		}
+	})
+}
+
+// serves says whether this node serves pipeline pid now.
+func (h *heartbeater) serves(pid uint64) bool {
+	for _, p := range h.node.Pipelines() {
+		if p.ID == pid {
+			return true
+		}
+	}
+	return false
+}
+
+// inBackground runs f on a goroutine of its own, at most cap(h.proposals)
+// at once (the commands of the meta service that take long: proposals,
+// replica deletions); with every slot taken it drops the command, which
+// the meta service sends again.
+func (h *heartbeater) inBackground(kind string, f func()) {
+	select {
+	case h.proposals <- struct{}{}:
+	default:
+		h.log.Warn("too many commands in progress; the meta service will resend", "kind", kind)
+		return
+	}
+	go func() {
+		defer func() { <-h.proposals }()
+		f()
 	}()
 }
 
@@ -325,13 +342,9 @@ func (h *heartbeater) local(c metaapi.Command) {
 // heartbeat's report lacks the container.
 func (h *heartbeater) deleteReplica(c metaapi.Command) {
 	id := engine.ContainerID(c.Container)
-	if c.Pipeline != nil {
-		for _, p := range h.node.Pipelines() {
-			if p.ID == c.Pipeline.ID {
-				h.log.Warn("not deleting a replica of a pipeline this node serves", "container", c.Container, "pipeline", p.ID)
-				return
-			}
-		}
+	if c.Pipeline != nil && h.serves(c.Pipeline.ID) {
+		h.log.Warn("not deleting a replica of a pipeline this node serves", "container", c.Container, "pipeline", c.Pipeline.ID)
+		return
 	}
 	info, err := h.eng.Container(id)
 	if errors.Is(err, engine.ErrNotFound) {
@@ -341,21 +354,14 @@ func (h *heartbeater) deleteReplica(c metaapi.Command) {
 		h.log.Warn("not deleting a replica that is neither CLOSED nor UNHEALTHY", "container", c.Container, "state", info.State, "err", err)
 		return
 	}
-	select {
-	case h.proposals <- struct{}{}:
-	default:
-		h.log.Warn("too many commands in progress; the meta service will resend", "kind", c.Kind)
-		return
-	}
-	go func() {
-		defer func() { <-h.proposals }()
+	h.inBackground(c.Kind, func() {
 		err := h.eng.DeleteContainer(id, false)
 		if err != nil && !errors.Is(err, engine.ErrNotFound) {
 			h.log.Warn("deleting an extra replica", "container", c.Container, "err", err)
 			return
 		}
 		h.log.Info("extra replica deleted", "container", c.Container)
-	}()
+	})
 }
 
 func (h *heartbeater) savePipelines() error {
