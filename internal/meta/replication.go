@@ -253,11 +253,8 @@ func (s *Service) scheduleTrims(idx map[uint64][]uint64, now time.Time) {
 			return
 		}
 		c := s.containers[cid]
-		if s.repl.tasks[cid] != nil || s.repl.trims[cid] != nil || s.undecided(c, now) {
-			continue
-		}
 		holders := idx[cid]
-		if !s.allHealthy(holders, now) {
+		if !s.trimmable(c, holders, now) {
 			continue
 		}
 		victim := holders[0]
@@ -298,8 +295,7 @@ func (s *Service) scheduleTrims(idx map[uint64][]uint64, now time.Time) {
 		}
 		c := s.containers[u.container]
 		if c == nil || c.rec.State != containerClosed || len(idx[u.container]) < s.cfg.ReplicationFactor ||
-			s.repl.tasks[u.container] != nil || s.repl.trims[u.container] != nil || s.undecided(c, now) ||
-			!s.allHealthy(idx[u.container], now) || s.reports(u.node, c.rec.Pipeline) {
+			!s.trimmable(c, idx[u.container], now) || s.reports(u.node, c.rec.Pipeline) {
 			continue
 		}
 		s.repl.trims[u.container] = &trimTask{container: u.container, node: u.node, decided: now}
@@ -328,10 +324,17 @@ func (s *Service) trimOrder(c *containerState, a, b uint64) int {
 		cmp.Compare(serves(a), serves(b)), cmp.Compare(nb.used, na.used), cmp.Compare(b, a))
 }
 
-// allHealthy says whether every node of ids is HEALTHY (reported within
-// StaleAfter).
-func (s *Service) allHealthy(ids []uint64, now time.Time) bool {
-	for _, id := range ids {
+// trimmable says whether a replica of container c, whose healthy replicas
+// are holders, may be deleted now, as far as the container goes: no copy
+// and no deletion of it in flight, no member of its pipeline undecided,
+// and every holder HEALTHY (reported within StaleAfter: a STALE holder's
+// report may be old).
+func (s *Service) trimmable(c *containerState, holders []uint64, now time.Time) bool {
+	cid := c.rec.ID
+	if s.repl.tasks[cid] != nil || s.repl.trims[cid] != nil || s.undecided(c, now) {
+		return false
+	}
+	for _, id := range holders {
 		if s.healthOf(s.nodes[id], now) != metaapi.HealthHealthy {
 			return false
 		}
