@@ -411,21 +411,17 @@ func (p *pool) put(pc *pooled) {
 	}
 	p.idle = append(p.idle, pc)
 	for len(p.idle) > p.max {
-		p.retireLocked(p.idle[0])
+		p.evictLocked(p.idle[0])
 	}
 }
 
-// retireLocked removes pc from the pool; it is closed now if unused, else
-// by its last put.
-func (p *pool) retireLocked(pc *pooled) {
-	if p.m[pc.key] == pc {
-		delete(p.m, pc.key)
-	}
-	pc.stale = true
+// evictLocked closes an idle client (no stream holds it) and forgets it.
+// Keys are never replaced, so an idle client is always the one in p.m.
+func (p *pool) evictLocked(pc *pooled) {
+	delete(p.m, pc.key)
 	p.idle = slices.DeleteFunc(p.idle, func(x *pooled) bool { return x == pc })
-	if pc.refs == 0 {
-		pc.c.Close()
-	}
+	pc.stale = true
+	pc.c.Close()
 }
 
 func (p *pool) close() {
