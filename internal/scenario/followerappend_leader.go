@@ -44,6 +44,9 @@ const (
 	// the leader's address (it dials node 1 and, were it to campaign, node
 	// 3, both the leader).
 	faMaxInboundConns = 16
+	// faSendErrWait bounds the wait, after a write to the follower
+	// failed, for the follower's own account of why (see sendFailed).
+	faSendErrWait = 2 * time.Second
 	// faMaxWindow bounds AppendEntries in flight.
 	faMaxWindow = 1024
 	// faMaxBatch bounds the WriteChunks of one AppendEntries (one entry:
@@ -346,7 +349,7 @@ func (l *leader) run(ctx context.Context, procDone <-chan struct{}) (leaderStats
 				start = now
 			}
 			if err := l.sendAppend(int(n), s.acked, now); err != nil {
-				return st, err
+				return st, l.sendFailed(err)
 			}
 			sentAEs++
 			sentMsgs += n
@@ -358,7 +361,7 @@ func (l *leader) run(ctx context.Context, procDone <-chan struct{}) (leaderStats
 		case now := <-ticker.C:
 			if now.Sub(lastSend) >= faHeartbeatInterval {
 				if err := l.sendHeartbeat(s.acked); err != nil {
-					return st, err
+					return st, l.sendFailed(err)
 				}
 				lastSend = now
 			}
@@ -402,6 +405,27 @@ func (l *leader) run(ctx context.Context, procDone <-chan struct{}) (leaderStats
 	st.Blocks = l.plan.blocks
 	st.Containers = l.plan.containers
 	return st, nil
+}
+
+// sendFailed is the error of a run whose write to the follower failed
+// (err): a follower that gives up (it campaigned, it rejected) says why on
+// its own connection to the leader and then closes, and the leader's write
+// may hit the closed connection before its readers have read that. So it
+// waits, at most faSendErrWait, for the readers' verdict (they end when
+// the follower's connections close) and puts it first.
+func (l *leader) sendFailed(err error) error {
+	bound := time.NewTimer(faSendErrWait)
+	defer bound.Stop()
+	for {
+		if s := l.acks.state(); s.err != nil {
+			return fmt.Errorf("%w (then %v)", s.err, err)
+		}
+		select {
+		case <-l.acks.wake:
+		case <-bound.C:
+			return err
+		}
+	}
 }
 
 // sendAppend sends one MsgApp with one entry holding n WriteChunks (and
