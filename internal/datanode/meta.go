@@ -141,6 +141,9 @@ type heartbeater struct {
 	// deleted holds the acknowledgements for the next heartbeats (at most
 	// maxPendingAcks).
 	deleted *reportQueue[metaapi.BlockRef]
+	// savedChanges is node.PipelinesChanged() when the pipeline list was
+	// last saved (heartbeat goroutine only).
+	savedChanges uint64
 }
 
 // maxPendingAcks bounds the deletion acknowledgements kept between
@@ -185,6 +188,16 @@ func (h *heartbeater) report() *metaapi.Heartbeat {
 		hb.Pipelines = append(hb.Pipelines, metaapi.PipelineReport{ID: p.ID, LeaderID: p.Leader, Term: p.Term, Applied: p.Applied})
 	}
 	hb.Copying = h.repl.copying()
+	for _, f := range h.node.FailedPipelines() {
+		reason := f.Reason
+		if len(reason) > metaapi.MaxCopyErrorBytes {
+			reason = reason[:metaapi.MaxCopyErrorBytes]
+		}
+		hb.FailedPipelines = append(hb.FailedPipelines, metaapi.PipelineFailure{ID: f.ID, Container: f.Container, Reason: reason})
+		if len(hb.FailedPipelines) == metaapi.MaxReportedPipelines {
+			break
+		}
+	}
 	return hb
 }
 
@@ -201,7 +214,11 @@ func (h *heartbeater) beat(ctx context.Context) {
 		h.log.Warn("heartbeat failed", "err", err)
 		return
 	}
+	// A replica that failed took its pipeline off the list by itself.
 	changed := false
+	if g := h.node.PipelinesChanged(); g != h.savedChanges {
+		h.savedChanges, changed = g, true
+	}
 	for _, c := range resp.Commands {
 		switch c.Kind {
 		case metaapi.CmdJoinPipeline:

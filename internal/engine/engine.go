@@ -371,6 +371,20 @@ func (e *Engine) persistStateLocked(c *container, s ContainerState) error {
 	return nil
 }
 
+// MarkUnhealthy marks a container UNHEALTHY (durably) for reason: its
+// replica here can no longer be trusted to hold what its pipeline
+// committed (a write or an apply that failed on this replica only). It
+// refuses every write and put from then on; reads of committed blocks
+// still work, and the meta service has it copied elsewhere and deleted
+// here. Marking an UNHEALTHY or DELETING container is a no-op.
+func (e *Engine) MarkUnhealthy(id ContainerID, reason string) error {
+	c, err := e.lookup(id)
+	if err != nil {
+		return containerErr("mark unhealthy", id, err)
+	}
+	return e.setUnhealthy(c, reason)
+}
+
 func (e *Engine) setUnhealthy(c *container, reason string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

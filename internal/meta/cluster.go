@@ -161,6 +161,17 @@ func (s *Service) Heartbeat(hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, 
 		n.copying[cid] = true
 	}
 	s.copyReports(n, hb, now)
+	// A member whose replica failed left its pipeline without
+	// acknowledging: the pipeline goes on with fewer replicas than it
+	// claims, so it is closed (its containers are copied once CLOSED).
+	for _, f := range hb.FailedPipelines {
+		p := s.pipelines[f.ID]
+		if p == nil || p.rec.State != pipelineOpen || !slices.Contains(p.rec.Members, id) {
+			continue
+		}
+		s.metrics.replicaFailures.Inc()
+		s.closePipeline(b, p, now, fmt.Sprintf("member %d's replica failed (container %d): %s", id, f.Container, f.Reason))
+	}
 	s.metrics.heartbeats.Inc()
 	// Containers the reports say are full, closed or damaged stop taking
 	// blocks.

@@ -412,3 +412,51 @@ func TestPipelineAllocatableOnceItsMembersReportIt(t *testing.T) {
 		t.Fatalf("pipelines %+v: want it allocatable once its members serve it", ps)
 	}
 }
+
+// TestFailedReplicaClosesPipelineAndIsReplaced: a member reports that its
+// replica failed (a chunk write failed there alone: it did not acknowledge
+// and left the pipeline, its container replica UNHEALTHY). The pipeline is
+// closed, its container closed on the two good replicas, copied to a third
+// node, and the UNHEALTHY replica deleted.
+func TestFailedReplicaClosesPipelineAndIsReplaced(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	cfg.PipelinesPerNode = 1
+	c := newCluster(t, cfg, clk, 4)
+	ps := c.pipelines()
+	if len(ps) != 1 {
+		t.Fatalf("pipelines %+v, want 1", ps)
+	}
+	old := ps[0]
+	mustNo(t, ignore(c.s.CreateBucket("bkt")))
+	ki := c.put("bkt", "k", 1, 100)
+	cid := ki.Blocks[0].Container
+	c.write(old, cid, 100)
+	f := c.node(old.Members[2].NodeID)
+	f.conts[cid].State = metaapi.ContainerUnhealthy
+	delete(f.pipelines, old.ID)
+	f.failedPipelines = []metaapi.PipelineFailure{{ID: old.ID, Container: cid, Reason: "write_chunk at index 7 failed on this replica: EIO"}}
+	c.round(c.nodes...)
+	if p := c.pipelines()[0]; p.ID != old.ID || p.State != metaapi.PipelineClosed {
+		t.Fatalf("pipeline %+v, want %d CLOSED", p, old.ID)
+	}
+	for range 5 {
+		clk.Advance(5 * time.Second)
+		c.settle()
+	}
+	var third *fakeDN
+	for _, n := range c.nodes {
+		if !slices.ContainsFunc(old.Members, func(m metaapi.Member) bool { return m.NodeID == n.id }) {
+			third = n
+		}
+	}
+	if r := third.conts[cid]; r == nil || r.State != metaapi.ContainerClosed {
+		t.Fatalf("node %d (outside the pipeline) holds %+v of container %d, want a CLOSED copy", third.id, r, cid)
+	}
+	if r := f.conts[cid]; r != nil {
+		t.Fatalf("the failed replica (node %d) still holds %+v", f.id, r)
+	}
+	if got := c.containers()[cid].State; got != metaapi.ContainerClosed {
+		t.Fatalf("container %d %s, want CLOSED", cid, got)
+	}
+}

@@ -99,6 +99,9 @@ type fakeDN struct {
 	copying  map[uint64]uint64     // container → source, copies held under way (copyHold)
 	failures []metaapi.CopyFailure // to report
 	copied   map[uint64][]uint64   // container → the sources it was told, per copy carried out
+	// failedPipelines is reported in every heartbeat (a replica that
+	// failed and left its pipeline).
+	failedPipelines []metaapi.PipelineFailure
 }
 
 type copyMode int
@@ -138,7 +141,7 @@ func (c *cluster) node(id uint64) *fakeDN {
 
 func (n *fakeDN) report() *metaapi.Heartbeat {
 	hb := &metaapi.Heartbeat{UUID: n.uuid, NodeID: n.id, Addr: n.addr, DeletedBlocks: n.deleted, CopyFailures: n.failures,
-		Copying: slices.Sorted(maps.Keys(n.copying)), Used: n.used}
+		Copying: slices.Sorted(maps.Keys(n.copying)), Used: n.used, FailedPipelines: n.failedPipelines}
 	if n.used > 0 {
 		hb.Capacity = 1e12
 	}
@@ -173,7 +176,9 @@ func (n *fakeDN) beat() []metaapi.Command {
 				continue
 			}
 			for _, m := range cmd.Pipeline.Members {
-				if r := n.c.nodeOrNil(m.NodeID); r != nil && r.conts[cmd.Container] != nil {
+				// (an UNHEALTHY replica stays so: the engine refuses
+				// to close it)
+				if r := n.c.nodeOrNil(m.NodeID); r != nil && r.conts[cmd.Container] != nil && r.conts[cmd.Container].State != metaapi.ContainerUnhealthy {
 					r.conts[cmd.Container].State = metaapi.ContainerClosed
 				}
 			}

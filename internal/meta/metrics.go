@@ -12,6 +12,7 @@ import (
 type metrics struct {
 	reg              *prometheus.Registry
 	heartbeats       prometheus.Counter
+	replicaFailures  prometheus.Counter
 	registrations    prometheus.Counter
 	allocations      prometheus.Counter
 	commits          prometheus.Counter
@@ -28,6 +29,8 @@ func newMetrics(s *Service) *metrics {
 		reg: prometheus.NewRegistry(),
 		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_meta_heartbeats_total",
 			Help: "Datanode heartbeats accepted."}),
+		replicaFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_meta_replica_failures_total",
+			Help: "Pipelines closed because a member reported its replica failed."}),
 		registrations: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_meta_registrations_total",
 			Help: "Datanodes registered (node IDs assigned)."}),
 		allocations: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_meta_allocations_total",
@@ -51,7 +54,7 @@ func newMetrics(s *Service) *metrics {
 	for _, r := range []string{"replaced", "deleted", "expired"} {
 		m.deletesScheduled.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.heartbeats, m.registrations, m.allocations, m.commits, m.commands,
+	m.reg.MustRegister(m.heartbeats, m.replicaFailures, m.registrations, m.allocations, m.commits, m.commands,
 		m.deletesScheduled, m.deletesDelivered, m.deletesAcked, m.deletesDropped, m.requests,
 		stateCollector{s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

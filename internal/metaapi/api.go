@@ -117,6 +117,22 @@ type Heartbeat struct {
 	// meta service scheduled that the target does not list here for
 	// CopyStartTimeout is taken as lost.
 	Copying []uint64 `json:"copying,omitempty"`
+	// FailedPipelines: pipelines this node stopped serving because its
+	// replica could not store what they wrote (a chunk write or a block
+	// commit failed here alone: EIO, ENOSPC, an UNHEALTHY container); the
+	// entry was not acknowledged and the container's replica here is
+	// UNHEALTHY. The meta service closes each such pipeline. Reported in
+	// every heartbeat while the node remembers it; at most
+	// MaxReportedPipelines.
+	FailedPipelines []PipelineFailure `json:"failed_pipelines,omitempty"`
+}
+
+// PipelineFailure is a pipeline a datanode left after a local failure.
+type PipelineFailure struct {
+	ID        uint64 `json:"id"`
+	Container uint64 `json:"container,omitempty"`
+	// Reason says what failed, at most MaxCopyErrorBytes.
+	Reason string `json:"reason"`
 }
 
 // CopyFailure is a replicate_container copy that failed on its target.
@@ -253,6 +269,17 @@ func (hb *Heartbeat) Validate() error {
 		}
 		if len(f.Error) > MaxCopyErrorBytes {
 			return bad("copy failure of container %d: error of %d bytes, at most %d", f.Container, len(f.Error), MaxCopyErrorBytes)
+		}
+	}
+	if len(hb.FailedPipelines) > MaxReportedPipelines {
+		return bad("%d failed pipelines, at most %d", len(hb.FailedPipelines), MaxReportedPipelines)
+	}
+	for _, f := range hb.FailedPipelines {
+		if f.ID == 0 {
+			return bad("failed pipeline with ID 0")
+		}
+		if len(f.Reason) > MaxCopyErrorBytes {
+			return bad("failed pipeline %d: reason of %d bytes, at most %d", f.ID, len(f.Reason), MaxCopyErrorBytes)
 		}
 	}
 	if len(hb.Copying) > MaxCopyingReport {

@@ -20,6 +20,11 @@ type metrics struct {
 	proposals      *prometheus.CounterVec
 	requestSeconds *prometheus.HistogramVec
 	applied        prometheus.Counter
+	// replicaFailures counts local failures that made this replica leave
+	// a pipeline (by op: write_chunk, put_block); refusals counts
+	// commands refused as on every replica (by kind).
+	replicaFailures *prometheus.CounterVec
+	refusals        *prometheus.CounterVec
 }
 
 func newMetrics(n *Node, reg prometheus.Registerer) *metrics {
@@ -42,11 +47,15 @@ func newMetrics(n *Node, reg prometheus.Registerer) *metrics {
 			Help: "Client write requests from arrival to answer (committed and applied), by kind.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18)}, []string{"kind"}),
 		applied: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_entries_applied_total",
 			Help: "Raft entries applied, all pipelines."}),
+		replicaFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spindle_datanode_replica_failures_total",
+			Help: "Chunk writes or block commits that failed on this replica alone (EIO, ENOSPC, UNHEALTHY container, overlap): never acknowledged; the replica left its pipeline and its container was marked UNHEALTHY."}, []string{"op"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spindle_datanode_refusals_total",
+			Help: "Replicated commands refused as on every replica (checksum mismatch, invalid, hole, full or closed container), by kind."}, []string{"kind"}),
 	}
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.chunkWrites, m.chunkBytes, m.appendRounds, m.appendBatch, m.appendSeconds, m.leaderChanges, m.proposals, m.requestSeconds, m.applied)
+	reg.MustRegister(m.chunkWrites, m.chunkBytes, m.appendRounds, m.appendBatch, m.appendSeconds, m.leaderChanges, m.proposals, m.requestSeconds, m.applied, m.replicaFailures, m.refusals)
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_datanode_pipelines", Help: "Pipelines served."},
 			func() float64 { return float64(len(n.Pipelines())) }),

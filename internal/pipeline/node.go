@@ -198,6 +198,14 @@ type Node struct {
 	metrics  *metrics
 	failed   atomic.Pointer[error]
 	serveErr chan error
+	// failedGroups are the pipelines stopped after a replica failure
+	// (written by the loop under groupsMu; at most
+	// MaxFailedPipelinesKept).
+	failedGroups map[uint64]PipelineFailure
+	// pipelinesChanged counts changes of the served pipelines made by the
+	// node itself (a failed replica), for the owner that persists the
+	// list.
+	pipelinesChanged atomic.Uint64
 }
 
 // group is one pipeline's state, owned by the loop goroutine unless noted.
@@ -220,6 +228,10 @@ type group struct {
 	// minMatch is, on a leader, 1 + the lowest index every follower is
 	// known to hold (0 elsewhere): compaction keeps the entries above it.
 	minMatch atomic.Uint64
+	// failed is set by a worker that found this replica unable to store
+	// what the group appends or applies: from then on nothing of the
+	// group is appended, acknowledged or applied here.
+	failed atomic.Bool
 }
 
 // proposal is a client request waiting for its entry to commit and apply.
@@ -251,6 +263,7 @@ const (
 	evUnreachable
 	evAddPipeline
 	evRemovePipeline
+	evGroupFailed
 )
 
 type event struct {
@@ -263,6 +276,7 @@ type event struct {
 	apply   *applyJob
 	peer    uint64
 	pc      PipelineConfig
+	failure PipelineFailure
 	done    chan error
 }
 
@@ -288,6 +302,8 @@ func Start(c Config) (*Node, error) {
 		stop:     make(chan struct{}),
 		serveErr: make(chan error, 1),
 		inflight: newByteBudget(cfg.MaxInflightPayloadBytes),
+
+		failedGroups: map[uint64]PipelineFailure{},
 	}
 	n.metrics = newMetrics(n, cfg.Metrics)
 	for _, p := range cfg.Pipelines {
@@ -653,6 +669,9 @@ func (n *Node) run() {
 			}
 		}
 		for _, g := range n.order {
+			if g.failed.Load() {
+				continue // evGroupFailed removes it
+			}
 			n.flushProposals(g)
 			if g.rn.HasReady() {
 				n.onReady(g)
@@ -690,6 +709,9 @@ func (n *Node) onEvent(ev event) {
 		g.queue = append(g.queue, ev.prop)
 	case evAppendDone:
 		for _, j := range ev.appends {
+			if j.g.failed.Load() || n.groups[j.g.id] != j.g {
+				continue
+			}
 			for _, r := range j.results {
 				if p := j.g.pending[r.proposal]; p != nil {
 					p.appended, p.appendErr = true, r.err
@@ -701,6 +723,9 @@ func (n *Node) onEvent(ev event) {
 		}
 	case evApplyDone:
 		j := ev.apply
+		if j.g.failed.Load() || n.groups[j.g.id] != j.g {
+			return
+		}
 		j.g.applied.Store(j.last)
 		for i := j.g.payloadLow; i <= j.last; i++ {
 			delete(j.g.cache, i)
@@ -713,6 +738,8 @@ func (n *Node) onEvent(ev event) {
 		ev.done <- n.addGroup(ev.pc)
 	case evRemovePipeline:
 		ev.done <- n.removeGroup(ev.pc.ID)
+	case evGroupFailed:
+		n.stopFailedGroup(ev.failure)
 	case evUnreachable:
 		for _, g := range n.order {
 			if _, ok := g.members[ev.peer]; ok {
@@ -723,6 +750,12 @@ func (n *Node) onEvent(ev event) {
 }
 
 func (n *Node) addGroup(pc PipelineConfig) error {
+	n.groupsMu.RLock()
+	f, failed := n.failedGroups[pc.ID]
+	n.groupsMu.RUnlock()
+	if failed {
+		return fmt.Errorf("pipeline %d: this node's replica failed (%s); it does not serve it again", pc.ID, f.Reason)
+	}
 	if g := n.groups[pc.ID]; g != nil {
 		if len(g.members) != len(pc.Members) {
 			return fmt.Errorf("pipeline %d: already served with other members", pc.ID)

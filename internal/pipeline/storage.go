@@ -103,47 +103,31 @@ func (n *Node) newApplyJob(g *group, m *raftpb.Message) *applyJob {
 // can always send them.
 func (n *Node) appendWorker() {
 	defer n.wg.Done()
-	var jobs []*appendJob
+	var popped []*appendJob
 	var recs []wal.Record
 	for {
-		jobs = n.appendq.popAll(jobs[:0], n.stop)
-		if jobs == nil {
+		popped = n.appendq.popAll(popped[:0], n.stop)
+		if popped == nil {
 			return
 		}
 		wrote := false
 		roundStart := time.Now()
 		chunks := 0
-		for _, j := range jobs {
-			for i, e := range j.msg.GetEntries() {
-				ce := j.ents[i]
-				if ce.err != nil {
-					// The leader encoded it: a bug or damage. The
-					// entry's commands have no effect here.
-					n.log.Error("undecodable entry", "pipeline", j.g.id, "index", e.GetIndex(), "err", ce.err)
-					continue
-				}
-				w := 0
-				for ci := range ce.cmds {
-					c := &ce.cmds[ci]
-					if c.Kind != KindWriteChunk {
-						continue
-					}
-					err := n.writeChunk(&c.WriteChunk, ce.segs[w])
-					w++
-					wrote = true
-					chunks++
-					if err == nil {
-						n.metrics.chunkWrites.Inc()
-						n.metrics.chunkBytes.Add(float64(c.WriteChunk.Length))
-					}
-					if err != nil {
-						n.log.Debug("write chunk", "pipeline", j.g.id, "index", e.GetIndex(), "err", err)
-					}
-					if c.ProposalID>>48 == n.cfg.ID {
-						j.results = append(j.results, proposalResult{c.ProposalID, err})
-					}
-				}
+		// jobs, the ones to acknowledge, goes to the loop: a new slice
+		// every round.
+		jobs := make([]*appendJob, 0, len(popped))
+		for _, j := range popped {
+			if j.g.failed.Load() {
+				continue // nothing more of it is stored or acknowledged here
 			}
+			var ok bool
+			if chunks, wrote, ok = n.writeChunks(j, chunks, wrote); !ok {
+				if n.Err() != nil {
+					return
+				}
+				continue
+			}
+			jobs = append(jobs, j)
 		}
 		if wrote {
 			if err := n.eng.Sync(); err != nil {
@@ -181,10 +165,59 @@ func (n *Node) appendWorker() {
 		n.metrics.appendRounds.Inc()
 		n.metrics.appendBatch.Observe(float64(chunks))
 		n.metrics.appendSeconds.Observe(time.Since(roundStart).Seconds())
-		if !n.post(event{kind: evAppendDone, appends: append([]*appendJob(nil), jobs...)}) {
+		if len(jobs) > 0 && !n.post(event{kind: evAppendDone, appends: jobs}) {
 			return
 		}
 	}
+}
+
+// writeChunks writes the chunks of one append job into their block files.
+// It returns false when the job must not be acknowledged: a chunk failed
+// on this replica alone (the group is failed, see replicaFailed) or the
+// engine failed (the node is failed). A refusal every replica shares is
+// the proposal's result, answered to the client by the leader.
+func (n *Node) writeChunks(j *appendJob, chunks int, wrote bool) (int, bool, bool) {
+	for i, e := range j.msg.GetEntries() {
+		ce := j.ents[i]
+		if ce.err != nil {
+			// The leader encoded it: a bug or damage. The entry's
+			// commands have no effect here, nor anywhere (every replica
+			// decodes the same bytes).
+			n.log.Error("undecodable entry", "pipeline", j.g.id, "index", e.GetIndex(), "err", ce.err)
+			continue
+		}
+		w := 0
+		for ci := range ce.cmds {
+			c := &ce.cmds[ci]
+			if c.Kind != KindWriteChunk {
+				continue
+			}
+			err := n.writeChunk(&c.WriteChunk, ce.segs[w])
+			w++
+			wrote = true
+			chunks++
+			if err == nil {
+				n.metrics.chunkWrites.Inc()
+				n.metrics.chunkBytes.Add(float64(c.WriteChunk.Length))
+			} else {
+				switch n.classifyWrite(err, c.WriteChunk.ContainerID) {
+				case nodeLost:
+					n.fail(fmt.Errorf("append: pipeline %d index %d: write chunk: %w", j.g.id, e.GetIndex(), err))
+					return chunks, wrote, false
+				case replicaLost:
+					n.replicaFailed(j.g, c.WriteChunk.ContainerID, e.GetIndex(), "write_chunk", err)
+					return chunks, wrote, false
+				default:
+					n.metrics.refusals.WithLabelValues("write_chunk").Inc()
+					n.log.Debug("write chunk refused", "pipeline", j.g.id, "index", e.GetIndex(), "err", err)
+				}
+			}
+			if c.ProposalID>>48 == n.cfg.ID {
+				j.results = append(j.results, proposalResult{c.ProposalID, err})
+			}
+		}
+	}
+	return chunks, wrote, true
 }
 
 // writeChunk writes one replicated chunk, creating its container on first
@@ -219,12 +252,20 @@ func (n *Node) applyWorker() {
 			return
 		}
 		for _, j := range jobs {
+			if j.g.failed.Load() {
+				n.refuseApply(j)
+				continue
+			}
 			ob := open[j.g.id]
 			if ob == nil {
 				ob = newOpenBlocks()
 				open[j.g.id] = ob
 			}
+			lost := false
 			for i, e := range j.msg.GetEntries() {
+				if lost {
+					break
+				}
 				ce := j.ents[i]
 				for ci := range ce.cmds {
 					c := &ce.cmds[ci]
@@ -243,6 +284,14 @@ func (n *Node) applyWorker() {
 						err = n.eng.PutBlock(toEngineBlock(&c.PutBlock.Block))
 						if err == nil {
 							ob.committed(c.PutBlock.Block.ContainerID, c.PutBlock.Block.LocalID)
+						} else if cls := n.classifyApply(err, c.PutBlock.Block.ContainerID); cls == nodeLost {
+							n.fail(fmt.Errorf("apply: pipeline %d index %d: put block: %w", j.g.id, e.GetIndex(), err))
+							return
+						} else if cls == replicaLost {
+							// Committed, so acknowledged by a quorum; this
+							// replica lacks the block: it must not count.
+							n.replicaFailed(j.g, c.PutBlock.Block.ContainerID, e.GetIndex(), "put_block", err)
+							lost = true
 						}
 					case KindDeleteBlock:
 						err = n.eng.DeleteBlock(engine.BlockID{Container: engine.ContainerID(c.Ref.ContainerID), Local: c.Ref.LocalID})
@@ -251,11 +300,20 @@ func (n *Node) applyWorker() {
 						err = n.eng.CloseContainer(engine.ContainerID(c.Ref.ContainerID))
 					}
 					if p := j.reqs[c.ProposalID]; p != nil {
+						delete(j.reqs, c.ProposalID)
 						n.replyResult(p, err)
-					} else if err != nil {
-						n.log.Debug("apply", "pipeline", j.g.id, "index", e.GetIndex(), "kind", c.Kind, "err", err)
+					} else if err != nil && !lost {
+						n.metrics.refusals.WithLabelValues(c.Kind.String()).Inc()
+						n.log.Info("committed command refused here, as on every replica", "pipeline", j.g.id, "index", e.GetIndex(), "kind", c.Kind, "err", err)
+					}
+					if lost {
+						break
 					}
 				}
+			}
+			if lost {
+				n.refuseApply(j)
+				continue
 			}
 			n.metrics.applied.Add(float64(len(j.ents)))
 			if !n.post(event{kind: evApplyDone, group: j.g.id, apply: j}) {
@@ -263,6 +321,15 @@ func (n *Node) applyWorker() {
 			}
 			n.maybeCompact(j.g, j.last, ob, compacted)
 		}
+	}
+}
+
+// refuseApply answers the clients still waiting on a job of a failed group
+// (the entries after the failure are not applied here).
+func (n *Node) refuseApply(j *applyJob) {
+	for id, p := range j.reqs {
+		delete(j.reqs, id)
+		n.replyErr(p, transport.StatusUnavailable, fmt.Sprintf("pipeline %d: replica on node %d failed", j.g.id, n.cfg.ID), "")
 	}
 }
 

@@ -1,0 +1,311 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/transport"
+	"github.com/spindle-store/spindle/internal/vfs"
+	"github.com/spindle-store/spindle/internal/wal"
+)
+
+// memCluster starts a 3-member pipeline whose engines keep their block
+// files and metadata on one MemFS each (so faults can be injected into one
+// replica's storage); the logs are on real directories.
+func memCluster(t *testing.T) ([]*testNode, []*vfs.MemFS) {
+	t.Helper()
+	pc := PipelineConfig{ID: 1}
+	var nodes []*testNode
+	var fss []*vfs.MemFS
+	for i := uint64(1); i <= 3; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, &testNode{id: i, addr: ln.Addr().String(), logDir: t.TempDir()})
+		ln.Close()
+		fss = append(fss, vfs.NewMem())
+		pc.Members = append(pc.Members, Member{ID: i, Addr: nodes[i-1].addr})
+	}
+	for i, tn := range nodes {
+		var err error
+		tn.eng, err = engine.Open(engine.Config{DataDirs: []string{"/data"}, FS: fss[i], Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tn.log, err = wal.Open(wal.Config{Dir: tn.logDir, Logger: quiet, SegmentSizeBytes: 4 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", tn.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tn.node, err = Start(Config{ID: tn.id, Listener: ln, Engine: tn.eng, Log: tn.log, Pipelines: []PipelineConfig{pc},
+			TickInterval: 20 * time.Millisecond, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, tn := range nodes {
+			if tn.node != nil {
+				tn.node.Close()
+				tn.log.Close()
+				tn.eng.Close()
+				tn.node = nil
+			}
+		}
+	})
+	return nodes, fss
+}
+
+// failBlockFiles makes every operation of kind on a block file of fs fail
+// with errno.
+func failBlockFiles(fs *vfs.MemFS, kind vfs.OpKind, errno error) {
+	fs.InjectErrors(func(op vfs.Op) error {
+		if op.Kind == kind && strings.HasSuffix(op.Path, ".blk") {
+			return errno
+		}
+		return nil
+	})
+}
+
+// waitFailed waits (bounded) until tn stopped serving pipeline 1 after a
+// replica failure, or stopped altogether; it reports which.
+func waitFailed(t *testing.T, tn *testNode) (replica, node bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		if len(tn.node.FailedPipelines()) > 0 {
+			return true, false
+		}
+		select {
+		case <-tn.node.Stopped():
+			return false, true
+		case <-deadline:
+			t.Fatalf("node %d: no failure seen within 10 s", tn.id)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// TestFollowerNeverAcknowledgesAChunkItFailedToStore: one follower's
+// storage fails in each way a chunk write can fail on one replica alone.
+// The write is acknowledged by the leader and the other follower only: the
+// failed follower's log never holds the entry (a replica sends its
+// MsgAppResp only after its log append), it stops serving the pipeline (or
+// the whole node stops, for a failed fsync), and its container replica is
+// UNHEALTHY. Before this was fixed the follower logged the failure at
+// Debug, appended the entry and acknowledged it.
+func TestFollowerNeverAcknowledgesAChunkItFailedToStore(t *testing.T) {
+	cases := []struct {
+		name string
+		// arm breaks follower f just before the write of block 2.
+		arm        func(t *testing.T, f *testNode, fs *vfs.MemFS)
+		nodeFailed bool // the whole node stops (sticky engine failure)
+		op         string
+	}{
+		{name: "write EIO", arm: func(t *testing.T, f *testNode, fs *vfs.MemFS) { failBlockFiles(fs, vfs.OpWrite, syscall.EIO) }, op: "write_chunk"},
+		{name: "full volume", arm: func(t *testing.T, f *testNode, fs *vfs.MemFS) { failBlockFiles(fs, vfs.OpWrite, syscall.ENOSPC) }, op: "write_chunk"},
+		{name: "sync EIO", arm: func(t *testing.T, f *testNode, fs *vfs.MemFS) { failBlockFiles(fs, vfs.OpSyncData, syscall.EIO) }, nodeFailed: true},
+		{name: "unhealthy container", arm: func(t *testing.T, f *testNode, fs *vfs.MemFS) {
+			if err := f.eng.MarkUnhealthy(5, "test: damage found by a scan"); err != nil {
+				t.Fatal(err)
+			}
+		}, op: "write_chunk"},
+		{name: "overlap", arm: func(t *testing.T, f *testNode, fs *vfs.MemFS) {
+			// A divergent chunk at the same offset, as an earlier
+			// leader's uncommitted entry leaves it.
+			other := chunkData(99, 0, 3000)
+			if err := f.eng.WriteChunk(engine.BlockID{Container: 5, Local: 2}, 0, other, bpc, engine.ComputeChecksums(nil, other, bpc)); err != nil {
+				t.Fatal(err)
+			}
+		}, op: "write_chunk"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes, fss := memCluster(t)
+			leader := waitLeader(t, nodes)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cl, err := transport.DialClient(ctx, leader.addr, transport.ClientConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			// Block 1 reaches every replica (and creates container 5).
+			b1 := writeChunks(t, cl, 1, 0, 1, 3000)
+			if _, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 5, LocalID: 1, Length: 3000, BytesPerChecksum: bpc, Chunks: b1}}); err != nil {
+				t.Fatal(err)
+			}
+			want := leader.node.Applied(1)
+			var f, other *testNode
+			var ffs *vfs.MemFS
+			for i, tn := range nodes {
+				if tn == leader {
+					continue
+				}
+				if f == nil {
+					f, ffs = tn, fss[i]
+				} else {
+					other = tn
+				}
+			}
+			for _, tn := range []*testNode{f, other} {
+				deadline := time.Now().Add(10 * time.Second)
+				for tn.node.Applied(1) < want && time.Now().Before(deadline) {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			before, err := f.log.LastIndex(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			leaderLast, err := leader.log.LastIndex(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.arm(t, f, ffs)
+
+			// The write of block 2 is acknowledged by the two others.
+			writeChunks(t, cl, 2, 0, 1, 3000)
+			replica, node := waitFailed(t, f)
+			if node != tc.nodeFailed || replica == tc.nodeFailed {
+				t.Fatalf("replica failed %v, node failed %v (err %v); want node failed %v", replica, node, f.node.Err(), tc.nodeFailed)
+			}
+			after, err := f.log.LastIndex(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after > leaderLast {
+				t.Fatalf("the failed follower's log holds index %d (it held %d, the write's entry is past %d): it acknowledged a chunk it did not store", after, before, leaderLast)
+			}
+			if !tc.nodeFailed {
+				info, err := f.eng.Container(5)
+				if err != nil || info.State != engine.StateUnhealthy {
+					t.Fatalf("follower's container 5: %+v, %v; want UNHEALTHY", info, err)
+				}
+				fp := f.node.FailedPipelines()
+				if len(fp) != 1 || fp[0].ID != 1 || fp[0].Container != 5 {
+					t.Fatalf("failed pipelines %+v, want pipeline 1, container 5", fp)
+				}
+				if got := testCounter(t, f.node.metrics.replicaFailures.WithLabelValues(tc.op)); got != 1 {
+					t.Fatalf("replica failures (%s) counted %v, want 1", tc.op, got)
+				}
+				// It does not take the pipeline back.
+				err = f.node.AddPipeline(ctx, PipelineConfig{ID: 1, Members: []Member{{1, nodes[0].addr}, {2, nodes[1].addr}, {3, nodes[2].addr}}})
+				if err == nil {
+					t.Fatal("the failed replica joined its pipeline again")
+				}
+			}
+			// The pipeline goes on with the two others, which hold it all.
+			writeChunks(t, cl, 3, 0, 2, 3000)
+			readBack(t, other, 2, 3000)
+			readBack(t, leader, 2, 3000)
+		})
+	}
+}
+
+// TestLeaderFailedWriteIsNotAcknowledged: the leader's own chunk write
+// fails: the client is not told it is stored, and the leader stops serving
+// the pipeline, whose other members elect a new leader.
+func TestLeaderFailedWriteIsNotAcknowledged(t *testing.T) {
+	nodes, fss := memCluster(t)
+	leader := waitLeader(t, nodes)
+	var lfs *vfs.MemFS
+	for i, tn := range nodes {
+		if tn == leader {
+			lfs = fss[i]
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := transport.DialClient(ctx, leader.addr, transport.ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	writeChunks(t, cl, 1, 0, 1, 3000)
+	failBlockFiles(lfs, vfs.OpWrite, syscall.EIO)
+	data := chunkData(2, 0, 3000)
+	_, err = cl.Call(ctx, &transport.WriteChunk{PipelineID: 1, ContainerID: 5, LocalID: 2, Length: 3000, BytesPerChecksum: bpc, Checksums: engine.ComputeChecksums(nil, data, bpc)}, data)
+	var se *transport.StatusError
+	if !errors.As(err, &se) || se.Status != transport.StatusUnavailable {
+		t.Fatalf("write on a failing leader: %v, want UNAVAILABLE", err)
+	}
+	waitFailed(t, leader)
+	var rest []*testNode
+	for _, tn := range nodes {
+		if tn != leader {
+			rest = append(rest, tn)
+		}
+	}
+	nl := waitLeader(t, rest)
+	cl2, err := transport.DialClient(ctx, nl.addr, transport.ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl2.Close()
+	writeChunks(t, cl2, 2, 0, 1, 3000)
+}
+
+// TestFollowerFailedPutBlockLeavesThePipeline: a committed PutBlock that a
+// follower cannot apply (its container replica was found damaged and
+// marked UNHEALTHY meanwhile) makes it leave the pipeline, so that its
+// replica, which lacks a committed block, is never counted.
+func TestFollowerFailedPutBlockLeavesThePipeline(t *testing.T) {
+	nodes, _ := memCluster(t)
+	leader := waitLeader(t, nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := transport.DialClient(ctx, leader.addr, transport.ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	b1 := writeChunks(t, cl, 1, 0, 1, 3000)
+	var f *testNode
+	for _, tn := range nodes {
+		if tn != leader {
+			f = tn
+			break
+		}
+	}
+	// Wait until the follower holds the chunk, then damage its replica.
+	want := leader.node.Applied(1)
+	deadline := time.Now().Add(10 * time.Second)
+	for f.node.Applied(1) < want && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := f.eng.MarkUnhealthy(5, "test: damage"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 5, LocalID: 1, Length: 3000, BytesPerChecksum: bpc, Chunks: b1}}); err != nil {
+		t.Fatal(err)
+	}
+	if replica, _ := waitFailed(t, f); !replica {
+		t.Fatal("follower did not leave the pipeline")
+	}
+	if got := testCounter(t, f.node.metrics.replicaFailures.WithLabelValues("put_block")); got != 1 {
+		t.Fatalf("put_block failures counted %v, want 1", got)
+	}
+}
+
+func testCounter(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
