@@ -142,8 +142,10 @@ type heartbeater struct {
 	// maxPendingAcks).
 	deleted *reportQueue[metaapi.BlockRef]
 	// savedChanges is node.PipelinesChanged() when the pipeline list was
-	// last saved (heartbeat goroutine only).
+	// last saved; peerAddrs the peers' addresses last handed to the node
+	// (heartbeat goroutine only).
 	savedChanges uint64
+	peerAddrs    map[uint64]string
 }
 
 // maxPendingAcks bounds the deletion acknowledgements kept between
@@ -214,6 +216,7 @@ func (h *heartbeater) beat(ctx context.Context) {
 		h.log.Warn("heartbeat failed", "err", err)
 		return
 	}
+	h.updatePeers(ctx, resp.Peers)
 	// A replica that failed took its pipeline off the list by itself.
 	changed := false
 	if g := h.node.PipelinesChanged(); g != h.savedChanges {
@@ -379,6 +382,39 @@ func (h *heartbeater) deleteReplica(c metaapi.Command) {
 		}
 		h.log.Info("extra replica deleted", "container", c.Container)
 	})
+}
+
+// updatePeers hands the peers' addresses the meta service last heard to
+// the node when they changed since the last heartbeat (a peer restarted
+// on another port).
+func (h *heartbeater) updatePeers(ctx context.Context, peers []metaapi.Member) {
+	changed := false
+	for _, m := range peers {
+		if h.peerAddrs[m.NodeID] != m.Addr {
+			changed = true
+		}
+	}
+	if !changed {
+		return
+	}
+	ms := make([]pipeline.Member, 0, len(peers))
+	for _, m := range peers {
+		ms = append(ms, pipeline.Member{ID: m.NodeID, Addr: m.Addr})
+	}
+	if err := h.node.UpdatePeers(ctx, ms); err != nil {
+		h.log.Warn("updating peer addresses", "err", err)
+		return
+	}
+	if h.peerAddrs == nil {
+		h.peerAddrs = map[uint64]string{}
+	}
+	for _, m := range peers {
+		h.peerAddrs[m.NodeID] = m.Addr
+	}
+	// The saved pipeline list carries the members' addresses.
+	if err := h.savePipelines(); err != nil {
+		h.log.Error("saving the pipeline list", "err", err)
+	}
 }
 
 func (h *heartbeater) savePipelines() error {

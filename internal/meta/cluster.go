@@ -1,7 +1,9 @@
 package meta
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -138,7 +140,7 @@ func (s *Service) Heartbeat(hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, 
 	n := s.nodes[id]
 	if n.rec.Addr != hb.Addr || n.rec.MetricsURL != hb.MetricsURL {
 		if n.rec.Addr != hb.Addr && known {
-			s.log.Warn("datanode address changed; its pipelines' peers still know the old one", "node", id, "old", n.rec.Addr, "new", hb.Addr)
+			s.log.Warn("datanode address changed; its peers learn the new one from their next heartbeat", "node", id, "old", n.rec.Addr, "new", hb.Addr)
 		}
 		n.rec.Addr, n.rec.MetricsURL = hb.Addr, hb.MetricsURL
 		set(b, u64key(prefixNode, id), n.rec.encode())
@@ -191,7 +193,28 @@ func (s *Service) Heartbeat(hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, 
 	if err := s.commit(b); err != nil {
 		return nil, err
 	}
-	return &metaapi.HeartbeatResponse{NodeID: id, Commands: s.commandsFor(n, now)}, nil
+	return &metaapi.HeartbeatResponse{NodeID: id, Commands: s.commandsFor(n, now), Peers: s.peersOf(n)}, nil
+}
+
+// peersOf lists the current address of every other member of the
+// pipelines n reports serving, by node ID.
+func (s *Service) peersOf(n *node) []metaapi.Member {
+	seen := map[uint64]bool{n.rec.ID: true}
+	var out []metaapi.Member
+	for _, pid := range slices.Sorted(maps.Keys(n.pipelines)) {
+		p := s.pipelines[pid]
+		if p == nil {
+			continue
+		}
+		for _, m := range p.rec.Members {
+			if !seen[m] {
+				seen[m] = true
+				out = append(out, metaapi.Member{NodeID: m, Addr: s.nodes[m].rec.Addr})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b metaapi.Member) int { return cmp.Compare(a.NodeID, b.NodeID) })
+	return out
 }
 
 // startClose moves an OPEN container to CLOSING (no more allocations;

@@ -460,3 +460,32 @@ func TestFailedReplicaClosesPipelineAndIsReplaced(t *testing.T) {
 		t.Fatalf("container %d %s, want CLOSED", cid, got)
 	}
 }
+
+// TestPeersFollowAnAddressChange: a datanode heard from at a new address
+// (restarted on another port) is named there in its peers' next heartbeat
+// responses, so that their pipelines reach it without a restart.
+func TestPeersFollowAnAddressChange(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	cfg.PipelinesPerNode = 1
+	c := newCluster(t, cfg, clk, 3)
+	p := c.pipelines()[0]
+	moved := c.node(p.Members[1].NodeID)
+	moved.addr = "127.0.0.1:29999"
+	moved.beat()
+	other := c.node(p.Members[0].NodeID)
+	resp, err := c.s.Heartbeat(other.report())
+	mustNo(t, err)
+	found := false
+	for _, m := range resp.Peers {
+		if m.NodeID == other.id {
+			t.Fatalf("peers %+v list the node itself", resp.Peers)
+		}
+		if m.NodeID == moved.id {
+			found = m.Addr == moved.addr
+		}
+	}
+	if !found {
+		t.Fatalf("peers %+v: want node %d at %s", resp.Peers, moved.id, moved.addr)
+	}
+}

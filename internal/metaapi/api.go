@@ -334,6 +334,11 @@ type PipelineReport struct {
 type HeartbeatResponse struct {
 	NodeID   uint64    `json:"node_id"`
 	Commands []Command `json:"commands,omitempty"`
+	// Peers: the address the meta service last heard from every other
+	// member of the pipelines the node reports serving (by node ID). A
+	// datanode restarted on another address is reached there by its
+	// peers from their next heartbeat on, without a restart.
+	Peers []Member `json:"peers,omitempty"`
 }
 
 // Command kinds sent to datanodes.

@@ -264,6 +264,7 @@ const (
 	evAddPipeline
 	evRemovePipeline
 	evGroupFailed
+	evPeers
 )
 
 type event struct {
@@ -277,6 +278,7 @@ type event struct {
 	peer    uint64
 	pc      PipelineConfig
 	failure PipelineFailure
+	members []Member
 	done    chan error
 }
 
@@ -339,20 +341,55 @@ func payloadAlloc(t transport.MsgType, _ []byte, n int) []byte {
 	return nil
 }
 
-// addMembers records the peers' addresses of p. A peer keeps one address
-// for all pipelines (a changed address needs a restart).
+// addMembers records the peers' addresses of p. A peer has one address
+// for all pipelines: the newest one given wins (a datanode restarted on
+// another port is reached there from then on).
 func (n *Node) addMembers(p PipelineConfig) error {
+	n.setPeerAddrs(p.Members)
+	return nil
+}
+
+// setPeerAddrs records the members' addresses; a peer whose address
+// changed redials it before its next send.
+func (n *Node) setPeerAddrs(ms []Member) {
 	n.peersMu.Lock()
 	defer n.peersMu.Unlock()
-	for _, m := range p.Members {
-		if a, ok := n.addrs[m.ID]; ok && a != m.Addr {
-			return fmt.Errorf("pipeline %d: member %d has two addresses, %s and %s", p.ID, m.ID, a, m.Addr)
+	for _, m := range ms {
+		if m.ID == n.cfg.ID || m.Addr == "" || n.addrs[m.ID] == m.Addr {
+			continue
+		}
+		if old, ok := n.addrs[m.ID]; ok {
+			n.log.Info("peer address changed", "peer", m.ID, "old", old, "new", m.Addr)
+		}
+		n.addrs[m.ID] = m.Addr
+		if p := n.peers[m.ID]; p != nil {
+			p.setAddr(m.Addr)
 		}
 	}
-	for _, m := range p.Members {
-		n.addrs[m.ID] = m.Addr
+}
+
+// UpdatePeers records the current addresses of peers (the meta service's
+// view, from a heartbeat): the peer connections follow them, and the
+// pipelines' member lists (redirects, status) show them.
+func (n *Node) UpdatePeers(ctx context.Context, ms []Member) error {
+	return n.call(ctx, event{kind: evPeers, members: ms})
+}
+
+// onPeers applies UpdatePeers (loop only).
+func (n *Node) onPeers(ms []Member) {
+	n.setPeerAddrs(ms)
+	n.groupsMu.Lock()
+	defer n.groupsMu.Unlock()
+	for _, m := range ms {
+		if m.Addr == "" {
+			continue
+		}
+		for _, g := range n.order {
+			if a, ok := g.members[m.ID]; ok && a != m.Addr {
+				g.members[m.ID] = m.Addr
+			}
+		}
 	}
-	return nil
 }
 
 // openGroup bootstraps or recovers one pipeline's raft state.
@@ -740,6 +777,9 @@ func (n *Node) onEvent(ev event) {
 		ev.done <- n.removeGroup(ev.pc.ID)
 	case evGroupFailed:
 		n.stopFailedGroup(ev.failure)
+	case evPeers:
+		n.onPeers(ev.members)
+		ev.done <- nil
 	case evUnreachable:
 		for _, g := range n.order {
 			if _, ok := g.members[ev.peer]; ok {
@@ -761,10 +801,12 @@ func (n *Node) addGroup(pc PipelineConfig) error {
 			return fmt.Errorf("pipeline %d: already served with other members", pc.ID)
 		}
 		for _, m := range pc.Members {
-			if g.members[m.ID] != m.Addr {
+			if _, ok := g.members[m.ID]; !ok {
 				return fmt.Errorf("pipeline %d: already served with other members", pc.ID)
 			}
 		}
+		// Same members, maybe at new addresses: the newest win.
+		n.onPeers(pc.Members)
 		return nil
 	}
 	if err := n.addMembers(pc); err != nil {

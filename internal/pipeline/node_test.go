@@ -536,7 +536,7 @@ func TestDynamicPipelines(t *testing.T) {
 	pc.ID = 42
 	bad := pc
 	bad.Members = append([]Member(nil), pc.Members...)
-	bad.Members[0].Addr = "127.0.0.1:1"
+	bad.Members[0].ID = 9 // another member set (another address is taken as the member's new one)
 	for _, tn := range nodes {
 		if err := tn.node.AddPipeline(ctx, pc); err != nil {
 			t.Fatal(err)
@@ -545,7 +545,7 @@ func TestDynamicPipelines(t *testing.T) {
 			t.Fatalf("second add: %v", err)
 		}
 		if err := tn.node.AddPipeline(ctx, PipelineConfig{ID: 42, Members: bad.Members}); err == nil {
-			t.Fatal("pipeline re-added with another member address")
+			t.Fatal("pipeline re-added with other members")
 		}
 	}
 	leader := waitLeaderOf(t, nodes, 42)
@@ -593,5 +593,54 @@ func TestDynamicPipelines(t *testing.T) {
 	var se *transport.StatusError
 	if !errors.As(err, &se) || se.Status != transport.StatusNotFound {
 		t.Fatalf("write to a removed pipeline: %v, want NOT_FOUND", err)
+	}
+}
+
+// TestPeerRestartedOnANewAddress: a follower restarts on another port (as
+// `--listen 127.0.0.1:0` does). Once the others are told its new address
+// (UpdatePeers, from the meta service's heartbeat response) they reach it
+// there, without a restart: it catches up and takes new writes. Before,
+// a peer kept one address per process and the restarted follower was never
+// reached again.
+func TestPeerRestartedOnANewAddress(t *testing.T) {
+	nodes, pc := startCluster(t)
+	leader := waitLeader(t, nodes)
+	cl := dial(t, leader.addr)
+	const size = 2048
+	writeChunks(t, cl, 1, 0, 4, size)
+	var follower *testNode
+	for _, tn := range nodes {
+		if tn != leader {
+			follower = tn
+			break
+		}
+	}
+	follower.stop(t)
+	writeChunks(t, cl, 1, 4*size, 4, size)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower.addr = ln.Addr().String()
+	ln.Close()
+	// Its own pipeline list still names the others where they are.
+	follower.start(t, pc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tn := range nodes {
+		if tn != follower {
+			if err := tn.node.UpdatePeers(ctx, []Member{{ID: follower.id, Addr: follower.addr}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	writeChunks(t, cl, 1, 8*size, 4, size)
+	readBack(t, follower, 1, 12*size)
+	for _, st := range leader.node.Pipelines() {
+		for _, m := range st.Members {
+			if m.ID == follower.id && m.Addr != follower.addr {
+				t.Fatalf("leader lists member %d at %s, want %s", m.ID, m.Addr, follower.addr)
+			}
+		}
 	}
 }

@@ -95,10 +95,14 @@ func (n *Node) peer(id uint64) *peer {
 // lazily, redialled after an error with a bounded backoff), batching
 // everything queued into one gathered write.
 type peer struct {
-	n      *Node
-	id     uint64
+	n  *Node
+	id uint64
+	mu sync.Mutex
+	// addr is where the peer is dialled; redial is set when it changed
+	// (the connection to the old address is dropped before the next
+	// send). Both under mu.
 	addr   string
-	mu     sync.Mutex
+	redial bool
 	q      []outMsg
 	signal chan struct{}
 	done   chan struct{}
@@ -123,6 +127,17 @@ func (p *peer) push(m outMsg) bool {
 
 func (p *peer) close() { p.once.Do(func() { close(p.done) }) }
 
+// setAddr points the peer at a new address.
+func (p *peer) setAddr(addr string) {
+	p.mu.Lock()
+	p.addr, p.redial = addr, true
+	p.mu.Unlock()
+	select {
+	case p.signal <- struct{}{}:
+	default:
+	}
+}
+
 func (p *peer) run() {
 	var batch []outMsg
 	var enc transport.Encoder
@@ -145,16 +160,23 @@ func (p *peer) run() {
 		batch = append(batch[:0], p.q...)
 		clear(p.q)
 		p.q = p.q[:0]
+		addr, redial := p.addr, p.redial
+		p.redial = false
 		p.mu.Unlock()
+		if redial && p.conn != nil {
+			p.conn.Close()
+			p.conn = nil
+			backoff = 50 * time.Millisecond
+		}
 		if len(batch) == 0 {
 			continue
 		}
 		if p.conn == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			c, err := transport.DialConn(ctx, p.addr, transport.ConnConfig{WriteTimeout: 10 * time.Second})
+			c, err := transport.DialConn(ctx, addr, transport.ConnConfig{WriteTimeout: 10 * time.Second})
 			cancel()
 			if err != nil {
-				p.n.log.Debug("peer unreachable", "peer", p.id, "addr", p.addr, "err", err)
+				p.n.log.Debug("peer unreachable", "peer", p.id, "addr", addr, "err", err)
 				p.n.post(event{kind: evUnreachable, peer: p.id})
 				select {
 				case <-time.After(backoff):
