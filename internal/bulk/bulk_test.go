@@ -10,6 +10,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -404,5 +406,52 @@ func TestDemuxFirstBytesTimeout(t *testing.T) {
 	buf := make([]byte, len(frame))
 	if _, err := io.ReadFull(got, buf); err != nil || !bytes.Equal(buf, frame) {
 		t.Fatalf("data-path connection after the first bytes timeout: %q, %v", buf, err)
+	}
+}
+
+// emfileListener fails its first Accepts with EMFILE (out of file
+// descriptors), then accepts from the real listener.
+type emfileListener struct {
+	net.Listener
+	failures atomic.Int32
+}
+
+func (l *emfileListener) Accept() (net.Conn, error) {
+	if l.failures.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// TestDemuxSurvivesEMFILE: accept errors that are not the listener's end
+// (EMFILE here) are retried after a bounded backoff; the demux goes on
+// passing connections. Before, it closed the shared listener on the first
+// one, and the datanode served nothing from then on while it heartbeated
+// HEALTHY.
+func TestDemuxSurvivesEMFILE(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &emfileListener{Listener: ln}
+	fl.failures.Store(3)
+	d := NewDemux(fl, func(c net.Conn) { c.Close() }, 0)
+	defer d.Wait()
+	defer d.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte{0, 0, 0, 1}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.Accept()
+	if err != nil {
+		t.Fatalf("accept after EMFILE: %v", err)
+	}
+	got.Close()
+	if fl.failures.Load() >= 0 {
+		t.Fatalf("the injected failures were not all seen (%d left)", fl.failures.Load()+1)
 	}
 }

@@ -2,6 +2,7 @@ package bulk
 
 import (
 	"errors"
+	"log/slog"
 	"net"
 	"sync"
 	"syscall"
@@ -60,15 +61,28 @@ func NewDemux(ln net.Listener, bulk func(net.Conn), firstBytesTimeout time.Durat
 	return d
 }
 
+// maxAcceptBackoff bounds the wait before accepting again after an accept
+// error that is not the listener's end (EMFILE, ENFILE, ENOMEM,
+// ECONNABORTED: the process or the kernel is short of something for a
+// while; closing the listener would turn a transient shortage into a
+// datanode that serves nothing while it still heartbeats).
+const maxAcceptBackoff = time.Second
+
 func (d *Demux) acceptLoop() {
 	defer d.wg.Done()
+	var backoff time.Duration
 	for {
 		c, err := d.ln.Accept()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+		if err != nil && !errors.Is(err, net.ErrClosed) {
+			backoff = min(max(2*backoff, 5*time.Millisecond), maxAcceptBackoff)
+			slog.Warn("bulk: accept failed; retrying", "addr", d.ln.Addr(), "err", err, "retry_in", backoff)
+			select {
+			case <-time.After(backoff):
 				continue
+			case <-d.done:
 			}
+		}
+		if err != nil {
 			d.mu.Lock()
 			if d.err == nil {
 				d.err = err
@@ -77,6 +91,7 @@ func (d *Demux) acceptLoop() {
 			d.Close()
 			return
 		}
+		backoff = 0
 		d.mu.Lock()
 		if d.closed || len(d.peeking) >= MaxPeeking {
 			d.mu.Unlock()

@@ -464,6 +464,32 @@ func (c *Cluster) Restart(ctx context.Context, id int) error {
 	return c.waitReady(ctx, n)
 }
 
+// RestartOnNewPort starts member id again (it must have exited) with the
+// same directories on a new free 127.0.0.1 port, as a datanode started with
+// `--listen 127.0.0.1:0` comes back, and waits until it is ready. Only for
+// clusters with a meta service (a static --pipeline names the old address).
+func (c *Cluster) RestartOnNewPort(ctx context.Context, id int) error {
+	if c.cfg.MetaAddr == "" {
+		return fmt.Errorf("localcluster: member %d: a new port needs a meta service", id)
+	}
+	n := c.node(id)
+	if c.Running(id) {
+		return fmt.Errorf("localcluster: member %d is running", id)
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	n.Addr = fmt.Sprintf("127.0.0.1:%d", ports[0])
+	err = c.launch(n)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return c.waitReady(ctx, n)
+}
+
 // ExitStatus describes how member id's last process ended ("" while it
 // runs or if it never started).
 func (c *Cluster) ExitStatus(id int) string {

@@ -330,7 +330,20 @@ func Start(c Config) (*Node, error) {
 	go n.appendWorker()
 	go n.applyWorker()
 	go n.replyWriter()
-	go func() { n.serveErr <- n.server.Serve(cfg.Listener) }()
+	go func() {
+		err := n.server.Serve(cfg.Listener)
+		n.serveErr <- err
+		select {
+		case <-n.stop:
+		default:
+			// The listener is gone while the node runs: it can take no
+			// raft message and no client request any more. A node that
+			// serves nothing must not go on as if healthy: it fails (its
+			// process exits; the meta service sees it DEAD and closes
+			// its pipelines).
+			n.fail(fmt.Errorf("serving %s stopped: %v", cfg.Listener.Addr(), err))
+		}
+	}()
 	return n, nil
 }
 

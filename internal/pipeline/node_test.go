@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -642,5 +643,42 @@ func TestPeerRestartedOnANewAddress(t *testing.T) {
 				t.Fatalf("leader lists member %d at %s, want %s", m.ID, m.Addr, follower.addr)
 			}
 		}
+	}
+}
+
+// TestListenerDeathFailsTheNode: the listener the node serves on goes away
+// under it (as a demux closes it): the node can take no raft message and
+// no client request any more, so it fails (its process exits and the meta
+// service sees it DEAD) instead of running on as if healthy. Before, the
+// Serve error was written to a channel nobody read.
+func TestListenerDeathFailsTheNode(t *testing.T) {
+	dir := t.TempDir()
+	eng, err := engine.Open(engine.Config{DataDirs: []string{dir + "/data"}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	wl, err := wal.Open(wal.Config{Dir: dir + "/log", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wl.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := Start(Config{ID: 1, Listener: ln, Engine: eng, Log: wl, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ln.Close()
+	select {
+	case <-n.Stopped():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node runs on without its listener")
+	}
+	if err := n.Err(); err == nil || !strings.Contains(err.Error(), "serving") {
+		t.Fatalf("node error %v, want the serving failure", err)
 	}
 }
