@@ -61,6 +61,7 @@ SIGTERM or SIGINT stops it cleanly.`,
 	f.StringVar(&cfg.ReadyFile, "ready-file", "", "write ADDR and PID here once serving")
 	f.DurationVar(&cfg.TickInterval, "tick", pipeline.DefaultTickInterval, "raft tick")
 	f.IntVar(&cfg.ElectionTicks, "election-ticks", pipeline.DefaultElectionTicks, "ticks without a leader before an election")
+	f.DurationVar(&cfg.DiskStallThreshold, "disk-stall-threshold", pipeline.DefaultDiskStallThreshold, "a write or fdatasync round of the storage taking longer fails the datanode (it exits, so that its pipelines are closed)")
 	f.IntVar(&cfg.HeartbeatTicks, "heartbeat-ticks", pipeline.DefaultHeartbeatTicks, "ticks between leader heartbeats")
 	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile here")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:0", "HTTP address of Prometheus /metrics (empty: none)")

@@ -49,7 +49,10 @@ type Config struct {
 	TickInterval   time.Duration
 	ElectionTicks  int
 	HeartbeatTicks int
-	CPUProfile     string
+	// DiskStallThreshold: a storage round (write, fdatasync, commit)
+	// running longer fails the datanode (pipeline.DefaultDiskStallThreshold).
+	DiskStallThreshold time.Duration
+	CPUProfile         string
 	// Meta, when set, is the meta service: the datanode registers (its node
 	// ID comes from there on first start), heartbeats every
 	// HeartbeatInterval with its container and pipeline reports, and serves
@@ -127,7 +130,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("datanode: %w", err)
 	}
+	// stalled: the node failed on a hung disk; its workers may be stuck
+	// in the engine or the log forever, so they are not closed (the
+	// process exits).
+	stalled := false
 	defer func() {
+		if stalled {
+			return
+		}
 		if cerr := eng.Close(); err == nil && cerr != nil {
 			err = cerr
 		}
@@ -143,6 +153,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return fmt.Errorf("datanode: %w", err)
 	}
 	defer func() {
+		if stalled {
+			return
+		}
 		if cerr := wl.Close(); err == nil && cerr != nil {
 			err = cerr
 		}
@@ -202,7 +215,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	node, err := pipeline.Start(pipeline.Config{
 		ID: cfg.ID, Listener: dm, Engine: eng, Log: wl, Pipelines: pipelines, Metrics: reg,
 		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
-		Logger: log,
+		DiskStallThreshold: cfg.DiskStallThreshold,
+		Logger:             log,
 	})
 	if err != nil {
 		ln.Close()
@@ -247,6 +261,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	<-hbDone
 	nerr := node.Close()
+	if errors.Is(nerr, pipeline.ErrDiskStall) {
+		stalled = true
+		log.Error("datanode stopping: its storage stalled", "err", nerr)
+		return fmt.Errorf("datanode: %w", nerr)
+	}
 	if nerr != nil {
 		return fmt.Errorf("datanode: %w", nerr)
 	}

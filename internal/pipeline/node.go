@@ -53,7 +53,17 @@ const (
 	// DefaultMaxInflightPayloadBytes bounds the client chunk bytes a node
 	// holds between their arrival and their answer.
 	DefaultMaxInflightPayloadBytes = 512 << 20
+	// DefaultDiskStallThreshold is how long one append or apply round
+	// (chunk writes, fdatasyncs, block commits) may take before the disk
+	// is declared stalled and the node fails (as CockroachDB's
+	// storage.max_sync_duration, 20 s): a replica whose fsync hangs must
+	// stop claiming it serves its pipelines.
+	DefaultDiskStallThreshold = 20 * time.Second
 )
+
+// ErrDiskStall is the failure of a node whose storage did not complete an
+// append or apply round within Config.DiskStallThreshold.
+var ErrDiskStall = errors.New("pipeline: disk stalled")
 
 // Member is one datanode of a pipeline.
 type Member struct {
@@ -88,6 +98,9 @@ type Config struct {
 	CompactEveryEntries uint64
 	// MaxInflightPayloadBytes bounds client chunk bytes held in memory.
 	MaxInflightPayloadBytes int64
+	// DiskStallThreshold: an append or apply round still running after
+	// it fails the node with ErrDiskStall (DefaultDiskStallThreshold).
+	DiskStallThreshold time.Duration
 	// Metrics, when set, receives the node's Prometheus metrics.
 	Metrics prometheus.Registerer
 	Logger  *slog.Logger
@@ -127,6 +140,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.MaxInflightPayloadBytes <= 0 {
 		out.MaxInflightPayloadBytes = DefaultMaxInflightPayloadBytes
+	}
+	if out.DiskStallThreshold <= 0 {
+		out.DiskStallThreshold = DefaultDiskStallThreshold
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
@@ -202,6 +218,12 @@ type Node struct {
 	// (written by the loop under groupsMu; at most
 	// MaxFailedPipelinesKept).
 	failedGroups map[uint64]PipelineFailure
+	// opening: pipelines being opened by AddPipeline (loop-owned).
+	opening map[uint64]bool
+	// appendSince and applySince are when the worker's current round
+	// began (Unix ns; 0: idle), for the disk-stall watchdog.
+	appendSince atomic.Int64
+	applySince  atomic.Int64
 	// pipelinesChanged counts changes of the served pipelines made by the
 	// node itself (a failed replica), for the owner that persists the
 	// list.
@@ -265,6 +287,7 @@ const (
 	evRemovePipeline
 	evGroupFailed
 	evPeers
+	evInstallGroup
 )
 
 type event struct {
@@ -279,7 +302,11 @@ type event struct {
 	pc      PipelineConfig
 	failure PipelineFailure
 	members []Member
-	done    chan error
+	// evAddPipeline: set when the caller is to open the group;
+	// evInstallGroup: the opened group (nil: opening failed).
+	opened *bool
+	g      *group
+	done   chan error
 }
 
 // Start opens every pipeline from the log (bootstrapping new ones), adopts
@@ -306,6 +333,7 @@ func Start(c Config) (*Node, error) {
 		inflight: newByteBudget(cfg.MaxInflightPayloadBytes),
 
 		failedGroups: map[uint64]PipelineFailure{},
+		opening:      map[uint64]bool{},
 	}
 	n.metrics = newMetrics(n, cfg.Metrics)
 	for _, p := range cfg.Pipelines {
@@ -330,6 +358,7 @@ func Start(c Config) (*Node, error) {
 	go n.appendWorker()
 	go n.applyWorker()
 	go n.replyWriter()
+	go n.stallWatchdog()
 	go func() {
 		err := n.server.Serve(cfg.Listener)
 		n.serveErr <- err
@@ -571,11 +600,26 @@ func (n *Node) Pipelines() []PipelineStatus {
 // AddPipeline starts serving a pipeline (bootstrapping it on first use, or
 // recovering it from the log). Adding a pipeline already served with the
 // same members is a no-op; with other members it is an error.
+//
+// The group is opened (its bootstrap record written and synced, or its log
+// read back and its chunks adopted: disk work) on the caller's goroutine,
+// never on the event loop, which keeps ticking every other pipeline
+// meanwhile; the loop only checks and reserves the ID first and installs
+// the opened group after.
 func (n *Node) AddPipeline(ctx context.Context, pc PipelineConfig) error {
 	if err := validPipeline(n.cfg.ID, pc); err != nil {
 		return err
 	}
-	return n.call(ctx, event{kind: evAddPipeline, pc: pc})
+	ev := event{kind: evAddPipeline, pc: pc, opened: new(bool)}
+	if err := n.call(ctx, ev); err != nil || !*ev.opened {
+		return err
+	}
+	g, err := n.openGroup(pc)
+	if err != nil {
+		_ = n.call(context.Background(), event{kind: evInstallGroup, pc: pc})
+		return err
+	}
+	return n.call(context.Background(), event{kind: evInstallGroup, pc: pc, g: g})
 }
 
 // RemovePipeline stops serving a pipeline (it was closed): its pending
@@ -653,12 +697,17 @@ func (n *Node) Err() error {
 }
 
 // Close stops serving and every goroutine. It does not close the engine or
-// the log (their owner does, after Close).
+// the log (their owner does, after Close). After a disk stall it does not
+// wait for the workers stuck in the storage (they may never return; the
+// owner should not close the engine or the log either, but exit).
 func (n *Node) Close() error {
 	n.stopOnce.Do(func() { close(n.stop) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = n.server.Shutdown(ctx)
+	if errors.Is(n.Err(), ErrDiskStall) {
+		return n.Err()
+	}
 	n.wg.Wait()
 	n.peersMu.Lock()
 	for _, p := range n.peers {
@@ -785,7 +834,17 @@ func (n *Node) onEvent(ev event) {
 			n.deliver(j.g, resp)
 		}
 	case evAddPipeline:
-		ev.done <- n.addGroup(ev.pc)
+		ev.done <- n.addGroup(ev.pc, ev.opened)
+	case evInstallGroup:
+		delete(n.opening, ev.pc.ID)
+		if ev.g != nil {
+			n.groupsMu.Lock()
+			n.groups[ev.pc.ID] = ev.g
+			n.order = append(n.order, ev.g)
+			n.groupsMu.Unlock()
+			n.log.Info("pipeline added", "pipeline", ev.pc.ID, "members", ev.pc.Members)
+		}
+		ev.done <- nil
 	case evRemovePipeline:
 		ev.done <- n.removeGroup(ev.pc.ID)
 	case evGroupFailed:
@@ -802,12 +861,19 @@ func (n *Node) onEvent(ev event) {
 	}
 }
 
-func (n *Node) addGroup(pc PipelineConfig) error {
+// addGroup checks an AddPipeline (loop only): a pipeline served with the
+// same members gets their addresses; one being opened, served with other
+// members, or failed here is refused; otherwise its ID is reserved and
+// *open set: the caller opens it and installs it with evInstallGroup.
+func (n *Node) addGroup(pc PipelineConfig, open *bool) error {
 	n.groupsMu.RLock()
 	f, failed := n.failedGroups[pc.ID]
 	n.groupsMu.RUnlock()
 	if failed {
 		return fmt.Errorf("pipeline %d: this node's replica failed (%s); it does not serve it again", pc.ID, f.Reason)
+	}
+	if n.opening[pc.ID] {
+		return fmt.Errorf("pipeline %d: being added already", pc.ID)
 	}
 	if g := n.groups[pc.ID]; g != nil {
 		if len(g.members) != len(pc.Members) {
@@ -822,18 +888,9 @@ func (n *Node) addGroup(pc PipelineConfig) error {
 		n.onPeers(pc.Members)
 		return nil
 	}
-	if err := n.addMembers(pc); err != nil {
-		return err
-	}
-	g, err := n.openGroup(pc)
-	if err != nil {
-		return err
-	}
-	n.groupsMu.Lock()
-	n.groups[pc.ID] = g
-	n.order = append(n.order, g)
-	n.groupsMu.Unlock()
-	n.log.Info("pipeline added", "pipeline", pc.ID, "members", pc.Members)
+	n.setPeerAddrs(pc.Members)
+	n.opening[pc.ID] = true
+	*open = true
 	return nil
 }
 
@@ -1057,3 +1114,35 @@ func (r raftLogger) Fatal(v ...any)              { r.l.Error(fmt.Sprint(v...)); 
 func (r raftLogger) Fatalf(f string, v ...any)   { r.Fatal(fmt.Sprintf(f, v...)) }
 func (r raftLogger) Panic(v ...any)              { r.Fatal(v...) }
 func (r raftLogger) Panicf(f string, v ...any)   { r.Fatal(fmt.Sprintf(f, v...)) }
+
+// stallWatchdog fails the node when an append or apply round has been
+// running for longer than DiskStallThreshold (a hung write or fdatasync):
+// the node stops serving and heartbeating, so that the meta service sees
+// it go and closes its pipelines, instead of a replica that holds up its
+// pipelines' acknowledgements forever while it looks healthy. It checks
+// four times per threshold.
+func (n *Node) stallWatchdog() {
+	every := max(n.cfg.DiskStallThreshold/4, time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case now := <-t.C:
+			for _, w := range []struct {
+				name  string
+				since *atomic.Int64
+			}{{"append", &n.appendSince}, {"apply", &n.applySince}} {
+				s := w.since.Load()
+				if s == 0 {
+					continue
+				}
+				if d := now.Sub(time.Unix(0, s)); d > n.cfg.DiskStallThreshold {
+					n.fail(fmt.Errorf("%w: the %s worker's round has run for %v (threshold %v): a write or fdatasync hangs", ErrDiskStall, w.name, d.Round(time.Millisecond), n.cfg.DiskStallThreshold))
+					return
+				}
+			}
+		}
+	}
+}

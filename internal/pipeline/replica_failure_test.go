@@ -309,3 +309,54 @@ func testCounter(t *testing.T, c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// TestDiskStallFailsTheNode: a follower's block-file fdatasync hangs. Past
+// DiskStallThreshold the node fails with ErrDiskStall (it stops serving;
+// its process exits and the meta service closes its pipelines) instead of
+// holding its append worker, and its pipelines' acknowledgements, forever
+// while it looks healthy; the two others go on.
+func TestDiskStallFailsTheNode(t *testing.T) {
+	nodes, fss := memCluster(t)
+	leader := waitLeader(t, nodes)
+	cl := dial(t, leader.addr)
+	writeChunks(t, cl, 1, 0, 1, 3000)
+	var f *testNode
+	var ffs *vfs.MemFS
+	for i, tn := range nodes {
+		if tn != leader {
+			f, ffs = tn, fss[i]
+			break
+		}
+	}
+	// Restart f with a short threshold, on the same storage.
+	f.node.Close()
+	release := make(chan struct{})
+	defer close(release)
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.node, err = Start(Config{ID: f.id, Listener: ln, Engine: f.eng, Log: f.log, Pipelines: []PipelineConfig{{ID: 1, Members: []Member{{1, nodes[0].addr}, {2, nodes[1].addr}, {3, nodes[2].addr}}}},
+		TickInterval: 20 * time.Millisecond, Logger: quiet, DiskStallThreshold: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ffs.InjectErrors(func(op vfs.Op) error {
+		if op.Kind == vfs.OpSyncData && strings.HasSuffix(op.Path, ".blk") {
+			<-release // hangs until the test ends
+		}
+		return nil
+	})
+	writeChunks(t, cl, 2, 0, 2, 3000)
+	select {
+	case <-f.node.Stopped():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the node with a hung fdatasync runs on")
+	}
+	if !errors.Is(f.node.Err(), ErrDiskStall) {
+		t.Fatalf("node error %v, want ErrDiskStall", f.node.Err())
+	}
+	writeChunks(t, cl, 3, 0, 2, 3000)
+	// Let the hung sync return before the cluster is torn down.
+	ffs.InjectErrors(nil)
+}

@@ -112,6 +112,7 @@ func (n *Node) appendWorker() {
 		}
 		wrote := false
 		roundStart := time.Now()
+		n.appendSince.Store(roundStart.UnixNano())
 		chunks := 0
 		// jobs, the ones to acknowledge, goes to the loop: a new slice
 		// every round.
@@ -162,6 +163,7 @@ func (n *Node) appendWorker() {
 				return
 			}
 		}
+		n.appendSince.Store(0)
 		n.metrics.appendRounds.Inc()
 		n.metrics.appendBatch.Observe(float64(chunks))
 		n.metrics.appendSeconds.Observe(time.Since(roundStart).Seconds())
@@ -251,6 +253,7 @@ func (n *Node) applyWorker() {
 		if jobs == nil {
 			return
 		}
+		n.applySince.Store(time.Now().UnixNano())
 		for _, j := range jobs {
 			if j.g.failed.Load() {
 				n.refuseApply(j)
@@ -321,6 +324,7 @@ func (n *Node) applyWorker() {
 			}
 			n.maybeCompact(j.g, j.last, ob, compacted)
 		}
+		n.applySince.Store(0)
 	}
 }
 
