@@ -186,6 +186,15 @@ func (h *heartbeater) report() *metaapi.Heartbeat {
 		hb.Containers = append(hb.Containers, metaapi.ContainerReport{ID: uint64(c.ID), State: c.State.String(), UsedBytes: c.UsedBytes})
 		hb.Used += c.UsedBytes
 	}
+	if sp, err := h.eng.Space(); err != nil {
+		h.log.Warn("reading the volumes' free space", "err", err)
+	} else {
+		hb.Capacity, hb.Available = sp.CapacityBytes, sp.AvailableBytes
+		// Used counts container bytes; on a shared disk Capacity may
+		// be smaller in theory (a filesystem reporting oddly): keep the
+		// report valid.
+		hb.Used = min(hb.Used, hb.Capacity)
+	}
 	for _, p := range h.node.Pipelines() {
 		hb.Pipelines = append(hb.Pipelines, metaapi.PipelineReport{ID: p.ID, LeaderID: p.Leader, Term: p.Term, Applied: p.Applied})
 	}

@@ -139,6 +139,12 @@ func Open(cfg Config) (*Engine, error) {
 			return nil, err
 		}
 	}
+	for _, v := range e.vols {
+		if !e.hasRoom(v, 1) {
+			e.log.Warn("engine: volume is full: it serves reads and takes no new writes until space is freed or a volume added",
+				"volume", v.dir, "avail_bytes", v.space.avail, "reserve_bytes", v.space.reserve)
+		}
+	}
 	return e, nil
 }
 
@@ -306,11 +312,17 @@ func (e *Engine) CreateContainer(id ContainerID) error {
 		e.mu.Unlock()
 		return containerErr("create", id, fmt.Errorf("%w: being imported", ErrExists))
 	}
-	v := e.vols[0]
-	for _, w := range e.vols[1:] {
-		if w.containers < v.containers {
+	// The volume holding the fewest containers, among those with room
+	// for a block file above their reserve.
+	var v *volume
+	for _, w := range e.vols {
+		if (v == nil || w.containers < v.containers) && e.hasRoom(w, MinReservedBytes) {
 			v = w
 		}
+	}
+	if v == nil {
+		e.mu.Unlock()
+		return containerErr("create", id, fmt.Errorf("%w: no volume has room above its reserve", ErrVolumeFull))
 	}
 	c := newContainer(id, v)
 	c.state, c.busy = StateOpen, "being created"
@@ -669,6 +681,12 @@ func (e *Engine) writeChunk(b BlockID, offset uint64, data []byte, bytesPerCheck
 		return blockOffErr("write chunk", b, offset, err)
 	}
 	length := uint64(len(data))
+	if !adopt {
+		// (an adopted chunk's bytes are on the disk already)
+		if err := e.admitWrite(c.vol, length); err != nil {
+			return blockOffErr("write chunk", b, offset, err)
+		}
+	}
 
 	c.mu.Lock()
 	if err := c.writableLocked(); err != nil {

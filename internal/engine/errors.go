@@ -30,6 +30,9 @@ var (
 	// ErrContainerFull is a write that would take a container past its
 	// maximum size.
 	ErrContainerFull = errors.New("container full")
+	// ErrVolumeFull is a write or a new container that would eat into a
+	// volume's reserve of free space (see Config.ReservedBytes).
+	ErrVolumeFull = errors.New("volume full")
 	// ErrOverlap is a chunk that overlaps written data without being an
 	// identical replay of one chunk.
 	ErrOverlap = errors.New("chunk overlaps written data")

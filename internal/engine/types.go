@@ -74,6 +74,10 @@ type Config struct {
 	// BlockRecordCacheMax bounds the cache of decoded block records used by
 	// reads.
 	BlockRecordCacheMax int
+	// ReservedBytes is the free space every volume keeps (writes that
+	// would eat into it fail with ErrVolumeFull); 0: ReservedPercent of
+	// the volume's size, within [MinReservedBytes, MaxReservedBytes].
+	ReservedBytes uint64
 	// FS is the filesystem; vfs.Default when nil.
 	FS vfs.FS
 	// Logger receives structured logs; slog.Default() when nil.

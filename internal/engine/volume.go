@@ -49,6 +49,8 @@ type volume struct {
 	lock io.Closer
 	// containers counts the containers placed here; guarded by Engine.mu.
 	containers int
+	// space is the free-space estimate (space.go); its own lock.
+	space volumeSpace
 }
 
 // openVolume opens (formatting on first use) the volume in dir.

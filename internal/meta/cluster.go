@@ -12,6 +12,12 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
+// full says whether n reported too little space for new data (a node
+// that reports no capacity is not judged).
+func (s *Service) full(n *node) bool {
+	return n.capacity > 0 && n.available < s.cfg.MinAvailableBytes
+}
+
 // healthOf is n's health at now, from its last heartbeat.
 func (s *Service) healthOf(n *node, now time.Time) string {
 	switch d := now.Sub(n.last); {
@@ -149,7 +155,7 @@ func (s *Service) Heartbeat(hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, 
 		s.log.Info("datanode healthy again", "node", id, "was", n.health)
 	}
 	n.last, n.seen, n.health = now, true, metaapi.HealthHealthy
-	n.capacity, n.used = hb.Capacity, hb.Used
+	n.capacity, n.used, n.available = hb.Capacity, hb.Used, hb.Available
 	n.containers = make(map[uint64]metaapi.ContainerReport, len(hb.Containers))
 	for _, c := range hb.Containers {
 		n.containers[c.ID] = c
@@ -344,7 +350,7 @@ func (s *Service) createPipelines(b *pebble.Batch, now time.Time) {
 		var cands []uint64
 		for _, id := range s.sortedNodes() {
 			n := s.nodes[id]
-			if n.seen && s.healthOf(n, now) == metaapi.HealthHealthy && counts[id] < s.cfg.PipelinesPerNode {
+			if n.seen && s.healthOf(n, now) == metaapi.HealthHealthy && counts[id] < s.cfg.PipelinesPerNode && !s.full(n) {
 				cands = append(cands, id)
 			}
 		}
@@ -395,8 +401,13 @@ func (s *Service) Tick() error {
 			continue
 		}
 		for _, m := range p.rec.Members {
-			if s.healthOf(s.nodes[m], now) == metaapi.HealthDead {
+			n := s.nodes[m]
+			if s.healthOf(n, now) == metaapi.HealthDead {
 				s.closePipeline(b, p, now, fmt.Sprintf("member %d is DEAD", m))
+				break
+			}
+			if s.full(n) {
+				s.closePipeline(b, p, now, fmt.Sprintf("member %d is full: %d bytes available, below %d", m, n.available, s.cfg.MinAvailableBytes))
 				break
 			}
 		}

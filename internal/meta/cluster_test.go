@@ -489,3 +489,44 @@ func TestPeersFollowAnAddressChange(t *testing.T) {
 		t.Fatalf("peers %+v: want node %d at %s", resp.Peers, moved.id, moved.addr)
 	}
 }
+
+// TestFullNodeGetsNoPipeline: a datanode reporting less available space
+// than MinAvailableBytes has its OPEN pipelines closed and gets no new
+// one; puts go to pipelines of the nodes with room.
+func TestFullNodeGetsNoPipeline(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	cfg.PipelinesPerNode = 1
+	c := newCluster(t, cfg, clk, 4)
+	old := c.pipelines()[0]
+	f := c.node(old.Members[0].NodeID)
+	f.used = 1 << 20
+	f.full = 1e12 - f.used - (DefaultMinAvailableBytes - 1)
+	for _, n := range c.nodes {
+		if n != f {
+			n.used = 1 << 20
+		}
+	}
+	for range 3 {
+		clk.Advance(time.Second)
+		c.settle()
+	}
+	ps := c.pipelines()
+	open := 0
+	for _, p := range ps {
+		if p.ID == old.ID && p.State != metaapi.PipelineClosed {
+			t.Fatalf("pipeline %d with the full node %d is %s, want CLOSED", p.ID, f.id, p.State)
+		}
+		if p.State == metaapi.PipelineOpen {
+			open++
+			for _, m := range p.Members {
+				if m.NodeID == f.id {
+					t.Fatalf("new pipeline %+v has the full node %d", p, f.id)
+				}
+			}
+		}
+	}
+	if open != 1 {
+		t.Fatalf("pipelines %+v: want one OPEN pipeline of the three nodes with room", ps)
+	}
+}

@@ -93,6 +93,7 @@ type fakeDN struct {
 	noClose   bool   // ignore close_container
 	noTrim    bool   // ignore delete_container
 	used      uint64 // reported Used (Capacity: 1 TB)
+	full      uint64 // taken off Available (as by other files on its disks)
 	// copy is what it does with replicate_container (default: copy at
 	// once from the first source holding the container CLOSED).
 	copy     copyMode
@@ -144,6 +145,7 @@ func (n *fakeDN) report() *metaapi.Heartbeat {
 		Copying: slices.Sorted(maps.Keys(n.copying)), Used: n.used, FailedPipelines: n.failedPipelines}
 	if n.used > 0 {
 		hb.Capacity = 1e12
+		hb.Available = hb.Capacity - n.used - n.full
 	}
 	for _, id := range slices.Sorted(maps.Keys(n.conts)) {
 		hb.Containers = append(hb.Containers, *n.conts[id])

@@ -62,6 +62,10 @@ const (
 	MaxExpiredPerTick = 10000
 	// MaxRequestBytes bounds a request body.
 	MaxRequestBytes = 32 << 20
+	// DefaultMinAvailableBytes is Config.MinAvailableBytes' default: room
+	// for a few heartbeat intervals of writes before the volumes' own
+	// reserve refuses them.
+	DefaultMinAvailableBytes = 64 << 20
 )
 
 // Config configures a meta service. Zero values take the defaults.
@@ -84,6 +88,11 @@ type Config struct {
 	DeleteRedeliverAfter  time.Duration
 	MaxDeleteAttempts     int
 	CloseResendAfter      time.Duration
+	// MinAvailableBytes: a datanode reporting less space available for
+	// new data (above its volumes' reserves) gets no new pipeline, and
+	// its OPEN pipelines are closed, so that puts go to nodes with room
+	// (DefaultMinAvailableBytes).
+	MinAvailableBytes uint64
 
 	// Replication manager (replication.go; zero: the Default* values).
 	ReplicationFactor  int
@@ -117,6 +126,9 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:0"
+	}
+	if c.MinAvailableBytes == 0 {
+		c.MinAvailableBytes = DefaultMinAvailableBytes
 	}
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = metaapi.DefaultHeartbeatInterval
@@ -212,6 +224,7 @@ type node struct {
 	health     string
 	capacity   uint64
 	used       uint64
+	available  uint64
 	containers map[uint64]metaapi.ContainerReport
 	pipelines  map[uint64]metaapi.PipelineReport
 	copying    map[uint64]bool // containers being copied to it (Heartbeat.Copying)

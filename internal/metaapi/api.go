@@ -101,6 +101,11 @@ type Heartbeat struct {
 	MetricsURL string            `json:"metrics_url,omitempty"`
 	Capacity   uint64            `json:"capacity_bytes,omitempty"`
 	Used       uint64            `json:"used_bytes,omitempty"`
+	// Available is what new data may still take on the node's volumes
+	// (free space above each volume's reserve); meaningful when Capacity
+	// is set. A node with less than the meta service's MinAvailableBytes
+	// gets no new pipeline, and its OPEN pipelines are closed.
+	Available uint64 `json:"available_bytes,omitempty"`
 	Containers []ContainerReport `json:"containers,omitempty"`
 	Pipelines  []PipelineReport  `json:"pipelines,omitempty"`
 	// DeletedBlocks acknowledges delete_blocks: blocks this node deleted
@@ -211,6 +216,9 @@ func (hb *Heartbeat) Validate() error {
 	}
 	if hb.Capacity > MaxReportBytes || hb.Used > MaxReportBytes {
 		return bad("capacity %d / used %d bytes: over %d", hb.Capacity, hb.Used, uint64(MaxReportBytes))
+	}
+	if hb.Available > hb.Capacity {
+		return bad("available %d bytes > capacity %d", hb.Available, hb.Capacity)
 	}
 	if hb.Capacity > 0 && hb.Used > hb.Capacity {
 		return bad("used %d bytes > capacity %d", hb.Used, hb.Capacity)

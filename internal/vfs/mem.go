@@ -151,6 +151,8 @@ type MemFS struct {
 	ops      int64 // mutating operations so far
 	locks    map[string]bool
 	injector atomic.Pointer[func(Op) error]
+	// diskUsage, when set, is what GetDiskUsage reports (SetDiskUsage).
+	diskUsage atomic.Pointer[DiskUsage]
 
 	crashAt    int64 // OpCount value at which to crash; 0 when not armed
 	crashPct   int
@@ -859,9 +861,17 @@ func (fs *MemFS) GetDiskUsage(name string) (DiskUsage, error) {
 	if _, err := fs.lookup(p); err != nil {
 		return DiskUsage{}, pathErr("statfs", name, err)
 	}
+	if u := fs.diskUsage.Load(); u != nil {
+		return *u, nil
+	}
 	const tib = 1 << 40
 	return DiskUsage{AvailBytes: tib / 2, TotalBytes: tib, UsedBytes: tib / 2}, nil
 }
+
+// SetDiskUsage makes GetDiskUsage report u from now on (a nearly full
+// disk, say); nil restores the fixed default. It changes nothing else:
+// writes still succeed (inject ENOSPC with InjectErrors for that).
+func (fs *MemFS) SetDiskUsage(u *DiskUsage) { fs.diskUsage.Store(u) }
 
 // --- crash simulation and fault injection ---
 
