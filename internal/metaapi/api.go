@@ -95,17 +95,17 @@ const (
 // assigns a node ID (its raft ID in every pipeline), which the datanode
 // keeps (in its log directory) and sends from then on together with UUID.
 type Heartbeat struct {
-	UUID       string            `json:"uuid"` // stable identity of the datanode (random at its first start)
-	NodeID     uint64            `json:"node_id,omitempty"`
-	Addr       string            `json:"addr"` // data-path address (peers and clients)
-	MetricsURL string            `json:"metrics_url,omitempty"`
-	Capacity   uint64            `json:"capacity_bytes,omitempty"`
-	Used       uint64            `json:"used_bytes,omitempty"`
+	UUID       string `json:"uuid"` // stable identity of the datanode (random at its first start)
+	NodeID     uint64 `json:"node_id,omitempty"`
+	Addr       string `json:"addr"` // data-path address (peers and clients)
+	MetricsURL string `json:"metrics_url,omitempty"`
+	Capacity   uint64 `json:"capacity_bytes,omitempty"`
+	Used       uint64 `json:"used_bytes,omitempty"`
 	// Available is what new data may still take on the node's volumes
 	// (free space above each volume's reserve); meaningful when Capacity
 	// is set. A node with less than the meta service's MinAvailableBytes
 	// gets no new pipeline, and its OPEN pipelines are closed.
-	Available uint64 `json:"available_bytes,omitempty"`
+	Available  uint64            `json:"available_bytes,omitempty"`
 	Containers []ContainerReport `json:"containers,omitempty"`
 	Pipelines  []PipelineReport  `json:"pipelines,omitempty"`
 	// DeletedBlocks acknowledges delete_blocks: blocks this node deleted
