@@ -320,9 +320,13 @@ func (c *Client) isClosed() bool {
 }
 
 // conn returns a connection to m, dialling one if its slot is empty or
-// broken.
-func (c *Client) conn(ctx context.Context, m *member) (*transport.Client, error) {
-	s := &m.slots[int(m.rr.Add(1))%len(m.slots)]
+// broken: the slot t pins, else the next one round robin.
+func (c *Client) conn(ctx context.Context, m *member, t target) (*transport.Client, error) {
+	i := uint64(m.rr.Add(1))
+	if t.pinned {
+		i = t.pin
+	}
+	s := &m.slots[i%uint64(len(m.slots))]
 	if tc := s.c.Load(); tc != nil {
 		return tc, nil
 	}
@@ -372,6 +376,19 @@ type call func(ctx context.Context, tc *transport.Client) error
 type target struct {
 	addr  string // "": the leader (or any member)
 	write bool   // follows redirects and records the leader
+	// pinned: every attempt uses the connection slot pin (modulo
+	// ConnsPerMember) of its member, not the next one round robin — a
+	// block's writes share one connection, so that they arrive in the
+	// order they were queued.
+	pinned bool
+	pin    uint64
+}
+
+// blockTarget is the target of a write of block b: the leader, on the
+// connection slot of b.
+func blockTarget(b BlockID) target {
+	// Fibonacci hashing spreads consecutive local IDs over the slots.
+	return target{write: true, pinned: true, pin: (b.Container*0x9e3779b97f4a7c15 ^ b.Local) * 0x9e3779b97f4a7c15 >> 32}
 }
 
 // do runs op with the retry policy of the package comment.
@@ -393,7 +410,7 @@ func (c *Client) do(ctx context.Context, name string, t target, op call) error {
 	sinceLeader := 0 // consecutive attempts without a usable leader
 	for attempt := 1; ; attempt++ {
 		c.attempts.Add(1)
-		err := c.attempt(ctx, m, op)
+		err := c.attempt(ctx, m, t, op)
 		if err == nil {
 			c.ops.Add(1)
 			if t.write && c.leader.Load() != m {
@@ -480,8 +497,8 @@ func (c *Client) nextFor(t target, m *member) *member {
 func (c *Client) forgetLeader(m *member) { c.leader.CompareAndSwap(m, nil) }
 
 // attempt makes one attempt on m.
-func (c *Client) attempt(ctx context.Context, m *member, op call) error {
-	tc, err := c.conn(ctx, m)
+func (c *Client) attempt(ctx context.Context, m *member, t target, op call) error {
+	tc, err := c.conn(ctx, m, t)
 	if err != nil {
 		return err
 	}
@@ -532,18 +549,52 @@ func (c *Client) WriteChunk(ctx context.Context, b BlockID, offset uint64, data 
 // WriteChunkChecksums is WriteChunk with checksums the caller computed
 // (CRC32C of every bytesPerChecksum piece of data).
 func (c *Client) WriteChunkChecksums(ctx context.Context, b BlockID, offset uint64, data []byte, bytesPerChecksum uint32, sums []uint32) error {
+	return c.WriteChunkQueued(ctx, b, offset, data, bytesPerChecksum, sums, nil)
+}
+
+// WriteChunkQueued is WriteChunkChecksums that reports when its request is
+// on its way: it calls queued (unless nil) exactly once, from the calling
+// goroutine and before it returns — as soon as the first attempt that gets
+// a connection has queued its request on it or given up before that
+// (transport.Client.CallQueued), or when the write ends with no attempt
+// having got that far (dial failures). A block's writes go
+// on one connection per member (its slot, whatever ConnsPerMember), so
+// writes of one block each started once the previous one's queued was
+// called reach the leader in that order, and the leader proposes them in
+// that order — unless one is retried (a leader change, a broken
+// connection, an Unavailable answer): its retry goes after the writes
+// started meanwhile.
+func (c *Client) WriteChunkQueued(ctx context.Context, b BlockID, offset uint64, data []byte, bytesPerChecksum uint32, sums []uint32, queued func()) error {
+	if queued != nil {
+		defer func() {
+			if queued != nil {
+				queued()
+			}
+		}()
+	}
 	if len(data) == 0 {
 		return errors.New("client: WriteChunk: empty chunk")
 	}
 	if want := engine.PieceCount(uint64(len(data)), bytesPerChecksum); len(sums) != want {
 		return fmt.Errorf("client: WriteChunk %s@%d: %d checksums for %d bytes at %d per checksum, want %d", b, offset, len(sums), len(data), bytesPerChecksum, want)
 	}
-	return c.do(ctx, "WriteChunk", target{write: true}, func(ctx context.Context, tc *transport.Client) error {
+	// once is handed to every attempt's Call; the first one that queues
+	// its request calls queued, the others find it nil.
+	var once func()
+	if queued != nil {
+		once = func() {
+			if q := queued; q != nil {
+				queued = nil
+				q()
+			}
+		}
+	}
+	return c.do(ctx, "WriteChunk", blockTarget(b), func(ctx context.Context, tc *transport.Client) error {
 		req := transport.WriteChunk{
 			PipelineID: c.pipelineID, ContainerID: b.Container, LocalID: b.Local,
 			Offset: offset, Length: uint64(len(data)), BytesPerChecksum: bytesPerChecksum, Checksums: sums,
 		}
-		res, err := tc.Call(ctx, &req, data)
+		res, err := tc.CallQueued(ctx, once, &req, data)
 		if err != nil {
 			return err
 		}
@@ -554,7 +605,7 @@ func (c *Client) WriteChunkChecksums(ctx context.Context, b BlockID, offset uint
 
 // PutBlock commits a block's metadata through the pipeline.
 func (c *Client) PutBlock(ctx context.Context, bd transport.BlockData) error {
-	return c.do(ctx, "PutBlock", target{write: true}, func(ctx context.Context, tc *transport.Client) error {
+	return c.do(ctx, "PutBlock", blockTarget(BlockID{Container: bd.ContainerID, Local: bd.LocalID}), func(ctx context.Context, tc *transport.Client) error {
 		req := transport.PutBlock{PipelineID: c.pipelineID, Block: bd}
 		res, err := tc.Call(ctx, &req)
 		if err != nil {

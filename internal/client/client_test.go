@@ -33,6 +33,14 @@ type fakePipeline struct {
 	corruptRead bool
 	chunks      map[chunkKey][]byte
 	blocks      map[BlockID]transport.BlockData
+	// arrivals lists the WriteChunks the leader received, in the order
+	// it handled them.
+	arrivals []arrival
+}
+
+type arrival struct {
+	conn *transport.Conn
+	key  chunkKey
 }
 
 type chunkKey struct {
@@ -168,7 +176,9 @@ func (nd *fakeNode) handle(ctx context.Context, c *transport.Conn, f transport.F
 			resp.Status = transport.StatusChecksumMismatch
 			return resp, nil
 		}
-		p.chunks[chunkKey{BlockID{m.ContainerID, m.LocalID}, m.Offset}] = bytes.Clone(f.Payload)
+		k := chunkKey{BlockID{m.ContainerID, m.LocalID}, m.Offset}
+		p.chunks[k] = bytes.Clone(f.Payload)
+		p.arrivals = append(p.arrivals, arrival{c, k})
 		return resp, nil
 	case transport.TypePutBlock:
 		var m transport.PutBlock
@@ -488,6 +498,74 @@ func TestConcurrentWritersShareConnections(t *testing.T) {
 	p.mu.Unlock()
 	if n != writers*perWriter {
 		t.Fatalf("%d chunks stored, want %d", n, writers*perWriter)
+	}
+}
+
+// Writes of a block, each started once the previous one's request is
+// queued (WriteChunkQueued), reach the leader in that order and on one
+// connection, even with several connections per member and many blocks'
+// writes interleaved on them.
+func TestBlockWritesArriveInQueuedOrder(t *testing.T) {
+	p := newFakePipeline(t, 3)
+	o := quietOptions()
+	o.ConnsPerMember = 4
+	o.Window = 64 // writes wait for window slots too
+	c := newTestClient(t, p.addrs(), o)
+	ctx := testCtx(t)
+	const blocks, perBlock, size = 16, 400, 512
+	if _, err := c.WriteChunk(ctx, BlockID{2, 0}, 0, []byte("find the leader")); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, blocks*perBlock)
+	for b := range blocks {
+		id := BlockID{1, uint64(b)}
+		data := bytes.Repeat([]byte{byte(b)}, size)
+		sums := engine.ComputeChecksums(nil, data, engine.DefaultBytesPerChecksum)
+		gate := make(chan struct{})
+		close(gate)
+		for i := range perBlock {
+			prev, mine := gate, make(chan struct{})
+			gate = mine
+			wg.Go(func() {
+				<-prev
+				if err := c.WriteChunkQueued(ctx, id, uint64(i*size), data, engine.DefaultBytesPerChecksum, sums, func() { close(mine) }); err != nil {
+					errs <- err
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	next := map[BlockID]uint64{}
+	conn := map[BlockID]*transport.Conn{}
+	for _, a := range p.arrivals {
+		b := a.key.b
+		if b.Container != 1 {
+			continue
+		}
+		if a.key.off != next[b] {
+			t.Fatalf("block %s: write at %d arrived when %d was next", b, a.key.off, next[b])
+		}
+		next[b] += size
+		if conn[b] == nil {
+			conn[b] = a.conn
+		} else if conn[b] != a.conn {
+			t.Fatalf("block %s: writes arrived on two connections", b)
+		}
+	}
+	for b := range blocks {
+		if got := next[BlockID{1, uint64(b)}]; got != perBlock*size {
+			t.Fatalf("block 1/%d: %d bytes arrived, want %d", b, got, perBlock*size)
+		}
+	}
+	if st := c.Stats(); st.Attempts != st.Ops {
+		t.Errorf("stats %+v: retries (the fake never refuses)", st)
 	}
 }
 

@@ -38,14 +38,20 @@
 //   - Bytes returned by ReadChunk matched their checksums; a mismatch is an
 //     error wrapping ErrCorrupt, never data.
 //   - At most Options.ConnsPerMember connections per member address, each
-//     with at most Options.Window requests in flight.
+//     with at most Options.Window requests in flight. A block's writes
+//     (WriteChunk, PutBlock) always use the same connection slot of a
+//     member, so they reach it in the order they were queued on it;
+//     WriteChunkQueued tells its caller when that happened. Writes of one
+//     block each started once the previous one's request was queued reach
+//     the leader in that order unless one of them is retried.
 //
 // # Concurrency
 //
 // A Client is safe for concurrent use by any number of goroutines; that is
 // how it is meant to be used: many goroutines share few connections, each
 // connection pipelining up to its window of requests (transport.Client).
-// Connections are dialled lazily, one dial at a time per connection slot,
+// Reads and other blocks' writes spread over a member's connections round
+// robin. Connections are dialled lazily, one dial at a time per connection slot,
 // and a broken connection is dropped and redialled by the next request that
 // needs it. The remembered leader is an atomic value. Close closes every
 // connection; calls in flight fail and later calls return ErrClosed.

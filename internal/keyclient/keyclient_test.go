@@ -8,9 +8,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/client"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/keyclient/fakemeta"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -233,6 +235,53 @@ func TestPutResendsHoles(t *testing.T) {
 	if len(ki.Blocks) != 2 {
 		t.Errorf("%d blocks, want 2", len(ki.Blocks))
 	}
+}
+
+// A block's chunks reach the datanode in offset order: with many puts at
+// once sharing the pipeline's connections (several per member), no chunk
+// write ever arrives past the end of its block (the fake would refuse it
+// as a hole), so nothing is sent again. The fake never fails a write, so
+// the client never retries one: any hole is a reorder on the way.
+func TestPutSendsABlocksChunksInOrder(t *testing.T) {
+	p := newFakePipeline(t, 1, 3)
+	o := fakeOptions()
+	o.InFlight = 16
+	o.BlockSize, o.CommitEvery = 64*fChunk, 16*fChunk
+	o.Pipeline = client.Options{Logger: quiet(), ConnsPerMember: 4, Window: 32} // retry defaults: generous timeouts
+	kc, _ := setup(t, o, p)
+	ctx := testCtx(t)
+	const puts = 8
+	errs := make(chan error, puts)
+	holes := make(chan int, puts)
+	var wg sync.WaitGroup
+	for i := range puts {
+		wg.Go(func() {
+			data := randomBytes(uint64(100+i), 3*64*fChunk)
+			res, err := kc.Put(ctx, bkt, fmt.Sprintf("ordered-%d", i), bytes.NewReader(data), keyclient.PutOptions{})
+			if err != nil {
+				errs <- err
+				return
+			}
+			holes <- res.Holes
+			mustGet(t, ctx, kc, fmt.Sprintf("ordered-%d", i), data)
+		})
+	}
+	wg.Wait()
+	close(errs)
+	close(holes)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for h := range holes {
+		if h != 0 {
+			t.Errorf("a put sent %d chunk writes again (refused as holes)", h)
+		}
+	}
+	p.set(func() {
+		if p.holes != 0 || p.writes != puts*3*64 {
+			t.Errorf("the fake refused %d writes as holes and stored %d chunks, want 0 and %d", p.holes, p.writes, puts*3*64)
+		}
+	})
 }
 
 // A pipeline that fails in the middle of a block: the block ends at its

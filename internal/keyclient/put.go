@@ -32,7 +32,8 @@ type PutResult struct {
 	// included.
 	Chunks, PutBlocks int
 	// Holes counts chunks sent again because they overtook their
-	// predecessor on the way to the leader.
+	// predecessor on the way to the leader: 0 unless a write of the block
+	// was retried (see the package comment).
 	Holes int
 	// Failovers counts blocks ended early because their pipeline failed.
 	Failovers int
@@ -108,8 +109,9 @@ type blockState struct {
 	buf      []*pchunk
 	inflight int  // chunk writes of this block in flight
 	putting  bool // a PutBlock of this block is in flight
-	// gate is closed once the last chunk write started has begun its
-	// call: the next one waits for it, so that writes leave in order.
+	// gate is closed once the last chunk write started has queued its
+	// request on its connection (or given up before that): the next one
+	// waits for it, so that the block's writes reach the leader in order.
 	gate chan struct{}
 }
 
@@ -226,8 +228,9 @@ func (s *putStream) ackedPrefix(b *blockState) int {
 
 // sendReady starts the writes of b's chunks that may go now, in order: a
 // chunk goes once every earlier one is acknowledged or on its way. A chunk
-// refused for a hole more than once goes only once every earlier one is
-// acknowledged (then it cannot be refused again: progress is certain).
+// refused for a hole (possible only after a retried write: see the package
+// comment) more than once goes only once every earlier one is acknowledged
+// (then it cannot be refused again: progress is certain).
 func (s *putStream) sendReady(b *blockState) bool {
 	started := false
 	allAcked := true
@@ -349,8 +352,10 @@ func (s *putStream) sendChunk(b *blockState, ch *pchunk) {
 		case <-prev:
 		case <-ctx.Done():
 		}
-		close(mine)
-		err := cl.WriteChunkChecksums(ctx, id, off, data, bpc, sums)
+		// mine is closed once this write's request is queued on the
+		// connection, not before: started one after the other, two
+		// writes could otherwise swap on their way to the connection.
+		err := cl.WriteChunkQueued(ctx, id, off, data, bpc, sums, func() { close(mine) })
 		s.events <- putEvent{kind: evChunk, gen: gen, ch: ch, err: err}
 	}()
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -216,6 +217,56 @@ func TestPipelineReplicatesWrites(t *testing.T) {
 	}
 }
 
+// The datanode's half of a block's ordered stream: WriteChunks pipelined
+// on one connection (each queued once the previous one is, many blocks'
+// interleaved) are proposed in the order they arrived, so the leader's
+// engine never finds one past its block's end (StatusHole) and every write
+// succeeds; every replica ends with the blocks' bytes contiguous.
+func TestConnectionWritesProposedInArrivalOrder(t *testing.T) {
+	nodes, _ := startCluster(t)
+	leader := waitLeader(t, nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := transport.DialClient(ctx, leader.addr, transport.ClientConfig{Window: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const blocks, chunks, size = 4, 150, 4096
+	errc := make(chan error, blocks*chunks)
+	var wg sync.WaitGroup
+	for b := uint64(1); b <= blocks; b++ {
+		gate := make(chan struct{})
+		close(gate)
+		for i := range chunks {
+			prev, mine := gate, make(chan struct{})
+			gate = mine
+			off := uint64(i * size)
+			data := chunkData(b, off, size)
+			sums := engine.ComputeChecksums(nil, data, bpc)
+			wg.Go(func() {
+				<-prev
+				res, err := cl.CallQueued(ctx, func() { close(mine) }, &transport.WriteChunk{PipelineID: 1, ContainerID: 6, LocalID: b, Offset: off, Length: size, BytesPerChecksum: bpc, Checksums: sums}, data)
+				if err != nil {
+					errc <- fmt.Errorf("block %d offset %d: %w", b, off, err)
+					return
+				}
+				res.Release()
+			})
+		}
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	for _, tn := range nodes {
+		for b := uint64(1); b <= blocks; b++ {
+			readBackFrom(t, tn, 6, b, chunks*size)
+		}
+	}
+}
+
 // writeChunks writes n chunks of size to block b from offset off through cl
 // and returns the chunk infos.
 func writeChunks(t testing.TB, cl *transport.Client, b, off uint64, n, size int) []transport.ChunkInfo {
@@ -239,7 +290,13 @@ func writeChunks(t testing.TB, cl *transport.Client, b, off uint64, n, size int)
 // then checks them.
 func readBack(t testing.TB, tn *testNode, b, length uint64) {
 	t.Helper()
-	id := engine.BlockID{Container: 5, Local: b}
+	readBackFrom(t, tn, 5, b, length)
+}
+
+// readBackFrom is readBack of a block of container c.
+func readBackFrom(t testing.TB, tn *testNode, c, b, length uint64) {
+	t.Helper()
+	id := engine.BlockID{Container: engine.ContainerID(c), Local: b}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		got, err := tn.eng.ReadChunk(id, 0, length, nil)

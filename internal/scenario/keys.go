@@ -123,6 +123,14 @@ type KeyBenchResult struct {
 	SizeBytes   int64  `json:"size_bytes"`
 	Concurrency int    `json:"concurrency"`
 	Cluster     string `json:"cluster"`
+	// ChunkWrites are the chunk writes the datanodes acknowledged, of
+	// every put of the run (key-read's untimed writing included);
+	// Resends the chunk writes sent again because the leader refused
+	// them as holes (keyclient.PutResult.Holes: a chunk that overtook its
+	// predecessor); Failovers the blocks ended early by a failed pipeline.
+	ChunkWrites int64 `json:"chunk_writes"`
+	Resends     int64 `json:"resends"`
+	Failovers   int64 `json:"failovers"`
 }
 
 func (c *KeyBenchConfig) defaults(name string) error {
@@ -171,6 +179,8 @@ type keyBench struct {
 	cl      *keyCluster
 	kc      *keyclient.Client
 	written []atomic.Bool // keys committed by this run
+	// Summed over every put of the run (see KeyBenchResult).
+	chunkWrites, resends, failovers atomic.Int64
 }
 
 func openKeyBench(ctx context.Context, name string, cfg KeyBenchConfig) (*keyBench, error) {
@@ -219,6 +229,9 @@ func (b *keyBench) close(ctx context.Context) error {
 // put writes key i.
 func (b *keyBench) put(ctx context.Context, i int) error {
 	res, err := b.kc.Put(ctx, b.cfg.Bucket, b.cfg.keyName(i), newValueReader(i, b.cfg.SizeBytes), keyclient.PutOptions{})
+	b.chunkWrites.Add(int64(res.Chunks))
+	b.resends.Add(int64(res.Holes))
+	b.failovers.Add(int64(res.Failovers))
 	if err != nil {
 		return err
 	}
@@ -276,7 +289,10 @@ func (b *keyBench) result(stats bench.Stats) KeyBenchResult {
 	if b.cfg.Keep {
 		res.AddNote("kept: the keys in %s/%s on %s", b.cfg.Bucket, b.cfg.Prefix, b.cl.label)
 	}
-	return KeyBenchResult{Result: res, Keys: int(stats.Ops), SizeBytes: b.cfg.SizeBytes, Concurrency: b.cfg.Concurrency, Cluster: b.cl.label}
+	out := KeyBenchResult{Result: res, Keys: int(stats.Ops), SizeBytes: b.cfg.SizeBytes, Concurrency: b.cfg.Concurrency, Cluster: b.cl.label,
+		ChunkWrites: b.chunkWrites.Load(), Resends: b.resends.Load(), Failovers: b.failovers.Load()}
+	out.AddNote("resends: %d chunk writes sent again (refused as holes), %d acknowledged; failovers: %d", out.Resends, out.ChunkWrites, out.Failovers)
+	return out
 }
 
 // RunKeyWrite runs `spindle bench key-write`: Keys puts of SizeBytes, at

@@ -47,7 +47,9 @@ func (c ClientConfig) withDefaults() ClientConfig {
 // goroutine reads the responses; one goroutine writes the requests: callers
 // queue their frames and everything queued meanwhile goes out in one
 // gathered write, so that many callers sharing a connection cost one
-// writev per batch, not one per request. Safe for concurrent use.
+// writev per batch, not one per request. Frames leave in the order they
+// were queued (CallQueued tells a caller when its frame is). Safe for
+// concurrent use.
 //
 // A connection error (read or write, a bad frame from the server, Close)
 // fails every outstanding request and every later Call with that error; a
@@ -148,6 +150,19 @@ func (r *Result) Release() {
 // before the response arrives, the request may still be executed by the
 // server; its late response is discarded (LateResponses counts them).
 func (c *Client) Call(ctx context.Context, req Request, payload ...[]byte) (*Result, error) {
+	return c.CallQueued(ctx, nil, req, payload...)
+}
+
+// CallQueued is Call that also reports when the request is queued: it
+// calls queued (unless nil) exactly once, from the calling goroutine and
+// before it returns — as soon as the request's frame is queued on the
+// connection, or when the Call ends without queueing it (an error before
+// that point). A frame queued after queued was called goes out on the
+// connection after this one: callers that each start their request once
+// the previous one's queued was called put their requests on the wire in
+// that order (and a server reading the connection, as transport.Server
+// does, handles them in that order).
+func (c *Client) CallQueued(ctx context.Context, queued func(), req Request, payload ...[]byte) (*Result, error) {
 	r := resultPool.Get().(*Result)
 	var timeout <-chan time.Time
 	if _, ok := ctx.Deadline(); !ok && c.timeout > 0 {
@@ -158,7 +173,7 @@ func (c *Client) Call(ctx context.Context, req Request, payload ...[]byte) (*Res
 		}
 		timeout = r.timer.C
 	}
-	res, err := c.call(ctx, req, payload, r, timeout)
+	res, err := c.call(ctx, req, payload, r, timeout, queued)
 	if r.timer != nil {
 		r.timer.Stop()
 	}
@@ -169,7 +184,16 @@ func (c *Client) Call(ctx context.Context, req Request, payload ...[]byte) (*Res
 	return res, nil
 }
 
-func (c *Client) call(ctx context.Context, req Request, payload [][]byte, r *Result, timeout <-chan time.Time) (*Result, error) {
+// call makes one Call; queued, unless nil, is called once the frame is
+// queued, or on return when it never was.
+func (c *Client) call(ctx context.Context, req Request, payload [][]byte, r *Result, timeout <-chan time.Time, queued func()) (*Result, error) {
+	if queued != nil {
+		defer func() {
+			if queued != nil {
+				queued()
+			}
+		}()
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("transport: %s: %w", req.Type(), err)
 	}
@@ -200,6 +224,10 @@ func (c *Client) call(ctx context.Context, req Request, payload [][]byte, r *Res
 	c.mu.Unlock()
 
 	batch, err := c.queue(req, payload)
+	if queued != nil {
+		queued()
+		queued = nil
+	}
 	if batch != nil {
 		// Call never returns while its payload may still be read: the
 		// batch is done once written, or once its write has failed or

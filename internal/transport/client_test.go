@@ -624,3 +624,135 @@ func TestServerScratchReplies(t *testing.T) {
 		t.Fatalf("%d scratch buffers handed out, want 64", n)
 	}
 }
+
+// CallQueued calls queued exactly once, before it returns: as soon as the
+// request is queued (while its response is still held by the server), or,
+// when the Call fails before queueing it, on the way out.
+func TestCallQueuedSignalsOnce(t *testing.T) {
+	h := newHeldHandler()
+	_, addr := startServer(t, ServerConfig{Handler: h.handle})
+	cl := dial(t, addr, ClientConfig{Window: 1})
+	ctx := context.Background()
+	counter := func() (func(), *atomic.Int32) {
+		var n atomic.Int32
+		return func() { n.Add(1) }, &n
+	}
+
+	// Queued while the response is held: called before the Call returns.
+	signal := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		res, err := cl.CallQueued(ctx, func() { close(signal) }, &WriteChunk{Length: 1}, []byte{1})
+		if err == nil {
+			res.Release()
+		}
+		done <- err
+	}()
+	<-signal
+	h.wait(t, 1)
+	select {
+	case err := <-done:
+		t.Fatalf("Call returned (%v) before its response was sent", err)
+	default:
+	}
+
+	// The window (1) is full: a Call that gives up waiting for a slot
+	// signals on its way out, nothing queued.
+	q, n := counter()
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	if _, err := cl.CallQueued(sctx, q, &WriteChunk{Length: 1}, []byte{2}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("CallQueued on a full window = %v", err)
+	}
+	cancel()
+	if n.Load() != 1 {
+		t.Fatalf("queued called %d times by a Call that gave up before queueing", n.Load())
+	}
+	h.releaseAll(t)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// Refused by the encoder, and with a cancelled context.
+	q, n = counter()
+	if _, err := cl.CallQueued(ctx, q, &WriteChunk{Length: 2}, []byte{1}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("CallQueued with a short payload = %v, want ErrInvalid", err)
+	}
+	cctx, ccancel := context.WithCancel(ctx)
+	ccancel()
+	if _, err := cl.CallQueued(cctx, q, &WriteChunk{Length: 1}, []byte{1}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("CallQueued with a cancelled context = %v", err)
+	}
+	if n.Load() != 2 {
+		t.Fatalf("queued called %d times by 2 refused calls, want 2", n.Load())
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.held) != 0 {
+		t.Fatalf("%d refused requests reached the server", len(h.held))
+	}
+}
+
+// orderHandler answers every WriteChunk at once and records the
+// (ContainerID, Offset) of each, in the order the connection delivered them.
+type orderHandler struct {
+	mu  sync.Mutex
+	got map[uint64][]uint64
+}
+
+func (h *orderHandler) handle(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
+	var wc WriteChunk
+	if err := f.Decode(&wc); err != nil {
+		return &Response{Status: StatusInvalid}, nil
+	}
+	h.mu.Lock()
+	h.got[wc.ContainerID] = append(h.got[wc.ContainerID], wc.Offset)
+	h.mu.Unlock()
+	return &Response{RequestID: wc.RequestID}, nil
+}
+
+// Callers on many goroutines, each starting its Call once the previous
+// one's queued was called, reach the server in that order, even with
+// other chains' calls interleaved and callers waiting for window slots.
+func TestCallQueuedChainsArriveInOrder(t *testing.T) {
+	h := &orderHandler{got: map[uint64][]uint64{}}
+	_, addr := startServer(t, ServerConfig{Handler: h.handle})
+	cl := dial(t, addr, ClientConfig{Window: 4})
+	const chains, perChain = 8, 300
+	var wg sync.WaitGroup
+	errs := make(chan error, chains*perChain)
+	for ch := range chains {
+		gate := make(chan struct{})
+		close(gate)
+		for i := range perChain {
+			prev, mine := gate, make(chan struct{})
+			gate = mine
+			wg.Go(func() {
+				<-prev
+				res, err := cl.CallQueued(context.Background(), func() { close(mine) }, &WriteChunk{ContainerID: uint64(ch), Offset: uint64(i), Length: 1}, []byte{1})
+				if err != nil {
+					errs <- err
+					return
+				}
+				res.Release()
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range uint64(chains) {
+		got := h.got[ch]
+		if len(got) != perChain {
+			t.Fatalf("chain %d: %d requests arrived, want %d", ch, len(got), perChain)
+		}
+		for i, off := range got {
+			if off != uint64(i) {
+				t.Fatalf("chain %d: request %d arrived in position %d", ch, off, i)
+			}
+		}
+	}
+}

@@ -127,10 +127,15 @@
 // alias its buffers until the next read (see Reader); decoded messages do
 // not alias the frame.
 //
-// A Client has one reader goroutine; each Call writes its own request
-// under the Conn's mutex and waits for its Response by request ID, so
-// callers pipeline up to the window. A Server runs one goroutine per
-// connection, which reads a frame, calls the Handler and writes its reply;
+// A Client has one reader goroutine and one writer goroutine; each Call
+// queues its request (everything queued meanwhile goes out in one gathered
+// write) and waits for its Response by request ID, so callers pipeline up
+// to the window. Requests leave in the order they were queued; CallQueued
+// tells its caller when that happened, which is how callers on several
+// goroutines keep their requests in an order of their choosing (the key
+// client's chunks of one block). A Server runs one goroutine per
+// connection, which reads a frame, calls the Handler and writes its reply
+// (so a connection's frames are handled in the order they were sent);
 // a Handler that replies later from another goroutine (with Conn.Send)
 // lets one connection have many requests in progress. A Handler replying
 // at once may put its reply payload in Conn.Scratch (a pooled buffer the
