@@ -22,7 +22,21 @@ const putBlockAttemptsMax = 8
 // PutBlock first waits until the data of those chunks is durable, so that a
 // record never becomes durable before the data it describes; the record
 // itself is durable after the next Sync. Nothing changes on error.
-func (e *Engine) PutBlock(bd *BlockData) error {
+//
+// bcsid is the put's block commit sequence ID: in a pipeline the raft index
+// of its entry (one entry may carry several puts, so several may share
+// one); callers without one pass 0. A put at or above the container's
+// BCSID is applied as above and raises the BCSID to bcsid, in the same
+// Pebble batch as the block record (also when the block record is already
+// as bd says), so the BCSID is never ahead of or behind the blocks it
+// covers. A put below it was applied before (raft re-applies entries after
+// a restart): it succeeds without a change when the committed block covers
+// it (the same chunks, or a prefix of them: an earlier checkpoint) or the
+// block is gone (deleted since). A put below it that would change a block
+// is refused with ErrSequence and logged as an error: the pipeline applies
+// a group's entries in index order, so that is a broken invariant, and
+// applying it would put the BCSID behind a block it covers.
+func (e *Engine) PutBlock(bd *BlockData, bcsid uint64) error {
 	b := bd.ID
 	if err := e.check(); err != nil {
 		return blockErr("put block", b, err)
@@ -36,19 +50,33 @@ func (e *Engine) PutBlock(bd *BlockData) error {
 	}
 	for attempt := 0; attempt < putBlockAttemptsMax; attempt++ {
 		c.mu.Lock()
+		if bcsid < c.bcsid {
+			cur := c.bcsid
+			err := e.replayedPutLocked(c, bd)
+			c.mu.Unlock()
+			if err != nil {
+				e.log.Error("engine: put block below the container's commit sequence refused", "container", b.Container,
+					"block", b.Local, "bcsid", bcsid, "container_bcsid", cur, "err", err)
+				return blockErr("put block", b, fmt.Errorf("%w: sequence %d, container at %d: %w", ErrSequence, bcsid, cur, err))
+			}
+			return nil
+		}
 		bs, seq, err := e.verifyPutLocked(c, bd)
+		if err == nil && bs == nil {
+			err = e.advanceLocked(c, bcsid) // the record is as bd says: only the sequence moves
+		}
 		c.mu.Unlock()
 		if err != nil {
 			return blockErr("put block", b, err)
 		}
 		if bs == nil {
-			return nil // identical to what is committed
+			return nil
 		}
 		if err := e.commit.sync(seq); err != nil {
 			return blockErr("put block", b, err)
 		}
 		c.mu.Lock()
-		if c.blocks[b.Local] != bs || bs.committedLen > bd.Length {
+		if c.blocks[b.Local] != bs || bs.committedLen > bd.Length || bcsid < c.bcsid {
 			c.mu.Unlock()
 			continue // state changed while we synced: verify again
 		}
@@ -57,7 +85,7 @@ func (e *Engine) PutBlock(bd *BlockData) error {
 			c.mu.Unlock()
 			return blockErr("put block", b, err)
 		}
-		err = e.commitPutLocked(c, bs, bd)
+		err = e.commitPutLocked(c, bs, bd, bcsid)
 		c.mu.Unlock()
 		if err != nil {
 			return blockErr("put block", b, err)
@@ -144,17 +172,71 @@ func (e *Engine) verifyPutLocked(c *container, bd *BlockData) (*blockState, uint
 	return bs, seq, nil
 }
 
+// replayedPutLocked decides a put below the container's BCSID: nil when it
+// changes nothing (the committed block covers it, or the block is gone),
+// else why it would change the block. c.mu must be held.
+func (e *Engine) replayedPutLocked(c *container, bd *BlockData) error {
+	if _, ok := c.deleting[bd.ID.Local]; ok {
+		return nil // being deleted: the put was followed by a delete
+	}
+	old, err := e.loadBlock(c, bd.ID)
+	switch {
+	case errors.Is(err, ErrNotFound) && c.blocks[bd.ID.Local] == nil:
+		return nil // deleted since
+	case errors.Is(err, ErrNotFound):
+		return errors.New("the block has chunks written but no committed record")
+	case err != nil:
+		return err
+	}
+	if bd.Length > old.Length || len(bd.Chunks) > len(old.Chunks) {
+		return fmt.Errorf("length %d, %d committed", bd.Length, old.Length)
+	}
+	for i := range bd.Chunks {
+		if !sameChunk(&bd.Chunks[i], &old.Chunks[i]) {
+			return fmt.Errorf("chunk %d at offset %d differs from the committed one", i, bd.Chunks[i].Offset)
+		}
+	}
+	return nil
+}
+
+// advanceLocked raises c's BCSID to bcsid (a put whose block record is
+// already as it says): the container record is written unsynced, the next
+// Sync covers it. c.mu must be held.
+func (e *Engine) advanceLocked(c *container, bcsid uint64) error {
+	if bcsid <= c.bcsid {
+		return nil
+	}
+	if err := c.vol.db.Set(containerKey(c.id), encodeContainerRecord(c.record(c.state, bcsid)), pebble.NoSync); err != nil {
+		return err
+	}
+	e.commit.markVolume(c.vol)
+	c.bcsid = bcsid
+	return nil
+}
+
 func sameChunk(a, b *ChunkInfo) bool {
 	return a.Offset == b.Offset && a.Length == b.Length && slices.Equal(a.Checksums, b.Checksums)
 }
 
-// commitPutLocked writes the record (unsynced: the next Sync covers it) and
-// trims the committed chunks from the pending list.
-func (e *Engine) commitPutLocked(c *container, bs *blockState, bd *BlockData) error {
+// commitPutLocked writes the record, and the container record with its
+// BCSID raised to bcsid when that is higher, in one Pebble batch (unsynced:
+// the next Sync covers it), and trims the committed chunks from the pending
+// list.
+func (e *Engine) commitPutLocked(c *container, bs *blockState, bd *BlockData, bcsid uint64) error {
 	rec := &BlockData{ID: bd.ID, Length: bd.Length, BytesPerChecksum: bd.BytesPerChecksum, Chunks: cloneChunks(bd.Chunks)}
-	if err := c.vol.db.Set(blockKey(bd.ID), encodeBlockRecord(rec), pebble.NoSync); err != nil {
+	batch := c.vol.db.NewBatch()
+	err := batch.Set(blockKey(bd.ID), encodeBlockRecord(rec), nil)
+	if err == nil && bcsid > c.bcsid {
+		err = batch.Set(containerKey(c.id), encodeContainerRecord(c.record(c.state, bcsid)), nil)
+	}
+	if err == nil {
+		err = batch.Commit(pebble.NoSync)
+	}
+	batch.Close()
+	if err != nil {
 		return err
 	}
+	c.bcsid = max(c.bcsid, bcsid)
 	e.commit.markVolume(c.vol)
 	e.records.put(rec)
 	n := 0

@@ -240,7 +240,7 @@ func (n *Node) applyWorker() {
 							}
 						}
 					case KindPutBlock:
-						err = n.eng.PutBlock(toEngineBlock(&c.PutBlock.Block))
+						err = n.eng.PutBlock(toEngineBlock(&c.PutBlock.Block), e.GetIndex())
 						if err == nil {
 							ob.committed(c.PutBlock.Block.ContainerID, c.PutBlock.Block.LocalID)
 						}
