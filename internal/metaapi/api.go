@@ -293,6 +293,11 @@ type ContainerReport struct {
 	State     string `json:"state"` // OPEN, CLOSED, UNHEALTHY, DELETING
 	UsedBytes uint64 `json:"used_bytes"`
 	Blocks    uint64 `json:"blocks,omitempty"`
+	// BCSID is the replica's block commit sequence ID: the raft index of
+	// the last PutBlock it applied (engine.ContainerInfo.BCSID). A CLOSED
+	// replica with a lower BCSID than another replica of the container
+	// missed block commits. Absent (0) from a datanode that predates it.
+	BCSID uint64 `json:"bcsid,omitempty"`
 }
 
 // PipelineReport is one pipeline the datanode serves.
