@@ -489,6 +489,25 @@ type ContainerInfo struct {
 	// Replicas: the live datanodes (not DEAD, heard from since the meta
 	// service started) whose last report lists the container, by node ID.
 	Replicas []uint64 `json:"replicas,omitempty"`
+	// BCSID is the highest block commit sequence ID a live replica
+	// reports CLOSED (for a CLOSED container, that of its healthy
+	// replicas), else the highest any reports.
+	BCSID uint64 `json:"bcsid"`
+	// ReplicaDetails: each of Replicas as its last report has it.
+	ReplicaDetails []ReplicaInfo `json:"replica_details,omitempty"`
+}
+
+// ReplicaInfo is one replica of a container, as its datanode last
+// reported it.
+type ReplicaInfo struct {
+	Node      uint64 `json:"node"`
+	State     string `json:"state"` // OPEN, CLOSED, UNHEALTHY, DELETING
+	UsedBytes uint64 `json:"used_bytes"`
+	BCSID     uint64 `json:"bcsid"`
+	// Behind: a CLOSED replica of a CLOSED container with a BCSID below
+	// the highest reported: it missed block commits, is not counted
+	// healthy, not read, and is replaced and deleted.
+	Behind bool `json:"behind,omitempty"`
 }
 
 // ReplicationStatus is GET /v1/replication (and the answer of POST
