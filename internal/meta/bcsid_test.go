@@ -2,7 +2,10 @@ package meta
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -38,8 +41,13 @@ func TestBehindReplicaIsReplacedFromTheHighest(t *testing.T) {
 	setBCSID(cid, 10, n2, n3)
 	setBCSID(cid, 7, n1)
 	c.round(c.nodes...) // reports in; decided at the tick
-	if st := c.repl(); st.UnderReplicated != 1 {
-		t.Fatalf("status %+v: want the container under-replicated (node 1 is behind)", st)
+	if st := c.repl(); st.UnderReplicated != 1 || st.BehindReplicas != 1 {
+		t.Fatalf("status %+v: want the container under-replicated, node 1's replica behind", st)
+	}
+	rec := httptest.NewRecorder()
+	c.s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), "spindle_meta_replication_behind_replicas 1\n") {
+		t.Error("metrics lack spindle_meta_replication_behind_replicas 1")
 	}
 	if got, want := c.tasks(), []string{fmt.Sprintf("%d:2->4", cid)}; !slices.Equal(got, want) {
 		t.Fatalf("copies in flight %v, want %v (from node 2: node 1 is behind)", got, want)

@@ -63,7 +63,9 @@
 // its pipeline before catching up and closed its replica by itself — so
 // it is not counted, not read, never a copy's source, and deleted like an
 // UNHEALTHY one. The comparison is among the live reports: with every
-// replica at the highest BCSID dead, the best one left counts.
+// replica at the highest BCSID dead, the best one left counts. Status:
+// ReplicationStatus.BehindReplicas; metric
+// spindle_meta_replication_behind_replicas.
 //
 // Reads: a KeyBlock's Members list, for a CLOSED container, its healthy
 // replicas (the pipeline's members first, then the others by node ID),

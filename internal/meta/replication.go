@@ -152,6 +152,23 @@ func (s *Service) replicaIndex(now time.Time) map[uint64][]uint64 {
 	return idx
 }
 
+// behindReplicas counts the CLOSED replicas of CLOSED containers on live
+// nodes whose BCSID is below the highest reported for their container.
+func (s *Service) behindReplicas(now time.Time) int {
+	idx, top := s.closedIndex(now)
+	n := 0
+	for cid, ids := range idx {
+		if c := s.containers[cid]; c != nil && c.rec.State == containerClosed {
+			for _, id := range ids {
+				if s.behind(id, cid, top[cid]) {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
 // replicasOf lists the healthy replicas of container cid (see
 // replicaIndex), by node ID.
 func (s *Service) replicasOf(cid uint64, now time.Time) []uint64 {
@@ -727,6 +744,7 @@ func (s *Service) replicationStatus(now time.Time) *metaapi.ReplicationStatus {
 	}
 	st.UnderReplicated, st.Unrecoverable, st.PendingBytes = s.underReplicated(idx)
 	st.OverReplicated, st.Trimming, st.TrimmedReplicas = len(s.overReplicated(idx)), len(s.repl.trims), s.repl.trimmed
+	st.BehindReplicas = s.behindReplicas(now)
 	for _, cid := range slices.Sorted(maps.Keys(s.repl.tasks)) {
 		t := s.repl.tasks[cid]
 		st.Inflight = append(st.Inflight, metaapi.CopyTask{Container: cid, Source: t.source, Target: t.target,

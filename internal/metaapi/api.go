@@ -546,6 +546,10 @@ type ReplicationStatus struct {
 	OverReplicated  int    `json:"over_replicated"`
 	Trimming        int    `json:"trimming"`
 	TrimmedReplicas uint64 `json:"trimmed_replicas"`
+	// BehindReplicas: CLOSED replicas of CLOSED containers, on live
+	// nodes, whose BCSID is below the highest reported for their
+	// container (not counted healthy; replaced, then deleted).
+	BehindReplicas int `json:"behind_replicas"`
 	// Limits are the replication manager's settings in force.
 	Limits ReplicationLimits `json:"limits"`
 }
