@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"testing"
 
@@ -118,6 +119,29 @@ func TestBCSIDReplayIsIdempotent(t *testing.T) {
 	if got := bcsidOf(t, e, 1); got != 11 {
 		t.Fatalf("BCSID %d, want 11", got)
 	}
+
+	// A put refused the first time (its chunks are not the ones written)
+	// is refused the same way when replayed below the BCSID: not taken for
+	// a put out of order.
+	y := BlockID{Container: 1, Local: 5}
+	wrong := writeBlock(t, e, y, 400)
+	wrong.Chunks[0].Checksums = []uint32{1}
+	wantErr(t, e.PutBlock(wrong, 12), ErrInvalid)
+	mustNo(t, e.PutBlock(writeBlock(t, e, BlockID{Container: 1, Local: 6}, 100), 13))
+	err = e.PutBlock(wrong, 12)
+	wantErr(t, err, ErrInvalid)
+	if errors.Is(err, ErrSequence) {
+		t.Fatalf("replay of a refused put: %v, want its own refusal, not ErrSequence", err)
+	}
+	// And on a CLOSED container, a put that would change a block is
+	// refused as not OPEN; one the blocks cover is still a replay.
+	ch3, err := writeChunk(e, x, 1600, 50)
+	mustNo(t, err)
+	longest := &BlockData{ID: x, BytesPerChecksum: testBPC, Length: 1650, Chunks: append(cloneChunks(longer.Chunks), ch3)}
+	mustNo(t, e.CloseContainer(1))
+	wantErr(t, e.PutBlock(longest, 5), ErrNotOpen)
+	mustNo(t, e.PutBlock(first, 3))
+	checkBlock(t, e, x, 1600)
 }
 
 // TestBCSIDExportImport: an export carries the BCSID, an import keeps the

@@ -32,10 +32,12 @@ const putBlockAttemptsMax = 8
 // covers. A put below it was applied before (raft re-applies entries after
 // a restart): it succeeds without a change when the committed block covers
 // it (the same chunks, or a prefix of them: an earlier checkpoint) or the
-// block is gone (deleted since). A put below it that would change a block
-// is refused with ErrSequence and logged as an error: the pipeline applies
-// a group's entries in index order, so that is a broken invariant, and
-// applying it would put the BCSID behind a block it covers.
+// block is gone (deleted since); it gets the error it got the first time
+// when it is refused as it stands (its chunks do not match, the container
+// is not OPEN, …). A put below it that would change a block is refused
+// with ErrSequence and logged as an error: the pipeline applies a group's
+// entries in index order, so that is a broken invariant, and applying it
+// would put the BCSID behind a block it covers.
 func (e *Engine) PutBlock(bd *BlockData, bcsid uint64) error {
 	b := bd.ID
 	if err := e.check(); err != nil {
@@ -52,12 +54,14 @@ func (e *Engine) PutBlock(bd *BlockData, bcsid uint64) error {
 		c.mu.Lock()
 		if bcsid < c.bcsid {
 			cur := c.bcsid
-			err := e.replayedPutLocked(c, bd)
+			err := e.replayedPutLocked(c, bd, bcsid)
 			c.mu.Unlock()
-			if err != nil {
-				e.log.Error("engine: put block below the container's commit sequence refused", "container", b.Container,
+			if errors.Is(err, ErrSequence) {
+				e.log.Error("engine: put block below the container's commit sequence refused: applied out of order", "container", b.Container,
 					"block", b.Local, "bcsid", bcsid, "container_bcsid", cur, "err", err)
-				return blockErr("put block", b, fmt.Errorf("%w: sequence %d, container at %d: %w", ErrSequence, bcsid, cur, err))
+			}
+			if err != nil {
+				return blockErr("put block", b, err)
 			}
 			return nil
 		}
@@ -172,10 +176,14 @@ func (e *Engine) verifyPutLocked(c *container, bd *BlockData) (*blockState, uint
 	return bs, seq, nil
 }
 
-// replayedPutLocked decides a put below the container's BCSID: nil when it
-// changes nothing (the committed block covers it, or the block is gone),
-// else why it would change the block. c.mu must be held.
-func (e *Engine) replayedPutLocked(c *container, bd *BlockData) error {
+// replayedPutLocked decides a put below the container's BCSID, which was
+// applied before if the pipeline applied in order: nil when it changes
+// nothing (the committed block covers it, or the block is gone: deleted
+// since); the error the put gets anyway when it is refused as it stands
+// (it was refused the first time, the same way: say its chunks do not
+// match the ones written); ErrSequence when it would change the block (it
+// was not applied before: a put out of order). c.mu must be held.
+func (e *Engine) replayedPutLocked(c *container, bd *BlockData, bcsid uint64) error {
 	if _, ok := c.deleting[bd.ID.Local]; ok {
 		return nil // being deleted: the put was followed by a delete
 	}
@@ -184,19 +192,31 @@ func (e *Engine) replayedPutLocked(c *container, bd *BlockData) error {
 	case errors.Is(err, ErrNotFound) && c.blocks[bd.ID.Local] == nil:
 		return nil // deleted since
 	case errors.Is(err, ErrNotFound):
-		return errors.New("the block has chunks written but no committed record")
 	case err != nil:
 		return err
+	default:
+		if covers(old, bd) {
+			return nil
+		}
 	}
+	if _, _, err := e.verifyPutLocked(c, bd); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: sequence %d, container at %d: the put would change the block", ErrSequence, bcsid, c.bcsid)
+}
+
+// covers says whether committed record old holds everything bd says: the
+// same chunks, or more.
+func covers(old, bd *BlockData) bool {
 	if bd.Length > old.Length || len(bd.Chunks) > len(old.Chunks) {
-		return fmt.Errorf("length %d, %d committed", bd.Length, old.Length)
+		return false
 	}
 	for i := range bd.Chunks {
 		if !sameChunk(&bd.Chunks[i], &old.Chunks[i]) {
-			return fmt.Errorf("chunk %d at offset %d differs from the committed one", i, bd.Chunks[i].Offset)
+			return false
 		}
 	}
-	return nil
+	return true
 }
 
 // advanceLocked raises c's BCSID to bcsid (a put whose block record is

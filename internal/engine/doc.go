@@ -32,9 +32,10 @@
 //     raises it writes the container record in the same Pebble batch as its
 //     block record, so on disk the BCSID is never ahead of or behind the
 //     block records it covers, across any crash. It never goes down: a put
-//     below it is a replay (succeeds, changes nothing) or refused
-//     (ErrSequence). DeleteBlock and CloseContainer leave it alone; an
-//     import keeps the source's.
+//     below it is a replay (it succeeds without a change, or gets the
+//     refusal it got the first time) or, when it would change a block, is
+//     refused with ErrSequence (applied out of order). DeleteBlock and
+//     CloseContainer leave it alone; an import keeps the source's.
 //
 // # On-disk records
 //
