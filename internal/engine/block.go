@@ -26,10 +26,10 @@ const putBlockAttemptsMax = 8
 // bcsid is the put's block commit sequence ID: in a pipeline the raft index
 // of its entry (one entry may carry several puts, so several may share
 // one); callers without one pass 0. A put at or above the container's
-// BCSID is applied as above and raises the BCSID to bcsid, in the same
-// Pebble batch as the block record (also when the block record is already
-// as bd says), so the BCSID is never ahead of or behind the blocks it
-// covers. A put below it was applied before (raft re-applies entries after
+// BCSID is applied as above and raises the BCSID to bcsid, also when the
+// block record is already as bd says; the container record with the new
+// BCSID is written in the same Pebble batch as the block record, so the
+// BCSID is never ahead of or behind the blocks it covers. A put below it was applied before (raft re-applies entries after
 // a restart): it succeeds without a change when the committed block covers
 // it (the same chunks, or a prefix of them: an earlier checkpoint) or the
 // block is gone (deleted since); it gets the error it got the first time
