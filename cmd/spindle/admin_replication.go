@@ -140,6 +140,7 @@ func printReplication(w io.Writer, st *metaapi.ReplicationStatus, stamped bool) 
 	fmt.Fprintf(tw, "under-replicated:\t%d containers (%d with no replica left)\n", st.UnderReplicated, st.Unrecoverable)
 	fmt.Fprintf(tw, "pending:\t%s\n", units.FormatBytes(int64(st.PendingBytes)))
 	fmt.Fprintf(tw, "over-replicated:\t%d containers; %d extra replicas being deleted, %d deleted\n", st.OverReplicated, st.Trimming, st.TrimmedReplicas)
+	fmt.Fprintf(tw, "behind:\t%d replicas below their container's highest BCSID (not counted)\n", st.BehindReplicas)
 	fmt.Fprintf(tw, "copied:\t%d containers, %s; %d copies failed\n", st.CopiedContainers, units.FormatBytes(int64(st.CopiedBytes)), st.FailedCopies)
 	r := "-"
 	if st.RateBytesPerS > 0 {

@@ -27,7 +27,7 @@ func TestAdminReplicationAndSafeMode(t *testing.T) {
 		return out
 	}
 	out := run("admin", "replication")
-	for _, want := range []string{"safe mode:", "ON (", "replication factor:  3", "under-replicated:", "pending:", "over-replicated:     0 containers; 0 extra replicas being deleted, 0 deleted", "in flight:"} {
+	for _, want := range []string{"safe mode:", "ON (", "replication factor:  3", "under-replicated:", "pending:", "over-replicated:     0 containers; 0 extra replicas being deleted, 0 deleted", "behind:              0 replicas", "in flight:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("admin replication: %q lacks %q", out, want)
 		}

@@ -512,15 +512,16 @@ func newAdminCmd() *cobra.Command {
 				}
 				return ps, nil
 			}),
-		view("containers", "Containers: ID, pipeline, state, bytes used, blocks",
+		view("containers", "Containers: ID, pipeline, state, bytes used, blocks, BCSID, replicas (node:state@BCSID)",
 			func(ctx context.Context, mc *metaapi.Client, w io.Writer) (any, error) {
 				cs, err := mc.Containers(ctx)
 				if err != nil {
 					return nil, err
 				}
-				fmt.Fprintln(w, "ID\tPIPELINE\tSTATE\tUSED\tBLOCKS")
+				fmt.Fprintln(w, "ID\tPIPELINE\tSTATE\tUSED\tBLOCKS\tBCSID\tREPLICAS")
 				for _, c := range cs {
-					fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\n", c.ID, c.Pipeline, c.State, units.FormatBytes(int64(c.UsedBytes)), c.Blocks)
+					fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\t%d\t%s\n", c.ID, c.Pipeline, c.State, units.FormatBytes(int64(c.UsedBytes)), c.Blocks,
+						c.BCSID, replicaList(c.ReplicaDetails))
 				}
 				return cs, nil
 			}),
@@ -528,6 +529,20 @@ func newAdminCmd() *cobra.Command {
 	cmd.AddCommand(newAdminReplicationCmds(&env, &asJSON)...)
 	cmd.AddCommand(newAdminContainerGetCmd())
 	return cmd
+}
+
+// replicaList formats replicas as node:state@BCSID, a replica behind the
+// highest BCSID marked "(behind)".
+func replicaList(rs []metaapi.ReplicaInfo) string {
+	var out []string
+	for _, r := range rs {
+		s := fmt.Sprintf("%d:%s@%d", r.Node, r.State, r.BCSID)
+		if r.Behind {
+			s += "(behind)"
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, " ")
 }
 
 // ago formats a time as a duration before now.

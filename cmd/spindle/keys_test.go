@@ -127,6 +127,12 @@ func TestKeyCommands(t *testing.T) {
 	if out := must(nil, "admin", "nodes", "--json"); !strings.HasPrefix(out, "[") || !strings.Contains(out, "HEALTHY") {
 		t.Errorf("admin nodes --json: %q", out)
 	}
+	if out := must(nil, "admin", "containers"); !strings.Contains(out, "BCSID") || !strings.Contains(out, "REPLICAS") {
+		t.Errorf("admin containers: %q lacks the BCSID and REPLICAS columns", out)
+	}
+	if out := must(nil, "admin", "containers", "--json"); !strings.Contains(out, `"bcsid"`) {
+		t.Errorf("admin containers --json: %q lacks bcsid", out)
+	}
 
 	// What goes wrong, and how it says so.
 	_, _, err := runIn(t, nil, "get", "demo/missing", filepath.Join(dir, "missing"))

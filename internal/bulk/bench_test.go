@@ -44,9 +44,9 @@ func BenchmarkFetch(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		dst := mk()
 		var im *engine.Importer
-		_, err := Fetch(context.Background(), d, 1, func(maxSize, used uint64) (Sink, error) {
+		_, err := Fetch(context.Background(), d, 1, func(h ContainerHeader) (Sink, error) {
 			var err error
-			im, err = dst.ImportContainer(1, maxSize)
+			im, err = dst.ImportContainer(1, h.MaxSizeBytes, h.BCSID)
 			return im, err
 		})
 		if err == nil {

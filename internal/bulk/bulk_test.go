@@ -44,7 +44,8 @@ func openEngine(t *testing.T) *engine.Engine {
 }
 
 // fill creates container id with blocks of the given sizes (chunks of at
-// most 1 MiB) and closes it unless open.
+// most 1 MiB), block i put at commit sequence 10·(i+1), and closes it
+// unless open.
 func fill(t testing.TB, e *engine.Engine, id engine.ContainerID, open bool, sizes ...int) map[uint64][]byte {
 	t.Helper()
 	if err := e.CreateContainer(id); err != nil {
@@ -63,7 +64,7 @@ func fill(t testing.TB, e *engine.Engine, id engine.ContainerID, open bool, size
 			}
 			bd.Chunks = append(bd.Chunks, engine.ChunkInfo{Offset: uint64(off), Length: uint64(len(c)), Checksums: sums})
 		}
-		if err := e.PutBlock(bd); err != nil {
+		if err := e.PutBlock(bd, 10*uint64(i+1)); err != nil {
 			t.Fatal(err)
 		}
 		want[b.Local] = data
@@ -92,9 +93,9 @@ func serve(t testing.TB, e *engine.Engine, maxExports int) (*Server, *Demux) {
 
 func importFrom(ctx context.Context, dst *engine.Engine, addr string, id uint64) (FetchResult, error) {
 	var im *engine.Importer
-	res, err := Fetch(ctx, addr, id, func(maxSize, used uint64) (Sink, error) {
+	res, err := Fetch(ctx, addr, id, func(h ContainerHeader) (Sink, error) {
 		var err error
-		im, err = dst.ImportContainer(engine.ContainerID(id), maxSize)
+		im, err = dst.ImportContainer(engine.ContainerID(id), h.MaxSizeBytes, h.BCSID)
 		return im, err
 	})
 	if err == nil {
@@ -118,8 +119,8 @@ func TestCopyRoundTrip(t *testing.T) {
 		t.Fatalf("fetched %d blocks, %d bytes", res.Blocks, res.Bytes)
 	}
 	info, err := dst.Container(7)
-	if err != nil || info.State != engine.StateClosed || info.UsedBytes != res.Bytes {
-		t.Fatalf("imported container: %+v, %v", info, err)
+	if err != nil || info.State != engine.StateClosed || info.UsedBytes != res.Bytes || info.BCSID != 40 || res.BCSID != 40 {
+		t.Fatalf("imported container: %+v (fetched BCSID %d, want the source's 40), %v", info, res.BCSID, err)
 	}
 	for local, data := range want {
 		got, err := dst.ReadChunk(engine.BlockID{Container: 7, Local: local}, 0, uint64(len(data)), nil)
@@ -282,9 +283,9 @@ func TestCancelledFetchLeavesNothing(t *testing.T) {
 	_, d := serve(t, src, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	var im *engine.Importer
-	_, err := Fetch(ctx, d.Addr().String(), 4, func(maxSize, used uint64) (Sink, error) {
+	_, err := Fetch(ctx, d.Addr().String(), 4, func(h ContainerHeader) (Sink, error) {
 		var err error
-		im, err = dst.ImportContainer(4, maxSize)
+		im, err = dst.ImportContainer(4, h.MaxSizeBytes, h.BCSID)
 		cancel() // the stream is cut before the first block
 		return im, err
 	})
@@ -335,7 +336,7 @@ func TestDownloadContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Container != 5 || len(m.Blocks) != 2 || m.Bytes != 2<<20+77+40000 {
+	if m.Container != 5 || len(m.Blocks) != 2 || m.Bytes != 2<<20+77+40000 || m.BCSID != 20 {
 		t.Fatalf("manifest %+v", m)
 	}
 	for local, data := range want {

@@ -21,6 +21,7 @@ type Manifest struct {
 	Container    uint64              `json:"container"`
 	Source       string              `json:"source"`
 	MaxSizeBytes uint64              `json:"max_size_bytes"`
+	BCSID        uint64              `json:"bcsid"`
 	Bytes        uint64              `json:"bytes"`
 	Blocks       []*engine.BlockData `json:"blocks"`
 }
@@ -47,8 +48,8 @@ func DownloadContainer(ctx context.Context, addr string, id uint64, dir string) 
 		return nil, fmt.Errorf("bulk: %w", err)
 	}
 	s := &DirSink{dir: dir, buf: make([]byte, engine.ImportBufferBytes), m: Manifest{Container: id, Source: addr}}
-	res, err := Fetch(ctx, addr, id, func(maxSizeBytes, usedBytes uint64) (Sink, error) {
-		s.m.MaxSizeBytes = maxSizeBytes
+	res, err := Fetch(ctx, addr, id, func(h ContainerHeader) (Sink, error) {
+		s.m.MaxSizeBytes, s.m.BCSID = h.MaxSizeBytes, h.BCSID
 		return s, nil
 	})
 	if err == nil {

@@ -17,7 +17,7 @@
 //	| offset | size | field                                   |
 //	|--------|------|-----------------------------------------|
 //	| 0      | 2    | magic "SB"                              |
-//	| 2      | 1    | version = 1                             |
+//	| 2      | 1    | version = 2                             |
 //	| 3      | 1    | op: 1 export container                  |
 //	| 4      | 4    | reserved, 0                             |
 //	| 8      | 8    | container ID (≠ 0)                      |
@@ -29,7 +29,7 @@
 //
 //	status     | "SB" | version u8 | status u8 (0 OK, 1 NOT_FOUND, 2 NOT_CLOSED, 3 BUSY, 4 ERROR, 5 BAD_REQUEST) |
 //	           | message length u32 (≤ 4096) | message bytes |
-//	container  | max size u64 | used bytes u64 | CRC32C u32 of the 16 bytes |
+//	container  | max size u64 | used bytes u64 | BCSID u64 | CRC32C u32 of the 24 bytes |
 //	block      | 'B' | record length L u32 (≤ 16 MiB) | record (L bytes) | block bytes (record's length) |
 //	record     | local ID u64 | length u64 | bytes per checksum u32 | chunk count n u32 |
 //	           | n × { chunk length u32 | ⌈length/bpc⌉ × CRC32C u32 } | CRC32C u32 of the record before it |

@@ -184,7 +184,7 @@ func (s *Server) serve(conn net.Conn) error {
 func (s *Server) stream(conn net.Conn, w *bufio.Writer, x *engine.Export) (blocks, n uint64, err error) {
 	info := x.Info()
 	b := appendStatus(nil, StatusOK, "")
-	b = containerHeader{maxSizeBytes: info.MaxSizeBytes, usedBytes: info.UsedBytes}.appendTo(b)
+	b = ContainerHeader{MaxSizeBytes: info.MaxSizeBytes, UsedBytes: info.UsedBytes, BCSID: info.BCSID}.appendTo(b)
 	w.Write(b)
 	for {
 		bd, f, err := x.Next()
@@ -245,6 +245,7 @@ type Sink interface {
 type FetchResult struct {
 	Blocks, Bytes uint64
 	MaxSizeBytes  uint64
+	BCSID         uint64 // the container's, as the source's header said
 	Seconds       float64
 }
 
@@ -288,7 +289,7 @@ func TuneReceiver(c net.Conn) {
 // record matched the blocks and bytes received; any other outcome is an
 // error and the caller must discard what the sink holds. ctx cancels it
 // (the connection is closed).
-func Fetch(ctx context.Context, addr string, id uint64, begin func(maxSizeBytes, usedBytes uint64) (Sink, error)) (FetchResult, error) {
+func Fetch(ctx context.Context, addr string, id uint64, begin func(ContainerHeader) (Sink, error)) (FetchResult, error) {
 	var res FetchResult
 	start := time.Now()
 	conn, err := Dial(ctx, addr)
@@ -332,7 +333,7 @@ func (d directReader) Read(p []byte) (int, error) {
 // around it straight from the socket.
 const fetchBufBytes = 256 << 10
 
-func fetch(conn net.Conn, id uint64, begin func(maxSizeBytes, usedBytes uint64) (Sink, error)) (FetchResult, error) {
+func fetch(conn net.Conn, id uint64, begin func(ContainerHeader) (Sink, error)) (FetchResult, error) {
 	var res FetchResult
 	if _, err := conn.Write(request{op: OpExportContainer, container: id}.encode()); err != nil {
 		return res, err
@@ -345,8 +346,8 @@ func fetch(conn net.Conn, id uint64, begin func(maxSizeBytes, usedBytes uint64) 
 	if err != nil {
 		return res, err
 	}
-	res.MaxSizeBytes = h.maxSizeBytes
-	sink, err := begin(h.maxSizeBytes, h.usedBytes)
+	res.MaxSizeBytes, res.BCSID = h.MaxSizeBytes, h.BCSID
+	sink, err := begin(h)
 	if err != nil {
 		return res, err
 	}

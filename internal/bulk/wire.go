@@ -16,15 +16,16 @@ const (
 	// tell the two apart from the first two bytes of a connection.
 	Magic0 byte = 'S'
 	Magic1 byte = 'B'
-	// Version is the only protocol version spoken.
-	Version byte = 1
+	// Version is the only protocol version spoken. Version 2 added the
+	// BCSID to the container header.
+	Version byte = 2
 
 	// OpExportContainer asks for a whole CLOSED container.
 	OpExportContainer byte = 1
 
 	requestBytes      = 24
 	statusHeaderBytes = 8
-	containerHdrBytes = 8 + 8 + 4
+	containerHdrBytes = 8 + 8 + 8 + 4
 	endRecordBytes    = 8 + 8 + 4
 
 	tagBlock byte = 'B'
@@ -154,28 +155,32 @@ func readStatus(r io.Reader) error {
 	}
 }
 
-// containerHeader follows an OK status.
-type containerHeader struct {
-	maxSizeBytes uint64
-	usedBytes    uint64
+// ContainerHeader follows an OK status: what the source says of the
+// container before its blocks.
+type ContainerHeader struct {
+	MaxSizeBytes uint64 // the container's maximum size
+	UsedBytes    uint64 // its committed bytes when the export opened
+	BCSID        uint64 // its block commit sequence ID (engine.ContainerInfo.BCSID)
 }
 
-func (h containerHeader) appendTo(b []byte) []byte {
+func (h ContainerHeader) appendTo(b []byte) []byte {
 	s := len(b)
-	b = binary.LittleEndian.AppendUint64(b, h.maxSizeBytes)
-	b = binary.LittleEndian.AppendUint64(b, h.usedBytes)
+	b = binary.LittleEndian.AppendUint64(b, h.MaxSizeBytes)
+	b = binary.LittleEndian.AppendUint64(b, h.UsedBytes)
+	b = binary.LittleEndian.AppendUint64(b, h.BCSID)
 	return binary.LittleEndian.AppendUint32(b, engine.CRC32C(b[s:]))
 }
 
-func readContainerHeader(r io.Reader) (containerHeader, error) {
+func readContainerHeader(r io.Reader) (ContainerHeader, error) {
 	var b [containerHdrBytes]byte
 	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return containerHeader{}, fmt.Errorf("bulk: reading the container header: %w", noEOF(err))
+		return ContainerHeader{}, fmt.Errorf("bulk: reading the container header: %w", noEOF(err))
 	}
-	if got, want := binary.LittleEndian.Uint32(b[16:]), engine.CRC32C(b[:16]); got != want {
-		return containerHeader{}, fmt.Errorf("%w: container header CRC %08x, want %08x", ErrProtocol, got, want)
+	if got, want := binary.LittleEndian.Uint32(b[24:]), engine.CRC32C(b[:24]); got != want {
+		return ContainerHeader{}, fmt.Errorf("%w: container header CRC %08x, want %08x", ErrProtocol, got, want)
 	}
-	return containerHeader{maxSizeBytes: binary.LittleEndian.Uint64(b[:]), usedBytes: binary.LittleEndian.Uint64(b[8:])}, nil
+	return ContainerHeader{MaxSizeBytes: binary.LittleEndian.Uint64(b[:]), UsedBytes: binary.LittleEndian.Uint64(b[8:]),
+		BCSID: binary.LittleEndian.Uint64(b[16:])}, nil
 }
 
 // appendBlockRecord appends tag 'B', the record length and the record of

@@ -182,10 +182,7 @@ func (h *heartbeater) run(ctx context.Context) {
 
 func (h *heartbeater) report() *metaapi.Heartbeat {
 	hb := &metaapi.Heartbeat{UUID: h.id.UUID, NodeID: h.id.NodeID, Addr: h.addr, MetricsURL: h.metricsURL}
-	for _, c := range h.eng.ListContainers() {
-		hb.Containers = append(hb.Containers, metaapi.ContainerReport{ID: uint64(c.ID), State: c.State.String(), UsedBytes: c.UsedBytes})
-		hb.Used += c.UsedBytes
-	}
+	hb.Containers, hb.Used = containerReports(h.eng)
 	if sp, err := h.eng.Space(); err != nil {
 		h.log.Warn("reading the volumes' free space", "err", err)
 	} else {

@@ -200,9 +200,9 @@ func (r *replicator) run(c metaapi.Command) {
 func (r *replicator) copyFrom(id uint64, src metaapi.Member) error {
 	var im *engine.Importer
 	start := time.Now()
-	res, err := bulk.Fetch(r.ctx, src.Addr, id, func(maxSizeBytes, usedBytes uint64) (bulk.Sink, error) {
+	res, err := bulk.Fetch(r.ctx, src.Addr, id, func(h bulk.ContainerHeader) (bulk.Sink, error) {
 		var err error
-		im, err = r.eng.ImportContainer(engine.ContainerID(id), maxSizeBytes)
+		im, err = r.eng.ImportContainer(engine.ContainerID(id), h.MaxSizeBytes, h.BCSID)
 		if err != nil {
 			return nil, err
 		}

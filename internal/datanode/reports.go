@@ -1,6 +1,22 @@
 package datanode
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+// containerReports is the container part of a heartbeat: every container
+// of eng with its state, bytes and BCSID (the meta service ranks a CLOSED
+// container's replicas by it), and the bytes of them all.
+func containerReports(eng *engine.Engine) (reports []metaapi.ContainerReport, usedBytes uint64) {
+	for _, c := range eng.ListContainers() {
+		reports = append(reports, metaapi.ContainerReport{ID: uint64(c.ID), State: c.State.String(), UsedBytes: c.UsedBytes, BCSID: c.BCSID})
+		usedBytes += c.UsedBytes
+	}
+	return reports, usedBytes
+}
 
 // reportQueue holds reports for the next heartbeats — deletion
 // acknowledgements, copy failures — at most max of them: beyond, new ones

@@ -1,8 +1,15 @@
 package datanode
 
 import (
+	"encoding/json"
+	"io"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
 func TestReportQueue(t *testing.T) {
@@ -23,5 +30,52 @@ func TestReportQueue(t *testing.T) {
 	}
 	if got := q.take(3); len(got) != 0 {
 		t.Fatalf("empty queue gave %v", got)
+	}
+}
+
+// TestContainerReportsCarryTheBCSID: a heartbeat's container reports carry
+// each replica's BCSID, state and bytes.
+func TestContainerReportsCarryTheBCSID(t *testing.T) {
+	e, err := engine.Open(engine.Config{DataDirs: []string{t.TempDir()}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	put := func(cid engine.ContainerID, bcsid uint64) {
+		t.Helper()
+		b := engine.BlockID{Container: cid, Local: 1}
+		data := make([]byte, 1000)
+		sums := engine.ComputeChecksums(nil, data, 512)
+		if err := e.WriteChunk(b, 0, data, 512, sums); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.PutBlock(&engine.BlockData{ID: b, Length: 1000, BytesPerChecksum: 512,
+			Chunks: []engine.ChunkInfo{{Length: 1000, Checksums: sums}}}, bcsid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, cid := range []engine.ContainerID{7, 8, 9} {
+		if err := e.CreateContainer(cid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(7, 33)
+	if err := e.CloseContainer(7); err != nil {
+		t.Fatal(err)
+	}
+	put(8, 12)
+	got, used := containerReports(e)
+	want := []metaapi.ContainerReport{
+		{ID: 7, State: metaapi.ContainerClosed, UsedBytes: 1000, BCSID: 33},
+		{ID: 8, State: metaapi.ContainerOpen, UsedBytes: 1000, BCSID: 12},
+		{ID: 9, State: metaapi.ContainerOpen},
+	}
+	if !slices.Equal(got, want) || used != 2000 {
+		t.Fatalf("reports %+v (%d bytes), want %+v (2000)", got, used, want)
+	}
+	// On the wire, as the meta service reads it.
+	b, err := json.Marshal(got[0])
+	if err != nil || !strings.Contains(string(b), `"bcsid":33`) {
+		t.Fatalf("report JSON %s: %v", b, err)
 	}
 }

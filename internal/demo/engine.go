@@ -174,7 +174,7 @@ func writeBlock(e *engine.Engine, b engine.BlockID) error {
 		bd.Chunks = append(bd.Chunks, engine.ChunkInfo{Offset: off, Length: demoChunkBytes, Checksums: sums})
 		bd.Length += demoChunkBytes
 	}
-	if err := e.PutBlock(bd); err != nil {
+	if err := e.PutBlock(bd, 0); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
 	return nil

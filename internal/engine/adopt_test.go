@@ -17,7 +17,7 @@ func TestAdoptChunkAfterRestart(t *testing.T) {
 	mustNo(t, e.CreateContainer(1))
 	b := BlockID{Container: 1, Local: 7}
 	bd := writeBlock(t, e, b, 1000, 1500)
-	mustNo(t, e.PutBlock(bd))
+	mustNo(t, e.PutBlock(bd, 0))
 	tail := writeBlock(t, e, BlockID{Container: 1, Local: 99}, 1) // unrelated block, no put
 	_ = tail
 	c3, err := writeChunk(e, b, 2500, 700)
@@ -46,7 +46,7 @@ func TestAdoptChunkAfterRestart(t *testing.T) {
 	checkBlock(t, e, b, 3500)
 	bd.Chunks = append(bd.Chunks, c3, c4)
 	bd.Length = 3500
-	mustNo(t, e.PutBlock(bd))
+	mustNo(t, e.PutBlock(bd, 0))
 	got, err := e.GetBlock(b)
 	mustNo(t, err)
 	if got.Length != 3500 || len(got.Chunks) != 4 {

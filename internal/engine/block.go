@@ -22,7 +22,23 @@ const putBlockAttemptsMax = 8
 // PutBlock first waits until the data of those chunks is durable, so that a
 // record never becomes durable before the data it describes; the record
 // itself is durable after the next Sync. Nothing changes on error.
-func (e *Engine) PutBlock(bd *BlockData) error {
+//
+// bcsid is the put's block commit sequence ID: in a pipeline the raft index
+// of its entry (one entry may carry several puts, so several may share
+// one); callers without one pass 0. A put at or above the container's
+// BCSID is applied as above and raises the BCSID to bcsid, also when the
+// block record is already as bd says; the container record with the new
+// BCSID is written in the same Pebble batch as the block record, so the
+// BCSID is never ahead of or behind the blocks it covers. A put below it was applied before (raft re-applies entries after
+// a restart): it succeeds without a change when the committed block covers
+// it (the same chunks, or a prefix of them: an earlier checkpoint) or the
+// block is gone (deleted since); it gets the error it got the first time
+// when it is refused as it stands (its chunks do not match, the container
+// is not OPEN, …). A put below it that would change a block is refused
+// with ErrSequence and logged as an error: the pipeline applies a group's
+// entries in index order, so that is a broken invariant, and applying it
+// would put the BCSID behind a block it covers.
+func (e *Engine) PutBlock(bd *BlockData, bcsid uint64) error {
 	b := bd.ID
 	if err := e.check(); err != nil {
 		return blockErr("put block", b, err)
@@ -36,19 +52,35 @@ func (e *Engine) PutBlock(bd *BlockData) error {
 	}
 	for attempt := 0; attempt < putBlockAttemptsMax; attempt++ {
 		c.mu.Lock()
+		if bcsid < c.bcsid {
+			cur := c.bcsid
+			err := e.replayedPutLocked(c, bd, bcsid)
+			c.mu.Unlock()
+			if errors.Is(err, ErrSequence) {
+				e.log.Error("engine: put block below the container's commit sequence refused: applied out of order", "container", b.Container,
+					"block", b.Local, "bcsid", bcsid, "container_bcsid", cur, "err", err)
+			}
+			if err != nil {
+				return blockErr("put block", b, err)
+			}
+			return nil
+		}
 		bs, seq, err := e.verifyPutLocked(c, bd)
+		if err == nil && bs == nil {
+			err = e.advanceLocked(c, bcsid) // the record is as bd says: only the sequence moves
+		}
 		c.mu.Unlock()
 		if err != nil {
 			return blockErr("put block", b, err)
 		}
 		if bs == nil {
-			return nil // identical to what is committed
+			return nil
 		}
 		if err := e.commit.sync(seq); err != nil {
 			return blockErr("put block", b, err)
 		}
 		c.mu.Lock()
-		if c.blocks[b.Local] != bs || bs.committedLen > bd.Length {
+		if c.blocks[b.Local] != bs || bs.committedLen > bd.Length || bcsid < c.bcsid {
 			c.mu.Unlock()
 			continue // state changed while we synced: verify again
 		}
@@ -57,7 +89,7 @@ func (e *Engine) PutBlock(bd *BlockData) error {
 			c.mu.Unlock()
 			return blockErr("put block", b, err)
 		}
-		err = e.commitPutLocked(c, bs, bd)
+		err = e.commitPutLocked(c, bs, bd, bcsid)
 		c.mu.Unlock()
 		if err != nil {
 			return blockErr("put block", b, err)
@@ -144,17 +176,87 @@ func (e *Engine) verifyPutLocked(c *container, bd *BlockData) (*blockState, uint
 	return bs, seq, nil
 }
 
+// replayedPutLocked decides a put below the container's BCSID, which was
+// applied before if the pipeline applied in order: nil when it changes
+// nothing (the committed block covers it, or the block is gone: deleted
+// since); the error the put gets anyway when it is refused as it stands
+// (it was refused the first time, the same way: say its chunks do not
+// match the ones written); ErrSequence when it would change the block (it
+// was not applied before: a put out of order). c.mu must be held.
+func (e *Engine) replayedPutLocked(c *container, bd *BlockData, bcsid uint64) error {
+	if _, ok := c.deleting[bd.ID.Local]; ok {
+		return nil // being deleted: the put was followed by a delete
+	}
+	old, err := e.loadBlock(c, bd.ID)
+	switch {
+	case errors.Is(err, ErrNotFound) && c.blocks[bd.ID.Local] == nil:
+		return nil // deleted since
+	case errors.Is(err, ErrNotFound):
+	case err != nil:
+		return err
+	default:
+		if covers(old, bd) {
+			return nil
+		}
+	}
+	if _, _, err := e.verifyPutLocked(c, bd); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: sequence %d, container at %d: the put would change the block", ErrSequence, bcsid, c.bcsid)
+}
+
+// covers says whether committed record old holds everything bd says: the
+// same chunks, or more.
+func covers(old, bd *BlockData) bool {
+	if bd.Length > old.Length || len(bd.Chunks) > len(old.Chunks) {
+		return false
+	}
+	for i := range bd.Chunks {
+		if !sameChunk(&bd.Chunks[i], &old.Chunks[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// advanceLocked raises c's BCSID to bcsid (a put whose block record is
+// already as it says): the container record is written unsynced, the next
+// Sync covers it. c.mu must be held.
+func (e *Engine) advanceLocked(c *container, bcsid uint64) error {
+	if bcsid <= c.bcsid {
+		return nil
+	}
+	if err := c.vol.db.Set(containerKey(c.id), encodeContainerRecord(c.record(c.state, bcsid)), pebble.NoSync); err != nil {
+		return err
+	}
+	e.commit.markVolume(c.vol)
+	c.bcsid = bcsid
+	return nil
+}
+
 func sameChunk(a, b *ChunkInfo) bool {
 	return a.Offset == b.Offset && a.Length == b.Length && slices.Equal(a.Checksums, b.Checksums)
 }
 
-// commitPutLocked writes the record (unsynced: the next Sync covers it) and
-// trims the committed chunks from the pending list.
-func (e *Engine) commitPutLocked(c *container, bs *blockState, bd *BlockData) error {
+// commitPutLocked writes the record, and the container record with its
+// BCSID raised to bcsid when that is higher, in one Pebble batch (unsynced:
+// the next Sync covers it), and trims the committed chunks from the pending
+// list.
+func (e *Engine) commitPutLocked(c *container, bs *blockState, bd *BlockData, bcsid uint64) error {
 	rec := &BlockData{ID: bd.ID, Length: bd.Length, BytesPerChecksum: bd.BytesPerChecksum, Chunks: cloneChunks(bd.Chunks)}
-	if err := c.vol.db.Set(blockKey(bd.ID), encodeBlockRecord(rec), pebble.NoSync); err != nil {
+	batch := c.vol.db.NewBatch()
+	err := batch.Set(blockKey(bd.ID), encodeBlockRecord(rec), nil)
+	if err == nil && bcsid > c.bcsid {
+		err = batch.Set(containerKey(c.id), encodeContainerRecord(c.record(c.state, bcsid)), nil)
+	}
+	if err == nil {
+		err = batch.Commit(pebble.NoSync)
+	}
+	batch.Close()
+	if err != nil {
 		return err
 	}
+	c.bcsid = max(c.bcsid, bcsid)
 	e.commit.markVolume(c.vol)
 	e.records.put(rec)
 	n := 0

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/spindle-store/spindle/internal/vfs"
@@ -21,6 +22,22 @@ type crashWorkload struct {
 	// deleted blocks whose DeleteBlock returned (durable on return).
 	deleted map[BlockID]bool
 	closed  map[ContainerID]bool
+	// puts is every PutBlock issued, acknowledged or not, in order; each
+	// carries the next commit sequence (BCSID), 1, 2, ….
+	puts []seqPut
+}
+
+type seqPut struct {
+	b      BlockID
+	length uint64
+	seq    uint64
+}
+
+// put issues PutBlock(bd) at the next commit sequence and records it.
+func (w *crashWorkload) put(e *Engine, bd *BlockData) error {
+	seq := uint64(len(w.puts) + 1)
+	w.puts = append(w.puts, seqPut{bd.ID, bd.Length, seq})
+	return e.PutBlock(bd, seq)
 }
 
 // An acknowledgement is recorded only when crashed() is still false after
@@ -55,7 +72,7 @@ func runCrashWorkload(e *Engine, crashed func() bool) (*crashWorkload, error) {
 				bd.Chunks = append(bd.Chunks, ch)
 				bd.Length += uint64(n)
 			}
-			if err := e.PutBlock(bd); err != nil {
+			if err := w.put(e, bd); err != nil {
 				return w, err
 			}
 			puts = append(puts, bd)
@@ -68,7 +85,7 @@ func runCrashWorkload(e *Engine, crashed func() bool) (*crashWorkload, error) {
 			return w, err
 		}
 		vbd.Chunks, vbd.Length = []ChunkInfo{ch}, 100
-		if err := e.PutBlock(vbd); err != nil {
+		if err := w.put(e, vbd); err != nil {
 			return w, err
 		}
 		if err := e.Sync(); err != nil {
@@ -86,7 +103,7 @@ func runCrashWorkload(e *Engine, crashed func() bool) (*crashWorkload, error) {
 				return w, err
 			}
 			ext := &BlockData{ID: bd.ID, BytesPerChecksum: testBPC, Chunks: append(cloneChunks(bd.Chunks), ch), Length: bd.Length + 999}
-			if err := e.PutBlock(ext); err != nil {
+			if err := w.put(e, ext); err != nil {
 				return w, err
 			}
 			*bd = *ext
@@ -158,6 +175,9 @@ func verifyAfterCrash(e *Engine, acked *crashWorkload) error {
 		if ci.State == StateUnhealthy {
 			return fmt.Errorf("container %d UNHEALTHY after a crash: %s", ci.ID, ci.Reason)
 		}
+		if err := checkBCSID(e, ci, acked.puts); err != nil {
+			return err
+		}
 		blocks, err := e.ListBlocks(ci.ID, 0, true, 0)
 		if err != nil {
 			return err
@@ -178,6 +198,37 @@ func verifyAfterCrash(e *Engine, acked *crashWorkload) error {
 		if err != nil || len(res.Damage) > 0 {
 			return fmt.Errorf("scan of container %d after crash: %v %v", ci.ID, err, res.Damage)
 		}
+	}
+	return nil
+}
+
+// checkBCSID checks container ci's BCSID against the puts issued and the
+// block records present: never behind a put whose record is there (a
+// record of that length or longer), never ahead of the records (the put
+// at the BCSID is there, unless its block was deleted since).
+func checkBCSID(e *Engine, ci ContainerInfo, puts []seqPut) error {
+	present := func(b BlockID) (uint64, bool) {
+		bd, err := e.GetBlock(b)
+		if err != nil {
+			return 0, false
+		}
+		return bd.Length, true
+	}
+	for _, p := range puts {
+		if p.b.Container != ci.ID {
+			continue
+		}
+		if n, ok := present(p.b); ok && n >= p.length && p.seq > ci.BCSID {
+			return fmt.Errorf("container %d: BCSID %d behind the put at %d of block %d (%d bytes), whose record is there", ci.ID, ci.BCSID, p.seq, p.b.Local, p.length)
+		}
+		if p.seq == ci.BCSID {
+			if n, ok := present(p.b); ok && n < p.length {
+				return fmt.Errorf("container %d: BCSID %d ahead of the records: block %d holds %d bytes, the put at %d had %d", ci.ID, ci.BCSID, p.b.Local, n, p.seq, p.length)
+			}
+		}
+	}
+	if ci.BCSID != 0 && !slices.ContainsFunc(puts, func(p seqPut) bool { return p.seq == ci.BCSID && p.b.Container == ci.ID }) {
+		return fmt.Errorf("container %d: BCSID %d is no put of it", ci.ID, ci.BCSID)
 	}
 	return nil
 }
@@ -256,7 +307,7 @@ func secondLife(e *Engine, img *vfs.MemFS) error {
 		return err
 	}
 	bd.Chunks, bd.Length = []ChunkInfo{ch}, 1500
-	if err := e.PutBlock(bd); err != nil {
+	if err := e.PutBlock(bd, 0); err != nil {
 		return err
 	}
 	if err := e.Sync(); err != nil {

@@ -27,6 +27,15 @@
 //     failed sync makes the engine refuse every later mutation (ErrFailed).
 //   - Every record on disk carries a CRC32C and its own identity (container
 //     and block IDs), checked on decode.
+//   - A container's BCSID (block commit sequence ID, ContainerInfo.BCSID)
+//     is the sequence of the last PutBlock applied to it. A PutBlock that
+//     raises it writes the container record in the same Pebble batch as its
+//     block record, so on disk the BCSID is never ahead of or behind the
+//     block records it covers, across any crash. It never goes down: a put
+//     below it is a replay (it succeeds without a change, or gets the
+//     refusal it got the first time) or, when it would change a block, is
+//     refused with ErrSequence (applied out of order). DeleteBlock and
+//     CloseContainer leave it alone; an import keeps the source's.
 //
 // # On-disk records
 //
@@ -35,16 +44,20 @@
 //	'C' | containerID u64                 → container record
 //	'B' | containerID u64 | localID u64   → block record
 //
-// Container record (30 bytes, little-endian):
+// Container record (38 bytes, little-endian):
 //
 //	| offset | size | field                                         |
 //	|--------|------|-----------------------------------------------|
-//	| 0      | 1    | record version = 1                            |
+//	| 0      | 1    | record version = 2                            |
 //	| 1      | 1    | state: 1 OPEN, 2 CLOSED, 3 UNHEALTHY, 4 DELETING |
 //	| 2      | 8    | container ID                                  |
 //	| 10     | 8    | max size, bytes                               |
 //	| 18     | 8    | created, Unix ms                              |
-//	| 26     | 4    | CRC32C of bytes 0..25                         |
+//	| 26     | 8    | BCSID: sequence of the last PutBlock applied  |
+//	| 34     | 4    | CRC32C of bytes 0..33                         |
+//
+// A version 1 record (30 bytes: the same without the BCSID, CRC32C at 26)
+// is still read, with BCSID 0; every write of a record writes version 2.
 //
 // Block record (33 + Σ(4 + 4·pieces) + 4 bytes, little-endian):
 //

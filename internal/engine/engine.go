@@ -47,6 +47,9 @@ type container struct {
 	created      uint64
 	usedBytes    uint64
 	reason       string
+	// bcsid is the block commit sequence ID: the sequence of the last
+	// PutBlock applied (BCSID in the container record; see PutBlock).
+	bcsid uint64
 	// busy names a transition in progress ("being created", "being
 	// closed"); a busy container takes no writes or puts.
 	busy   string
@@ -178,7 +181,7 @@ func (e *Engine) loadVolume(v *volume) error {
 			c.state, c.reason = StateUnhealthy, "container record: "+derr.Error()
 			c.maxSizeBytes = e.cfg.MaxContainerSizeBytes
 		} else {
-			c.state, c.maxSizeBytes, c.created = rec.State, rec.MaxSizeBytes, rec.CreatedUnixMs
+			c.state, c.maxSizeBytes, c.created, c.bcsid = rec.State, rec.MaxSizeBytes, rec.CreatedUnixMs, rec.BCSID
 		}
 		if other := e.containers[id]; other != nil {
 			it.Close()
@@ -366,17 +369,22 @@ func (e *Engine) createContainerOnDisk(c *container) error {
 	if err := e.fs.SyncDir(filepath.Dir(filepath.Dir(c.dir))); err != nil {
 		return e.commit.poison(err)
 	}
-	rec := containerRecord{ID: c.id, State: StateOpen, MaxSizeBytes: c.maxSizeBytes, CreatedUnixMs: c.created}
-	if err := c.vol.db.Set(containerKey(c.id), encodeContainerRecord(rec), pebble.Sync); err != nil {
+	if err := c.vol.db.Set(containerKey(c.id), encodeContainerRecord(c.record(StateOpen, c.bcsid)), pebble.Sync); err != nil {
 		return e.commit.poison(err)
 	}
 	return nil
 }
 
-// persistStateLocked writes c's state durably. c.mu must be held.
+// record is c's container record with state s and BCSID bcsid. c.mu must
+// be held (or c not yet shared).
+func (c *container) record(s ContainerState, bcsid uint64) containerRecord {
+	return containerRecord{ID: c.id, State: s, MaxSizeBytes: c.maxSizeBytes, CreatedUnixMs: c.created, BCSID: bcsid}
+}
+
+// persistStateLocked writes c's state durably (with its BCSID: the record
+// always carries the latest). c.mu must be held.
 func (e *Engine) persistStateLocked(c *container, s ContainerState) error {
-	rec := containerRecord{ID: c.id, State: s, MaxSizeBytes: c.maxSizeBytes, CreatedUnixMs: c.created}
-	if err := c.vol.db.Set(containerKey(c.id), encodeContainerRecord(rec), pebble.Sync); err != nil {
+	if err := c.vol.db.Set(containerKey(c.id), encodeContainerRecord(c.record(s, c.bcsid)), pebble.Sync); err != nil {
 		return containerErr("persist state", c.id, e.commit.poison(err))
 	}
 	c.state = s
@@ -520,7 +528,7 @@ func (e *Engine) finishDelete(c *container) error {
 
 func (c *container) infoLocked() ContainerInfo {
 	return ContainerInfo{ID: c.id, State: c.state, Volume: c.vol.dir, Dir: c.dir,
-		MaxSizeBytes: c.maxSizeBytes, UsedBytes: c.usedBytes, Reason: c.reason}
+		MaxSizeBytes: c.maxSizeBytes, UsedBytes: c.usedBytes, Reason: c.reason, BCSID: c.bcsid}
 }
 
 // Container returns a snapshot of container id.

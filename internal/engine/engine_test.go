@@ -40,7 +40,7 @@ func TestWriteReadReopen(t *testing.T) {
 			}
 			b := BlockID{Container: 3, Local: 7}
 			bd := writeBlock(t, e, b, 1000, 4096, 1, 3000)
-			mustNo(t, e.PutBlock(bd))
+			mustNo(t, e.PutBlock(bd, 0))
 			// More chunks after a PutBlock, then a second PutBlock.
 			ch, err := writeChunk(e, b, bd.Length, 2500)
 			mustNo(t, err)
@@ -48,7 +48,7 @@ func TestWriteReadReopen(t *testing.T) {
 			bd.Length += 2500
 			// Pending (uncommitted) chunks are readable.
 			checkBlock(t, e, b, bd.Length)
-			mustNo(t, e.PutBlock(bd))
+			mustNo(t, e.PutBlock(bd, 0))
 			mustNo(t, e.Sync())
 			// Ranged reads across chunk and piece boundaries.
 			for _, r := range [][2]uint64{{0, 1}, {999, 2}, {1000, 4096}, {5095, 2}, {513, 6000}, {bd.Length - 1, 1}} {
@@ -138,24 +138,24 @@ func TestBadInputChangesNothing(t *testing.T) {
 	lying := *bd
 	lying.Chunks = cloneChunks(bd.Chunks)
 	lying.Chunks[1].Checksums[0] ^= 1
-	wantErr(t, e.PutBlock(&lying), ErrInvalid)
+	wantErr(t, e.PutBlock(&lying, 0), ErrInvalid)
 	tooLong := *bd
 	tooLong.Chunks = append(cloneChunks(bd.Chunks), ChunkInfo{Offset: 2000, Length: 10, Checksums: []uint32{0}})
 	tooLong.Length = 2010
-	wantErr(t, e.PutBlock(&tooLong), ErrInvalid)
+	wantErr(t, e.PutBlock(&tooLong, 0), ErrInvalid)
 	gappy := *bd
 	gappy.Chunks = cloneChunks(bd.Chunks)
 	gappy.Chunks[1].Offset = 1001
-	wantErr(t, e.PutBlock(&gappy), ErrHole)
+	wantErr(t, e.PutBlock(&gappy, 0), ErrHole)
 	_, err = e.GetBlock(b)
 	wantErr(t, err, ErrNotFound)
 
-	mustNo(t, e.PutBlock(bd))
-	mustNo(t, e.PutBlock(bd)) // idempotent
+	mustNo(t, e.PutBlock(bd, 0))
+	mustNo(t, e.PutBlock(bd, 0)) // idempotent
 	shrink := *bd
 	shrink.Chunks = bd.Chunks[:1]
 	shrink.Length = 1000
-	wantErr(t, e.PutBlock(&shrink), ErrInvalid)
+	wantErr(t, e.PutBlock(&shrink, 0), ErrInvalid)
 
 	// Reads of what does not exist.
 	_, err = e.ReadChunk(BlockID{Container: 1, Local: 42}, 0, 1, nil)
@@ -170,7 +170,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	mustNo(t, e.CloseContainer(1))
 	_, err = writeChunk(e, BlockID{Container: 1, Local: 2}, 0, 10)
 	wantErr(t, err, ErrNotOpen)
-	wantErr(t, e.PutBlock(bd), ErrNotOpen)
+	wantErr(t, e.PutBlock(bd, 0), ErrNotOpen)
 	checkBlock(t, e, b, bd.Length)
 	ci, _ := e.Container(1)
 	if ci.State != StateClosed {
@@ -192,7 +192,7 @@ func TestCorruptMetadataRecord(t *testing.T) {
 	for _, id := range []ContainerID{1, 2} {
 		for local := uint64(1); local <= 3; local++ {
 			b := BlockID{Container: id, Local: local}
-			mustNo(t, e.PutBlock(writeBlock(t, e, b, 700, 700)))
+			mustNo(t, e.PutBlock(writeBlock(t, e, b, 700, 700), 0))
 		}
 	}
 	mustNo(t, e.Close())
@@ -242,9 +242,9 @@ func TestCorruptDataDetected(t *testing.T) {
 	mustNo(t, e.CreateContainer(5))
 	mustNo(t, e.CreateContainer(6))
 	b := BlockID{Container: 5, Local: 1}
-	mustNo(t, e.PutBlock(writeBlock(t, e, b, 2000, 2000)))
+	mustNo(t, e.PutBlock(writeBlock(t, e, b, 2000, 2000), 0))
 	other := BlockID{Container: 6, Local: 1}
-	mustNo(t, e.PutBlock(writeBlock(t, e, other, 2000)))
+	mustNo(t, e.PutBlock(writeBlock(t, e, other, 2000), 0))
 	mustNo(t, e.Sync())
 
 	ci, _ := e.Container(5)
@@ -295,7 +295,7 @@ func TestListAndDeleteBlocks(t *testing.T) {
 	defer e.Close()
 	mustNo(t, e.CreateContainer(1))
 	for local := uint64(1); local <= 25; local++ {
-		mustNo(t, e.PutBlock(writeBlock(t, e, BlockID{Container: 1, Local: local}, int(local))))
+		mustNo(t, e.PutBlock(writeBlock(t, e, BlockID{Container: 1, Local: local}, int(local)), 0))
 	}
 	var all []uint64
 	after, first := uint64(0), true
@@ -324,7 +324,7 @@ func TestListAndDeleteBlocks(t *testing.T) {
 		t.Fatal("block file still there after DeleteBlock")
 	}
 	// The local ID can be written again from scratch.
-	mustNo(t, e.PutBlock(writeBlock(t, e, BlockID{Container: 1, Local: 5}, 50)))
+	mustNo(t, e.PutBlock(writeBlock(t, e, BlockID{Container: 1, Local: 5}, 50), 0))
 	checkBlock(t, e, BlockID{Container: 1, Local: 5}, 50)
 }
 
@@ -356,7 +356,7 @@ func TestConcurrentWritersGroupCommit(t *testing.T) {
 				bd.Chunks = append(bd.Chunks, ch)
 				bd.Length += size
 			}
-			if err := e.PutBlock(bd); err != nil {
+			if err := e.PutBlock(bd, 0); err != nil {
 				errs <- err
 				return
 			}
@@ -414,7 +414,7 @@ func TestFileCacheBounded(t *testing.T) {
 	defer e.Close()
 	mustNo(t, e.CreateContainer(1))
 	for local := uint64(1); local <= 20; local++ {
-		mustNo(t, e.PutBlock(writeBlock(t, e, BlockID{Container: 1, Local: local}, 100)))
+		mustNo(t, e.PutBlock(writeBlock(t, e, BlockID{Container: 1, Local: local}, 100), 0))
 	}
 	mustNo(t, e.Sync())
 	e.files.mu.Lock()
@@ -474,7 +474,7 @@ func ExampleEngine() {
 	sums := ComputeChecksums(nil, data, DefaultBytesPerChecksum)
 	_ = e.WriteChunk(b, 0, data, DefaultBytesPerChecksum, sums)
 	_ = e.PutBlock(&BlockData{ID: b, Length: uint64(len(data)), BytesPerChecksum: DefaultBytesPerChecksum,
-		Chunks: []ChunkInfo{{Offset: 0, Length: uint64(len(data)), Checksums: sums}}})
+		Chunks: []ChunkInfo{{Offset: 0, Length: uint64(len(data)), Checksums: sums}}}, 0)
 	_ = e.Sync() // one fdatasync per touched file, one metadata sync
 	got, _ := e.ReadChunk(b, 7, 7, nil)
 	fmt.Println(string(got))
@@ -532,7 +532,7 @@ func TestDeleteBlockBlocksUse(t *testing.T) {
 	defer e.Close()
 	mustNo(t, e.CreateContainer(1))
 	b := BlockID{Container: 1, Local: 1}
-	mustNo(t, e.PutBlock(writeBlock(t, e, b, 300)))
+	mustNo(t, e.PutBlock(writeBlock(t, e, b, 300), 0))
 	var during []error
 	fs.InjectErrors(func(op vfs.Op) error {
 		if op.Kind == vfs.OpRemove && strings.HasSuffix(op.Path, blockFileName(1)) {
@@ -550,7 +550,7 @@ func TestDeleteBlockBlocksUse(t *testing.T) {
 	for _, err := range during {
 		wantErr(t, err, ErrNotFound)
 	}
-	mustNo(t, e.PutBlock(writeBlock(t, e, b, 200)))
+	mustNo(t, e.PutBlock(writeBlock(t, e, b, 200), 0))
 	checkBlock(t, e, b, 200)
 }
 
@@ -587,8 +587,8 @@ func TestMissingFileOfDeletedBlockIsNotDamage(t *testing.T) {
 	defer e.Close()
 	mustNo(t, e.CreateContainer(1))
 	gone, kept := BlockID{Container: 1, Local: 1}, BlockID{Container: 1, Local: 2}
-	mustNo(t, e.PutBlock(writeBlock(t, e, gone, 100)))
-	mustNo(t, e.PutBlock(writeBlock(t, e, kept, 100)))
+	mustNo(t, e.PutBlock(writeBlock(t, e, gone, 100), 0))
+	mustNo(t, e.PutBlock(writeBlock(t, e, kept, 100), 0))
 	mustNo(t, e.DeleteBlock(gone))
 	c, _ := e.lookup(1)
 	wantErr(t, e.missingFile(c, gone, os.ErrNotExist), ErrNotFound)

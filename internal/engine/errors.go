@@ -48,6 +48,12 @@ var (
 	ErrFailed = errors.New("engine failed")
 	// ErrClosed is any call after Close.
 	ErrClosed = errors.New("engine closed")
+	// ErrSequence is a PutBlock that would change a block at a sequence
+	// (BCSID) below the container's: a put applied out of order, which the
+	// pipeline never does (it applies a group's entries in index order);
+	// refused, nothing changes. A re-applied put at a lower sequence that
+	// changes nothing (raft replay after a restart) is not an error.
+	ErrSequence = errors.New("block commit sequence behind the container's")
 	// ErrNotClosed is a whole-container export of a container that is not
 	// CLOSED: only a CLOSED container's block files are immutable.
 	ErrNotClosed = errors.New("container not closed")

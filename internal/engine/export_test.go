@@ -34,7 +34,7 @@ func buildClosed(t testing.TB, e *Engine, id ContainerID) []*BlockData {
 	var out []*BlockData
 	for _, tb := range testBlocks {
 		bd := writeBlock(t, e, BlockID{Container: id, Local: tb.local}, tb.chunks...)
-		mustNo(t, e.PutBlock(bd))
+		mustNo(t, e.PutBlock(bd, 100+tb.local))
 		out = append(out, bd)
 	}
 	mustNo(t, e.Sync())
@@ -51,7 +51,7 @@ func copyContainer(src, dst *Engine, id ContainerID, maxSizeBytes uint64, tune f
 		return err
 	}
 	defer x.Close()
-	im, err := dst.ImportContainer(id, maxSizeBytes)
+	im, err := dst.ImportContainer(id, maxSizeBytes, x.Info().BCSID)
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func sameContainer(src, dst *Engine, id ContainerID) error {
 	if err != nil {
 		return fmt.Errorf("imported container: %w", err)
 	}
-	if di.State != StateClosed || di.UsedBytes != si.UsedBytes || di.MaxSizeBytes != si.MaxSizeBytes {
+	if di.State != StateClosed || di.UsedBytes != si.UsedBytes || di.MaxSizeBytes != si.MaxSizeBytes || di.BCSID != si.BCSID {
 		return fmt.Errorf("imported container %+v, source %+v", di, si)
 	}
 	sb, err := src.ListBlocks(id, 0, true, 0)
@@ -196,7 +196,7 @@ func TestExportOnOSGivesOSFiles(t *testing.T) {
 	defer e.Close()
 	mustNo(t, e.CreateContainer(1))
 	bd := writeBlock(t, e, BlockID{Container: 1, Local: 1}, 4096)
-	mustNo(t, e.PutBlock(bd))
+	mustNo(t, e.PutBlock(bd, 0))
 	mustNo(t, e.CloseContainer(1))
 	x, err := e.ExportContainer(1)
 	mustNo(t, err)

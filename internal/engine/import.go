@@ -43,6 +43,7 @@ type Importer struct {
 	staging      string
 	maxSizeBytes uint64
 	created      uint64
+	bcsid        uint64
 
 	buf     []byte
 	records []importedBlock // in local ID order
@@ -72,8 +73,9 @@ type importedBlock struct {
 // the fewest containers (the first of them on a tie). It fails with
 // ErrExists when the engine has the container (in any state) or an import
 // of it is in progress. maxSizeBytes bounds the container (0: the engine's
-// MaxContainerSizeBytes).
-func (e *Engine) ImportContainer(id ContainerID, maxSizeBytes uint64) (*Importer, error) {
+// MaxContainerSizeBytes); bcsid is its block commit sequence ID (the
+// source's ContainerInfo.BCSID), which the imported container keeps.
+func (e *Engine) ImportContainer(id ContainerID, maxSizeBytes, bcsid uint64) (*Importer, error) {
 	if err := e.check(); err != nil {
 		return nil, containerErr("import", id, err)
 	}
@@ -110,6 +112,7 @@ func (e *Engine) ImportContainer(id ContainerID, maxSizeBytes uint64) (*Importer
 		staging:      filepath.Join(v.dir, volumeTmpDir, fmt.Sprintf("%s%d-%s", importDirPrefix, uint64(id), hex.EncodeToString(suffix[:]))),
 		maxSizeBytes: maxSizeBytes,
 		created:      uint64(time.Now().UnixMilli()),
+		bcsid:        bcsid,
 		buf:          make([]byte, ImportBufferBytes),
 	}
 	// tmp/ is made durable once (later imports find it: one stat); the
@@ -257,8 +260,9 @@ func (im *Importer) copyBlock(bd *BlockData, r io.Reader, f vfs.File) error {
 //  3. make the container's hashed parent directory, fsync containers/;
 //  4. rename the staging directory to the container's directory (removing a
 //     leftover directory of that name first), fsync both parents;
-//  5. one synced Pebble batch: the CLOSED container record and every block
-//     record. This is the commit point;
+//  5. one synced Pebble batch: the CLOSED container record (with the BCSID
+//     given to ImportContainer) and every block record. This is the commit
+//     point;
 //  6. insert the container in the engine's map: ListContainers, GetBlock and
 //     ReadChunk see it.
 //
@@ -337,7 +341,7 @@ func (im *Importer) commit() error {
 			return err
 		}
 	}
-	rec := containerRecord{ID: im.id, State: StateClosed, MaxSizeBytes: im.maxSizeBytes, CreatedUnixMs: im.created}
+	rec := containerRecord{ID: im.id, State: StateClosed, MaxSizeBytes: im.maxSizeBytes, CreatedUnixMs: im.created, BCSID: im.bcsid}
 	if err := batch.Set(containerKey(im.id), encodeContainerRecord(rec), nil); err != nil {
 		batch.Close()
 		return err
@@ -350,7 +354,7 @@ func (im *Importer) commit() error {
 		return e.commit.poison(err)
 	}
 	c := newContainer(im.id, v)
-	c.state, c.maxSizeBytes, c.created, c.usedBytes = StateClosed, im.maxSizeBytes, im.created, im.bytes
+	c.state, c.maxSizeBytes, c.created, c.usedBytes, c.bcsid = StateClosed, im.maxSizeBytes, im.created, im.bytes, im.bcsid
 	// Nothing of an earlier container of this ID may linger in the caches.
 	e.files.dropContainer(im.id)
 	e.records.dropContainer(im.id)

@@ -54,7 +54,7 @@ func TestCrashDuringImport(t *testing.T) {
 				metaAt := int64(-1) // operations done when the Pebble commit started
 				x, err := src.ExportContainer(9)
 				mustNo(t, err)
-				im, err := e.ImportContainer(9, 0)
+				im, err := e.ImportContainer(9, 0, x.Info().BCSID)
 				mustNo(t, err)
 				im.hookBeforeMetaCommit = func() { metaAt = fs.OpCount() - armedAt }
 				err = feedImport(x, im)
@@ -120,7 +120,7 @@ func checkImportCrash(src *Engine, img *vfs.MemFS, mayExist, mustExist bool) err
 	}
 	// Second life: import it (again), crash, find it.
 	if present {
-		if _, err := e.ImportContainer(9, 0); !errors.Is(err, ErrExists) {
+		if _, err := e.ImportContainer(9, 0, 0); !errors.Is(err, ErrExists) {
 			return fmt.Errorf("import of a present container: %v", err)
 		}
 	} else if err := copyContainer(src, e, 9, 0, nil); err != nil {

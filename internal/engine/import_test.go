@@ -131,7 +131,7 @@ func TestImportCorruptSourceByte(t *testing.T) {
 	x, err := src.ExportContainer(9) // the source does not verify
 	mustNo(t, err)
 	defer x.Close()
-	im, err := dst.ImportContainer(9, 0)
+	im, err := dst.ImportContainer(9, 0, 0)
 	mustNo(t, err)
 	err = feedImport(x, im)
 	wantErr(t, err, ErrCorrupt)
@@ -154,7 +154,7 @@ func TestImportCorruptSourceByte(t *testing.T) {
 		t.Fatalf("staging left: %v", names)
 	}
 	// The ID is free again.
-	im2, err := dst.ImportContainer(9, 0)
+	im2, err := dst.ImportContainer(9, 0, 0)
 	mustNo(t, err)
 	mustNo(t, im2.Abort())
 }
@@ -166,7 +166,7 @@ func TestImportShortReader(t *testing.T) {
 	dst := openMem(t, vfs.NewMem())
 	defer dst.Close()
 	for _, cut := range []int{0, 1, 700} {
-		im, err := dst.ImportContainer(9, 0)
+		im, err := dst.ImportContainer(9, 0, 0)
 		mustNo(t, err)
 		bd := all[0]
 		data := content(bd.ID, 0, int(bd.Length))
@@ -175,7 +175,7 @@ func TestImportShortReader(t *testing.T) {
 		wantErr(t, im.Commit(), io.ErrUnexpectedEOF)
 		mustNo(t, im.Abort())
 	}
-	im, err := dst.ImportContainer(9, 0)
+	im, err := dst.ImportContainer(9, 0, 0)
 	mustNo(t, err)
 	wantErr(t, im.AddBlock(all[0], bytes.NewReader(nil)), io.ErrUnexpectedEOF)
 	mustNo(t, im.Abort())
@@ -188,10 +188,10 @@ func TestImportExistingContainer(t *testing.T) {
 	dst := openMem(t, vfs.NewMem())
 	defer dst.Close()
 	mustNo(t, dst.CreateContainer(5))
-	_, err := dst.ImportContainer(5, 0)
+	_, err := dst.ImportContainer(5, 0, 0)
 	wantErr(t, err, ErrExists)
 	mustNo(t, copyContainer(src, dst, 9, 0, nil))
-	_, err = dst.ImportContainer(9, 0)
+	_, err = dst.ImportContainer(9, 0, 0)
 	wantErr(t, err, ErrExists)
 	wantErr(t, dst.CreateContainer(9), ErrExists)
 }
@@ -200,13 +200,13 @@ func TestImportSameIDTwice(t *testing.T) {
 	dfs := vfs.NewMem()
 	dst := openMem(t, dfs)
 	defer dst.Close()
-	im, err := dst.ImportContainer(7, 0)
+	im, err := dst.ImportContainer(7, 0, 0)
 	mustNo(t, err)
-	_, err = dst.ImportContainer(7, 0)
+	_, err = dst.ImportContainer(7, 0, 0)
 	wantErr(t, err, ErrExists)
 	wantErr(t, dst.CreateContainer(7), ErrExists)
 	// Another ID is free, and goes to the other volume.
-	im8, err := dst.ImportContainer(8, 0)
+	im8, err := dst.ImportContainer(8, 0, 0)
 	mustNo(t, err)
 	if im.Volume() == im8.Volume() {
 		t.Fatalf("two imports on %s, want them spread", im.Volume())
@@ -224,7 +224,7 @@ func TestImportAbortIdempotent(t *testing.T) {
 	dfs := vfs.NewMem()
 	dst := openMem(t, dfs)
 	defer dst.Close()
-	im, err := dst.ImportContainer(9, 0)
+	im, err := dst.ImportContainer(9, 0, 0)
 	mustNo(t, err)
 	mustNo(t, im.AddBlock(all[0], bytes.NewReader(content(all[0].ID, 0, int(all[0].Length)))))
 	mustNo(t, im.Abort())
@@ -236,7 +236,7 @@ func TestImportAbortIdempotent(t *testing.T) {
 	x, err := src.ExportContainer(9)
 	mustNo(t, err)
 	defer x.Close()
-	im, err = dst.ImportContainer(9, 0)
+	im, err = dst.ImportContainer(9, 0, x.Info().BCSID)
 	mustNo(t, err)
 	mustNo(t, feedImport(x, im))
 	mustNo(t, im.Commit()) // a second Commit is a no-op too
@@ -253,13 +253,13 @@ func TestImportMaxSize(t *testing.T) {
 	dst := openMem(t, vfs.NewMem())
 	defer dst.Close()
 	b0, b3 := all[0], all[3] // 2536 and 5000 bytes
-	im, err := dst.ImportContainer(9, b0.Length+b3.Length-1)
+	im, err := dst.ImportContainer(9, b0.Length+b3.Length-1, 0)
 	mustNo(t, err)
 	mustNo(t, im.AddBlock(b0, bytes.NewReader(content(b0.ID, 0, int(b0.Length)))))
 	wantErr(t, im.AddBlock(b3, bytes.NewReader(content(b3.ID, 0, int(b3.Length)))), ErrContainerFull)
 	mustNo(t, im.Abort())
 
-	im, err = dst.ImportContainer(9, b0.Length+b3.Length)
+	im, err = dst.ImportContainer(9, b0.Length+b3.Length, 0)
 	mustNo(t, err)
 	mustNo(t, im.AddBlock(b0, bytes.NewReader(content(b0.ID, 0, int(b0.Length)))))
 	mustNo(t, im.AddBlock(b3, bytes.NewReader(content(b3.ID, 0, int(b3.Length)))))
@@ -315,7 +315,7 @@ func TestImportRefusesBadBlocks(t *testing.T) {
 		}, ErrCorrupt},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			im, err := dst.ImportContainer(3, 0)
+			im, err := dst.ImportContainer(3, 0, 0)
 			mustNo(t, err)
 			err = tc.run(im)
 			wantErr(t, err, tc.want)
@@ -364,7 +364,7 @@ func TestOpenSweepsLeftovers(t *testing.T) {
 	mustNo(t, e.CreateContainer(1)) // on /vol1
 	mustNo(t, e.CreateContainer(2)) // on /vol2
 	bd := writeBlock(t, e, BlockID{Container: 1, Local: 1}, 1000)
-	mustNo(t, e.PutBlock(bd))
+	mustNo(t, e.PutBlock(bd, 0))
 	v1, v2 := e.vols[0], e.vols[1]
 	mustNo(t, e.Close())
 
@@ -423,7 +423,7 @@ func TestImportOnOS(t *testing.T) {
 	x, err := src.ExportContainer(9)
 	mustNo(t, err)
 	defer x.Close()
-	im, err := dst.ImportContainer(9, 0)
+	im, err := dst.ImportContainer(9, 0, x.Info().BCSID)
 	mustNo(t, err)
 	for {
 		bd, f, err := x.Next()
@@ -470,7 +470,7 @@ func BenchmarkImport(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		id := ContainerID(i + 1)
-		im, err := e.ImportContainer(id, 0)
+		im, err := e.ImportContainer(id, 0, 0)
 		mustNo(b, err)
 		for local := uint64(1); local <= containerBytes/blockBytes; local++ {
 			bd := &BlockData{ID: BlockID{Container: id, Local: local}, Length: blockBytes, BytesPerChecksum: bpc, Chunks: chunks}

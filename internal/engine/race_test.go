@@ -31,7 +31,7 @@ func TestPutBlockDuringLaterChunkWrite(t *testing.T) {
 		var next ChunkInfo
 		wg.Add(2)
 		go func() { defer wg.Done(); next, werr = writeChunk(e, b, uint64(i*size), size) }()
-		go func() { defer wg.Done(); perr = e.PutBlock(put) }()
+		go func() { defer wg.Done(); perr = e.PutBlock(put, 0) }()
 		wg.Wait()
 		if werr != nil {
 			t.Fatalf("round %d: chunk write during a PutBlock of earlier chunks: %v", i, werr)
@@ -42,6 +42,6 @@ func TestPutBlockDuringLaterChunkWrite(t *testing.T) {
 		bd.Chunks = append(bd.Chunks, next)
 		bd.Length += size
 	}
-	mustNo(t, e.PutBlock(bd))
+	mustNo(t, e.PutBlock(bd, 0))
 	checkBlock(t, e, b, bd.Length)
 }

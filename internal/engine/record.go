@@ -11,15 +11,20 @@ import (
 // docs/FORMAT.md; keep the three in step.
 
 const (
-	recordVersion = 1
+	// recordVersion is the version of block records; container records
+	// are at containerRecordVersion (version 1, without the BCSID, is
+	// still read).
+	recordVersion          = 1
+	containerRecordVersion = 2
 
 	keyPrefixContainer = 'C' // 'C' | containerID u64 BE
 	keyPrefixBlock     = 'B' // 'B' | containerID u64 BE | localID u64 BE
 
-	containerRecordSize = 30
-	blockHeaderSize     = 33
-	volumeRecordSize    = 40
-	volumeMagic         = "SPNDLVOL"
+	containerRecordSize   = 38 // version 2
+	containerRecordSizeV1 = 30 // version 1: no BCSID (it reads as 0)
+	blockHeaderSize       = 33
+	volumeRecordSize      = 40
+	volumeMagic           = "SPNDLVOL"
 
 	// maxChunksPerBlock bounds a block record's chunk list, and with it the
 	// memory a decoder may allocate for a record read from disk.
@@ -63,6 +68,9 @@ type containerRecord struct {
 	State         ContainerState
 	MaxSizeBytes  uint64
 	CreatedUnixMs uint64
+	// BCSID is the block commit sequence ID: the sequence of the last
+	// PutBlock applied to the container (0: none, or a version 1 record).
+	BCSID uint64
 }
 
 func containerKey(id ContainerID) []byte {
@@ -108,11 +116,12 @@ func decodeContainerKey(k []byte) (ContainerID, bool) {
 
 func encodeContainerRecord(r containerRecord) []byte {
 	b := make([]byte, containerRecordSize)
-	b[0] = recordVersion
+	b[0] = containerRecordVersion
 	b[1] = byte(r.State)
 	binary.LittleEndian.PutUint64(b[2:], uint64(r.ID))
 	binary.LittleEndian.PutUint64(b[10:], r.MaxSizeBytes)
 	binary.LittleEndian.PutUint64(b[18:], r.CreatedUnixMs)
+	binary.LittleEndian.PutUint64(b[26:], r.BCSID)
 	return sealRecord(b[:containerRecordSize-4], b)
 }
 
@@ -123,7 +132,7 @@ func sealRecord(body, full []byte) []byte {
 	return full
 }
 
-func checkRecordCRC(b []byte) error {
+func checkRecordCRC(b []byte, version byte) error {
 	if len(b) < 5 {
 		return fmt.Errorf("%w: record of %d bytes is too short", ErrCorrupt, len(b))
 	}
@@ -132,18 +141,25 @@ func checkRecordCRC(b []byte) error {
 	if got := CRC32C(body); got != want {
 		return fmt.Errorf("%w: record crc32c %08x, stored %08x", ErrCorrupt, got, want)
 	}
-	if body[0] != recordVersion {
-		return fmt.Errorf("%w: record version %d, want %d", ErrCorrupt, body[0], recordVersion)
+	if body[0] != version {
+		return fmt.Errorf("%w: record version %d, want %d", ErrCorrupt, body[0], version)
 	}
 	return nil
 }
 
+// decodeContainerRecord decodes a version 2 record (38 bytes) or a version 1
+// record (30 bytes, written before the BCSID existed: its BCSID is 0).
 func decodeContainerRecord(b []byte) (containerRecord, error) {
 	var r containerRecord
-	if len(b) != containerRecordSize {
-		return r, fmt.Errorf("%w: container record of %d bytes, want %d", ErrCorrupt, len(b), containerRecordSize)
+	version := byte(containerRecordVersion)
+	switch len(b) {
+	case containerRecordSize:
+	case containerRecordSizeV1:
+		version = 1
+	default:
+		return r, fmt.Errorf("%w: container record of %d bytes, want %d (or %d, version 1)", ErrCorrupt, len(b), containerRecordSize, containerRecordSizeV1)
 	}
-	if err := checkRecordCRC(b); err != nil {
+	if err := checkRecordCRC(b, version); err != nil {
 		return r, err
 	}
 	r.State = ContainerState(b[1])
@@ -153,6 +169,9 @@ func decodeContainerRecord(b []byte) (containerRecord, error) {
 	r.ID = ContainerID(binary.LittleEndian.Uint64(b[2:]))
 	r.MaxSizeBytes = binary.LittleEndian.Uint64(b[10:])
 	r.CreatedUnixMs = binary.LittleEndian.Uint64(b[18:])
+	if version == containerRecordVersion {
+		r.BCSID = binary.LittleEndian.Uint64(b[26:])
+	}
 	return r, nil
 }
 
@@ -193,7 +212,7 @@ func decodeBlockRecord(b []byte) (*BlockData, error) {
 	if len(b) < blockHeaderSize+4 {
 		return nil, fmt.Errorf("%w: block record of %d bytes is too short", ErrCorrupt, len(b))
 	}
-	if err := checkRecordCRC(b); err != nil {
+	if err := checkRecordCRC(b, recordVersion); err != nil {
 		return nil, err
 	}
 	bd := &BlockData{

@@ -44,6 +44,13 @@ type ContainerInfo struct {
 	UsedBytes uint64
 	// Reason says why a container is UNHEALTHY.
 	Reason string
+	// BCSID is the block commit sequence ID: the sequence of the last
+	// PutBlock applied to the container (in a pipeline, the raft index of
+	// its entry; 0 when none carried one). It is persisted in the same
+	// Pebble batch as that PutBlock's block record, so it is never ahead of
+	// or behind the blocks it covers. Replicas of one container are ranked
+	// by it: a replica with a lower BCSID missed block commits.
+	BCSID uint64
 }
 
 // Defaults and limits of Config.

@@ -28,7 +28,9 @@
 // CLOSED pipeline per distinct member set. Blocks are written as the key
 // client writes them: chunks of ChunkSizeBytes, a CRC32C per
 // BytesPerChecksum piece. A key's content is Content(Seed, key, offset);
-// its whole-value CRC32C is in its key record.
+// its whole-value CRC32C is in its key record. Each container's 3 replicas
+// have the same BCSID (engine.ContainerInfo.BCSID), its number of blocks,
+// as if block i had been committed at sequence i: none is behind.
 //
 // # How it goes fast
 //

@@ -476,8 +476,11 @@ func (w *worker) container(ctx context.Context, c int) (err error) {
 			}
 		}
 	}()
+	// The BCSID is the same on the 3 replicas (none is behind): as if
+	// block i (local ID i) had been committed at sequence i.
+	bcsid := g.l.blocks(c)
 	for _, m := range members {
-		im, err := g.engines[m-1].ImportContainer(engine.ContainerID(c), g.cfg.ContainerSizeBytes)
+		im, err := g.engines[m-1].ImportContainer(engine.ContainerID(c), g.cfg.ContainerSizeBytes, bcsid)
 		if err != nil {
 			return fmt.Errorf("gen: container %d on datanode %d: %w", c, m, err)
 		}

@@ -104,6 +104,10 @@ func TestRunWritesAReadableCluster(t *testing.T) {
 			if c.State != engine.StateClosed || c.UsedBytes != 8*testMiB {
 				t.Fatalf("datanode %d container %+v", i+1, c)
 			}
+			// Its BCSID: its number of blocks, the same on every replica.
+			if blocks, err := e.ListBlocks(c.ID, 0, true, 0); err != nil || c.BCSID == 0 || c.BCSID != uint64(len(blocks)) {
+				t.Fatalf("datanode %d container %d: BCSID %d, %d blocks, %v", i+1, c.ID, c.BCSID, len(blocks), err)
+			}
 			ids = append(ids, uint64(c.ID))
 		}
 		slices.Sort(ids)

@@ -72,6 +72,17 @@ func (l *layout) blockAt(pos uint64) (key int, keyOff, length uint64) {
 	return int(k), pos - k*l.keySize, min(l.blockSize, keyEnd-pos, cEnd-pos)
 }
 
+// blocks is the number of blocks of container c.
+func (l *layout) blocks(c int) uint64 {
+	var n uint64
+	lo, hi := l.containerRange(c)
+	for pos := lo; pos < hi; n++ {
+		_, _, length := l.blockAt(pos)
+		pos += length
+	}
+	return n
+}
+
 // maxBlocksPerKey bounds the blocks of one key: its full blocks, plus a
 // cut at every container boundary it crosses.
 func (l *layout) maxBlocksPerKey() uint64 {

@@ -55,8 +55,17 @@
 // by re-replication is on a node outside the pipeline); like Ozone's SCM,
 // the meta service learns them from the heartbeats and persists nothing
 // of them. A healthy replica of container c is a node heard from since
-// the start, not DEAD, whose last report lists c CLOSED (OPEN, UNHEALTHY
-// and DELETING replicas do not count).
+// the start, not DEAD, whose last report lists c CLOSED with the highest
+// BCSID any such report gives for c (OPEN, UNHEALTHY and DELETING
+// replicas do not count). The BCSID (block commit sequence ID, as Ozone's)
+// is the raft index of the last PutBlock a replica applied: a CLOSED
+// replica behind the highest missed block commits — a member that left
+// its pipeline before catching up and closed its replica by itself — so
+// it is not counted, not read, never a copy's source, and deleted like an
+// UNHEALTHY one. The comparison is among the live reports: with every
+// replica at the highest BCSID dead, the best one left counts. Status:
+// ReplicationStatus.BehindReplicas; metric
+// spindle_meta_replication_behind_replicas.
 //
 // Reads: a KeyBlock's Members list, for a CLOSED container, its healthy
 // replicas (the pipeline's members first, then the others by node ID),
@@ -104,6 +113,14 @@
 // meanwhile simply shows up as a replica. Progress: GET /v1/replication,
 // the spindle_meta_replication_* metrics, `spindle admin replication`.
 //
+// Replicas that do not count go first (the lowest BCSID first, an
+// UNHEALTHY one before a CLOSED one of the same BCSID): an UNHEALTHY or
+// behind replica is deleted once its container has ReplicationFactor
+// healthy replicas, all HEALTHY, when its node is HEALTHY and does not
+// serve the pipeline; or, with fewer healthy replicas (at least one), to
+// make room when no node could take a copy (every HEALTHY node holds the
+// container in some state): the freed node then gets a whole copy.
+//
 // Over-replication (a DEAD node that comes back with its replicas after
 // they were copied) is trimmed at the same Tick, one replica per
 // container at a time, at most MaxTrims in flight: a CLOSED container
@@ -120,9 +137,7 @@
 // DEAD, and decided again after CopyStartTimeout without it. The count
 // never goes below ReplicationFactor by a deletion of ours: a replica
 // being deleted still counts until its node's report drops it, and only
-// one is deleted per container at a time. An UNHEALTHY replica goes the
-// same way once its container has ReplicationFactor healthy replicas, all
-// HEALTHY, when its node is HEALTHY and does not serve the pipeline.
+// one is deleted per container at a time.
 //
 // # Safe mode
 //

@@ -79,9 +79,10 @@ var (
 	descCopied      = prometheus.NewDesc("spindle_meta_replication_copied_containers_total", "Container copies completed.", nil, nil)
 	descOver        = prometheus.NewDesc("spindle_meta_replication_over_replicated_containers", "CLOSED containers with more healthy replicas than wanted.", nil, nil)
 	descTrimmed     = prometheus.NewDesc("spindle_meta_replication_trimmed_replicas_total", "Extra replicas deleted (over-replication).", nil, nil)
+	descBehind      = prometheus.NewDesc("spindle_meta_replication_behind_replicas", "CLOSED replicas below their CLOSED container's highest BCSID (missed block commits; not counted healthy).", nil, nil)
 	descCopyFailed  = prometheus.NewDesc("spindle_meta_replication_failed_copies_total", "Container copies failed, lost or timed out (each scheduled again).", nil, nil)
 	stateCollectors = []*prometheus.Desc{descNodes, descPipelines, descContainers, descBuckets, descKeys, descKeyBytes, descAllocs, descDeletes,
-		descSafeMode, descUnder, descUnrecov, descPending, descInflight, descCopiedBytes, descCopied, descCopyFailed, descOver, descTrimmed}
+		descSafeMode, descUnder, descUnrecov, descPending, descInflight, descCopiedBytes, descCopied, descCopyFailed, descOver, descTrimmed, descBehind}
 )
 
 // stateCollector reads the gauges from the service's state at scrape time.
@@ -152,4 +153,5 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descCopyFailed, prometheus.CounterValue, float64(s.repl.failedCopies))
 	ch <- prometheus.MustNewConstMetric(descOver, prometheus.GaugeValue, float64(len(s.overReplicated(idx))))
 	ch <- prometheus.MustNewConstMetric(descTrimmed, prometheus.CounterValue, float64(s.repl.trimmed))
+	ch <- prometheus.MustNewConstMetric(descBehind, prometheus.GaugeValue, float64(s.behindReplicas(now)))
 }

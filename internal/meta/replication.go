@@ -107,44 +107,80 @@ func newReplication(cfg *Config) replication {
 		attempts: map[uint64]int{}, failed: map[sourceFailure]time.Time{}, trims: map[uint64]*trimTask{}}
 }
 
-// healthyReplica: node id has heartbeated since the start, is not DEAD,
-// and its last report lists container cid CLOSED.
-func (s *Service) healthyReplica(id, cid uint64, now time.Time) bool {
-	n := s.nodes[id]
-	if n == nil || !n.seen || s.healthOf(n, now) == metaapi.HealthDead {
-		return false
-	}
-	r, ok := n.containers[cid]
-	return ok && r.State == metaapi.ContainerClosed
-}
-
-// replicaIndex maps every container some healthy replica holds to those
-// replicas, by node ID (one pass over the live nodes' reports).
-func (s *Service) replicaIndex(now time.Time) map[uint64][]uint64 {
-	idx := map[uint64][]uint64{}
+// closedIndex maps every container some live node (heard from since the
+// start, not DEAD) reports CLOSED to those nodes, by node ID, and gives
+// the highest BCSID among those reports of each (one pass over the live
+// nodes' reports).
+func (s *Service) closedIndex(now time.Time) (idx map[uint64][]uint64, top map[uint64]uint64) {
+	idx, top = map[uint64][]uint64{}, map[uint64]uint64{}
 	for _, id := range s.sortedNodes() {
-		n := s.nodes[id]
-		if !n.seen || s.healthOf(n, now) == metaapi.HealthDead {
+		if !s.reportsCount(id, now) {
 			continue
 		}
-		for cid, r := range n.containers {
+		for cid, r := range s.nodes[id].containers {
 			if r.State == metaapi.ContainerClosed {
 				idx[cid] = append(idx[cid], id)
+				top[cid] = max(top[cid], r.BCSID)
 			}
 		}
+	}
+	return idx, top
+}
+
+// reportsCount: node id has heartbeated since the start and is not DEAD,
+// so its last report says where replicas are.
+func (s *Service) reportsCount(id uint64, now time.Time) bool {
+	n := s.nodes[id]
+	return n != nil && n.seen && s.healthOf(n, now) != metaapi.HealthDead
+}
+
+// behind: node id's replica of container cid has a BCSID below top (the
+// highest reported for it).
+func (s *Service) behind(id, cid, top uint64) bool { return s.nodes[id].containers[cid].BCSID < top }
+
+// replicaIndex maps every container some healthy replica holds to those
+// replicas, by node ID: a healthy replica is a live node's CLOSED replica
+// with the highest BCSID reported for the container. A CLOSED replica
+// behind it missed block commits (a member that left its pipeline before
+// catching up and closed its replica by itself): it is not counted, not
+// read, not copied from, and deleted like an UNHEALTHY one.
+func (s *Service) replicaIndex(now time.Time) map[uint64][]uint64 {
+	idx, top := s.closedIndex(now)
+	for cid, ids := range idx {
+		idx[cid] = slices.DeleteFunc(ids, func(id uint64) bool { return s.behind(id, cid, top[cid]) })
 	}
 	return idx
 }
 
-// replicasOf lists the healthy replicas of container cid, by node ID.
-func (s *Service) replicasOf(cid uint64, now time.Time) []uint64 {
-	var ids []uint64
-	for _, id := range s.sortedNodes() {
-		if s.healthyReplica(id, cid, now) {
-			ids = append(ids, id)
+// behindReplicas counts the CLOSED replicas of CLOSED containers on live
+// nodes whose BCSID is below the highest reported for their container.
+func (s *Service) behindReplicas(now time.Time) int {
+	idx, top := s.closedIndex(now)
+	n := 0
+	for cid, ids := range idx {
+		if c := s.containers[cid]; c != nil && c.rec.State == containerClosed {
+			for _, id := range ids {
+				if s.behind(id, cid, top[cid]) {
+					n++
+				}
+			}
 		}
 	}
-	return ids
+	return n
+}
+
+// replicasOf lists the healthy replicas of container cid (see
+// replicaIndex), by node ID.
+func (s *Service) replicasOf(cid uint64, now time.Time) []uint64 {
+	var ids []uint64
+	var top uint64
+	for _, id := range s.sortedNodes() {
+		if r, ok := s.nodes[id].containers[cid]; ok && r.State == metaapi.ContainerClosed && s.reportsCount(id, now) {
+			ids = append(ids, id)
+			top = max(top, r.BCSID)
+		}
+	}
+	return slices.DeleteFunc(ids, func(id uint64) bool { return s.behind(id, cid, top) })
 }
 
 // containerSize is the bytes of container c: the largest any of holders
@@ -236,18 +272,32 @@ func (s *Service) overReplicated(idx map[uint64][]uint64) []uint64 {
 	return over
 }
 
-// scheduleTrims decides the deletion of one extra replica of each
-// over-replicated CLOSED container, within MaxTrims, when it is safe to
-// count: no copy of it in flight, no deletion of it in flight, no member
-// of its pipeline undecided, and every holder HEALTHY (a STALE holder's
-// report may be old). The replica deleted is one on a node whose reports
-// do not list the container's pipeline (no raft group there writes to
-// it), first in trimOrder: the smallest replica, then one not served by
-// the pipeline, then the fullest node. When the replica first in that
-// order is on a node serving the pipeline, nothing is deleted (yet).
-// After the deletion the container still has ReplicationFactor healthy
-// replicas.
+// scheduleTrims decides replica deletions, one per container at a time,
+// within MaxTrims, first of the replicas that do not count, then of the
+// extra healthy ones.
+//
+// A replica that does not count — UNHEALTHY, or CLOSED behind the highest
+// BCSID reported for the container (it missed block commits) — on a
+// HEALTHY node not serving the container's pipeline is deleted once the
+// CLOSED container has ReplicationFactor healthy replicas, or, to make
+// room, when it has fewer and no node could take a copy
+// (chooseTarget finds none: every HEALTHY node holds the container in
+// some state; the deletion frees that node to receive a whole copy), when
+// it is safe to count (trimmable). The lowest BCSID goes first (an
+// UNHEALTHY replica before a CLOSED one of the same BCSID).
+//
+// An over-replicated CLOSED container (more healthy replicas than wanted)
+// loses one when it is safe to count: no copy of it in flight, no
+// deletion of it in flight, no member of its pipeline undecided, and
+// every holder HEALTHY (a STALE holder's report may be old). The replica
+// deleted is one on a node whose reports do not list the container's
+// pipeline (no raft group there writes to it), first in trimOrder: the
+// smallest replica, then one not served by the pipeline, then the fullest
+// node. When the replica first in that order is on a node serving the
+// pipeline, nothing is deleted (yet). After the deletion the container
+// still has ReplicationFactor healthy replicas.
 func (s *Service) scheduleTrims(idx map[uint64][]uint64, now time.Time) {
+	s.trimUncounted(idx, now)
 	for _, cid := range s.overReplicated(idx) {
 		if len(s.repl.trims) >= MaxTrims {
 			return
@@ -269,48 +319,72 @@ func (s *Service) scheduleTrims(idx map[uint64][]uint64, now time.Time) {
 		s.repl.trims[cid] = &trimTask{container: cid, node: victim, decided: now}
 		s.log.Info("extra replica to delete", "container", cid, "node", victim, "replicas", holders, "wanted", s.cfg.ReplicationFactor)
 	}
-	// UNHEALTHY replicas of containers back to ReplicationFactor healthy
-	// replicas (all of them HEALTHY) go too, by the same rules: on a
-	// HEALTHY node not serving the container's pipeline, one deletion per
-	// container at a time.
-	type replica struct{ container, node uint64 }
-	var unhealthy []replica
+}
+
+// trimUncounted decides the deletions of UNHEALTHY and behind replicas
+// (see scheduleTrims).
+func (s *Service) trimUncounted(idx map[uint64][]uint64, now time.Time) {
+	type replica struct {
+		container, node, bcsid uint64
+		unhealthy              bool
+	}
+	_, top := s.closedIndex(now)
+	var uncounted []replica
 	for _, id := range s.sortedNodes() {
 		n := s.nodes[id]
 		if !n.seen || s.healthOf(n, now) != metaapi.HealthHealthy {
 			continue
 		}
 		for cid, r := range n.containers {
-			if r.State == metaapi.ContainerUnhealthy {
-				unhealthy = append(unhealthy, replica{cid, id})
+			if r.State == metaapi.ContainerUnhealthy || (r.State == metaapi.ContainerClosed && r.BCSID < top[cid]) {
+				uncounted = append(uncounted, replica{cid, id, r.BCSID, r.State == metaapi.ContainerUnhealthy})
 			}
 		}
 	}
-	slices.SortFunc(unhealthy, func(a, b replica) int {
-		return cmp.Or(cmp.Compare(a.container, b.container), cmp.Compare(a.node, b.node))
+	slices.SortFunc(uncounted, func(a, b replica) int {
+		return cmp.Or(cmp.Compare(a.container, b.container), cmp.Compare(a.bcsid, b.bcsid),
+			-cmp.Compare(btoi(a.unhealthy), btoi(b.unhealthy)), cmp.Compare(a.node, b.node))
 	})
-	for _, u := range unhealthy {
+	nodes := s.sortedNodes()
+	for _, u := range uncounted {
 		if len(s.repl.trims) >= MaxTrims {
 			return
 		}
 		c := s.containers[u.container]
-		if c == nil || c.rec.State != containerClosed || len(idx[u.container]) < s.cfg.ReplicationFactor ||
-			!s.trimmable(c, idx[u.container], now) || s.reports(u.node, c.rec.Pipeline) {
+		if c == nil || c.rec.State != containerClosed || !s.trimmable(c, idx[u.container], now) || s.reports(u.node, c.rec.Pipeline) {
+			continue
+		}
+		healthy := len(idx[u.container])
+		makeRoom := healthy > 0 && healthy < s.cfg.ReplicationFactor && s.chooseTarget(u.container, nodes, nil, now) == 0
+		if healthy < s.cfg.ReplicationFactor && !makeRoom {
 			continue
 		}
 		s.repl.trims[u.container] = &trimTask{container: u.container, node: u.node, decided: now}
-		s.log.Info("UNHEALTHY replica to delete", "container", u.container, "node", u.node, "healthy replicas", idx[u.container])
+		what := "behind"
+		if u.unhealthy {
+			what = "UNHEALTHY"
+		}
+		s.log.Info("replica to delete", "container", u.container, "node", u.node, "replica", what, "bcsid", u.bcsid,
+			"highest_bcsid", top[u.container], "healthy replicas", idx[u.container], "to make room", makeRoom)
 	}
 }
 
-// trimOrder orders the replicas of container c on nodes a and b for
-// deletion (negative: a goes first): the replica reporting the fewest
-// bytes of the container, then the fewest blocks — a replica closed short
-// (a member that missed writes and closed its copy by itself) must never
-// be kept while a complete one goes; replicas only lagging on block
-// deletions differ the same way and lose nothing by going first —, then
-// one on a node not serving c's pipeline, then the fullest node, then the
-// highest ID.
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// trimOrder orders the healthy replicas of container c on nodes a and b
+// for deletion (negative: a goes first). They all have the highest BCSID
+// (a replica behind it is not healthy, and goes first: trimUncounted).
+// Then the replica reporting the fewest bytes of the container, then the
+// fewest blocks — a replica short for another reason (a chunk refused
+// after a leader change, ARCHITECTURE §12) must never be kept while a
+// complete one goes; replicas only lagging on block deletions differ the
+// same way and lose nothing by going first —, then one on a node not
+// serving c's pipeline, then the fullest node, then the highest ID.
 func (s *Service) trimOrder(c *containerState, a, b uint64) int {
 	na, nb := s.nodes[a], s.nodes[b]
 	ra, rb := na.containers[c.rec.ID], nb.containers[c.rec.ID]
@@ -670,6 +744,7 @@ func (s *Service) replicationStatus(now time.Time) *metaapi.ReplicationStatus {
 	}
 	st.UnderReplicated, st.Unrecoverable, st.PendingBytes = s.underReplicated(idx)
 	st.OverReplicated, st.Trimming, st.TrimmedReplicas = len(s.overReplicated(idx)), len(s.repl.trims), s.repl.trimmed
+	st.BehindReplicas = s.behindReplicas(now)
 	for _, cid := range slices.Sorted(maps.Keys(s.repl.tasks)) {
 		t := s.repl.tasks[cid]
 		st.Inflight = append(st.Inflight, metaapi.CopyTask{Container: cid, Source: t.source, Target: t.target,
@@ -738,13 +813,14 @@ func (s *Service) readMembers(cid uint64, p *pipelineState, now time.Time) []met
 		return all
 	}
 	var ms []metaapi.Member
+	healthy := s.replicasOf(cid, now)
 	for _, m := range all {
-		if s.healthyReplica(m.NodeID, cid, now) {
+		if slices.Contains(healthy, m.NodeID) {
 			ms = append(ms, m)
 		}
 	}
-	for _, id := range s.sortedNodes() {
-		if !slices.Contains(p.rec.Members, id) && s.healthyReplica(id, cid, now) {
+	for _, id := range healthy {
+		if !slices.Contains(p.rec.Members, id) {
 			ms = append(ms, metaapi.Member{NodeID: id, Addr: s.nodes[id].rec.Addr})
 		}
 	}

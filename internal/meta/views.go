@@ -49,7 +49,9 @@ func (s *Service) Pipelines() (*metaapi.PipelineList, error) {
 
 // Containers is the admin view of every container, by ID; used bytes and
 // blocks are the largest any live replica reports; Replicas lists the
-// live nodes whose report holds it (members of its pipeline or copies).
+// live nodes whose report holds it (members of its pipeline or copies),
+// ReplicaDetails each one's state, bytes and BCSID; BCSID is the highest
+// a CLOSED replica reports (any replica's when none is CLOSED).
 func (s *Service) Containers() (*metaapi.ContainerList, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -72,15 +74,21 @@ func (s *Service) Containers() (*metaapi.ContainerList, error) {
 			holders[cid] = append(holders[cid], nid)
 		}
 	}
+	_, top := s.closedIndex(now)
 	l := &metaapi.ContainerList{Containers: []metaapi.ContainerInfo{}}
 	for _, id := range ids {
 		c := s.containers[id]
-		ci := metaapi.ContainerInfo{ID: id, Pipeline: c.rec.Pipeline, State: containerStateName(c.rec.State)}
+		ci := metaapi.ContainerInfo{ID: id, Pipeline: c.rec.Pipeline, State: containerStateName(c.rec.State), BCSID: top[id]}
 		for _, m := range holders[id] {
 			r := s.nodes[m].containers[id]
 			ci.UsedBytes = max(ci.UsedBytes, r.UsedBytes)
 			ci.Blocks = max(ci.Blocks, r.Blocks)
 			ci.Replicas = append(ci.Replicas, m)
+			if _, closed := top[id]; !closed {
+				ci.BCSID = max(ci.BCSID, r.BCSID)
+			}
+			ci.ReplicaDetails = append(ci.ReplicaDetails, metaapi.ReplicaInfo{Node: m, State: r.State, UsedBytes: r.UsedBytes, BCSID: r.BCSID,
+				Behind: c.rec.State == containerClosed && r.State == metaapi.ContainerClosed && s.behind(m, id, top[id])})
 		}
 		l.Containers = append(l.Containers, ci)
 	}

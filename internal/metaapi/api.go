@@ -328,6 +328,11 @@ type ContainerReport struct {
 	State     string `json:"state"` // OPEN, CLOSED, UNHEALTHY, DELETING
 	UsedBytes uint64 `json:"used_bytes"`
 	Blocks    uint64 `json:"blocks,omitempty"`
+	// BCSID is the replica's block commit sequence ID: the raft index of
+	// the last PutBlock it applied (engine.ContainerInfo.BCSID). A CLOSED
+	// replica with a lower BCSID than another replica of the container
+	// missed block commits. Absent (0) from a datanode that predates it.
+	BCSID uint64 `json:"bcsid,omitempty"`
 }
 
 // PipelineReport is one pipeline the datanode serves.
@@ -524,6 +529,25 @@ type ContainerInfo struct {
 	// Replicas: the live datanodes (not DEAD, heard from since the meta
 	// service started) whose last report lists the container, by node ID.
 	Replicas []uint64 `json:"replicas,omitempty"`
+	// BCSID is the highest block commit sequence ID a live replica
+	// reports CLOSED (for a CLOSED container, that of its healthy
+	// replicas), else the highest any reports.
+	BCSID uint64 `json:"bcsid"`
+	// ReplicaDetails: each of Replicas as its last report has it.
+	ReplicaDetails []ReplicaInfo `json:"replica_details,omitempty"`
+}
+
+// ReplicaInfo is one replica of a container, as its datanode last
+// reported it.
+type ReplicaInfo struct {
+	Node      uint64 `json:"node"`
+	State     string `json:"state"` // OPEN, CLOSED, UNHEALTHY, DELETING
+	UsedBytes uint64 `json:"used_bytes"`
+	BCSID     uint64 `json:"bcsid"`
+	// Behind: a CLOSED replica of a CLOSED container with a BCSID below
+	// the highest reported: it missed block commits, is not counted
+	// healthy, not read, and is replaced and deleted.
+	Behind bool `json:"behind,omitempty"`
 }
 
 // ReplicationStatus is GET /v1/replication (and the answer of POST
@@ -562,6 +586,10 @@ type ReplicationStatus struct {
 	OverReplicated  int    `json:"over_replicated"`
 	Trimming        int    `json:"trimming"`
 	TrimmedReplicas uint64 `json:"trimmed_replicas"`
+	// BehindReplicas: CLOSED replicas of CLOSED containers, on live
+	// nodes, whose BCSID is below the highest reported for their
+	// container (not counted healthy; replaced, then deleted).
+	BehindReplicas int `json:"behind_replicas"`
 	// Limits are the replication manager's settings in force.
 	Limits ReplicationLimits `json:"limits"`
 }

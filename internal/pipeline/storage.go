@@ -284,7 +284,7 @@ func (n *Node) applyWorker() {
 							}
 						}
 					case KindPutBlock:
-						err = n.eng.PutBlock(toEngineBlock(&c.PutBlock.Block))
+						err = n.eng.PutBlock(toEngineBlock(&c.PutBlock.Block), e.GetIndex())
 						if err == nil {
 							ob.committed(c.PutBlock.Block.ContainerID, c.PutBlock.Block.LocalID)
 						} else if cls := n.classifyApply(err, c.PutBlock.Block.ContainerID); cls == nodeLost {

@@ -152,7 +152,7 @@ func (w *chunkWriter) writeOne(op int64) (int, error) {
 // seal commits the current block and starts the next one.
 func (w *chunkWriter) seal() error {
 	if w.block.Length > 0 {
-		if err := w.e.PutBlock(&w.block); err != nil {
+		if err := w.e.PutBlock(&w.block, 0); err != nil {
 			return err
 		}
 		w.retained = append(w.retained, w.block)
