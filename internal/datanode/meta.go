@@ -193,7 +193,7 @@ func (h *heartbeater) report() *metaapi.Heartbeat {
 		hb.Used = min(hb.Used, hb.Capacity)
 	}
 	for _, p := range h.node.Pipelines() {
-		hb.Pipelines = append(hb.Pipelines, metaapi.PipelineReport{ID: p.ID, LeaderID: p.Leader, Term: p.Term, Applied: p.Applied})
+		hb.Pipelines = append(hb.Pipelines, metaapi.PipelineReport{ID: p.ID, LeaderID: p.Leader, Term: p.Term, Applied: p.Applied, Behind: p.Behind})
 	}
 	hb.Copying = h.repl.copying()
 	for _, f := range h.node.FailedPipelines() {

@@ -169,6 +169,30 @@ func (s *Service) Heartbeat(hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, 
 		n.copying[cid] = true
 	}
 	s.copyReports(n, hb, now)
+	// A leader that can no longer catch a member up from its log (it is
+	// behind the compacted log): the pipeline cannot give that replica
+	// what it misses, so it is closed; the member leaves at once, closes
+	// its replica by itself, and the replica (behind by its BCSID) is
+	// replaced by a copy of a complete one.
+	for _, pr := range hb.Pipelines {
+		p := s.pipelines[pr.ID]
+		if p == nil || len(pr.Behind) == 0 || pr.LeaderID != id {
+			continue
+		}
+		for _, m := range pr.Behind {
+			if !slices.Contains(p.rec.Members, m) || m == id || p.behind[m] {
+				continue
+			}
+			if p.behind == nil {
+				p.behind = map[uint64]bool{}
+			}
+			p.behind[m] = true
+			s.metrics.membersBehind.Inc()
+			if p.rec.State == pipelineOpen {
+				s.closePipeline(b, p, now, fmt.Sprintf("member %d is behind leader %d's compacted log: it needs a container copy", m, id))
+			}
+		}
+	}
 	// A member whose replica failed left its pipeline without
 	// acknowledging: the pipeline goes on with fewer replicas than it
 	// claims, so it is closed (its containers are copied once CLOSED).
@@ -257,8 +281,11 @@ func (s *Service) commandsFor(n *node, now time.Time) []metaapi.Command {
 		if !slices.Contains(p.rec.Members, id) {
 			continue
 		}
-		leader := s.leaderOf(p, now)
-		if leader != 0 && leader != id {
+		// A member that no longer serves the pipeline (it left, or was
+		// behind) cannot get the close through raft: it closes its own
+		// replica.
+		leader, serving := s.leaderOf(p, now), s.reports(id, pid)
+		if leader != 0 && leader != id && serving {
 			continue
 		}
 		for _, cid := range p.containers {
@@ -267,7 +294,7 @@ func (s *Service) commandsFor(n *node, now time.Time) []metaapi.Command {
 				continue
 			}
 			open := s.reportedOpen(c, now)
-			if len(open) == 0 || (leader == 0 && !slices.Contains(open, id)) {
+			if len(open) == 0 || ((leader == 0 || !serving) && !slices.Contains(open, id)) {
 				continue
 			}
 			if t, ok := c.lastClose[id]; ok && now.Sub(t) < s.cfg.CloseResendAfter {
@@ -290,7 +317,7 @@ func (s *Service) commandsFor(n *node, now time.Time) []metaapi.Command {
 		if p.rec.State != pipelineClosed || !s.reports(id, pid) || full() {
 			continue
 		}
-		if now.Sub(p.rec.Closed) < s.cfg.LeaveTimeout && s.anyOpenReplica(p, now) {
+		if now.Sub(p.rec.Closed) < s.cfg.LeaveTimeout && s.anyOpenReplica(p, now) && !p.behind[id] {
 			continue
 		}
 		cmds = append(cmds, metaapi.Command{Kind: metaapi.CmdLeavePipeline, Pipeline: s.pipelineView(p, now)})

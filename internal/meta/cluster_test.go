@@ -530,3 +530,53 @@ func TestFullNodeGetsNoPipeline(t *testing.T) {
 		t.Fatalf("pipelines %+v: want one OPEN pipeline of the three nodes with room", ps)
 	}
 }
+
+// TestMemberBehindTheCompactedLogIsReplaced: a pipeline's leader reports a
+// member it can no longer catch up from its log. The pipeline is closed,
+// the member leaves at once (not after LeaveTimeout), closes its own
+// replica, which is behind by its BCSID, and the container is copied from
+// a complete replica and the short one deleted: no operator action.
+func TestMemberBehindTheCompactedLogIsReplaced(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	cfg.PipelinesPerNode = 1
+	c := newCluster(t, cfg, clk, 4)
+	old := c.pipelines()[0]
+	mustNo(t, ignore(c.s.CreateBucket("bkt")))
+	ki := c.put("bkt", "k", 1, 100)
+	cid := ki.Blocks[0].Container
+	c.write(old, cid, 100)
+	leader, lag := c.node(old.Members[0].NodeID), c.node(old.Members[2].NodeID)
+	for _, n := range []*fakeDN{leader, c.node(old.Members[1].NodeID)} {
+		n.conts[cid].BCSID = 900
+	}
+	lag.conts[cid].BCSID = 12
+	leader.behind = map[uint64][]uint64{old.ID: {lag.id}}
+	c.round(c.nodes...)
+	if p := c.pipelines()[0]; p.State != metaapi.PipelineClosed {
+		t.Fatalf("pipeline %+v, want CLOSED", p)
+	}
+	c.round(c.nodes...)
+	if !hasCmd(lag.got, metaapi.CmdLeavePipeline, 0) {
+		t.Fatalf("the member behind got no leave_pipeline at once: %+v", lag.got)
+	}
+	for range 5 {
+		clk.Advance(5 * time.Second)
+		c.settle()
+	}
+	if got := c.containers()[cid].State; got != metaapi.ContainerClosed {
+		t.Fatalf("container %d %s, want CLOSED", cid, got)
+	}
+	holders := 0
+	for _, n := range c.nodes {
+		if r := n.conts[cid]; r != nil {
+			if r.BCSID != 900 || r.State != metaapi.ContainerClosed {
+				t.Fatalf("node %d holds %+v: want only complete CLOSED replicas left", n.id, r)
+			}
+			holders++
+		}
+	}
+	if holders != 3 {
+		t.Fatalf("%d complete replicas, want 3", holders)
+	}
+}

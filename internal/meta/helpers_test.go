@@ -103,6 +103,9 @@ type fakeDN struct {
 	// failedPipelines is reported in every heartbeat (a replica that
 	// failed and left its pipeline).
 	failedPipelines []metaapi.PipelineFailure
+	// behind: pipeline → members it reports (as their leader) behind
+	// its compacted log.
+	behind map[uint64][]uint64
 }
 
 type copyMode int
@@ -152,7 +155,7 @@ func (n *fakeDN) report() *metaapi.Heartbeat {
 	}
 	for _, id := range slices.Sorted(maps.Keys(n.pipelines)) {
 		p := n.pipelines[id]
-		hb.Pipelines = append(hb.Pipelines, metaapi.PipelineReport{ID: id, LeaderID: p.Members[0].NodeID, Term: 1})
+		hb.Pipelines = append(hb.Pipelines, metaapi.PipelineReport{ID: id, LeaderID: p.Members[0].NodeID, Term: 1, Behind: n.behind[id]})
 	}
 	return hb
 }
@@ -174,13 +177,27 @@ func (n *fakeDN) beat() []metaapi.Command {
 		case metaapi.CmdLeavePipeline:
 			delete(n.pipelines, cmd.Pipeline.ID)
 		case metaapi.CmdCloseContainer:
-			if _, ok := n.pipelines[cmd.Pipeline.ID]; !ok || n.noClose {
+			if n.noClose {
+				continue
+			}
+			if _, ok := n.pipelines[cmd.Pipeline.ID]; !ok {
+				// Not serving the pipeline: it closes its own replica
+				// (as the datanode does, outside raft).
+				if r := n.conts[cmd.Container]; r != nil && r.State == metaapi.ContainerOpen {
+					r.State = metaapi.ContainerClosed
+				}
 				continue
 			}
 			for _, m := range cmd.Pipeline.Members {
 				// (an UNHEALTHY replica stays so: the engine refuses
 				// to close it)
-				if r := n.c.nodeOrNil(m.NodeID); r != nil && r.conts[cmd.Container] != nil && r.conts[cmd.Container].State != metaapi.ContainerUnhealthy {
+				r := n.c.nodeOrNil(m.NodeID)
+				if r != nil {
+					if _, serves := r.pipelines[cmd.Pipeline.ID]; !serves {
+						continue // the raft close does not reach it
+					}
+				}
+				if r != nil && r.conts[cmd.Container] != nil && r.conts[cmd.Container].State != metaapi.ContainerUnhealthy {
 					r.conts[cmd.Container].State = metaapi.ContainerClosed
 				}
 			}

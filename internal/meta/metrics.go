@@ -13,6 +13,7 @@ type metrics struct {
 	reg              *prometheus.Registry
 	heartbeats       prometheus.Counter
 	replicaFailures  prometheus.Counter
+	membersBehind    prometheus.Counter
 	registrations    prometheus.Counter
 	allocations      prometheus.Counter
 	commits          prometheus.Counter
@@ -31,6 +32,8 @@ func newMetrics(s *Service) *metrics {
 			Help: "Datanode heartbeats accepted."}),
 		replicaFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_meta_replica_failures_total",
 			Help: "Pipelines closed because a member reported its replica failed."}),
+		membersBehind: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_meta_members_behind_total",
+			Help: "Pipeline members reported by their leader as behind its compacted log (their replicas are replaced by copies)."}),
 		registrations: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_meta_registrations_total",
 			Help: "Datanodes registered (node IDs assigned)."}),
 		allocations: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_meta_allocations_total",
@@ -54,7 +57,7 @@ func newMetrics(s *Service) *metrics {
 	for _, r := range []string{"replaced", "deleted", "expired"} {
 		m.deletesScheduled.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.heartbeats, m.replicaFailures, m.registrations, m.allocations, m.commits, m.commands,
+	m.reg.MustRegister(m.heartbeats, m.replicaFailures, m.membersBehind, m.registrations, m.allocations, m.commits, m.commands,
 		m.deletesScheduled, m.deletesDelivered, m.deletesAcked, m.deletesDropped, m.requests,
 		stateCollector{s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -235,6 +235,10 @@ type pipelineState struct {
 	rec        pipelineRecord
 	containers []uint64 // every container of the pipeline, in ID order
 	rr         uint64   // round-robin cursor over its OPEN containers
+	// behind: members its leader reported behind its compacted log
+	// (memory only): told to leave at once, their replicas closed
+	// locally, ranked behind by their BCSID and replaced.
+	behind map[uint64]bool
 }
 
 // containerState is a container's record plus memory-only bookkeeping.

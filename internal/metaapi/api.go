@@ -169,9 +169,11 @@ const (
 // Bounds of a heartbeat, checked by Heartbeat.Validate (a heartbeat over
 // them is malformed and refused, changing nothing).
 const (
-	MaxUUIDBytes           = 64
-	MaxReportedContainers  = 1 << 17
-	MaxReportedPipelines   = 1024
+	MaxUUIDBytes          = 64
+	MaxReportedContainers = 1 << 17
+	MaxReportedPipelines  = 1024
+	// MaxPipelineMembers bounds the member lists of a pipeline report.
+	MaxPipelineMembers     = 16
 	MaxDeletedBlocksReport = 10000
 	// MaxReportBytes bounds every byte count in a report (1 PiB): larger
 	// is absurd.
@@ -258,6 +260,9 @@ func (hb *Heartbeat) Validate() error {
 		if seen[p.ID] {
 			return bad("pipeline %d reported twice", p.ID)
 		}
+		if len(p.Behind) > MaxPipelineMembers {
+			return bad("pipeline %d: %d members behind, at most %d", p.ID, len(p.Behind), MaxPipelineMembers)
+		}
 		seen[p.ID] = true
 	}
 	if len(hb.DeletedBlocks) > MaxDeletedBlocksReport {
@@ -341,6 +346,10 @@ type PipelineReport struct {
 	LeaderID uint64 `json:"leader_id"` // 0: none known
 	Term     uint64 `json:"term"`
 	Applied  uint64 `json:"applied"`
+	// Behind: from the leader, the members behind its compacted log (a
+	// raft snapshot would be needed): the meta service closes the
+	// pipeline and has their replicas replaced by copies.
+	Behind []uint64 `json:"behind,omitempty"`
 }
 
 // HeartbeatResponse carries the node's ID and the commands for it.

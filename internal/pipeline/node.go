@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -250,6 +251,10 @@ type group struct {
 	// minMatch is, on a leader, 1 + the lowest index every follower is
 	// known to hold (0 elsewhere): compaction keeps the entries above it.
 	minMatch atomic.Uint64
+	// behind lists, on a leader, the followers it can no longer catch
+	// up from its log (they would need a raft snapshot): written by the
+	// loop (copy on write), read by Pipelines.
+	behind atomic.Pointer[[]uint64]
 	// failed is set by a worker that found this replica unable to store
 	// what the group appends or applies: from then on nothing of the
 	// group is appended, acknowledged or applied here.
@@ -578,6 +583,10 @@ func (n *Node) group(id uint64) *group {
 type PipelineStatus struct {
 	ID, Leader, Term, Applied uint64
 	Members                   []Member
+	// Behind: on the leader, the followers behind its compacted log,
+	// which only a container copy can bring back (the meta service
+	// closes the pipeline and has them replaced).
+	Behind []uint64
 }
 
 // Pipelines returns the pipelines this node serves, in the order they were
@@ -588,6 +597,9 @@ func (n *Node) Pipelines() []PipelineStatus {
 	out := make([]PipelineStatus, 0, len(n.order))
 	for _, g := range n.order {
 		st := PipelineStatus{ID: g.id, Leader: g.leader.Load(), Term: g.term.Load(), Applied: g.applied.Load()}
+		if b := g.behind.Load(); b != nil {
+			st.Behind = slices.Clone(*b)
+		}
 		for id, addr := range g.members {
 			st.Members = append(st.Members, Member{ID: id, Addr: addr})
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +32,8 @@ type testNode struct {
 	node    *Node
 	retain  uint64 // Config.RetainEntries and CompactEveryEntries (0: defaults)
 	every   uint64
+	// maxRetain is Config.MaxRetainEntries (0: default).
+	maxRetain uint64
 }
 
 func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
@@ -49,7 +52,7 @@ func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
 		t.Fatal(err)
 	}
 	tn.node, err = Start(Config{ID: tn.id, Listener: ln, Engine: tn.eng, Log: tn.log, Pipelines: pcs,
-		TickInterval: 20 * time.Millisecond, Logger: quiet, RetainEntries: tn.retain, CompactEveryEntries: tn.every})
+		TickInterval: 20 * time.Millisecond, Logger: quiet, RetainEntries: tn.retain, CompactEveryEntries: tn.every, MaxRetainEntries: tn.maxRetain})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -737,5 +740,53 @@ func TestListenerDeathFailsTheNode(t *testing.T) {
 	}
 	if err := n.Err(); err == nil || !strings.Contains(err.Error(), "serving") {
 		t.Fatalf("node error %v, want the serving failure", err)
+	}
+}
+
+// TestLeaderReportsAFollowerBehindItsCompactedLog: a follower down while
+// the leader's log moved past MaxRetainEntries cannot be caught up from
+// the log; the leader lists it as behind in its pipeline status (the
+// heartbeat carries it to the meta service, which closes the pipeline and
+// has the replica replaced).
+func TestLeaderReportsAFollowerBehindItsCompactedLog(t *testing.T) {
+	nodes, pc := startCluster(t)
+	for _, tn := range nodes {
+		tn.stop(t)
+		tn.retain, tn.every, tn.maxRetain = 10, 10, 20
+		tn.start(t, pc)
+	}
+	leader := waitLeader(t, nodes)
+	cl := dial(t, leader.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var follower *testNode
+	for _, tn := range nodes {
+		if tn != leader {
+			follower = tn
+			break
+		}
+	}
+	follower.stop(t)
+	for b := uint64(2); b < 10; b++ {
+		cs := writeChunks(t, cl, b, 0, 10, 1024)
+		if _, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 5, LocalID: b, Length: 10 * 1024, BytesPerChecksum: bpc, Chunks: cs}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := leader.log.FirstIndex(1)
+	if err != nil || first < 10 {
+		t.Fatalf("leader's log starts at %d (%v): not compacted past the follower", first, err)
+	}
+	follower.start(t, pc)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := leader.node.Pipelines()
+		if len(st) == 1 && slices.Contains(st[0].Behind, follower.id) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leader status %+v: follower %d not reported behind", st, follower.id)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -40,8 +40,9 @@ func (n *Node) send(g *group, m *raftpb.Message) {
 		// replica up with a container copy, outside raft.
 		if now := time.Now(); now.Sub(g.snapWarnedAt) > 10*time.Second {
 			g.snapWarnedAt = now
-			n.log.Warn("follower is behind the compacted log: it needs a container copy", "pipeline", g.id, "follower", to)
+			n.log.Warn("follower is behind the compacted log: it needs a container copy (reported to the meta service, which closes the pipeline)", "pipeline", g.id, "follower", to)
 		}
+		g.markBehind(to)
 		g.rn.ReportSnapshot(to, raft.SnapshotFailure)
 		return
 	}

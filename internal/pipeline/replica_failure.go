@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/spindle-store/spindle/internal/engine"
@@ -182,3 +183,18 @@ func (n *Node) stopFailedGroup(f PipelineFailure) {
 // pipelines it serves (a failed replica leaving one): the owner persisting
 // the list saves it again when the count moves.
 func (n *Node) PipelinesChanged() uint64 { return n.pipelinesChanged.Load() }
+
+// markBehind records that follower id is behind this leader's compacted
+// log (loop only).
+func (g *group) markBehind(id uint64) {
+	var cur []uint64
+	if b := g.behind.Load(); b != nil {
+		cur = *b
+	}
+	if slices.Contains(cur, id) {
+		return
+	}
+	next := append(slices.Clone(cur), id)
+	slices.Sort(next)
+	g.behind.Store(&next)
+}
