@@ -24,7 +24,7 @@ RACE_PKGS      ?= ./cmd/... ./internal/bench/... ./internal/units/... ./internal
 # Go sources to format-check: everything but testdata, vendor and bin.
 GO_FILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*' -not -path '*/testdata/*' -not -path './vendor/*')
 
-.PHONY: help deps build test test-race vet fmt fmt-check demo fuzz bench report clean
+.PHONY: help deps build test test-race vet fmt fmt-check demo fuzz bench report clean check-full-disk
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -51,6 +51,9 @@ test: deps fmt-check vet ## gofmt check, go vet, then all tests
 
 test-race: ## race detector on the concurrent packages (needs cgo and a C compiler)
 	$(GO) test -count=1 -race $(RACE_PKGS)
+
+check-full-disk: ## issue 12's full-disk scenario: 5 datanodes, one on a 200 MiB tmpfs (needs root: mounts it)
+	SPINDLE_TEST_TMPFS=1 $(GO) test -count=1 -v -run 'TestFullDatanode' ./internal/server/
 
 demo: build ## run the all-in-one demo
 	$(BIN) demo
