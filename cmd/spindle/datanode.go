@@ -61,6 +61,8 @@ SIGTERM or SIGINT stops it cleanly.`,
 	f.StringVar(&cfg.ReadyFile, "ready-file", "", "write ADDR and PID here once serving")
 	f.DurationVar(&cfg.TickInterval, "tick", pipeline.DefaultTickInterval, "raft tick")
 	f.IntVar(&cfg.ElectionTicks, "election-ticks", pipeline.DefaultElectionTicks, "ticks without a leader before an election")
+	f.Uint64Var(&cfg.RetainEntries, "retain-entries", pipeline.DefaultRetainEntries, "applied entries a pipeline keeps in its log for lagging followers")
+	f.Uint64Var(&cfg.MaxRetainEntries, "max-retain-entries", pipeline.DefaultMaxRetainEntries, "the most applied entries a leader keeps for a follower that is down; one further behind is replaced by container copies")
 	f.DurationVar(&cfg.DiskStallThreshold, "disk-stall-threshold", pipeline.DefaultDiskStallThreshold, "a write or fdatasync round of the storage taking longer fails the datanode (it exits, so that its pipelines are closed)")
 	f.IntVar(&cfg.HeartbeatTicks, "heartbeat-ticks", pipeline.DefaultHeartbeatTicks, "ticks between leader heartbeats")
 	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile here")

@@ -49,6 +49,9 @@ type Config struct {
 	TickInterval   time.Duration
 	ElectionTicks  int
 	HeartbeatTicks int
+	// RetainEntries and MaxRetainEntries drive log compaction
+	// (pipeline.Config; 0: defaults).
+	RetainEntries, MaxRetainEntries uint64
 	// DiskStallThreshold: a storage round (write, fdatasync, commit)
 	// running longer fails the datanode (pipeline.DefaultDiskStallThreshold).
 	DiskStallThreshold time.Duration
@@ -216,7 +219,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		ID: cfg.ID, Listener: dm, Engine: eng, Log: wl, Pipelines: pipelines, Metrics: reg,
 		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
 		DiskStallThreshold: cfg.DiskStallThreshold,
-		Logger:             log,
+		RetainEntries:      cfg.RetainEntries, MaxRetainEntries: cfg.MaxRetainEntries,
+		CompactEveryEntries: min(cfg.RetainEntries, pipeline.DefaultCompactEveryEntries),
+		Logger:              log,
 	})
 	if err != nil {
 		ln.Close()
