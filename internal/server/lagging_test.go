@@ -28,7 +28,10 @@ func TestFollowerBackAfterTheLogMovedOn(t *testing.T) {
 	s := startServer(t, dir, func(c *Config) {
 		c.Datanodes = 4
 		c.Meta = meta.Config{HeartbeatInterval: 100 * time.Millisecond, StaleAfter: 10 * time.Second, DeadAfter: 5 * time.Minute,
-			CopyRetryAfter: 200 * time.Millisecond, DisableSafeMode: true}
+			CopyRetryAfter: 200 * time.Millisecond, DisableSafeMode: true,
+			// A block abandoned by a put that failed over (its leader was killed)
+			// pins its pipeline's log until the meta service deletes it.
+			AllocationGrace: 3 * time.Second}
 		c.DatanodeArgs = append(c.DatanodeArgs, "--retain-entries", "10", "--max-retain-entries", "50")
 	})
 	defer s.Close()
@@ -107,4 +110,3 @@ func TestFollowerBackAfterTheLogMovedOn(t *testing.T) {
 	}
 	t.Logf("%d keys acknowledged and read back", len(acked))
 }
-
