@@ -12,6 +12,34 @@
 // contiguously, are proposed in offset order when the client sends them so
 // on one connection (the key client's ordered stream, ARCHITECTURE §12).
 //
+// # Invariants
+//
+//   - A replica acknowledges an entry (its MsgAppResp, or on the leader its
+//     own append towards the commit) only after every chunk the entry
+//     carries is written and fsynced here and the entry's header record is
+//     fsynced in the WAL — data before log record — or the chunk was refused
+//     for a reason every replica shares (checksum, invalid, hole, full or
+//     closed container). A failure of this replica alone is never
+//     acknowledged: the group stops here, the container is marked UNHEALTHY
+//     first, and the heartbeat reports it (replica_failure.go).
+//   - A failed fdatasync, a dead listener or an append/apply round running
+//     past DiskStallThreshold fails the whole node (Err, Stopped): nothing
+//     more is acknowledged.
+//   - The event loop does no disk work: groups are opened by AddPipeline's
+//     caller, storage by the append and apply workers.
+//   - A peer's address is the newest one given (Start, AddPipeline,
+//     UpdatePeers); its writer redials when it changes.
+//
+// # Concurrency
+//
+// The loop goroutine owns every group's RawNode, payload cache, pending
+// proposals and member list (the latter written under groupsMu, which
+// Pipelines reads under); workers receive jobs that carry *group and may
+// touch only its immutable fields (id) and atomics (applied, minMatch,
+// failed, behind). One append worker, one apply worker, one reply writer,
+// one writer per peer, one reader per connection, one stall watchdog; none
+// per message or per group.
+//
 // See docs/ARCHITECTURE.md §12 for the design; the entry data format is
 // drawn in command.go.
 package pipeline
