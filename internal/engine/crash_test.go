@@ -191,6 +191,7 @@ func verifyAfterCrash(e *Engine, acked *crashWorkload) error {
 // namespace operations kept as an in-order prefix), and after each recovery
 // a second life: new writes, another crash, and those writes back.
 func TestCrashAtEveryWrite(t *testing.T) {
+	skipCrashLoopIfShort(t)
 	for _, mode := range []struct {
 		name    string
 		keepPct int
