@@ -178,12 +178,13 @@ func (c *stoppableClock) start() {
 // pipeline holds the killed one, so from StaleAfter after its last
 // heartbeat no block can be allocated and the put fails at its next block
 // with ErrNoPipeline. It did in 3 of 5 runs: when the killed datanode led
-// the pipeline (it often wins the first election), writes wait for a new
-// leader (0.5-0.7 s with 50 ms ticks) and for the client to find it, and
-// the put is still short of its last block when the dead node turns STALE
-// (1 s here); when it was a follower, the put ends 0.1-0.3 s after the
-// kill. What this test guards is the write path through a dead replica, not
-// the failure detector.
+// a pipeline the put writes to, the put stalls 1.4-1.7 s (a new election,
+// about 0.5 s with 50 ms ticks, then the client finding the new leader and
+// resending the chunks it refuses as holes), and the dead node turns STALE
+// (1 s here) before the put's last block is allocated; when it led none,
+// the put ends about 0.1 s after the kill (7 runs traced). What this test
+// guards is the write path through a dead replica, not the failure
+// detector.
 func TestDatanodeKilledDuringPut(t *testing.T) {
 	dir := t.TempDir()
 	clock := &stoppableClock{}
