@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spindle-store/spindle/internal/syscallprof"
 )
 
 // TestBenchFollowerAppend runs the bench against a real datanode: this
@@ -59,12 +61,12 @@ func TestBenchFollowerAppend(t *testing.T) {
 	}
 
 	if _, err := exec.LookPath("strace"); err != nil {
-		t.Skip("strace not on PATH (make deps installs it): the --profile-syscalls part is skipped")
+		syscallprof.NoStrace(t, "strace not on PATH (make deps installs it): the --profile-syscalls part is skipped")
 	}
 	out, stderr, err = run(t, []string{"bench", "follower-append", "--messages", "100", "--chunk-size", "64KiB",
 		"--data-dir", data, "--log-dir", logDir, "--timeout", "2m", "--no-baseline", "--profile-syscalls", "--json"})
 	if err != nil && strings.Contains(err.Error(), "cannot trace here") {
-		t.Skipf("strace cannot trace in this environment: %v", err)
+		syscallprof.NoStrace(t, "strace cannot trace in this environment: %v", err)
 	}
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)

@@ -59,6 +59,12 @@ type committer struct {
 	syncFileFn func(*blockFile) error
 	syncDirFn  func(string) error
 	syncVolFn  func(*volume) error
+
+	// parkHook, when set (tests only, before the engine is used), is
+	// called without c.mu each time a sync call is about to sleep on a
+	// round in flight, so that a test can tell when callers have joined a
+	// round instead of hoping the scheduler got them there.
+	parkHook func()
 }
 
 // dirtySets is what one round makes durable.
@@ -171,6 +177,9 @@ func (c *committer) sync(seq uint64) error {
 			}
 		}
 		c.mu.Unlock()
+		if c.parkHook != nil {
+			c.parkHook()
+		}
 		<-wait.done
 		c.mu.Lock()
 	}

@@ -242,6 +242,7 @@ func checkBCSID(e *Engine, ci ContainerInfo, puts []seqPut) error {
 // namespace operations kept as an in-order prefix), and after each recovery
 // a second life: new writes, another crash, and those writes back.
 func TestCrashAtEveryWrite(t *testing.T) {
+	skipCrashLoopIfShort(t)
 	for _, mode := range []struct {
 		name    string
 		keepPct int

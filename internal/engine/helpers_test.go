@@ -90,3 +90,15 @@ func checkBlock(t testing.TB, e *Engine, b BlockID, length uint64) {
 		t.Fatalf("block %v: wrong bytes", b)
 	}
 }
+
+// skipCrashLoopIfShort skips a crash-at-every-operation loop under -short.
+// The loops drive the engine from one goroutine, thousands of times, and
+// take most of the package's time; `make test` runs them in full, then
+// runs the package again under the race detector with -short, where they
+// would add half a minute and nothing for the detector to watch.
+func skipCrashLoopIfShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("crash loop: single-goroutine and long; runs without -short")
+	}
+}

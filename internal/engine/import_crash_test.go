@@ -25,6 +25,7 @@ import (
 // (unsynced file writes kept at random, an in-order prefix of unsynced
 // namespace operations kept).
 func TestCrashDuringImport(t *testing.T) {
+	skipCrashLoopIfShort(t)
 	src := openMem(t, vfs.NewMem())
 	defer src.Close()
 	buildClosed(t, src, 9)

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -10,38 +12,60 @@ import (
 // TestPutBlockDuringLaterChunkWrite: a PutBlock of a block's first chunks
 // while a later chunk of the same block is being written (as a pipeline's
 // apply worker does while its append worker writes) must not make that
-// write fail. Each round races the two; the bug this guards against (the
-// write finding its pending entry moved by the PutBlock) failed within a
-// few hundred rounds.
+// write fail. The interleaving is forced: the later chunk's pwrite is
+// parked in the file system (its range already reserved, its pending entry
+// behind the earlier chunks') while the PutBlock commits some or all of the
+// earlier chunks, which moves that entry down the pending list; then the
+// pwrite is let go. The bug this guards against was the write looking for
+// its entry where it had left it.
 func TestPutBlockDuringLaterChunkWrite(t *testing.T) {
-	e := openMem(t, vfs.NewMem())
-	defer e.Close()
-	mustNo(t, e.CreateContainer(1))
-	const rounds, size = 2000, 512
-	b := BlockID{Container: 1, Local: 1}
-	bd := &BlockData{ID: b, BytesPerChecksum: testBPC}
-	ch, err := writeChunk(e, b, 0, size)
-	mustNo(t, err)
-	bd.Chunks = append(bd.Chunks, ch)
-	bd.Length = size
-	for i := 1; i < rounds; i++ {
-		put := &BlockData{ID: b, BytesPerChecksum: testBPC, Length: bd.Length, Chunks: append([]ChunkInfo(nil), bd.Chunks...)}
-		var wg sync.WaitGroup
-		var werr, perr error
-		var next ChunkInfo
-		wg.Add(2)
-		go func() { defer wg.Done(); next, werr = writeChunk(e, b, uint64(i*size), size) }()
-		go func() { defer wg.Done(); perr = e.PutBlock(put, 0) }()
-		wg.Wait()
-		if werr != nil {
-			t.Fatalf("round %d: chunk write during a PutBlock of earlier chunks: %v", i, werr)
-		}
-		if perr != nil {
-			t.Fatalf("round %d: put: %v", i, perr)
-		}
-		bd.Chunks = append(bd.Chunks, next)
-		bd.Length += size
+	const size = 512
+	const written = 3 // chunks written (not committed) before the parked one
+	for commit := 1; commit <= written; commit++ {
+		t.Run(fmt.Sprintf("commit %d of %d", commit, written), func(t *testing.T) {
+			fs := vfs.NewMem()
+			e := openMem(t, fs)
+			defer e.Close()
+			mustNo(t, e.CreateContainer(1))
+			b := BlockID{Container: 1, Local: 1}
+			sizes := make([]int, written)
+			for i := range sizes {
+				sizes[i] = size
+			}
+			bd := writeBlock(t, e, b, sizes...)
+
+			parked, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			fs.InjectErrors(func(op vfs.Op) error {
+				if op.Kind == vfs.OpWrite && strings.HasSuffix(op.Path, ".blk") && op.Offset == written*size {
+					once.Do(func() { close(parked); <-release })
+				}
+				return nil
+			})
+			var next ChunkInfo
+			done := make(chan error)
+			go func() {
+				var err error
+				next, err = writeChunk(e, b, written*size, size)
+				done <- err
+			}()
+			<-parked // the later chunk is reserved and its pwrite is in progress
+			put := &BlockData{ID: b, BytesPerChecksum: testBPC, Length: uint64(commit * size), Chunks: bd.Chunks[:commit]}
+			mustNo(t, e.PutBlock(put, 0))
+			close(release)
+			if err := <-done; err != nil {
+				t.Fatalf("chunk write during a PutBlock of earlier chunks: %v", err)
+			}
+			fs.InjectErrors(nil)
+
+			bd.Chunks = append(bd.Chunks, next)
+			bd.Length += size
+			mustNo(t, e.PutBlock(bd, 0))
+			mustNo(t, e.Sync())
+			checkBlock(t, e, b, bd.Length)
+			e2 := openMem(t, fs.CrashClone(0, nil))
+			defer e2.Close()
+			checkBlock(t, e2, b, bd.Length)
+		})
 	}
-	mustNo(t, e.PutBlock(bd, 0))
-	checkBlock(t, e, b, bd.Length)
 }

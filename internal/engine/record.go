@@ -8,7 +8,8 @@ import (
 // On-disk records. Every record ends with the CRC32C of all bytes before it;
 // integers are little-endian, except Pebble keys, which are big-endian so that
 // iteration follows numeric order. The byte tables are in doc.go and
-// docs/FORMAT.md; keep the three in step.
+// docs/FORMAT.md; keep the three in step (record_golden_test.go pins the
+// documented examples byte for byte).
 
 const (
 	// recordVersion is the version of block records; container records

@@ -14,6 +14,11 @@ type byteBudget struct {
 	cond    *sync.Cond
 	used    int64
 	maxUsed int64
+
+	// parkHook, when set (tests only, before the budget is used), is
+	// called with mu held each time acquire is about to wait, so that a
+	// test knows a caller is waiting instead of hoping it got there.
+	parkHook func()
 }
 
 func newByteBudget(maxBytes int64) *byteBudget {
@@ -35,6 +40,9 @@ func (b *byteBudget) acquire(ctx context.Context, n int64) error {
 	for b.used > 0 && b.used+n > b.maxUsed {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if b.parkHook != nil {
+			b.parkHook()
 		}
 		b.cond.Wait()
 	}

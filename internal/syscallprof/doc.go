@@ -43,6 +43,10 @@
 // bounded by the input: one pass, lines longer than MaxLineBytes are noise
 // outside a table and an error inside one.
 //
-// Concurrency: functions are pure; a Profile is a plain value, safe to share
-// once returned.
+// Tests that run a live strace end through NoStrace when this machine has
+// none that may trace: a skip, or a failure under SPINDLE_REQUIRE_STRACE=1
+// (as CI runs them).
+//
+// Concurrency: functions are pure (NoStrace reads the environment); a
+// Profile is a plain value, safe to share once returned.
 package syscallprof

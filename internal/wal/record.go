@@ -55,7 +55,8 @@ func (t RecordType) String() string {
 	return fmt.Sprintf("RecordType(%d)", uint8(t))
 }
 
-// On-disk layout constants (see the package documentation for the tables).
+// On-disk layout constants (see the package documentation for the tables;
+// record_golden_test.go pins the bytes of docs/FORMAT.md §11.4).
 const (
 	// recordHeaderSize is the size of a record header; the payload follows.
 	recordHeaderSize = 48
