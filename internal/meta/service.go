@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
@@ -531,4 +532,24 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 // flight when it closes.
 func (s *Service) fullBytes() uint64 {
 	return s.cfg.ContainerSizeBytes - s.cfg.ContainerSizeBytes/10
+}
+
+// WALSyncs is the number of syncs of the store's write-ahead log since
+// Open. Concurrent synced batches share a sync (Pebble's group commit), so
+// commits per sync says how well commits are grouped.
+func (s *Service) WALSyncs() (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0, fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable)
+	}
+	h := s.db.Metrics().LogWriter.FsyncLatency
+	if h == nil {
+		return 0, errors.New("meta: the store reports no WAL sync histogram")
+	}
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		return 0, fmt.Errorf("meta: read the WAL sync histogram: %w", err)
+	}
+	return m.GetHistogram().GetSampleCount(), nil
 }
