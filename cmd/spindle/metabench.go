@@ -53,5 +53,6 @@ subdirectory); default: a temporary directory.`,
 	f.BoolVar(&cfg.NoBaseline, "no-baseline", false, "skip the fsync baseline")
 	f.DurationVar(&cfg.BaselineDuration, "baseline-duration", 5*time.Second, "bound of the fsync baseline")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the meta store at the end")
+	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the timed phase (meta service and clients: one process) here")
 	return cmd
 }

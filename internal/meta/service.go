@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -507,6 +508,9 @@ func del(b *pebble.Batch, k []byte) {
 	}
 }
 
+// bloomBitsPerKey sizes the store's Bloom filters (1 % false positives).
+const bloomBitsPerKey = 10
+
 // openStore opens (creating if needed) the Pebble store in dir/pebble,
 // every file operation through fs. Pebble syncs the entries of its own
 // directory, not the directories above it: dir and its missing parents are
@@ -516,7 +520,15 @@ func openStore(fs vfs.FS, dir string, log *slog.Logger) (*pebble.DB, error) {
 	if err := vfs.MkdirAllDurable(fs, dir); err != nil {
 		return nil, err
 	}
-	db, err := pebble.Open(filepath.Join(dir, "pebble"), &pebble.Options{FS: vfs.ToPebble(fs), Logger: pebbleLogger{log}})
+	opts := &pebble.Options{FS: vfs.ToPebble(fs), Logger: pebbleLogger{log}}
+	// Bloom filters: a key commit looks its key up under s.mu, and a new
+	// key is a miss that would otherwise read a block of every sstable
+	// level (21 µs of the lock per commit in bench meta without them, 8 %
+	// of its CPU; 15 µs with them).
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(bloomBitsPerKey)
+	}
+	db, err := pebble.Open(filepath.Join(dir, "pebble"), opts)
 	if err != nil {
 		return nil, fmt.Errorf("open store in %s: %w", dir, err)
 	}

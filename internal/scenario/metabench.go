@@ -62,6 +62,9 @@ type MetaBenchConfig struct {
 	BaselineDuration time.Duration
 	// Keep leaves the meta store in place.
 	Keep bool
+	// CPUProfile, when set, receives a CPU profile of the timed phase
+	// (this process: the meta service and its clients).
+	CPUProfile string
 	// Progress receives progress lines (nil: stderr when a terminal).
 	Progress io.Writer
 	// Logger for the meta service (nil: discard).
@@ -238,6 +241,13 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 	syncs0, err := srv.Service().WALSyncs()
 	if err != nil {
 		return out, fmt.Errorf("meta bench: %w", err)
+	}
+	if cfg.CPUProfile != "" {
+		stop, err := startCPUProfile(cfg.CPUProfile)
+		if err != nil {
+			return out, fmt.Errorf("meta bench: cpu profile: %w", err)
+		}
+		defer stop()
 	}
 	var next atomic.Int64
 	size := uint64(cfg.SizeBytes)
