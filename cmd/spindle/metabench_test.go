@@ -22,7 +22,7 @@ func TestBenchMeta(t *testing.T) {
 	if m["scenario"] != "meta" || num(t, m, "ops") != 40 || num(t, m, "bytes") != 40<<10 || num(t, m, "clients") != 4 {
 		t.Errorf("result %v", m)
 	}
-	for _, k := range []string{"seconds", "ops_per_s", "mb_per_s", "fsync_per_s", "ops_per_fsync", "wal_syncs", "commits_per_wal_sync"} {
+	for _, k := range []string{"seconds", "ops_per_s", "mb_per_s", "fsync_per_s", "ops_per_fsync", "wal_syncs", "commits_per_wal_sync", "wal_sync_us_mean"} {
 		if num(t, m, k) <= 0 {
 			t.Errorf("%s = %v, want > 0", k, m[k])
 		}

@@ -30,7 +30,7 @@ import (
 // order: durable advances only over a contiguous run of completions.
 type durability struct {
 	mu      sync.Mutex
-	cond    sync.Cond // L = &mu; broadcast when durable or err changes
+	cond    sync.Cond // L = &mu; broadcast when durable advances or err is set
 	durable uint64
 	synced  map[uint64]bool // completed batches above durable
 	// err is the first failed sync or apply. Sticky: no batch after it can
@@ -53,11 +53,15 @@ func (d *durability) complete(seq uint64, err error) {
 		return
 	}
 	d.synced[seq] = true
+	advanced := false
 	for d.synced[d.durable+1] {
 		delete(d.synced, d.durable+1)
 		d.durable++
+		advanced = true
 	}
-	d.cond.Broadcast()
+	if advanced { // waiters wait for durable (or err) only
+		d.cond.Broadcast()
+	}
 }
 
 func (d *durability) fail(err error) {

@@ -566,21 +566,23 @@ func (s *Service) fullBytes() uint64 {
 }
 
 // WALSyncs is the number of syncs of the store's write-ahead log since
-// Open. Concurrent synced batches share a sync (Pebble's group commit), so
-// commits per sync says how well commits are grouped.
-func (s *Service) WALSyncs() (uint64, error) {
+// Open and the time they took, in seconds. Concurrent synced batches share
+// a sync (Pebble's group commit), so commits per sync says how well
+// commits are grouped.
+func (s *Service) WALSyncs() (syncs uint64, seconds float64, err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return 0, fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable)
+		return 0, 0, fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable)
 	}
 	h := s.db.Metrics().LogWriter.FsyncLatency
 	if h == nil {
-		return 0, errors.New("meta: the store reports no WAL sync histogram")
+		return 0, 0, errors.New("meta: the store reports no WAL sync histogram")
 	}
 	var m dto.Metric
 	if err := h.Write(&m); err != nil {
-		return 0, fmt.Errorf("meta: read the WAL sync histogram: %w", err)
+		return 0, 0, fmt.Errorf("meta: read the WAL sync histogram: %w", err)
 	}
-	return m.GetHistogram().GetSampleCount(), nil
+	// Pebble observes each sync's time.Duration: nanoseconds.
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum() / 1e9, nil
 }

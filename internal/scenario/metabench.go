@@ -85,6 +85,9 @@ type MetaBenchResult struct {
 	// allocation and a key commit, two synced batches).
 	WALSyncs          uint64  `json:"wal_syncs"`
 	CommitsPerWALSync float64 `json:"commits_per_wal_sync"`
+	// WALSyncUsMean is the mean time of those syncs, µs (the raw fsync's
+	// is the baseline's latency).
+	WALSyncUsMean float64 `json:"wal_sync_us_mean"`
 }
 
 func (c *MetaBenchConfig) defaults() error {
@@ -238,7 +241,7 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 		return out, fmt.Errorf("meta bench: %w", err)
 	}
 
-	syncs0, err := srv.Service().WALSyncs()
+	syncs0, syncSeconds0, err := srv.Service().WALSyncs()
 	if err != nil {
 		return out, fmt.Errorf("meta bench: %w", err)
 	}
@@ -278,7 +281,7 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 	if stats.Ops == 0 {
 		return out, errors.New("meta bench: no key committed in the time given")
 	}
-	syncs1, err := srv.Service().WALSyncs()
+	syncs1, syncSeconds1, err := srv.Service().WALSyncs()
 	if err != nil {
 		return out, fmt.Errorf("meta bench: %w", err)
 	}
@@ -300,6 +303,7 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 	out = MetaBenchResult{Result: res, Clients: cfg.Clients, WALSyncs: syncs1 - syncs0}
 	if out.WALSyncs > 0 {
 		out.CommitsPerWALSync = round3(2 * float64(stats.Ops) / float64(out.WALSyncs))
+		out.WALSyncUsMean = round3((syncSeconds1 - syncSeconds0) * 1e6 / float64(out.WALSyncs))
 	}
 	if !cfg.NoBaseline {
 		base, err := bench.RunBaseline(ctx, bench.BaselineConfig{
