@@ -16,7 +16,7 @@ const jsonFlag = "json"
 
 // newBenchCmd returns the parent of all load generators. Scenarios are
 // added here (chunk-write, follower-append, teragen, queue-dirs,
-// rereplicate, ...); each prints its result with printResult.
+// rereplicate, meta, ...); each prints its result with printResult.
 func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -25,7 +25,7 @@ func newBenchCmd() *cobra.Command {
 	}
 	cmd.PersistentFlags().Bool(jsonFlag, false, "print the result as one line of JSON on stdout")
 	cmd.AddCommand(newBenchBaselineCmd(), newBenchChunkWriteCmd(), newBenchFollowerAppendCmd(), newBenchQueueDirsCmd(),
-		newBenchTeraGenCmd(), newBenchKeyWriteCmd(), newBenchKeyReadCmd(), newBenchRereplicateCmd())
+		newBenchTeraGenCmd(), newBenchKeyWriteCmd(), newBenchKeyReadCmd(), newBenchRereplicateCmd(), newBenchMetaCmd())
 	return cmd
 }
 

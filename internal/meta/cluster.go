@@ -111,24 +111,24 @@ func (s *Service) Heartbeat(hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, 
 	if err := hb.Validate(); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.usable(); err != nil {
-		return nil, err
-	}
+	return mutate(s, func() (*metaapi.HeartbeatResponse, *pebble.Batch, error) { return s.heartbeatLocked(hb) })
+}
+
+// heartbeatLocked is Heartbeat, validated, under s.mu.
+func (s *Service) heartbeatLocked(hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, *pebble.Batch, error) {
 	now := s.cfg.Now()
 	id, known := s.byUUID[hb.UUID]
 	switch {
 	case hb.NodeID == 0 && !known:
 		if s.ctr.NextNode > MaxNodeID {
-			return nil, fmt.Errorf("meta: cannot register datanode %s: all %d node IDs are taken", hb.UUID, MaxNodeID)
+			return nil, nil, fmt.Errorf("meta: cannot register datanode %s: all %d node IDs are taken", hb.UUID, MaxNodeID)
 		}
 	case hb.NodeID == 0:
 		// A known UUID always gets its ID back.
 	case !known:
-		return nil, fmt.Errorf("%w: datanode %s claims node ID %d, but no datanode with that UUID is registered here (a different meta service, or its directory was lost)", metaapi.ErrInvalid, hb.UUID, hb.NodeID)
+		return nil, nil, fmt.Errorf("%w: datanode %s claims node ID %d, but no datanode with that UUID is registered here (a different meta service, or its directory was lost)", metaapi.ErrInvalid, hb.UUID, hb.NodeID)
 	case id != hb.NodeID:
-		return nil, fmt.Errorf("%w: datanode %s claims node ID %d, but it is registered as node %d", metaapi.ErrInvalid, hb.UUID, hb.NodeID, id)
+		return nil, nil, fmt.Errorf("%w: datanode %s claims node ID %d, but it is registered as node %d", metaapi.ErrInvalid, hb.UUID, hb.NodeID, id)
 	}
 	// Valid: from here on the heartbeat is applied.
 	b := s.db.NewBatch()
@@ -220,10 +220,7 @@ func (s *Service) Heartbeat(hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, 
 		}
 	}
 	s.ackDeletes(b, id, hb.DeletedBlocks, now)
-	if err := s.commit(b); err != nil {
-		return nil, err
-	}
-	return &metaapi.HeartbeatResponse{NodeID: id, Commands: s.commandsFor(n, now), Peers: s.peersOf(n)}, nil
+	return &metaapi.HeartbeatResponse{NodeID: id, Commands: s.commandsFor(n, now), Peers: s.peersOf(n)}, b, nil
 }
 
 // peersOf lists the current address of every other member of the
@@ -408,11 +405,12 @@ func (s *Service) createPipelines(b *pebble.Batch, now time.Time) {
 // mode, copies settled and scheduled). Start runs it every TickInterval;
 // tests call it.
 func (s *Service) Tick() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.usable(); err != nil {
-		return err
-	}
+	_, err := mutate(s, func() (struct{}, *pebble.Batch, error) { return struct{}{}, s.tickLocked(), nil })
+	return err
+}
+
+// tickLocked is Tick under s.mu; it returns the batch of its changes.
+func (s *Service) tickLocked() *pebble.Batch {
 	now := s.cfg.Now()
 	b := s.db.NewBatch()
 	for _, id := range s.sortedNodes() {
@@ -444,7 +442,7 @@ func (s *Service) Tick() error {
 	s.expireAllocations(b, now)
 	s.dropExhaustedDeletes(b, now)
 	s.replicate(now)
-	return s.commit(b)
+	return b
 }
 
 // closePipeline marks p CLOSED and its OPEN containers CLOSING.

@@ -239,25 +239,59 @@
 // # Invariants
 //
 //   - Every change a response depends on is in Pebble, synced, before the
-//     response is sent; one request's changes are one batch.
+//     response is sent — read-only responses included: a response waits
+//     until every batch applied when its request looked at the state is
+//     synced; one request's changes are one batch.
 //   - A malformed request (ErrInvalid) changes nothing: validation comes
 //     before any change, in memory or on disk.
 //   - IDs (node, pipeline, container, local block) are never handed out
 //     twice: counters are persisted in the batch that uses them.
 //   - A committed key's blocks are never scheduled for deletion while the
 //     key references them; a block is committed at most once.
-//   - A failed Pebble commit fails the service: memory may then be ahead
-//     of the store, so every later request is refused.
+//   - A failed Pebble commit or WAL sync fails the service for good:
+//     memory may then be ahead of the store, so the requests waiting on
+//     that batch or a later one get an error and every later request is
+//     refused, even once the disk works again (restart to recover: the
+//     store then holds exactly the synced batches).
 //
 // # Concurrency
 //
-// A Service is safe for concurrent use. One RWMutex guards all state:
-// changes (heartbeats, allocations, commits, deletions, Tick, leaving
-// safe mode) hold it for writing across their synced Pebble commit, so a
-// reader (which holds it for reading) never sees a change that is not
-// durable. The replication manager's state is memory only and changes
-// under the write lock too (Tick, Heartbeat, ExitSafeMode). Reads of keys go
-// to Pebble under the read lock. Start runs one goroutine for the HTTP
-// server (plus its connections) and one that calls Tick every
-// TickInterval; Close stops both before closing the store.
+// A Service is safe for concurrent use. One RWMutex (s.mu) guards all
+// in-memory state; it is never held across an fsync. A change (heartbeat,
+// allocation, commit, deletion, Tick, leaving safe mode) holds it for
+// writing while it validates, changes memory and builds its batch, then,
+// still under it, applies the batch to Pebble without waiting for the WAL
+// sync (DB.ApplyNoSyncWait: Pebble's order of batches is s.mu's order, so
+// the store is always a prefix of memory) and takes the next batch
+// sequence. It then releases s.mu and waits for its batch's sync; Pebble
+// syncs together every batch that queued up meanwhile (group commit), so
+// N concurrent requests cost about one fsync, not N. Readers hold s.mu for
+// reading. Every response — a change's or a read's, an error included —
+// is sent only once every batch up to the sequence its request saw is
+// synced (a contiguous frontier, commit.go): a client never acts on state
+// that a crash could undo. The /metrics gauges are the exception: they
+// may show a change whose sync is under way. A failed sync fails the
+// service (sticky, see Invariants). Close waits for the syncs under way.
+// Batches applied and not yet synced are bounded by Pebble's commit
+// pipeline (ApplyNoSyncWait blocks beyond record.SyncConcurrency) and by
+// the requests in flight.
+//
+// Namespace and cluster manager share s.mu: an allocation reads pipelines
+// and node health and changes a container and the allocation records, a
+// commit changes allocations, containers and buckets, so both would need
+// both locks; with the fsync outside it, s.mu is held for microseconds of
+// memory work per request.
+//
+// The replication manager's state is memory only and changes under the
+// write lock too (Tick, Heartbeat, ExitSafeMode). Reads of keys go to
+// Pebble under the read lock. Start runs one goroutine for the HTTP server
+// (plus its connections) and one that calls Tick every TickInterval; Close
+// stops both before closing the store.
+//
+// # Filesystem
+//
+// The store does all its file operations through Config.FS (internal/vfs;
+// the OS by default), so that tests run it on the crashable MemFS and
+// inject faults. Open creates Dir durably and syncs it once the store
+// exists (Pebble syncs only its own directory).
 package meta

@@ -17,22 +17,16 @@ func (s *Service) CreateBucket(name string) (*metaapi.Bucket, error) {
 	if err := metaapi.ValidBucket(name); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.usable(); err != nil {
-		return nil, err
-	}
-	if _, ok := s.buckets[name]; ok {
-		return nil, fmt.Errorf("%w: bucket %s", metaapi.ErrExists, name)
-	}
-	rec := bucketRecord{Created: s.cfg.Now()}
-	b := s.db.NewBatch()
-	set(b, bucketKey(name), rec.encode())
-	s.buckets[name] = rec
-	if err := s.commit(b); err != nil {
-		return nil, err
-	}
-	return bucketView(name, rec), nil
+	return mutate(s, func() (*metaapi.Bucket, *pebble.Batch, error) {
+		if _, ok := s.buckets[name]; ok {
+			return nil, nil, fmt.Errorf("%w: bucket %s", metaapi.ErrExists, name)
+		}
+		rec := bucketRecord{Created: s.cfg.Now()}
+		b := s.db.NewBatch()
+		set(b, bucketKey(name), rec.encode())
+		s.buckets[name] = rec
+		return bucketView(name, rec), b, nil
+	})
 }
 
 func bucketView(name string, r bucketRecord) *metaapi.Bucket {
@@ -41,16 +35,13 @@ func bucketView(name string, r bucketRecord) *metaapi.Bucket {
 
 // ListBuckets lists every bucket by name.
 func (s *Service) ListBuckets() (*metaapi.BucketList, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if err := s.usable(); err != nil {
-		return nil, err
-	}
-	l := &metaapi.BucketList{Buckets: []metaapi.Bucket{}}
-	for _, name := range slices.Sorted(maps.Keys(s.buckets)) {
-		l.Buckets = append(l.Buckets, *bucketView(name, s.buckets[name]))
-	}
-	return l, nil
+	return read(s, func() (*metaapi.BucketList, error) {
+		l := &metaapi.BucketList{Buckets: []metaapi.Bucket{}}
+		for _, name := range slices.Sorted(maps.Keys(s.buckets)) {
+			l.Buckets = append(l.Buckets, *bucketView(name, s.buckets[name]))
+		}
+		return l, nil
+	})
 }
 
 // DeleteBucket deletes an empty bucket (ErrNotEmpty if it has keys).
@@ -58,31 +49,29 @@ func (s *Service) DeleteBucket(name string) error {
 	if err := metaapi.ValidBucket(name); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.usable(); err != nil {
-		return err
-	}
-	rec, ok := s.buckets[name]
-	if !ok {
-		return fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, name)
-	}
-	if rec.Keys > 0 {
-		return fmt.Errorf("%w: bucket %s holds %d keys", metaapi.ErrNotEmpty, name, rec.Keys)
-	}
-	// The count and the keys are written in the same batches; check the
-	// keys themselves anyway, cheaply.
-	first, err := s.firstKey(name)
-	if err != nil {
-		return err
-	}
-	if first != "" {
-		panic(fmt.Sprintf("meta: bucket %s counts 0 keys but holds key %q", name, first))
-	}
-	b := s.db.NewBatch()
-	del(b, bucketKey(name))
-	delete(s.buckets, name)
-	return s.commit(b)
+	_, err := mutate(s, func() (struct{}, *pebble.Batch, error) {
+		rec, ok := s.buckets[name]
+		if !ok {
+			return struct{}{}, nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, name)
+		}
+		if rec.Keys > 0 {
+			return struct{}{}, nil, fmt.Errorf("%w: bucket %s holds %d keys", metaapi.ErrNotEmpty, name, rec.Keys)
+		}
+		// The count and the keys are written in the same batches; check the
+		// keys themselves anyway, cheaply.
+		first, err := s.firstKey(name)
+		if err != nil {
+			return struct{}{}, nil, err
+		}
+		if first != "" {
+			panic(fmt.Sprintf("meta: bucket %s counts 0 keys but holds key %q", name, first))
+		}
+		b := s.db.NewBatch()
+		del(b, bucketKey(name))
+		delete(s.buckets, name)
+		return struct{}{}, b, nil
+	})
+	return err
 }
 
 func (s *Service) firstKey(bucket string) (string, error) {
@@ -133,13 +122,17 @@ func (s *Service) allocatable(p *pipelineState, now time.Time) bool {
 // recorded with its time so that it can be committed once, or deleted
 // after AllocationGrace.
 func (s *Service) Allocate(req *metaapi.AllocateRequest) (*metaapi.AllocateResponse, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.usable(); err != nil {
-		return nil, err
+	resp, err := mutate(s, func() (*metaapi.AllocateResponse, *pebble.Batch, error) { return s.allocateLocked(req) })
+	if err == nil {
+		s.metrics.allocations.Inc()
 	}
+	return resp, err
+}
+
+// allocateLocked is Allocate under s.mu.
+func (s *Service) allocateLocked(req *metaapi.AllocateRequest) (*metaapi.AllocateResponse, *pebble.Batch, error) {
 	if _, err := s.bucketOf(req.Bucket, req.Key); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	now := s.cfg.Now()
 	var cands []*pipelineState
@@ -161,7 +154,7 @@ func (s *Service) Allocate(req *metaapi.AllocateRequest) (*metaapi.AllocateRespo
 				open++
 			}
 		}
-		return nil, fmt.Errorf("%w: %d healthy datanodes (%d needed for a pipeline), %d open pipelines, %d excluded by the client",
+		return nil, nil, fmt.Errorf("%w: %d healthy datanodes (%d needed for a pipeline), %d open pipelines, %d excluded by the client",
 			metaapi.ErrNoPipeline, healthy, PipelineSize, open, len(req.ExcludePipelines))
 	}
 	p := cands[s.rr%uint64(len(cands))]
@@ -196,14 +189,10 @@ func (s *Service) Allocate(req *metaapi.AllocateRequest) (*metaapi.AllocateRespo
 	a := allocRecord{Allocated: now, Bucket: req.Bucket, Key: req.Key}
 	set(b, blockKey(prefixAlloc, ref.container, ref.local), a.encode())
 	s.allocs[ref] = a
-	if err := s.commit(b); err != nil {
-		return nil, err
-	}
-	s.metrics.allocations.Inc()
 	return &metaapi.AllocateResponse{
 		Block:    metaapi.BlockRef{Container: ref.container, Local: ref.local},
 		Pipeline: *s.pipelineView(p, now),
-	}, nil
+	}, b, nil
 }
 
 // getKey reads a key record (ok false: no such key).
@@ -249,36 +238,40 @@ func (s *Service) CommitKey(bucket, key string, ck *metaapi.CommitKey) (*metaapi
 	if sum != ck.Size {
 		return nil, fmt.Errorf("%w: the blocks hold %d bytes, size says %d", metaapi.ErrInvalid, sum, ck.Size)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.usable(); err != nil {
-		return nil, err
+	ki, err := mutate(s, func() (*metaapi.KeyInfo, *pebble.Batch, error) { return s.commitKeyLocked(bucket, key, ck) })
+	if err == nil {
+		s.metrics.commits.Inc()
 	}
+	return ki, err
+}
+
+// commitKeyLocked is CommitKey, validated, under s.mu.
+func (s *Service) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (*metaapi.KeyInfo, *pebble.Batch, error) {
 	brec, err := s.bucketOf(bucket, key)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	old, exists, err := s.getKey(bucket, key)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	now := s.cfg.Now()
 	if exists && sameVersion(old, ck) {
-		return s.keyInfo(bucket, key, old, now), nil // a retried commit
+		return s.keyInfo(bucket, key, old, now), nil, nil // a retried commit
 	}
 	rec := keyRecord{Size: ck.Size, CRC32C: ck.CRC32C, Created: now, Blocks: make([]storedBlock, 0, len(ck.Blocks))}
 	for _, kb := range ck.Blocks {
 		ref := blockRef{kb.Container, kb.Local}
 		a, ok := s.allocs[ref]
 		if !ok {
-			return nil, fmt.Errorf("%w: block %d/%d was not allocated by this meta service, or was committed already, or its allocation expired", metaapi.ErrInvalid, kb.Container, kb.Local)
+			return nil, nil, fmt.Errorf("%w: block %d/%d was not allocated by this meta service, or was committed already, or its allocation expired", metaapi.ErrInvalid, kb.Container, kb.Local)
 		}
 		if a.Bucket != bucket || a.Key != key {
-			return nil, fmt.Errorf("%w: block %d/%d was allocated for %s/%s, not %s/%s", metaapi.ErrInvalid, kb.Container, kb.Local, a.Bucket, a.Key, bucket, key)
+			return nil, nil, fmt.Errorf("%w: block %d/%d was allocated for %s/%s, not %s/%s", metaapi.ErrInvalid, kb.Container, kb.Local, a.Bucket, a.Key, bucket, key)
 		}
 		c := s.containers[kb.Container]
 		if kb.Pipeline != 0 && kb.Pipeline != c.rec.Pipeline {
-			return nil, fmt.Errorf("%w: block %d/%d is in pipeline %d, not %d", metaapi.ErrInvalid, kb.Container, kb.Local, c.rec.Pipeline, kb.Pipeline)
+			return nil, nil, fmt.Errorf("%w: block %d/%d is in pipeline %d, not %d", metaapi.ErrInvalid, kb.Container, kb.Local, c.rec.Pipeline, kb.Pipeline)
 		}
 		rec.Blocks = append(rec.Blocks, storedBlock{Container: kb.Container, Local: kb.Local, Pipeline: c.rec.Pipeline, Length: kb.Length})
 	}
@@ -312,11 +305,7 @@ func (s *Service) CommitKey(bucket, key string, ck *metaapi.CommitKey) (*metaapi
 	brec.Bytes += rec.Size
 	set(b, bucketKey(bucket), brec.encode())
 	s.buckets[bucket] = brec
-	if err := s.commit(b); err != nil {
-		return nil, err
-	}
-	s.metrics.commits.Inc()
-	return s.keyInfo(bucket, key, rec, now), nil
+	return s.keyInfo(bucket, key, rec, now), b, nil
 }
 
 func sameVersion(old keyRecord, ck *metaapi.CommitKey) bool {
@@ -353,53 +342,48 @@ func (s *Service) keyInfo(bucket, key string, rec keyRecord, now time.Time) *met
 
 // GetKey returns a committed key with its blocks and their replicas.
 func (s *Service) GetKey(bucket, key string) (*metaapi.KeyInfo, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if err := s.usable(); err != nil {
-		return nil, err
-	}
-	if _, err := s.bucketOf(bucket, key); err != nil {
-		return nil, err
-	}
-	rec, ok, err := s.getKey(bucket, key)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, fmt.Errorf("%w: key %s/%s", metaapi.ErrNotFound, bucket, key)
-	}
-	return s.keyInfo(bucket, key, rec, s.cfg.Now()), nil
+	return read(s, func() (*metaapi.KeyInfo, error) {
+		if _, err := s.bucketOf(bucket, key); err != nil {
+			return nil, err
+		}
+		rec, ok, err := s.getKey(bucket, key)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("%w: key %s/%s", metaapi.ErrNotFound, bucket, key)
+		}
+		return s.keyInfo(bucket, key, rec, s.cfg.Now()), nil
+	})
 }
 
 // DeleteKey removes a key; its blocks are scheduled for deletion.
 func (s *Service) DeleteKey(bucket, key string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.usable(); err != nil {
-		return err
-	}
-	brec, err := s.bucketOf(bucket, key)
-	if err != nil {
-		return err
-	}
-	rec, ok, err := s.getKey(bucket, key)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("%w: key %s/%s", metaapi.ErrNotFound, bucket, key)
-	}
-	now := s.cfg.Now()
-	b := s.db.NewBatch()
-	del(b, objectKey(bucket, key))
-	for _, sb := range rec.Blocks {
-		s.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonDeleted, now)
-	}
-	brec.Keys--
-	brec.Bytes -= rec.Size
-	set(b, bucketKey(bucket), brec.encode())
-	s.buckets[bucket] = brec
-	return s.commit(b)
+	_, err := mutate(s, func() (struct{}, *pebble.Batch, error) {
+		brec, err := s.bucketOf(bucket, key)
+		if err != nil {
+			return struct{}{}, nil, err
+		}
+		rec, ok, err := s.getKey(bucket, key)
+		if err != nil {
+			return struct{}{}, nil, err
+		}
+		if !ok {
+			return struct{}{}, nil, fmt.Errorf("%w: key %s/%s", metaapi.ErrNotFound, bucket, key)
+		}
+		now := s.cfg.Now()
+		b := s.db.NewBatch()
+		del(b, objectKey(bucket, key))
+		for _, sb := range rec.Blocks {
+			s.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonDeleted, now)
+		}
+		brec.Keys--
+		brec.Bytes -= rec.Size
+		set(b, bucketKey(bucket), brec.encode())
+		s.buckets[bucket] = brec
+		return struct{}{}, b, nil
+	})
+	return err
 }
 
 // ListOptions select a page of a listing.
@@ -425,11 +409,11 @@ func (s *Service) List(bucket string, o ListOptions) (*metaapi.KeyList, error) {
 	if len(o.Prefix) > maxKeyBytes || len(o.StartAfter) > maxKeyBytes {
 		return nil, fmt.Errorf("%w: prefix or start_after longer than %d bytes", metaapi.ErrInvalid, maxKeyBytes)
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if err := s.usable(); err != nil {
-		return nil, err
-	}
+	return read(s, func() (*metaapi.KeyList, error) { return s.listLocked(bucket, o) })
+}
+
+// listLocked is List, validated, under s.mu.
+func (s *Service) listLocked(bucket string, o ListOptions) (*metaapi.KeyList, error) {
 	if _, ok := s.buckets[bucket]; !ok {
 		return nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, bucket)
 	}

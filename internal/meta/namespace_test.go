@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -353,13 +355,14 @@ func TestDeleteDelivery(t *testing.T) {
 	// as 2,500 allocations would cost as many syncs) take 3 heartbeats.
 	leader.noAck = false
 	cid := ki.Blocks[0].Container
-	c.s.mu.Lock()
-	b := c.s.db.NewBatch()
-	for l := uint64(1000); l < 3500; l++ {
-		c.s.scheduleDelete(b, blockRef{cid, l}, reasonDeleted, c.clk.Now())
-	}
-	mustNo(t, c.s.commit(b))
-	c.s.mu.Unlock()
+	_, err := mutate(c.s, func() (struct{}, *pebble.Batch, error) {
+		b := c.s.db.NewBatch()
+		for l := uint64(1000); l < 3500; l++ {
+			c.s.scheduleDelete(b, blockRef{cid, l}, reasonDeleted, c.clk.Now())
+		}
+		return struct{}{}, b, nil
+	})
+	mustNo(t, err)
 	for round := 0; c.s.nDeletes > 0; round++ {
 		if round > 3 {
 			t.Fatalf("%d deletions left after %d heartbeats", c.s.nDeletes, round)

@@ -37,14 +37,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/vfs"
 )
 
 // offlineBatchBytes bounds one unsynced batch of the offline writer.
@@ -90,12 +89,9 @@ func CreateOffline(dir string) (*OfflineWriter, error) {
 	if dir == "" {
 		return nil, errors.New("meta: offline: no directory")
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("meta: offline: %w", err)
-	}
-	db, err := pebble.Open(filepath.Join(dir, "pebble"), &pebble.Options{Logger: pebbleLogger{slog.Default()}})
+	db, err := openStore(vfs.Default, dir, slog.Default())
 	if err != nil {
-		return nil, fmt.Errorf("meta: offline: open store in %s: %w", dir, err)
+		return nil, fmt.Errorf("meta: offline: %w", err)
 	}
 	it, err := db.NewIter(nil)
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -775,30 +777,22 @@ func (s *Service) underReplicated(idx map[uint64][]uint64) (under, unrecoverable
 
 // Replication is the replication manager's state (GET /v1/replication).
 func (s *Service) Replication() (*metaapi.ReplicationStatus, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if err := s.usable(); err != nil {
-		return nil, err
-	}
-	return s.replicationStatus(s.cfg.Now()), nil
+	return read(s, func() (*metaapi.ReplicationStatus, error) { return s.replicationStatus(s.cfg.Now()), nil })
 }
 
 // ExitSafeMode leaves safe mode now, whatever the reports (an operator's
 // decision, logged); replication decisions start at the next Tick. Once
 // out of safe mode the service stays out until it restarts.
 func (s *Service) ExitSafeMode() (*metaapi.ReplicationStatus, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.usable(); err != nil {
-		return nil, err
-	}
-	now := s.cfg.Now()
-	if s.repl.safeMode {
-		why := s.safeModeReason(s.replicaIndex(now))
-		s.repl.safeMode, s.repl.forced = false, true
-		s.log.Warn("safe mode exited by the operator; replication decisions start", "was_waiting_for", why)
-	}
-	return s.replicationStatus(now), nil
+	return mutate(s, func() (*metaapi.ReplicationStatus, *pebble.Batch, error) {
+		now := s.cfg.Now()
+		if s.repl.safeMode {
+			why := s.safeModeReason(s.replicaIndex(now))
+			s.repl.safeMode, s.repl.forced = false, true
+			s.log.Warn("safe mode exited by the operator; replication decisions start", "was_waiting_for", why)
+		}
+		return s.replicationStatus(now), nil, nil
+	})
 }
 
 // readMembers lists where the replicas of container cid (of pipeline p)

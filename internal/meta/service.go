@@ -4,14 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/vfs"
 )
 
 const (
@@ -72,6 +74,9 @@ const (
 type Config struct {
 	// Dir holds the Pebble store (created if missing).
 	Dir string
+	// FS is the filesystem of the store (default vfs.Default, the OS);
+	// tests give a vfs.MemFS to crash it or inject faults.
+	FS vfs.FS
 	// Listen is the HTTP address of Start/Run (default 127.0.0.1:0).
 	Listen string
 	// ReadyFile, when set, receives "ADDR\nPID\n" once Run serves.
@@ -193,6 +198,9 @@ func (c *Config) setDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.FS == nil {
+		c.FS = vfs.Default
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -268,10 +276,18 @@ type Service struct {
 	started time.Time
 	metrics *metrics
 
+	// awaitHook, when set (tests, before any request), is called by every
+	// request once it has released s.mu and before it waits for
+	// durability; own says whether it applied a batch of its own.
+	awaitHook func(own bool)
+	// dur says which applied batches are durable, and holds the sticky
+	// failure of the store (commit.go). It has its own lock.
+	dur durability
+
 	mu sync.RWMutex
-	// failed is set when a Pebble commit fails: memory may then be ahead
-	// of the store, so every later request is refused.
-	failed     error
+	// applied is the sequence of the last batch applied to the store
+	// (commit.go).
+	applied    uint64
 	closed     bool
 	ctr        counters
 	nodes      map[uint64]*node
@@ -293,13 +309,10 @@ func Open(cfg Config) (*Service, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("meta: %w", err)
-	}
 	log := cfg.Logger.With("component", "meta")
-	db, err := pebble.Open(filepath.Join(cfg.Dir, "pebble"), &pebble.Options{Logger: pebbleLogger{log}})
+	db, err := openStore(cfg.FS, cfg.Dir, log)
 	if err != nil {
-		return nil, fmt.Errorf("meta: open store in %s: %w", cfg.Dir, err)
+		return nil, fmt.Errorf("meta: %w", err)
 	}
 	s := &Service{
 		cfg: cfg, log: log, db: db, started: cfg.Now(),
@@ -308,6 +321,7 @@ func Open(cfg Config) (*Service, error) {
 		buckets: map[string]bucketRecord{}, allocs: map[blockRef]allocRecord{},
 		deletes: map[uint64]map[uint64]*pendingDelete{}, repl: newReplication(&cfg),
 	}
+	s.dur.init()
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("meta: load %s: %w", cfg.Dir, err)
@@ -326,6 +340,9 @@ func (s *Service) Close() error {
 		return nil
 	}
 	s.closed = true
+	// Batches applied and not yet synced belong to requests waiting
+	// outside s.mu; their syncs end (or fail) without it.
+	_ = s.dur.wait(s.applied)
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("meta: close store: %w", err)
 	}
@@ -489,24 +506,8 @@ func (s *Service) usable() error {
 	if s.closed {
 		return fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable)
 	}
-	if s.failed != nil {
-		return fmt.Errorf("meta: store failed earlier, refusing requests: %w", s.failed)
-	}
-	return nil
-}
-
-// commit writes b synced. A failure fails the service: the caller has
-// already changed memory, which is now ahead of the store. Callers hold
-// s.mu for writing.
-func (s *Service) commit(b *pebble.Batch) error {
-	defer b.Close()
-	if b.Empty() {
-		return nil
-	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		s.failed = err
-		s.log.Error("meta store commit failed; refusing every later request", "err", err)
-		return fmt.Errorf("meta: store commit: %w", err)
+	if err := s.dur.failure(); err != nil {
+		return fmt.Errorf("meta: store failed earlier, refusing requests: %w", err)
 	}
 	return nil
 }
@@ -522,6 +523,37 @@ func del(b *pebble.Batch, k []byte) {
 	if err := b.Delete(k, nil); err != nil {
 		panic(fmt.Sprintf("meta: batch delete: %v", err))
 	}
+}
+
+// bloomBitsPerKey sizes the store's Bloom filters (1 % false positives).
+const bloomBitsPerKey = 10
+
+// openStore opens (creating if needed) the Pebble store in dir/pebble,
+// every file operation through fs. Pebble syncs the entries of its own
+// directory, not the directories above it: dir and its missing parents are
+// created durably and dir is synced once the store exists, so that a power
+// loss right after the first acknowledged commit keeps the store.
+func openStore(fs vfs.FS, dir string, log *slog.Logger) (*pebble.DB, error) {
+	if err := vfs.MkdirAllDurable(fs, dir); err != nil {
+		return nil, err
+	}
+	opts := &pebble.Options{FS: vfs.ToPebble(fs), Logger: pebbleLogger{log}}
+	// Bloom filters: a key commit looks its key up under s.mu, and a new
+	// key is a miss that would otherwise read a block of every sstable
+	// level (21 µs of the lock per commit in bench meta without them, 8 %
+	// of its CPU; 15 µs with them).
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(bloomBitsPerKey)
+	}
+	db, err := pebble.Open(filepath.Join(dir, "pebble"), opts)
+	if err != nil {
+		return nil, fmt.Errorf("open store in %s: %w", dir, err)
+	}
+	if err := fs.SyncDir(dir); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store in %s: %w", dir, err)
+	}
+	return db, nil
 }
 
 // pebbleLogger routes Pebble's logs to slog; Fatalf panics (the default
@@ -548,4 +580,26 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 // flight when it closes.
 func (s *Service) fullBytes() uint64 {
 	return s.cfg.ContainerSizeBytes - s.cfg.ContainerSizeBytes/10
+}
+
+// WALSyncs is the number of syncs of the store's write-ahead log since
+// Open and the time they took, in seconds. Concurrent synced batches share
+// a sync (Pebble's group commit), so commits per sync says how well
+// commits are grouped.
+func (s *Service) WALSyncs() (syncs uint64, seconds float64, err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0, 0, fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable)
+	}
+	h := s.db.Metrics().LogWriter.FsyncLatency
+	if h == nil {
+		return 0, 0, errors.New("meta: the store reports no WAL sync histogram")
+	}
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		return 0, 0, fmt.Errorf("meta: read the WAL sync histogram: %w", err)
+	}
+	// Pebble observes each sync's time.Duration: nanoseconds.
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum() / 1e9, nil
 }

@@ -12,7 +12,10 @@
 //     (internal/keyclient) on a whole cluster, either an embedded
 //     `spindle server` started in a directory of the bench (ClusterConfig.Dir)
 //     or a running cluster (ClusterConfig.Meta); teragen writes Hadoop
-//     TeraGen's rows (internal/teragen) from N writers (seed 001).
+//     TeraGen's rows (internal/teragen) from N writers (seed 001);
+//   - meta: allocations and key commits through the meta service's HTTP
+//     API by N clients (internal/meta in this process, datanodes as
+//     heartbeats only), next to the disk's fsync rate.
 //
 // Invariants: every scenario is bounded in time and in operations, and in
 // the disk space it uses; every figure it reports was measured in this run;
