@@ -46,7 +46,12 @@
 // Allocation picks, round robin, an OPEN pipeline whose members are all
 // HEALTHY and report it (a member not heard from since the start counts
 // as serving it, as before the restart), skipping the pipelines the
-// client excludes; none: NO_PIPELINE.
+// client excludes; when there is none, an OPEN pipeline with a raft
+// majority of its members HEALTHY and serving it and none DEAD (a member
+// just killed is STALE for a while: its pipeline's quorum still commits,
+// fsynced on each member of it; spindle_meta_degraded_allocations_total);
+// none: NO_PIPELINE. A node reporting less than MinAvailableBytes
+// available gets no new pipeline and its OPEN ones are closed.
 //
 // # Replicas of a CLOSED container
 //

@@ -10,19 +10,22 @@ import (
 // metrics are the service's Prometheus metrics, in a registry of its own
 // (several services in one process, as in tests, do not collide).
 type metrics struct {
-	reg              *prometheus.Registry
-	heartbeats       prometheus.Counter
-	replicaFailures  prometheus.Counter
-	membersBehind    prometheus.Counter
-	registrations    prometheus.Counter
-	allocations      prometheus.Counter
-	commits          prometheus.Counter
-	commands         prometheus.Counter
-	deletesScheduled *prometheus.CounterVec
-	deletesDelivered prometheus.Counter
-	deletesAcked     prometheus.Counter
-	deletesDropped   prometheus.Counter
-	requests         *prometheus.HistogramVec
+	reg             *prometheus.Registry
+	heartbeats      prometheus.Counter
+	replicaFailures prometheus.Counter
+	membersBehind   prometheus.Counter
+	// degradedAllocations: blocks allocated on a pipeline with a member
+	// STALE because no pipeline had every member HEALTHY.
+	degradedAllocations prometheus.Counter
+	registrations       prometheus.Counter
+	allocations         prometheus.Counter
+	commits             prometheus.Counter
+	commands            prometheus.Counter
+	deletesScheduled    *prometheus.CounterVec
+	deletesDelivered    prometheus.Counter
+	deletesAcked        prometheus.Counter
+	deletesDropped      prometheus.Counter
+	requests            *prometheus.HistogramVec
 }
 
 func newMetrics(s *Service) *metrics {
@@ -32,6 +35,8 @@ func newMetrics(s *Service) *metrics {
 			Help: "Datanode heartbeats accepted."}),
 		replicaFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_meta_replica_failures_total",
 			Help: "Pipelines closed because a member reported its replica failed."}),
+		degradedAllocations: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_meta_degraded_allocations_total",
+			Help: "Blocks allocated on a pipeline with a STALE member (a raft majority HEALTHY) because no pipeline had every member HEALTHY."}),
 		membersBehind: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_meta_members_behind_total",
 			Help: "Pipeline members reported by their leader as behind its compacted log (their replicas are replaced by copies)."}),
 		registrations: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_meta_registrations_total",
@@ -57,7 +62,7 @@ func newMetrics(s *Service) *metrics {
 	for _, r := range []string{"replaced", "deleted", "expired"} {
 		m.deletesScheduled.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.heartbeats, m.replicaFailures, m.membersBehind, m.registrations, m.allocations, m.commits, m.commands,
+	m.reg.MustRegister(m.heartbeats, m.replicaFailures, m.membersBehind, m.degradedAllocations, m.registrations, m.allocations, m.commits, m.commands,
 		m.deletesScheduled, m.deletesDelivered, m.deletesAcked, m.deletesDropped, m.requests,
 		stateCollector{s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

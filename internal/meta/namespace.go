@@ -117,8 +117,32 @@ func (s *Service) allocatable(p *pipelineState, now time.Time) bool {
 	return true
 }
 
+// degradedAllocatable: OPEN, a raft majority of its members HEALTHY and
+// serving it, none DEAD (the others STALE: a datanode just killed, not yet
+// declared dead). Its writes commit on that majority, fsynced on each, as
+// raft's quorum has it; used only when no pipeline is allocatable, so that
+// puts go on through the seconds between a datanode's death and its
+// pipelines' closing (with 3 datanodes every pipeline holds each of them).
+func (s *Service) degradedAllocatable(p *pipelineState, now time.Time) bool {
+	if p.rec.State != pipelineOpen {
+		return false
+	}
+	ok := 0
+	for _, m := range p.rec.Members {
+		n := s.nodes[m]
+		switch h := s.healthOf(n, now); {
+		case h == metaapi.HealthDead:
+			return false
+		case h == metaapi.HealthHealthy && (!n.seen || s.reports(m, p.rec.ID)):
+			ok++
+		}
+	}
+	return ok > len(p.rec.Members)/2
+}
+
 // Allocate hands out a new block for bucket/key: a fresh local ID in an
-// OPEN container of an allocatable pipeline (round robin over them),
+// OPEN container of an allocatable pipeline (round robin over them; when
+// there is none, of a pipeline with a majority of HEALTHY members),
 // recorded with its time so that it can be committed once, or deleted
 // after AllocationGrace.
 func (s *Service) Allocate(req *metaapi.AllocateRequest) (*metaapi.AllocateResponse, error) {
@@ -139,6 +163,16 @@ func (s *Service) allocateLocked(req *metaapi.AllocateRequest) (*metaapi.Allocat
 	for _, pid := range s.sortedPipelines() {
 		if p := s.pipelines[pid]; s.allocatable(p, now) && !slices.Contains(req.ExcludePipelines, pid) {
 			cands = append(cands, p)
+		}
+	}
+	if len(cands) == 0 {
+		for _, pid := range s.sortedPipelines() {
+			if p := s.pipelines[pid]; s.degradedAllocatable(p, now) && !slices.Contains(req.ExcludePipelines, pid) {
+				cands = append(cands, p)
+			}
+		}
+		if len(cands) > 0 {
+			s.metrics.degradedAllocations.Inc()
 		}
 	}
 	if len(cands) == 0 {

@@ -134,64 +134,21 @@ func (f *failingReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// stoppableClock is a meta service clock that a test can stop and restart:
-// while it is stopped no heartbeat ages, so no datanode turns STALE; once
-// restarted it goes on from where it stopped (no jump).
-type stoppableClock struct {
-	mu        sync.Mutex
-	stoppedAt time.Time     // zero while running
-	behind    time.Duration // total time spent stopped
-}
-
-func (c *stoppableClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.stoppedAt.IsZero() {
-		return c.stoppedAt
-	}
-	return time.Now().Add(-c.behind)
-}
-
-func (c *stoppableClock) stop() {
-	now := c.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.stoppedAt = now
-}
-
-func (c *stoppableClock) start() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.behind = time.Now().Sub(c.stoppedAt)
-	c.stoppedAt = time.Time{}
-}
-
 // TestDatanodeKilledDuringPut: kill -9 of a datanode in the middle of a
 // large put: the put completes (the pipelines keep a 2-of-3 raft quorum)
 // and reads back byte for byte, as does a key committed before the kill. A
 // truncated upload leaves no key; with every datanode gone a put says there
 // is no healthy pipeline.
 //
-// The meta service's clock is stopped from the kill until the put returns.
-// Otherwise the put races the meta service: it allocates blocks only on
-// pipelines whose every member is HEALTHY, and with 3 datanodes every
-// pipeline holds the killed one, so from StaleAfter after its last
-// heartbeat no block can be allocated and the put fails at its next block
-// with ErrNoPipeline. It did in 3 of 5 runs: when the killed datanode led
-// a pipeline the put writes to, the put stalls 1.4-1.7 s (a new election,
-// about 0.5 s with 50 ms ticks, then the client finding the new leader and
-// resending the chunks it refuses as holes), and the dead node turns STALE
-// (1 s here) before the put's last block is allocated; when it led none,
-// the put ends about 0.1 s after the kill (7 runs traced). What this test
-// guards is the write path through a dead replica, not the failure
-// detector.
+// With 3 datanodes every pipeline holds the killed one: once it turns
+// STALE (1 s here), blocks go to a pipeline whose raft majority is HEALTHY
+// (meta: degradedAllocatable). Before, the put failed at its next block
+// with ErrNoPipeline when it outlasted StaleAfter (3 runs in 5).
 func TestDatanodeKilledDuringPut(t *testing.T) {
 	dir := t.TempDir()
-	clock := &stoppableClock{}
 	s := startServer(t, dir, func(c *Config) {
 		c.Meta.StaleAfter = 1 * time.Second
 		c.Meta.DeadAfter = 3 * time.Second
-		c.Meta.Now = clock.Now
 	})
 	defer s.Close()
 	kc := keyClient(t, s)
@@ -212,7 +169,6 @@ func TestDatanodeKilledDuringPut(t *testing.T) {
 			once.Do(func() {
 				// Kill one datanode (member 1 of the embedded cluster: a
 				// member of every pipeline, with 3 datanodes).
-				clock.stop()
 				killed <- s.Cluster().Kill(1)
 			})
 		}
@@ -225,7 +181,6 @@ func TestDatanodeKilledDuringPut(t *testing.T) {
 	default:
 		t.Fatal("the put finished before a datanode could be killed")
 	}
-	clock.start()
 	if perr != nil {
 		t.Fatalf("put with one of three datanodes killed: %v", perr)
 	}
