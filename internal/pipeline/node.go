@@ -181,7 +181,8 @@ func validPipeline(self uint64, p PipelineConfig) error {
 
 // Node is a datanode's replication layer: every pipeline it is a member of,
 // one event loop driving them all, one append worker, one apply worker, one
-// reply writer and one writer per peer. See docs/ARCHITECTURE.md §12.
+// writer per peer and one reply writer per client connection with answers
+// in flight (see connReplies). See docs/ARCHITECTURE.md §12.
 //
 // Concurrency: the loop goroutine owns every group's RawNode, payload cache
 // and pending proposals; the other goroutines talk to it through the
@@ -202,7 +203,7 @@ type Node struct {
 	events   chan event
 	appendq  *queue[*appendJob]
 	applyq   *queue[*applyJob]
-	replies  *queue[reply]
+	replies  replies
 	peersMu  sync.Mutex
 	peers    map[uint64]*peer
 	addrs    map[uint64]string
@@ -325,7 +326,7 @@ func Start(c Config) (*Node, error) {
 		events:   make(chan event, eventQueueCap),
 		appendq:  newQueue[*appendJob](),
 		applyq:   newQueue[*applyJob](),
-		replies:  newQueue[reply](),
+		replies:  replies{conns: map[*transport.Conn]*connReplies{}},
 		peers:    map[uint64]*peer{},
 		addrs:    map[uint64]string{},
 		stop:     make(chan struct{}),
@@ -353,11 +354,10 @@ func Start(c Config) (*Node, error) {
 		Handler:      n.handle,
 		PayloadAlloc: payloadAlloc,
 	})
-	n.wg.Add(4)
+	n.wg.Add(3)
 	go n.run()
 	go n.appendWorker()
 	go n.applyWorker()
-	go n.replyWriter()
 	go n.stallWatchdog()
 	go func() {
 		err := n.server.Serve(cfg.Listener)

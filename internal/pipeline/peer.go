@@ -271,13 +271,6 @@ func (p *peer) encode(enc *transport.Encoder, om *outMsg) error {
 	return nil
 }
 
-// reply is a response to a client request, written by the reply writer.
-type reply struct {
-	conn    *transport.Conn
-	resp    *transport.Response
-	payload []byte
-}
-
 func (n *Node) replyErr(p *proposal, st transport.Status, msg, leader string) {
 	n.inflight.release(int64(len(p.payload)))
 	n.metrics.answered(p, st.String())
@@ -289,7 +282,7 @@ func (n *Node) replyErr(p *proposal, st transport.Status, msg, leader string) {
 		}
 		return
 	}
-	n.replies.push(reply{conn: p.conn, resp: &transport.Response{RequestID: p.reqID, Status: st, Message: msg, Leader: leader}})
+	n.pushReply(reply{conn: p.conn, resp: &transport.Response{RequestID: p.reqID, Status: st, Message: msg, Leader: leader}})
 }
 
 func (n *Node) replyResult(p *proposal, err error) {
@@ -303,41 +296,7 @@ func (n *Node) replyResult(p *proposal, err error) {
 	if err != nil {
 		r.Message = err.Error()
 	}
-	n.replies.push(reply{conn: p.conn, resp: r})
-}
-
-// replyWriter writes responses, everything queued for one connection in one
-// gathered write.
-func (n *Node) replyWriter() {
-	defer n.wg.Done()
-	var rs []reply
-	encs := map[*transport.Conn]*transport.Encoder{}
-	for {
-		rs = n.replies.popAll(rs[:0], n.stop)
-		if rs == nil {
-			return
-		}
-		for _, r := range rs {
-			e := encs[r.conn]
-			if e == nil {
-				e = &transport.Encoder{}
-				encs[r.conn] = e
-			}
-			if err := e.Append(r.resp, r.payload); err != nil {
-				n.log.Warn("response not encodable", "err", err)
-			}
-		}
-		for c, e := range encs {
-			if e.Frames() > 0 {
-				if err := c.SendBatch(e); err != nil {
-					n.log.Debug("client write failed", "remote", c.RemoteAddr(), "err", err)
-				}
-			}
-			e.Reset()
-			delete(encs, c)
-		}
-		clear(rs)
-	}
+	n.pushReply(reply{conn: p.conn, resp: r})
 }
 
 // handle serves one frame from a peer or a client.

@@ -1,0 +1,144 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/transport"
+	"github.com/spindle-store/spindle/internal/wal"
+)
+
+// startLone starts one node serving no pipeline, with cfg's limits.
+func startLone(t *testing.T, cfg Config) *Node {
+	t.Helper()
+	dir := t.TempDir()
+	eng, err := engine.Open(engine.Config{DataDirs: []string{dir + "/data"}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl, err := wal.Open(wal.Config{Dir: dir + "/log", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ID, cfg.Listener, cfg.Engine, cfg.Log, cfg.Logger = 1, ln, eng, wl, quiet
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		n.Close()
+		wl.Close()
+		eng.Close()
+	})
+	return n
+}
+
+// maxSocketBufferBytes is the most the kernel may buffer on a loopback
+// connection between a writer and a reader that does not read: the
+// writer's send buffer at its largest plus the reader's receive buffer.
+func maxSocketBufferBytes(t *testing.T, rcvbuf int) int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_wmem")
+	if err != nil {
+		return 64<<20 + 2*rcvbuf // not Linux: generous
+	}
+	f := strings.Fields(string(b))
+	w, err := strconv.Atoi(f[len(f)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w + 2*rcvbuf // the kernel doubles SO_RCVBUF
+}
+
+// TestStalledClientDoesNotDelayOthers: a client that never reads its
+// socket, sent more answers than the kernel can buffer for it, does not
+// hold up another client's answer (each connection has its own reply
+// writer; one reply writer for all used to block on the stalled socket
+// for its 30 s write timeout).
+func TestStalledClientDoesNotDelayOthers(t *testing.T) {
+	n := startLone(t, Config{})
+	const rcvbuf = 4 << 10
+	nc, err := net.Dial("tcp", n.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.(*net.TCPConn).SetReadBuffer(rcvbuf)
+	// Every PutBlock to a pipeline not served here is answered NOT_FOUND
+	// (a reply of more than 40 bytes): enough of them to fill the
+	// stalled client's socket buffers several times over.
+	stalled := transport.NewConn(nc, transport.ConnConfig{})
+	var enc transport.Encoder
+	probe := &transport.Response{RequestID: 1, Status: transport.StatusNotFound, Message: "pipeline 99 is not served here"}
+	if err := enc.Append(probe); err != nil {
+		t.Fatal(err)
+	}
+	replyBytes := 0
+	for _, b := range enc.Buffers() {
+		replyBytes += len(b)
+	}
+	enc.Reset()
+	requests := 2*maxSocketBufferBytes(t, rcvbuf)/replyBytes + 1
+	sent := 0
+	var sendErr error
+	for i := 1; i <= requests && sendErr == nil; i++ {
+		if err := enc.Append(&transport.PutBlock{RequestID: uint64(i), PipelineID: 99}); err != nil {
+			t.Fatal(err)
+		}
+		if enc.Frames() == 1024 || i == requests {
+			if sendErr = stalled.SendBatch(&enc); sendErr == nil {
+				sent = i
+			}
+			enc.Reset()
+		}
+	}
+	// Barrier: every one of those answers has been handed to the reply
+	// path (the stalled client's queue, or its socket), unless the node
+	// closed the stalled connection first (its reply queue overflowed).
+	if sendErr == nil {
+		notFound := n.metrics.proposals.WithLabelValues("PutBlock", "NOT_FOUND")
+		deadline := time.Now().Add(30 * time.Second)
+		for counterValue(notFound) < float64(sent) && counterValue(n.metrics.replyOverflows) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%v of %d requests answered", counterValue(notFound), sent)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	t.Logf("%d requests sent (send error: %v), %d reply queue overflows", sent, sendErr, int(counterValue(n.metrics.replyOverflows)))
+	// Another client is answered (not after the stalled one's write
+	// timeout: well within it).
+	cl, err := transport.DialClient(context.Background(), n.Addr(), transport.ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), transport.DefaultWriteTimeout/3)
+	defer cancel()
+	_, err = cl.Call(ctx, &transport.PutBlock{RequestID: 1, PipelineID: 98})
+	var se *transport.StatusError
+	if !errors.As(err, &se) || se.Status != transport.StatusNotFound {
+		t.Fatalf("a well-behaved client's request behind a stalled client: %v, want its NOT_FOUND answer", err)
+	}
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
+}
