@@ -148,7 +148,7 @@ func TestMsgAppSplit(t *testing.T) {
 		om.perEntry = append(om.perEntry, 1)
 	}
 	var enc transport.Encoder
-	if err := (&peer{}).encode(&enc, om); err != nil {
+	if err := (&peer{}).encode(&enc, om, func() error { t.Fatal("flushed below maxPeerBatchBytes"); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if enc.Frames() != 3 {

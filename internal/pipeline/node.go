@@ -46,6 +46,11 @@ const (
 	// a MsgApp carrying more is split (raft's MaxSizePerMsg counts the
 	// entries' headers only).
 	maxRaftPayloadBytes = 32 << 20
+	// maxPeerBatchBytes bounds the frames a peer writer encodes before it
+	// writes them: the chunk bytes it reads back from the engine for a
+	// lagging follower are held at most this much plus one frame's
+	// (maxRaftPayloadBytes) at a time.
+	maxPeerBatchBytes = 2 * maxRaftPayloadBytes
 	// peerQueueMax bounds the messages waiting for one peer's writer; more
 	// are dropped (raft resends: the transport is allowed to lose messages).
 	peerQueueMax  = 8192
@@ -974,7 +979,9 @@ func (g *group) stashPayloads(m *raftpb.Message, segs [][]byte) error {
 }
 
 // flushProposals puts the requests that arrived since the last turn into
-// as few entries as the limits allow (the batch grows with the load).
+// as few entries as the limits allow (the batch grows with the load):
+// MaxCommandsPerEntry commands, maxEntryBytes of headers and
+// maxRaftPayloadBytes of chunk bytes (one entry always fits one frame).
 func (n *Node) flushProposals(g *group) {
 	if len(g.queue) == 0 {
 		return
@@ -990,6 +997,7 @@ func (n *Node) flushProposals(g *group) {
 	}
 	var data []byte
 	var batch []*proposal
+	payload := 0 // chunk bytes of the batch
 	propose := func() {
 		if len(batch) == 0 {
 			return
@@ -1000,9 +1008,15 @@ func (n *Node) flushProposals(g *group) {
 				n.replyErr(p, transport.StatusUnavailable, "proposal dropped: "+err.Error(), "")
 			}
 		}
-		data, batch = nil, nil
+		data, batch, payload = nil, nil, 0
 	}
 	for _, p := range q {
+		// An entry's chunk bytes fit one RaftMessage frame: a MsgApp
+		// can always be split between entries.
+		if len(batch) > 0 && payload+len(p.payload) > maxRaftPayloadBytes {
+			propose()
+		}
+		payload += len(p.payload)
 		n.propSeq++
 		p.id = n.cfg.ID<<48 | n.propSeq&(1<<48-1)
 		c := Command{Kind: p.kind, ProposalID: p.id}

@@ -108,6 +108,8 @@ type peer struct {
 	done   chan struct{}
 	once   sync.Once
 	conn   *transport.Conn
+	// read, when set (tests), replaces the engine's read-back.
+	read func(*transport.WriteChunk) []byte
 }
 
 func (p *peer) push(m outMsg) bool {
@@ -189,86 +191,129 @@ func (p *peer) run() {
 			backoff = 50 * time.Millisecond
 			p.conn = c
 		}
+		// Frames go out whenever maxPeerBatchBytes are encoded: the
+		// chunk bytes read back for a follower's catch-up are bounded by
+		// bytes, not by the number of messages queued.
+		var sendErr error
+		flush := func() error {
+			if enc.Frames() > 0 && sendErr == nil {
+				sendErr = p.conn.SendBatch(&enc)
+			}
+			enc.Reset()
+			return sendErr
+		}
 		enc.Reset()
 		for i := range batch {
-			if err := p.encode(&enc, &batch[i]); err != nil {
+			if err := p.encode(&enc, &batch[i], flush); err != nil {
+				if sendErr != nil {
+					break
+				}
 				p.n.log.Warn("raft message not sent", "peer", p.id, "err", err)
 			}
 		}
-		if enc.Frames() > 0 {
-			if err := p.conn.SendBatch(&enc); err != nil {
-				p.n.log.Debug("peer write failed", "peer", p.id, "err", err)
-				p.conn.Close()
-				p.conn = nil
-				p.n.post(event{kind: evUnreachable, peer: p.id})
-			}
+		if flush() != nil {
+			p.n.log.Debug("peer write failed", "peer", p.id, "err", sendErr)
+			p.conn.Close()
+			p.conn = nil
+			p.n.post(event{kind: evUnreachable, peer: p.id})
 		}
-		enc.Reset()
 		clear(batch)
 	}
 }
 
-// encode fills the missing payloads from the engine and appends m to enc,
-// split into several MsgApps when its chunk bytes exceed one frame's bound.
-func (p *peer) encode(enc *transport.Encoder, om *outMsg) error {
-	for _, ms := range om.miss {
-		w := &ms.wc
-		b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
-		data, err := p.n.eng.ReadChunk(b, w.Offset, w.Length, nil)
-		if err != nil || uint64(len(data)) != w.Length {
-			// Deleted since, or never written here (the write
-			// failed on every replica alike): the follower's engine
-			// refuses the zeros by checksum, as it refused the
-			// original.
-			data = make([]byte, w.Length)
-		}
-		om.segs[ms.seg] = data
-	}
+// encode appends om to enc, split into several MsgApps when its chunk bytes
+// exceed one frame's bound (maxRaftPayloadBytes), the missing payloads read
+// back from the engine one part at a time; it calls flush (which sends and
+// resets enc) whenever enc holds maxPeerBatchBytes or more. So the chunk
+// bytes read back and held at once stay below maxPeerBatchBytes plus one
+// part, however many entries a catch-up MsgApp names. An error of flush is
+// returned as is.
+func (p *peer) encode(enc *transport.Encoder, om *outMsg, flush func() error) error {
 	m := om.msg
+	// segLen is a segment's length, read back or not.
+	lens := make([]int, len(om.segs))
+	for i, s := range om.segs {
+		lens[i] = len(s)
+	}
+	for _, ms := range om.miss {
+		lens[ms.seg] = int(ms.wc.Length)
+	}
 	total := 0
-	for _, s := range om.segs {
-		total += len(s)
+	for _, l := range lens {
+		total += l
 	}
-	if m.GetType() != raftpb.MessageType_MsgApp || total <= maxRaftPayloadBytes || len(m.GetEntries()) < 2 {
-		rm := &transport.RaftMessage{GroupID: om.group, Message: m}
-		rm.SetPayloads(om.segs)
-		return enc.Append(rm, om.segs...)
-	}
-	// Split: consecutive runs of entries, each a valid MsgApp whose
-	// previous entry is the last of the run before.
 	ents := m.GetEntries()
-	segAt := 0
+	split := m.GetType() == raftpb.MessageType_MsgApp && total > maxRaftPayloadBytes && len(ents) >= 2
+	// Consecutive runs of entries, each a valid MsgApp whose previous
+	// entry is the last of the run before (one run: the message as is).
+	segAt, miss := 0, om.miss
 	prevIndex, prevTerm := m.GetIndex(), m.GetLogTerm()
-	for start := 0; start < len(ents); {
-		end, bytes, segEnd := start, 0, segAt
-		for end < len(ents) {
-			cnt, sz := om.perEntry[end], 0
-			for _, seg := range om.segs[segEnd : segEnd+cnt] {
-				sz += len(seg)
+	for start := 0; start == 0 || start < len(ents); {
+		end, bytes, segEnd := len(ents), total, len(om.segs)
+		if split {
+			end, bytes, segEnd = start, 0, segAt
+			for end < len(ents) {
+				cnt, sz := om.perEntry[end], 0
+				for _, l := range lens[segEnd : segEnd+cnt] {
+					sz += l
+				}
+				if end > start && bytes+sz > maxRaftPayloadBytes {
+					break
+				}
+				bytes += sz
+				segEnd += cnt
+				end++
 			}
-			if end > start && bytes+sz > maxRaftPayloadBytes {
-				break
-			}
-			bytes += sz
-			segEnd += cnt
-			end++
 		}
-		part := &raftpb.Message{
-			Type: m.Type, To: m.To, From: m.From, Term: m.Term,
-			LogTerm: &prevTerm, Index: &prevIndex, Commit: m.Commit,
-			Entries: ents[start:end],
+		for len(miss) > 0 && miss[0].seg < segEnd {
+			om.segs[miss[0].seg] = p.readBack(&miss[0].wc)
+			miss = miss[1:]
+		}
+		part := m
+		if split {
+			part = &raftpb.Message{
+				Type: m.Type, To: m.To, From: m.From, Term: m.Term,
+				LogTerm: &prevTerm, Index: &prevIndex, Commit: m.Commit,
+				Entries: ents[start:end],
+			}
 		}
 		segs := om.segs[segAt:segEnd]
 		rm := &transport.RaftMessage{GroupID: om.group, Message: part}
 		rm.SetPayloads(segs)
-		if err := enc.Append(rm, segs...); err != nil {
+		err := enc.Append(rm, segs...)
+		// enc holds the bytes now (until flushed): om lets go of them.
+		clear(segs)
+		if err != nil {
 			return err
 		}
-		pi, pt := ents[end-1].GetIndex(), ents[end-1].GetTerm()
-		prevIndex, prevTerm = pi, pt
+		if enc.Len() >= maxPeerBatchBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		if end == 0 {
+			break // no entries: one message
+		}
+		prevIndex, prevTerm = ents[end-1].GetIndex(), ents[end-1].GetTerm()
 		start, segAt = end, segEnd
 	}
 	return nil
+}
+
+// readBack reads a chunk the loop's cache no longer holds from the engine.
+func (p *peer) readBack(w *transport.WriteChunk) []byte {
+	if p.read != nil {
+		return p.read(w)
+	}
+	b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
+	data, err := p.n.eng.ReadChunk(b, w.Offset, w.Length, nil)
+	if err != nil || uint64(len(data)) != w.Length {
+		// Deleted since, or never written here (the write failed on
+		// every replica alike): the follower's engine refuses the
+		// zeros by checksum, as it refused the original.
+		data = make([]byte, w.Length)
+	}
+	return data
 }
 
 func (n *Node) replyErr(p *proposal, st transport.Status, msg, leader string) {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/transport"
@@ -141,4 +143,53 @@ func counterValue(c prometheus.Counter) float64 {
 		panic(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestCatchUpReadBackBoundedByBytes: a catch-up MsgApp naming far more
+// chunk bytes than maxPeerBatchBytes, none of them cached, is read back
+// and sent part by part: the bytes read back and not yet written never
+// exceed maxPeerBatchBytes plus one frame's. (The peer writer used to read
+// back every missing chunk of every queued message before one write.)
+func TestCatchUpReadBackBoundedByBytes(t *testing.T) {
+	const seg = 16 << 20
+	const entries = 12 // 192 MiB
+	zeros := make([]byte, seg)
+	held, maxHeld := 0, 0
+	p := &peer{read: func(w *transport.WriteChunk) []byte {
+		held += int(w.Length)
+		maxHeld = max(maxHeld, held)
+		return zeros[:w.Length]
+	}}
+	m := &raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), To: proto.Uint64(2), From: proto.Uint64(1),
+		Term: proto.Uint64(3), LogTerm: proto.Uint64(3), Index: proto.Uint64(10), Commit: proto.Uint64(30)}
+	om := &outMsg{group: 7, msg: m}
+	for i := uint64(11); i < 11+entries; i++ {
+		wc := transport.WriteChunk{ContainerID: 1, LocalID: i, Length: seg}
+		data := AppendCommand(nil, &Command{Kind: KindWriteChunk, WriteChunk: wc})
+		m.Entries = append(m.Entries, &raftpb.Entry{Term: proto.Uint64(3), Index: proto.Uint64(i), Type: raftpb.EntryType_EntryNormal.Enum(), Data: data})
+		om.miss = append(om.miss, missing{seg: len(om.segs), wc: wc})
+		om.segs = append(om.segs, nil)
+		om.perEntry = append(om.perEntry, 1)
+	}
+	var enc transport.Encoder
+	sent, flushes := 0, 0
+	flush := func() error {
+		for _, f := range enc.Buffers() {
+			sent += len(f)
+		}
+		held = 0 // written: the read-back buffers are free
+		flushes++
+		enc.Reset()
+		return nil
+	}
+	if err := p.encode(&enc, om, flush); err != nil {
+		t.Fatal(err)
+	}
+	flush()
+	if limit := maxPeerBatchBytes + maxRaftPayloadBytes; maxHeld > limit {
+		t.Fatalf("%d bytes read back before a write, want at most %d", maxHeld, limit)
+	}
+	if sent < entries*seg || flushes < 2 {
+		t.Fatalf("%d bytes sent in %d writes", sent, flushes)
+	}
 }
