@@ -56,8 +56,12 @@ const (
 	peerQueueMax  = 8192
 	eventQueueCap = 16384
 	// DefaultMaxInflightPayloadBytes bounds the client chunk bytes a node
-	// holds between their arrival and their answer.
+	// holds between their arrival and their answer (the client budget).
 	DefaultMaxInflightPayloadBytes = 512 << 20
+	// DefaultMaxInflightRaftPayloadBytes bounds the chunk bytes of raft
+	// messages from peers a node holds between their arrival and their
+	// append (the raft budget).
+	DefaultMaxInflightRaftPayloadBytes = 256 << 20
 	// DefaultDiskStallThreshold is how long one append or apply round
 	// (chunk writes, fdatasyncs, block commits) may take before the disk
 	// is declared stalled and the node fails (as CockroachDB's
@@ -101,8 +105,15 @@ type Config struct {
 	RetainEntries       uint64
 	MaxRetainEntries    uint64
 	CompactEveryEntries uint64
-	// MaxInflightPayloadBytes bounds client chunk bytes held in memory.
+	// MaxInflightPayloadBytes bounds client chunk bytes held in memory
+	// (DefaultMaxInflightPayloadBytes).
 	MaxInflightPayloadBytes int64
+	// MaxInflightRaftPayloadBytes bounds the chunk bytes of received raft
+	// messages held in memory (DefaultMaxInflightRaftPayloadBytes).
+	MaxInflightRaftPayloadBytes int64
+	// Conn configures the served connections (read, idle and write
+	// timeouts; transport defaults for zero fields).
+	Conn transport.ConnConfig
 	// DiskStallThreshold: an append or apply round still running after
 	// it fails the node with ErrDiskStall (DefaultDiskStallThreshold).
 	DiskStallThreshold time.Duration
@@ -145,6 +156,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.MaxInflightPayloadBytes <= 0 {
 		out.MaxInflightPayloadBytes = DefaultMaxInflightPayloadBytes
+	}
+	if out.MaxInflightRaftPayloadBytes <= 0 {
+		out.MaxInflightRaftPayloadBytes = DefaultMaxInflightRaftPayloadBytes
 	}
 	if out.DiskStallThreshold <= 0 {
 		out.DiskStallThreshold = DefaultDiskStallThreshold
@@ -215,8 +229,9 @@ type Node struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
-	propSeq  uint64 // loop-owned
-	inflight *byteBudget
+	propSeq  uint64      // loop-owned
+	inflight *byteBudget // the client budget
+	raftBuf  *byteBudget // the raft budget
 	metrics  *metrics
 	failed   atomic.Pointer[error]
 	serveErr chan error
@@ -250,6 +265,11 @@ type group struct {
 	payloadLow uint64
 
 	// Read from other goroutines.
+	// leases: raft budget of the frames stepped since the last Ready
+	// (handed to that Ready's append job, or released with it).
+	leases []*rxLease
+
+	// Read from other goroutines.
 	leader  atomic.Uint64
 	term    atomic.Uint64
 	applied atomic.Uint64
@@ -270,6 +290,9 @@ type proposal struct {
 	pb      transport.PutBlock
 	ref     transport.GetBlock // DeleteBlock, CloseContainer
 	payload []byte
+	// release gives payload's admission (the client budget) back; nil
+	// without a payload.
+	release func()
 	conn    *transport.Conn
 	reqID   uint64
 	// done receives the result of a proposal made by Propose (conn nil).
@@ -301,6 +324,7 @@ type event struct {
 	group   uint64
 	msg     *raftpb.Message
 	segs    [][]byte
+	lease   *rxLease // evRaft: the frame's raft budget, if it had a payload
 	prop    *proposal
 	appends []*appendJob
 	apply   *applyJob
@@ -337,6 +361,7 @@ func Start(c Config) (*Node, error) {
 		stop:     make(chan struct{}),
 		serveErr: make(chan error, 1),
 		inflight: newByteBudget(cfg.MaxInflightPayloadBytes),
+		raftBuf:  newByteBudget(cfg.MaxInflightRaftPayloadBytes),
 
 		failedGroups: map[uint64]PipelineFailure{},
 		opening:      map[uint64]bool{},
@@ -357,7 +382,9 @@ func Start(c Config) (*Node, error) {
 	}
 	n.server = transport.NewServer(transport.ServerConfig{
 		Handler:      n.handle,
-		PayloadAlloc: payloadAlloc,
+		PayloadAlloc: n.payloadAlloc,
+		Conn:         cfg.Conn,
+		Logger:       n.log,
 	})
 	n.wg.Add(3)
 	go n.run()
@@ -381,11 +408,40 @@ func Start(c Config) (*Node, error) {
 	return n, nil
 }
 
-func payloadAlloc(t transport.MsgType, _ []byte, n int) []byte {
-	if t == transport.TypeWriteChunk || t == transport.TypeRaftMessage {
-		return make([]byte, n)
+// payloadAlloc admits a frame's payload against its budget, then
+// allocates its buffer: a client's chunk against the client budget, a
+// peer's raft message against the raft budget; it waits (the connection
+// is not read meanwhile) until the bytes fit or the connection or the node
+// closes. No other frame carries a payload a datanode takes.
+func (n *Node) payloadAlloc(ctx context.Context, t transport.MsgType, _ []byte, size int) ([]byte, func(), error) {
+	var b *byteBudget
+	switch t {
+	case transport.TypeWriteChunk:
+		b = n.inflight
+	case transport.TypeRaftMessage:
+		b = n.raftBuf
+	default:
+		return nil, nil, fmt.Errorf("pipeline: a %v frame with a payload is not served by a datanode", t)
 	}
-	return nil
+	if err := b.acquire(ctx, int64(size)); err != nil {
+		return nil, nil, fmt.Errorf("pipeline: admitting %d payload bytes: %w", size, err)
+	}
+	return make([]byte, size), b.releaser(int64(size)), nil
+}
+
+// BudgetStats are a node's payload budgets: bytes held now and the most
+// held at once, client writes and raft messages.
+type BudgetStats struct {
+	ClientBytes, ClientPeakBytes int64
+	RaftBytes, RaftPeakBytes     int64
+}
+
+// Budgets returns the payload budgets' use.
+func (n *Node) Budgets() BudgetStats {
+	var s BudgetStats
+	s.ClientBytes, s.ClientPeakBytes, _ = n.inflight.stats()
+	s.RaftBytes, s.RaftPeakBytes, _ = n.raftBuf.stats()
+	return s
 }
 
 // addMembers records the peers' addresses of p. A peer has one address
@@ -749,6 +805,11 @@ func (n *Node) post(ev event) bool {
 // run is the event loop: it owns every RawNode.
 func (n *Node) run() {
 	defer n.wg.Done()
+	defer func() {
+		// Stopping: connections waiting for budget give up.
+		n.inflight.close()
+		n.raftBuf.close()
+	}()
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
 	for {
@@ -779,6 +840,10 @@ func (n *Node) run() {
 			n.flushProposals(g)
 			if g.rn.HasReady() {
 				n.onReady(g)
+			} else if len(g.leases) > 0 {
+				// Stepped without effect: nothing of them is kept.
+				n.releaseLeases(g, g.leases)
+				g.leases = nil
 			}
 		}
 	}
@@ -788,18 +853,27 @@ func (n *Node) onEvent(ev event) {
 	g := n.groups[ev.group]
 	switch ev.kind {
 	case evRaft:
-		if g == nil {
+		if g == nil || g.failed.Load() {
+			ev.lease.release()
 			return
 		}
 		m := ev.msg
+		stashed := false
 		if m.GetType() == raftpb.MessageType_MsgApp && len(m.GetEntries()) > 0 {
-			if err := g.stashPayloads(m, ev.segs); err != nil {
+			if err := g.stashPayloads(m, ev.segs, ev.lease); err != nil {
 				n.log.Warn("raft message dropped", "pipeline", g.id, "from", m.GetFrom(), "err", err)
+				ev.lease.release()
 				return
 			}
+			stashed = ev.lease != nil
 		}
 		if err := g.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 			n.log.Debug("raft step", "pipeline", g.id, "type", m.GetType(), "err", err)
+		}
+		if stashed {
+			g.leases = append(g.leases, ev.lease)
+		} else {
+			ev.lease.release()
 		}
 	case evPropose:
 		if g == nil && ev.prop.done != nil {
@@ -813,6 +887,10 @@ func (n *Node) onEvent(ev event) {
 		g.queue = append(g.queue, ev.prop)
 	case evAppendDone:
 		for _, j := range ev.appends {
+			// The chunks are durable here (read back when needed):
+			// the frames' bytes are let go.
+			n.releaseLeases(j.g, j.leases)
+			j.leases = nil
 			if j.g.failed.Load() || n.groups[j.g.id] != j.g {
 				continue
 			}
@@ -905,6 +983,8 @@ func (n *Node) removeGroup(id uint64) error {
 		return nil
 	}
 	n.failPending(g, "pipeline closed")
+	n.releaseLeases(g, g.leases)
+	g.leases = nil
 	for _, p := range g.queue {
 		n.replyErr(p, transport.StatusNotFound, fmt.Sprintf("pipeline %d closed", id), "")
 	}
@@ -947,11 +1027,22 @@ func (n *Node) deliver(g *group, m *raftpb.Message) {
 
 // stashPayloads decodes the entries of a received MsgApp and keeps them
 // with the chunk bytes that came in its frame, for the append worker (and
-// for this node's own MsgApps should it become leader before they apply).
-func (g *group) stashPayloads(m *raftpb.Message, segs [][]byte) error {
+// for this node's own MsgApps should it become leader before they are
+// durable here), marked with the frame's lease. An entry cached already
+// with its bytes (same index and term: the same entry) is kept.
+func (g *group) stashPayloads(m *raftpb.Message, segs [][]byte, l *rxLease) error {
 	k := 0
+	for i, e := range m.GetEntries() {
+		if i > 0 && e.GetIndex() != m.GetEntries()[i-1].GetIndex()+1 {
+			return fmt.Errorf("entry %d follows entry %d", e.GetIndex(), m.GetEntries()[i-1].GetIndex())
+		}
+	}
+	if l != nil && len(m.GetEntries()) > 0 {
+		l.lo, l.hi = m.GetEntries()[0].GetIndex(), m.GetEntries()[len(m.GetEntries())-1].GetIndex()
+	}
 	for _, e := range m.GetEntries() {
 		ce := decodeCached(e)
+		ce.lease = l
 		if ce.err != nil {
 			return fmt.Errorf("entry %d: %w", e.GetIndex(), ce.err)
 		}
@@ -967,6 +1058,9 @@ func (g *group) stashPayloads(m *raftpb.Message, segs [][]byte) error {
 			ce.segs[w] = segs[k]
 			w++
 			k++
+		}
+		if old := g.cache[e.GetIndex()]; old != nil && old.term == ce.term && old.hasBytes() {
+			continue
 		}
 		if e.GetIndex() >= g.payloadLow {
 			g.cache[e.GetIndex()] = ce
@@ -1076,10 +1170,26 @@ func (n *Node) onReady(g *group) {
 	} else {
 		g.minMatch.Store(0)
 	}
+	var appends []*appendJob
 	for _, m := range rd.Messages {
 		if m.GetTo() == raft.LocalAppendThread {
-			n.appendq.push(n.newAppendJob(g, m))
+			appends = append(appends, n.newAppendJob(g, m))
 		}
+	}
+	// The frames stepped since the last Ready: what raft took of them is
+	// in this Ready's append, and their budget is released once it is
+	// durable; nothing of them is kept without one.
+	if len(g.leases) > 0 {
+		if len(appends) > 0 {
+			j := appends[len(appends)-1]
+			j.leases = append(j.leases, g.leases...)
+		} else {
+			n.releaseLeases(g, g.leases)
+		}
+		g.leases = nil
+	}
+	for _, j := range appends {
+		n.appendq.push(j)
 	}
 	for _, m := range rd.Messages {
 		switch m.GetTo() {

@@ -31,6 +31,7 @@ type testNode struct {
 	node    *Node
 	retain  uint64 // Config.RetainEntries and CompactEveryEntries (0: defaults)
 	every   uint64
+	budget  int64 // Config.MaxInflight(Raft)PayloadBytes (0: defaults)
 }
 
 func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
@@ -49,7 +50,8 @@ func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
 		t.Fatal(err)
 	}
 	tn.node, err = Start(Config{ID: tn.id, Listener: ln, Engine: tn.eng, Log: tn.log, Pipelines: pcs,
-		TickInterval: 20 * time.Millisecond, Logger: quiet, RetainEntries: tn.retain, CompactEveryEntries: tn.every})
+		TickInterval: 20 * time.Millisecond, Logger: quiet, RetainEntries: tn.retain, CompactEveryEntries: tn.every,
+		MaxInflightPayloadBytes: tn.budget, MaxInflightRaftPayloadBytes: tn.budget})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +72,13 @@ func (tn *testNode) stop(t testing.TB) {
 
 func startCluster(t testing.TB) ([]*testNode, PipelineConfig) {
 	t.Helper()
+	return startClusterWith(t, nil)
+}
+
+// startClusterWith is startCluster with each node's settings changed by
+// set (nil: none) before it starts.
+func startClusterWith(t testing.TB, set func(*testNode)) ([]*testNode, PipelineConfig) {
+	t.Helper()
 	var nodes []*testNode
 	pc := PipelineConfig{ID: 1}
 	for i := uint64(1); i <= 3; i++ {
@@ -84,6 +93,9 @@ func startCluster(t testing.TB) ([]*testNode, PipelineConfig) {
 		pc.Members = append(pc.Members, Member{ID: i, Addr: addr})
 	}
 	for _, tn := range nodes {
+		if set != nil {
+			set(tn)
+		}
 		tn.start(t, pc)
 	}
 	t.Cleanup(func() {

@@ -316,8 +316,17 @@ func (p *peer) readBack(w *transport.WriteChunk) []byte {
 	return data
 }
 
+// releasePayload gives a proposal's payload admission back (the client
+// budget): the request is answered, its bytes no longer needed here.
+func (p *proposal) releasePayload() {
+	if p.release != nil {
+		p.release()
+		p.release = nil
+	}
+}
+
 func (n *Node) replyErr(p *proposal, st transport.Status, msg, leader string) {
-	n.inflight.release(int64(len(p.payload)))
+	p.releasePayload()
 	n.metrics.answered(p, st.String())
 	if p.done != nil {
 		if st == transport.StatusNotLeader {
@@ -331,7 +340,7 @@ func (n *Node) replyErr(p *proposal, st transport.Status, msg, leader string) {
 }
 
 func (n *Node) replyResult(p *proposal, err error) {
-	n.inflight.release(int64(len(p.payload)))
+	p.releasePayload()
 	n.metrics.answered(p, statusOf(err).String())
 	if p.done != nil {
 		p.done <- err
@@ -349,25 +358,33 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 	switch f.Type {
 	case transport.TypeRaftMessage:
 		rm := &transport.RaftMessage{}
+		var lease *rxLease
+		if f.Release != nil {
+			lease = &rxLease{free: f.Release}
+		}
 		if err := f.Decode(rm); err != nil {
+			lease.release()
 			n.log.Warn("bad raft frame", "remote", c.RemoteAddr(), "err", err)
 			c.Close()
 			return nil, nil
 		}
 		segs, _ := rm.Segments(f.Payload, nil)
-		n.post(event{kind: evRaft, group: rm.GroupID, msg: rm.Message, segs: segs})
+		if !n.post(event{kind: evRaft, group: rm.GroupID, msg: rm.Message, segs: segs, lease: lease}) {
+			lease.release()
+		}
 		return nil, nil
 	case transport.TypeWriteChunk:
+		// The payload was admitted against the client budget before it
+		// was read (payloadAlloc); the proposal holds it until answered.
 		wc := &transport.WriteChunk{}
+		p := &proposal{kind: KindWriteChunk, payload: f.Payload, release: f.Release, conn: c, arrived: time.Now()}
 		if err := f.Decode(wc); err != nil {
+			p.releasePayload()
 			return badRequest(0, err)
 		}
-		if err := n.inflight.acquire(ctx, int64(len(f.Payload))); err != nil {
-			return unavailable(wc.RequestID)
-		}
-		p := &proposal{kind: KindWriteChunk, wc: *wc, payload: f.Payload, conn: c, reqID: wc.RequestID, arrived: time.Now()}
+		p.wc, p.reqID = *wc, wc.RequestID
 		if !n.post(event{kind: evPropose, group: wc.PipelineID, prop: p}) {
-			n.inflight.release(int64(len(f.Payload)))
+			p.releasePayload()
 			return unavailable(wc.RequestID)
 		}
 		return nil, nil

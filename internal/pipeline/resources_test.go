@@ -5,8 +5,10 @@ import (
 	"errors"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -191,5 +193,141 @@ func TestCatchUpReadBackBoundedByBytes(t *testing.T) {
 	}
 	if sent < entries*seg || flushes < 2 {
 		t.Fatalf("%d bytes sent in %d writes", sent, flushes)
+	}
+}
+
+// TestPayloadAdmittedBeforeAllocation: a flood of large frames — client
+// writes and raft messages, each stalled after its header so that its
+// payload stays held — allocates no more than the two budgets: a frame
+// beyond them waits for admission before its buffer exists (it used to be
+// allocated as soon as its header was read, and raft payloads had no
+// budget). Closing the connections gives every admitted byte back.
+func TestPayloadAdmittedBeforeAllocation(t *testing.T) {
+	const (
+		frameBytes  = 8 << 20
+		limitBytes  = 4 * frameBytes
+		framesEach  = 16 // per kind: 128 MiB each, 4× the budget
+		slackBytes  = 16 << 20
+		waitSeconds = 30
+	)
+	n := startLone(t, Config{MaxInflightPayloadBytes: limitBytes, MaxInflightRaftPayloadBytes: limitBytes})
+	payload := make([]byte, frameBytes)
+	header := func(m transport.Message) []byte {
+		var e transport.Encoder
+		if err := e.Append(m, payload); err != nil {
+			t.Fatal(err)
+		}
+		var out []byte
+		for _, b := range e.Buffers() {
+			out = append(out, b...)
+		}
+		return out[:len(out)-frameBytes]
+	}
+	wc := header(&transport.WriteChunk{RequestID: 1, PipelineID: 1, Length: frameBytes})
+	data := AppendCommand(nil, &Command{Kind: KindWriteChunk, WriteChunk: transport.WriteChunk{ContainerID: 1, LocalID: 1, Length: frameBytes}})
+	rm := &transport.RaftMessage{GroupID: 1, Message: &raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), To: proto.Uint64(1), From: proto.Uint64(2),
+		Term: proto.Uint64(1), LogTerm: proto.Uint64(1), Index: proto.Uint64(1), Commit: proto.Uint64(1),
+		Entries: []*raftpb.Entry{{Term: proto.Uint64(1), Index: proto.Uint64(2), Type: raftpb.EntryType_EntryNormal.Enum(), Data: data}}}}
+	rm.SetPayloads([][]byte{payload})
+	raft := header(rm)
+	payload = nil
+
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < framesEach; i++ {
+		for _, h := range [][]byte{wc, raft} {
+			c, err := net.Dial("tcp", n.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+			if _, err := c.Write(h); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Barrier: every frame's header has been read, and its payload is
+	// admitted (held) or waiting for admission.
+	settled := func(b *byteBudget) bool {
+		used, _, waiting := b.stats()
+		return int(used/frameBytes)+waiting == framesEach
+	}
+	deadline := time.Now().Add(waitSeconds * time.Second)
+	for !settled(n.inflight) || !settled(n.raftBuf) {
+		if time.Now().After(deadline) {
+			t.Fatalf("frames not all read: budgets %+v", n.Budgets())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	st := n.Budgets()
+	t.Logf("heap grew %d MiB for %d frames of %d MiB; budgets %+v", grew>>20, 2*framesEach, frameBytes>>20, st)
+	if grew > 2*limitBytes+slackBytes {
+		t.Fatalf("heap grew %d MiB, want at most the budgets (2 × %d MiB) + %d MiB", grew>>20, limitBytes>>20, slackBytes>>20)
+	}
+	if st.ClientPeakBytes > limitBytes || st.RaftPeakBytes > limitBytes {
+		t.Fatalf("budget exceeded: %+v", st)
+	}
+	// Every connection closes mid-frame: every admission is given back.
+	for _, c := range conns {
+		c.Close()
+	}
+	for st := n.Budgets(); st.ClientBytes != 0 || st.RaftBytes != 0; st = n.Budgets() {
+		if time.Now().After(deadline) {
+			t.Fatalf("admissions not given back after the connections closed: %+v", st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestSmallBudgetsReplicate: with both budgets a few chunks small, writes
+// from several clients at once still commit on every replica (a follower's
+// raft budget is released once its append is durable, whatever its own
+// client writes hold), and once they are answered every admitted byte is
+// given back on every node.
+func TestSmallBudgetsReplicate(t *testing.T) {
+	const chunk = 256 << 10
+	nodes, _ := startClusterWith(t, func(tn *testNode) { tn.budget = 4 * chunk })
+	leader := waitLeader(t, nodes)
+	var wg sync.WaitGroup
+	for b := uint64(1); b <= 4; b++ {
+		cl := dial(t, leader.addr)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			writeChunks(t, cl, b, 0, 16, chunk)
+		}()
+	}
+	wg.Wait()
+	for _, tn := range nodes {
+		for b := uint64(1); b <= 4; b++ {
+			readBack(t, tn, b, 16*chunk)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, tn := range nodes {
+		for st := tn.node.Budgets(); st.ClientBytes != 0 || st.RaftBytes != 0; st = tn.node.Budgets() {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d holds admitted bytes after every write was answered: %+v", tn.id, st)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		st := tn.node.Budgets()
+		if tn != leader && st.RaftPeakBytes == 0 {
+			t.Fatalf("follower %d admitted no raft payload: %+v", tn.id, st)
+		}
+		if st.ClientPeakBytes > 4*chunk || st.RaftPeakBytes > 4*chunk {
+			t.Fatalf("node %d: budget exceeded: %+v", tn.id, st)
+		}
 	}
 }

@@ -153,6 +153,10 @@ type Frame struct {
 	Type    MsgType
 	Header  []byte
 	Payload []byte
+	// Release, set by a Server whose PayloadAlloc admitted the payload,
+	// gives the payload's admission back: the handler calls it (once)
+	// when it no longer holds the bytes, or hands it on with them.
+	Release func()
 }
 
 // Decode unmarshals f's header into m and checks that m is of f's type and

@@ -43,11 +43,18 @@ type ServerConfig struct {
 	Handler Handler
 	Conn    ConnConfig
 	// PayloadAlloc, if set, gives the buffer a frame's payload is read
-	// into (called after the header is read, with the payload length n ≥
-	// 1; a buffer shorter than n is ignored and the connection's own
-	// buffer used). The handler then owns the payload: the way to keep
-	// chunk bytes past the handler's return without copying them.
-	PayloadAlloc func(t MsgType, header []byte, n int) []byte
+	// into, called after the header is read, with the payload length n ≥
+	// 1, before any of the payload is read or a buffer allocated for it:
+	// the place to admit the bytes against a memory budget. It may wait
+	// (the connection is not read meanwhile, so TCP pushes back on its
+	// sender) until ctx ends (the connection or the server closes). An
+	// error closes the connection. release (nil: none) gives the
+	// admission back: the Server calls it if the payload is not read in
+	// full, else hands it to the handler in Frame.Release. A buffer
+	// shorter than n is ignored and the connection's own buffer used.
+	// The handler owns the buffer: the way to keep chunk bytes past the
+	// handler's return without copying them.
+	PayloadAlloc func(ctx context.Context, t MsgType, header []byte, n int) (buf []byte, release func(), err error)
 	// MaxConns bounds the connections served at once; Accept waits while
 	// it is reached.
 	MaxConns int
@@ -183,17 +190,24 @@ func (s *Server) serveConn(c *Conn) {
 			return
 		}
 		var payload []byte
+		var release func()
 		if n > 0 {
 			var dst []byte
 			if s.cfg.PayloadAlloc != nil {
-				dst = s.cfg.PayloadAlloc(t, h, n)
+				if dst, release, err = s.cfg.PayloadAlloc(ctx, t, h, n); err != nil {
+					s.logAdmitErr(c, t, n, err)
+					return
+				}
 			}
 			if payload, err = c.ReadPayload(dst); err != nil {
+				if release != nil {
+					release()
+				}
 				s.logReadErr(c, err)
 				return
 			}
 		}
-		reply, rp := s.cfg.Handler(ctx, c, Frame{Type: t, Header: h, Payload: payload})
+		reply, rp := s.cfg.Handler(ctx, c, Frame{Type: t, Header: h, Payload: payload, Release: release})
 		if reply != nil {
 			if err := c.Send(reply, rp); err != nil {
 				log.Warn("transport: reply failed, closing connection", "remote", c.RemoteAddr(), "type", reply.Type(), "err", err)
@@ -203,6 +217,15 @@ func (s *Server) serveConn(c *Conn) {
 		}
 		c.ReleaseScratch() // the reply is written: the handler's scratch is free
 	}
+}
+
+func (s *Server) logAdmitErr(c *Conn, t MsgType, n int, err error) {
+	select {
+	case <-s.quit:
+		return
+	default:
+	}
+	s.cfg.Logger.Info("transport: payload not admitted, closing connection", "remote", c.RemoteAddr(), "type", t, "bytes", n, "err", err)
 }
 
 func (s *Server) logReadErr(c *Conn, err error) {

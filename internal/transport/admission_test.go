@@ -1,0 +1,81 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+)
+
+// TestServerPayloadAdmission: PayloadAlloc is called before the payload
+// is read; a payload not read in full (the connection died mid-frame)
+// gives its admission back; a refused admission closes the connection
+// without reading the payload.
+func TestServerPayloadAdmission(t *testing.T) {
+	released := make(chan struct{}, 4)
+	admitted := make(chan int, 4)
+	_, addr := startServer(t, ServerConfig{
+		PayloadAlloc: func(_ context.Context, mt MsgType, _ []byte, n int) ([]byte, func(), error) {
+			if n > 5000 {
+				return nil, nil, errors.New("over budget")
+			}
+			admitted <- n
+			return make([]byte, n), func() { released <- struct{}{} }, nil
+		},
+		Handler: func(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
+			t.Errorf("handler called for a frame whose payload never arrived in full")
+			return nil, nil
+		},
+	})
+	frame := func(n int) []byte {
+		var e Encoder
+		if err := e.Append(&WriteChunk{RequestID: 1, Length: uint64(n)}, make([]byte, n)); err != nil {
+			t.Fatal(err)
+		}
+		var out []byte
+		for _, b := range e.Buffers() {
+			out = append(out, b...)
+		}
+		return out
+	}
+	// Half a frame, then the connection closes.
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := frame(1000)
+	if _, err := nc.Write(f[:len(f)-500]); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-admitted:
+		if n != 1000 {
+			t.Fatalf("admitted %d bytes", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("payload not admitted before it was read")
+	}
+	nc.Close()
+	select {
+	case <-released:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the admission of a payload cut short was not given back")
+	}
+	// Refused: the connection is closed, the payload never read.
+	nc, err = net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	f = frame(6000)
+	if _, err := nc.Write(f[:len(f)-6000]); err != nil {
+		t.Fatal(err)
+	}
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = nc.Read(make([]byte, 1))
+	var ne net.Error
+	if err == nil || errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("connection not closed after a refused admission: %v", err)
+	}
+}
