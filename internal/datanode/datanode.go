@@ -35,6 +35,7 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/pipeline"
 	"github.com/spindle-store/spindle/internal/readyfile"
+	"github.com/spindle-store/spindle/internal/transport"
 	"github.com/spindle-store/spindle/internal/wal"
 )
 
@@ -68,7 +69,18 @@ type Config struct {
 	// bulk.DefaultMaxExports).
 	MaxCopies  int
 	MaxExports int
-	Logger     *slog.Logger
+	// MaxClientPayloadBytes and MaxRaftPayloadBytes are the pipeline
+	// node's payload budgets: client chunk bytes held until answered,
+	// peers' raft payload bytes held until appended (0: the pipeline
+	// defaults, 512 and 256 MiB).
+	MaxClientPayloadBytes int64
+	MaxRaftPayloadBytes   int64
+	// IdleTimeout and ReadTimeout bound the data-path connections' reads:
+	// the wait for a frame to begin and for more bytes of a begun frame
+	// (0: the transport defaults, 5 min and 30 s).
+	IdleTimeout time.Duration
+	ReadTimeout time.Duration
+	Logger      *slog.Logger
 }
 
 // ParsePipeline parses "GROUP:ID=ADDR,ID=ADDR,ID=ADDR".
@@ -215,8 +227,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	node, err := pipeline.Start(pipeline.Config{
 		ID: cfg.ID, Listener: dm, Engine: eng, Log: wl, Pipelines: pipelines, Metrics: reg,
 		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
-		DiskStallThreshold: cfg.DiskStallThreshold,
-		Logger:             log,
+		DiskStallThreshold:      cfg.DiskStallThreshold,
+		MaxInflightPayloadBytes: cfg.MaxClientPayloadBytes, MaxInflightRaftPayloadBytes: cfg.MaxRaftPayloadBytes,
+		Conn:   transport.ConnConfig{IdleTimeout: cfg.IdleTimeout, ReadTimeout: cfg.ReadTimeout},
+		Logger: log,
 	})
 	if err != nil {
 		ln.Close()

@@ -79,3 +79,57 @@ func TestServerPayloadAdmission(t *testing.T) {
 		t.Fatalf("connection not closed after a refused admission: %v", err)
 	}
 }
+
+// TestServerIdleAndReadTimeouts: a connection on which no frame begins
+// within the idle timeout is closed by the server; so is one whose frame
+// stops arriving midway, after the read timeout (no idle timeout there).
+// A reader's wait for a peer that sends nothing used to be unbounded.
+func TestServerIdleAndReadTimeouts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  ConnConfig
+		send []byte
+	}{
+		{"idle", ConnConfig{IdleTimeout: 20 * time.Millisecond}, nil},
+		{"mid-frame", ConnConfig{IdleTimeout: -1, ReadTimeout: 20 * time.Millisecond}, halfFrame(t)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, addr := startServer(t, ServerConfig{
+				Conn: tc.cfg,
+				Handler: func(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
+					t.Errorf("handler called")
+					return nil, nil
+				},
+			})
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			if _, err := nc.Write(tc.send); err != nil {
+				t.Fatal(err)
+			}
+			// Bounded wait for the server's close (EOF or reset); a
+			// read that times out means the connection stayed open.
+			nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, err = nc.Read(make([]byte, 1))
+			var ne net.Error
+			if err == nil || errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("connection not closed by the server: %v", err)
+			}
+		})
+	}
+}
+
+// halfFrame is a WriteChunk frame of 1000 payload bytes cut after 500.
+func halfFrame(t *testing.T) []byte {
+	var e Encoder
+	if err := e.Append(&WriteChunk{RequestID: 1, Length: 1000}, make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	for _, b := range e.Buffers() {
+		out = append(out, b...)
+	}
+	return out[:len(out)-500]
+}

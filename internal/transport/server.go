@@ -235,7 +235,7 @@ func (s *Server) logReadErr(c *Conn, err error) {
 	default:
 	}
 	switch {
-	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, ErrIdle):
 		s.cfg.Logger.Debug("transport: connection closed", "remote", c.RemoteAddr(), "err", err)
 	case errors.Is(err, ErrBadFrame):
 		s.cfg.Logger.Warn("transport: bad frame, closing connection", "remote", c.RemoteAddr(), "err", err)
@@ -259,9 +259,8 @@ func (s *Server) startDrain() {
 	for l := range s.listeners {
 		l.Close()
 	}
-	now := time.Now()
 	for c := range s.conns {
-		c.nc.SetReadDeadline(now)
+		c.interruptReads()
 	}
 }
 
