@@ -83,6 +83,28 @@ type Config struct {
 	Logger      *slog.Logger
 }
 
+// DefaultMemoryOverheadBytes is what a datanode process needs beyond its
+// payload budgets: the engine's and the log's buffers, the connections'
+// read buffers (transport.DefaultMaxConns × 64 KiB), goroutines, raft state
+// and the rest of the heap. MemoryLimitBytes adds it to the budgets.
+const DefaultMemoryOverheadBytes = 256 << 20
+
+// MemoryLimitBytes is the soft memory limit (runtime/debug.SetMemoryLimit)
+// of a process running one datanode: its two payload budgets (the
+// pipeline defaults for zero fields) plus DefaultMemoryOverheadBytes. The
+// budgets bound the payload bytes held; the limit makes the garbage
+// collector give back the ones released before the heap doubles (GOGC).
+func MemoryLimitBytes(cfg Config) int64 {
+	c, r := cfg.MaxClientPayloadBytes, cfg.MaxRaftPayloadBytes
+	if c <= 0 {
+		c = pipeline.DefaultMaxInflightPayloadBytes
+	}
+	if r <= 0 {
+		r = pipeline.DefaultMaxInflightRaftPayloadBytes
+	}
+	return c + r + DefaultMemoryOverheadBytes
+}
+
 // ParsePipeline parses "GROUP:ID=ADDR,ID=ADDR,ID=ADDR".
 func ParsePipeline(s string) (pipeline.PipelineConfig, error) {
 	var p pipeline.PipelineConfig

@@ -28,7 +28,11 @@
 // (unknown or failed group, bad payload, rejected or duplicate entries, no
 // append in the next Ready), or when its group is removed; a payload not
 // read in full (the connection closed or broke mid-frame) by the transport
-// Server. Two budgets, each a Config limit:
+// Server. A payload refused whatever its bytes (a write to a pipeline not
+// served or not led here, a raft message of a group not served here) is
+// not admitted at all: it is read through the connection's buffer and
+// dropped (transport.ErrSkipPayload), so a flood of them costs CPU, not
+// memory. Two budgets, each a Config limit:
 //
 //   - the client budget (MaxInflightPayloadBytes, 512 MiB): WriteChunk
 //     payloads, from arrival until answered;

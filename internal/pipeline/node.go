@@ -412,13 +412,28 @@ func Start(c Config) (*Node, error) {
 // allocates its buffer: a client's chunk against the client budget, a
 // peer's raft message against the raft budget; it waits (the connection
 // is not read meanwhile) until the bytes fit or the connection or the node
-// closes. No other frame carries a payload a datanode takes.
-func (n *Node) payloadAlloc(ctx context.Context, t transport.MsgType, _ []byte, size int) ([]byte, func(), error) {
+// closes. A payload that will be refused whatever its bytes — a write to a
+// pipeline not served or not led here, a raft message of a group not
+// served here, a header that does not decode — is skipped: read and
+// dropped, nothing allocated (see handleSkipped). No other frame carries a
+// payload a datanode takes.
+func (n *Node) payloadAlloc(ctx context.Context, t transport.MsgType, header []byte, size int) ([]byte, func(), error) {
 	var b *byteBudget
 	switch t {
 	case transport.TypeWriteChunk:
+		var wc transport.WriteChunk
+		if err := wc.Unmarshal(header); err != nil {
+			return nil, nil, transport.ErrSkipPayload
+		}
+		if g := n.group(wc.PipelineID); g == nil || g.leader.Load() != n.cfg.ID {
+			return nil, nil, transport.ErrSkipPayload
+		}
 		b = n.inflight
 	case transport.TypeRaftMessage:
+		id, err := transport.RaftMessageGroup(header)
+		if err != nil || n.group(id) == nil {
+			return nil, nil, transport.ErrSkipPayload
+		}
 		b = n.raftBuf
 	default:
 		return nil, nil, fmt.Errorf("pipeline: a %v frame with a payload is not served by a datanode", t)

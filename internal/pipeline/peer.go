@@ -355,6 +355,9 @@ func (n *Node) replyResult(p *proposal, err error) {
 
 // handle serves one frame from a peer or a client.
 func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame) (transport.Message, []byte) {
+	if f.Skipped > 0 {
+		return n.handleSkipped(f)
+	}
 	switch f.Type {
 	case transport.TypeRaftMessage:
 		rm := &transport.RaftMessage{}
@@ -430,6 +433,33 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 		return &transport.Response{RequestID: gb.RequestID, Block: fromEngineBlock(bd), HasBlock: true}, nil
 	}
 	return &transport.Response{Status: transport.StatusUnsupported, Message: fmt.Sprintf("message type %v is not served by a datanode", f.Type)}, nil
+}
+
+// handleSkipped answers a frame whose payload payloadAlloc skipped: a
+// WriteChunk not served here (NOT_FOUND) or not led here (NOT_LEADER, with
+// the leader's address when known), one that does not decode (INVALID); a
+// raft message of a group not served here is dropped, as the loop would.
+func (n *Node) handleSkipped(f transport.Frame) (transport.Message, []byte) {
+	if f.Type != transport.TypeWriteChunk {
+		return nil, nil
+	}
+	wc := &transport.WriteChunk{}
+	if err := f.Decode(wc); err != nil {
+		return badRequest(0, err)
+	}
+	r := &transport.Response{RequestID: wc.RequestID}
+	n.groupsMu.RLock()
+	if g := n.groups[wc.PipelineID]; g == nil {
+		r.Status, r.Message = transport.StatusNotFound, fmt.Sprintf("pipeline %d is not served here", wc.PipelineID)
+	} else {
+		r.Status, r.Message = transport.StatusNotLeader, fmt.Sprintf("node %d is not the leader of pipeline %d", n.cfg.ID, g.id)
+		if lead := g.leader.Load(); lead != n.cfg.ID {
+			r.Leader = g.members[lead]
+		}
+	}
+	n.groupsMu.RUnlock()
+	n.metrics.proposals.WithLabelValues(KindWriteChunk.String(), r.Status.String()).Inc()
+	return r, nil
 }
 
 func badRequest(id uint64, err error) (transport.Message, []byte) {

@@ -22,8 +22,9 @@ import (
 	"github.com/spindle-store/spindle/internal/wal"
 )
 
-// startLone starts one node serving no pipeline, with cfg's limits.
-func startLone(t *testing.T, cfg Config) *Node {
+// startLone starts one node with cfg's limits, serving no pipeline, or
+// with solo the one-member pipeline 1 (it waits until the node leads it).
+func startLone(t *testing.T, cfg Config, solo bool) *Node {
 	t.Helper()
 	dir := t.TempDir()
 	eng, err := engine.Open(engine.Config{DataDirs: []string{dir + "/data"}, Logger: quiet})
@@ -39,6 +40,10 @@ func startLone(t *testing.T, cfg Config) *Node {
 		t.Fatal(err)
 	}
 	cfg.ID, cfg.Listener, cfg.Engine, cfg.Log, cfg.Logger = 1, ln, eng, wl, quiet
+	if solo {
+		cfg.Pipelines = []PipelineConfig{{ID: 1, Members: []Member{{ID: 1, Addr: ln.Addr().String()}}}}
+		cfg.TickInterval = 10 * time.Millisecond
+	}
 	n, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +53,15 @@ func startLone(t *testing.T, cfg Config) *Node {
 		wl.Close()
 		eng.Close()
 	})
+	if solo {
+		deadline := time.Now().Add(10 * time.Second)
+		for l, _ := n.Leader(1); l != 1; l, _ = n.Leader(1) {
+			if time.Now().After(deadline) {
+				t.Fatal("the node does not lead its one-member pipeline")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 	return n
 }
 
@@ -73,7 +87,7 @@ func maxSocketBufferBytes(t *testing.T, rcvbuf int) int {
 // writer; one reply writer for all used to block on the stalled socket
 // for its 30 s write timeout).
 func TestStalledClientDoesNotDelayOthers(t *testing.T) {
-	n := startLone(t, Config{})
+	n := startLone(t, Config{}, false)
 	const rcvbuf = 4 << 10
 	nc, err := net.Dial("tcp", n.Addr())
 	if err != nil {
@@ -210,7 +224,7 @@ func TestPayloadAdmittedBeforeAllocation(t *testing.T) {
 		slackBytes  = 16 << 20
 		waitSeconds = 30
 	)
-	n := startLone(t, Config{MaxInflightPayloadBytes: limitBytes, MaxInflightRaftPayloadBytes: limitBytes})
+	n := startLone(t, Config{MaxInflightPayloadBytes: limitBytes, MaxInflightRaftPayloadBytes: limitBytes}, true)
 	payload := make([]byte, frameBytes)
 	header := func(m transport.Message) []byte {
 		var e transport.Encoder
@@ -329,5 +343,48 @@ func TestSmallBudgetsReplicate(t *testing.T) {
 		if st.ClientPeakBytes > 4*chunk || st.RaftPeakBytes > 4*chunk {
 			t.Fatalf("node %d: budget exceeded: %+v", tn.id, st)
 		}
+	}
+}
+
+// TestRefusedPayloadSkipped: a write to a pipeline not served here, or not
+// led here, and a raft message of a group not served here, are answered
+// (or dropped) without their payload being admitted or allocated: a flood
+// of them costs no budget. And a write to a served pipeline still is.
+func TestRefusedPayloadSkipped(t *testing.T) {
+	nodes, _ := startCluster(t)
+	leader := waitLeader(t, nodes)
+	var follower *testNode
+	for _, tn := range nodes {
+		if tn != leader {
+			follower = tn
+			break
+		}
+	}
+	data := chunkData(1, 0, 1<<20)
+	sums := engine.ComputeChecksums(nil, data, bpc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl := dial(t, follower.addr)
+	for _, tc := range []struct {
+		pipeline uint64
+		status   transport.Status
+		leader   string
+	}{{1, transport.StatusNotLeader, leader.addr}, {77, transport.StatusNotFound, ""}} {
+		_, err := cl.Call(ctx, &transport.WriteChunk{PipelineID: tc.pipeline, ContainerID: 5, LocalID: 1, Length: uint64(len(data)), BytesPerChecksum: bpc, Checksums: sums}, data)
+		var se *transport.StatusError
+		if !errors.As(err, &se) || se.Status != tc.status || se.Leader != tc.leader {
+			t.Fatalf("write to pipeline %d on a follower: %v, want %v naming %q", tc.pipeline, err, tc.status, tc.leader)
+		}
+	}
+	if st := follower.node.Budgets(); st.ClientPeakBytes != 0 {
+		t.Fatalf("refused writes were admitted: %+v", st)
+	}
+	// The leader takes a write of pipeline 1 (admitted), not one of 77.
+	lc := dial(t, leader.addr)
+	if _, err := lc.Call(ctx, &transport.WriteChunk{PipelineID: 1, ContainerID: 5, LocalID: 1, Length: uint64(len(data)), BytesPerChecksum: bpc, Checksums: sums}, data); err != nil {
+		t.Fatal(err)
+	}
+	if st := leader.node.Budgets(); st.ClientPeakBytes != int64(len(data)) {
+		t.Fatalf("leader budgets %+v, want one admitted write of %d bytes", st, len(data))
 	}
 }

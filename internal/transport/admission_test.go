@@ -133,3 +133,43 @@ func halfFrame(t *testing.T) []byte {
 	}
 	return out[:len(out)-500]
 }
+
+// TestServerSkipPayload: a payload PayloadAlloc skips is read and dropped:
+// the handler sees its length in Frame.Skipped, no payload, a header that
+// decodes; the next frame on the connection is read as usual.
+func TestServerSkipPayload(t *testing.T) {
+	_, addr := startServer(t, ServerConfig{
+		PayloadAlloc: func(_ context.Context, mt MsgType, _ []byte, n int) ([]byte, func(), error) {
+			if n > 1000 {
+				return nil, nil, ErrSkipPayload
+			}
+			return make([]byte, n), nil, nil
+		},
+		Handler: func(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
+			var wc WriteChunk
+			if err := f.Decode(&wc); err != nil {
+				return &Response{Status: StatusInvalid, Message: err.Error()}, nil
+			}
+			if wc.Length > 1000 {
+				if f.Payload != nil || f.Skipped != int(wc.Length) {
+					return &Response{RequestID: wc.RequestID, Status: StatusInternal, Message: "payload not skipped"}, nil
+				}
+				return &Response{RequestID: wc.RequestID, Status: StatusNotFound}, nil
+			}
+			if f.Skipped != 0 || len(f.Payload) != int(wc.Length) {
+				return &Response{RequestID: wc.RequestID, Status: StatusInternal, Message: "payload skipped"}, nil
+			}
+			return &Response{RequestID: wc.RequestID}, nil
+		},
+	})
+	cl := dial(t, addr, ClientConfig{})
+	ctx := context.Background()
+	_, err := cl.Call(ctx, &WriteChunk{Length: 5000}, make([]byte, 5000))
+	var se *StatusError
+	if !errors.As(err, &se) || se.Status != StatusNotFound {
+		t.Fatalf("skipped payload: %v, want the handler's NOT_FOUND", err)
+	}
+	if _, err := cl.Call(ctx, &WriteChunk{Length: 10}, make([]byte, 10)); err != nil {
+		t.Fatalf("the frame after a skipped one: %v", err)
+	}
+}

@@ -276,6 +276,23 @@ func (r *Reader) ReadPayload(dst []byte) ([]byte, error) {
 	return buf, nil
 }
 
+// SkipPayload reads the payload of the frame whose header ReadHeader just
+// returned and drops it, through the read buffer (nothing allocated).
+func (r *Reader) SkipPayload() error {
+	if r.err != nil {
+		return r.err
+	}
+	if !r.inPay {
+		panic("transport: SkipPayload without ReadHeader")
+	}
+	r.inPay = false
+	if _, err := r.br.Discard(r.left); err != nil {
+		return r.fail(r.typ.String()+" payload", err)
+	}
+	r.left = 0
+	return nil
+}
+
 // ReadFrame reads a whole frame, its payload into the Reader's own buffer.
 func (r *Reader) ReadFrame() (Frame, error) {
 	t, h, _, err := r.ReadHeader()

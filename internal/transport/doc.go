@@ -128,7 +128,8 @@
 // connection that times out is closed: an idle client, or a peer that
 // stalls mid-frame, holds its slot and buffers no longer than that. A
 // Server admits a frame's payload (ServerConfig.PayloadAlloc) before
-// reading or allocating it.
+// reading or allocating it, or skips it (ErrSkipPayload: read through the
+// connection's buffer and dropped, nothing allocated).
 //
 // A Conn's reads (ReadHeader, ReadPayload, ReadFrame) come from one
 // goroutine at a time; its writes (Send, SendBatch) may come from any

@@ -188,3 +188,25 @@ func (m *RaftMessage) checkPayload(n int) error {
 	}
 	return nil
 }
+
+// RaftMessageGroup returns the group_id of an encoded RaftMessage header
+// without decoding the rest (the raft message): enough to route or refuse
+// a frame before its payload is read.
+func RaftMessageGroup(b []byte) (uint64, error) {
+	d := decoder{msg: "RaftMessage", b: b}
+	var group uint64
+	for {
+		ok, err := d.next()
+		if err != nil || !ok {
+			return group, err
+		}
+		if d.num == 1 {
+			group, err = d.uint64()
+		} else {
+			err = d.skip()
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+}

@@ -43,7 +43,8 @@ type ServerConfig struct {
 	Handler Handler
 	Conn    ConnConfig
 	// PayloadAlloc, if set, gives the buffer a frame's payload is read
-	// into, called after the header is read, with the payload length n ≥
+	// into (or ErrSkipPayload: the payload is dropped unread, see
+	// Frame.Skipped), called after the header is read, with the payload length n ≥
 	// 1, before any of the payload is read or a buffer allocated for it:
 	// the place to admit the bytes against a memory budget. It may wait
 	// (the connection is not read meanwhile, so TCP pushes back on its
@@ -191,23 +192,33 @@ func (s *Server) serveConn(c *Conn) {
 		}
 		var payload []byte
 		var release func()
+		skipped := 0
 		if n > 0 {
 			var dst []byte
 			if s.cfg.PayloadAlloc != nil {
-				if dst, release, err = s.cfg.PayloadAlloc(ctx, t, h, n); err != nil {
+				dst, release, err = s.cfg.PayloadAlloc(ctx, t, h, n)
+				if errors.Is(err, ErrSkipPayload) {
+					if err := c.SkipPayload(); err != nil {
+						s.logReadErr(c, err)
+						return
+					}
+					skipped = n
+				} else if err != nil {
 					s.logAdmitErr(c, t, n, err)
 					return
 				}
 			}
-			if payload, err = c.ReadPayload(dst); err != nil {
-				if release != nil {
-					release()
+			if skipped == 0 {
+				if payload, err = c.ReadPayload(dst); err != nil {
+					if release != nil {
+						release()
+					}
+					s.logReadErr(c, err)
+					return
 				}
-				s.logReadErr(c, err)
-				return
 			}
 		}
-		reply, rp := s.cfg.Handler(ctx, c, Frame{Type: t, Header: h, Payload: payload, Release: release})
+		reply, rp := s.cfg.Handler(ctx, c, Frame{Type: t, Header: h, Payload: payload, Release: release, Skipped: skipped})
 		if reply != nil {
 			if err := c.Send(reply, rp); err != nil {
 				log.Warn("transport: reply failed, closing connection", "remote", c.RemoteAddr(), "type", reply.Type(), "err", err)
