@@ -25,9 +25,14 @@ bench chunk-write does), with payload budgets --client-budget and
 --raft-budget. --clients writers write --chunk-size chunks through the
 pipeline client for --phase (quiet), then again for --phase while the
 leader holds --idle-conns idle connections (each sent one request, then
-nothing) and --peers connections send it maximum-size frames (68 MiB;
-WriteChunks and RaftMessages for a pipeline it does not serve, never reading
-the answers), at most --frames each.
+nothing) and --peers connections send it maximum-size frames (never reading
+the answers), at most --frames each: half WriteChunks of the pipeline of
+64 MiB with wrong checksums (admitted against the client budget, replicated,
+refused by every replica's engine), half 68 MiB RaftMessages of its group
+from a non-member at a stale term (admitted against the raft budget, then
+ignored by raft). With --refused the frames are ones a datanode refuses from
+their header (68 MiB WriteChunks, RaftMessages of a group it does not serve):
+their payloads are read and dropped, never held.
 
 Reports the writes of the flooded phase (ops, latency) and, in extra, the
 quiet and flooded p99 and their ratio, and the leader's resident memory:
@@ -59,6 +64,7 @@ VmHWM and VmRSS from /proc/PID/status against the budgets (client + raft).`,
 	f.IntVar(&cfg.IdleConns, "idle-conns", scenario.DefaultFloodIdleConns, "idle connections to the leader during the flood")
 	f.IntVar(&cfg.Peers, "peers", scenario.DefaultFloodPeers, "connections flooding the leader with maximum-size frames")
 	f.IntVar(&cfg.FramesPerPeer, "frames", scenario.DefaultFloodFrames, "frames per flooding connection, at most")
+	f.BoolVar(&cfg.Refused, "refused", false, "flood with frames refused from their header instead of admitted ones")
 	f.Var(&clientBudget, "client-budget", "the datanodes' client payload budget (--client-payload-budget)")
 	f.Var(&raftBudget, "raft-budget", "the datanodes' raft payload budget (--raft-payload-budget)")
 	f.StringArrayVar(&cfg.DatanodeArgs, "datanode-arg", nil, "argument added to every datanode's command line (repeatable)")

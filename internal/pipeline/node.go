@@ -422,7 +422,7 @@ func (n *Node) payloadAlloc(ctx context.Context, t transport.MsgType, header []b
 	switch t {
 	case transport.TypeWriteChunk:
 		var wc transport.WriteChunk
-		if err := wc.Unmarshal(header); err != nil {
+		if err := wc.Unmarshal(header); err != nil || engine.CheckChunkArgs(wc.Length, wc.BytesPerChecksum, wc.Checksums) != nil {
 			return nil, nil, transport.ErrSkipPayload
 		}
 		if g := n.group(wc.PipelineID); g == nil || g.leader.Load() != n.cfg.ID {
@@ -430,8 +430,7 @@ func (n *Node) payloadAlloc(ctx context.Context, t transport.MsgType, header []b
 		}
 		b = n.inflight
 	case transport.TypeRaftMessage:
-		id, err := transport.RaftMessageGroup(header)
-		if err != nil || n.group(id) == nil {
+		if !n.raftRoutable(header) {
 			return nil, nil, transport.ErrSkipPayload
 		}
 		b = n.raftBuf
@@ -442,6 +441,13 @@ func (n *Node) payloadAlloc(ctx context.Context, t transport.MsgType, header []b
 		return nil, nil, fmt.Errorf("pipeline: admitting %d payload bytes: %w", size, err)
 	}
 	return make([]byte, size), b.releaser(int64(size)), nil
+}
+
+// raftRoutable reports whether a RaftMessage header names a group served
+// here (the loop drops the messages of any other).
+func (n *Node) raftRoutable(header []byte) bool {
+	id, _, err := transport.RaftMessageRoute(header)
+	return err == nil && n.group(id) != nil
 }
 
 // BudgetStats are a node's payload budgets: bytes held now and the most

@@ -436,9 +436,10 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 }
 
 // handleSkipped answers a frame whose payload payloadAlloc skipped: a
-// WriteChunk not served here (NOT_FOUND) or not led here (NOT_LEADER, with
-// the leader's address when known), one that does not decode (INVALID); a
-// raft message of a group not served here is dropped, as the loop would.
+// WriteChunk that does not decode or is not a well-formed chunk write
+// (INVALID), not served here (NOT_FOUND) or not led here (NOT_LEADER, with
+// the leader's address when known); a raft message of a group not served
+// here is dropped, as the loop would.
 func (n *Node) handleSkipped(f transport.Frame) (transport.Message, []byte) {
 	if f.Type != transport.TypeWriteChunk {
 		return nil, nil
@@ -446,6 +447,9 @@ func (n *Node) handleSkipped(f transport.Frame) (transport.Message, []byte) {
 	wc := &transport.WriteChunk{}
 	if err := f.Decode(wc); err != nil {
 		return badRequest(0, err)
+	}
+	if err := engine.CheckChunkArgs(wc.Length, wc.BytesPerChecksum, wc.Checksums); err != nil {
+		return badRequest(wc.RequestID, err)
 	}
 	r := &transport.Response{RequestID: wc.RequestID}
 	n.groupsMu.RLock()

@@ -379,8 +379,14 @@ func TestRefusedPayloadSkipped(t *testing.T) {
 	if st := follower.node.Budgets(); st.ClientPeakBytes != 0 {
 		t.Fatalf("refused writes were admitted: %+v", st)
 	}
-	// The leader takes a write of pipeline 1 (admitted), not one of 77.
+	// The leader refuses a malformed chunk write (a checksum missing)
+	// from its header, and takes a good one (admitted).
 	lc := dial(t, leader.addr)
+	_, err := lc.Call(ctx, &transport.WriteChunk{PipelineID: 1, ContainerID: 5, LocalID: 1, Length: uint64(len(data)), BytesPerChecksum: bpc, Checksums: sums[1:]}, data)
+	var se *transport.StatusError
+	if !errors.As(err, &se) || se.Status != transport.StatusInvalid {
+		t.Fatalf("malformed chunk write: %v, want INVALID", err)
+	}
 	if _, err := lc.Call(ctx, &transport.WriteChunk{PipelineID: 1, ContainerID: 5, LocalID: 1, Length: uint64(len(data)), BytesPerChecksum: bpc, Checksums: sums}, data); err != nil {
 		t.Fatal(err)
 	}

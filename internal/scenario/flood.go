@@ -43,9 +43,9 @@ const (
 	DefaultFloodBudgetBytes = 128 << 20
 	// floodSampleEvery is the period of the leader's RSS samples.
 	floodSampleEvery = 100 * time.Millisecond
-	// floodPipeline is the pipeline the flood's frames name: served by
-	// no datanode (the frames cost memory and work, never data).
-	floodPipeline = 1 << 40
+	// idlePipeline is the pipeline the idle connections' one request
+	// names: served by no datanode.
+	idlePipeline = 1 << 40
 )
 
 // FloodConfig configures `spindle bench flood`: a 3-datanode pipeline (as
@@ -64,11 +64,21 @@ type FloodConfig struct {
 	// IdleConns connections to the leader each send one request, read
 	// its answer and then stay idle.
 	IdleConns int
-	// Peers connections send maximum-size frames (transport.MaxPayloadBytes)
-	// as fast as the leader takes them, half WriteChunks and half
-	// RaftMessages, FramesPerPeer each at most, within the flood phase.
+	// Peers connections send maximum-size frames as fast as the leader
+	// takes them, FramesPerPeer each at most, within the flood phase, half
+	// WriteChunks and half RaftMessages, of the kind Refused says.
+	// Admitted (false): WriteChunks of the pipeline of the largest chunk
+	// (engine.MaxChunkSizeBytes) with a well-formed header but wrong
+	// checksums (admitted against the leader's client budget, replicated,
+	// refused by every replica's engine), and RaftMessages of the
+	// pipeline's group of transport.MaxPayloadBytes from a non-member at
+	// a stale term (admitted against the raft budget, then ignored by
+	// raft). Refused (true): frames refused from their header (WriteChunks
+	// of transport.MaxPayloadBytes, longer than a chunk may be;
+	// RaftMessages of a group not served), whose payloads are skipped.
 	Peers         int
 	FramesPerPeer int
+	Refused       bool
 	// ClientBudgetBytes and RaftBudgetBytes are the datanodes' payload
 	// budgets (--client-payload-budget, --raft-payload-budget).
 	ClientBudgetBytes, RaftBudgetBytes int64
@@ -253,7 +263,7 @@ func RunFlood(ctx context.Context, cfg FloodConfig) (out FloodResult, err error)
 	fctx, stopFlood := context.WithCancel(ctx)
 	defer stopFlood()
 	var fl flooders
-	fl.start(fctx, leaderAddr, cfg.Peers, cfg.FramesPerPeer)
+	fl.start(fctx, leaderAddr, cl.PipelineID(), cfg.Refused, cfg.Peers, cfg.FramesPerPeer)
 	var peakRSS atomic.Int64
 	sampled := make(chan struct{})
 	go func() {
@@ -271,7 +281,7 @@ func RunFlood(ctx context.Context, cfg FloodConfig) (out FloodResult, err error)
 			}
 		}
 	}()
-	progress("flood phase: %d idle connections, %d peers sending %s frames", len(idle), cfg.Peers, units.ByteSize(transport.MaxPayloadBytes))
+	progress("flood phase: %d idle connections, %d peers sending maximum-size frames (refused from their header: %v)", len(idle), cfg.Peers, cfg.Refused)
 	flood, err := phase("flood (flooded)")
 	stopFlood()
 	fl.wait()
@@ -294,7 +304,7 @@ func RunFlood(ctx context.Context, cfg FloodConfig) (out FloodResult, err error)
 	res.SetParam("phase_seconds", cfg.Phase.Seconds())
 	res.SetParam("idle_conns", cfg.IdleConns)
 	res.SetParam("flood_peers", cfg.Peers)
-	res.SetParam("flood_frame_bytes", transport.MaxPayloadBytes)
+	res.SetParam("flood_refused", cfg.Refused)
 	res.SetParam("client_budget_bytes", cfg.ClientBudgetBytes)
 	res.SetParam("raft_budget_bytes", cfg.RaftBudgetBytes)
 	ratio := 0.0
@@ -371,7 +381,7 @@ func openIdleConns(ctx context.Context, addr string, n int) ([]net.Conn, error) 
 		}
 		out = append(out, nc)
 		c := transport.NewConn(nc, transport.ConnConfig{})
-		if err := c.Send(&transport.GetBlock{RequestID: 1, PipelineID: floodPipeline, ContainerID: 1, LocalID: uint64(i)}); err != nil {
+		if err := c.Send(&transport.GetBlock{RequestID: 1, PipelineID: idlePipeline, ContainerID: 1 << 40, LocalID: uint64(i)}); err != nil {
 			return out, fmt.Errorf("idle connection %d: %w", i, err)
 		}
 		nc.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -383,27 +393,41 @@ func openIdleConns(ctx context.Context, addr string, n int) ([]net.Conn, error) 
 	return out, nil
 }
 
-// flooders send maximum-size frames to a datanode: WriteChunks (to a
-// pipeline it does not serve) and RaftMessages (of a group it does not
-// serve), never reading what comes back; a connection the datanode closes
-// is redialled.
+// flooders send maximum-size frames to a pipeline's leader: WriteChunks
+// of the pipeline and RaftMessages of its group (see FloodConfig.Peers),
+// never reading what comes back; a connection the datanode closes is
+// redialled.
 type flooders struct {
 	wg                   sync.WaitGroup
 	frames, bytes, conns atomic.Int64
 }
 
-func (f *flooders) start(ctx context.Context, addr string, peers, frames int) {
-	payload := make([]byte, transport.MaxPayloadBytes)
+func (f *flooders) start(ctx context.Context, addr string, pipelineID uint64, refused bool, peers, frames int) {
+	big := make([]byte, transport.MaxPayloadBytes)
 	for p := 0; p < peers; p++ {
 		f.wg.Add(1)
 		go func() {
 			defer f.wg.Done()
 			var enc transport.Encoder
 			var m transport.Message
-			if p%2 == 0 {
-				m = &transport.WriteChunk{RequestID: 1, PipelineID: floodPipeline, ContainerID: 1, LocalID: 1, Length: uint64(len(payload))}
-			} else {
-				rm := &transport.RaftMessage{GroupID: floodPipeline, Message: floodRaftMessage(len(payload))}
+			payload := big
+			switch {
+			case p%2 == 0 && refused:
+				m = &transport.WriteChunk{RequestID: 1, PipelineID: pipelineID, ContainerID: 1 << 40, LocalID: 1, Length: uint64(len(payload))}
+			case p%2 == 0:
+				payload = big[:engine.MaxChunkSizeBytes]
+				sums := make([]uint32, engine.PieceCount(uint64(len(payload)), engine.DefaultBytesPerChecksum))
+				for i := range sums {
+					sums[i] = 1 // not the CRC32C of zeros
+				}
+				m = &transport.WriteChunk{RequestID: 1, PipelineID: pipelineID, ContainerID: 1 << 40, LocalID: 1,
+					Length: uint64(len(payload)), BytesPerChecksum: engine.DefaultBytesPerChecksum, Checksums: sums}
+			default:
+				group := pipelineID
+				if refused {
+					group = idlePipeline
+				}
+				rm := &transport.RaftMessage{GroupID: group, Message: floodRaftMessage(len(payload))}
 				rm.SetPayloads([][]byte{payload})
 				m = rm
 			}
@@ -444,7 +468,9 @@ func (f *flooders) start(ctx context.Context, addr string, peers, frames int) {
 func (f *flooders) wait() { f.wg.Wait() }
 
 // floodRaftMessage is a MsgApp of one entry naming one WriteChunk of n
-// bytes (its payload), of no pipeline the datanode serves.
+// bytes (its payload), from node 9 (no member) at term 1 (stale: every
+// pipeline's first leader is elected at term 2 or later), which raft
+// ignores.
 func floodRaftMessage(n int) *raftpb.Message {
 	data := pipeline.AppendCommand(nil, &pipeline.Command{Kind: pipeline.KindWriteChunk,
 		WriteChunk: transport.WriteChunk{ContainerID: 1, LocalID: 1, Length: uint64(n)}})
