@@ -237,7 +237,8 @@ func TestPayloadAdmittedBeforeAllocation(t *testing.T) {
 		}
 		return out[:len(out)-frameBytes]
 	}
-	wc := header(&transport.WriteChunk{RequestID: 1, PipelineID: 1, Length: frameBytes})
+	wc := header(&transport.WriteChunk{RequestID: 1, PipelineID: 1, Length: frameBytes,
+		BytesPerChecksum: engine.DefaultBytesPerChecksum, Checksums: make([]uint32, engine.PieceCount(frameBytes, engine.DefaultBytesPerChecksum))})
 	data := AppendCommand(nil, &Command{Kind: KindWriteChunk, WriteChunk: transport.WriteChunk{ContainerID: 1, LocalID: 1, Length: frameBytes}})
 	rm := &transport.RaftMessage{GroupID: 1, Message: &raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), To: proto.Uint64(1), From: proto.Uint64(2),
 		Term: proto.Uint64(1), LogTerm: proto.Uint64(1), Index: proto.Uint64(1), Commit: proto.Uint64(1),
