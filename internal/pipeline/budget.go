@@ -7,6 +7,12 @@ import (
 	"sync/atomic"
 )
 
+// Shares of a byteBudget (see byteBudget).
+const (
+	largeShareDivisor = 8
+	reserveDivisor    = 4
+)
+
 // errBudgetClosed ends the waits of a stopping node's budgets.
 var errBudgetClosed = errors.New("pipeline: node stopping")
 
@@ -14,7 +20,10 @@ var errBudgetClosed = errors.New("pipeline: node stopping")
 // admitted (acquire) before its buffer is allocated, and released when the
 // bytes are no longer held. A connection that would exceed it waits (it
 // stops reading, so TCP pushes back on its sender); a payload larger than
-// the whole budget is admitted when nothing else is held. A node has two,
+// the whole budget is admitted when nothing else is held. Large payloads
+// (over limit/largeShareDivisor) leave a reserve of limit/reserveDivisor
+// to the small ones: a few senders of maximum-size frames cannot fill the
+// budget and make every small write wait behind them. A node has two,
 // the client budget and the raft budget (see the package comment).
 type byteBudget struct {
 	mu      sync.Mutex
@@ -46,7 +55,11 @@ func (b *byteBudget) acquire(ctx context.Context, n int64) error {
 		if b.closed {
 			return errBudgetClosed
 		}
-		if b.used == 0 || b.used+n <= b.limit {
+		room := b.limit
+		if n > b.limit/largeShareDivisor {
+			room -= b.limit / reserveDivisor
+		}
+		if b.used == 0 || b.used+n <= room {
 			break
 		}
 		if err := ctx.Err(); err != nil {

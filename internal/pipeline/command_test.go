@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -128,6 +129,33 @@ func TestByteBudget(t *testing.T) {
 	}
 	if b.used != 500 {
 		t.Fatalf("used %d", b.used)
+	}
+	b.release(500)
+	// Large payloads (over 100/8) leave 100/4 to the small ones: 40 + 40
+	// > 75 waits, a small one (10) does not.
+	if err := b.acquire(ctx, 40); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- b.acquire(ctx, 40) }()
+	if err := b.acquire(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitWaiting(t, b, 1)
+	b.release(40)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitWaiting waits (bounded) until n acquires of b are waiting.
+func waitWaiting(t *testing.T, b *byteBudget, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, _, w := b.stats(); w != n; _, _, w = b.stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d acquires waiting, want %d", w, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

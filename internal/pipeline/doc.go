@@ -39,6 +39,10 @@
 //   - the raft budget (MaxInflightRaftPayloadBytes, 256 MiB): RaftMessage
 //     payloads from peers, from arrival until appended here.
 //
+// In each, a payload over 1/8 of the budget is admitted only while a
+// quarter of it stays free for smaller ones (byteBudget), so that a few
+// senders of maximum-size frames do not make every small write wait.
+//
 // Why there is no deadlock. A budget's bytes come back when the work
 // holding them completes, so a wait can only deadlock if that work waits,
 // directly or not, on a wait for the same budget. Raft bytes are released
