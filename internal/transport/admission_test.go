@@ -173,3 +173,31 @@ func TestServerSkipPayload(t *testing.T) {
 		t.Fatalf("the frame after a skipped one: %v", err)
 	}
 }
+
+// TestSkipPacing: beyond a burst of MaxPayloadBytes, a connection's
+// skipped payloads are read no faster than SkipBytesPerSecond.
+func TestSkipPacing(t *testing.T) {
+	const mib = 1 << 20
+	t0 := time.Unix(1000, 0)
+	b := skipBucket{rate: mib} // 1 MiB/s
+	for i, step := range []struct {
+		at   time.Duration
+		n    int
+		wait time.Duration
+	}{
+		{0, 40 * mib, 0},                          // the burst: 68 MiB
+		{0, 40 * mib, 0},                          // 28 MiB left: let through (−12 MiB)
+		{0, 40 * mib, 12 * time.Second},           // waits for the 12 MiB
+		{12 * time.Second, mib, 40 * time.Second}, // the 40 MiB taken at 12 s
+		{200 * time.Second, 68 * mib, 0},          // refilled to the burst (not beyond)
+		{200 * time.Second, 1, time.Duration(0)},  // 0 left: let through
+		{200 * time.Second, 1, time.Second / mib}, // −1 byte
+	} {
+		if got := b.take(t0.Add(step.at), step.n); got != step.wait {
+			t.Fatalf("step %d: wait %v, want %v", i, got, step.wait)
+		}
+	}
+	if (&skipBucket{rate: -1}).take(t0, MaxPayloadBytes*10) != 0 {
+		t.Fatal("pacing off waits")
+	}
+}

@@ -118,6 +118,7 @@
 //	| DefaultWindow             | 64 (max 4096)       | a Client's outstanding requests           |
 //	| DefaultRequestTimeout     | 30 s                | a Call whose context has no deadline      |
 //	| DefaultMaxConns           | 1024                | a Server's connections                    |
+//	| DefaultSkipBytesPerSecond | 32 MiB/s            | a connection's skipped payloads, past a MaxPayloadBytes burst |
 //
 // # Concurrency
 //
@@ -129,7 +130,8 @@
 // stalls mid-frame, holds its slot and buffers no longer than that. A
 // Server admits a frame's payload (ServerConfig.PayloadAlloc) before
 // reading or allocating it, or skips it (ErrSkipPayload: read through the
-// connection's buffer and dropped, nothing allocated).
+// connection's buffer and dropped, nothing allocated, at a paced rate per
+// connection: SkipBytesPerSecond).
 //
 // A Conn's reads (ReadHeader, ReadPayload, ReadFrame) come from one
 // goroutine at a time; its writes (Send, SendBatch) may come from any

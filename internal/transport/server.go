@@ -14,6 +14,12 @@ import (
 // Defaults and limits of ServerConfig.
 const (
 	DefaultMaxConns = 1024
+	// DefaultSkipBytesPerSecond is the rate at which a connection's
+	// skipped payloads (ErrSkipPayload) are read, after a first
+	// MaxPayloadBytes: a client sent a few refused frames (a write to a
+	// follower before its redirect) is not slowed; a peer flooding the
+	// server with frames it refuses gets TCP back-pressure, not the CPU.
+	DefaultSkipBytesPerSecond = 32 << 20
 	// maxAcceptBackoff bounds the pause after a failed Accept (EMFILE…).
 	maxAcceptBackoff = time.Second
 )
@@ -56,6 +62,11 @@ type ServerConfig struct {
 	// The handler owns the buffer: the way to keep chunk bytes past the
 	// handler's return without copying them.
 	PayloadAlloc func(ctx context.Context, t MsgType, header []byte, n int) (buf []byte, release func(), err error)
+	// SkipBytesPerSecond bounds the rate at which one connection's
+	// skipped payloads are read (DefaultSkipBytesPerSecond; negative:
+	// none): beyond a burst of MaxPayloadBytes, the connection's reader
+	// waits before skipping more.
+	SkipBytesPerSecond int64
 	// MaxConns bounds the connections served at once; Accept waits while
 	// it is reached.
 	MaxConns int
@@ -86,6 +97,9 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.SkipBytesPerSecond == 0 {
+		cfg.SkipBytesPerSecond = DefaultSkipBytesPerSecond
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -179,6 +193,7 @@ func (s *Server) serveConn(c *Conn) {
 		s.wg.Done()
 	}()
 	log := s.cfg.Logger
+	skips := skipBucket{rate: s.cfg.SkipBytesPerSecond}
 	for {
 		select {
 		case <-s.quit:
@@ -198,6 +213,9 @@ func (s *Server) serveConn(c *Conn) {
 			if s.cfg.PayloadAlloc != nil {
 				dst, release, err = s.cfg.PayloadAlloc(ctx, t, h, n)
 				if errors.Is(err, ErrSkipPayload) {
+					if !skips.wait(ctx, s.quit, n) {
+						return
+					}
 					if err := c.SkipPayload(); err != nil {
 						s.logReadErr(c, err)
 						return
@@ -311,4 +329,54 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.wg.Wait()
 	return nil
+}
+
+// skipBucket paces one connection's skipped payload bytes: a token bucket
+// of MaxPayloadBytes refilled at rate bytes per second.
+type skipBucket struct {
+	rate   int64 // ≤ 0: no pacing
+	tokens int64
+	at     time.Time
+}
+
+// take accounts n bytes read at now and returns how long to wait first:
+// none while the bucket holds tokens (it may go below zero by one frame:
+// a frame over the burst is let through once the bucket is full), else
+// until it has refilled to zero.
+func (b *skipBucket) take(now time.Time, n int) time.Duration {
+	if b.rate <= 0 {
+		return 0
+	}
+	if b.at.IsZero() {
+		b.tokens, b.at = MaxPayloadBytes, now
+	}
+	if now.After(b.at) {
+		b.tokens = min(MaxPayloadBytes, b.tokens+int64(now.Sub(b.at).Seconds()*float64(b.rate)))
+		b.at = now
+	}
+	var d time.Duration
+	if b.tokens < 0 {
+		d = time.Duration(float64(-b.tokens) / float64(b.rate) * float64(time.Second))
+		b.tokens, b.at = 0, b.at.Add(d)
+	}
+	b.tokens -= int64(n)
+	return d
+}
+
+// wait waits as take says. False when ctx ends or quit is closed first.
+func (b *skipBucket) wait(ctx context.Context, quit <-chan struct{}, n int) bool {
+	d := b.take(time.Now(), n)
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-quit:
+		return false
+	}
 }
