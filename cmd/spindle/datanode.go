@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -12,12 +13,17 @@ import (
 	"github.com/spindle-store/spindle/internal/datanode"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/pipeline"
+	"github.com/spindle-store/spindle/internal/transport"
+	"github.com/spindle-store/spindle/internal/units"
 )
 
 func newDatanodeCmd() *cobra.Command {
 	var cfg datanode.Config
 	var pipelines []string
 	var metaAddr string
+	clientBudget := units.ByteSize(pipeline.DefaultMaxInflightPayloadBytes)
+	raftBudget := units.ByteSize(pipeline.DefaultMaxInflightRaftPayloadBytes)
+	var memLimit units.ByteSize
 	cmd := &cobra.Command{
 		Use:   "datanode",
 		Short: "Run a datanode: storage engine, shared raft log, static pipelines",
@@ -45,6 +51,13 @@ SIGTERM or SIGINT stops it cleanly.`,
 				}
 				cfg.Meta = mc
 			}
+			cfg.MaxClientPayloadBytes, cfg.MaxRaftPayloadBytes = clientBudget.Int64(), raftBudget.Int64()
+			if memLimit.Int64() == 0 && os.Getenv("GOMEMLIMIT") == "" {
+				memLimit = units.ByteSize(datanode.MemoryLimitBytes(cfg))
+			}
+			if memLimit.Int64() > 0 {
+				debug.SetMemoryLimit(memLimit.Int64())
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return datanode.Run(ctx, cfg)
@@ -69,5 +82,10 @@ SIGTERM or SIGINT stops it cleanly.`,
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:0", "HTTP address of Prometheus /metrics (empty: none)")
 	f.IntVar(&cfg.MaxCopies, "max-copies", datanode.DefaultMaxCopies, "container copies (re-replication) received at once")
 	f.IntVar(&cfg.MaxExports, "max-exports", bulk.DefaultMaxExports, "whole-container reads (re-replication sources) served at once")
+	f.Var(&clientBudget, "client-payload-budget", "client chunk bytes held in memory until answered; a client write beyond it waits unread")
+	f.Var(&raftBudget, "raft-payload-budget", "chunk bytes of peers' raft messages held in memory until appended; beyond it the peer's connection waits unread")
+	f.Var(&memLimit, "memory-limit", "soft memory limit of the process (Go's GOMEMLIMIT; default, unless GOMEMLIMIT is set: the two payload budgets + 256MiB)")
+	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", transport.DefaultIdleTimeout, "a data-path connection on which no frame begins for this long is closed")
+	f.DurationVar(&cfg.ReadTimeout, "read-timeout", transport.DefaultReadTimeout, "a data-path connection whose frame stops arriving for this long is closed")
 	return cmd
 }

@@ -320,20 +320,29 @@ func (c *Client) isClosed() bool {
 }
 
 // conn returns a connection to m, dialling one if its slot is empty or
-// broken: the slot t pins, else the next one round robin.
+// broken (a connection the server closed while it was idle is found broken
+// here, its reader having seen the close): the slot t pins, else the next
+// one round robin.
 func (c *Client) conn(ctx context.Context, m *member, t target) (*transport.Client, error) {
 	i := uint64(m.rr.Add(1))
 	if t.pinned {
 		i = t.pin
 	}
 	s := &m.slots[i%uint64(len(m.slots))]
-	if tc := s.c.Load(); tc != nil {
+	if tc := s.c.Load(); tc != nil && tc.Err() == nil {
 		return tc, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if tc := s.c.Load(); tc != nil {
-		return tc, nil
+		if tc.Err() == nil {
+			return tc, nil
+		}
+		// Broken while unused (the server closed it: idle timeout,
+		// restart): redialled here rather than failing an attempt.
+		if s.c.CompareAndSwap(tc, nil) {
+			tc.Close()
+		}
 	}
 	if c.isClosed() {
 		return nil, ErrClosed

@@ -61,6 +61,13 @@ type fakeNode struct {
 
 func newFakePipeline(t *testing.T, n int) *fakePipeline {
 	t.Helper()
+	return newFakePipelineConn(t, n, transport.ConnConfig{})
+}
+
+// newFakePipelineConn is newFakePipeline whose servers' connections have
+// configuration cc.
+func newFakePipelineConn(t *testing.T, n int, cc transport.ConnConfig) *fakePipeline {
+	t.Helper()
 	p := &fakePipeline{t: t, leader: 0, hint: true, chunks: map[chunkKey][]byte{}, blocks: map[BlockID]transport.BlockData{}}
 	for i := range n {
 		nd := &fakeNode{p: p, index: i}
@@ -71,6 +78,7 @@ func newFakePipeline(t *testing.T, n int) *fakePipeline {
 		nd.addr = l.Addr().String()
 		nd.srv = transport.NewServer(transport.ServerConfig{
 			Handler: nd.handle,
+			Conn:    cc,
 			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 		go nd.srv.Serve(countingListener{l, &nd.conns})
@@ -621,5 +629,43 @@ func TestNewRejectsBadInput(t *testing.T) {
 		if _, err := New(tc.addrs, 1, tc.o); err == nil {
 			t.Errorf("New(%v, %+v) succeeded", tc.addrs, tc.o)
 		}
+	}
+}
+
+// TestIdleConnectionClosedByServerIsRedialled: a datanode closes a
+// connection left idle past its idle timeout; the client's next operation
+// dials a new one instead of failing an attempt on the closed one.
+func TestIdleConnectionClosedByServerIsRedialled(t *testing.T) {
+	p := newFakePipelineConn(t, 1, transport.ConnConfig{IdleTimeout: 20 * time.Millisecond})
+	c := newTestClient(t, p.addrs(), quietOptions())
+	ctx := testCtx(t)
+	data := []byte("idle")
+	if _, err := c.WriteChunk(ctx, BlockID{1, 1}, 0, data); err != nil {
+		t.Fatal(err)
+	}
+	// Barrier: the server has closed the idle connection and the client
+	// has seen it.
+	m := c.members[0]
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		broken := 0
+		for i := range m.slots {
+			if tc := m.slots[i].c.Load(); tc != nil && tc.Err() != nil {
+				broken++
+			}
+		}
+		if broken > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server did not close the idle connection")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := c.WriteChunk(ctx, BlockID{1, 1}, uint64(len(data)), data); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Dials != 2 || st.Attempts != 2 || st.ConnErrors != 0 {
+		t.Fatalf("stats %+v, want 2 dials and no failed attempt", st)
 	}
 }

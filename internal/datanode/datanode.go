@@ -35,6 +35,7 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/pipeline"
 	"github.com/spindle-store/spindle/internal/readyfile"
+	"github.com/spindle-store/spindle/internal/transport"
 	"github.com/spindle-store/spindle/internal/wal"
 )
 
@@ -71,7 +72,40 @@ type Config struct {
 	// bulk.DefaultMaxExports).
 	MaxCopies  int
 	MaxExports int
-	Logger     *slog.Logger
+	// MaxClientPayloadBytes and MaxRaftPayloadBytes are the pipeline
+	// node's payload budgets: client chunk bytes held until answered,
+	// peers' raft payload bytes held until appended (0: the pipeline
+	// defaults, 512 and 256 MiB).
+	MaxClientPayloadBytes int64
+	MaxRaftPayloadBytes   int64
+	// IdleTimeout and ReadTimeout bound the data-path connections' reads:
+	// the wait for a frame to begin and for more bytes of a begun frame
+	// (0: the transport defaults, 5 min and 30 s).
+	IdleTimeout time.Duration
+	ReadTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// DefaultMemoryOverheadBytes is what a datanode process needs beyond its
+// payload budgets: the engine's and the log's buffers, the connections'
+// read buffers (transport.DefaultMaxConns × 64 KiB), goroutines, raft state
+// and the rest of the heap. MemoryLimitBytes adds it to the budgets.
+const DefaultMemoryOverheadBytes = 256 << 20
+
+// MemoryLimitBytes is the soft memory limit (runtime/debug.SetMemoryLimit)
+// of a process running one datanode: its two payload budgets (the
+// pipeline defaults for zero fields) plus DefaultMemoryOverheadBytes. The
+// budgets bound the payload bytes held; the limit makes the garbage
+// collector give back the ones released before the heap doubles (GOGC).
+func MemoryLimitBytes(cfg Config) int64 {
+	c, r := cfg.MaxClientPayloadBytes, cfg.MaxRaftPayloadBytes
+	if c <= 0 {
+		c = pipeline.DefaultMaxInflightPayloadBytes
+	}
+	if r <= 0 {
+		r = pipeline.DefaultMaxInflightRaftPayloadBytes
+	}
+	return c + r + DefaultMemoryOverheadBytes
 }
 
 // ParsePipeline parses "GROUP:ID=ADDR,ID=ADDR,ID=ADDR".
@@ -218,8 +252,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	node, err := pipeline.Start(pipeline.Config{
 		ID: cfg.ID, Listener: dm, Engine: eng, Log: wl, Pipelines: pipelines, Metrics: reg,
 		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
-		DiskStallThreshold: cfg.DiskStallThreshold,
-		RetainEntries:      cfg.RetainEntries, MaxRetainEntries: cfg.MaxRetainEntries,
+		DiskStallThreshold:      cfg.DiskStallThreshold,
+		MaxInflightPayloadBytes: cfg.MaxClientPayloadBytes, MaxInflightRaftPayloadBytes: cfg.MaxRaftPayloadBytes,
+		Conn:          transport.ConnConfig{IdleTimeout: cfg.IdleTimeout, ReadTimeout: cfg.ReadTimeout},
+		RetainEntries: cfg.RetainEntries, MaxRetainEntries: cfg.MaxRetainEntries,
 		CompactEveryEntries: min(cfg.RetainEntries, pipeline.DefaultCompactEveryEntries),
 		Logger:              log,
 	})

@@ -853,3 +853,11 @@ func findChunk(chunks []ChunkInfo, offset uint64) int {
 	}
 	return -1
 }
+
+// CheckChunkArgs reports whether a chunk write of length bytes with these
+// checksums is well-formed (ErrInvalid otherwise), as WriteChunk checks it
+// first: what can be refused from a request's header alone, before its
+// bytes are read.
+func CheckChunkArgs(length uint64, bytesPerChecksum uint32, checksums []uint32) error {
+	return checkChunkArgs(length, bytesPerChecksum, checksums)
+}

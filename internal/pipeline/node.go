@@ -47,13 +47,22 @@ const (
 	// a MsgApp carrying more is split (raft's MaxSizePerMsg counts the
 	// entries' headers only).
 	maxRaftPayloadBytes = 32 << 20
+	// maxPeerBatchBytes bounds the frames a peer writer encodes before it
+	// writes them: the chunk bytes it reads back from the engine for a
+	// lagging follower are held at most this much plus one frame's
+	// (maxRaftPayloadBytes) at a time.
+	maxPeerBatchBytes = 2 * maxRaftPayloadBytes
 	// peerQueueMax bounds the messages waiting for one peer's writer; more
 	// are dropped (raft resends: the transport is allowed to lose messages).
 	peerQueueMax  = 8192
 	eventQueueCap = 16384
 	// DefaultMaxInflightPayloadBytes bounds the client chunk bytes a node
-	// holds between their arrival and their answer.
+	// holds between their arrival and their answer (the client budget).
 	DefaultMaxInflightPayloadBytes = 512 << 20
+	// DefaultMaxInflightRaftPayloadBytes bounds the chunk bytes of raft
+	// messages from peers a node holds between their arrival and their
+	// append (the raft budget).
+	DefaultMaxInflightRaftPayloadBytes = 256 << 20
 	// DefaultDiskStallThreshold is how long one append or apply round
 	// (chunk writes, fdatasyncs, block commits) may take before the disk
 	// is declared stalled and the node fails (as CockroachDB's
@@ -97,8 +106,15 @@ type Config struct {
 	RetainEntries       uint64
 	MaxRetainEntries    uint64
 	CompactEveryEntries uint64
-	// MaxInflightPayloadBytes bounds client chunk bytes held in memory.
+	// MaxInflightPayloadBytes bounds client chunk bytes held in memory
+	// (DefaultMaxInflightPayloadBytes).
 	MaxInflightPayloadBytes int64
+	// MaxInflightRaftPayloadBytes bounds the chunk bytes of received raft
+	// messages held in memory (DefaultMaxInflightRaftPayloadBytes).
+	MaxInflightRaftPayloadBytes int64
+	// Conn configures the served connections (read, idle and write
+	// timeouts; transport defaults for zero fields).
+	Conn transport.ConnConfig
 	// DiskStallThreshold: an append or apply round still running after
 	// it fails the node with ErrDiskStall (DefaultDiskStallThreshold).
 	DiskStallThreshold time.Duration
@@ -142,6 +158,9 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.MaxInflightPayloadBytes <= 0 {
 		out.MaxInflightPayloadBytes = DefaultMaxInflightPayloadBytes
 	}
+	if out.MaxInflightRaftPayloadBytes <= 0 {
+		out.MaxInflightRaftPayloadBytes = DefaultMaxInflightRaftPayloadBytes
+	}
 	if out.DiskStallThreshold <= 0 {
 		out.DiskStallThreshold = DefaultDiskStallThreshold
 	}
@@ -182,7 +201,8 @@ func validPipeline(self uint64, p PipelineConfig) error {
 
 // Node is a datanode's replication layer: every pipeline it is a member of,
 // one event loop driving them all, one append worker, one apply worker, one
-// reply writer and one writer per peer. See docs/ARCHITECTURE.md §12.
+// writer per peer and one reply writer per client connection with answers
+// in flight (see connReplies). See docs/ARCHITECTURE.md §12.
 //
 // Concurrency: the loop goroutine owns every group's RawNode, payload cache
 // and pending proposals; the other goroutines talk to it through the
@@ -203,15 +223,16 @@ type Node struct {
 	events   chan event
 	appendq  *queue[*appendJob]
 	applyq   *queue[*applyJob]
-	replies  *queue[reply]
+	replies  replies
 	peersMu  sync.Mutex
 	peers    map[uint64]*peer
 	addrs    map[uint64]string
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
-	propSeq  uint64 // loop-owned
-	inflight *byteBudget
+	propSeq  uint64      // loop-owned
+	inflight *byteBudget // the client budget
+	raftBuf  *byteBudget // the raft budget
 	metrics  *metrics
 	failed   atomic.Pointer[error]
 	serveErr chan error
@@ -245,6 +266,11 @@ type group struct {
 	payloadLow uint64
 
 	// Read from other goroutines.
+	// leases: raft budget of the frames stepped since the last Ready
+	// (handed to that Ready's append job, or released with it).
+	leases []*rxLease
+
+	// Read from other goroutines.
 	leader  atomic.Uint64
 	term    atomic.Uint64
 	applied atomic.Uint64
@@ -269,6 +295,9 @@ type proposal struct {
 	pb      transport.PutBlock
 	ref     transport.GetBlock // DeleteBlock, CloseContainer
 	payload []byte
+	// release gives payload's admission (the client budget) back; nil
+	// without a payload.
+	release func()
 	conn    *transport.Conn
 	reqID   uint64
 	// done receives the result of a proposal made by Propose (conn nil).
@@ -300,6 +329,7 @@ type event struct {
 	group   uint64
 	msg     *raftpb.Message
 	segs    [][]byte
+	lease   *rxLease // evRaft: the frame's raft budget, if it had a payload
 	prop    *proposal
 	appends []*appendJob
 	apply   *applyJob
@@ -330,12 +360,13 @@ func Start(c Config) (*Node, error) {
 		events:   make(chan event, eventQueueCap),
 		appendq:  newQueue[*appendJob](),
 		applyq:   newQueue[*applyJob](),
-		replies:  newQueue[reply](),
+		replies:  replies{conns: map[*transport.Conn]*connReplies{}},
 		peers:    map[uint64]*peer{},
 		addrs:    map[uint64]string{},
 		stop:     make(chan struct{}),
 		serveErr: make(chan error, 1),
 		inflight: newByteBudget(cfg.MaxInflightPayloadBytes),
+		raftBuf:  newByteBudget(cfg.MaxInflightRaftPayloadBytes),
 
 		failedGroups: map[uint64]PipelineFailure{},
 		opening:      map[uint64]bool{},
@@ -356,13 +387,14 @@ func Start(c Config) (*Node, error) {
 	}
 	n.server = transport.NewServer(transport.ServerConfig{
 		Handler:      n.handle,
-		PayloadAlloc: payloadAlloc,
+		PayloadAlloc: n.payloadAlloc,
+		Conn:         cfg.Conn,
+		Logger:       n.log,
 	})
-	n.wg.Add(4)
+	n.wg.Add(3)
 	go n.run()
 	go n.appendWorker()
 	go n.applyWorker()
-	go n.replyWriter()
 	go n.stallWatchdog()
 	go func() {
 		err := n.server.Serve(cfg.Listener)
@@ -381,11 +413,61 @@ func Start(c Config) (*Node, error) {
 	return n, nil
 }
 
-func payloadAlloc(t transport.MsgType, _ []byte, n int) []byte {
-	if t == transport.TypeWriteChunk || t == transport.TypeRaftMessage {
-		return make([]byte, n)
+// payloadAlloc admits a frame's payload against its budget, then
+// allocates its buffer: a client's chunk against the client budget, a
+// peer's raft message against the raft budget; it waits (the connection
+// is not read meanwhile) until the bytes fit or the connection or the node
+// closes. A payload that will be refused whatever its bytes — a write to a
+// pipeline not served or not led here, a raft message of a group not
+// served here, a header that does not decode — is skipped: read and
+// dropped, nothing allocated (see handleSkipped). No other frame carries a
+// payload a datanode takes.
+func (n *Node) payloadAlloc(ctx context.Context, t transport.MsgType, header []byte, size int) ([]byte, func(), error) {
+	var b *byteBudget
+	switch t {
+	case transport.TypeWriteChunk:
+		var wc transport.WriteChunk
+		if err := wc.Unmarshal(header); err != nil || engine.CheckChunkArgs(wc.Length, wc.BytesPerChecksum, wc.Checksums) != nil {
+			return nil, nil, transport.ErrSkipPayload
+		}
+		if g := n.group(wc.PipelineID); g == nil || g.leader.Load() != n.cfg.ID {
+			return nil, nil, transport.ErrSkipPayload
+		}
+		b = n.inflight
+	case transport.TypeRaftMessage:
+		if !n.raftRoutable(header) {
+			return nil, nil, transport.ErrSkipPayload
+		}
+		b = n.raftBuf
+	default:
+		return nil, nil, fmt.Errorf("pipeline: a %v frame with a payload is not served by a datanode", t)
 	}
-	return nil
+	if err := b.acquire(ctx, int64(size)); err != nil {
+		return nil, nil, fmt.Errorf("pipeline: admitting %d payload bytes: %w", size, err)
+	}
+	return make([]byte, size), b.releaser(int64(size)), nil
+}
+
+// raftRoutable reports whether a RaftMessage header names a group served
+// here (the loop drops the messages of any other).
+func (n *Node) raftRoutable(header []byte) bool {
+	id, _, err := transport.RaftMessageRoute(header)
+	return err == nil && n.group(id) != nil
+}
+
+// BudgetStats are a node's payload budgets: bytes held now and the most
+// held at once, client writes and raft messages.
+type BudgetStats struct {
+	ClientBytes, ClientPeakBytes int64
+	RaftBytes, RaftPeakBytes     int64
+}
+
+// Budgets returns the payload budgets' use.
+func (n *Node) Budgets() BudgetStats {
+	var s BudgetStats
+	s.ClientBytes, s.ClientPeakBytes, _ = n.inflight.stats()
+	s.RaftBytes, s.RaftPeakBytes, _ = n.raftBuf.stats()
+	return s
 }
 
 // addMembers records the peers' addresses of p. A peer has one address
@@ -756,6 +838,11 @@ func (n *Node) post(ev event) bool {
 // run is the event loop: it owns every RawNode.
 func (n *Node) run() {
 	defer n.wg.Done()
+	defer func() {
+		// Stopping: connections waiting for budget give up.
+		n.inflight.close()
+		n.raftBuf.close()
+	}()
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
 	for {
@@ -786,6 +873,10 @@ func (n *Node) run() {
 			n.flushProposals(g)
 			if g.rn.HasReady() {
 				n.onReady(g)
+			} else if len(g.leases) > 0 {
+				// Stepped without effect: nothing of them is kept.
+				n.releaseLeases(g, g.leases)
+				g.leases = nil
 			}
 		}
 	}
@@ -795,18 +886,27 @@ func (n *Node) onEvent(ev event) {
 	g := n.groups[ev.group]
 	switch ev.kind {
 	case evRaft:
-		if g == nil {
+		if g == nil || g.failed.Load() {
+			ev.lease.release()
 			return
 		}
 		m := ev.msg
+		stashed := false
 		if m.GetType() == raftpb.MessageType_MsgApp && len(m.GetEntries()) > 0 {
-			if err := g.stashPayloads(m, ev.segs); err != nil {
+			if err := g.stashPayloads(m, ev.segs, ev.lease); err != nil {
 				n.log.Warn("raft message dropped", "pipeline", g.id, "from", m.GetFrom(), "err", err)
+				ev.lease.release()
 				return
 			}
+			stashed = ev.lease != nil
 		}
 		if err := g.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 			n.log.Debug("raft step", "pipeline", g.id, "type", m.GetType(), "err", err)
+		}
+		if stashed {
+			g.leases = append(g.leases, ev.lease)
+		} else {
+			ev.lease.release()
 		}
 	case evPropose:
 		if g == nil && ev.prop.done != nil {
@@ -820,6 +920,10 @@ func (n *Node) onEvent(ev event) {
 		g.queue = append(g.queue, ev.prop)
 	case evAppendDone:
 		for _, j := range ev.appends {
+			// The chunks are durable here (read back when needed):
+			// the frames' bytes are let go.
+			n.releaseLeases(j.g, j.leases)
+			j.leases = nil
 			if j.g.failed.Load() || n.groups[j.g.id] != j.g {
 				continue
 			}
@@ -912,6 +1016,8 @@ func (n *Node) removeGroup(id uint64) error {
 		return nil
 	}
 	n.failPending(g, "pipeline closed")
+	n.releaseLeases(g, g.leases)
+	g.leases = nil
 	for _, p := range g.queue {
 		n.replyErr(p, transport.StatusNotFound, fmt.Sprintf("pipeline %d closed", id), "")
 	}
@@ -954,11 +1060,22 @@ func (n *Node) deliver(g *group, m *raftpb.Message) {
 
 // stashPayloads decodes the entries of a received MsgApp and keeps them
 // with the chunk bytes that came in its frame, for the append worker (and
-// for this node's own MsgApps should it become leader before they apply).
-func (g *group) stashPayloads(m *raftpb.Message, segs [][]byte) error {
+// for this node's own MsgApps should it become leader before they are
+// durable here), marked with the frame's lease. An entry cached already
+// with its bytes (same index and term: the same entry) is kept.
+func (g *group) stashPayloads(m *raftpb.Message, segs [][]byte, l *rxLease) error {
 	k := 0
+	for i, e := range m.GetEntries() {
+		if i > 0 && e.GetIndex() != m.GetEntries()[i-1].GetIndex()+1 {
+			return fmt.Errorf("entry %d follows entry %d", e.GetIndex(), m.GetEntries()[i-1].GetIndex())
+		}
+	}
+	if l != nil && len(m.GetEntries()) > 0 {
+		l.lo, l.hi = m.GetEntries()[0].GetIndex(), m.GetEntries()[len(m.GetEntries())-1].GetIndex()
+	}
 	for _, e := range m.GetEntries() {
 		ce := decodeCached(e)
+		ce.lease = l
 		if ce.err != nil {
 			return fmt.Errorf("entry %d: %w", e.GetIndex(), ce.err)
 		}
@@ -975,6 +1092,9 @@ func (g *group) stashPayloads(m *raftpb.Message, segs [][]byte) error {
 			w++
 			k++
 		}
+		if old := g.cache[e.GetIndex()]; old != nil && old.term == ce.term && old.hasBytes() {
+			continue
+		}
 		if e.GetIndex() >= g.payloadLow {
 			g.cache[e.GetIndex()] = ce
 		}
@@ -986,7 +1106,9 @@ func (g *group) stashPayloads(m *raftpb.Message, segs [][]byte) error {
 }
 
 // flushProposals puts the requests that arrived since the last turn into
-// as few entries as the limits allow (the batch grows with the load).
+// as few entries as the limits allow (the batch grows with the load):
+// MaxCommandsPerEntry commands, maxEntryBytes of headers and
+// maxRaftPayloadBytes of chunk bytes (one entry always fits one frame).
 func (n *Node) flushProposals(g *group) {
 	if len(g.queue) == 0 {
 		return
@@ -1002,6 +1124,7 @@ func (n *Node) flushProposals(g *group) {
 	}
 	var data []byte
 	var batch []*proposal
+	payload := 0 // chunk bytes of the batch
 	propose := func() {
 		if len(batch) == 0 {
 			return
@@ -1012,9 +1135,15 @@ func (n *Node) flushProposals(g *group) {
 				n.replyErr(p, transport.StatusUnavailable, "proposal dropped: "+err.Error(), "")
 			}
 		}
-		data, batch = nil, nil
+		data, batch, payload = nil, nil, 0
 	}
 	for _, p := range q {
+		// An entry's chunk bytes fit one RaftMessage frame: a MsgApp
+		// can always be split between entries.
+		if len(batch) > 0 && payload+len(p.payload) > maxRaftPayloadBytes {
+			propose()
+		}
+		payload += len(p.payload)
 		n.propSeq++
 		p.id = n.cfg.ID<<48 | n.propSeq&(1<<48-1)
 		c := Command{Kind: p.kind, ProposalID: p.id}
@@ -1074,10 +1203,26 @@ func (n *Node) onReady(g *group) {
 	} else {
 		g.minMatch.Store(0)
 	}
+	var appends []*appendJob
 	for _, m := range rd.Messages {
 		if m.GetTo() == raft.LocalAppendThread {
-			n.appendq.push(n.newAppendJob(g, m))
+			appends = append(appends, n.newAppendJob(g, m))
 		}
+	}
+	// The frames stepped since the last Ready: what raft took of them is
+	// in this Ready's append, and their budget is released once it is
+	// durable; nothing of them is kept without one.
+	if len(g.leases) > 0 {
+		if len(appends) > 0 {
+			j := appends[len(appends)-1]
+			j.leases = append(j.leases, g.leases...)
+		} else {
+			n.releaseLeases(g, g.leases)
+		}
+		g.leases = nil
+	}
+	for _, j := range appends {
+		n.appendq.push(j)
 	}
 	for _, m := range rd.Messages {
 		switch m.GetTo() {

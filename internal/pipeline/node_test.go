@@ -34,6 +34,7 @@ type testNode struct {
 	every   uint64
 	// maxRetain is Config.MaxRetainEntries (0: default).
 	maxRetain uint64
+	budget    int64 // Config.MaxInflight(Raft)PayloadBytes (0: defaults)
 }
 
 func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
@@ -52,7 +53,8 @@ func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
 		t.Fatal(err)
 	}
 	tn.node, err = Start(Config{ID: tn.id, Listener: ln, Engine: tn.eng, Log: tn.log, Pipelines: pcs,
-		TickInterval: 20 * time.Millisecond, Logger: quiet, RetainEntries: tn.retain, CompactEveryEntries: tn.every, MaxRetainEntries: tn.maxRetain})
+		TickInterval: 20 * time.Millisecond, Logger: quiet, RetainEntries: tn.retain, CompactEveryEntries: tn.every, MaxRetainEntries: tn.maxRetain,
+		MaxInflightPayloadBytes: tn.budget, MaxInflightRaftPayloadBytes: tn.budget})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +75,13 @@ func (tn *testNode) stop(t testing.TB) {
 
 func startCluster(t testing.TB) ([]*testNode, PipelineConfig) {
 	t.Helper()
+	return startClusterWith(t, nil)
+}
+
+// startClusterWith is startCluster with each node's settings changed by
+// set (nil: none) before it starts.
+func startClusterWith(t testing.TB, set func(*testNode)) ([]*testNode, PipelineConfig) {
+	t.Helper()
 	var nodes []*testNode
 	pc := PipelineConfig{ID: 1}
 	for i := uint64(1); i <= 3; i++ {
@@ -87,6 +96,9 @@ func startCluster(t testing.TB) ([]*testNode, PipelineConfig) {
 		pc.Members = append(pc.Members, Member{ID: i, Addr: addr})
 	}
 	for _, tn := range nodes {
+		if set != nil {
+			set(tn)
+		}
 		tn.start(t, pc)
 	}
 	t.Cleanup(func() {

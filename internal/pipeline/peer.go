@@ -109,6 +109,8 @@ type peer struct {
 	done   chan struct{}
 	once   sync.Once
 	conn   *transport.Conn
+	// read, when set (tests), replaces the engine's read-back.
+	read func(*transport.WriteChunk) []byte
 }
 
 func (p *peer) push(m outMsg) bool {
@@ -190,97 +192,142 @@ func (p *peer) run() {
 			backoff = 50 * time.Millisecond
 			p.conn = c
 		}
+		// Frames go out whenever maxPeerBatchBytes are encoded: the
+		// chunk bytes read back for a follower's catch-up are bounded by
+		// bytes, not by the number of messages queued.
+		var sendErr error
+		flush := func() error {
+			if enc.Frames() > 0 && sendErr == nil {
+				sendErr = p.conn.SendBatch(&enc)
+			}
+			enc.Reset()
+			return sendErr
+		}
 		enc.Reset()
 		for i := range batch {
-			if err := p.encode(&enc, &batch[i]); err != nil {
+			if err := p.encode(&enc, &batch[i], flush); err != nil {
+				if sendErr != nil {
+					break
+				}
 				p.n.log.Warn("raft message not sent", "peer", p.id, "err", err)
 			}
 		}
-		if enc.Frames() > 0 {
-			if err := p.conn.SendBatch(&enc); err != nil {
-				p.n.log.Debug("peer write failed", "peer", p.id, "err", err)
-				p.conn.Close()
-				p.conn = nil
-				p.n.post(event{kind: evUnreachable, peer: p.id})
-			}
+		if flush() != nil {
+			p.n.log.Debug("peer write failed", "peer", p.id, "err", sendErr)
+			p.conn.Close()
+			p.conn = nil
+			p.n.post(event{kind: evUnreachable, peer: p.id})
 		}
-		enc.Reset()
 		clear(batch)
 	}
 }
 
-// encode fills the missing payloads from the engine and appends m to enc,
-// split into several MsgApps when its chunk bytes exceed one frame's bound.
-func (p *peer) encode(enc *transport.Encoder, om *outMsg) error {
-	for _, ms := range om.miss {
-		w := &ms.wc
-		b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
-		data, err := p.n.eng.ReadChunk(b, w.Offset, w.Length, nil)
-		if err != nil || uint64(len(data)) != w.Length {
-			// Deleted since, or never written here (the write
-			// failed on every replica alike): the follower's engine
-			// refuses the zeros by checksum, as it refused the
-			// original.
-			data = make([]byte, w.Length)
-		}
-		om.segs[ms.seg] = data
-	}
+// encode appends om to enc, split into several MsgApps when its chunk bytes
+// exceed one frame's bound (maxRaftPayloadBytes), the missing payloads read
+// back from the engine one part at a time; it calls flush (which sends and
+// resets enc) whenever enc holds maxPeerBatchBytes or more. So the chunk
+// bytes read back and held at once stay below maxPeerBatchBytes plus one
+// part, however many entries a catch-up MsgApp names. An error of flush is
+// returned as is.
+func (p *peer) encode(enc *transport.Encoder, om *outMsg, flush func() error) error {
 	m := om.msg
+	// segLen is a segment's length, read back or not.
+	lens := make([]int, len(om.segs))
+	for i, s := range om.segs {
+		lens[i] = len(s)
+	}
+	for _, ms := range om.miss {
+		lens[ms.seg] = int(ms.wc.Length)
+	}
 	total := 0
-	for _, s := range om.segs {
-		total += len(s)
+	for _, l := range lens {
+		total += l
 	}
-	if m.GetType() != raftpb.MessageType_MsgApp || total <= maxRaftPayloadBytes || len(m.GetEntries()) < 2 {
-		rm := &transport.RaftMessage{GroupID: om.group, Message: m}
-		rm.SetPayloads(om.segs)
-		return enc.Append(rm, om.segs...)
-	}
-	// Split: consecutive runs of entries, each a valid MsgApp whose
-	// previous entry is the last of the run before.
 	ents := m.GetEntries()
-	segAt := 0
+	split := m.GetType() == raftpb.MessageType_MsgApp && total > maxRaftPayloadBytes && len(ents) >= 2
+	// Consecutive runs of entries, each a valid MsgApp whose previous
+	// entry is the last of the run before (one run: the message as is).
+	segAt, miss := 0, om.miss
 	prevIndex, prevTerm := m.GetIndex(), m.GetLogTerm()
-	for start := 0; start < len(ents); {
-		end, bytes, segEnd := start, 0, segAt
-		for end < len(ents) {
-			cnt, sz := om.perEntry[end], 0
-			for _, seg := range om.segs[segEnd : segEnd+cnt] {
-				sz += len(seg)
+	for start := 0; start == 0 || start < len(ents); {
+		end, bytes, segEnd := len(ents), total, len(om.segs)
+		if split {
+			end, bytes, segEnd = start, 0, segAt
+			for end < len(ents) {
+				cnt, sz := om.perEntry[end], 0
+				for _, l := range lens[segEnd : segEnd+cnt] {
+					sz += l
+				}
+				if end > start && bytes+sz > maxRaftPayloadBytes {
+					break
+				}
+				bytes += sz
+				segEnd += cnt
+				end++
 			}
-			if end > start && bytes+sz > maxRaftPayloadBytes {
-				break
-			}
-			bytes += sz
-			segEnd += cnt
-			end++
 		}
-		part := &raftpb.Message{
-			Type: m.Type, To: m.To, From: m.From, Term: m.Term,
-			LogTerm: &prevTerm, Index: &prevIndex, Commit: m.Commit,
-			Entries: ents[start:end],
+		for len(miss) > 0 && miss[0].seg < segEnd {
+			om.segs[miss[0].seg] = p.readBack(&miss[0].wc)
+			miss = miss[1:]
+		}
+		part := m
+		if split {
+			part = &raftpb.Message{
+				Type: m.Type, To: m.To, From: m.From, Term: m.Term,
+				LogTerm: &prevTerm, Index: &prevIndex, Commit: m.Commit,
+				Entries: ents[start:end],
+			}
 		}
 		segs := om.segs[segAt:segEnd]
 		rm := &transport.RaftMessage{GroupID: om.group, Message: part}
 		rm.SetPayloads(segs)
-		if err := enc.Append(rm, segs...); err != nil {
+		err := enc.Append(rm, segs...)
+		// enc holds the bytes now (until flushed): om lets go of them.
+		clear(segs)
+		if err != nil {
 			return err
 		}
-		pi, pt := ents[end-1].GetIndex(), ents[end-1].GetTerm()
-		prevIndex, prevTerm = pi, pt
+		if enc.Len() >= maxPeerBatchBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		if end == 0 {
+			break // no entries: one message
+		}
+		prevIndex, prevTerm = ents[end-1].GetIndex(), ents[end-1].GetTerm()
 		start, segAt = end, segEnd
 	}
 	return nil
 }
 
-// reply is a response to a client request, written by the reply writer.
-type reply struct {
-	conn    *transport.Conn
-	resp    *transport.Response
-	payload []byte
+// readBack reads a chunk the loop's cache no longer holds from the engine.
+func (p *peer) readBack(w *transport.WriteChunk) []byte {
+	if p.read != nil {
+		return p.read(w)
+	}
+	b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
+	data, err := p.n.eng.ReadChunk(b, w.Offset, w.Length, nil)
+	if err != nil || uint64(len(data)) != w.Length {
+		// Deleted since, or never written here (the write failed on
+		// every replica alike): the follower's engine refuses the
+		// zeros by checksum, as it refused the original.
+		data = make([]byte, w.Length)
+	}
+	return data
+}
+
+// releasePayload gives a proposal's payload admission back (the client
+// budget): the request is answered, its bytes no longer needed here.
+func (p *proposal) releasePayload() {
+	if p.release != nil {
+		p.release()
+		p.release = nil
+	}
 }
 
 func (n *Node) replyErr(p *proposal, st transport.Status, msg, leader string) {
-	n.inflight.release(int64(len(p.payload)))
+	p.releasePayload()
 	n.metrics.answered(p, st.String())
 	if p.done != nil {
 		if st == transport.StatusNotLeader {
@@ -290,11 +337,11 @@ func (n *Node) replyErr(p *proposal, st transport.Status, msg, leader string) {
 		}
 		return
 	}
-	n.replies.push(reply{conn: p.conn, resp: &transport.Response{RequestID: p.reqID, Status: st, Message: msg, Leader: leader}})
+	n.pushReply(reply{conn: p.conn, resp: &transport.Response{RequestID: p.reqID, Status: st, Message: msg, Leader: leader}})
 }
 
 func (n *Node) replyResult(p *proposal, err error) {
-	n.inflight.release(int64(len(p.payload)))
+	p.releasePayload()
 	n.metrics.answered(p, statusOf(err).String())
 	if p.done != nil {
 		p.done <- err
@@ -304,67 +351,44 @@ func (n *Node) replyResult(p *proposal, err error) {
 	if err != nil {
 		r.Message = err.Error()
 	}
-	n.replies.push(reply{conn: p.conn, resp: r})
-}
-
-// replyWriter writes responses, everything queued for one connection in one
-// gathered write.
-func (n *Node) replyWriter() {
-	defer n.wg.Done()
-	var rs []reply
-	encs := map[*transport.Conn]*transport.Encoder{}
-	for {
-		rs = n.replies.popAll(rs[:0], n.stop)
-		if rs == nil {
-			return
-		}
-		for _, r := range rs {
-			e := encs[r.conn]
-			if e == nil {
-				e = &transport.Encoder{}
-				encs[r.conn] = e
-			}
-			if err := e.Append(r.resp, r.payload); err != nil {
-				n.log.Warn("response not encodable", "err", err)
-			}
-		}
-		for c, e := range encs {
-			if e.Frames() > 0 {
-				if err := c.SendBatch(e); err != nil {
-					n.log.Debug("client write failed", "remote", c.RemoteAddr(), "err", err)
-				}
-			}
-			e.Reset()
-			delete(encs, c)
-		}
-		clear(rs)
-	}
+	n.pushReply(reply{conn: p.conn, resp: r})
 }
 
 // handle serves one frame from a peer or a client.
 func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame) (transport.Message, []byte) {
+	if f.Skipped > 0 {
+		return n.handleSkipped(f)
+	}
 	switch f.Type {
 	case transport.TypeRaftMessage:
 		rm := &transport.RaftMessage{}
+		var lease *rxLease
+		if f.Release != nil {
+			lease = &rxLease{free: f.Release}
+		}
 		if err := f.Decode(rm); err != nil {
+			lease.release()
 			n.log.Warn("bad raft frame", "remote", c.RemoteAddr(), "err", err)
 			c.Close()
 			return nil, nil
 		}
 		segs, _ := rm.Segments(f.Payload, nil)
-		n.post(event{kind: evRaft, group: rm.GroupID, msg: rm.Message, segs: segs})
+		if !n.post(event{kind: evRaft, group: rm.GroupID, msg: rm.Message, segs: segs, lease: lease}) {
+			lease.release()
+		}
 		return nil, nil
 	case transport.TypeWriteChunk:
+		// The payload was admitted against the client budget before it
+		// was read (payloadAlloc); the proposal holds it until answered.
 		wc := &transport.WriteChunk{}
+		p := &proposal{kind: KindWriteChunk, payload: f.Payload, release: f.Release, conn: c, arrived: time.Now()}
 		if err := f.Decode(wc); err != nil {
+			p.releasePayload()
 			return badRequest(0, err)
 		}
-		if err := n.inflight.acquire(ctx, int64(len(f.Payload))); err != nil {
-			return unavailable(wc.RequestID)
-		}
-		p := &proposal{kind: KindWriteChunk, wc: *wc, payload: f.Payload, conn: c, reqID: wc.RequestID, arrived: time.Now()}
+		p.wc, p.reqID = *wc, wc.RequestID
 		if !n.post(event{kind: evPropose, group: wc.PipelineID, prop: p}) {
-			n.inflight.release(int64(len(f.Payload)))
+			p.releasePayload()
 			return unavailable(wc.RequestID)
 		}
 		return nil, nil
@@ -410,6 +434,37 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 		return &transport.Response{RequestID: gb.RequestID, Block: fromEngineBlock(bd), HasBlock: true}, nil
 	}
 	return &transport.Response{Status: transport.StatusUnsupported, Message: fmt.Sprintf("message type %v is not served by a datanode", f.Type)}, nil
+}
+
+// handleSkipped answers a frame whose payload payloadAlloc skipped: a
+// WriteChunk that does not decode or is not a well-formed chunk write
+// (INVALID), not served here (NOT_FOUND) or not led here (NOT_LEADER, with
+// the leader's address when known); a raft message of a group not served
+// here is dropped, as the loop would.
+func (n *Node) handleSkipped(f transport.Frame) (transport.Message, []byte) {
+	if f.Type != transport.TypeWriteChunk {
+		return nil, nil
+	}
+	wc := &transport.WriteChunk{}
+	if err := f.Decode(wc); err != nil {
+		return badRequest(0, err)
+	}
+	if err := engine.CheckChunkArgs(wc.Length, wc.BytesPerChecksum, wc.Checksums); err != nil {
+		return badRequest(wc.RequestID, err)
+	}
+	r := &transport.Response{RequestID: wc.RequestID}
+	n.groupsMu.RLock()
+	if g := n.groups[wc.PipelineID]; g == nil {
+		r.Status, r.Message = transport.StatusNotFound, fmt.Sprintf("pipeline %d is not served here", wc.PipelineID)
+	} else {
+		r.Status, r.Message = transport.StatusNotLeader, fmt.Sprintf("node %d is not the leader of pipeline %d", n.cfg.ID, g.id)
+		if lead := g.leader.Load(); lead != n.cfg.ID {
+			r.Leader = g.members[lead]
+		}
+	}
+	n.groupsMu.RUnlock()
+	n.metrics.proposals.WithLabelValues(KindWriteChunk.String(), r.Status.String()).Inc()
+	return r, nil
 }
 
 func badRequest(id uint64, err error) (transport.Message, []byte) {

@@ -20,6 +20,9 @@ type appendJob struct {
 	msg     *raftpb.Message
 	ents    []*cachedEntry
 	results []proposalResult
+	// leases: the raft budget of the frames whose entries this append
+	// makes durable, released by the loop once it is done.
+	leases []*rxLease
 }
 
 type proposalResult struct {
@@ -119,12 +122,19 @@ func (n *Node) appendWorker() {
 		jobs := make([]*appendJob, 0, len(popped))
 		for _, j := range popped {
 			if j.g.failed.Load() {
-				continue // nothing more of it is stored or acknowledged here
+				// Nothing more of it is stored or acknowledged here.
+				for _, l := range j.leases {
+					l.release()
+				}
+				continue
 			}
 			var ok bool
 			if chunks, wrote, ok = n.writeChunks(j, chunks, wrote); !ok {
 				if n.Err() != nil {
 					return
+				}
+				for _, l := range j.leases {
+					l.release() // not acknowledged: its bytes are let go
 				}
 				continue
 			}

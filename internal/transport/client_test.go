@@ -431,7 +431,9 @@ func TestServerPayloadAlloc(t *testing.T) {
 	var kept [][]byte
 	var mu sync.Mutex
 	_, addr := startServer(t, ServerConfig{
-		PayloadAlloc: func(t MsgType, header []byte, n int) []byte { return make([]byte, n) },
+		PayloadAlloc: func(_ context.Context, t MsgType, header []byte, n int) ([]byte, func(), error) {
+			return make([]byte, n), nil, nil
+		},
 		Handler: func(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
 			var wc WriteChunk
 			f.Decode(&wc)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +20,18 @@ const (
 	MaxReadBufferBytes        = 16 << 20
 	DefaultRetainPayloadBytes = 4 << 20
 	DefaultWriteTimeout       = 30 * time.Second
+	// DefaultIdleTimeout is how long a connection may stay without a
+	// frame starting before its reader gives up (raft peers send
+	// heartbeats every tick, busy clients requests: only the idle go).
+	DefaultIdleTimeout = 5 * time.Minute
+	// DefaultReadTimeout is how long a frame's bytes may stop arriving,
+	// once it has begun, before its reader gives up.
+	DefaultReadTimeout = 30 * time.Second
 )
+
+// ErrIdle is the read error of a connection on which no frame began
+// within its idle timeout.
+var ErrIdle = errors.New("transport: connection idle")
 
 // ConnConfig configures the read and write sides of a Conn (and a Reader).
 // Zero fields take the defaults above.
@@ -37,6 +49,16 @@ type ConnConfig struct {
 	// WriteTimeout bounds each frame write; a write that times out breaks
 	// the connection. Negative: no timeout.
 	WriteTimeout time.Duration
+	// IdleTimeout bounds the wait for the next frame to begin (its first
+	// bytes); the read then fails with ErrIdle. Negative: no timeout.
+	// Only a reader on a connection with read deadlines (a net.Conn)
+	// has timeouts.
+	IdleTimeout time.Duration
+	// ReadTimeout bounds each wait for more bytes of a frame that has
+	// begun (so a slow but moving transfer is not cut, a stalled one is):
+	// the read then fails with a timeout (os.ErrDeadlineExceeded).
+	// Negative: no timeout.
+	ReadTimeout time.Duration
 }
 
 func (c ConnConfig) withDefaults() ConnConfig {
@@ -51,7 +73,57 @@ func (c ConnConfig) withDefaults() ConnConfig {
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = DefaultWriteTimeout
 	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = DefaultReadTimeout
+	}
 	return c
+}
+
+// readDeadliner is what a Reader needs of its source for timeouts.
+type readDeadliner interface {
+	io.Reader
+	SetReadDeadline(time.Time) error
+}
+
+// deadlineReader sets a read deadline before the reads of its source: at
+// most timeout from now (kept within an eighth of it, to not reset a timer
+// per read). timeout is set by the Reader: idle between frames, read
+// within one; ≤ 0: none.
+type deadlineReader struct {
+	src         readDeadliner
+	timeout     time.Duration
+	deadline    time.Time // set on src; zero: none
+	interrupted atomic.Bool
+}
+
+func (d *deadlineReader) Read(p []byte) (int, error) {
+	if d.interrupted.Load() {
+		return 0, os.ErrDeadlineExceeded
+	}
+	if d.timeout > 0 {
+		want := time.Now().Add(d.timeout)
+		if diff := want.Sub(d.deadline); d.deadline.IsZero() || diff > d.timeout/8 || diff < -d.timeout/8 {
+			d.src.SetReadDeadline(want)
+			d.deadline = want
+			if d.interrupted.Load() {
+				// interrupt ran meanwhile: its deadline wins.
+				d.src.SetReadDeadline(time.Now())
+			}
+		}
+	} else if !d.deadline.IsZero() {
+		d.src.SetReadDeadline(time.Time{})
+		d.deadline = time.Time{}
+	}
+	return d.src.Read(p)
+}
+
+// interrupt makes every read, now and later, fail at once.
+func (d *deadlineReader) interrupt() {
+	d.interrupted.Store(true)
+	d.src.SetReadDeadline(time.Now())
 }
 
 // Reader reads frames from a byte stream. It is not safe for concurrent
@@ -75,12 +147,30 @@ type Reader struct {
 	left   int  // payload bytes of the current frame still unread
 	inPay  bool // ReadHeader done, payload not read yet
 	err    error
+	// dl, when r has read deadlines, applies the idle and read timeouts.
+	dl          *deadlineReader
+	idle, inTim time.Duration
 }
 
-// NewReader returns a Reader on r.
+// NewReader returns a Reader on r. If r has read deadlines (a net.Conn),
+// the Reader applies cfg's IdleTimeout and ReadTimeout.
 func NewReader(r io.Reader, cfg ConnConfig) *Reader {
 	cfg = cfg.withDefaults()
-	return &Reader{br: bufio.NewReaderSize(r, cfg.ReadBufferBytes), retain: cfg.RetainPayloadBytes}
+	rd := &Reader{retain: cfg.RetainPayloadBytes, idle: cfg.IdleTimeout, inTim: cfg.ReadTimeout}
+	if src, ok := r.(readDeadliner); ok && (cfg.IdleTimeout > 0 || cfg.ReadTimeout > 0) {
+		rd.dl = &deadlineReader{src: src}
+		r = rd.dl
+	}
+	rd.br = bufio.NewReaderSize(r, cfg.ReadBufferBytes)
+	return rd
+}
+
+// setTimeout sets the timeout of the reads to come (no-op without
+// deadlines).
+func (r *Reader) setTimeout(d time.Duration) {
+	if r.dl != nil {
+		r.dl.timeout = d
+	}
 }
 
 func (r *Reader) fail(what string, err error) error {
@@ -111,14 +201,26 @@ func (r *Reader) ReadHeader() (MsgType, []byte, int, error) {
 		r.left = 0
 	}
 	r.inPay = false
+	// Between frames the idle timeout applies, once a frame has begun
+	// the read timeout.
+	if r.br.Buffered() == 0 {
+		r.setTimeout(r.idle)
+	} else {
+		r.setTimeout(r.inTim)
+	}
 	p, err := r.br.Peek(PrefixBytes)
 	if err != nil {
 		if err == io.EOF && len(p) == 0 {
 			r.err = io.EOF
 			return 0, nil, 0, io.EOF
 		}
+		if len(p) == 0 && errors.Is(err, os.ErrDeadlineExceeded) && (r.dl == nil || !r.dl.interrupted.Load()) {
+			r.err = fmt.Errorf("%w: no frame within %v", ErrIdle, r.idle)
+			return 0, nil, 0, r.err
+		}
 		return 0, nil, 0, r.fail("frame prefix", err)
 	}
+	r.setTimeout(r.inTim)
 	pf, err := parsePrefix(p)
 	if err != nil {
 		r.err = err
@@ -172,6 +274,23 @@ func (r *Reader) ReadPayload(dst []byte) ([]byte, error) {
 	}
 	r.left = 0
 	return buf, nil
+}
+
+// SkipPayload reads the payload of the frame whose header ReadHeader just
+// returned and drops it, through the read buffer (nothing allocated).
+func (r *Reader) SkipPayload() error {
+	if r.err != nil {
+		return r.err
+	}
+	if !r.inPay {
+		panic("transport: SkipPayload without ReadHeader")
+	}
+	r.inPay = false
+	if _, err := r.br.Discard(r.left); err != nil {
+		return r.fail(r.typ.String()+" payload", err)
+	}
+	r.left = 0
+	return nil
 }
 
 // ReadFrame reads a whole frame, its payload into the Reader's own buffer.
@@ -307,6 +426,16 @@ func (c *Conn) writeLocked(e *Encoder) error {
 		return c.werr
 	}
 	return nil
+}
+
+// interruptReads makes the connection's reads, the one in progress and
+// every later one, fail at once (a Server draining).
+func (c *Conn) interruptReads() {
+	if c.dl != nil {
+		c.dl.interrupt()
+		return
+	}
+	c.nc.SetReadDeadline(time.Now())
 }
 
 // Close closes the connection; a blocked read or write returns.

@@ -113,11 +113,25 @@
 //	| DefaultReadBufferBytes    | 64 KiB              | Reader's look-ahead ([4 KiB, 16 MiB])     |
 //	| DefaultRetainPayloadBytes | 4 MiB               | payload buffer a Reader keeps             |
 //	| DefaultWriteTimeout       | 30 s                | one frame write                           |
+//	| DefaultIdleTimeout        | 5 min               | a reader's wait for the next frame        |
+//	| DefaultReadTimeout        | 30 s                | a wait for more bytes of a begun frame    |
 //	| DefaultWindow             | 64 (max 4096)       | a Client's outstanding requests           |
 //	| DefaultRequestTimeout     | 30 s                | a Call whose context has no deadline      |
 //	| DefaultMaxConns           | 1024                | a Server's connections                    |
+//	| DefaultSkipBytesPerSecond | 32 MiB/s            | a connection's skipped payloads, past a MaxPayloadBytes burst |
 //
 // # Concurrency
+//
+// Every read of a Conn (or a Reader on a net.Conn) is bounded: waiting
+// for the next frame to begin by the idle timeout (ErrIdle), waiting for
+// more bytes of a frame that has begun by the read timeout, refreshed as
+// bytes arrive (a slow frame that keeps moving is not cut). A Server's
+// connection that times out is closed: an idle client, or a peer that
+// stalls mid-frame, holds its slot and buffers no longer than that. A
+// Server admits a frame's payload (ServerConfig.PayloadAlloc) before
+// reading or allocating it, or skips it (ErrSkipPayload: read through the
+// connection's buffer and dropped, nothing allocated, at a paced rate per
+// connection: SkipBytesPerSecond).
 //
 // A Conn's reads (ReadHeader, ReadPayload, ReadFrame) come from one
 // goroutine at a time; its writes (Send, SendBatch) may come from any

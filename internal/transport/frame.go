@@ -153,7 +153,21 @@ type Frame struct {
 	Type    MsgType
 	Header  []byte
 	Payload []byte
+	// Release, set by a Server whose PayloadAlloc admitted the payload,
+	// gives the payload's admission back: the handler calls it (once)
+	// when it no longer holds the bytes, or hands it on with them.
+	Release func()
+	// Skipped is the length of a payload a Server read and dropped
+	// (PayloadAlloc answered ErrSkipPayload); Payload is then nil.
+	Skipped int
 }
+
+// ErrSkipPayload is PayloadAlloc's answer for a payload the handler will
+// refuse whatever its bytes (a write to a pipeline not served, or not led,
+// here): the Server reads it through the connection's read buffer and drops
+// it, allocating nothing for it, then calls the handler with Frame.Skipped
+// set.
+var ErrSkipPayload = errors.New("transport: payload skipped")
 
 // Decode unmarshals f's header into m and checks that m is of f's type and
 // that the payload matches what the header says about it (a WriteChunk's
@@ -165,6 +179,9 @@ func (f Frame) Decode(m Message) error {
 	}
 	if err := m.Unmarshal(f.Header); err != nil {
 		return err
+	}
+	if f.Skipped > 0 {
+		return m.checkPayload(f.Skipped)
 	}
 	return m.checkPayload(len(f.Payload))
 }

@@ -188,3 +188,50 @@ func (m *RaftMessage) checkPayload(n int) error {
 	}
 	return nil
 }
+
+// RaftMessageRoute returns the group_id of an encoded RaftMessage header
+// and the sender (from) of its raft message, without decoding the rest:
+// enough to route or refuse a frame before its payload is read.
+func RaftMessageRoute(b []byte) (group, from uint64, err error) {
+	d := decoder{msg: "RaftMessage", b: b}
+	var raw []byte
+	for {
+		ok, err := d.next()
+		if err != nil {
+			return 0, 0, err
+		}
+		if !ok {
+			break
+		}
+		switch d.num {
+		case 1:
+			group, err = d.uint64()
+		case 2:
+			raw, err = d.bytes()
+		default:
+			err = d.skip()
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	// raftpb.Message: from = 3 (varint).
+	d = decoder{msg: "raftpb.Message", b: raw}
+	for {
+		ok, err := d.next()
+		if err != nil {
+			return 0, 0, err
+		}
+		if !ok {
+			return group, from, nil
+		}
+		if d.num == 3 {
+			from, err = d.uint64()
+		} else {
+			err = d.skip()
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+}

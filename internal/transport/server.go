@@ -14,6 +14,12 @@ import (
 // Defaults and limits of ServerConfig.
 const (
 	DefaultMaxConns = 1024
+	// DefaultSkipBytesPerSecond is the rate at which a connection's
+	// skipped payloads (ErrSkipPayload) are read, after a first
+	// MaxPayloadBytes: a client sent a few refused frames (a write to a
+	// follower before its redirect) is not slowed; a peer flooding the
+	// server with frames it refuses gets TCP back-pressure, not the CPU.
+	DefaultSkipBytesPerSecond = 32 << 20
 	// maxAcceptBackoff bounds the pause after a failed Accept (EMFILE…).
 	maxAcceptBackoff = time.Second
 )
@@ -43,11 +49,24 @@ type ServerConfig struct {
 	Handler Handler
 	Conn    ConnConfig
 	// PayloadAlloc, if set, gives the buffer a frame's payload is read
-	// into (called after the header is read, with the payload length n ≥
-	// 1; a buffer shorter than n is ignored and the connection's own
-	// buffer used). The handler then owns the payload: the way to keep
-	// chunk bytes past the handler's return without copying them.
-	PayloadAlloc func(t MsgType, header []byte, n int) []byte
+	// into (or ErrSkipPayload: the payload is dropped unread, see
+	// Frame.Skipped), called after the header is read, with the payload length n ≥
+	// 1, before any of the payload is read or a buffer allocated for it:
+	// the place to admit the bytes against a memory budget. It may wait
+	// (the connection is not read meanwhile, so TCP pushes back on its
+	// sender) until ctx ends (the connection or the server closes). An
+	// error closes the connection. release (nil: none) gives the
+	// admission back: the Server calls it if the payload is not read in
+	// full, else hands it to the handler in Frame.Release. A buffer
+	// shorter than n is ignored and the connection's own buffer used.
+	// The handler owns the buffer: the way to keep chunk bytes past the
+	// handler's return without copying them.
+	PayloadAlloc func(ctx context.Context, t MsgType, header []byte, n int) (buf []byte, release func(), err error)
+	// SkipBytesPerSecond bounds the rate at which one connection's
+	// skipped payloads are read (DefaultSkipBytesPerSecond; negative:
+	// none): beyond a burst of MaxPayloadBytes, the connection's reader
+	// waits before skipping more.
+	SkipBytesPerSecond int64
 	// MaxConns bounds the connections served at once; Accept waits while
 	// it is reached.
 	MaxConns int
@@ -78,6 +97,9 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.SkipBytesPerSecond == 0 {
+		cfg.SkipBytesPerSecond = DefaultSkipBytesPerSecond
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -171,6 +193,7 @@ func (s *Server) serveConn(c *Conn) {
 		s.wg.Done()
 	}()
 	log := s.cfg.Logger
+	skips := skipBucket{rate: s.cfg.SkipBytesPerSecond}
 	for {
 		select {
 		case <-s.quit:
@@ -183,17 +206,37 @@ func (s *Server) serveConn(c *Conn) {
 			return
 		}
 		var payload []byte
+		var release func()
+		skipped := 0
 		if n > 0 {
 			var dst []byte
 			if s.cfg.PayloadAlloc != nil {
-				dst = s.cfg.PayloadAlloc(t, h, n)
+				dst, release, err = s.cfg.PayloadAlloc(ctx, t, h, n)
+				if errors.Is(err, ErrSkipPayload) {
+					if !skips.wait(ctx, s.quit, n) {
+						return
+					}
+					if err := c.SkipPayload(); err != nil {
+						s.logReadErr(c, err)
+						return
+					}
+					skipped = n
+				} else if err != nil {
+					s.logAdmitErr(c, t, n, err)
+					return
+				}
 			}
-			if payload, err = c.ReadPayload(dst); err != nil {
-				s.logReadErr(c, err)
-				return
+			if skipped == 0 {
+				if payload, err = c.ReadPayload(dst); err != nil {
+					if release != nil {
+						release()
+					}
+					s.logReadErr(c, err)
+					return
+				}
 			}
 		}
-		reply, rp := s.cfg.Handler(ctx, c, Frame{Type: t, Header: h, Payload: payload})
+		reply, rp := s.cfg.Handler(ctx, c, Frame{Type: t, Header: h, Payload: payload, Release: release, Skipped: skipped})
 		if reply != nil {
 			if err := c.Send(reply, rp); err != nil {
 				log.Warn("transport: reply failed, closing connection", "remote", c.RemoteAddr(), "type", reply.Type(), "err", err)
@@ -205,6 +248,15 @@ func (s *Server) serveConn(c *Conn) {
 	}
 }
 
+func (s *Server) logAdmitErr(c *Conn, t MsgType, n int, err error) {
+	select {
+	case <-s.quit:
+		return
+	default:
+	}
+	s.cfg.Logger.Info("transport: payload not admitted, closing connection", "remote", c.RemoteAddr(), "type", t, "bytes", n, "err", err)
+}
+
 func (s *Server) logReadErr(c *Conn, err error) {
 	select {
 	case <-s.quit:
@@ -212,7 +264,7 @@ func (s *Server) logReadErr(c *Conn, err error) {
 	default:
 	}
 	switch {
-	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, ErrIdle):
 		s.cfg.Logger.Debug("transport: connection closed", "remote", c.RemoteAddr(), "err", err)
 	case errors.Is(err, ErrBadFrame):
 		s.cfg.Logger.Warn("transport: bad frame, closing connection", "remote", c.RemoteAddr(), "err", err)
@@ -236,9 +288,8 @@ func (s *Server) startDrain() {
 	for l := range s.listeners {
 		l.Close()
 	}
-	now := time.Now()
 	for c := range s.conns {
-		c.nc.SetReadDeadline(now)
+		c.interruptReads()
 	}
 }
 
@@ -278,4 +329,54 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.wg.Wait()
 	return nil
+}
+
+// skipBucket paces one connection's skipped payload bytes: a token bucket
+// of MaxPayloadBytes refilled at rate bytes per second.
+type skipBucket struct {
+	rate   int64 // ≤ 0: no pacing
+	tokens int64
+	at     time.Time
+}
+
+// take accounts n bytes read at now and returns how long to wait first:
+// none while the bucket holds tokens (it may go below zero by one frame:
+// a frame over the burst is let through once the bucket is full), else
+// until it has refilled to zero.
+func (b *skipBucket) take(now time.Time, n int) time.Duration {
+	if b.rate <= 0 {
+		return 0
+	}
+	if b.at.IsZero() {
+		b.tokens, b.at = MaxPayloadBytes, now
+	}
+	if now.After(b.at) {
+		b.tokens = min(MaxPayloadBytes, b.tokens+int64(now.Sub(b.at).Seconds()*float64(b.rate)))
+		b.at = now
+	}
+	var d time.Duration
+	if b.tokens < 0 {
+		d = time.Duration(float64(-b.tokens) / float64(b.rate) * float64(time.Second))
+		b.tokens, b.at = 0, b.at.Add(d)
+	}
+	b.tokens -= int64(n)
+	return d
+}
+
+// wait waits as take says. False when ctx ends or quit is closed first.
+func (b *skipBucket) wait(ctx context.Context, quit <-chan struct{}, n int) bool {
+	d := b.take(time.Now(), n)
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-quit:
+		return false
+	}
 }
