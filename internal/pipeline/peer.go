@@ -387,6 +387,19 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 			return badRequest(0, err)
 		}
 		p.wc, p.reqID = *wc, wc.RequestID
+		// Every replica would refuse a chunk whose bytes do not match
+		// their checksums (the engine verifies them again at append, on
+		// each side of the disk): refused here, it costs one CRC pass on
+		// this connection's goroutine instead of a proposal, a log entry
+		// and its replication to the followers.
+		if engine.CheckChunkArgs(uint64(len(f.Payload)), wc.BytesPerChecksum, wc.Checksums) != nil {
+			// malformed: refused by the engine as ErrInvalid, as before
+		} else if bad := engine.VerifyPieces(f.Payload, wc.Checksums, wc.BytesPerChecksum); bad >= 0 {
+			p.releasePayload()
+			n.metrics.refusals.WithLabelValues(KindWriteChunk.String()).Inc()
+			return &transport.Response{RequestID: wc.RequestID, Status: transport.StatusChecksumMismatch,
+				Message: fmt.Sprintf("chunk %d/%d@%d: checksum mismatch at offset %d", wc.ContainerID, wc.LocalID, wc.Offset, wc.Offset+uint64(bad)*uint64(wc.BytesPerChecksum))}, nil
+		}
 		if !n.post(event{kind: evPropose, group: wc.PipelineID, prop: p}) {
 			p.releasePayload()
 			return unavailable(wc.RequestID)
