@@ -25,6 +25,9 @@ type metrics struct {
 	// commands refused as on every replica (by kind).
 	replicaFailures *prometheus.CounterVec
 	refusals        *prometheus.CounterVec
+	// staleRaftPayloads counts MsgApp frames of an older term whose
+	// payload was dropped unread.
+	staleRaftPayloads prometheus.Counter
 	// replyOverflows counts client connections closed because their
 	// reply queue overflowed (maxQueuedRepliesPerConn).
 	replyOverflows prometheus.Counter
@@ -52,6 +55,8 @@ func newMetrics(n *Node, reg prometheus.Registerer) *metrics {
 			Help: "Raft entries applied, all pipelines."}),
 		replicaFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spindle_datanode_replica_failures_total",
 			Help: "Chunk writes or block commits that failed on this replica alone (EIO, ENOSPC, UNHEALTHY container, overlap): never acknowledged; the replica left its pipeline and its container was marked UNHEALTHY."}, []string{"op"}),
+		staleRaftPayloads: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_stale_raft_payloads_total",
+			Help: "MsgApp frames of a term older than their group's, dropped unread (raft rejects them)."}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spindle_datanode_refusals_total",
 			Help: "Replicated commands refused as on every replica (checksum mismatch, invalid, hole, full or closed container), by kind."}, []string{"kind"}),
 		replyOverflows: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_reply_overflows_total",
@@ -60,7 +65,7 @@ func newMetrics(n *Node, reg prometheus.Registerer) *metrics {
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.chunkWrites, m.chunkBytes, m.appendRounds, m.appendBatch, m.appendSeconds, m.leaderChanges, m.proposals, m.requestSeconds, m.applied, m.replicaFailures, m.refusals, m.replyOverflows)
+	reg.MustRegister(m.chunkWrites, m.chunkBytes, m.appendRounds, m.appendBatch, m.appendSeconds, m.leaderChanges, m.proposals, m.requestSeconds, m.applied, m.replicaFailures, m.refusals, m.replyOverflows, m.staleRaftPayloads)
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_datanode_pipelines", Help: "Pipelines served."},
 			func() float64 { return float64(len(n.Pipelines())) }),

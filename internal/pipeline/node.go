@@ -448,11 +448,25 @@ func (n *Node) payloadAlloc(ctx context.Context, t transport.MsgType, header []b
 	return make([]byte, size), b.releaser(int64(size)), nil
 }
 
-// raftRoutable reports whether a RaftMessage header names a group served
-// here (the loop drops the messages of any other).
+// raftRoutable reports whether a RaftMessage's payload can be of use: its
+// header names a group served here (the loop drops the messages of any
+// other), and it is not a MsgApp of a term older than the group's (raft
+// rejects those whatever their entries: the transport may lose any
+// message, and the stale leader learns of the newer term from the others).
 func (n *Node) raftRoutable(header []byte) bool {
-	id, _, err := transport.RaftMessageRoute(header)
-	return err == nil && n.group(id) != nil
+	r, err := transport.RaftMessageRouteOf(header)
+	if err != nil {
+		return false
+	}
+	g := n.group(r.Group)
+	if g == nil {
+		return false
+	}
+	if raftpb.MessageType(r.Type) == raftpb.MessageType_MsgApp && r.Term < g.term.Load() {
+		n.metrics.staleRaftPayloads.Inc()
+		return false
+	}
+	return true
 }
 
 // BudgetStats are a node's payload budgets: bytes held now and the most

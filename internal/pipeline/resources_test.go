@@ -240,8 +240,11 @@ func TestPayloadAdmittedBeforeAllocation(t *testing.T) {
 	wc := header(&transport.WriteChunk{RequestID: 1, PipelineID: 1, Length: frameBytes,
 		BytesPerChecksum: engine.DefaultBytesPerChecksum, Checksums: make([]uint32, engine.PieceCount(frameBytes, engine.DefaultBytesPerChecksum))})
 	data := AppendCommand(nil, &Command{Kind: KindWriteChunk, WriteChunk: transport.WriteChunk{ContainerID: 1, LocalID: 1, Length: frameBytes}})
+	// Of the group's current term: a MsgApp of an older one is dropped
+	// unread (raftRoutable).
+	_, term := n.Leader(1)
 	rm := &transport.RaftMessage{GroupID: 1, Message: &raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), To: proto.Uint64(1), From: proto.Uint64(2),
-		Term: proto.Uint64(1), LogTerm: proto.Uint64(1), Index: proto.Uint64(1), Commit: proto.Uint64(1),
+		Term: proto.Uint64(max(term, 1)), LogTerm: proto.Uint64(1), Index: proto.Uint64(1), Commit: proto.Uint64(1),
 		Entries: []*raftpb.Entry{{Term: proto.Uint64(1), Index: proto.Uint64(2), Type: raftpb.EntryType_EntryNormal.Enum(), Data: data}}}}
 	rm.SetPayloads([][]byte{payload})
 	raft := header(rm)
@@ -393,5 +396,54 @@ func TestRefusedPayloadSkipped(t *testing.T) {
 	}
 	if st := leader.node.Budgets(); st.ClientPeakBytes != int64(len(data)) {
 		t.Fatalf("leader budgets %+v, want one admitted write of %d bytes", st, len(data))
+	}
+}
+
+// TestStaleTermPayloadSkipped: a MsgApp of a term older than its group's
+// (raft rejects it whatever it carries) has its payload dropped unread:
+// no budget is taken for it. Before, such frames were admitted and
+// allocated, so a flood of them held the raft budget.
+func TestStaleTermPayloadSkipped(t *testing.T) {
+	n := startLone(t, Config{}, true)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if l, term := n.Leader(1); l == 1 && term >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lone node did not lead its pipeline at term 2 or later")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_, term := n.Leader(1)
+	const frameBytes = 8 << 20
+	payload := make([]byte, frameBytes)
+	data := AppendCommand(nil, &Command{Kind: KindWriteChunk, WriteChunk: transport.WriteChunk{ContainerID: 1, LocalID: 1, Length: frameBytes}})
+	rm := &transport.RaftMessage{GroupID: 1, Message: &raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), To: proto.Uint64(1), From: proto.Uint64(2),
+		Term: proto.Uint64(term - 1), LogTerm: proto.Uint64(1), Index: proto.Uint64(1), Commit: proto.Uint64(1),
+		Entries: []*raftpb.Entry{{Term: proto.Uint64(1), Index: proto.Uint64(2), Type: raftpb.EntryType_EntryNormal.Enum(), Data: data}}}}
+	rm.SetPayloads([][]byte{payload})
+	var e transport.Encoder
+	if err := e.Append(rm, payload); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", n.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, b := range e.Buffers() {
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for testCounter(t, n.metrics.staleRaftPayloads) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the stale MsgApp's payload was not dropped")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if st := n.Budgets(); st.RaftPeakBytes != 0 {
+		t.Fatalf("raft budget peak %d bytes: the stale payload was admitted", st.RaftPeakBytes)
 	}
 }

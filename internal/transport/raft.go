@@ -189,16 +189,41 @@ func (m *RaftMessage) checkPayload(n int) error {
 	return nil
 }
 
+// RaftRoute is what RaftMessageRouteOf reads of an encoded RaftMessage
+// header: its group, and its raft message's type, sender and term.
+type RaftRoute struct {
+	Group, From, Term uint64
+	Type              int32 // raftpb.MessageType
+}
+
 // RaftMessageRoute returns the group_id of an encoded RaftMessage header
 // and the sender (from) of its raft message, without decoding the rest:
 // enough to route or refuse a frame before its payload is read.
 func RaftMessageRoute(b []byte) (group, from uint64, err error) {
+	r, err := RaftMessageRouteOf(b)
+	return r.Group, r.From, err
+}
+
+// RaftMessageRouteOf reads a RaftMessage header's group and its raft
+// message's type (field 1), sender (3) and term (4), without decoding the
+// rest (entries, snapshot).
+func RaftMessageRouteOf(b []byte) (RaftRoute, error) {
+	var r RaftRoute
+	group, err := raftMessageFields(b, &r)
+	r.Group = group
+	if err != nil {
+		return RaftRoute{}, err
+	}
+	return r, nil
+}
+
+func raftMessageFields(b []byte, r *RaftRoute) (group uint64, err error) {
 	d := decoder{msg: "RaftMessage", b: b}
 	var raw []byte
 	for {
 		ok, err := d.next()
 		if err != nil {
-			return 0, 0, err
+			return 0, err
 		}
 		if !ok {
 			break
@@ -212,26 +237,33 @@ func RaftMessageRoute(b []byte) (group, from uint64, err error) {
 			err = d.skip()
 		}
 		if err != nil {
-			return 0, 0, err
+			return 0, err
 		}
 	}
-	// raftpb.Message: from = 3 (varint).
+	// raftpb.Message: type = 1, from = 3, term = 4 (varints).
 	d = decoder{msg: "raftpb.Message", b: raw}
 	for {
 		ok, err := d.next()
 		if err != nil {
-			return 0, 0, err
+			return 0, err
 		}
 		if !ok {
-			return group, from, nil
+			return group, nil
 		}
-		if d.num == 3 {
-			from, err = d.uint64()
-		} else {
+		switch d.num {
+		case 1:
+			var t uint64
+			t, err = d.uint64()
+			r.Type = int32(t)
+		case 3:
+			r.From, err = d.uint64()
+		case 4:
+			r.Term, err = d.uint64()
+		default:
 			err = d.skip()
 		}
 		if err != nil {
-			return 0, 0, err
+			return 0, err
 		}
 	}
 }
