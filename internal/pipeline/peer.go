@@ -395,6 +395,7 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 		if engine.CheckChunkArgs(uint64(len(f.Payload)), wc.BytesPerChecksum, wc.Checksums) != nil {
 			// malformed: refused by the engine as ErrInvalid, as before
 		} else if bad := engine.VerifyPieces(f.Payload, wc.Checksums, wc.BytesPerChecksum); bad >= 0 {
+			c.PayloadWasted(len(f.Payload))
 			p.releasePayload()
 			n.metrics.refusals.WithLabelValues(KindWriteChunk.String()).Inc()
 			return &transport.Response{RequestID: wc.RequestID, Status: transport.StatusChecksumMismatch,

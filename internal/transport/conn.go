@@ -329,7 +329,19 @@ type Conn struct {
 	closed atomic.Bool
 
 	scratch *[]byte // Scratch's buffer, from the payload pool, until ReleaseScratch
+	// wastedBytes: payload bytes the handler read for nothing
+	// (PayloadWasted), paced by the Server before the next frame. Owned
+	// by the reading goroutine.
+	wastedBytes int
 }
+
+// PayloadWasted tells the Server that the frame being handled carried n
+// payload bytes that were read for nothing (refused for their content: a
+// checksum mismatch). The Server paces them as it paces skipped payloads
+// (ServerConfig.SkipBytesPerSecond) before reading the connection's next
+// frame, so that a sender of such frames slows itself, not the others.
+// Only from the Handler (the reading goroutine).
+func (c *Conn) PayloadWasted(n int) { c.wastedBytes += n }
 
 // Scratch returns a buffer of length n (1..MaxPayloadBytes; else nil) from
 // the payload pool, for a Handler's reply payload: it is the handler's

@@ -245,6 +245,12 @@ func (s *Server) serveConn(c *Conn) {
 			}
 		}
 		c.ReleaseScratch() // the reply is written: the handler's scratch is free
+		if w := c.wastedBytes; w > 0 {
+			c.wastedBytes = 0
+			if !skips.wait(ctx, s.quit, w) {
+				return
+			}
+		}
 	}
 }
 
