@@ -30,7 +30,7 @@ import (
 // back on what their disks kept, recover, catch up, and the workload goes
 // on. Then every acknowledged write must read back on every member, and no
 // restarted member may have lost what it had made durable (and so may have
-// acknowledged). docs/CRASH_SAFETY.md §9 describes the test.
+// acknowledged). docs/CRASH_SAFETY.md §9.1 describes the test.
 
 // powerFS is a datanode's disk: a MemFS that loses power when its armed
 // crash trigger fires (MemFS.CrashAtOp) or when cut is called. What the
