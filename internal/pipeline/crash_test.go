@@ -53,52 +53,50 @@ import (
 type powerFS struct {
 	mem *vfs.MemFS
 	off atomic.Bool
-	// died is closed when the power goes; released, by release.
-	died, released   chan struct{}
-	dieOnce, relOnce sync.Once
+	// died is closed when the power goes; released, by release; cutDone,
+	// when cut has taken its image.
+	died, released, cutDone   chan struct{}
+	dieOnce, relOnce, cutOnce sync.Once
 	// onCrash, when set, runs once, when the armed trigger has fired (the
-	// whole-cluster variant cuts the other disks from it).
+	// whole-cluster variant cuts the other disks from it); dead returns
+	// only once it has run.
 	onCrash func()
-	mu      sync.Mutex
 	cutImg  *vfs.MemFS // the image taken by cut
 }
 
 var _ vfs.FS = (*powerFS)(nil)
 
 func newPowerFS(mem *vfs.MemFS) *powerFS {
-	return &powerFS{mem: mem, died: make(chan struct{}), released: make(chan struct{})}
+	return &powerFS{mem: mem, died: make(chan struct{}), released: make(chan struct{}), cutDone: make(chan struct{})}
 }
 
-// dead reports whether the disk has lost power.
+// dead reports whether the disk has lost power. When it has, the
+// consequences of the loss (onCrash) are complete when it returns.
 func (p *powerFS) dead() bool {
-	if p.off.Load() {
-		return true
-	}
-	if p.mem.Crashed() == nil {
+	if !p.off.Load() && p.mem.Crashed() == nil {
 		return false
 	}
 	p.off.Store(true)
-	p.dieOnce.Do(func() {
-		close(p.died)
-		if p.onCrash != nil {
-			p.onCrash()
-		}
-	})
+	p.dieOnce.Do(p.die)
 	return true
 }
 
-// cut takes the power away now: what the disk keeps is CrashClone(pct) of
-// this moment.
-func (p *powerFS) cut(pct int, seed int64) {
-	p.mu.Lock()
-	if p.off.Load() {
-		p.mu.Unlock()
-		return
+func (p *powerFS) die() {
+	close(p.died)
+	if p.onCrash != nil {
+		p.onCrash()
 	}
-	p.off.Store(true) // before the image: see the type's comment
-	p.cutImg = p.mem.CrashClone(pct, rand.New(rand.NewSource(seed)))
-	p.mu.Unlock()
-	p.dieOnce.Do(func() { close(p.died) })
+}
+
+// cut takes the power away now: what the disk keeps is CrashClone(pct) of
+// this moment. Only the first cut counts; a disk is cut or armed, not both.
+func (p *powerFS) cut(pct int, seed int64) {
+	p.cutOnce.Do(func() {
+		p.off.Store(true) // before the image: see the type's comment
+		p.cutImg = p.mem.CrashClone(pct, rand.New(rand.NewSource(seed)))
+		close(p.cutDone)
+		p.dieOnce.Do(p.die)
+	})
 }
 
 // image is what the disk kept when it lost power (nil: it has power).
@@ -106,8 +104,10 @@ func (p *powerFS) image() *vfs.MemFS {
 	if img := p.mem.Crashed(); img != nil {
 		return img
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	if !p.off.Load() {
+		return nil
+	}
+	<-p.cutDone
 	return p.cutImg
 }
 
@@ -573,6 +573,7 @@ func (m *crashMember) stop() {
 	m.tn.node = nil
 }
 
+// crashLog receives the crash cluster's logs (SPINDLE_CRASH_DEBUG).
 var crashLog = quiet
 
 // waitFor polls cond (bounded by crashWaitSeconds).
@@ -603,9 +604,25 @@ func (c *crashCluster) leader() (*crashMember, error) {
 		return false
 	})
 	if err != nil {
-		return nil, fmt.Errorf("no leader within %d s", crashWaitSeconds)
+		return nil, fmt.Errorf("no leader within %d s (%s)", crashWaitSeconds, c.describe())
 	}
 	return l, nil
+}
+
+// describe tells each member's view, for failure messages.
+func (c *crashCluster) describe() string {
+	var b strings.Builder
+	for _, m := range c.members {
+		if m.tn.node == nil {
+			fmt.Fprintf(&b, "node %d: down; ", m.tn.id)
+			continue
+		}
+		lead, term := m.tn.node.Leader(1)
+		last, _ := m.tn.log.LastIndex(1)
+		fmt.Fprintf(&b, "node %d: leader %d term %d applied %d last %d disk dead %v err %v failed %v; ",
+			m.tn.id, lead, term, m.tn.node.Applied(1), last, m.disk.dead(), m.tn.node.Err(), m.tn.node.FailedPipelines())
+	}
+	return b.String()
 }
 
 // connect dials the leader when it changed (or always: force).
@@ -646,7 +663,7 @@ func (c *crashCluster) caughtUp() error {
 	want := l.tn.node.Applied(1)
 	for _, m := range c.members {
 		if err := waitFor(func() bool { return m.tn.node.Applied(1) >= want || m.disk.dead() }); err != nil {
-			return fmt.Errorf("node %d applied %d, the leader %d (node error %v, failed pipelines %v)", m.tn.id, m.tn.node.Applied(1), want, m.tn.node.Err(), m.tn.node.FailedPipelines())
+			return fmt.Errorf("node %d applied %d, the leader %d (%s)", m.tn.id, m.tn.node.Applied(1), want, c.describe())
 		}
 	}
 	return nil
@@ -655,6 +672,12 @@ func (c *crashCluster) caughtUp() error {
 // recover restarts every member whose disk lost power on what the disk
 // kept; it reports whether there was one.
 func (c *crashCluster) recover() (bool, error) {
+	// A first look completes what a loss of power started (the
+	// whole-cluster variant cuts the other disks from the first), the
+	// second sees it all.
+	for _, m := range c.members {
+		m.disk.dead()
+	}
 	var dead []*crashMember
 	for _, m := range c.members {
 		if m.disk.dead() {
@@ -909,15 +932,21 @@ func anyDead(c *crashCluster) bool {
 // TestCrashComposition crashes the disk of a follower, of the leader, or
 // of all three members at the k-th mutating operation of the workload (on
 // the armed disk), for k = 1, 1+stride, … until the workload ends before
-// the k-th; see the file's comment. SPINDLE_CRASH_EXHAUSTIVE=1 crashes at
-// every k, in both the strict and the journaled-keep-50% model.
+// the k-th four times in a row; see the file's comment.
+// SPINDLE_CRASH_EXHAUSTIVE=1 crashes at every k, in both the strict and the
+// journaled-keep-50% model. To study a failure,
+// SPINDLE_CRASH_DEBUG=victim:keepPct:k (victim 0 follower, 1 leader, 2 all)
+// runs that variant at k, k+1, … (200 points) with the nodes' logs on
+// stderr.
 func TestCrashComposition(t *testing.T) {
 	exhaustive := os.Getenv("SPINDLE_CRASH_EXHAUSTIVE") == "1"
 	if d := os.Getenv("SPINDLE_CRASH_DEBUG"); d != "" {
 		var v crashVictim
 		var pct int
 		var k int64
-		fmt.Sscanf(d, "%d:%d:%d", &v, &pct, &k)
+		if _, err := fmt.Sscanf(d, "%d:%d:%d", &v, &pct, &k); err != nil || v > victimAll {
+			t.Fatalf("SPINDLE_CRASH_DEBUG=%q: want victim:keepPct:k", d)
+		}
 		crashLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		for kk := k; kk < k+200; kk++ {
 			fmt.Fprintf(os.Stderr, "=== k=%d\n", kk)
@@ -961,9 +990,13 @@ func TestCrashComposition(t *testing.T) {
 				const crashMisses = 4
 				k, lastK, misses := int64(1), int64(0), 0
 				for ; k <= kMax && misses < crashMisses; k += stride {
+					start := time.Now()
 					run, err := runCrash(t, victim, k, mode.pct, k)
 					if err != nil {
 						t.Fatalf("crash of %s at k=%d (%s): %v", victim, k, mode.name, err)
+					}
+					if d := time.Since(start); d > 5*time.Second {
+						t.Logf("k=%d took %v (a bounded wait ran long)", k, d.Round(time.Millisecond))
 					}
 					if !run.crashed {
 						misses++
