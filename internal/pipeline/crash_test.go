@@ -328,6 +328,7 @@ type durableMark struct {
 type crashMember struct {
 	tn   *testNode
 	disk *powerFS
+	ln   net.Listener // the node's
 	mark durableMark
 }
 
@@ -339,8 +340,6 @@ type crashCluster struct {
 	zombies  []chan struct{} // closed when a dead life's goroutines ended
 	cl       *transport.Client
 	clAddr   string
-	pct      int
-	seed     int64
 	smallLog bool
 	// Results.
 	restarts int
@@ -358,7 +357,9 @@ type crashCluster struct {
 
 // newCrashCluster starts three members on new disks; with smallLog their
 // logs have small segments and records (the crash workload's entries hold
-// one command each), otherwise the defaults (entries batch many).
+// one command each), otherwise the defaults (entries batch many). The
+// caller closes it (not t.Cleanup: a test makes hundreds, which must not
+// be kept to its end).
 func newCrashCluster(t *testing.T, smallLog bool) *crashCluster {
 	t.Helper()
 	c := &crashCluster{t: t, pc: PipelineConfig{ID: 1}, smallLog: smallLog,
@@ -378,10 +379,10 @@ func newCrashCluster(t *testing.T, smallLog bool) *crashCluster {
 	}
 	for _, m := range c.members {
 		if err := c.start(m, vfs.NewMem(), false); err != nil {
+			c.close()
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(c.close)
 	return c
 }
 
@@ -435,10 +436,9 @@ func (c *crashCluster) start(m *crashMember, mem *vfs.MemFS, mustExist bool) err
 		}
 		recovered, _ = lg.HardState(1)
 	}
-	// The dead life's listener is being closed (bounded wait; then come
-	// back on another port).
-	var ln net.Listener
-	_ = waitFor(func() bool { ln, err = net.Listen("tcp", m.tn.addr); return err == nil })
+	// Back on its address; if the port was taken since the dead life's
+	// listener closed (an outgoing connection's ephemeral port), elsewhere.
+	ln, err := net.Listen("tcp", m.tn.addr)
 	moved := false
 	if err != nil {
 		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
@@ -460,7 +460,7 @@ func (c *crashCluster) start(m *crashMember, mem *vfs.MemFS, mustExist bool) err
 		eng.Close()
 		return fmt.Errorf("node %d: start: %w", m.tn.id, err)
 	}
-	m.tn.eng, m.tn.log, m.tn.node, m.disk = eng, lg, node, disk
+	m.tn.eng, m.tn.log, m.tn.node, m.disk, m.ln = eng, lg, node, disk, ln
 	if moved {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -689,7 +689,9 @@ func (c *crashCluster) recover() (bool, error) {
 	}
 	for _, m := range dead {
 		// Its goroutines are frozen in the disk: stop it in the
-		// background (its listener first), until the disk is released.
+		// background, until the disk is released; its listener now, so
+		// that it is reached no more and the new life can take its port.
+		m.ln.Close()
 		z := make(chan struct{})
 		c.zombies = append(c.zombies, z)
 		tn := *m.tn
@@ -837,7 +839,6 @@ type crashRun struct {
 func runCrash(t *testing.T, victim crashVictim, k int64, pct int, seed int64) (crashRun, error) {
 	c := newCrashCluster(t, true)
 	defer c.close()
-	c.pct, c.seed = pct, seed
 	if err := c.connect(false); err != nil {
 		return crashRun{}, err
 	}
@@ -978,7 +979,7 @@ func TestCrashComposition(t *testing.T) {
 				// Strides chosen so that the default run stays under a
 				// minute on two cores; odd and different per case, so
 				// that the cases crash at different kinds of operation.
-				stride := int64([...]int{7, 11, 9}[victim] + 2*mi)
+				stride := int64([...]int{9, 11, 11}[victim] + 2*mi)
 				if exhaustive {
 					stride = 1
 				}
@@ -1059,6 +1060,7 @@ func TestFailedLogFailsTheNode(t *testing.T) {
 		leader := attempt%2 == 1
 		t.Run(fmt.Sprintf("%s-%d", map[bool]string{false: "follower", true: "leader"}[leader], attempt), func(t *testing.T) {
 			c := newCrashCluster(t, false)
+			defer c.close()
 			if err := c.connect(false); err != nil {
 				t.Fatal(err)
 			}
@@ -1147,6 +1149,7 @@ func TestFailedLogFailsTheNode(t *testing.T) {
 func TestCompactionKeepsChunksPastACheckpoint(t *testing.T) {
 	t.Skip("bug: a checkpoint PutBlock lets the log be compacted past chunks it does not cover (openBlocks.committed); a follower restarted then keeps the block short, silently, at the others' BCSID; see the comment")
 	c := newCrashCluster(t, true)
+	defer c.close()
 	if err := c.connect(false); err != nil {
 		t.Fatal(err)
 	}
