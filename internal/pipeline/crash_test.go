@@ -1,0 +1,1227 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/transport"
+	"github.com/spindle-store/spindle/internal/vfs"
+	"github.com/spindle-store/spindle/internal/wal"
+)
+
+// Power-loss crash tests of the composition: three datanodes, each with its
+// engine and its raft log on one crashable MemFS (its disk), serving one
+// pipeline over real 127.0.0.1 connections. A client writes blocks through
+// the leader; one member (a follower, or the leader), or all three at once,
+// lose power at the k-th mutating operation of a disk; the dead nodes come
+// back on what their disks kept, recover, catch up, and the workload goes
+// on. Then every acknowledged write must read back on every member, and no
+// restarted member may have lost what it had made durable (and so may have
+// acknowledged). docs/CRASH_SAFETY.md §9.1 describes the test.
+
+// powerFS is a datanode's disk: a MemFS that loses power when its armed
+// crash trigger fires (MemFS.CrashAtOp) or when cut is called. What the
+// disk keeps is the image taken then; the node is frozen from that moment:
+// every mutating operation from the one that finds the power gone on — the
+// k-th itself included, although the running MemFS applied it — blocks
+// until the test releases the disk at its end, so that nothing the node
+// does after the image was taken is made durable, returns, or is
+// acknowledged. (An image alone would not ensure that: the node would run
+// on between the image and its Close, and could acknowledge what the image
+// lacks. Failing the operations instead would make the node's raft loop and
+// Pebble panic, ending the test binary; see TestFailedLogFailsTheNode.)
+// Reads go on: they make nothing durable, and the test samples the nodes'
+// state with them.
+//
+// An operation applied before the image is in it (if synced) whatever it
+// returns; one applied after it is frozen, because its check after the
+// operation sees the power gone (the image and that check are ordered by
+// the MemFS's lock, or, for cut, by off being set before the image).
+type powerFS struct {
+	mem *vfs.MemFS
+	off atomic.Bool
+	// died is closed when the power goes; released, by release; cutDone,
+	// when cut has taken its image.
+	died, released, cutDone   chan struct{}
+	dieOnce, relOnce, cutOnce sync.Once
+	// onCrash, when set, runs once, when the armed trigger has fired (the
+	// whole-cluster variant cuts the other disks from it); dead returns
+	// only once it has run.
+	onCrash func()
+	cutImg  *vfs.MemFS // the image taken by cut
+}
+
+var _ vfs.FS = (*powerFS)(nil)
+
+func newPowerFS(mem *vfs.MemFS) *powerFS {
+	return &powerFS{mem: mem, died: make(chan struct{}), released: make(chan struct{}), cutDone: make(chan struct{})}
+}
+
+// dead reports whether the disk has lost power. When it has, the
+// consequences of the loss (onCrash) are complete when it returns.
+func (p *powerFS) dead() bool {
+	if !p.off.Load() && p.mem.Crashed() == nil {
+		return false
+	}
+	p.off.Store(true)
+	p.dieOnce.Do(p.die)
+	return true
+}
+
+func (p *powerFS) die() {
+	close(p.died)
+	if p.onCrash != nil {
+		p.onCrash()
+	}
+}
+
+// cut takes the power away now: what the disk keeps is CrashClone(pct) of
+// this moment. Only the first cut counts; a disk is cut or armed, not both.
+func (p *powerFS) cut(pct int, seed int64) {
+	p.cutOnce.Do(func() {
+		p.off.Store(true) // before the image: see the type's comment
+		p.cutImg = p.mem.CrashClone(pct, rand.New(rand.NewSource(seed)))
+		close(p.cutDone)
+		p.dieOnce.Do(p.die)
+	})
+}
+
+// image is what the disk kept when it lost power (nil: it has power).
+func (p *powerFS) image() *vfs.MemFS {
+	if img := p.mem.Crashed(); img != nil {
+		return img
+	}
+	if !p.off.Load() {
+		return nil
+	}
+	<-p.cutDone
+	return p.cutImg
+}
+
+// release lets the frozen operations go on (on the running MemFS, which
+// nobody reads any more), so that the dead node's goroutines end.
+func (p *powerFS) release() { p.relOnce.Do(func() { close(p.released) }) }
+
+// powered runs a mutating op if the disk has power; otherwise, or if the
+// power went during it, it blocks until the disk is released.
+func powered[T any](p *powerFS, op func() (T, error)) (T, error) {
+	if p.dead() {
+		<-p.released
+	}
+	v, err := op()
+	if p.dead() {
+		<-p.released
+	}
+	return v, err
+}
+
+func powered0(p *powerFS, op func() error) error {
+	_, err := powered(p, func() (struct{}, error) { return struct{}{}, op() })
+	return err
+}
+
+func (p *powerFS) file(f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &powerFile{p: p, f: f}, nil
+}
+
+func (p *powerFS) Create(name string) (vfs.File, error) {
+	return p.file(powered(p, func() (vfs.File, error) { return p.mem.Create(name) }))
+}
+
+func (p *powerFS) Open(name string) (vfs.File, error) { return p.file(p.mem.Open(name)) }
+
+func (p *powerFS) OpenReadWrite(name string, create bool) (vfs.File, error) {
+	return p.file(powered(p, func() (vfs.File, error) { return p.mem.OpenReadWrite(name, create) }))
+}
+
+func (p *powerFS) OpenDir(name string) (vfs.File, error) { return p.file(p.mem.OpenDir(name)) }
+
+func (p *powerFS) SyncDir(dir string) error {
+	return powered0(p, func() error { return p.mem.SyncDir(dir) })
+}
+
+func (p *powerFS) MkdirAll(dir string, perm os.FileMode) error {
+	return powered0(p, func() error { return p.mem.MkdirAll(dir, perm) })
+}
+
+func (p *powerFS) Remove(name string) error {
+	return powered0(p, func() error { return p.mem.Remove(name) })
+}
+
+func (p *powerFS) RemoveAll(name string) error {
+	return powered0(p, func() error { return p.mem.RemoveAll(name) })
+}
+
+func (p *powerFS) Rename(o, n string) error {
+	return powered0(p, func() error { return p.mem.Rename(o, n) })
+}
+
+func (p *powerFS) Link(o, n string) error {
+	return powered0(p, func() error { return p.mem.Link(o, n) })
+}
+
+func (p *powerFS) List(dir string) ([]string, error) { return p.mem.List(dir) }
+
+func (p *powerFS) Stat(name string) (os.FileInfo, error) { return p.mem.Stat(name) }
+
+func (p *powerFS) Lock(name string) (io.Closer, error) {
+	return powered(p, func() (io.Closer, error) { return p.mem.Lock(name) })
+}
+
+func (p *powerFS) GetDiskUsage(dir string) (vfs.DiskUsage, error) { return p.mem.GetDiskUsage(dir) }
+
+type powerFile struct {
+	p *powerFS
+	f vfs.File
+}
+
+func (f *powerFile) Read(b []byte) (int, error)              { return f.f.Read(b) }
+func (f *powerFile) ReadAt(b []byte, off int64) (int, error) { return f.f.ReadAt(b, off) }
+
+func (f *powerFile) Write(b []byte) (int, error) {
+	return powered(f.p, func() (int, error) { return f.f.Write(b) })
+}
+
+func (f *powerFile) WriteAt(b []byte, off int64) (int, error) {
+	return powered(f.p, func() (int, error) { return f.f.WriteAt(b, off) })
+}
+
+func (f *powerFile) Close() error    { return f.f.Close() }
+func (f *powerFile) Sync() error     { return powered0(f.p, f.f.Sync) }
+func (f *powerFile) SyncData() error { return powered0(f.p, f.f.SyncData) }
+
+func (f *powerFile) Truncate(size int64) error {
+	return powered0(f.p, func() error { return f.f.Truncate(size) })
+}
+
+func (f *powerFile) Preallocate(off, n int64) error {
+	return powered0(f.p, func() error { return f.f.Preallocate(off, n) })
+}
+
+func (f *powerFile) Stat() (os.FileInfo, error) { return f.f.Stat() }
+func (f *powerFile) Fd() uintptr                { return f.f.Fd() }
+
+// Settings of the crash cluster: small log segments and records, so that
+// the workload rolls segments, and a short retention, so that it compacts
+// the log and deletes segments, on every member.
+const (
+	crashSegmentBytes   = 2 << 10
+	crashMaxRecordBytes = 1 << 10
+	crashRetainEntries  = 32
+	crashCompactEvery   = 8
+	crashTick           = 10 * time.Millisecond
+	crashWaitSeconds    = 20 // bound of every wait for a leader or a catch-up
+)
+
+// crashBlock is one block of the workload: its chunk sizes, the chunk
+// counts after which a PutBlock of the prefix is issued, and the wave it
+// is written in.
+type crashBlock struct {
+	container, local uint64
+	sizes            []int
+	putsAfter        []int
+	wave             int
+}
+
+// crashPlan interleaves, in three waves, several blocks of two containers
+// (the second one created mid-workload), incremental and final PutBlocks,
+// and a block left without a PutBlock (found again from the log at a
+// restart; written late, so that the log can be compacted before its first
+// chunk, which compaction never passes).
+var crashPlan = []crashBlock{
+	{5, 1, []int{3000, 4096, 1000}, []int{3}, 0},
+	{6, 2, []int{4096, 2048, 4096, 512}, []int{2, 4}, 0},
+	{5, 3, []int{4096, 4096, 4096}, []int{3}, 0},
+	{6, 4, []int{2500, 3000}, []int{2}, 0},
+	{5, 5, []int{4096, 1500, 4096}, []int{1, 3}, 1},
+	{6, 6, []int{4096}, []int{1}, 1},
+	{5, 7, []int{2048, 2048, 2048, 2048}, []int{2, 4}, 1},
+	{6, 8, []int{1024, 3000, 1024}, []int{3}, 1},
+	{5, 9, []int{4096, 4096}, []int{1, 2}, 2},
+	{6, 10, []int{2048, 2048, 2048}, []int{3}, 2},
+	{5, 11, []int{3000, 3000}, []int{2}, 2},
+	{5, 12, []int{1024, 1024}, nil, 2},
+}
+
+// crashOp is one client request of the workload.
+type crashOp struct {
+	block  int    // index in crashPlan
+	chunk  int    // WriteChunk: index of the chunk; PutBlock: -1
+	chunks int    // PutBlock: the chunk count it commits
+	off    uint64 // WriteChunk: offset
+}
+
+// crashWaves is the number of waves of crashPlan.
+const crashWaves = 3
+
+// crashOps returns the workload: wave by wave, the blocks' requests taken
+// round-robin, so that several blocks are open at once.
+func crashOps() []crashOp {
+	var out []crashOp
+	for wave := 0; wave < crashWaves; wave++ {
+		out = append(out, crashWave(wave)...)
+	}
+	return out
+}
+
+func crashWave(wave int) []crashOp {
+	var per [][]crashOp
+	for bi, b := range crashPlan {
+		if b.wave != wave {
+			continue
+		}
+		var ops []crashOp
+		var off uint64
+		for ci, n := range b.sizes {
+			ops = append(ops, crashOp{block: bi, chunk: ci, off: off})
+			off += uint64(n)
+			for _, p := range b.putsAfter {
+				if p == ci+1 {
+					ops = append(ops, crashOp{block: bi, chunk: -1, chunks: p})
+				}
+			}
+		}
+		per = append(per, ops)
+	}
+	var out []crashOp
+	for i := 0; ; i++ {
+		more := false
+		for _, ops := range per {
+			if i < len(ops) {
+				out = append(out, ops[i])
+				more = true
+			}
+		}
+		if !more {
+			return out
+		}
+	}
+}
+
+// durableMark is what one life of a member made durable, sampled while it
+// ran: a recovered member must hold at least this.
+type durableMark struct {
+	lastIndex uint64
+	hs        wal.HardState
+	// blocks committed by PutBlocks at or below a durable commit index:
+	// re-applied from the log (or durable in the engine) after a crash.
+	blocks map[engine.BlockID]uint64
+}
+
+// crashMember is one datanode of the crash cluster.
+type crashMember struct {
+	tn   *testNode
+	disk *powerFS
+	ln   net.Listener // the node's
+	mark durableMark
+}
+
+type crashCluster struct {
+	t        *testing.T
+	pc       PipelineConfig
+	members  []*crashMember
+	disks    []*powerFS      // every disk of every life, released at the end
+	zombies  []chan struct{} // closed when a dead life's goroutines ended
+	cl       *transport.Client
+	clAddr   string
+	smallLog bool
+	// Results.
+	restarts int
+	// acked: per block of crashPlan, the bytes of its acknowledged
+	// WriteChunks (a contiguous prefix) and of its last acknowledged
+	// PutBlock.
+	ackedChunkBytes []uint64
+	ackedPutBytes   []uint64
+	abandoned       []bool
+	puts, writes    int // acknowledged
+	failed          int // requests not acknowledged
+	leaderID        uint64
+	leaderChanges   int
+}
+
+// newCrashCluster starts three members on new disks; with smallLog their
+// logs have small segments and records (the crash workload's entries hold
+// one command each), otherwise the defaults (entries batch many). The
+// caller closes it (not t.Cleanup: a test makes hundreds, which must not
+// be kept to its end).
+func newCrashCluster(t *testing.T, smallLog bool) *crashCluster {
+	t.Helper()
+	c := &crashCluster{t: t, pc: PipelineConfig{ID: 1}, smallLog: smallLog,
+		ackedChunkBytes: make([]uint64, len(crashPlan)),
+		ackedPutBytes:   make([]uint64, len(crashPlan)),
+		abandoned:       make([]bool, len(crashPlan)),
+	}
+	for i := uint64(1); i <= 3; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		c.members = append(c.members, &crashMember{tn: &testNode{id: i, addr: addr}})
+		c.pc.Members = append(c.pc.Members, Member{ID: i, Addr: addr})
+	}
+	for _, m := range c.members {
+		if err := c.start(m, vfs.NewMem(), false); err != nil {
+			c.close()
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+func (c *crashCluster) close() {
+	if c.cl != nil {
+		c.cl.Close()
+		c.cl = nil
+	}
+	for _, d := range c.disks {
+		d.release()
+	}
+	for _, m := range c.members {
+		m.stop()
+	}
+	for _, z := range c.zombies {
+		select {
+		case <-z:
+		case <-time.After(crashWaitSeconds * time.Second):
+			c.t.Errorf("a dead node's goroutines still run %d s after its disk was released", crashWaitSeconds)
+			return
+		}
+	}
+	c.zombies = nil
+}
+
+// start opens m's engine and log on disk mem and starts its node. A
+// restarted member (mustExist) is first checked against what its last life
+// made durable.
+func (c *crashCluster) start(m *crashMember, mem *vfs.MemFS, mustExist bool) error {
+	disk := newPowerFS(mem)
+	c.disks = append(c.disks, disk)
+	eng, err := engine.Open(engine.Config{DataDirs: []string{"/data"}, FS: disk, Logger: quiet})
+	if err != nil {
+		return fmt.Errorf("node %d: engine open: %w", m.tn.id, err)
+	}
+	wcfg := wal.Config{Dir: "/log", FS: disk, Logger: crashLog.With("node", m.tn.id), MustExist: mustExist, SegmentSizeBytes: 4 << 20}
+	if c.smallLog {
+		wcfg.SegmentSizeBytes, wcfg.MaxRecordBytes = crashSegmentBytes, crashMaxRecordBytes
+	}
+	lg, err := wal.Open(wcfg)
+	if err != nil {
+		eng.Close()
+		return fmt.Errorf("node %d: log open: %w", m.tn.id, err)
+	}
+	var recovered wal.HardState
+	if mustExist {
+		if err := checkRecoveredLog(lg, m.mark); err != nil {
+			lg.Close()
+			eng.Close()
+			return fmt.Errorf("node %d: %w", m.tn.id, err)
+		}
+		recovered, _ = lg.HardState(1)
+	}
+	// Back on its address; if the port was taken since the dead life's
+	// listener closed (an outgoing connection's ephemeral port), elsewhere.
+	ln, err := net.Listen("tcp", m.tn.addr)
+	moved := false
+	if err != nil {
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			lg.Close()
+			eng.Close()
+			return err
+		}
+		m.tn.addr, moved = ln.Addr().String(), true
+	}
+	pc := PipelineConfig{ID: c.pc.ID}
+	for _, o := range c.members {
+		pc.Members = append(pc.Members, Member{ID: o.tn.id, Addr: o.tn.addr})
+	}
+	node, err := Start(Config{ID: m.tn.id, Listener: ln, Engine: eng, Log: lg, Pipelines: []PipelineConfig{pc},
+		TickInterval: crashTick, Logger: crashLog, RetainEntries: crashRetainEntries, CompactEveryEntries: crashCompactEvery})
+	if err != nil {
+		ln.Close()
+		lg.Close()
+		eng.Close()
+		return fmt.Errorf("node %d: start: %w", m.tn.id, err)
+	}
+	m.tn.eng, m.tn.log, m.tn.node, m.disk, m.ln = eng, lg, node, disk, ln
+	if moved {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, o := range c.members {
+			if o != m && o.tn.node != nil {
+				_ = o.tn.node.UpdatePeers(ctx, []Member{{ID: m.tn.id, Addr: m.tn.addr}})
+			}
+		}
+	}
+	if mustExist {
+		// The blocks it had committed under a durable commit index are
+		// back once it has re-applied its log up to that index.
+		if err := waitFor(func() bool { return node.Applied(1) >= recovered.Commit }); err != nil {
+			return fmt.Errorf("node %d: re-applying its log to %d: applied %d", m.tn.id, recovered.Commit, node.Applied(1))
+		}
+		for b, n := range m.mark.blocks {
+			bd, err := eng.GetBlock(b)
+			if err != nil || bd.Length < n {
+				return fmt.Errorf("node %d: block %v had %d bytes committed under a durable commit index, after the crash: %v %v", m.tn.id, b, n, bd, err)
+			}
+		}
+	}
+	m.mark = durableMark{blocks: map[engine.BlockID]uint64{}}
+	return nil
+}
+
+// checkRecoveredLog checks a member's log, recovered from its crash image,
+// against what the member had made durable before the crash: it may not
+// have lost an entry, a vote, a term or a commit index (the pipeline
+// acknowledges an append only once its records are durable).
+func checkRecoveredLog(lg *wal.Log, mark durableMark) error {
+	last, err := lg.LastIndex(1)
+	if err != nil {
+		return err
+	}
+	hs, err := lg.HardState(1)
+	if err != nil {
+		return err
+	}
+	switch {
+	case last < mark.lastIndex:
+		return fmt.Errorf("recovered log ends at index %d; index %d was durable before the crash", last, mark.lastIndex)
+	case hs.Term < mark.hs.Term:
+		return fmt.Errorf("recovered term %d; term %d was durable before the crash", hs.Term, mark.hs.Term)
+	case hs.Term == mark.hs.Term && mark.hs.Vote != 0 && hs.Vote != mark.hs.Vote:
+		return fmt.Errorf("recovered vote %d in term %d; vote %d was durable before the crash", hs.Vote, hs.Term, mark.hs.Vote)
+	case hs.Commit < mark.hs.Commit:
+		return fmt.Errorf("recovered commit index %d; %d was durable before the crash", hs.Commit, mark.hs.Commit)
+	}
+	return nil
+}
+
+// sample records what m has made durable so far. The log's last index and
+// hard state count when every record appended before the sample is durable
+// (read first, then the log's durable sequence); the blocks of a container
+// count when the durable commit index covers the container's BCSID (read
+// after the blocks), the raft index of the last PutBlock applied to it.
+func (m *crashMember) sample() {
+	if m.tn.node == nil || m.disk.dead() {
+		return
+	}
+	type cblocks struct {
+		blocks []*engine.BlockData
+		bcsid  uint64
+	}
+	var cs []cblocks
+	for _, cid := range []engine.ContainerID{5, 6} {
+		bds, err := m.tn.eng.ListBlocks(cid, 0, true, 0)
+		if err != nil {
+			continue
+		}
+		ci, err := m.tn.eng.Container(cid)
+		if err != nil {
+			continue
+		}
+		cs = append(cs, cblocks{bds, ci.BCSID})
+	}
+	last, err := m.tn.log.LastIndex(1)
+	if err != nil {
+		return
+	}
+	hs, err := m.tn.log.HardState(1)
+	if err != nil {
+		return
+	}
+	if st := m.tn.log.Stats(); st.DurableSeq != st.LastSeq {
+		return
+	}
+	m.mark.lastIndex = max(m.mark.lastIndex, last)
+	if hs.Term > m.mark.hs.Term || (hs.Term == m.mark.hs.Term && hs.Commit >= m.mark.hs.Commit) {
+		m.mark.hs = hs
+	}
+	for _, c := range cs {
+		if hs.Commit < c.bcsid {
+			continue
+		}
+		for _, bd := range c.blocks {
+			m.mark.blocks[bd.ID] = max(m.mark.blocks[bd.ID], bd.Length)
+		}
+	}
+}
+
+func (m *crashMember) stop() {
+	if m.tn.node == nil {
+		return
+	}
+	m.tn.node.Close()
+	m.tn.log.Close()
+	m.tn.eng.Close()
+	m.tn.node = nil
+}
+
+// crashLog receives the crash cluster's logs (SPINDLE_CRASH_DEBUG).
+var crashLog = quiet
+
+// waitFor polls cond (bounded by crashWaitSeconds).
+func waitFor(cond func() bool) error {
+	deadline := time.Now().Add(crashWaitSeconds * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return errors.New("timed out")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return nil
+}
+
+// leader waits (bounded) for a member that leads the pipeline.
+func (c *crashCluster) leader() (*crashMember, error) {
+	var l *crashMember
+	err := waitFor(func() bool {
+		for _, m := range c.members {
+			if m.tn.node == nil || m.disk.dead() {
+				continue
+			}
+			if id, _ := m.tn.node.Leader(1); id == m.tn.id {
+				l = m
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		return nil, fmt.Errorf("no leader within %d s (%s)", crashWaitSeconds, c.describe())
+	}
+	return l, nil
+}
+
+// describe tells each member's view, for failure messages.
+func (c *crashCluster) describe() string {
+	var b strings.Builder
+	for _, m := range c.members {
+		if m.tn.node == nil {
+			fmt.Fprintf(&b, "node %d: down; ", m.tn.id)
+			continue
+		}
+		lead, term := m.tn.node.Leader(1)
+		last, _ := m.tn.log.LastIndex(1)
+		fmt.Fprintf(&b, "node %d: leader %d term %d applied %d last %d disk dead %v err %v failed %v; ",
+			m.tn.id, lead, term, m.tn.node.Applied(1), last, m.disk.dead(), m.tn.node.Err(), m.tn.node.FailedPipelines())
+	}
+	return b.String()
+}
+
+// connect dials the leader when it changed (or always: force).
+func (c *crashCluster) connect(force bool) error {
+	l, err := c.leader()
+	if err != nil {
+		return err
+	}
+	if !force && c.cl != nil && c.clAddr == l.tn.addr {
+		return nil
+	}
+	if c.cl != nil {
+		c.cl.Close()
+		c.cl = nil
+	}
+	if c.leaderID != 0 && c.leaderID != l.tn.id {
+		c.leaderChanges++
+	}
+	c.leaderID = l.tn.id
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cl, err := transport.DialClient(ctx, l.tn.addr, transport.ClientConfig{})
+	if err != nil {
+		c.cl = nil
+		return err
+	}
+	c.cl, c.clAddr = cl, l.tn.addr
+	return nil
+}
+
+// caughtUp waits (bounded) until every member has applied what the leader
+// has.
+func (c *crashCluster) caughtUp() error {
+	l, err := c.leader()
+	if err != nil {
+		return err
+	}
+	want := l.tn.node.Applied(1)
+	for _, m := range c.members {
+		if err := waitFor(func() bool { return m.tn.node.Applied(1) >= want || m.disk.dead() }); err != nil {
+			return fmt.Errorf("node %d applied %d, the leader %d (%s)", m.tn.id, m.tn.node.Applied(1), want, c.describe())
+		}
+	}
+	return nil
+}
+
+// recover restarts every member whose disk lost power on what the disk
+// kept; it reports whether there was one.
+func (c *crashCluster) recover() (bool, error) {
+	// A first look completes what a loss of power started (the
+	// whole-cluster variant cuts the other disks from the first), the
+	// second sees it all.
+	for _, m := range c.members {
+		m.disk.dead()
+	}
+	var dead []*crashMember
+	for _, m := range c.members {
+		if m.disk.dead() {
+			dead = append(dead, m)
+		}
+	}
+	if len(dead) == 0 {
+		return false, nil
+	}
+	for _, m := range dead {
+		// Its goroutines are frozen in the disk: stop it in the
+		// background, until the disk is released; its listener now, so
+		// that it is reached no more and the new life can take its port.
+		m.ln.Close()
+		z := make(chan struct{})
+		c.zombies = append(c.zombies, z)
+		tn := *m.tn
+		m.tn.node = nil
+		go func() {
+			tn.node.Close()
+			tn.log.Close()
+			tn.eng.Close()
+			close(z)
+		}()
+	}
+	for _, m := range dead {
+		img := m.disk.image()
+		if img == nil {
+			return true, fmt.Errorf("node %d: no crash image", m.tn.id)
+		}
+		if err := c.start(m, img, true); err != nil {
+			return true, err
+		}
+		c.restarts++
+	}
+	return true, c.connect(true)
+}
+
+// do sends one request of the workload and records its acknowledgement; a
+// failed request abandons its block (a real client would write the block
+// again elsewhere).
+func (c *crashCluster) do(op crashOp) {
+	b := &crashPlan[op.block]
+	if c.abandoned[op.block] {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), crashWaitSeconds*time.Second)
+	defer cancel()
+	// A leader that lost power (or failed) answers nothing more.
+	for _, m := range c.members {
+		if m.tn.id == c.leaderID && m.tn.node != nil {
+			go func(died, stopped <-chan struct{}) {
+				select {
+				case <-died:
+				case <-stopped:
+				case <-ctx.Done():
+				}
+				cancel()
+			}(m.disk.died, m.tn.node.Stopped())
+		}
+	}
+	var err error
+	if op.chunk >= 0 {
+		n := b.sizes[op.chunk]
+		data := chunkData(b.local, op.off, n)
+		_, err = c.cl.Call(ctx, &transport.WriteChunk{PipelineID: 1, ContainerID: b.container, LocalID: b.local, Offset: op.off,
+			Length: uint64(n), BytesPerChecksum: bpc, Checksums: engine.ComputeChecksums(nil, data, bpc)}, data)
+		if err == nil {
+			c.ackedChunkBytes[op.block] = op.off + uint64(n)
+			c.writes++
+		}
+	} else {
+		bd := transport.BlockData{ContainerID: b.container, LocalID: b.local, BytesPerChecksum: bpc}
+		for i := 0; i < op.chunks; i++ {
+			data := chunkData(b.local, bd.Length, b.sizes[i])
+			bd.Chunks = append(bd.Chunks, transport.ChunkInfo{Offset: bd.Length, Length: uint64(len(data)), Checksums: engine.ComputeChecksums(nil, data, bpc)})
+			bd.Length += uint64(len(data))
+		}
+		_, err = c.cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: bd})
+		if err == nil {
+			c.ackedPutBytes[op.block] = bd.Length
+			c.puts++
+		}
+	}
+	if err != nil {
+		c.abandoned[op.block] = true
+		c.failed++
+	}
+}
+
+// verify checks every acknowledged write on every member, and that the
+// members agree on each container's commit sequence.
+func (c *crashCluster) verify() error {
+	for _, m := range c.members {
+		for bi, b := range crashPlan {
+			id := engine.BlockID{Container: engine.ContainerID(b.container), Local: b.local}
+			if n := c.ackedPutBytes[bi]; n > 0 {
+				bd, err := m.tn.eng.GetBlock(id)
+				if err != nil || bd.Length < n {
+					return fmt.Errorf("node %d: block %v: acknowledged PutBlock of %d bytes, found %v %v", m.tn.id, id, n, bd, err)
+				}
+			}
+			if n := max(c.ackedChunkBytes[bi], c.ackedPutBytes[bi]); n > 0 {
+				got, err := m.tn.eng.ReadChunk(id, 0, n, nil)
+				if err != nil {
+					return fmt.Errorf("node %d: block %v: %d acknowledged bytes: %w", m.tn.id, id, n, err)
+				}
+				if string(got) != string(chunkData(b.local, 0, int(n))) {
+					return fmt.Errorf("node %d: block %v: wrong bytes", m.tn.id, id)
+				}
+			}
+		}
+	}
+	for _, cid := range []engine.ContainerID{5, 6} {
+		var seqs []uint64
+		for _, m := range c.members {
+			ci, err := m.tn.eng.Container(cid)
+			if err != nil {
+				break // not created: no acknowledged write reached it
+			}
+			seqs = append(seqs, ci.BCSID)
+		}
+		for _, s := range seqs {
+			if s != seqs[0] {
+				return fmt.Errorf("container %d: the members' BCSIDs differ once caught up: %v", cid, seqs)
+			}
+		}
+	}
+	return nil
+}
+
+// crashVictim says whose disk loses power.
+type crashVictim int
+
+const (
+	victimFollower crashVictim = iota
+	victimLeader
+	victimAll // the leader's disk at its k-th operation, and the two others at that moment
+)
+
+func (v crashVictim) String() string {
+	return [...]string{"follower", "leader", "all"}[v]
+}
+
+// crashRun is what one run of the workload did.
+type crashRun struct {
+	crashed        bool   // the armed crash fired
+	armedOps       int64  // mutating operations of the armed disk (no crash)
+	rolls, deleted uint64 // of the armed disk's log (no crash)
+	restarts       int
+	puts, writes   int
+	failed         int
+	leaderChanges  int
+}
+
+// runCrash runs the workload on a new cluster with the disk of victim armed
+// to lose power at its k-th mutating operation (k = 0: never), recovers
+// the dead members as soon as it sees them, and checks the end state.
+func runCrash(t *testing.T, victim crashVictim, k int64, pct int, seed int64) (crashRun, error) {
+	c := newCrashCluster(t, true)
+	defer c.close()
+	if err := c.connect(false); err != nil {
+		return crashRun{}, err
+	}
+	// Start from a quiet cluster: the leader's first entry (index 2)
+	// applied on all, so that every follower is replicating.
+	l, err := c.leader()
+	if err != nil {
+		return crashRun{}, err
+	}
+	if err := waitFor(func() bool { return l.tn.node.Applied(1) >= 2 }); err != nil {
+		return crashRun{}, fmt.Errorf("the leader's first entry not applied: %w", err)
+	}
+	if err := c.caughtUp(); err != nil {
+		return crashRun{}, err
+	}
+	armed := l
+	if victim == victimFollower {
+		for _, m := range c.members {
+			if m != l {
+				armed = m
+				break
+			}
+		}
+	}
+	if victim == victimAll {
+		armed.disk.onCrash = func() {
+			for _, m := range c.members {
+				if m != armed {
+					m.disk.cut(pct, seed+int64(m.tn.id))
+				}
+			}
+		}
+	}
+	armedDisk := armed.disk
+	base := armedDisk.mem.OpCount()
+	armedDisk.mem.CrashAtOp(k, pct, seed)
+
+	for wave := 0; wave < crashWaves; wave++ {
+		for _, op := range crashWave(wave) {
+			if _, err := c.recover(); err != nil {
+				return crashRun{}, err
+			}
+			if err := c.connect(false); err != nil {
+				return crashRun{}, err
+			}
+			c.do(op)
+			for _, m := range c.members {
+				m.sample()
+			}
+		}
+		// A barrier: every member alive and caught up, so that no
+		// member lags by more than a wave (fewer entries than
+		// crashRetainEntries). A follower further behind than what the
+		// others keep in their logs would need a container copy, which
+		// the meta service does and this test does not (issue 12, item
+		// 4). A crash may come after the last acknowledgement (a
+		// follower's apply): recover, and wait again.
+		for try := 0; ; try++ {
+			crashed, err := c.recover()
+			if err != nil {
+				return crashRun{}, err
+			}
+			if err := c.caughtUp(); err != nil {
+				return crashRun{}, err
+			}
+			if !crashed && !anyDead(c) {
+				break
+			}
+			if try == 3 {
+				return crashRun{}, errors.New("a member is still dead")
+			}
+		}
+	}
+	run := crashRun{crashed: armedDisk.mem.Crashed() != nil, restarts: c.restarts, puts: c.puts, writes: c.writes, failed: c.failed, leaderChanges: c.leaderChanges}
+	if !run.crashed {
+		run.armedOps = armedDisk.mem.OpCount() - base
+		st := armed.tn.log.Stats()
+		run.rolls, run.deleted = st.Rolls, st.SegmentsDeleted
+	}
+	return run, c.verify()
+}
+
+func anyDead(c *crashCluster) bool {
+	for _, m := range c.members {
+		if m.disk.dead() {
+			return true
+		}
+	}
+	return false
+}
+
+// TestCrashComposition crashes the disk of a follower, of the leader, or
+// of all three members at the k-th mutating operation of the workload (on
+// the armed disk), for k = 1, 1+stride, … until the workload ends before
+// the k-th four times in a row; see the file's comment.
+// SPINDLE_CRASH_EXHAUSTIVE=1 crashes at every k, in both the strict and the
+// journaled-keep-50% model. To study a failure,
+// SPINDLE_CRASH_DEBUG=victim:keepPct:k (victim 0 follower, 1 leader, 2 all)
+// runs that variant at k, k+1, … (200 points) with the nodes' logs on
+// stderr.
+func TestCrashComposition(t *testing.T) {
+	exhaustive := os.Getenv("SPINDLE_CRASH_EXHAUSTIVE") == "1"
+	if d := os.Getenv("SPINDLE_CRASH_DEBUG"); d != "" {
+		var v crashVictim
+		var pct int
+		var k int64
+		if _, err := fmt.Sscanf(d, "%d:%d:%d", &v, &pct, &k); err != nil || v > victimAll {
+			t.Fatalf("SPINDLE_CRASH_DEBUG=%q: want victim:keepPct:k", d)
+		}
+		crashLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		for kk := k; kk < k+200; kk++ {
+			fmt.Fprintf(os.Stderr, "=== k=%d\n", kk)
+			if _, err := runCrash(t, v, kk, pct, kk); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return
+	}
+	// A run without a crash measures the workload (and fails if it is
+	// too tame to be worth crashing in).
+	base, err := runCrash(t, victimFollower, 0, 0, 0)
+	if err != nil {
+		t.Fatalf("no crash: %v", err)
+	}
+	if base.armedOps < 120 || base.rolls < 2 || base.deleted < 1 || base.puts < 10 {
+		t.Fatalf("workload too tame: %d mutating operations on a follower's disk, %d log rolls, %d segments deleted, %d PutBlocks acknowledged",
+			base.armedOps, base.rolls, base.deleted, base.puts)
+	}
+	t.Logf("workload: %d mutating operations on a follower's disk, %d log rolls, %d segments deleted, %d PutBlocks and %d WriteChunks acknowledged",
+		base.armedOps, base.rolls, base.deleted, base.puts, base.writes)
+	modes := []struct {
+		name string
+		pct  int
+	}{{"strict", 0}, {"journaled-keep-50%", 50}}
+	for _, victim := range []crashVictim{victimFollower, victimLeader, victimAll} {
+		for mi, mode := range modes {
+			t.Run(fmt.Sprintf("%s/%s", victim, mode.name), func(t *testing.T) {
+				// Strides chosen so that the default run stays under a
+				// minute on two cores; odd and different per case, so
+				// that the cases crash at different kinds of operation.
+				stride := int64([...]int{9, 11, 11}[victim] + 2*mi)
+				if exhaustive {
+					stride = 1
+				}
+				const kMax = 20000
+				points, puts, restarts, failed, leaderChanges := 0, 0, 0, 0, 0
+				// The operations of a run vary with the timing (how the
+				// rounds batch): the loop ends when the workload ended
+				// before the k-th operation crashMisses times in a row.
+				const crashMisses = 4
+				k, lastK, misses := int64(1), int64(0), 0
+				for ; k <= kMax && misses < crashMisses; k += stride {
+					start := time.Now()
+					run, err := runCrash(t, victim, k, mode.pct, k)
+					if err != nil {
+						t.Fatalf("crash of %s at k=%d (%s): %v", victim, k, mode.name, err)
+					}
+					if d := time.Since(start); d > 5*time.Second {
+						t.Logf("k=%d took %v (a bounded wait ran long)", k, d.Round(time.Millisecond))
+					}
+					if !run.crashed {
+						misses++
+						continue
+					}
+					misses, lastK = 0, k
+					points++
+					puts += run.puts
+					restarts += run.restarts
+					failed += run.failed
+					leaderChanges += run.leaderChanges
+				}
+				if misses < crashMisses {
+					t.Fatalf("workload still running at k=%d", k)
+				}
+				if want := int(base.armedOps/stride) / 2; points < want {
+					t.Fatalf("only %d crash points exercised (want ≥ %d)", points, want)
+				}
+				// A leader losing power fails the request in flight:
+				// if that never happened, the crashes missed the workload.
+				if victim != victimFollower && failed < points/2 {
+					t.Fatalf("%d requests failed in %d crashes of the leader", failed, points)
+				}
+				t.Logf("%d crash points (k = 1..%d, stride %d): %d restarts, %d PutBlocks acknowledged and read back on all three, %d requests failed, %d leader changes",
+					points, lastK, stride, restarts, puts, failed, leaderChanges)
+			})
+		}
+	}
+}
+
+// TestFailedLogFailsTheNode: the raft log of a member fails (EIO on a
+// segment write: the log is failed for good, ErrFailed) while 32
+// writers send chunks. The node must stop with the error — fail, as after a
+// failed fdatasync of the engine — and the two others go on.
+//
+// It fails today (a panic, which ends the test binary; hence the skip): the
+// append worker fails the node, but the event loop goes on for the events
+// it has taken and the proposals it has queued, and raft asks the failed
+// log for its LastIndex, FirstIndex or Term — in Propose (appendEntry), in
+// a follower's handleAppendEntries (findConflict), on a leader's commit —
+// the log answers ErrFailed, and raft panics:
+//
+//	panic: wal: failed: wal: write 48 bytes at offset 1774 of segment …: input/output error
+//	go.etcd.io/raft/v3.(*raftLog).lastIndex
+//	go.etcd.io/raft/v3.(*raft).appendEntry
+//	go.etcd.io/raft/v3.stepLeader … (*RawNode).Propose
+//	pipeline.(*Node).flushProposals … pipeline.(*Node).run
+//
+// A datanode whose log disk returns EIO thus dies of a panic in raft (no
+// "node failed" error, no clean stop) instead of failing. Either the log
+// keeps answering its in-memory reads after a write failure (the engine's
+// reads keep working when it has failed), or the loop stops touching raft
+// once the node failed (a check before every Step/Propose/Ready still races
+// with the worker: the reads must not fail).
+func TestFailedLogFailsTheNode(t *testing.T) {
+	t.Skip("bug: a member whose raft log fails panics in raft's event loop (Storage.LastIndex/FirstIndex/Term answer wal.ErrFailed) instead of stopping through Node.fail; see the comment")
+	// The panic depends on the loop taking an event before it sees the
+	// node stopped: a few attempts make it near certain.
+	for attempt := 0; attempt < 10; attempt++ {
+		leader := attempt%2 == 1
+		t.Run(fmt.Sprintf("%s-%d", map[bool]string{false: "follower", true: "leader"}[leader], attempt), func(t *testing.T) {
+			c := newCrashCluster(t, false)
+			defer c.close()
+			if err := c.connect(false); err != nil {
+				t.Fatal(err)
+			}
+			var f *crashMember
+			for _, m := range c.members {
+				if (m.tn.id == c.leaderID) == leader {
+					f = m
+					break
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			var broken sync.Once
+			for w := uint64(1); w <= 32; w++ {
+				wg.Go(func() {
+					for i := uint64(0); i < 40; i++ {
+						if i == 10 {
+							broken.Do(func() {
+								f.disk.mem.InjectErrors(func(op vfs.Op) error {
+									if op.Kind == vfs.OpWrite && strings.HasPrefix(op.Path, "/log/") {
+										return syscall.EIO
+									}
+									return nil
+								})
+							})
+						}
+						data := chunkData(w, i*1000, 1000)
+						if _, err := c.cl.Call(ctx, &transport.WriteChunk{PipelineID: 1, ContainerID: 5, LocalID: 100 + w, Offset: i * 1000, Length: 1000,
+							BytesPerChecksum: bpc, Checksums: engine.ComputeChecksums(nil, data, bpc)}, data); err != nil {
+							return // a failed leader: the block is given up
+						}
+					}
+				})
+			}
+			wg.Wait()
+			select {
+			case <-f.tn.node.Stopped():
+			case <-time.After(crashWaitSeconds * time.Second):
+				t.Fatalf("node %d runs on with a failed log", f.tn.id)
+			}
+			if !errors.Is(f.tn.node.Err(), wal.ErrFailed) {
+				t.Fatalf("node error %v, want the log's failure", f.tn.node.Err())
+			}
+			f.disk.mem.InjectErrors(nil)
+			f.stop()
+			if err := c.connect(false); err != nil {
+				t.Fatal(err)
+			}
+			c.do(crashOp{block: 0, chunk: 0})
+			if c.failed != 0 || c.writes != 1 {
+				t.Fatal("the two others do not go on")
+			}
+		})
+	}
+}
+
+// TestCompactionKeepsChunksPastACheckpoint: a checkpoint PutBlock that
+// does not cover chunks of its block written before it (the key client's
+// checkpoints overlap the block's later writes) must not let the log be
+// compacted past those chunks: after a restart the engine knows a block's
+// chunks past its last PutBlock only from the log's headers. A follower
+// restarted once the log has moved on must still hold the block whole when
+// its final PutBlock commits.
+//
+// It fails today (hence the skip), every run: the restarted follower ends
+// with the block at 8192 of the acknowledged 16384 bytes, caught up (its
+// applied index the leader's), not failed, and with the same BCSID as the
+// two others (74), so that nothing tells it from a whole replica:
+//
+//   - openBlocks.committed (storage.go) forgets a block on any PutBlock of
+//     it, also a checkpoint that does not cover every chunk written, so
+//     maybeCompact compacts past the third chunk's entry, which no
+//     PutBlock covers;
+//   - after the restart the engine knows the block up to its checkpoint
+//     only (adoptChunks reads the live log); the fourth chunk is refused
+//     with ErrHole, which classifyWrite takes for a refusal every replica
+//     shares, so the follower acknowledges the append without storing it;
+//     the final PutBlock is refused on apply, again as a shared refusal,
+//     and ignored.
+//
+// A fix keeps, per block, the index of the first WriteChunk past its last
+// PutBlock's length (not the first WriteChunk since the last PutBlock), and
+// a hole or missing chunk on a replica whose engine restarted is not a
+// shared refusal.
+func TestCompactionKeepsChunksPastACheckpoint(t *testing.T) {
+	t.Skip("bug: a checkpoint PutBlock lets the log be compacted past chunks it does not cover (openBlocks.committed); a follower restarted then keeps the block short, silently, at the others' BCSID; see the comment")
+	c := newCrashCluster(t, true)
+	defer c.close()
+	if err := c.connect(false); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), crashWaitSeconds*time.Second)
+	defer cancel()
+	const size = 4096
+	write := func(local uint64, i int) transport.ChunkInfo {
+		t.Helper()
+		off := uint64(i * size)
+		data := chunkData(local, off, size)
+		sums := engine.ComputeChecksums(nil, data, bpc)
+		if _, err := c.cl.Call(ctx, &transport.WriteChunk{PipelineID: 1, ContainerID: 5, LocalID: local, Offset: off, Length: size, BytesPerChecksum: bpc, Checksums: sums}, data); err != nil {
+			t.Fatalf("block %d chunk %d: %v", local, i, err)
+		}
+		return transport.ChunkInfo{Offset: off, Length: size, Checksums: sums}
+	}
+	put := func(local uint64, chunks []transport.ChunkInfo) {
+		t.Helper()
+		bd := transport.BlockData{ContainerID: 5, LocalID: local, Length: uint64(len(chunks) * size), BytesPerChecksum: bpc, Chunks: chunks}
+		if _, err := c.cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: bd}); err != nil {
+			t.Fatalf("put block %d: %v", local, err)
+		}
+	}
+	const b = 50
+	var chunks []transport.ChunkInfo
+	for i := 0; i < 3; i++ {
+		chunks = append(chunks, write(b, i))
+	}
+	l, err := c.leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	third, _ := l.tn.log.LastIndex(1) // the third chunk's entry
+	put(b, chunks[:2])                // a checkpoint: the third chunk is not in it
+	// Other blocks move the log on, past the third chunk's entry plus
+	// the retention.
+	for x := uint64(60); x < 60+crashRetainEntries; x++ {
+		put(x, []transport.ChunkInfo{write(x, 0)})
+	}
+	if err := c.caughtUp(); err != nil {
+		t.Fatal(err)
+	}
+	var f *crashMember
+	for _, m := range c.members {
+		if m != l {
+			f = m
+			break
+		}
+	}
+	if first, _ := f.tn.log.FirstIndex(1); first <= third {
+		t.Fatalf("the follower's log starts at %d, not past the third chunk's entry %d: the test does not test", first, third)
+	}
+	f.stop()
+	if err := c.start(f, f.disk.mem, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.connect(false); err != nil {
+		t.Fatal(err)
+	}
+	chunks = append(chunks, write(b, 3))
+	put(b, chunks)
+	put(99, []transport.ChunkInfo{write(99, 0)}) // a later commit in the container
+	if err := c.caughtUp(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range c.members {
+		bd, err := m.tn.eng.GetBlock(engine.BlockID{Container: 5, Local: b})
+		ci, _ := m.tn.eng.Container(5)
+		if err != nil || bd.Length != 4*size {
+			t.Errorf("node %d (restarted: %v, BCSID %d): block %d after its acknowledged PutBlock of %d bytes: %d bytes, %v", m.tn.id, m == f, ci.BCSID, b, 4*size, bd.Length, err)
+		} else {
+			t.Logf("node %d (restarted: %v, BCSID %d): block %d whole", m.tn.id, m == f, ci.BCSID, b)
+		}
+	}
+}
