@@ -1126,7 +1126,8 @@ func TestFailedLogFailsTheNode(t *testing.T) {
 // restarted once the log has moved on must still hold the block whole when
 // its final PutBlock commits.
 //
-// It fails today (hence the skip), every run: the restarted follower ends
+// It failed every run before openBlocks tracked chunks past a block's
+// committed length (it was skipped until then): the restarted follower ended
 // with the block at 8192 of the acknowledged 16384 bytes, caught up (its
 // applied index the leader's), not failed, and with the same BCSID as the
 // two others (74), so that nothing tells it from a whole replica:
@@ -1142,12 +1143,10 @@ func TestFailedLogFailsTheNode(t *testing.T) {
 //     the final PutBlock is refused on apply, again as a shared refusal,
 //     and ignored.
 //
-// A fix keeps, per block, the index of the first WriteChunk past its last
-// PutBlock's length (not the first WriteChunk since the last PutBlock), and
-// a hole or missing chunk on a replica whose engine restarted is not a
-// shared refusal.
+// The fix keeps, per block, the index of every WriteChunk past its last
+// PutBlock's length (not the first WriteChunk since the last PutBlock), so
+// that the log keeps them and the restarted engine adopts them.
 func TestCompactionKeepsChunksPastACheckpoint(t *testing.T) {
-	t.Skip("bug: a checkpoint PutBlock lets the log be compacted past chunks it does not cover (openBlocks.committed); a follower restarted then keeps the block short, silently, at the others' BCSID; see the comment")
 	c := newCrashCluster(t, true)
 	defer c.close()
 	if err := c.connect(false); err != nil {
@@ -1199,8 +1198,14 @@ func TestCompactionKeepsChunksPastACheckpoint(t *testing.T) {
 			break
 		}
 	}
-	if first, _ := f.tn.log.FirstIndex(1); first <= third {
-		t.Fatalf("the follower's log starts at %d, not past the third chunk's entry %d: the test does not test", first, third)
+	for _, m := range c.members {
+		last, _ := m.tn.log.LastIndex(1)
+		if last < third+crashRetainEntries {
+			t.Fatalf("node %d's log ends at %d: it has not moved %d entries past the third chunk's entry %d, the test does not test", m.tn.id, last, crashRetainEntries, third)
+		}
+		if first, _ := m.tn.log.FirstIndex(1); first > third {
+			t.Fatalf("node %d's log starts at %d, past the third chunk's entry %d that no PutBlock covers", m.tn.id, first, third)
+		}
 	}
 	f.stop()
 	if err := c.start(f, f.disk.mem, true); err != nil {

@@ -285,7 +285,7 @@ func (n *Node) applyWorker() {
 					var err error
 					switch c.Kind {
 					case KindWriteChunk:
-						ob.wrote(c.WriteChunk.ContainerID, c.WriteChunk.LocalID, e.GetIndex())
+						ob.wrote(c.WriteChunk.ContainerID, c.WriteChunk.LocalID, c.WriteChunk.Offset, c.WriteChunk.Length, e.GetIndex())
 						if p := j.reqs[c.ProposalID]; p != nil {
 							if !p.appended {
 								err = fmt.Errorf("%w: append result unknown", engine.ErrFailed)
@@ -296,7 +296,7 @@ func (n *Node) applyWorker() {
 					case KindPutBlock:
 						err = n.eng.PutBlock(toEngineBlock(&c.PutBlock.Block), e.GetIndex())
 						if err == nil {
-							ob.committed(c.PutBlock.Block.ContainerID, c.PutBlock.Block.LocalID)
+							ob.committed(c.PutBlock.Block.ContainerID, c.PutBlock.Block.LocalID, c.PutBlock.Block.Length)
 						} else if cls := n.classifyApply(err, c.PutBlock.Block.ContainerID); cls == nodeLost {
 							n.fail(fmt.Errorf("apply: pipeline %d index %d: put block: %w", j.g.id, e.GetIndex(), err))
 							return
@@ -308,7 +308,7 @@ func (n *Node) applyWorker() {
 						}
 					case KindDeleteBlock:
 						err = n.eng.DeleteBlock(engine.BlockID{Container: engine.ContainerID(c.Ref.ContainerID), Local: c.Ref.LocalID})
-						ob.committed(c.Ref.ContainerID, c.Ref.LocalID)
+						ob.deleted(c.Ref.ContainerID, c.Ref.LocalID)
 					case KindCloseContainer:
 						err = n.eng.CloseContainer(engine.ContainerID(c.Ref.ContainerID))
 					}
@@ -383,28 +383,52 @@ func (n *Node) maybeCompact(g *group, applied uint64, ob *openBlocks, compacted 
 	compacted[g.id] = to
 }
 
-// openBlocks tracks, per block, the index of the first WriteChunk entry not
-// covered by a PutBlock yet.
+// openBlocks tracks, per block, the WriteChunk entries whose chunks no
+// PutBlock covers yet (offset + length beyond the last committed length),
+// in index order: the log must keep them, since the engine forgets such
+// chunks at a restart and finds them again only through the log. A
+// checkpoint PutBlock covering the block's first chunks unpins those
+// only; a DeleteBlock unpins the whole block.
 type openBlocks struct {
-	first map[[2]uint64]uint64
+	open map[[2]uint64][]openChunk
 }
 
-func newOpenBlocks() *openBlocks { return &openBlocks{first: map[[2]uint64]uint64{}} }
+type openChunk struct{ end, index uint64 }
 
-func (o *openBlocks) wrote(c, l, index uint64) {
+func newOpenBlocks() *openBlocks { return &openBlocks{open: map[[2]uint64][]openChunk{}} }
+
+func (o *openBlocks) wrote(c, l, offset, length, index uint64) {
 	k := [2]uint64{c, l}
-	if _, ok := o.first[k]; !ok {
-		o.first[k] = index
-	}
+	o.open[k] = append(o.open[k], openChunk{end: offset + length, index: index})
 }
 
-func (o *openBlocks) committed(c, l uint64) { delete(o.first, [2]uint64{c, l}) }
+// committed: a PutBlock of length bytes; the chunks within them are
+// covered.
+func (o *openBlocks) committed(c, l, length uint64) {
+	k := [2]uint64{c, l}
+	cs := o.open[k]
+	kept := cs[:0]
+	for _, ch := range cs {
+		if ch.end > length {
+			kept = append(kept, ch)
+		}
+	}
+	if len(kept) == 0 {
+		delete(o.open, k)
+		return
+	}
+	o.open[k] = kept
+}
+
+func (o *openBlocks) deleted(c, l uint64) { delete(o.open, [2]uint64{c, l}) }
 
 func (o *openBlocks) lowest() uint64 {
 	var lo uint64
-	for _, i := range o.first {
-		if lo == 0 || i < lo {
-			lo = i
+	for _, cs := range o.open {
+		for _, ch := range cs {
+			if lo == 0 || ch.index < lo {
+				lo = ch.index
+			}
 		}
 	}
 	return lo
