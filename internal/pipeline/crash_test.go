@@ -1033,7 +1033,8 @@ func TestCrashComposition(t *testing.T) {
 // writers send chunks. The node must stop with the error — fail, as after a
 // failed fdatasync of the engine — and the two others go on.
 //
-// It fails today (a panic, which ends the test binary; hence the skip): the
+// It failed before the event loop recovered raft's panic on a failed log
+// (a panic, which ended the test binary; it was skipped until then): the
 // append worker fails the node, but the event loop goes on for the events
 // it has taken and the proposals it has queued, and raft asks the failed
 // log for its LastIndex, FirstIndex or Term — in Propose (appendEntry), in
@@ -1046,14 +1047,10 @@ func TestCrashComposition(t *testing.T) {
 //	go.etcd.io/raft/v3.stepLeader … (*RawNode).Propose
 //	pipeline.(*Node).flushProposals … pipeline.(*Node).run
 //
-// A datanode whose log disk returns EIO thus dies of a panic in raft (no
-// "node failed" error, no clean stop) instead of failing. Either the log
-// keeps answering its in-memory reads after a write failure (the engine's
-// reads keep working when it has failed), or the loop stops touching raft
-// once the node failed (a check before every Step/Propose/Ready still races
-// with the worker: the reads must not fail).
+// A datanode whose log disk returned EIO thus died of a panic in raft (no
+// "node failed" error, no clean stop). Now the loop recovers that panic
+// when the log says it failed, and fails the node (Node.run).
 func TestFailedLogFailsTheNode(t *testing.T) {
-	t.Skip("bug: a member whose raft log fails panics in raft's event loop (Storage.LastIndex/FirstIndex/Term answer wal.ErrFailed) instead of stopping through Node.fail; see the comment")
 	// The panic depends on the loop taking an event before it sees the
 	// node stopped: a few attempts make it near certain.
 	for attempt := 0; attempt < 10; attempt++ {

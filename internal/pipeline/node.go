@@ -857,6 +857,25 @@ func (n *Node) run() {
 		n.inflight.close()
 		n.raftBuf.close()
 	}()
+	// raft panics when its storage answers an error other than
+	// ErrCompacted or ErrUnavailable: a failed log (wal.ErrFailed, sticky
+	// after a failed write or fdatasync) serves no reads, and the loop may
+	// still step or propose before it sees the failure. That panic is the
+	// log's failure reaching the loop: the node fails (as after a failed
+	// engine sync) instead of the process dying; no RawNode is touched
+	// again. Any other panic is a bug and goes on.
+	defer func() {
+		if r := recover(); r != nil {
+			// raft panics with the error, or with a message holding it
+			// (Logger.Panicf): ask the log whether it failed.
+			_, lerr := n.wal.Groups()
+			if !errors.Is(lerr, wal.ErrFailed) {
+				panic(r)
+			}
+			n.fail(fmt.Errorf("raft stopped on the failed log (%v): %w", r, lerr))
+			n.failAllPending()
+		}
+	}()
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
 	for {
