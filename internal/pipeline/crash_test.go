@@ -1037,9 +1037,9 @@ func TestCrashComposition(t *testing.T) {
 // (a panic, which ended the test binary; it was skipped until then): the
 // append worker fails the node, but the event loop goes on for the events
 // it has taken and the proposals it has queued, and raft asks the failed
-// log for its LastIndex, FirstIndex or Term — in Propose (appendEntry), in
-// a follower's handleAppendEntries (findConflict), on a leader's commit —
-// the log answers ErrFailed, and raft panics:
+// log for its LastIndex, FirstIndex or Term — in a leader's Propose
+// (appendEntry), in a follower's handleAppendEntries (findConflict) — the
+// log answers ErrFailed, and raft panics:
 //
 //	panic: wal: failed: wal: write 48 bytes at offset 1774 of segment …: input/output error
 //	go.etcd.io/raft/v3.(*raftLog).lastIndex
@@ -1047,9 +1047,14 @@ func TestCrashComposition(t *testing.T) {
 //	go.etcd.io/raft/v3.stepLeader … (*RawNode).Propose
 //	pipeline.(*Node).flushProposals … pipeline.(*Node).run
 //
+//	panic: wal: failed: wal: write 822 bytes at offset 7934 of segment …: input/output error
+//	go.etcd.io/raft/v3.(*raftLog).firstIndex
+//	go.etcd.io/raft/v3.(*raftLog).term … matchTerm … findConflict … maybeAppend
+//	go.etcd.io/raft/v3.(*raft).handleAppendEntries
+//
 // A datanode whose log disk returned EIO thus died of a panic in raft (no
-// "node failed" error, no clean stop). Now the loop recovers that panic
-// when the log says it failed, and fails the node (Node.run).
+// clean stop). Now the loop recovers that panic when the log says it
+// failed, and fails the node (Node.run).
 func TestFailedLogFailsTheNode(t *testing.T) {
 	// The panic depends on the loop taking an event before it sees the
 	// node stopped: a few attempts make it near certain.
