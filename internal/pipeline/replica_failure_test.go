@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"syscall"
@@ -148,7 +149,6 @@ func TestFollowerNeverAcknowledgesAChunkItFailedToStore(t *testing.T) {
 			if _, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 5, LocalID: 1, Length: 3000, BytesPerChecksum: bpc, Chunks: b1}}); err != nil {
 				t.Fatal(err)
 			}
-			want := leader.node.Applied(1)
 			var f, other *testNode
 			var ffs *vfs.MemFS
 			for i, tn := range nodes {
@@ -161,11 +161,13 @@ func TestFollowerNeverAcknowledgesAChunkItFailedToStore(t *testing.T) {
 					other = tn
 				}
 			}
+			// Both followers applied block 1's PutBlock (the leader
+			// answers before its own Applied moves: wait on the block).
 			for _, tn := range []*testNode{f, other} {
-				deadline := time.Now().Add(10 * time.Second)
-				for tn.node.Applied(1) < want && time.Now().Before(deadline) {
-					time.Sleep(5 * time.Millisecond)
-				}
+				waitUntil(t, fmt.Sprintf("node %d committed block 1", tn.id), func() bool {
+					bd, err := tn.eng.GetBlock(engine.BlockID{Container: 5, Local: 1})
+					return err == nil && bd.Length == 3000
+				})
 			}
 			before, err := f.log.LastIndex(1)
 			if err != nil {
@@ -282,11 +284,16 @@ func TestFollowerFailedPutBlockLeavesThePipeline(t *testing.T) {
 		}
 	}
 	// Wait until the follower holds the chunk, then damage its replica.
-	want := leader.node.Applied(1)
-	deadline := time.Now().Add(10 * time.Second)
-	for f.node.Applied(1) < want && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	// The follower appended the chunk's entry (its chunk is written
+	// before its log record).
+	want, err := leader.log.LastIndex(1)
+	if err != nil {
+		t.Fatal(err)
 	}
+	waitUntil(t, "the follower appended the chunk", func() bool {
+		last, err := f.log.LastIndex(1)
+		return err == nil && last >= want
+	})
 	if err := f.eng.MarkUnhealthy(5, "test: damage"); err != nil {
 		t.Fatal(err)
 	}
@@ -359,4 +366,16 @@ func TestDiskStallFailsTheNode(t *testing.T) {
 	writeChunks(t, cl, 3, 0, 2, 3000)
 	// Let the hung sync return before the cluster is torn down.
 	ffs.InjectErrors(nil)
+}
+
+// waitUntil polls cond (bounded: 10 s) and fails the test if it never holds.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10 s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
