@@ -403,21 +403,21 @@ func (o *openBlocks) wrote(c, l, offset, length, index uint64) {
 }
 
 // committed: a PutBlock of length bytes; the chunks within them are
-// covered.
+// covered. A block's chunks are written contiguously, in log order, so
+// the covered ones are a prefix of its list (and its first entry is its
+// lowest index).
 func (o *openBlocks) committed(c, l, length uint64) {
 	k := [2]uint64{c, l}
 	cs := o.open[k]
-	kept := cs[:0]
-	for _, ch := range cs {
-		if ch.end > length {
-			kept = append(kept, ch)
-		}
+	i := 0
+	for i < len(cs) && cs[i].end <= length {
+		i++
 	}
-	if len(kept) == 0 {
+	if i == len(cs) {
 		delete(o.open, k)
 		return
 	}
-	o.open[k] = kept
+	o.open[k] = cs[i:]
 }
 
 func (o *openBlocks) deleted(c, l uint64) { delete(o.open, [2]uint64{c, l}) }
@@ -425,10 +425,8 @@ func (o *openBlocks) deleted(c, l uint64) { delete(o.open, [2]uint64{c, l}) }
 func (o *openBlocks) lowest() uint64 {
 	var lo uint64
 	for _, cs := range o.open {
-		for _, ch := range cs {
-			if lo == 0 || ch.index < lo {
-				lo = ch.index
-			}
+		if i := cs[0].index; lo == 0 || i < lo {
+			lo = i
 		}
 	}
 	return lo
