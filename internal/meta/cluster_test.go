@@ -590,3 +590,31 @@ func TestMemberBehindTheCompactedLogIsReplaced(t *testing.T) {
 		t.Fatalf("%d complete replicas, want 3", holders)
 	}
 }
+
+// TestHealthyPipelinePreferredOverDegraded: with a pipeline whose members
+// are all HEALTHY and one with a STALE member, every block goes to the
+// healthy one (a degraded pipeline is only the fallback).
+func TestHealthyPipelinePreferredOverDegraded(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	cfg.PipelinesPerNode = 1
+	c := newCluster(t, cfg, clk, 6)
+	ps := c.pipelines()
+	if len(ps) != 2 {
+		t.Fatalf("pipelines %+v, want 2", ps)
+	}
+	mustNo(t, ignore(c.s.CreateBucket("bkt")))
+	stale := ps[1].Members[0].NodeID
+	clk.Advance(6 * time.Second)
+	for _, n := range c.nodes {
+		if n.id != stale {
+			n.beat()
+		}
+	}
+	for range 8 {
+		r := must[*metaapi.AllocateResponse](t)(c.s.Allocate(&metaapi.AllocateRequest{Bucket: "bkt", Key: "k"}))
+		if r.Pipeline.ID != ps[0].ID {
+			t.Fatalf("block allocated on pipeline %d (a member STALE), want the healthy %d", r.Pipeline.ID, ps[0].ID)
+		}
+	}
+}
