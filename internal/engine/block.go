@@ -99,6 +99,33 @@ func (e *Engine) PutBlock(bd *BlockData, bcsid uint64) error {
 	return blockErr("put block", b, fmt.Errorf("%w: block changed under %d attempts", ErrOverlap, putBlockAttemptsMax))
 }
 
+// CheckPut says whether PutBlock(bd) would find here every chunk bd names
+// (written and not failed, or committed, with the checksums bd gives),
+// without changing anything: a pipeline's leader asks it before proposing
+// a PutBlock, so that a PutBlock reaching the log names chunks the leader
+// holds, and a replica whose apply of it finds chunks missing has diverged
+// (it is not a refusal every replica shares). The answer holds until the
+// block is written to or deleted.
+func (e *Engine) CheckPut(bd *BlockData) error {
+	b := bd.ID
+	if err := e.check(); err != nil {
+		return blockErr("check put", b, err)
+	}
+	if err := validateBlockData(bd); err != nil {
+		return blockErr("check put", b, err)
+	}
+	c, err := e.lookup(b.Container)
+	if err != nil {
+		return blockErr("check put", b, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, _, err := e.verifyPutLocked(c, bd); err != nil {
+		return blockErr("check put", b, err)
+	}
+	return nil
+}
+
 // validateBlockData checks bd on its own: contiguous chunks from 0 that add
 // up to Length, with the right number of checksums each.
 func validateBlockData(bd *BlockData) error {
@@ -140,7 +167,8 @@ func (e *Engine) verifyPutLocked(c *container, bd *BlockData) (*blockState, uint
 		return nil, 0, fmt.Errorf("%w: length %d would shrink the committed %d", ErrInvalid, bd.Length, bs.committedLen)
 	}
 	if bd.Length > bs.nextOffset {
-		return nil, 0, fmt.Errorf("%w: length %d, only %d bytes written", ErrInvalid, bd.Length, bs.nextOffset)
+		// A chunk range the put names is missing here.
+		return nil, 0, fmt.Errorf("%w: length %d, only %d bytes written", ErrNotFound, bd.Length, bs.nextOffset)
 	}
 	if len(bd.Chunks) > 0 && bs.bpc != 0 && bd.BytesPerChecksum != bs.bpc {
 		return nil, 0, fmt.Errorf("%w: bytes per checksum %d, block uses %d", ErrInvalid, bd.BytesPerChecksum, bs.bpc)

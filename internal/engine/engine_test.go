@@ -142,7 +142,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 	tooLong := *bd
 	tooLong.Chunks = append(cloneChunks(bd.Chunks), ChunkInfo{Offset: 2000, Length: 10, Checksums: []uint32{0}})
 	tooLong.Length = 2010
-	wantErr(t, e.PutBlock(&tooLong, 0), ErrInvalid)
+	// A chunk range it names is not here: not found (a pipeline tells a
+	// diverged replica by it).
+	wantErr(t, e.PutBlock(&tooLong, 0), ErrNotFound)
 	gappy := *bd
 	gappy.Chunks = cloneChunks(bd.Chunks)
 	gappy.Chunks[1].Offset = 1001

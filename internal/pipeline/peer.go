@@ -411,6 +411,16 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 		if err := f.Decode(pb); err != nil {
 			return badRequest(0, err)
 		}
+		// On the leader, a PutBlock naming chunks this engine does not
+		// hold is refused before it is proposed: a PutBlock in the log
+		// names chunks its leader held, so a replica that finds them
+		// missing when it applies it has diverged (classifyApply).
+		if g := n.group(pb.PipelineID); g != nil && g.leader.Load() == n.cfg.ID {
+			if err := n.eng.CheckPut(toEngineBlock(&pb.Block)); err != nil {
+				n.metrics.refusals.WithLabelValues(KindPutBlock.String()).Inc()
+				return &transport.Response{RequestID: pb.RequestID, Status: statusOf(err), Message: err.Error()}, nil
+			}
+		}
 		p := &proposal{kind: KindPutBlock, pb: *pb, conn: c, reqID: pb.RequestID, arrived: time.Now()}
 		if !n.post(event{kind: evPropose, group: pb.PipelineID, prop: p}) {
 			return unavailable(pb.RequestID)

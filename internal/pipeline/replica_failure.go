@@ -68,22 +68,23 @@ func (n *Node) classifyWrite(err error, cid uint64) failureClass {
 }
 
 // classifyApply says what err, from applying a committed PutBlock to
-// container cid, means for this replica. Every replica applies the same
-// committed entries in the same order to the same blocks (a replica whose
-// write failed left the pipeline before it could apply anything after
-// it), so the engine's refusals are shared; an UNHEALTHY container, damage
-// and I/O errors are this replica's own.
+// container cid, means for this replica. The leader proposes a PutBlock
+// only once its own engine holds every chunk it names (engine.CheckPut,
+// peer.go), so chunks missing here — a hole, a block or container not
+// found — mean this replica diverged: it must not count. A malformed
+// block, a checksum or an overlap the block's own description contradicts,
+// or a full container are refused alike everywhere; an UNHEALTHY
+// container, damage and I/O errors are this replica's own.
 func (n *Node) classifyApply(err error, cid uint64) failureClass {
 	switch {
 	case errors.Is(err, engine.ErrFailed), errors.Is(err, wal.ErrFailed), errors.Is(err, engine.ErrClosed):
 		return nodeLost
 	case errors.Is(err, engine.ErrNotOpen):
 		return n.notOpenClass(cid)
-	case errors.Is(err, engine.ErrCorrupt):
+	case errors.Is(err, engine.ErrCorrupt), errors.Is(err, engine.ErrHole), errors.Is(err, engine.ErrNotFound):
 		return replicaLost
 	case errors.Is(err, engine.ErrChecksumMismatch), errors.Is(err, engine.ErrInvalid),
-		errors.Is(err, engine.ErrHole), errors.Is(err, engine.ErrContainerFull),
-		errors.Is(err, engine.ErrNotFound), errors.Is(err, engine.ErrOverlap), errors.Is(err, engine.ErrExists):
+		errors.Is(err, engine.ErrContainerFull), errors.Is(err, engine.ErrOverlap), errors.Is(err, engine.ErrExists):
 		return refusalShared
 	}
 	return replicaLost

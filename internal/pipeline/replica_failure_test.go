@@ -379,3 +379,64 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// TestPutBlockOfMissingChunks: the leader refuses a PutBlock naming chunks
+// its engine does not hold before proposing it (nothing reaches the log,
+// no replica leaves); and a follower that, when it applies a committed
+// PutBlock, lacks the block's chunks (it diverged: here its copy was
+// deleted under it) leaves the pipeline with its container UNHEALTHY
+// instead of going on silently short, as it did when a hole or a missing
+// block counted as a refusal every replica shares.
+func TestPutBlockOfMissingChunks(t *testing.T) {
+	nodes, _ := memCluster(t)
+	leader := waitLeader(t, nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := transport.DialClient(ctx, leader.addr, transport.ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	b1 := writeChunks(t, cl, 1, 0, 1, 3000)
+	// Chunks never written: refused by the leader, not proposed.
+	before, _ := leader.log.LastIndex(1)
+	ghost := transport.BlockData{ContainerID: 5, LocalID: 9, Length: 3000, BytesPerChecksum: bpc, Chunks: []transport.ChunkInfo{{Offset: 0, Length: 3000, Checksums: b1[0].Checksums}}}
+	_, err = cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: ghost})
+	var se *transport.StatusError
+	if !errors.As(err, &se) || (se.Status != transport.StatusNotFound && se.Status != transport.StatusHole) {
+		t.Fatalf("PutBlock of chunks never written: %v, want NOT_FOUND or HOLE", err)
+	}
+	if after, _ := leader.log.LastIndex(1); after != before {
+		t.Fatalf("the refused PutBlock reached the log (last index %d → %d)", before, after)
+	}
+	// A follower whose copy of block 1 vanished.
+	var f *testNode
+	for _, tn := range nodes {
+		if tn != leader {
+			f = tn
+			break
+		}
+	}
+	want, _ := leader.log.LastIndex(1)
+	waitUntil(t, "the follower appended the chunk", func() bool {
+		last, err := f.log.LastIndex(1)
+		return err == nil && last >= want
+	})
+	if err := f.eng.DeleteBlock(engine.BlockID{Container: 5, Local: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 5, LocalID: 1, Length: 3000, BytesPerChecksum: bpc, Chunks: b1}}); err != nil {
+		t.Fatal(err)
+	}
+	if replica, _ := waitFailed(t, f); !replica {
+		t.Fatal("the diverged follower did not leave the pipeline")
+	}
+	if info, err := f.eng.Container(5); err != nil || info.State != engine.StateUnhealthy {
+		t.Fatalf("diverged follower's container 5: %+v, %v; want UNHEALTHY", info, err)
+	}
+	for _, tn := range nodes {
+		if tn != f && len(tn.node.FailedPipelines()) != 0 {
+			t.Fatalf("node %d left the pipeline too: %+v", tn.id, tn.node.FailedPipelines())
+		}
+	}
+}
