@@ -373,11 +373,7 @@ func Start(c Config) (*Node, error) {
 	}
 	n.metrics = newMetrics(n, cfg.Metrics)
 	for _, p := range cfg.Pipelines {
-		if err := n.addMembers(p); err != nil {
-			return nil, err
-		}
-	}
-	for _, p := range cfg.Pipelines {
+		n.setPeerAddrs(p.Members)
 		g, err := n.openGroup(p)
 		if err != nil {
 			return nil, err
@@ -484,15 +480,9 @@ func (n *Node) Budgets() BudgetStats {
 	return s
 }
 
-// addMembers records the peers' addresses of p. A peer has one address
-// for all pipelines: the newest one given wins (a datanode restarted on
-// another port is reached there from then on).
-func (n *Node) addMembers(p PipelineConfig) error {
-	n.setPeerAddrs(p.Members)
-	return nil
-}
-
-// setPeerAddrs records the members' addresses; a peer whose address
+// setPeerAddrs records the members' addresses. A peer has one address for
+// all pipelines: the newest one given wins (a datanode restarted on
+// another port is reached there from then on); a peer whose address
 // changed redials it before its next send.
 func (n *Node) setPeerAddrs(ms []Member) {
 	n.peersMu.Lock()
