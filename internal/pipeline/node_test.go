@@ -15,6 +15,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/transport"
+	"github.com/spindle-store/spindle/internal/vfs"
 	"github.com/spindle-store/spindle/internal/wal"
 )
 
@@ -35,12 +36,14 @@ type testNode struct {
 	// maxRetain is Config.MaxRetainEntries (0: default).
 	maxRetain uint64
 	budget    int64 // Config.MaxInflight(Raft)PayloadBytes (0: defaults)
+	// fs is the engine's filesystem (nil: the OS's).
+	fs vfs.FS
 }
 
 func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
 	t.Helper()
 	var err error
-	tn.eng, err = engine.Open(engine.Config{DataDirs: []string{tn.dataDir}, Logger: quiet})
+	tn.eng, err = engine.Open(engine.Config{DataDirs: []string{tn.dataDir}, FS: tn.fs, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/transport"
 	"github.com/spindle-store/spindle/internal/vfs"
-	"github.com/spindle-store/spindle/internal/wal"
 )
 
 // memCluster starts a 3-member pipeline whose engines keep their block
@@ -32,30 +31,14 @@ func memCluster(t *testing.T) ([]*testNode, []*vfs.MemFS) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		nodes = append(nodes, &testNode{id: i, addr: ln.Addr().String(), logDir: t.TempDir()})
+		fs := vfs.NewMem()
+		nodes = append(nodes, &testNode{id: i, addr: ln.Addr().String(), dataDir: "/data", fs: fs, logDir: t.TempDir()})
 		ln.Close()
-		fss = append(fss, vfs.NewMem())
+		fss = append(fss, fs)
 		pc.Members = append(pc.Members, Member{ID: i, Addr: nodes[i-1].addr})
 	}
-	for i, tn := range nodes {
-		var err error
-		tn.eng, err = engine.Open(engine.Config{DataDirs: []string{"/data"}, FS: fss[i], Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tn.log, err = wal.Open(wal.Config{Dir: tn.logDir, Logger: quiet, SegmentSizeBytes: 4 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err := net.Listen("tcp", tn.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tn.node, err = Start(Config{ID: tn.id, Listener: ln, Engine: tn.eng, Log: tn.log, Pipelines: []PipelineConfig{pc},
-			TickInterval: 20 * time.Millisecond, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, tn := range nodes {
+		tn.start(t, pc)
 	}
 	t.Cleanup(func() {
 		for _, tn := range nodes {
@@ -139,11 +122,7 @@ func TestFollowerNeverAcknowledgesAChunkItFailedToStore(t *testing.T) {
 			leader := waitLeader(t, nodes)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			cl, err := transport.DialClient(ctx, leader.addr, transport.ClientConfig{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
+			cl := dial(t, leader.addr)
 			// Block 1 reaches every replica (and creates container 5).
 			b1 := writeChunks(t, cl, 1, 0, 1, 3000)
 			if _, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 5, LocalID: 1, Length: 3000, BytesPerChecksum: bpc, Chunks: b1}}); err != nil {
@@ -232,15 +211,11 @@ func TestLeaderFailedWriteIsNotAcknowledged(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := transport.DialClient(ctx, leader.addr, transport.ClientConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := dial(t, leader.addr)
 	writeChunks(t, cl, 1, 0, 1, 3000)
 	failBlockFiles(lfs, vfs.OpWrite, syscall.EIO)
 	data := chunkData(2, 0, 3000)
-	_, err = cl.Call(ctx, &transport.WriteChunk{PipelineID: 1, ContainerID: 5, LocalID: 2, Length: 3000, BytesPerChecksum: bpc, Checksums: engine.ComputeChecksums(nil, data, bpc)}, data)
+	_, err := cl.Call(ctx, &transport.WriteChunk{PipelineID: 1, ContainerID: 5, LocalID: 2, Length: 3000, BytesPerChecksum: bpc, Checksums: engine.ComputeChecksums(nil, data, bpc)}, data)
 	var se *transport.StatusError
 	if !errors.As(err, &se) || se.Status != transport.StatusUnavailable {
 		t.Fatalf("write on a failing leader: %v, want UNAVAILABLE", err)
@@ -253,11 +228,7 @@ func TestLeaderFailedWriteIsNotAcknowledged(t *testing.T) {
 		}
 	}
 	nl := waitLeader(t, rest)
-	cl2, err := transport.DialClient(ctx, nl.addr, transport.ClientConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl2.Close()
+	cl2 := dial(t, nl.addr)
 	writeChunks(t, cl2, 2, 0, 1, 3000)
 }
 
@@ -270,11 +241,7 @@ func TestFollowerFailedPutBlockLeavesThePipeline(t *testing.T) {
 	leader := waitLeader(t, nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := transport.DialClient(ctx, leader.addr, transport.ClientConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := dial(t, leader.addr)
 	b1 := writeChunks(t, cl, 1, 0, 1, 3000)
 	var f *testNode
 	for _, tn := range nodes {
@@ -392,16 +359,12 @@ func TestPutBlockOfMissingChunks(t *testing.T) {
 	leader := waitLeader(t, nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := transport.DialClient(ctx, leader.addr, transport.ClientConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := dial(t, leader.addr)
 	b1 := writeChunks(t, cl, 1, 0, 1, 3000)
 	// Chunks never written: refused by the leader, not proposed.
 	before, _ := leader.log.LastIndex(1)
 	ghost := transport.BlockData{ContainerID: 5, LocalID: 9, Length: 3000, BytesPerChecksum: bpc, Chunks: []transport.ChunkInfo{{Offset: 0, Length: 3000, Checksums: b1[0].Checksums}}}
-	_, err = cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: ghost})
+	_, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: ghost})
 	var se *transport.StatusError
 	if !errors.As(err, &se) || (se.Status != transport.StatusNotFound && se.Status != transport.StatusHole) {
 		t.Fatalf("PutBlock of chunks never written: %v, want NOT_FOUND or HOLE", err)
