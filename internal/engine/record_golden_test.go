@@ -2,11 +2,11 @@ package engine
 
 import (
 	"bytes"
-	"encoding/hex"
 	"hash/crc32"
 	"slices"
-	"strings"
 	"testing"
+
+	"github.com/spindle-store/spindle/internal/goldenhex"
 )
 
 // The golden-byte tests pin the on-disk records byte for byte to the worked
@@ -16,22 +16,11 @@ import (
 // disk format changed: old volumes would no longer read. If that is
 // intended, it needs a new format version, not a new golden value.
 
-// golden decodes a hex table, one row per field; spaces are ignored.
-func golden(t *testing.T, rows ...string) []byte {
-	t.Helper()
-	b, err := hex.DecodeString(strings.ReplaceAll(strings.Join(rows, ""), " ", ""))
-	if err != nil {
-		t.Fatalf("bad golden hex: %v", err)
-	}
-	return b
-}
-
-func checkGolden(t *testing.T, what string, got, want []byte) {
-	t.Helper()
-	if !bytes.Equal(got, want) {
-		t.Fatalf("%s: encoding changed\n got %s\nwant %s", what, hex.EncodeToString(got), hex.EncodeToString(want))
-	}
-}
+// golden and checkGolden: the helpers shared by every golden-byte test.
+var (
+	golden      = goldenhex.Decode
+	checkGolden = goldenhex.Check
+)
 
 // TestVolumeRecordGolden: docs/FORMAT.md §2.
 func TestVolumeRecordGolden(t *testing.T) {

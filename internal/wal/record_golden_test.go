@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"encoding/hex"
 	"io"
-	"strings"
 	"testing"
 
 	"github.com/spindle-store/spindle/internal/vfs"
+
+	"github.com/spindle-store/spindle/internal/goldenhex"
 )
 
 // The golden-byte tests pin the segment header and every record type byte
@@ -18,22 +19,11 @@ import (
 // existing logs would no longer replay. If that is intended, it needs a new
 // format version, not a new golden value.
 
-// golden decodes a hex table, one row per field; spaces are ignored.
-func golden(t *testing.T, rows ...string) []byte {
-	t.Helper()
-	b, err := hex.DecodeString(strings.ReplaceAll(strings.Join(rows, ""), " ", ""))
-	if err != nil {
-		t.Fatalf("bad golden hex: %v", err)
-	}
-	return b
-}
-
-func checkGolden(t *testing.T, what string, got, want []byte) {
-	t.Helper()
-	if !bytes.Equal(got, want) {
-		t.Fatalf("%s: encoding changed\n got %s\nwant %s", what, hex.EncodeToString(got), hex.EncodeToString(want))
-	}
-}
+// golden and checkGolden: the helpers shared by every golden-byte test.
+var (
+	golden      = goldenhex.Decode
+	checkGolden = goldenhex.Check
+)
 
 // goldenSegmentHeader is the header of docs/FORMAT.md §11.4: log ID
 // 0xe63a792984ab0be7, first sequence number 1.
