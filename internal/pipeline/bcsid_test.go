@@ -79,6 +79,7 @@ func TestReplicasRecordTheCommitSequence(t *testing.T) {
 	for _, tn := range nodes {
 		tn.start(t, pc)
 	}
+	announceMoved(t, nodes)
 	leader = waitLeader(t, nodes)
 	cl = dial(t, leader.addr)
 	put(cl, 3, writeChunks(t, cl, 3, 0, 1, size))

@@ -38,6 +38,9 @@ type testNode struct {
 	budget    int64 // Config.MaxInflight(Raft)PayloadBytes (0: defaults)
 	// fs is the engine's filesystem (nil: the OS's).
 	fs vfs.FS
+	// moved: listen found tn.addr taken and moved the node to a new port
+	// that the other nodes have not been told yet (announceMoved).
+	moved bool
 }
 
 func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
@@ -51,15 +54,63 @@ func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", tn.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := tn.listen(t)
 	tn.node, err = Start(Config{ID: tn.id, Listener: ln, Engine: tn.eng, Log: tn.log, Pipelines: pcs,
 		TickInterval: 20 * time.Millisecond, Logger: quiet, RetainEntries: tn.retain, CompactEveryEntries: tn.every, MaxRetainEntries: tn.maxRetain,
 		MaxInflightPayloadBytes: tn.budget, MaxInflightRaftPayloadBytes: tn.budget})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// listen listens on tn.addr; if that port was taken since the node's last
+// life closed it (an outgoing connection's ephemeral port, from this or any
+// other process), on a new port, which becomes tn.addr: the caller tells the
+// other members with announce.
+func (tn *testNode) listen(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", tn.addr)
+	if err == nil {
+		return ln
+	}
+	if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("node %d: %s was taken; listening on %s", tn.id, tn.addr, ln.Addr())
+	tn.addr, tn.moved = ln.Addr().String(), true
+	return ln
+}
+
+// restart starts tn again after stop and tells the other running nodes
+// where it listens now (see listen).
+func (tn *testNode) restart(t testing.TB, nodes []*testNode, pcs ...PipelineConfig) {
+	t.Helper()
+	tn.start(t, pcs...)
+	tn.announce(t, nodes)
+}
+
+// announceMoved announces every node that listen moved.
+func announceMoved(t testing.TB, nodes []*testNode) {
+	t.Helper()
+	for _, tn := range nodes {
+		if tn.moved {
+			tn.announce(t, nodes)
+		}
+	}
+}
+
+// announce gives every other running node tn's current address.
+func (tn *testNode) announce(t testing.TB, nodes []*testNode) {
+	t.Helper()
+	tn.moved = false
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, o := range nodes {
+		if o != tn && o.node != nil {
+			if err := o.node.UpdatePeers(ctx, []Member{{ID: tn.id, Addr: tn.addr}}); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
 
@@ -104,6 +155,7 @@ func startClusterWith(t testing.TB, set func(*testNode)) ([]*testNode, PipelineC
 		}
 		tn.start(t, pc)
 	}
+	announceMoved(t, nodes)
 	t.Cleanup(func() {
 		for _, tn := range nodes {
 			tn.stop(t)
@@ -369,7 +421,7 @@ func TestPipelineRestartAndCatchUp(t *testing.T) {
 	follower.stop(t)
 	writeChunks(t, cl, 1, 10*size, 5, size) // past the PutBlock
 	writeChunks(t, cl, 2, 0, 7, size)       // no PutBlock at all
-	follower.start(t, pc)
+	follower.restart(t, nodes, pc)
 	for _, tn := range nodes {
 		readBack(t, tn, 1, 15*size)
 		readBack(t, tn, 2, 7*size)
@@ -382,6 +434,7 @@ func TestPipelineRestartAndCatchUp(t *testing.T) {
 	for _, tn := range nodes {
 		tn.start(t, pc)
 	}
+	announceMoved(t, nodes)
 	for _, tn := range nodes {
 		readBack(t, tn, 1, 15*size)
 		readBack(t, tn, 2, 7*size)
@@ -503,6 +556,7 @@ func TestCompactionKeepsWhatOnlyTheLogKnows(t *testing.T) {
 		tn.retain, tn.every = 10, 10
 		tn.start(t, pc)
 	}
+	announceMoved(t, nodes)
 	leader := waitLeader(t, nodes)
 	cl := dial(t, leader.addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -539,6 +593,7 @@ func TestCompactionKeepsWhatOnlyTheLogKnows(t *testing.T) {
 	for _, tn := range nodes {
 		tn.start(t, pc)
 	}
+	announceMoved(t, nodes)
 	for _, tn := range nodes {
 		readBack(t, tn, 1, 3*size)
 	}
@@ -568,6 +623,7 @@ func TestLeaderKeepsTheLogForADownFollower(t *testing.T) {
 		tn.retain, tn.every = 10, 10
 		tn.start(t, pc)
 	}
+	announceMoved(t, nodes)
 	leader := waitLeader(t, nodes)
 	cl := dial(t, leader.addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -592,7 +648,7 @@ func TestLeaderKeepsTheLogForADownFollower(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	follower.start(t, pc)
+	follower.restart(t, nodes, pc)
 	for b := uint64(2); b < 12; b++ {
 		readBack(t, follower, b, 10*size)
 	}
@@ -607,6 +663,7 @@ func TestDynamicPipelines(t *testing.T) {
 		tn.stop(t)
 		tn.start(t) // no pipeline
 	}
+	announceMoved(t, nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pc.ID = 42
@@ -770,6 +827,7 @@ func TestLeaderReportsAFollowerBehindItsCompactedLog(t *testing.T) {
 		tn.retain, tn.every, tn.maxRetain = 10, 10, 20
 		tn.start(t, pc)
 	}
+	announceMoved(t, nodes)
 	leader := waitLeader(t, nodes)
 	cl := dial(t, leader.addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -792,7 +850,7 @@ func TestLeaderReportsAFollowerBehindItsCompactedLog(t *testing.T) {
 	if err != nil || first < 10 {
 		t.Fatalf("leader's log starts at %d (%v): not compacted past the follower", first, err)
 	}
-	follower.start(t, pc)
+	follower.restart(t, nodes, pc)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		st := leader.node.Pipelines()

@@ -40,6 +40,7 @@ func memCluster(t *testing.T) ([]*testNode, []*vfs.MemFS) {
 	for _, tn := range nodes {
 		tn.start(t, pc)
 	}
+	announceMoved(t, nodes)
 	t.Cleanup(func() {
 		for _, tn := range nodes {
 			if tn.node != nil {
@@ -306,15 +307,14 @@ func TestDiskStallFailsTheNode(t *testing.T) {
 	f.node.Close()
 	release := make(chan struct{})
 	defer close(release)
-	ln, err := net.Listen("tcp", f.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := f.listen(t)
+	var err error
 	f.node, err = Start(Config{ID: f.id, Listener: ln, Engine: f.eng, Log: f.log, Pipelines: []PipelineConfig{{ID: 1, Members: []Member{{1, nodes[0].addr}, {2, nodes[1].addr}, {3, nodes[2].addr}}}},
 		TickInterval: 20 * time.Millisecond, Logger: quiet, DiskStallThreshold: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
+	announceMoved(t, nodes)
 	ffs.InjectErrors(func(op vfs.Op) error {
 		if op.Kind == vfs.OpSyncData && strings.HasSuffix(op.Path, ".blk") {
 			<-release // hangs until the test ends
