@@ -674,6 +674,54 @@ func (e *Engine) AdoptChunk(b BlockID, offset, length uint64, bytesPerChecksum u
 	return e.writeChunk(b, offset, data, bytesPerChecksum, checksums, true)
 }
 
+// CheckWrite answers, without the chunk's bytes, what WriteChunk of this
+// chunk would do now: stored is true when an identical chunk is already at
+// offset (WriteChunk would accept it as a replay without writing); err is
+// the refusal WriteChunk would return for a reason that does not depend on
+// the bytes (an invalid request, a container not OPEN or not found, a
+// hole, an overlap, a full container, a broken block); (false, nil) means
+// WriteChunk would write it. A pipeline follower asks it for a replicated
+// chunk whose bytes its leader could not send (see pipeline's
+// writeMissing). Nothing is written; like a WriteChunk, it may load the
+// block's state into memory.
+func (e *Engine) CheckWrite(b BlockID, offset, length uint64, bytesPerChecksum uint32, checksums []uint32) (stored bool, err error) {
+	if err := e.check(); err != nil {
+		return false, blockOffErr("check write", b, offset, err)
+	}
+	if err := checkChunkArgs(length, bytesPerChecksum, checksums); err != nil {
+		return false, blockOffErr("check write", b, offset, err)
+	}
+	c, err := e.lookup(b.Container)
+	if err != nil {
+		return false, blockOffErr("check write", b, offset, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.writableLocked(); err != nil {
+		return false, blockOffErr("check write", b, offset, err)
+	}
+	bs, err := e.blockStateLocked(c, b.Local)
+	if err != nil {
+		return false, blockOffErr("check write", b, offset, err)
+	}
+	if bs.broken != nil {
+		return false, blockOffErr("check write", b, offset, bs.broken)
+	}
+	if bs.bpc != 0 && bs.bpc != bytesPerChecksum {
+		return false, blockOffErr("check write", b, offset, fmt.Errorf("%w: bytes per checksum %d, block uses %d", ErrInvalid, bytesPerChecksum, bs.bpc))
+	}
+	if offset != bs.nextOffset {
+		if err := e.replayLocked(c, b, bs, offset, length, checksums); err != nil {
+			return false, blockOffErr("check write", b, offset, err)
+		}
+		return true, nil
+	}
+	if c.usedBytes+length > c.maxSizeBytes {
+		return false, blockOffErr("check write", b, offset, fmt.Errorf("%w: %d bytes used + %d > max %d", ErrContainerFull, c.usedBytes, length, c.maxSizeBytes))
+	}
+	return false, nil
+}
+
 func (e *Engine) writeChunk(b BlockID, offset uint64, data []byte, bytesPerChecksum uint32, checksums []uint32, adopt bool) error {
 	if err := e.check(); err != nil {
 		return blockOffErr("write chunk", b, offset, err)

@@ -31,6 +31,9 @@ type metrics struct {
 	// replyOverflows counts client connections closed because their
 	// reply queue overflowed (maxQueuedRepliesPerConn).
 	replyOverflows prometheus.Counter
+	// readBackMisses counts chunks a leader could not read back for a
+	// follower's catch-up (sent without bytes, see peer.readBack).
+	readBackMisses prometheus.Counter
 }
 
 func newMetrics(n *Node, reg prometheus.Registerer) *metrics {
@@ -61,11 +64,13 @@ func newMetrics(n *Node, reg prometheus.Registerer) *metrics {
 			Help: "Replicated commands refused as on every replica (checksum mismatch, invalid, hole, full or closed container), by kind."}, []string{"kind"}),
 		replyOverflows: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_reply_overflows_total",
 			Help: "Client connections closed because they did not read their responses (reply queue full)."}),
+		readBackMisses: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_read_back_misses_total",
+			Help: "Chunks this leader could not read back from its engine for a follower's catch-up (deleted, refused everywhere, or damaged here): sent without bytes."}),
 	}
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.chunkWrites, m.chunkBytes, m.appendRounds, m.appendBatch, m.appendSeconds, m.leaderChanges, m.proposals, m.requestSeconds, m.applied, m.replicaFailures, m.refusals, m.replyOverflows, m.staleRaftPayloads)
+	reg.MustRegister(m.chunkWrites, m.chunkBytes, m.appendRounds, m.appendBatch, m.appendSeconds, m.leaderChanges, m.proposals, m.requestSeconds, m.applied, m.replicaFailures, m.refusals, m.replyOverflows, m.staleRaftPayloads, m.readBackMisses)
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_datanode_pipelines", Help: "Pipelines served."},
 			func() float64 { return float64(len(n.Pipelines())) }),

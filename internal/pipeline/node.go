@@ -1108,10 +1108,18 @@ func (g *group) stashPayloads(m *raftpb.Message, segs [][]byte, l *rxLease) erro
 			if c.Kind != KindWriteChunk {
 				continue
 			}
-			if k >= len(segs) || uint64(len(segs[k])) != c.WriteChunk.Length {
-				return fmt.Errorf("entry %d: WriteChunk %d has no matching payload segment", e.GetIndex(), w)
+			switch {
+			case k >= len(segs):
+				return fmt.Errorf("entry %d: WriteChunk %d has no payload segment", e.GetIndex(), w)
+			case len(segs[k]) == 0:
+				// The leader could not read the bytes back (peer.readBack):
+				// none rather than wrong ones (writeMissing).
+				ce.segs[w] = nil
+			case uint64(len(segs[k])) != c.WriteChunk.Length:
+				return fmt.Errorf("entry %d: WriteChunk %d has a payload segment of %d bytes, want %d", e.GetIndex(), w, len(segs[k]), c.WriteChunk.Length)
+			default:
+				ce.segs[w] = segs[k]
 			}
-			ce.segs[w] = segs[k]
 			w++
 			k++
 		}

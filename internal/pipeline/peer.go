@@ -302,6 +302,11 @@ func (p *peer) encode(enc *transport.Encoder, om *outMsg, flush func() error) er
 }
 
 // readBack reads a chunk the loop's cache no longer holds from the engine.
+// When it cannot (the block was deleted since, the write was refused on
+// every replica, or this replica's copy is damaged or lost) it returns nil
+// and the chunk goes out with no bytes: never invented ones, which a
+// follower could not tell from a refused write. The follower decides
+// whether it can do without them (writeMissing).
 func (p *peer) readBack(w *transport.WriteChunk) []byte {
 	if p.read != nil {
 		return p.read(w)
@@ -309,10 +314,10 @@ func (p *peer) readBack(w *transport.WriteChunk) []byte {
 	b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
 	data, err := p.n.eng.ReadChunk(b, w.Offset, w.Length, nil)
 	if err != nil || uint64(len(data)) != w.Length {
-		// Deleted since, or never written here (the write failed on
-		// every replica alike): the follower's engine refuses the
-		// zeros by checksum, as it refused the original.
-		data = make([]byte, w.Length)
+		p.n.metrics.readBackMisses.Inc()
+		p.n.log.Warn("chunk not read back for a follower: sent without its bytes", "peer", p.id,
+			"container", w.ContainerID, "block", w.LocalID, "offset", w.Offset, "length", w.Length, "err", err)
+		return nil
 	}
 	return data
 }

@@ -403,3 +403,79 @@ func TestPutBlockOfMissingChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestFollowerNeverAcknowledgesAChunkItsLeaderCouldNotSend: a follower
+// catches up after a restart on entries whose bytes the leader no longer
+// caches, and the leader cannot read them back (its block files fail
+// reads). Two entries: a write refused everywhere (a hole: nothing of it
+// is stored anywhere), which the follower may acknowledge without bytes,
+// and a stored chunk, which it must not. The leader sends no bytes
+// rather than invented ones; the follower acknowledges the refused write
+// and leaves the pipeline at the stored one. Before this was fixed the
+// leader sent zeros, the follower refused them by checksum as a refusal
+// every replica shares, acknowledged the entry without the chunk and
+// stayed in the pipeline (CRASH_SAFETY §9.3's likely path): this test
+// then failed at waitFailed.
+func TestFollowerNeverAcknowledgesAChunkItsLeaderCouldNotSend(t *testing.T) {
+	nodes, fss := memCluster(t)
+	leader := waitLeader(t, nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := dial(t, leader.addr)
+	b1 := writeChunks(t, cl, 1, 0, 1, 3000)
+	if _, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 5, LocalID: 1, Length: 3000, BytesPerChecksum: bpc, Chunks: b1}}); err != nil {
+		t.Fatal(err)
+	}
+	pc := PipelineConfig{ID: 1}
+	var f *testNode
+	var lfs *vfs.MemFS
+	for i, tn := range nodes {
+		pc.Members = append(pc.Members, Member{ID: tn.id, Addr: tn.addr})
+		if tn == leader {
+			lfs = fss[i]
+		} else if f == nil {
+			f = tn
+		}
+	}
+	waitUntil(t, "the follower committed block 1", func() bool {
+		bd, err := f.eng.GetBlock(engine.BlockID{Container: 5, Local: 1})
+		return err == nil && bd.Length == 3000
+	})
+	f.stop(t)
+
+	hole := chunkData(2, 3000, 3000)
+	if _, err := cl.Call(ctx, &transport.WriteChunk{PipelineID: 1, ContainerID: 5, LocalID: 2, Offset: 3000, Length: 3000,
+		BytesPerChecksum: bpc, Checksums: engine.ComputeChecksums(nil, hole, bpc)}, hole); err == nil {
+		t.Fatal("a chunk past the end of an empty block was accepted")
+	}
+	writeChunks(t, cl, 3, 0, 1, 3000)
+	last, err := leader.log.LastIndex(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Applied on the leader: its cache lets go of the bytes.
+	waitUntil(t, "the leader applied the writes", func() bool { return leader.node.Applied(1) >= last })
+	failBlockFiles(lfs, vfs.OpRead, syscall.EIO)
+
+	f.restart(t, nodes, pc)
+	if replica, node := waitFailed(t, f); !replica || node {
+		t.Fatalf("replica failed %v, node failed %v (%v)", replica, node, f.node.Err())
+	}
+	fails := f.node.FailedPipelines()
+	if len(fails) != 1 || !strings.Contains(fails[0].Reason, errPayloadUnavailable.Error()) {
+		t.Fatalf("failed pipelines %+v: want pipeline 1 failed for %q", fails, errPayloadUnavailable)
+	}
+	fLast, err := f.log.LastIndex(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fLast >= last {
+		t.Fatalf("the follower's log holds index %d, the stored chunk's entry is at most %d: it acknowledged a chunk it did not store", fLast, last)
+	}
+	if _, err := f.eng.ReadChunk(engine.BlockID{Container: 5, Local: 3}, 0, 3000, nil); err == nil {
+		t.Fatal("the follower holds block 3's chunk: the test did not make the leader lose it")
+	}
+	if got := testCounter(t, leader.node.metrics.readBackMisses); got < 2 {
+		t.Fatalf("read-back misses counted %v on the leader, want ≥ 2 (the refused and the stored chunk)", got)
+	}
+}

@@ -235,10 +235,13 @@ func (n *Node) writeChunks(j *appendJob, chunks int, wrote bool) (int, bool, boo
 // writeChunk writes one replicated chunk, creating its container on first
 // use (containers are implicit in a pipeline, as in Ozone).
 func (n *Node) writeChunk(w *transport.WriteChunk, data []byte) error {
-	if data == nil || uint64(len(data)) != w.Length {
-		return fmt.Errorf("%w: payload of WriteChunk %d/%d@%d missing", engine.ErrInvalid, w.ContainerID, w.LocalID, w.Offset)
-	}
 	b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
+	if data == nil {
+		return n.writeMissing(b, w)
+	}
+	if uint64(len(data)) != w.Length {
+		return fmt.Errorf("%w: payload of WriteChunk %d/%d@%d has %d bytes, want %d", engine.ErrInvalid, w.ContainerID, w.LocalID, w.Offset, len(data), w.Length)
+	}
 	err := n.eng.WriteChunk(b, w.Offset, data, w.BytesPerChecksum, w.Checksums)
 	if errors.Is(err, engine.ErrNotFound) {
 		if cerr := n.eng.CreateContainer(b.Container); cerr != nil && !errors.Is(cerr, engine.ErrExists) {
@@ -247,6 +250,38 @@ func (n *Node) writeChunk(w *transport.WriteChunk, data []byte) error {
 		err = n.eng.WriteChunk(b, w.Offset, data, w.BytesPerChecksum, w.Checksums)
 	}
 	return err
+}
+
+// errPayloadUnavailable: a replicated chunk came without its bytes (its
+// leader could not read them back, see peer.readBack) and this replica
+// would have had to store it. Not a refusal every replica shares: the
+// replica cannot acknowledge the entry (classifyWrite: replicaLost).
+var errPayloadUnavailable = errors.New("pipeline: chunk bytes unavailable from the leader")
+
+// writeMissing handles a replicated chunk whose bytes the leader could not
+// send (it read them back from its engine for a catch-up and failed: the
+// block was deleted since, the write was refused everywhere, or its own
+// copy is damaged or lost). The leader sends no bytes rather than
+// invented ones. The entry is acknowledged only if this replica needs no
+// bytes for it: an identical chunk is stored here already, or the engine
+// refuses it for a reason every replica shares (a hole, a full or closed
+// container: the write was refused everywhere, and nothing of it is
+// claimed stored). Otherwise errPayloadUnavailable: this replica cannot
+// hold what the others hold, so it leaves the pipeline and the container
+// is copied to a healthy node (ARCHITECTURE §12.3).
+func (n *Node) writeMissing(b engine.BlockID, w *transport.WriteChunk) error {
+	stored, err := n.eng.CheckWrite(b, w.Offset, w.Length, w.BytesPerChecksum, w.Checksums)
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+		// No container yet (writeChunk would create it) or a block being
+		// deleted: the chunk would be written.
+		return fmt.Errorf("%w: %v", errPayloadUnavailable, err)
+	case err != nil:
+		return err
+	case stored:
+		return nil
+	}
+	return fmt.Errorf("%w: WriteChunk %d/%d@%d of %d bytes", errPayloadUnavailable, w.ContainerID, w.LocalID, w.Offset, w.Length)
 }
 
 // applyWorker applies committed entries: PutBlock, DeleteBlock and
