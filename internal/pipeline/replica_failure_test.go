@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +18,8 @@ import (
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/transport"
 	"github.com/spindle-store/spindle/internal/vfs"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // memCluster starts a 3-member pipeline whose engines keep their block
@@ -477,5 +481,62 @@ func TestFollowerNeverAcknowledgesAChunkItsLeaderCouldNotSend(t *testing.T) {
 	}
 	if got := testCounter(t, leader.node.metrics.readBackMisses); got < 2 {
 		t.Fatalf("read-back misses counted %v on the leader, want ≥ 2 (the refused and the stored chunk)", got)
+	}
+}
+
+// TestFollowerRefusesBytesItsLeaderDidNotVerify: a MsgApp brings a chunk
+// whose bytes do not match its checksums. Its leader verified them before
+// proposing (a client's bad chunk is refused there, never proposed), so the
+// bytes went wrong on the way: the follower does not hold what the others
+// hold and must not acknowledge the entry. Before, a checksum mismatch was
+// a refusal every replica shares: the follower appended and acknowledged
+// the entry without the chunk (this test then failed at waitFailed).
+func TestFollowerRefusesBytesItsLeaderDidNotVerify(t *testing.T) {
+	sink, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	go func() { // the fake leader's peers: accept and discard
+		for {
+			c, err := sink.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	addr := sink.Addr().String()
+	n := startLone(t, Config{TickInterval: 10 * time.Millisecond,
+		Pipelines: []PipelineConfig{{ID: 1, Members: []Member{{1, addr}, {2, addr}, {3, addr}}}}}, false)
+	tn := &testNode{id: 1, node: n}
+	good := chunkData(1, 0, 4096)
+	bad := slices.Clone(good)
+	bad[100] ^= 0x01
+	wc := transport.WriteChunk{ContainerID: 5, LocalID: 1, Length: 4096, BytesPerChecksum: bpc, Checksums: engine.ComputeChecksums(nil, good, bpc)}
+	data := AppendCommand(nil, &Command{Kind: KindWriteChunk, ProposalID: 2 << 48, WriteChunk: wc})
+	rm := &transport.RaftMessage{GroupID: 1, Message: &raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), To: proto.Uint64(1), From: proto.Uint64(2),
+		Term: proto.Uint64(5), LogTerm: proto.Uint64(1), Index: proto.Uint64(1), Commit: proto.Uint64(1),
+		Entries: []*raftpb.Entry{{Term: proto.Uint64(5), Index: proto.Uint64(2), Type: raftpb.EntryType_EntryNormal.Enum(), Data: data}}}}
+	rm.SetPayloads([][]byte{bad})
+	var e transport.Encoder
+	if err := e.Append(rm, bad); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", n.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, b := range e.Buffers() {
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if replica, node := waitFailed(t, tn); !replica || node {
+		t.Fatalf("replica failed %v, node failed %v (%v)", replica, node, n.Err())
+	}
+	if last, err := n.cfg.Log.LastIndex(1); err != nil || last != 1 {
+		t.Fatalf("the follower's log ends at %d (%v), want 1 (the bootstrap entry): it appended the entry of a chunk it did not store", last, err)
 	}
 }
