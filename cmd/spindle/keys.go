@@ -606,8 +606,8 @@ func newAdminCmd() *cobra.Command {
 	var env keyEnv
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get",
-		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode",
+		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|meta",
+		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode; back up the meta store",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get"))
@@ -684,7 +684,7 @@ func newAdminCmd() *cobra.Command {
 			}),
 	)
 	cmd.AddCommand(newAdminReplicationCmds(&env, &asJSON)...)
-	cmd.AddCommand(newAdminContainerGetCmd())
+	cmd.AddCommand(newAdminContainerGetCmd(), newAdminMetaCmd(&env))
 	return cmd
 }
 
