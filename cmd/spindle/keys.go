@@ -139,7 +139,7 @@ pipe cut short is then never stored as the value).`,
 			res, err := kc.Put(cmd.Context(), bucket, key, in, keyclient.PutOptions{Progress: bar.set})
 			bar.finish(err == nil)
 			if errors.Is(err, errSizeMismatch) {
-				return usageErr(fmt.Errorf("put %s/%s: nothing stored: %w", bucket, key, err))
+				return usageErr(fmt.Errorf("%w (nothing stored)", err))
 			}
 			if err != nil {
 				return keyExit(err, bucket, key)
@@ -413,7 +413,7 @@ KEY lists the keys after KEY.`,
 				return keyExit(err, bucket, "")
 			}
 			if more {
-				fmt.Fprintf(cmd.ErrOrStderr(), "%d keys listed, more follow: spindle ls %s --max %d --start-after %q\n", n, args[0], maxKeys, last)
+				fmt.Fprintf(cmd.ErrOrStderr(), "%d listed, more follow: spindle ls %s --max %d --start-after %q\n", n, args[0], maxKeys, last)
 			}
 			return nil
 		},
