@@ -46,7 +46,7 @@ func TestAdminReplicationAndSafeMode(t *testing.T) {
 		t.Errorf("safemode status after the exit: %q", out)
 	}
 	_, _, err = runIn(t, nil, "admin", "safemode", "--meta", addr)
-	wantExit(t, err, exitUsage, "status|exit")
+	wantExit(t, err, exitUsage, "needs a command: exit, status")
 	_, _, err = runIn(t, nil, "admin", "replication", "--watch", "-1s", "--meta", addr)
 	wantExit(t, err, exitUsage, "--watch")
 }

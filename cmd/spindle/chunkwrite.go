@@ -27,7 +27,7 @@ func newBenchChunkWriteCmd() *cobra.Command {
 	bpc := units.ByteSize(engine.DefaultBytesPerChecksum)
 	cmd := &cobra.Command{
 		Use:   "chunk-write",
-		Short: "Durable chunk writes (seed 002) through a 3-replica pipeline; --local: straight into the storage engine",
+		Short: "Durable chunk writes through a 3-replica pipeline (the log/data placement experiment); --local: straight into the storage engine",
 		Long: `Writes chunks of --chunk-size from --clients concurrent writers for
 --duration (or --count writes), each write acknowledged only once durable,
 a PutBlock per full block (--block-size). Then measures, in the same run and
@@ -38,7 +38,7 @@ new space as the store does (append).
 By default (replicated): starts three ` + "`spindle datanode`" + ` processes on
 127.0.0.1 forming one Raft pipeline, with their volumes in --data-dir/dn1..3
 and their Raft logs in --log-dir/dn1..3 (put them on different devices to
-compare placements, as seed 002 did), waits for a leader and writes through
+compare placements: the log/data placement experiment), waits for a leader and writes through
 the pipeline client: a write is acknowledged once a quorum of the replicas
 has fsynced its data and its log record. The datanodes are stopped and their
 directories removed at the end (also on error or interrupt). The JSON adds

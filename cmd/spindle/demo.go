@@ -17,7 +17,7 @@ func newDemoCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run Spindle end to end in a temporary directory and print a summary",
-		Long: `Runs Spindle end to end in a temporary directory, in about a minute:
+		Long: `Runs Spindle end to end in a temporary directory, in about half a minute:
 
  1. the storage engine on two volumes: --size of blocks written durably and
     read back with checksum verification, containers closed and scanned, the

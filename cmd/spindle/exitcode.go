@@ -18,11 +18,16 @@ const (
 	exitCorrupt     = 5 // data read back did not match its checksums
 )
 
-const exitCodesHelp = `Exit status: 0 success; 1 failure; 2 usage (arguments, flags, invalid
-bucket or key names, a range outside the value); 3 not found (key, bucket
-or input file); 4 unavailable (meta service unreachable, no healthy
-pipeline, datanodes down); 5 corrupt data (checksums did not match on every
-replica).`
+const exitCodesHelp = `Exit status:
+  0 success
+  1 failure
+  2 usage: unknown or missing command, arguments, flags and their values in
+    the environment or the --config file, invalid bucket or key names, an
+    --offset past the end of the value, an output file that exists without
+    --force, an input that does not match put --size
+  3 not found: key, bucket or input file
+  4 unavailable: meta service unreachable, no healthy pipeline, datanodes down
+  5 corrupt data: checksums did not match on every replica`
 
 // exitError is an error with the exit status it gives.
 type exitError struct {

@@ -16,7 +16,7 @@ func newBenchFollowerAppendCmd() *cobra.Command {
 	retain := units.ByteSize(scenario.DefaultFollowerAppendRetainBytes)
 	cmd := &cobra.Command{
 		Use:   "follower-append",
-		Short: "A real datanode as Raft follower, this process as its leader: throughput and syscalls per message (seed 000)",
+		Short: "A real datanode as Raft follower, this process as its leader: throughput and syscalls per message (the follower syscall-profile experiment)",
 		Long: `Starts a real datanode (spindle datanode) as a child process, the follower
 (node 2) of a test pipeline, and plays that pipeline's Raft leader against
 it over the wire protocol: AppendEntries (MsgApp) carrying WriteChunk
@@ -24,8 +24,9 @@ entries, their chunk bytes as the frame's payload, with --window of them in
 flight. The datanode acknowledges an AppendEntries once its log record and
 its chunk data are fdatasynced.
 
-A MESSAGE is one replicated WriteChunk of --chunk-size bytes, as in seed 000
-(where the batch-1 and batch-10 runs both wrote 30000 chunks). An
+A MESSAGE is one replicated WriteChunk of --chunk-size bytes, as in the
+follower syscall-profile experiment this bench repeats (its batch-1 and
+batch-10 runs both wrote 30000 chunks). An
 AppendEntries carries --batch of them in one raft entry: --messages 30000
 --batch 10 sends 3000 AppendEntries. ops = messages; latency is per
 AppendEntries round trip.

@@ -20,7 +20,7 @@ func newGenCmd() *cobra.Command {
 		Use:   "gen",
 		Short: "Offline data generator: write a cluster's closed containers, metadata and keys straight to disk",
 		Long: `Writes a whole cluster state into --dir at disk speed, without running a
-cluster (like Ozone's freon cgdn/cgscm/cgom): --size bytes of keys (--key-size
+cluster (like Apache Ozone's offline generators in freon): --size bytes of keys (--key-size
 each, the last one shorter, named key-00000000, ... in --bucket), cut into
 blocks in CLOSED containers of --container-size, 3 replicas of each spread
 over --datanodes datanodes, and the matching meta store (nodes, CLOSED

@@ -62,7 +62,7 @@ func newBenchTeraGenCmd() *cobra.Command {
 	keySize := units.ByteSize(scenario.DefaultTeraGenKeyBytes)
 	cmd := &cobra.Command{
 		Use:   "teragen",
-		Short: "TeraGen (seed 001): TeraGen's rows written as keys by N writers through the key client",
+		Short: "TeraGen: Hadoop TeraGen's rows written as keys by N writers through the key client",
 		Long: `Writes --size of Hadoop TeraGen rows (100 bytes each: GenSort's layout and
 generator, so the same rows as a TeraGen job of that many rows) as keys through
 the key client, from --writers concurrent writers. Each writer takes its
@@ -80,8 +80,8 @@ with the ratio. ops are keys; latency is per key.
 By default starts an embedded spindle server (meta service + 3 datanodes on
 127.0.0.1) with its data in --dir, stopped and removed at the end; --meta
 uses a running cluster instead (the bench's keys are deleted at the end unless
---keep). Seed 001's question: with 2 writers, is it nearly as fast as with
-16?`,
+--keep). The question this bench answers: with 2 writers, is it nearly as
+fast as with 16?`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ccfg, err := cf.resolve()

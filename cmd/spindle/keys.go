@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,6 +97,7 @@ func newPutCmd() *cobra.Command {
 	chunk, block := units.ByteSize(keyclient.DefaultChunkSize), units.ByteSize(keyclient.DefaultBlockSize)
 	var inflight int
 	var noProgress bool
+	size := units.ByteSize(-1)
 	cmd := &cobra.Command{
 		Use:   "put BUCKET/KEY FILE|-",
 		Short: "Write a key from a file or standard input",
@@ -102,18 +105,30 @@ func newPutCmd() *cobra.Command {
 version once the whole value is stored: an interrupted or failed put leaves
 the key as it was. The value is sent in --chunk-size chunks, --inflight at a
 time, through the pipelines the meta service allocates, in --block-size
-blocks. Prints the key, its size and CRC32C on standard output.`,
+blocks. Prints the key, its size and CRC32C on standard output. --size N
+says how many bytes the value has: an input that ends before N bytes, or
+goes on past them, fails the put and leaves the key as it was (for "-", a
+pipe cut short is then never stored as the value).`,
 		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bucket, key, err := splitKey(args[0])
 			if err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("size") && size < 0 {
+				return usageErr(fmt.Errorf("--size %d: want 0 or more bytes", size))
+			}
 			in, total, closeIn, err := openSource(cmd, args[1])
 			if err != nil {
 				return err
 			}
 			defer closeIn()
+			if size >= 0 {
+				if total >= 0 && total != size.Int64() {
+					return usageErr(fmt.Errorf("%s has %d bytes, --size says %d", args[1], total, size.Int64()))
+				}
+				in, total = &exactReader{r: in, want: size.Int64()}, size.Int64()
+			}
 			kc, err := env.keyClient(keyclient.Options{ChunkSize: int(chunk), BlockSize: int64(block), InFlight: inflight})
 			if err != nil {
 				return err
@@ -123,6 +138,9 @@ blocks. Prints the key, its size and CRC32C on standard output.`,
 			bar := startTransferProgress(cmd.ErrOrStderr(), !noProgress, "put "+args[0], total)
 			res, err := kc.Put(cmd.Context(), bucket, key, in, keyclient.PutOptions{Progress: bar.set})
 			bar.finish(err == nil)
+			if errors.Is(err, errSizeMismatch) {
+				return usageErr(fmt.Errorf("%w (nothing stored)", err))
+			}
 			if err != nil {
 				return keyExit(err, bucket, key)
 			}
@@ -137,8 +155,50 @@ blocks. Prints the key, its size and CRC32C on standard output.`,
 	f.Var(&chunk, "chunk-size", "bytes per chunk write")
 	f.Var(&block, "block-size", "bytes per block")
 	f.IntVar(&inflight, "inflight", keyclient.DefaultInFlight, "chunk writes in flight")
+	f.Var(&size, "size", "bytes the value has: a shorter or longer input fails the put (default: whatever the input holds)")
+	f.Lookup("size").DefValue = "" // not "-1": no size unless one is given
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar (one is drawn on a terminal once a transfer takes over a second)")
 	return cmd
+}
+
+// errSizeMismatch is an input whose length is not the --size it was given.
+var errSizeMismatch = errors.New("input size differs from --size")
+
+// exactReader passes want bytes of r through and fails, instead of ending,
+// when r ends before them or holds more: the key client then abandons the
+// put, and the key stays as it was.
+type exactReader struct {
+	r    io.Reader
+	want int64
+	read int64
+}
+
+func (e *exactReader) Read(p []byte) (int, error) {
+	if e.read == e.want {
+		// Past the end: one probe byte tells an input that ends here from
+		// one that goes on.
+		var probe [1]byte
+		n, err := io.ReadFull(e.r, probe[:])
+		if n > 0 {
+			return 0, fmt.Errorf("%w: the input goes on past --size %d bytes", errSizeMismatch, e.want)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return 0, io.EOF
+		}
+		return 0, err
+	}
+	if rest := e.want - e.read; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	n, err := e.r.Read(p)
+	e.read += int64(n)
+	if err == io.EOF && e.read < e.want {
+		return n, fmt.Errorf("%w: the input ended after %d of --size %d bytes", errSizeMismatch, e.read, e.want)
+	}
+	if err == io.EOF {
+		err = nil // the end is decided above, on the next call
+	}
+	return n, err
 }
 
 // openSource opens a put's source: a file (its size known) or "-".
@@ -170,7 +230,7 @@ func newGetCmd() *cobra.Command {
 	var env keyEnv
 	var offset, length int64
 	var inflight int
-	var noProgress bool
+	var noProgress, force bool
 	cmd := &cobra.Command{
 		Use:   "get BUCKET/KEY [FILE|-]",
 		Short: "Read a key to a file or standard output",
@@ -179,8 +239,11 @@ every piece against its checksum (reading from another replica when one
 fails) and the whole value against its CRC32C. A FILE is written under a
 temporary name and renamed once complete: a failed get leaves no FILE
 (on standard output, what was written before a failure must be discarded:
-the exit status says so, 5 for corrupt data). --offset and --length read a
-range (no whole-value check then).`,
+the exit status says so, 5 for corrupt data). An existing FILE is replaced
+only with --force; a new FILE gets the permissions the umask leaves (0644
+usually). --offset and --length read a range (no whole-value check then); a
+range that runs past the end of the value gives the bytes that exist, as S3
+does, and an --offset past the end is a usage error.`,
 		Args: rangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bucket, key, err := splitKey(args[0])
@@ -190,6 +253,15 @@ range (no whole-value check then).`,
 			dest := "-"
 			if len(args) == 2 {
 				dest = args[1]
+			}
+			if offset < 0 {
+				return usageErr(fmt.Errorf("--offset %d: want 0 or more", offset))
+			}
+			if length < -1 {
+				return usageErr(fmt.Errorf("--length %d: want 0 or more, or -1 for the rest of the value", length))
+			}
+			if err := checkDest(dest, force); err != nil {
+				return err
 			}
 			kc, err := env.keyClient(keyclient.Options{ReadInFlight: inflight})
 			if err != nil {
@@ -201,11 +273,14 @@ range (no whole-value check then).`,
 			if err != nil {
 				return keyExit(err, bucket, key)
 			}
-			total := length
-			if total < 0 {
-				total = int64(ki.Size) - offset
+			if uint64(offset) > ki.Size {
+				return &exitError{exitUsage, fmt.Errorf("get %s/%s: --offset %d is past the end of the %d-byte value", bucket, key, offset, ki.Size)}
 			}
-			out, commit, abort, err := openDest(cmd, dest)
+			if rest := int64(ki.Size) - offset; length < 0 || length > rest {
+				length = rest // as S3 serves a range past the end: what exists
+			}
+			total := length
+			out, commit, abort, err := openDest(cmd, dest, force)
 			if err != nil {
 				return err
 			}
@@ -224,33 +299,72 @@ range (no whole-value check then).`,
 	f.Int64Var(&offset, "offset", 0, "first byte to read")
 	f.Int64Var(&length, "length", -1, "bytes to read (-1: to the end)")
 	f.IntVar(&inflight, "inflight", keyclient.DefaultReadInFlight, "reads in flight")
+	f.BoolVar(&force, "force", false, "replace FILE when it exists")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar (one is drawn on a terminal once a transfer to a FILE takes over a second)")
 	return cmd
 }
 
+// checkDest refuses, before anything is read, a destination that is a
+// directory or, without force, a file that exists.
+func checkDest(name string, force bool) error {
+	if name == "-" {
+		return nil
+	}
+	st, err := os.Stat(name)
+	switch {
+	case err != nil && errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("output file: %w", err)
+	case st.IsDir():
+		return usageErr(fmt.Errorf("%s is a directory", name))
+	case !force:
+		return usageErr(fmt.Errorf("%s exists: use --force to replace it", name))
+	}
+	return nil
+}
+
+// maxTempNameTries bounds the names openDest tries for its temporary file.
+const maxTempNameTries = 100
+
 // openDest opens a get's destination: standard output, or a temporary file
-// next to name that commit renames to name and abort removes.
-func openDest(cmd *cobra.Command, name string) (w io.Writer, commit func() error, abort func(), err error) {
+// next to name that commit moves to name and abort removes. The temporary
+// file is created with mode 0666, which the kernel reduces by the umask, as
+// for any file a command creates. Without force commit refuses to replace a
+// name that appeared meanwhile (a hard link fails on an existing name).
+func openDest(cmd *cobra.Command, name string, force bool) (w io.Writer, commit func() error, abort func(), err error) {
 	if name == "-" {
 		return cmd.OutOrStdout(), func() error { return nil }, func() {}, nil
 	}
-	if st, err := os.Stat(name); err == nil && st.IsDir() {
-		return nil, nil, nil, usageErr(fmt.Errorf("%s is a directory", name))
-	}
-	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".spindle-*")
-	if err != nil {
-		return nil, nil, nil, err
+	var f *os.File
+	for try := 0; ; try++ {
+		tmp := filepath.Join(filepath.Dir(name), fmt.Sprintf(".%s.spindle-%d", filepath.Base(name), rand.Uint32()))
+		f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrExist) || try >= maxTempNameTries {
+			return nil, nil, nil, fmt.Errorf("output file: %w", err)
+		}
 	}
 	commit = func() error {
 		if err := f.Close(); err != nil {
 			os.Remove(f.Name())
 			return err
 		}
-		if err := os.Rename(f.Name(), name); err != nil {
-			os.Remove(f.Name())
-			return err
+		if force {
+			err = os.Rename(f.Name(), name)
+		} else if err = os.Link(f.Name(), name); errors.Is(err, fs.ErrExist) {
+			err = usageErr(fmt.Errorf("%s appeared while reading: use --force to replace it", name))
+		} else if err != nil { // a filesystem without hard links
+			if _, serr := os.Lstat(name); serr == nil {
+				err = usageErr(fmt.Errorf("%s appeared while reading: use --force to replace it", name))
+			} else {
+				err = os.Rename(f.Name(), name)
+			}
 		}
-		return nil
+		os.Remove(f.Name()) // after a link or a failure; gone after a rename
+		return err
 	}
 	abort = func() {
 		f.Close()
@@ -262,17 +376,24 @@ func openDest(cmd *cobra.Command, name string) (w io.Writer, commit func() error
 func newLsCmd() *cobra.Command {
 	var env keyEnv
 	var asJSON bool
+	var maxKeys int
+	var startAfter string
 	cmd := &cobra.Command{
 		Use:   "ls BUCKET[/PREFIX]",
 		Short: "List the keys of a bucket (those starting with PREFIX)",
 		Long: `Lists the keys of BUCKET that start with PREFIX, in key order, one per
-line: size in bytes, creation time (UTC) and key; --json prints one JSON
-object per key.`,
+line: creation time (UTC), size in bytes and key, as aws s3 ls does; --json
+prints one JSON object per key. --max N stops after N keys and, when more
+follow, says on standard error how to list the next ones: --start-after
+KEY lists the keys after KEY.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bucket, prefix, _ := strings.Cut(args[0], "/")
 			if err := metaapi.ValidBucket(bucket); err != nil {
 				return usageErr(err)
+			}
+			if maxKeys < 0 {
+				return usageErr(fmt.Errorf("--max %d: want 0 (every key) or more", maxKeys))
 			}
 			kc, err := env.keyClient(keyclient.Options{})
 			if err != nil {
@@ -280,27 +401,63 @@ object per key.`,
 			}
 			defer kc.Close()
 			out := cmd.OutOrStdout()
-			tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', tabwriter.AlignRight)
 			enc := json.NewEncoder(out)
-			err = kc.List(cmd.Context(), bucket, prefix, func(ki metaapi.KeyInfo) error {
+			n, last, more, err := listKeys(cmd.Context(), kc, bucket, prefix, startAfter, maxKeys, func(ki metaapi.KeyInfo) error {
 				if asJSON {
 					return enc.Encode(ki)
 				}
-				_, err := fmt.Fprintf(tw, "%d\t  %s\t  %s\t\n", ki.Size, ki.Created.UTC().Format(time.RFC3339), ki.Key)
+				_, err := fmt.Fprintf(out, "%s %12d %s\n", ki.Created.UTC().Format("2006-01-02 15:04:05"), ki.Size, ki.Key)
 				return err
 			})
-			if ferr := tw.Flush(); err == nil {
-				err = ferr
-			}
 			if err != nil {
 				return keyExit(err, bucket, "")
+			}
+			if more {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%d listed, more follow: spindle ls %s --max %d --start-after %q\n", n, args[0], maxKeys, last)
 			}
 			return nil
 		},
 	}
 	env.addFlags(cmd.Flags())
 	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per key")
+	cmd.Flags().IntVar(&maxKeys, "max", 0, "list at most this many keys (0: every key)")
+	cmd.Flags().StringVar(&startAfter, "start-after", "", "list the keys after this one (the full key, PREFIX included)")
 	return cmd
+}
+
+// listKeys calls fn for the keys of bucket that start with prefix and come
+// after startAfter, in key order, at most maxKeys of them (0: all). It
+// returns how many it listed, the last one, and whether more follow.
+func listKeys(ctx context.Context, kc *keyclient.Client, bucket, prefix, startAfter string, maxKeys int, fn func(metaapi.KeyInfo) error) (n int, last string, more bool, err error) {
+	after := startAfter
+	for range keyclient.MaxListPages {
+		limit := keyclient.ListPageSize
+		if maxKeys > 0 {
+			limit = min(limit, maxKeys-n)
+		}
+		kl, err := kc.ListPage(ctx, bucket, prefix, after, limit)
+		if err != nil {
+			return n, last, false, err
+		}
+		for _, k := range kl.Keys {
+			if err := fn(k); err != nil {
+				return n, last, false, err
+			}
+			n++
+			last = k.Key
+		}
+		if kl.Next == "" {
+			return n, last, false, nil
+		}
+		if kl.Next <= after {
+			return n, last, false, fmt.Errorf("list %s/%s: meta service returned page cursor %q after %q: not advancing", bucket, prefix, kl.Next, after)
+		}
+		if maxKeys > 0 && n >= maxKeys {
+			return n, last, true, nil
+		}
+		after = kl.Next
+	}
+	return n, last, false, fmt.Errorf("list %s/%s: more than %d pages", bucket, prefix, keyclient.MaxListPages)
 }
 
 func newRmCmd() *cobra.Command {
@@ -449,8 +606,8 @@ func newAdminCmd() *cobra.Command {
 	var env keyEnv
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get",
-		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode",
+		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|meta",
+		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode; back up the meta store",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get"))
@@ -527,7 +684,7 @@ func newAdminCmd() *cobra.Command {
 			}),
 	)
 	cmd.AddCommand(newAdminReplicationCmds(&env, &asJSON)...)
-	cmd.AddCommand(newAdminContainerGetCmd())
+	cmd.AddCommand(newAdminContainerGetCmd(), newAdminMetaCmd(&env))
 	return cmd
 }
 

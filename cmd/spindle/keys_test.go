@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,6 +89,8 @@ func TestKeyCommands(t *testing.T) {
 	must([]byte("hello, spindle\n"), "put", "demo/hello", "-")
 
 	// get to a file, to stdout, a range
+	oldMask := syscall.Umask(0o022) // what a get creates is checked below
+	defer syscall.Umask(oldMask)
 	dst := filepath.Join(dir, "copy")
 	must(nil, "get", "demo/dir/value", dst)
 	if got, err := os.ReadFile(dst); err != nil || !bytes.Equal(got, value) {
@@ -103,12 +106,51 @@ func TestKeyCommands(t *testing.T) {
 		t.Errorf("ranged get across blocks: %q", out)
 	}
 
+	// A file a get creates has the permissions the umask leaves; an
+	// existing one is replaced only with --force.
+	if st, err := os.Stat(dst); err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("get created %s with mode %v (%v), want 0644 under umask 022", dst, st.Mode().Perm(), err)
+	}
+	_, _, err := runIn(t, nil, "get", "demo/hello", dst)
+	wantExit(t, err, exitUsage, "exists: use --force")
+	must(nil, "get", "--force", "demo/hello", dst)
+	if got, err := os.ReadFile(dst); err != nil || string(got) != "hello, spindle\n" {
+		t.Errorf("get --force: %q, %v", got, err)
+	}
+	// A range past the end gives what exists, as S3 does.
+	if out := must(nil, "get", "--offset", "7", "--length", "1000", "demo/hello"); out != "spindle\n" {
+		t.Errorf("ranged get past the end: %q", out)
+	}
+	if out := must(nil, "get", "--offset", "15", "demo/hello"); out != "" {
+		t.Errorf("get from the end: %q", out)
+	}
+	// put --size N: an input of exactly N bytes is stored.
+	must([]byte("12345"), "put", "--size", "5", "demo/sized", "-")
+	if out := must(nil, "get", "demo/sized"); out != "12345" {
+		t.Errorf("put --size: got back %q", out)
+	}
+	must(nil, "rm", "demo/sized")
+
 	out = must(nil, "ls", "demo")
 	if !strings.Contains(out, "dir/value") || !strings.Contains(out, "hello") || !strings.Contains(out, fmt.Sprint(len(value))) {
 		t.Errorf("ls: %q", out)
 	}
 	if out := must(nil, "ls", "demo/dir/"); strings.Contains(out, "hello") || !strings.Contains(out, "dir/value") {
 		t.Errorf("ls with a prefix: %q", out)
+	}
+	// Keys left-aligned after time and size; pages of --max keys.
+	lines := strings.Split(strings.TrimSuffix(must(nil, "ls", "demo"), "\n"), "\n")
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], fmt.Sprintf(" %12d dir/value", len(value))) || !strings.HasSuffix(lines[1], fmt.Sprintf(" %12d hello", 15)) ||
+		len(lines[0])-len("dir/value") != len(lines[1])-len("hello") {
+		t.Errorf("ls: keys not in a left-aligned last column: %q", lines)
+	}
+	out, errOut, err := runIn(t, nil, "ls", "--max", "1", "demo")
+	if err != nil || !strings.HasSuffix(out, " dir/value\n") || strings.Contains(out, "hello") || !strings.Contains(errOut, `--start-after "dir/value"`) {
+		t.Errorf("ls --max 1: %q, %q, %v", out, errOut, err)
+	}
+	out, errOut, err = runIn(t, nil, "ls", "--max", "1", "--start-after", "dir/value", "demo")
+	if err != nil || !strings.HasSuffix(out, " hello\n") || strings.Contains(out, "dir/value") || errOut != "" {
+		t.Errorf("ls --max 1 --start-after dir/value: %q, %q, %v (want the last key and no \"more follow\")", out, errOut, err)
 	}
 	out = must(nil, "stat", "demo/dir/value")
 	for _, w := range []string{"size:    3158073", "blocks:  4", "PIPELINE"} {
@@ -135,7 +177,7 @@ func TestKeyCommands(t *testing.T) {
 	}
 
 	// What goes wrong, and how it says so.
-	_, _, err := runIn(t, nil, "get", "demo/missing", filepath.Join(dir, "missing"))
+	_, _, err = runIn(t, nil, "get", "demo/missing", filepath.Join(dir, "missing"))
 	wantExit(t, err, exitNotFound, "unknown key demo/missing")
 	if _, err := os.Stat(filepath.Join(dir, "missing")); !os.IsNotExist(err) {
 		t.Errorf("a failed get left its file: %v", err)
@@ -153,7 +195,7 @@ func TestKeyCommands(t *testing.T) {
 	_, _, err = runIn(t, nil, "put", "demo/k", filepath.Join(dir, "no-such-file"))
 	wantExit(t, err, exitNotFound, "no such file")
 	_, _, err = runIn(t, nil, "get", "--offset", "100", "demo/hello")
-	wantExit(t, err, exitUsage, "range not satisfiable")
+	wantExit(t, err, exitUsage, "past the end")
 	_, _, err = runIn(t, nil, "get", "--no-such-flag", "demo/hello")
 	wantExit(t, err, exitUsage, "unknown flag")
 	_, _, err = runIn(t, nil, "bucket", "rm", "demo")
@@ -206,7 +248,7 @@ func TestExitCodes(t *testing.T) {
 			t.Errorf("exitCode(%v) = %d, want %d", c.err, got, c.code)
 		}
 	}
-	if !strings.Contains(newRootCmd().Long, "4 unavailable") {
+	if !strings.Contains(newRootCmd().Long, "4 unavailable: meta service unreachable") {
 		t.Error("the exit statuses are not in the help")
 	}
 }

@@ -56,9 +56,15 @@ func newRootCmd() *cobra.Command {
 	opts := &rootOptions{}
 	root := &cobra.Command{
 		Use:   "spindle",
-		Short: "Spindle: a replicated chunk store with its performance lab built in",
-		Long: `Spindle is a replicated chunk store (datanodes, Raft pipelines, a meta
-service) with the load generators that measure its write path built in.
+		Short: "Spindle: a replicated object store with its performance lab built in",
+		Long: `Spindle stores files as keys in buckets, each byte on three datanodes,
+fsynced before a write is acknowledged. One binary runs the cluster (spindle
+server, or spindle meta and spindle datanode on separate hosts), moves files
+(put, get, ls, rm, stat, bucket), shows its state (admin), and measures
+itself (bench, report).
+
+Try it: spindle server --dir /tmp/spindle & then spindle bucket create b,
+spindle put b/notes.txt notes.txt, spindle get b/notes.txt copy.txt.
 
 Every flag can also be set by the environment variable SPINDLE_<FLAG_NAME>
 (upper case, dashes as underscores) or in the --config file; the command
@@ -71,10 +77,10 @@ line wins over the environment, which wins over the file.
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			sources, err := applyConfig(cmd, os.LookupEnv)
 			if err != nil {
-				return err
+				return usageErr(err) // a flag's value in the environment or the config file
 			}
 			if err := setupLogging(cmd.ErrOrStderr(), opts.logLevel); err != nil {
-				return err
+				return usageErr(err)
 			}
 			for _, s := range sources {
 				slog.Debug("flag set", "flag", s.flag, "value", s.value, "from", s.from)
@@ -90,6 +96,7 @@ line wins over the environment, which wins over the file.
 	root.AddCommand(newVersionCmd(), newBenchCmd(), newDemoCmd(), newReportCmd(), newDatanodeCmd(), newMetaCmd(), newServerCmd(),
 		newPutCmd(), newGetCmd(), newLsCmd(), newRmCmd(), newStatCmd(), newBucketCmd(), newAdminCmd())
 	root.AddCommand(newGenCmd())
+	strictSubcommands(root)
 	return root
 }
 

@@ -15,7 +15,7 @@ func newBenchQueueDirsCmd() *cobra.Command {
 	size := units.ByteSize(scenario.DefaultQueueFileSizeBytes)
 	cmd := &cobra.Command{
 		Use:   "queue-dirs",
-		Short: "Mail-queue file churn over N senders × D directories, per-syscall times (seed 003)",
+		Short: "Mail-queue file churn over N senders × D directories, per-syscall times",
 		Long: `Queues files as a mail transfer agent does: each of --senders goroutines
 creates a temporary file in one of --dirs queue directories under --dir,
 writes --size bytes, fsyncs, closes and renames it to its queue name in the
@@ -25,7 +25,7 @@ whichever comes first.
 
 Every system call (openat, write, fsync, close, renameat, unlinkat) is timed
 in-process: calls, total and average time, p50/p99/max, share of time;
-files/s overall. All files are removed at the end. Seed 003's matrix is
+files/s overall. All files are removed at the end. The performance lab runs
 1×1, 10×1 and 10×10 senders × directories.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

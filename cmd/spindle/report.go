@@ -35,8 +35,8 @@ a run named --name whose "syscalls" section holds the total calls, errors and
 seconds and, per syscall shown, calls, errors, seconds and usecs/call.
 
 The table cannot tell whether -f or -w was given: say so with --tool.
---ops, when the number of operations the trace covers is known (seed 000:
-30000 messages), adds per-operation figures.`,
+--ops, when the number of operations the trace covers is known (the follower-append
+bench's 30000 messages), adds per-operation figures.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.File = args[0]

@@ -32,7 +32,7 @@ next to its baselines as ratios; syscall profiles: per-operation counts, top
 syscalls by time and by count, the tracer used) and --out/*.svg charts.
 
 --suite quick finishes in about a minute and a half on a 2-core VM; full runs
-each bench for longer (follower-append with seed 000's 30000 messages) and
+each bench for longer (follower-append with 30000 messages) and
 takes about a quarter of an hour. --scenarios keeps only the steps named (a
 step, a scenario such as queue-dirs, or "baselines"); the baselines always
 run. --list prints the steps of the suite.
@@ -142,9 +142,9 @@ report run, or imported with report import-strace) against the first:
 - per system-call profile found on two runs or more: totals, calls per
   operation, threads created and fdatasyncs per operation, a side-by-side
   table of the top syscalls, and charts of calls, total time and average
-  time per syscall in the manner of seed 003 (first run green, second red,
+  time per syscall (first run green, second red,
   third yellow). An imported profile is compared with the follower-append
-  profile of the other runs (seed 000's experiment), or the one --profile
+  profile of the other runs (the follower syscall-profile experiment), or the one --profile
   names.
 
 Writes --out/compare.md and --out/*.svg, and prints the Markdown.`,

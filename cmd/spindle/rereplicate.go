@@ -17,8 +17,8 @@ func newBenchRereplicateCmd() *cobra.Command {
 	containerSize := units.ByteSize(0)
 	cmd := &cobra.Command{
 		Use:   "rereplicate",
-		Short: "Re-replication of a lost datanode's closed containers (seed 004), against the copy limit of this machine",
-		Long: `Seed 004's experiment: generates --size of keys offline (spindle gen: closed
+		Short: "Re-replication of a lost datanode's closed containers, against the copy limit of this machine",
+		Long: `The re-replication experiment: generates --size of keys offline (spindle gen: closed
 containers with 3 replicas over --datanodes datanodes, and the meta store), starts
 the embedded cluster on it and reads keys back, stops it, deletes one datanode's
 data and log, restarts, and waits until every container has 3 healthy replicas

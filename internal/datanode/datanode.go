@@ -291,7 +291,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			interval = metaapi.DefaultHeartbeatInterval
 		}
 		h := &heartbeater{mc: cfg.Meta, id: id, addr: node.Addr(), metricsURL: metricsURL, logDir: cfg.LogDir, eng: eng, node: node, log: log,
-			interval: interval, proposals: make(chan struct{}, maxConcurrentProposals), repl: repl, deleted: newReportQueue[metaapi.BlockRef](maxPendingAcks)}
+			interval: interval, proposals: make(chan struct{}, maxConcurrentProposals), repl: repl, deleted: newReportQueue[metaapi.BlockRef](maxPendingAcks), blocks: newBlockCounter()}
 		go func() { defer close(hbDone); h.run(ctx) }()
 	} else {
 		close(hbDone)

@@ -141,6 +141,8 @@ type heartbeater struct {
 	// deleted holds the acknowledgements for the next heartbeats (at most
 	// maxPendingAcks).
 	deleted *reportQueue[metaapi.BlockRef]
+	// blocks counts the containers' blocks for the reports (blockcount.go).
+	blocks *blockCounter
 	// savedChanges is node.PipelinesChanged() when the pipeline list was
 	// last saved; peerAddrs the peers' addresses last handed to the node
 	// (heartbeat goroutine only).
@@ -183,6 +185,7 @@ func (h *heartbeater) run(ctx context.Context) {
 func (h *heartbeater) report() *metaapi.Heartbeat {
 	hb := &metaapi.Heartbeat{UUID: h.id.UUID, NodeID: h.id.NodeID, Addr: h.addr, MetricsURL: h.metricsURL}
 	hb.Containers, hb.Used = containerReports(h.eng)
+	h.blocks.fill(h.eng, hb.Containers)
 	if sp, err := h.eng.Space(); err != nil {
 		h.log.Warn("reading the volumes' free space", "err", err)
 	} else {

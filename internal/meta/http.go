@@ -90,6 +90,7 @@ func (s *Service) Handler() http.Handler {
 		return st, http.StatusOK, err
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /v1/admin/backup", s.backupHandler()) // backup.go
 	commitKey := s.instrument("commit_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		bucket, key, err := keyPath(r)
 		if err != nil {

@@ -20,6 +20,7 @@
 //	GET    /v1/replication                    → ReplicationStatus
 //	POST   /v1/safemode/exit                  → ReplicationStatus (leaves safe mode now)
 //	GET    /metrics                           Prometheus
+//	GET    /v1/admin/backup                   tar stream of a store checkpoint (Client.Backup; meta's backup.go)
 //
 // Invariants: a key is visible only once CommitKey returns (an interrupted
 // put leaves no key, only unreferenced blocks the meta service deletes); a

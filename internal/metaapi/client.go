@@ -262,6 +262,32 @@ func validNames(bucket, key string) error {
 	return ValidKey(key)
 }
 
+// Backup opens a consistent backup of the meta store: a tar stream of
+// "pebble/NAME" files (see meta's backup.go; meta.UnpackBackup unpacks it
+// into a directory the meta service opens), which the caller reads to the
+// end and closes. It is tried once and bounded by ctx only, not by the
+// per-attempt timeout: a large store takes as long as it takes. A stream
+// cut short fails in the unpacking (a truncated tar stream).
+func (c *Client) Backup(ctx context.Context) (io.ReadCloser, error) {
+	const path = "/v1/admin/backup"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf("meta GET %s: %v", path, err)}
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("meta GET %s: %w", path, ctx.Err())
+		}
+		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("meta unreachable at %s: GET %s: %v", c.host, path, unwrapURLError(err))}
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, c.errorOf(http.MethodGet, path, resp)
+	}
+	return resp.Body, nil
+}
+
 // do runs one call: up to c.attempts tries when idempotent, one otherwise.
 func (c *Client) do(ctx context.Context, method, path string, in, out any, idempotent bool) error {
 	var body []byte

@@ -1,0 +1,281 @@
+package meta
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/vfs"
+)
+
+// Backups of the meta store (spindle admin meta backup).
+//
+// GET /v1/admin/backup answers a tar stream of a consistent Pebble
+// checkpoint of the store: every entry is "pebble/NAME", a regular file,
+// so that the directory the stream is unpacked into is a meta service
+// Dir (Config.Dir) as it was at the checkpoint, which Open opens as it
+// opens any store. The last entry is "backup.json" (backupSummary: when,
+// files, bytes): a stream without it, or whose files disagree with it, is
+// incomplete (a tar stream cut between two files looks whole otherwise). The checkpoint is taken under s.mu's read lock, after
+// a synced write to the store's WAL (pebble.WithFlushedWAL): it holds
+// every commit applied before it, synced, and none applied after it. It is
+// made with hard links in Dir/.backup-NANOS (created, streamed, removed;
+// a crash in between leaves that directory, which may be deleted at any
+// time), so it costs little space while streaming, whatever the store's
+// size.
+//
+// An error before the first byte answers a JSON error; an error after it
+// aborts the response, so that a client sees a truncated tar stream
+// (io.ErrUnexpectedEOF), never a short one that looks complete.
+//
+// Concurrency: at most MaxConcurrentBackups backups run in this process
+// at once; another request answers UNAVAILABLE.
+
+// MaxConcurrentBackups bounds the backups a process serves at once.
+const MaxConcurrentBackups = 1
+
+// backupPrefix is the directory of the store inside a backup: the same as
+// in Dir (openStore).
+const backupPrefix = "pebble"
+
+var backupSlots = make(chan struct{}, MaxConcurrentBackups)
+
+// backupSummaryName is the last entry of a backup stream.
+const backupSummaryName = "backup.json"
+
+// backupSummary is the content of backup.json.
+type backupSummary struct {
+	Created time.Time `json:"created"`
+	Files   int       `json:"files"`
+	Bytes   int64     `json:"bytes"`
+}
+
+// backupHandler serves GET /v1/admin/backup.
+func (s *Service) backupHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		status := http.StatusOK
+		defer func() {
+			s.metrics.requests.WithLabelValues("backup", fmt.Sprint(status)).Observe(time.Since(start).Seconds())
+		}()
+		select {
+		case backupSlots <- struct{}{}:
+			defer func() { <-backupSlots }()
+		default:
+			status = http.StatusServiceUnavailable
+			writeError(w, status, metaapi.CodeUnavailable, fmt.Sprintf("meta: %d backup(s) already running", MaxConcurrentBackups))
+			return
+		}
+		dir, files, err := s.checkpoint()
+		if dir != "" {
+			defer func() {
+				if err := s.cfg.FS.RemoveAll(dir); err != nil {
+					s.log.Warn("backup: removing the checkpoint", "dir", dir, "err", err)
+				}
+			}()
+		}
+		if err != nil {
+			var code string
+			code, status = metaapi.CodeOf(err)
+			s.log.Error("backup failed", "err", err)
+			writeError(w, status, code, err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-tar")
+		w.WriteHeader(http.StatusOK)
+		n, err := s.writeBackup(w, dir, files)
+		if err != nil {
+			s.log.Error("backup: streaming the checkpoint failed", "err", err)
+			panic(http.ErrAbortHandler) // the client sees a truncated stream
+		}
+		s.log.Info("backup streamed", "files", len(files), "bytes", n, "seconds", time.Since(start).Seconds())
+	})
+}
+
+// checkpoint makes a consistent checkpoint of the store in a new directory
+// under Dir and lists its files. dir is set whenever something may have
+// been created, for the caller to remove.
+func (s *Service) checkpoint() (dir string, files []string, err error) {
+	dir = filepath.Join(s.cfg.Dir, fmt.Sprintf(".backup-%d", time.Now().UnixNano()))
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return "", nil, fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable)
+	}
+	err = s.db.Checkpoint(dir, pebble.WithFlushedWAL())
+	s.mu.RUnlock()
+	if err != nil {
+		return dir, nil, fmt.Errorf("meta: backup: checkpoint into %s: %w", dir, err)
+	}
+	files, err = s.cfg.FS.List(dir)
+	if err != nil {
+		return dir, nil, fmt.Errorf("meta: backup: list %s: %w", dir, err)
+	}
+	return dir, files, nil
+}
+
+// writeBackup writes dir's files to w as a tar stream of "pebble/NAME"
+// entries and returns the bytes of file data written.
+func (s *Service) writeBackup(w io.Writer, dir string, files []string) (int64, error) {
+	tw := tar.NewWriter(w)
+	var total int64
+	for _, name := range files {
+		p := filepath.Join(dir, name)
+		st, err := s.cfg.FS.Stat(p)
+		if err != nil {
+			return total, fmt.Errorf("stat %s: %w", p, err)
+		}
+		if !st.Mode().IsRegular() {
+			return total, fmt.Errorf("%s: not a regular file in a checkpoint", p)
+		}
+		hdr := &tar.Header{Name: path.Join(backupPrefix, name), Mode: 0o644, Size: st.Size(), ModTime: st.ModTime(), Typeflag: tar.TypeReg}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return total, err
+		}
+		f, err := s.cfg.FS.Open(p)
+		if err != nil {
+			return total, fmt.Errorf("open %s: %w", p, err)
+		}
+		n, err := io.Copy(tw, io.LimitReader(f, st.Size()))
+		f.Close()
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("read %s: %w", p, err)
+		}
+		if n != st.Size() {
+			return total, fmt.Errorf("read %s: %d of %d bytes", p, n, st.Size())
+		}
+	}
+	sum, err := json.Marshal(backupSummary{Created: time.Now().UTC(), Files: len(files), Bytes: total})
+	if err != nil {
+		return total, err
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: backupSummaryName, Mode: 0o644, Size: int64(len(sum)), ModTime: time.Now(), Typeflag: tar.TypeReg}); err != nil {
+		return total, err
+	}
+	if _, err := tw.Write(sum); err != nil {
+		return total, err
+	}
+	return total, tw.Close()
+}
+
+// MaxBackupFiles bounds the entries UnpackBackup accepts (a checkpoint
+// holds a few per sstable level, the MANIFEST, OPTIONS and WAL files).
+const MaxBackupFiles = 100000
+
+// UnpackBackup writes the backup stream r into dir, which must not exist:
+// it unpacks into dir.partial, syncs every file and directory, and renames
+// that to dir only once the whole stream has been read and checked, so
+// that dir either holds a complete backup or does not exist. The result
+// is a meta service Dir: start the meta service on it (or copy it into
+// place) to restore. It returns the files and bytes written.
+func UnpackBackup(r io.Reader, dir string) (files int, total int64, err error) {
+	if _, err := os.Lstat(dir); err == nil {
+		return 0, 0, fmt.Errorf("%w: %s exists: a backup goes into a new directory", metaapi.ErrInvalid, dir)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return 0, 0, err
+	}
+	tmp := dir + ".partial"
+	if err := os.RemoveAll(tmp); err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmp)
+		}
+	}()
+	store := filepath.Join(tmp, backupPrefix)
+	if err := vfs.MkdirAllDurable(vfs.Default, store); err != nil {
+		return 0, 0, err
+	}
+	tr := tar.NewReader(r)
+	var sum *backupSummary
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return files, total, fmt.Errorf("backup stream after %d files: %w", files, err)
+		}
+		if sum != nil {
+			return files, total, fmt.Errorf("backup stream: entry %q after %s", hdr.Name, backupSummaryName)
+		}
+		if hdr.Name == backupSummaryName && hdr.Typeflag == tar.TypeReg && hdr.Size <= maxBackupSummaryBytes {
+			b, err := io.ReadAll(io.LimitReader(tr, maxBackupSummaryBytes))
+			if err != nil {
+				return files, total, fmt.Errorf("backup stream: %s: %w", backupSummaryName, err)
+			}
+			sum = &backupSummary{}
+			if err := json.Unmarshal(b, sum); err != nil {
+				return files, total, fmt.Errorf("backup stream: %s: %w", backupSummaryName, err)
+			}
+			if _, err := writeSynced(filepath.Join(tmp, backupSummaryName), bytes.NewReader(b)); err != nil {
+				return files, total, err
+			}
+			continue
+		}
+		d, name := path.Split(hdr.Name)
+		if d != backupPrefix+"/" || name == "" || name == "." || name == ".." || hdr.Typeflag != tar.TypeReg {
+			return files, total, fmt.Errorf("backup stream: unexpected entry %q (want regular files %s/NAME)", hdr.Name, backupPrefix)
+		}
+		if files++; files > MaxBackupFiles {
+			return files, total, fmt.Errorf("backup stream: more than %d files", MaxBackupFiles)
+		}
+		n, err := writeSynced(filepath.Join(store, name), tr)
+		total += n
+		if err != nil {
+			return files, total, err
+		}
+		if n != hdr.Size {
+			return files, total, fmt.Errorf("backup stream: %s: %d of %d bytes", hdr.Name, n, hdr.Size)
+		}
+	}
+	if sum == nil {
+		return files, total, fmt.Errorf("backup stream: incomplete: no %s after %d files", backupSummaryName, files)
+	}
+	if sum.Files != files || sum.Bytes != total || files == 0 {
+		return files, total, fmt.Errorf("backup stream: %d files of %d bytes, its %s says %d files of %d bytes", files, total, backupSummaryName, sum.Files, sum.Bytes)
+	}
+	if err := vfs.Default.SyncDir(store); err != nil {
+		return files, total, err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return files, total, err
+	}
+	return files, total, vfs.Default.SyncDir(filepath.Dir(dir))
+}
+
+// maxBackupSummaryBytes bounds backup.json.
+const maxBackupSummaryBytes = 4096
+
+// writeSynced creates name with r's bytes and fsyncs it.
+func writeSynced(name string, r io.Reader) (int64, error) {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(f, r)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return n, fmt.Errorf("backup: write %s: %w", name, err)
+	}
+	return n, nil
+}
