@@ -15,6 +15,7 @@ import (
 	"github.com/spindle-store/spindle/internal/pipeline"
 	"github.com/spindle-store/spindle/internal/transport"
 	"github.com/spindle-store/spindle/internal/units"
+	"github.com/spindle-store/spindle/internal/wal"
 )
 
 func newDatanodeCmd() *cobra.Command {
@@ -24,6 +25,7 @@ func newDatanodeCmd() *cobra.Command {
 	clientBudget := units.ByteSize(pipeline.DefaultMaxInflightPayloadBytes)
 	raftBudget := units.ByteSize(pipeline.DefaultMaxInflightRaftPayloadBytes)
 	var memLimit units.ByteSize
+	logSegment := units.ByteSize(wal.DefaultSegmentSizeBytes)
 	cmd := &cobra.Command{
 		Use:   "datanode",
 		Short: "Run a datanode: storage engine, shared raft log, static pipelines",
@@ -52,6 +54,7 @@ SIGTERM or SIGINT stops it cleanly.`,
 				cfg.Meta = mc
 			}
 			cfg.MaxClientPayloadBytes, cfg.MaxRaftPayloadBytes = clientBudget.Int64(), raftBudget.Int64()
+			cfg.LogSegmentSizeBytes = logSegment.Int64()
 			if memLimit.Int64() == 0 && os.Getenv("GOMEMLIMIT") == "" {
 				memLimit = units.ByteSize(datanode.MemoryLimitBytes(cfg))
 			}
@@ -70,6 +73,7 @@ SIGTERM or SIGINT stops it cleanly.`,
 	f.StringVar(&cfg.ListenAddr, "listen", "127.0.0.1:0", "address for peers and clients")
 	f.StringSliceVar(&cfg.DataDirs, "data-dir", nil, "volume directory (repeat or comma-separate for several)")
 	f.StringVar(&cfg.LogDir, "log-dir", "", "raft log directory")
+	f.Var(&logSegment, "log-segment-size", "size of the raft log's segment files, preallocated (a small log volume needs smaller ones; at least 2MiB)")
 	f.StringArrayVar(&pipelines, "pipeline", nil, "GROUP:ID=ADDR,ID=ADDR,ID=ADDR (repeatable)")
 	f.StringVar(&cfg.ReadyFile, "ready-file", "", "write ADDR and PID here once serving")
 	f.DurationVar(&cfg.TickInterval, "tick", pipeline.DefaultTickInterval, "raft tick")

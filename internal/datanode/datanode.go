@@ -24,6 +24,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,15 +42,19 @@ import (
 
 // Config configures a datanode.
 type Config struct {
-	ID             uint64
-	ListenAddr     string
-	DataDirs       []string
-	LogDir         string
-	Pipelines      []pipeline.PipelineConfig
-	ReadyFile      string
-	TickInterval   time.Duration
-	ElectionTicks  int
-	HeartbeatTicks int
+	ID         uint64
+	ListenAddr string
+	DataDirs   []string
+	LogDir     string
+	// LogSegmentSizeBytes is the size of the raft log's segment files,
+	// preallocated (0: wal.DefaultSegmentSizeBytes, 64 MiB); a small log
+	// volume needs smaller ones.
+	LogSegmentSizeBytes int64
+	Pipelines           []pipeline.PipelineConfig
+	ReadyFile           string
+	TickInterval        time.Duration
+	ElectionTicks       int
+	HeartbeatTicks      int
 	// RetainEntries and MaxRetainEntries drive log compaction
 	// (pipeline.Config; 0: defaults).
 	RetainEntries, MaxRetainEntries uint64
@@ -182,10 +187,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// A datanode that holds containers has written its log before: an
 	// empty log directory now is a lost or wrong --log-dir.
 	mustExist := len(eng.ListContainers()) > 0
-	wl, err := wal.Open(wal.Config{Dir: cfg.LogDir, MustExist: mustExist, Logger: log})
+	wl, err := wal.Open(wal.Config{Dir: cfg.LogDir, MustExist: mustExist, Logger: log, SegmentSizeBytes: cfg.LogSegmentSizeBytes})
 	if err != nil {
 		if errors.Is(err, wal.ErrNoLog) {
 			return fmt.Errorf("datanode: --log-dir %s holds no log, but the data directories hold containers: refusing to start with an empty log (it would forget acknowledged entries and votes)", cfg.LogDir)
+		}
+		if errors.Is(err, syscall.ENOSPC) {
+			seg := cfg.LogSegmentSizeBytes
+			if seg == 0 {
+				seg = wal.DefaultSegmentSizeBytes
+			}
+			return fmt.Errorf("datanode: --log-dir %s has no room for a log segment of %d MiB (preallocated; --log-segment-size sets it, at least 2 MiB): %w", cfg.LogDir, seg>>20, err)
 		}
 		return fmt.Errorf("datanode: %w", err)
 	}

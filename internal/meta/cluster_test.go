@@ -1,7 +1,10 @@
 package meta
 
 import (
+	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -538,6 +541,33 @@ func TestFullNodeGetsNoPipeline(t *testing.T) {
 	}
 	if open != 1 {
 		t.Fatalf("pipelines %+v: want one OPEN pipeline of the three nodes with room", ps)
+	}
+}
+
+// TestNoPipelineNamesTheFullNodes: with three datanodes, one of them
+// full, no pipeline can be made, and the allocation's error says why —
+// it named three healthy datanodes with three needed, which read as if a
+// pipeline could be made.
+func TestNoPipelineNamesTheFullNodes(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	c := newCluster(t, cfg, clk, 3)
+	f := c.nodes[1]
+	for _, n := range c.nodes {
+		n.used = 1 << 20
+	}
+	f.full = 1e12 - f.used - (DefaultMinAvailableBytes - 1)
+	for range 3 {
+		clk.Advance(time.Second)
+		c.settle()
+	}
+	mustNo(t, ignore(c.s.CreateBucket("bkt")))
+	_, err := c.s.Allocate(&metaapi.AllocateRequest{Bucket: "bkt", Key: "k"})
+	if !errors.Is(err, metaapi.ErrNoPipeline) {
+		t.Fatalf("allocate: %v, want NO_PIPELINE", err)
+	}
+	if want := fmt.Sprintf("1 of them full, below 64 MiB available: node %d has", f.id); !strings.Contains(err.Error(), want) {
+		t.Fatalf("allocate: %q does not say %q", err, want)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -177,9 +178,13 @@ func (s *Service) allocateLocked(req *metaapi.AllocateRequest) (*metaapi.Allocat
 	}
 	if len(cands) == 0 {
 		healthy := 0
+		var full []string
 		for _, n := range s.nodes {
 			if s.healthOf(n, now) == metaapi.HealthHealthy {
 				healthy++
+				if s.full(n) {
+					full = append(full, fmt.Sprintf("node %d has %d MiB", n.rec.ID, n.available>>20))
+				}
 			}
 		}
 		open := 0
@@ -188,8 +193,14 @@ func (s *Service) allocateLocked(req *metaapi.AllocateRequest) (*metaapi.Allocat
 				open++
 			}
 		}
-		return nil, nil, fmt.Errorf("%w: %d healthy datanodes (%d needed for a pipeline), %d open pipelines, %d excluded by the client",
-			metaapi.ErrNoPipeline, healthy, PipelineSize, open, len(req.ExcludePipelines))
+		fullNote := ""
+		if len(full) > 0 {
+			// A full node gets no pipeline: say so, or "3 healthy
+			// datanodes" reads as if a pipeline could be made.
+			fullNote = fmt.Sprintf(" (%d of them full, below %d MiB available: %s)", len(full), s.cfg.MinAvailableBytes>>20, strings.Join(full, ", "))
+		}
+		return nil, nil, fmt.Errorf("%w: %d healthy datanodes%s, %d needed for a pipeline; %d open pipelines, %d excluded by the client",
+			metaapi.ErrNoPipeline, healthy, fullNote, PipelineSize, open, len(req.ExcludePipelines))
 	}
 	p := cands[s.rr%uint64(len(cands))]
 	s.rr++
