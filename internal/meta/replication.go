@@ -745,6 +745,7 @@ func (s *Service) replicationStatus(now time.Time) *metaapi.ReplicationStatus {
 		}
 	}
 	st.UnderReplicated, st.Unrecoverable, st.PendingBytes = s.underReplicated(idx)
+	st.AtRisk = s.atRisk(idx, now)
 	st.OverReplicated, st.Trimming, st.TrimmedReplicas = len(s.overReplicated(idx)), len(s.repl.trims), s.repl.trimmed
 	st.BehindReplicas = s.behindReplicas(now)
 	for _, cid := range slices.Sorted(maps.Keys(s.repl.tasks)) {
@@ -773,6 +774,34 @@ func (s *Service) underReplicated(idx map[uint64][]uint64) (under, unrecoverable
 		pending += s.containerSize(c, idx[cid]) * uint64(s.cfg.ReplicationFactor-h)
 	}
 	return under, unrecoverable, pending
+}
+
+// atRisk counts the containers with a replica on a STALE node: a CLOSED
+// container's healthy replicas (idx), an OPEN or CLOSING one's pipeline
+// members. A STALE node still counts as holding its replicas (it may be
+// paused or slow), so nothing is copied until it is DEAD; meanwhile the
+// status says those containers are one failure closer to loss.
+func (s *Service) atRisk(idx map[uint64][]uint64, now time.Time) int {
+	stale := func(id uint64) bool {
+		n := s.nodes[id]
+		return n != nil && s.healthOf(n, now) == metaapi.HealthStale
+	}
+	risk := 0
+	for cid, c := range s.containers {
+		var replicas []uint64
+		switch c.rec.State {
+		case containerClosed:
+			replicas = idx[cid]
+		case containerOpen, containerClosing:
+			if p := s.pipelines[c.rec.Pipeline]; p != nil {
+				replicas = p.rec.Members
+			}
+		}
+		if slices.ContainsFunc(replicas, stale) {
+			risk++
+		}
+	}
+	return risk
 }
 
 // Replication is the replication manager's state (GET /v1/replication).

@@ -747,3 +747,26 @@ func TestUnhealthyReplicaDeletedOnceReplaced(t *testing.T) {
 		t.Fatalf("status %+v, deletes to node 2 %v", st, deleteCmds(n2))
 	}
 }
+
+// TestStaleReplicaIsAtRisk: a CLOSED container with a replica on a node
+// that stopped heartbeating is not under-replicated while the node is only
+// STALE (it may be paused; nothing is copied yet) but is reported at risk;
+// once the node is DEAD it is under-replicated and no longer "at risk" for
+// that node. Before, the status showed nothing for the whole STALE time.
+func TestStaleReplicaIsAtRisk(t *testing.T) {
+	c, _ := replCluster(t, 4, 1, nil)
+	if st := c.repl(); st.AtRisk != 0 || st.UnderReplicated != 0 {
+		t.Fatalf("status %+v: want nothing at risk with every node heard", st)
+	}
+	n2 := c.node(2)
+	c.clk.Advance(c.s.cfg.StaleAfter)
+	c.round(c.except(n2)...)
+	if st := c.repl(); st.AtRisk != 1 || st.UnderReplicated != 0 {
+		t.Fatalf("status %+v with node 2 STALE: want 1 container at risk, none under-replicated", st)
+	}
+	c.clk.Advance(c.s.cfg.DeadAfter)
+	c.round(c.except(n2)...)
+	if st := c.repl(); st.AtRisk != 0 || st.UnderReplicated+len(st.Inflight) == 0 {
+		t.Fatalf("status %+v with node 2 DEAD: want it under-replicated (or being copied), not at risk", st)
+	}
+}

@@ -574,6 +574,10 @@ type ReplicationStatus struct {
 	// wanted; Unrecoverable: those of them with no healthy replica left.
 	UnderReplicated int `json:"under_replicated"`
 	Unrecoverable   int `json:"unrecoverable"`
+	// AtRisk: containers (any state) with a replica on a STALE node — it
+	// missed heartbeats but is not DEAD yet, so it still counts as a
+	// replica above, and copies start only once it is DEAD.
+	AtRisk int `json:"at_risk"`
 	// PendingBytes: bytes of the copies still needed (each container's
 	// size × its missing replicas), copies in flight included.
 	PendingBytes     uint64     `json:"pending_bytes"`
