@@ -62,8 +62,8 @@ test-race: ## race detector on every package that has concurrency, in full (need
 check-full-disk: ## issue 12's full-disk scenario: 5 datanodes, one on a 200 MiB tmpfs (needs root: mounts it)
 	SPINDLE_TEST_TMPFS=1 $(GO) test -count=1 -v -run 'TestFullDatanode' ./internal/server/
 
-check-crash: ## the power-loss crash loops of the pipeline (engine + WAL + raft on MemFS), out of make test while CRASH_SAFETY §9.3 is open
-	SPINDLE_CRASH=1 $(GO) test -count=1 -v -run 'TestCrashComposition' ./internal/pipeline/
+check-crash: ## the pipeline's power-loss crash loops (engine + WAL + raft on MemFS) three times under the race detector, every point (make test runs them once, a third of the points under -race)
+	SPINDLE_CRASH=1 $(GO) test -count=3 -race -timeout 60m -v -run 'TestCrashComposition' ./internal/pipeline/
 
 demo: build ## run the all-in-one demo
 	$(BIN) demo

@@ -418,7 +418,7 @@ func TestPutBlockOfMissingChunks(t *testing.T) {
 // and leaves the pipeline at the stored one. Before this was fixed the
 // leader sent zeros, the follower refused them by checksum as a refusal
 // every replica shares, acknowledged the entry without the chunk and
-// stayed in the pipeline (CRASH_SAFETY §9.3's likely path): this test
+// stayed in the pipeline (found while studying CRASH_SAFETY §9.3): this test
 // then failed at waitFailed.
 func TestFollowerNeverAcknowledgesAChunkItsLeaderCouldNotSend(t *testing.T) {
 	nodes, fss := memCluster(t)
