@@ -539,7 +539,7 @@ func newBucketCmd() *cobra.Command {
 		Short: "Create, list and delete buckets",
 		Long: `Buckets hold keys. Names are 3..63 characters of a-z, 0-9, '-' and '.',
 starting and ending with a letter or a digit. A bucket is deleted only when
-it holds no key.`,
+it holds no key, or with rm --force, which deletes its keys first.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error { return usageErr(errors.New("want bucket create|ls|rm")) },
 	}
@@ -595,9 +595,7 @@ it holds no key.`,
 			return err
 		}),
 		ls,
-		withBucket("rm", "Delete an empty bucket", func(ctx context.Context, kc *keyclient.Client, name string, _ io.Writer) error {
-			return kc.DeleteBucket(ctx, name)
-		}),
+		newBucketRmCmd(&env),
 	)
 	return cmd
 }
