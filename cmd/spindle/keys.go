@@ -96,10 +96,10 @@ func newPutCmd() *cobra.Command {
 	var env keyEnv
 	chunk, block := units.ByteSize(keyclient.DefaultChunkSize), units.ByteSize(keyclient.DefaultBlockSize)
 	var inflight int
-	var noProgress bool
+	var noProgress, recursive bool
 	size := units.ByteSize(-1)
 	cmd := &cobra.Command{
-		Use:   "put BUCKET/KEY FILE|-",
+		Use:   "put BUCKET/KEY FILE|-  |  put --recursive BUCKET[/PREFIX] DIR",
 		Short: "Write a key from a file or standard input",
 		Long: `Writes FILE (or standard input, "-") as BUCKET/KEY, replacing an older
 version once the whole value is stored: an interrupted or failed put leaves
@@ -108,46 +108,71 @@ time, through the pipelines the meta service allocates, in --block-size
 blocks. Prints the key, its size and CRC32C on standard output. --size N
 says how many bytes the value has: an input that ends before N bytes, or
 goes on past them, fails the put and leaves the key as it was (for "-", a
-pipe cut short is then never stored as the value).`,
+pipe cut short is then never stored as the value). --recursive puts every
+regular file under the directory DIR as BUCKET/PREFIX/<its path below DIR>,
+checking every key's name before the first put.`,
 		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("size") && (size < 0 || recursive) {
+				return usageErr(fmt.Errorf("--size %d: want 0 or more bytes, for one file", size))
+			}
+			var kc *keyclient.Client
+			put := func(bucket, key, file string) error {
+				in, total, closeIn, err := openSource(cmd, file)
+				if err != nil {
+					return err
+				}
+				defer closeIn()
+				if size >= 0 {
+					if total >= 0 && total != size.Int64() {
+						return usageErr(fmt.Errorf("%s has %d bytes, --size says %d", file, total, size.Int64()))
+					}
+					in, total = &exactReader{r: in, want: size.Int64()}, size.Int64()
+				}
+				start := time.Now()
+				bar := startTransferProgress(cmd.ErrOrStderr(), !noProgress, "put "+bucket+"/"+key, total)
+				res, err := kc.Put(cmd.Context(), bucket, key, in, keyclient.PutOptions{Progress: bar.set})
+				bar.finish(err == nil)
+				if errors.Is(err, errSizeMismatch) {
+					return usageErr(fmt.Errorf("%w (nothing stored)", err))
+				}
+				if err != nil {
+					return keyExit(err, bucket, key)
+				}
+				took := time.Since(start)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s/%s\t%d bytes\tcrc32c %08x\t%d blocks\t%s\n", bucket, key, res.Key.Size, res.Key.CRC32C,
+					len(res.Key.Blocks), rate(int64(res.Key.Size), took))
+				return nil
+			}
+			connect := func() (err error) {
+				kc, err = env.keyClient(keyclient.Options{ChunkSize: int(chunk), BlockSize: int64(block), InFlight: inflight})
+				return err
+			}
+			if recursive {
+				bucket, prefix, err := splitPrefix(args[0])
+				if err != nil {
+					return err
+				}
+				if st, err := os.Stat(args[1]); err != nil {
+					return &exitError{code: exitNotFound, err: err}
+				} else if !st.IsDir() {
+					return usageErr(fmt.Errorf("--recursive: %s is not a directory", args[1]))
+				}
+				if err := connect(); err != nil {
+					return err
+				}
+				defer kc.Close()
+				return putTree(cmd, kc, bucket, prefix, args[1], put)
+			}
 			bucket, key, err := splitKey(args[0])
 			if err != nil {
 				return err
 			}
-			if cmd.Flags().Changed("size") && size < 0 {
-				return usageErr(fmt.Errorf("--size %d: want 0 or more bytes", size))
-			}
-			in, total, closeIn, err := openSource(cmd, args[1])
-			if err != nil {
-				return err
-			}
-			defer closeIn()
-			if size >= 0 {
-				if total >= 0 && total != size.Int64() {
-					return usageErr(fmt.Errorf("%s has %d bytes, --size says %d", args[1], total, size.Int64()))
-				}
-				in, total = &exactReader{r: in, want: size.Int64()}, size.Int64()
-			}
-			kc, err := env.keyClient(keyclient.Options{ChunkSize: int(chunk), BlockSize: int64(block), InFlight: inflight})
-			if err != nil {
+			if err := connect(); err != nil {
 				return err
 			}
 			defer kc.Close()
-			start := time.Now()
-			bar := startTransferProgress(cmd.ErrOrStderr(), !noProgress, "put "+args[0], total)
-			res, err := kc.Put(cmd.Context(), bucket, key, in, keyclient.PutOptions{Progress: bar.set})
-			bar.finish(err == nil)
-			if errors.Is(err, errSizeMismatch) {
-				return usageErr(fmt.Errorf("%w (nothing stored)", err))
-			}
-			if err != nil {
-				return keyExit(err, bucket, key)
-			}
-			took := time.Since(start)
-			fmt.Fprintf(cmd.OutOrStdout(), "%s/%s\t%d bytes\tcrc32c %08x\t%d blocks\t%s\n", bucket, key, res.Key.Size, res.Key.CRC32C,
-				len(res.Key.Blocks), rate(int64(res.Key.Size), took))
-			return nil
+			return put(bucket, key, args[1])
 		},
 	}
 	f := cmd.Flags()
@@ -157,6 +182,7 @@ pipe cut short is then never stored as the value).`,
 	f.IntVar(&inflight, "inflight", keyclient.DefaultInFlight, "chunk writes in flight")
 	f.Var(&size, "size", "bytes the value has: a shorter or longer input fails the put (default: whatever the input holds)")
 	f.Lookup("size").DefValue = "" // not "-1": no size unless one is given
+	f.BoolVarP(&recursive, "recursive", "r", false, "FILE is a directory: put every file under it as BUCKET/PREFIX/<its path>")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar (one is drawn on a terminal once a transfer takes over a second)")
 	return cmd
 }
@@ -217,7 +243,7 @@ func openSource(cmd *cobra.Command, name string) (io.Reader, int64, func(), erro
 	}
 	if st.IsDir() {
 		f.Close()
-		return nil, 0, nil, usageErr(fmt.Errorf("%s is a directory", name))
+		return nil, 0, nil, usageErr(fmt.Errorf("%s is a directory: use --recursive to put the files under it", name))
 	}
 	total := int64(-1)
 	if st.Mode().IsRegular() {
@@ -230,9 +256,9 @@ func newGetCmd() *cobra.Command {
 	var env keyEnv
 	var offset, length int64
 	var inflight int
-	var noProgress, force bool
+	var noProgress, force, recursive bool
 	cmd := &cobra.Command{
-		Use:   "get BUCKET/KEY [FILE|-]",
+		Use:   "get BUCKET/KEY [FILE|-]  |  get --recursive BUCKET[/PREFIX] DIR",
 		Short: "Read a key to a file or standard output",
 		Long: `Reads BUCKET/KEY to FILE (default "-", standard output), verifying
 every piece against its checksum (reading from another replica when one
@@ -243,9 +269,66 @@ the exit status says so, 5 for corrupt data). An existing FILE is replaced
 only with --force; a new FILE gets the permissions the umask leaves (0644
 usually). --offset and --length read a range (no whole-value check then); a
 range that runs past the end of the value gives the bytes that exist, as S3
-does, and an --offset past the end is a usage error.`,
+does, and an --offset past the end is a usage error. --recursive gets every
+key under BUCKET/PREFIX into the directory DIR, at its path below PREFIX
+(creating directories), after checking that no file would be replaced
+without --force.`,
 		Args: rangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if offset < 0 {
+				return usageErr(fmt.Errorf("--offset %d: want 0 or more", offset))
+			}
+			if length < -1 {
+				return usageErr(fmt.Errorf("--length %d: want 0 or more, or -1 for the rest of the value", length))
+			}
+			if recursive && (len(args) != 2 || args[1] == "-" || offset != 0 || length != -1) {
+				return usageErr(errors.New("--recursive: want BUCKET[/PREFIX] DIR, without --offset or --length"))
+			}
+			var kc *keyclient.Client
+			ctx := cmd.Context()
+			get := func(bucket, key, dest string) error {
+				ki, err := kc.Stat(ctx, bucket, key)
+				if err != nil {
+					return keyExit(err, bucket, key)
+				}
+				if uint64(offset) > ki.Size {
+					return &exitError{exitUsage, fmt.Errorf("get %s/%s: --offset %d is past the end of the %d-byte value", bucket, key, offset, ki.Size)}
+				}
+				n := length
+				if rest := int64(ki.Size) - offset; n < 0 || n > rest {
+					n = rest // as S3 serves a range past the end: what exists
+				}
+				out, commit, abort, err := openDest(cmd, dest, force)
+				if err != nil {
+					return err
+				}
+				bar := startTransferProgress(cmd.ErrOrStderr(), !noProgress && dest != "-", "get "+bucket+"/"+key, n)
+				err = kc.ReadKey(ctx, ki, offset, n, out, keyclient.GetOptions{Progress: bar.set})
+				bar.finish(err == nil)
+				if err != nil {
+					abort()
+					return keyExit(fmt.Errorf("get %s/%s: %w", bucket, key, err), bucket, key)
+				}
+				return commit()
+			}
+			connect := func() (err error) {
+				kc, err = env.keyClient(keyclient.Options{ReadInFlight: inflight})
+				return err
+			}
+			if recursive {
+				bucket, prefix, err := splitPrefix(args[0])
+				if err != nil {
+					return err
+				}
+				if st, err := os.Stat(args[1]); err == nil && !st.IsDir() {
+					return usageErr(fmt.Errorf("--recursive: %s is not a directory", args[1]))
+				}
+				if err := connect(); err != nil {
+					return err
+				}
+				defer kc.Close()
+				return getTree(cmd, kc, bucket, prefix, args[1], force, get)
+			}
 			bucket, key, err := splitKey(args[0])
 			if err != nil {
 				return err
@@ -254,44 +337,14 @@ does, and an --offset past the end is a usage error.`,
 			if len(args) == 2 {
 				dest = args[1]
 			}
-			if offset < 0 {
-				return usageErr(fmt.Errorf("--offset %d: want 0 or more", offset))
-			}
-			if length < -1 {
-				return usageErr(fmt.Errorf("--length %d: want 0 or more, or -1 for the rest of the value", length))
-			}
 			if err := checkDest(dest, force); err != nil {
 				return err
 			}
-			kc, err := env.keyClient(keyclient.Options{ReadInFlight: inflight})
-			if err != nil {
+			if err := connect(); err != nil {
 				return err
 			}
 			defer kc.Close()
-			ctx := cmd.Context()
-			ki, err := kc.Stat(ctx, bucket, key)
-			if err != nil {
-				return keyExit(err, bucket, key)
-			}
-			if uint64(offset) > ki.Size {
-				return &exitError{exitUsage, fmt.Errorf("get %s/%s: --offset %d is past the end of the %d-byte value", bucket, key, offset, ki.Size)}
-			}
-			if rest := int64(ki.Size) - offset; length < 0 || length > rest {
-				length = rest // as S3 serves a range past the end: what exists
-			}
-			total := length
-			out, commit, abort, err := openDest(cmd, dest, force)
-			if err != nil {
-				return err
-			}
-			bar := startTransferProgress(cmd.ErrOrStderr(), !noProgress && dest != "-", "get "+args[0], total)
-			err = kc.ReadKey(ctx, ki, offset, length, out, keyclient.GetOptions{Progress: bar.set})
-			bar.finish(err == nil)
-			if err != nil {
-				abort()
-				return keyExit(fmt.Errorf("get %s/%s: %w", bucket, key, err), bucket, key)
-			}
-			return commit()
+			return get(bucket, key, dest)
 		},
 	}
 	f := cmd.Flags()
@@ -300,6 +353,7 @@ does, and an --offset past the end is a usage error.`,
 	f.Int64Var(&length, "length", -1, "bytes to read (-1: to the end)")
 	f.IntVar(&inflight, "inflight", keyclient.DefaultReadInFlight, "reads in flight")
 	f.BoolVar(&force, "force", false, "replace FILE when it exists")
+	f.BoolVarP(&recursive, "recursive", "r", false, "get every key under BUCKET[/PREFIX] into the directory FILE, at its path below PREFIX")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar (one is drawn on a terminal once a transfer to a FILE takes over a second)")
 	return cmd
 }
@@ -539,7 +593,7 @@ func newBucketCmd() *cobra.Command {
 		Short: "Create, list and delete buckets",
 		Long: `Buckets hold keys. Names are 3..63 characters of a-z, 0-9, '-' and '.',
 starting and ending with a letter or a digit. A bucket is deleted only when
-it holds no key.`,
+it holds no key, or with rm --force, which deletes its keys first.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error { return usageErr(errors.New("want bucket create|ls|rm")) },
 	}
@@ -595,9 +649,7 @@ it holds no key.`,
 			return err
 		}),
 		ls,
-		withBucket("rm", "Delete an empty bucket", func(ctx context.Context, kc *keyclient.Client, name string, _ io.Writer) error {
-			return kc.DeleteBucket(ctx, name)
-		}),
+		newBucketRmCmd(&env),
 	)
 	return cmd
 }

@@ -255,6 +255,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	bsrv := bulk.NewServer(eng, cfg.MaxExports, log)
 	defer bsrv.Close()
 	registerBulkMetrics(reg, bsrv)
+	reg.MustRegister(spaceCollector{eng: eng, log: log}) // space_metrics.go
 	dm := bulk.NewDemux(ln, bsrv.Handle, 0)
 	defer dm.Wait()
 	defer dm.Close()

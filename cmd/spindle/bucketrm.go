@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/spindle-store/spindle/internal/keyclient"
+	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/units"
+)
+
+// maxBucketDrainRounds bounds how often bucket rm --force lists and deletes
+// the keys again when puts keep adding keys while it deletes.
+const maxBucketDrainRounds = 3
+
+// stdinIsTerminal says whether the command's standard input is a terminal
+// (a variable: tests answer the confirmation through it).
+var stdinIsTerminal = func(cmd *cobra.Command) bool {
+	if cmd.InOrStdin() != io.Reader(os.Stdin) {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(os.Stdin.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+func newBucketRmCmd(env *keyEnv) *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Delete a bucket: an empty one, or with --force one and all its keys",
+		Long: `Deletes the bucket NAME. Without --force the bucket must hold no key.
+With --force every key of the bucket is deleted first (their blocks are
+deleted on the datanodes later), then the bucket; on a terminal it asks
+first, and goes on only when the bucket's name is typed back.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if err := metaapi.ValidBucket(name); err != nil {
+				return usageErr(err)
+			}
+			kc, err := env.keyClient(keyclient.Options{})
+			if err != nil {
+				return err
+			}
+			defer kc.Close()
+			ctx := cmd.Context()
+			if !force {
+				if err := kc.DeleteBucket(ctx, name); err != nil {
+					if errors.Is(err, metaapi.ErrNotEmpty) {
+						return &exitError{exitFailure, fmt.Errorf("bucket %s is not empty: delete its keys first, or use --force", name)}
+					}
+					return keyExit(err, name, "")
+				}
+				return nil
+			}
+			if stdinIsTerminal(cmd) {
+				b, err := findBucket(cmd, kc, name)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "Delete bucket %s with its %d keys (%s)? Type its name to confirm: ", name, b.Keys, units.FormatBytes(int64(b.Bytes)))
+				line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+				if strings.TrimSpace(line) != name {
+					return &exitError{exitFailure, fmt.Errorf("bucket %s not deleted: not confirmed", name)}
+				}
+			}
+			deleted := 0
+			for round := 1; ; round++ {
+				var keys []string
+				if err := kc.List(ctx, name, "", func(ki metaapi.KeyInfo) error { keys = append(keys, ki.Key); return nil }); err != nil {
+					return keyExit(err, name, "")
+				}
+				for _, k := range keys {
+					if err := kc.Delete(ctx, name, k); err != nil && !errors.Is(err, metaapi.ErrNotFound) {
+						return keyExit(fmt.Errorf("bucket rm --force %s: %d keys deleted, then: %w", name, deleted, err), name, k)
+					}
+					deleted++
+				}
+				err := kc.DeleteBucket(ctx, name)
+				if err == nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "deleted bucket %s and %d keys\n", name, deleted)
+					return nil
+				}
+				if !errors.Is(err, metaapi.ErrNotEmpty) || round >= maxBucketDrainRounds {
+					return keyExit(fmt.Errorf("bucket rm --force %s: %d keys deleted, then: %w", name, deleted, err), name, "")
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "delete the bucket's keys too (asks first on a terminal)")
+	return cmd
+}
+
+// findBucket returns bucket name's listing entry.
+func findBucket(cmd *cobra.Command, kc *keyclient.Client, name string) (metaapi.Bucket, error) {
+	bs, err := kc.ListBuckets(cmd.Context())
+	if err != nil {
+		return metaapi.Bucket{}, keyExit(err, "", "")
+	}
+	for _, b := range bs {
+		if b.Name == name {
+			return b, nil
+		}
+	}
+	return metaapi.Bucket{}, &exitError{exitNotFound, fmt.Errorf("unknown bucket %s", name)}
+}

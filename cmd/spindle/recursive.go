@@ -1,0 +1,123 @@
+package main
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/spindle-store/spindle/internal/keyclient"
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+// put --recursive and get --recursive: a directory tree to keys under a
+// prefix, and back. Every name is checked before the first byte moves (a
+// file whose key would be invalid, an existing output file without
+// --force), so that a mistake stops the command before it stores or
+// writes anything; a failure later leaves the keys or files done so far.
+
+// splitPrefix parses BUCKET[/PREFIX].
+func splitPrefix(arg string) (bucket, prefix string, err error) {
+	bucket, prefix, _ = strings.Cut(arg, "/")
+	if err := metaapi.ValidBucket(bucket); err != nil {
+		return "", "", usageErr(err)
+	}
+	return bucket, prefix, nil
+}
+
+// keyUnder is the key of rel (a slash-separated relative path) under
+// prefix: prefix/rel, or rel when prefix is empty or ends with "/".
+func keyUnder(prefix, rel string) string {
+	if prefix == "" || strings.HasSuffix(prefix, "/") {
+		return prefix + rel
+	}
+	return prefix + "/" + rel
+}
+
+// treeFiles lists the regular files under dir with their keys under
+// prefix, in walk order; what is not a regular file is reported on
+// stderr and skipped.
+func treeFiles(cmd *cobra.Command, dir, prefix string) (files, keys []string, err error) {
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			fmt.Fprintf(cmd.ErrOrStderr(), "skipped %s: not a regular file\n", p)
+			return nil
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		key := keyUnder(prefix, filepath.ToSlash(rel))
+		if err := metaapi.ValidKey(key); err != nil {
+			return usageErr(fmt.Errorf("%s: %w", p, err))
+		}
+		files, keys = append(files, p), append(keys, key)
+		return nil
+	})
+	if err != nil {
+		if _, ok := err.(*exitError); !ok {
+			err = fmt.Errorf("reading %s: %w", dir, err)
+		}
+		return nil, nil, err
+	}
+	return files, keys, nil
+}
+
+// putTree puts every regular file under dir as bucket/prefix/<its path>.
+func putTree(cmd *cobra.Command, kc *keyclient.Client, bucket, prefix, dir string, put func(bucket, key, file string) error) error {
+	files, keys, err := treeFiles(cmd, dir, prefix)
+	if err != nil {
+		return err
+	}
+	for i := range files {
+		if err := put(bucket, keys[i], files[i]); err != nil {
+			return fmt.Errorf("after %d of %d files: %w", i, len(files), err)
+		}
+	}
+	return nil
+}
+
+// getTree gets every key of bucket under prefix into dir, at the key's
+// path below the prefix.
+func getTree(cmd *cobra.Command, kc *keyclient.Client, bucket, prefix, dir string, force bool, get func(bucket, key, file string) error) error {
+	var keys, files []string
+	err := kc.List(cmd.Context(), bucket, prefix, func(ki metaapi.KeyInfo) error {
+		rel := strings.TrimPrefix(strings.TrimPrefix(ki.Key, prefix), "/")
+		if rel == "" {
+			rel = path.Base(ki.Key)
+		}
+		// Valid keys have no "." or ".." segment and no leading "/": rel
+		// stays below dir.
+		file := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := checkDest(file, force); err != nil {
+			return err
+		}
+		keys, files = append(keys, ki.Key), append(files, file)
+		return nil
+	})
+	if err != nil {
+		if _, ok := err.(*exitError); ok {
+			return err
+		}
+		return keyExit(err, bucket, "")
+	}
+	for i := range keys {
+		if err := os.MkdirAll(filepath.Dir(files[i]), 0o777); err != nil {
+			return fmt.Errorf("after %d of %d keys: %w", i, len(keys), err)
+		}
+		if err := get(bucket, keys[i], files[i]); err != nil {
+			return fmt.Errorf("after %d of %d keys: %w", i, len(keys), err)
+		}
+	}
+	return nil
+}
