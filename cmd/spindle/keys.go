@@ -699,9 +699,20 @@ func newAdminCmd() *cobra.Command {
 				if err != nil {
 					return nil, err
 				}
-				fmt.Fprintln(w, "ID\tADDR\tHEALTH\tLAST HEARTBEAT\tPIPELINES\tCONTAINERS\tUSED")
+				fmt.Fprintln(w, "ID\tADDR\tHEALTH\tLAST HEARTBEAT\tPIPELINES\tCONTAINERS\tUSED\tAVAILABLE\tMETRICS")
 				for _, n := range ns {
-					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%v\t%d\t%s\n", n.NodeID, n.Addr, n.Health, ago(n.LastHeartbeat), n.Pipelines, n.Containers, units.FormatBytes(int64(n.UsedBytes)))
+					avail := "-"
+					if n.CapacityBytes > 0 {
+						avail = fmt.Sprintf("%s of %s", units.FormatBytes(int64(n.AvailableBytes)), units.FormatBytes(int64(n.CapacityBytes)))
+						if n.Full {
+							avail += " FULL"
+						}
+					}
+					metrics := n.MetricsURL
+					if metrics == "" {
+						metrics = "-"
+					}
+					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%v\t%d\t%s\t%s\t%s\n", n.NodeID, n.Addr, n.Health, ago(n.LastHeartbeat), n.Pipelines, n.Containers, units.FormatBytes(int64(n.UsedBytes)), avail, metrics)
 				}
 				return ns, nil
 			}),

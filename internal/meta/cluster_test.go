@@ -569,6 +569,12 @@ func TestNoPipelineNamesTheFullNodes(t *testing.T) {
 	if want := fmt.Sprintf("1 of them full, below 64 MiB available: node %d has", f.id); !strings.Contains(err.Error(), want) {
 		t.Fatalf("allocate: %q does not say %q", err, want)
 	}
+	// spindle admin nodes shows which one, with its space.
+	for _, ni := range must[*metaapi.NodeList](t)(c.s.Nodes()).Nodes {
+		if full := ni.NodeID == f.id; ni.Full != full || ni.CapacityBytes != 1e12 || (full && ni.AvailableBytes >= DefaultMinAvailableBytes) {
+			t.Fatalf("node %d listed as %+v: want capacity 1 TB, full %v", ni.NodeID, ni, full)
+		}
+	}
 }
 
 // TestMemberBehindTheCompactedLogIsReplaced: a pipeline's leader reports a

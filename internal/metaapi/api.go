@@ -527,6 +527,14 @@ type NodeInfo struct {
 	Pipelines     []uint64  `json:"pipelines"`
 	Containers    int       `json:"containers"`
 	UsedBytes     uint64    `json:"used_bytes"`
+	// CapacityBytes and AvailableBytes as the node's last heartbeat
+	// reported them (0: not reported); Full: below the meta service's
+	// MinAvailableBytes, so it gets no new pipeline.
+	CapacityBytes  uint64 `json:"capacity_bytes"`
+	AvailableBytes uint64 `json:"available_bytes"`
+	Full           bool   `json:"full,omitempty"`
+	// MetricsURL: the node's Prometheus /metrics (empty: none).
+	MetricsURL string `json:"metrics_url,omitempty"`
 }
 
 // ContainerInfo is the admin view of a container.
