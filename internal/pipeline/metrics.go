@@ -34,6 +34,11 @@ type metrics struct {
 	// readBackMisses counts chunks a leader could not read back for a
 	// follower's catch-up (sent without bytes, see peer.readBack).
 	readBackMisses prometheus.Counter
+	// chunkReads, chunkReadBytes: client reads served (ReadChunk);
+	// readErrors: those refused, by kind (readErrorKind).
+	chunkReads     prometheus.Counter
+	chunkReadBytes prometheus.Counter
+	readErrors     *prometheus.CounterVec
 }
 
 func newMetrics(n *Node, reg prometheus.Registerer) *metrics {
@@ -64,13 +69,19 @@ func newMetrics(n *Node, reg prometheus.Registerer) *metrics {
 			Help: "Replicated commands refused as on every replica (checksum mismatch, invalid, hole, full or closed container), by kind."}, []string{"kind"}),
 		replyOverflows: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_reply_overflows_total",
 			Help: "Client connections closed because they did not read their responses (reply queue full)."}),
+		chunkReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_chunk_reads_total",
+			Help: "Client chunk reads served (verified against their CRC32C)."}),
+		chunkReadBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_chunk_read_bytes_total",
+			Help: "Bytes of the client chunk reads served."}),
+		readErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spindle_datanode_read_errors_total",
+			Help: "Client chunk reads refused, by kind: checksum (the bytes on disk failed their CRC32C; the container is marked UNHEALTHY), not_found, invalid, other."}, []string{"kind"}),
 		readBackMisses: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_read_back_misses_total",
 			Help: "Chunks this leader could not read back from its engine for a follower's catch-up (deleted, refused everywhere, or damaged here): sent without bytes."}),
 	}
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.chunkWrites, m.chunkBytes, m.appendRounds, m.appendBatch, m.appendSeconds, m.leaderChanges, m.proposals, m.requestSeconds, m.applied, m.replicaFailures, m.refusals, m.replyOverflows, m.staleRaftPayloads, m.readBackMisses)
+	reg.MustRegister(m.chunkWrites, m.chunkBytes, m.appendRounds, m.appendBatch, m.appendSeconds, m.leaderChanges, m.proposals, m.requestSeconds, m.applied, m.replicaFailures, m.refusals, m.replyOverflows, m.staleRaftPayloads, m.readBackMisses, m.chunkReads, m.chunkReadBytes, m.readErrors)
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_datanode_pipelines", Help: "Pipelines served."},
 			func() float64 { return float64(len(n.Pipelines())) }),

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -447,8 +448,11 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 		}
 		data, err := n.eng.ReadChunk(b, rc.Offset, rc.Length, dst)
 		if err != nil {
+			n.metrics.readErrors.WithLabelValues(readErrorKind(err)).Inc()
 			return &transport.Response{RequestID: rc.RequestID, Status: statusOf(err), Message: err.Error()}, nil
 		}
+		n.metrics.chunkReads.Inc()
+		n.metrics.chunkReadBytes.Add(float64(len(data)))
 		bpc := uint32(engine.DefaultBytesPerChecksum)
 		return &transport.Response{RequestID: rc.RequestID, Offset: rc.Offset, BytesPerChecksum: bpc, Checksums: engine.ComputeChecksums(nil, data, bpc)}, data
 	case transport.TypeGetBlock:
@@ -463,6 +467,22 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 		return &transport.Response{RequestID: gb.RequestID, Block: fromEngineBlock(bd), HasBlock: true}, nil
 	}
 	return &transport.Response{Status: transport.StatusUnsupported, Message: fmt.Sprintf("message type %v is not served by a datanode", f.Type)}, nil
+}
+
+// readErrorKind labels a failed client read for
+// spindle_datanode_read_errors_total: "checksum" (the bytes on disk did not
+// match their CRC32C: the container is marked UNHEALTHY and the client
+// reads another replica), "not_found", "invalid", or "other".
+func readErrorKind(err error) string {
+	switch {
+	case errors.Is(err, engine.ErrCorrupt):
+		return "checksum"
+	case errors.Is(err, engine.ErrNotFound):
+		return "not_found"
+	case errors.Is(err, engine.ErrInvalid):
+		return "invalid"
+	}
+	return "other"
 }
 
 // handleSkipped answers a frame whose payload payloadAlloc skipped: a
