@@ -198,9 +198,19 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 		c.nodes = append(c.nodes, n)
 	}
+	// With a meta service, a datanode's ID is its rank among the
+	// registrations: on their first start the members start one at a
+	// time, so that member dnN is node N (the directories and spindle
+	// admin agree); once registered each keeps its ID (DATANODE.json in its
+	// log directory) and they start together.
 	for _, n := range c.nodes {
 		if err := c.launch(n); err != nil {
 			return err
+		}
+		if c.cfg.MetaAddr != "" && !registered(n) {
+			if err := c.waitReady(ctx, n); err != nil {
+				return err
+			}
 		}
 	}
 	for _, n := range c.nodes {
@@ -209,6 +219,13 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// registered says whether member n registered with a meta service in an
+// earlier life (the datanode keeps its identity in DATANODE.json).
+func registered(n *Node) bool {
+	_, err := os.Stat(filepath.Join(n.LogDir, "DATANODE.json"))
+	return err == nil
 }
 
 // freePorts returns n distinct ports that were free on 127.0.0.1 a moment

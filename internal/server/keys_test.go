@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -79,6 +80,19 @@ func TestKeysThroughTheEmbeddedCluster(t *testing.T) {
 	kc := keyClient(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
+	// Datanode dnN (its directories, its log file) is node N in the meta
+	// service (they registered in the order they started: issue 18).
+	nodes, err := s.Meta().Nodes(ctx)
+	if err != nil {
+		s.Close()
+		t.Fatal(err)
+	}
+	for _, n := range s.cluster.Nodes() {
+		if i := slices.IndexFunc(nodes, func(ni metaapi.NodeInfo) bool { return ni.Addr == n.Addr }); i < 0 || nodes[i].NodeID != uint64(n.ID) {
+			s.Close()
+			t.Fatalf("dn%d at %s: the meta service lists %+v", n.ID, n.Addr, nodes)
+		}
+	}
 	if _, err := kc.CreateBucket(ctx, "data"); err != nil {
 		s.Close()
 		t.Fatal(err)
