@@ -45,7 +45,8 @@ const (
 	maxEventsPerTurn = 4096
 	// maxRaftPayloadBytes bounds the chunk bytes of one RaftMessage frame:
 	// a MsgApp carrying more is split (raft's MaxSizePerMsg counts the
-	// entries' headers only).
+	// entries' headers only). A smaller raft budget lowers the bound
+	// (Node.framePayloadBytes).
 	maxRaftPayloadBytes = 32 << 20
 	// maxPeerBatchBytes bounds the frames a peer writer encodes before it
 	// writes them: the chunk bytes it reads back from the engine for a
@@ -442,6 +443,15 @@ func (n *Node) payloadAlloc(ctx context.Context, t transport.MsgType, header []b
 		return nil, nil, fmt.Errorf("pipeline: admitting %d payload bytes: %w", size, err)
 	}
 	return make([]byte, size), b.releaser(int64(size)), nil
+}
+
+// framePayloadBytes bounds the chunk bytes of one RaftMessage frame (and
+// so of one entry): maxRaftPayloadBytes, or less when the raft payload
+// budget is smaller — the followers admit a frame against the same budget
+// (the members of a pipeline run with the same settings), and a frame
+// larger than the whole budget is admitted only alone.
+func (n *Node) framePayloadBytes() int {
+	return int(min(maxRaftPayloadBytes, n.raftBuf.limit))
 }
 
 // raftRoutable reports whether a RaftMessage's payload can be of use: its
@@ -1171,7 +1181,7 @@ func (n *Node) flushProposals(g *group) {
 	for _, p := range q {
 		// An entry's chunk bytes fit one RaftMessage frame: a MsgApp
 		// can always be split between entries.
-		if len(batch) > 0 && payload+len(p.payload) > maxRaftPayloadBytes {
+		if len(batch) > 0 && payload+len(p.payload) > n.framePayloadBytes() {
 			propose()
 		}
 		payload += len(p.payload)

@@ -224,7 +224,7 @@ func (p *peer) run() {
 }
 
 // encode appends om to enc, split into several MsgApps when its chunk bytes
-// exceed one frame's bound (maxRaftPayloadBytes), the missing payloads read
+// exceed one frame's bound (framePayloadBytes), the missing payloads read
 // back from the engine one part at a time; it calls flush (which sends and
 // resets enc) whenever enc holds maxPeerBatchBytes or more. So the chunk
 // bytes read back and held at once stay below maxPeerBatchBytes plus one
@@ -245,7 +245,11 @@ func (p *peer) encode(enc *transport.Encoder, om *outMsg, flush func() error) er
 		total += l
 	}
 	ents := m.GetEntries()
-	split := m.GetType() == raftpb.MessageType_MsgApp && total > maxRaftPayloadBytes && len(ents) >= 2
+	limit := maxRaftPayloadBytes
+	if p.n != nil {
+		limit = p.n.framePayloadBytes()
+	}
+	split := m.GetType() == raftpb.MessageType_MsgApp && total > limit && len(ents) >= 2
 	// Consecutive runs of entries, each a valid MsgApp whose previous
 	// entry is the last of the run before (one run: the message as is).
 	segAt, miss := 0, om.miss
@@ -259,7 +263,7 @@ func (p *peer) encode(enc *transport.Encoder, om *outMsg, flush func() error) er
 				for _, l := range lens[segEnd : segEnd+cnt] {
 					sz += l
 				}
-				if end > start && bytes+sz > maxRaftPayloadBytes {
+				if end > start && bytes+sz > limit {
 					break
 				}
 				bytes += sz
