@@ -158,7 +158,10 @@ func TestOperationsGuide(t *testing.T) {
 		return out
 	}
 
-	m, dns := startCluster(map[string]string{"spindle1": "127.0.0.1:0", "spindle2": "127.0.0.1:0", "spindle3": "127.0.0.1:0"})
+	// Three hosts as three loopback addresses (Linux routes all of
+	// 127.0.0.0/8 to lo): each datanode on its own, the meta service on
+	// spindle1's.
+	m, dns := startCluster(map[string]string{"spindle1": "127.0.0.1:0", "spindle2": "127.0.0.2:0", "spindle3": "127.0.0.3:0"})
 	run("", "bucket", "create", "test")
 	const keys = 10
 	value := func(i int) string { return strings.Repeat(fmt.Sprintf("key %d of the guide\n", i), 100*(i+1)) }
