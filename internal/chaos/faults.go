@@ -1,0 +1,197 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Fault kinds. Adding one: a name here, an entry in faultKinds with its
+// inject function (which returns how to heal it), and a line in
+// docs/CHAOS.md.
+const (
+	FaultKill      = "kill"      // kill -9 of one datanode, restarted later on its directories
+	FaultPause     = "pause"     // SIGSTOP of one datanode, SIGCONT later
+	FaultMetaKill  = "meta-kill" // kill -9 of the meta service, restarted later on its directory
+	FaultBitrot    = "bitrot"    // one byte flipped in a committed block file of one replica
+	FaultFull      = "full"      // planned: a volume filled to ENOSPC, then freed
+	FaultPartition = "partition" // planned (root): drops between chosen nodes
+	FaultDelay     = "delay"     // planned (root): tc netem delay and loss
+)
+
+// ErrNotImplemented is a fault kind the bench knows but cannot inject yet.
+var ErrNotImplemented = errors.New("not implemented yet")
+
+// ErrUnknownFault is a fault kind the bench does not know.
+var ErrUnknownFault = errors.New("unknown fault kind")
+
+// DefaultFaults is what --faults is by default.
+var DefaultFaults = []string{FaultKill, FaultPause, FaultMetaKill, FaultBitrot}
+
+// plannedFaults are accepted by the flag parser and refused by Run.
+var plannedFaults = []string{FaultFull, FaultPartition, FaultDelay}
+
+// ParseFaults parses a comma-separated list of fault kinds. A planned
+// kind gives ErrNotImplemented, an unknown one ErrUnknownFault.
+func ParseFaults(s string) ([]string, error) {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		switch {
+		case slices.Contains(plannedFaults, f):
+			return nil, fmt.Errorf("fault %q: %w (implemented: %s)", f, ErrNotImplemented, strings.Join(DefaultFaults, ","))
+		case faultKinds[f] == nil:
+			return nil, fmt.Errorf("fault %q: %w (known: %s)", f, ErrUnknownFault, strings.Join(append(slices.Clone(DefaultFaults), plannedFaults...), ","))
+		}
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no fault kind in %q", s)
+	}
+	return out, nil
+}
+
+// faultKind injects one fault and says how to heal it and how long to
+// hold it. scale (0.25..1) shortens the holds of short runs.
+type faultKind struct {
+	// hold is how long the fault stays before it is healed.
+	hold func(rng *rand.Rand, scale float64) time.Duration
+	// inject injects it; heal undoes it (nil: nothing to undo).
+	inject func(ctx context.Context, r *run, rng *rand.Rand) (desc string, heal func(context.Context) error, err error)
+}
+
+var faultKinds = map[string]*faultKind{
+	FaultKill:     {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectKill},
+	FaultPause:    {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectPause},
+	FaultMetaKill: {hold: holdBetween(1*time.Second, 5*time.Second), inject: injectMetaKill},
+	// bitrot needs no heal; its hold is the time its row of the report
+	// covers after the flip.
+	FaultBitrot: {hold: holdBetween(2*time.Second, 6*time.Second), inject: injectBitrot},
+}
+
+func holdBetween(lo, hi time.Duration) func(*rand.Rand, float64) time.Duration {
+	return func(rng *rand.Rand, scale float64) time.Duration {
+		d := lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
+		return time.Duration(float64(d) * scale)
+	}
+}
+
+// pickDatanode picks a running datanode: one of five is a minority of
+// every pipeline (3 members), and the nemesis injects one fault at a time.
+func pickDatanode(r *run, rng *rand.Rand) (int, error) {
+	var ids []int
+	for _, n := range r.cl.dns.Nodes() {
+		if r.cl.dns.Running(n.ID) {
+			ids = append(ids, n.ID)
+		}
+	}
+	if len(ids) < len(r.cl.dns.Nodes()) {
+		return 0, fmt.Errorf("a datanode is already down")
+	}
+	return ids[rng.IntN(len(ids))], nil
+}
+
+func injectKill(ctx context.Context, r *run, rng *rand.Rand) (string, func(context.Context) error, error) {
+	id, err := pickDatanode(r, rng)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := r.cl.dns.Kill(id); err != nil {
+		return "", nil, err
+	}
+	return fmt.Sprintf("kill -9 datanode %d", id), func(ctx context.Context) error {
+		return r.cl.dns.Restart(ctx, id)
+	}, nil
+}
+
+func injectPause(ctx context.Context, r *run, rng *rand.Rand) (string, func(context.Context) error, error) {
+	id, err := pickDatanode(r, rng)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := r.cl.dns.Pause(id); err != nil {
+		return "", nil, err
+	}
+	return fmt.Sprintf("SIGSTOP datanode %d", id), func(context.Context) error {
+		return r.cl.dns.Resume(id)
+	}, nil
+}
+
+func injectMetaKill(ctx context.Context, r *run, rng *rand.Rand) (string, func(context.Context) error, error) {
+	if err := r.cl.killMeta(); err != nil {
+		return "", nil, err
+	}
+	return "kill -9 meta service", r.cl.startMeta, nil
+}
+
+// injectBitrot flips one byte inside the committed part of a block of an
+// acknowledged key, in the block file of one replica, on disk. A container
+// is damaged on one replica only (later flips of it go to the same node),
+// so that a good copy of every block always remains.
+func injectBitrot(ctx context.Context, r *run, rng *rand.Rand) (string, func(context.Context) error, error) {
+	for range bitrotAttempts {
+		rec, ok := r.w.randomAcked(rng)
+		if !ok {
+			return "", nil, errors.New("no acknowledged key to damage yet")
+		}
+		pattern := fmt.Sprintf("containers/*/%d/%016x.blk", rec.container, rec.local)
+		var files []string
+		for _, n := range r.cl.dns.Nodes() {
+			if node, ok := r.rotted[rec.container]; ok && node != n.ID {
+				continue
+			}
+			m, _ := filepath.Glob(filepath.Join(n.DataDir, pattern))
+			for _, f := range m {
+				files = append(files, fmt.Sprintf("%d\x00%s", n.ID, f))
+			}
+		}
+		if len(files) == 0 {
+			continue // re-replicated or deleted meanwhile: try another key
+		}
+		pick := files[rng.IntN(len(files))]
+		var id int
+		var path string
+		fmt.Sscanf(pick, "%d", &id)
+		path = pick[strings.IndexByte(pick, 0)+1:]
+		off := rng.Int64N(int64(rec.blockLen))
+		if err := flipByte(path, off, byte(1+rng.IntN(255))); err != nil {
+			return "", nil, err
+		}
+		r.rotted[rec.container] = id
+		return fmt.Sprintf("flipped byte %d of block %d/%d on datanode %d (%s)", off, rec.container, rec.local, id, path), nil, nil
+	}
+	return "", nil, fmt.Errorf("no block file found for %d acknowledged keys", bitrotAttempts)
+}
+
+// bitrotAttempts bounds the keys tried to find a block file to damage.
+const bitrotAttempts = 16
+
+// flipByte XORs the byte at off of the file at path with x (non-zero) and
+// fsyncs it.
+func flipByte(path string, off int64, x byte) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("chaos: bitrot: %w", err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return fmt.Errorf("chaos: bitrot: read %s at %d: %w", path, off, err)
+	}
+	b[0] ^= x
+	if _, err := f.WriteAt(b, off); err != nil {
+		return fmt.Errorf("chaos: bitrot: write %s at %d: %w", path, off, err)
+	}
+	return f.Sync()
+}
