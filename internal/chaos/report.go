@@ -67,9 +67,9 @@ type Report struct {
 	Events                   []string `json:"events"`
 	// ErrorSamples: the first error of each class.
 	ErrorSamples map[string]string `json:"error_samples,omitempty"`
-	Violations               []string `json:"violations,omitempty"`
-	Load1                    float64  `json:"load1"`
-	Dir                      string   `json:"dir"`
+	Violations   []string          `json:"violations,omitempty"`
+	Load1        float64           `json:"load1"`
+	Dir          string            `json:"dir"`
 }
 
 // Failed reports whether the run found a loss, a wrong byte, a partial
