@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/spindle-store/spindle/internal/client"
+	"github.com/spindle-store/spindle/internal/transport"
 )
 
 // Fault kinds. Adding one: a name here, an entry in faultKinds with its
@@ -169,10 +173,68 @@ func injectBitrot(ctx context.Context, r *run, rng *rand.Rand) (string, func(con
 			return "", nil, err
 		}
 		r.rotted[rec.container] = id
-		return fmt.Sprintf("flipped byte %d of block %d/%d on datanode %d (%s)", off, rec.container, rec.local, id, path), nil, nil
+		desc := fmt.Sprintf("flipped byte %d of block %d/%d on datanode %d (%s)", off, rec.container, rec.local, id, path)
+		return desc + "; " + r.probeBitrot(ctx, rec, id, off), nil, nil
 	}
 	return "", nil, fmt.Errorf("no block file found for %d acknowledged keys", bitrotAttempts)
 }
+
+// probeBitrot reads the damaged piece from the damaged replica (it must
+// refuse it: ErrCorrupt, never the flipped byte) and then the whole key
+// through the key client (it must return the right bytes from another
+// replica, or fail). What the replica answered is counted in the run.
+func (r *run) probeBitrot(ctx context.Context, rec coldRec, node int, off int64) string {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	addr := r.cl.dns.Nodes()[node-1].Addr
+	pc, err := client.New([]string{addr}, rec.pipeline, client.Options{})
+	if err != nil {
+		return fmt.Sprintf("probe: %v", err)
+	}
+	defer pc.Close()
+	start := uint64(off) - uint64(off)%bitrotProbeBytes
+	n := min(bitrotProbeBytes, rec.blockLen-start)
+	ch, err := pc.ReadChunk(ctx, addr, client.BlockID{Container: rec.container, Local: rec.local}, start, n)
+	var verdict string
+	switch {
+	case errors.Is(err, client.ErrCorrupt) || isStatusCorrupt(err):
+		r.bitrot.detected.Add(1)
+		verdict = "the damaged replica refused the read (corrupt)"
+	case err != nil:
+		r.bitrot.otherErr.Add(1)
+		verdict = fmt.Sprintf("the damaged replica's read failed: %v", err)
+	default:
+		want := make([]byte, start+n)
+		newValueGen(r.cfg.Seed, valueID{key: coldKeyBase + uint64(rec.index), version: 1, size: int64(rec.blockLen)}).fill(want)
+		want = want[start:]
+		if !bytes.Equal(ch.Data, want) {
+			r.bitrot.served.Add(1)
+			r.w.mu.Lock()
+			r.w.wrongReads = append(r.w.wrongReads, wrongRead{atNs: r.w.now(), msg: fmt.Sprintf(
+				"datanode %d served %d bytes at %d of block %d/%d, damaged on its disk, without an error", node, len(ch.Data), start, rec.container, rec.local)})
+			r.w.mu.Unlock()
+			verdict = "the damaged replica SERVED WRONG BYTES"
+		} else {
+			r.bitrot.otherErr.Add(1)
+			verdict = "the damaged replica returned the right bytes (the flip was not read?)"
+		}
+	}
+	if why, err := r.w.checkCold(ctx, rec.index, true); why != "" {
+		verdict += fmt.Sprintf("; the key's get: %s: %v", why, err)
+	} else {
+		verdict += "; the key's get returned the right bytes"
+	}
+	return verdict
+}
+
+func isStatusCorrupt(err error) bool {
+	var se *transport.StatusError
+	return errors.As(err, &se) && se.Status == transport.StatusCorrupt
+}
+
+// bitrotProbeBytes is the range read back from a damaged replica: one
+// checksum piece of the default size.
+const bitrotProbeBytes = 16 << 10
 
 // bitrotAttempts bounds the keys tried to find a block file to damage.
 const bitrotAttempts = 16

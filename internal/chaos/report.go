@@ -63,8 +63,14 @@ type Report struct {
 	LongestNoPutSeconds float64 `json:"longest_no_put_s"`
 	// ReplicationSettleSeconds: from the heal to full replication; -1
 	// when it did not settle within the bound.
-	ReplicationSettleSeconds float64  `json:"replication_settle_s"`
-	Events                   []string `json:"events"`
+	ReplicationSettleSeconds float64 `json:"replication_settle_s"`
+	// Bitrot probes: reads of the damaged piece from the damaged replica,
+	// right after the flip: refused as corrupt (as they must be), served
+	// (wrong bytes: counted in WrongReads too), or another outcome.
+	BitrotDetected int64    `json:"bitrot_detected"`
+	BitrotServed   int64    `json:"bitrot_served"`
+	BitrotOther    int64    `json:"bitrot_other"`
+	Events         []string `json:"events"`
 	// ErrorSamples: the first error of each class.
 	ErrorSamples map[string]string `json:"error_samples,omitempty"`
 	Violations   []string          `json:"violations,omitempty"`
@@ -98,6 +104,7 @@ func (r *run) report(runSeconds float64, lost, partial, unreadable []int, lin li
 		Lost: len(lost), Unreadable: len(unreadable), PartialPuts: len(partial), WrongReads: len(w.wrongReads),
 		Linearizable: string(lin), HistoryOps: len(w.history), Load1: load1(),
 		ReplicationSettleSeconds: -1, ErrorSamples: maps.Clone(w.samples),
+		BitrotDetected: r.bitrot.detected.Load(), BitrotServed: r.bitrot.served.Load(), BitrotOther: r.bitrot.otherErr.Load(),
 	}
 	if settle > 0 {
 		rep.ReplicationSettleSeconds = round2(settle.Seconds())
@@ -223,8 +230,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.ReplicationSettleSeconds >= 0 {
 		settle = fmt.Sprintf("%.1f s", r.ReplicationSettleSeconds)
 	}
-	fmt.Fprintf(w, "\nseed %d; keys %d; lost %d; unreadable %d; partial puts %d; wrong reads %d; history (%d ops) linearizable: %s; longest without a put %.2f s; full replication after the heal: %s; load %.2f\n",
-		r.Seed, r.Keys, r.Lost, r.Unreadable, r.PartialPuts, r.WrongReads, r.HistoryOps, r.Linearizable, r.LongestNoPutSeconds, settle, r.Load1)
+	fmt.Fprintf(w, "\nseed %d; keys %d; lost %d; unreadable %d; partial puts %d; wrong reads %d; history (%d ops) linearizable: %s; longest without a put %.2f s; full replication after the heal: %s; bitrot probes: %d refused as corrupt, %d served, %d other; load %.2f\n",
+		r.Seed, r.Keys, r.Lost, r.Unreadable, r.PartialPuts, r.WrongReads, r.HistoryOps, r.Linearizable, r.LongestNoPutSeconds, settle, r.BitrotDetected, r.BitrotServed, r.BitrotOther, r.Load1)
 	for _, e := range r.Events {
 		fmt.Fprintf(w, "  event %s\n", e)
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spindle-store/spindle/internal/bench"
@@ -131,6 +132,10 @@ type run struct {
 	w      *workload
 	rotted map[uint64]int // container → the node whose replica was damaged
 	log    func(string, ...any)
+
+	// bitrot counts what the damaged replicas answered to the probe read
+	// of the damaged piece.
+	bitrot struct{ detected, served, otherErr atomic.Int64 }
 
 	mu      sync.Mutex
 	windows []window

@@ -54,6 +54,8 @@ type coldRec struct {
 	container uint64
 	local     uint64
 	blockLen  uint64
+	pipeline  uint64
+	index     int // in workload.cold
 }
 
 // opKind of a recorded operation.
@@ -350,7 +352,8 @@ func (w *workload) writer(ctx context.Context, id int, end time.Time) {
 		r := &w.cold[idx]
 		r.size, r.crc, r.out = size, crc, out
 		if out == outAcked && len(ki.Blocks) > 0 {
-			r.container, r.local, r.blockLen = ki.Blocks[0].Container, ki.Blocks[0].Local, ki.Blocks[0].Length
+			b := ki.Blocks[0]
+			r.container, r.local, r.blockLen, r.pipeline, r.index = b.Container, b.Local, b.Length, b.Pipeline, idx
 		}
 		w.mu.Unlock()
 	}
