@@ -338,7 +338,7 @@ func (r *run) waitSettled(ctx context.Context) (time.Duration, error) {
 	deadline := start.Add(r.cfg.SettleTimeout)
 	why := "not asked yet"
 	for {
-		if why = r.unsettled(ctx); why == "" {
+		if why = r.unsettled(ctx, start); why == "" {
 			d := time.Since(start)
 			r.log("fully replicated %.1fs after the heal", d.Seconds())
 			return d, nil
@@ -350,8 +350,9 @@ func (r *run) waitSettled(ctx context.Context) (time.Duration, error) {
 	}
 }
 
-// unsettled says why the cluster is not fully replicated ("" if it is).
-func (r *run) unsettled(ctx context.Context) string {
+// unsettled says why the cluster is not fully replicated ("" if it is),
+// from reports all sent after healed (the same clock: one machine).
+func (r *run) unsettled(ctx context.Context, healed time.Time) string {
 	m := r.cl.meta
 	nodes, err := m.Nodes(ctx)
 	if err != nil {
@@ -359,12 +360,12 @@ func (r *run) unsettled(ctx context.Context) string {
 	}
 	healthy := 0
 	for _, n := range nodes {
-		if n.Health == "HEALTHY" {
+		if n.Health == "HEALTHY" && n.LastHeartbeat.After(healed) {
 			healthy++
 		}
 	}
 	if healthy < r.cfg.Datanodes {
-		return fmt.Sprintf("%d of %d datanodes HEALTHY", healthy, r.cfg.Datanodes)
+		return fmt.Sprintf("%d of %d datanodes HEALTHY and heard from since the heal", healthy, r.cfg.Datanodes)
 	}
 	st, err := m.Replication(ctx)
 	if err != nil {
