@@ -6,8 +6,10 @@
 //
 // # The run
 //
-//  1. Start the meta service (`spindle meta`, --dead-after 10s so that a
-//     dead node's containers are copied within a short run) and the
+//  1. Start the meta service (`spindle meta`, --dead-after 10 s scaled as
+//     the holds below, at least 4 s, and --stale-after half of it, so that
+//     about half the kills and pauses outlast it: the node is DEAD, its
+//     pipelines closed and its containers copied elsewhere) and the
 //     datanodes (internal/localcluster, ProcessGroup), wait for a pipeline.
 //  2. Writers put values of mixed sizes (log-uniform, 1 KiB .. 4 MiB) under
 //     keys written once ("cold/N"), and puts (≤ 64 KiB) and deletes of a few

@@ -197,7 +197,7 @@ func (r *run) probeBitrot(ctx context.Context, rec coldRec, node int, off int64)
 	ch, err := pc.ReadChunk(ctx, addr, client.BlockID{Container: rec.container, Local: rec.local}, start, n)
 	var verdict string
 	switch {
-	case errors.Is(err, client.ErrCorrupt) || isStatusCorrupt(err):
+	case errors.Is(err, client.ErrCorrupt) || isStatus(err, transport.StatusCorrupt):
 		r.bitrot.detected.Add(1)
 		verdict = "the damaged replica refused the read (corrupt)"
 	case err != nil:
@@ -227,9 +227,10 @@ func (r *run) probeBitrot(ctx context.Context, rec coldRec, node int, off int64)
 	return verdict
 }
 
-func isStatusCorrupt(err error) bool {
+// isStatus reports whether err carries a datanode's status st.
+func isStatus(err error, st transport.Status) bool {
 	var se *transport.StatusError
-	return errors.As(err, &se) && se.Status == transport.StatusCorrupt
+	return errors.As(err, &se) && se.Status == st
 }
 
 // bitrotProbeBytes is the range read back from a damaged replica: one

@@ -27,7 +27,8 @@ type FaultStats struct {
 	Acked    int64  `json:"acked"`
 	Failed   int64  `json:"failed"`
 	// FailedByClass: meta_unavailable, no_pipeline, pipeline_failed,
-	// timeout, corrupt (detected by the client), unknown_outcome (a
+	// timeout, corrupt (detected by the client), block_not_found (a get
+	// of a version replaced or deleted meanwhile), unknown_outcome (a
 	// put's CommitKey or a delete got no answer), other.
 	FailedByClass map[string]int64 `json:"failed_by_class,omitempty"`
 	// Lost: acknowledged puts (begun in such a window) missing or wrong

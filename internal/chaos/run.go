@@ -8,11 +8,14 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/anishathalye/porcupine"
 
 	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/keyclient"
@@ -38,6 +41,12 @@ const (
 	verifyAttempts = 3
 	// linearizabilityTimeout bounds porcupine's search.
 	linearizabilityTimeout = 2 * time.Minute
+	// maxDeadAfter and minDeadAfter bound the meta service's
+	// --dead-after (scaled as the holds; --stale-after is half of it).
+	maxDeadAfter = 10 * time.Second
+	minDeadAfter = 4 * time.Second
+	// settleLogEvery: how often the wait for full replication says why.
+	settleLogEvery = 10 * time.Second
 	// healTimeout bounds bringing everything back.
 	healTimeout = 2 * time.Minute
 )
@@ -130,6 +139,7 @@ type run struct {
 	cfg    Config
 	cl     *cluster
 	w      *workload
+	root   string
 	rotted map[uint64]int // container → the node whose replica was damaged
 	log    func(string, ...any)
 
@@ -158,16 +168,21 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	var rep *Report
 	defer func() {
-		if !cfg.Keep && made != "" {
+		// A run that found a violation keeps its directory: the logs of
+		// every process, the data, the history's visualisation.
+		if !cfg.Keep && made != "" && (rep == nil || !rep.Failed()) {
 			os.RemoveAll(made)
 		}
 	}()
 	logf("seed %d, %d datanodes, %d writers, %d readers, faults %v, %v, in %s", cfg.Seed, cfg.Datanodes, cfg.Writers, cfg.Readers, cfg.Faults, cfg.Duration, root)
+	// A node silent deadAfter is DEAD: its pipelines are closed and its
+	// containers copied elsewhere, also within a short run, where about
+	// half the kills and pauses outlast it.
+	deadAfter := min(max(time.Duration(float64(maxDeadAfter)*holdScale(cfg.Duration)), minDeadAfter), maxDeadAfter)
 	cl, err := startCluster(ctx, cfg.Binary, root, cfg.Datanodes,
-		// A node silent 10 s is DEAD: its pipelines are closed and its
-		// containers copied elsewhere within a short run.
-		[]string{"--dead-after", "10s", "--copy-retry-after", "5s"},
+		[]string{"--dead-after", deadAfter.String(), "--stale-after", (deadAfter / 2).String(), "--copy-retry-after", "5s"},
 		nil)
 	if err != nil {
 		return nil, err
@@ -184,12 +199,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if _, err := kc.CreateBucket(ctx, bucket); err != nil && !errors.Is(err, metaapi.ErrExists) {
 		return nil, fmt.Errorf("chaos: create bucket: %w", err)
 	}
-	r := &run{cfg: cfg, cl: cl, rotted: map[uint64]int{}, log: logf,
+	r := &run{cfg: cfg, cl: cl, root: root, rotted: map[uint64]int{}, log: logf,
 		w: &workload{cfg: &cfg, kc: kc, t0: time.Now(), lat: bench.NewLatency()}}
-	rep := r.execute(ctx)
+	rep = r.execute(ctx)
 	rep.Dir = root
-	if cfg.Keep {
-		rep.AddNote("cluster kept in %s", root)
+	if cfg.Keep || rep.Failed() {
+		rep.AddNote("cluster kept in %s (process logs: meta.log, datanodes/dn<i>.log)", root)
 	}
 	return rep, nil
 }
@@ -257,7 +272,7 @@ func (r *run) execute(ctx context.Context) *Report {
 // at a time, each healed before the next.
 func (r *run) nemesis(ctx context.Context, end time.Time) []error {
 	rng := rand.New(rand.NewPCG(uint64(r.cfg.Seed), 0xfa17))
-	scale := min(max(r.cfg.Duration.Seconds()/120, 0.25), 1)
+	scale := holdScale(r.cfg.Duration)
 	var errs []error
 	sleep := func(d time.Duration) bool {
 		t := time.NewTimer(d)
@@ -311,6 +326,10 @@ func (r *run) nemesis(ctx context.Context, end time.Time) []error {
 	}
 }
 
+// holdScale shortens the holds and gaps of short runs: duration / 2 min,
+// within [0.25, 1].
+func holdScale(d time.Duration) float64 { return min(max(d.Seconds()/120, 0.25), 1) }
+
 // healAll brings every process back: SIGCONT to every datanode, a
 // restart of whatever is down.
 func (r *run) healAll(ctx context.Context) error {
@@ -336,7 +355,7 @@ func (r *run) healAll(ctx context.Context) error {
 func (r *run) waitSettled(ctx context.Context) (time.Duration, error) {
 	start := time.Now()
 	deadline := start.Add(r.cfg.SettleTimeout)
-	why := "not asked yet"
+	why, lastLog := "not asked yet", start
 	for {
 		if why = r.unsettled(ctx, start); why == "" {
 			d := time.Since(start)
@@ -345,6 +364,10 @@ func (r *run) waitSettled(ctx context.Context) (time.Duration, error) {
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return 0, fmt.Errorf("not fully replicated %v after the heal: %s", r.cfg.SettleTimeout, why)
+		}
+		if time.Since(lastLog) >= settleLogEvery {
+			r.log("%.0fs after the heal: %s", time.Since(start).Seconds(), why)
+			lastLog = time.Now()
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -499,6 +522,14 @@ func (r *run) checkHistory() linResult {
 		}
 	}
 	r.log("checking the history of %d hot key operations", len(h))
-	res, _ := checkLinearizable(h, linearizabilityTimeout)
+	res, info := checkLinearizable(h, linearizabilityTimeout)
+	if res == linIllegal {
+		path := filepath.Join(r.root, "linearizability.html")
+		if err := porcupine.VisualizePath(hotModel, info, path); err != nil {
+			r.log("visualising the history: %v", err)
+		} else {
+			r.log("the history, visualised: %s", path)
+		}
+	}
 	return res
 }

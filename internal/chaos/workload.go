@@ -16,6 +16,7 @@ import (
 	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/transport"
 )
 
 // Limits of the workload.
@@ -195,6 +196,10 @@ func errClass(err error) string {
 		return "meta_unavailable"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
+	case isStatus(err, transport.StatusNotFound):
+		// a get of a version replaced or deleted meanwhile: its blocks
+		// are gone from every replica
+		return "block_not_found"
 	}
 	return "other"
 }
