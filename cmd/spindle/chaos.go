@@ -9,11 +9,13 @@ import (
 
 	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/chaos"
+	"github.com/spindle-store/spindle/internal/units"
 )
 
 func newBenchChaosCmd() *cobra.Command {
 	var cfg chaos.Config
 	var faults string
+	var maxBytes units.ByteSize
 	cmd := &cobra.Command{
 		Use:   "chaos",
 		Short: "A real cluster under kill -9, pauses, meta crashes and bit rot; every byte and the history checked",
@@ -42,6 +44,7 @@ violation, printing the seed to replay. See docs/CHAOS.md.`,
 				return usageErr(err)
 			}
 			cfg.Faults = fs
+			cfg.MaxBytes = int64(maxBytes)
 			if cfg.Binary, err = os.Executable(); err != nil {
 				return fmt.Errorf("finding the spindle binary: %w", err)
 			}
@@ -81,5 +84,6 @@ violation, printing the seed to replay. See docs/CHAOS.md.`,
 	f.StringVar(&faults, "faults", strings.Join(chaos.DefaultFaults, ","), "fault kinds, comma-separated: kill, pause, meta-kill, bitrot (full, partition, delay: not implemented yet)")
 	f.DurationVar(&cfg.SettleTimeout, "settle-timeout", chaos.DefaultSettleTimeout, "bound of the wait for full replication after the heal")
 	f.IntVar(&cfg.MaxOps, "max-ops", chaos.DefaultMaxOps, "bound of the operations of the run")
+	f.Var(&maxBytes, "max-bytes", "bound of the bytes of values put, before replication; then only the hot keys are written (default: a quarter of the free space of --dir's filesystem ÷ 3)")
 	return cmd
 }

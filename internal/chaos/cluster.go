@@ -199,6 +199,32 @@ func (c *cluster) stop() error {
 	return errors.Join(errs...)
 }
 
+// restartDatanode restarts datanode id on its directories and address;
+// if that fails (its port taken meanwhile, say) it tries a new port, as a
+// datanode started with --listen 127.0.0.1:0 comes back, and returns the
+// first failure for the report, nil only if the first try worked.
+func (c *cluster) restartDatanode(ctx context.Context, id int) error {
+	err := c.dns.Restart(ctx, id)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if c.dns.Running(id) {
+		if kerr := c.dns.Kill(id); kerr != nil {
+			return errors.Join(err, kerr)
+		}
+	}
+	if nerr := c.dns.RestartOnNewPort(ctx, id); nerr != nil {
+		return errors.Join(err, nerr)
+	}
+	return &portMovedError{fmt.Errorf("datanode %d came back on a new port, %s: on its own: %w", id, c.dns.Nodes()[id-1].Addr, err)}
+}
+
+// portMovedError is a datanode that came back, on a new port: worth a
+// note, not a failed heal.
+type portMovedError struct{ error }
+
+func (e *portMovedError) Unwrap() error { return e.error }
+
 // waitPipeline waits (bounded by d) until an allocatable pipeline has a
 // leader.
 func (c *cluster) waitPipeline(ctx context.Context, d time.Duration) error {

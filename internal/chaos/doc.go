@@ -53,8 +53,10 @@
 //
 // Every loop is bounded in time (Duration, opTimeout per operation,
 // healTimeout, SettleTimeout, linearizabilityTimeout) and in count
-// (MaxOps operations, MaxWorkers workers). Memory is O(operations): a few
-// words per operation and per cold key, never a value.
+// (MaxOps operations, MaxWorkers workers), and the space it takes by
+// MaxBytes of cold values (then only the hot keys are written). Memory is
+// O(operations): a few words per operation and per cold key, never a
+// value.
 //
 // # Concurrency
 //

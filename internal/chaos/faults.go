@@ -115,7 +115,7 @@ func injectKill(ctx context.Context, r *run, rng *rand.Rand) (string, func(conte
 		return "", nil, err
 	}
 	return fmt.Sprintf("kill -9 datanode %d", id), func(ctx context.Context) error {
-		return r.cl.dns.Restart(ctx, id)
+		return r.cl.restartDatanode(ctx, id)
 	}, nil
 }
 

@@ -180,7 +180,7 @@ func (r *run) report(runSeconds float64, lost, partial, unreadable []int, lin li
 	rep.MBPerS = round2(float64(bytes) / runSeconds / 1e6)
 	rep.LatencyUs = w.lat.Summary()
 	rep.Params = map[string]any{"seed": r.cfg.Seed, "duration": r.cfg.Duration.String(), "datanodes": r.cfg.Datanodes,
-		"writers": r.cfg.Writers, "readers": r.cfg.Readers, "faults": strings.Join(r.cfg.Faults, ",")}
+		"writers": r.cfg.Writers, "readers": r.cfg.Readers, "faults": strings.Join(r.cfg.Faults, ","), "max_bytes": r.cfg.MaxBytes}
 	return rep
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"golang.org/x/sys/unix"
 
 	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/keyclient"
@@ -45,6 +46,10 @@ const (
 	// --dead-after (scaled as the holds; --stale-after is half of it).
 	maxDeadAfter = 10 * time.Second
 	minDeadAfter = 4 * time.Second
+	// freeSpaceShare of the run filesystem's free space, divided by
+	// replicationFactor, is the default MaxBytes.
+	freeSpaceShare    = 0.25
+	replicationFactor = 3
 	// settleLogEvery: how often the wait for full replication says why.
 	settleLogEvery = 10 * time.Second
 	// healTimeout bounds bringing everything back.
@@ -78,6 +83,12 @@ type Config struct {
 	SettleTimeout time.Duration
 	// MaxOps bounds the operations of the run.
 	MaxOps int
+	// MaxBytes bounds the bytes of the values put (before replication);
+	// once reached, writers only put and delete hot keys (which replace
+	// their own bytes). 0: a quarter of the free space of the run's
+	// filesystem divided by the replication factor (on /dev/shm that is
+	// memory: a run must not starve the machine).
+	MaxBytes int64
 	// Progress receives progress lines (nil: none).
 	Progress io.Writer
 }
@@ -176,6 +187,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			os.RemoveAll(made)
 		}
 	}()
+	if cfg.MaxBytes <= 0 {
+		var st unix.Statfs_t
+		if err := unix.Statfs(root, &st); err != nil {
+			return nil, fmt.Errorf("chaos: free space of %s: %w", root, err)
+		}
+		cfg.MaxBytes = int64(float64(st.Bavail) * float64(st.Bsize) * freeSpaceShare / replicationFactor)
+	}
+	logf("at most %d MiB of values (×%d replicas)", cfg.MaxBytes>>20, replicationFactor)
 	logf("seed %d, %d datanodes, %d writers, %d readers, faults %v, %v, in %s", cfg.Seed, cfg.Datanodes, cfg.Writers, cfg.Readers, cfg.Faults, cfg.Duration, root)
 	// A node silent deadAfter is DEAD: its pipelines are closed and its
 	// containers copied elsewhere, also within a short run, where about
@@ -344,7 +363,12 @@ func (r *run) healAll(ctx context.Context) error {
 			errs = append(errs, r.cl.dns.Resume(n.ID))
 			continue
 		}
-		errs = append(errs, r.cl.dns.Restart(ctx, n.ID))
+		err := r.cl.restartDatanode(ctx, n.ID)
+		if moved := (*portMovedError)(nil); errors.As(err, &moved) {
+			r.log("%v", err)
+			err = nil
+		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

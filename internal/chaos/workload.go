@@ -91,6 +91,7 @@ type workload struct {
 	opsCount atomic.Int64
 
 	version    atomic.Uint64 // hot key versions, unique in the run
+	coldBytes  atomic.Int64  // bytes of cold values put or being put
 	wrongReads []wrongRead
 	lostInRun  []string
 	violations []string
@@ -314,7 +315,16 @@ func (w *workload) addHistory(client int, in hotInput, out hotOutput, call, ret 
 func (w *workload) writer(ctx context.Context, id int, end time.Time) {
 	rng := rand.New(rand.NewPCG(uint64(w.cfg.Seed), uint64(id)*2+1))
 	for time.Now().Before(end) && !w.stop.Load() && ctx.Err() == nil && w.opsCount.Add(1) <= int64(w.cfg.MaxOps) {
-		if rng.Float64() < hotFraction && w.cfg.HotKeys > 0 {
+		size := valueSize(rng, MaxValueBytes)
+		cold := rng.Float64() >= hotFraction || w.cfg.HotKeys == 0
+		if cold && w.coldBytes.Add(size) > w.cfg.MaxBytes {
+			w.coldBytes.Add(-size) // the budget is spent: hot keys only
+			if w.cfg.HotKeys == 0 {
+				return
+			}
+			cold = false
+		}
+		if !cold {
 			k := rng.IntN(w.cfg.HotKeys)
 			name := hotName(k)
 			call := w.now()
@@ -351,7 +361,6 @@ func (w *workload) writer(ctx context.Context, id int, end time.Time) {
 		idx := len(w.cold)
 		w.cold = append(w.cold, coldRec{startNs: w.now()})
 		w.mu.Unlock()
-		size := valueSize(rng, MaxValueBytes)
 		out, ki, crc, _ := w.put(ctx, coldName(idx), valueID{key: coldKeyBase + uint64(idx), version: 1, size: size})
 		w.mu.Lock()
 		r := &w.cold[idx]
