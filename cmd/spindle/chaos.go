@@ -45,6 +45,9 @@ violation, printing the seed to replay. See docs/CHAOS.md.`,
 			}
 			cfg.Faults = fs
 			cfg.MaxBytes = int64(maxBytes)
+			if cfg.HotKeys == 0 {
+				cfg.HotKeys = -1 // none (0 is the default in chaos.Config)
+			}
 			if cfg.Binary, err = os.Executable(); err != nil {
 				return fmt.Errorf("finding the spindle binary: %w", err)
 			}

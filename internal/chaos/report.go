@@ -62,6 +62,9 @@ type Report struct {
 	HistoryOps   int          `json:"history_ops"`
 	// LongestNoPutSeconds over the whole workload.
 	LongestNoPutSeconds float64 `json:"longest_no_put_s"`
+	// MaxBytesReachedSeconds: when --max-bytes of values were put (then
+	// only hot keys; without hot keys, no puts at all); 0: not reached.
+	MaxBytesReachedSeconds float64 `json:"max_bytes_reached_s,omitempty"`
 	// ReplicationSettleSeconds: from the heal to full replication; -1
 	// when it did not settle within the bound.
 	ReplicationSettleSeconds float64 `json:"replication_settle_s"`
@@ -107,6 +110,7 @@ func (r *run) report(runSeconds float64, lost, partial, unreadable []int, lin li
 		ReplicationSettleSeconds: -1, ErrorSamples: maps.Clone(w.samples),
 		BitrotDetected: r.bitrot.detected.Load(), BitrotServed: r.bitrot.served.Load(), BitrotOther: r.bitrot.otherErr.Load(),
 	}
+	rep.MaxBytesReachedSeconds = round2(float64(w.budgetSpentNs.Load()) / 1e9)
 	if settle > 0 {
 		rep.ReplicationSettleSeconds = round2(settle.Seconds())
 	}

@@ -70,7 +70,7 @@ type Config struct {
 	// Writers and Readers run at once (defaults 8 and 4).
 	Writers, Readers int
 	// HotKeys are the keys whose history is checked for linearizability
-	// (default 4).
+	// (0: DefaultHotKeys; negative: none).
 	HotKeys int
 	// Duration of the workload under faults (default 60 s).
 	Duration time.Duration
@@ -106,6 +106,7 @@ func (c *Config) setDefaults() error {
 	def(&c.Writers, DefaultWriters)
 	def(&c.Readers, DefaultReaders)
 	def(&c.HotKeys, DefaultHotKeys)
+	c.HotKeys = max(c.HotKeys, 0)
 	def(&c.MaxOps, DefaultMaxOps)
 	if c.Duration == 0 {
 		c.Duration = DefaultDuration
@@ -219,7 +220,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("chaos: create bucket: %w", err)
 	}
 	r := &run{cfg: cfg, cl: cl, root: root, rotted: map[uint64]int{}, log: logf,
-		w: &workload{cfg: &cfg, kc: kc, t0: time.Now(), lat: bench.NewLatency()}}
+		w: &workload{cfg: &cfg, kc: kc, t0: time.Now(), lat: bench.NewLatency(), log: logf}}
 	rep = r.execute(ctx)
 	rep.Dir = root
 	if cfg.Keep || rep.Failed() {

@@ -90,12 +90,15 @@ type workload struct {
 	lat      *bench.Latency
 	opsCount atomic.Int64
 
-	version    atomic.Uint64 // hot key versions, unique in the run
-	coldBytes  atomic.Int64  // bytes of cold values put or being put
-	wrongReads []wrongRead
-	lostInRun  []string
-	violations []string
-	samples    map[string]string // error class → its first error
+	version   atomic.Uint64 // hot key versions, unique in the run
+	coldBytes atomic.Int64  // bytes of cold values put or being put
+	// budgetSpentNs: when MaxBytes was reached (0: not reached).
+	budgetSpentNs atomic.Int64
+	log           func(string, ...any)
+	wrongReads    []wrongRead
+	lostInRun     []string
+	violations    []string
+	samples       map[string]string // error class → its first error
 }
 
 type wrongRead struct {
@@ -319,6 +322,9 @@ func (w *workload) writer(ctx context.Context, id int, end time.Time) {
 		cold := rng.Float64() >= hotFraction || w.cfg.HotKeys == 0
 		if cold && w.coldBytes.Add(size) > w.cfg.MaxBytes {
 			w.coldBytes.Add(-size) // the budget is spent: hot keys only
+			if w.budgetSpentNs.CompareAndSwap(0, w.now()) && w.log != nil {
+				w.log("%.1fs: --max-bytes of values put; from now on only the hot keys are written", time.Since(w.t0).Seconds())
+			}
 			if w.cfg.HotKeys == 0 {
 				return
 			}
