@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -224,6 +225,20 @@ func (c *cluster) restartDatanode(ctx context.Context, id int) error {
 type portMovedError struct{ error }
 
 func (e *portMovedError) Unwrap() error { return e.error }
+
+// countInLogs counts the lines of every datanode's log (all its lives:
+// logs are appended across restarts) that contain needle.
+func (c *cluster) countInLogs(needle string) (int, error) {
+	n := 0
+	for _, dn := range c.dns.Nodes() {
+		b, err := os.ReadFile(dn.LogPath)
+		if err != nil {
+			return n, fmt.Errorf("chaos: %w", err)
+		}
+		n += bytes.Count(b, []byte(needle))
+	}
+	return n, nil
+}
 
 // waitPipeline waits (bounded by d) until an allocatable pipeline has a
 // leader.

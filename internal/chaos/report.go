@@ -71,10 +71,13 @@ type Report struct {
 	// Bitrot probes: reads of the damaged piece from the damaged replica,
 	// right after the flip: refused as corrupt (as they must be), served
 	// (wrong bytes: counted in WrongReads too), or another outcome.
-	BitrotDetected int64    `json:"bitrot_detected"`
-	BitrotServed   int64    `json:"bitrot_served"`
-	BitrotOther    int64    `json:"bitrot_other"`
-	Events         []string `json:"events"`
+	BitrotDetected int64 `json:"bitrot_detected"`
+	BitrotServed   int64 `json:"bitrot_served"`
+	BitrotOther    int64 `json:"bitrot_other"`
+	// ReplicaFailures: "replica failed" lines in the datanodes' logs
+	// (a replica that left a pipeline, ARCHITECTURE §12.3), -1 unknown.
+	ReplicaFailures int      `json:"replica_failures"`
+	Events          []string `json:"events"`
 	// ErrorSamples: the first error of each class.
 	ErrorSamples map[string]string `json:"error_samples,omitempty"`
 	Violations   []string          `json:"violations,omitempty"`
@@ -235,8 +238,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.ReplicationSettleSeconds >= 0 {
 		settle = fmt.Sprintf("%.1f s", r.ReplicationSettleSeconds)
 	}
-	fmt.Fprintf(w, "\nseed %d; keys %d; lost %d; unreadable %d; partial puts %d; wrong reads %d; history (%d ops) linearizable: %s; longest without a put %.2f s; full replication after the heal: %s; bitrot probes: %d refused as corrupt, %d served, %d other; load %.2f\n",
-		r.Seed, r.Keys, r.Lost, r.Unreadable, r.PartialPuts, r.WrongReads, r.HistoryOps, r.Linearizable, r.LongestNoPutSeconds, settle, r.BitrotDetected, r.BitrotServed, r.BitrotOther, r.Load1)
+	fmt.Fprintf(w, "\nseed %d; keys %d; lost %d; unreadable %d; partial puts %d; wrong reads %d; history (%d ops) linearizable: %s; longest without a put %.2f s; full replication after the heal: %s; bitrot probes: %d refused as corrupt, %d served, %d other; replicas that left a pipeline: %d; load %.2f\n",
+		r.Seed, r.Keys, r.Lost, r.Unreadable, r.PartialPuts, r.WrongReads, r.HistoryOps, r.Linearizable, r.LongestNoPutSeconds, settle, r.BitrotDetected, r.BitrotServed, r.BitrotOther, r.ReplicaFailures, r.Load1)
 	for _, e := range r.Events {
 		fmt.Fprintf(w, "  event %s\n", e)
 	}

@@ -50,6 +50,9 @@ const (
 	// replicationFactor, is the default MaxBytes.
 	freeSpaceShare    = 0.25
 	replicationFactor = 3
+	// replicaFailedLog is what a datanode logs when one of its replicas
+	// leaves a pipeline (internal/pipeline/replica_failure.go).
+	replicaFailedLog = `msg="replica failed: not acknowledging, leaving the pipeline"`
 	// settleLogEvery: how often the wait for full replication says why.
 	settleLogEvery = 10 * time.Second
 	// healTimeout bounds bringing everything back.
@@ -275,6 +278,11 @@ func (r *run) execute(ctx context.Context) *Report {
 	lin := r.checkHistory()
 
 	rep := r.report(runSeconds, lost, partial, unreadable, lin, settle)
+	var err error
+	if rep.ReplicaFailures, err = r.cl.countInLogs(replicaFailedLog); err != nil {
+		rep.ReplicaFailures = -1
+		rep.AddNote("%v", err)
+	}
 	for _, e := range nemesisErrs {
 		rep.AddNote("nemesis: %v", e)
 	}
