@@ -111,10 +111,11 @@ func injectKill(ctx context.Context, r *run, rng *rand.Rand) (string, func(conte
 	if err != nil {
 		return "", nil, err
 	}
+	role := r.role(ctx, id)
 	if err := r.cl.dns.Kill(id); err != nil {
 		return "", nil, err
 	}
-	return fmt.Sprintf("kill -9 datanode %d", id), func(ctx context.Context) error {
+	return fmt.Sprintf("kill -9 datanode %d (%s)", id, role), func(ctx context.Context) error {
 		return r.cl.restartDatanode(ctx, id)
 	}, nil
 }
@@ -124,13 +125,45 @@ func injectPause(ctx context.Context, r *run, rng *rand.Rand) (string, func(cont
 	if err != nil {
 		return "", nil, err
 	}
+	role := r.role(ctx, id)
 	if err := r.cl.dns.Pause(id); err != nil {
 		return "", nil, err
 	}
-	return fmt.Sprintf("SIGSTOP datanode %d", id), func(context.Context) error {
+	return fmt.Sprintf("SIGSTOP datanode %d (%s)", id, role), func(context.Context) error {
 		return r.cl.dns.Resume(id)
 	}, nil
 }
+
+// role says which open pipelines datanode id leads and serves, as the
+// meta service last heard (for the events: a fault on a leader costs more).
+func (r *run) role(ctx context.Context, id int) string {
+	ctx, cancel := context.WithTimeout(ctx, roleTimeout)
+	defer cancel()
+	addr := r.cl.dns.Nodes()[id-1].Addr
+	pls, err := r.cl.meta.Pipelines(ctx)
+	if err != nil {
+		return "pipelines unknown"
+	}
+	var leads, member []uint64
+	for _, p := range pls {
+		if p.State == "CLOSED" {
+			continue
+		}
+		for _, m := range p.Members {
+			if m.Addr != addr {
+				continue
+			}
+			member = append(member, p.ID)
+			if p.Leader == m.NodeID {
+				leads = append(leads, p.ID)
+			}
+		}
+	}
+	return fmt.Sprintf("leads pipelines %v of %v", leads, member)
+}
+
+// roleTimeout bounds asking the meta service for a datanode's pipelines.
+const roleTimeout = 5 * time.Second
 
 func injectMetaKill(ctx context.Context, r *run, rng *rand.Rand) (string, func(context.Context) error, error) {
 	if err := r.cl.killMeta(); err != nil {
