@@ -25,7 +25,8 @@
 //     the meta service and its restart on the same directory and port; a
 //     byte flipped on disk in the committed part of a block file of one
 //     replica (only ever one replica per container, so a good copy of every
-//     block remains). Holds are 5-20 s (meta: 1-5 s), scaled by
+//     block remains). After each heal, until the next fault, a poll waits
+//     for full replication (step 4's test) and times it. Holds are 5-20 s (meta: 1-5 s), scaled by
 //     duration/2 min (at least 0.25) for short runs.
 //  4. Heal: SIGCONT every datanode, restart whatever is down. Wait (bounded
 //     by SettleTimeout) until every datanode is HEALTHY, the meta service is

@@ -39,6 +39,11 @@ type FaultStats struct {
 	// LongestNoPutSeconds: the longest stretch, inside such windows,
 	// without a successful put.
 	LongestNoPutSeconds float64 `json:"longest_no_put_s"`
+	// ReplicationSettleSeconds: the longest time, from the end of a heal,
+	// to full replication among the windows where it came before the
+	// next fault; NotSettled counts the windows where it did not.
+	ReplicationSettleSeconds float64 `json:"replication_settle_s"`
+	NotSettled               int     `json:"not_settled"`
 }
 
 // Report is the result of a run: the common bench fields and the chaos
@@ -131,6 +136,11 @@ func (r *run) report(runSeconds float64, lost, partial, unreadable []int, lin li
 	}
 	for _, win := range r.windows {
 		stats[win.kind].Injected++
+		if win.settleNs < 0 {
+			stats[win.kind].NotSettled++
+		} else {
+			stats[win.kind].ReplicationSettleSeconds = max(stats[win.kind].ReplicationSettleSeconds, round2(float64(win.settleNs)/1e9))
+		}
 		rep.Events = append(rep.Events, fmt.Sprintf("%.1fs-%.1fs %s", float64(win.startNs)/1e9, float64(win.endNs)/1e9, win.desc))
 	}
 	var putDone []int64
@@ -223,13 +233,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "\nfault\tinjected\tops\tacked\tfailed\tlost\twrong reads\tlongest no put s\tfailed by class\t")
+	fmt.Fprintln(tw, "\nfault\tinjected\tops\tacked\tfailed\tlost\twrong reads\tlongest no put s\tsettle s\tunsettled\tfailed by class\t")
 	for _, s := range r.ByFault {
 		var cls []string
 		for _, k := range slices.Sorted(maps.Keys(s.FailedByClass)) {
 			cls = append(cls, fmt.Sprintf("%s=%d", k, s.FailedByClass[k]))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.2f\t%s\t\n", s.Kind, s.Injected, s.Ops, s.Acked, s.Failed, s.Lost, s.WrongReads, s.LongestNoPutSeconds, strings.Join(cls, " "))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.1f\t%d\t%s\t\n", s.Kind, s.Injected, s.Ops, s.Acked, s.Failed, s.Lost, s.WrongReads, s.LongestNoPutSeconds, s.ReplicationSettleSeconds, s.NotSettled, strings.Join(cls, " "))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

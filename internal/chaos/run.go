@@ -53,6 +53,8 @@ const (
 	// replicaFailedLog is what a datanode logs when one of its replicas
 	// leaves a pipeline (internal/pipeline/replica_failure.go).
 	replicaFailedLog = `msg="replica failed: not acknowledging, leaving the pipeline"`
+	// settlePoll is how often full replication is asked for.
+	settlePoll = 500 * time.Millisecond
 	// settleLogEvery: how often the wait for full replication says why.
 	settleLogEvery = 10 * time.Second
 	// healTimeout bounds bringing everything back.
@@ -147,6 +149,10 @@ type window struct {
 	kind           string
 	desc           string
 	startNs, endNs int64
+	// settleNs: from the end of the heal to full replication (as
+	// waitSettled sees it); -1: not before the next fault or the end of
+	// the workload.
+	settleNs int64
 }
 
 // run is one chaos run's state.
@@ -316,6 +322,8 @@ func (r *run) nemesis(ctx context.Context, end time.Time) []error {
 		return errs
 	}
 	kinds := slices.Clone(r.cfg.Faults)
+	watch := &settleWatch{}
+	defer func() { watch.stop() }()
 	for round := 0; ; round++ {
 		if round%len(kinds) == 0 {
 			rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
@@ -327,6 +335,7 @@ func (r *run) nemesis(ctx context.Context, end time.Time) []error {
 		if time.Until(end) < hold+gap || r.w.stop.Load() {
 			return errs
 		}
+		watch.stop()
 		start := r.w.now()
 		desc, heal, err := fk.inject(ctx, r, rng)
 		if err != nil {
@@ -346,12 +355,54 @@ func (r *run) nemesis(ctx context.Context, end time.Time) []error {
 			cancel()
 		}
 		r.mu.Lock()
-		r.windows = append(r.windows, window{kind: name, desc: desc, startNs: start, endNs: r.w.now()})
+		r.windows = append(r.windows, window{kind: name, desc: desc, startNs: start, endNs: r.w.now(), settleNs: -1})
+		i := len(r.windows) - 1
 		r.mu.Unlock()
+		watch = r.watchSettle(ctx, i)
 		if !sleep(gap) {
 			return errs
 		}
 	}
+}
+
+// settleWatch is the poll, after one fault's heal, for full replication;
+// the nemesis stops it before the next fault (the zero value is stopped).
+type settleWatch struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (s *settleWatch) stop() {
+	if s.cancel != nil {
+		s.cancel()
+		<-s.done
+		s.cancel = nil
+	}
+}
+
+// watchSettle polls, until stopped, for full replication after window i's
+// heal, and records the time it took in the window.
+func (r *run) watchSettle(ctx context.Context, i int) *settleWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &settleWatch{cancel: cancel, done: make(chan struct{})}
+	healed := time.Now()
+	go func() {
+		defer close(s.done)
+		for ctx.Err() == nil {
+			if r.unsettled(ctx, healed) == "" {
+				d := time.Since(healed)
+				r.mu.Lock()
+				r.windows[i].settleNs = int64(d)
+				r.mu.Unlock()
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(settlePoll):
+			}
+		}
+	}()
+	return s
 }
 
 // holdScale shortens the holds and gaps of short runs: duration / 2 min,
@@ -402,7 +453,7 @@ func (r *run) waitSettled(ctx context.Context) (time.Duration, error) {
 			r.log("%.0fs after the heal: %s", time.Since(start).Seconds(), why)
 			lastLog = time.Now()
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(settlePoll)
 	}
 }
 
