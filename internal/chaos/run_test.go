@@ -70,6 +70,9 @@ func TestChaosShort(t *testing.T) {
 	rep, err := Run(ctx, Config{
 		Binary: spindleBin, Dir: t.TempDir(), Duration: d, Seed: seed,
 		SettleTimeout: time.Minute, Progress: logWriter{t},
+		// at most 3 × 768 MiB in the test's temporary directory; then the
+		// hot keys only, under faults until the end
+		MaxBytes: 768 << 20,
 	})
 	if err != nil {
 		t.Fatal(err)
