@@ -18,6 +18,7 @@ FUZZTIME       ?= 10s
 BENCHTIME      ?= 1s
 BENCH_DURATION ?= 5s
 REPORT_SUITE   ?= quick
+CHAOS_DURATION ?= 60s
 REPORT_OUT     ?= reports/$(REPORT_SUITE)-$(shell date +%Y%m%d-%H%M%S)
 # The concurrent packages `make test` runs a second time under the race
 # detector, with -short (the engine's single-goroutine crash loops skip:
@@ -25,12 +26,12 @@ REPORT_OUT     ?= reports/$(REPORT_SUITE)-$(shell date +%Y%m%d-%H%M%S)
 # machine under load: about 45 s of tests plus the race build (about 5 min
 # with a cold build cache, seconds with a warm one).
 RACE_TEST_PKGS ?= ./internal/pipeline/... ./internal/wal/... ./internal/engine/... ./internal/transport/... ./internal/client/... ./internal/bulk/... ./internal/datanode/...
-RACE_PKGS      ?= ./cmd/... ./internal/bench/... ./internal/units/... ./internal/buildinfo/... ./internal/engine/... ./internal/vfs/... ./internal/wal/... ./internal/transport/... ./internal/client/... ./internal/localcluster/... ./internal/pipeline/... ./internal/datanode/... ./internal/meta/... ./internal/metaapi/... ./internal/keyclient/... ./internal/bulk/... ./internal/gen/...
+RACE_PKGS      ?= ./cmd/... ./internal/bench/... ./internal/units/... ./internal/buildinfo/... ./internal/engine/... ./internal/vfs/... ./internal/wal/... ./internal/transport/... ./internal/client/... ./internal/localcluster/... ./internal/pipeline/... ./internal/datanode/... ./internal/meta/... ./internal/metaapi/... ./internal/keyclient/... ./internal/bulk/... ./internal/gen/... ./internal/chaos/...
 
 # Go sources to format-check: everything but testdata, vendor and bin.
 GO_FILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*' -not -path '*/testdata/*' -not -path './vendor/*')
 
-.PHONY: help deps build test test-race vet fmt fmt-check demo fuzz bench report clean check-full-disk check-crash
+.PHONY: help deps build test test-race vet fmt fmt-check demo fuzz bench report clean check-full-disk check-crash check-chaos
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -64,6 +65,10 @@ check-full-disk: ## issue 12's full-disk scenario: 5 datanodes, one on a 200 MiB
 
 check-crash: ## the pipeline's power-loss crash loops (engine + WAL + raft on MemFS) three times under the race detector, every point (make test runs them once, a third of the points under -race)
 	SPINDLE_CRASH=1 $(GO) test -count=3 -race -timeout 60m -v -run 'TestCrashComposition' ./internal/pipeline/
+
+check-chaos: build ## bench chaos: its short form verbose, then a CHAOS_DURATION (default 60s) run of every implemented fault kind (CHAOS_SEED to replay)
+	$(GO) test -count=1 -v -run 'TestChaosShort' ./internal/chaos/
+	$(BIN) bench chaos --duration $(CHAOS_DURATION)$(if $(CHAOS_SEED), --seed $(CHAOS_SEED))
 
 demo: build ## run the all-in-one demo
 	$(BIN) demo

@@ -12,7 +12,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -392,5 +394,81 @@ func TestFollowerRestartCatchesUp(t *testing.T) {
 		if n.ID != follower.ID {
 			verifyReplica(t, ctx, c, n.Addr, acks, blocks)
 		}
+	}
+}
+
+// procState is the state letter of /proc/PID/stat ('T': stopped).
+func procState(pid int) (byte, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')') // the command name may hold spaces
+	if i < 0 || i+2 >= len(b) {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, b)
+	}
+	return b[i+2], nil
+}
+
+// TestProcessGroupPauseResume: with ProcessGroup a member leads its own
+// process group; Pause stops it, Resume continues it, and Stop ends a
+// paused member with SIGTERM (it sends SIGCONT first), not SIGKILL.
+func TestProcessGroupPauseResume(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	root := t.TempDir()
+	cl, err := localcluster.Start(ctx, localcluster.Config{
+		Binary: spindleBin, Members: 1, DataDir: filepath.Join(root, "data"), LogDir: filepath.Join(root, "log"),
+		ProcessGroup: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			cl.Stop(20 * time.Second)
+		}
+	}()
+	pid := cl.PID(1)
+	if pgid, err := syscall.Getpgid(pid); err != nil || pgid != pid {
+		t.Fatalf("member's process group %d (%v), want its own, %d", pgid, err, pid)
+	}
+	if pgid, _ := syscall.Getpgid(os.Getpid()); pgid == pid {
+		t.Fatal("the test runs in the member's group")
+	}
+	waitState := func(want func(byte) bool, what string) {
+		t.Helper()
+		if err := poll(leaderBound, func() error {
+			st, err := procState(pid)
+			if err != nil {
+				return err
+			}
+			if !want(st) {
+				return fmt.Errorf("state %c, want %s", st, what)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.Pause(1); err != nil {
+		t.Fatal(err)
+	}
+	waitState(func(s byte) bool { return s == 'T' }, "stopped")
+	if err := cl.Resume(1); err != nil {
+		t.Fatal(err)
+	}
+	waitState(func(s byte) bool { return s != 'T' }, "running")
+	if err := cl.Pause(1); err != nil {
+		t.Fatal(err)
+	}
+	waitState(func(s byte) bool { return s == 'T' }, "stopped")
+	stopped = true
+	if err := cl.Stop(20 * time.Second); err != nil {
+		t.Fatalf("stop of a paused member: %v", err)
+	}
+	if st := cl.ExitStatus(1); strings.Contains(st, "killed") {
+		t.Fatalf("the paused member was killed (%s), not stopped by SIGTERM", st)
 	}
 }

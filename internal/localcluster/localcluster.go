@@ -12,6 +12,9 @@
 //
 //   - Only 127.0.0.1 addresses are used; a member keeps its address across
 //     restarts (the pipeline's membership names it).
+//   - With Config.ProcessGroup each child leads a process group of its own,
+//     and Kill, Pause and Resume signal that group (-pid): a signal for one
+//     member never reaches another member or the parent.
 //   - Every child is started with the parent-death signal SIGKILL, so that
 //     no datanode outlives the process that started it, even if that
 //     process is killed; Stop (SIGTERM, then SIGKILL after a bounded wait)
@@ -100,6 +103,9 @@ type Config struct {
 	// ready (a port taken meanwhile) makes Start begin afresh; with Addrs
 	// Start fails instead, and never removes a directory.
 	Addrs []string
+	// ProcessGroup starts each member in a process group of its own
+	// (Setpgid), signalled as a group by Kill, Pause and Resume.
+	ProcessGroup bool
 }
 
 // Node is one member.
@@ -301,7 +307,7 @@ func (c *Cluster) launch(n *Node) error {
 	cmd := exec.Command(c.cfg.Binary, c.args(n)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), c.cfg.Env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: c.cfg.ProcessGroup}
 	fmt.Fprintf(logf, "=== localcluster: %s %s\n", c.cfg.Binary, strings.Join(c.args(n), " "))
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("localcluster: start member %d: %w", n.ID, err)
@@ -450,8 +456,8 @@ func (c *Cluster) signalAndWait(n *Node, sig syscall.Signal, timeout time.Durati
 		return nil
 	default:
 	}
-	if err := n.proc.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("localcluster: signal member %d: %w", n.ID, err)
+	if err := c.signal(n, sig); err != nil {
+		return err
 	}
 	c.mu.Unlock()
 	defer c.mu.Lock()
@@ -463,6 +469,49 @@ func (c *Cluster) signalAndWait(n *Node, sig syscall.Signal, timeout time.Durati
 	case <-t.C:
 		return fmt.Errorf("localcluster: member %d (pid %d) still running %v after %v", n.ID, n.proc.Pid, timeout, sig)
 	}
+}
+
+// signal sends sig to n's process, or to its process group with
+// Config.ProcessGroup; the caller holds c.mu. A process already reaped is
+// not signalled (its PID may be reused).
+func (c *Cluster) signal(n *Node, sig syscall.Signal) error {
+	if n.proc == nil {
+		return nil
+	}
+	select {
+	case <-n.exited:
+		return nil
+	default:
+	}
+	var err error
+	if c.cfg.ProcessGroup {
+		err = syscall.Kill(-n.proc.Pid, sig)
+		if errors.Is(err, syscall.ESRCH) {
+			err = nil // exited, not yet reaped
+		}
+	} else if err = n.proc.Signal(sig); errors.Is(err, os.ErrProcessDone) {
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("localcluster: signal %v to member %d: %w", sig, n.ID, err)
+	}
+	return nil
+}
+
+// Pause stops member id with SIGSTOP (its sockets stay open, it answers
+// nothing) until Resume; a member not running is left alone.
+func (c *Cluster) Pause(id int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.signal(c.node(id), syscall.SIGSTOP)
+}
+
+// Resume continues member id with SIGCONT (harmless when it is not
+// stopped).
+func (c *Cluster) Resume(id int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.signal(c.node(id), syscall.SIGCONT)
 }
 
 // Restart starts member id again (it must have exited: Kill it first) with
@@ -526,9 +575,8 @@ func (c *Cluster) Stop(timeout time.Duration) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, n := range c.nodes {
-		if n.proc != nil {
-			n.proc.Signal(syscall.SIGTERM)
-		}
+		c.signal(n, syscall.SIGCONT) // a paused member could not act on SIGTERM
+		c.signal(n, syscall.SIGTERM)
 	}
 	var errs []error
 	deadline := time.Now().Add(timeout)

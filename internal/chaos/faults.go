@@ -1,0 +1,293 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spindle-store/spindle/internal/client"
+	"github.com/spindle-store/spindle/internal/transport"
+)
+
+// Fault kinds. Adding one: a name here, an entry in faultKinds with its
+// inject function (which returns how to heal it), and a line in
+// docs/CHAOS.md.
+const (
+	FaultKill      = "kill"      // kill -9 of one datanode, restarted later on its directories
+	FaultPause     = "pause"     // SIGSTOP of one datanode, SIGCONT later
+	FaultMetaKill  = "meta-kill" // kill -9 of the meta service, restarted later on its directory
+	FaultBitrot    = "bitrot"    // one byte flipped in a committed block file of one replica
+	FaultFull      = "full"      // planned: a volume filled to ENOSPC, then freed
+	FaultPartition = "partition" // planned (root): drops between chosen nodes
+	FaultDelay     = "delay"     // planned (root): tc netem delay and loss
+)
+
+// ErrNotImplemented is a fault kind the bench knows but cannot inject yet.
+var ErrNotImplemented = errors.New("not implemented yet")
+
+// ErrUnknownFault is a fault kind the bench does not know.
+var ErrUnknownFault = errors.New("unknown fault kind")
+
+// DefaultFaults is what --faults is by default.
+var DefaultFaults = []string{FaultKill, FaultPause, FaultMetaKill, FaultBitrot}
+
+// plannedFaults are accepted by the flag parser and refused by Run.
+var plannedFaults = []string{FaultFull, FaultPartition, FaultDelay}
+
+// ParseFaults parses a comma-separated list of fault kinds. A planned
+// kind gives ErrNotImplemented, an unknown one ErrUnknownFault.
+func ParseFaults(s string) ([]string, error) {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		switch {
+		case slices.Contains(plannedFaults, f):
+			return nil, fmt.Errorf("fault %q: %w (implemented: %s)", f, ErrNotImplemented, strings.Join(DefaultFaults, ","))
+		case faultKinds[f] == nil:
+			return nil, fmt.Errorf("fault %q: %w (known: %s)", f, ErrUnknownFault, strings.Join(append(slices.Clone(DefaultFaults), plannedFaults...), ","))
+		}
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no fault kind in %q", s)
+	}
+	return out, nil
+}
+
+// faultKind injects one fault and says how to heal it and how long to
+// hold it. scale (0.25..1) shortens the holds of short runs.
+type faultKind struct {
+	// hold is how long the fault stays before it is healed.
+	hold func(rng *rand.Rand, scale float64) time.Duration
+	// inject injects it; heal undoes it (nil: nothing to undo).
+	inject func(ctx context.Context, r *run, rng *rand.Rand) (desc string, heal func(context.Context) error, err error)
+}
+
+var faultKinds = map[string]*faultKind{
+	FaultKill:     {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectKill},
+	FaultPause:    {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectPause},
+	FaultMetaKill: {hold: holdBetween(1*time.Second, 5*time.Second), inject: injectMetaKill},
+	// bitrot needs no heal; its hold is the time its row of the report
+	// covers after the flip.
+	FaultBitrot: {hold: holdBetween(2*time.Second, 6*time.Second), inject: injectBitrot},
+}
+
+func holdBetween(lo, hi time.Duration) func(*rand.Rand, float64) time.Duration {
+	return func(rng *rand.Rand, scale float64) time.Duration {
+		d := lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
+		return time.Duration(float64(d) * scale)
+	}
+}
+
+// pickDatanode picks a running datanode: one of five is a minority of
+// every pipeline (3 members), and the nemesis injects one fault at a time.
+func pickDatanode(r *run, rng *rand.Rand) (int, error) {
+	var ids []int
+	for _, n := range r.cl.dns.Nodes() {
+		if r.cl.dns.Running(n.ID) {
+			ids = append(ids, n.ID)
+		}
+	}
+	if len(ids) < len(r.cl.dns.Nodes()) {
+		return 0, fmt.Errorf("a datanode is already down")
+	}
+	return ids[rng.IntN(len(ids))], nil
+}
+
+func injectKill(ctx context.Context, r *run, rng *rand.Rand) (string, func(context.Context) error, error) {
+	id, err := pickDatanode(r, rng)
+	if err != nil {
+		return "", nil, err
+	}
+	role := r.role(ctx, id)
+	if err := r.cl.dns.Kill(id); err != nil {
+		return "", nil, err
+	}
+	return fmt.Sprintf("kill -9 datanode %d (%s)", id, role), func(ctx context.Context) error {
+		return r.cl.restartDatanode(ctx, id)
+	}, nil
+}
+
+func injectPause(ctx context.Context, r *run, rng *rand.Rand) (string, func(context.Context) error, error) {
+	id, err := pickDatanode(r, rng)
+	if err != nil {
+		return "", nil, err
+	}
+	role := r.role(ctx, id)
+	if err := r.cl.dns.Pause(id); err != nil {
+		return "", nil, err
+	}
+	return fmt.Sprintf("SIGSTOP datanode %d (%s)", id, role), func(context.Context) error {
+		return r.cl.dns.Resume(id)
+	}, nil
+}
+
+// role says which open pipelines datanode id leads and serves, as the
+// meta service last heard (for the events: a fault on a leader costs more).
+func (r *run) role(ctx context.Context, id int) string {
+	ctx, cancel := context.WithTimeout(ctx, roleTimeout)
+	defer cancel()
+	addr := r.cl.dns.Nodes()[id-1].Addr
+	pls, err := r.cl.meta.Pipelines(ctx)
+	if err != nil {
+		return "pipelines unknown"
+	}
+	var leads, member []uint64
+	for _, p := range pls {
+		if p.State == "CLOSED" {
+			continue
+		}
+		for _, m := range p.Members {
+			if m.Addr != addr {
+				continue
+			}
+			member = append(member, p.ID)
+			if p.Leader == m.NodeID {
+				leads = append(leads, p.ID)
+			}
+		}
+	}
+	return fmt.Sprintf("leads pipelines %v of %v", leads, member)
+}
+
+// roleTimeout bounds asking the meta service for a datanode's pipelines.
+const roleTimeout = 5 * time.Second
+
+func injectMetaKill(ctx context.Context, r *run, rng *rand.Rand) (string, func(context.Context) error, error) {
+	if err := r.cl.killMeta(); err != nil {
+		return "", nil, err
+	}
+	return "kill -9 meta service", r.cl.startMeta, nil
+}
+
+// injectBitrot flips one byte inside the committed part of a block of an
+// acknowledged key, in the block file of one replica, on disk. A container
+// is damaged on one replica only (later flips of it go to the same node),
+// so that a good copy of every block always remains.
+func injectBitrot(ctx context.Context, r *run, rng *rand.Rand) (string, func(context.Context) error, error) {
+	for range bitrotAttempts {
+		rec, ok := r.w.randomAcked(rng)
+		if !ok {
+			return "", nil, errors.New("no acknowledged key to damage yet")
+		}
+		pattern := fmt.Sprintf("containers/*/%d/%016x.blk", rec.container, rec.local)
+		var files []string
+		for _, n := range r.cl.dns.Nodes() {
+			if node, ok := r.rotted[rec.container]; ok && node != n.ID {
+				continue
+			}
+			m, _ := filepath.Glob(filepath.Join(n.DataDir, pattern))
+			for _, f := range m {
+				files = append(files, fmt.Sprintf("%d\x00%s", n.ID, f))
+			}
+		}
+		if len(files) == 0 {
+			continue // re-replicated or deleted meanwhile: try another key
+		}
+		pick := files[rng.IntN(len(files))]
+		var id int
+		var path string
+		fmt.Sscanf(pick, "%d", &id)
+		path = pick[strings.IndexByte(pick, 0)+1:]
+		off := rng.Int64N(int64(rec.blockLen))
+		if err := flipByte(path, off, byte(1+rng.IntN(255))); err != nil {
+			return "", nil, err
+		}
+		r.rotted[rec.container] = id
+		desc := fmt.Sprintf("flipped byte %d of block %d/%d on datanode %d (%s)", off, rec.container, rec.local, id, path)
+		return desc + "; " + r.probeBitrot(ctx, rec, id, off), nil, nil
+	}
+	return "", nil, fmt.Errorf("no block file found for %d acknowledged keys", bitrotAttempts)
+}
+
+// probeBitrot reads the damaged piece from the damaged replica (it must
+// refuse it: ErrCorrupt, never the flipped byte) and then the whole key
+// through the key client (it must return the right bytes from another
+// replica, or fail). What the replica answered is counted in the run.
+func (r *run) probeBitrot(ctx context.Context, rec coldRec, node int, off int64) string {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	addr := r.cl.dns.Nodes()[node-1].Addr
+	pc, err := client.New([]string{addr}, rec.pipeline, client.Options{})
+	if err != nil {
+		return fmt.Sprintf("probe: %v", err)
+	}
+	defer pc.Close()
+	start := uint64(off) - uint64(off)%bitrotProbeBytes
+	n := min(bitrotProbeBytes, rec.blockLen-start)
+	ch, err := pc.ReadChunk(ctx, addr, client.BlockID{Container: rec.container, Local: rec.local}, start, n)
+	var verdict string
+	switch {
+	case errors.Is(err, client.ErrCorrupt) || isStatus(err, transport.StatusCorrupt):
+		r.bitrot.detected.Add(1)
+		verdict = "the damaged replica refused the read (corrupt)"
+	case err != nil:
+		r.bitrot.otherErr.Add(1)
+		verdict = fmt.Sprintf("the damaged replica's read failed: %v", err)
+	default:
+		want := make([]byte, start+n)
+		newValueGen(r.cfg.Seed, valueID{key: coldKeyBase + uint64(rec.index), version: 1, size: int64(rec.blockLen)}).fill(want)
+		want = want[start:]
+		if !bytes.Equal(ch.Data, want) {
+			r.bitrot.served.Add(1)
+			r.w.mu.Lock()
+			r.w.wrongReads = append(r.w.wrongReads, wrongRead{atNs: r.w.now(), msg: fmt.Sprintf(
+				"datanode %d served %d bytes at %d of block %d/%d, damaged on its disk, without an error", node, len(ch.Data), start, rec.container, rec.local)})
+			r.w.mu.Unlock()
+			verdict = "the damaged replica SERVED WRONG BYTES"
+		} else {
+			r.bitrot.otherErr.Add(1)
+			verdict = "the damaged replica returned the right bytes (the flip was not read?)"
+		}
+	}
+	if why, err := r.w.checkCold(ctx, rec.index, true); why != "" {
+		verdict += fmt.Sprintf("; the key's get: %s: %v", why, err)
+	} else {
+		verdict += "; the key's get returned the right bytes"
+	}
+	return verdict
+}
+
+// isStatus reports whether err carries a datanode's status st.
+func isStatus(err error, st transport.Status) bool {
+	var se *transport.StatusError
+	return errors.As(err, &se) && se.Status == st
+}
+
+// bitrotProbeBytes is the range read back from a damaged replica: one
+// checksum piece of the default size.
+const bitrotProbeBytes = 16 << 10
+
+// bitrotAttempts bounds the keys tried to find a block file to damage.
+const bitrotAttempts = 16
+
+// flipByte XORs the byte at off of the file at path with x (non-zero) and
+// fsyncs it.
+func flipByte(path string, off int64, x byte) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("chaos: bitrot: %w", err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return fmt.Errorf("chaos: bitrot: read %s at %d: %w", path, off, err)
+	}
+	b[0] ^= x
+	if _, err := f.WriteAt(b, off); err != nil {
+		return fmt.Errorf("chaos: bitrot: write %s at %d: %w", path, off, err)
+	}
+	return f.Sync()
+}
