@@ -32,7 +32,7 @@ type keyEnv struct {
 }
 
 func (e *keyEnv) addFlags(f *pflag.FlagSet) {
-	f.StringVar(&e.meta, "meta", defaultMetaAddr, "address of the meta service, host:port (env SPINDLE_META)")
+	f.StringVar(&e.meta, "meta", defaultMetaAddr, "address of the meta service, host:port, or of every member of a replicated one, comma-separated (env SPINDLE_META)")
 }
 
 // metaClient returns a client of the meta service.
@@ -449,11 +449,11 @@ func newAdminCmd() *cobra.Command {
 	var env keyEnv
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get",
+		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|meta",
 		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get"))
+			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get|meta"))
 		},
 	}
 	env.addFlags(cmd.PersistentFlags())
@@ -527,6 +527,7 @@ func newAdminCmd() *cobra.Command {
 			}),
 	)
 	cmd.AddCommand(newAdminReplicationCmds(&env, &asJSON)...)
+	cmd.AddCommand(newAdminMetaCmd(&env, &asJSON))
 	cmd.AddCommand(newAdminContainerGetCmd())
 	return cmd
 }

@@ -90,6 +90,7 @@ func (s *Service) Handler() http.Handler {
 		return st, http.StatusOK, err
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	s.raftRoutes(mux)
 	commitKey := s.instrument("commit_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		bucket, key, err := keyPath(r)
 		if err != nil {
@@ -169,7 +170,12 @@ func (s *Service) instrument(route string, h func(w http.ResponseWriter, r *http
 			if status == http.StatusInternalServerError {
 				s.log.Error("request failed", "route", route, "err", err)
 			}
-			writeError(w, status, code, err.Error())
+			var nl *metaapi.NotLeaderError
+			if errors.As(err, &nl) {
+				writeErrorBody(w, status, metaapi.Error{Code: code, Message: err.Error(), NotLeader: true, Leader: nl.LeaderAddr})
+			} else {
+				writeError(w, status, code, err.Error())
+			}
 		} else {
 			writeJSON(w, status, body)
 		}
@@ -193,7 +199,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	b, _ := json.Marshal(metaapi.Error{Code: code, Message: msg})
+	writeErrorBody(w, status, metaapi.Error{Code: code, Message: msg})
+}
+
+func writeErrorBody(w http.ResponseWriter, status int, e metaapi.Error) {
+	b, _ := json.Marshal(e)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))
@@ -266,6 +276,9 @@ func (s *Server) tick(every time.Duration) {
 		case <-s.stop:
 			return
 		case <-t.C:
+			if !s.svc.Serving() {
+				continue // a replicated member ticks only while it serves as leader
+			}
 			if err := s.svc.Tick(); err != nil {
 				s.svc.log.Error("cluster manager tick", "err", err)
 			}

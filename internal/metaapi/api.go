@@ -638,6 +638,14 @@ type CopyTask struct {
 type Error struct {
 	Code    string `json:"code"` // one of the Code* constants
 	Message string `json:"message"`
+	// NotLeader: a member of a replicated meta service that does not
+	// serve refused the request before doing anything (code UNAVAILABLE);
+	// Leader is the address of the member it takes for the leader, when
+	// it knows one.
+	NotLeader bool   `json:"not_leader,omitempty"`
+	Leader    string `json:"leader,omitempty"`
+	// notSent: the request never reached the server (the dial failed).
+	notSent bool
 }
 
 func (e *Error) Error() string {
