@@ -243,10 +243,12 @@ func Start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = svc.cfg
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		svc.Close()
-		return nil, fmt.Errorf("meta: listen: %w", err)
+	ln := cfg.listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			svc.Close()
+			return nil, fmt.Errorf("meta: listen: %w", err)
+		}
 	}
 	s := &Server{svc: svc, ln: ln, stop: make(chan struct{}), served: make(chan error, 1),
 		srv: &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}}

@@ -250,8 +250,15 @@ func openReplicator(s *Service, db *pebble.DB) (*replicator, error) {
 	case errors.Is(err, pebble.ErrNotFound):
 		// A new store: the state of the bootstrap snapshot (index 1).
 		r.st = appliedState{Index: 1}
-		if _, c2, err := db.Get(counterKey()); err == nil {
-			c2.Close()
+		it, err := db.NewIter(nil)
+		if err != nil {
+			return nil, fmt.Errorf("meta: read the store: %w", err)
+		}
+		used := it.First()
+		if err := it.Close(); err != nil {
+			return nil, fmt.Errorf("meta: read the store: %w", err)
+		}
+		if used {
 			return nil, fmt.Errorf("meta: %s holds a store of a single meta service; a replicated member starts from an empty --dir", cfg.Dir)
 		}
 	case err != nil:
@@ -482,6 +489,8 @@ func (r *replicator) run() {
 		r.in.props, r.in.msgs, r.in.reads = nil, nil, nil
 		if len(unreach) > 0 {
 			r.in.unreachable = map[uint64]bool{}
+		} else {
+			unreach = nil // the map stays the senders'
 		}
 		r.in.mu.Unlock()
 		for id := range unreach {

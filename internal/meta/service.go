@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"sync"
 	"time"
@@ -138,6 +139,10 @@ type Config struct {
 	// ElectionTicks ticks (randomised up to twice that) campaigns.
 	RaftTickInterval time.Duration
 	ElectionTicks    int
+
+	// listener, when set (tests), is what Start serves on instead of
+	// listening on Listen (a member restarted on its address).
+	listener net.Listener
 }
 
 func (c *Config) setDefaults() {
