@@ -243,7 +243,7 @@ func Start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = svc.cfg
-	ln := cfg.listener
+	ln := cfg.Listener
 	if ln == nil {
 		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 			svc.Close()

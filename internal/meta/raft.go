@@ -196,7 +196,14 @@ type replicator struct {
 	leading     bool
 	readCtx     uint64
 	readBatches map[uint64][]readReq
-	st          appliedState
+	// st is owned by the apply worker (set before it starts).
+	st appliedState
+	// leaderTerm is the term this member leads (0: it does not); set by
+	// the run goroutine, read by the apply worker.
+	leaderTerm atomic.Uint64
+	// appendq and applyq feed the append and apply workers (raft's
+	// MsgStorageAppend and MsgStorageApply, in order).
+	appendq, applyq msgQueue
 
 	// in is what other goroutines hand to the run goroutine.
 	in struct {
@@ -205,10 +212,15 @@ type replicator struct {
 		msgs        []*pb.Message
 		reads       []readReq
 		unreachable map[uint64]bool
+		// local: the workers' answers to raft (never dropped).
+		local []*pb.Message
+		// fatal: a worker failed; the member stops serving.
+		fatal error
 	}
 	notify chan struct{} // cap 1
 	stop   chan struct{}
 	done   chan struct{}
+	wg     sync.WaitGroup // the workers
 	once   sync.Once
 
 	// wmu guards the wait state; wcond is broadcast when it changes.
@@ -242,6 +254,8 @@ func openReplicator(s *Service, db *pebble.DB) (*replicator, error) {
 	r := &replicator{s: s, id: cfg.ID, peers: cfg.Peers, log: s.log.With("member", cfg.ID), db: db,
 		tick: cfg.RaftTickInterval, notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		readBatches: map[uint64][]readReq{}}
+	r.appendq.wake = make(chan struct{}, 1)
+	r.applyq.wake = make(chan struct{}, 1)
 	r.wcond.L = &r.wmu
 	r.in.unreachable = map[uint64]bool{}
 	r.role.Store("follower")
@@ -329,6 +343,7 @@ func (r *replicator) openRaft() error {
 		HeartbeatTick:             raftHeartbeatTicks,
 		Storage:                   r.wal.RaftStorage(raftGroup),
 		Applied:                   r.st.Index,
+		AsyncStorageWrites:        true,
 		MaxSizePerMsg:             maxRaftMsgBytes,
 		MaxCommittedSizePerReady:  maxRaftCommittedBytes,
 		MaxUncommittedEntriesSize: maxRaftUncommittedBytes,
@@ -352,6 +367,9 @@ func (r *replicator) openRaft() error {
 // start runs the raft goroutine and the senders.
 func (r *replicator) start() {
 	r.net.start()
+	r.wg.Add(2)
+	go r.appendWorker()
+	go r.applyWorker()
 	go r.run()
 }
 
@@ -362,6 +380,7 @@ func (r *replicator) close() error {
 	r.once.Do(func() {
 		close(r.stop)
 		<-r.done
+		r.wg.Wait()
 		r.net.close()
 		r.fail(fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable))
 		err = r.wal.Close()
@@ -485,16 +504,27 @@ func (r *replicator) run() {
 		case <-r.notify:
 		}
 		r.in.mu.Lock()
-		props, msgs, reads, unreach := r.in.props, r.in.msgs, r.in.reads, r.in.unreachable
-		r.in.props, r.in.msgs, r.in.reads = nil, nil, nil
+		props, msgs, reads, unreach, local, fatal := r.in.props, r.in.msgs, r.in.reads, r.in.unreachable, r.in.local, r.in.fatal
+		r.in.props, r.in.msgs, r.in.reads, r.in.local = nil, nil, nil, nil
 		if len(unreach) > 0 {
 			r.in.unreachable = map[uint64]bool{}
 		} else {
 			unreach = nil // the map stays the senders'
 		}
 		r.in.mu.Unlock()
+		if fatal != nil {
+			r.log.Error("meta raft failed; this member stops serving", "err", fatal)
+			r.endStint(fatal)
+			r.fail(fmt.Errorf("meta member %d failed: %w", r.id, fatal))
+			r.failReads(fatal)
+			<-r.stop
+			return
+		}
 		for id := range unreach {
 			r.rn.ReportUnreachable(id)
+		}
+		for _, m := range local {
+			_ = r.rn.Step(m)
 		}
 		for _, m := range msgs {
 			_ = r.rn.Step(m) // a stale or foreign message is dropped
@@ -517,14 +547,131 @@ func (r *replicator) run() {
 			r.startRead(reads, stint)
 		}
 		for r.rn.HasReady() {
-			if err := r.handleReady(); err != nil {
-				r.log.Error("meta raft failed; this member stops serving", "err", err)
-				r.endStint(err)
-				r.fail(fmt.Errorf("meta member %d failed: %w", r.id, err))
-				r.failReads(err)
-				<-r.stop
+			r.handleReady()
+		}
+	}
+}
+
+// msgQueue is a FIFO of raft messages for a worker.
+type msgQueue struct {
+	mu   sync.Mutex
+	q    []*pb.Message
+	wake chan struct{} // cap 1
+}
+
+func (q *msgQueue) push(m *pb.Message) {
+	q.mu.Lock()
+	q.q = append(q.q, m)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *msgQueue) take() []*pb.Message {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := q.q
+	q.q = nil
+	return out
+}
+
+// local hands the workers' answers to the raft goroutine.
+func (r *replicator) local(msgs []*pb.Message) {
+	r.in.mu.Lock()
+	r.in.local = append(r.in.local, msgs...)
+	r.in.mu.Unlock()
+	r.wake()
+}
+
+// fatal reports a worker's failure to the raft goroutine.
+func (r *replicator) fatal(err error) {
+	r.in.mu.Lock()
+	if r.in.fatal == nil {
+		r.in.fatal = err
+	}
+	r.in.mu.Unlock()
+	r.wake()
+}
+
+// respond delivers what raft attached to a storage message, once done.
+func (r *replicator) respond(m *pb.Message) {
+	var mine []*pb.Message
+	for _, resp := range m.GetResponses() {
+		if resp.GetTo() == r.id {
+			mine = append(mine, resp)
+		} else {
+			r.net.send(resp)
+		}
+	}
+	if len(mine) > 0 {
+		r.local(mine)
+	}
+}
+
+// appendWorker writes raft's appends (entries and HardState) to the log,
+// everything queued meanwhile with one fdatasync, then answers them.
+func (r *replicator) appendWorker() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-r.appendq.wake:
+		}
+		jobs := r.appendq.take()
+		if len(jobs) == 0 {
+			continue
+		}
+		var recs []wal.Record
+		for _, m := range jobs {
+			if snap := m.GetSnapshot(); snap != nil && snap.GetMetadata().GetIndex() > 0 {
+				r.fatal(fmt.Errorf("raft snapshot at %d received: snapshots are not supported yet", snap.GetMetadata().GetIndex()))
 				return
 			}
+			for _, e := range m.GetEntries() {
+				recs = append(recs, wal.EntryRecord(raftGroup, e.GetTerm(), e.GetIndex(), uint8(e.GetType()), e.GetData()))
+			}
+			if m.Term != nil {
+				recs = append(recs, wal.HardStateRecord(raftGroup, wal.HardState{Term: m.GetTerm(), Vote: m.GetVote(), Commit: m.GetCommit()}))
+				r.commit.Store(m.GetCommit())
+			}
+			if n := len(m.GetEntries()); n > 0 {
+				r.last.Store(m.GetEntries()[n-1].GetIndex())
+			}
+		}
+		if len(recs) > 0 {
+			seq, err := r.wal.Append(recs...)
+			if err == nil {
+				err = r.wal.WaitDurable(seq)
+			}
+			if err != nil {
+				r.fatal(fmt.Errorf("raft log: %w", err))
+				return
+			}
+		}
+		for _, m := range jobs {
+			r.respond(m)
+		}
+	}
+}
+
+// applyWorker applies committed entries to the store, in order.
+func (r *replicator) applyWorker() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-r.applyq.wake:
+		}
+		for _, m := range r.applyq.take() {
+			if err := r.applyEntries(m.GetEntries()); err != nil {
+				r.fatal(err)
+				return
+			}
+			r.respond(m)
 		}
 	}
 }
@@ -585,8 +732,10 @@ func (r *replicator) failReads(err error) {
 	}
 }
 
-// handleReady persists, sends, applies and advances one Ready.
-func (r *replicator) handleReady() error {
+// handleReady hands one Ready's appends and applies to the workers and
+// sends its messages (AsyncStorageWrites: what must wait for the log
+// write travels in the workers' responses).
+func (r *replicator) handleReady() {
 	rd := r.rn.Ready()
 	if rd.SoftState != nil {
 		r.leader.Store(rd.SoftState.Lead)
@@ -599,41 +748,25 @@ func (r *replicator) handleReady() error {
 	}
 	term := r.rn.BasicStatus().GetTerm()
 	r.term.Store(term)
+	if r.leading {
+		r.leaderTerm.Store(term)
+	} else {
+		r.leaderTerm.Store(0)
+	}
 	r.wmu.Lock()
 	stint := r.stint
 	r.wmu.Unlock()
 	if stint != 0 && (!r.leading || term != stint) {
 		r.endStint(fmt.Errorf("leadership of term %d lost (now term %d, leader %d)", stint, term, r.leader.Load()))
 	}
-	if s := rd.Snapshot; s != nil && s.GetMetadata().GetIndex() > 0 {
-		return fmt.Errorf("raft snapshot at %d received: snapshots are not supported yet", s.GetMetadata().GetIndex())
-	}
-	var recs []wal.Record
-	for _, e := range rd.Entries {
-		recs = append(recs, wal.EntryRecord(raftGroup, e.GetTerm(), e.GetIndex(), uint8(e.GetType()), e.GetData()))
-	}
-	if hs := rd.HardState; hs != nil && !raft.IsEmptyHardState(hs) {
-		recs = append(recs, wal.HardStateRecord(raftGroup, wal.HardState{Term: hs.GetTerm(), Vote: hs.GetVote(), Commit: hs.GetCommit()}))
-		r.commit.Store(hs.GetCommit())
-	}
-	if len(recs) > 0 {
-		seq, err := r.wal.Append(recs...)
-		if err == nil && rd.MustSync {
-			err = r.wal.WaitDurable(seq)
-		}
-		if err != nil {
-			return fmt.Errorf("raft log: %w", err)
-		}
-	}
-	if n := len(rd.Entries); n > 0 {
-		r.last.Store(rd.Entries[n-1].GetIndex())
-	}
 	for _, m := range rd.Messages {
-		r.net.send(m)
-	}
-	if len(rd.CommittedEntries) > 0 {
-		if err := r.applyEntries(rd.CommittedEntries); err != nil {
-			return err
+		switch m.GetTo() {
+		case raft.LocalAppendThread:
+			r.appendq.push(m)
+		case raft.LocalApplyThread:
+			r.applyq.push(m)
+		default:
+			r.net.send(m)
 		}
 	}
 	for _, rs := range rd.ReadStates {
@@ -646,8 +779,6 @@ func (r *replicator) handleReady() error {
 		}
 		delete(r.readBatches, id)
 	}
-	r.rn.Advance(rd)
-	return nil
 }
 
 func roleName(s raft.StateType) string {
@@ -674,7 +805,7 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 		st.Index = e.GetIndex()
 		switch e.GetType() {
 		case pb.EntryType_EntryNormal:
-			if r.leading && e.GetTerm() == r.rn.BasicStatus().GetTerm() && startTerm == 0 {
+			if lt := r.leaderTerm.Load(); lt != 0 && e.GetTerm() == lt && startTerm == 0 {
 				startTerm = e.GetTerm()
 			}
 			if len(e.GetData()) == 0 {
@@ -731,9 +862,9 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 // it (every datanode counts as heard at this start).
 func (r *replicator) startStint(term uint64) {
 	r.wmu.Lock()
-	serving := r.stint != 0 || r.failed != nil || term <= r.endedTerm
+	skip := r.stint != 0 || r.failed != nil || term <= r.endedTerm
 	r.wmu.Unlock()
-	if serving {
+	if skip {
 		return
 	}
 	s := r.s
@@ -749,12 +880,18 @@ func (r *replicator) startStint(term uint64) {
 		r.fail(fmt.Errorf("meta member %d: load the store: %w", r.id, err))
 		return
 	}
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	// Still the leader of term? The run goroutine stores leaderTerm before
+	// it looks at stint: either it sees this stint and ends it, or this
+	// sees its change.
+	if r.leaderTerm.Load() != term || r.stint != 0 || r.failed != nil || term <= r.endedTerm {
+		return
+	}
 	s.db.ov = r.db.NewIndexedBatch()
 	s.stint, s.proposed, s.inflight = term, 0, nil
-	r.wmu.Lock()
 	r.stint, r.appliedSeq = term, 0
 	r.wcond.Broadcast()
-	r.wmu.Unlock()
 	r.log.Info("meta leader serving", "term", term, "applied", r.st.Index, "nodes", len(s.nodes), "buckets", len(s.buckets))
 }
 

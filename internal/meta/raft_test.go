@@ -59,7 +59,7 @@ func newRGroup(t *testing.T, n int) *rgroup {
 func (g *rgroup) start(i int, ln net.Listener) {
 	g.t.Helper()
 	cfg := Config{Dir: g.dirs[i], Logger: quiet, ID: uint64(i + 1), Peers: g.peers, TickInterval: -1, DisableSafeMode: true,
-		RaftTickInterval: 20 * time.Millisecond, listener: ln}
+		RaftTickInterval: 20 * time.Millisecond, Listener: ln}
 	srv, err := Start(cfg)
 	if err != nil {
 		g.t.Fatalf("member %d: %v", i+1, err)

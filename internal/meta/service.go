@@ -140,9 +140,9 @@ type Config struct {
 	RaftTickInterval time.Duration
 	ElectionTicks    int
 
-	// listener, when set (tests), is what Start serves on instead of
+	// Listener, when set (tests, benches), is what Start serves on instead of
 	// listening on Listen (a member restarted on its address).
-	listener net.Listener
+	Listener net.Listener
 }
 
 func (c *Config) setDefaults() {
@@ -654,7 +654,8 @@ func (s *Service) fullBytes() uint64 {
 }
 
 // WALSyncs is the number of syncs of the store's write-ahead log since
-// Open and the time they took, in seconds. Concurrent synced batches share
+// Open and the time they took, in seconds (a replicated member: its raft
+// log's fdatasyncs, time 0). Concurrent synced batches share
 // a sync (Pebble's group commit), so commits per sync says how well
 // commits are grouped.
 func (s *Service) WALSyncs() (syncs uint64, seconds float64, err error) {
@@ -662,6 +663,11 @@ func (s *Service) WALSyncs() (syncs uint64, seconds float64, err error) {
 	defer s.mu.RUnlock()
 	if s.closed {
 		return 0, 0, fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable)
+	}
+	if s.rep != nil {
+		// The store is written without syncs: the raft log's are the
+		// ones (their time is not measured: seconds 0).
+		return s.rep.wal.Stats().SyncDatas, 0, nil
 	}
 	h := s.db.Metrics().LogWriter.FsyncLatency
 	if h == nil {
