@@ -20,6 +20,12 @@
 //	GET    /v1/replication                    → ReplicationStatus
 //	POST   /v1/safemode/exit                  → ReplicationStatus (leaves safe mode now)
 //	GET    /metrics                           Prometheus
+//	GET    /v1/meta/status                    → MetaStatus (every member of a replicated meta service)
+//
+// A replicated meta service (several members): only its leader serves; a
+// member that does not answers UNAVAILABLE with not_leader and the
+// leader's address (Error.Leader). Client takes every member's address
+// and follows the leader (see Client).
 //
 // Invariants: a key is visible only once CommitKey returns (an interrupted
 // put leaves no key, only unreferenced blocks the meta service deletes); a
