@@ -337,12 +337,21 @@ func (r *replicator) openRaft() error {
 	if r.st.Index+1 < first {
 		return fmt.Errorf("meta: the store has applied the meta log to %d, the raft log starts at %d", r.st.Index, first)
 	}
+	// The apply worker may apply an entry before the HardState that says
+	// it is committed is durable (AsyncStorageWrites): raft must not be
+	// told more was applied than its log says is committed. The entries
+	// in between come back as committed and are skipped by index.
+	hs, err := r.wal.HardState(raftGroup)
+	if err != nil {
+		return err
+	}
+	applied := min(r.st.Index, max(hs.Commit, first-1))
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        r.id,
 		ElectionTick:              r.s.cfg.ElectionTicks,
 		HeartbeatTick:             raftHeartbeatTicks,
 		Storage:                   r.wal.RaftStorage(raftGroup),
-		Applied:                   r.st.Index,
+		Applied:                   applied,
 		AsyncStorageWrites:        true,
 		MaxSizePerMsg:             maxRaftMsgBytes,
 		MaxCommittedSizePerReady:  maxRaftCommittedBytes,
@@ -802,6 +811,9 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 	st := r.st
 	var startTerm uint64
 	for _, e := range ents {
+		if e.GetIndex() <= st.Index {
+			continue // applied before a restart (see openRaft)
+		}
 		st.Index = e.GetIndex()
 		switch e.GetType() {
 		case pb.EntryType_EntryNormal:
@@ -912,6 +924,7 @@ func (s *Service) endStintLocked(why error) {
 		s.log.Warn("meta leader stops serving", "term", s.stint, "why", why)
 	}
 	s.stint, s.proposed, s.inflight = 0, 0, nil
+	s.initMemory() // it may be ahead of the log; a follower keeps none
 	if s.db.ov != nil {
 		s.db.ov.Close()
 		s.db.ov = nil

@@ -13,7 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/vfs"
+	"github.com/spindle-store/spindle/internal/wal"
 )
 
 // rgroup is a replicated meta service of len(addrs) members in this
@@ -351,5 +355,36 @@ func TestReplicatedRefusesSingleStore(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "raft")); err == nil {
 		t.Fatal("a raft log was created")
+	}
+}
+
+// TestRestartWithStoreAheadOfCommitIndex: the apply worker may apply an
+// entry before the HardState committing it is durable; a member restarted
+// then must start (raft panics when told it applied past its commit
+// index) and not apply the entry twice. Fails (panic) with Applied set to
+// the store's index.
+func TestRestartWithStoreAheadOfCommitIndex(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "m1")
+	peers := map[uint64]string{1: "127.0.0.1:1", 2: "127.0.0.1:2", 3: "127.0.0.1:3"}
+	cfg := Config{Dir: dir, Logger: quiet, TickInterval: -1, ID: 1, Peers: peers}
+	svc, err := Open(cfg)
+	mustNo(t, err)
+	mustNo(t, svc.Close())
+	l, err := wal.Open(wal.Config{Dir: filepath.Join(dir, "raft"), MaxRecordBytes: maxRaftRecordBytes, Logger: quiet})
+	mustNo(t, err)
+	seq, err := l.Append(wal.EntryRecord(raftGroup, 2, 2, 0, nil), wal.EntryRecord(raftGroup, 2, 3, 0, nil),
+		wal.HardStateRecord(raftGroup, wal.HardState{Term: 2, Vote: 1, Commit: 1}))
+	mustNo(t, err)
+	mustNo(t, l.WaitDurable(seq))
+	mustNo(t, l.Close())
+	db, err := openStore(vfs.Default, dir, quiet)
+	mustNo(t, err)
+	mustNo(t, db.Set(appliedKey, appliedState{Index: 3}.encode(), pebble.Sync))
+	mustNo(t, db.Close())
+	svc, err = Open(cfg)
+	mustNo(t, err)
+	defer svc.Close()
+	if got := svc.MetaStatus().AppliedIndex; got != 3 {
+		t.Fatalf("applied index %d after the restart, want 3", got)
 	}
 }

@@ -359,6 +359,9 @@ func Open(cfg Config) (*Service, error) {
 			db.Close()
 			return nil, err
 		}
+		// The load checked the store; a member holds memory only while
+		// it serves as leader (it loads again then).
+		s.initMemory()
 	}
 	s.metrics = newMetrics(s)
 	if s.rep != nil {
