@@ -202,7 +202,11 @@ func TestReplicatedFollowerRedirects(t *testing.T) {
 		g.stop(i)
 		svc, err := Open(Config{Dir: g.dirs[i], Logger: quiet, TickInterval: -1, DisableSafeMode: true, ID: uint64(i + 1), Peers: g.peers})
 		mustNo(t, err)
-		_, ok := svc.buckets["via-follower"]
+		_, closer, err := svc.db.Get(bucketKey("via-follower"))
+		ok := err == nil
+		if ok {
+			closer.Close()
+		}
 		svc.Close()
 		if !ok {
 			t.Errorf("member %d: the store lacks bucket via-follower", i+1)
