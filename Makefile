@@ -65,6 +65,9 @@ check-full-disk: ## issue 12's full-disk scenario: 5 datanodes, one on a 200 MiB
 check-crash: ## the power-loss crash loops of the pipeline (engine + WAL + raft on MemFS), out of make test while CRASH_SAFETY §9.3 is open
 	SPINDLE_CRASH=1 $(GO) test -count=1 -v -run 'TestCrashComposition' ./internal/pipeline/
 
+soak-meta: ## the replicated meta service: clients put keys while the leader is stopped META_STOPS times (default 20)
+	SPINDLE_META_SOAK=$${META_STOPS:-20} $(GO) test -count=1 -v -run 'TestReplicatedLeaderLossKeepsAcknowledgedKeys' ./internal/meta/
+
 demo: build ## run the all-in-one demo
 	$(BIN) demo
 

@@ -222,11 +222,20 @@ func TestReplicatedLeaderLossKeepsAcknowledgedKeys(t *testing.T) {
 	g := newRGroup(t, 3)
 	g.dns()
 	mustNo(t, func() error { _, err := g.cl.CreateBucket(bg, "hab"); return err }())
-	const writers, perWriter = 4, 60
+	// SPINDLE_META_SOAK=N (make soak-meta): N leader stops over 150·N
+	// puts per writer instead of 2 over 60.
+	writers, perWriter, stops := 4, 60, 2
+	if v := os.Getenv("SPINDLE_META_SOAK"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("SPINDLE_META_SOAK=%q: want a number of leader stops ≥ 1", v)
+		}
+		perWriter, stops = 150*n, n
+	}
 	var mu sync.Mutex
 	var acked []string
 	progress := make(chan struct{}, writers*perWriter)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(stops)*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
 	for w := range writers {
@@ -246,22 +255,27 @@ func TestReplicatedLeaderLossKeepsAcknowledgedKeys(t *testing.T) {
 			}
 		}()
 	}
-	// Deterministic points: stop the leader after 40 puts, bring it back,
-	// stop the new leader after 120.
-	for n := 1; n <= writers*perWriter; n++ {
+	// Deterministic points: the leader is stopped after every
+	// total/(stops+1) puts; the odd stops restart it at once (it rejoins
+	// as a follower), the even ones leave it down until the next stop.
+	total := writers * perWriter
+	every := total / (stops + 1)
+	down := -1
+	for n := 1; n <= total; n++ {
 		<-progress
-		switch n {
-		case 40:
-			old := g.leader()
-			g.stop(old)
-			defer func(i int) {
-				if g.srvs[i] == nil {
-					g.restart(i)
-				}
-			}(old)
-			g.restart(old)
-		case 120:
-			g.stop(g.leader())
+		if n%every != 0 || n/every > stops {
+			continue
+		}
+		if down >= 0 {
+			g.restart(down)
+			down = -1
+		}
+		ld := g.leader()
+		g.stop(ld)
+		if (n/every)%2 == 1 {
+			g.restart(ld)
+		} else {
+			down = ld
 		}
 	}
 	wg.Wait()
