@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/spindle-store/spindle/internal/backoff"
 )
 
 // Client defaults and bounds.
@@ -323,9 +324,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, idemp
 		attempts = MaxFailoverAttempts
 	}
 	deadline := time.Now().Add(c.failover)
-	backoff := c.backoff
+	delay := c.backoff
 	if multi {
-		backoff = failoverMinBackoff
+		delay = failoverMinBackoff
 	}
 	var err error
 	for attempt := 1; ; attempt++ {
@@ -337,12 +338,12 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, idemp
 		if attempt >= attempts || (multi && time.Now().After(deadline)) {
 			break
 		}
-		pause := backoff
+		pause := delay
 		if multi {
 			if c.follow(i, err) {
 				pause = 0 // straight to the leader named
 			} else {
-				pause = jitter(backoff)
+				pause = backoff.Jitter(delay)
 			}
 		}
 		if pause > 0 {
@@ -354,9 +355,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, idemp
 			case <-t.C:
 			}
 			if multi {
-				backoff = min(2*backoff, failoverMaxBackoff)
+				delay = min(2*delay, failoverMaxBackoff)
 			} else {
-				backoff = min(2*backoff, MaxClientBackoff)
+				delay = min(2*delay, MaxClientBackoff)
 			}
 		}
 	}
@@ -384,14 +385,6 @@ func (c *Client) follow(i int, err error) bool {
 func didNothing(err error) bool {
 	var e *Error
 	return errors.As(err, &e) && (e.NotLeader || e.notSent)
-}
-
-// jitter is a pause drawn uniformly from [d/2, d].
-func jitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2+1)
 }
 
 // retryable: the meta service was unreachable or said UNAVAILABLE.
