@@ -363,7 +363,7 @@ func (r *replicator) openRaft() error {
 		// A follower never proposes on a leader's behalf: a proposal's
 		// place in the log must be its leader's memory order.
 		DisableProposalForwarding: true,
-		Logger:                    raftLogger{r.log},
+		Logger:                    wal.RaftLogger{L: r.log},
 	})
 	if err != nil {
 		return fmt.Errorf("meta: raft: %w", err)
@@ -995,22 +995,6 @@ func (s *Service) maybeRebuildOverlay() {
 	s.db.ov = ov
 	s.inflight = append([]inflight(nil), s.inflight...)
 }
-
-// raftLogger sends raft's logs to slog: debug and info at debug level.
-type raftLogger struct{ l *slog.Logger }
-
-func (r raftLogger) Debug(v ...any)              {}
-func (r raftLogger) Debugf(f string, v ...any)   {}
-func (r raftLogger) Info(v ...any)               { r.l.Debug(fmt.Sprint(v...)) }
-func (r raftLogger) Infof(f string, v ...any)    { r.l.Debug(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Warning(v ...any)            { r.l.Warn(fmt.Sprint(v...)) }
-func (r raftLogger) Warningf(f string, v ...any) { r.l.Warn(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Error(v ...any)              { r.l.Error(fmt.Sprint(v...)) }
-func (r raftLogger) Errorf(f string, v ...any)   { r.l.Error(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Fatal(v ...any)              { r.l.Error(fmt.Sprint(v...)); panic(fmt.Sprint(v...)) }
-func (r raftLogger) Fatalf(f string, v ...any)   { r.Fatal(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Panic(v ...any)              { r.Fatal(v...) }
-func (r raftLogger) Panicf(f string, v ...any)   { r.Fatal(fmt.Sprintf(f, v...)) }
 
 // status is this member's view of the group.
 func (r *replicator) status() metaapi.MetaStatus {
