@@ -29,6 +29,9 @@ type metaGroupView struct {
 type metaMemberView struct {
 	Addr string `json:"addr"`
 	metaapi.MetaStatus
+	// Lag is the entries the member has still to apply of what the
+	// leader's log holds (0 without a leader's answer).
+	Lag   uint64 `json:"lag"`
 	Error string `json:"error,omitempty"`
 }
 
@@ -59,15 +62,24 @@ func newAdminMetaCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 				v.Members[i].MetaStatus = st
 			}
 			v.LeaderID, v.Term = metaLeader(v.Members)
+			for _, m := range v.Members {
+				if m.Error == "" && m.ID == v.LeaderID {
+					for i := range v.Members {
+						if v.Members[i].Error == "" && m.LastIndex > v.Members[i].AppliedIndex {
+							v.Members[i].Lag = m.LastIndex - v.Members[i].AppliedIndex
+						}
+					}
+				}
+			}
 			out := cmd.OutOrStdout()
 			if *asJSON {
 				return json.NewEncoder(out).Encode(v)
 			}
 			tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 			fmt.Fprintf(tw, "leader: %d (term %d)\n", v.LeaderID, v.Term)
-			fmt.Fprintln(tw, "ADDR\tID\tROLE\tSERVING\tTERM\tAPPLIED\tCOMMIT\tLAST\tERROR")
+			fmt.Fprintln(tw, "ADDR\tID\tROLE\tSERVING\tTERM\tAPPLIED\tCOMMIT\tLAST\tLAG\tERROR")
 			for _, m := range v.Members {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%d\t%d\t%d\t%d\t%s\n", m.Addr, m.ID, m.Role, m.Serving, m.Term, m.AppliedIndex, m.CommitIndex, m.LastIndex, m.Error)
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%d\t%d\t%d\t%d\t%d\t%s\n", m.Addr, m.ID, m.Role, m.Serving, m.Term, m.AppliedIndex, m.CommitIndex, m.LastIndex, m.Lag, m.Error)
 			}
 			return tw.Flush()
 		},
