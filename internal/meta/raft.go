@@ -238,6 +238,10 @@ type replicator struct {
 	// stopped; nothing is served any more.
 	failed error
 
+	// isolated (tests): the member drops every raft message it sends or
+	// receives, as if partitioned from the others.
+	isolated atomic.Bool
+
 	// Status (any goroutine).
 	leader, term, applied, commit, last atomic.Uint64
 	role                                atomic.Value // string

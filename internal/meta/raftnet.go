@@ -81,7 +81,7 @@ func (n *raftNet) close() {
 // send queues m for its peer (dropped when the queue is full).
 func (n *raftNet) send(m *pb.Message) {
 	p := n.peers[m.GetTo()]
-	if p == nil {
+	if p == nil || n.r.isolated.Load() {
 		return
 	}
 	p.mu.Lock()
@@ -220,7 +220,9 @@ func (s *Service) raftRoutes(mux *http.ServeMux) {
 				ok = append(ok, m)
 			}
 		}
-		s.rep.deliver(ok)
+		if !s.rep.isolated.Load() {
+			s.rep.deliver(ok)
+		}
 		w.WriteHeader(http.StatusNoContent)
 	})
 }
