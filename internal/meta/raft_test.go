@@ -481,3 +481,57 @@ func TestPartitionedLeaderAcknowledgesNothing(t *testing.T) {
 		t.Fatalf("key after: %+v %v", ki, err)
 	}
 }
+
+// TestReplicatedConcurrentReadsThroughTheOverlay: reads (under the read
+// lock, through the leader's overlay) run concurrently with each other and
+// with commits; every read sees a key once its commit was acknowledged.
+// Meant for -race.
+func TestReplicatedConcurrentReadsThroughTheOverlay(t *testing.T) {
+	g := newRGroup(t, 3)
+	g.dns()
+	if _, err := g.cl.CreateBucket(bg, "b01"); err != nil {
+		t.Fatal(err)
+	}
+	const writers, readers, keys = 2, 6, 40
+	var wg sync.WaitGroup
+	acked := make(chan string, writers*keys)
+	errs := make(chan error, writers+readers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range keys {
+				k := fmt.Sprintf("w%d-%d", w, j)
+				if err := put(bg, g.cl, "b01", k, 5); err != nil {
+					errs <- err
+					return
+				}
+				acked <- k
+			}
+		}()
+	}
+	var rg sync.WaitGroup
+	for range readers {
+		rg.Add(1)
+		go func() {
+			defer rg.Done()
+			for k := range acked {
+				if _, err := g.cl.GetKey(bg, "b01", k); err != nil {
+					errs <- fmt.Errorf("get %s after its commit: %w", k, err)
+					return
+				}
+				if _, err := g.cl.List(bg, "b01", metaapi.ListOptions{Limit: 10}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(acked)
+	rg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
