@@ -23,6 +23,13 @@ import (
 // Bound: the batches applied and not yet synced are bounded by Pebble's
 // commit pipeline (record.SyncConcurrency synced batches; ApplyNoSyncWait
 // blocks beyond it) and, in practice, by the requests in flight.
+//
+// A replicated member (raft.go) takes the same path with two changes:
+// apply proposes the batch (into the leader's overlay and, in s.mu order,
+// to the raft log) instead of writing the store, and await waits until
+// the proposal is committed and applied, or, for an answer that proposed
+// nothing (frontier), until what it saw is and a ReadIndex round
+// confirmed the leadership.
 
 // durability says which applied batches are synced: every batch with a
 // sequence ≤ durable is. Batches are synced in sequence order (Pebble's WAL
