@@ -70,6 +70,9 @@ check-chaos: build ## bench chaos: its short form verbose, then a CHAOS_DURATION
 	$(GO) test -count=1 -v -run 'TestChaosShort' ./internal/chaos/
 	$(BIN) bench chaos --duration $(CHAOS_DURATION)$(if $(CHAOS_SEED), --seed $(CHAOS_SEED))
 
+soak-meta: ## the replicated meta service: clients put keys while the leader is stopped META_STOPS times (default 20)
+	SPINDLE_META_SOAK=$${META_STOPS:-20} $(GO) test -count=1 -v -run 'TestReplicatedLeaderLossKeepsAcknowledgedKeys' ./internal/meta/
+
 demo: build ## run the all-in-one demo
 	$(BIN) demo
 

@@ -1,25 +1,119 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"sort"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/spindle-store/spindle/internal/meta"
+	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/units"
 )
 
-// newAdminMetaCmd is spindle admin meta: operations on the meta store.
-func newAdminMetaCmd(env *keyEnv) *cobra.Command {
+// adminMetaTimeout bounds the status request to one member.
+const adminMetaTimeout = 3 * time.Second
+
+// metaGroupView is what `spindle admin meta --json` prints: the leader
+// (by its member ID; 0 when none is known) and each member as it
+// describes itself (Error set when it did not answer).
+type metaGroupView struct {
+	LeaderID uint64           `json:"leader_id"`
+	Term     uint64           `json:"term"`
+	Members  []metaMemberView `json:"members"`
+}
+
+type metaMemberView struct {
+	Addr string `json:"addr"`
+	metaapi.MetaStatus
+	// Lag is the entries the member has still to apply of what the
+	// leader's log holds (0 without a leader's answer).
+	Lag   uint64 `json:"lag"`
+	Error string `json:"error,omitempty"`
+}
+
+func newAdminMetaCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "meta backup",
-		Short: "Operations on the meta service's store: backup",
+		Use:   "meta [backup DIR]",
+		Short: "The meta service's members: leader, role, term, applied and commit index of each (asks every --meta address)",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			addrs := metaapi.SplitAddrs(env.meta)
+			if len(addrs) == 0 {
+				return usageErr(errors.New("--meta: no address"))
+			}
+			v := metaGroupView{Members: make([]metaMemberView, len(addrs))}
+			for i, a := range addrs {
+				v.Members[i].Addr = a
+				mc, err := metaapi.NewClient(a, metaapi.ClientOptions{Attempts: 1, Timeout: adminMetaTimeout})
+				if err != nil {
+					return usageErr(fmt.Errorf("--meta: %w", err))
+				}
+				ctx, cancel := context.WithTimeout(cmd.Context(), adminMetaTimeout)
+				st, err := mc.MetaStatus(ctx)
+				cancel()
+				if err != nil {
+					v.Members[i].Error = err.Error()
+					continue
+				}
+				v.Members[i].MetaStatus = st
+			}
+			v.LeaderID, v.Term = metaLeader(v.Members)
+			for _, m := range v.Members {
+				if m.Error == "" && m.ID == v.LeaderID {
+					for i := range v.Members {
+						if v.Members[i].Error == "" && m.LastIndex > v.Members[i].AppliedIndex {
+							v.Members[i].Lag = m.LastIndex - v.Members[i].AppliedIndex
+						}
+					}
+				}
+			}
+			out := cmd.OutOrStdout()
+			if *asJSON {
+				return json.NewEncoder(out).Encode(v)
+			}
+			tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+			fmt.Fprintf(tw, "leader: %d (term %d)\n", v.LeaderID, v.Term)
+			fmt.Fprintln(tw, "ADDR\tID\tROLE\tSERVING\tTERM\tAPPLIED\tCOMMIT\tLAST\tLAG\tERROR")
+			for _, m := range v.Members {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%d\t%d\t%d\t%d\t%d\t%s\n", m.Addr, m.ID, m.Role, m.Serving, m.Term, m.AppliedIndex, m.CommitIndex, m.LastIndex, m.Lag, m.Error)
+			}
+			return tw.Flush()
+		},
 	}
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(newAdminMetaBackupCmd(env))
+	return cmd
+}
+
+// metaLeader is the leader the members' answers agree on: a member that
+// serves as leader in the highest term, else the leader named in the
+// highest term (0 when none).
+func metaLeader(ms []metaMemberView) (id, term uint64) {
+	sorted := append([]metaMemberView(nil), ms...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Term > sorted[j].Term })
+	for _, m := range sorted {
+		if m.Error == "" && m.Role == "leader" && m.Serving {
+			return m.ID, m.Term
+		}
+	}
+	for _, m := range sorted {
+		if m.Error == "" && m.LeaderID != 0 {
+			return m.LeaderID, m.Term
+		}
+	}
+	return 0, 0
+}
+
+// newAdminMetaBackupCmd is spindle admin meta backup DIR.
+func newAdminMetaBackupCmd(env *keyEnv) *cobra.Command {
+	return &cobra.Command{
 		Use:   "backup DIR",
 		Short: "Copy a consistent snapshot of the meta store into the new directory DIR",
 		Long: `Asks the meta service for a consistent snapshot of its store (a Pebble
@@ -53,6 +147,5 @@ over its --dir (see docs/OPERATIONS.md, "Backup and restore").`,
 			fmt.Fprintf(cmd.OutOrStdout(), "%s\t%d files\t%s\tin %.2fs\tfrom meta %s\n", dir, files, units.FormatBytes(n), time.Since(start).Seconds(), mc.Addr())
 			return nil
 		},
-	})
-	return cmd
+	}
 }

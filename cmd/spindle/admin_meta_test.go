@@ -1,86 +1,31 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/spindle-store/spindle/internal/server"
+	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
-// The meta store's backup and restore as docs/OPERATIONS.md tells an
-// operator: keys are written, spindle admin meta backup DIR copies the
-// store while the cluster serves, the cluster stops, its meta store is
-// wiped and replaced by DIR, and once it starts again every key reads back
-// (and a new put works). Without the restore the keys are unknown: the
-// check that they read back fails.
-func TestAdminMetaBackupRestore(t *testing.T) {
-	dir := t.TempDir()
-	start := func() *server.Server {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		s, err := server.Start(ctx, server.Config{Dir: dir, MetaListen: "127.0.0.1:0", DatanodeEnv: []string{asSpindleEnv + "=1"}, Logger: quietLogger()})
-		if err != nil {
-			t.Fatal(err)
+// TestMetaLeader: the leader is a member serving as leader in the highest
+// term; without one, the leader the highest term names; unreachable
+// members and stale terms do not count.
+func TestMetaLeader(t *testing.T) {
+	m := func(id, term, leader uint64, role string, serving bool, errMsg string) metaMemberView {
+		return metaMemberView{MetaStatus: metaapi.MetaStatus{ID: id, Term: term, LeaderID: leader, Role: role, Serving: serving}, Error: errMsg}
+	}
+	cases := []struct {
+		name     string
+		ms       []metaMemberView
+		id, term uint64
+	}{
+		{"serving leader", []metaMemberView{m(1, 3, 2, "follower", false, ""), m(2, 3, 2, "leader", true, ""), m(3, 3, 2, "follower", false, "")}, 2, 3},
+		{"a deposed leader in an older term", []metaMemberView{m(1, 2, 1, "leader", true, ""), m(2, 4, 3, "follower", false, ""), m(3, 4, 3, "leader", true, "")}, 3, 4},
+		{"elected, not serving yet", []metaMemberView{m(1, 5, 3, "follower", false, ""), m(3, 5, 3, "leader", false, "")}, 3, 5},
+		{"the leader down", []metaMemberView{m(1, 5, 0, "candidate", false, ""), m(0, 0, 0, "", false, "connection refused")}, 0, 0},
+	}
+	for _, c := range cases {
+		if id, term := metaLeader(c.ms); id != c.id || term != c.term {
+			t.Errorf("%s: leader %d term %d, want %d %d", c.name, id, term, c.id, c.term)
 		}
-		return s
-	}
-	run := func(stdin string, args ...string) string {
-		t.Helper()
-		out, errOut, err := runIn(t, []byte(stdin), args...)
-		if err != nil {
-			t.Fatalf("spindle %s: %v\n%s", strings.Join(args, " "), err, errOut)
-		}
-		return out
-	}
-	s := start()
-	t.Setenv("SPINDLE_META", s.MetaAddr())
-	run("", "bucket", "create", "photos")
-	const keys = 20
-	for i := range keys {
-		run(strings.Repeat(fmt.Sprint(i), 1000+i), "put", fmt.Sprintf("photos/k%02d", i), "-")
-	}
-	backup := filepath.Join(t.TempDir(), "meta-backup")
-	out := run("", "admin", "meta", "backup", backup)
-	if !strings.HasPrefix(out, backup+"\t") {
-		t.Errorf("backup printed %q", out)
-	}
-	if _, err := os.Stat(filepath.Join(backup, "pebble", "MANIFEST-000001")); err != nil {
-		if ms, _ := filepath.Glob(filepath.Join(backup, "pebble", "MANIFEST-*")); len(ms) == 0 {
-			t.Fatalf("the backup holds no Pebble MANIFEST: %v", err)
-		}
-	}
-	// A second backup into the same directory is refused.
-	_, _, err := runIn(t, nil, "admin", "meta", "backup", backup)
-	wantExit(t, err, exitUsage, "exists")
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	// Wipe the meta store and restore the backup in its place.
-	metaDir := filepath.Join(dir, "meta")
-	if err := os.RemoveAll(metaDir); err != nil {
-		t.Fatal(err)
-	}
-	if b, err := exec.Command("cp", "-a", backup, metaDir).CombinedOutput(); err != nil {
-		t.Fatalf("cp -a: %v: %s", err, b)
-	}
-	s = start()
-	defer s.Close()
-	t.Setenv("SPINDLE_META", s.MetaAddr())
-	for i := range keys {
-		if got, want := run("", "get", fmt.Sprintf("photos/k%02d", i)), strings.Repeat(fmt.Sprint(i), 1000+i); got != want {
-			t.Errorf("photos/k%02d after the restore: %d bytes, want %d", i, len(got), len(want))
-		}
-	}
-	run("after", "put", "photos/new", "-")
-	if got := run("", "get", "photos/new"); got != "after" {
-		t.Errorf("a put after the restore reads back %q", got)
 	}
 }

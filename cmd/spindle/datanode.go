@@ -68,7 +68,7 @@ SIGTERM or SIGINT stops it cleanly.`,
 	}
 	f := cmd.Flags()
 	f.Uint64Var(&cfg.ID, "id", 0, "this datanode's raft ID (1..65535), the same in every pipeline (with --meta: assigned by the meta service)")
-	f.StringVar(&metaAddr, "meta", "", "meta service address (host:port): register, heartbeat, and serve the pipelines it assigns")
+	f.StringVar(&metaAddr, "meta", "", "meta service address (host:port), or every member of a replicated one, comma-separated: register, heartbeat, and serve the pipelines it assigns")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", metaapi.DefaultHeartbeatInterval, "heartbeat period (with --meta)")
 	f.StringVar(&cfg.ListenAddr, "listen", "127.0.0.1:0", "address for peers and clients")
 	f.StringSliceVar(&cfg.DataDirs, "data-dir", nil, "volume directory (repeat or comma-separate for several)")

@@ -34,7 +34,7 @@ type keyEnv struct {
 }
 
 func (e *keyEnv) addFlags(f *pflag.FlagSet) {
-	f.StringVar(&e.meta, "meta", defaultMetaAddr, "address of the meta service, host:port (env SPINDLE_META)")
+	f.StringVar(&e.meta, "meta", defaultMetaAddr, "address of the meta service, host:port, or of every member of a replicated one, comma-separated (env SPINDLE_META)")
 }
 
 // metaClient returns a client of the meta service.
@@ -659,10 +659,10 @@ func newAdminCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|meta",
-		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode; back up the meta store",
+		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode, the meta service's members; back up the meta store",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get"))
+			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get|meta"))
 		},
 	}
 	env.addFlags(cmd.PersistentFlags())
@@ -747,7 +747,8 @@ func newAdminCmd() *cobra.Command {
 			}),
 	)
 	cmd.AddCommand(newAdminReplicationCmds(&env, &asJSON)...)
-	cmd.AddCommand(newAdminContainerGetCmd(), newAdminMetaCmd(&env))
+	cmd.AddCommand(newAdminMetaCmd(&env, &asJSON))
+	cmd.AddCommand(newAdminContainerGetCmd())
 	return cmd
 }
 

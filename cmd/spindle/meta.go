@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -17,6 +20,7 @@ func newMetaCmd() *cobra.Command {
 	var cfg meta.Config
 	containerSize := units.ByteSize(metaapi.DefaultContainerSizeBytes)
 	var checkReplication func() error
+	var peers string
 	cmd := &cobra.Command{
 		Use:   "meta",
 		Short: "Run the meta service: datanode registry, pipelines, containers, buckets and keys",
@@ -26,7 +30,13 @@ deletion on datanodes) and the namespace (buckets, keys → block lists), in a
 Pebble store under --dir, served as JSON over HTTP on --listen, with
 Prometheus metrics on /metrics. Datanodes join with
 'spindle datanode --meta ADDR'. Once serving it writes "ADDR\nPID\n" to
---ready-file. SIGTERM or SIGINT stops it cleanly.`,
+--ready-file. SIGTERM or SIGINT stops it cleanly.
+
+With --peers 1=ADDR,2=ADDR,3=ADDR it is member --id of a replicated meta
+service (a raft group; ADDR is each member's --listen, which defaults to
+its own entry): the leader serves, the others answer with its address;
+clients, datanodes and the CLI take every ADDR in --meta, comma-separated.
+Start every member with an empty --dir the first time.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if containerSize <= 0 {
@@ -36,6 +46,21 @@ Prometheus metrics on /metrics. Datanodes join with
 				return err
 			}
 			cfg.ContainerSizeBytes = uint64(containerSize)
+			if peers != "" {
+				m, err := parsePeers(peers)
+				if err != nil {
+					return usageErr(err)
+				}
+				if _, ok := m[cfg.ID]; !ok {
+					return usageErr(fmt.Errorf("--id %d: want one of the IDs of --peers", cfg.ID))
+				}
+				cfg.Peers = m
+				if !cmd.Flags().Changed("listen") {
+					cfg.Listen = m[cfg.ID]
+				}
+			} else if cfg.ID > 1 {
+				return usageErr(errors.New("--id without --peers: a single meta service is member 1"))
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return meta.Run(ctx, cfg)
@@ -53,6 +78,25 @@ Prometheus metrics on /metrics. Datanodes join with
 	f.IntVar(&cfg.ContainersPerPipeline, "containers-per-pipeline", meta.DefaultContainersPerPipeline, "open containers per open pipeline")
 	f.DurationVar(&cfg.AllocationGrace, "allocation-grace", meta.DefaultAllocationGrace, "blocks allocated and not committed for this long are deleted (interrupted puts)")
 	f.DurationVar(&cfg.LeaveTimeout, "leave-timeout", meta.DefaultLeaveTimeout, "a closed pipeline's members leave it once its containers are closed, or after this long")
+	f.Uint64Var(&cfg.ID, "id", 0, "this member's ID in --peers")
+	f.StringVar(&peers, "peers", "", "the members of a replicated meta service: ID=HOST:PORT,… (each member's --listen)")
 	checkReplication = addReplicationFlags(f, &cfg)
 	return cmd
+}
+
+// parsePeers parses --peers: ID=HOST:PORT,… with distinct IDs ≥ 1.
+func parsePeers(list string) (map[uint64]string, error) {
+	m := map[uint64]string{}
+	for _, part := range strings.Split(list, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		n, err := strconv.ParseUint(id, 10, 64)
+		if !ok || err != nil || n == 0 || addr == "" {
+			return nil, fmt.Errorf("--peers: %q: want ID=HOST:PORT with ID ≥ 1", part)
+		}
+		if _, dup := m[n]; dup {
+			return nil, fmt.Errorf("--peers: member %d twice", n)
+		}
+		m[n] = addr
+	}
+	return m, nil
 }

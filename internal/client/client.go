@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/backoff"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/transport"
 )
@@ -415,7 +415,7 @@ func (c *Client) do(ctx context.Context, name string, t target, op call) error {
 		m = c.members[0]
 		c.mu.Unlock()
 	}
-	backoff := c.opts.MinBackoff
+	delay := c.opts.MinBackoff
 	sinceLeader := 0 // consecutive attempts without a usable leader
 	for attempt := 1; ; attempt++ {
 		c.attempts.Add(1)
@@ -486,10 +486,10 @@ func (c *Client) do(ctx context.Context, name string, t target, op call) error {
 		}
 		c.log.Debug("client: retrying", "op", name, "attempt", attempt, "failed_at", at.addr, "next", m.addr, "err", err)
 		if wait {
-			if !sleep(ctx, min(jitter(backoff), left)) {
+			if !sleep(ctx, min(backoff.Jitter(delay), left)) {
 				return fmt.Errorf("client: %s: %w (last error at %s: %w)", name, ctx.Err(), at.addr, err)
 			}
-			backoff = min(2*backoff, c.opts.MaxBackoff)
+			delay = min(2*delay, c.opts.MaxBackoff)
 		}
 	}
 }
@@ -525,11 +525,6 @@ func (c *Client) attempt(ctx context.Context, m *member, t target, op call) erro
 		c.drop(m, tc)
 	}
 	return err
-}
-
-// jitter returns d scaled by a random factor in [0.5, 1.5).
-func jitter(d time.Duration) time.Duration {
-	return d/2 + rand.N(d+1)
 }
 
 // sleep waits d or until ctx ends; false means ctx ended.

@@ -23,6 +23,13 @@ import (
 // Bound: the batches applied and not yet synced are bounded by Pebble's
 // commit pipeline (record.SyncConcurrency synced batches; ApplyNoSyncWait
 // blocks beyond it) and, in practice, by the requests in flight.
+//
+// A replicated member (raft.go) takes the same path with two changes:
+// apply proposes the batch (into the leader's overlay and, in s.mu order,
+// to the raft log) instead of writing the store, and await waits until
+// the proposal is committed and applied, or, for an answer that proposed
+// nothing (frontier), until what it saw is and a ReadIndex round
+// confirmed the leadership.
 
 // durability says which applied batches are synced: every batch with a
 // sequence ≤ durable is. Batches are synced in sequence order (Pebble's WAL
@@ -100,9 +107,22 @@ func (d *durability) wait(seq uint64) error {
 
 // pending is what an answer waits for: batches up to seq durable; b, when
 // not nil, is the request's own batch, whose sync the request collects.
+// On a replicated service (raft.go): the proposals of stint up to seq
+// applied, and, for read (no proposal of its own), a ReadIndex round.
 type pending struct {
-	seq uint64
-	b   *pebble.Batch
+	seq   uint64
+	b     *pebble.Batch
+	stint uint64
+	read  bool
+}
+
+// frontier is what an answer that made no change waits for: everything
+// it may have seen. Callers hold s.mu (either mode).
+func (s *Service) frontier() pending {
+	if s.rep != nil {
+		return pending{stint: s.stint, seq: s.proposed, read: true}
+	}
+	return pending{seq: s.applied}
 }
 
 // apply puts b (possibly empty) into the store in s.mu order and returns
@@ -113,7 +133,10 @@ func (s *Service) apply(b *pebble.Batch) (pending, error) {
 		if b != nil {
 			b.Close()
 		}
-		return pending{seq: s.applied}, nil
+		return s.frontier(), nil
+	}
+	if s.rep != nil {
+		return s.propose(b)
 	}
 	if err := s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
 		b.Close()
@@ -131,6 +154,9 @@ func (s *Service) apply(b *pebble.Batch) (pending, error) {
 func (s *Service) await(p pending) error {
 	if s.awaitHook != nil {
 		s.awaitHook(p.b != nil)
+	}
+	if s.rep != nil {
+		return s.rep.await(p)
 	}
 	if p.b != nil {
 		err := p.b.SyncWait()
@@ -165,7 +191,7 @@ func mutate[T any](s *Service, fn func() (T, *pebble.Batch, error)) (T, error) {
 		if b != nil {
 			b.Close()
 		}
-		p = pending{seq: s.applied}
+		p = s.frontier()
 	} else if p, err = s.apply(b); err != nil {
 		s.mu.Unlock()
 		return zero, err
@@ -190,7 +216,7 @@ func read[T any](s *Service, fn func() (T, error)) (T, error) {
 		return zero, err
 	}
 	v, err := fn()
-	p := pending{seq: s.applied}
+	p := s.frontier()
 	s.mu.RUnlock()
 	if werr := s.await(p); werr != nil {
 		return zero, werr

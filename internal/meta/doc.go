@@ -293,6 +293,37 @@
 // (plus its connections) and one that calls Tick every TickInterval; Close
 // stops both before closing the store.
 //
+// # Replication
+//
+// With Config.Peers the service is one member of a raft group (raft.go,
+// raftnet.go; docs/ARCHITECTURE.md §16). Only the serving leader takes
+// requests; the others answer metaapi.NotLeaderError (UNAVAILABLE, with
+// the leader's address) having done nothing. Invariants:
+//
+//   - The log's order is memory's order: a mutation's batch is proposed
+//     under s.mu (propose, instead of the store apply), numbered by the
+//     stint sequence. Every member applies committed entries to its store
+//     in log order, with the applied state in the same batch; an entry that
+//     does not continue the applied state is skipped by every member.
+//   - A leader serves (s.stint ≠ 0) only after applying an entry of its
+//     own term, with memory reloaded from the store then; it stops at the
+//     first sign of another role or term, dropping memory and overlay.
+//   - Every answer waits until what it depends on is committed and applied
+//     (its own proposal), or committed and confirmed by a ReadIndex round
+//     started after it looked (an answer that proposed nothing).
+//   - The leader reads the store through s.db, an overlay of its proposals
+//     in flight over Pebble; code reads records through s.db and writes
+//     them only in the batch of mutate.
+//   - Tick runs only on the serving leader.
+//
+// Concurrency: the raft goroutine owns the RawNode; an append worker
+// writes the log (group commit) and an apply worker applies to the store;
+// they hand each other raft messages through locked queues. Lock order:
+// s.mu → replicator.wmu (the wait state) and replicator.in.mu (the raft
+// goroutine's inbox); the raft goroutine and the apply worker take s.mu
+// (to start or end a stint) and never hold wmu or in.mu while doing so;
+// no one holding s.mu waits for them.
+//
 // # Filesystem
 //
 // The store does all its file operations through Config.FS (internal/vfs;

@@ -91,6 +91,7 @@ func (s *Service) Handler() http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.Handle("GET /v1/admin/backup", s.backupHandler()) // backup.go
+	s.raftRoutes(mux)
 	commitKey := s.instrument("commit_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		bucket, key, err := keyPath(r)
 		if err != nil {
@@ -170,7 +171,12 @@ func (s *Service) instrument(route string, h func(w http.ResponseWriter, r *http
 			if status == http.StatusInternalServerError {
 				s.log.Error("request failed", "route", route, "err", err)
 			}
-			writeError(w, status, code, err.Error())
+			var nl *metaapi.NotLeaderError
+			if errors.As(err, &nl) {
+				writeErrorBody(w, status, metaapi.Error{Code: code, Message: err.Error(), NotLeader: true, Leader: nl.LeaderAddr})
+			} else {
+				writeError(w, status, code, err.Error())
+			}
 		} else {
 			writeJSON(w, status, body)
 		}
@@ -194,7 +200,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	b, _ := json.Marshal(metaapi.Error{Code: code, Message: msg})
+	writeErrorBody(w, status, metaapi.Error{Code: code, Message: msg})
+}
+
+func writeErrorBody(w http.ResponseWriter, status int, e metaapi.Error) {
+	b, _ := json.Marshal(e)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))
@@ -234,10 +244,12 @@ func Start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = svc.cfg
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		svc.Close()
-		return nil, fmt.Errorf("meta: listen: %w", err)
+	ln := cfg.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			svc.Close()
+			return nil, fmt.Errorf("meta: listen: %w", err)
+		}
 	}
 	s := &Server{svc: svc, ln: ln, stop: make(chan struct{}), served: make(chan error, 1),
 		srv: &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}}
@@ -267,6 +279,9 @@ func (s *Server) tick(every time.Duration) {
 		case <-s.stop:
 			return
 		case <-t.C:
+			if !s.svc.Serving() {
+				continue // a replicated member ticks only while it serves as leader
+			}
 			if err := s.svc.Tick(); err != nil {
 				s.svc.log.Error("cluster manager tick", "err", err)
 			}

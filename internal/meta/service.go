@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"sync"
 	"time"
@@ -126,6 +127,22 @@ type Config struct {
 	// Now is the clock (default time.Now); tests inject one.
 	Now    func() time.Time
 	Logger *slog.Logger
+
+	// Replication (raft.go): with Peers set, the service is member ID of
+	// the raft group of Peers (member ID → host:port, each member's
+	// Listen: it serves the API and the raft messages on it). Without,
+	// it is a group of one that commits straight to its store.
+	ID    uint64
+	Peers map[uint64]string
+	// RaftTickInterval (DefaultRaftTickInterval) and ElectionTicks
+	// (DefaultElectionTicks): a follower that hears no leader for
+	// ElectionTicks ticks (randomised up to twice that) campaigns.
+	RaftTickInterval time.Duration
+	ElectionTicks    int
+
+	// Listener, when set (tests, benches), is what Start serves on instead of
+	// listening on Listen (a member restarted on its address).
+	Listener net.Listener
 }
 
 func (c *Config) setDefaults() {
@@ -204,6 +221,12 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.RaftTickInterval <= 0 {
+		c.RaftTickInterval = DefaultRaftTickInterval
+	}
+	if c.ElectionTicks <= 0 {
+		c.ElectionTicks = DefaultElectionTicks
+	}
 }
 
 func (c *Config) validate() error {
@@ -272,8 +295,10 @@ type blockRef struct{ container, local uint64 }
 type Service struct {
 	cfg     Config
 	log     *slog.Logger
-	db      *pebble.DB
+	db      *store
 	started time.Time
+	// rep replicates the store (nil: a group of one, raft.go).
+	rep     *replicator
 	metrics *metrics
 
 	// awaitHook, when set (tests, before any request), is called by every
@@ -300,6 +325,14 @@ type Service struct {
 	nDeletes   int
 	rr         uint64 // round-robin cursor over allocatable pipelines
 	repl       replication
+
+	// Replicated service only (raft.go): stint is the term this member
+	// serves as leader (0: it does not serve), proposed the sequence of
+	// its last proposal in the stint, inflight its proposals not known
+	// applied (to rebuild the overlay s.db.ov).
+	stint    uint64
+	proposed uint64
+	inflight []inflight
 }
 
 // Open opens (creating if needed) the meta service's store in cfg.Dir and
@@ -314,26 +347,49 @@ func Open(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("meta: %w", err)
 	}
-	s := &Service{
-		cfg: cfg, log: log, db: db, started: cfg.Now(),
-		nodes: map[uint64]*node{}, byUUID: map[string]uint64{},
-		pipelines: map[uint64]*pipelineState{}, containers: map[uint64]*containerState{},
-		buckets: map[string]bucketRecord{}, allocs: map[blockRef]allocRecord{},
-		deletes: map[uint64]map[uint64]*pendingDelete{}, repl: newReplication(&cfg),
-	}
+	s := &Service{cfg: cfg, log: log, db: &store{DB: db}, started: cfg.Now()}
+	s.initMemory()
 	s.dur.init()
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("meta: load %s: %w", cfg.Dir, err)
 	}
+	if len(cfg.Peers) > 0 {
+		if s.rep, err = openReplicator(s, db); err != nil {
+			db.Close()
+			return nil, err
+		}
+		// The load checked the store; a member holds memory only while
+		// it serves as leader (it loads again then).
+		s.initMemory()
+	}
 	s.metrics = newMetrics(s)
+	if s.rep != nil {
+		s.rep.start()
+	}
 	log.Info("meta store opened", "dir", cfg.Dir, "nodes", len(s.nodes), "pipelines", len(s.pipelines),
 		"containers", len(s.containers), "buckets", len(s.buckets), "pending_allocations", len(s.allocs), "pending_deletes", s.nDeletes)
 	return s, nil
 }
 
+// initMemory empties the in-memory state (Open, and a replicated
+// member before it loads the store to serve as leader).
+func (s *Service) initMemory() {
+	s.ctr = counters{}
+	s.nodes, s.byUUID = map[uint64]*node{}, map[string]uint64{}
+	s.pipelines, s.containers = map[uint64]*pipelineState{}, map[uint64]*containerState{}
+	s.buckets, s.allocs = map[string]bucketRecord{}, map[blockRef]allocRecord{}
+	s.deletes, s.nDeletes, s.rr = map[uint64]map[uint64]*pendingDelete{}, 0, 0
+	s.repl = newReplication(&s.cfg)
+}
+
 // Close closes the store. Requests after Close fail with ErrUnavailable.
 func (s *Service) Close() error {
+	var rerr error
+	if s.rep != nil {
+		// Before s.mu: the raft goroutine takes it.
+		rerr = s.rep.close()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -343,8 +399,15 @@ func (s *Service) Close() error {
 	// Batches applied and not yet synced belong to requests waiting
 	// outside s.mu; their syncs end (or fail) without it.
 	_ = s.dur.wait(s.applied)
+	if s.db.ov != nil {
+		s.db.ov.Close()
+		s.db.ov = nil
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("meta: close store: %w", err)
+	}
+	if rerr != nil {
+		return fmt.Errorf("meta: close raft log: %w", rerr)
 	}
 	return nil
 }
@@ -509,7 +572,18 @@ func (s *Service) usable() error {
 	if err := s.dur.failure(); err != nil {
 		return fmt.Errorf("meta: store failed earlier, refusing requests: %w", err)
 	}
+	if s.rep != nil && s.stint == 0 {
+		return s.rep.notLeader()
+	}
 	return nil
+}
+
+// Serving says whether the service takes requests: always for a group of
+// one, only while it serves as leader for a replicated member.
+func (s *Service) Serving() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return !s.closed && (s.rep == nil || s.stint != 0)
 }
 
 // set adds key → value to b; Set on a batch fails only on misuse.
@@ -583,7 +657,8 @@ func (s *Service) fullBytes() uint64 {
 }
 
 // WALSyncs is the number of syncs of the store's write-ahead log since
-// Open and the time they took, in seconds. Concurrent synced batches share
+// Open and the time they took, in seconds (a replicated member: its raft
+// log's fdatasyncs, time 0). Concurrent synced batches share
 // a sync (Pebble's group commit), so commits per sync says how well
 // commits are grouped.
 func (s *Service) WALSyncs() (syncs uint64, seconds float64, err error) {
@@ -591,6 +666,11 @@ func (s *Service) WALSyncs() (syncs uint64, seconds float64, err error) {
 	defer s.mu.RUnlock()
 	if s.closed {
 		return 0, 0, fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable)
+	}
+	if s.rep != nil {
+		// The store is written without syncs: the raft log's are the
+		// ones (their time is not measured: seconds 0).
+		return s.rep.wal.Stats().SyncDatas, 0, nil
 	}
 	h := s.db.Metrics().LogWriter.FsyncLatency
 	if h == nil {

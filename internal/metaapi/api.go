@@ -21,6 +21,12 @@
 //	POST   /v1/safemode/exit                  → ReplicationStatus (leaves safe mode now)
 //	GET    /metrics                           Prometheus
 //	GET    /v1/admin/backup                   tar stream of a store checkpoint (Client.Backup; meta's backup.go)
+//	GET    /v1/meta/status                    → MetaStatus (every member of a replicated meta service)
+//
+// A replicated meta service (several members): only its leader serves; a
+// member that does not answers UNAVAILABLE with not_leader and the
+// leader's address (Error.Leader). Client takes every member's address
+// and follows the leader (see Client).
 //
 // Invariants: a key is visible only once CommitKey returns (an interrupted
 // put leaves no key, only unreferenced blocks the meta service deletes); a
@@ -651,6 +657,14 @@ type CopyTask struct {
 type Error struct {
 	Code    string `json:"code"` // one of the Code* constants
 	Message string `json:"message"`
+	// NotLeader: a member of a replicated meta service that does not
+	// serve refused the request before doing anything (code UNAVAILABLE);
+	// Leader is the address of the member it takes for the leader, when
+	// it knows one.
+	NotLeader bool   `json:"not_leader,omitempty"`
+	Leader    string `json:"leader,omitempty"`
+	// notSent: the request never reached the server (the dial failed).
+	notSent bool
 }
 
 func (e *Error) Error() string {

@@ -7,11 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/spindle-store/spindle/internal/backoff"
 )
 
 // Client defaults and bounds.
@@ -24,6 +28,17 @@ const (
 	// up to MaxClientBackoff.
 	DefaultClientBackoff = 100 * time.Millisecond
 	MaxClientBackoff     = 2 * time.Second
+	// DefaultFailoverTimeout bounds the retries of a request to a
+	// replicated meta service (several addresses) while it finds the
+	// leader: an election takes a few seconds at most.
+	DefaultFailoverTimeout = 20 * time.Second
+	// MaxFailoverAttempts bounds the tries of one request across the
+	// members of a replicated meta service.
+	MaxFailoverAttempts = 200
+	// failoverMinBackoff and failoverMaxBackoff bound the jittered pause
+	// between tries while following the leader.
+	failoverMinBackoff = 20 * time.Millisecond
+	failoverMaxBackoff = 500 * time.Millisecond
 	// MaxResponseBytes bounds a response body the client reads.
 	MaxResponseBytes = 64 << 20
 	// maxErrorBodyBytes bounds an error body.
@@ -42,6 +57,10 @@ type ClientOptions struct {
 	// HTTPClient, when set, carries the requests (its own Timeout applies
 	// too).
 	HTTPClient *http.Client
+	// FailoverTimeout bounds the retries of one request across the members
+	// of a replicated meta service (DefaultFailoverTimeout); with one
+	// address, Attempts bounds them.
+	FailoverTimeout time.Duration
 }
 
 // Client calls a meta service. It is safe for concurrent use.
@@ -59,29 +78,51 @@ type ClientOptions struct {
 // meta service deletes; CommitKey because the meta service accepts a
 // commit identical to the key's current version; ExitSafeMode because
 // leaving safe mode twice is leaving it once. CreateBucket, DeleteBucket
-// and DeleteKey are tried once.
+// and DeleteKey are tried once — except that every call is tried again
+// when the try certainly did nothing: the connection was refused, or a
+// member of a replicated meta service answered that it is not the leader.
+//
+// A replicated meta service (several addresses): the client sends to the
+// member it takes for the leader; a NotLeader answer naming the leader
+// moves it there, any other UNAVAILABLE answer or transport failure to
+// the next address, after a jittered pause (failoverMinBackoff doubling
+// to failoverMaxBackoff), until FailoverTimeout or MaxFailoverAttempts.
+// An answer lost in a failover leaves the outcome unknown; the retried
+// call is idempotent as above (a retried Allocate may leak a block,
+// which the meta service deletes after its allocation grace).
 type Client struct {
-	base     string // scheme://host:port, no trailing slash
-	host     string
+	bases    []string // scheme://host:port, no trailing slash
+	hosts    []string
+	cur      atomic.Int32 // index of the address taken for the leader
 	hc       *http.Client
 	timeout  time.Duration
 	attempts int
 	backoff  time.Duration
+	failover time.Duration
 }
 
 // NewClient returns a client of the meta service at baseURL:
-// "http://host:port" or just "host:port".
+// "http://host:port" or just "host:port", or a comma-separated list of
+// them (the members of a replicated meta service).
 func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
-	raw := baseURL
-	if !strings.Contains(raw, "://") {
-		raw = "http://" + raw
+	c := &Client{hc: opts.HTTPClient, timeout: opts.Timeout, attempts: opts.Attempts, backoff: opts.Backoff, failover: opts.FailoverTimeout}
+	for _, addr := range SplitAddrs(baseURL) {
+		raw := addr
+		if !strings.Contains(raw, "://") {
+			raw = "http://" + raw
+		}
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			return nil, fmt.Errorf("meta address %q: want host:port or http://host:port", addr)
+		}
+		c.bases, c.hosts = append(c.bases, u.Scheme+"://"+u.Host), append(c.hosts, u.Host)
 	}
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+	if len(c.bases) == 0 {
 		return nil, fmt.Errorf("meta address %q: want host:port or http://host:port", baseURL)
 	}
-	c := &Client{base: u.Scheme + "://" + u.Host, host: u.Host, hc: opts.HTTPClient,
-		timeout: opts.Timeout, attempts: opts.Attempts, backoff: opts.Backoff}
+	if c.failover <= 0 {
+		c.failover = DefaultFailoverTimeout
+	}
 	if c.hc == nil {
 		c.hc = &http.Client{Transport: &http.Transport{
 			Proxy:               nil, // the meta service is on the cluster's network, never behind a proxy
@@ -101,8 +142,9 @@ func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
 	return c, nil
 }
 
-// Addr is the meta service's host:port.
-func (c *Client) Addr() string { return c.host }
+// Addr is the host:port of the meta member the client takes for the
+// leader.
+func (c *Client) Addr() string { return c.hosts[c.cur.Load()] }
 
 // KeyPath is the escaped URL path of a key: /v1/keys/{bucket}/{key...},
 // each '/'-separated segment of the key path-escaped.
@@ -270,7 +312,10 @@ func validNames(bucket, key string) error {
 // cut short fails in the unpacking (a truncated tar stream).
 func (c *Client) Backup(ctx context.Context) (io.ReadCloser, error) {
 	const path = "/v1/admin/backup"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	// The member taken for the leader (a follower's store is as
+	// consistent, perhaps behind).
+	i := int(c.cur.Load())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.bases[i]+path, nil)
 	if err != nil {
 		return nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf("meta GET %s: %v", path, err)}
 	}
@@ -279,16 +324,18 @@ func (c *Client) Backup(ctx context.Context) (io.ReadCloser, error) {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("meta GET %s: %w", path, ctx.Err())
 		}
-		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("meta unreachable at %s: GET %s: %v", c.host, path, unwrapURLError(err))}
+		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("meta unreachable at %s: GET %s: %v", c.hosts[i], path, unwrapURLError(err))}
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
-		return nil, c.errorOf(http.MethodGet, path, resp)
+		return nil, c.errorOf(i, http.MethodGet, path, resp)
 	}
 	return resp.Body, nil
 }
 
-// do runs one call: up to c.attempts tries when idempotent, one otherwise.
+// do runs one call: up to c.attempts tries when idempotent, one otherwise
+// (plus the tries that certainly did nothing); across the members of a
+// replicated meta service, until c.failover.
 func (c *Client) do(ctx context.Context, method, path string, in, out any, idempotent bool) error {
 	var body []byte
 	if in != nil {
@@ -297,27 +344,76 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, idemp
 			return fmt.Errorf("meta %s %s: encode request: %w", method, path, err)
 		}
 	}
+	multi := len(c.bases) > 1
 	attempts := 1
 	if idempotent {
 		attempts = c.attempts
 	}
-	backoff := c.backoff
+	if multi {
+		attempts = MaxFailoverAttempts
+	}
+	deadline := time.Now().Add(c.failover)
+	delay := c.backoff
+	if multi {
+		delay = failoverMinBackoff
+	}
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = c.once(ctx, method, path, body, out)
-		if err == nil || attempt >= attempts || !retryable(err) || ctx.Err() != nil {
+		i := int(c.cur.Load())
+		err = c.once(ctx, i, method, path, body, out)
+		if err == nil || ctx.Err() != nil || !retryable(err) || (!idempotent && !didNothing(err)) {
 			break
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("meta %s %s: %w (after: %v)", method, path, ctx.Err(), err)
-		case <-t.C:
+		if attempt >= attempts || (multi && time.Now().After(deadline)) {
+			break
 		}
-		backoff = min(2*backoff, MaxClientBackoff)
+		pause := delay
+		if multi {
+			if c.follow(i, err) {
+				pause = 0 // straight to the leader named
+			} else {
+				pause = backoff.Jitter(delay)
+			}
+		}
+		if pause > 0 {
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("meta %s %s: %w (after: %v)", method, path, ctx.Err(), err)
+			case <-t.C:
+			}
+			if multi {
+				delay = min(2*delay, failoverMaxBackoff)
+			} else {
+				delay = min(2*delay, MaxClientBackoff)
+			}
+		}
 	}
 	return err
+}
+
+// follow moves the client after a failed try on address i: to the leader
+// the answer names (true), else to the next address (false).
+func (c *Client) follow(i int, err error) bool {
+	var e *Error
+	if errors.As(err, &e) && e.Leader != "" {
+		for j, h := range c.hosts {
+			if h == e.Leader && j != i {
+				c.cur.CompareAndSwap(int32(i), int32(j))
+				return true
+			}
+		}
+	}
+	c.cur.CompareAndSwap(int32(i), int32((i+1)%len(c.bases)))
+	return false
+}
+
+// didNothing: the try certainly changed nothing (never sent, or refused
+// by a member that is not the leader), so any call may be tried again.
+func didNothing(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && (e.NotLeader || e.notSent)
 }
 
 // retryable: the meta service was unreachable or said UNAVAILABLE.
@@ -326,15 +422,15 @@ func retryable(err error) bool {
 	return errors.As(err, &e) && e.Code == CodeUnavailable
 }
 
-// once runs one HTTP exchange.
-func (c *Client) once(ctx context.Context, method, path string, body []byte, out any) error {
+// once runs one HTTP exchange with the member at address i.
+func (c *Client) once(ctx context.Context, i int, method, path string, body []byte, out any) error {
 	actx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(actx, method, c.base+path, rd)
+	req, err := http.NewRequestWithContext(actx, method, c.bases[i]+path, rd)
 	if err != nil {
 		return &Error{Code: CodeInvalid, Message: fmt.Sprintf("meta %s %s: %v", method, path, err)}
 	}
@@ -346,11 +442,13 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		if ctx.Err() != nil {
 			return fmt.Errorf("meta %s %s: %w", method, path, ctx.Err())
 		}
-		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("meta unreachable at %s: %s %s: %v", c.host, method, path, unwrapURLError(err))}
+		var op *net.OpError
+		notSent := errors.As(err, &op) && op.Op == "dial"
+		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("meta unreachable at %s: %s %s: %v", c.hosts[i], method, path, unwrapURLError(err)), notSent: notSent}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return c.errorOf(method, path, resp)
+		return c.errorOf(i, method, path, resp)
 	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBodyBytes))
@@ -361,13 +459,13 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		if ctx.Err() != nil {
 			return fmt.Errorf("meta %s %s: %w", method, path, ctx.Err())
 		}
-		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("meta at %s: %s %s: reading the answer: %v", c.host, method, path, err)}
+		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("meta at %s: %s %s: reading the answer: %v", c.hosts[i], method, path, err)}
 	}
 	return nil
 }
 
 // errorOf turns a non-2xx response into an *Error.
-func (c *Client) errorOf(method, path string, resp *http.Response) error {
+func (c *Client) errorOf(i int, method, path string, resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
 	var e Error
 	if json.Unmarshal(b, &e) == nil && e.Code != "" {
@@ -386,7 +484,7 @@ func (c *Client) errorOf(method, path string, resp *http.Response) error {
 	if len(snippet) > 200 {
 		snippet = snippet[:200] + "…"
 	}
-	return &Error{Code: code, Message: fmt.Sprintf("meta at %s: %s %s: HTTP %d: %s", c.host, method, path, resp.StatusCode, snippet)}
+	return &Error{Code: code, Message: fmt.Sprintf("meta at %s: %s %s: HTTP %d: %s", c.hosts[i], method, path, resp.StatusCode, snippet)}
 }
 
 // unwrapURLError drops the *url.Error wrapper (it repeats method and URL).

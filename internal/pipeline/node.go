@@ -587,7 +587,7 @@ func (n *Node) openGroup(p PipelineConfig) (*group, error) {
 		MaxInflightMsgs:           256,
 		CheckQuorum:               true,
 		PreVote:                   true,
-		Logger:                    raftLogger{n.log.With("pipeline", p.ID)},
+		Logger:                    wal.RaftLogger{L: n.log.With("pipeline", p.ID)},
 	}
 	rn, err := raft.NewRawNode(rc)
 	if err != nil {
@@ -1296,22 +1296,6 @@ func (n *Node) failAllPending() {
 		g.queue = nil
 	}
 }
-
-// raftLogger sends raft's logs to slog: debug and info at debug level.
-type raftLogger struct{ l *slog.Logger }
-
-func (r raftLogger) Debug(v ...any)              {}
-func (r raftLogger) Debugf(f string, v ...any)   {}
-func (r raftLogger) Info(v ...any)               { r.l.Debug(fmt.Sprint(v...)) }
-func (r raftLogger) Infof(f string, v ...any)    { r.l.Debug(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Warning(v ...any)            { r.l.Warn(fmt.Sprint(v...)) }
-func (r raftLogger) Warningf(f string, v ...any) { r.l.Warn(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Error(v ...any)              { r.l.Error(fmt.Sprint(v...)) }
-func (r raftLogger) Errorf(f string, v ...any)   { r.l.Error(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Fatal(v ...any)              { r.l.Error(fmt.Sprint(v...)); panic(fmt.Sprint(v...)) }
-func (r raftLogger) Fatalf(f string, v ...any)   { r.Fatal(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Panic(v ...any)              { r.Fatal(v...) }
-func (r raftLogger) Panicf(f string, v ...any)   { r.Fatal(fmt.Sprintf(f, v...)) }
 
 // stallWatchdog fails the node when an append or apply round has been
 // running for longer than DiskStallThreshold (a hung write or fdatasync):

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +51,9 @@ type MetaBenchConfig struct {
 	Dir string
 	// Clients is the concurrent allocate+commit loops (default 32).
 	Clients int
+	// Replicas is the meta service's members (default 1: a single meta
+	// service; 3: a raft group in this process, on 127.0.0.1).
+	Replicas int
 	// Keys bounds the keys committed (default 1,000,000); Duration bounds
 	// the time (default 10 s, 0 allowed when Keys bounds).
 	Keys     int
@@ -78,6 +83,7 @@ type MetaBenchConfig struct {
 type MetaBenchResult struct {
 	bench.Result
 	Clients     int     `json:"clients"`
+	Replicas    int     `json:"replicas"`
 	FsyncPerS   float64 `json:"fsync_per_s,omitempty"`
 	OpsPerFsync float64 `json:"ops_per_fsync,omitempty"`
 	// WALSyncs is the syncs of the meta store's WAL during the timed
@@ -91,6 +97,9 @@ type MetaBenchResult struct {
 }
 
 func (c *MetaBenchConfig) defaults() error {
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
 	if c.Clients == 0 {
 		c.Clients = DefaultMetaBenchClients
 	}
@@ -177,8 +186,8 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 		}
 	}()
 	metaDir := filepath.Join(root, "meta")
-	fmt.Fprintf(cfg.Progress, "meta: meta service in %s, %d clients\n", metaDir, cfg.Clients)
-	srv, err := meta.Start(meta.Config{Dir: metaDir, Listen: "127.0.0.1:0", HeartbeatInterval: metaBenchHeartbeat, Logger: cfg.Logger})
+	fmt.Fprintf(cfg.Progress, "meta: meta service in %s (%d replicas), %d clients\n", metaDir, cfg.Replicas, cfg.Clients)
+	srvs, err := startMetaGroup(metaDir, cfg.Replicas, cfg.Logger)
 	if err != nil {
 		return out, fmt.Errorf("meta bench: %w", err)
 	}
@@ -188,14 +197,24 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 			return nil
 		}
 		stopped = true
-		return srv.Close()
+		var err error
+		for _, srv := range srvs {
+			if cerr := srv.Close(); err == nil {
+				err = cerr
+			}
+		}
+		return err
 	}
 	defer func() {
 		if cerr := stopServer(); cerr != nil && err == nil {
 			err = fmt.Errorf("meta bench: stopping the meta service: %w", cerr)
 		}
 	}()
-	mc, err := metaapi.NewClient(srv.Addr(), metaapi.ClientOptions{})
+	var addrs []string
+	for _, srv := range srvs {
+		addrs = append(addrs, srv.Addr())
+	}
+	mc, err := metaapi.NewClient(strings.Join(addrs, ","), metaapi.ClientOptions{})
 	if err != nil {
 		return out, fmt.Errorf("meta bench: %w", err)
 	}
@@ -241,6 +260,10 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 		return out, fmt.Errorf("meta bench: %w", err)
 	}
 
+	srv := leaderOf(srvs)
+	if srv == nil {
+		return out, errors.New("meta bench: no meta member serves")
+	}
 	syncs0, syncSeconds0, err := srv.Service().WALSyncs()
 	if err != nil {
 		return out, fmt.Errorf("meta bench: %w", err)
@@ -293,6 +316,7 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 
 	res := stats.Result("meta")
 	res.SetParam("clients", cfg.Clients)
+	res.SetParam("replicas", cfg.Replicas)
 	res.SetParam("keys", cfg.Keys)
 	res.SetParam("size_bytes", cfg.SizeBytes)
 	res.SetParam("dir", root)
@@ -300,10 +324,15 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 		res.AddNote("stopped by --duration after %d of %d keys", stats.Ops, cfg.Keys)
 	}
 	res.AddNote("an op is an allocate and a key commit through the HTTP API (two synced store batches); no data is written to datanodes")
-	out = MetaBenchResult{Result: res, Clients: cfg.Clients, WALSyncs: syncs1 - syncs0}
+	if cfg.Replicas > 1 {
+		res.AddNote("%d meta replicas (a raft group on 127.0.0.1, one process): a commit is acknowledged once a majority has it fsynced in its raft log; wal_syncs are the leader's raft log fdatasyncs (their time is not measured)", cfg.Replicas)
+	}
+	out = MetaBenchResult{Result: res, Clients: cfg.Clients, Replicas: cfg.Replicas, WALSyncs: syncs1 - syncs0}
 	if out.WALSyncs > 0 {
 		out.CommitsPerWALSync = round3(2 * float64(stats.Ops) / float64(out.WALSyncs))
-		out.WALSyncUsMean = round3((syncSeconds1 - syncSeconds0) * 1e6 / float64(out.WALSyncs))
+		if syncSeconds1 > syncSeconds0 {
+			out.WALSyncUsMean = round3((syncSeconds1 - syncSeconds0) * 1e6 / float64(out.WALSyncs))
+		}
 	}
 	if !cfg.NoBaseline {
 		base, err := bench.RunBaseline(ctx, bench.BaselineConfig{
@@ -353,4 +382,60 @@ func waitAllocatable(ctx context.Context, mc *metaapi.Client, hbErr *atomic.Poin
 		case <-t.C:
 		}
 	}
+}
+
+// startMetaGroup starts a meta service of n members under dir (n = 1: a
+// single one in dir itself; otherwise member i in dir/member<i>).
+func startMetaGroup(dir string, n int, log *slog.Logger) ([]*meta.Server, error) {
+	if n == 1 {
+		srv, err := meta.Start(meta.Config{Dir: dir, Listen: "127.0.0.1:0", HeartbeatInterval: metaBenchHeartbeat, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		return []*meta.Server{srv}, nil
+	}
+	peers := map[uint64]string{}
+	lns := make([]net.Listener, n)
+	closeAll := func() {
+		for _, ln := range lns {
+			if ln != nil {
+				ln.Close()
+			}
+		}
+	}
+	for i := range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		lns[i] = ln
+		peers[uint64(i+1)] = ln.Addr().String()
+	}
+	var srvs []*meta.Server
+	for i := range n {
+		srv, err := meta.Start(meta.Config{Dir: filepath.Join(dir, fmt.Sprintf("member%d", i+1)), Listener: lns[i],
+			HeartbeatInterval: metaBenchHeartbeat, Logger: log, ID: uint64(i + 1), Peers: peers})
+		if err != nil {
+			for _, s := range srvs {
+				s.Close()
+			}
+			for _, ln := range lns[i:] {
+				ln.Close()
+			}
+			return nil, err
+		}
+		srvs = append(srvs, srv)
+	}
+	return srvs, nil
+}
+
+// leaderOf is the member that serves (nil: none).
+func leaderOf(srvs []*meta.Server) *meta.Server {
+	for _, s := range srvs {
+		if s.Service().Serving() {
+			return s
+		}
+	}
+	return nil
 }

@@ -1,0 +1,1016 @@
+package meta
+
+// Replication of the meta service over etcd raft (Config.Peers set): see
+// "Replication" in the package comment for the model; this file is the
+// state machine side (proposals, waits, apply, leadership), raftnet.go
+// the transport between members.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/wal"
+)
+
+// Raft settings and bounds of a replicated meta service.
+const (
+	// raftGroup is the meta raft log's group in its wal.Log.
+	raftGroup = 1
+	// DefaultRaftTickInterval is one raft tick; DefaultElectionTicks of
+	// them without a leader's heartbeat start an election (1 s), a leader
+	// heartbeats every raftHeartbeatTicks.
+	DefaultRaftTickInterval = 100 * time.Millisecond
+	DefaultElectionTicks    = 10
+	raftHeartbeatTicks      = 1
+	// maxRaftMsgBytes bounds the entries of one append message;
+	// maxRaftCommittedBytes the committed entries applied per Ready.
+	maxRaftMsgBytes       = 1 << 20
+	maxRaftCommittedBytes = 8 << 20
+	// maxRaftUncommittedBytes bounds the leader's proposals not yet
+	// committed (raft drops a proposal beyond it: the leader's stint
+	// ends, see propose).
+	maxRaftUncommittedBytes = 64 << 20
+	maxRaftInflightMsgs     = 256
+	// maxRaftRecordBytes bounds one meta log record (an entry: a
+	// mutation's Pebble batch; a key of MaxBlocksPerKey blocks is ~2 MiB).
+	maxRaftRecordBytes = wal.MaxRecordBytesLimit
+	// maxInboundRaftMsgs bounds the received messages not yet stepped;
+	// more are dropped (raft resends).
+	maxInboundRaftMsgs = 4096
+	// maxOverlayBytes: the leader's overlay of proposed, not yet applied
+	// batches is rebuilt from the batches still in flight once it holds
+	// more than this (and more than twice what is in flight).
+	maxOverlayBytes = 8 << 20
+)
+
+// entryVersion is the first byte of a meta log entry's data.
+const entryVersion = 1
+
+// entryOverheadBytes: version u8 | stint sequence u64 | … | crc u32.
+const entryOverheadBytes = 1 + 8 + 4
+
+// encodeEntry is a meta log entry: the stint sequence of the proposal
+// and the Pebble batch of the mutation (docs/FORMAT.md, meta log entry).
+func encodeEntry(seq uint64, repr []byte) []byte {
+	b := make([]byte, 0, entryOverheadBytes+len(repr))
+	b = append(b, entryVersion)
+	b = binary.LittleEndian.AppendUint64(b, seq)
+	b = append(b, repr...)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+}
+
+// decodeEntry checks and splits an entry's data.
+func decodeEntry(data []byte) (seq uint64, repr []byte, err error) {
+	if len(data) < entryOverheadBytes {
+		return 0, nil, fmt.Errorf("%w: meta log entry of %d bytes", ErrCorrupt, len(data))
+	}
+	body, sum := data[:len(data)-4], binary.LittleEndian.Uint32(data[len(data)-4:])
+	if got := crc32.Checksum(body, crcTable); got != sum {
+		return 0, nil, fmt.Errorf("%w: meta log entry: crc %08x, want %08x", ErrCorrupt, got, sum)
+	}
+	if body[0] != entryVersion {
+		return 0, nil, fmt.Errorf("%w: meta log entry version %d", ErrCorrupt, body[0])
+	}
+	return binary.LittleEndian.Uint64(body[1:9]), body[9:], nil
+}
+
+// appliedKey holds the applied state in the Pebble store of a replicated
+// meta service (0x00 sorts before every record prefix).
+var appliedKey = []byte("\x00raft-applied")
+
+// appliedState is what the store has applied of the meta log: the index
+// of the last entry applied, and the (term, sequence) of the last
+// proposal applied. It is written in the batch of every applied round,
+// so that the store is always exactly the log's prefix up to index.
+type appliedState struct {
+	Index, Term, Seq uint64
+}
+
+const appliedStateBytes = 1 + 8 + 8 + 8 + 4
+
+func (a appliedState) encode() []byte {
+	b := make([]byte, 0, appliedStateBytes)
+	b = append(b, recordVersion)
+	b = binary.LittleEndian.AppendUint64(b, a.Index)
+	b = binary.LittleEndian.AppendUint64(b, a.Term)
+	b = binary.LittleEndian.AppendUint64(b, a.Seq)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+}
+
+func decodeAppliedState(v []byte) (appliedState, error) {
+	if len(v) != appliedStateBytes || v[0] != recordVersion {
+		return appliedState{}, fmt.Errorf("%w: applied state of %d bytes", ErrCorrupt, len(v))
+	}
+	if got, want := crc32.Checksum(v[:len(v)-4], crcTable), binary.LittleEndian.Uint32(v[len(v)-4:]); got != want {
+		return appliedState{}, fmt.Errorf("%w: applied state crc %08x, want %08x", ErrCorrupt, got, want)
+	}
+	return appliedState{Index: binary.LittleEndian.Uint64(v[1:]), Term: binary.LittleEndian.Uint64(v[9:]), Seq: binary.LittleEndian.Uint64(v[17:])}, nil
+}
+
+// follows says whether a proposal (term, seq) continues the applied
+// state: the next sequence of the same stint, or the first of a later
+// one. A proposal that does not was made by a leader that had one of its
+// proposals dropped; that leader's stint ended at the drop, and every
+// member skips the proposal the same way (it depends only on the log).
+func (a appliedState) follows(term, seq uint64) bool {
+	if term == a.Term {
+		return seq == a.Seq+1
+	}
+	return term > a.Term && seq == 1
+}
+
+// store is the Pebble store as the service's code reads it: on the
+// serving leader, Get and NewIter see the overlay (an indexed batch of
+// the mutations proposed and not yet applied) over the store, so that a
+// mutation validates against memory's state, not the committed one.
+// ov is set and replaced under s.mu for writing and read under s.mu.
+type store struct {
+	*pebble.DB
+	ov *pebble.Batch
+}
+
+// Get reads k through the overlay.
+func (st *store) Get(k []byte) ([]byte, io.Closer, error) {
+	if st.ov != nil {
+		return st.ov.Get(k)
+	}
+	return st.DB.Get(k)
+}
+
+// NewIter iterates through the overlay.
+func (st *store) NewIter(o *pebble.IterOptions) (*pebble.Iterator, error) {
+	if st.ov != nil {
+		return st.ov.NewIter(o)
+	}
+	return st.DB.NewIter(o)
+}
+
+// inflight is a proposal of the current stint not known applied yet: the
+// leader rebuilds its overlay from them.
+type inflight struct {
+	seq  uint64
+	repr []byte
+}
+
+// proposal is queued by propose (in s.mu order) for the raft goroutine.
+type proposal struct {
+	stint uint64
+	data  []byte
+}
+
+// readReq is a read barrier waiting for a ReadIndex confirmation.
+type readReq struct {
+	stint uint64
+	done  chan error
+}
+
+// replicator runs the meta raft group of one member.
+type replicator struct {
+	s     *Service
+	id    uint64
+	peers map[uint64]string // member ID → host:port (API and raft)
+	log   *slog.Logger
+	wal   *wal.Log
+	db    *pebble.DB
+	tick  time.Duration
+	net   *raftNet
+
+	// Owned by the run goroutine.
+	rn          *raft.RawNode
+	leading     bool
+	readCtx     uint64
+	readBatches map[uint64][]readReq
+	// st is owned by the apply worker (set before it starts).
+	st appliedState
+	// leaderTerm is the term this member leads (0: it does not); set by
+	// the run goroutine, read by the apply worker.
+	leaderTerm atomic.Uint64
+	// appendq and applyq feed the append and apply workers (raft's
+	// MsgStorageAppend and MsgStorageApply, in order).
+	appendq, applyq msgQueue
+
+	// in is what other goroutines hand to the run goroutine.
+	in struct {
+		mu          sync.Mutex
+		props       []proposal
+		msgs        []*pb.Message
+		reads       []readReq
+		unreachable map[uint64]bool
+		// local: the workers' answers to raft (never dropped).
+		local []*pb.Message
+		// fatal: a worker failed; the member stops serving.
+		fatal error
+	}
+	notify chan struct{} // cap 1
+	stop   chan struct{}
+	done   chan struct{}
+	wg     sync.WaitGroup // the workers
+	once   sync.Once
+
+	// wmu guards the wait state; wcond is broadcast when it changes.
+	wmu   sync.Mutex
+	wcond sync.Cond
+	// stint is the term of the current serving stint (0: not serving);
+	// appliedSeq the last of its proposals applied to the store.
+	stint      uint64
+	appliedSeq uint64
+	// endedTerm is the term of the last stint that ended: a stint never
+	// resumes in its term (its sequence numbers would restart); a leader
+	// whose stint ended while it stays leader hands the leadership over.
+	endedTerm uint64
+	// failed is sticky: the log or the store failed, or the replicator
+	// stopped; nothing is served any more.
+	failed error
+
+	// isolated (tests): the member drops every raft message it sends or
+	// receives, as if partitioned from the others.
+	isolated atomic.Bool
+
+	// Status (any goroutine).
+	leader, term, applied, commit, last atomic.Uint64
+	role                                atomic.Value // string
+}
+
+// openReplicator opens the meta raft log in dir/raft (bootstrapping the
+// membership when new) and the raft node, reading the applied state from
+// the store. Start with run.
+func openReplicator(s *Service, db *pebble.DB) (*replicator, error) {
+	cfg := &s.cfg
+	if _, ok := cfg.Peers[cfg.ID]; !ok {
+		return nil, fmt.Errorf("meta: --id %d is not one of --peers", cfg.ID)
+	}
+	r := &replicator{s: s, id: cfg.ID, peers: cfg.Peers, log: s.log.With("member", cfg.ID), db: db,
+		tick: cfg.RaftTickInterval, notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		readBatches: map[uint64][]readReq{}}
+	r.appendq.wake = make(chan struct{}, 1)
+	r.applyq.wake = make(chan struct{}, 1)
+	r.wcond.L = &r.wmu
+	r.in.unreachable = map[uint64]bool{}
+	r.role.Store("follower")
+	v, closer, err := db.Get(appliedKey)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		// A new store: the state of the bootstrap snapshot (index 1).
+		r.st = appliedState{Index: 1}
+		it, err := db.NewIter(nil)
+		if err != nil {
+			return nil, fmt.Errorf("meta: read the store: %w", err)
+		}
+		used := it.First()
+		if err := it.Close(); err != nil {
+			return nil, fmt.Errorf("meta: read the store: %w", err)
+		}
+		if used {
+			return nil, fmt.Errorf("meta: %s holds a store of a single meta service; a replicated member starts from an empty --dir", cfg.Dir)
+		}
+	case err != nil:
+		return nil, fmt.Errorf("meta: read applied state: %w", err)
+	default:
+		r.st, err = decodeAppliedState(v)
+		closer.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	l, err := wal.Open(wal.Config{Dir: filepath.Join(cfg.Dir, "raft"), FS: cfg.FS, MaxRecordBytes: maxRaftRecordBytes, Logger: s.log})
+	if err != nil {
+		return nil, fmt.Errorf("meta: open raft log: %w", err)
+	}
+	r.wal = l
+	if err := r.openRaft(); err != nil {
+		l.Close()
+		return nil, err
+	}
+	r.net = newRaftNet(r)
+	return r, nil
+}
+
+func (r *replicator) openRaft() error {
+	last, err := r.wal.LastIndex(raftGroup)
+	if err != nil {
+		return err
+	}
+	_, hasSnap, err := r.wal.Snapshot(raftGroup)
+	if err != nil {
+		return err
+	}
+	if last == 0 && !hasSnap {
+		// Bootstrap: every member starts from the same snapshot at (1, 1)
+		// holding the membership (as a pipeline does).
+		if r.st.Index > 1 {
+			return fmt.Errorf("meta: the store has applied the meta log to %d but the raft log is empty", r.st.Index)
+		}
+		var voters []uint64
+		for id := range r.peers {
+			voters = append(voters, id)
+		}
+		sort.Slice(voters, func(i, j int) bool { return voters[i] < voters[j] })
+		cs, err := proto.Marshal(&pb.ConfState{Voters: voters})
+		if err != nil {
+			return err
+		}
+		seq, err := r.wal.Append(wal.SnapshotRecord(raftGroup, 1, 1, cs), wal.HardStateRecord(raftGroup, wal.HardState{Term: 1, Commit: 1}))
+		if err == nil {
+			err = r.wal.WaitDurable(seq)
+		}
+		if err != nil {
+			return fmt.Errorf("meta: bootstrap raft log: %w", err)
+		}
+		r.log.Info("meta raft group bootstrapped", "voters", voters)
+	}
+	first, err := r.wal.FirstIndex(raftGroup)
+	if err != nil {
+		return err
+	}
+	if r.st.Index+1 < first {
+		return fmt.Errorf("meta: the store has applied the meta log to %d, the raft log starts at %d", r.st.Index, first)
+	}
+	// The apply worker may apply an entry before the HardState that says
+	// it is committed is durable (AsyncStorageWrites): raft must not be
+	// told more was applied than its log says is committed. The entries
+	// in between come back as committed and are skipped by index.
+	hs, err := r.wal.HardState(raftGroup)
+	if err != nil {
+		return err
+	}
+	applied := min(r.st.Index, max(hs.Commit, first-1))
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID:                        r.id,
+		ElectionTick:              r.s.cfg.ElectionTicks,
+		HeartbeatTick:             raftHeartbeatTicks,
+		Storage:                   r.wal.RaftStorage(raftGroup),
+		Applied:                   applied,
+		AsyncStorageWrites:        true,
+		MaxSizePerMsg:             maxRaftMsgBytes,
+		MaxCommittedSizePerReady:  maxRaftCommittedBytes,
+		MaxUncommittedEntriesSize: maxRaftUncommittedBytes,
+		MaxInflightMsgs:           maxRaftInflightMsgs,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		// A follower never proposes on a leader's behalf: a proposal's
+		// place in the log must be its leader's memory order.
+		DisableProposalForwarding: true,
+		Logger:                    wal.RaftLogger{L: r.log},
+	})
+	if err != nil {
+		return fmt.Errorf("meta: raft: %w", err)
+	}
+	r.rn = rn
+	r.applied.Store(r.st.Index)
+	return nil
+}
+
+// start runs the raft goroutine and the senders.
+func (r *replicator) start() {
+	r.net.start()
+	r.wg.Add(2)
+	go r.appendWorker()
+	go r.applyWorker()
+	go r.run()
+}
+
+// close stops the raft goroutine and the senders, fails every waiter and
+// closes the log. Callers do not hold s.mu (the raft goroutine takes it).
+func (r *replicator) close() error {
+	var err error
+	r.once.Do(func() {
+		close(r.stop)
+		<-r.done
+		r.wg.Wait()
+		r.net.close()
+		r.fail(fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable))
+		err = r.wal.Close()
+	})
+	return err
+}
+
+// fail stops serving for good.
+func (r *replicator) fail(err error) {
+	r.wmu.Lock()
+	if r.failed == nil {
+		r.failed = err
+	}
+	r.stint = 0
+	r.wcond.Broadcast()
+	r.wmu.Unlock()
+}
+
+func (r *replicator) wake() {
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+// deliver hands received messages to the raft goroutine (dropped beyond
+// maxInboundRaftMsgs: raft resends).
+func (r *replicator) deliver(msgs []*pb.Message) {
+	r.in.mu.Lock()
+	n := min(len(msgs), maxInboundRaftMsgs-len(r.in.msgs))
+	if n > 0 {
+		r.in.msgs = append(r.in.msgs, msgs[:n]...)
+	}
+	r.in.mu.Unlock()
+	r.wake()
+}
+
+// unreachable reports a failed send to a member.
+func (r *replicator) unreachable(id uint64) {
+	r.in.mu.Lock()
+	r.in.unreachable[id] = true
+	r.in.mu.Unlock()
+	r.wake()
+}
+
+// leaderAddr is the address of the member this one takes for the leader
+// ("" when unknown).
+func (r *replicator) leaderAddr() (uint64, string) {
+	id := r.leader.Load()
+	return id, r.peers[id]
+}
+
+// notLeader is the error of a member that does not serve.
+func (r *replicator) notLeader() error {
+	r.wmu.Lock()
+	failed := r.failed
+	r.wmu.Unlock()
+	if failed != nil {
+		return failed
+	}
+	id, addr := r.leaderAddr()
+	if id == r.id {
+		addr = "" // elected, not serving yet: the client retries here
+	}
+	return &metaapi.NotLeaderError{Member: r.id, Leader: id, LeaderAddr: addr}
+}
+
+// await waits, outside s.mu, until p's proposals are applied to the
+// store (committed by a majority first), and, for an answer that made no
+// proposal of its own, until a ReadIndex round confirms that this member
+// was still the leader after the request looked at the state.
+func (r *replicator) await(p pending) error {
+	if p.read {
+		if err := r.readBarrier(p.stint); err != nil {
+			return err
+		}
+	}
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	for {
+		if r.failed != nil {
+			return r.failed
+		}
+		if r.stint != p.stint {
+			return fmt.Errorf("%w: meta leadership of term %d lost before the change was known committed: its outcome is unknown", metaapi.ErrUnavailable, p.stint)
+		}
+		if r.appliedSeq >= p.seq {
+			return nil
+		}
+		r.wcond.Wait()
+	}
+}
+
+func (r *replicator) readBarrier(stint uint64) error {
+	req := readReq{stint: stint, done: make(chan error, 1)}
+	r.in.mu.Lock()
+	r.in.reads = append(r.in.reads, req)
+	r.in.mu.Unlock()
+	r.wake()
+	select {
+	case err := <-req.done:
+		return err
+	case <-r.stop:
+		return fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable)
+	}
+}
+
+// run is the raft goroutine: it owns the RawNode.
+func (r *replicator) run() {
+	defer close(r.done)
+	t := time.NewTicker(r.tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			r.failReads(fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable))
+			return
+		case <-t.C:
+			r.rn.Tick()
+			r.handOver()
+		case <-r.notify:
+		}
+		r.in.mu.Lock()
+		props, msgs, reads, unreach, local, fatal := r.in.props, r.in.msgs, r.in.reads, r.in.unreachable, r.in.local, r.in.fatal
+		r.in.props, r.in.msgs, r.in.reads, r.in.local = nil, nil, nil, nil
+		if len(unreach) > 0 {
+			r.in.unreachable = map[uint64]bool{}
+		} else {
+			unreach = nil // the map stays the senders'
+		}
+		r.in.mu.Unlock()
+		if fatal != nil {
+			r.log.Error("meta raft failed; this member stops serving", "err", fatal)
+			r.endStint(fatal)
+			r.fail(fmt.Errorf("meta member %d failed: %w", r.id, fatal))
+			r.failReads(fatal)
+			<-r.stop
+			return
+		}
+		for id := range unreach {
+			r.rn.ReportUnreachable(id)
+		}
+		for _, m := range local {
+			_ = r.rn.Step(m)
+		}
+		for _, m := range msgs {
+			_ = r.rn.Step(m) // a stale or foreign message is dropped
+		}
+		r.wmu.Lock()
+		stint := r.stint
+		r.wmu.Unlock()
+		for i, p := range props {
+			if p.stint != stint || stint == 0 {
+				continue // its stint ended: its waiter has its answer
+			}
+			if err := r.rn.Propose(p.data); err != nil {
+				// Memory is ahead of the log now: end the stint, and
+				// drop the proposals queued after it.
+				r.endStint(fmt.Errorf("proposal %d of %d dropped by raft: %v", i+1, len(props), err))
+				stint = 0
+			}
+		}
+		if len(reads) > 0 {
+			r.startRead(reads, stint)
+		}
+		for r.rn.HasReady() {
+			r.handleReady()
+		}
+	}
+}
+
+// msgQueue is a FIFO of raft messages for a worker.
+type msgQueue struct {
+	mu   sync.Mutex
+	q    []*pb.Message
+	wake chan struct{} // cap 1
+}
+
+func (q *msgQueue) push(m *pb.Message) {
+	q.mu.Lock()
+	q.q = append(q.q, m)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *msgQueue) take() []*pb.Message {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := q.q
+	q.q = nil
+	return out
+}
+
+// local hands the workers' answers to the raft goroutine.
+func (r *replicator) local(msgs []*pb.Message) {
+	r.in.mu.Lock()
+	r.in.local = append(r.in.local, msgs...)
+	r.in.mu.Unlock()
+	r.wake()
+}
+
+// fatal reports a worker's failure to the raft goroutine.
+func (r *replicator) fatal(err error) {
+	r.in.mu.Lock()
+	if r.in.fatal == nil {
+		r.in.fatal = err
+	}
+	r.in.mu.Unlock()
+	r.wake()
+}
+
+// respond delivers what raft attached to a storage message, once done.
+func (r *replicator) respond(m *pb.Message) {
+	var mine []*pb.Message
+	for _, resp := range m.GetResponses() {
+		if resp.GetTo() == r.id {
+			mine = append(mine, resp)
+		} else {
+			r.net.send(resp)
+		}
+	}
+	if len(mine) > 0 {
+		r.local(mine)
+	}
+}
+
+// appendWorker writes raft's appends (entries and HardState) to the log,
+// everything queued meanwhile with one fdatasync, then answers them.
+func (r *replicator) appendWorker() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-r.appendq.wake:
+		}
+		jobs := r.appendq.take()
+		if len(jobs) == 0 {
+			continue
+		}
+		var recs []wal.Record
+		for _, m := range jobs {
+			if snap := m.GetSnapshot(); snap != nil && snap.GetMetadata().GetIndex() > 0 {
+				r.fatal(fmt.Errorf("raft snapshot at %d received: snapshots are not supported yet", snap.GetMetadata().GetIndex()))
+				return
+			}
+			for _, e := range m.GetEntries() {
+				recs = append(recs, wal.EntryRecord(raftGroup, e.GetTerm(), e.GetIndex(), uint8(e.GetType()), e.GetData()))
+			}
+			if m.Term != nil {
+				recs = append(recs, wal.HardStateRecord(raftGroup, wal.HardState{Term: m.GetTerm(), Vote: m.GetVote(), Commit: m.GetCommit()}))
+				r.commit.Store(m.GetCommit())
+			}
+			if n := len(m.GetEntries()); n > 0 {
+				r.last.Store(m.GetEntries()[n-1].GetIndex())
+			}
+		}
+		if len(recs) > 0 {
+			seq, err := r.wal.Append(recs...)
+			if err == nil {
+				err = r.wal.WaitDurable(seq)
+			}
+			if err != nil {
+				r.fatal(fmt.Errorf("raft log: %w", err))
+				return
+			}
+		}
+		for _, m := range jobs {
+			r.respond(m)
+		}
+	}
+}
+
+// applyWorker applies committed entries to the store, in order.
+func (r *replicator) applyWorker() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-r.applyq.wake:
+		}
+		for _, m := range r.applyq.take() {
+			if err := r.applyEntries(m.GetEntries()); err != nil {
+				r.fatal(err)
+				return
+			}
+			r.respond(m)
+		}
+	}
+}
+
+// handOver transfers the leadership of a leader whose stint ended in its
+// term (a dropped proposal) to the most up-to-date other member.
+func (r *replicator) handOver() {
+	st := r.rn.BasicStatus()
+	r.wmu.Lock()
+	ended := r.endedTerm
+	r.wmu.Unlock()
+	if !r.leading || ended != st.GetTerm() || st.LeadTransferee != 0 {
+		return
+	}
+	var best, match uint64
+	r.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if id != r.id && (best == 0 || pr.Match > match) {
+			best, match = id, pr.Match
+		}
+	})
+	if best != 0 {
+		r.log.Warn("meta leader hands its leadership over", "to", best, "term", st.GetTerm())
+		r.rn.TransferLeader(best)
+	}
+}
+
+// startRead starts a ReadIndex round for the reads of the current stint.
+func (r *replicator) startRead(reads []readReq, stint uint64) {
+	var ok []readReq
+	for _, q := range reads {
+		if q.stint != stint || stint == 0 {
+			q.done <- fmt.Errorf("%w: meta leadership of term %d lost before the read was confirmed", metaapi.ErrUnavailable, q.stint)
+			continue
+		}
+		ok = append(ok, q)
+	}
+	if len(ok) == 0 {
+		return
+	}
+	r.readCtx++
+	r.readBatches[r.readCtx] = ok
+	r.rn.ReadIndex(binary.LittleEndian.AppendUint64(nil, r.readCtx))
+}
+
+func (r *replicator) failReads(err error) {
+	for id, qs := range r.readBatches {
+		for _, q := range qs {
+			q.done <- err
+		}
+		delete(r.readBatches, id)
+	}
+	r.in.mu.Lock()
+	reads := r.in.reads
+	r.in.reads = nil
+	r.in.mu.Unlock()
+	for _, q := range reads {
+		q.done <- err
+	}
+}
+
+// handleReady hands one Ready's appends and applies to the workers and
+// sends its messages (AsyncStorageWrites: what must wait for the log
+// write travels in the workers' responses).
+func (r *replicator) handleReady() {
+	rd := r.rn.Ready()
+	if rd.SoftState != nil {
+		r.leader.Store(rd.SoftState.Lead)
+		r.role.Store(roleName(rd.SoftState.RaftState))
+		was := r.leading
+		r.leading = rd.SoftState.RaftState == raft.StateLeader
+		if was != r.leading {
+			r.log.Info("meta raft role changed", "role", roleName(rd.SoftState.RaftState), "leader", rd.SoftState.Lead, "term", r.rn.BasicStatus().GetTerm())
+		}
+	}
+	term := r.rn.BasicStatus().GetTerm()
+	r.term.Store(term)
+	if r.leading {
+		r.leaderTerm.Store(term)
+	} else {
+		r.leaderTerm.Store(0)
+	}
+	r.wmu.Lock()
+	stint := r.stint
+	r.wmu.Unlock()
+	if stint != 0 && (!r.leading || term != stint) {
+		r.endStint(fmt.Errorf("leadership of term %d lost (now term %d, leader %d)", stint, term, r.leader.Load()))
+	}
+	for _, m := range rd.Messages {
+		switch m.GetTo() {
+		case raft.LocalAppendThread:
+			r.appendq.push(m)
+		case raft.LocalApplyThread:
+			r.applyq.push(m)
+		default:
+			r.net.send(m)
+		}
+	}
+	for _, rs := range rd.ReadStates {
+		if len(rs.RequestCtx) != 8 {
+			continue
+		}
+		id := binary.LittleEndian.Uint64(rs.RequestCtx)
+		for _, q := range r.readBatches[id] {
+			q.done <- nil // the leader's memory holds every entry committed at rs.Index
+		}
+		delete(r.readBatches, id)
+	}
+}
+
+func roleName(s raft.StateType) string {
+	switch s {
+	case raft.StateLeader:
+		return "leader"
+	case raft.StateCandidate:
+		return "candidate"
+	case raft.StatePreCandidate:
+		return "pre-candidate"
+	}
+	return "follower"
+}
+
+// applyEntries applies committed entries to the store in one batch with
+// the applied state, then lets the waiters of the stint's proposals go;
+// the leader starts serving once an entry of its own term is applied.
+func (r *replicator) applyEntries(ents []*pb.Entry) error {
+	b := r.db.NewBatch()
+	defer b.Close()
+	st := r.st
+	var startTerm uint64
+	for _, e := range ents {
+		if e.GetIndex() <= st.Index {
+			continue // applied before a restart (see openRaft)
+		}
+		st.Index = e.GetIndex()
+		switch e.GetType() {
+		case pb.EntryType_EntryNormal:
+			if lt := r.leaderTerm.Load(); lt != 0 && e.GetTerm() == lt && startTerm == 0 {
+				startTerm = e.GetTerm()
+			}
+			if len(e.GetData()) == 0 {
+				continue // a new leader's empty entry
+			}
+			seq, repr, err := decodeEntry(e.GetData())
+			if err != nil {
+				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
+			}
+			if !st.follows(e.GetTerm(), seq) {
+				r.log.Warn("meta log entry skipped: its leader's earlier proposal was dropped", "index", e.GetIndex(), "term", e.GetTerm(), "seq", seq, "last_term", st.Term, "last_seq", st.Seq)
+				continue
+			}
+			eb := r.db.NewBatch()
+			if err := eb.SetRepr(append([]byte(nil), repr...)); err != nil {
+				eb.Close()
+				return fmt.Errorf("%w: entry %d: %v", ErrCorrupt, e.GetIndex(), err)
+			}
+			err = b.Apply(eb, nil)
+			eb.Close()
+			if err != nil {
+				return fmt.Errorf("%w: entry %d: %v", ErrCorrupt, e.GetIndex(), err)
+			}
+			st.Term, st.Seq = e.GetTerm(), seq
+		case pb.EntryType_EntryConfChange, pb.EntryType_EntryConfChangeV2:
+			// Membership changes are not proposed yet (admin meta
+			// add|remove is future work); none can be in the log.
+			return fmt.Errorf("entry %d: membership change entries are not supported yet", e.GetIndex())
+		}
+	}
+	set(b, appliedKey, st.encode())
+	// NoSync: the log holds every applied entry durably; after a crash
+	// the store is a prefix of what was applied (batches are atomic) and
+	// raft applies again from its applied state.
+	if err := r.db.Apply(b, pebble.NoSync); err != nil {
+		return fmt.Errorf("store apply: %w", err)
+	}
+	r.st = st
+	r.applied.Store(st.Index)
+	r.wmu.Lock()
+	if r.stint != 0 && st.Term == r.stint {
+		r.appliedSeq = st.Seq
+	}
+	r.wcond.Broadcast()
+	r.wmu.Unlock()
+	if startTerm != 0 {
+		r.startStint(startTerm)
+	}
+	return nil
+}
+
+// startStint makes the leader serve: every entry before its term's first
+// is applied, so the store is the committed state; memory is loaded from
+// it (every datanode counts as heard at this start).
+func (r *replicator) startStint(term uint64) {
+	r.wmu.Lock()
+	skip := r.stint != 0 || r.failed != nil || term <= r.endedTerm
+	r.wmu.Unlock()
+	if skip {
+		return
+	}
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.initMemory()
+	s.started = s.cfg.Now()
+	if err := s.load(); err != nil {
+		r.log.Error("meta leader cannot load the store; not serving", "err", err)
+		r.fail(fmt.Errorf("meta member %d: load the store: %w", r.id, err))
+		return
+	}
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	// Still the leader of term? The run goroutine stores leaderTerm before
+	// it looks at stint: either it sees this stint and ends it, or this
+	// sees its change.
+	if r.leaderTerm.Load() != term || r.stint != 0 || r.failed != nil || term <= r.endedTerm {
+		return
+	}
+	s.db.ov = r.db.NewIndexedBatch()
+	s.stint, s.proposed, s.inflight = term, 0, nil
+	r.stint, r.appliedSeq = term, 0
+	r.wcond.Broadcast()
+	r.log.Info("meta leader serving", "term", term, "applied", r.st.Index, "nodes", len(s.nodes), "buckets", len(s.buckets))
+}
+
+// endStint stops serving: memory may be ahead of the log (proposals not
+// committed), so it is dropped; the waiters get UNAVAILABLE.
+func (r *replicator) endStint(why error) {
+	s := r.s
+	s.mu.Lock()
+	s.endStintLocked(why)
+	s.mu.Unlock()
+	r.failReads(fmt.Errorf("%w: meta leadership lost: %v", metaapi.ErrUnavailable, why))
+}
+
+// endStintLocked is endStint under s.mu.
+func (s *Service) endStintLocked(why error) {
+	r := s.rep
+	if s.stint != 0 {
+		s.log.Warn("meta leader stops serving", "term", s.stint, "why", why)
+	}
+	s.stint, s.proposed, s.inflight = 0, 0, nil
+	s.initMemory() // it may be ahead of the log; a follower keeps none
+	if s.db.ov != nil {
+		s.db.ov.Close()
+		s.db.ov = nil
+	}
+	r.wmu.Lock()
+	r.endedTerm = max(r.endedTerm, r.stint)
+	r.stint = 0
+	r.wcond.Broadcast()
+	r.wmu.Unlock()
+}
+
+// propose replaces apply on a replicated service: under s.mu, b goes
+// into the overlay and, as the stint's next proposal, to the raft
+// goroutine (in s.mu order: the log's order is memory's).
+func (s *Service) propose(b *pebble.Batch) (pending, error) {
+	defer b.Close()
+	repr := b.Repr()
+	if len(repr)+entryOverheadBytes+64 > maxRaftRecordBytes {
+		err := fmt.Errorf("meta: a change of %d bytes is over the meta log's record limit", len(repr))
+		s.endStintLocked(err)
+		return pending{}, err
+	}
+	if err := s.db.ov.Apply(b, nil); err != nil {
+		err = fmt.Errorf("meta: overlay: %w", err)
+		s.endStintLocked(err)
+		return pending{}, err
+	}
+	s.proposed++
+	data := encodeEntry(s.proposed, repr)
+	s.inflight = append(s.inflight, inflight{seq: s.proposed, repr: data[9 : len(data)-4]})
+	r := s.rep
+	r.in.mu.Lock()
+	r.in.props = append(r.in.props, proposal{stint: s.stint, data: data})
+	r.in.mu.Unlock()
+	r.wake()
+	s.maybeRebuildOverlay()
+	return pending{stint: s.stint, seq: s.proposed}, nil
+}
+
+// maybeRebuildOverlay replaces a large overlay with one of the proposals
+// still in flight (those applied are in the store). Under s.mu.
+func (s *Service) maybeRebuildOverlay() {
+	r := s.rep
+	r.wmu.Lock()
+	applied := r.appliedSeq
+	r.wmu.Unlock()
+	k := sort.Search(len(s.inflight), func(i int) bool { return s.inflight[i].seq > applied })
+	s.inflight = s.inflight[k:]
+	if len(s.db.ov.Repr()) <= maxOverlayBytes {
+		return
+	}
+	var n int
+	for _, f := range s.inflight {
+		n += len(f.repr)
+	}
+	if len(s.db.ov.Repr()) <= 2*n {
+		return
+	}
+	ov := r.db.NewIndexedBatch()
+	for _, f := range s.inflight {
+		eb := r.db.NewBatch()
+		if err := eb.SetRepr(f.repr); err == nil {
+			err = ov.Apply(eb, nil)
+		}
+		eb.Close()
+	}
+	s.db.ov.Close()
+	s.db.ov = ov
+	s.inflight = append([]inflight(nil), s.inflight...)
+}
+
+// status is this member's view of the group.
+func (r *replicator) status() metaapi.MetaStatus {
+	r.wmu.Lock()
+	serving := r.stint != 0
+	r.wmu.Unlock()
+	lead := r.leader.Load()
+	st := metaapi.MetaStatus{ID: r.id, LeaderID: lead, LeaderAddr: r.peers[lead], Role: r.role.Load().(string), Serving: serving,
+		Term: r.term.Load(), AppliedIndex: r.applied.Load(), CommitIndex: r.commit.Load(), LastIndex: r.last.Load()}
+	for id, addr := range r.peers {
+		st.Members = append(st.Members, metaapi.MetaMember{ID: id, Addr: addr})
+	}
+	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].ID < st.Members[j].ID })
+	return st
+}

@@ -1,0 +1,76 @@
+package metaapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// MetaStatusRoute is served by every member of the meta service, leader
+// or not: GET → MetaStatus.
+const MetaStatusRoute = "/v1/meta/status"
+
+// MetaMember is a member of the meta service's raft group.
+type MetaMember struct {
+	ID   uint64 `json:"id"`
+	Addr string `json:"addr,omitempty"`
+}
+
+// MetaStatus is one member's view of the meta service's raft group (a
+// single meta service: member 1, leader of a group of one).
+type MetaStatus struct {
+	ID         uint64 `json:"id"`
+	LeaderID   uint64 `json:"leader_id"` // 0: no leader known
+	LeaderAddr string `json:"leader_addr,omitempty"`
+	// Role: leader, follower, candidate or pre-candidate.
+	Role string `json:"role"`
+	// Serving: this member answers requests (the leader, once it has
+	// applied the log up to its term's first entry).
+	Serving      bool         `json:"serving"`
+	Term         uint64       `json:"term"`
+	AppliedIndex uint64       `json:"applied_index"`
+	CommitIndex  uint64       `json:"commit_index"`
+	LastIndex    uint64       `json:"last_index"`
+	Members      []MetaMember `json:"members"`
+}
+
+// NotLeaderError is what a member of a replicated meta service that does
+// not serve answers (an Error with code UNAVAILABLE, NotLeader set and
+// the leader's address when known); the request changed nothing.
+type NotLeaderError struct {
+	Member     uint64 // the member that refused
+	Leader     uint64 // 0: unknown
+	LeaderAddr string
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == 0 {
+		return fmt.Sprintf("meta member %d is not the leader, and knows of none (election under way)", e.Member)
+	}
+	if e.Leader == e.Member {
+		return fmt.Sprintf("meta member %d is the new leader and does not serve yet", e.Member)
+	}
+	return fmt.Sprintf("meta member %d is not the leader: member %d at %s is", e.Member, e.Leader, e.LeaderAddr)
+}
+
+// Unwrap makes it an ErrUnavailable.
+func (e *NotLeaderError) Unwrap() error { return ErrUnavailable }
+
+// SplitAddrs splits a --meta value: a comma-separated list of addresses.
+func SplitAddrs(list string) []string {
+	var out []string
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// MetaStatus asks the member at the client's current address (one
+// attempt, no failover: it describes that member).
+func (c *Client) MetaStatus(ctx context.Context) (MetaStatus, error) {
+	var st MetaStatus
+	return st, c.once(ctx, int(c.cur.Load()), http.MethodGet, MetaStatusRoute, nil, &st)
+}
