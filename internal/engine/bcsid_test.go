@@ -221,3 +221,42 @@ func encodeContainerRecordV1(r containerRecord) []byte {
 	binary.LittleEndian.PutUint64(b[18:], r.CreatedUnixMs)
 	return sealRecord(b[:containerRecordSizeV1-4], b)
 }
+
+// TestReplayOfDeletedBlockAfterFailedAdopt: after a restart, the recovery
+// tries to adopt the log's WriteChunk of a block deleted since (its file
+// is gone: the adoption fails), then raft re-applies the block's committed
+// PutBlock, below the container's BCSID. The replay must see a block
+// deleted since and change nothing. Before, the failed adoption left an
+// empty block state that hid the deletion: the replay failed with "not
+// found", and the pipeline took its replica for lost — every datanode
+// restarted after kill -9 left its pipelines (found by spindle bench
+// chaos, docs/CHAOS_FINDINGS.md §1).
+func TestReplayOfDeletedBlockAfterFailedAdopt(t *testing.T) {
+	fs := vfs.NewMem()
+	e := openMem(t, fs)
+	mustNo(t, e.CreateContainer(1))
+	gone := writeBlock(t, e, BlockID{Container: 1, Local: 2}, 200)
+	mustNo(t, e.PutBlock(gone, 8))
+	mustNo(t, e.DeleteBlock(gone.ID))
+	mustNo(t, e.PutBlock(writeBlock(t, e, BlockID{Container: 1, Local: 3}, 100), 10))
+	mustNo(t, e.Sync())
+	mustNo(t, e.Close())
+	e = openMem(t, fs)
+	defer e.Close()
+	if err := e.AdoptChunk(gone.ID, 0, 200, testBPC, gone.Chunks[0].Checksums); err == nil {
+		t.Fatal("a chunk of a deleted block was adopted")
+	}
+	if err := e.PutBlock(gone, 8); err != nil {
+		t.Fatalf("replay of the deleted block's put: %v", err)
+	}
+	if _, err := e.GetBlock(gone.ID); err == nil {
+		t.Fatal("the replay brought the deleted block back")
+	}
+	// The same after a CheckWrite looked at the block.
+	if _, err := e.CheckWrite(gone.ID, 0, 200, testBPC, gone.Chunks[0].Checksums); err != nil {
+		t.Fatalf("check write: %v", err)
+	}
+	if err := e.PutBlock(gone, 8); err != nil {
+		t.Fatalf("replay after a check: %v", err)
+	}
+}

@@ -216,6 +216,13 @@ func (e *Engine) replayedPutLocked(c *container, bd *BlockData, bcsid uint64) er
 		return nil // being deleted: the put was followed by a delete
 	}
 	old, err := e.loadBlock(c, bd.ID)
+	if bs := c.blocks[bd.ID.Local]; errors.Is(err, ErrNotFound) && bs != nil && bs.empty() {
+		// A state with nothing in it, left by a look at the block (a
+		// recovery's AdoptChunk that found no file, a CheckWrite): not
+		// a block being written. Forgotten, so that the put below is
+		// seen as what it is: one of a block deleted since.
+		delete(c.blocks, bd.ID.Local)
+	}
 	switch {
 	case errors.Is(err, ErrNotFound) && c.blocks[bd.ID.Local] == nil:
 		return nil // deleted since

@@ -70,6 +70,13 @@ func (c *container) writableLocked() error {
 	return nil
 }
 
+// empty says whether bs holds nothing: no committed length, no chunk
+// written or pending, no failure — the state blockStateLocked makes for a
+// block that has no record yet.
+func (bs *blockState) empty() bool {
+	return bs.committedLen == 0 && bs.nextOffset == 0 && len(bs.pending) == 0 && bs.broken == nil
+}
+
 func newContainer(id ContainerID, v *volume) *container {
 	return &container{id: id, vol: v, dir: v.containerDir(id),
 		blocks: make(map[uint64]*blockState), deleting: make(map[uint64]struct{})}
