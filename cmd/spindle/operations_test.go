@@ -23,8 +23,9 @@ const operationsTimeout = time.Minute
 // TestOperationsGuide follows docs/OPERATIONS.md with the files of
 // deploy/: a meta service and three datanodes as separate processes, each
 // started from its role's config file (the datanodes' "hosts" each have
-// their own directory tree, and 127.0.0.1 replaces the hosts' addresses,
-// through the per-host environment file's variables), keys written, the
+// their own directory tree and their own address — a network namespace
+// each when the test runs as root, else a loopback address each — through
+// the per-host environment file's variables), keys written, the
 // meta store backed up, the cluster stopped in the documented order, the
 // meta store wiped and restored from the backup, the cluster started again
 // in the documented order: every key reads back.
@@ -62,7 +63,9 @@ func TestOperationsGuide(t *testing.T) {
 		addr  string
 		done  chan error
 	}
-	start := func(name string, args []string, env []string) *proc {
+	hosts := []string{"spindle1", "spindle2", "spindle3"}
+	net := newGuideNet(t, hosts)
+	start := func(h, name string, args []string, env []string) *proc {
 		t.Helper()
 		p := &proc{ready: filepath.Join(root, name+".ready"), done: make(chan error, 1)}
 		os.Remove(p.ready)
@@ -70,7 +73,8 @@ func TestOperationsGuide(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.cmd = exec.Command(exe, append(args, "--ready-file", p.ready)...)
+		argv := net.wrap(h, append([]string{exe}, append(args, "--ready-file", p.ready)...))
+		p.cmd = exec.Command(argv[0], argv[1:]...)
 		p.cmd.Env = append(append(os.Environ(), asSpindleEnv+"=1"), env...)
 		p.cmd.Stdout, p.cmd.Stderr = logf, logf
 		if err := p.cmd.Start(); err != nil {
@@ -114,10 +118,9 @@ func TestOperationsGuide(t *testing.T) {
 	// The role files, rebased: the meta service on spindle1, a datanode
 	// on every host.
 	metaCfg := readJSON("meta.json")
-	metaCfg["meta"]["listen"] = "127.0.0.1:0"
+	metaCfg["meta"]["listen"] = net.addr("spindle1") + ":0"
 	metaCfg["meta"]["dir"] = host("spindle1", metaCfg["meta"]["dir"].(string))
 	writeJSON(filepath.Join(root, "meta.json"), metaCfg)
-	hosts := []string{"spindle1", "spindle2", "spindle3"}
 	for _, h := range hosts {
 		cf := readJSON("datanode.json")
 		var dirs []any
@@ -130,13 +133,13 @@ func TestOperationsGuide(t *testing.T) {
 	}
 	startCluster := func(listen map[string]string) (*proc, map[string]*proc) {
 		t.Helper()
-		m := start("meta", []string{"meta", "--config", filepath.Join(root, "meta.json")}, nil)
+		m := start("spindle1", "meta", []string{"meta", "--config", filepath.Join(root, "meta.json")}, nil)
 		dns := map[string]*proc{}
 		for _, h := range hosts {
 			// datanode.env's variables, and the meta address (in
 			// deploy/ the config file's; here where it listens now).
-			env := []string{"SPINDLE_LISTEN=" + listen[h], "SPINDLE_METRICS_LISTEN=127.0.0.1:0", "SPINDLE_META=" + m.addr}
-			dns[h] = start(h+"-datanode", []string{"datanode", "--config", filepath.Join(root, h+"-datanode.json")}, env)
+			env := []string{"SPINDLE_LISTEN=" + listen[h], "SPINDLE_METRICS_LISTEN=" + net.addr(h) + ":0", "SPINDLE_META=" + m.addr}
+			dns[h] = start(h, h+"-datanode", []string{"datanode", "--config", filepath.Join(root, h+"-datanode.json")}, env)
 		}
 		t.Setenv("SPINDLE_META", m.addr)
 		waitWritable(t, m.addr)
@@ -158,10 +161,9 @@ func TestOperationsGuide(t *testing.T) {
 		return out
 	}
 
-	// Three hosts as three loopback addresses (Linux routes all of
-	// 127.0.0.0/8 to lo): each datanode on its own, the meta service on
-	// spindle1's.
-	m, dns := startCluster(map[string]string{"spindle1": "127.0.0.1:0", "spindle2": "127.0.0.2:0", "spindle3": "127.0.0.3:0"})
+	// Each datanode on its host's address, the meta service on
+	// spindle1's (see newGuideNet).
+	m, dns := startCluster(map[string]string{"spindle1": net.addr("spindle1") + ":0", "spindle2": net.addr("spindle2") + ":0", "spindle3": net.addr("spindle3") + ":0"})
 	run("", "bucket", "create", "test")
 	const keys = 10
 	value := func(i int) string { return strings.Repeat(fmt.Sprintf("key %d of the guide\n", i), 100*(i+1)) }
@@ -221,4 +223,72 @@ func waitWritable(t *testing.T, addr string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("the cluster is not writable after %v: %v", operationsTimeout, last)
+}
+
+// guideNet is where TestOperationsGuide's three "hosts" live. As root (with
+// ip(8)): a network namespace per host, made by the test, each with an
+// address on a bridge the test makes in its own namespace (10.213.N.H/24,
+// the bridge .254), so that every process of a host runs in its namespace
+// and talks to the others over the bridge, and the CLI (in the test's
+// namespace) reaches them as a client on another machine would. Otherwise:
+// a loopback address per host (127.0.0.1-3; Linux routes all of
+// 127.0.0.0/8 to lo). Only addresses inside namespaces the test made, or
+// loopback ones, are used.
+type guideNet struct {
+	addrs map[string]string
+	ns    map[string]string // host → namespace ("": none)
+}
+
+func newGuideNet(t *testing.T, hosts []string) *guideNet {
+	t.Helper()
+	g := &guideNet{addrs: map[string]string{}, ns: map[string]string{}}
+	ipTool, err := exec.LookPath("ip")
+	if os.Geteuid() != 0 || err != nil {
+		for i, h := range hosts {
+			g.addrs[h] = fmt.Sprintf("127.0.0.%d", i+1)
+		}
+		t.Logf("hosts on loopback addresses (not root, or no ip(8))")
+		return g
+	}
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(ipTool, args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	// Names unique to this process (interface names ≤ 15 bytes).
+	tag := fmt.Sprintf("%x", os.Getpid()&0xffff)
+	subnet := fmt.Sprintf("10.213.%d", os.Getpid()%250)
+	br := "spgb" + tag
+	ip("link", "add", br, "type", "bridge")
+	t.Cleanup(func() { exec.Command(ipTool, "link", "del", br).Run() })
+	ip("addr", "add", subnet+".254/24", "dev", br)
+	ip("link", "set", br, "up")
+	for i, h := range hosts {
+		ns := fmt.Sprintf("spg%s-%d", tag, i+1)
+		veth := fmt.Sprintf("spgv%s%d", tag, i+1)
+		ip("netns", "add", ns)
+		t.Cleanup(func() { exec.Command(ipTool, "netns", "del", ns).Run() })
+		ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+		ip("link", "set", veth, "master", br)
+		ip("link", "set", veth, "up")
+		g.addrs[h] = fmt.Sprintf("%s.%d", subnet, i+1)
+		ip("-n", ns, "addr", "add", g.addrs[h]+"/24", "dev", "eth0")
+		ip("-n", ns, "link", "set", "eth0", "up")
+		ip("-n", ns, "link", "set", "lo", "up")
+		g.ns[h] = ns
+	}
+	t.Logf("hosts in network namespaces on bridge %s: %v", br, g.addrs)
+	return g
+}
+
+// addr is host h's address.
+func (g *guideNet) addr(h string) string { return g.addrs[h] }
+
+// wrap runs argv on host h (in its namespace, if it has one).
+func (g *guideNet) wrap(h string, argv []string) []string {
+	if ns := g.ns[h]; ns != "" {
+		return append([]string{"ip", "netns", "exec", ns}, argv...)
+	}
+	return argv
 }
