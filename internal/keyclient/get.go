@@ -28,28 +28,70 @@ type GetOptions struct {
 // value's CRC32C is checked at the end: on ErrCorrupt, what was written to
 // w must be discarded.
 func (c *Client) Get(ctx context.Context, bucket, key string, w io.Writer, opts GetOptions) (metaapi.KeyInfo, error) {
-	ki, err := c.Stat(ctx, bucket, key)
-	if err != nil {
-		return ki, err
-	}
-	if err := c.ReadKey(ctx, ki, 0, -1, w, opts); err != nil {
-		return ki, fmt.Errorf("get %s/%s: %w", bucket, key, err)
-	}
-	return ki, nil
+	return c.getRange(ctx, bucket, key, 0, -1, w, opts)
 }
 
 // GetRange writes length bytes of bucket/key's value from offset to w
 // (length < 0: to the end of the value). The range must lie within the
 // value (ErrRange otherwise).
 func (c *Client) GetRange(ctx context.Context, bucket, key string, offset, length int64, w io.Writer, opts GetOptions) (metaapi.KeyInfo, error) {
-	ki, err := c.Stat(ctx, bucket, key)
-	if err != nil {
-		return ki, err
-	}
-	if err := c.ReadKey(ctx, ki, offset, length, w, opts); err != nil {
+	return c.getRange(ctx, bucket, key, offset, length, w, opts)
+}
+
+// MaxVersionRetries bounds the times a get starts again because the
+// version it looked up was replaced or deleted before its first bytes
+// were read.
+const MaxVersionRetries = 3
+
+// getRange looks the key up and reads it. A get that meets a version
+// replaced or deleted meanwhile (its first block gone from every replica,
+// nothing written to w yet) looks the key up again and reads what it is
+// now, or answers not found when it is gone: a reader sees a version
+// whole or the key absent, never an error for a race with a writer.
+func (c *Client) getRange(ctx context.Context, bucket, key string, offset, length int64, w io.Writer, opts GetOptions) (metaapi.KeyInfo, error) {
+	for try := 0; ; try++ {
+		ki, err := c.Stat(ctx, bucket, key)
+		if err != nil {
+			return ki, err
+		}
+		cw := &countingWriter{w: w}
+		err = c.ReadKey(ctx, ki, offset, length, cw, opts)
+		if err == nil {
+			return ki, nil
+		}
+		if cw.n == 0 && try < MaxVersionRetries && blockGone(err) {
+			continue
+		}
 		return ki, fmt.Errorf("get %s/%s: %w", bucket, key, err)
 	}
-	return ki, nil
+}
+
+// blockGone says whether err is a block every replica answered NOT_FOUND
+// for (deleted after its key version was replaced or deleted).
+func blockGone(err error) bool {
+	var re replicaErrors
+	if !errors.As(err, &re) || len(re) == 0 {
+		return false
+	}
+	for _, e := range re {
+		var se *transport.StatusError
+		if !errors.As(e, &se) || se.Status != transport.StatusNotFound {
+			return false
+		}
+	}
+	return true
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (cw *countingWriter) Write(p []byte) (int, error) {
+	n, err := cw.w.Write(p)
+	cw.n += int64(n)
+	return n, err
 }
 
 // ReadKey writes length bytes from offset of the value ki describes to w
