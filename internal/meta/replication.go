@@ -222,7 +222,9 @@ func (s *Service) safeModeReason(idx map[uint64][]uint64) string {
 	}
 	closed, with := 0, 0
 	for cid, c := range s.containers {
-		if c.rec.State == containerClosed {
+		if c.rec.State == containerClosed && (c.rec.Committed > 0 || len(idx[cid]) > 0) {
+			// (a container no key used, without replicas, holds
+			// nothing to wait for)
 			closed++
 			if len(idx[cid]) > 0 {
 				with++
@@ -764,7 +766,9 @@ func (s *Service) replicationStatus(now time.Time) *metaapi.ReplicationStatus {
 func (s *Service) underReplicated(idx map[uint64][]uint64) (under, unrecoverable int, pending uint64) {
 	for cid, c := range s.containers {
 		h := len(idx[cid])
-		if c.rec.State != containerClosed || h >= s.cfg.ReplicationFactor {
+		if c.rec.State != containerClosed || h >= s.cfg.ReplicationFactor || (h == 0 && c.rec.Committed == 0) {
+			// (no replica of a container no key ever used: nothing
+			// to lose — its pipeline closed before a write reached it)
 			continue
 		}
 		under++

@@ -770,3 +770,28 @@ func TestStaleReplicaIsAtRisk(t *testing.T) {
 		t.Fatalf("status %+v with node 2 DEAD: want it under-replicated (or being copied), not at risk", st)
 	}
 }
+
+// TestUnusedClosedContainerIsNotUnrecoverable: a container allocated on a
+// pipeline that closed before any write reached it has no replica and no
+// key: nothing is lost, so it is neither under-replicated nor
+// unrecoverable (nor does it hold safe mode). Before, it counted as
+// unrecoverable for ever and the cluster never reached full replication
+// (bench chaos, CHAOS_FINDINGS §3).
+func TestUnusedClosedContainerIsNotUnrecoverable(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	cfg.PipelinesPerNode = 1
+	c := newCluster(t, cfg, clk, 4)
+	mustNo(t, ignore(c.s.CreateBucket("bkt")))
+	a := must[*metaapi.AllocateResponse](t)(c.s.Allocate(&metaapi.AllocateRequest{Bucket: "bkt", Key: "k"}))
+	// A member dies before the block is written anywhere.
+	dead := c.node(a.Pipeline.Members[0].NodeID)
+	c.kill(dead)
+	c.settle(c.except(dead)...)
+	if st := c.containers()[a.Block.Container].State; st != metaapi.ContainerClosed {
+		t.Fatalf("container %d is %s, want CLOSED (its pipeline closed)", a.Block.Container, st)
+	}
+	if st := c.repl(); st.UnderReplicated != 0 || st.Unrecoverable != 0 {
+		t.Fatalf("status %+v: an unused container counted as under-replicated or unrecoverable", st)
+	}
+}
