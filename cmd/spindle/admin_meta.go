@@ -41,9 +41,10 @@ type metaMemberView struct {
 
 func newAdminMetaCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "meta [backup DIR]",
-		Short: "The meta service's members: leader, role, term, applied and commit index of each (asks every --meta address)",
-		Args:  exactArgs(0),
+		Annotations: map[string]string{runsAlone: "true"},
+		Use:         "meta [backup DIR]",
+		Short:       "The meta service's members: leader, role, term, applied and commit index of each (asks every --meta address)",
+		Args:        exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			addrs := metaapi.SplitAddrs(env.meta)
 			if len(addrs) == 0 {

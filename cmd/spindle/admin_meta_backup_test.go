@@ -46,6 +46,11 @@ func TestAdminMetaBackupRestore(t *testing.T) {
 	for i := range keys {
 		run(strings.Repeat(fmt.Sprint(i), 1000+i), "put", fmt.Sprintf("photos/k%02d", i), "-")
 	}
+	// admin meta itself (not only its backup subcommand) runs: the
+	// members as the service describes them.
+	if st := run("", "admin", "meta", "--json"); !strings.Contains(st, `"leader_id":`) {
+		t.Errorf("admin meta --json printed %q", st)
+	}
 	backup := filepath.Join(t.TempDir(), "meta-backup")
 	out := run("", "admin", "meta", "backup", backup)
 	if !strings.HasPrefix(out, backup+"\t") {

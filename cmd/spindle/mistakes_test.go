@@ -48,6 +48,7 @@ func TestCLIMistakes(t *testing.T) {
 		{args: []string{"bucket", "destroy", "demo"}, code: exitUsage, want: `unknown command "destroy" for "spindle bucket"`},
 		{args: []string{"bench"}, code: exitUsage, want: "spindle bench needs a command: baseline,"},
 		{args: []string{"admin"}, code: exitUsage, want: "spindle admin needs a command"},
+		{args: []string{"admin", "meta", "bakup", "/tmp/x"}, code: exitUsage, want: `unknown command "bakup" for "spindle admin meta"`},
 		// Flags.
 		{args: []string{"get", "--bogus", "demo/hello"}, code: exitUsage, want: "unknown flag: --bogus"},
 		{args: []string{"put", "-x", "demo/k", src}, code: exitUsage, want: "unknown shorthand flag: 'x'"},

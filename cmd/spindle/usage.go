@@ -22,6 +22,7 @@ func strictSubcommands(root *cobra.Command) {
 	}
 	group := root
 	group.SuggestionsMinimumDistance = 2 // cobra's default at the root
+	alone := group.Annotations[runsAlone] != ""
 	group.Args = func(cmd *cobra.Command, args []string) error {
 		if len(args) == 0 {
 			return nil
@@ -32,11 +33,20 @@ func strictSubcommands(root *cobra.Command) {
 		}
 		return usageErr(fmt.Errorf("%s (commands: %s; see %s --help)", msg, subcommandNames(cmd), cmd.CommandPath()))
 	}
+	if alone {
+		return // it does something itself without a subcommand (admin meta)
+	}
 	group.RunE = func(cmd *cobra.Command, _ []string) error {
 		return usageErr(fmt.Errorf("%s needs a command: %s (see %s --help)", cmd.CommandPath(), subcommandNames(cmd), cmd.CommandPath()))
 	}
 	group.Run = nil
 }
+
+// runsAlone is the annotation of a command with subcommands that also runs
+// by itself (spindle admin meta shows the members; admin meta backup DIR
+// is its subcommand): strictSubcommands keeps its RunE and refuses only
+// unknown subcommands.
+const runsAlone = "spindle-runs-alone"
 
 // subcommandNames lists a command's visible subcommands, comma-separated.
 func subcommandNames(cmd *cobra.Command) string {
