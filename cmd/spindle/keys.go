@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -266,7 +267,8 @@ fails) and the whole value against its CRC32C. A FILE is written under a
 temporary name and renamed once complete: a failed get leaves no FILE
 (on standard output, what was written before a failure must be discarded:
 the exit status says so, 5 for corrupt data). An existing FILE is replaced
-only with --force; a new FILE gets the permissions the umask leaves (0644
+only with --force when a person runs get (standard input and error on a
+terminal); a script's get replaces it, as cp does. A new FILE gets the permissions the umask leaves (0644
 usually). --offset and --length read a range (no whole-value check then); a
 range that runs past the end of the value gives the bytes that exist, as S3
 does, and an --offset past the end is a usage error. --recursive gets every
@@ -284,6 +286,9 @@ without --force.`,
 			if recursive && (len(args) != 2 || args[1] == "-" || offset != 0 || length != -1) {
 				return usageErr(errors.New("--recursive: want BUCKET[/PREFIX] DIR, without --offset or --length"))
 			}
+			// An existing file is replaced with --force, or when no
+			// person is at the command (a script): see interactive.
+			replace := force || !interactive(cmd)
 			var kc *keyclient.Client
 			ctx := cmd.Context()
 			get := func(bucket, key, dest string) error {
@@ -298,7 +303,7 @@ without --force.`,
 				if rest := int64(ki.Size) - offset; n < 0 || n > rest {
 					n = rest // as S3 serves a range past the end: what exists
 				}
-				out, commit, abort, err := openDest(cmd, dest, force)
+				out, commit, abort, err := openDest(cmd, dest, replace)
 				if err != nil {
 					return err
 				}
@@ -327,7 +332,7 @@ without --force.`,
 					return err
 				}
 				defer kc.Close()
-				return getTree(cmd, kc, bucket, prefix, args[1], force, get)
+				return getTree(cmd, kc, bucket, prefix, args[1], replace, get)
 			}
 			bucket, key, err := splitKey(args[0])
 			if err != nil {
@@ -337,7 +342,7 @@ without --force.`,
 			if len(args) == 2 {
 				dest = args[1]
 			}
-			if err := checkDest(dest, force); err != nil {
+			if err := checkDest(dest, replace); err != nil {
 				return err
 			}
 			if err := connect(); err != nil {
@@ -356,6 +361,19 @@ without --force.`,
 	f.BoolVarP(&recursive, "recursive", "r", false, "get every key under BUCKET[/PREFIX] into the directory FILE, at its path below PREFIX")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar (one is drawn on a terminal once a transfer to a FILE takes over a second)")
 	return cmd
+}
+
+// interactive says whether a person is at the command: its standard input
+// and standard error are terminals (a variable: tests set it). A script —
+// the shared acceptance checks among them, which get keys into the same
+// file again and again — is not: there get replaces an existing FILE, as
+// cp and aws s3 cp do; a person is asked for --force.
+var interactive = func(cmd *cobra.Command) bool {
+	if !stdinIsTerminal(cmd) || cmd.ErrOrStderr() != io.Writer(os.Stderr) {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(os.Stderr.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 // checkDest refuses, before anything is read, a destination that is a

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spf13/cobra"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -111,11 +112,23 @@ func TestKeyCommands(t *testing.T) {
 	if st, err := os.Stat(dst); err != nil || st.Mode().Perm() != 0o644 {
 		t.Errorf("get created %s with mode %v (%v), want 0644 under umask 022", dst, st.Mode().Perm(), err)
 	}
+	// A person (a terminal) is asked for --force; a script replaces the
+	// file, as cp does (the shared acceptance checks get keys into one
+	// file again and again).
+	asPerson(t, true)
 	_, _, err := runIn(t, nil, "get", "demo/hello", dst)
 	wantExit(t, err, exitUsage, "exists: use --force")
 	must(nil, "get", "--force", "demo/hello", dst)
 	if got, err := os.ReadFile(dst); err != nil || string(got) != "hello, spindle\n" {
 		t.Errorf("get --force: %q, %v", got, err)
+	}
+	asPerson(t, false)
+	if err := os.WriteFile(dst, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	must(nil, "get", "demo/hello", dst)
+	if got, err := os.ReadFile(dst); err != nil || string(got) != "hello, spindle\n" {
+		t.Errorf("a script's get over an existing file: %q, %v", got, err)
 	}
 	// A range past the end gives what exists, as S3 does.
 	if out := must(nil, "get", "--offset", "7", "--length", "1000", "demo/hello"); out != "spindle\n" {
@@ -276,4 +289,13 @@ func TestTransferProgressEnds(t *testing.T) {
 			t.Errorf("total %d, ok %v: drew %q", c.total, c.ok, buf.String())
 		}
 	}
+}
+
+// asPerson makes the commands see a person at a terminal (true) or a
+// script (false) for the rest of the test.
+func asPerson(t *testing.T, person bool) {
+	t.Helper()
+	old := interactive
+	t.Cleanup(func() { interactive = old })
+	interactive = func(*cobra.Command) bool { return person }
 }

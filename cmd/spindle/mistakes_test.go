@@ -13,6 +13,7 @@ import (
 // cluster answers the ones that reach the meta service; it holds bucket
 // "demo" with key "demo/hello" ("hello, spindle\n", 15 bytes).
 func TestCLIMistakes(t *testing.T) {
+	asPerson(t, true) // the mistakes of a person at a terminal
 	addr := startEmbedded(t)
 	t.Setenv("SPINDLE_META", addr)
 	dir := t.TempDir()

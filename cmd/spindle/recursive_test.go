@@ -49,7 +49,9 @@ func TestRecursivePutGet(t *testing.T) {
 			t.Errorf("%s: %d bytes (%v), want %d", rel, len(got), err, len(content))
 		}
 	}
-	// Again: every file exists, so nothing is written without --force.
+	// Again, as a person: every file exists, so nothing is written
+	// without --force.
+	asPerson(t, true)
 	if err := os.WriteFile(filepath.Join(dst, "a.txt"), []byte("mine"), 0o644); err != nil {
 		t.Fatal(err)
 	}
