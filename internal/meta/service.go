@@ -300,6 +300,7 @@ type Service struct {
 	nDeletes   int
 	rr         uint64 // round-robin cursor over allocatable pipelines
 	repl       replication
+	s3         s3State // users (users.go)
 }
 
 // Open opens (creating if needed) the meta service's store in cfg.Dir and
@@ -445,6 +446,9 @@ func (s *Service) load() error {
 		return nil
 	})
 	if err != nil {
+		return err
+	}
+	if err := s.loadS3(); err != nil {
 		return err
 	}
 	err = s.scan(prefixAlloc, func(k, v []byte) error {
