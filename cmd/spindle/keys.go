@@ -449,11 +449,11 @@ func newAdminCmd() *cobra.Command {
 	var env keyEnv
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get",
+		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|user",
 		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get"))
+			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get|user"))
 		},
 	}
 	env.addFlags(cmd.PersistentFlags())
@@ -528,6 +528,7 @@ func newAdminCmd() *cobra.Command {
 	)
 	cmd.AddCommand(newAdminReplicationCmds(&env, &asJSON)...)
 	cmd.AddCommand(newAdminContainerGetCmd())
+	cmd.AddCommand(newAdminUserCmd(&env, &asJSON))
 	return cmd
 }
 
