@@ -81,7 +81,7 @@ func GenerateKeys() (access, secret string) {
 	b := make([]byte, 30)
 	rand.Read(a)
 	rand.Read(b)
-	return base32NoPad(a), base64.RawURLEncoding.EncodeToString(b)
+	return base32NoPad(a)[:20], base64.RawURLEncoding.EncodeToString(b)
 }
 
 func base32NoPad(b []byte) string {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/versity/versitygw/embedgw"
+	"github.com/versity/versitygw/s3api"
 
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -79,6 +81,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("s3gw: %w", err)
 	}
 	defer kc.Close()
+	iam := NewIAM(mc)
+	v2 := &sigV2{access: cfg.AccessKey, secret: cfg.SecretKey, iam: iam, region: cfg.Region, now: time.Now}
 	cfg.Logger.Info("s3 gateway listening", "addr", cfg.Listen, "meta", cfg.Meta, "region", cfg.Region, "domain", cfg.Domain)
 	err = embedgw.RunVersityGW(ctx, NewBackend(mc, kc, cfg.Region), &embedgw.Config{
 		RootUserAccess:    cfg.AccessKey,
@@ -89,7 +93,8 @@ func Run(ctx context.Context, cfg Config) error {
 		MaxRequests:       MaxRequests,
 		MultipartMaxParts: metaapi.MaxParts,
 		VirtualDomain:     cfg.Domain,
-		IAMService:        NewIAM(mc),
+		IAMService:        iam,
+		S3Options:         []s3api.Option{s3api.WithMiddleware("/", v2.handle)},
 		KeepAlive:         true,
 		Quiet:             true,
 	})
