@@ -30,7 +30,7 @@ RACE_PKGS      ?= ./cmd/... ./internal/bench/... ./internal/units/... ./internal
 # Go sources to format-check: everything but testdata, vendor and bin.
 GO_FILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*' -not -path '*/testdata/*' -not -path './vendor/*')
 
-.PHONY: help deps build test test-race vet fmt fmt-check demo fuzz bench report clean check-full-disk check-crash
+.PHONY: help deps build test test-race vet fmt fmt-check demo fuzz bench report clean check-full-disk check-crash test-s3
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -61,6 +61,10 @@ test-race: ## race detector on every package that has concurrency, in full (need
 
 check-full-disk: ## issue 12's full-disk scenario: 5 datanodes, one on a 200 MiB tmpfs (needs root: mounts it)
 	SPINDLE_TEST_TMPFS=1 $(GO) test -count=1 -v -run 'TestFullDatanode' ./internal/server/
+
+test-s3: ## the S3 gateway: Go tests with aws-sdk-go-v2, then aws-cli, boto3, rclone and curl against spindle server (installs them in a venv / with apt when missing; a few minutes)
+	$(GO) test -count=1 -p 1 ./internal/s3gw/
+	scripts/s3-clients.sh
 
 check-crash: ## the power-loss crash loops of the pipeline (engine + WAL + raft on MemFS), out of make test while CRASH_SAFETY §9.3 is open
 	SPINDLE_CRASH=1 $(GO) test -count=1 -v -run 'TestCrashComposition' ./internal/pipeline/

@@ -120,7 +120,7 @@ func waitListening(addr string, done <-chan error) error {
 func client(access, secret string) *s3.Client {
 	return s3.New(s3.Options{
 		BaseEndpoint: aws.String(endpoint), Region: "us-east-1", UsePathStyle: true,
-		Credentials: credentials.NewStaticCredentialsProvider(access, secret, ""),
+		Credentials:      credentials.NewStaticCredentialsProvider(access, secret, ""),
 		RetryMaxAttempts: 1,
 	})
 }
