@@ -17,7 +17,8 @@ const iamTimeout = 10 * time.Second
 
 // IAM is versitygw's auth.IAMService over the meta service's S3 users:
 // every lookup asks the meta service (no cache: a deleted user is refused
-// at its next request). Users are plain users (auth.RoleUser); the root
+// at its next request). Users are auth.RoleUserPlus (they may create
+// buckets, which they then own; nothing else beyond their ACLs); the root
 // user is versitygw's and never stored.
 type IAM struct {
 	meta *metaapi.Client
@@ -55,7 +56,7 @@ func (m *IAM) GetUserAccount(access string) (auth.Account, error) {
 	if err != nil {
 		return auth.Account{}, fmt.Errorf("s3gw: user lookup: %w", err)
 	}
-	return auth.Account{Access: u.AccessKey, Secret: u.SecretKey, Role: auth.RoleUser}, nil
+	return auth.Account{Access: u.AccessKey, Secret: u.SecretKey, Role: auth.RoleUserPlus}, nil
 }
 
 // ResolveAccounts returns the access keys that belong to no user.
@@ -104,7 +105,7 @@ func (m *IAM) ListUserAccounts() ([]auth.Account, error) {
 	}
 	out := make([]auth.Account, 0, len(users))
 	for _, u := range users {
-		out = append(out, auth.Account{Access: u.AccessKey, Role: auth.RoleUser})
+		out = append(out, auth.Account{Access: u.AccessKey, Role: auth.RoleUserPlus})
 	}
 	return out, nil
 }
