@@ -406,3 +406,15 @@ func (s *Service) ListUploads(req *metaapi.ListUploads) (*metaapi.UploadList, er
 		return l, it.Error()
 	})
 }
+
+// hasUploads says whether bucket has multipart uploads in progress (a
+// bucket is deleted only without: its uploads' records would outlive it).
+func (s *Service) hasUploads(bucket string) (bool, error) {
+	p := uploadPrefix(bucket)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return false, err
+	}
+	defer it.Close()
+	return it.First(), it.Error()
+}

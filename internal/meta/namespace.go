@@ -67,6 +67,12 @@ func (s *Service) DeleteBucket(name string) error {
 		if first != "" {
 			panic(fmt.Sprintf("meta: bucket %s counts 0 keys but holds key %q", name, first))
 		}
+		if up, err := s.hasUploads(name); err != nil || up {
+			if err == nil {
+				err = fmt.Errorf("%w: bucket %s has multipart uploads in progress", metaapi.ErrNotEmpty, name)
+			}
+			return struct{}{}, nil, err
+		}
 		b := s.db.NewBatch()
 		del(b, bucketKey(name))
 		delete(s.buckets, name)

@@ -430,6 +430,9 @@ func decodeBucket(v []byte) (bucketRecord, error) {
 	if d.err == nil && len(d.b) > 0 {
 		b.Owner = d.str(metaapi.MaxAccessKeyBytes)
 		b.ACL = d.str(metaapi.MaxACLBytes)
+		if d.err == nil && b.Owner == "" && b.ACL == "" {
+			d.fail("empty owner section")
+		}
 	}
 	return b, d.done()
 }
@@ -587,9 +590,14 @@ func (d *dec) strMap() map[string]string {
 		return nil
 	}
 	m := make(map[string]string, n)
+	prev := ""
 	for i := uint32(0); i < n && d.err == nil; i++ {
 		k := d.str(metaapi.MaxObjectMetaBytes)
-		m[k] = d.str(metaapi.MaxObjectMetaBytes)
+		if i > 0 && k <= prev {
+			d.fail("map keys out of order")
+			return nil
+		}
+		m[k], prev = d.str(metaapi.MaxObjectMetaBytes), k
 	}
 	return m
 }

@@ -135,6 +135,7 @@ func TestMultipartCommit(t *testing.T) {
 	}
 	_, err := c.s.CompleteUpload(&metaapi.CompleteUpload{UploadRef: small.UploadRef, Parts: []metaapi.CompletePart{{Number: 1, ETag: etag(1)}, {Number: 2, ETag: etag(2)}}})
 	wantErr(t, err, ErrPartTooSmall, "a 3-byte first part")
+	wantErr(t, c.s.DeleteBucket("bkt"), metaapi.ErrNotEmpty, "delete a bucket with uploads in progress")
 	mustNo(t, c.s.AbortUpload(small.UploadRef))
 	if _, err := c.s.GetKey("bkt", "obj"); err == nil {
 		t.Fatal("refused completions made a key")
