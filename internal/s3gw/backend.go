@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
@@ -28,6 +30,7 @@ type Backend struct {
 	meta   *metaapi.Client
 	kc     *keyclient.Client
 	region string
+	acls   aclCache
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -35,7 +38,7 @@ var _ backend.Backend = (*Backend)(nil)
 // NewBackend returns the backend over the meta service behind mc and the
 // key client kc (which must use mc as its Meta).
 func NewBackend(mc *metaapi.Client, kc *keyclient.Client, region string) *Backend {
-	return &Backend{meta: mc, kc: kc, region: region}
+	return &Backend{meta: mc, kc: kc, region: region, acls: aclCache{m: map[string]aclEntry{}, now: time.Now}}
 }
 
 // String names the backend in versitygw's banner.
@@ -90,21 +93,82 @@ func bucketErr(err error) error {
 }
 
 // GetBucketAcl returns the ACL document stored with the bucket (one with
-// just its owner when none was stored).
+// just its owner when none was stored). versitygw asks for it on every
+// request that names a bucket (to authorize it): answers are cached for
+// ACLCacheTTL (see aclCache).
 func (b *Backend) GetBucketAcl(ctx context.Context, in *s3.GetBucketAclInput) ([]byte, error) {
-	bk, err := b.meta.GetBucket(ctx, deref(in.Bucket))
+	name := deref(in.Bucket)
+	if acl, ok := b.acls.get(name); ok {
+		return acl, nil
+	}
+	bk, err := b.meta.GetBucket(ctx, name)
 	if err != nil {
 		return nil, bucketErr(err)
 	}
-	if len(bk.ACL) > 0 {
-		return bk.ACL, nil
+	acl := bk.ACL
+	if len(acl) == 0 {
+		if acl, err = json.Marshal(auth.ACL{Owner: bk.Owner}); err != nil {
+			return nil, err
+		}
 	}
-	return json.Marshal(auth.ACL{Owner: bk.Owner})
+	b.acls.put(name, acl)
+	return acl, nil
+}
+
+// Bounds of the gateway's cache of bucket ACLs.
+const (
+	// ACLCacheTTL is how long a gateway uses a bucket's ACL (its owner
+	// and grants) without asking the meta service again: a change made
+	// through another gateway applies here within it. A bucket deleted
+	// meanwhile is refused by the meta service at the object operation.
+	ACLCacheTTL = time.Second
+	// ACLCacheMaxEntries bounds the buckets cached (the cache is emptied
+	// when full).
+	ACLCacheMaxEntries = 4096
+)
+
+// aclCache holds bucket ACL documents for ACLCacheTTL; this gateway's own
+// changes (PutBucketAcl, CreateBucket, DeleteBucket) drop the entry.
+type aclCache struct {
+	mu  sync.Mutex
+	m   map[string]aclEntry
+	now func() time.Time
+}
+
+type aclEntry struct {
+	acl     []byte
+	fetched time.Time
+}
+
+func (c *aclCache) get(bucket string) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[bucket]
+	if !ok || c.now().Sub(e.fetched) >= ACLCacheTTL {
+		return nil, false
+	}
+	return e.acl, true
+}
+
+func (c *aclCache) put(bucket string, acl []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= ACLCacheMaxEntries {
+		clear(c.m)
+	}
+	c.m[bucket] = aclEntry{acl: acl, fetched: c.now()}
+}
+
+func (c *aclCache) drop(bucket string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, bucket)
 }
 
 // CreateBucket creates a bucket owned by the ACL's owner (the caller).
 func (b *Backend) CreateBucket(ctx context.Context, in *s3.CreateBucketInput, defaultACL []byte) error {
 	name := deref(in.Bucket)
+	b.acls.drop(name)
 	acl, err := auth.ParseACL(defaultACL)
 	if err != nil {
 		return err
@@ -124,6 +188,7 @@ func (b *Backend) CreateBucket(ctx context.Context, in *s3.CreateBucketInput, de
 
 // PutBucketAcl replaces the bucket's ACL document.
 func (b *Backend) PutBucketAcl(ctx context.Context, bucket string, data []byte) error {
+	defer b.acls.drop(bucket)
 	return bucketErr(b.meta.PutBucketACL(ctx, bucket, data))
 }
 
@@ -133,11 +198,13 @@ func (b *Backend) ChangeBucketOwner(ctx context.Context, bucket, owner string) e
 	if err != nil {
 		return err
 	}
+	defer b.acls.drop(bucket)
 	return bucketErr(b.meta.PutBucketACL(ctx, bucket, acl))
 }
 
 // DeleteBucket deletes an empty bucket.
 func (b *Backend) DeleteBucket(ctx context.Context, bucket string) error {
+	defer b.acls.drop(bucket)
 	err := b.meta.DeleteBucket(ctx, bucket)
 	if errors.Is(err, metaapi.ErrNotFound) {
 		return s3err.GetAPIError(s3err.ErrNoSuchBucket)

@@ -26,7 +26,10 @@
 // # Mapping
 //
 //   - A bucket is a meta service bucket with an owner (the creator's access
-//     key) and versitygw's ACL document.
+//     key) and versitygw's ACL document. versitygw reads the ACL on every
+//     request; a gateway caches it for ACLCacheTTL (1 s), so an ACL changed
+//     through another gateway applies here within that (its own changes
+//     at once).
 //   - An object is a key; its S3 metadata (ETag = MD5 hex, Content-Type and
 //     the standard headers, x-amz-meta-*, the client's checksum) is stored
 //     in the key's record, committed in the same batch as its blocks: a
