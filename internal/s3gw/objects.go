@@ -163,39 +163,85 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	}, nil
 }
 
-// objectBody is a GET's body: keyclient.ReadKey writing into a pipe from
-// its own goroutine. Close stops the read and waits for the goroutine.
+// objectBody is a GET's body: length bytes of a key from offset, read by
+// keyclient.ReadKey. The HTTP server writes it with WriteTo: ReadKey then
+// writes its ranges (ReadSize bytes each) straight into the response
+// writer, no copy. Read (a reader of another kind, CopyObject) runs
+// ReadKey into a pipe from a goroutine. Close stops the read and waits
+// for that goroutine.
 type objectBody struct {
-	pr     *io.PipeReader
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
+	b              *Backend
+	ki             metaapi.KeyInfo
+	offset, length int64
+	ctx            context.Context
+	cancel         context.CancelFunc
+
+	mu   sync.Mutex
+	pr   *io.PipeReader // nil until the first Read
+	done chan struct{}  // closed when the pipe's goroutine returns
+	once sync.Once
 }
 
-func (o *objectBody) Read(p []byte) (int, error) { return o.pr.Read(p) }
+// countWriter counts what WriteTo wrote.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// WriteTo writes the body to w (once; the body is then consumed).
+func (o *objectBody) WriteTo(w io.Writer) (int64, error) {
+	o.mu.Lock()
+	piped := o.pr != nil
+	o.mu.Unlock()
+	if piped {
+		return io.Copy(w, struct{ io.Reader }{o})
+	}
+	cw := &countWriter{w: w}
+	err := o.b.kc.ReadKey(o.ctx, o.ki, o.offset, o.length, cw, keyclient.GetOptions{})
+	return cw.n, err
+}
+
+func (o *objectBody) Read(p []byte) (int, error) {
+	o.mu.Lock()
+	if o.pr == nil {
+		pr, pw := io.Pipe()
+		o.pr, o.done = pr, make(chan struct{})
+		go func() {
+			defer close(o.done)
+			pw.CloseWithError(o.b.kc.ReadKey(o.ctx, o.ki, o.offset, o.length, pw, keyclient.GetOptions{}))
+		}()
+	}
+	pr := o.pr
+	o.mu.Unlock()
+	return pr.Read(p)
+}
 
 func (o *objectBody) Close() error {
 	o.once.Do(func() {
 		o.cancel()
-		o.pr.Close()
-		<-o.done
+		o.mu.Lock()
+		pr, done := o.pr, o.done
+		o.mu.Unlock()
+		if pr != nil {
+			pr.Close()
+			<-done
+		}
 	})
 	return nil
 }
 
-// openBody starts reading length bytes of ki from offset. The read
+// openBody returns the body of length bytes of ki from offset. The read
 // outlives the request's context (versitygw streams the body after the
 // handler returns); Close ends it.
 func (b *Backend) openBody(ki metaapi.KeyInfo, offset, length int64) io.ReadCloser {
 	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	o := &objectBody{pr: pr, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(o.done)
-		err := b.kc.ReadKey(ctx, ki, offset, length, pw, keyclient.GetOptions{})
-		pw.CloseWithError(err)
-	}()
-	return o
+	return &objectBody{b: b, ki: ki, offset: offset, length: length, ctx: ctx, cancel: cancel}
 }
 
 // lookup reads a key's metadata (NoSuchKey when absent).
