@@ -25,7 +25,7 @@ func newBenchCmd() *cobra.Command {
 	}
 	cmd.PersistentFlags().Bool(jsonFlag, false, "print the result as one line of JSON on stdout")
 	cmd.AddCommand(newBenchBaselineCmd(), newBenchChunkWriteCmd(), newBenchFollowerAppendCmd(), newBenchQueueDirsCmd(),
-		newBenchTeraGenCmd(), newBenchKeyWriteCmd(), newBenchKeyReadCmd(), newBenchRereplicateCmd(), newBenchMetaCmd(), newBenchFloodCmd(), newBenchChaosCmd())
+		newBenchTeraGenCmd(), newBenchKeyWriteCmd(), newBenchKeyReadCmd(), newBenchS3Cmd(), newBenchRereplicateCmd(), newBenchMetaCmd(), newBenchFloodCmd(), newBenchChaosCmd())
 	return cmd
 }
 

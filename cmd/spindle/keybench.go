@@ -196,3 +196,56 @@ keys are deleted at the end unless --keep).`,
 	keyBenchFlags(cmd, &cf, &cfg, &size)
 	return cmd
 }
+
+func newBenchS3Cmd() *cobra.Command {
+	var cf clusterFlags
+	var cfg scenario.S3BenchConfig
+	size := units.ByteSize(units.MiB)
+	cmd := &cobra.Command{
+		Use:   "s3",
+		Short: "S3 PUTs or GETs of many objects through the S3 gateway (or any S3 --endpoint), with the key client's run of the same as baseline",
+		Long: `--op put: PUTs --objects objects of --size bytes, --concurrency at a time,
+with aws-sdk-go-v2 (path style, UNSIGNED-PAYLOAD, no request checksums). --op
+get: writes them first (untimed), then GETs each once and compares every byte.
+ops are objects; latency is per request.
+
+By default starts an embedded spindle server in --dir (or uses the cluster at
+--meta) and an S3 gateway for it in this process; then, as the baseline, the
+same operations through the key client on the same cluster (key-write or
+key-read of the same size and concurrency): ratio_to_baseline is what the S3
+layer costs. --endpoint measures any S3 server instead (with --access-key and
+--secret-key; no baseline).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Endpoint == "" {
+				ccfg, err := cf.resolve()
+				if err != nil {
+					return err
+				}
+				cfg.ClusterConfig = ccfg
+			}
+			cfg.SizeBytes = size.Int64()
+			cfg.Progress = bench.TerminalProgress()
+			res, err := scenario.RunS3(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			return printResult(cmd, res.Result, res)
+		},
+	}
+	f := cmd.Flags()
+	cf.add(f)
+	f.StringVar(&cfg.Endpoint, "endpoint", "", "S3 server to measure (http://host:port) instead of a gateway for the embedded server")
+	f.StringVar(&cfg.AccessKey, "access-key", "", "with --endpoint: access key")
+	f.StringVar(&cfg.SecretKey, "secret-key", "", "with --endpoint: secret key")
+	f.StringVar(&cfg.Region, "region", "us-east-1", "region to sign for")
+	f.StringVar(&cfg.Op, "op", "put", "put or get")
+	f.IntVar(&cfg.Objects, "objects", 1000, "number of objects (operations)")
+	f.Var(&size, "size", "bytes per object (0 allowed)")
+	f.IntVar(&cfg.Concurrency, "concurrency", 16, "requests at once")
+	f.DurationVar(&cfg.Duration, "duration", 0, "time bound of the timed phase (0: none; --objects bounds it)")
+	f.StringVar(&cfg.Bucket, "bucket", scenario.DefaultKeyBenchBucket, "bucket of the objects (created when missing)")
+	f.StringVar(&cfg.Prefix, "prefix", "", "object name prefix (default s3-DATE-TIME-PID/)")
+	f.BoolVar(&cfg.NoBaseline, "no-baseline", false, "skip the key client's baseline run")
+	return cmd
+}

@@ -676,11 +676,11 @@ func newAdminCmd() *cobra.Command {
 	var env keyEnv
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|meta",
-		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode, the meta service's members; back up the meta store",
+		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|meta|user",
+		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode, the meta service's members, S3 users; back up the meta store",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get|meta"))
+			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get|meta|user"))
 		},
 	}
 	env.addFlags(cmd.PersistentFlags())
@@ -767,6 +767,7 @@ func newAdminCmd() *cobra.Command {
 	cmd.AddCommand(newAdminReplicationCmds(&env, &asJSON)...)
 	cmd.AddCommand(newAdminMetaCmd(&env, &asJSON))
 	cmd.AddCommand(newAdminContainerGetCmd())
+	cmd.AddCommand(newAdminUserCmd(&env, &asJSON))
 	return cmd
 }
 

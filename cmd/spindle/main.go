@@ -94,7 +94,7 @@ line wins over the environment, which wins over the file.
 	root.PersistentFlags().StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 
 	root.AddCommand(newVersionCmd(), newBenchCmd(), newDemoCmd(), newReportCmd(), newDatanodeCmd(), newMetaCmd(), newServerCmd(),
-		newPutCmd(), newGetCmd(), newLsCmd(), newRmCmd(), newStatCmd(), newBucketCmd(), newAdminCmd())
+		newPutCmd(), newGetCmd(), newLsCmd(), newRmCmd(), newStatCmd(), newBucketCmd(), newAdminCmd(), newS3Cmd())
 	root.AddCommand(newGenCmd())
 	strictSubcommands(root)
 	return root

@@ -26,6 +26,9 @@ func newServerCmd() *cobra.Command {
 (meta/, datanodes/dn<i>/, server.json). Started again on the same --dir it
 comes back with the same datanodes, pipelines, namespace and data. Clients
 use --meta-listen (default 127.0.0.1:9860): spindle put, get, ls, ... .
+S3 clients use --s3-listen (default 127.0.0.1:9878, "off": none) with the
+root user of --s3-access-key/--s3-secret-key, or one generated at the first
+start into --dir/s3-credentials.json (0600).
 Ctrl-C or SIGTERM stops everything cleanly.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -47,6 +50,7 @@ Ctrl-C or SIGTERM stops everything cleanly.`,
 	f.StringVar(&cfg.MetaListen, "meta-listen", "127.0.0.1:9860", "address of the meta service")
 	f.StringVar(&readyFile, "ready-file", "", "write the meta address and PID here once ready")
 	f.IntVar(&maxCopies, "max-copies", maxCopies, "re-replication: container copies each datanode receives at once")
+	addS3Flags(f, &cfg.S3)
 	checkReplication = addReplicationFlags(f, &cfg.Meta)
 	return cmd
 }

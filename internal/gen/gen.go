@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/bench"
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/datanode"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/keyclient"
@@ -449,7 +450,7 @@ type worker struct {
 	sums   []uint32
 	chunks []engine.ChunkInfo
 	// piece is the shift of a full checksum piece (crc.go).
-	piece *crcShift
+	piece *crc32c.Shift
 }
 
 func newWorker(g *run) *worker {
@@ -459,7 +460,7 @@ func newWorker(g *run) *worker {
 		buf:    make([]byte, n),
 		sums:   make([]uint32, 0, ceilDiv(n, uint64(g.cfg.BytesPerChecksum))+ceilDiv(n, g.cfg.ChunkSizeBytes)),
 		chunks: make([]engine.ChunkInfo, 0, ceilDiv(n, g.cfg.ChunkSizeBytes)),
-		piece:  newCRCShift(uint64(g.cfg.BytesPerChecksum)),
+		piece:  crc32c.NewShift(uint64(g.cfg.BytesPerChecksum)),
 	}
 }
 
@@ -539,9 +540,9 @@ func (w *worker) block(id engine.BlockID, key int, keyOff, n uint64) (*engine.Bl
 		w.sums = engine.ComputeChecksums(w.sums, data[off:off+cl], cfg.BytesPerChecksum)
 		for i, s := range w.sums[first:] {
 			if pl := min(bpc, cl-uint64(i)*bpc); pl == bpc {
-				crc = w.piece.apply(crc) ^ s
+				crc = w.piece.Apply(crc) ^ s
 			} else {
-				crc = crcCombine(crc, s, pl)
+				crc = crc32c.Combine(crc, s, pl)
 			}
 		}
 		w.chunks = append(w.chunks, engine.ChunkInfo{Offset: off, Length: cl, Checksums: w.sums[first:len(w.sums):len(w.sums)]})
@@ -594,7 +595,7 @@ func (g *run) writeMeta(dir string, uuids []string) (err error) {
 		key, _, n := g.l.blockAt(pos)
 		local++
 		blocks = append(blocks, metaapi.KeyBlock{BlockRef: metaapi.BlockRef{Container: uint64(cur), Local: local}, Pipeline: g.l.pipeline(cur), Length: n})
-		crc = crcCombine(crc, g.crcs[cur][local-1], n)
+		crc = crc32c.Combine(crc, g.crcs[cur][local-1], n)
 		pos += n
 		if end := min(uint64(key+1)*g.l.keySize, g.l.size); pos == end {
 			if err := w.AddKey(g.cfg.Bucket, KeyName(key), g.l.keyLen(key), crc, blocks); err != nil {

@@ -39,6 +39,9 @@
 // the value) only after the last PutBlock of every block succeeded; an
 // interrupted or failed Put commits nothing, so it leaves no key (its
 // blocks are unreferenced and the meta service deletes them).
+// PutOptions.Commit replaces that CommitKey by the caller's own commit of
+// the same size, blocks and CRC32C (the S3 gateway: a key with its object
+// metadata, or a part of a multipart upload).
 //
 // # Pipeline failure in the middle of a block
 //

@@ -640,3 +640,40 @@ func TestOptionsValidation(t *testing.T) {
 		t.Errorf("defaults %+v, buffered %d chunks", o, o.MaxBufferedChunks())
 	}
 }
+
+// PutOptions.Commit replaces the CommitKey: it is called once, after the
+// source was read to its end, with the value's size, blocks and CRC32C
+// (what a CommitKey would carry); its error fails the put and commits
+// nothing.
+func TestPutCommitHook(t *testing.T) {
+	p := newFakePipeline(t, 1, 1)
+	kc, meta := setup(t, fakeOptions(), p)
+	ctx := testCtx(t)
+	data := randomBytes(11, fBlock+fChunk+3)
+	src := bytes.NewReader(data)
+	calls := 0
+	_, err := kc.Put(ctx, bkt, "hooked", src, keyclient.PutOptions{
+		Commit: func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, c uint32) (metaapi.KeyInfo, error) {
+			calls++
+			if src.Len() != 0 || size != uint64(len(data)) || c != crc(data) || len(blocks) != 2 {
+				t.Errorf("commit hook: %d bytes left in the source, size %d, crc %08x, %d blocks; want 0, %d, %08x, 2",
+					src.Len(), size, c, len(blocks), len(data), crc(data))
+			}
+			return meta.CommitKey(ctx, bkt, "hooked", metaapi.CommitKey{Size: size, Blocks: blocks, CRC32C: c})
+		},
+	})
+	if err != nil || calls != 1 {
+		t.Fatalf("put: %v, %d commit calls", err, calls)
+	}
+	mustGet(t, ctx, kc, "hooked", data)
+	refuse := errors.New("checksum mismatch")
+	_, err = kc.Put(ctx, bkt, "refused", bytes.NewReader(data), keyclient.PutOptions{
+		Commit: func(context.Context, uint64, []metaapi.KeyBlock, uint32) (metaapi.KeyInfo, error) {
+			return metaapi.KeyInfo{}, refuse
+		},
+	})
+	if !errors.Is(err, refuse) {
+		t.Fatalf("put with a refusing commit: %v", err)
+	}
+	mustNotExist(t, ctx, kc, "refused")
+}

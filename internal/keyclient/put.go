@@ -23,6 +23,13 @@ type PutOptions struct {
 	// datanodes acknowledged so far (non-decreasing), from the Put's
 	// goroutine, after each acknowledgement.
 	Progress func(done int64)
+	// Commit, when set, replaces the CommitKey that ends the Put: it is
+	// called once every block is complete and the source was read to its
+	// end, with the value's size, blocks and CRC32C, and makes them
+	// visible (the S3 gateway commits a key with its object metadata, or
+	// a part of a multipart upload). Its error fails the Put; the blocks
+	// are then unreferenced and the meta service deletes them.
+	Commit func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc32c uint32) (metaapi.KeyInfo, error)
 }
 
 // PutResult is what a Put did.
@@ -51,7 +58,7 @@ func (c *Client) Put(ctx context.Context, bucket, key string, r io.Reader, opts 
 		return PutResult{}, err
 	}
 	s := &putStream{
-		c: c, o: &c.opts, ctx: ctx, bucket: bucket, key: key, r: r, progress: opts.Progress,
+		c: c, o: &c.opts, ctx: ctx, bucket: bucket, key: key, r: r, progress: opts.Progress, commitFn: opts.Commit,
 		events:      make(chan putEvent, c.opts.InFlight+1),
 		maxBuffered: c.opts.MaxBufferedChunks(),
 		perCommit:   c.opts.chunksPerCommit(),
@@ -72,6 +79,7 @@ type putStream struct {
 	bucket, key string
 	r           io.Reader
 	progress    func(int64)
+	commitFn    func(context.Context, uint64, []metaapi.KeyBlock, uint32) (metaapi.KeyInfo, error)
 	maxBuffered int
 	perCommit   int
 
@@ -535,7 +543,13 @@ func (s *putStream) commit() error {
 	if total != s.size {
 		panic(fmt.Sprintf("keyclient: blocks add up to %d bytes, value has %d", total, s.size))
 	}
-	ki, err := s.c.meta.CommitKey(s.ctx, s.bucket, s.key, metaapi.CommitKey{Size: s.size, Blocks: s.blocks, CRC32C: s.crc})
+	var ki metaapi.KeyInfo
+	var err error
+	if s.commitFn != nil {
+		ki, err = s.commitFn(s.ctx, s.size, s.blocks, s.crc)
+	} else {
+		ki, err = s.c.meta.CommitKey(s.ctx, s.bucket, s.key, metaapi.CommitKey{Size: s.size, Blocks: s.blocks, CRC32C: s.crc})
+	}
 	if err != nil {
 		return fmt.Errorf("commit (%d bytes, %d blocks): %w", s.size, len(s.blocks), err)
 	}

@@ -219,6 +219,9 @@
 //	| 'K' | bucket name | 0x00 | key name       | ≤ 1089   | key record                     |
 //	| 'A' | container ID u64 | local ID u64     | 17       | allocation record              |
 //	| 'D' | container ID u64 | local ID u64     | 17       | pending deletion record        |
+//	| 'U' | user name                           | 2..65    | S3 user record (users.go)      |
+//	| 'W' | bucket | 0x00 | key | 0x00 | upload | ≤ 1155   | multipart upload (multipart.go)|
+//	| 'X' | 'W' key's fields | 0x00 | part u32  | ≤ 1160   | part record                    |
 //
 // Values: byte 0 is the record version (1), then the fields below
 // (integers little-endian; str = uvarint length then the bytes), then a
@@ -231,9 +234,15 @@
 //	                      member count n u8 | n × node ID u64 | crc u32
 //	container (46 bytes): version u8 | container ID u64 | pipeline ID u64 | state u8 (1 OPEN, 2 CLOSING, 3 CLOSED) |
 //	                      created u64 | next local ID u64 | committed bytes u64 | crc u32
-//	bucket (29 bytes):    version u8 | created u64 | keys u64 | bytes u64 | crc u32
+//	bucket (29 bytes):    version u8 | created u64 | keys u64 | bytes u64 | [owner str | ACL str] | crc u32
 //	key (29+32n):         version u8 | size u64 | value CRC32C u32 | created u64 | block count n u32 |
-//	                      n × (container u64 | local u64 | pipeline u64 | length u64) | crc u32
+//	                      n × (container u64 | local u64 | pipeline u64 | length u64) | [object] | crc u32
+//	object (S3):          version u8 (1) | ETag str | Content-Type str | checksum type str | parts u32 |
+//	                      headers map | user metadata map | checksums map (map: count u32, sorted str key/value pairs)
+//	user:                 version u8 | created u64 | access key str | secret key str | crc u32
+//	upload:               version u8 | initiated u64 | owner str | [object] | crc u32
+//	part:                 version u8 | size u64 | CRC32C u32 | modified u64 | block count n u32 | n blocks |
+//	                      ETag str | checksums map | crc u32
 //	allocation:           version u8 | allocated u64 | bucket str | key str | crc u32
 //	deletion (14 bytes):  version u8 | scheduled u64 | reason u8 (1 replaced, 2 deleted, 3 expired) | crc u32
 //

@@ -58,7 +58,7 @@ func (s *Service) Handler() http.Handler {
 	})
 	route("GET /v1/list/{bucket}", "list_keys", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		q := r.URL.Query()
-		o := ListOptions{Prefix: q.Get("prefix"), StartAfter: q.Get("start_after")}
+		o := ListOptions{Prefix: q.Get("prefix"), StartAfter: q.Get("start_after"), Delimiter: q.Get("delimiter")}
 		if v := q.Get("limit"); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil {
@@ -89,6 +89,7 @@ func (s *Service) Handler() http.Handler {
 		st, err := s.ExitSafeMode()
 		return st, http.StatusOK, err
 	})
+	s.routeS3(route)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.Handle("GET /v1/admin/backup", s.backupHandler()) // backup.go
 	s.raftRoutes(mux)

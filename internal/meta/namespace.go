@@ -31,7 +31,7 @@ func (s *Service) CreateBucket(name string) (*metaapi.Bucket, error) {
 }
 
 func bucketView(name string, r bucketRecord) *metaapi.Bucket {
-	return &metaapi.Bucket{Name: name, Created: r.Created, Keys: r.Keys, Bytes: r.Bytes}
+	return &metaapi.Bucket{Name: name, Created: r.Created, Keys: r.Keys, Bytes: r.Bytes, Owner: r.Owner}
 }
 
 // ListBuckets lists every bucket by name.
@@ -66,6 +66,12 @@ func (s *Service) DeleteBucket(name string) error {
 		}
 		if first != "" {
 			panic(fmt.Sprintf("meta: bucket %s counts 0 keys but holds key %q", name, first))
+		}
+		if up, err := s.hasUploads(name); err != nil || up {
+			if err == nil {
+				err = fmt.Errorf("%w: bucket %s has multipart uploads in progress", metaapi.ErrNotEmpty, name)
+			}
+			return struct{}{}, nil, err
 		}
 		b := s.db.NewBatch()
 		del(b, bucketKey(name))
@@ -261,27 +267,13 @@ func (s *Service) getKey(bucket, key string) (keyRecord, bool, error) {
 // batch), replacing an older version whose blocks are scheduled for
 // deletion. See the metaapi package comment for the rules.
 func (s *Service) CommitKey(bucket, key string, ck *metaapi.CommitKey) (*metaapi.KeyInfo, error) {
-	if len(ck.Blocks) > maxBlocksPerKey {
-		return nil, fmt.Errorf("%w: %d blocks, at most %d", metaapi.ErrInvalid, len(ck.Blocks), maxBlocksPerKey)
+	if err := s.checkBlockList(ck.Blocks, ck.Size); err != nil {
+		return nil, err
 	}
-	var sum uint64
-	seen := make(map[blockRef]bool, len(ck.Blocks))
-	for i, kb := range ck.Blocks {
-		ref := blockRef{kb.Container, kb.Local}
-		if seen[ref] {
-			return nil, fmt.Errorf("%w: block %d/%d appears twice", metaapi.ErrInvalid, kb.Container, kb.Local)
+	if ck.Object != nil {
+		if err := ck.Object.Validate(); err != nil {
+			return nil, err
 		}
-		seen[ref] = true
-		if kb.Length == 0 {
-			return nil, fmt.Errorf("%w: block %d (%d/%d) has length 0", metaapi.ErrInvalid, i, kb.Container, kb.Local)
-		}
-		if kb.Length > s.cfg.ContainerSizeBytes || sum+kb.Length < sum {
-			return nil, fmt.Errorf("%w: block %d (%d/%d): length %d is absurd", metaapi.ErrInvalid, i, kb.Container, kb.Local, kb.Length)
-		}
-		sum += kb.Length
-	}
-	if sum != ck.Size {
-		return nil, fmt.Errorf("%w: the blocks hold %d bytes, size says %d", metaapi.ErrInvalid, sum, ck.Size)
 	}
 	ki, err := mutate(s, func() (*metaapi.KeyInfo, *pebble.Batch, error) { return s.commitKeyLocked(bucket, key, ck) })
 	if err == nil {
@@ -304,41 +296,19 @@ func (s *Service) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (*m
 	if exists && sameVersion(old, ck) {
 		return s.keyInfo(bucket, key, old, now), nil, nil // a retried commit
 	}
-	rec := keyRecord{Size: ck.Size, CRC32C: ck.CRC32C, Created: now, Blocks: make([]storedBlock, 0, len(ck.Blocks))}
-	for _, kb := range ck.Blocks {
-		ref := blockRef{kb.Container, kb.Local}
-		a, ok := s.allocs[ref]
-		if !ok {
-			return nil, nil, fmt.Errorf("%w: block %d/%d was not allocated by this meta service, or was committed already, or its allocation expired", metaapi.ErrInvalid, kb.Container, kb.Local)
-		}
-		if a.Bucket != bucket || a.Key != key {
-			return nil, nil, fmt.Errorf("%w: block %d/%d was allocated for %s/%s, not %s/%s", metaapi.ErrInvalid, kb.Container, kb.Local, a.Bucket, a.Key, bucket, key)
-		}
-		c := s.containers[kb.Container]
-		if kb.Pipeline != 0 && kb.Pipeline != c.rec.Pipeline {
-			return nil, nil, fmt.Errorf("%w: block %d/%d is in pipeline %d, not %d", metaapi.ErrInvalid, kb.Container, kb.Local, c.rec.Pipeline, kb.Pipeline)
-		}
-		rec.Blocks = append(rec.Blocks, storedBlock{Container: kb.Container, Local: kb.Local, Pipeline: c.rec.Pipeline, Length: kb.Length})
+	if err := checkConditions(bucket, key, old, exists, ck.Conditions); err != nil {
+		return nil, nil, err
 	}
+	blocks, err := s.claimable(bucket, key, ck.Blocks)
+	if err != nil {
+		return nil, nil, err
+	}
+	rec := keyRecord{Size: ck.Size, CRC32C: ck.CRC32C, Created: now, Blocks: blocks, Object: ck.Object}
 	// Valid: one batch makes the key visible, consumes the allocations,
 	// schedules the old blocks' deletion and updates the counts.
 	b := s.db.NewBatch()
 	set(b, objectKey(bucket, key), rec.encode())
-	touched := map[uint64]bool{}
-	for _, sb := range rec.Blocks {
-		del(b, blockKey(prefixAlloc, sb.Container, sb.Local))
-		delete(s.allocs, blockRef{sb.Container, sb.Local})
-		c := s.containers[sb.Container]
-		c.rec.Committed += sb.Length
-		touched[sb.Container] = true
-	}
-	for _, cid := range slices.Sorted(maps.Keys(touched)) {
-		c := s.containers[cid]
-		set(b, u64key(prefixContainer, cid), c.rec.encode())
-		if c.rec.Committed >= s.fullBytes() {
-			s.startClose(b, c, fmt.Sprintf("%d bytes committed", c.rec.Committed))
-		}
-	}
+	s.claim(b, rec.Blocks)
 	if exists {
 		for _, sb := range old.Blocks {
 			s.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonReplaced, now)
@@ -353,7 +323,80 @@ func (s *Service) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (*m
 	return s.keyInfo(bucket, key, rec, now), b, nil
 }
 
+// claimable checks that every block was allocated for bucket/key and not
+// committed since, and returns them as stored (with their pipelines).
+func (s *Service) claimable(bucket, key string, kbs []metaapi.KeyBlock) ([]storedBlock, error) {
+	blocks := make([]storedBlock, 0, len(kbs))
+	for _, kb := range kbs {
+		ref := blockRef{kb.Container, kb.Local}
+		a, ok := s.allocs[ref]
+		if !ok {
+			return nil, fmt.Errorf("%w: block %d/%d was not allocated by this meta service, or was committed already, or its allocation expired", metaapi.ErrInvalid, kb.Container, kb.Local)
+		}
+		if a.Bucket != bucket || a.Key != key {
+			return nil, fmt.Errorf("%w: block %d/%d was allocated for %s/%s, not %s/%s", metaapi.ErrInvalid, kb.Container, kb.Local, a.Bucket, a.Key, bucket, key)
+		}
+		c := s.containers[kb.Container]
+		if kb.Pipeline != 0 && kb.Pipeline != c.rec.Pipeline {
+			return nil, fmt.Errorf("%w: block %d/%d is in pipeline %d, not %d", metaapi.ErrInvalid, kb.Container, kb.Local, c.rec.Pipeline, kb.Pipeline)
+		}
+		blocks = append(blocks, storedBlock{Container: kb.Container, Local: kb.Local, Pipeline: c.rec.Pipeline, Length: kb.Length})
+	}
+	return blocks, nil
+}
+
+// claim consumes the allocations of claimable blocks in b and counts
+// their bytes in their containers (closing the full ones).
+func (s *Service) claim(b *pebble.Batch, blocks []storedBlock) {
+	touched := map[uint64]bool{}
+	for _, sb := range blocks {
+		del(b, blockKey(prefixAlloc, sb.Container, sb.Local))
+		delete(s.allocs, blockRef{sb.Container, sb.Local})
+		c := s.containers[sb.Container]
+		c.rec.Committed += sb.Length
+		touched[sb.Container] = true
+	}
+	for _, cid := range slices.Sorted(maps.Keys(touched)) {
+		c := s.containers[cid]
+		set(b, u64key(prefixContainer, cid), c.rec.encode())
+		if c.rec.Committed >= s.fullBytes() {
+			s.startClose(b, c, fmt.Sprintf("%d bytes committed", c.rec.Committed))
+		}
+	}
+}
+
+// checkBlockList checks a block list's shape: at most MaxBlocksPerKey, no
+// block twice, none empty or absurd, lengths adding up to size.
+func (s *Service) checkBlockList(kbs []metaapi.KeyBlock, size uint64) error {
+	if len(kbs) > maxBlocksPerKey {
+		return fmt.Errorf("%w: %d blocks, at most %d", metaapi.ErrInvalid, len(kbs), maxBlocksPerKey)
+	}
+	var sum uint64
+	seen := make(map[blockRef]bool, len(kbs))
+	for i, kb := range kbs {
+		ref := blockRef{kb.Container, kb.Local}
+		if seen[ref] {
+			return fmt.Errorf("%w: block %d/%d appears twice", metaapi.ErrInvalid, kb.Container, kb.Local)
+		}
+		seen[ref] = true
+		if kb.Length == 0 {
+			return fmt.Errorf("%w: block %d (%d/%d) has length 0", metaapi.ErrInvalid, i, kb.Container, kb.Local)
+		}
+		if kb.Length > s.cfg.ContainerSizeBytes || sum+kb.Length < sum {
+			return fmt.Errorf("%w: block %d (%d/%d): length %d is absurd", metaapi.ErrInvalid, i, kb.Container, kb.Local, kb.Length)
+		}
+		sum += kb.Length
+	}
+	if sum != size {
+		return fmt.Errorf("%w: the blocks hold %d bytes, size says %d", metaapi.ErrInvalid, sum, size)
+	}
+	return nil
+}
+
 func sameVersion(old keyRecord, ck *metaapi.CommitKey) bool {
+	if (old.Object == nil) != (ck.Object == nil) || (old.Object != nil && old.Object.ETag != ck.Object.ETag) {
+		return false
+	}
 	if old.Size != ck.Size || old.CRC32C != ck.CRC32C || len(old.Blocks) != len(ck.Blocks) {
 		return false
 	}
@@ -368,7 +411,7 @@ func sameVersion(old keyRecord, ck *metaapi.CommitKey) bool {
 
 // keyInfo is the API form of a key, with its blocks' replicas.
 func (s *Service) keyInfo(bucket, key string, rec keyRecord, now time.Time) *metaapi.KeyInfo {
-	ki := &metaapi.KeyInfo{Bucket: bucket, Key: key, Size: rec.Size, CRC32C: rec.CRC32C, Created: rec.Created, Blocks: make([]metaapi.KeyBlock, 0, len(rec.Blocks))}
+	ki := &metaapi.KeyInfo{Bucket: bucket, Key: key, Size: rec.Size, CRC32C: rec.CRC32C, Created: rec.Created, Blocks: make([]metaapi.KeyBlock, 0, len(rec.Blocks)), Object: rec.Object}
 	members := map[uint64][]metaapi.Member{} // by container: most keys have many blocks in few containers
 	for _, sb := range rec.Blocks {
 		kb := metaapi.KeyBlock{BlockRef: metaapi.BlockRef{Container: sb.Container, Local: sb.Local}, Pipeline: sb.Pipeline, Length: sb.Length}
@@ -436,6 +479,9 @@ type ListOptions struct {
 	Prefix     string
 	StartAfter string
 	Limit      int // 0: MaxListLimit
+	// Delimiter rolls keys up into common prefixes (see metaapi.KeyList);
+	// a common prefix not after StartAfter is skipped whole.
+	Delimiter string
 }
 
 // List returns up to Limit keys of bucket that start with Prefix and come
@@ -451,7 +497,7 @@ func (s *Service) List(bucket string, o ListOptions) (*metaapi.KeyList, error) {
 	if o.Limit == 0 {
 		o.Limit = metaapi.MaxListLimit
 	}
-	if len(o.Prefix) > maxKeyBytes || len(o.StartAfter) > maxKeyBytes {
+	if len(o.Prefix) > maxKeyBytes || len(o.StartAfter) > maxKeyBytes || len(o.Delimiter) > maxKeyBytes {
 		return nil, fmt.Errorf("%w: prefix or start_after longer than %d bytes", metaapi.ErrInvalid, maxKeyBytes)
 	}
 	return read(s, func() (*metaapi.KeyList, error) { return s.listLocked(bucket, o) })
@@ -482,20 +528,61 @@ func (s *Service) listLocked(bucket string, o ListOptions) (*metaapi.KeyList, er
 		ok = it.First()
 	}
 	l := &metaapi.KeyList{Keys: []metaapi.KeyInfo{}}
-	for ; ok; ok = it.Next() {
+	last := ""
+	for ok {
 		name := string(it.Key()[len(kp):])
-		if len(l.Keys) == o.Limit {
-			l.Next = l.Keys[len(l.Keys)-1].Key
+		if o.Delimiter != "" {
+			if i := strings.Index(name[len(o.Prefix):], o.Delimiter); i >= 0 {
+				// Roll the keys under cp up, then seek past them all.
+				cp := name[:len(o.Prefix)+i+len(o.Delimiter)]
+				if cp > o.StartAfter {
+					if len(l.Keys)+len(l.CommonPrefixes) == o.Limit {
+						l.Next = last
+						break
+					}
+					l.CommonPrefixes = append(l.CommonPrefixes, cp)
+					last = cp
+				}
+				end := prefixEnd(append(slices.Clone(kp), cp...))
+				if end == nil {
+					break
+				}
+				ok = it.SeekGE(end)
+				continue
+			}
+		}
+		if len(l.Keys)+len(l.CommonPrefixes) == o.Limit {
+			l.Next = last
 			break
 		}
 		rec, err := decodeKey(it.Value())
 		if err != nil {
 			return nil, fmt.Errorf("meta: key %s/%s: %w", bucket, name, err)
 		}
-		l.Keys = append(l.Keys, metaapi.KeyInfo{Bucket: bucket, Key: name, Size: rec.Size, CRC32C: rec.CRC32C, Created: rec.Created})
+		l.Keys = append(l.Keys, metaapi.KeyInfo{Bucket: bucket, Key: name, Size: rec.Size, CRC32C: rec.CRC32C, Created: rec.Created, Object: rec.Object})
+		last = name
+		ok = it.Next()
 	}
 	if err := it.Error(); err != nil {
 		return nil, fmt.Errorf("meta: list %s: %w", bucket, err)
 	}
 	return l, nil
 }
+
+// checkConditions checks a commit's S3 conditions against the key's
+// current version (exists false: none).
+func checkConditions(bucket, key string, cur keyRecord, exists bool, c metaapi.Conditions) error {
+	etag := ""
+	if exists && cur.Object != nil {
+		etag = cur.Object.ETag
+	}
+	if c.IfNoneMatch != "" && exists && (c.IfNoneMatch == "*" || trimETag(c.IfNoneMatch) == etag) {
+		return fmt.Errorf("%w: %s/%s exists (If-None-Match %s)", metaapi.ErrPrecondition, bucket, key, c.IfNoneMatch)
+	}
+	if c.IfMatch != "" && (!exists || (c.IfMatch != "*" && trimETag(c.IfMatch) != etag)) {
+		return fmt.Errorf("%w: %s/%s does not have ETag %s", metaapi.ErrPrecondition, bucket, key, c.IfMatch)
+	}
+	return nil
+}
+
+func trimETag(s string) string { return strings.Trim(s, "\"") }

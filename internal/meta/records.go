@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
 	"math"
+	"slices"
 	"time"
+
+	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
 // ErrCorrupt marks a record in the meta service's Pebble store that fails
@@ -26,6 +30,10 @@ const (
 	prefixKey       = 'K'
 	prefixAlloc     = 'A'
 	prefixDelete    = 'D'
+	// The S3 gateway's records (users.go, multipart.go).
+	prefixUser   = 'U'
+	prefixUpload = 'W'
+	prefixPart   = 'X'
 )
 
 // Limits of stored strings (the API validates tighter ones first).
@@ -393,11 +401,15 @@ func decodeContainer(v []byte) (containerRecord, error) {
 	return c, nil
 }
 
-// bucketRecord is a bucket; its name is in the Pebble key.
+// bucketRecord is a bucket; its name is in the Pebble key. Owner and ACL
+// (S3 buckets) are an optional trailing section: a record without them
+// ends after Bytes.
 type bucketRecord struct {
 	Created time.Time
 	Keys    uint64
 	Bytes   uint64
+	Owner   string
+	ACL     string
 }
 
 func (b bucketRecord) encode() []byte {
@@ -405,12 +417,23 @@ func (b bucketRecord) encode() []byte {
 	e.u64(ms(b.Created))
 	e.u64(b.Keys)
 	e.u64(b.Bytes)
+	if b.Owner != "" || b.ACL != "" {
+		e.str(b.Owner)
+		e.str(b.ACL)
+	}
 	return e.finish()
 }
 
 func decodeBucket(v []byte) (bucketRecord, error) {
 	d := newDec("bucket", v)
 	b := bucketRecord{Created: d.tm(), Keys: d.u64(), Bytes: d.u64()}
+	if d.err == nil && len(d.b) > 0 {
+		b.Owner = d.str(metaapi.MaxAccessKeyBytes)
+		b.ACL = d.str(metaapi.MaxACLBytes)
+		if d.err == nil && b.Owner == "" && b.ACL == "" {
+			d.fail("empty owner section")
+		}
+	}
 	return b, d.done()
 }
 
@@ -418,11 +441,13 @@ func decodeBucket(v []byte) (bucketRecord, error) {
 const keyBlockBytes = 32
 
 // keyRecord is a committed key; bucket and name are in the Pebble key.
+// Object (S3 metadata) is an optional trailing section after the blocks.
 type keyRecord struct {
 	Size    uint64
 	CRC32C  uint32
 	Created time.Time
 	Blocks  []storedBlock
+	Object  *metaapi.ObjectMeta
 }
 
 // storedBlock is one block of a key as stored.
@@ -442,6 +467,9 @@ func (k keyRecord) encode() []byte {
 		e.u64(b.Pipeline)
 		e.u64(b.Length)
 	}
+	if k.Object != nil {
+		e.objectMeta(k.Object)
+	}
 	return e.finish()
 }
 
@@ -449,7 +477,7 @@ func decodeKey(v []byte) (keyRecord, error) {
 	d := newDec("key", v)
 	k := keyRecord{Size: d.u64(), CRC32C: d.u32(), Created: d.tm()}
 	n := d.u32()
-	if d.err == nil && (n > maxBlocksPerKey || uint64(len(d.b)) != uint64(n)*keyBlockBytes) {
+	if d.err == nil && (n > maxBlocksPerKey || uint64(len(d.b)) < uint64(n)*keyBlockBytes) {
 		d.fail("%d blocks in %d bytes", n, len(d.b))
 	}
 	var sum uint64
@@ -457,6 +485,9 @@ func decodeKey(v []byte) (keyRecord, error) {
 		b := storedBlock{Container: d.u64(), Local: d.u64(), Pipeline: d.u64(), Length: d.u64()}
 		sum += b.Length
 		k.Blocks = append(k.Blocks, b)
+	}
+	if d.err == nil && len(d.b) > 0 {
+		k.Object = d.objectMeta()
 	}
 	if err := d.done(); err != nil {
 		return k, err
@@ -530,4 +561,201 @@ func decodeDelete(v []byte) (deleteRecord, error) {
 		return r, fmt.Errorf("%w: pending delete: reason %d", ErrCorrupt, r.Reason)
 	}
 	return r, nil
+}
+
+// ---- S3 records ----
+
+// objectMetaVersion is the first byte of a key record's object section.
+const objectMetaVersion = 1
+
+// maxStrMapEntries bounds a stored string map (headers, user metadata,
+// checksums).
+const maxStrMapEntries = 1024
+
+func (e *enc) strMap(m map[string]string) {
+	e.u32(uint32(len(m)))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		e.str(k)
+		e.str(m[k])
+	}
+}
+
+func (d *dec) strMap() map[string]string {
+	n := d.u32()
+	if n > maxStrMapEntries {
+		d.fail("%d map entries", n)
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	m := make(map[string]string, n)
+	prev := ""
+	for i := uint32(0); i < n && d.err == nil; i++ {
+		k := d.str(metaapi.MaxObjectMetaBytes)
+		if i > 0 && k <= prev {
+			d.fail("map keys out of order")
+			return nil
+		}
+		m[k], prev = d.str(metaapi.MaxObjectMetaBytes), k
+	}
+	return m
+}
+
+// objectMeta: version u8, ETag, Content-Type, checksum type, parts u32,
+// then the maps headers, user metadata, checksums.
+func (e *enc) objectMeta(m *metaapi.ObjectMeta) {
+	e.u8(objectMetaVersion)
+	e.str(m.ETag)
+	e.str(m.ContentType)
+	e.str(m.ChecksumType)
+	e.u32(m.Parts)
+	e.strMap(m.Headers)
+	e.strMap(m.UserMeta)
+	e.strMap(m.Checksums)
+}
+
+func (d *dec) objectMeta() *metaapi.ObjectMeta {
+	if v := d.u8(); v != objectMetaVersion {
+		d.fail("object metadata version %d", v)
+		return nil
+	}
+	m := &metaapi.ObjectMeta{ETag: d.str(metaapi.MaxObjectMetaBytes), ContentType: d.str(metaapi.MaxObjectMetaBytes),
+		ChecksumType: d.str(metaapi.MaxObjectMetaBytes), Parts: d.u32()}
+	m.Headers = d.strMap()
+	m.UserMeta = d.strMap()
+	m.Checksums = d.strMap()
+	return m
+}
+
+// userRecord is an S3 user; its name is in the Pebble key.
+type userRecord struct {
+	Created   time.Time
+	AccessKey string
+	SecretKey string
+}
+
+func (u userRecord) encode() []byte {
+	e := newEnc()
+	e.u64(ms(u.Created))
+	e.str(u.AccessKey)
+	e.str(u.SecretKey)
+	return e.finish()
+}
+
+func decodeUser(v []byte) (userRecord, error) {
+	d := newDec("user", v)
+	u := userRecord{Created: d.tm(), AccessKey: d.str(metaapi.MaxAccessKeyBytes), SecretKey: d.str(metaapi.MaxSecretKeyBytes)}
+	if err := d.done(); err != nil {
+		return u, err
+	}
+	if u.AccessKey == "" || u.SecretKey == "" {
+		return u, fmt.Errorf("%w: user without keys", ErrCorrupt)
+	}
+	return u, nil
+}
+
+func userKey(name string) []byte { return append([]byte{prefixUser}, name...) }
+
+// uploadPrefix is 'W' | bucket | 0x00: the uploads of a bucket, by key then
+// upload ID.
+func uploadPrefix(bucket string) []byte {
+	return append(append([]byte{prefixUpload}, bucket...), 0)
+}
+
+func uploadKey(bucket, key, id string) []byte {
+	k := append(uploadPrefix(bucket), key...)
+	k = append(k, 0)
+	return append(k, id...)
+}
+
+// partPrefix is 'X' | bucket | 0x00 | key | 0x00 | upload ID | 0x00: the
+// parts of an upload, by number (u32 BE after it).
+func partPrefix(bucket, key, id string) []byte {
+	k := append([]byte{prefixPart}, bucket...)
+	k = append(k, 0)
+	k = append(k, key...)
+	k = append(k, 0)
+	k = append(k, id...)
+	return append(k, 0)
+}
+
+func partKey(bucket, key, id string, n uint32) []byte {
+	return binary.BigEndian.AppendUint32(partPrefix(bucket, key, id), n)
+}
+
+// uploadRecord is a multipart upload in progress; bucket, key and ID are
+// in the Pebble key. Object is what the completed object will carry.
+type uploadRecord struct {
+	Initiated time.Time
+	Owner     string
+	Object    *metaapi.ObjectMeta
+}
+
+func (u uploadRecord) encode() []byte {
+	e := newEnc()
+	e.u64(ms(u.Initiated))
+	e.str(u.Owner)
+	if u.Object != nil {
+		e.objectMeta(u.Object)
+	}
+	return e.finish()
+}
+
+func decodeUpload(v []byte) (uploadRecord, error) {
+	d := newDec("upload", v)
+	u := uploadRecord{Initiated: d.tm(), Owner: d.str(metaapi.MaxAccessKeyBytes)}
+	if d.err == nil && len(d.b) > 0 {
+		u.Object = d.objectMeta()
+	}
+	return u, d.done()
+}
+
+// partRecord is a committed part of an upload: the key record's layout
+// (size, CRC32C, time, blocks) followed by ETag and checksums.
+type partRecord struct {
+	keyRecord
+	ETag      string
+	Checksums map[string]string
+}
+
+func (p partRecord) encode() []byte {
+	e := newEnc()
+	e.u64(p.Size)
+	e.u32(p.CRC32C)
+	e.u64(ms(p.Created))
+	e.u32(uint32(len(p.Blocks)))
+	for _, b := range p.Blocks {
+		e.u64(b.Container)
+		e.u64(b.Local)
+		e.u64(b.Pipeline)
+		e.u64(b.Length)
+	}
+	e.str(p.ETag)
+	e.strMap(p.Checksums)
+	return e.finish()
+}
+
+func decodePart(v []byte) (partRecord, error) {
+	d := newDec("part", v)
+	p := partRecord{keyRecord: keyRecord{Size: d.u64(), CRC32C: d.u32(), Created: d.tm()}}
+	n := d.u32()
+	if d.err == nil && (n > maxBlocksPerKey || uint64(len(d.b)) < uint64(n)*keyBlockBytes) {
+		d.fail("%d blocks in %d bytes", n, len(d.b))
+	}
+	var sum uint64
+	for i := uint32(0); i < n && d.err == nil; i++ {
+		b := storedBlock{Container: d.u64(), Local: d.u64(), Pipeline: d.u64(), Length: d.u64()}
+		sum += b.Length
+		p.Blocks = append(p.Blocks, b)
+	}
+	p.ETag = d.str(metaapi.MaxObjectMetaBytes)
+	p.Checksums = d.strMap()
+	if err := d.done(); err != nil {
+		return p, err
+	}
+	if sum != p.Size {
+		return p, fmt.Errorf("%w: part: blocks sum to %d bytes, size %d", ErrCorrupt, sum, p.Size)
+	}
+	return p, nil
 }

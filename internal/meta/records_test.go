@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
 var t0 = time.UnixMilli(1767323045000).UTC()
@@ -26,6 +28,13 @@ func sampleRecords() []struct {
 	alloc := allocRecord{Allocated: t0, Bucket: "bkt", Key: "a/b"}
 	dl := deleteRecord{Scheduled: t0, Reason: reasonReplaced}
 	ctr := counters{NextNode: 4, NextPipeline: 3, NextContainer: 6}
+	om := &metaapi.ObjectMeta{ETag: "0123456789abcdef0123456789abcdef", ContentType: "text/plain", ChecksumType: "FULL_OBJECT", Parts: 2,
+		Headers: map[string]string{"Cache-Control": "no-cache"}, UserMeta: map[string]string{"a": "1", "b": "2"}, Checksums: map[string]string{"CRC32": "AAAAAA=="}}
+	s3bkt := bucketRecord{Created: t0, Keys: 1, Bytes: 5, Owner: "AKIAOWNER0000000001", ACL: `{"Owner":"AKIAOWNER0000000001"}`}
+	s3key := keyRecord{Size: 300, CRC32C: 7, Created: t0, Blocks: []storedBlock{{5, 1, 2, 300}}, Object: om}
+	user := userRecord{Created: t0, AccessKey: "AKIAOWNER0000000001", SecretKey: "secret-0123456789"}
+	upload := uploadRecord{Initiated: t0, Owner: "AKIAOWNER0000000001", Object: &metaapi.ObjectMeta{ContentType: "video/mp4"}}
+	part := partRecord{keyRecord: keyRecord{Size: 100, CRC32C: 9, Created: t0, Blocks: []storedBlock{{5, 3, 2, 100}}}, ETag: "abc", Checksums: map[string]string{"SHA256": "x"}}
 	return []struct {
 		name   string
 		value  []byte
@@ -40,6 +49,11 @@ func sampleRecords() []struct {
 		{"key", key.encode(), func(v []byte) (any, error) { return decodeKey(v) }, key},
 		{"allocation", alloc.encode(), func(v []byte) (any, error) { return decodeAlloc(v) }, alloc},
 		{"deletion", dl.encode(), func(v []byte) (any, error) { return decodeDelete(v) }, dl},
+		{"s3 bucket", s3bkt.encode(), func(v []byte) (any, error) { return decodeBucket(v) }, s3bkt},
+		{"s3 key", s3key.encode(), func(v []byte) (any, error) { return decodeKey(v) }, s3key},
+		{"user", user.encode(), func(v []byte) (any, error) { return decodeUser(v) }, user},
+		{"upload", upload.encode(), func(v []byte) (any, error) { return decodeUpload(v) }, upload},
+		{"part", part.encode(), func(v []byte) (any, error) { return decodePart(v) }, part},
 	}
 }
 
@@ -122,7 +136,7 @@ func FuzzDecodeRecords(f *testing.F) {
 		f.Add(uint8(i), r.value)
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, v []byte) {
-		switch kind % 8 {
+		switch kind % 11 {
 		case 0:
 			if r, err := decodeCounters(v); err == nil && !bytes.Equal(r.encode(), v) {
 				t.Fatal("counters do not re-encode")
@@ -154,6 +168,18 @@ func FuzzDecodeRecords(f *testing.F) {
 		case 7:
 			if r, err := decodeDelete(v); err == nil && !bytes.Equal(r.encode(), v) {
 				t.Fatal("deletion does not re-encode")
+			}
+		case 8:
+			if r, err := decodeUser(v); err == nil && !bytes.Equal(r.encode(), v) {
+				t.Fatal("user does not re-encode")
+			}
+		case 9:
+			if r, err := decodeUpload(v); err == nil && !bytes.Equal(r.encode(), v) {
+				t.Fatal("upload does not re-encode")
+			}
+		case 10:
+			if r, err := decodePart(v); err == nil && !bytes.Equal(r.encode(), v) {
+				t.Fatal("part does not re-encode")
 			}
 		}
 	})

@@ -325,6 +325,7 @@ type Service struct {
 	nDeletes   int
 	rr         uint64 // round-robin cursor over allocatable pipelines
 	repl       replication
+	s3         s3State // users (users.go)
 
 	// Replicated service only (raft.go): stint is the term this member
 	// serves as leader (0: it does not serve), proposed the sequence of
@@ -508,6 +509,9 @@ func (s *Service) load() error {
 		return nil
 	})
 	if err != nil {
+		return err
+	}
+	if err := s.loadS3(); err != nil {
 		return err
 	}
 	err = s.scan(prefixAlloc, func(k, v []byte) error {

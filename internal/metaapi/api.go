@@ -446,6 +446,10 @@ type Bucket struct {
 	Created time.Time `json:"created"`
 	Keys    uint64    `json:"keys"`
 	Bytes   uint64    `json:"bytes"`
+	// Owner is the access key of the S3 user who created the bucket
+	// (empty: created outside S3); ACL the gateway's document for it.
+	Owner string `json:"owner,omitempty"`
+	ACL   []byte `json:"acl,omitempty"`
 }
 
 // BucketList lists buckets.
@@ -504,6 +508,10 @@ type CommitKey struct {
 	Blocks []KeyBlock `json:"blocks"`
 	// CRC32C of the whole value (Castagnoli), as the client computed it.
 	CRC32C uint32 `json:"crc32c"`
+	// Object is the S3 metadata stored with the key (nil: a plain key).
+	Object *ObjectMeta `json:"object,omitempty"`
+	// Conditions are checked atomically with the commit.
+	Conditions
 }
 
 // KeyInfo describes a committed key.
@@ -514,6 +522,8 @@ type KeyInfo struct {
 	CRC32C  uint32     `json:"crc32c"`
 	Created time.Time  `json:"created"`
 	Blocks  []KeyBlock `json:"blocks"`
+	// Object is the S3 metadata stored with the key (nil: a plain key).
+	Object *ObjectMeta `json:"object,omitempty"`
 }
 
 // KeyList is one page of a listing.
@@ -521,6 +531,10 @@ type KeyList struct {
 	Keys []KeyInfo `json:"keys"` // without Blocks
 	// Next is the start_after of the next page; empty when done.
 	Next string `json:"next,omitempty"`
+	// CommonPrefixes: with a delimiter, the distinct prefixes (Prefix up
+	// to and including the first delimiter after it) of the keys rolled
+	// up, in order; each counts as one entry of the page.
+	CommonPrefixes []string `json:"common_prefixes,omitempty"`
 }
 
 // NodeInfo is the admin view of a datanode.
@@ -694,6 +708,8 @@ func errorOf(code string) error {
 		return ErrUnavailable
 	case CodeInternal:
 		return ErrInternal
+	case CodePrecondition:
+		return ErrPrecondition
 	}
 	return nil
 }
@@ -714,6 +730,8 @@ func CodeOf(err error) (code string, status int) {
 		return CodeNoPipeline, 503
 	case errors.Is(err, ErrUnavailable):
 		return CodeUnavailable, 503
+	case errors.Is(err, ErrPrecondition):
+		return CodePrecondition, 412
 	}
 	return CodeInternal, 500
 }
@@ -727,6 +745,8 @@ const (
 	CodeNoPipeline  = "NO_PIPELINE" // 503: no healthy pipeline to allocate from
 	CodeUnavailable = "UNAVAILABLE" // 503
 	CodeInternal    = "INTERNAL"    // 500
+	// CodePrecondition: 412, a commit's Conditions do not hold.
+	CodePrecondition = "PRECONDITION_FAILED"
 )
 
 // Errors a Client returns (wrapped with the server's message); test with
@@ -739,6 +759,8 @@ var (
 	ErrNoPipeline  = errors.New("no healthy pipeline")
 	ErrUnavailable = errors.New("meta service unavailable")
 	ErrInternal    = errors.New("meta service internal error")
+	// ErrPrecondition: a commit's Conditions did not hold.
+	ErrPrecondition = errors.New("precondition failed")
 )
 
 // ValidBucket checks a bucket name: 3..63 bytes of lower-case letters,

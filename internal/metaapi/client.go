@@ -226,6 +226,9 @@ type ListOptions struct {
 	Prefix     string
 	StartAfter string // KeyList.Next of the previous page
 	Limit      int    // 0: the server's MaxListLimit
+	// Delimiter, when set, rolls the keys that hold it after Prefix up
+	// into KeyList.CommonPrefixes.
+	Delimiter string
 }
 
 // List returns one page of the keys of bucket (without their blocks).
@@ -243,6 +246,9 @@ func (c *Client) List(ctx context.Context, bucket string, o ListOptions) (KeyLis
 	}
 	if o.Limit != 0 {
 		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.Delimiter != "" {
+		q.Set("delimiter", o.Delimiter)
 	}
 	path := "/v1/list/" + url.PathEscape(bucket)
 	if len(q) > 0 {

@@ -12,6 +12,10 @@
 //	server.json        {"datanode_addrs": ["127.0.0.1:P1", …]}: the
 //	                   datanodes keep their addresses across restarts
 //	                   (pipelines name their members by address)
+//	s3-credentials.json  the S3 root user, when generated (0600)
+//
+// Run also serves S3 (internal/s3gw) on Config.S3.Listen, its root user
+// from Config.S3 or generated once into s3-credentials.json.
 //
 // Invariants: the datanodes die with the server (parent-death signal); a
 // restarted server reuses the datanodes' addresses and directories, so the
@@ -66,6 +70,8 @@ type Config struct {
 	DatanodeEnv  []string
 	ReadyTimeout time.Duration
 	Logger       *slog.Logger
+	// S3 configures the S3 gateway Run starts (s3.go).
+	S3 S3Config
 }
 
 // Server is a running embedded cluster.
@@ -217,6 +223,13 @@ func Run(ctx context.Context, cfg Config, readyFile string) error {
 	if err != nil {
 		return err
 	}
+	gwCtx, stopGW := context.WithCancel(ctx)
+	defer stopGW()
+	gw, err := s.startS3(gwCtx)
+	if err != nil {
+		s.Close()
+		return err
+	}
 	if readyFile != "" {
 		if err := meta.WriteReady(readyFile, s.MetaAddr()); err != nil {
 			s.Close()
@@ -224,8 +237,19 @@ func Run(ctx context.Context, cfg Config, readyFile string) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "spindle server: meta service at %s, %d datanodes, data in %s (Ctrl-C stops)\n", s.MetaAddr(), cfg.datanodes(), cfg.Dir)
-	<-ctx.Done()
-	return s.Close()
+	var gwErr error
+	select {
+	case <-ctx.Done():
+	case gwErr = <-gw: // nil channel when no gateway: never
+	}
+	stopGW()
+	if gw != nil && gwErr == nil {
+		gwErr = <-gw
+	}
+	if err := s.Close(); err != nil {
+		return err
+	}
+	return gwErr
 }
 
 func (c Config) datanodes() int {

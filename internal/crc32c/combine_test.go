@@ -1,4 +1,4 @@
-package gen
+package crc32c
 
 import (
 	"hash/crc32"
@@ -25,10 +25,10 @@ func TestCRCCombine(t *testing.T) {
 			}
 			a := crc32.Checksum(data[:split], castagnoli)
 			b := crc32.Checksum(data[split:n], castagnoli)
-			if got := crcCombine(a, b, uint64(n-split)); got != whole {
+			if got := Combine(a, b, uint64(n-split)); got != whole {
 				t.Fatalf("n %d split %d: combined %08x, want %08x", n, split, got, whole)
 			}
-			if got := newCRCShift(uint64(n-split)).apply(a) ^ b; got != whole {
+			if got := NewShift(uint64(n-split)).Apply(a) ^ b; got != whole {
 				t.Fatalf("n %d split %d: table shift %08x, want %08x", n, split, got, whole)
 			}
 		}

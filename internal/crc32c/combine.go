@@ -1,4 +1,9 @@
-package gen
+// Package crc32c combines CRC32C (Castagnoli) checksums without the bytes:
+// crc(A‖B) from crc(A), crc(B) and len(B) (zlib's crc32_combine, for the
+// Castagnoli polynomial). Spindle's generator uses it to make a block's CRC
+// from its pieces' checksums, and the meta service to make a multipart
+// object's CRC32C from its parts'. Pure functions; safe for concurrent use.
+package crc32c
 
 import "hash/crc32"
 
@@ -7,8 +12,7 @@ import "hash/crc32"
 // Feeding n zero bytes through the CRC register, without the pre- and
 // post-conditioning, is a linear map over GF(2)^32; crc(A‖B) is that map
 // for len(B) bytes applied to crc(A), XOR crc(B) (the conditioning cancels
-// out). The generator uses it to make a block's CRC from its pieces'
-// checksums and a key's from its blocks', so that no byte is read twice.
+// out).
 
 // gf2Matrix is a linear map on 32-bit vectors: column i is the image of
 // bit i.
@@ -59,12 +63,12 @@ func zeroBytesOp(n uint64) gf2Matrix {
 	return acc
 }
 
-// crcShift applies the map of n zero bytes quickly: four table lookups.
-type crcShift [4][256]uint32
+// Shift applies the map of n zero bytes quickly: four table lookups.
+type Shift [4][256]uint32
 
-func newCRCShift(n uint64) *crcShift {
+func NewShift(n uint64) *Shift {
 	m := zeroBytesOp(n)
-	var t crcShift
+	var t Shift
 	for k := range 4 {
 		for b := range 256 {
 			t[k][b] = m.times(uint32(b) << (8 * k))
@@ -73,12 +77,12 @@ func newCRCShift(n uint64) *crcShift {
 	return &t
 }
 
-func (t *crcShift) apply(v uint32) uint32 {
+func (t *Shift) Apply(v uint32) uint32 {
 	return t[0][v&0xff] ^ t[1][(v>>8)&0xff] ^ t[2][(v>>16)&0xff] ^ t[3][v>>24]
 }
 
-// crcCombine returns crc(A‖B) given crc(A), crc(B) and len(B).
-func crcCombine(crcA, crcB uint32, lenB uint64) uint32 {
+// Combine returns crc(A‖B) given crc(A), crc(B) and len(B).
+func Combine(crcA, crcB uint32, lenB uint64) uint32 {
 	if lenB == 0 {
 		return crcA
 	}

@@ -1,0 +1,420 @@
+package meta
+
+import (
+	"bytes"
+	"crypto/md5"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/spindle-store/spindle/internal/crc32c"
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+// Multipart uploads (the S3 gateway's). An upload is a record
+// 'W'|bucket|0|key|0|uploadID; its parts are records
+// 'X'|bucket|0|key|0|uploadID|0|number(u32 BE), each holding the part's
+// block list (blocks allocated for the upload's bucket/key and claimed by
+// CommitPart, as CommitKey claims a key's). CompleteUpload writes the key
+// record from the listed parts' block lists and deletes the upload's
+// records in one batch: O(parts) record operations, no data copied. Every
+// change goes through mutate (commit.go). Uploads and parts are not held
+// in memory; they are read from the store under s.mu.
+
+// newUploadID is 32 random hex digits.
+func newUploadID() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// getUpload reads an upload record (ok false: none).
+func (s *Service) getUpload(ref metaapi.UploadRef) (uploadRecord, bool, error) {
+	v, closer, err := s.db.Get(uploadKey(ref.Bucket, ref.Key, ref.UploadID))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return uploadRecord{}, false, nil
+	}
+	if err != nil {
+		return uploadRecord{}, false, fmt.Errorf("meta: read upload %s: %w", ref.UploadID, err)
+	}
+	defer closer.Close()
+	rec, err := decodeUpload(v)
+	if err != nil {
+		return rec, false, fmt.Errorf("meta: upload %s/%s %s: %w", ref.Bucket, ref.Key, ref.UploadID, err)
+	}
+	return rec, true, nil
+}
+
+// uploadOf checks the names and that the upload exists.
+func (s *Service) uploadOf(ref metaapi.UploadRef) (bucketRecord, uploadRecord, error) {
+	brec, err := s.bucketOf(ref.Bucket, ref.Key)
+	if err != nil {
+		return brec, uploadRecord{}, err
+	}
+	if ref.UploadID == "" || len(ref.UploadID) > 64 {
+		return brec, uploadRecord{}, fmt.Errorf("%w: upload %q of %s/%s", metaapi.ErrNotFound, ref.UploadID, ref.Bucket, ref.Key)
+	}
+	up, ok, err := s.getUpload(ref)
+	if err != nil {
+		return brec, up, err
+	}
+	if !ok {
+		return brec, up, fmt.Errorf("%w: upload %s of %s/%s", metaapi.ErrNotFound, ref.UploadID, ref.Bucket, ref.Key)
+	}
+	return brec, up, nil
+}
+
+// parts calls fn for the upload's parts numbered above after, in order,
+// until fn returns false.
+func (s *Service) parts(ref metaapi.UploadRef, after uint32, fn func(n uint32, p partRecord) bool) error {
+	if after == ^uint32(0) {
+		return nil
+	}
+	pp := partPrefix(ref.Bucket, ref.Key, ref.UploadID)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: binary.BigEndian.AppendUint32(slices.Clone(pp), after+1), UpperBound: prefixEnd(pp)})
+	if err != nil {
+		return fmt.Errorf("meta: parts of %s: %w", ref.UploadID, err)
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) != len(pp)+4 {
+			return fmt.Errorf("%w: part key %x", ErrCorrupt, k)
+		}
+		p, err := decodePart(it.Value())
+		if err != nil {
+			return fmt.Errorf("meta: upload %s part: %w", ref.UploadID, err)
+		}
+		if !fn(binary.BigEndian.Uint32(k[len(pp):]), p) {
+			break
+		}
+	}
+	return it.Error()
+}
+
+func uploadView(ref metaapi.UploadRef, u uploadRecord) metaapi.Upload {
+	return metaapi.Upload{UploadRef: ref, Owner: u.Owner, Initiated: u.Initiated, Object: u.Object}
+}
+
+func partView(n uint32, p partRecord) metaapi.Part {
+	return metaapi.Part{Number: n, Size: p.Size, ETag: p.ETag, CRC32C: p.CRC32C, Checksums: p.Checksums, Modified: p.Created}
+}
+
+// CreateUpload starts a multipart upload of bucket/key.
+func (s *Service) CreateUpload(req *metaapi.CreateUpload) (*metaapi.Upload, error) {
+	if req.Object != nil {
+		if err := req.Object.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	if len(req.Owner) > metaapi.MaxAccessKeyBytes {
+		return nil, fmt.Errorf("%w: owner of %d bytes", metaapi.ErrInvalid, len(req.Owner))
+	}
+	ref := metaapi.UploadRef{Bucket: req.Bucket, Key: req.Key, UploadID: newUploadID()}
+	return mutate(s, func() (*metaapi.Upload, *pebble.Batch, error) {
+		if _, err := s.bucketOf(req.Bucket, req.Key); err != nil {
+			return nil, nil, err
+		}
+		rec := uploadRecord{Initiated: s.cfg.Now(), Owner: req.Owner, Object: req.Object}
+		b := s.db.NewBatch()
+		set(b, uploadKey(ref.Bucket, ref.Key, ref.UploadID), rec.encode())
+		v := uploadView(ref, rec)
+		return &v, b, nil
+	})
+}
+
+// GetUpload returns an upload in progress.
+func (s *Service) GetUpload(ref metaapi.UploadRef) (*metaapi.Upload, error) {
+	return read(s, func() (*metaapi.Upload, error) {
+		_, up, err := s.uploadOf(ref)
+		if err != nil {
+			return nil, err
+		}
+		v := uploadView(ref, up)
+		return &v, nil
+	})
+}
+
+// CommitPart makes the blocks part req.Number of the upload, replacing an
+// older part of that number (its blocks scheduled for deletion). The same
+// part committed again (a retry) succeeds and changes nothing.
+func (s *Service) CommitPart(req *metaapi.CommitPart) (*metaapi.Part, error) {
+	if req.Number < 1 || req.Number > metaapi.MaxParts {
+		return nil, fmt.Errorf("%w: part number %d: want 1..%d", metaapi.ErrInvalid, req.Number, metaapi.MaxParts)
+	}
+	if err := s.checkBlockList(req.Blocks, req.Size); err != nil {
+		return nil, err
+	}
+	if len(req.ETag) > 64 || len(req.Checksums) > 8 {
+		return nil, fmt.Errorf("%w: part ETag or checksums too long", metaapi.ErrInvalid)
+	}
+	return mutate(s, func() (*metaapi.Part, *pebble.Batch, error) {
+		if _, _, err := s.uploadOf(req.UploadRef); err != nil {
+			return nil, nil, err
+		}
+		pk := partKey(req.Bucket, req.Key, req.UploadID, req.Number)
+		var old *partRecord
+		v, closer, err := s.db.Get(pk)
+		switch {
+		case errors.Is(err, pebble.ErrNotFound):
+		case err != nil:
+			return nil, nil, fmt.Errorf("meta: read part %d of %s: %w", req.Number, req.UploadID, err)
+		default:
+			p, derr := decodePart(v)
+			closer.Close()
+			if derr != nil {
+				return nil, nil, derr
+			}
+			old = &p
+		}
+		if old != nil && old.ETag == req.ETag && sameVersion(old.keyRecord, &metaapi.CommitKey{Size: req.Size, CRC32C: req.CRC32C, Blocks: req.Blocks}) {
+			pv := partView(req.Number, *old)
+			return &pv, nil, nil
+		}
+		blocks, err := s.claimable(req.Bucket, req.Key, req.Blocks)
+		if err != nil {
+			return nil, nil, err
+		}
+		now := s.cfg.Now()
+		rec := partRecord{keyRecord: keyRecord{Size: req.Size, CRC32C: req.CRC32C, Created: now, Blocks: blocks}, ETag: req.ETag, Checksums: req.Checksums}
+		b := s.db.NewBatch()
+		set(b, pk, rec.encode())
+		s.claim(b, blocks)
+		if old != nil {
+			for _, sb := range old.Blocks {
+				s.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonReplaced, now)
+			}
+		}
+		pv := partView(req.Number, rec)
+		return &pv, b, nil
+	})
+}
+
+// ListParts returns the upload's parts numbered above req.After.
+func (s *Service) ListParts(req *metaapi.ListParts) (*metaapi.PartList, error) {
+	limit := req.Limit
+	if limit <= 0 || limit > metaapi.MaxUploadPage {
+		limit = metaapi.MaxUploadPage
+	}
+	return read(s, func() (*metaapi.PartList, error) {
+		_, up, err := s.uploadOf(req.UploadRef)
+		if err != nil {
+			return nil, err
+		}
+		l := &metaapi.PartList{Upload: uploadView(req.UploadRef, up), Parts: []metaapi.Part{}}
+		err = s.parts(req.UploadRef, req.After, func(n uint32, p partRecord) bool {
+			if len(l.Parts) == limit {
+				l.Next = l.Parts[len(l.Parts)-1].Number
+				return false
+			}
+			l.Parts = append(l.Parts, partView(n, p))
+			return true
+		})
+		return l, err
+	})
+}
+
+// dropUpload deletes the upload's records in b and schedules the blocks
+// of its parts for deletion, except those of the parts in keep.
+func (s *Service) dropUpload(b *pebble.Batch, ref metaapi.UploadRef, all map[uint32]partRecord, keep map[uint32]bool, now time.Time) {
+	for n, p := range all {
+		del(b, partKey(ref.Bucket, ref.Key, ref.UploadID, n))
+		if keep[n] {
+			continue
+		}
+		for _, sb := range p.Blocks {
+			s.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonDeleted, now)
+		}
+	}
+	del(b, uploadKey(ref.Bucket, ref.Key, ref.UploadID))
+}
+
+// allParts reads every part of an upload (at most MaxParts).
+func (s *Service) allParts(ref metaapi.UploadRef) (map[uint32]partRecord, error) {
+	all := map[uint32]partRecord{}
+	err := s.parts(ref, 0, func(n uint32, p partRecord) bool {
+		all[n] = p
+		return true
+	})
+	return all, err
+}
+
+// AbortUpload drops an upload; its parts' blocks are scheduled for deletion.
+func (s *Service) AbortUpload(ref metaapi.UploadRef) error {
+	_, err := mutate(s, func() (struct{}, *pebble.Batch, error) {
+		if _, _, err := s.uploadOf(ref); err != nil {
+			return struct{}{}, nil, err
+		}
+		all, err := s.allParts(ref)
+		if err != nil {
+			return struct{}{}, nil, err
+		}
+		b := s.db.NewBatch()
+		s.dropUpload(b, ref, all, nil, s.cfg.Now())
+		return struct{}{}, b, nil
+	})
+	return err
+}
+
+// CompleteUpload makes the key from the listed parts (see metaapi).
+func (s *Service) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInfo, error) {
+	if len(req.Parts) == 0 || len(req.Parts) > metaapi.MaxParts {
+		return nil, fmt.Errorf("%w: %d parts: want 1..%d", metaapi.ErrInvalid, len(req.Parts), metaapi.MaxParts)
+	}
+	for i, p := range req.Parts {
+		if i > 0 && p.Number <= req.Parts[i-1].Number {
+			return nil, fmt.Errorf("%w: part %d after part %d: %w", metaapi.ErrInvalid, p.Number, req.Parts[i-1].Number, ErrPartOrder)
+		}
+	}
+	return mutate(s, func() (*metaapi.KeyInfo, *pebble.Batch, error) {
+		brec, up, err := s.uploadOf(req.UploadRef)
+		if err != nil {
+			return nil, nil, err
+		}
+		all, err := s.allParts(req.UploadRef)
+		if err != nil {
+			return nil, nil, err
+		}
+		now := s.cfg.Now()
+		rec := keyRecord{Created: now}
+		md5s := md5.New()
+		keep := map[uint32]bool{}
+		for i, cp := range req.Parts {
+			p, ok := all[cp.Number]
+			if !ok || trimETag(cp.ETag) != p.ETag {
+				return nil, nil, fmt.Errorf("%w: part %d (ETag %s) was not uploaded: %w", metaapi.ErrInvalid, cp.Number, cp.ETag, ErrInvalidPart)
+			}
+			if i < len(req.Parts)-1 && p.Size < metaapi.MinPartBytes {
+				return nil, nil, fmt.Errorf("%w: part %d holds %d bytes, less than %d and not the last: %w", metaapi.ErrInvalid, cp.Number, p.Size, metaapi.MinPartBytes, ErrPartTooSmall)
+			}
+			raw, err := hex.DecodeString(p.ETag)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w: part %d: stored ETag %q", ErrCorrupt, cp.Number, p.ETag)
+			}
+			md5s.Write(raw)
+			rec.CRC32C = crc32c.Combine(rec.CRC32C, p.CRC32C, p.Size)
+			rec.Size += p.Size
+			rec.Blocks = append(rec.Blocks, p.Blocks...)
+			keep[cp.Number] = true
+		}
+		if len(rec.Blocks) > maxBlocksPerKey {
+			return nil, nil, fmt.Errorf("%w: %d blocks, at most %d", metaapi.ErrInvalid, len(rec.Blocks), maxBlocksPerKey)
+		}
+		old, exists, err := s.getKey(req.Bucket, req.Key)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := checkConditions(req.Bucket, req.Key, old, exists, req.Conditions); err != nil {
+			return nil, nil, err
+		}
+		om := metaapi.ObjectMeta{}
+		if up.Object != nil {
+			om = *up.Object
+		}
+		om.ETag = fmt.Sprintf("%s-%d", hex.EncodeToString(md5s.Sum(nil)), len(req.Parts))
+		om.Parts = uint32(len(req.Parts))
+		om.Checksums = map[string]string{"CRC32C": base64CRC(rec.CRC32C)}
+		om.ChecksumType = "FULL_OBJECT"
+		rec.Object = &om
+		b := s.db.NewBatch()
+		set(b, objectKey(req.Bucket, req.Key), rec.encode())
+		s.dropUpload(b, req.UploadRef, all, keep, now)
+		if exists {
+			for _, sb := range old.Blocks {
+				s.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonReplaced, now)
+			}
+			brec.Bytes -= old.Size
+		} else {
+			brec.Keys++
+		}
+		brec.Bytes += rec.Size
+		set(b, bucketKey(req.Bucket), brec.encode())
+		s.buckets[req.Bucket] = brec
+		return s.keyInfo(req.Bucket, req.Key, rec, now), b, nil
+	})
+}
+
+// Reasons a completion is refused (with metaapi.ErrInvalid), for the
+// gateway's S3 error codes; the message carries them.
+var (
+	ErrPartOrder    = errors.New("InvalidPartOrder")
+	ErrInvalidPart  = errors.New("InvalidPart")
+	ErrPartTooSmall = errors.New("EntityTooSmall")
+)
+
+// base64CRC is a CRC32C as S3 writes it: base64 of its 4 big-endian bytes.
+func base64CRC(c uint32) string {
+	return base64.StdEncoding.EncodeToString(binary.BigEndian.AppendUint32(nil, c))
+}
+
+// ListUploads returns a page of a bucket's uploads whose key starts with
+// req.Prefix, after (KeyMarker, UploadIDMarker).
+func (s *Service) ListUploads(req *metaapi.ListUploads) (*metaapi.UploadList, error) {
+	if err := metaapi.ValidBucket(req.Bucket); err != nil {
+		return nil, err
+	}
+	limit := req.Limit
+	if limit <= 0 || limit > metaapi.MaxUploadPage {
+		limit = metaapi.MaxUploadPage
+	}
+	return read(s, func() (*metaapi.UploadList, error) {
+		if _, ok := s.buckets[req.Bucket]; !ok {
+			return nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, req.Bucket)
+		}
+		up := uploadPrefix(req.Bucket)
+		lo := append(slices.Clone(up), req.Prefix...)
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+		if err != nil {
+			return nil, fmt.Errorf("meta: uploads of %s: %w", req.Bucket, err)
+		}
+		defer it.Close()
+		ok := it.First()
+		if req.KeyMarker != "" {
+			seek := append(append(slices.Clone(up), req.KeyMarker...), 0)
+			if req.UploadIDMarker != "" {
+				seek = append(append(seek, req.UploadIDMarker...), 0)
+			} else {
+				seek = prefixEnd(seek)
+			}
+			if bytes.Compare(seek, lo) > 0 {
+				ok = it.SeekGE(seek)
+			}
+		}
+		l := &metaapi.UploadList{Uploads: []metaapi.Upload{}}
+		for ; ok; ok = it.Next() {
+			key, id, found := bytes.Cut(it.Key()[len(up):], []byte{0})
+			if !found {
+				return nil, fmt.Errorf("%w: upload key %x", ErrCorrupt, it.Key())
+			}
+			if len(l.Uploads) == limit {
+				l.Truncated = true
+				break
+			}
+			rec, err := decodeUpload(it.Value())
+			if err != nil {
+				return nil, err
+			}
+			l.Uploads = append(l.Uploads, uploadView(metaapi.UploadRef{Bucket: req.Bucket, Key: string(key), UploadID: string(id)}, rec))
+		}
+		return l, it.Error()
+	})
+}
+
+// hasUploads says whether bucket has multipart uploads in progress (a
+// bucket is deleted only without: its uploads' records would outlive it).
+func (s *Service) hasUploads(bucket string) (bool, error) {
+	p := uploadPrefix(bucket)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return false, err
+	}
+	defer it.Close()
+	return it.First(), it.Error()
+}

@@ -1,0 +1,329 @@
+package s3gw
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/versity/versitygw/auth"
+	"github.com/versity/versitygw/backend"
+	"github.com/versity/versitygw/s3err"
+	"github.com/versity/versitygw/s3response"
+
+	"github.com/spindle-store/spindle/internal/keyclient"
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+// Backend is versitygw's backend.Backend over Spindle (see the package
+// comment). Operations it does not implement answer NotImplemented.
+type Backend struct {
+	backend.BackendUnsupported
+	meta   *metaapi.Client
+	kc     *keyclient.Client
+	region string
+	acls   aclCache
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// NewBackend returns the backend over the meta service behind mc and the
+// key client kc (which must use mc as its Meta).
+func NewBackend(mc *metaapi.Client, kc *keyclient.Client, region string) *Backend {
+	return &Backend{meta: mc, kc: kc, region: region, acls: aclCache{m: map[string]aclEntry{}, now: time.Now}}
+}
+
+// String names the backend in versitygw's banner.
+func (b *Backend) String() string { return "Spindle" }
+
+// ListBuckets lists the buckets the caller owns (all of them for an admin).
+func (b *Backend) ListBuckets(ctx context.Context, in s3response.ListBucketsInput) (s3response.ListAllMyBucketsResult, error) {
+	l, err := b.meta.ListBuckets(ctx)
+	if err != nil {
+		return s3response.ListAllMyBucketsResult{}, toS3(err, s3err.ErrNoSuchBucket)
+	}
+	res := s3response.ListAllMyBucketsResult{Owner: s3response.CanonicalUser{ID: in.Owner}, Prefix: in.Prefix}
+	for _, bk := range l.Buckets {
+		if !in.IsAdmin && bk.Owner != in.Owner {
+			continue
+		}
+		if in.Prefix != "" && !strings.HasPrefix(bk.Name, in.Prefix) {
+			continue
+		}
+		res.Buckets.Bucket = append(res.Buckets.Bucket, s3response.ListAllMyBucketsEntry{Name: bk.Name, BucketRegion: b.region, CreationDate: bk.Created})
+	}
+	return res, nil
+}
+
+// ListBucketsAndOwners lists every bucket with its owner (admin API).
+func (b *Backend) ListBucketsAndOwners(ctx context.Context) ([]s3response.Bucket, error) {
+	l, err := b.meta.ListBuckets(ctx)
+	if err != nil {
+		return nil, toS3(err, s3err.ErrNoSuchBucket)
+	}
+	out := make([]s3response.Bucket, 0, len(l.Buckets))
+	for _, bk := range l.Buckets {
+		out = append(out, s3response.Bucket{Name: bk.Name, Owner: bk.Owner})
+	}
+	return out, nil
+}
+
+// HeadBucket answers whether the bucket exists.
+func (b *Backend) HeadBucket(ctx context.Context, in *s3.HeadBucketInput) (*s3.HeadBucketOutput, error) {
+	if _, err := b.meta.GetBucket(ctx, deref(in.Bucket)); err != nil {
+		return nil, bucketErr(err)
+	}
+	region := b.region
+	return &s3.HeadBucketOutput{BucketRegion: &region}, nil
+}
+
+func bucketErr(err error) error {
+	if errors.Is(err, metaapi.ErrNotFound) || errors.Is(err, metaapi.ErrInvalid) {
+		return s3err.GetAPIError(s3err.ErrNoSuchBucket)
+	}
+	return toS3(err, s3err.ErrNoSuchBucket)
+}
+
+// GetBucketAcl returns the ACL document stored with the bucket (one with
+// just its owner when none was stored). versitygw asks for it on every
+// request that names a bucket (to authorize it): answers are cached for
+// ACLCacheTTL (see aclCache).
+func (b *Backend) GetBucketAcl(ctx context.Context, in *s3.GetBucketAclInput) ([]byte, error) {
+	name := deref(in.Bucket)
+	if acl, ok := b.acls.get(name); ok {
+		return acl, nil
+	}
+	bk, err := b.meta.GetBucket(ctx, name)
+	if err != nil {
+		return nil, bucketErr(err)
+	}
+	acl := bk.ACL
+	if len(acl) == 0 {
+		if acl, err = json.Marshal(auth.ACL{Owner: bk.Owner}); err != nil {
+			return nil, err
+		}
+	}
+	b.acls.put(name, acl)
+	return acl, nil
+}
+
+// Bounds of the gateway's cache of bucket ACLs.
+const (
+	// ACLCacheTTL is how long a gateway uses a bucket's ACL (its owner
+	// and grants) without asking the meta service again: a change made
+	// through another gateway applies here within it. A bucket deleted
+	// meanwhile is refused by the meta service at the object operation.
+	ACLCacheTTL = time.Second
+	// ACLCacheMaxEntries bounds the buckets cached (the cache is emptied
+	// when full).
+	ACLCacheMaxEntries = 4096
+)
+
+// aclCache holds bucket ACL documents for ACLCacheTTL; this gateway's own
+// changes (PutBucketAcl, CreateBucket, DeleteBucket) drop the entry.
+type aclCache struct {
+	mu  sync.Mutex
+	m   map[string]aclEntry
+	now func() time.Time
+}
+
+type aclEntry struct {
+	acl     []byte
+	fetched time.Time
+}
+
+func (c *aclCache) get(bucket string) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[bucket]
+	if !ok || c.now().Sub(e.fetched) >= ACLCacheTTL {
+		return nil, false
+	}
+	return e.acl, true
+}
+
+func (c *aclCache) put(bucket string, acl []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= ACLCacheMaxEntries {
+		clear(c.m)
+	}
+	c.m[bucket] = aclEntry{acl: acl, fetched: c.now()}
+}
+
+func (c *aclCache) drop(bucket string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, bucket)
+}
+
+// CreateBucket creates a bucket owned by the ACL's owner (the caller).
+func (b *Backend) CreateBucket(ctx context.Context, in *s3.CreateBucketInput, defaultACL []byte) error {
+	name := deref(in.Bucket)
+	b.acls.drop(name)
+	acl, err := auth.ParseACL(defaultACL)
+	if err != nil {
+		return err
+	}
+	_, err = b.meta.CreateS3Bucket(ctx, name, metaapi.CreateS3Bucket{Owner: acl.Owner, ACL: defaultACL})
+	if errors.Is(err, metaapi.ErrExists) {
+		if bk, gerr := b.meta.GetBucket(ctx, name); gerr == nil && bk.Owner == acl.Owner {
+			return s3err.GetAPIError(s3err.ErrBucketAlreadyOwnedByYou)
+		}
+		return s3err.GetAPIError(s3err.ErrBucketAlreadyExists)
+	}
+	if errors.Is(err, metaapi.ErrInvalid) {
+		return s3err.GetBucketErr(s3err.ErrInvalidBucketName, name)
+	}
+	return toS3(err, s3err.ErrNoSuchBucket)
+}
+
+// PutBucketAcl replaces the bucket's ACL document.
+func (b *Backend) PutBucketAcl(ctx context.Context, bucket string, data []byte) error {
+	defer b.acls.drop(bucket)
+	return bucketErr(b.meta.PutBucketACL(ctx, bucket, data))
+}
+
+// ChangeBucketOwner gives a bucket to another user (admin API).
+func (b *Backend) ChangeBucketOwner(ctx context.Context, bucket, owner string) error {
+	acl, err := json.Marshal(auth.ACL{Owner: owner})
+	if err != nil {
+		return err
+	}
+	defer b.acls.drop(bucket)
+	return bucketErr(b.meta.PutBucketACL(ctx, bucket, acl))
+}
+
+// DeleteBucket deletes an empty bucket.
+func (b *Backend) DeleteBucket(ctx context.Context, bucket string) error {
+	defer b.acls.drop(bucket)
+	err := b.meta.DeleteBucket(ctx, bucket)
+	if errors.Is(err, metaapi.ErrNotFound) {
+		return s3err.GetAPIError(s3err.ErrNoSuchBucket)
+	}
+	return toS3(err, s3err.ErrNoSuchBucket)
+}
+
+// The bucket features Spindle does not have answer "not configured", so
+// that versitygw's access checks (which ask for them) go on.
+
+// GetBucketVersioning: buckets are unversioned.
+func (b *Backend) GetBucketVersioning(ctx context.Context, bucket string) (s3response.GetBucketVersioningOutput, error) {
+	if _, err := b.meta.GetBucket(ctx, bucket); err != nil {
+		return s3response.GetBucketVersioningOutput{}, bucketErr(err)
+	}
+	return s3response.GetBucketVersioningOutput{}, nil
+}
+
+// GetBucketPolicy: no bucket policies.
+func (b *Backend) GetBucketPolicy(context.Context, string) ([]byte, error) {
+	return nil, s3err.GetAPIError(s3err.ErrNoSuchBucketPolicy)
+}
+
+// DeleteBucketPolicy: there is none to delete.
+func (b *Backend) DeleteBucketPolicy(context.Context, string) error { return nil }
+
+// GetObjectLockConfiguration: no object lock.
+func (b *Backend) GetObjectLockConfiguration(context.Context, string) ([]byte, error) {
+	return nil, s3err.GetAPIError(s3err.ErrObjectLockConfigurationNotFound)
+}
+
+// GetBucketCors: no CORS configuration.
+func (b *Backend) GetBucketCors(context.Context, string) ([]byte, error) {
+	return nil, s3err.GetAPIError(s3err.ErrNoSuchCORSConfiguration)
+}
+
+// GetBucketTagging: no tags.
+func (b *Backend) GetBucketTagging(context.Context, string) (map[string]string, error) {
+	return nil, s3err.GetAPIError(s3err.ErrBucketTaggingNotFound)
+}
+
+// GetObjectTagging: objects carry no tags.
+func (b *Backend) GetObjectTagging(ctx context.Context, bucket, object, _ string) (map[string]string, error) {
+	if _, err := b.meta.GetKey(ctx, bucket, object); err != nil {
+		return nil, toS3(err, s3err.ErrNoSuchKey)
+	}
+	return map[string]string{}, nil
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// crcBase64 is a CRC32C as S3 writes it: base64 of its 4 big-endian bytes.
+func crcBase64(c uint32) string {
+	return base64.StdEncoding.EncodeToString(binary.BigEndian.AppendUint32(nil, c))
+}
+
+// etagOf is a key's ETag, quoted: its stored MD5 (or multipart ETag); for
+// a key put outside S3 (no object metadata), its CRC32C.
+func etagOf(ki *metaapi.KeyInfo) string {
+	if ki.Object != nil && ki.Object.ETag != "" {
+		return `"` + ki.Object.ETag + `"`
+	}
+	return fmt.Sprintf(`"crc32c-%08x"`, ki.CRC32C)
+}
+
+// contentType is the stored Content-Type or S3's default.
+func contentType(ki *metaapi.KeyInfo) string {
+	if ki.Object != nil && ki.Object.ContentType != "" {
+		return ki.Object.ContentType
+	}
+	return "binary/octet-stream"
+}
+
+// header returns a stored standard header (nil when absent).
+func header(ki *metaapi.KeyInfo, name string) *string {
+	if ki.Object == nil {
+		return nil
+	}
+	if v, ok := ki.Object.Headers[http.CanonicalHeaderKey(name)]; ok && v != "" {
+		return &v
+	}
+	return nil
+}
+
+// checksums is what a whole-object GET or HEAD with ChecksumMode answers:
+// the stored client checksum and the key's CRC32C.
+type checksums struct {
+	crc32, crc32c, crc64nvme, sha1, sha256 *string
+	typ                                    types.ChecksumType
+}
+
+func checksumsOf(ki *metaapi.KeyInfo) checksums {
+	var c checksums
+	c.typ = types.ChecksumTypeFullObject
+	c.crc32c = ptr(crcBase64(ki.CRC32C))
+	if ki.Object == nil {
+		return c
+	}
+	for algo, v := range ki.Object.Checksums {
+		if v == "" {
+			continue
+		}
+		switch types.ChecksumAlgorithm(algo) {
+		case types.ChecksumAlgorithmCrc32:
+			c.crc32 = ptr(v)
+		case types.ChecksumAlgorithmCrc64nvme:
+			c.crc64nvme = ptr(v)
+		case types.ChecksumAlgorithmSha1:
+			c.sha1 = ptr(v)
+		case types.ChecksumAlgorithmSha256:
+			c.sha256 = ptr(v)
+		}
+	}
+	return c
+}

@@ -1,0 +1,65 @@
+// Package s3gw is Spindle's S3 gateway: a stateless front end that serves
+// the S3 API over Spindle's meta service (namespace, users, multipart
+// uploads) and pipelines (the bytes, through internal/keyclient).
+//
+// # Layers
+//
+// The S3 protocol — routing, XML, AWS Signature V4 in all its forms
+// (Authorization header, presigned query, STREAMING-AWS4-HMAC-SHA256-PAYLOAD
+// with every chunk signature verified and its -TRAILER variant,
+// STREAMING-UNSIGNED-PAYLOAD-TRAILER, UNSIGNED-PAYLOAD), Content-MD5 and
+// checksum trailers, ACL and policy evaluation — is versity/versitygw's,
+// run through its embedgw package. This package supplies the two things
+// versitygw takes from an embedder, and nothing else imports versitygw:
+//
+//   - Backend (backend.go, objects.go, multipart.go): versitygw's
+//     backend.Backend over Spindle. Unsupported operations answer
+//     NotImplemented (backend.BackendUnsupported).
+//   - IAM (iam.go): versitygw's auth.IAMService over the meta service's S3
+//     users. The root user (Config.AccessKey/SecretKey) has full access;
+//     other users reach the buckets they own (ACLs versitygw evaluates,
+//     stored with the bucket in the meta service).
+//
+// Replacing the front end means rewriting Backend and IAM against another
+// library; the meta service's S3 API (metaapi/s3.go) stays.
+//
+// # Mapping
+//
+//   - A bucket is a meta service bucket with an owner (the creator's access
+//     key) and versitygw's ACL document. versitygw reads the ACL on every
+//     request; a gateway caches it for ACLCacheTTL (1 s), so an ACL changed
+//     through another gateway applies here within that (its own changes
+//     at once).
+//   - An object is a key; its S3 metadata (ETag = MD5 hex, Content-Type and
+//     the standard headers, x-amz-meta-*, the client's checksum) is stored
+//     in the key's record, committed in the same batch as its blocks: a
+//     reader sees the object completely or not at all, right after the PUT
+//     returns.
+//   - A PUT streams the body through keyclient.Put (bounded memory: the key
+//     client's chunk window), hashing MD5 and verifying the client's
+//     checksum as it goes (versitygw's HashReader for header checksums,
+//     its chunk readers for trailers and chunk signatures). A mismatch fails
+//     the read before the commit: the blocks written are unreferenced and
+//     the meta service deletes them; no key changes.
+//   - A GET streams keyclient.ReadKey into the response through a pipe;
+//     every piece is verified against the CRC32C stored per 16 KiB, and a
+//     whole-object read against the key's CRC32C. x-amz-checksum-crc32c is
+//     answered from the key's record (the CRC32C the key client computed
+//     at put time, or combined from the parts' for a multipart object)
+//     without reading the data; only for whole-object reads.
+//   - Multipart: each part is written like a key and committed as a part
+//     (metaapi.CommitPart); completion makes the key from the parts' block
+//     lists in the meta service, O(parts), no data copied; ETag
+//     md5-of-part-md5s-N.
+//   - Listings are range scans in the meta service, delimiter included;
+//     continuation tokens are the last entry returned.
+//   - CopyObject and UploadPartCopy stream the source's bytes into a new
+//     key or part (blocks are never shared between keys: a block belongs to
+//     exactly one key, which is what the meta service's deletions assume).
+//
+// # Concurrency
+//
+// Backend and IAM are safe for concurrent use (they hold only clients that
+// are). versitygw's embedgw runs one gateway per process (package-level
+// state); Run refuses a second one.
+package s3gw

@@ -1,0 +1,105 @@
+package s3gw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/versity/versitygw/embedgw"
+	"github.com/versity/versitygw/s3api"
+
+	"github.com/spindle-store/spindle/internal/keyclient"
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+// Defaults of the gateway.
+const (
+	DefaultListen = "127.0.0.1:9878"
+	DefaultRegion = "us-east-1"
+	// MaxConnections and MaxRequests bound the gateway's TCP connections
+	// and requests in flight (versitygw's limiter; beyond them requests
+	// wait or are refused with SlowDown).
+	MaxConnections = 4096
+	MaxRequests    = 1024
+	// ChunkBytes is the key client's chunk size for S3 bodies: with the
+	// key client's window it bounds the memory of one PUT in flight
+	// (keyclient.Options.MaxBufferedChunks chunks).
+	ChunkBytes = 1 << 20
+)
+
+// Config configures a gateway.
+type Config struct {
+	// Meta is the meta service's address (host:port).
+	Meta string
+	// Listen is the S3 address (DefaultListen).
+	Listen string
+	// Region answered to clients (DefaultRegion).
+	Region string
+	// Domain, when set, enables virtual-host-style addressing
+	// (BUCKET.Domain) besides path style.
+	Domain string
+	// AccessKey and SecretKey are the root user's: full access to every
+	// bucket. Required.
+	AccessKey, SecretKey string
+	// KeyClient configures the key client of the bytes (zero: defaults,
+	// with ChunkBytes chunks).
+	KeyClient keyclient.Options
+	Logger    *slog.Logger
+}
+
+// Run serves S3 on cfg.Listen until ctx is done. One gateway per process
+// (versitygw's embedgw keeps package-level state); a second concurrent
+// Run fails.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.AccessKey == "" || cfg.SecretKey == "" {
+		return errors.New("s3gw: the root user's access key and secret key are required")
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	if cfg.Region == "" {
+		cfg.Region = DefaultRegion
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	mc, err := metaapi.NewClient(cfg.Meta, metaapi.ClientOptions{})
+	if err != nil {
+		return fmt.Errorf("s3gw: %w", err)
+	}
+	kopts := cfg.KeyClient
+	if kopts.ChunkSize == 0 {
+		kopts.ChunkSize = ChunkBytes
+	}
+	if kopts.Logger == nil {
+		kopts.Logger = cfg.Logger
+	}
+	kc, err := keyclient.New(mc, kopts)
+	if err != nil {
+		return fmt.Errorf("s3gw: %w", err)
+	}
+	defer kc.Close()
+	iam := NewIAM(mc)
+	v2 := &sigV2{access: cfg.AccessKey, secret: cfg.SecretKey, iam: iam, region: cfg.Region, now: time.Now}
+	cfg.Logger.Info("s3 gateway listening", "addr", cfg.Listen, "meta", cfg.Meta, "region", cfg.Region, "domain", cfg.Domain)
+	err = embedgw.RunVersityGW(ctx, NewBackend(mc, kc, cfg.Region), &embedgw.Config{
+		RootUserAccess:    cfg.AccessKey,
+		RootUserSecret:    cfg.SecretKey,
+		Region:            cfg.Region,
+		Ports:             []string{cfg.Listen},
+		MaxConnections:    MaxConnections,
+		MaxRequests:       MaxRequests,
+		MultipartMaxParts: metaapi.MaxParts,
+		VirtualDomain:     cfg.Domain,
+		IAMService:        iam,
+		S3Options:         []s3api.Option{s3api.WithMiddleware("/", v2.handle)},
+		KeepAlive:         true,
+		Quiet:             true,
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("s3gw: %w", err)
+	}
+	return nil
+}

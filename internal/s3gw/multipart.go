@@ -1,0 +1,233 @@
+package s3gw
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/versity/versitygw/backend"
+	"github.com/versity/versitygw/s3err"
+	"github.com/versity/versitygw/s3response"
+
+	"github.com/spindle-store/spindle/internal/keyclient"
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+// uploadErr maps a NOT_FOUND to NoSuchUpload (unless about the bucket).
+func uploadErr(err error) error { return toS3(err, s3err.ErrNoSuchUpload) }
+
+// CreateMultipartUpload starts an upload; what the object will carry
+// (Content-Type, headers, user metadata) is kept with it.
+func (b *Backend) CreateMultipartUpload(ctx context.Context, in s3response.CreateMultipartUploadInput) (s3response.InitiateMultipartUploadResult, error) {
+	bucket, key := deref(in.Bucket), deref(in.Key)
+	if err := metaapi.ValidKey(key); err != nil {
+		return s3response.InitiateMultipartUploadResult{}, s3err.GetAPIError(s3err.ErrInvalidRequest)
+	}
+	om := &metaapi.ObjectMeta{
+		ContentType: deref(in.ContentType),
+		Headers:     standardHeaders(in.ContentEncoding, in.ContentDisposition, in.ContentLanguage, in.CacheControl, in.Expires),
+		UserMeta:    in.Metadata,
+	}
+	if in.ChecksumAlgorithm != "" {
+		om.Checksums = map[string]string{string(in.ChecksumAlgorithm): ""}
+	}
+	up, err := b.meta.CreateUpload(ctx, metaapi.CreateUpload{Bucket: bucket, Key: key, Object: om})
+	if err != nil {
+		return s3response.InitiateMultipartUploadResult{}, toS3(err, s3err.ErrNoSuchBucket)
+	}
+	return s3response.InitiateMultipartUploadResult{Bucket: bucket, Key: key, UploadId: up.UploadID}, nil
+}
+
+func uploadRef(bucket, key, id *string) metaapi.UploadRef {
+	return metaapi.UploadRef{Bucket: deref(bucket), Key: deref(key), UploadID: deref(id)}
+}
+
+// UploadPart streams a part into blocks of the upload's key and commits
+// them as the part.
+func (b *Backend) UploadPart(ctx context.Context, in *s3.UploadPartInput) (*s3.UploadPartOutput, error) {
+	ref := uploadRef(in.Bucket, in.Key, in.UploadId)
+	n := int32(0)
+	if in.PartNumber != nil {
+		n = *in.PartNumber
+	}
+	if n < 1 || n > metaapi.MaxParts {
+		return nil, s3err.GetAPIError(s3err.ErrInvalidPartNumberRange)
+	}
+	if in.ContentLength != nil && *in.ContentLength > MaxObjectBytes {
+		return nil, s3err.GetAPIError(s3err.ErrEntityTooLarge)
+	}
+	if _, err := b.meta.GetUpload(ctx, ref); err != nil { // refuse before reading the body
+		return nil, uploadErr(err)
+	}
+	chk, err := newBodyCheck(in.Body, checksumHeaders{
+		types.ChecksumAlgorithmCrc32: in.ChecksumCRC32, types.ChecksumAlgorithmCrc32c: in.ChecksumCRC32C,
+		types.ChecksumAlgorithmCrc64nvme: in.ChecksumCRC64NVME, types.ChecksumAlgorithmSha1: in.ChecksumSHA1,
+		types.ChecksumAlgorithmSha256: in.ChecksumSHA256}, in.ChecksumAlgorithm)
+	if err != nil {
+		return nil, err
+	}
+	var part metaapi.Part
+	_, err = b.kc.Put(ctx, ref.Bucket, ref.Key, chk.r, keyclient.PutOptions{
+		Commit: func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc uint32) (metaapi.KeyInfo, error) {
+			var err error
+			part, err = b.meta.CommitPart(ctx, metaapi.CommitPart{UploadRef: ref, Number: uint32(n), Size: size,
+				Blocks: blocks, CRC32C: crc, ETag: chk.etag(), Checksums: chk.checksums()})
+			return metaapi.KeyInfo{Bucket: ref.Bucket, Key: ref.Key, Size: size, CRC32C: crc}, err
+		},
+	})
+	if err != nil {
+		return nil, uploadErr(err)
+	}
+	cs := checksumsOut(part.Checksums, part.CRC32C)
+	return &s3.UploadPartOutput{ETag: ptr(`"` + part.ETag + `"`), ChecksumCRC32: cs.crc32, ChecksumCRC32C: cs.crc32c,
+		ChecksumCRC64NVME: cs.crc64nvme, ChecksumSHA1: cs.sha1, ChecksumSHA256: cs.sha256}, nil
+}
+
+// UploadPartCopy streams a range of a key into a part.
+func (b *Backend) UploadPartCopy(ctx context.Context, in *s3.UploadPartCopyInput) (s3response.CopyPartResult, error) {
+	ref := uploadRef(in.Bucket, in.Key, in.UploadId)
+	n := int32(0)
+	if in.PartNumber != nil {
+		n = *in.PartNumber
+	}
+	if n < 1 || n > metaapi.MaxParts {
+		return s3response.CopyPartResult{}, s3err.GetAPIError(s3err.ErrInvalidPartNumberRange)
+	}
+	if _, err := b.meta.GetUpload(ctx, ref); err != nil {
+		return s3response.CopyPartResult{}, uploadErr(err)
+	}
+	srcBucket, srcKey, _, err := backend.ParseCopySource(deref(in.CopySource))
+	if err != nil {
+		return s3response.CopyPartResult{}, err
+	}
+	src, err := b.lookup(ctx, srcBucket, srcKey)
+	if err != nil {
+		return s3response.CopyPartResult{}, err
+	}
+	if err := backend.EvaluatePreconditions(etagOf(&src), src.Created, backend.PreConditions{
+		IfMatch: in.CopySourceIfMatch, IfNoneMatch: in.CopySourceIfNoneMatch,
+		IfModSince: in.CopySourceIfModifiedSince, IfUnmodeSince: in.CopySourceIfUnmodifiedSince,
+	}); err != nil {
+		return s3response.CopyPartResult{}, err
+	}
+	offset, length := int64(0), int64(src.Size)
+	if r := deref(in.CopySourceRange); r != "" {
+		if offset, length, err = backend.ParseCopySourceRange(int64(src.Size), r); err != nil {
+			return s3response.CopyPartResult{}, err
+		}
+	}
+	var part metaapi.Part
+	_, err = b.copyInto(ctx, src, offset, length, ref.Bucket, ref.Key, func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc uint32, etag string) (metaapi.KeyInfo, error) {
+		var err error
+		part, err = b.meta.CommitPart(ctx, metaapi.CommitPart{UploadRef: ref, Number: uint32(n), Size: size, Blocks: blocks, CRC32C: crc, ETag: etag})
+		return metaapi.KeyInfo{Bucket: ref.Bucket, Key: ref.Key, Size: size, CRC32C: crc}, err
+	})
+	if err != nil {
+		return s3response.CopyPartResult{}, uploadErr(err)
+	}
+	return s3response.CopyPartResult{LastModified: part.Modified, ETag: ptr(`"` + part.ETag + `"`), ChecksumCRC32C: ptr(crcBase64(part.CRC32C))}, nil
+}
+
+// CompleteMultipartUpload makes the key from the listed parts.
+func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMultipartUploadInput) (s3response.CompleteMultipartUploadResult, string, error) {
+	ref := uploadRef(in.Bucket, in.Key, in.UploadId)
+	if in.MultipartUpload == nil || len(in.MultipartUpload.Parts) == 0 {
+		return s3response.CompleteMultipartUploadResult{}, "", s3err.GetAPIError(s3err.ErrMalformedXML)
+	}
+	req := metaapi.CompleteUpload{UploadRef: ref, Conditions: metaapi.Conditions{IfMatch: deref(in.IfMatch), IfNoneMatch: deref(in.IfNoneMatch)}}
+	for _, p := range in.MultipartUpload.Parts {
+		if p.PartNumber == nil || *p.PartNumber < 1 {
+			return s3response.CompleteMultipartUploadResult{}, "", s3err.GetAPIError(s3err.ErrInvalidPart)
+		}
+		req.Parts = append(req.Parts, metaapi.CompletePart{Number: uint32(*p.PartNumber), ETag: deref(p.ETag)})
+	}
+	ki, err := b.meta.CompleteUpload(ctx, req)
+	if err != nil {
+		return s3response.CompleteMultipartUploadResult{}, "", uploadErr(err)
+	}
+	if in.MpuObjectSize != nil && *in.MpuObjectSize != int64(ki.Size) {
+		// The key is committed already; S3 checks this first. Say so.
+		return s3response.CompleteMultipartUploadResult{}, "", s3err.GetAPIError(s3err.ErrInvalidRequest)
+	}
+	ct := types.ChecksumTypeFullObject
+	return s3response.CompleteMultipartUploadResult{
+		Bucket: &ref.Bucket, Key: &ref.Key, ETag: ptr(etagOf(&ki)),
+		ChecksumCRC32C: ptr(crcBase64(ki.CRC32C)), ChecksumType: &ct,
+	}, "", nil
+}
+
+// AbortMultipartUpload drops an upload and its parts.
+func (b *Backend) AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput) error {
+	return uploadErr(b.meta.AbortUpload(ctx, uploadRef(in.Bucket, in.Key, in.UploadId)))
+}
+
+// ListParts answers a page of an upload's parts.
+func (b *Backend) ListParts(ctx context.Context, in *s3.ListPartsInput) (s3response.ListPartsResult, error) {
+	ref := uploadRef(in.Bucket, in.Key, in.UploadId)
+	after := 0
+	if m := deref(in.PartNumberMarker); m != "" {
+		v, err := strconv.Atoi(m)
+		if err != nil || v < 0 {
+			return s3response.ListPartsResult{}, s3err.GetAPIError(s3err.ErrInvalidRequest)
+		}
+		after = v
+	}
+	limit := metaapi.MaxUploadPage
+	if in.MaxParts != nil && *in.MaxParts >= 0 && int(*in.MaxParts) < limit {
+		limit = int(*in.MaxParts)
+	}
+	res := s3response.ListPartsResult{Bucket: ref.Bucket, Key: ref.Key, UploadID: ref.UploadID, PartNumberMarker: after,
+		MaxParts: limit, StorageClass: types.StorageClassStandard}
+	if limit == 0 {
+		return res, nil
+	}
+	l, err := b.meta.ListParts(ctx, metaapi.ListParts{UploadRef: ref, After: uint32(after), Limit: limit})
+	if err != nil {
+		return res, uploadErr(err)
+	}
+	for _, p := range l.Parts {
+		cs := checksumsOut(p.Checksums, p.CRC32C)
+		res.Parts = append(res.Parts, s3response.Part{PartNumber: int(p.Number), LastModified: p.Modified, ETag: `"` + p.ETag + `"`,
+			Size: int64(p.Size), ChecksumCRC32: cs.crc32, ChecksumCRC32C: cs.crc32c, ChecksumCRC64NVME: cs.crc64nvme,
+			ChecksumSHA1: cs.sha1, ChecksumSHA256: cs.sha256})
+	}
+	if l.Next != 0 {
+		res.IsTruncated, res.NextPartNumberMarker = true, int(l.Next)
+	} else if len(l.Parts) > 0 {
+		res.NextPartNumberMarker = int(l.Parts[len(l.Parts)-1].Number)
+	}
+	return res, nil
+}
+
+// ListMultipartUploads answers a page of a bucket's uploads in progress.
+func (b *Backend) ListMultipartUploads(ctx context.Context, in *s3.ListMultipartUploadsInput) (s3response.ListMultipartUploadsResult, error) {
+	limit := metaapi.MaxUploadPage
+	if in.MaxUploads != nil && *in.MaxUploads >= 0 && int(*in.MaxUploads) < limit {
+		limit = int(*in.MaxUploads)
+	}
+	res := s3response.ListMultipartUploadsResult{Bucket: deref(in.Bucket), KeyMarker: deref(in.KeyMarker),
+		UploadIDMarker: deref(in.UploadIdMarker), Prefix: deref(in.Prefix), Delimiter: deref(in.Delimiter), MaxUploads: limit}
+	if limit == 0 {
+		return res, nil
+	}
+	l, err := b.meta.ListUploads(ctx, metaapi.ListUploads{Bucket: res.Bucket, Prefix: res.Prefix, KeyMarker: res.KeyMarker,
+		UploadIDMarker: res.UploadIDMarker, Limit: limit})
+	if err != nil {
+		if errors.Is(err, metaapi.ErrNotFound) {
+			return res, s3err.GetAPIError(s3err.ErrNoSuchBucket)
+		}
+		return res, toS3(err, s3err.ErrNoSuchBucket)
+	}
+	for _, u := range l.Uploads {
+		res.Uploads = append(res.Uploads, s3response.Upload{Key: u.Key, UploadID: u.UploadID, Initiated: u.Initiated,
+			StorageClass: types.StorageClassStandard})
+	}
+	res.IsTruncated = l.Truncated
+	if l.Truncated && len(l.Uploads) > 0 {
+		last := l.Uploads[len(l.Uploads)-1]
+		res.NextKeyMarker, res.NextUploadIDMarker = last.Key, last.UploadID
+	}
+	return res, nil
+}

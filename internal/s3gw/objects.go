@@ -1,0 +1,606 @@
+package s3gw
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/versity/versitygw/backend"
+	"github.com/versity/versitygw/s3api/middlewares"
+	"github.com/versity/versitygw/s3api/utils"
+	"github.com/versity/versitygw/s3err"
+	"github.com/versity/versitygw/s3response"
+
+	"github.com/spindle-store/spindle/internal/keyclient"
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+// Limits of the object API.
+const (
+	// MaxObjectBytes bounds a single PUT (and a part), as S3: 5 GiB.
+	MaxObjectBytes = 5 << 30
+	// DeleteObjectsParallel bounds the deletions of one DeleteObjects
+	// request in flight at once.
+	DeleteObjectsParallel = 16
+	// MaxListKeys is the most entries of one listing page.
+	MaxListKeys = metaapi.MaxListLimit
+)
+
+// standardHeaders maps a put's optional standard headers to their
+// canonical names, as stored.
+func standardHeaders(enc, disp, lang, cache, expires *string) map[string]string {
+	h := map[string]string{}
+	for name, v := range map[string]*string{"Content-Encoding": enc, "Content-Disposition": disp,
+		"Content-Language": lang, "Cache-Control": cache, "Expires": expires} {
+		if v != nil && *v != "" {
+			h[name] = *v
+		}
+	}
+	if len(h) == 0 {
+		return nil
+	}
+	return h
+}
+
+// bodyCheck verifies what the client said of the body as it streams: the
+// MD5 (ETag) always, and the one checksum the client sent (a header:
+// versitygw's HashReader; a trailer: verified by versitygw's chunk reader,
+// which this only reads back at the end).
+type bodyCheck struct {
+	md5     hash.Hash
+	r       io.Reader
+	algo    types.ChecksumAlgorithm
+	header  *utils.HashReader
+	trailer middlewares.ChecksumReader
+}
+
+// checksumHeaders are the x-amz-checksum-* values of a request, by algorithm.
+type checksumHeaders map[types.ChecksumAlgorithm]*string
+
+func newBodyCheck(body io.Reader, sums checksumHeaders, sdkAlgo types.ChecksumAlgorithm) (*bodyCheck, error) {
+	if body == nil {
+		body = strings.NewReader("")
+	}
+	c := &bodyCheck{md5: md5.New()}
+	if tr, ok := body.(middlewares.ChecksumReader); ok && tr.Algorithm() != "" {
+		c.trailer = tr
+		c.algo = types.ChecksumAlgorithm(strings.ToUpper(tr.Algorithm()))
+		c.r = io.TeeReader(body, c.md5)
+		return c, nil
+	}
+	c.r = io.TeeReader(body, c.md5)
+	for _, algo := range []types.ChecksumAlgorithm{types.ChecksumAlgorithmCrc32, types.ChecksumAlgorithmCrc32c,
+		types.ChecksumAlgorithmCrc64nvme, types.ChecksumAlgorithmSha1, types.ChecksumAlgorithmSha256} {
+		v := sums[algo]
+		if v == nil || *v == "" {
+			continue
+		}
+		hr, err := utils.NewHashReader(c.r, *v, utils.HashType(strings.ToLower(string(algo))))
+		if err != nil {
+			return nil, fmt.Errorf("s3gw: checksum reader: %w", err)
+		}
+		c.algo, c.header, c.r = algo, hr, hr
+		return c, nil
+	}
+	if sdkAlgo != "" {
+		// x-amz-sdk-checksum-algorithm without a value: compute and store it.
+		hr, err := utils.NewHashReader(c.r, "", utils.HashType(strings.ToLower(string(sdkAlgo))))
+		if err == nil {
+			c.algo, c.header, c.r = sdkAlgo, hr, hr
+		}
+	}
+	return c, nil
+}
+
+// etag is the MD5 of what was read, in hex.
+func (c *bodyCheck) etag() string { return hex.EncodeToString(c.md5.Sum(nil)) }
+
+// checksums is the verified client checksum, by algorithm (nil: none).
+func (c *bodyCheck) checksums() map[string]string {
+	switch {
+	case c.trailer != nil:
+		return map[string]string{string(c.algo): c.trailer.Checksum()}
+	case c.header != nil:
+		return map[string]string{string(c.algo): c.header.Sum()}
+	}
+	return nil
+}
+
+// checksumsOut fills a response's checksum fields from a verified set.
+func checksumsOut(m map[string]string, crc uint32) checksums {
+	ki := &metaapi.KeyInfo{CRC32C: crc, Object: &metaapi.ObjectMeta{Checksums: m}}
+	return checksumsOf(ki)
+}
+
+// PutObject streams the body into a new version of the key.
+func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (s3response.PutObjectOutput, error) {
+	bucket, key := deref(po.Bucket), deref(po.Key)
+	if po.ContentLength != nil && *po.ContentLength > MaxObjectBytes {
+		return s3response.PutObjectOutput{}, s3err.GetAPIError(s3err.ErrEntityTooLarge)
+	}
+	if err := metaapi.ValidKey(key); err != nil {
+		return s3response.PutObjectOutput{}, s3err.GetAPIError(s3err.ErrInvalidRequest)
+	}
+	chk, err := newBodyCheck(po.Body, checksumHeaders{
+		types.ChecksumAlgorithmCrc32: po.ChecksumCRC32, types.ChecksumAlgorithmCrc32c: po.ChecksumCRC32C,
+		types.ChecksumAlgorithmCrc64nvme: po.ChecksumCRC64NVME, types.ChecksumAlgorithmSha1: po.ChecksumSHA1,
+		types.ChecksumAlgorithmSha256: po.ChecksumSHA256}, po.ChecksumAlgorithm)
+	if err != nil {
+		return s3response.PutObjectOutput{}, err
+	}
+	om := &metaapi.ObjectMeta{
+		ContentType: deref(po.ContentType),
+		Headers:     standardHeaders(po.ContentEncoding, po.ContentDisposition, po.ContentLanguage, po.CacheControl, po.Expires),
+		UserMeta:    po.Metadata,
+	}
+	cond := metaapi.Conditions{IfMatch: deref(po.IfMatch), IfNoneMatch: deref(po.IfNoneMatch)}
+	res, err := b.kc.Put(ctx, bucket, key, chk.r, keyclient.PutOptions{
+		Commit: func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc uint32) (metaapi.KeyInfo, error) {
+			om.ETag = chk.etag()
+			om.Checksums = chk.checksums()
+			om.ChecksumType = string(types.ChecksumTypeFullObject)
+			return b.meta.CommitKey(ctx, bucket, key, metaapi.CommitKey{Size: size, Blocks: blocks, CRC32C: crc, Object: om, Conditions: cond})
+		},
+	})
+	if err != nil {
+		return s3response.PutObjectOutput{}, toS3(err, s3err.ErrNoSuchKey)
+	}
+	cs := checksumsOf(&res.Key)
+	size := int64(res.Key.Size)
+	return s3response.PutObjectOutput{
+		ETag: etagOf(&res.Key), Size: &size, ChecksumType: cs.typ,
+		ChecksumCRC32: cs.crc32, ChecksumCRC32C: cs.crc32c, ChecksumCRC64NVME: cs.crc64nvme,
+		ChecksumSHA1: cs.sha1, ChecksumSHA256: cs.sha256,
+	}, nil
+}
+
+// objectBody is a GET's body: length bytes of a key from offset, read by
+// keyclient.ReadKey. The HTTP server writes it with WriteTo: ReadKey then
+// writes its ranges (ReadSize bytes each) straight into the response
+// writer, no copy. Read (a reader of another kind, CopyObject) runs
+// ReadKey into a pipe from a goroutine. Close stops the read and waits
+// for that goroutine.
+type objectBody struct {
+	b              *Backend
+	ki             metaapi.KeyInfo
+	offset, length int64
+	ctx            context.Context
+	cancel         context.CancelFunc
+
+	mu   sync.Mutex
+	pr   *io.PipeReader // nil until the first Read
+	done chan struct{}  // closed when the pipe's goroutine returns
+	once sync.Once
+}
+
+// countWriter counts what WriteTo wrote.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// WriteTo writes the body to w (once; the body is then consumed).
+func (o *objectBody) WriteTo(w io.Writer) (int64, error) {
+	o.mu.Lock()
+	piped := o.pr != nil
+	o.mu.Unlock()
+	if piped {
+		return io.Copy(w, struct{ io.Reader }{o})
+	}
+	cw := &countWriter{w: w}
+	err := o.b.kc.ReadKey(o.ctx, o.ki, o.offset, o.length, cw, keyclient.GetOptions{})
+	return cw.n, err
+}
+
+func (o *objectBody) Read(p []byte) (int, error) {
+	o.mu.Lock()
+	if o.pr == nil {
+		pr, pw := io.Pipe()
+		o.pr, o.done = pr, make(chan struct{})
+		go func() {
+			defer close(o.done)
+			pw.CloseWithError(o.b.kc.ReadKey(o.ctx, o.ki, o.offset, o.length, pw, keyclient.GetOptions{}))
+		}()
+	}
+	pr := o.pr
+	o.mu.Unlock()
+	return pr.Read(p)
+}
+
+func (o *objectBody) Close() error {
+	o.once.Do(func() {
+		o.cancel()
+		o.mu.Lock()
+		pr, done := o.pr, o.done
+		o.mu.Unlock()
+		if pr != nil {
+			pr.Close()
+			<-done
+		}
+	})
+	return nil
+}
+
+// openBody returns the body of length bytes of ki from offset. The read
+// outlives the request's context (versitygw streams the body after the
+// handler returns); Close ends it.
+func (b *Backend) openBody(ki metaapi.KeyInfo, offset, length int64) io.ReadCloser {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &objectBody{b: b, ki: ki, offset: offset, length: length, ctx: ctx, cancel: cancel}
+}
+
+// lookup reads a key's metadata (NoSuchKey when absent).
+func (b *Backend) lookup(ctx context.Context, bucket, key string) (metaapi.KeyInfo, error) {
+	if metaapi.ValidKey(key) != nil {
+		if _, err := b.meta.GetBucket(ctx, bucket); err != nil {
+			return metaapi.KeyInfo{}, bucketErr(err)
+		}
+		return metaapi.KeyInfo{}, s3err.GetAPIError(s3err.ErrNoSuchKey)
+	}
+	ki, err := b.meta.GetKey(ctx, bucket, key)
+	if err != nil {
+		return ki, toS3(err, s3err.ErrNoSuchKey)
+	}
+	return ki, nil
+}
+
+// GetObject answers the object (or a range of it), streamed.
+func (b *Backend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3.GetObjectOutput, error) {
+	ki, err := b.lookup(ctx, deref(in.Bucket), deref(in.Key))
+	if err != nil {
+		return nil, err
+	}
+	etag := etagOf(&ki)
+	if err := backend.EvaluatePreconditions(etag, ki.Created, backend.PreConditions{
+		IfMatch: in.IfMatch, IfNoneMatch: in.IfNoneMatch, IfModSince: in.IfModifiedSince, IfUnmodeSince: in.IfUnmodifiedSince,
+	}); err != nil {
+		return nil, err
+	}
+	size := int64(ki.Size)
+	start, length, ranged, err := backend.ParseObjectRange(size, deref(in.Range))
+	if err != nil {
+		return nil, err
+	}
+	out := &s3.GetObjectOutput{
+		AcceptRanges:  ptr("bytes"),
+		ContentLength: &length,
+		ContentType:   ptr(contentType(&ki)),
+		ETag:          &etag,
+		LastModified:  &ki.Created,
+		StorageClass:  types.StorageClassStandard,
+		Body:          b.openBody(ki, start, length),
+	}
+	if ranged {
+		out.ContentRange = ptr(fmt.Sprintf("bytes %d-%d/%d", start, start+length-1, size))
+	}
+	fillHeaders(&ki, &out.ContentEncoding, &out.ContentDisposition, &out.ContentLanguage, &out.CacheControl, &out.ExpiresString)
+	if ki.Object != nil {
+		out.Metadata = ki.Object.UserMeta
+		if ki.Object.Parts > 0 {
+			out.PartsCount = ptr(int32(ki.Object.Parts))
+		}
+	}
+	if in.ChecksumMode == types.ChecksumModeEnabled && !ranged {
+		cs := checksumsOf(&ki)
+		out.ChecksumCRC32, out.ChecksumCRC32C, out.ChecksumCRC64NVME, out.ChecksumSHA1, out.ChecksumSHA256 = cs.crc32, cs.crc32c, cs.crc64nvme, cs.sha1, cs.sha256
+		out.ChecksumType = cs.typ
+	}
+	return out, nil
+}
+
+func fillHeaders(ki *metaapi.KeyInfo, enc, disp, lang, cache, expires **string) {
+	*enc = header(ki, "Content-Encoding")
+	*disp = header(ki, "Content-Disposition")
+	*lang = header(ki, "Content-Language")
+	*cache = header(ki, "Cache-Control")
+	*expires = header(ki, "Expires")
+}
+
+// HeadObject answers the object's metadata.
+func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.HeadObjectOutput, error) {
+	ki, err := b.lookup(ctx, deref(in.Bucket), deref(in.Key))
+	if err != nil {
+		return nil, err
+	}
+	etag := etagOf(&ki)
+	if err := backend.EvaluatePreconditions(etag, ki.Created, backend.PreConditions{
+		IfMatch: in.IfMatch, IfNoneMatch: in.IfNoneMatch, IfModSince: in.IfModifiedSince, IfUnmodeSince: in.IfUnmodifiedSince,
+	}); err != nil {
+		return nil, err
+	}
+	size := int64(ki.Size)
+	length := size
+	out := &s3.HeadObjectOutput{
+		AcceptRanges:  ptr("bytes"),
+		ContentLength: &length,
+		ContentType:   ptr(contentType(&ki)),
+		ETag:          &etag,
+		LastModified:  &ki.Created,
+		StorageClass:  types.StorageClassStandard,
+	}
+	if in.Range != nil && *in.Range != "" {
+		start, n, ranged, err := backend.ParseObjectRange(size, *in.Range)
+		if err != nil {
+			return nil, err
+		}
+		if ranged {
+			length = n
+			out.ContentRange = ptr(fmt.Sprintf("bytes %d-%d/%d", start, start+n-1, size))
+		}
+	}
+	fillHeaders(&ki, &out.ContentEncoding, &out.ContentDisposition, &out.ContentLanguage, &out.CacheControl, &out.ExpiresString)
+	if ki.Object != nil {
+		out.Metadata = ki.Object.UserMeta
+		if ki.Object.Parts > 0 {
+			out.PartsCount = ptr(int32(ki.Object.Parts))
+		}
+	}
+	if in.ChecksumMode == types.ChecksumModeEnabled {
+		cs := checksumsOf(&ki)
+		out.ChecksumCRC32, out.ChecksumCRC32C, out.ChecksumCRC64NVME, out.ChecksumSHA1, out.ChecksumSHA256 = cs.crc32, cs.crc32c, cs.crc64nvme, cs.sha1, cs.sha256
+		out.ChecksumType = cs.typ
+	}
+	return out, nil
+}
+
+// GetObjectAttributes answers ETag, size, storage class and checksum.
+func (b *Backend) GetObjectAttributes(ctx context.Context, in *s3.GetObjectAttributesInput) (s3response.GetObjectAttributesResponse, error) {
+	ki, err := b.lookup(ctx, deref(in.Bucket), deref(in.Key))
+	if err != nil {
+		return s3response.GetObjectAttributesResponse{}, err
+	}
+	size := int64(ki.Size)
+	cs := checksumsOf(&ki)
+	return s3response.GetObjectAttributesResponse{
+		ETag:         ptr(strings.Trim(etagOf(&ki), `"`)),
+		ObjectSize:   &size,
+		StorageClass: types.StorageClassStandard,
+		LastModified: &ki.Created,
+		Checksum: &types.Checksum{ChecksumCRC32C: cs.crc32c, ChecksumCRC32: cs.crc32, ChecksumCRC64NVME: cs.crc64nvme,
+			ChecksumSHA1: cs.sha1, ChecksumSHA256: cs.sha256, ChecksumType: cs.typ},
+	}, nil
+}
+
+// DeleteObject deletes a key (a missing key is no error, as S3).
+func (b *Backend) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput) (*s3.DeleteObjectOutput, error) {
+	bucket, key := deref(in.Bucket), deref(in.Key)
+	if metaapi.ValidKey(key) != nil {
+		return &s3.DeleteObjectOutput{}, nil
+	}
+	err := b.meta.DeleteKey(ctx, bucket, key)
+	if err != nil && !(errors.Is(err, metaapi.ErrNotFound) && !strings.Contains(err.Error(), "not found: bucket ")) {
+		return nil, toS3(err, s3err.ErrNoSuchKey)
+	}
+	return &s3.DeleteObjectOutput{}, nil
+}
+
+// DeleteObjects deletes up to 1,000 keys, DeleteObjectsParallel at once.
+func (b *Backend) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput) (s3response.DeleteResult, error) {
+	if in.Delete == nil {
+		return s3response.DeleteResult{}, s3err.GetAPIError(s3err.ErrMalformedXML)
+	}
+	objs := in.Delete.Objects
+	errs := make([]error, len(objs))
+	sem := make(chan struct{}, DeleteObjectsParallel)
+	var wg sync.WaitGroup
+	for i, o := range objs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			_, errs[i] = b.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: in.Bucket, Key: o.Key})
+		}()
+	}
+	wg.Wait()
+	var res s3response.DeleteResult
+	for i, o := range objs {
+		if errs[i] == nil {
+			res.Deleted = append(res.Deleted, types.DeletedObject{Key: o.Key})
+			continue
+		}
+		code, msg := "InternalError", errs[i].Error()
+		var se s3Error
+		if errors.As(errs[i], &se) {
+			code, msg = se.BaseError().Code, se.BaseError().Description
+		}
+		res.Error = append(res.Error, types.Error{Key: o.Key, Code: &code, Message: &msg})
+	}
+	return res, nil
+}
+
+// CopyObject copies a key's bytes into a new version of the destination
+// (metadata COPY or REPLACE), streamed.
+func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput) (s3response.CopyObjectOutput, error) {
+	srcBucket, srcKey, _, err := backend.ParseCopySource(deref(in.CopySource))
+	if err != nil {
+		return s3response.CopyObjectOutput{}, err
+	}
+	src, err := b.lookup(ctx, srcBucket, srcKey)
+	if err != nil {
+		return s3response.CopyObjectOutput{}, err
+	}
+	srcETag := etagOf(&src)
+	if err := backend.EvaluatePreconditions(srcETag, src.Created, backend.PreConditions{
+		IfMatch: in.CopySourceIfMatch, IfNoneMatch: in.CopySourceIfNoneMatch,
+		IfModSince: in.CopySourceIfModifiedSince, IfUnmodeSince: in.CopySourceIfUnmodifiedSince,
+	}); err != nil {
+		return s3response.CopyObjectOutput{}, err
+	}
+	dstBucket, dstKey := deref(in.Bucket), deref(in.Key)
+	om := &metaapi.ObjectMeta{}
+	if in.MetadataDirective == types.MetadataDirectiveReplace {
+		om.ContentType = deref(in.ContentType)
+		om.Headers = standardHeaders(in.ContentEncoding, in.ContentDisposition, in.ContentLanguage, in.CacheControl, in.Expires)
+		om.UserMeta = in.Metadata
+	} else {
+		if srcBucket == dstBucket && srcKey == dstKey {
+			return s3response.CopyObjectOutput{}, s3err.GetAPIError(s3err.ErrInvalidCopyDest)
+		}
+		if src.Object != nil {
+			om.ContentType, om.Headers, om.UserMeta = src.Object.ContentType, src.Object.Headers, src.Object.UserMeta
+		}
+	}
+	ki, err := b.copyInto(ctx, src, 0, int64(src.Size), dstBucket, dstKey, func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc uint32, etag string) (metaapi.KeyInfo, error) {
+		om.ETag = etag
+		om.ChecksumType = string(types.ChecksumTypeFullObject)
+		return b.meta.CommitKey(ctx, dstBucket, dstKey, metaapi.CommitKey{Size: size, Blocks: blocks, CRC32C: crc, Object: om})
+	})
+	if err != nil {
+		return s3response.CopyObjectOutput{}, toS3(err, s3err.ErrNoSuchKey)
+	}
+	return s3response.CopyObjectOutput{CopyObjectResult: &s3response.CopyObjectResult{
+		ETag: ptr(etagOf(&ki)), LastModified: &ki.Created, ChecksumCRC32C: ptr(crcBase64(ki.CRC32C)), ChecksumType: types.ChecksumTypeFullObject,
+	}}, nil
+}
+
+// copyInto streams length bytes of src from offset into a Put of
+// bucket/key, committed by commit with the MD5 of the bytes.
+func (b *Backend) copyInto(ctx context.Context, src metaapi.KeyInfo, offset, length int64, bucket, key string,
+	commit func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc uint32, etag string) (metaapi.KeyInfo, error)) (metaapi.KeyInfo, error) {
+	body := b.openBody(src, offset, length)
+	defer body.Close()
+	h := md5.New()
+	res, err := b.kc.Put(ctx, bucket, key, io.TeeReader(body, h), keyclient.PutOptions{
+		Commit: func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc uint32) (metaapi.KeyInfo, error) {
+			if size != uint64(length) {
+				return metaapi.KeyInfo{}, fmt.Errorf("s3gw: copy read %d bytes of %d", size, length)
+			}
+			return commit(ctx, size, blocks, crc, hex.EncodeToString(h.Sum(nil)))
+		},
+	})
+	return res.Key, err
+}
+
+// listPage is one page of a listing in S3's terms.
+type listPage struct {
+	objects   []s3response.Object
+	prefixes  []types.CommonPrefix
+	truncated bool
+	next      string // the last entry returned, when truncated
+}
+
+func (b *Backend) list(ctx context.Context, bucket, prefix, delim, after string, maxKeys int32) (listPage, error) {
+	var p listPage
+	if maxKeys <= 0 {
+		if _, err := b.meta.GetBucket(ctx, bucket); err != nil {
+			return p, bucketErr(err)
+		}
+		return p, nil
+	}
+	l, err := b.meta.List(ctx, bucket, metaapi.ListOptions{Prefix: prefix, StartAfter: after, Delimiter: delim, Limit: int(min(maxKeys, MaxListKeys))})
+	if err != nil {
+		return p, bucketErr(err)
+	}
+	for i := range l.Keys {
+		ki := &l.Keys[i]
+		size := int64(ki.Size)
+		p.objects = append(p.objects, s3response.Object{
+			Key: &ki.Key, ETag: ptr(etagOf(ki)), Size: &size, LastModified: &ki.Created,
+			StorageClass: types.ObjectStorageClassStandard, ChecksumType: types.ChecksumTypeFullObject,
+			ChecksumAlgorithm: []types.ChecksumAlgorithm{types.ChecksumAlgorithmCrc32c},
+		})
+	}
+	for _, cp := range l.CommonPrefixes {
+		p.prefixes = append(p.prefixes, types.CommonPrefix{Prefix: ptr(cp)})
+	}
+	if l.Next != "" {
+		p.truncated, p.next = true, l.Next
+	}
+	return p, nil
+}
+
+// ListObjects is ListObjects v1 (marker, NextMarker).
+func (b *Backend) ListObjects(ctx context.Context, in *s3.ListObjectsInput) (s3response.ListObjectsResult, error) {
+	maxKeys := int32(MaxListKeys)
+	if in.MaxKeys != nil {
+		maxKeys = *in.MaxKeys
+	}
+	p, err := b.list(ctx, deref(in.Bucket), deref(in.Prefix), deref(in.Delimiter), deref(in.Marker), maxKeys)
+	if err != nil {
+		return s3response.ListObjectsResult{}, err
+	}
+	res := s3response.ListObjectsResult{
+		Name: in.Bucket, Prefix: in.Prefix, Marker: in.Marker, MaxKeys: &maxKeys, Delimiter: in.Delimiter,
+		IsTruncated: &p.truncated, Contents: p.objects, CommonPrefixes: p.prefixes, EncodingType: in.EncodingType,
+	}
+	if p.truncated {
+		res.NextMarker = &p.next
+	}
+	return res, nil
+}
+
+// ListObjectsV2 pages with continuation tokens: base64 of the last entry.
+func (b *Backend) ListObjectsV2(ctx context.Context, in *s3.ListObjectsV2Input) (s3response.ListObjectsV2Result, error) {
+	maxKeys := int32(MaxListKeys)
+	if in.MaxKeys != nil {
+		maxKeys = *in.MaxKeys
+	}
+	after := deref(in.StartAfter)
+	if tok := deref(in.ContinuationToken); tok != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(tok)
+		if err != nil {
+			return s3response.ListObjectsV2Result{}, s3err.GetAPIError(s3err.ErrInvalidRequest)
+		}
+		after = string(raw)
+	}
+	p, err := b.list(ctx, deref(in.Bucket), deref(in.Prefix), deref(in.Delimiter), after, maxKeys)
+	if err != nil {
+		return s3response.ListObjectsV2Result{}, err
+	}
+	count := int32(len(p.objects) + len(p.prefixes))
+	res := s3response.ListObjectsV2Result{
+		Name: in.Bucket, Prefix: in.Prefix, StartAfter: in.StartAfter, MaxKeys: &maxKeys, Delimiter: in.Delimiter,
+		IsTruncated: &p.truncated, Contents: p.objects, CommonPrefixes: p.prefixes, KeyCount: &count, EncodingType: in.EncodingType,
+	}
+	if deref(in.ContinuationToken) != "" {
+		res.ContinuationToken = in.ContinuationToken
+	}
+	if p.truncated {
+		res.NextContinuationToken = ptr(base64.RawURLEncoding.EncodeToString([]byte(p.next)))
+	}
+	return res, nil
+}
+
+// ListObjectVersions: buckets are unversioned, every key is its "null"
+// version.
+func (b *Backend) ListObjectVersions(ctx context.Context, in *s3.ListObjectVersionsInput) (s3response.ListVersionsResult, error) {
+	maxKeys := int32(MaxListKeys)
+	if in.MaxKeys != nil {
+		maxKeys = *in.MaxKeys
+	}
+	p, err := b.list(ctx, deref(in.Bucket), deref(in.Prefix), deref(in.Delimiter), deref(in.KeyMarker), maxKeys)
+	if err != nil {
+		return s3response.ListVersionsResult{}, err
+	}
+	res := s3response.ListVersionsResult{
+		Name: in.Bucket, Prefix: in.Prefix, KeyMarker: in.KeyMarker, VersionIdMarker: in.VersionIdMarker, MaxKeys: &maxKeys,
+		Delimiter: in.Delimiter, IsTruncated: &p.truncated, CommonPrefixes: p.prefixes, EncodingType: in.EncodingType,
+	}
+	for _, o := range p.objects {
+		res.Versions = append(res.Versions, s3response.ObjectVersion{
+			Key: o.Key, ETag: o.ETag, Size: o.Size, LastModified: o.LastModified, IsLatest: ptr(true),
+			VersionId: ptr("null"), StorageClass: types.ObjectVersionStorageClassStandard, ChecksumType: o.ChecksumType,
+		})
+	}
+	if p.truncated {
+		res.NextKeyMarker = &p.next
+		res.NextVersionIdMarker = ptr("null")
+	}
+	return res, nil
+}

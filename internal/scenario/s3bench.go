@@ -1,0 +1,366 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/spindle-store/spindle/internal/bench"
+	"github.com/spindle-store/spindle/internal/keyclient"
+	"github.com/spindle-store/spindle/internal/meta"
+	"github.com/spindle-store/spindle/internal/s3gw"
+	"github.com/spindle-store/spindle/internal/units"
+)
+
+// Limits of the S3 bench.
+const (
+	// MaxS3BenchBufferBytes bounds Concurrency × SizeBytes: each PUT
+	// worker holds one object's bytes (the SDK signs a seekable body).
+	MaxS3BenchBufferBytes = 4 << 30
+	// s3GatewayStartWait bounds the wait for the embedded gateway.
+	s3GatewayStartWait = 10 * time.Second
+)
+
+// S3BenchConfig configures `spindle bench s3`.
+type S3BenchConfig struct {
+	// ClusterConfig: the embedded server (or running cluster) the bench
+	// starts a gateway for, when Endpoint is empty; also where the
+	// baseline (key-write / key-read of the same objects) runs.
+	ClusterConfig
+	// Endpoint is an S3 server to measure instead (http://host:port),
+	// with AccessKey and SecretKey; no baseline then.
+	Endpoint, AccessKey, SecretKey, Region string
+	// Op is "put" or "get" (gets read objects the bench writes first,
+	// untimed, and compare every byte).
+	Op string
+	// Objects bounds the operations (default 1000); SizeBytes each
+	// object's size; Concurrency the requests at once (default 16);
+	// Duration a time bound besides Objects (0: none).
+	Objects     int
+	SizeBytes   int64
+	Concurrency int
+	Duration    time.Duration
+	// Bucket (default "bench", created when missing) and Prefix (default
+	// s3-DATE-TIME-PID/) name the objects.
+	Bucket, Prefix string
+	// NoBaseline skips the key client's run of the same operations.
+	NoBaseline bool
+	Progress   io.Writer
+	Logger     *slog.Logger
+}
+
+// S3BenchResult is the S3 bench's result.
+type S3BenchResult struct {
+	bench.Result
+	Op          string `json:"op"`
+	Objects     int    `json:"objects"`
+	SizeBytes   int64  `json:"size_bytes"`
+	Concurrency int    `json:"concurrency"`
+	Endpoint    string `json:"endpoint"`
+}
+
+func (c *S3BenchConfig) defaults() error {
+	if c.Op == "" {
+		c.Op = "put"
+	}
+	if c.Op != "put" && c.Op != "get" {
+		return fmt.Errorf("op %q: want put or get", c.Op)
+	}
+	if c.Objects == 0 {
+		c.Objects = 1000
+	}
+	if c.Objects < 1 || c.Objects > MaxBenchKeys {
+		return fmt.Errorf("objects %d not in [1, %d]", c.Objects, MaxBenchKeys)
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 16
+	}
+	if c.Concurrency < 1 || c.Concurrency > bench.MaxWorkers {
+		return fmt.Errorf("concurrency %d not in [1, %d]", c.Concurrency, bench.MaxWorkers)
+	}
+	if c.SizeBytes < 0 || c.SizeBytes*int64(c.Concurrency) > MaxS3BenchBufferBytes {
+		return fmt.Errorf("size %d × concurrency %d: at most %s in all", c.SizeBytes, c.Concurrency, units.FormatBytes(MaxS3BenchBufferBytes))
+	}
+	if c.Duration < 0 {
+		return errors.New("negative duration")
+	}
+	if c.Bucket == "" {
+		c.Bucket = DefaultKeyBenchBucket
+	}
+	if c.Prefix == "" {
+		c.Prefix = runPrefix("s3")
+	}
+	if c.Region == "" {
+		c.Region = s3gw.DefaultRegion
+	}
+	if c.Progress == nil {
+		c.Progress = bench.TerminalProgress()
+	}
+	if c.Logger == nil {
+		c.Logger = quietLogger()
+	}
+	return nil
+}
+
+func (c *S3BenchConfig) objectName(i int) string { return fmt.Sprintf("%sk%08d", c.Prefix, i) }
+
+// startGateway runs an S3 gateway for the cluster on a free loopback port
+// with a generated root user; stop ends it.
+func startGateway(ctx context.Context, metaAddr string, log *slog.Logger) (endpoint, access, secret string, stop func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", "", "", nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close() // the gateway listens itself
+	access, secret = meta.GenerateKeys()
+	gctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- s3gw.Run(gctx, s3gw.Config{Meta: metaAddr, Listen: addr, AccessKey: access, SecretKey: secret, Logger: log})
+	}()
+	stop = func() { cancel(); <-done }
+	deadline := time.Now().Add(s3GatewayStartWait)
+	for {
+		select {
+		case err := <-done:
+			cancel()
+			return "", "", "", nil, fmt.Errorf("s3 gateway: %v", err)
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return "http://" + addr, access, secret, stop, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return "", "", "", nil, fmt.Errorf("s3 gateway not listening on %s after %s", addr, s3GatewayStartWait)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// s3Client is an SDK client that sends UNSIGNED-PAYLOAD and no request
+// checksums, so that the client's hashing does not cap the figures.
+func s3Client(endpoint, access, secret, region string, conns int) *s3.Client {
+	tr := &http.Transport{Proxy: nil, MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: 90 * time.Second}
+	return s3.New(s3.Options{
+		BaseEndpoint: aws.String(endpoint), Region: region, UsePathStyle: true,
+		Credentials:                credentials.NewStaticCredentialsProvider(access, secret, ""),
+		HTTPClient:                 &http.Client{Transport: tr},
+		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
+		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
+		APIOptions:                 []func(*middleware.Stack) error{v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware},
+	})
+}
+
+// RunS3 runs `spindle bench s3`: Objects PUTs (or GETs, of objects written
+// first) of SizeBytes, Concurrency at a time, through an S3 gateway —
+// Endpoint, or one started in this process for the embedded server (or
+// the cluster at Meta). Then, unless NoBaseline or Endpoint is given, the
+// same operations through the key client on the same cluster, as the
+// baseline: the ratio is what the S3 layer costs.
+func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error) {
+	if err := cfg.defaults(); err != nil {
+		return out, fmt.Errorf("s3: %w", err)
+	}
+	name := "s3-" + cfg.Op
+	progress := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, name+": "+format+"\n", args...) }
+	endpoint, access, secret := cfg.Endpoint, cfg.AccessKey, cfg.SecretKey
+	var cl *keyCluster
+	if endpoint == "" {
+		if cl, err = openKeyCluster(ctx, cfg.ClusterConfig, cfg.Logger, progress); err != nil {
+			return out, fmt.Errorf("s3: %w", err)
+		}
+		defer func() {
+			if cerr := cl.cleanup(); cerr != nil && err == nil {
+				err = fmt.Errorf("s3: cleanup: %w", cerr)
+			}
+		}()
+		var stop func()
+		if endpoint, access, secret, stop, err = startGateway(ctx, cl.meta.Addr(), cfg.Logger); err != nil {
+			return out, fmt.Errorf("s3: %w", err)
+		}
+		defer stop()
+	}
+	c := s3Client(endpoint, access, secret, cfg.Region, cfg.Concurrency)
+	if _, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &cfg.Bucket}); err != nil {
+		var owned interface{ ErrorCode() string }
+		if !errors.As(err, &owned) || (owned.ErrorCode() != "BucketAlreadyOwnedByYou" && owned.ErrorCode() != "BucketAlreadyExists") {
+			return out, fmt.Errorf("s3: create bucket %s: %w", cfg.Bucket, err)
+		}
+	}
+	bufs := make([][]byte, cfg.Concurrency)
+	put := func(ctx context.Context, worker, i int) error {
+		if bufs[worker] == nil {
+			bufs[worker] = make([]byte, cfg.SizeBytes)
+		}
+		b := bufs[worker]
+		if _, err := io.ReadFull(newValueReader(i, cfg.SizeBytes), b); err != nil {
+			return err
+		}
+		_, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: &cfg.Bucket, Key: aws.String(cfg.objectName(i)),
+			Body: bytes.NewReader(b), ContentLength: aws.Int64(cfg.SizeBytes)})
+		return err
+	}
+	get := func(ctx context.Context, _, i int) error {
+		o, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: &cfg.Bucket, Key: aws.String(cfg.objectName(i))})
+		if err != nil {
+			return err
+		}
+		defer o.Body.Close()
+		chk := newValueChecker(i)
+		if _, err := io.Copy(chk, o.Body); err != nil {
+			return err
+		}
+		if chk.n != cfg.SizeBytes {
+			return fmt.Errorf("get %s: %d bytes, wrote %d", cfg.objectName(i), chk.n, cfg.SizeBytes)
+		}
+		return nil
+	}
+	loop := func(label string, n int, d time.Duration, op func(context.Context, int, int) error) (bench.Stats, error) {
+		var next atomic.Int64
+		return bench.Loop(ctx, bench.LoopConfig{Workers: cfg.Concurrency, Duration: d, MaxOps: int64(n), Label: label, Progress: cfg.Progress},
+			func(ctx context.Context, worker int, _ int64) (int, error) {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					panic("scenario: s3 bench issued more operations than objects")
+				}
+				return int(cfg.SizeBytes), op(ctx, worker, i)
+			})
+	}
+	n := cfg.Objects
+	if cfg.Op == "get" {
+		progress("writing %d objects of %s first", n, units.FormatBytes(cfg.SizeBytes))
+		if _, err := loop(name+" (writing)", n, 0, put); err != nil {
+			return out, fmt.Errorf("s3: writing the objects: %w", err)
+		}
+		defer func() {
+			if cfg.Endpoint != "" || (cl != nil && !cl.embedded && !cfg.Keep) {
+				deleteObjects(ctx, c, cfg, n)
+			}
+		}()
+	}
+	op := put
+	if cfg.Op == "get" {
+		op = get
+	}
+	stats, err := loop(name, n, cfg.Duration, op)
+	if err != nil {
+		return out, fmt.Errorf("s3: %w", err)
+	}
+	if stats.Ops == 0 {
+		return out, errors.New("s3: no operation completed in the time given")
+	}
+	if cfg.Op == "put" && (cfg.Endpoint != "" || (cl != nil && !cl.embedded && !cfg.Keep)) {
+		deleteObjects(ctx, c, cfg, int(stats.Ops))
+	}
+	res := stats.Result(name)
+	res.SetParam("op", cfg.Op)
+	res.SetParam("objects", cfg.Objects)
+	res.SetParam("size_bytes", cfg.SizeBytes)
+	res.SetParam("concurrency", cfg.Concurrency)
+	res.SetParam("bucket", cfg.Bucket)
+	res.SetParam("prefix", cfg.Prefix)
+	if stats.Ops < int64(n) {
+		res.AddNote("stopped by --duration after %d of %d objects", stats.Ops, n)
+	}
+	res.AddNote("client: aws-sdk-go-v2, path style, UNSIGNED-PAYLOAD, no request checksums; %d connections", cfg.Concurrency)
+	if cfg.Op == "get" {
+		res.AddNote("every byte read was compared with the byte written")
+	}
+	out = S3BenchResult{Result: res, Op: cfg.Op, Objects: int(stats.Ops), SizeBytes: cfg.SizeBytes, Concurrency: cfg.Concurrency, Endpoint: endpoint}
+	if cl == nil || cfg.NoBaseline {
+		if cl == nil {
+			out.AddNote("no baseline: an external endpoint")
+		}
+		return out, nil
+	}
+	base, err := keyBaseline(ctx, cl, cfg, int(stats.Ops), progress)
+	if err != nil {
+		return out, fmt.Errorf("s3: baseline: %w", err)
+	}
+	out.SetBaseline(base)
+	out.AddNote("baseline: key-%s of the same %d objects of %s, %d at once, through the key client (default options) on the same cluster, after the S3 run",
+		map[string]string{"put": "write", "get": "read"}[cfg.Op], stats.Ops, units.FormatBytes(cfg.SizeBytes), cfg.Concurrency)
+	return out, nil
+}
+
+// keyBaseline runs the same operations through the key client.
+func keyBaseline(ctx context.Context, cl *keyCluster, cfg S3BenchConfig, n int, progress func(string, ...any)) (bench.Baseline, error) {
+	kc, err := keyclient.New(cl.meta, keyclient.Options{Logger: cfg.Logger})
+	if err != nil {
+		return bench.Baseline{}, err
+	}
+	defer kc.Close()
+	prefix := cfg.Prefix + "baseline/"
+	name := func(i int) string { return fmt.Sprintf("%sk%08d", prefix, i) }
+	put := func(ctx context.Context, i int) error {
+		_, err := kc.Put(ctx, cfg.Bucket, name(i), newValueReader(i, cfg.SizeBytes), keyclient.PutOptions{})
+		return err
+	}
+	get := func(ctx context.Context, i int) error {
+		chk := newValueChecker(i)
+		if _, err := kc.Get(ctx, cfg.Bucket, name(i), chk, keyclient.GetOptions{}); err != nil {
+			return err
+		}
+		if chk.n != cfg.SizeBytes {
+			return fmt.Errorf("get %s: %d bytes", name(i), chk.n)
+		}
+		return nil
+	}
+	loop := func(label string, op func(context.Context, int) error) (bench.Stats, error) {
+		var next atomic.Int64
+		return bench.Loop(ctx, bench.LoopConfig{Workers: cfg.Concurrency, MaxOps: int64(n), Label: label, Progress: cfg.Progress},
+			func(ctx context.Context, _ int, _ int64) (int, error) {
+				return int(cfg.SizeBytes), op(ctx, int(next.Add(1)-1))
+			})
+	}
+	var stats bench.Stats
+	if cfg.Op == "put" {
+		progress("baseline: key-write of %d objects", n)
+		stats, err = loop("baseline key-write", put)
+	} else {
+		progress("baseline: writing %d keys, then key-read", n)
+		if _, err = loop("baseline (writing)", put); err == nil {
+			stats, err = loop("baseline key-read", get)
+		}
+	}
+	if err == nil && !cl.embedded && !cfg.Keep {
+		names := make([]string, n)
+		for i := range names {
+			names[i] = name(i)
+		}
+		err = deleteKeys(ctx, kc, cfg.Bucket, names)
+	}
+	if err != nil {
+		return bench.Baseline{}, err
+	}
+	return bench.Baseline{OpsPerS: stats.OpsPerS(), MBPerS: stats.MBPerS(), Ops: stats.Ops, Bytes: stats.Bytes,
+		Seconds: stats.Seconds(), LatencyUs: stats.Latency.Summary(), Writers: cfg.Concurrency, ChunkSizeBytes: cfg.SizeBytes}, nil
+}
+
+// deleteObjects deletes the bench's objects on a server it did not start
+// (bounded by cleanupWait; errors are ignored: the run is measured).
+func deleteObjects(ctx context.Context, c *s3.Client, cfg S3BenchConfig, n int) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupWait)
+	defer cancel()
+	for i := range n {
+		if _, err := c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &cfg.Bucket, Key: aws.String(cfg.objectName(i))}); err != nil && ctx.Err() != nil {
+			return
+		}
+	}
+}

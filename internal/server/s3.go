@@ -1,0 +1,105 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spindle-store/spindle/internal/meta"
+	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw"
+)
+
+// S3Config configures the server's S3 gateway.
+type S3Config struct {
+	// Listen is the gateway's address (s3gw.DefaultListen); "off" runs
+	// no gateway.
+	Listen string
+	Region string
+	Domain string
+	// AccessKey and SecretKey are the first (root) user's; when both are
+	// empty they are read from Dir/s3-credentials.json, generated and
+	// written there (0600) at the first start.
+	AccessKey, SecretKey string
+}
+
+// S3Off is the S3Config.Listen that runs no gateway.
+const S3Off = "off"
+
+// s3CredentialsFile holds the generated root user, under Dir.
+const s3CredentialsFile = "s3-credentials.json"
+
+type s3Credentials struct {
+	AccessKey string `json:"access_key"`
+	SecretKey string `json:"secret_key"`
+}
+
+// s3Root returns the root user's keys: the configured ones, else those of
+// Dir/s3-credentials.json, else new ones written there (0600). generated
+// says the file was written now.
+func s3Root(dir string, c S3Config) (access, secret string, generated bool, err error) {
+	if c.AccessKey != "" || c.SecretKey != "" {
+		if c.AccessKey == "" || c.SecretKey == "" {
+			return "", "", false, errors.New("server: --s3-access-key and --s3-secret-key go together")
+		}
+		return c.AccessKey, c.SecretKey, false, nil
+	}
+	path := filepath.Join(dir, s3CredentialsFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		var cr s3Credentials
+		if err := json.Unmarshal(b, &cr); err != nil || cr.AccessKey == "" || cr.SecretKey == "" {
+			return "", "", false, fmt.Errorf("server: %s: not S3 credentials (%v)", path, err)
+		}
+		return cr.AccessKey, cr.SecretKey, false, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", "", false, fmt.Errorf("server: %w", err)
+	}
+	access, secret = meta.GenerateKeys()
+	b, _ = json.MarshalIndent(s3Credentials{AccessKey: access, SecretKey: secret}, "", "  ")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return "", "", false, fmt.Errorf("server: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", "", false, fmt.Errorf("server: %w", err)
+	}
+	return access, secret, true, nil
+}
+
+// startS3 starts the gateway (unless off) in a goroutine; the returned
+// channel gets its outcome once ctx ends or it fails.
+func (s *Server) startS3(ctx context.Context) (<-chan error, error) {
+	c := s.cfg.S3
+	if c.Listen == S3Off {
+		return nil, nil
+	}
+	access, secret, generated, err := s3Root(s.cfg.Dir, c)
+	if err != nil {
+		return nil, err
+	}
+	// The root user is also a user of the meta service, so that a
+	// separate `spindle s3` finds its secret by its access key.
+	if _, err := s.client.CreateUser(ctx, metaapi.CreateUser{Name: "root", AccessKey: access, SecretKey: secret}); err != nil && !errors.Is(err, metaapi.ErrExists) {
+		return nil, fmt.Errorf("server: registering the S3 root user: %w", err)
+	}
+	listen := c.Listen
+	if listen == "" {
+		listen = s3gw.DefaultListen
+	}
+	if generated {
+		fmt.Fprintf(os.Stderr, "spindle server: S3 root user generated: access key %s, secret in %s (0600)\n",
+			access, filepath.Join(s.cfg.Dir, s3CredentialsFile))
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- s3gw.Run(ctx, s3gw.Config{Meta: s.meta.Addr(), Listen: listen, Region: c.Region, Domain: c.Domain,
+			AccessKey: access, SecretKey: secret, Logger: s.cfg.Logger})
+	}()
+	fmt.Fprintf(os.Stderr, "spindle server: S3 gateway at http://%s (access key %s)\n", listen, access)
+	return done, nil
+}

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# S3 gateway: real clients, unchanged (aws-cli from PyPI, boto3, rclone, curl on
+# presigned URLs) against `spindle server`'s S3 endpoint; every byte compared.
+# Installs what it needs (a Python venv in $S3_VENV, rclone through apt-get).
+# S3_ENDPOINT=http://HOST:PORT (with S3_ACCESS_KEY, S3_SECRET_KEY) points it at
+# an S3 server that is already running instead of starting Spindle.
+# (the acceptance check ../shared/checks/s3-clients.sh, with its lib.sh inlined;
+# run from the checkout: make test-s3)
+# Sourced by the checks: build spindle from the project checkout (the current
+# directory) into a temporary directory, and small helpers to read JSON.
+set -euo pipefail
+CHECK_TMP=$(mktemp -d /tmp/spindle-check.XXXXXX)
+trap 'rm -rf "$CHECK_TMP"' EXIT
+
+build_spindle() {
+  if [[ ! -d cmd/spindle ]]; then
+    echo "no cmd/spindle in $(pwd)"; exit 1
+  fi
+  go build -o "$CHECK_TMP/spindle" ./cmd/spindle >"$CHECK_TMP/build.log" 2>&1 || {
+    tail -20 "$CHECK_TMP/build.log"; echo "build failed"; exit 1; }
+  SPINDLE="$CHECK_TMP/spindle"
+}
+
+# insecure SUBCOMMAND...: prints --insecure when that spindle subcommand has the
+# flag (plaintext), so that the compatibility checks keep working once TLS is
+# the default; they test compatibility, not security.
+insecure() { "$SPINDLE" "$@" --help 2>/dev/null | grep -q -- '--insecure' && echo --insecure || true; }
+S3_VENV=${S3_VENV:-/tmp/spindle-check-s3-venv}
+[[ -x "$S3_VENV/bin/aws" && -x "$S3_VENV/bin/python" ]] || {
+  python3 -m venv "$S3_VENV" && "$S3_VENV/bin/pip" install -q awscli "boto3[crt]" >"$CHECK_TMP/pip.log" 2>&1 ||
+    { tail -5 "$CHECK_TMP/pip.log"; echo "s3-clients: could not install awscli and boto3"; exit 1; }; }
+command -v rclone >/dev/null || { apt-get update -qq >/dev/null 2>&1; apt-get install -y -qq rclone >/dev/null 2>&1; } ||
+  { echo "s3-clients: could not install rclone"; exit 1; }
+
+if [[ -z "${S3_ENDPOINT:-}" ]]; then
+  build_spindle
+  ports=$(python3 -c 'import socket
+s=[socket.socket() for _ in range(2)]
+[x.bind(("127.0.0.1",0)) for x in s]; print(*[x.getsockname()[1] for x in s])')
+  read -r META_PORT S3_PORT <<<"$ports"
+  export SPINDLE_S3_ACCESS_KEY=AKIACHECKCLIENTS0001 SPINDLE_S3_SECRET_KEY=check-clients-secret-key-0123456789abcdef
+  setsid "$SPINDLE" server $(insecure server) --dir "$CHECK_TMP/srv" --meta-listen "127.0.0.1:$META_PORT" \
+    --s3-listen "127.0.0.1:$S3_PORT" >"$CHECK_TMP/server.log" 2>&1 &
+  SRV=$!
+  S3_ENDPOINT="http://127.0.0.1:$S3_PORT"; S3_ACCESS_KEY=$SPINDLE_S3_ACCESS_KEY; S3_SECRET_KEY=$SPINDLE_S3_SECRET_KEY
+fi
+RESULT=""
+trap 'rc=$?; if [[ -n "${SRV:-}" ]]; then kill -TERM -- -"$SRV" 2>/dev/null || true; sleep 1; kill -9 -- -"$SRV" 2>/dev/null || true; wait "$SRV" 2>/dev/null || true; fi; if [[ -n "${KEEP_LOG:-}" ]]; then cp "$CHECK_TMP/ops.log" "$KEEP_LOG" || true; fi; rm -rf "$CHECK_TMP"; echo "$RESULT"; exit $rc' EXIT
+
+export AWS_ACCESS_KEY_ID=$S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$S3_SECRET_KEY AWS_DEFAULT_REGION=us-east-1 \
+  AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null AWS_EC2_METADATA_DISABLED=true
+aws() { timeout 300 "$S3_VENV/bin/aws" --endpoint-url "$S3_ENDPOINT" "$@"; }
+probe() { AWS_MAX_ATTEMPTS=1 timeout 10 "$S3_VENV/bin/aws" --endpoint-url "$S3_ENDPOINT" --cli-connect-timeout 2 s3 ls >/dev/null 2>&1; }
+for _ in $(seq 90); do
+  probe && break
+  [[ -n "${SRV:-}" ]] && ! kill -0 "$SRV" 2>/dev/null && break
+  sleep 1
+done
+probe || { [[ -n "${SRV:-}" ]] && tail -5 "$CHECK_TMP/server.log"; RESULT="s3-clients: no S3 endpoint answering at $S3_ENDPOINT"; exit 1; }
+
+ok=0; n=0; fails=()
+check() { local what=$1; shift; n=$((n+1)); if "$@" >>"$CHECK_TMP/ops.log" 2>&1; then ok=$((ok+1)); else fails+=("$what"); fi; }
+B=check-clients-$RANDOM; D="$CHECK_TMP/files"; mkdir -p "$D/up" "$D/down" "$D/tree"
+for s in 0 1 1024 8388608 104857600; do head -c "$s" /dev/urandom >"$D/up/f$s"; done
+
+# aws-cli (PyPI): high-level and s3api
+cp_down() { aws s3 cp "s3://$B/dir/f$1" "$D/down/f$1" && cmp "$D/up/f$1" "$D/down/f$1"; }
+ls_prefix() { [[ $(aws s3 ls "s3://$B/dir/" | wc -l) == 5 ]]; }
+range_get() { aws s3api get-object --bucket "$B" --key dir/f8388608 --range bytes=1000-4999999 "$D/down/range" >/dev/null &&
+  cmp <(tail -c +1001 "$D/up/f8388608" | head -c 4999000) "$D/down/range"; }
+copy_object() { aws s3api copy-object --bucket "$B" --key copy/f1024 --copy-source "$B/dir/f1024" >/dev/null &&
+  aws s3 cp "s3://$B/copy/f1024" "$D/down/copy" && cmp "$D/up/f1024" "$D/down/copy"; }
+presigned_get() { curl -fsS -o "$D/down/pre" "$(aws s3 presign "s3://$B/dir/f1024" --expires-in 300)" && cmp "$D/up/f1024" "$D/down/pre"; }
+rm_then_404() { aws s3 rm "s3://$B/copy/f1024" && ! aws s3api head-object --bucket "$B" --key copy/f1024; }
+check "aws mb" aws s3 mb "s3://$B"
+for s in 0 1 1024 8388608 104857600; do
+  check "aws cp up $s" aws s3 cp "$D/up/f$s" "s3://$B/dir/f$s"
+  check "aws cp down $s" cp_down "$s"
+done
+check "aws ls prefix" ls_prefix
+check "aws range get" range_get
+check "aws copy-object" copy_object
+check "aws presigned get" presigned_get
+check "aws rm + head 404" rm_then_404
+
+# boto3: checksums, paging, batch delete, multipart with parallel parts, bad signature
+check "boto3" "$S3_VENV/bin/python" - "$S3_ENDPOINT" "$B" "$D" <<'PY'
+import hashlib, os, sys, boto3, botocore
+from boto3.s3.transfer import TransferConfig
+ep, b, d = sys.argv[1:]
+s3 = boto3.client("s3", endpoint_url=ep, config=botocore.config.Config(retries={"max_attempts": 3}))
+body = os.urandom(300_000)
+s3.put_object(Bucket=b, Key="b3/crc", Body=body, ChecksumAlgorithm="CRC32C", Metadata={"color": "blue"})
+r = s3.get_object(Bucket=b, Key="b3/crc", ChecksumMode="ENABLED")
+assert r["Body"].read() == body and r["Metadata"].get("color") == "blue"
+assert r.get("ChecksumCRC32C"), "no CRC32C checksum returned with ChecksumMode=ENABLED"
+keys = [f"b3/many/{i:05d}" for i in range(1500)]
+for k in keys: s3.put_object(Bucket=b, Key=k, Body=k.encode())
+seen, tok = [], None
+while True:
+    kw = dict(Bucket=b, Prefix="b3/many/", MaxKeys=1000)
+    if tok: kw["ContinuationToken"] = tok
+    r = s3.list_objects_v2(**kw); seen += [o["Key"] for o in r.get("Contents", [])]
+    if not r.get("IsTruncated"): break
+    tok = r["NextContinuationToken"]
+assert seen == keys, f"listing: {len(seen)} keys, wanted {len(keys)} in order"
+r = s3.list_objects_v2(Bucket=b, Prefix="b3/", Delimiter="/")
+assert [p["Prefix"] for p in r.get("CommonPrefixes", [])] == ["b3/many/"], r.get("CommonPrefixes")
+for i in range(0, 1500, 1000):
+    r = s3.delete_objects(Bucket=b, Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]]})
+    assert not r.get("Errors"), r.get("Errors")
+assert s3.list_objects_v2(Bucket=b, Prefix="b3/many/").get("KeyCount") == 0
+big = os.path.join(d, "up", "mp"); open(big, "wb").write(os.urandom(64 << 20))
+s3.upload_file(big, b, "b3/mp", Config=TransferConfig(multipart_threshold=5 << 20, multipart_chunksize=8 << 20, max_concurrency=8))
+s3.download_file(b, "b3/mp", big + ".down")
+assert open(big, "rb").read() == open(big + ".down", "rb").read()
+etag = s3.head_object(Bucket=b, Key="b3/mp")["ETag"].strip('"')
+assert etag.endswith("-8"), f"multipart ETag {etag}"
+bad = boto3.client("s3", endpoint_url=ep, aws_access_key_id=os.environ["AWS_ACCESS_KEY_ID"], aws_secret_access_key="wrong")
+try:
+    bad.put_object(Bucket=b, Key="b3/bad", Body=b"x"); raise SystemExit("a wrong secret was accepted")
+except botocore.exceptions.ClientError as e:
+    assert e.response["Error"]["Code"] in ("SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied"), e.response["Error"]
+PY
+
+# rclone: sync a tree of 200 files and check it
+for i in $(seq 200); do head -c $((RANDOM * 4)) /dev/urandom >"$D/tree/t$i"; done
+export RCLONE_CONFIG=/dev/null RCLONE_CONFIG_SPN_TYPE=s3 RCLONE_CONFIG_SPN_PROVIDER=Other RCLONE_CONFIG_SPN_ENDPOINT=$S3_ENDPOINT \
+  RCLONE_CONFIG_SPN_ACCESS_KEY_ID=$S3_ACCESS_KEY RCLONE_CONFIG_SPN_SECRET_ACCESS_KEY=$S3_SECRET_KEY RCLONE_CONFIG_SPN_REGION=us-east-1
+check "rclone sync" timeout 300 env -u AWS_CA_BUNDLE rclone sync "$D/tree" "spn:$B/tree"
+check "rclone check" timeout 300 env -u AWS_CA_BUNDLE rclone check --download "$D/tree" "spn:$B/tree"
+
+RESULT="s3-clients: $ok/$n client operations byte-exact${fails:+; failed: ${fails[*]}}"
+[[ $ok == "$n" ]]
