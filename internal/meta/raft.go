@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -53,11 +54,13 @@ const (
 	// maxInboundRaftMsgs bounds the received messages not yet stepped;
 	// more are dropped (raft resends).
 	maxInboundRaftMsgs = 4096
-	// maxOverlayBytes: the leader's overlay of proposed, not yet applied
-	// batches is rebuilt from the batches still in flight once it holds
-	// more than this (and more than twice what is in flight).
-	maxOverlayBytes = 8 << 20
 )
+
+// maxOverlayBytes: the leader's overlay of proposed, not yet applied
+// batches is rebuilt from the batches still in flight once it holds more
+// than this (and more than twice what is in flight). A variable: a test
+// rebuilds it at every proposal.
+var maxOverlayBytes = 8 << 20
 
 // entryVersion is the first byte of a meta log entry's data.
 const entryVersion = 1
@@ -990,7 +993,10 @@ func (s *Service) maybeRebuildOverlay() {
 	ov := r.db.NewIndexedBatch()
 	for _, f := range s.inflight {
 		eb := r.db.NewBatch()
-		if err := eb.SetRepr(f.repr); err == nil {
+		// A copy: the batch takes ownership of what SetRepr gets, and
+		// Close gives it back to Pebble for reuse — f.repr is the
+		// proposal's own entry, still on its way through raft.
+		if err := eb.SetRepr(slices.Clone(f.repr)); err == nil {
 			err = ov.Apply(eb, nil)
 		}
 		eb.Close()
