@@ -292,27 +292,38 @@ without --force.`,
 			var kc *keyclient.Client
 			ctx := cmd.Context()
 			get := func(bucket, key, dest string) error {
-				ki, err := kc.Stat(ctx, bucket, key)
-				if err != nil {
-					return keyExit(err, bucket, key)
-				}
-				if uint64(offset) > ki.Size {
-					return &exitError{exitUsage, fmt.Errorf("get %s/%s: --offset %d is past the end of the %d-byte value", bucket, key, offset, ki.Size)}
-				}
-				n := length
-				if rest := int64(ki.Size) - offset; n < 0 || n > rest {
-					n = rest // as S3 serves a range past the end: what exists
-				}
 				out, commit, abort, err := openDest(cmd, dest, replace)
 				if err != nil {
 					return err
 				}
-				bar := startTransferProgress(cmd.ErrOrStderr(), !noProgress && dest != "-", "get "+bucket+"/"+key, n)
-				err = kc.ReadKey(ctx, ki, offset, n, out, keyclient.GetOptions{Progress: bar.set})
-				bar.finish(err == nil)
+				// The key client looks the key up (again, if the version
+				// it found is replaced before a byte is read) and clips a
+				// range past the end to what exists, as S3 does.
+				var bar *transferProgress
+				opts := keyclient.GetOptions{ClipRange: true, Looked: func(ki metaapi.KeyInfo) {
+					if bar == nil && uint64(offset) <= ki.Size {
+						n := length
+						if rest := int64(ki.Size) - offset; n < 0 || n > rest {
+							n = rest
+						}
+						bar = startTransferProgress(cmd.ErrOrStderr(), !noProgress && dest != "-", "get "+bucket+"/"+key, n)
+					}
+				}}
+				opts.Progress = func(done int64) {
+					if bar != nil {
+						bar.set(done)
+					}
+				}
+				ki, err := kc.GetRange(ctx, bucket, key, offset, length, out, opts)
+				if bar != nil {
+					bar.finish(err == nil)
+				}
 				if err != nil {
 					abort()
-					return keyExit(fmt.Errorf("get %s/%s: %w", bucket, key, err), bucket, key)
+					if errors.Is(err, keyclient.ErrRange) {
+						return &exitError{exitUsage, fmt.Errorf("get %s/%s: --offset %d is past the end of the %d-byte value", bucket, key, offset, ki.Size)}
+					}
+					return keyExit(err, bucket, key)
 				}
 				return commit()
 			}

@@ -22,6 +22,14 @@ type GetOptions struct {
 	// Progress, when set, is called with the bytes written to the writer
 	// so far, from the Get's goroutine.
 	Progress func(done int64)
+	// ClipRange: a GetRange whose length runs past the end of the value
+	// reads what exists, as S3 serves such a range (an offset past the
+	// end is still ErrRange).
+	ClipRange bool
+	// Looked, when set, is called with the key's metadata each time the
+	// get looks it up, before any byte is read (a caller sizes its
+	// progress from it).
+	Looked func(ki metaapi.KeyInfo)
 }
 
 // Get writes the value of bucket/key to w and returns its metadata. The
@@ -54,8 +62,15 @@ func (c *Client) getRange(ctx context.Context, bucket, key string, offset, lengt
 		if err != nil {
 			return ki, err
 		}
+		n := length
+		if opts.ClipRange && offset >= 0 && uint64(offset) <= ki.Size && (n < 0 || uint64(offset)+uint64(n) > ki.Size) {
+			n = int64(ki.Size) - offset
+		}
+		if opts.Looked != nil {
+			opts.Looked(ki)
+		}
 		cw := &countingWriter{w: w}
-		err = c.ReadKey(ctx, ki, offset, length, cw, opts)
+		err = c.ReadKey(ctx, ki, offset, n, cw, opts)
 		if err == nil {
 			return ki, nil
 		}
