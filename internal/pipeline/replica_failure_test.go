@@ -18,8 +18,6 @@ import (
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/transport"
 	"github.com/spindle-store/spindle/internal/vfs"
-	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // memCluster starts a 3-member pipeline whose engines keep their block
@@ -514,25 +512,8 @@ func TestFollowerRefusesBytesItsLeaderDidNotVerify(t *testing.T) {
 	bad := slices.Clone(good)
 	bad[100] ^= 0x01
 	wc := transport.WriteChunk{ContainerID: 5, LocalID: 1, Length: 4096, BytesPerChecksum: bpc, Checksums: engine.ComputeChecksums(nil, good, bpc)}
-	data := AppendCommand(nil, &Command{Kind: KindWriteChunk, ProposalID: 2 << 48, WriteChunk: wc})
-	rm := &transport.RaftMessage{GroupID: 1, Message: &raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), To: proto.Uint64(1), From: proto.Uint64(2),
-		Term: proto.Uint64(5), LogTerm: proto.Uint64(1), Index: proto.Uint64(1), Commit: proto.Uint64(1),
-		Entries: []*raftpb.Entry{{Term: proto.Uint64(5), Index: proto.Uint64(2), Type: raftpb.EntryType_EntryNormal.Enum(), Data: data}}}}
-	rm.SetPayloads([][]byte{bad})
-	var e transport.Encoder
-	if err := e.Append(rm, bad); err != nil {
-		t.Fatal(err)
-	}
-	c, err := net.Dial("tcp", n.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := sendMsgApp(t, n.Addr(), 5, 5, wc, 2, bad)
 	defer c.Close()
-	for _, b := range e.Buffers() {
-		if _, err := c.Write(b); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if replica, node := waitFailed(t, tn); !replica || node {
 		t.Fatalf("replica failed %v, node failed %v (%v)", replica, node, n.Err())
 	}

@@ -418,25 +418,8 @@ func TestStaleTermPayloadSkipped(t *testing.T) {
 	_, term := n.Leader(1)
 	const frameBytes = 8 << 20
 	payload := make([]byte, frameBytes)
-	data := AppendCommand(nil, &Command{Kind: KindWriteChunk, WriteChunk: transport.WriteChunk{ContainerID: 1, LocalID: 1, Length: frameBytes}})
-	rm := &transport.RaftMessage{GroupID: 1, Message: &raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), To: proto.Uint64(1), From: proto.Uint64(2),
-		Term: proto.Uint64(term - 1), LogTerm: proto.Uint64(1), Index: proto.Uint64(1), Commit: proto.Uint64(1),
-		Entries: []*raftpb.Entry{{Term: proto.Uint64(1), Index: proto.Uint64(2), Type: raftpb.EntryType_EntryNormal.Enum(), Data: data}}}}
-	rm.SetPayloads([][]byte{payload})
-	var e transport.Encoder
-	if err := e.Append(rm, payload); err != nil {
-		t.Fatal(err)
-	}
-	c, err := net.Dial("tcp", n.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := sendMsgApp(t, n.Addr(), term-1, 1, transport.WriteChunk{ContainerID: 1, LocalID: 1, Length: frameBytes}, 0, payload)
 	defer c.Close()
-	for _, b := range e.Buffers() {
-		if _, err := c.Write(b); err != nil {
-			t.Fatal(err)
-		}
-	}
 	for testCounter(t, n.metrics.staleRaftPayloads) != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the stale MsgApp's payload was not dropped")
@@ -446,4 +429,32 @@ func TestStaleTermPayloadSkipped(t *testing.T) {
 	if st := n.Budgets(); st.RaftPeakBytes != 0 {
 		t.Fatalf("raft budget peak %d bytes: the stale payload was admitted", st.RaftPeakBytes)
 	}
+}
+
+// sendMsgApp sends node addr, as member 2 at term, a MsgApp of one
+// WriteChunk entry (index 2, term entryTerm, after the bootstrap entry)
+// proposed by node proposer, with payload as its chunk bytes; it returns
+// the connection (the caller closes it).
+func sendMsgApp(t *testing.T, addr string, term, entryTerm uint64, wc transport.WriteChunk, proposer uint64, payload []byte) net.Conn {
+	t.Helper()
+	data := AppendCommand(nil, &Command{Kind: KindWriteChunk, ProposalID: proposer << 48, WriteChunk: wc})
+	rm := &transport.RaftMessage{GroupID: 1, Message: &raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), To: proto.Uint64(1), From: proto.Uint64(2),
+		Term: proto.Uint64(term), LogTerm: proto.Uint64(1), Index: proto.Uint64(1), Commit: proto.Uint64(1),
+		Entries: []*raftpb.Entry{{Term: proto.Uint64(entryTerm), Index: proto.Uint64(2), Type: raftpb.EntryType_EntryNormal.Enum(), Data: data}}}}
+	rm.SetPayloads([][]byte{payload})
+	var e transport.Encoder
+	if err := e.Append(rm, payload); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range e.Buffers() {
+		if _, err := c.Write(b); err != nil {
+			c.Close()
+			t.Fatal(err)
+		}
+	}
+	return c
 }
