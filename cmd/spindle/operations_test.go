@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -242,50 +243,78 @@ type guideNet struct {
 
 func newGuideNet(t *testing.T, hosts []string) *guideNet {
 	t.Helper()
-	g := &guideNet{addrs: map[string]string{}, ns: map[string]string{}}
-	ipTool, err := exec.LookPath("ip")
-	if os.Geteuid() != 0 || err != nil {
+	loopback := func(why string) *guideNet {
+		g := &guideNet{addrs: map[string]string{}, ns: map[string]string{}}
 		for i, h := range hosts {
 			g.addrs[h] = fmt.Sprintf("127.0.0.%d", i+1)
 		}
-		t.Logf("hosts on loopback addresses (not root, or no ip(8))")
+		t.Logf("hosts on loopback addresses: %s", why)
 		return g
 	}
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command(ipTool, args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
+	ipTool, err := exec.LookPath("ip")
+	if os.Geteuid() != 0 || err != nil {
+		return loopback("not root, or no ip(8)")
 	}
 	// Names unique to this process (interface names ≤ 15 bytes).
 	tag := fmt.Sprintf("%x", os.Getpid()&0xffff)
 	subnet := fmt.Sprintf("10.213.%d", os.Getpid()%250)
 	br := "spgb" + tag
-	if out, err := exec.Command(ipTool, "link", "add", br, "type", "bridge").CombinedOutput(); err != nil {
-		// Root without the right to make interfaces (a container).
-		for i, h := range hosts {
-			g.addrs[h] = fmt.Sprintf("127.0.0.%d", i+1)
+	var made []string // namespaces made, for the teardown
+	teardown := func() {
+		for _, ns := range made {
+			exec.Command(ipTool, "netns", "del", ns).Run()
 		}
-		t.Logf("hosts on loopback addresses: cannot make a bridge: %v: %s", err, out)
-		return g
+		exec.Command(ipTool, "link", "del", br).Run()
 	}
-	t.Cleanup(func() { exec.Command(ipTool, "link", "del", br).Run() })
-	ip("addr", "add", subnet+".254/24", "dev", br)
-	ip("link", "set", br, "up")
-	for i, h := range hosts {
-		ns := fmt.Sprintf("spg%s-%d", tag, i+1)
-		veth := fmt.Sprintf("spgv%s%d", tag, i+1)
-		ip("netns", "add", ns)
-		t.Cleanup(func() { exec.Command(ipTool, "netns", "del", ns).Run() })
-		ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-		ip("link", "set", veth, "master", br)
-		ip("link", "set", veth, "up")
-		g.addrs[h] = fmt.Sprintf("%s.%d", subnet, i+1)
-		ip("-n", ns, "addr", "add", g.addrs[h]+"/24", "dev", "eth0")
-		ip("-n", ns, "link", "set", "eth0", "up")
-		ip("-n", ns, "link", "set", "lo", "up")
-		g.ns[h] = ns
+	ip := func(args ...string) error {
+		if out, err := exec.Command(ipTool, args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+		}
+		return nil
 	}
+	g := &guideNet{addrs: map[string]string{}, ns: map[string]string{}}
+	setup := func() error {
+		if err := ip("link", "add", br, "type", "bridge"); err != nil {
+			return err
+		}
+		if err := ip("addr", "add", subnet+".254/24", "dev", br); err != nil {
+			return err
+		}
+		if err := ip("link", "set", br, "up"); err != nil {
+			return err
+		}
+		for i, h := range hosts {
+			ns := fmt.Sprintf("spg%s-%d", tag, i+1)
+			veth := fmt.Sprintf("spgv%s%d", tag, i+1)
+			if err := ip("netns", "add", ns); err != nil {
+				return err
+			}
+			made = append(made, ns)
+			g.addrs[h] = fmt.Sprintf("%s.%d", subnet, i+1)
+			for _, args := range [][]string{
+				{"link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns},
+				{"link", "set", veth, "master", br},
+				{"link", "set", veth, "up"},
+				{"-n", ns, "addr", "add", g.addrs[h] + "/24", "dev", "eth0"},
+				{"-n", ns, "link", "set", "eth0", "up"},
+				{"-n", ns, "link", "set", "lo", "up"},
+				{"netns", "exec", ns, "true"}, // can processes run in it?
+			} {
+				if err := ip(args...); err != nil {
+					return err
+				}
+			}
+			g.ns[h] = ns
+		}
+		return nil
+	}
+	if err := setup(); err != nil {
+		// Root without the right to make interfaces or namespaces (a
+		// container): what was made is removed.
+		teardown()
+		return loopback(err.Error())
+	}
+	t.Cleanup(teardown)
 	t.Logf("hosts in network namespaces on bridge %s: %v", br, g.addrs)
 	return g
 }
