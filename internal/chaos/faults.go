@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/spindle-store/spindle/internal/client"
+	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/transport"
 )
 
@@ -182,14 +182,14 @@ func injectBitrot(ctx context.Context, r *run, rng *rand.Rand) (string, func(con
 		if !ok {
 			return "", nil, errors.New("no acknowledged key to damage yet")
 		}
-		pattern := fmt.Sprintf("containers/*/%d/%016x.blk", rec.container, rec.local)
+		b := engine.BlockID{Container: engine.ContainerID(rec.container), Local: rec.local}
 		var files []string
 		for _, n := range r.cl.dns.Nodes() {
 			if node, ok := r.rotted[rec.container]; ok && node != n.ID {
 				continue
 			}
-			m, _ := filepath.Glob(filepath.Join(n.DataDir, pattern))
-			for _, f := range m {
+			f := engine.BlockFilePath(n.DataDir, b)
+			if _, err := os.Stat(f); err == nil {
 				files = append(files, fmt.Sprintf("%d\x00%s", n.ID, f))
 			}
 		}

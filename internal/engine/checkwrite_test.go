@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"bytes"
+	"os"
 	"testing"
 
 	"github.com/spindle-store/spindle/internal/vfs"
@@ -42,4 +44,22 @@ func TestCheckWrite(t *testing.T) {
 	mustNo(t, e.CloseContainer(1))
 	_, err = e.CheckWrite(b, 2048, 1024, testBPC, sums(2048, 1024))
 	wantErr(t, err, ErrNotOpen)
+}
+
+// TestBlockFilePath: BlockFilePath names the file a block's bytes are in.
+func TestBlockFilePath(t *testing.T) {
+	dir := t.TempDir()
+	e, err := Open(Config{DataDirs: []string{dir}, Logger: quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	b := BlockID{Container: 7, Local: 3}
+	mustNo(t, e.CreateContainer(b.Container))
+	bd := writeBlock(t, e, b, 1000)
+	mustNo(t, e.PutBlock(bd, 1))
+	got, err := os.ReadFile(BlockFilePath(dir, b))
+	if err != nil || !bytes.Equal(got, content(b, 0, 1000)) {
+		t.Fatalf("BlockFilePath(%s, %v): %d bytes (%v), want the block's 1000", dir, b, len(got), err)
+	}
 }

@@ -211,16 +211,26 @@ func (v *volume) close() error {
 }
 
 // containerDir is where container id lives on volume v.
-func (v *volume) containerDir(id ContainerID) string {
+func (v *volume) containerDir(id ContainerID) string { return containerDirIn(v.dir, id) }
+
+// containerDirIn is where container id lives on the volume in dir.
+func containerDirIn(dir string, id ContainerID) string {
 	var b [8]byte
 	for i := range b {
 		b[i] = byte(uint64(id) >> (8 * i))
 	}
 	sub := fmt.Sprintf("%02x", CRC32C(b[:])%containerFanout)
-	return filepath.Join(v.dir, volumeContainerDir, sub, fmt.Sprintf("%d", uint64(id)))
+	return filepath.Join(dir, volumeContainerDir, sub, fmt.Sprintf("%d", uint64(id)))
 }
 
 func blockFileName(local uint64) string { return fmt.Sprintf("%016x.blk", local) }
+
+// BlockFilePath is where block b's file is on the volume in dir (the
+// layout of docs/FORMAT.md), for what must reach the bytes on disk
+// without the engine: the chaos bench's bit flips, damage in tests.
+func BlockFilePath(dir string, b BlockID) string {
+	return filepath.Join(containerDirIn(dir, b.Container), blockFileName(b.Local))
+}
 
 func pebbleOptions(fs vfs.FS, dir string, logger *slog.Logger) *pebble.Options {
 	return &pebble.Options{

@@ -7,17 +7,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/spindle-store/spindle/internal/client"
+	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/keyclient/fakemeta"
 	"github.com/spindle-store/spindle/internal/localcluster"
@@ -308,18 +307,7 @@ func TestClusterCorruptReplica(t *testing.T) {
 // flipByte damages one byte of block b's file under a datanode's volume.
 func flipByte(t *testing.T, dataDir string, b metaapi.BlockRef, at int64) {
 	t.Helper()
-	name := fmt.Sprintf("%016x.blk", b.Local)
-	var path string
-	err := filepath.WalkDir(dataDir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && d.Name() == name && filepath.Base(filepath.Dir(p)) == strconv.FormatUint(b.Container, 10) {
-			path = p
-		}
-		return err
-	})
-	if err != nil || path == "" {
-		t.Fatalf("block file %s of container %d under %s: %v", name, b.Container, dataDir, err)
-	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := os.OpenFile(engine.BlockFilePath(dataDir, engine.BlockID{Container: engine.ContainerID(b.Container), Local: b.Local}), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

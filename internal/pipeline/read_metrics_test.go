@@ -2,11 +2,7 @@ package pipeline
 
 import (
 	"context"
-	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -59,19 +55,7 @@ func TestReadMetrics(t *testing.T) {
 // directory (the bytes on disk, not through the engine).
 func flipBlockByte(t *testing.T, dataDir string, container, local uint64, at int64) {
 	t.Helper()
-	id := engine.BlockID{Container: engine.ContainerID(container), Local: local}
-	name := fmt.Sprintf("%016x.blk", local)
-	var path string
-	err := filepath.WalkDir(dataDir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && d.Name() == name && filepath.Base(filepath.Dir(p)) == strconv.FormatUint(container, 10) {
-			path = p
-		}
-		return err
-	})
-	if err != nil || path == "" {
-		t.Fatalf("block file of %v under %s: %v", id, dataDir, err)
-	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := os.OpenFile(engine.BlockFilePath(dataDir, engine.BlockID{Container: engine.ContainerID(container), Local: local}), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
