@@ -50,11 +50,18 @@ func (c failureClass) String() string {
 }
 
 // classifyWrite says what err, from the chunk write (at append time) of a
-// WriteChunk to container cid, means for this replica.
-func (n *Node) classifyWrite(err error, cid uint64) failureClass {
+// WriteChunk to container cid, means for this replica; proposedHere: this
+// node proposed the chunk (as the pipeline's leader).
+func (n *Node) classifyWrite(err error, cid uint64, proposedHere bool) failureClass {
 	switch {
 	case errors.Is(err, engine.ErrFailed), errors.Is(err, wal.ErrFailed), errors.Is(err, engine.ErrClosed):
 		return nodeLost
+	case errors.Is(err, engine.ErrChecksumMismatch) && !proposedHere:
+		// Its leader verified these checksums against the bytes before
+		// proposing them (handle, peer.go): bytes that fail them here are
+		// not the ones it verified (damaged on the way, or sent wrong), so
+		// this replica does not hold what the others hold.
+		return replicaLost
 	case errors.Is(err, engine.ErrChecksumMismatch), errors.Is(err, engine.ErrInvalid),
 		errors.Is(err, engine.ErrHole), errors.Is(err, engine.ErrContainerFull):
 		return refusalShared

@@ -212,16 +212,7 @@ func (n *Node) writeChunks(j *appendJob, chunks int, wrote bool) (int, bool, boo
 				n.metrics.chunkWrites.Inc()
 				n.metrics.chunkBytes.Add(float64(c.WriteChunk.Length))
 			} else {
-				cls := n.classifyWrite(err, c.WriteChunk.ContainerID)
-				if cls == refusalShared && errors.Is(err, engine.ErrChecksumMismatch) && c.ProposalID>>48 != n.cfg.ID {
-					// Its leader verified these checksums against the
-					// bytes before proposing them (handle, peer.go): bytes
-					// that fail them here are not the ones it verified
-					// (damaged on the way, or sent wrong), so this replica
-					// does not hold what the others hold.
-					cls = replicaLost
-				}
-				switch cls {
+				switch n.classifyWrite(err, c.WriteChunk.ContainerID, c.ProposalID>>48 == n.cfg.ID) {
 				case nodeLost:
 					n.fail(fmt.Errorf("append: pipeline %d index %d: write chunk: %w", j.g.id, e.GetIndex(), err))
 					return chunks, wrote, false
