@@ -16,8 +16,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"golang.org/x/sys/unix"
 
+	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/units"
@@ -380,11 +380,7 @@ without --force.`,
 // file again and again — is not: there get replaces an existing FILE, as
 // cp and aws s3 cp do; a person is asked for --force.
 var interactive = func(cmd *cobra.Command) bool {
-	if !stdinIsTerminal(cmd) || cmd.ErrOrStderr() != io.Writer(os.Stderr) {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(os.Stderr.Fd()), unix.TCGETS)
-	return err == nil
+	return stdinIsTerminal(cmd) && cmd.ErrOrStderr() == io.Writer(os.Stderr) && bench.StderrIsTerminal()
 }
 
 // checkDest refuses, before anything is read, a destination that is a

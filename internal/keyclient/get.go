@@ -69,12 +69,12 @@ func (c *Client) getRange(ctx context.Context, bucket, key string, offset, lengt
 		if opts.Looked != nil {
 			opts.Looked(ki)
 		}
-		cw := &countingWriter{w: w}
+		cw := &CountingWriter{W: w}
 		err = c.ReadKey(ctx, ki, offset, n, cw, opts)
 		if err == nil {
 			return ki, nil
 		}
-		if cw.n == 0 && try < MaxVersionRetries && blockGone(err) {
+		if cw.N == 0 && try < MaxVersionRetries && blockGone(err) {
 			continue
 		}
 		return ki, fmt.Errorf("get %s/%s: %w", bucket, key, err)
@@ -97,15 +97,15 @@ func blockGone(err error) bool {
 	return true
 }
 
-// countingWriter counts the bytes written through it.
-type countingWriter struct {
-	w io.Writer
-	n int64
+// CountingWriter counts the bytes written through it to W (N).
+type CountingWriter struct {
+	W io.Writer
+	N int64
 }
 
-func (cw *countingWriter) Write(p []byte) (int, error) {
-	n, err := cw.w.Write(p)
-	cw.n += int64(n)
+func (cw *CountingWriter) Write(p []byte) (int, error) {
+	n, err := cw.W.Write(p)
+	cw.N += int64(n)
 	return n, err
 }
 

@@ -182,18 +182,6 @@ type objectBody struct {
 	once sync.Once
 }
 
-// countWriter counts what WriteTo wrote.
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
-}
-
 // WriteTo writes the body to w (once; the body is then consumed).
 func (o *objectBody) WriteTo(w io.Writer) (int64, error) {
 	o.mu.Lock()
@@ -202,9 +190,9 @@ func (o *objectBody) WriteTo(w io.Writer) (int64, error) {
 	if piped {
 		return io.Copy(w, struct{ io.Reader }{o})
 	}
-	cw := &countWriter{w: w}
+	cw := &keyclient.CountingWriter{W: w}
 	err := o.b.kc.ReadKey(o.ctx, o.ki, o.offset, o.length, cw, keyclient.GetOptions{})
-	return cw.n, err
+	return cw.N, err
 }
 
 func (o *objectBody) Read(p []byte) (int, error) {
@@ -525,12 +513,17 @@ func (b *Backend) list(ctx context.Context, bucket, prefix, delim, after string,
 	return p, nil
 }
 
+// maxKeysOf is a listing's MaxKeys: the request's, else MaxListKeys.
+func maxKeysOf(p *int32) int32 {
+	if p != nil {
+		return *p
+	}
+	return MaxListKeys
+}
+
 // ListObjects is ListObjects v1 (marker, NextMarker).
 func (b *Backend) ListObjects(ctx context.Context, in *s3.ListObjectsInput) (s3response.ListObjectsResult, error) {
-	maxKeys := int32(MaxListKeys)
-	if in.MaxKeys != nil {
-		maxKeys = *in.MaxKeys
-	}
+	maxKeys := maxKeysOf(in.MaxKeys)
 	p, err := b.list(ctx, deref(in.Bucket), deref(in.Prefix), deref(in.Delimiter), deref(in.Marker), maxKeys)
 	if err != nil {
 		return s3response.ListObjectsResult{}, err
@@ -547,10 +540,7 @@ func (b *Backend) ListObjects(ctx context.Context, in *s3.ListObjectsInput) (s3r
 
 // ListObjectsV2 pages with continuation tokens: base64 of the last entry.
 func (b *Backend) ListObjectsV2(ctx context.Context, in *s3.ListObjectsV2Input) (s3response.ListObjectsV2Result, error) {
-	maxKeys := int32(MaxListKeys)
-	if in.MaxKeys != nil {
-		maxKeys = *in.MaxKeys
-	}
+	maxKeys := maxKeysOf(in.MaxKeys)
 	after := deref(in.StartAfter)
 	if tok := deref(in.ContinuationToken); tok != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(tok)
@@ -580,10 +570,7 @@ func (b *Backend) ListObjectsV2(ctx context.Context, in *s3.ListObjectsV2Input) 
 // ListObjectVersions: buckets are unversioned, every key is its "null"
 // version.
 func (b *Backend) ListObjectVersions(ctx context.Context, in *s3.ListObjectVersionsInput) (s3response.ListVersionsResult, error) {
-	maxKeys := int32(MaxListKeys)
-	if in.MaxKeys != nil {
-		maxKeys = *in.MaxKeys
-	}
+	maxKeys := maxKeysOf(in.MaxKeys)
 	p, err := b.list(ctx, deref(in.Bucket), deref(in.Prefix), deref(in.Delimiter), deref(in.KeyMarker), maxKeys)
 	if err != nil {
 		return s3response.ListVersionsResult{}, err
