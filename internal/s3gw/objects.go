@@ -9,11 +9,14 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/gofiber/fiber/v3"
 	"github.com/versity/versitygw/backend"
 	"github.com/versity/versitygw/s3api/middlewares"
 	"github.com/versity/versitygw/s3api/utils"
@@ -513,6 +516,57 @@ func (b *Backend) list(ctx context.Context, bucket, prefix, delim, after string,
 	return p, nil
 }
 
+// encodingTypeKey is where noteEncodingType leaves a listing's
+// encoding-type query parameter in the request's context: versitygw's
+// controllers do not pass it to the backend.
+type encodingTypeKey struct{}
+
+// noteEncodingType keeps the request's encoding-type for the listings.
+func noteEncodingType(c fiber.Ctx) {
+	if v := c.Request().URI().QueryArgs().Peek("encoding-type"); len(v) > 0 {
+		c.RequestCtx().SetUserValue(encodingTypeKey{}, types.EncodingType(v))
+	}
+}
+
+// encodingType is the listing's encoding-type: the input's, else the
+// request's query parameter; "url" is the one S3 knows.
+func encodingType(ctx context.Context, in types.EncodingType) (types.EncodingType, error) {
+	if in == "" {
+		in, _ = ctx.Value(encodingTypeKey{}).(types.EncodingType)
+	}
+	if in != "" && in != types.EncodingTypeUrl {
+		return "", s3err.APIError{Code: "InvalidArgument", Description: "Invalid Encoding Method specified in Request", HTTPStatusCode: http.StatusBadRequest}
+	}
+	return in, nil
+}
+
+// keyEncoder returns how a listing writes key names: as they are, or with
+// encoding-type=url URL-encoded as S3 does ('/' kept, space as '+'), which
+// SDKs that ask for it (boto3, minio-go) decode; the response then says
+// EncodingType url.
+func keyEncoder(enc types.EncodingType) func(*string) *string {
+	if enc != types.EncodingTypeUrl {
+		return func(s *string) *string { return s }
+	}
+	return func(s *string) *string {
+		if s == nil {
+			return nil
+		}
+		e := strings.ReplaceAll(url.QueryEscape(*s), "%2F", "/")
+		return &e
+	}
+}
+
+// encode rewrites the page's keys, prefixes and next marker with enc.
+func (p *listPage) encode(enc func(*string) *string) {
+	for i := range p.objects {
+		p.objects[i].Key = enc(p.objects[i].Key)
+	}
+	for i := range p.prefixes {
+		p.prefixes[i].Prefix = enc(p.prefixes[i].Prefix)
+	}
+}
+
 // maxKeysOf is a listing's MaxKeys: the request's, else MaxListKeys.
 func maxKeysOf(p *int32) int32 {
 	if p != nil {
@@ -528,12 +582,17 @@ func (b *Backend) ListObjects(ctx context.Context, in *s3.ListObjectsInput) (s3r
 	if err != nil {
 		return s3response.ListObjectsResult{}, err
 	}
+	if in.EncodingType, err = encodingType(ctx, in.EncodingType); err != nil {
+		return s3response.ListObjectsResult{}, err
+	}
+	enc := keyEncoder(in.EncodingType)
+	p.encode(enc)
 	res := s3response.ListObjectsResult{
-		Name: in.Bucket, Prefix: in.Prefix, Marker: in.Marker, MaxKeys: &maxKeys, Delimiter: in.Delimiter,
+		Name: in.Bucket, Prefix: enc(in.Prefix), Marker: enc(in.Marker), MaxKeys: &maxKeys, Delimiter: enc(in.Delimiter),
 		IsTruncated: &p.truncated, Contents: p.objects, CommonPrefixes: p.prefixes, EncodingType: in.EncodingType,
 	}
 	if p.truncated {
-		res.NextMarker = &p.next
+		res.NextMarker = enc(&p.next)
 	}
 	return res, nil
 }
@@ -554,8 +613,13 @@ func (b *Backend) ListObjectsV2(ctx context.Context, in *s3.ListObjectsV2Input) 
 		return s3response.ListObjectsV2Result{}, err
 	}
 	count := int32(len(p.objects) + len(p.prefixes))
+	if in.EncodingType, err = encodingType(ctx, in.EncodingType); err != nil {
+		return s3response.ListObjectsV2Result{}, err
+	}
+	enc := keyEncoder(in.EncodingType)
+	p.encode(enc) // the continuation token keeps the raw key
 	res := s3response.ListObjectsV2Result{
-		Name: in.Bucket, Prefix: in.Prefix, StartAfter: in.StartAfter, MaxKeys: &maxKeys, Delimiter: in.Delimiter,
+		Name: in.Bucket, Prefix: enc(in.Prefix), StartAfter: enc(in.StartAfter), MaxKeys: &maxKeys, Delimiter: enc(in.Delimiter),
 		IsTruncated: &p.truncated, Contents: p.objects, CommonPrefixes: p.prefixes, KeyCount: &count, EncodingType: in.EncodingType,
 	}
 	if deref(in.ContinuationToken) != "" {
@@ -575,9 +639,14 @@ func (b *Backend) ListObjectVersions(ctx context.Context, in *s3.ListObjectVersi
 	if err != nil {
 		return s3response.ListVersionsResult{}, err
 	}
+	if in.EncodingType, err = encodingType(ctx, in.EncodingType); err != nil {
+		return s3response.ListVersionsResult{}, err
+	}
+	enc := keyEncoder(in.EncodingType)
+	p.encode(enc)
 	res := s3response.ListVersionsResult{
-		Name: in.Bucket, Prefix: in.Prefix, KeyMarker: in.KeyMarker, VersionIdMarker: in.VersionIdMarker, MaxKeys: &maxKeys,
-		Delimiter: in.Delimiter, IsTruncated: &p.truncated, CommonPrefixes: p.prefixes, EncodingType: in.EncodingType,
+		Name: in.Bucket, Prefix: enc(in.Prefix), KeyMarker: enc(in.KeyMarker), VersionIdMarker: in.VersionIdMarker, MaxKeys: &maxKeys,
+		Delimiter: enc(in.Delimiter), IsTruncated: &p.truncated, CommonPrefixes: p.prefixes, EncodingType: in.EncodingType,
 	}
 	for _, o := range p.objects {
 		res.Versions = append(res.Versions, s3response.ObjectVersion{
@@ -586,7 +655,7 @@ func (b *Backend) ListObjectVersions(ctx context.Context, in *s3.ListObjectVersi
 		})
 	}
 	if p.truncated {
-		res.NextKeyMarker = &p.next
+		res.NextKeyMarker = enc(&p.next)
 		res.NextVersionIdMarker = ptr("null")
 	}
 	return res, nil
