@@ -31,7 +31,7 @@ RACE_PKGS      ?= ./cmd/... ./internal/bench/... ./internal/units/... ./internal
 # Go sources to format-check: everything but testdata, vendor and bin.
 GO_FILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*' -not -path '*/testdata/*' -not -path './vendor/*')
 
-.PHONY: help deps build test test-race vet fmt fmt-check demo fuzz bench report clean check-full-disk check-crash check-chaos soak-meta test-s3
+.PHONY: help deps build test test-race vet fmt fmt-check demo fuzz bench report clean check-full-disk check-crash check-chaos soak-meta test-s3 test-s3-full
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -76,6 +76,9 @@ soak-meta: ## the replicated meta service: clients put keys while the leader is 
 test-s3: ## the S3 gateway: Go tests with aws-sdk-go-v2, then aws-cli, boto3, rclone and curl against spindle server (installs them in a venv / with apt when missing; a few minutes)
 	$(GO) test -count=1 -p 1 ./internal/s3gw/
 	scripts/s3-clients.sh
+
+test-s3-full: ## issue 13's S3 acceptance at full size: aws-cli (PyPI and Debian), boto3, rclone, minio-go with 0 B..1 GiB objects, 10,000-key listings, 1,000-file rclone sync, kill -9 of a datanode during a 1 GiB multipart upload (needs ~8 GiB of /dev/shm; 5-15 minutes)
+	scripts/s3-acceptance.sh
 
 demo: build ## run the all-in-one demo
 	$(BIN) demo
