@@ -407,11 +407,15 @@ func (s *Service) ListUploads(req *metaapi.ListUploads) (*metaapi.UploadList, er
 	})
 }
 
-// MaxUploadsDroppedWithBucket bounds the multipart uploads in progress
-// that deleting their bucket aborts in one batch (each with up to MaxParts
-// part records); a bucket with more is refused (ErrNotEmpty) until they
-// are aborted one by one.
-const MaxUploadsDroppedWithBucket = 100
+// MaxUploadsDroppedWithBucket and MaxPartsDroppedWithBucket bound what
+// deleting a bucket aborts in one batch: its multipart uploads in progress
+// and their part records (a batch of 100,000 deletions is a few MB). A
+// bucket with more is refused (ErrNotEmpty) until they are aborted one by
+// one.
+const (
+	MaxUploadsDroppedWithBucket = 10_000
+	MaxPartsDroppedWithBucket   = 100_000
+)
 
 // dropBucketUploads aborts, in b, every multipart upload in progress in
 // bucket, as S3 does when the bucket is deleted: their records go, their
@@ -439,10 +443,15 @@ func (s *Service) dropBucketUploads(b *pebble.Batch, bucket string, now time.Tim
 	if err := it.Close(); err != nil {
 		return fmt.Errorf("meta: uploads of %s: %w", bucket, err)
 	}
+	parts := 0
 	for _, ref := range refs {
 		all, err := s.allParts(ref)
 		if err != nil {
 			return err
+		}
+		if parts += len(all); parts > MaxPartsDroppedWithBucket {
+			return fmt.Errorf("%w: bucket %s has more than %d parts of multipart uploads in progress: abort them first",
+				metaapi.ErrNotEmpty, bucket, MaxPartsDroppedWithBucket)
 		}
 		s.dropUpload(b, ref, all, nil, now)
 	}
