@@ -71,6 +71,9 @@ func (b *Backend) UploadPart(ctx context.Context, in *s3.UploadPartInput) (*s3.U
 	var part metaapi.Part
 	_, err = b.kc.Put(ctx, ref.Bucket, ref.Key, chk.r, keyclient.PutOptions{
 		Commit: func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc uint32) (metaapi.KeyInfo, error) {
+			if err := chk.verify(crc); err != nil {
+				return metaapi.KeyInfo{}, err
+			}
 			var err error
 			part, err = b.meta.CommitPart(ctx, metaapi.CommitPart{UploadRef: ref, Number: uint32(n), Size: size,
 				Blocks: blocks, CRC32C: crc, ETag: chk.etag(), Checksums: chk.checksums()})

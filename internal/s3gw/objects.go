@@ -55,15 +55,21 @@ func standardHeaders(enc, disp, lang, cache, expires *string) map[string]string 
 }
 
 // bodyCheck verifies what the client said of the body as it streams: the
-// MD5 (ETag) always, and the one checksum the client sent (a header:
-// versitygw's HashReader; a trailer: verified by versitygw's chunk reader,
-// which this only reads back at the end).
+// MD5 (ETag) always, and the one checksum the client sent (a CRC32C
+// header: compared with Spindle's own per-chunk CRC32Cs combined, no second
+// pass over the bytes; another header: versitygw's HashReader; a trailer:
+// verified by versitygw's chunk reader, which this only reads back at the
+// end).
 type bodyCheck struct {
 	md5     hash.Hash
 	r       io.Reader
 	algo    types.ChecksumAlgorithm
 	header  *utils.HashReader
 	trailer middlewares.ChecksumReader
+	// crc32c is a CRC32C header's value: not computed a second time over
+	// the stream but compared, before the commit, with the CRC32C that the
+	// key client combined from the chunks' own (verify).
+	crc32c string
 }
 
 // checksumHeaders are the x-amz-checksum-* values of a request, by algorithm.
@@ -87,6 +93,10 @@ func newBodyCheck(body io.Reader, sums checksumHeaders, sdkAlgo types.ChecksumAl
 		if v == nil || *v == "" {
 			continue
 		}
+		if algo == types.ChecksumAlgorithmCrc32c {
+			c.algo, c.crc32c = algo, *v
+			return c, nil
+		}
 		hr, err := utils.NewHashReader(c.r, *v, utils.HashType(strings.ToLower(string(algo))))
 		if err != nil {
 			return nil, fmt.Errorf("s3gw: checksum reader: %w", err)
@@ -107,9 +117,21 @@ func newBodyCheck(body io.Reader, sums checksumHeaders, sdkAlgo types.ChecksumAl
 // etag is the MD5 of what was read, in hex.
 func (c *bodyCheck) etag() string { return hex.EncodeToString(c.md5.Sum(nil)) }
 
+// verify compares a CRC32C header with crc, the CRC32C of the bytes
+// stored (Spindle's per-chunk CRC32Cs combined): BadDigest when they
+// differ, and the put is not committed.
+func (c *bodyCheck) verify(crc uint32) error {
+	if c.crc32c != "" && c.crc32c != crcBase64(crc) {
+		return s3err.GetChecksumBadDigestErr(types.ChecksumAlgorithmCrc32c)
+	}
+	return nil
+}
+
 // checksums is the verified client checksum, by algorithm (nil: none).
 func (c *bodyCheck) checksums() map[string]string {
 	switch {
+	case c.crc32c != "":
+		return map[string]string{string(c.algo): c.crc32c}
 	case c.trailer != nil:
 		return map[string]string{string(c.algo): c.trailer.Checksum()}
 	case c.header != nil:
@@ -148,6 +170,9 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	cond := metaapi.Conditions{IfMatch: deref(po.IfMatch), IfNoneMatch: deref(po.IfNoneMatch)}
 	res, err := b.kc.Put(ctx, bucket, key, chk.r, keyclient.PutOptions{
 		Commit: func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc uint32) (metaapi.KeyInfo, error) {
+			if err := chk.verify(crc); err != nil {
+				return metaapi.KeyInfo{}, err
+			}
 			om.ETag = chk.etag()
 			om.Checksums = chk.checksums()
 			om.ChecksumType = string(types.ChecksumTypeFullObject)
