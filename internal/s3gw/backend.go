@@ -55,8 +55,13 @@ func (b *Backend) ListBuckets(ctx context.Context, in s3response.ListBucketsInpu
 		if !in.IsAdmin && bk.Owner != in.Owner {
 			continue
 		}
-		if in.Prefix != "" && !strings.HasPrefix(bk.Name, in.Prefix) {
+		if in.Prefix != "" && !strings.HasPrefix(bk.Name, in.Prefix) || bk.Name <= in.ContinuationToken {
 			continue
+		}
+		if in.MaxBuckets > 0 && len(res.Buckets.Bucket) == int(in.MaxBuckets) {
+			// more follow: the token is the last name returned (names are sorted)
+			res.ContinuationToken = res.Buckets.Bucket[len(res.Buckets.Bucket)-1].Name
+			break
 		}
 		res.Buckets.Bucket = append(res.Buckets.Bucket, s3response.ListAllMyBucketsEntry{Name: bk.Name, BucketRegion: b.region, CreationDate: bk.Created})
 	}

@@ -22,12 +22,12 @@ func uploadErr(err error) error { return toS3(err, s3err.ErrNoSuchUpload) }
 // (Content-Type, headers, user metadata) is kept with it.
 func (b *Backend) CreateMultipartUpload(ctx context.Context, in s3response.CreateMultipartUploadInput) (s3response.InitiateMultipartUploadResult, error) {
 	bucket, key := deref(in.Bucket), deref(in.Key)
-	if err := metaapi.ValidKey(key); err != nil {
-		return s3response.InitiateMultipartUploadResult{}, s3err.GetAPIError(s3err.ErrInvalidRequest)
+	if err := keyErr(key); err != nil {
+		return s3response.InitiateMultipartUploadResult{}, err
 	}
 	om := &metaapi.ObjectMeta{
 		ContentType: deref(in.ContentType),
-		Headers:     standardHeaders(in.ContentEncoding, in.ContentDisposition, in.ContentLanguage, in.CacheControl, in.Expires),
+		Headers:     standardHeaders(in.ContentEncoding, in.ContentDisposition, in.ContentLanguage, in.CacheControl, in.Expires, in.WebsiteRedirectLocation),
 		UserMeta:    in.Metadata,
 	}
 	if in.ChecksumAlgorithm != "" {

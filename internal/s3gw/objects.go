@@ -40,10 +40,10 @@ const (
 
 // standardHeaders maps a put's optional standard headers to their
 // canonical names, as stored.
-func standardHeaders(enc, disp, lang, cache, expires *string) map[string]string {
+func standardHeaders(enc, disp, lang, cache, expires, redirect *string) map[string]string {
 	h := map[string]string{}
 	for name, v := range map[string]*string{"Content-Encoding": enc, "Content-Disposition": disp,
-		"Content-Language": lang, "Cache-Control": cache, "Expires": expires} {
+		"Content-Language": lang, "Cache-Control": cache, "Expires": expires, websiteRedirect: redirect} {
 		if v != nil && *v != "" {
 			h[name] = *v
 		}
@@ -152,8 +152,8 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	if po.ContentLength != nil && *po.ContentLength > MaxObjectBytes {
 		return s3response.PutObjectOutput{}, s3err.GetAPIError(s3err.ErrEntityTooLarge)
 	}
-	if err := metaapi.ValidKey(key); err != nil {
-		return s3response.PutObjectOutput{}, s3err.GetAPIError(s3err.ErrInvalidRequest)
+	if err := keyErr(key); err != nil {
+		return s3response.PutObjectOutput{}, err
 	}
 	chk, err := newBodyCheck(po.Body, checksumHeaders{
 		types.ChecksumAlgorithmCrc32: po.ChecksumCRC32, types.ChecksumAlgorithmCrc32c: po.ChecksumCRC32C,
@@ -164,7 +164,7 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	}
 	om := &metaapi.ObjectMeta{
 		ContentType: deref(po.ContentType),
-		Headers:     standardHeaders(po.ContentEncoding, po.ContentDisposition, po.ContentLanguage, po.CacheControl, po.Expires),
+		Headers:     standardHeaders(po.ContentEncoding, po.ContentDisposition, po.ContentLanguage, po.CacheControl, po.Expires, po.WebsiteRedirectLocation),
 		UserMeta:    po.Metadata,
 	}
 	cond := metaapi.Conditions{IfMatch: deref(po.IfMatch), IfNoneMatch: deref(po.IfNoneMatch)}
@@ -266,6 +266,9 @@ func (b *Backend) lookup(ctx context.Context, bucket, key string) (metaapi.KeyIn
 		if _, err := b.meta.GetBucket(ctx, bucket); err != nil {
 			return metaapi.KeyInfo{}, bucketErr(err)
 		}
+		if len(key) > metaapi.MaxKeyBytes {
+			return metaapi.KeyInfo{}, s3err.GetAPIError(s3err.ErrKeyTooLong)
+		}
 		return metaapi.KeyInfo{}, s3err.GetAPIError(s3err.ErrNoSuchKey)
 	}
 	ki, err := b.meta.GetKey(ctx, bucket, key)
@@ -305,6 +308,7 @@ func (b *Backend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3.Get
 		out.ContentRange = ptr(fmt.Sprintf("bytes %d-%d/%d", start, start+length-1, size))
 	}
 	fillHeaders(&ki, &out.ContentEncoding, &out.ContentDisposition, &out.ContentLanguage, &out.CacheControl, &out.ExpiresString)
+	out.WebsiteRedirectLocation = header(&ki, websiteRedirect)
 	if ki.Object != nil {
 		out.Metadata = ki.Object.UserMeta
 		if ki.Object.Parts > 0 {
@@ -318,6 +322,10 @@ func (b *Backend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3.Get
 	}
 	return out, nil
 }
+
+// websiteRedirect is where an object's x-amz-website-redirect-location is
+// kept among its standard headers.
+const websiteRedirect = "X-Amz-Website-Redirect-Location"
 
 func fillHeaders(ki *metaapi.KeyInfo, enc, disp, lang, cache, expires **string) {
 	*enc = header(ki, "Content-Encoding")
@@ -360,6 +368,7 @@ func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.H
 		}
 	}
 	fillHeaders(&ki, &out.ContentEncoding, &out.ContentDisposition, &out.ContentLanguage, &out.CacheControl, &out.ExpiresString)
+	out.WebsiteRedirectLocation = header(&ki, websiteRedirect)
 	if ki.Object != nil {
 		out.Metadata = ki.Object.UserMeta
 		if ki.Object.Parts > 0 {
@@ -395,6 +404,9 @@ func (b *Backend) GetObjectAttributes(ctx context.Context, in *s3.GetObjectAttri
 // DeleteObject deletes a key (a missing key is no error, as S3).
 func (b *Backend) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput) (*s3.DeleteObjectOutput, error) {
 	bucket, key := deref(in.Bucket), deref(in.Key)
+	if len(key) > metaapi.MaxKeyBytes {
+		return nil, s3err.GetAPIError(s3err.ErrKeyTooLong)
+	}
 	if metaapi.ValidKey(key) != nil {
 		return &s3.DeleteObjectOutput{}, nil
 	}
@@ -462,7 +474,7 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 	om := &metaapi.ObjectMeta{}
 	if in.MetadataDirective == types.MetadataDirectiveReplace {
 		om.ContentType = deref(in.ContentType)
-		om.Headers = standardHeaders(in.ContentEncoding, in.ContentDisposition, in.ContentLanguage, in.CacheControl, in.Expires)
+		om.Headers = standardHeaders(in.ContentEncoding, in.ContentDisposition, in.ContentLanguage, in.CacheControl, in.Expires, in.WebsiteRedirectLocation)
 		om.UserMeta = in.Metadata
 	} else {
 		if srcBucket == dstBucket && srcKey == dstKey {
@@ -592,6 +604,28 @@ func (p *listPage) encode(enc func(*string) *string) {
 	}
 }
 
+// keyErr is how S3 refuses a key Spindle cannot hold: KeyTooLongError past
+// 1,024 bytes, InvalidRequest for the rest (a leading '/', a "." or ".."
+// segment, a control character: see metaapi.ValidKey).
+func keyErr(key string) error {
+	if len(key) > metaapi.MaxKeyBytes {
+		return s3err.GetAPIError(s3err.ErrKeyTooLong)
+	}
+	if metaapi.ValidKey(key) != nil {
+		return s3err.GetAPIError(s3err.ErrInvalidRequest)
+	}
+	return nil
+}
+
+// nilIfEmpty is s, or nil when it points to "": a marker the request did
+// not set is absent from the response, as in S3.
+func nilIfEmpty(s *string) *string {
+	if s == nil || *s == "" {
+		return nil
+	}
+	return s
+}
+
 // maxKeysOf is a listing's MaxKeys: the request's, else MaxListKeys.
 func maxKeysOf(p *int32) int32 {
 	if p != nil {
@@ -613,7 +647,7 @@ func (b *Backend) ListObjects(ctx context.Context, in *s3.ListObjectsInput) (s3r
 	enc := keyEncoder(in.EncodingType)
 	p.encode(enc)
 	res := s3response.ListObjectsResult{
-		Name: in.Bucket, Prefix: enc(in.Prefix), Marker: enc(in.Marker), MaxKeys: &maxKeys, Delimiter: enc(in.Delimiter),
+		Name: in.Bucket, Prefix: enc(in.Prefix), Marker: enc(nilIfEmpty(in.Marker)), MaxKeys: &maxKeys, Delimiter: enc(in.Delimiter),
 		IsTruncated: &p.truncated, Contents: p.objects, CommonPrefixes: p.prefixes, EncodingType: in.EncodingType,
 	}
 	if p.truncated {
@@ -644,7 +678,7 @@ func (b *Backend) ListObjectsV2(ctx context.Context, in *s3.ListObjectsV2Input) 
 	enc := keyEncoder(in.EncodingType)
 	p.encode(enc) // the continuation token keeps the raw key
 	res := s3response.ListObjectsV2Result{
-		Name: in.Bucket, Prefix: enc(in.Prefix), StartAfter: enc(in.StartAfter), MaxKeys: &maxKeys, Delimiter: enc(in.Delimiter),
+		Name: in.Bucket, Prefix: enc(in.Prefix), StartAfter: enc(nilIfEmpty(in.StartAfter)), MaxKeys: &maxKeys, Delimiter: enc(in.Delimiter),
 		IsTruncated: &p.truncated, Contents: p.objects, CommonPrefixes: p.prefixes, KeyCount: &count, EncodingType: in.EncodingType,
 	}
 	if deref(in.ContinuationToken) != "" {
@@ -670,7 +704,7 @@ func (b *Backend) ListObjectVersions(ctx context.Context, in *s3.ListObjectVersi
 	enc := keyEncoder(in.EncodingType)
 	p.encode(enc)
 	res := s3response.ListVersionsResult{
-		Name: in.Bucket, Prefix: enc(in.Prefix), KeyMarker: enc(in.KeyMarker), VersionIdMarker: in.VersionIdMarker, MaxKeys: &maxKeys,
+		Name: in.Bucket, Prefix: enc(in.Prefix), KeyMarker: enc(nilIfEmpty(in.KeyMarker)), VersionIdMarker: nilIfEmpty(in.VersionIdMarker), MaxKeys: &maxKeys,
 		Delimiter: enc(in.Delimiter), IsTruncated: &p.truncated, CommonPrefixes: p.prefixes, EncodingType: in.EncodingType,
 	}
 	for _, o := range p.objects {

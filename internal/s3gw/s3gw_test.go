@@ -556,3 +556,62 @@ func TestListingEncodingURL(t *testing.T) {
 		}
 	}
 }
+
+// TestS3Details: what versitygw's suite found — a website redirect location
+// kept and answered on GET/HEAD; a key past 1,024 bytes refused as
+// KeyTooLongError on PUT, GET and DELETE; ListBuckets paged by
+// max-buckets and continuation token; absent markers absent from listings.
+func TestS3Details(t *testing.T) {
+	c, b := root(), "details"
+	mkBucket(t, c, b)
+	if _, err := c.PutObject(testCtx(t), &s3.PutObjectInput{Bucket: &b, Key: aws.String("r"), Body: strings.NewReader("x"),
+		WebsiteRedirectLocation: aws.String("/elsewhere")}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.HeadObject(testCtx(t), &s3.HeadObjectInput{Bucket: &b, Key: aws.String("r")})
+	if err != nil || aws.ToString(h.WebsiteRedirectLocation) != "/elsewhere" {
+		t.Fatalf("head: redirect %q, %v", aws.ToString(h.WebsiteRedirectLocation), err)
+	}
+	long := strings.Repeat("k", 1025)
+	if _, err := c.PutObject(testCtx(t), &s3.PutObjectInput{Bucket: &b, Key: &long, Body: strings.NewReader("x")}); apiCode(err) != "KeyTooLongError" {
+		t.Fatalf("put of a 1,025-byte key: %v", err)
+	}
+	if _, err := c.DeleteObject(testCtx(t), &s3.DeleteObjectInput{Bucket: &b, Key: &long}); apiCode(err) != "KeyTooLongError" {
+		t.Fatalf("delete of a 1,025-byte key: %v", err)
+	}
+	for _, n := range []string{"details-p1", "details-p2", "details-p3"} {
+		mkBucket(t, c, n)
+	}
+	var names []string
+	in := &s3.ListBucketsInput{Prefix: aws.String("details-p"), MaxBuckets: aws.Int32(2)}
+	for pages := 0; ; pages++ {
+		if pages > 3 {
+			t.Fatal("more than 3 pages of buckets")
+		}
+		out, err := c.ListBuckets(testCtx(t), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Buckets) > 2 {
+			t.Fatalf("a page of %d buckets with max-buckets 2", len(out.Buckets))
+		}
+		for _, bk := range out.Buckets {
+			names = append(names, aws.ToString(bk.Name))
+		}
+		if aws.ToString(out.ContinuationToken) == "" {
+			break
+		}
+		in.ContinuationToken = out.ContinuationToken
+	}
+	if strings.Join(names, ",") != "details-p1,details-p2,details-p3" {
+		t.Fatalf("paged buckets %v", names)
+	}
+	l, err := c.ListObjects(testCtx(t), &s3.ListObjectsInput{Bucket: &b})
+	if err != nil || l.Marker != nil {
+		t.Fatalf("ListObjects without a marker answers Marker %q (%v)", aws.ToString(l.Marker), err)
+	}
+	l2, err := c.ListObjectsV2(testCtx(t), &s3.ListObjectsV2Input{Bucket: &b})
+	if err != nil || l2.StartAfter != nil {
+		t.Fatalf("ListObjectsV2 without start-after answers StartAfter %q (%v)", aws.ToString(l2.StartAfter), err)
+	}
+}
