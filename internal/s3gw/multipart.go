@@ -64,7 +64,9 @@ func (b *Backend) UploadPart(ctx context.Context, in *s3.UploadPartInput) (*s3.U
 	chk, err := newBodyCheck(in.Body, checksumHeaders{
 		types.ChecksumAlgorithmCrc32: in.ChecksumCRC32, types.ChecksumAlgorithmCrc32c: in.ChecksumCRC32C,
 		types.ChecksumAlgorithmCrc64nvme: in.ChecksumCRC64NVME, types.ChecksumAlgorithmSha1: in.ChecksumSHA1,
-		types.ChecksumAlgorithmSha256: in.ChecksumSHA256}, in.ChecksumAlgorithm)
+		types.ChecksumAlgorithmSha256: in.ChecksumSHA256, types.ChecksumAlgorithmSha512: in.ChecksumSHA512,
+		types.ChecksumAlgorithmMd5: in.ChecksumMD5, types.ChecksumAlgorithmXxhash64: in.ChecksumXXHASH64,
+		types.ChecksumAlgorithmXxhash3: in.ChecksumXXHASH3, types.ChecksumAlgorithmXxhash128: in.ChecksumXXHASH128}, in.ChecksumAlgorithm)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +87,8 @@ func (b *Backend) UploadPart(ctx context.Context, in *s3.UploadPartInput) (*s3.U
 	}
 	cs := checksumsOut(part.Checksums, part.CRC32C)
 	return &s3.UploadPartOutput{ETag: ptr(`"` + part.ETag + `"`), ChecksumCRC32: cs.crc32, ChecksumCRC32C: cs.crc32c,
-		ChecksumCRC64NVME: cs.crc64nvme, ChecksumSHA1: cs.sha1, ChecksumSHA256: cs.sha256}, nil
+		ChecksumCRC64NVME: cs.crc64nvme, ChecksumSHA1: cs.sha1, ChecksumSHA256: cs.sha256, ChecksumSHA512: cs.sha512,
+		ChecksumMD5: cs.md5, ChecksumXXHASH64: cs.xxhash64, ChecksumXXHASH3: cs.xxhash3, ChecksumXXHASH128: cs.xxhash128}, nil
 }
 
 // UploadPartCopy streams a range of a key into a part.

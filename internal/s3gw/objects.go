@@ -75,6 +75,13 @@ type bodyCheck struct {
 // checksumHeaders are the x-amz-checksum-* values of a request, by algorithm.
 type checksumHeaders map[types.ChecksumAlgorithm]*string
 
+// checksumAlgorithms are the x-amz-checksum-* a PUT or UploadPart may carry,
+// every one verified (versitygw's HashReader names them in lower case).
+var checksumAlgorithms = []types.ChecksumAlgorithm{types.ChecksumAlgorithmCrc32, types.ChecksumAlgorithmCrc32c,
+	types.ChecksumAlgorithmCrc64nvme, types.ChecksumAlgorithmSha1, types.ChecksumAlgorithmSha256,
+	types.ChecksumAlgorithmSha512, types.ChecksumAlgorithmMd5, types.ChecksumAlgorithmXxhash64,
+	types.ChecksumAlgorithmXxhash3, types.ChecksumAlgorithmXxhash128}
+
 func newBodyCheck(body io.Reader, sums checksumHeaders, sdkAlgo types.ChecksumAlgorithm) (*bodyCheck, error) {
 	if body == nil {
 		body = strings.NewReader("")
@@ -87,8 +94,7 @@ func newBodyCheck(body io.Reader, sums checksumHeaders, sdkAlgo types.ChecksumAl
 		return c, nil
 	}
 	c.r = io.TeeReader(body, c.md5)
-	for _, algo := range []types.ChecksumAlgorithm{types.ChecksumAlgorithmCrc32, types.ChecksumAlgorithmCrc32c,
-		types.ChecksumAlgorithmCrc64nvme, types.ChecksumAlgorithmSha1, types.ChecksumAlgorithmSha256} {
+	for _, algo := range checksumAlgorithms {
 		v := sums[algo]
 		if v == nil || *v == "" {
 			continue
@@ -158,7 +164,9 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	chk, err := newBodyCheck(po.Body, checksumHeaders{
 		types.ChecksumAlgorithmCrc32: po.ChecksumCRC32, types.ChecksumAlgorithmCrc32c: po.ChecksumCRC32C,
 		types.ChecksumAlgorithmCrc64nvme: po.ChecksumCRC64NVME, types.ChecksumAlgorithmSha1: po.ChecksumSHA1,
-		types.ChecksumAlgorithmSha256: po.ChecksumSHA256}, po.ChecksumAlgorithm)
+		types.ChecksumAlgorithmSha256: po.ChecksumSHA256, types.ChecksumAlgorithmSha512: po.ChecksumSHA512,
+		types.ChecksumAlgorithmMd5: po.ChecksumMD5, types.ChecksumAlgorithmXxhash64: po.ChecksumXXHASH64,
+		types.ChecksumAlgorithmXxhash3: po.ChecksumXXHASH3, types.ChecksumAlgorithmXxhash128: po.ChecksumXXHASH128}, po.ChecksumAlgorithm)
 	if err != nil {
 		return s3response.PutObjectOutput{}, err
 	}
@@ -187,7 +195,8 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	return s3response.PutObjectOutput{
 		ETag: etagOf(&res.Key), Size: &size, ChecksumType: cs.typ,
 		ChecksumCRC32: cs.crc32, ChecksumCRC32C: cs.crc32c, ChecksumCRC64NVME: cs.crc64nvme,
-		ChecksumSHA1: cs.sha1, ChecksumSHA256: cs.sha256,
+		ChecksumSHA1: cs.sha1, ChecksumSHA256: cs.sha256, ChecksumSHA512: cs.sha512, ChecksumMD5: cs.md5,
+		ChecksumXXHASH64: cs.xxhash64, ChecksumXXHASH3: cs.xxhash3, ChecksumXXHASH128: cs.xxhash128,
 	}, nil
 }
 
@@ -318,6 +327,7 @@ func (b *Backend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3.Get
 	if in.ChecksumMode == types.ChecksumModeEnabled && !ranged {
 		cs := checksumsOf(&ki)
 		out.ChecksumCRC32, out.ChecksumCRC32C, out.ChecksumCRC64NVME, out.ChecksumSHA1, out.ChecksumSHA256 = cs.crc32, cs.crc32c, cs.crc64nvme, cs.sha1, cs.sha256
+		out.ChecksumSHA512, out.ChecksumMD5, out.ChecksumXXHASH64, out.ChecksumXXHASH3, out.ChecksumXXHASH128 = cs.sha512, cs.md5, cs.xxhash64, cs.xxhash3, cs.xxhash128
 		out.ChecksumType = cs.typ
 	}
 	return out, nil
@@ -378,6 +388,7 @@ func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.H
 	if in.ChecksumMode == types.ChecksumModeEnabled {
 		cs := checksumsOf(&ki)
 		out.ChecksumCRC32, out.ChecksumCRC32C, out.ChecksumCRC64NVME, out.ChecksumSHA1, out.ChecksumSHA256 = cs.crc32, cs.crc32c, cs.crc64nvme, cs.sha1, cs.sha256
+		out.ChecksumSHA512, out.ChecksumMD5, out.ChecksumXXHASH64, out.ChecksumXXHASH3, out.ChecksumXXHASH128 = cs.sha512, cs.md5, cs.xxhash64, cs.xxhash3, cs.xxhash128
 		out.ChecksumType = cs.typ
 	}
 	return out, nil
