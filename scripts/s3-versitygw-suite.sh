@@ -53,7 +53,8 @@ known=scripts/s3-versitygw-known-failures.txt
 total=$(wc -l <"$WORK/tests"); i=0; pass=0; new=(); fixed=()
 while read -r t; do
   i=$((i+1))
-  if timeout 120 env -u AWS_CA_BUNDLE "$cache/versitygw" test -a "$AK" -s "$SK" -e "$EP" "$t" >"$WORK/t.log" 2>&1; then
+  # from its own directory: some tests run ./versitygw (its admin commands)
+  if (cd "$cache" && timeout 120 env -u AWS_CA_BUNDLE ./versitygw test -a "$AK" -s "$SK" -e "$EP" "$t") >"$WORK/t.log" 2>&1; then
     pass=$((pass+1)); echo "PASS $t" >>"$WORK/results"
     grep -q "^$t " "$known" && fixed+=("$t")
   else
@@ -67,6 +68,7 @@ while read -r t; do
   fi
   (( i % 50 == 0 )) && echo "$(date +%T)  $i/$total tests, $pass passed"
 done <"$WORK/tests"
+cp "$WORK/results" "${VGW_RESULTS:-/dev/null}"
 awk '{split($2,a,"_"); g[a[1]]++; if($1=="PASS")p[a[1]]++} END{for(k in g) printf "  %-34s %3d/%3d\n", k, p[k], g[k]}' "$WORK/results" | sort
 echo "s3-versitygw-suite: $pass/$total of versitygw $ver's tests passed against Spindle's gateway;" \
   "${#new[@]} failed that are not known failures${new:+ (${new[*]})}"

@@ -658,7 +658,7 @@ func (b *Backend) ListObjects(ctx context.Context, in *s3.ListObjectsInput) (s3r
 	enc := keyEncoder(in.EncodingType)
 	p.encode(enc)
 	res := s3response.ListObjectsResult{
-		Name: in.Bucket, Prefix: enc(in.Prefix), Marker: enc(nilIfEmpty(in.Marker)), MaxKeys: &maxKeys, Delimiter: enc(in.Delimiter),
+		Name: in.Bucket, Prefix: enc(in.Prefix), Marker: enc(nilIfEmpty(in.Marker)), MaxKeys: &maxKeys, Delimiter: enc(nilIfEmpty(in.Delimiter)),
 		IsTruncated: &p.truncated, Contents: p.objects, CommonPrefixes: p.prefixes, EncodingType: in.EncodingType,
 	}
 	if p.truncated {
@@ -689,7 +689,7 @@ func (b *Backend) ListObjectsV2(ctx context.Context, in *s3.ListObjectsV2Input) 
 	enc := keyEncoder(in.EncodingType)
 	p.encode(enc) // the continuation token keeps the raw key
 	res := s3response.ListObjectsV2Result{
-		Name: in.Bucket, Prefix: enc(in.Prefix), StartAfter: enc(nilIfEmpty(in.StartAfter)), MaxKeys: &maxKeys, Delimiter: enc(in.Delimiter),
+		Name: in.Bucket, Prefix: enc(in.Prefix), StartAfter: enc(nilIfEmpty(in.StartAfter)), MaxKeys: &maxKeys, Delimiter: enc(nilIfEmpty(in.Delimiter)),
 		IsTruncated: &p.truncated, Contents: p.objects, CommonPrefixes: p.prefixes, KeyCount: &count, EncodingType: in.EncodingType,
 	}
 	if deref(in.ContinuationToken) != "" {
@@ -716,7 +716,7 @@ func (b *Backend) ListObjectVersions(ctx context.Context, in *s3.ListObjectVersi
 	p.encode(enc)
 	res := s3response.ListVersionsResult{
 		Name: in.Bucket, Prefix: enc(in.Prefix), KeyMarker: enc(nilIfEmpty(in.KeyMarker)), VersionIdMarker: nilIfEmpty(in.VersionIdMarker), MaxKeys: &maxKeys,
-		Delimiter: enc(in.Delimiter), IsTruncated: &p.truncated, CommonPrefixes: p.prefixes, EncodingType: in.EncodingType,
+		Delimiter: enc(nilIfEmpty(in.Delimiter)), IsTruncated: &p.truncated, CommonPrefixes: p.prefixes, EncodingType: in.EncodingType,
 	}
 	for _, o := range p.objects {
 		res.Versions = append(res.Versions, s3response.ObjectVersion{
