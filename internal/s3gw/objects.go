@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"strings"
@@ -492,7 +493,17 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 			return s3response.CopyObjectOutput{}, s3err.GetAPIError(s3err.ErrInvalidCopyDest)
 		}
 		if src.Object != nil {
-			om.ContentType, om.Headers, om.UserMeta = src.Object.ContentType, src.Object.Headers, src.Object.UserMeta
+			om.ContentType, om.UserMeta = src.Object.ContentType, src.Object.UserMeta
+			om.Headers = maps.Clone(src.Object.Headers)
+			// S3 does not copy a website redirect with the metadata; the
+			// request's own, when it sets one, applies.
+			delete(om.Headers, websiteRedirect)
+			if v := deref(in.WebsiteRedirectLocation); v != "" {
+				if om.Headers == nil {
+					om.Headers = map[string]string{}
+				}
+				om.Headers[websiteRedirect] = v
+			}
 		}
 	}
 	ki, err := b.copyInto(ctx, src, 0, int64(src.Size), dstBucket, dstKey, func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc uint32, etag string) (metaapi.KeyInfo, error) {
@@ -658,7 +669,7 @@ func (b *Backend) ListObjects(ctx context.Context, in *s3.ListObjectsInput) (s3r
 	enc := keyEncoder(in.EncodingType)
 	p.encode(enc)
 	res := s3response.ListObjectsResult{
-		Name: in.Bucket, Prefix: enc(in.Prefix), Marker: enc(nilIfEmpty(in.Marker)), MaxKeys: &maxKeys, Delimiter: enc(nilIfEmpty(in.Delimiter)),
+		Name: in.Bucket, Prefix: enc(nilIfEmpty(in.Prefix)), Marker: enc(nilIfEmpty(in.Marker)), MaxKeys: &maxKeys, Delimiter: enc(nilIfEmpty(in.Delimiter)),
 		IsTruncated: &p.truncated, Contents: p.objects, CommonPrefixes: p.prefixes, EncodingType: in.EncodingType,
 	}
 	if p.truncated {
@@ -689,7 +700,7 @@ func (b *Backend) ListObjectsV2(ctx context.Context, in *s3.ListObjectsV2Input) 
 	enc := keyEncoder(in.EncodingType)
 	p.encode(enc) // the continuation token keeps the raw key
 	res := s3response.ListObjectsV2Result{
-		Name: in.Bucket, Prefix: enc(in.Prefix), StartAfter: enc(nilIfEmpty(in.StartAfter)), MaxKeys: &maxKeys, Delimiter: enc(nilIfEmpty(in.Delimiter)),
+		Name: in.Bucket, Prefix: enc(nilIfEmpty(in.Prefix)), StartAfter: enc(nilIfEmpty(in.StartAfter)), MaxKeys: &maxKeys, Delimiter: enc(nilIfEmpty(in.Delimiter)),
 		IsTruncated: &p.truncated, Contents: p.objects, CommonPrefixes: p.prefixes, KeyCount: &count, EncodingType: in.EncodingType,
 	}
 	if deref(in.ContinuationToken) != "" {
@@ -715,7 +726,7 @@ func (b *Backend) ListObjectVersions(ctx context.Context, in *s3.ListObjectVersi
 	enc := keyEncoder(in.EncodingType)
 	p.encode(enc)
 	res := s3response.ListVersionsResult{
-		Name: in.Bucket, Prefix: enc(in.Prefix), KeyMarker: enc(nilIfEmpty(in.KeyMarker)), VersionIdMarker: nilIfEmpty(in.VersionIdMarker), MaxKeys: &maxKeys,
+		Name: in.Bucket, Prefix: enc(nilIfEmpty(in.Prefix)), KeyMarker: enc(nilIfEmpty(in.KeyMarker)), VersionIdMarker: nilIfEmpty(in.VersionIdMarker), MaxKeys: &maxKeys,
 		Delimiter: enc(nilIfEmpty(in.Delimiter)), IsTruncated: &p.truncated, CommonPrefixes: p.prefixes, EncodingType: in.EncodingType,
 	}
 	for _, o := range p.objects {

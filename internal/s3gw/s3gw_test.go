@@ -572,6 +572,12 @@ func TestS3Details(t *testing.T) {
 	if err != nil || aws.ToString(h.WebsiteRedirectLocation) != "/elsewhere" {
 		t.Fatalf("head: redirect %q, %v", aws.ToString(h.WebsiteRedirectLocation), err)
 	}
+	if _, err := c.CopyObject(testCtx(t), &s3.CopyObjectInput{Bucket: &b, Key: aws.String("r2"), CopySource: aws.String(b + "/r")}); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := c.HeadObject(testCtx(t), &s3.HeadObjectInput{Bucket: &b, Key: aws.String("r2")}); err != nil || h.WebsiteRedirectLocation != nil {
+		t.Fatalf("a copy (metadata COPY) carries redirect %q, %v; S3 does not copy it", aws.ToString(h.WebsiteRedirectLocation), err)
+	}
 	long := strings.Repeat("k", 1025)
 	if _, err := c.PutObject(testCtx(t), &s3.PutObjectInput{Bucket: &b, Key: &long, Body: strings.NewReader("x")}); apiCode(err) != "KeyTooLongError" {
 		t.Fatalf("put of a 1,025-byte key: %v", err)
