@@ -578,6 +578,13 @@ func TestS3Details(t *testing.T) {
 	if h, err := c.HeadObject(testCtx(t), &s3.HeadObjectInput{Bucket: &b, Key: aws.String("r2")}); err != nil || h.WebsiteRedirectLocation != nil {
 		t.Fatalf("a copy (metadata COPY) carries redirect %q, %v; S3 does not copy it", aws.ToString(h.WebsiteRedirectLocation), err)
 	}
+	if _, err := c.CopyObject(testCtx(t), &s3.CopyObjectInput{Bucket: &b, Key: aws.String("r2"), CopySource: aws.String(b + "/r2"),
+		Metadata: map[string]string{"Hello": "World"}, MetadataDirective: types.MetadataDirectiveReplace}); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := c.HeadObject(testCtx(t), &s3.HeadObjectInput{Bucket: &b, Key: aws.String("r2")}); err != nil || h.Metadata["hello"] != "World" {
+		t.Fatalf("a copy onto itself with new metadata: %v, %v", h.Metadata, err)
+	}
 	long := strings.Repeat("k", 1025)
 	if _, err := c.PutObject(testCtx(t), &s3.PutObjectInput{Bucket: &b, Key: &long, Body: strings.NewReader("x")}); apiCode(err) != "KeyTooLongError" {
 		t.Fatalf("put of a 1,025-byte key: %v", err)
