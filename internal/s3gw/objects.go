@@ -2,12 +2,10 @@ package s3gw
 
 import (
 	"context"
-	"crypto/md5"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"maps"
 	"net/http"
@@ -18,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/gofiber/fiber/v3"
+	md5simd "github.com/minio/md5-simd"
 	"github.com/versity/versitygw/backend"
 	"github.com/versity/versitygw/s3api/middlewares"
 	"github.com/versity/versitygw/s3api/utils"
@@ -62,7 +61,7 @@ func standardHeaders(enc, disp, lang, cache, expires, redirect *string) map[stri
 // verified by versitygw's chunk reader, which this only reads back at the
 // end).
 type bodyCheck struct {
-	md5     hash.Hash
+	md5     md5simd.Hasher
 	r       io.Reader
 	algo    types.ChecksumAlgorithm
 	header  *utils.HashReader
@@ -87,7 +86,7 @@ func newBodyCheck(body io.Reader, sums checksumHeaders, sdkAlgo types.ChecksumAl
 	if body == nil {
 		body = strings.NewReader("")
 	}
-	c := &bodyCheck{md5: md5.New()}
+	c := &bodyCheck{md5: newMD5()}
 	if tr, ok := body.(middlewares.ChecksumReader); ok && tr.Algorithm() != "" {
 		c.trailer = tr
 		c.algo = types.ChecksumAlgorithm(strings.ToUpper(tr.Algorithm()))
@@ -120,6 +119,18 @@ func newBodyCheck(body io.Reader, sums checksumHeaders, sdkAlgo types.ChecksumAl
 	}
 	return c, nil
 }
+
+// md5Server hashes every request's MD5 (ETags) in one multi-buffer SIMD
+// server (minio/md5-simd, as MinIO does): up to 16 streams per AVX2/AVX-512
+// round instead of one scalar MD5 per stream, which was a third of the
+// gateway's CPU on 1 MiB PUTs. Without AVX2 it falls back to crypto/md5.
+var md5Server = sync.OnceValue(md5simd.NewServer)
+
+// newMD5 is an MD5 hasher of md5Server; Close it when done.
+func newMD5() md5simd.Hasher { return md5Server().NewHash() }
+
+// close releases the MD5 hasher.
+func (c *bodyCheck) close() { c.md5.Close() }
 
 // etag is the MD5 of what was read, in hex.
 func (c *bodyCheck) etag() string { return hex.EncodeToString(c.md5.Sum(nil)) }
@@ -171,6 +182,7 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	if err != nil {
 		return s3response.PutObjectOutput{}, err
 	}
+	defer chk.close()
 	om := &metaapi.ObjectMeta{
 		ContentType: deref(po.ContentType),
 		Headers:     standardHeaders(po.ContentEncoding, po.ContentDisposition, po.ContentLanguage, po.CacheControl, po.Expires, po.WebsiteRedirectLocation),
@@ -525,7 +537,8 @@ func (b *Backend) copyInto(ctx context.Context, src metaapi.KeyInfo, offset, len
 	commit func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc uint32, etag string) (metaapi.KeyInfo, error)) (metaapi.KeyInfo, error) {
 	body := b.openBody(src, offset, length)
 	defer body.Close()
-	h := md5.New()
+	h := newMD5()
+	defer h.Close()
 	res, err := b.kc.Put(ctx, bucket, key, io.TeeReader(body, h), keyclient.PutOptions{
 		Commit: func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc uint32) (metaapi.KeyInfo, error) {
 			if size != uint64(length) {
