@@ -2,8 +2,13 @@ package s3gw
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
@@ -150,19 +155,78 @@ func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMu
 		}
 		req.Parts = append(req.Parts, metaapi.CompletePart{Number: uint32(*p.PartNumber), ETag: deref(p.ETag)})
 	}
+	if in.MpuObjectSize != nil {
+		if err := b.checkObjectSize(ctx, ref, req.Parts, *in.MpuObjectSize); err != nil {
+			return s3response.CompleteMultipartUploadResult{}, "", err
+		}
+	}
 	ki, err := b.meta.CompleteUpload(ctx, req)
+	if errors.Is(err, metaapi.ErrNotFound) {
+		// A repeated Complete (its first answer lost, the client retries)
+		// finds no upload: if the key is the object these parts made —
+		// its ETag is the MD5 of their MD5s — answer it as S3 does.
+		if done, ok := b.completedBefore(ctx, ref, req.Parts); ok {
+			ki, err = done, nil
+		}
+	}
 	if err != nil {
 		return s3response.CompleteMultipartUploadResult{}, "", uploadErr(err)
-	}
-	if in.MpuObjectSize != nil && *in.MpuObjectSize != int64(ki.Size) {
-		// The key is committed already; S3 checks this first. Say so.
-		return s3response.CompleteMultipartUploadResult{}, "", s3err.GetAPIError(s3err.ErrInvalidRequest)
 	}
 	ct := types.ChecksumTypeFullObject
 	return s3response.CompleteMultipartUploadResult{
 		Bucket: &ref.Bucket, Key: &ref.Key, ETag: ptr(etagOf(&ki)),
 		ChecksumCRC32C: ptr(crcBase64(ki.CRC32C)), ChecksumType: &ct,
 	}, "", nil
+}
+
+// completedBefore is the key ref names when it is the object that
+// completing parts made: its ETag is S3's multipart ETag of their ETags.
+func (b *Backend) completedBefore(ctx context.Context, ref metaapi.UploadRef, parts []metaapi.CompletePart) (metaapi.KeyInfo, bool) {
+	h := md5.New()
+	for _, p := range parts {
+		raw, err := hex.DecodeString(strings.Trim(p.ETag, `"`))
+		if err != nil || len(raw) != md5.Size {
+			return metaapi.KeyInfo{}, false
+		}
+		h.Write(raw)
+	}
+	want := fmt.Sprintf("%s-%d", hex.EncodeToString(h.Sum(nil)), len(parts))
+	ki, err := b.meta.GetKey(ctx, ref.Bucket, ref.Key)
+	if err != nil || ki.Object == nil || ki.Object.ETag != want {
+		return metaapi.KeyInfo{}, false
+	}
+	return ki, true
+}
+
+// checkObjectSize refuses a completion whose x-amz-mp-object-size is not
+// the listed parts' total, before anything is committed.
+func (b *Backend) checkObjectSize(ctx context.Context, ref metaapi.UploadRef, parts []metaapi.CompletePart, want int64) error {
+	listed := make(map[uint32]bool, len(parts))
+	for _, p := range parts {
+		listed[p.Number] = true
+	}
+	var total int64
+	var after uint32
+	for range metaapi.MaxParts/metaapi.MaxUploadPage + 1 { // bounded: every page of up to MaxParts parts
+		l, err := b.meta.ListParts(ctx, metaapi.ListParts{UploadRef: ref, After: after, Limit: metaapi.MaxUploadPage})
+		if err != nil {
+			return uploadErr(err)
+		}
+		for _, p := range l.Parts {
+			if listed[p.Number] {
+				total += int64(p.Size)
+			}
+		}
+		if l.Next == 0 {
+			break
+		}
+		after = l.Next
+	}
+	if total != want {
+		return s3err.APIError{Code: "InvalidRequest", HTTPStatusCode: http.StatusBadRequest,
+			Description: fmt.Sprintf("The provided 'x-amz-mp-object-size' header value %d does not match what was computed: %d", want, total)}
+	}
+	return nil
 }
 
 // AbortMultipartUpload drops an upload and its parts.

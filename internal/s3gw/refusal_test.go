@@ -244,8 +244,10 @@ func (p presignerAt) PresignHTTP(ctx context.Context, creds aws.Credentials, r *
 }
 
 // TestMultipartRefusals: completing with a part that was never uploaded
-// (InvalidPart) or with parts out of order (InvalidPartOrder) is refused and
-// leaves no key; the upload can still be completed correctly afterwards.
+// (InvalidPart), with parts out of order (InvalidPartOrder) or with a wrong
+// x-amz-mp-object-size (InvalidRequest) is refused and leaves no key; the
+// upload can still be completed correctly afterwards, and that completion
+// repeated answers the object (a retry after a lost answer).
 func TestMultipartRefusals(t *testing.T) {
 	c, b, key := root(), "mprefuse", "obj"
 	mkBucket(t, c, b)
@@ -282,8 +284,22 @@ func TestMultipartRefusals(t *testing.T) {
 		t.Fatalf("complete with parts out of order: %v, want InvalidPartOrder", err)
 	}
 	mustBeAbsent(t, b, key)
+	_, err = c.CompleteMultipartUpload(testCtx(t), &s3.CompleteMultipartUploadInput{Bucket: &b, Key: &key, UploadId: up.UploadId,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts}, MpuObjectSize: aws.Int64(int64(len(data)) + 1)})
+	if apiCode(err) != "InvalidRequest" {
+		t.Fatalf("complete with a wrong x-amz-mp-object-size: %v, want InvalidRequest", err)
+	}
+	mustBeAbsent(t, b, key)
 	if err := complete(parts...); err != nil {
 		t.Fatalf("complete after the refusals: %v", err)
+	}
+	// The same completion again (a client whose answer was lost retries):
+	// answered with the object, as S3 does.
+	if err := complete(parts...); err != nil {
+		t.Fatalf("a repeated completion: %v", err)
+	}
+	if err := complete(parts[0]); apiCode(err) != "NoSuchUpload" {
+		t.Fatalf("a completion of other parts of the completed upload: %v, want NoSuchUpload", err)
 	}
 	if got := get(t, c, b, key, ""); !bytes.Equal(got, data) {
 		t.Fatal("the completed object differs")
