@@ -31,6 +31,8 @@ RACE_PKGS      ?= ./cmd/... ./internal/bench/... ./internal/units/... ./internal
 # Go sources to format-check: everything but testdata, vendor and bin.
 GO_FILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*' -not -path '*/testdata/*' -not -path './vendor/*')
 
+comma := ,
+
 .PHONY: help deps build test test-race vet fmt fmt-check demo fuzz bench report clean check-full-disk check-crash check-chaos soak-meta test-s3 test-s3-full test-s3-suite
 
 help: ## list the targets
@@ -66,9 +68,9 @@ check-full-disk: ## issue 12's full-disk scenario: 5 datanodes, one on a 200 MiB
 check-crash: ## the pipeline's power-loss crash loops (engine + WAL + raft on MemFS) three times under the race detector, every point (make test runs them once, a third of the points under -race)
 	SPINDLE_CRASH=1 $(GO) test -count=3 -race -timeout 60m -v -run 'TestCrashComposition' ./internal/pipeline/
 
-check-chaos: build ## bench chaos: its short form verbose, then a CHAOS_DURATION (default 60s) run of every implemented fault kind (CHAOS_SEED to replay)
+check-chaos: build ## bench chaos: its short form verbose, then a CHAOS_DURATION (default 60s) run of every implemented fault kind, partition too as root (CHAOS_SEED to replay)
 	$(GO) test -count=1 -v -run 'TestChaosShort' ./internal/chaos/
-	$(BIN) bench chaos --duration $(CHAOS_DURATION)$(if $(CHAOS_SEED), --seed $(CHAOS_SEED))
+	$(BIN) bench chaos --duration $(CHAOS_DURATION)$(if $(CHAOS_SEED), --seed $(CHAOS_SEED))$(if $(filter 0,$(shell id -u)), --faults kill$(comma)pause$(comma)meta-kill$(comma)bitrot$(comma)partition)
 
 soak-meta: ## the replicated meta service: clients put keys while the leader is stopped META_STOPS times (default 20)
 	SPINDLE_META_SOAK=$${META_STOPS:-20} $(GO) test -count=1 -v -run 'TestReplicatedLeaderLossKeepsAcknowledgedKeys' ./internal/meta/

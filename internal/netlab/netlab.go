@@ -170,6 +170,10 @@ func (n *Net) Addr(name string) string {
 	return ""
 }
 
+// BridgeAddr is the caller's address on the bridge: what a process of the
+// caller's namespace listens on to be reached from the hosts.
+func (n *Net) BridgeAddr() string { return n.subnet + ".254" }
+
 // Hosts lists the hosts in the order they were made.
 func (n *Net) Hosts() []string {
 	n.mu.Lock()
