@@ -390,13 +390,13 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 	case transport.TypeWriteChunk:
 		// The payload was admitted against the client budget before it
 		// was read (payloadAlloc); the proposal holds it until answered.
-		wc := &transport.WriteChunk{}
 		p := &proposal{kind: KindWriteChunk, payload: f.Payload, release: f.Release, conn: c, arrived: time.Now()}
+		wc := &p.wc // decoded in place: no copy per chunk
 		if err := f.Decode(wc); err != nil {
 			p.releasePayload()
 			return badRequest(0, err)
 		}
-		p.wc, p.reqID = *wc, wc.RequestID
+		p.reqID = wc.RequestID
 		// Every replica would refuse a chunk whose bytes do not match
 		// their checksums: refused here, it costs one CRC pass on this
 		// connection's goroutine instead of a proposal, a log entry and
