@@ -17,10 +17,14 @@ import (
 // the start and at the end of the loop. On a shared machine this is the
 // figure that holds still when the throughput does not.
 //
-// Resolution: /proc counts in USER_HZ ticks (10 ms) per process, so a
-// figure is within 10 ms × processes of the truth; loops of seconds make
-// that negligible. A process that was not running at one end of the loop
-// (restarted, killed) is left out of the total and named in CPUPartial.
+// Two readings of each process: the sum of its threads' time on a CPU in
+// nanoseconds (/proc/<pid>/task/*/schedstat, first field), precise but
+// blind to threads that exited meanwhile, and utime + stime of
+// /proc/<pid>/stat, which keeps exited threads' time but counts in USER_HZ
+// ticks (10 ms). The precise figure is used unless the ticks say more
+// time went by than their resolution explains (a thread exited). A
+// process that was not running at one end of the loop (restarted,
+// killed) is left out of the total and named in CPUPartial.
 
 // Proc is a process whose CPU a bench charges to Spindle.
 type Proc struct {
@@ -52,8 +56,34 @@ type CPUUse struct {
 // Stop. Not safe for concurrent use.
 type CPUMeter struct {
 	procs []Proc
-	start []float64 // seconds; < 0: could not be read
-	stat  func(pid int) (float64, error)
+	start []procCPU // ok false: could not be read
+	stat  func(pid int) (procCPU, error)
+}
+
+// procCPU is one reading of a process: ticks from /proc/<pid>/stat and
+// the sum of its threads' schedstat (both in seconds), with the number of
+// threads summed.
+type procCPU struct {
+	ticks, precise float64
+	threads        int
+	ok             bool
+}
+
+// since returns the CPU seconds from a to b.
+func (b procCPU) since(a procCPU) (float64, bool) {
+	if !a.ok || !b.ok || b.ticks < a.ticks {
+		return 0, false
+	}
+	dt, dp := b.ticks-a.ticks, b.precise-a.precise
+	if a.precise < 0 || b.precise < 0 {
+		return dt, true // no schedstat
+	}
+	// Each reading of ticks is up to one tick short per thread.
+	slack := float64(max(a.threads, b.threads)+1) / userHz
+	if dp < 0 || dt > dp+slack {
+		return dt, true // a thread exited: only the ticks kept its time
+	}
+	return dp, true
 }
 
 // StartCPU reads the CPU time of this process and of procs now. procs with
@@ -62,7 +92,7 @@ func StartCPU(procs []Proc) *CPUMeter {
 	return startCPU(procs, procCPUSeconds)
 }
 
-func startCPU(procs []Proc, stat func(int) (float64, error)) *CPUMeter {
+func startCPU(procs []Proc, stat func(int) (procCPU, error)) *CPUMeter {
 	m := &CPUMeter{stat: stat}
 	m.procs = append(m.procs, Proc{Name: SelfProcName, PID: os.Getpid()})
 	for _, p := range procs {
@@ -70,13 +100,9 @@ func startCPU(procs []Proc, stat func(int) (float64, error)) *CPUMeter {
 			m.procs = append(m.procs, p)
 		}
 	}
-	m.start = make([]float64, len(m.procs))
+	m.start = make([]procCPU, len(m.procs))
 	for i, p := range m.procs {
-		s, err := m.stat(p.PID)
-		if err != nil {
-			s = -1
-		}
-		m.start[i] = s
+		m.start[i], _ = m.stat(p.PID)
 	}
 	return m
 }
@@ -88,11 +114,11 @@ func (m *CPUMeter) Stop(ops, bytes int64) CPUUse {
 	var missed []string
 	for i, p := range m.procs {
 		end, err := m.stat(p.PID)
-		if err != nil || m.start[i] < 0 || end < m.start[i] {
+		d, ok := end.since(m.start[i])
+		if err != nil || !ok {
 			missed = append(missed, p.Name)
 			continue
 		}
-		d := end - m.start[i]
 		u.CPUByProcess[p.Name] = roundTo(d, 1e3)
 		u.CPUSeconds += d
 	}
@@ -133,13 +159,51 @@ func (u CPUUse) Add(v CPUUse, ops, bytes int64) CPUUse {
 // SetCPU attaches a loop's CPU use to r.
 func (r *Result) SetCPU(u CPUUse) { r.CPUUse = &u }
 
-// procCPUSeconds reads utime + stime of a process from /proc/<pid>/stat.
-func procCPUSeconds(pid int) (float64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+// procCPUSeconds reads a process's CPU time both ways (see procCPU).
+func procCPUSeconds(pid int) (procCPU, error) {
+	dir := "/proc/" + strconv.Itoa(pid)
+	b, err := os.ReadFile(dir + "/stat")
 	if err != nil {
-		return 0, fmt.Errorf("bench: cpu of process %d: %w", pid, err)
+		return procCPU{}, fmt.Errorf("bench: cpu of process %d: %w", pid, err)
 	}
-	return parseProcStatCPU(string(b))
+	ticks, err := parseProcStatCPU(string(b))
+	if err != nil {
+		return procCPU{}, err
+	}
+	r := procCPU{ticks: ticks, precise: -1, ok: true}
+	tasks, err := os.ReadDir(dir + "/task")
+	if err != nil {
+		return r, nil // the ticks alone
+	}
+	var ns uint64
+	for _, t := range tasks {
+		s, err := os.ReadFile(dir + "/task/" + t.Name() + "/schedstat")
+		if err != nil {
+			continue // exited meanwhile: the ticks will say so
+		}
+		v, err := parseSchedstat(string(s))
+		if err != nil {
+			return r, nil
+		}
+		ns += v
+		r.threads++
+	}
+	r.precise = float64(ns) / 1e9
+	return r, nil
+}
+
+// parseSchedstat returns the first field of a schedstat line: the task's
+// time on a CPU, in nanoseconds.
+func parseSchedstat(line string) (uint64, error) {
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return 0, fmt.Errorf("bench: empty schedstat line")
+	}
+	v, err := strconv.ParseUint(f[0], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("bench: schedstat: %w", err)
+	}
+	return v, nil
 }
 
 // parseProcStatCPU returns (utime + stime) / USER_HZ of one

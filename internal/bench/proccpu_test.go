@@ -10,6 +10,55 @@ import (
 	"testing"
 )
 
+// The precise reading (threads' schedstat) is used unless the ticks show
+// more time than their resolution explains: a thread exited, and only the
+// process's ticks kept its time.
+func TestProcCPUSince(t *testing.T) {
+	a := procCPU{ticks: 1.00, precise: 1.004, threads: 4, ok: true}
+	for _, c := range []struct {
+		name string
+		b    procCPU
+		want float64
+	}{
+		{"precise", procCPU{ticks: 1.02, precise: 1.0313, threads: 4, ok: true}, 0.0273},
+		{"a thread exited", procCPU{ticks: 2.00, precise: 1.2, threads: 3, ok: true}, 1.0},
+		{"no schedstat", procCPU{ticks: 1.5, precise: -1, ok: true}, 0.5},
+	} {
+		got, ok := c.b.since(a)
+		if !ok || got < c.want-1e-9 || got > c.want+1e-9 {
+			t.Errorf("%s: %v %v, want %v", c.name, got, ok, c.want)
+		}
+	}
+	if _, ok := (procCPU{ticks: 0.5, precise: 0.5, ok: true}).since(a); ok {
+		t.Error("a reading before the start (another process at that pid) accepted")
+	}
+	if _, ok := (procCPU{}).since(a); ok {
+		t.Error("an unreadable process accepted")
+	}
+	if v, err := parseSchedstat("216732393 206464336 894\n"); err != nil || v != 216732393 {
+		t.Errorf("parseSchedstat = %v, %v", v, err)
+	}
+}
+
+// This process's reading is precise: a CPU-bound loop of a few ms shows.
+func TestProcCPUSecondsSelf(t *testing.T) {
+	a, err := procCPUSeconds(os.Getpid())
+	if err != nil || !a.ok || a.precise < 0 || a.threads < 1 {
+		t.Fatalf("reading %+v, %v", a, err)
+	}
+	x := 0
+	for i := range 20_000_000 {
+		x += i ^ x
+	}
+	b, err := procCPUSeconds(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := b.since(a); !ok || d <= 0 {
+		t.Fatalf("%d: %v s, %v after a busy loop", x&1, d, ok)
+	}
+}
+
 func TestParseProcStatCPU(t *testing.T) {
 	// A command name with spaces and a ')' of its own: fields are counted
 	// after the last ')'. utime 250, stime 50 ticks = 3 s.
@@ -28,12 +77,12 @@ func TestParseProcStatCPU(t *testing.T) {
 func TestCPUMeter(t *testing.T) {
 	self := os.Getpid()
 	now := map[int]float64{self: 1, 100: 10, 200: 5}
-	stat := func(pid int) (float64, error) {
+	stat := func(pid int) (procCPU, error) {
 		s, ok := now[pid]
 		if !ok {
-			return 0, errors.New("gone")
+			return procCPU{}, errors.New("gone")
 		}
-		return s, nil
+		return procCPU{ticks: s, precise: s, threads: 4, ok: true}, nil
 	}
 	m := startCPU([]Proc{{"dn1", 100}, {"dn2", 200}, {"down", 0}}, stat)
 	now[self], now[100] = 1.5, 12
