@@ -47,6 +47,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/readyfile"
 )
 
@@ -426,6 +427,18 @@ func (c *Cluster) Running(id int) bool {
 	default:
 		return true
 	}
+}
+
+// Procs returns the running members as processes "dn<i>" (a bench
+// charges their CPU time to its loop: bench.LoopConfig.Processes).
+func (c *Cluster) Procs() []bench.Proc {
+	out := make([]bench.Proc, 0, len(c.nodes))
+	for _, n := range c.nodes {
+		if c.Running(n.ID) {
+			out = append(out, bench.Proc{Name: fmt.Sprintf("dn%d", n.ID), PID: c.PID(n.ID)})
+		}
+	}
+	return out
 }
 
 // PID returns member id's process ID (0 if it never started).
