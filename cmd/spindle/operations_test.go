@@ -140,6 +140,12 @@ func TestOperationsGuide(t *testing.T) {
 			// datanode.env's variables, and the meta address (in
 			// deploy/ the config file's; here where it listens now).
 			env := []string{"SPINDLE_LISTEN=" + listen[h], "SPINDLE_METRICS_LISTEN=" + net.addr(h) + ":0", "SPINDLE_META=" + m.addr}
+			if h == "spindle3" && net.lab != nil {
+				// On every interface of its host, with the address the
+				// others dial advertised (deploy/datanode.env's comment).
+				_, port, _ := strings.Cut(listen[h], ":")
+				env = append(env, "SPINDLE_LISTEN=0.0.0.0:"+port, "SPINDLE_ADVERTISE_ADDR="+net.addr(h))
+			}
 			dns[h] = start(h, h+"-datanode", []string{"datanode", "--config", filepath.Join(root, h+"-datanode.json")}, env)
 		}
 		t.Setenv("SPINDLE_META", m.addr)
