@@ -1,8 +1,10 @@
 package meta
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"maps"
 	"slices"
 	"strings"
@@ -267,7 +269,11 @@ func (s *Service) getKey(bucket, key string) (keyRecord, bool, error) {
 // batch), replacing an older version whose blocks are scheduled for
 // deletion. See the metaapi package comment for the rules.
 func (s *Service) CommitKey(bucket, key string, ck *metaapi.CommitKey) (*metaapi.KeyInfo, error) {
-	if err := s.checkBlockList(ck.Blocks, ck.Size); err != nil {
+	if len(ck.Inline) > 0 {
+		if err := checkInline(ck); err != nil {
+			return nil, err
+		}
+	} else if err := s.checkBlockList(ck.Blocks, ck.Size); err != nil {
 		return nil, err
 	}
 	if ck.Object != nil {
@@ -278,6 +284,7 @@ func (s *Service) CommitKey(bucket, key string, ck *metaapi.CommitKey) (*metaapi
 	ki, err := mutate(s, func() (*metaapi.KeyInfo, *pebble.Batch, error) { return s.commitKeyLocked(bucket, key, ck) })
 	if err == nil {
 		s.metrics.commits.Inc()
+		ki.Inline = nil // the committer has the value: the answer does not carry it back
 	}
 	return ki, err
 }
@@ -303,7 +310,7 @@ func (s *Service) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (*m
 	if err != nil {
 		return nil, nil, err
 	}
-	rec := keyRecord{Size: ck.Size, CRC32C: ck.CRC32C, Created: now, Blocks: blocks, Object: ck.Object}
+	rec := keyRecord{Size: ck.Size, CRC32C: ck.CRC32C, Created: now, Blocks: blocks, Inline: ck.Inline, Object: ck.Object}
 	// Valid: one batch makes the key visible, consumes the allocations,
 	// schedules the old blocks' deletion and updates the counts.
 	b := s.db.NewBatch()
@@ -365,6 +372,24 @@ func (s *Service) claim(b *pebble.Batch, blocks []storedBlock) {
 	}
 }
 
+// checkInline checks an inline commit: no blocks, the size and CRC32C
+// of its value, at most MaxInlineBytes.
+func checkInline(ck *metaapi.CommitKey) error {
+	if len(ck.Blocks) > 0 {
+		return fmt.Errorf("%w: a value inline and %d blocks", metaapi.ErrInvalid, len(ck.Blocks))
+	}
+	if len(ck.Inline) > metaapi.MaxInlineBytes {
+		return fmt.Errorf("%w: inline value of %d bytes, at most %d", metaapi.ErrInvalid, len(ck.Inline), metaapi.MaxInlineBytes)
+	}
+	if ck.Size != uint64(len(ck.Inline)) {
+		return fmt.Errorf("%w: inline value of %d bytes, size says %d", metaapi.ErrInvalid, len(ck.Inline), ck.Size)
+	}
+	if sum := crc32.Checksum(ck.Inline, crcTable); sum != ck.CRC32C {
+		return fmt.Errorf("%w: inline value's CRC32C is %08x, the commit says %08x", metaapi.ErrInvalid, sum, ck.CRC32C)
+	}
+	return nil
+}
+
 // checkBlockList checks a block list's shape: at most MaxBlocksPerKey, no
 // block twice, none empty or absurd, lengths adding up to size.
 func (s *Service) checkBlockList(kbs []metaapi.KeyBlock, size uint64) error {
@@ -397,7 +422,7 @@ func sameVersion(old keyRecord, ck *metaapi.CommitKey) bool {
 	if (old.Object == nil) != (ck.Object == nil) || (old.Object != nil && old.Object.ETag != ck.Object.ETag) {
 		return false
 	}
-	if old.Size != ck.Size || old.CRC32C != ck.CRC32C || len(old.Blocks) != len(ck.Blocks) {
+	if old.Size != ck.Size || old.CRC32C != ck.CRC32C || len(old.Blocks) != len(ck.Blocks) || !bytes.Equal(old.Inline, ck.Inline) {
 		return false
 	}
 	for i, sb := range old.Blocks {
@@ -411,7 +436,7 @@ func sameVersion(old keyRecord, ck *metaapi.CommitKey) bool {
 
 // keyInfo is the API form of a key, with its blocks' replicas.
 func (s *Service) keyInfo(bucket, key string, rec keyRecord, now time.Time) *metaapi.KeyInfo {
-	ki := &metaapi.KeyInfo{Bucket: bucket, Key: key, Size: rec.Size, CRC32C: rec.CRC32C, Created: rec.Created, Blocks: make([]metaapi.KeyBlock, 0, len(rec.Blocks)), Object: rec.Object}
+	ki := &metaapi.KeyInfo{Bucket: bucket, Key: key, Size: rec.Size, CRC32C: rec.CRC32C, Created: rec.Created, Blocks: make([]metaapi.KeyBlock, 0, len(rec.Blocks)), Inline: rec.Inline, Object: rec.Object}
 	members := map[uint64][]metaapi.Member{} // by container: most keys have many blocks in few containers
 	for _, sb := range rec.Blocks {
 		kb := metaapi.KeyBlock{BlockRef: metaapi.BlockRef{Container: sb.Container, Local: sb.Local}, Pipeline: sb.Pipeline, Length: sb.Length}

@@ -201,7 +201,22 @@ func (c *Client) CommitKey(ctx context.Context, bucket, key string, ck CommitKey
 	if err := validNames(bucket, key); err != nil {
 		return ki, err
 	}
+	if len(ck.Inline) > 0 { // the value raw after the JSON (InlineContentType)
+		value := ck.Inline
+		ck.Inline = nil
+		body, err := EncodeInline(ck, value)
+		if err != nil {
+			return ki, fmt.Errorf("meta commit %s/%s: encode request: %w", bucket, key, err)
+		}
+		return ki, c.do(ctx, http.MethodPost, KeyPath(bucket, key), rawBody{body, InlineContentType}, &ki, true)
+	}
 	return ki, c.do(ctx, http.MethodPost, KeyPath(bucket, key), ck, &ki, true)
+}
+
+// rawBody is a request body already encoded, with its content type.
+type rawBody struct {
+	b           []byte
+	contentType string
 }
 
 // GetKey returns a committed key with its blocks and their replicas.
@@ -344,7 +359,10 @@ func (c *Client) Backup(ctx context.Context) (io.ReadCloser, error) {
 // replicated meta service, until c.failover.
 func (c *Client) do(ctx context.Context, method, path string, in, out any, idempotent bool) error {
 	var body []byte
-	if in != nil {
+	contentType := "application/json"
+	if rb, ok := in.(rawBody); ok {
+		body, contentType = rb.b, rb.contentType
+	} else if in != nil {
 		var err error
 		if body, err = json.Marshal(in); err != nil {
 			return fmt.Errorf("meta %s %s: encode request: %w", method, path, err)
@@ -366,7 +384,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, idemp
 	var err error
 	for attempt := 1; ; attempt++ {
 		i := int(c.cur.Load())
-		err = c.once(ctx, i, method, path, body, out)
+		err = c.once(ctx, i, method, path, body, contentType, out)
 		if err == nil || ctx.Err() != nil || !retryable(err) || (!idempotent && !didNothing(err)) {
 			break
 		}
@@ -428,8 +446,9 @@ func retryable(err error) bool {
 	return errors.As(err, &e) && e.Code == CodeUnavailable
 }
 
-// once runs one HTTP exchange with the member at address i.
-func (c *Client) once(ctx context.Context, i int, method, path string, body []byte, out any) error {
+// once runs one HTTP exchange with the member at address i. A *KeyInfo
+// answer may come as InlineContentType (asked for by Accept).
+func (c *Client) once(ctx context.Context, i int, method, path string, body []byte, contentType string, out any) error {
 	actx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	var rd io.Reader
@@ -441,7 +460,11 @@ func (c *Client) once(ctx context.Context, i int, method, path string, body []by
 		return &Error{Code: CodeInvalid, Message: fmt.Sprintf("meta %s %s: %v", method, path, err)}
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
+	}
+	ki, wantsInline := out.(*KeyInfo)
+	if wantsInline {
+		req.Header.Set("Accept", InlineContentType+", application/json")
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -458,6 +481,19 @@ func (c *Client) once(ctx context.Context, i int, method, path string, body []by
 	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBodyBytes))
+		return nil
+	}
+	if wantsInline && resp.Header.Get("Content-Type") == InlineContentType {
+		b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes))
+		if err == nil {
+			ki.Inline, err = DecodeInline(b, ki)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("meta %s %s: %w", method, path, ctx.Err())
+			}
+			return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("meta at %s: %s %s: reading the answer: %v", c.hosts[i], method, path, err)}
+		}
 		return nil
 	}
 	dec := json.NewDecoder(io.LimitReader(resp.Body, MaxResponseBytes))
