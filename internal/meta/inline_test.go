@@ -2,9 +2,11 @@ package meta
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"hash/crc32"
 	"math/rand"
+	"net/http"
 	"sync"
 	"testing"
 
@@ -154,5 +156,57 @@ func TestInlineCommitsCrash(t *testing.T) {
 			}
 			t.Logf("crash at op %d: %d acknowledged, %d keys after", k, len(acked), len(l.Keys))
 		})
+	}
+}
+
+// Over HTTP a value inline travels raw after the JSON both ways
+// (metaapi.InlineContentType) with the metaapi client, and base64 in plain
+// JSON for any other client; both read the same value back.
+func TestInlineOverHTTP(t *testing.T) {
+	srv, cl := serve(t, testConfig(t.TempDir(), newClock()))
+	must[metaapi.Bucket](t)(cl.CreateBucket(bg, "bkt"))
+	v := inlineValue(3, 3000)
+	ki := must[metaapi.KeyInfo](t)(cl.CommitKey(bg, "bkt", "k", *inlineCommit(v)))
+	if ki.Size != 3000 || ki.Inline != nil {
+		t.Fatalf("commit answered size %d, %d bytes inline; want 3000, none", ki.Size, len(ki.Inline))
+	}
+	got := must[metaapi.KeyInfo](t)(cl.GetKey(bg, "bkt", "k"))
+	if !bytes.Equal(got.Inline, v) || got.CRC32C != ki.CRC32C || got.Key != "k" {
+		t.Fatalf("get through the client: %d bytes inline, crc %08x, key %q", len(got.Inline), got.CRC32C, got.Key)
+	}
+
+	// Plain JSON: a commit with the value base64-encoded, a get without
+	// Accept answered as JSON.
+	body, _ := json.Marshal(inlineCommit(v[:100]))
+	resp, err := http.Post("http://"+srv.Addr()+metaapi.KeyPath("bkt", "plain"), "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("plain JSON inline commit: HTTP %d", resp.StatusCode)
+	}
+	resp, err = http.Get("http://" + srv.Addr() + metaapi.KeyPath("bkt", "plain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var plain metaapi.KeyInfo
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("get without Accept: content type %q", ct)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&plain); err != nil || !bytes.Equal(plain.Inline, v[:100]) {
+		t.Fatalf("get as plain JSON: %v, %d bytes inline", err, len(plain.Inline))
+	}
+
+	// A framed body whose JSON length runs past the body is refused.
+	bad := []byte{0xff, 0, 0, 0, '{', '}'}
+	resp, err = http.Post("http://"+srv.Addr()+metaapi.KeyPath("bkt", "bad"), metaapi.InlineContentType, bytes.NewReader(bad))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a framed body with a bad length: HTTP %d, want 400", resp.StatusCode)
 	}
 }
