@@ -56,6 +56,18 @@ func (s *Service) Handler() http.Handler {
 		resp, err := s.Allocate(&req)
 		return resp, http.StatusOK, err
 	})
+	route("POST "+metaapi.CommitsRoute, "commit_batch", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		body, err := readBody(w, r)
+		if err != nil {
+			return nil, 0, err
+		}
+		items, err := metaapi.DecodeCommitBatch(body)
+		if err != nil {
+			return nil, 0, err
+		}
+		res, err := s.CommitKeys(items)
+		return &metaapi.CommitBatchResult{Results: res}, http.StatusOK, err
+	})
 	route("GET /v1/list/{bucket}", "list_keys", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		q := r.URL.Query()
 		o := ListOptions{Prefix: q.Get("prefix"), StartAfter: q.Get("start_after"), Delimiter: q.Get("delimiter")}
@@ -254,16 +266,25 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
-// decodeInlineBody reads a CommitKey sent as metaapi.InlineContentType (at
-// most MaxRequestBytes): the JSON without Inline, then the value.
-func decodeInlineBody(w http.ResponseWriter, r *http.Request, ck *metaapi.CommitKey) error {
+// readBody reads a whole body of at most MaxRequestBytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return fmt.Errorf("%w: body over %d bytes", metaapi.ErrInvalid, MaxRequestBytes)
+			return nil, fmt.Errorf("%w: body over %d bytes", metaapi.ErrInvalid, MaxRequestBytes)
 		}
-		return fmt.Errorf("%w: reading the body: %v", metaapi.ErrInvalid, err)
+		return nil, fmt.Errorf("%w: reading the body: %v", metaapi.ErrInvalid, err)
+	}
+	return body, nil
+}
+
+// decodeInlineBody reads a CommitKey sent as metaapi.InlineContentType (at
+// most MaxRequestBytes): the JSON without Inline, then the value.
+func decodeInlineBody(w http.ResponseWriter, r *http.Request, ck *metaapi.CommitKey) error {
+	body, err := readBody(w, r)
+	if err != nil {
+		return err
 	}
 	value, err := metaapi.DecodeInline(body, ck)
 	if err != nil {

@@ -3,6 +3,7 @@ package meta
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"math/rand"
@@ -209,4 +210,91 @@ func TestInlineOverHTTP(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("a framed body with a bad length: HTTP %d, want 400", resp.StatusCode)
 	}
+}
+
+// A commit batch answers each commit as if it came alone: in order (a
+// later commit of the same key replaces the earlier one, counted once),
+// a refusal (bad CRC32C, a failed condition, an unknown bucket) changes
+// nothing and leaves the others committed.
+func TestCommitBatch(t *testing.T) {
+	c, _, _ := memCluster(t, nil)
+	s := c.s
+	v1, v2 := inlineValue(1, 1000), inlineValue(2, 2000)
+	keys := s.buckets["bkt"].Keys
+	bad := inlineCommit(v1)
+	bad.CRC32C++
+	cond := inlineCommit(v1)
+	cond.Conditions = metaapi.Conditions{IfNoneMatch: "*"}
+	items := []metaapi.BatchedCommit{
+		{Bucket: "bkt", Key: "a", CommitKey: *inlineCommit(v1)},
+		{Bucket: "bkt", Key: "b", CommitKey: *bad},
+		{Bucket: "bkt", Key: "a", CommitKey: *inlineCommit(v2)},
+		{Bucket: "bkt", Key: "a", CommitKey: *cond},
+		{Bucket: "nope", Key: "c", CommitKey: *inlineCommit(v1)},
+		{Bucket: "bkt", Key: "d", CommitKey: *inlineCommit(v1)},
+	}
+	res := must[[]metaapi.CommitResult](t)(s.CommitKeys(items))
+	want := []error{nil, metaapi.ErrInvalid, nil, metaapi.ErrPrecondition, metaapi.ErrNotFound, nil}
+	for i, r := range res {
+		if want[i] == nil {
+			if r.Error != nil || r.Key == nil || r.Key.Key != items[i].Key || r.Key.Size != items[i].Size || r.Key.Inline != nil {
+				t.Fatalf("commit %d: %+v, %v; want its key, without the value", i, r.Key, r.Error)
+			}
+		} else if !errors.Is(r.Error, want[i]) || r.Key != nil {
+			t.Fatalf("commit %d: %+v, %v; want %v", i, r.Key, r.Error, want[i])
+		}
+	}
+	if got := must[*metaapi.KeyInfo](t)(s.GetKey("bkt", "a")); !bytes.Equal(got.Inline, v2) {
+		t.Fatalf("a holds %d bytes, want the later commit's 2000", len(got.Inline))
+	}
+	wantErr(t, ignore(s.GetKey("bkt", "b")), metaapi.ErrNotFound, "a refused commit of the batch")
+	if n := s.buckets["bkt"].Keys - keys; n != 2 {
+		t.Fatalf("the batch added %d keys, want 2 (a, d)", n)
+	}
+	_, err := s.CommitKeys(make([]metaapi.BatchedCommit, metaapi.MaxCommitBatch+1))
+	wantErr(t, err, metaapi.ErrInvalid, "a batch over MaxCommitBatch")
+}
+
+// The metaapi client batches concurrent CommitKeys (CommitsRoute); each
+// caller still gets its own commit's answer or error.
+func TestClientBatchesConcurrentCommits(t *testing.T) {
+	_, cl := serve(t, testConfig(t.TempDir(), newClock()))
+	must[metaapi.Bucket](t)(cl.CreateBucket(bg, "bkt"))
+	const callers = 32
+	start := make(chan struct{})
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ck := inlineCommit(inlineValue(int64(i), 100+i))
+			if i%2 == 1 {
+				ck.CRC32C++ // refused, alone
+			}
+			<-start
+			_, errs[i] = cl.CommitKey(bg, "bkt", fmt.Sprintf("k%02d", i), *ck)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if i%2 == 0 && err != nil {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+		if i%2 == 1 && !errors.Is(err, metaapi.ErrInvalid) {
+			t.Fatalf("commit %d with a wrong CRC32C: %v, want ErrInvalid", i, err)
+		}
+	}
+	for i := 0; i < callers; i += 2 {
+		ki := must[metaapi.KeyInfo](t)(cl.GetKey(bg, "bkt", fmt.Sprintf("k%02d", i)))
+		if !bytes.Equal(ki.Inline, inlineValue(int64(i), 100+i)) {
+			t.Fatalf("k%02d: %d bytes inline", i, len(ki.Inline))
+		}
+	}
+	batches, commits := cl.CommitBatchStats()
+	if commits != callers || batches == 0 || batches > commits {
+		t.Fatalf("%d batches of %d commits, want %d commits", batches, commits, callers)
+	}
+	t.Logf("%d commits in %d batches", commits, batches)
 }

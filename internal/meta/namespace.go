@@ -269,17 +269,8 @@ func (s *Service) getKey(bucket, key string) (keyRecord, bool, error) {
 // batch), replacing an older version whose blocks are scheduled for
 // deletion. See the metaapi package comment for the rules.
 func (s *Service) CommitKey(bucket, key string, ck *metaapi.CommitKey) (*metaapi.KeyInfo, error) {
-	if len(ck.Inline) > 0 {
-		if err := checkInline(ck); err != nil {
-			return nil, err
-		}
-	} else if err := s.checkBlockList(ck.Blocks, ck.Size); err != nil {
+	if err := s.checkCommit(ck); err != nil {
 		return nil, err
-	}
-	if ck.Object != nil {
-		if err := ck.Object.Validate(); err != nil {
-			return nil, err
-		}
 	}
 	ki, err := mutate(s, func() (*metaapi.KeyInfo, *pebble.Batch, error) { return s.commitKeyLocked(bucket, key, ck) })
 	if err == nil {
@@ -287,6 +278,100 @@ func (s *Service) CommitKey(bucket, key string, ck *metaapi.CommitKey) (*metaapi
 		ki.Inline = nil // the committer has the value: the answer does not carry it back
 	}
 	return ki, err
+}
+
+// checkCommit is CommitKey's validation of a commit's shape, before s.mu.
+func (s *Service) checkCommit(ck *metaapi.CommitKey) error {
+	if len(ck.Inline) > 0 {
+		if err := checkInline(ck); err != nil {
+			return err
+		}
+	} else if err := s.checkBlockList(ck.Blocks, ck.Size); err != nil {
+		return err
+	}
+	if ck.Object != nil {
+		return ck.Object.Validate()
+	}
+	return nil
+}
+
+// CommitKeys commits a batch (metaapi.CommitsRoute): each commit as
+// CommitKey would make it, in order, each its own store batch (so a later
+// commit of the same key sees the earlier one), all under one hold of
+// s.mu; the answers come once every one applied is durable (they share
+// the sync, or the raft round). One result per commit: a refused commit
+// changes nothing and does not affect the others. A service that does
+// not serve (closed, failed, not the leader) refuses the whole batch.
+func (s *Service) CommitKeys(items []metaapi.BatchedCommit) ([]metaapi.CommitResult, error) {
+	if len(items) > metaapi.MaxCommitBatch {
+		return nil, fmt.Errorf("%w: %d commits in a batch, at most %d", metaapi.ErrInvalid, len(items), metaapi.MaxCommitBatch)
+	}
+	errs := make([]error, len(items))
+	kis := make([]*metaapi.KeyInfo, len(items))
+	for i := range items {
+		errs[i] = s.checkCommit(&items[i].CommitKey)
+	}
+	s.mu.Lock()
+	if err := s.usable(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	var own []pending
+	refused := false
+	for i := range items {
+		if errs[i] != nil {
+			refused = true
+			continue
+		}
+		it := &items[i]
+		ki, b, err := s.commitKeyLocked(it.Bucket, it.Key, &it.CommitKey)
+		if err != nil {
+			if b != nil {
+				b.Close()
+			}
+			errs[i], refused = err, true
+			continue
+		}
+		p, err := s.apply(b)
+		if err != nil { // sticky: this one and every later one fail
+			for j := i; j < len(items); j++ {
+				if errs[j] == nil {
+					errs[j] = err
+				}
+			}
+			break
+		}
+		own = append(own, p)
+		kis[i] = ki
+	}
+	front := s.frontier()
+	s.mu.Unlock()
+	var werr error
+	for _, p := range own {
+		if err := s.await(p); err != nil && werr == nil {
+			werr = err
+		}
+	}
+	if refused && werr == nil {
+		// A refusal may rest on what it saw (a condition, a version).
+		werr = s.await(front)
+	}
+	res := make([]metaapi.CommitResult, len(items))
+	for i := range items {
+		err := errs[i]
+		if werr != nil && (err == nil || kis[i] != nil) {
+			err = werr
+		}
+		if err != nil {
+			code, _ := metaapi.CodeOf(err)
+			res[i].Error = &metaapi.Error{Code: code, Message: fmt.Sprintf("commit %s/%s: %v", items[i].Bucket, items[i].Key, err)}
+			continue
+		}
+		kis[i].Inline = nil // the committer has the value
+		res[i].Key = kis[i]
+		s.metrics.commits.Inc()
+	}
+	return res, nil
 }
 
 // commitKeyLocked is CommitKey, validated, under s.mu.

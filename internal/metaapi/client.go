@@ -61,6 +61,9 @@ type ClientOptions struct {
 	// of a replicated meta service (DefaultFailoverTimeout); with one
 	// address, Attempts bounds them.
 	FailoverTimeout time.Duration
+	// NoCommitBatching sends each CommitKey as its own request instead of
+	// batching concurrent ones (CommitsRoute).
+	NoCommitBatching bool
 }
 
 // Client calls a meta service. It is safe for concurrent use.
@@ -99,13 +102,16 @@ type Client struct {
 	attempts int
 	backoff  time.Duration
 	failover time.Duration
+	// batch groups concurrent CommitKeys (batch.go); off: noBatch.
+	batch   batcher
+	noBatch bool
 }
 
 // NewClient returns a client of the meta service at baseURL:
 // "http://host:port" or just "host:port", or a comma-separated list of
 // them (the members of a replicated meta service).
 func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
-	c := &Client{hc: opts.HTTPClient, timeout: opts.Timeout, attempts: opts.Attempts, backoff: opts.Backoff, failover: opts.FailoverTimeout}
+	c := &Client{hc: opts.HTTPClient, timeout: opts.Timeout, attempts: opts.Attempts, backoff: opts.Backoff, failover: opts.FailoverTimeout, noBatch: opts.NoCommitBatching}
 	for _, addr := range SplitAddrs(baseURL) {
 		raw := addr
 		if !strings.Contains(raw, "://") {
@@ -200,6 +206,9 @@ func (c *Client) CommitKey(ctx context.Context, bucket, key string, ck CommitKey
 	var ki KeyInfo
 	if err := validNames(bucket, key); err != nil {
 		return ki, err
+	}
+	if !c.noBatch {
+		return c.commitBatched(ctx, bucket, key, ck)
 	}
 	if len(ck.Inline) > 0 { // the value raw after the JSON (InlineContentType)
 		value := ck.Inline
