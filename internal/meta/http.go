@@ -68,6 +68,14 @@ func (s *Service) Handler() http.Handler {
 		res, err := s.CommitKeys(items)
 		return &metaapi.CommitBatchResult{Results: res}, http.StatusOK, err
 	})
+	route("POST "+metaapi.AllocationsRoute, "allocate_batch", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		var req metaapi.AllocateBatch
+		if err := decodeBody(w, r, &req); err != nil {
+			return nil, 0, err
+		}
+		res, err := s.AllocateMany(req.Requests)
+		return &metaapi.AllocateBatchResult{Results: res}, http.StatusOK, err
+	})
 	route("GET /v1/list/{bucket}", "list_keys", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		q := r.URL.Query()
 		o := ListOptions{Prefix: q.Get("prefix"), StartAfter: q.Get("start_after"), Delimiter: q.Get("delimiter")}

@@ -292,9 +292,45 @@ func TestClientBatchesConcurrentCommits(t *testing.T) {
 			t.Fatalf("k%02d: %d bytes inline", i, len(ki.Inline))
 		}
 	}
-	batches, commits := cl.CommitBatchStats()
+	batches, commits, _, _ := cl.BatchStats()
 	if commits != callers || batches == 0 || batches > commits {
 		t.Fatalf("%d batches of %d commits, want %d commits", batches, commits, callers)
 	}
 	t.Logf("%d commits in %d batches", commits, batches)
+}
+
+// An allocation batch answers each request as if it came alone: fresh
+// blocks, and a refusal (an unknown bucket, every pipeline excluded) that
+// does not affect the others; each block commits.
+func TestAllocateMany(t *testing.T) {
+	c, _, _ := memCluster(t, nil)
+	s := c.s
+	p := c.pipelines()[0].ID
+	reqs := []metaapi.AllocateRequest{
+		{Bucket: "bkt", Key: "a"},
+		{Bucket: "nope", Key: "a"},
+		{Bucket: "bkt", Key: "b", ExcludePipelines: []uint64{p}},
+		{Bucket: "bkt", Key: "a"},
+	}
+	res := must[[]metaapi.AllocateResult](t)(s.AllocateMany(reqs))
+	want := []error{nil, metaapi.ErrNotFound, metaapi.ErrNoPipeline, nil}
+	for i, r := range res {
+		if want[i] != nil {
+			if !errors.Is(r.Error, want[i]) || r.Block != nil {
+				t.Fatalf("allocation %d: %+v, %v; want %v", i, r.Block, r.Error, want[i])
+			}
+		} else if r.Error != nil || r.Block == nil {
+			t.Fatalf("allocation %d: %v", i, r.Error)
+		}
+	}
+	if res[0].Block.Block == res[3].Block.Block {
+		t.Fatalf("two allocations of a batch got block %+v", res[0].Block.Block)
+	}
+	var ck metaapi.CommitKey
+	for _, i := range []int{0, 3} {
+		a := res[i].Block
+		ck.Blocks = append(ck.Blocks, metaapi.KeyBlock{BlockRef: a.Block, Pipeline: a.Pipeline.ID, Length: 10})
+		ck.Size += 10
+	}
+	must[*metaapi.KeyInfo](t)(s.CommitKey("bkt", "a", &ck))
 }

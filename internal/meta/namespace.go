@@ -2,6 +2,7 @@ package meta
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -160,6 +161,81 @@ func (s *Service) Allocate(req *metaapi.AllocateRequest) (*metaapi.AllocateRespo
 		s.metrics.allocations.Inc()
 	}
 	return resp, err
+}
+
+// AllocateMany makes a batch of allocations (metaapi.AllocationsRoute):
+// each as Allocate would, in order, under one hold of s.mu, each its own
+// store batch; the answers come once every one is durable (one sync or
+// raft round for the batch). One result per request; a refusal
+// (NO_PIPELINE, an unknown bucket) does not affect the others. A service
+// that does not serve refuses the whole batch.
+func (s *Service) AllocateMany(reqs []metaapi.AllocateRequest) ([]metaapi.AllocateResult, error) {
+	if len(reqs) > metaapi.MaxCommitBatch {
+		return nil, fmt.Errorf("%w: %d allocations in a batch, at most %d", metaapi.ErrInvalid, len(reqs), metaapi.MaxCommitBatch)
+	}
+	errs := make([]error, len(reqs))
+	got := make([]*metaapi.AllocateResponse, len(reqs))
+	s.mu.Lock()
+	if err := s.usable(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	var own []pending
+	refused := false
+	for i := range reqs {
+		r, b, err := s.allocateLocked(&reqs[i])
+		if err != nil {
+			if b != nil {
+				b.Close()
+			}
+			errs[i], refused = err, true
+			continue
+		}
+		p, err := s.apply(b)
+		if err != nil { // sticky: this one and every later one fail
+			for j := i; j < len(reqs); j++ {
+				errs[j] = err
+			}
+			break
+		}
+		own = append(own, p)
+		got[i] = r
+	}
+	front := s.frontier()
+	s.mu.Unlock()
+	werr := s.awaitAll(own, refused, front)
+	res := make([]metaapi.AllocateResult, len(reqs))
+	for i := range reqs {
+		if err := cmp.Or(errs[i], werr); err != nil && (errs[i] != nil || got[i] != nil) {
+			res[i].Error = apiError(fmt.Sprintf("allocate for %s/%s", reqs[i].Bucket, reqs[i].Key), err)
+			continue
+		}
+		res[i].Block = got[i]
+		s.metrics.allocations.Inc()
+	}
+	return res, nil
+}
+
+// awaitAll waits for a batch's own pendings, and, when some request was
+// refused (a refusal may rest on what it saw), for the frontier; the
+// first failure.
+func (s *Service) awaitAll(own []pending, refused bool, front pending) error {
+	var werr error
+	for _, p := range own {
+		if err := s.await(p); err != nil && werr == nil {
+			werr = err
+		}
+	}
+	if refused && werr == nil {
+		werr = s.await(front)
+	}
+	return werr
+}
+
+// apiError is err as one result of a batch.
+func apiError(what string, err error) *metaapi.Error {
+	code, _ := metaapi.CodeOf(err)
+	return &metaapi.Error{Code: code, Message: fmt.Sprintf("%s: %v", what, err)}
 }
 
 // allocateLocked is Allocate under s.mu.
@@ -346,25 +422,11 @@ func (s *Service) CommitKeys(items []metaapi.BatchedCommit) ([]metaapi.CommitRes
 	}
 	front := s.frontier()
 	s.mu.Unlock()
-	var werr error
-	for _, p := range own {
-		if err := s.await(p); err != nil && werr == nil {
-			werr = err
-		}
-	}
-	if refused && werr == nil {
-		// A refusal may rest on what it saw (a condition, a version).
-		werr = s.await(front)
-	}
+	werr := s.awaitAll(own, refused, front)
 	res := make([]metaapi.CommitResult, len(items))
 	for i := range items {
-		err := errs[i]
-		if werr != nil && (err == nil || kis[i] != nil) {
-			err = werr
-		}
-		if err != nil {
-			code, _ := metaapi.CodeOf(err)
-			res[i].Error = &metaapi.Error{Code: code, Message: fmt.Sprintf("commit %s/%s: %v", items[i].Bucket, items[i].Key, err)}
+		if err := cmp.Or(errs[i], werr); err != nil && (errs[i] != nil || kis[i] != nil) {
+			res[i].Error = apiError(fmt.Sprintf("commit %s/%s", items[i].Bucket, items[i].Key), err)
 			continue
 		}
 		kis[i].Inline = nil // the committer has the value

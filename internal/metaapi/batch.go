@@ -7,6 +7,29 @@ import (
 	"sync"
 )
 
+// AllocationsRoute takes a batch of allocations in one request (Client
+// batches concurrent Allocate calls into it): POST, JSON AllocateBatch,
+// answered by an AllocateBatchResult, one result per request in order,
+// each made as if sent alone (in order, under one hold of the service's
+// lock, durable before the answer).
+const AllocationsRoute = "/v1/allocations"
+
+// AllocateBatch is the body of an AllocationsRoute request.
+type AllocateBatch struct {
+	Requests []AllocateRequest `json:"requests"`
+}
+
+// AllocateBatchResult answers an AllocateBatch.
+type AllocateBatchResult struct {
+	Results []AllocateResult `json:"results"`
+}
+
+// AllocateResult is one allocation's answer: the block or the error.
+type AllocateResult struct {
+	Block *AllocateResponse `json:"block,omitempty"`
+	Error *Error            `json:"error,omitempty"`
+}
+
 // CommitsRoute takes a batch of key commits in one request (Client
 // batches concurrent CommitKey calls into it): POST, body
 // InlineContentType — the JSON of a CommitBatch whose items carry their
@@ -21,13 +44,14 @@ const CommitsRoute = "/v1/commits"
 
 // Bounds of a commit batch.
 const (
-	// MaxCommitBatch bounds the commits of one batch.
+	// MaxCommitBatch bounds the commits (and the allocations) of one
+	// batch.
 	MaxCommitBatch = 64
 	// MaxCommitBatchBytes bounds the inline values of one batch: a
 	// commit whose value would take a batch past it goes in the next.
 	MaxCommitBatchBytes = 4 << 20
-	// MaxCommitBatchesInFlight bounds a Client's batches in flight; more
-	// commits wait in its queue and go in the next batch.
+	// MaxCommitBatchesInFlight bounds a Client's batches in flight (of
+	// each kind); more calls wait in its queue and go in the next batch.
 	MaxCommitBatchesInFlight = 4
 )
 
@@ -100,59 +124,68 @@ func DecodeCommitBatch(body []byte) ([]BatchedCommit, error) {
 	return b.Commits, nil
 }
 
-// commitCall is one CommitKey waiting in a Client's batcher.
-type commitCall struct {
-	c    BatchedCommit
+// batchCall is one call waiting in a batcher.
+type batchCall[Q, R any] struct {
+	req  Q
 	done chan struct{}
-	ki   KeyInfo
+	res  R
 	err  error
 }
 
-// batcher groups concurrent CommitKey calls of a Client into CommitsRoute
+// batcher groups a Client's concurrent calls of one kind into batch
 // requests: a call joins the queue; while fewer than
 // MaxCommitBatchesInFlight batches are in flight, a sender takes what is
-// queued (at most MaxCommitBatch commits, MaxCommitBatchBytes of values)
-// and sends it. No call waits for company: a lone commit goes at once, in
-// a batch of one; under load, commits queue while batches are in flight.
-type batcher struct {
+// queued (at most MaxCommitBatch calls, MaxCommitBatchBytes as counted by
+// size) and sends it. No call waits for company: a lone call goes at
+// once, in a batch of one; under load, calls queue while batches are in
+// flight.
+type batcher[Q, R any] struct {
+	// size is a call's bytes toward MaxCommitBatchBytes (nil: none); send
+	// sends one batch and returns one result or error per request, or
+	// the error of the whole request.
+	size func(Q) int
+	send func(reqs []Q) ([]R, []error, error)
+
 	mu       sync.Mutex
-	queue    []*commitCall
+	queue    []*batchCall[Q, R]
 	inflight int
-	// batches and commits count what was sent (the mean batch size).
-	batches, commits uint64
+	// batches and calls count what was sent (the mean batch size).
+	batches, calls uint64
 }
 
-// commitBatched queues one commit and waits for its answer (or ctx: the commit
-// may still be made then, its outcome unknown, as any lost answer).
-func (c *Client) commitBatched(ctx context.Context, bucket, key string, ck CommitKey) (KeyInfo, error) {
-	call := &commitCall{c: BatchedCommit{Bucket: bucket, Key: key, CommitKey: ck}, done: make(chan struct{})}
-	b := &c.batch
+// call queues one request and waits for its answer (or ctx: the call may
+// still be made then, its outcome unknown, as with any lost answer).
+func (b *batcher[Q, R]) call(ctx context.Context, req Q) (R, error) {
+	c := &batchCall[Q, R]{req: req, done: make(chan struct{})}
 	b.mu.Lock()
-	b.queue = append(b.queue, call)
+	b.queue = append(b.queue, c)
 	start := b.inflight < MaxCommitBatchesInFlight
 	if start {
 		b.inflight++
 	}
 	b.mu.Unlock()
 	if start {
-		go c.sendBatches()
+		go b.run()
 	}
 	select {
-	case <-call.done:
-		return call.ki, call.err
+	case <-c.done:
+		return c.res, c.err
 	case <-ctx.Done():
-		return KeyInfo{}, fmt.Errorf("meta commit %s/%s: %w (the commit may still be made)", bucket, key, ctx.Err())
+		var zero R
+		return zero, fmt.Errorf("%w (the call may still be made)", ctx.Err())
 	}
 }
 
-// sendBatches sends batches until the queue is empty.
-func (c *Client) sendBatches() {
-	b := &c.batch
+// run sends batches until the queue is empty.
+func (b *batcher[Q, R]) run() {
 	for {
 		b.mu.Lock()
 		n, bytes := 0, 0
 		for n < len(b.queue) && n < MaxCommitBatch {
-			v := len(b.queue[n].c.Inline)
+			v := 0
+			if b.size != nil {
+				v = b.size(b.queue[n].req)
+			}
 			if n > 0 && bytes+v > MaxCommitBatchBytes {
 				break
 			}
@@ -164,54 +197,98 @@ func (c *Client) sendBatches() {
 			b.mu.Unlock()
 			return
 		}
-		calls := make([]*commitCall, n)
+		calls := make([]*batchCall[Q, R], n)
 		copy(calls, b.queue)
 		b.queue = b.queue[:copy(b.queue, b.queue[n:])]
 		b.batches++
-		b.commits += uint64(n)
+		b.calls += uint64(n)
 		b.mu.Unlock()
-		c.sendBatch(calls)
+		reqs := make([]Q, n)
+		for i, c := range calls {
+			reqs[i] = c.req
+		}
+		res, errs, err := b.send(reqs)
+		if err == nil && (len(res) != n || len(errs) != n) {
+			err = &Error{Code: CodeInternal, Message: fmt.Sprintf("meta batch: %d results for %d calls", len(res), n)}
+		}
+		for i, c := range calls {
+			if err != nil {
+				c.err = err
+			} else {
+				c.res, c.err = res[i], errs[i]
+			}
+			close(c.done)
+		}
 	}
 }
 
-// sendBatch sends one batch and hands each call its result. A failure of
-// the whole request (unreachable, NOT_LEADER after the failover bounds)
-// is every call's error.
-func (c *Client) sendBatch(calls []*commitCall) {
-	items := make([]BatchedCommit, len(calls))
-	for i, call := range calls {
-		items[i] = call.c
+// stats returns the batches sent and the calls in them.
+func (b *batcher[Q, R]) stats() (batches, calls uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.batches, b.calls
+}
+
+// initBatchers sets up the Client's batchers.
+func (c *Client) initBatchers() {
+	c.commits.size = func(q BatchedCommit) int { return len(q.Inline) }
+	c.commits.send = c.sendCommits
+	c.allocs.send = c.sendAllocations
+}
+
+// sendCommits sends one CommitsRoute batch. Every commit is idempotent
+// (an identical retry succeeds), so is the batch; it is bounded by the
+// client's attempts, timeouts and failover limit, not by one caller's
+// context.
+func (c *Client) sendCommits(items []BatchedCommit) ([]KeyInfo, []error, error) {
+	body, err := EncodeCommitBatch(items)
+	if err != nil {
+		return nil, nil, fmt.Errorf("meta commit batch: encode: %w", err)
 	}
 	var res CommitBatchResult
-	body, err := EncodeCommitBatch(items)
-	if err == nil {
-		// Every commit is idempotent (an identical retry succeeds), so is
-		// the batch. Bounded by the client's attempts, timeouts and
-		// failover limit, not by any one caller's context.
-		err = c.do(context.Background(), http.MethodPost, CommitsRoute, rawBody{body, InlineContentType}, &res, true)
+	if err := c.do(context.Background(), http.MethodPost, CommitsRoute, rawBody{body, InlineContentType}, &res, true); err != nil {
+		return nil, nil, err
 	}
-	if err == nil && len(res.Results) != len(calls) {
-		err = &Error{Code: CodeInternal, Message: fmt.Sprintf("meta commit batch: %d results for %d commits", len(res.Results), len(calls))}
-	}
-	for i, call := range calls {
+	kis, errs := make([]KeyInfo, len(res.Results)), make([]error, len(res.Results))
+	for i, r := range res.Results {
 		switch {
-		case err != nil:
-			call.err = fmt.Errorf("meta commit %s/%s: %w", call.c.Bucket, call.c.Key, err)
-		case res.Results[i].Error != nil:
-			call.err = res.Results[i].Error
-		case res.Results[i].Key == nil:
-			call.err = &Error{Code: CodeInternal, Message: fmt.Sprintf("meta commit %s/%s: neither a key nor an error in the batch's answer", call.c.Bucket, call.c.Key)}
+		case r.Error != nil:
+			errs[i] = r.Error
+		case r.Key == nil:
+			errs[i] = &Error{Code: CodeInternal, Message: "meta commit batch: neither a key nor an error in an answer"}
 		default:
-			call.ki = *res.Results[i].Key
+			kis[i] = *r.Key
 		}
-		close(call.done)
 	}
+	return kis, errs, nil
 }
 
-// CommitBatchStats returns the commit batches this client sent and the
-// commits in them.
-func (c *Client) CommitBatchStats() (batches, commits uint64) {
-	c.batch.mu.Lock()
-	defer c.batch.mu.Unlock()
-	return c.batch.batches, c.batch.commits
+// sendAllocations sends one AllocationsRoute batch (idempotent as
+// Allocate is: a block allocated and never committed is garbage the meta
+// service deletes).
+func (c *Client) sendAllocations(reqs []AllocateRequest) ([]AllocateResponse, []error, error) {
+	var res AllocateBatchResult
+	if err := c.do(context.Background(), http.MethodPost, AllocationsRoute, AllocateBatch{Requests: reqs}, &res, true); err != nil {
+		return nil, nil, err
+	}
+	out, errs := make([]AllocateResponse, len(res.Results)), make([]error, len(res.Results))
+	for i, r := range res.Results {
+		switch {
+		case r.Error != nil:
+			errs[i] = r.Error
+		case r.Block == nil:
+			errs[i] = &Error{Code: CodeInternal, Message: "meta allocation batch: neither a block nor an error in an answer"}
+		default:
+			out[i] = *r.Block
+		}
+	}
+	return out, errs, nil
+}
+
+// BatchStats returns the commit and allocation batches this client sent
+// and the calls in them.
+func (c *Client) BatchStats() (commitBatches, commits, allocBatches, allocs uint64) {
+	commitBatches, commits = c.commits.stats()
+	allocBatches, allocs = c.allocs.stats()
+	return
 }

@@ -61,9 +61,9 @@ type ClientOptions struct {
 	// of a replicated meta service (DefaultFailoverTimeout); with one
 	// address, Attempts bounds them.
 	FailoverTimeout time.Duration
-	// NoCommitBatching sends each CommitKey as its own request instead of
-	// batching concurrent ones (CommitsRoute).
-	NoCommitBatching bool
+	// NoBatching sends each CommitKey and Allocate as its own request
+	// instead of batching concurrent ones (CommitsRoute, AllocationsRoute).
+	NoBatching bool
 }
 
 // Client calls a meta service. It is safe for concurrent use.
@@ -102,8 +102,10 @@ type Client struct {
 	attempts int
 	backoff  time.Duration
 	failover time.Duration
-	// batch groups concurrent CommitKeys (batch.go); off: noBatch.
-	batch   batcher
+	// commits and allocs group concurrent CommitKeys and Allocates
+	// (batch.go); off: noBatch.
+	commits batcher[BatchedCommit, KeyInfo]
+	allocs  batcher[AllocateRequest, AllocateResponse]
 	noBatch bool
 }
 
@@ -111,7 +113,8 @@ type Client struct {
 // "http://host:port" or just "host:port", or a comma-separated list of
 // them (the members of a replicated meta service).
 func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
-	c := &Client{hc: opts.HTTPClient, timeout: opts.Timeout, attempts: opts.Attempts, backoff: opts.Backoff, failover: opts.FailoverTimeout, noBatch: opts.NoCommitBatching}
+	c := &Client{hc: opts.HTTPClient, timeout: opts.Timeout, attempts: opts.Attempts, backoff: opts.Backoff, failover: opts.FailoverTimeout, noBatch: opts.NoBatching}
+	c.initBatchers()
 	for _, addr := range SplitAddrs(baseURL) {
 		raw := addr
 		if !strings.Contains(raw, "://") {
@@ -198,6 +201,9 @@ func (c *Client) Allocate(ctx context.Context, req AllocateRequest) (AllocateRes
 	if err := validNames(req.Bucket, req.Key); err != nil {
 		return r, err
 	}
+	if !c.noBatch {
+		return c.allocs.call(ctx, req)
+	}
 	return r, c.do(ctx, http.MethodPost, "/v1/allocate", req, &r, true)
 }
 
@@ -208,7 +214,7 @@ func (c *Client) CommitKey(ctx context.Context, bucket, key string, ck CommitKey
 		return ki, err
 	}
 	if !c.noBatch {
-		return c.commitBatched(ctx, bucket, key, ck)
+		return c.commits.call(ctx, BatchedCommit{Bucket: bucket, Key: key, CommitKey: ck})
 	}
 	if len(ck.Inline) > 0 { // the value raw after the JSON (InlineContentType)
 		value := ck.Inline
