@@ -76,6 +76,14 @@ func (s *Service) Handler() http.Handler {
 		res, err := s.AllocateMany(req.Requests)
 		return &metaapi.AllocateBatchResult{Results: res}, http.StatusOK, err
 	})
+	route("POST "+metaapi.GetsRoute, "get_batch", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		var req metaapi.GetBatch
+		if err := decodeBody(w, r, &req); err != nil {
+			return nil, 0, err
+		}
+		res, err := s.GetKeys(req.Keys)
+		return getsAnswer(res), http.StatusOK, err
+	})
 	route("GET /v1/list/{bucket}", "list_keys", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		q := r.URL.Query()
 		o := ListOptions{Prefix: q.Get("prefix"), StartAfter: q.Get("start_after"), Delimiter: q.Get("delimiter")}
@@ -221,9 +229,23 @@ type inlineAnswer struct {
 	value []byte
 }
 
+// getsAnswer is a GetKeys answer, sent as metaapi.InlineContentType.
+type getsAnswer []metaapi.GetResult
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	if status == http.StatusNoContent || v == nil {
 		w.WriteHeader(status)
+		return
+	}
+	if ga, ok := v.(getsAnswer); ok {
+		b, err := metaapi.EncodeGetBatchResult(ga)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, metaapi.CodeInternal, "encoding the response: "+err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", metaapi.InlineContentType)
+		w.WriteHeader(status)
+		w.Write(b)
 		return
 	}
 	if ia, ok := v.(inlineAnswer); ok {

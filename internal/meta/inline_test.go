@@ -255,8 +255,8 @@ func TestCommitBatch(t *testing.T) {
 	wantErr(t, err, metaapi.ErrInvalid, "a batch over MaxCommitBatch")
 }
 
-// The metaapi client batches concurrent CommitKeys (CommitsRoute); each
-// caller still gets its own commit's answer or error.
+// The metaapi client batches concurrent CommitKeys (CommitsRoute) and
+// GetKeys (GetsRoute); each caller still gets its own answer or error.
 func TestClientBatchesConcurrentCommits(t *testing.T) {
 	_, cl := serve(t, testConfig(t.TempDir(), newClock()))
 	must[metaapi.Bucket](t)(cl.CreateBucket(bg, "bkt"))
@@ -286,10 +286,27 @@ func TestClientBatchesConcurrentCommits(t *testing.T) {
 			t.Fatalf("commit %d with a wrong CRC32C: %v, want ErrInvalid", i, err)
 		}
 	}
-	for i := 0; i < callers; i += 2 {
-		ki := must[metaapi.KeyInfo](t)(cl.GetKey(bg, "bkt", fmt.Sprintf("k%02d", i)))
-		if !bytes.Equal(ki.Inline, inlineValue(int64(i), 100+i)) {
-			t.Fatalf("k%02d: %d bytes inline", i, len(ki.Inline))
+	// Concurrent gets are batched too (GetsRoute): each gets its own key
+	// with its value, or its own not found.
+	kis := make([]metaapi.KeyInfo, callers)
+	start = make(chan struct{})
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			kis[i], errs[i] = cl.GetKey(bg, "bkt", fmt.Sprintf("k%02d", i))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i := range callers {
+		if i%2 == 1 {
+			wantErr(t, errs[i], metaapi.ErrNotFound, fmt.Sprintf("get k%02d, never committed", i))
+			continue
+		}
+		if errs[i] != nil || kis[i].Key != fmt.Sprintf("k%02d", i) || !bytes.Equal(kis[i].Inline, inlineValue(int64(i), 100+i)) {
+			t.Fatalf("get k%02d: %v, key %q, %d bytes inline", i, errs[i], kis[i].Key, len(kis[i].Inline))
 		}
 	}
 	batches, commits, _, _ := cl.BatchStats()

@@ -617,6 +617,38 @@ func (s *Service) GetKey(bucket, key string) (*metaapi.KeyInfo, error) {
 	})
 }
 
+// GetKeys looks a batch of keys up (metaapi.GetsRoute), each as GetKey
+// would, under one hold of s.mu for reading, answered once everything
+// they may have seen is durable (one wait, or one ReadIndex round, for
+// the batch). One result per key; a service that does not serve refuses
+// the whole batch.
+func (s *Service) GetKeys(names []metaapi.KeyName) ([]metaapi.GetResult, error) {
+	if len(names) > metaapi.MaxCommitBatch {
+		return nil, fmt.Errorf("%w: %d keys in a batch, at most %d", metaapi.ErrInvalid, len(names), metaapi.MaxCommitBatch)
+	}
+	return read(s, func() ([]metaapi.GetResult, error) {
+		now := s.cfg.Now()
+		res := make([]metaapi.GetResult, len(names))
+		for i, n := range names {
+			what := fmt.Sprintf("get %s/%s", n.Bucket, n.Key)
+			if _, err := s.bucketOf(n.Bucket, n.Key); err != nil {
+				res[i].Error = apiError(what, err)
+				continue
+			}
+			rec, ok, err := s.getKey(n.Bucket, n.Key)
+			if err == nil && !ok {
+				err = fmt.Errorf("%w: key %s/%s", metaapi.ErrNotFound, n.Bucket, n.Key)
+			}
+			if err != nil {
+				res[i].Error = apiError(what, err)
+				continue
+			}
+			res[i].Key = s.keyInfo(n.Bucket, n.Key, rec, now)
+		}
+		return res, nil
+	})
+}
+
 // DeleteKey removes a key; its blocks are scheduled for deletion.
 func (s *Service) DeleteKey(bucket, key string) error {
 	_, err := mutate(s, func() (struct{}, *pebble.Batch, error) {

@@ -30,6 +30,77 @@ type AllocateResult struct {
 	Error *Error            `json:"error,omitempty"`
 }
 
+// GetsRoute takes a batch of key lookups in one request (Client batches
+// concurrent GetKey calls into it): POST, JSON GetBatch, answered as
+// InlineContentType — the JSON of a GetBatchResult whose keys carry their
+// inline values' lengths (InlineBytes) and not the values, then the values
+// one after the other in order. Each lookup is answered as GetKey would
+// (linearizable: after everything it may have seen is durable).
+const GetsRoute = "/v1/gets"
+
+// GetBatch is the body of a GetsRoute request.
+type GetBatch struct {
+	Keys []KeyName `json:"keys"`
+}
+
+// KeyName names a key.
+type KeyName struct {
+	Bucket string `json:"bucket"`
+	Key    string `json:"key"`
+}
+
+// GetBatchResult answers a GetBatch, one result per key in order.
+type GetBatchResult struct {
+	Results []GetResult `json:"results"`
+}
+
+// GetResult is one lookup's answer: the key (its inline value, if any,
+// InlineBytes long in the body's tail) or the error.
+type GetResult struct {
+	Key         *KeyInfo `json:"key,omitempty"`
+	InlineBytes int      `json:"inline_bytes,omitempty"`
+	Error       *Error   `json:"error,omitempty"`
+}
+
+// EncodeGetBatchResult builds the body of a GetsRoute answer (the keys'
+// Inline fields are cleared).
+func EncodeGetBatchResult(res []GetResult) ([]byte, error) {
+	var values []byte
+	for i := range res {
+		if k := res[i].Key; k != nil && len(k.Inline) > 0 {
+			res[i].InlineBytes = len(k.Inline)
+			values = append(values, k.Inline...)
+			k.Inline = nil
+		}
+	}
+	return EncodeInline(GetBatchResult{Results: res}, values)
+}
+
+// DecodeGetBatchResult splits a GetsRoute answer, each key with its
+// inline value (aliasing body).
+func DecodeGetBatchResult(body []byte) ([]GetResult, error) {
+	var r GetBatchResult
+	values, err := DecodeInline(body, &r)
+	if err != nil {
+		return nil, err
+	}
+	for i := range r.Results {
+		g := &r.Results[i]
+		if g.InlineBytes < 0 || g.InlineBytes > len(values) || (g.InlineBytes > 0 && g.Key == nil) {
+			return nil, fmt.Errorf("%w: get %d of a batch: %d inline bytes, %d left", ErrInvalid, i, g.InlineBytes, len(values))
+		}
+		if g.InlineBytes > 0 {
+			g.Key.Inline = values[:g.InlineBytes:g.InlineBytes]
+			values = values[g.InlineBytes:]
+		}
+		g.InlineBytes = 0
+	}
+	if len(values) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the batch's values", ErrInvalid, len(values))
+	}
+	return r.Results, nil
+}
+
 // CommitsRoute takes a batch of key commits in one request (Client
 // batches concurrent CommitKey calls into it): POST, body
 // InlineContentType — the JSON of a CommitBatch whose items carry their
@@ -234,6 +305,27 @@ func (c *Client) initBatchers() {
 	c.commits.size = func(q BatchedCommit) int { return len(q.Inline) }
 	c.commits.send = c.sendCommits
 	c.allocs.send = c.sendAllocations
+	c.gets.send = c.sendGets
+}
+
+// sendGets sends one GetsRoute batch.
+func (c *Client) sendGets(names []KeyName) ([]KeyInfo, []error, error) {
+	var res []GetResult
+	if err := c.do(context.Background(), http.MethodPost, GetsRoute, GetBatch{Keys: names}, &res, true); err != nil {
+		return nil, nil, err
+	}
+	kis, errs := make([]KeyInfo, len(res)), make([]error, len(res))
+	for i, r := range res {
+		switch {
+		case r.Error != nil:
+			errs[i] = r.Error
+		case r.Key == nil:
+			errs[i] = &Error{Code: CodeInternal, Message: "meta get batch: neither a key nor an error in an answer"}
+		default:
+			kis[i] = *r.Key
+		}
+	}
+	return kis, errs, nil
 }
 
 // sendCommits sends one CommitsRoute batch. Every commit is idempotent

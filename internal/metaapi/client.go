@@ -61,8 +61,9 @@ type ClientOptions struct {
 	// of a replicated meta service (DefaultFailoverTimeout); with one
 	// address, Attempts bounds them.
 	FailoverTimeout time.Duration
-	// NoBatching sends each CommitKey and Allocate as its own request
-	// instead of batching concurrent ones (CommitsRoute, AllocationsRoute).
+	// NoBatching sends each CommitKey, Allocate and GetKey as its own
+	// request instead of batching concurrent ones (CommitsRoute,
+	// AllocationsRoute, GetsRoute).
 	NoBatching bool
 }
 
@@ -106,6 +107,7 @@ type Client struct {
 	// (batch.go); off: noBatch.
 	commits batcher[BatchedCommit, KeyInfo]
 	allocs  batcher[AllocateRequest, AllocateResponse]
+	gets    batcher[KeyName, KeyInfo]
 	noBatch bool
 }
 
@@ -239,6 +241,9 @@ func (c *Client) GetKey(ctx context.Context, bucket, key string) (KeyInfo, error
 	var ki KeyInfo
 	if err := validNames(bucket, key); err != nil {
 		return ki, err
+	}
+	if !c.noBatch {
+		return c.gets.call(ctx, KeyName{Bucket: bucket, Key: key})
 	}
 	return ki, c.do(ctx, http.MethodGet, KeyPath(bucket, key), nil, &ki, true)
 }
@@ -478,6 +483,7 @@ func (c *Client) once(ctx context.Context, i int, method, path string, body []by
 		req.Header.Set("Content-Type", contentType)
 	}
 	ki, wantsInline := out.(*KeyInfo)
+	gets, isGets := out.(*[]GetResult)
 	if wantsInline {
 		req.Header.Set("Accept", InlineContentType+", application/json")
 	}
@@ -498,10 +504,12 @@ func (c *Client) once(ctx context.Context, i int, method, path string, body []by
 		io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBodyBytes))
 		return nil
 	}
-	if wantsInline && resp.Header.Get("Content-Type") == InlineContentType {
+	if (wantsInline || isGets) && resp.Header.Get("Content-Type") == InlineContentType {
 		b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes))
-		if err == nil {
+		if err == nil && wantsInline {
 			ki.Inline, err = DecodeInline(b, ki)
+		} else if err == nil {
+			*gets, err = DecodeGetBatchResult(b)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
