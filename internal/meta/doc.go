@@ -299,6 +299,13 @@
 // pipeline (ApplyNoSyncWait blocks beyond record.SyncConcurrency) and by
 // the requests in flight.
 //
+// Batches (AllocateMany, CommitKeys, GetKeys: the metaapi batch routes)
+// hold s.mu once for all their requests: each request validates, changes
+// memory and applies its own batch in order, as if it came alone, and the
+// answers go out together once every one is durable; they share the sync
+// (or the raft round) and the HTTP request. A refused request changes
+// nothing; with one refused, the batch also waits for the frontier.
+//
 // Namespace and cluster manager share s.mu: an allocation reads pipelines
 // and node health and changes a container and the allocation records, a
 // commit changes allocations, containers and buckets, so both would need

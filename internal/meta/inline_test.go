@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
@@ -350,4 +351,72 @@ func TestAllocateMany(t *testing.T) {
 		ck.Size += 10
 	}
 	must[*metaapi.KeyInfo](t)(s.CommitKey("bkt", "a", &ck))
+}
+
+// A block allocated for any key of a bucket (a client's pre-allocation)
+// commits under any one key of that bucket, once; not in another bucket;
+// and, never committed (its client died, or dropped it), it is deleted
+// after the allocation grace like an interrupted put's.
+func TestAnyKeyAllocation(t *testing.T) {
+	c := threeNodes(t, func(cfg *Config) { cfg.AllocationGrace = time.Hour })
+	mustNo(t, ignore(c.s.CreateBucket("other")))
+	wantErr(t, ignore(c.s.Allocate(&metaapi.AllocateRequest{Bucket: "bkt", Key: "k", AnyKey: true})), metaapi.ErrInvalid, "any key with a key")
+	wantErr(t, ignore(c.s.Allocate(&metaapi.AllocateRequest{Bucket: "nope", AnyKey: true})), metaapi.ErrNotFound, "any key of a missing bucket")
+	res := must[[]metaapi.AllocateResult](t)(c.s.AllocateMany([]metaapi.AllocateRequest{
+		{Bucket: "bkt", AnyKey: true}, {Bucket: "bkt", AnyKey: true}, {Bucket: "bkt", AnyKey: true}}))
+	commit := func(bucket, key string, a *metaapi.AllocateResponse) error {
+		return ignore(c.s.CommitKey(bucket, key, &metaapi.CommitKey{Size: 5, Blocks: []metaapi.KeyBlock{{BlockRef: a.Block, Pipeline: a.Pipeline.ID, Length: 5}}}))
+	}
+	wantErr(t, commit("other", "x", res[0].Block), metaapi.ErrInvalid, "a block of bkt committed in another bucket")
+	mustNo(t, commit("bkt", "x", res[0].Block))
+	mustNo(t, commit("bkt", "y", res[1].Block))
+	wantErr(t, commit("bkt", "z", res[0].Block), metaapi.ErrInvalid, "a pre-allocated block committed twice")
+	// The third is never committed: deleted after the grace period.
+	c.clk.Advance(time.Hour)
+	c.round(c.nodes...)
+	b := res[2].Block.Block
+	if pd := c.s.deletes[b.Container][b.Local]; pd == nil || pd.rec.Reason != reasonExpired || len(c.s.allocs) != 0 {
+		t.Fatalf("an unused pre-allocated block after the grace period: deletion %+v, %d allocations left", pd, len(c.s.allocs))
+	}
+	wantErr(t, commit("bkt", "z", res[2].Block), metaapi.ErrInvalid, "commit of an expired pre-allocation")
+}
+
+// With PreAllocate, the client serves Allocate from a pool filled in one
+// request per PreAllocate blocks; failovers (ExcludePipelines) bypass it.
+func TestClientPreAllocates(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	srv, _ := serve(t, cfg)
+	c := &cluster{t: t, s: srv.Service(), clk: clk}
+	for range 3 {
+		c.add()
+	}
+	mustNo(t, c.s.Tick())
+	c.settle()
+	cl, err := metaapi.NewClient(srv.Addr(), metaapi.ClientOptions{Timeout: 5 * time.Second, PreAllocate: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must[metaapi.Bucket](t)(cl.CreateBucket(bg, "bkt"))
+	seen := map[metaapi.BlockRef]bool{}
+	for i := range 5 {
+		a := must[metaapi.AllocateResponse](t)(cl.Allocate(bg, metaapi.AllocateRequest{Bucket: "bkt", Key: fmt.Sprintf("k%d", i)}))
+		if seen[a.Block] {
+			t.Fatalf("block %+v handed out twice", a.Block)
+		}
+		seen[a.Block] = true
+		must[metaapi.KeyInfo](t)(cl.CommitKey(bg, "bkt", fmt.Sprintf("k%d", i), metaapi.CommitKey{Size: 3,
+			Blocks: []metaapi.KeyBlock{{BlockRef: a.Block, Pipeline: a.Pipeline.ID, Length: 3}}}))
+	}
+	if _, _, batches, allocs := cl.BatchStats(); batches != 2 || allocs != 8 {
+		t.Fatalf("5 allocations from a pool of 4: %d requests for %d blocks, want 2 for 8", batches, allocs)
+	}
+	p := c.pipelines()[0].ID
+	a := must[metaapi.AllocateResponse](t)(cl.Allocate(bg, metaapi.AllocateRequest{Bucket: "bkt", Key: "f", ExcludePipelines: []uint64{p}}))
+	if a.Pipeline.ID == p {
+		t.Fatalf("a failover's allocation came from the pool, on the excluded pipeline %d", p)
+	}
+	if len(c.s.allocs) != 4 { // 3 left in the pool, 1 of the failover
+		t.Fatalf("%d allocations pending, want 4", len(c.s.allocs))
+	}
 }

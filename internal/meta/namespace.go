@@ -240,7 +240,14 @@ func apiError(what string, err error) *metaapi.Error {
 
 // allocateLocked is Allocate under s.mu.
 func (s *Service) allocateLocked(req *metaapi.AllocateRequest) (*metaapi.AllocateResponse, *pebble.Batch, error) {
-	if _, err := s.bucketOf(req.Bucket, req.Key); err != nil {
+	if req.AnyKey {
+		if req.Key != "" {
+			return nil, nil, fmt.Errorf("%w: an allocation for any key names key %q", metaapi.ErrInvalid, req.Key)
+		}
+		if _, err := s.bucketOf(req.Bucket, "x"); err != nil { // the bucket's checks only
+			return nil, nil, err
+		}
+	} else if _, err := s.bucketOf(req.Bucket, req.Key); err != nil {
 		return nil, nil, err
 	}
 	now := s.cfg.Now()
@@ -487,7 +494,7 @@ func (s *Service) claimable(bucket, key string, kbs []metaapi.KeyBlock) ([]store
 		if !ok {
 			return nil, fmt.Errorf("%w: block %d/%d was not allocated by this meta service, or was committed already, or its allocation expired", metaapi.ErrInvalid, kb.Container, kb.Local)
 		}
-		if a.Bucket != bucket || a.Key != key {
+		if a.Bucket != bucket || (a.Key != "" && a.Key != key) { // "": allocated for any key of the bucket
 			return nil, fmt.Errorf("%w: block %d/%d was allocated for %s/%s, not %s/%s", metaapi.ErrInvalid, kb.Container, kb.Local, a.Bucket, a.Key, bucket, key)
 		}
 		c := s.containers[kb.Container]

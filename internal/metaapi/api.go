@@ -13,6 +13,9 @@
 //	DELETE /v1/buckets/{bucket}               (409 not empty)
 //	POST   /v1/allocate                       AllocateRequest → AllocateResponse
 //	POST   /v1/keys/{bucket}/{key...}         CommitKey → KeyInfo  (commit: atomic)
+//	POST   /v1/allocations                    AllocateBatch → AllocateBatchResult (batch.go)
+//	POST   /v1/commits                        CommitBatch (+ inline values) → CommitBatchResult (batch.go)
+//	POST   /v1/gets                           GetBatch → GetBatchResult (+ inline values) (batch.go)
 //	GET    /v1/keys/{bucket}/{key...}         → KeyInfo
 //	DELETE /v1/keys/{bucket}/{key...}         (blocks deleted on datanodes later)
 //	GET    /v1/list/{bucket}?prefix=&start_after=&limit=  → KeyList
@@ -34,7 +37,8 @@
 // validated by ValidBucket and ValidKey on both sides.
 //
 // Commit rules: every block of a CommitKey must have been handed out by
-// Allocate for the same bucket and key and not committed since (INVALID
+// Allocate for the same bucket and key (or for any key of the bucket:
+// AllocateRequest.AnyKey) and not committed since (INVALID
 // otherwise: a client cannot commit blocks it never got); the lengths sum
 // to Size; no block twice; at most MaxBlocksPerKey blocks; no block of
 // length 0. A CommitKey identical to the key's current version (same size,
@@ -486,6 +490,11 @@ type AllocateRequest struct {
 	Key    string `json:"key"`
 	// ExcludePipelines: pipelines that just failed for this client.
 	ExcludePipelines []uint64 `json:"exclude_pipelines,omitempty"`
+	// AnyKey: a block for any key of Bucket (Key empty), handed out ahead
+	// of need (a client's pool of pre-allocated blocks); it commits under
+	// whichever key of the bucket names it first, and is garbage, deleted
+	// after the allocation grace, if none does.
+	AnyKey bool `json:"any_key,omitempty"`
 }
 
 // AllocateResponse is a new block: a fresh local ID in an OPEN container of

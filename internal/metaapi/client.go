@@ -61,6 +61,9 @@ type ClientOptions struct {
 	// of a replicated meta service (DefaultFailoverTimeout); with one
 	// address, Attempts bounds them.
 	FailoverTimeout time.Duration
+	// PreAllocate > 0: Allocate serves blocks from a pool filled that many
+	// at a time (pool.go; at most MaxPreAllocate); 0: each Allocate asks.
+	PreAllocate int
 	// NoBatching sends each CommitKey, Allocate and GetKey as its own
 	// request instead of batching concurrent ones (CommitsRoute,
 	// AllocationsRoute, GetsRoute).
@@ -94,6 +97,18 @@ type ClientOptions struct {
 // An answer lost in a failover leaves the outcome unknown; the retried
 // call is idempotent as above (a retried Allocate may leak a block,
 // which the meta service deletes after its allocation grace).
+//
+// Batching (batch.go): concurrent Allocate, CommitKey and GetKey calls
+// share requests (AllocationsRoute, CommitsRoute, GetsRoute): a call
+// joins a queue, and while fewer than MaxCommitBatchesInFlight batches of
+// its kind are in flight a sender takes what is queued (at most
+// MaxCommitBatch calls, MaxCommitBatchBytes of inline values). A lone call
+// goes at once in a batch of one; under load the HTTP and JSON work of a
+// request, and the meta service's lock and sync, are shared by up to 64
+// calls. Each call gets its own answer or error; a batch is retried as a
+// whole under the rules above (each of its calls is idempotent). A
+// call's ctx ends its wait, not its batch. ClientOptions.NoBatching
+// sends each call alone.
 type Client struct {
 	bases    []string // scheme://host:port, no trailing slash
 	hosts    []string
@@ -109,6 +124,7 @@ type Client struct {
 	allocs  batcher[AllocateRequest, AllocateResponse]
 	gets    batcher[KeyName, KeyInfo]
 	noBatch bool
+	pool    allocPool
 }
 
 // NewClient returns a client of the meta service at baseURL:
@@ -117,6 +133,10 @@ type Client struct {
 func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
 	c := &Client{hc: opts.HTTPClient, timeout: opts.Timeout, attempts: opts.Attempts, backoff: opts.Backoff, failover: opts.FailoverTimeout, noBatch: opts.NoBatching}
 	c.initBatchers()
+	if opts.PreAllocate < 0 || opts.PreAllocate > MaxPreAllocate {
+		return nil, fmt.Errorf("meta client: pre-allocate %d blocks: want 0..%d", opts.PreAllocate, MaxPreAllocate)
+	}
+	c.pool.n = opts.PreAllocate
 	for _, addr := range SplitAddrs(baseURL) {
 		raw := addr
 		if !strings.Contains(raw, "://") {
@@ -200,8 +220,15 @@ func (c *Client) DeleteBucket(ctx context.Context, name string) error {
 // healthy pipeline is left after req.ExcludePipelines).
 func (c *Client) Allocate(ctx context.Context, req AllocateRequest) (AllocateResponse, error) {
 	var r AllocateResponse
-	if err := validNames(req.Bucket, req.Key); err != nil {
+	if req.AnyKey {
+		if err := ValidBucket(req.Bucket); err != nil {
+			return r, err
+		}
+	} else if err := validNames(req.Bucket, req.Key); err != nil {
 		return r, err
+	}
+	if c.pool.n > 0 && len(req.ExcludePipelines) == 0 {
+		return c.allocatePooled(ctx, req)
 	}
 	if !c.noBatch {
 		return c.allocs.call(ctx, req)

@@ -51,6 +51,10 @@ type MetaBenchConfig struct {
 	Dir string
 	// Clients is the concurrent allocate+commit loops (default 32).
 	Clients int
+	// PreAllocate > 0: the API client pre-allocates blocks that many at a
+	// time (metaapi.ClientOptions.PreAllocate); 0: an allocation request
+	// per key (batched with the concurrent ones).
+	PreAllocate int
 	// Replicas is the meta service's members (default 1: a single meta
 	// service; 3: a raft group in this process, on 127.0.0.1).
 	Replicas int
@@ -219,7 +223,7 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 	for _, srv := range srvs {
 		addrs = append(addrs, srv.Addr())
 	}
-	mc, err := metaapi.NewClient(strings.Join(addrs, ","), metaapi.ClientOptions{})
+	mc, err := metaapi.NewClient(strings.Join(addrs, ","), metaapi.ClientOptions{PreAllocate: cfg.PreAllocate})
 	if err != nil {
 		return out, fmt.Errorf("meta bench: %w", err)
 	}
@@ -323,6 +327,7 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 	res := stats.Result("meta")
 	res.SetParam("clients", cfg.Clients)
 	res.SetParam("replicas", cfg.Replicas)
+	res.SetParam("preallocate", cfg.PreAllocate)
 	res.SetParam("keys", cfg.Keys)
 	res.SetParam("size_bytes", cfg.SizeBytes)
 	res.SetParam("dir", root)
@@ -330,6 +335,9 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 		res.AddNote("stopped by --duration after %d of %d keys", stats.Ops, cfg.Keys)
 	}
 	res.AddNote("an op is an allocate and a key commit through the HTTP API (two synced store batches); no data is written to datanodes; the API client batches concurrent calls into one request (allocations_per_request, commits_per_request)")
+	if cfg.PreAllocate > 0 {
+		res.AddNote("blocks pre-allocated %d at a time (for any key of the bucket, one request each): a key costs one synced step of the meta service, its commit", cfg.PreAllocate)
+	}
 	if cfg.Replicas > 1 {
 		res.AddNote("%d meta replicas (a raft group on 127.0.0.1, one process): a commit is acknowledged once a majority has it fsynced in its raft log; wal_syncs are the leader's raft log fdatasyncs (their time is not measured)", cfg.Replicas)
 	}
