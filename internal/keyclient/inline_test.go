@@ -41,8 +41,11 @@ func TestPutInline(t *testing.T) {
 			t.Fatalf("%d bytes inline have %d blocks", size, len(ki.Blocks))
 		}
 	}
-	if meta.Allocations != 0 || meta.InlineCommits != 3 || p.writes != 0 {
-		t.Fatalf("%d allocations, %d inline commits, %d chunk writes; want 0, 3, 0", meta.Allocations, meta.InlineCommits, p.writes)
+	p.mu.Lock()
+	writes := p.writes
+	p.mu.Unlock()
+	if meta.Allocations != 0 || meta.InlineCommits != 3 || writes != 0 {
+		t.Fatalf("%d allocations, %d inline commits, %d chunk writes; want 0, 3, 0", meta.Allocations, meta.InlineCommits, writes)
 	}
 	var got bytes.Buffer
 	data := randomBytes(2, inlineMax)
