@@ -420,3 +420,60 @@ func TestClientPreAllocates(t *testing.T) {
 		t.Fatalf("%d allocations pending, want 4", len(c.s.allocs))
 	}
 }
+
+// Values inline in a replicated meta service: commits batched by the
+// client are acknowledged once a majority has them in its log; after the
+// leader is stopped the new leader reads every one back byte for byte, and
+// once the old leader is back every member's store holds them all.
+func TestReplicatedInlineValues(t *testing.T) {
+	g := newRGroup(t, 3)
+	mustNo(t, ignore(g.cl.CreateBucket(bg, "inl")))
+	const n = 24
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = g.cl.CommitKey(bg, "inl", fmt.Sprintf("k%02d", i), *inlineCommit(inlineValue(int64(i), 500+100*i)))
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		mustNo(t, err)
+	}
+	ld := g.leader()
+	g.stop(ld)
+	for i := range n {
+		ki := must[metaapi.KeyInfo](t)(g.cl.GetKey(bg, "inl", fmt.Sprintf("k%02d", i)))
+		if !bytes.Equal(ki.Inline, inlineValue(int64(i), 500+100*i)) {
+			t.Fatalf("k%02d on the new leader: %d bytes inline", i, len(ki.Inline))
+		}
+	}
+	g.restart(ld)
+	want := g.srvs[g.leader()].Service().MetaStatus().CommitIndex
+	waitFor(t, "every member applied the log", func() bool {
+		for _, s := range g.srvs {
+			if s.Service().MetaStatus().AppliedIndex < want {
+				return false
+			}
+		}
+		return true
+	})
+	for m := range g.srvs {
+		g.stop(m)
+		svc, err := Open(Config{Dir: g.dirs[m], Logger: quiet, TickInterval: -1, DisableSafeMode: true, ID: uint64(m + 1), Peers: g.peers})
+		mustNo(t, err)
+		for i := range n {
+			v, closer, err := svc.db.Get(objectKey("inl", fmt.Sprintf("k%02d", i)))
+			mustNo(t, err)
+			rec, err := decodeKey(v)
+			closer.Close()
+			mustNo(t, err)
+			if !bytes.Equal(rec.Inline, inlineValue(int64(i), 500+100*i)) {
+				t.Fatalf("member %d's store: k%02d holds %d bytes inline", m+1, i, len(rec.Inline))
+			}
+		}
+		svc.Close()
+	}
+}
