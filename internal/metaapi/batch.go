@@ -2,6 +2,7 @@ package metaapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -216,6 +217,10 @@ type batcher[Q, R any] struct {
 	// the error of the whole request.
 	size func(Q) int
 	send func(reqs []Q) ([]R, []error, error)
+	// alone sends one request by itself: a call whose answer in a batch
+	// was UNAVAILABLE (its member stopped leading in the middle of the
+	// batch) is tried again alone, following the leader as any call.
+	alone func(req Q) (R, error)
 
 	mu       sync.Mutex
 	queue    []*batchCall[Q, R]
@@ -287,6 +292,9 @@ func (b *batcher[Q, R]) run() {
 				c.err = err
 			} else {
 				c.res, c.err = res[i], errs[i]
+				if errors.Is(c.err, ErrUnavailable) && b.alone != nil {
+					c.res, c.err = b.alone(c.req)
+				}
 			}
 			close(c.done)
 		}
@@ -304,8 +312,16 @@ func (b *batcher[Q, R]) stats() (batches, calls uint64) {
 func (c *Client) initBatchers() {
 	c.commits.size = func(q BatchedCommit) int { return len(q.Inline) }
 	c.commits.send = c.sendCommits
+	c.commits.alone = func(q BatchedCommit) (KeyInfo, error) {
+		return c.commitAlone(context.Background(), q.Bucket, q.Key, q.CommitKey)
+	}
 	c.allocs.send = c.sendAllocations
+	c.allocs.alone = func(q AllocateRequest) (AllocateResponse, error) { return c.allocateAlone(context.Background(), q) }
 	c.gets.send = c.sendGets
+	c.gets.alone = func(q KeyName) (KeyInfo, error) {
+		var ki KeyInfo
+		return ki, c.do(context.Background(), http.MethodGet, KeyPath(q.Bucket, q.Key), nil, &ki, true)
+	}
 }
 
 // sendGets sends one GetsRoute batch.

@@ -106,7 +106,9 @@ type ClientOptions struct {
 // goes at once in a batch of one; under load the HTTP and JSON work of a
 // request, and the meta service's lock and sync, are shared by up to 64
 // calls. Each call gets its own answer or error; a batch is retried as a
-// whole under the rules above (each of its calls is idempotent). A
+// whole under the rules above (each of its calls is idempotent), and a
+// call answered UNAVAILABLE inside a batch (its member stopped leading
+// midway: outcome unknown) is tried again alone, following the leader. A
 // call's ctx ends its wait, not its batch. ClientOptions.NoBatching
 // sends each call alone.
 type Client struct {
@@ -233,7 +235,7 @@ func (c *Client) Allocate(ctx context.Context, req AllocateRequest) (AllocateRes
 	if !c.noBatch {
 		return c.allocs.call(ctx, req)
 	}
-	return r, c.do(ctx, http.MethodPost, "/v1/allocate", req, &r, true)
+	return c.allocateAlone(ctx, req)
 }
 
 // CommitKey makes bucket/key visible with the given blocks, atomically.
@@ -245,6 +247,12 @@ func (c *Client) CommitKey(ctx context.Context, bucket, key string, ck CommitKey
 	if !c.noBatch {
 		return c.commits.call(ctx, BatchedCommit{Bucket: bucket, Key: key, CommitKey: ck})
 	}
+	return c.commitAlone(ctx, bucket, key, ck)
+}
+
+// commitAlone sends one CommitKey as its own request.
+func (c *Client) commitAlone(ctx context.Context, bucket, key string, ck CommitKey) (KeyInfo, error) {
+	var ki KeyInfo
 	if len(ck.Inline) > 0 { // the value raw after the JSON (InlineContentType)
 		value := ck.Inline
 		ck.Inline = nil
@@ -273,6 +281,12 @@ func (c *Client) GetKey(ctx context.Context, bucket, key string) (KeyInfo, error
 		return c.gets.call(ctx, KeyName{Bucket: bucket, Key: key})
 	}
 	return ki, c.do(ctx, http.MethodGet, KeyPath(bucket, key), nil, &ki, true)
+}
+
+// allocateAlone sends one Allocate as its own request.
+func (c *Client) allocateAlone(ctx context.Context, req AllocateRequest) (AllocateResponse, error) {
+	var r AllocateResponse
+	return r, c.do(ctx, http.MethodPost, "/v1/allocate", req, &r, true)
 }
 
 // DeleteKey deletes a key; its blocks are deleted on the datanodes later.
