@@ -33,6 +33,7 @@ func (c *clusterFlags) add(f *pflag.FlagSet) {
 	f.Var(&c.chunkSize, "chunk-size", "key client: bytes per chunk write (default 4MiB)")
 	f.Var(&c.blockSize, "block-size", "key client: bytes per block (default 256MiB)")
 	f.IntVar(&c.cfg.Client.InFlight, "in-flight", 0, "key client: chunks of one put in flight (0: its default, 8)")
+	f.IntVar(&c.cfg.Client.InlineMaxBytes, "inline-max", 0, "key client: values of at most this many bytes are stored inline in the meta service (0: its default, 64 KiB; -1: never)")
 	f.Var(&c.commitEvery, "commit-every", "key client: bytes of a block between checkpoint PutBlocks (default 16MiB)")
 }
 

@@ -587,11 +587,16 @@ func newStatCmd() *cobra.Command {
 				return keyExit(err, bucket, key)
 			}
 			out := cmd.OutOrStdout()
+			inline := len(ki.Inline) > 0
+			ki.Inline = nil // stat describes the value, it does not print it
 			if asJSON {
 				return json.NewEncoder(out).Encode(ki)
 			}
 			fmt.Fprintf(out, "key:     %s/%s\nsize:    %d (%s)\ncrc32c:  %08x\ncreated: %s\nblocks:  %d\n",
 				ki.Bucket, ki.Key, ki.Size, units.FormatBytes(int64(ki.Size)), ki.CRC32C, ki.Created.UTC().Format(time.RFC3339Nano), len(ki.Blocks))
+			if inline {
+				fmt.Fprintln(out, "stored:  inline, in the key's record in the meta service")
+			}
 			tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 			if len(ki.Blocks) > 0 {
 				fmt.Fprintln(tw, "  #\tCONTAINER/BLOCK\tPIPELINE\tLENGTH\tREPLICAS")

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/server"
 )
@@ -228,8 +229,9 @@ func TestKeyCommands(t *testing.T) {
 	}
 }
 
-// A meta service without datanodes: a put says there is no healthy
-// pipeline, exits 4, and leaves no key.
+// A meta service without datanodes: a put of a value too big to be
+// stored inline says there is no healthy pipeline, exits 4, and leaves no
+// key; a small value is stored inline and needs no datanode.
 func TestPutWithoutPipeline(t *testing.T) {
 	ms, err := meta.Start(meta.Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", Logger: quietLogger()})
 	if err != nil {
@@ -240,10 +242,22 @@ func TestPutWithoutPipeline(t *testing.T) {
 	if _, _, err := runIn(t, nil, "bucket", "create", "--meta", addr, "empty"); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = runIn(t, []byte("some bytes"), "put", "--meta", addr, "empty/k", "-")
+	_, _, err = runIn(t, bytes.Repeat([]byte("x"), keyclient.DefaultInlineMaxBytes+1), "put", "--meta", addr, "empty/k", "-")
 	wantExit(t, err, exitUnavailable, "no healthy pipeline")
 	_, _, err = runIn(t, nil, "stat", "--meta", addr, "empty/k")
 	wantExit(t, err, exitNotFound, "unknown key empty/k")
+	if _, _, err := runIn(t, []byte("some bytes"), "put", "--meta", addr, "empty/small", "-"); err != nil {
+		t.Fatalf("an inline put without datanodes: %v", err)
+	}
+	if out, _, err := runIn(t, nil, "get", "--meta", addr, "empty/small", "-"); err != nil || out != "some bytes" {
+		t.Fatalf("get of the inline value: %q, %v", out, err)
+	}
+	if out, _, err := runIn(t, nil, "stat", "--meta", addr, "empty/small"); err != nil || !strings.Contains(out, "stored:  inline") {
+		t.Fatalf("stat of the inline value: %q, %v", out, err)
+	}
+	if out, _, err := runIn(t, nil, "stat", "--json", "--meta", addr, "empty/small"); err != nil || strings.Contains(out, "inline") {
+		t.Fatalf("stat --json of the inline value prints it: %q, %v", out, err)
+	}
 }
 
 func TestExitCodes(t *testing.T) {

@@ -48,6 +48,7 @@ subdirectory); default: a temporary directory.`,
 	f.StringVar(&cfg.Dir, "dir", "", "directory of the meta store and the fsync baseline (default: a temporary directory)")
 	f.IntVar(&cfg.Replicas, "replicas", 1, "meta service members (3: a raft group in this process, on 127.0.0.1)")
 	f.IntVar(&cfg.Clients, "clients", scenario.DefaultMetaBenchClients, "concurrent clients, each allocating and committing one key at a time")
+	f.IntVar(&cfg.PreAllocate, "preallocate", 0, "the API client pre-allocates blocks this many at a time (0: one allocation request per key, batched with the concurrent ones; at most 64)")
 	f.IntVar(&cfg.Keys, "keys", scenario.DefaultMetaBenchKeys, "bound on the keys committed")
 	f.DurationVar(&cfg.Duration, "duration", scenario.DefaultMetaBenchDuration, "time bound of the run (0: --keys only)")
 	f.Var(&size, "size", "size each key claims (one block of that length; no data is written)")

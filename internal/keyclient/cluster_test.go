@@ -68,7 +68,8 @@ func (w testLog) Write(p []byte) (int, error) {
 func realOptions(t testing.TB) keyclient.Options {
 	return keyclient.Options{
 		ChunkSize: rChunk, BlockSize: rBlock, CommitEvery: rCommit, InFlight: 8, Logger: slog.New(slog.NewTextHandler(testLog{t}, nil)),
-		Pipeline: client.Options{Logger: quiet(), RetryTimeout: 30 * time.Second, MaxAttempts: 1000},
+		Pipeline:       client.Options{Logger: quiet(), RetryTimeout: 30 * time.Second, MaxAttempts: 1000},
+		InlineMaxBytes: -1, // the datanodes' path
 	}
 }
 

@@ -43,6 +43,20 @@
 // the same size, blocks and CRC32C (the S3 gateway: a key with its object
 // metadata, or a part of a multipart upload).
 //
+// # Small values inline
+//
+// A Put first reads up to Options.InlineMaxBytes + 1 bytes (default
+// DefaultInlineMaxBytes, 64 KiB; the buffer grows from 8 KiB as the value
+// does). A value that ends within the limit is committed inline: one
+// CommitKey carrying the value (metaapi.InlineContentType on the wire), no
+// allocation, no chunk write, no PutBlock; the meta service stores it in
+// the key's record (its durability: the meta store's, fsynced, and with a
+// replicated meta service the raft log of a majority of its members). A
+// longer value goes to blocks as below, the bytes already read first.
+// PutOptions.NoInline forces blocks (a multipart part: its record holds
+// blocks only). A Get of an inline key writes KeyInfo.Inline after
+// checking its CRC32C: one request to the meta service, no datanode.
+//
 // # Pipeline failure in the middle of a block
 //
 // When a write or PutBlock fails after the pipeline client's bounded retries

@@ -54,6 +54,10 @@ const (
 	// MaxListPages bounds the pages one List walks (MaxListPages ×
 	// ListPageSize keys).
 	MaxListPages = 1 << 20
+	// DefaultInlineMaxBytes: a value of at most this many bytes is
+	// stored inline, in its key's record in the meta service (one
+	// CommitKey, no block), unless Options.InlineMaxBytes says otherwise.
+	DefaultInlineMaxBytes = 64 << 10
 )
 
 // Errors of the key client; test with errors.Is. Errors of the meta
@@ -111,6 +115,12 @@ type Options struct {
 	Pipeline client.Options
 	// MaxPipelineClients bounds the idle pipeline clients kept (default 64).
 	MaxPipelineClients int
+	// InlineMaxBytes: a Put whose whole value is at most this long
+	// stores it inline, in the key's record (CommitKey.Inline): one
+	// request to the meta service instead of an allocation, a chunk
+	// write, a PutBlock and a commit. 0: DefaultInlineMaxBytes; negative:
+	// never; at most metaapi.MaxInlineBytes.
+	InlineMaxBytes int
 	// Logger receives failovers and resends (nil: slog.Default()).
 	Logger *slog.Logger
 }
@@ -169,6 +179,14 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxPipelineClients <= 0 {
 		o.MaxPipelineClients = DefaultMaxPipelineClis
+	}
+	switch {
+	case o.InlineMaxBytes == 0:
+		o.InlineMaxBytes = DefaultInlineMaxBytes
+	case o.InlineMaxBytes < 0:
+		o.InlineMaxBytes = -1
+	case o.InlineMaxBytes > metaapi.MaxInlineBytes:
+		return o, fmt.Errorf("keyclient: inline max %d bytes exceeds the meta service's %d", o.InlineMaxBytes, metaapi.MaxInlineBytes)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

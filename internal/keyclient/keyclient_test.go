@@ -32,6 +32,7 @@ func fakeOptions() keyclient.Options {
 	return keyclient.Options{
 		ChunkSize: fChunk, BlockSize: fBlock, CommitEvery: fCommit, BytesPerChecksum: 1 << 10, InFlight: 4,
 		Pipeline: fastPipelineOptions(), Logger: quiet(), ReadAttempts: 1, ReadTimeout: 5 * time.Second,
+		InlineMaxBytes: -1, // these tests are of the block path; inline_test.go of values inline
 	}
 }
 
@@ -653,13 +654,13 @@ func TestPutCommitHook(t *testing.T) {
 	src := bytes.NewReader(data)
 	calls := 0
 	_, err := kc.Put(ctx, bkt, "hooked", src, keyclient.PutOptions{
-		Commit: func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, c uint32) (metaapi.KeyInfo, error) {
+		Commit: func(ctx context.Context, ck metaapi.CommitKey) (metaapi.KeyInfo, error) {
 			calls++
-			if src.Len() != 0 || size != uint64(len(data)) || c != crc(data) || len(blocks) != 2 {
-				t.Errorf("commit hook: %d bytes left in the source, size %d, crc %08x, %d blocks; want 0, %d, %08x, 2",
-					src.Len(), size, c, len(blocks), len(data), crc(data))
+			if src.Len() != 0 || ck.Size != uint64(len(data)) || ck.CRC32C != crc(data) || len(ck.Blocks) != 2 || ck.Inline != nil {
+				t.Errorf("commit hook: %d bytes left in the source, size %d, crc %08x, %d blocks, %d inline; want 0, %d, %08x, 2, 0",
+					src.Len(), ck.Size, ck.CRC32C, len(ck.Blocks), len(ck.Inline), len(data), crc(data))
 			}
-			return meta.CommitKey(ctx, bkt, "hooked", metaapi.CommitKey{Size: size, Blocks: blocks, CRC32C: c})
+			return meta.CommitKey(ctx, bkt, "hooked", ck)
 		},
 	})
 	if err != nil || calls != 1 {
@@ -668,7 +669,7 @@ func TestPutCommitHook(t *testing.T) {
 	mustGet(t, ctx, kc, "hooked", data)
 	refuse := errors.New("checksum mismatch")
 	_, err = kc.Put(ctx, bkt, "refused", bytes.NewReader(data), keyclient.PutOptions{
-		Commit: func(context.Context, uint64, []metaapi.KeyBlock, uint32) (metaapi.KeyInfo, error) {
+		Commit: func(context.Context, metaapi.CommitKey) (metaapi.KeyInfo, error) {
 			return metaapi.KeyInfo{}, refuse
 		},
 	})

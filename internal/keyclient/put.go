@@ -1,6 +1,7 @@
 package keyclient
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,11 +26,16 @@ type PutOptions struct {
 	Progress func(done int64)
 	// Commit, when set, replaces the CommitKey that ends the Put: it is
 	// called once every block is complete and the source was read to its
-	// end, with the value's size, blocks and CRC32C, and makes them
-	// visible (the S3 gateway commits a key with its object metadata, or
-	// a part of a multipart upload). Its error fails the Put; the blocks
-	// are then unreferenced and the meta service deletes them.
-	Commit func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc32c uint32) (metaapi.KeyInfo, error)
+	// end, with the value's size, blocks and CRC32C (or, for a value
+	// stored inline, the value itself in ck.Inline and no blocks), and
+	// makes them visible (the S3 gateway commits a key with its object
+	// metadata, or a part of a multipart upload). Its error fails the
+	// Put; the blocks are then unreferenced and the meta service deletes
+	// them.
+	Commit func(ctx context.Context, ck metaapi.CommitKey) (metaapi.KeyInfo, error)
+	// NoInline writes the value to blocks whatever its size (a Commit
+	// that cannot store a value inline: a multipart upload's part).
+	NoInline bool
 }
 
 // PutResult is what a Put did.
@@ -46,6 +52,8 @@ type PutResult struct {
 	Failovers int
 	// Excluded lists the pipelines that failed under this Put.
 	Excluded []uint64
+	// Inline: the value was stored in its key's record (no block).
+	Inline bool
 }
 
 // Put writes the value read from r (to its end) as bucket/key, replacing
@@ -56,6 +64,16 @@ type PutResult struct {
 func (c *Client) Put(ctx context.Context, bucket, key string, r io.Reader, opts PutOptions) (PutResult, error) {
 	if err := validName(bucket, key); err != nil {
 		return PutResult{}, err
+	}
+	if lim := c.opts.InlineMaxBytes; lim > 0 && !opts.NoInline {
+		head, whole, err := readHead(r, lim)
+		if err != nil {
+			return PutResult{}, fmt.Errorf("put %s/%s: read: %w", bucket, key, err)
+		}
+		if whole {
+			return c.putInline(ctx, bucket, key, head, opts)
+		}
+		r = io.MultiReader(bytes.NewReader(head), r)
 	}
 	s := &putStream{
 		c: c, o: &c.opts, ctx: ctx, bucket: bucket, key: key, r: r, progress: opts.Progress, commitFn: opts.Commit,
@@ -71,6 +89,55 @@ func (c *Client) Put(ctx context.Context, bucket, key string, r io.Reader, opts 
 	return s.res, nil
 }
 
+// readHead reads r up to lim+1 bytes: whole reports that r ended within
+// lim bytes (head is then the whole value). The buffer starts at
+// readHeadStartBytes and doubles, so that a small value costs a small one.
+func readHead(r io.Reader, lim int) (head []byte, whole bool, err error) {
+	head = make([]byte, 0, min(lim+1, readHeadStartBytes))
+	for {
+		if len(head) > lim {
+			return head, false, nil
+		}
+		if len(head) == cap(head) {
+			head = slices.Grow(head, min(cap(head), lim+1-len(head)))
+		}
+		n, err := r.Read(head[len(head):min(cap(head), lim+1)])
+		head = head[:len(head)+n]
+		if errors.Is(err, io.EOF) {
+			return head, len(head) <= lim, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+	}
+}
+
+// readHeadStartBytes is readHead's first buffer.
+const readHeadStartBytes = 8 << 10
+
+// putInline commits value, whole, inline in its key's record: one
+// request to the meta service, durable as the record is.
+func (c *Client) putInline(ctx context.Context, bucket, key string, value []byte, opts PutOptions) (PutResult, error) {
+	ck := metaapi.CommitKey{Size: uint64(len(value)), CRC32C: crc32.Checksum(value, castagnoli), Inline: value}
+	if len(value) == 0 {
+		ck.Inline = nil // an empty value: no blocks, nothing inline
+	}
+	var ki metaapi.KeyInfo
+	var err error
+	if opts.Commit != nil {
+		ki, err = opts.Commit(ctx, ck)
+	} else {
+		ki, err = c.meta.CommitKey(ctx, bucket, key, ck)
+	}
+	if err != nil {
+		return PutResult{}, fmt.Errorf("put %s/%s: commit inline (%d bytes): %w", bucket, key, len(value), err)
+	}
+	if opts.Progress != nil && len(value) > 0 {
+		opts.Progress(int64(len(value)))
+	}
+	return PutResult{Key: ki, Inline: true}, nil
+}
+
 // putStream is the state of one Put, owned by its goroutine.
 type putStream struct {
 	c           *Client
@@ -79,7 +146,7 @@ type putStream struct {
 	bucket, key string
 	r           io.Reader
 	progress    func(int64)
-	commitFn    func(context.Context, uint64, []metaapi.KeyBlock, uint32) (metaapi.KeyInfo, error)
+	commitFn    func(context.Context, metaapi.CommitKey) (metaapi.KeyInfo, error)
 	maxBuffered int
 	perCommit   int
 
@@ -545,10 +612,11 @@ func (s *putStream) commit() error {
 	}
 	var ki metaapi.KeyInfo
 	var err error
+	ck := metaapi.CommitKey{Size: s.size, Blocks: s.blocks, CRC32C: s.crc}
 	if s.commitFn != nil {
-		ki, err = s.commitFn(s.ctx, s.size, s.blocks, s.crc)
+		ki, err = s.commitFn(s.ctx, ck)
 	} else {
-		ki, err = s.c.meta.CommitKey(s.ctx, s.bucket, s.key, metaapi.CommitKey{Size: s.size, Blocks: s.blocks, CRC32C: s.crc})
+		ki, err = s.c.meta.CommitKey(s.ctx, s.bucket, s.key, ck)
 	}
 	if err != nil {
 		return fmt.Errorf("commit (%d bytes, %d blocks): %w", s.size, len(s.blocks), err)

@@ -161,7 +161,14 @@
 //
 // # Namespace
 //
-// A key is one record holding its ordered block list, size and CRC32C.
+// A key is one record holding its ordered block list, size and CRC32C,
+// or, for a value of at most metaapi.MaxInlineBytes committed inline
+// (CommitKey.Inline, no Allocate), the value itself instead of blocks:
+// durable and replicated exactly as the record is (one synced batch;
+// with Peers, the raft log of a majority), visible whole or not at all.
+// The commit checks the value's size and CRC32C; its answer does not
+// carry the value back; GetKey returns it (over HTTP as
+// metaapi.InlineContentType when asked), listings never do.
 // CommitKey writes it in one synced batch together with the removal of
 // the blocks' allocation records, the bucket's counts, the containers'
 // committed bytes and, when it replaces a version, the pending deletion
@@ -237,6 +244,8 @@
 //	bucket (29 bytes):    version u8 | created u64 | keys u64 | bytes u64 | [owner str | ACL str] | crc u32
 //	key (29+32n):         version u8 | size u64 | value CRC32C u32 | created u64 | block count n u32 |
 //	                      n × (container u64 | local u64 | pipeline u64 | length u64) | [object] | crc u32
+//	key inline (29+size): the same with n = 0 and the value (size bytes, ≤ metaapi.MaxInlineBytes)
+//	                      after the block count: version | size | CRC32C | created | 0 u32 | value | [object] | crc
 //	object (S3):          version u8 (1) | ETag str | Content-Type str | checksum type str | parts u32 |
 //	                      headers map | user metadata map | checksums map (map: count u32, sorted str key/value pairs)
 //	user:                 version u8 | created u64 | access key str | secret key str | crc u32
@@ -289,6 +298,13 @@
 // Batches applied and not yet synced are bounded by Pebble's commit
 // pipeline (ApplyNoSyncWait blocks beyond record.SyncConcurrency) and by
 // the requests in flight.
+//
+// Batches (AllocateMany, CommitKeys, GetKeys: the metaapi batch routes)
+// hold s.mu once for all their requests: each request validates, changes
+// memory and applies its own batch in order, as if it came alone, and the
+// answers go out together once every one is durable; they share the sync
+// (or the raft round) and the HTTP request. A refused request changes
+// nothing; with one refused, the batch also waits for the frontier.
 //
 // Namespace and cluster manager share s.mu: an allocation reads pipelines
 // and node health and changes a container and the allocation records, a

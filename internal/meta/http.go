@@ -56,6 +56,34 @@ func (s *Service) Handler() http.Handler {
 		resp, err := s.Allocate(&req)
 		return resp, http.StatusOK, err
 	})
+	route("POST "+metaapi.CommitsRoute, "commit_batch", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		body, err := readBody(w, r)
+		if err != nil {
+			return nil, 0, err
+		}
+		items, err := metaapi.DecodeCommitBatch(body)
+		if err != nil {
+			return nil, 0, err
+		}
+		res, err := s.CommitKeys(items)
+		return &metaapi.CommitBatchResult{Results: res}, http.StatusOK, err
+	})
+	route("POST "+metaapi.AllocationsRoute, "allocate_batch", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		var req metaapi.AllocateBatch
+		if err := decodeBody(w, r, &req); err != nil {
+			return nil, 0, err
+		}
+		res, err := s.AllocateMany(req.Requests)
+		return &metaapi.AllocateBatchResult{Results: res}, http.StatusOK, err
+	})
+	route("POST "+metaapi.GetsRoute, "get_batch", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		var req metaapi.GetBatch
+		if err := decodeBody(w, r, &req); err != nil {
+			return nil, 0, err
+		}
+		res, err := s.GetKeys(req.Keys)
+		return getsAnswer(res), http.StatusOK, err
+	})
 	route("GET /v1/list/{bucket}", "list_keys", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		q := r.URL.Query()
 		o := ListOptions{Prefix: q.Get("prefix"), StartAfter: q.Get("start_after"), Delimiter: q.Get("delimiter")}
@@ -99,7 +127,12 @@ func (s *Service) Handler() http.Handler {
 			return nil, 0, err
 		}
 		var ck metaapi.CommitKey
-		if err := decodeBody(w, r, &ck); err != nil {
+		if r.Header.Get("Content-Type") == metaapi.InlineContentType {
+			err = decodeInlineBody(w, r, &ck)
+		} else {
+			err = decodeBody(w, r, &ck)
+		}
+		if err != nil {
 			return nil, 0, err
 		}
 		ki, err := s.CommitKey(bucket, key, &ck)
@@ -111,6 +144,11 @@ func (s *Service) Handler() http.Handler {
 			return nil, 0, err
 		}
 		ki, err := s.GetKey(bucket, key)
+		if err == nil && len(ki.Inline) > 0 && strings.Contains(r.Header.Get("Accept"), metaapi.InlineContentType) {
+			value := ki.Inline
+			ki.Inline = nil
+			return inlineAnswer{ki, value}, http.StatusOK, nil
+		}
 		return ki, http.StatusOK, err
 	})
 	deleteKey := s.instrument("delete_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -185,9 +223,40 @@ func (s *Service) instrument(route string, h func(w http.ResponseWriter, r *http
 	})
 }
 
+// inlineAnswer is a GetKey answer sent as metaapi.InlineContentType.
+type inlineAnswer struct {
+	ki    *metaapi.KeyInfo // without Inline
+	value []byte
+}
+
+// getsAnswer is a GetKeys answer, sent as metaapi.InlineContentType.
+type getsAnswer []metaapi.GetResult
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	if status == http.StatusNoContent || v == nil {
 		w.WriteHeader(status)
+		return
+	}
+	if ga, ok := v.(getsAnswer); ok {
+		b, err := metaapi.EncodeGetBatchResult(ga)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, metaapi.CodeInternal, "encoding the response: "+err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", metaapi.InlineContentType)
+		w.WriteHeader(status)
+		w.Write(b)
+		return
+	}
+	if ia, ok := v.(inlineAnswer); ok {
+		b, err := metaapi.EncodeInline(ia.ki, ia.value)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, metaapi.CodeInternal, "encoding the response: "+err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", metaapi.InlineContentType)
+		w.WriteHeader(status)
+		w.Write(b)
 		return
 	}
 	b, err := json.Marshal(v)
@@ -223,6 +292,39 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return fmt.Errorf("%w: bad JSON body: data after the value", metaapi.ErrInvalid)
+	}
+	return nil
+}
+
+// readBody reads a whole body of at most MaxRequestBytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, fmt.Errorf("%w: body over %d bytes", metaapi.ErrInvalid, MaxRequestBytes)
+		}
+		return nil, fmt.Errorf("%w: reading the body: %v", metaapi.ErrInvalid, err)
+	}
+	return body, nil
+}
+
+// decodeInlineBody reads a CommitKey sent as metaapi.InlineContentType (at
+// most MaxRequestBytes): the JSON without Inline, then the value.
+func decodeInlineBody(w http.ResponseWriter, r *http.Request, ck *metaapi.CommitKey) error {
+	body, err := readBody(w, r)
+	if err != nil {
+		return err
+	}
+	value, err := metaapi.DecodeInline(body, ck)
+	if err != nil {
+		return err
+	}
+	if len(ck.Inline) > 0 {
+		return fmt.Errorf("%w: inline body with a value in its JSON too", metaapi.ErrInvalid)
+	}
+	if len(value) > 0 {
+		ck.Inline = value
 	}
 	return nil
 }

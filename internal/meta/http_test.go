@@ -226,7 +226,7 @@ func TestClientErrorsAndKeyNames(t *testing.T) {
 	resp = mustDo(t, must[*http.Request](t)(http.NewRequest(http.MethodGet, "http://"+srv.Addr()+"/metrics", nil)))
 	body, _ := io.ReadAll(resp.Body)
 	for _, m := range []string{`spindle_meta_datanodes{health="HEALTHY"} 3`, `spindle_meta_pipelines{state="OPEN"} 1`,
-		`spindle_meta_keys 6`, `spindle_meta_buckets 1`, `spindle_meta_request_seconds_count{code="200",route="commit_key"} 14`,
+		`spindle_meta_keys 6`, `spindle_meta_buckets 1`, `spindle_meta_request_seconds_count{code="200",route="commit_batch"} 14`,
 		`spindle_meta_heartbeats_total`, `spindle_meta_containers{state="OPEN"} 1`} {
 		if !bytes.Contains(body, []byte(m)) {
 			t.Fatalf("/metrics lacks %q:\n%s", m, body)

@@ -1,8 +1,11 @@
 package meta
 
 import (
+	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"maps"
 	"slices"
 	"strings"
@@ -159,9 +162,91 @@ func (s *Service) Allocate(req *metaapi.AllocateRequest) (*metaapi.AllocateRespo
 	return resp, err
 }
 
+// AllocateMany makes a batch of allocations (metaapi.AllocationsRoute):
+// each as Allocate would, in order, under one hold of s.mu, each its own
+// store batch; the answers come once every one is durable (one sync or
+// raft round for the batch). One result per request; a refusal
+// (NO_PIPELINE, an unknown bucket) does not affect the others. A service
+// that does not serve refuses the whole batch.
+func (s *Service) AllocateMany(reqs []metaapi.AllocateRequest) ([]metaapi.AllocateResult, error) {
+	if len(reqs) > metaapi.MaxCommitBatch {
+		return nil, fmt.Errorf("%w: %d allocations in a batch, at most %d", metaapi.ErrInvalid, len(reqs), metaapi.MaxCommitBatch)
+	}
+	errs := make([]error, len(reqs))
+	got := make([]*metaapi.AllocateResponse, len(reqs))
+	s.mu.Lock()
+	if err := s.usable(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	var own []pending
+	refused := false
+	for i := range reqs {
+		r, b, err := s.allocateLocked(&reqs[i])
+		if err != nil {
+			if b != nil {
+				b.Close()
+			}
+			errs[i], refused = err, true
+			continue
+		}
+		p, err := s.apply(b)
+		if err != nil { // sticky: this one and every later one fail
+			for j := i; j < len(reqs); j++ {
+				errs[j] = err
+			}
+			break
+		}
+		own = append(own, p)
+		got[i] = r
+	}
+	front := s.frontier()
+	s.mu.Unlock()
+	werr := s.awaitAll(own, refused, front)
+	res := make([]metaapi.AllocateResult, len(reqs))
+	for i := range reqs {
+		if err := cmp.Or(errs[i], werr); err != nil && (errs[i] != nil || got[i] != nil) {
+			res[i].Error = apiError(fmt.Sprintf("allocate for %s/%s", reqs[i].Bucket, reqs[i].Key), err)
+			continue
+		}
+		res[i].Block = got[i]
+		s.metrics.allocations.Inc()
+	}
+	return res, nil
+}
+
+// awaitAll waits for a batch's own pendings, and, when some request was
+// refused (a refusal may rest on what it saw), for the frontier; the
+// first failure.
+func (s *Service) awaitAll(own []pending, refused bool, front pending) error {
+	var werr error
+	for _, p := range own {
+		if err := s.await(p); err != nil && werr == nil {
+			werr = err
+		}
+	}
+	if refused && werr == nil {
+		werr = s.await(front)
+	}
+	return werr
+}
+
+// apiError is err as one result of a batch.
+func apiError(what string, err error) *metaapi.Error {
+	code, _ := metaapi.CodeOf(err)
+	return &metaapi.Error{Code: code, Message: fmt.Sprintf("%s: %v", what, err)}
+}
+
 // allocateLocked is Allocate under s.mu.
 func (s *Service) allocateLocked(req *metaapi.AllocateRequest) (*metaapi.AllocateResponse, *pebble.Batch, error) {
-	if _, err := s.bucketOf(req.Bucket, req.Key); err != nil {
+	if req.AnyKey {
+		if req.Key != "" {
+			return nil, nil, fmt.Errorf("%w: an allocation for any key names key %q", metaapi.ErrInvalid, req.Key)
+		}
+		if _, err := s.bucketOf(req.Bucket, "x"); err != nil { // the bucket's checks only
+			return nil, nil, err
+		}
+	} else if _, err := s.bucketOf(req.Bucket, req.Key); err != nil {
 		return nil, nil, err
 	}
 	now := s.cfg.Now()
@@ -266,19 +351,95 @@ func (s *Service) getKey(bucket, key string) (keyRecord, bool, error) {
 // batch), replacing an older version whose blocks are scheduled for
 // deletion. See the metaapi package comment for the rules.
 func (s *Service) CommitKey(bucket, key string, ck *metaapi.CommitKey) (*metaapi.KeyInfo, error) {
-	if err := s.checkBlockList(ck.Blocks, ck.Size); err != nil {
+	if err := s.checkCommit(ck); err != nil {
 		return nil, err
-	}
-	if ck.Object != nil {
-		if err := ck.Object.Validate(); err != nil {
-			return nil, err
-		}
 	}
 	ki, err := mutate(s, func() (*metaapi.KeyInfo, *pebble.Batch, error) { return s.commitKeyLocked(bucket, key, ck) })
 	if err == nil {
 		s.metrics.commits.Inc()
+		ki.Inline = nil // the committer has the value: the answer does not carry it back
 	}
 	return ki, err
+}
+
+// checkCommit is CommitKey's validation of a commit's shape, before s.mu.
+func (s *Service) checkCommit(ck *metaapi.CommitKey) error {
+	if len(ck.Inline) > 0 {
+		if err := checkInline(ck); err != nil {
+			return err
+		}
+	} else if err := s.checkBlockList(ck.Blocks, ck.Size); err != nil {
+		return err
+	}
+	if ck.Object != nil {
+		return ck.Object.Validate()
+	}
+	return nil
+}
+
+// CommitKeys commits a batch (metaapi.CommitsRoute): each commit as
+// CommitKey would make it, in order, each its own store batch (so a later
+// commit of the same key sees the earlier one), all under one hold of
+// s.mu; the answers come once every one applied is durable (they share
+// the sync, or the raft round). One result per commit: a refused commit
+// changes nothing and does not affect the others. A service that does
+// not serve (closed, failed, not the leader) refuses the whole batch.
+func (s *Service) CommitKeys(items []metaapi.BatchedCommit) ([]metaapi.CommitResult, error) {
+	if len(items) > metaapi.MaxCommitBatch {
+		return nil, fmt.Errorf("%w: %d commits in a batch, at most %d", metaapi.ErrInvalid, len(items), metaapi.MaxCommitBatch)
+	}
+	errs := make([]error, len(items))
+	kis := make([]*metaapi.KeyInfo, len(items))
+	for i := range items {
+		errs[i] = s.checkCommit(&items[i].CommitKey)
+	}
+	s.mu.Lock()
+	if err := s.usable(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	var own []pending
+	refused := false
+	for i := range items {
+		if errs[i] != nil {
+			refused = true
+			continue
+		}
+		it := &items[i]
+		ki, b, err := s.commitKeyLocked(it.Bucket, it.Key, &it.CommitKey)
+		if err != nil {
+			if b != nil {
+				b.Close()
+			}
+			errs[i], refused = err, true
+			continue
+		}
+		p, err := s.apply(b)
+		if err != nil { // sticky: this one and every later one fail
+			for j := i; j < len(items); j++ {
+				if errs[j] == nil {
+					errs[j] = err
+				}
+			}
+			break
+		}
+		own = append(own, p)
+		kis[i] = ki
+	}
+	front := s.frontier()
+	s.mu.Unlock()
+	werr := s.awaitAll(own, refused, front)
+	res := make([]metaapi.CommitResult, len(items))
+	for i := range items {
+		if err := cmp.Or(errs[i], werr); err != nil && (errs[i] != nil || kis[i] != nil) {
+			res[i].Error = apiError(fmt.Sprintf("commit %s/%s", items[i].Bucket, items[i].Key), err)
+			continue
+		}
+		kis[i].Inline = nil // the committer has the value
+		res[i].Key = kis[i]
+		s.metrics.commits.Inc()
+	}
+	return res, nil
 }
 
 // commitKeyLocked is CommitKey, validated, under s.mu.
@@ -302,7 +463,7 @@ func (s *Service) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (*m
 	if err != nil {
 		return nil, nil, err
 	}
-	rec := keyRecord{Size: ck.Size, CRC32C: ck.CRC32C, Created: now, Blocks: blocks, Object: ck.Object}
+	rec := keyRecord{Size: ck.Size, CRC32C: ck.CRC32C, Created: now, Blocks: blocks, Inline: ck.Inline, Object: ck.Object}
 	// Valid: one batch makes the key visible, consumes the allocations,
 	// schedules the old blocks' deletion and updates the counts.
 	b := s.db.NewBatch()
@@ -332,7 +493,7 @@ func (s *Service) claimable(bucket, key string, kbs []metaapi.KeyBlock) ([]store
 		if !ok {
 			return nil, fmt.Errorf("%w: block %d/%d was not allocated by this meta service, or was committed already, or its allocation expired", metaapi.ErrInvalid, kb.Container, kb.Local)
 		}
-		if a.Bucket != bucket || a.Key != key {
+		if a.Bucket != bucket || (a.Key != "" && a.Key != key) { // "": allocated for any key of the bucket
 			return nil, fmt.Errorf("%w: block %d/%d was allocated for %s/%s, not %s/%s", metaapi.ErrInvalid, kb.Container, kb.Local, a.Bucket, a.Key, bucket, key)
 		}
 		c := s.containers[kb.Container]
@@ -362,6 +523,24 @@ func (s *Service) claim(b *pebble.Batch, blocks []storedBlock) {
 			s.startClose(b, c, fmt.Sprintf("%d bytes committed", c.rec.Committed))
 		}
 	}
+}
+
+// checkInline checks an inline commit: no blocks, the size and CRC32C
+// of its value, at most MaxInlineBytes.
+func checkInline(ck *metaapi.CommitKey) error {
+	if len(ck.Blocks) > 0 {
+		return fmt.Errorf("%w: a value inline and %d blocks", metaapi.ErrInvalid, len(ck.Blocks))
+	}
+	if len(ck.Inline) > metaapi.MaxInlineBytes {
+		return fmt.Errorf("%w: inline value of %d bytes, at most %d", metaapi.ErrInvalid, len(ck.Inline), metaapi.MaxInlineBytes)
+	}
+	if ck.Size != uint64(len(ck.Inline)) {
+		return fmt.Errorf("%w: inline value of %d bytes, size says %d", metaapi.ErrInvalid, len(ck.Inline), ck.Size)
+	}
+	if sum := crc32.Checksum(ck.Inline, crcTable); sum != ck.CRC32C {
+		return fmt.Errorf("%w: inline value's CRC32C is %08x, the commit says %08x", metaapi.ErrInvalid, sum, ck.CRC32C)
+	}
+	return nil
 }
 
 // checkBlockList checks a block list's shape: at most MaxBlocksPerKey, no
@@ -396,7 +575,14 @@ func sameVersion(old keyRecord, ck *metaapi.CommitKey) bool {
 	if (old.Object == nil) != (ck.Object == nil) || (old.Object != nil && old.Object.ETag != ck.Object.ETag) {
 		return false
 	}
-	if old.Size != ck.Size || old.CRC32C != ck.CRC32C || len(old.Blocks) != len(ck.Blocks) {
+	if len(ck.Blocks) == 0 && !sameObjectMeta(old.Object, ck.Object) {
+		// Without blocks (an inline or empty value) the bytes do not name
+		// the put that wrote them: a new put of the same bytes with other
+		// metadata (a copy onto itself with new metadata, a new
+		// Content-Type) is a new version, not a retry.
+		return false
+	}
+	if old.Size != ck.Size || old.CRC32C != ck.CRC32C || len(old.Blocks) != len(ck.Blocks) || !bytes.Equal(old.Inline, ck.Inline) {
 		return false
 	}
 	for i, sb := range old.Blocks {
@@ -408,9 +594,19 @@ func sameVersion(old keyRecord, ck *metaapi.CommitKey) bool {
 	return true
 }
 
+// sameObjectMeta says whether two S3 metadata sets are equal (a nil map
+// and an empty one alike).
+func sameObjectMeta(a, b *metaapi.ObjectMeta) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.ETag == b.ETag && a.ContentType == b.ContentType && a.ChecksumType == b.ChecksumType && a.Parts == b.Parts &&
+		maps.Equal(a.Headers, b.Headers) && maps.Equal(a.UserMeta, b.UserMeta) && maps.Equal(a.Checksums, b.Checksums)
+}
+
 // keyInfo is the API form of a key, with its blocks' replicas.
 func (s *Service) keyInfo(bucket, key string, rec keyRecord, now time.Time) *metaapi.KeyInfo {
-	ki := &metaapi.KeyInfo{Bucket: bucket, Key: key, Size: rec.Size, CRC32C: rec.CRC32C, Created: rec.Created, Blocks: make([]metaapi.KeyBlock, 0, len(rec.Blocks)), Object: rec.Object}
+	ki := &metaapi.KeyInfo{Bucket: bucket, Key: key, Size: rec.Size, CRC32C: rec.CRC32C, Created: rec.Created, Blocks: make([]metaapi.KeyBlock, 0, len(rec.Blocks)), Inline: rec.Inline, Object: rec.Object}
 	members := map[uint64][]metaapi.Member{} // by container: most keys have many blocks in few containers
 	for _, sb := range rec.Blocks {
 		kb := metaapi.KeyBlock{BlockRef: metaapi.BlockRef{Container: sb.Container, Local: sb.Local}, Pipeline: sb.Pipeline, Length: sb.Length}
@@ -441,6 +637,38 @@ func (s *Service) GetKey(bucket, key string) (*metaapi.KeyInfo, error) {
 			return nil, fmt.Errorf("%w: key %s/%s", metaapi.ErrNotFound, bucket, key)
 		}
 		return s.keyInfo(bucket, key, rec, s.cfg.Now()), nil
+	})
+}
+
+// GetKeys looks a batch of keys up (metaapi.GetsRoute), each as GetKey
+// would, under one hold of s.mu for reading, answered once everything
+// they may have seen is durable (one wait, or one ReadIndex round, for
+// the batch). One result per key; a service that does not serve refuses
+// the whole batch.
+func (s *Service) GetKeys(names []metaapi.KeyName) ([]metaapi.GetResult, error) {
+	if len(names) > metaapi.MaxCommitBatch {
+		return nil, fmt.Errorf("%w: %d keys in a batch, at most %d", metaapi.ErrInvalid, len(names), metaapi.MaxCommitBatch)
+	}
+	return read(s, func() ([]metaapi.GetResult, error) {
+		now := s.cfg.Now()
+		res := make([]metaapi.GetResult, len(names))
+		for i, n := range names {
+			what := fmt.Sprintf("get %s/%s", n.Bucket, n.Key)
+			if _, err := s.bucketOf(n.Bucket, n.Key); err != nil {
+				res[i].Error = apiError(what, err)
+				continue
+			}
+			rec, ok, err := s.getKey(n.Bucket, n.Key)
+			if err == nil && !ok {
+				err = fmt.Errorf("%w: key %s/%s", metaapi.ErrNotFound, n.Bucket, n.Key)
+			}
+			if err != nil {
+				res[i].Error = apiError(what, err)
+				continue
+			}
+			res[i].Key = s.keyInfo(n.Bucket, n.Key, rec, now)
+		}
+		return res, nil
 	})
 }
 

@@ -442,11 +442,15 @@ const keyBlockBytes = 32
 
 // keyRecord is a committed key; bucket and name are in the Pebble key.
 // Object (S3 metadata) is an optional trailing section after the blocks.
+// A key without blocks holds its value inline (Size bytes right after the
+// block count, none for an empty value): a small value is stored in the
+// record itself (metaapi.MaxInlineBytes).
 type keyRecord struct {
 	Size    uint64
 	CRC32C  uint32
 	Created time.Time
 	Blocks  []storedBlock
+	Inline  []byte // the value when Blocks is empty (len Size)
 	Object  *metaapi.ObjectMeta
 }
 
@@ -467,12 +471,16 @@ func (k keyRecord) encode() []byte {
 		e.u64(b.Pipeline)
 		e.u64(b.Length)
 	}
+	if len(k.Blocks) == 0 {
+		e.b = append(e.b, k.Inline...)
+	}
 	if k.Object != nil {
 		e.objectMeta(k.Object)
 	}
 	return e.finish()
 }
 
+// decodeKey decodes a key record; Inline is a copy (v may be Pebble's).
 func decodeKey(v []byte) (keyRecord, error) {
 	d := newDec("key", v)
 	k := keyRecord{Size: d.u64(), CRC32C: d.u32(), Created: d.tm()}
@@ -485,6 +493,15 @@ func decodeKey(v []byte) (keyRecord, error) {
 		b := storedBlock{Container: d.u64(), Local: d.u64(), Pipeline: d.u64(), Length: d.u64()}
 		sum += b.Length
 		k.Blocks = append(k.Blocks, b)
+	}
+	if n == 0 && d.err == nil && k.Size > 0 {
+		if k.Size > metaapi.MaxInlineBytes {
+			d.fail("inline value of %d bytes, at most %d", k.Size, metaapi.MaxInlineBytes)
+		} else if d.need(int(k.Size)) {
+			k.Inline = slices.Clone(d.b[:k.Size])
+			d.b = d.b[k.Size:]
+			sum = k.Size
+		}
 	}
 	if d.err == nil && len(d.b) > 0 {
 		k.Object = d.objectMeta()

@@ -34,6 +34,8 @@ func sampleRecords() []struct {
 	s3key := keyRecord{Size: 300, CRC32C: 7, Created: t0, Blocks: []storedBlock{{5, 1, 2, 300}}, Object: om}
 	user := userRecord{Created: t0, AccessKey: "AKIAOWNER0000000001", SecretKey: "secret-0123456789"}
 	upload := uploadRecord{Initiated: t0, Owner: "AKIAOWNER0000000001", Object: &metaapi.ObjectMeta{ContentType: "video/mp4"}}
+	inl := keyRecord{Size: 5, CRC32C: 0x9a71bb4c, Created: t0, Inline: []byte("hello")}
+	s3inl := keyRecord{Size: 3, CRC32C: 7, Created: t0, Inline: []byte("abc"), Object: om}
 	part := partRecord{keyRecord: keyRecord{Size: 100, CRC32C: 9, Created: t0, Blocks: []storedBlock{{5, 3, 2, 100}}}, ETag: "abc", Checksums: map[string]string{"SHA256": "x"}}
 	return []struct {
 		name   string
@@ -54,11 +56,13 @@ func sampleRecords() []struct {
 		{"user", user.encode(), func(v []byte) (any, error) { return decodeUser(v) }, user},
 		{"upload", upload.encode(), func(v []byte) (any, error) { return decodeUpload(v) }, upload},
 		{"part", part.encode(), func(v []byte) (any, error) { return decodePart(v) }, part},
+		{"inline key", inl.encode(), func(v []byte) (any, error) { return decodeKey(v) }, inl},
+		{"s3 inline key", s3inl.encode(), func(v []byte) (any, error) { return decodeKey(v) }, s3inl},
 	}
 }
 
 func TestRecordsRoundTripAndDamage(t *testing.T) {
-	sizes := map[string]int{"counters": 29, "container": 46, "bucket": 29, "deletion": 14, "pipeline": 31 + 8*3, "key": 29 + 32*2}
+	sizes := map[string]int{"counters": 29, "container": 46, "bucket": 29, "deletion": 14, "pipeline": 31 + 8*3, "key": 29 + 32*2, "inline key": 29 + 5}
 	for _, r := range sampleRecords() {
 		got, err := r.decode(r.value)
 		if err != nil {
@@ -108,6 +112,12 @@ func TestRecordBytes(t *testing.T) {
 		"0500000000000000" + "0200000000000000" + "0200000000000000" + "c800000000000000" + "bd1b1331"
 	if got := hex.EncodeToString(k.encode()); got != wantKey {
 		t.Fatalf("key record\n got %s\nwant %s", got, wantKey)
+	}
+	// A key without blocks holds its value inline, after the block count.
+	inl := keyRecord{Size: 5, CRC32C: 0x9a71bb4c, Created: t0, Inline: []byte("hello")}
+	wantInline := "01" + "0500000000000000" + "4cbb719a" + "888ca97c9b010000" + "00000000" + "68656c6c6f" + "c4c7144f"
+	if got := hex.EncodeToString(inl.encode()); got != wantInline {
+		t.Fatalf("inline key record\n got %s\nwant %s", got, wantInline)
 	}
 	if k := hex.EncodeToString(objectKey("bkt", "a/b")); k != "4b626b7400612f62" {
 		t.Fatalf("key of bkt/a/b: %s", k)

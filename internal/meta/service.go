@@ -615,7 +615,9 @@ func openStore(fs vfs.FS, dir string, log *slog.Logger) (*pebble.DB, error) {
 	if err := vfs.MkdirAllDurable(fs, dir); err != nil {
 		return nil, err
 	}
-	opts := &pebble.Options{FS: vfs.ToPebble(fs), Logger: pebbleLogger{log}}
+	cache := pebble.NewCache(storeCacheBytes)
+	defer cache.Unref() // the DB holds its own reference
+	opts := &pebble.Options{FS: vfs.ToPebble(fs), Logger: pebbleLogger{log}, Cache: cache, MemTableSize: storeMemTableBytes}
 	// Bloom filters: a key commit looks its key up under s.mu, and a new
 	// key is a miss that would otherwise read a block of every sstable
 	// level (21 µs of the lock per commit in bench meta without them, 8 %
@@ -633,6 +635,17 @@ func openStore(fs vfs.FS, dir string, log *slog.Logger) (*pebble.DB, error) {
 	}
 	return db, nil
 }
+
+// The store's Pebble sizes. Values inline (ARCHITECTURE §18) put value
+// bytes in the store: with Pebble's defaults (4 MiB memtables, an 8 MiB
+// block cache) 160 MB of 4 KiB puts flushed 40 memtables and compacted
+// them again and again (20 % of a key-write bench's CPU), and a commit's
+// lookup of its key (a miss, for a new key) read filter and index blocks
+// from the files (11 %).
+const (
+	storeMemTableBytes = 32 << 20
+	storeCacheBytes    = 64 << 20
+)
 
 // pebbleLogger routes Pebble's logs to slog; Fatalf panics (the default
 // would exit the process).

@@ -13,6 +13,9 @@
 //	DELETE /v1/buckets/{bucket}               (409 not empty)
 //	POST   /v1/allocate                       AllocateRequest → AllocateResponse
 //	POST   /v1/keys/{bucket}/{key...}         CommitKey → KeyInfo  (commit: atomic)
+//	POST   /v1/allocations                    AllocateBatch → AllocateBatchResult (batch.go)
+//	POST   /v1/commits                        CommitBatch (+ inline values) → CommitBatchResult (batch.go)
+//	POST   /v1/gets                           GetBatch → GetBatchResult (+ inline values) (batch.go)
 //	GET    /v1/keys/{bucket}/{key...}         → KeyInfo
 //	DELETE /v1/keys/{bucket}/{key...}         (blocks deleted on datanodes later)
 //	GET    /v1/list/{bucket}?prefix=&start_after=&limit=  → KeyList
@@ -34,12 +37,17 @@
 // validated by ValidBucket and ValidKey on both sides.
 //
 // Commit rules: every block of a CommitKey must have been handed out by
-// Allocate for the same bucket and key and not committed since (INVALID
+// Allocate for the same bucket and key (or for any key of the bucket:
+// AllocateRequest.AnyKey) and not committed since (INVALID
 // otherwise: a client cannot commit blocks it never got); the lengths sum
 // to Size; no block twice; at most MaxBlocksPerKey blocks; no block of
 // length 0. A CommitKey identical to the key's current version (same size,
 // CRC32C and blocks) succeeds again, so that a commit whose answer was lost
-// can be retried. Blocks allocated and never committed are garbage: after
+// can be retried. A value of at most MaxInlineBytes may instead be
+// committed inline (CommitKey.Inline, no blocks, no Allocate): it is
+// stored in the key's record, durable and replicated exactly as the
+// record is, and GetKey returns it (KeyInfo.Inline); Size must be its
+// length and CRC32C its checksum. Blocks allocated and never committed are garbage: after
 // a grace period (an hour by default) the meta service deletes them.
 //
 // Deletion: replacing or deleting a key schedules its old blocks for
@@ -95,6 +103,10 @@ const (
 	MaxListLimit = 1000
 	// MaxBlocksPerKey bounds a key's block list.
 	MaxBlocksPerKey = 1 << 16
+	// MaxInlineBytes bounds a value stored inline, in its key's record
+	// (CommitKey.Inline), as MinIO keeps objects up to 128 KiB in their
+	// metadata.
+	MaxInlineBytes = 128 << 10
 )
 
 // Heartbeat is what a datanode sends every DefaultHeartbeatInterval (and
@@ -478,6 +490,11 @@ type AllocateRequest struct {
 	Key    string `json:"key"`
 	// ExcludePipelines: pipelines that just failed for this client.
 	ExcludePipelines []uint64 `json:"exclude_pipelines,omitempty"`
+	// AnyKey: a block for any key of Bucket (Key empty), handed out ahead
+	// of need (a client's pool of pre-allocated blocks); it commits under
+	// whichever key of the bucket names it first, and is garbage, deleted
+	// after the allocation grace, if none does.
+	AnyKey bool `json:"any_key,omitempty"`
 }
 
 // AllocateResponse is a new block: a fresh local ID in an OPEN container of
@@ -508,6 +525,10 @@ type CommitKey struct {
 	Blocks []KeyBlock `json:"blocks"`
 	// CRC32C of the whole value (Castagnoli), as the client computed it.
 	CRC32C uint32 `json:"crc32c"`
+	// Inline is the whole value, stored in the key's record instead of
+	// blocks (no Blocks then; Size = len(Inline) ≤ MaxInlineBytes, CRC32C
+	// its checksum, both checked by the meta service).
+	Inline []byte `json:"inline,omitempty"`
 	// Object is the S3 metadata stored with the key (nil: a plain key).
 	Object *ObjectMeta `json:"object,omitempty"`
 	// Conditions are checked atomically with the commit.
@@ -522,6 +543,9 @@ type KeyInfo struct {
 	CRC32C  uint32     `json:"crc32c"`
 	Created time.Time  `json:"created"`
 	Blocks  []KeyBlock `json:"blocks"`
+	// Inline is the value of a key stored inline (no Blocks, Size > 0);
+	// never set in a listing.
+	Inline []byte `json:"inline,omitempty"`
 	// Object is the S3 metadata stored with the key (nil: a plain key).
 	Object *ObjectMeta `json:"object,omitempty"`
 }

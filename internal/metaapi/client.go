@@ -61,6 +61,13 @@ type ClientOptions struct {
 	// of a replicated meta service (DefaultFailoverTimeout); with one
 	// address, Attempts bounds them.
 	FailoverTimeout time.Duration
+	// PreAllocate > 0: Allocate serves blocks from a pool filled that many
+	// at a time (pool.go; at most MaxPreAllocate); 0: each Allocate asks.
+	PreAllocate int
+	// NoBatching sends each CommitKey, Allocate and GetKey as its own
+	// request instead of batching concurrent ones (CommitsRoute,
+	// AllocationsRoute, GetsRoute).
+	NoBatching bool
 }
 
 // Client calls a meta service. It is safe for concurrent use.
@@ -90,6 +97,20 @@ type ClientOptions struct {
 // An answer lost in a failover leaves the outcome unknown; the retried
 // call is idempotent as above (a retried Allocate may leak a block,
 // which the meta service deletes after its allocation grace).
+//
+// Batching (batch.go): concurrent Allocate, CommitKey and GetKey calls
+// share requests (AllocationsRoute, CommitsRoute, GetsRoute): a call
+// joins a queue, and while fewer than MaxCommitBatchesInFlight batches of
+// its kind are in flight a sender takes what is queued (at most
+// MaxCommitBatch calls, MaxCommitBatchBytes of inline values). A lone call
+// goes at once in a batch of one; under load the HTTP and JSON work of a
+// request, and the meta service's lock and sync, are shared by up to 64
+// calls. Each call gets its own answer or error; a batch is retried as a
+// whole under the rules above (each of its calls is idempotent), and a
+// call answered UNAVAILABLE inside a batch (its member stopped leading
+// midway: outcome unknown) is tried again alone, following the leader. A
+// call's ctx ends its wait, not its batch. ClientOptions.NoBatching
+// sends each call alone.
 type Client struct {
 	bases    []string // scheme://host:port, no trailing slash
 	hosts    []string
@@ -99,13 +120,25 @@ type Client struct {
 	attempts int
 	backoff  time.Duration
 	failover time.Duration
+	// commits and allocs group concurrent CommitKeys and Allocates
+	// (batch.go); off: noBatch.
+	commits batcher[BatchedCommit, KeyInfo]
+	allocs  batcher[AllocateRequest, AllocateResponse]
+	gets    batcher[KeyName, KeyInfo]
+	noBatch bool
+	pool    allocPool
 }
 
 // NewClient returns a client of the meta service at baseURL:
 // "http://host:port" or just "host:port", or a comma-separated list of
 // them (the members of a replicated meta service).
 func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
-	c := &Client{hc: opts.HTTPClient, timeout: opts.Timeout, attempts: opts.Attempts, backoff: opts.Backoff, failover: opts.FailoverTimeout}
+	c := &Client{hc: opts.HTTPClient, timeout: opts.Timeout, attempts: opts.Attempts, backoff: opts.Backoff, failover: opts.FailoverTimeout, noBatch: opts.NoBatching}
+	c.initBatchers()
+	if opts.PreAllocate < 0 || opts.PreAllocate > MaxPreAllocate {
+		return nil, fmt.Errorf("meta client: pre-allocate %d blocks: want 0..%d", opts.PreAllocate, MaxPreAllocate)
+	}
+	c.pool.n = opts.PreAllocate
 	for _, addr := range SplitAddrs(baseURL) {
 		raw := addr
 		if !strings.Contains(raw, "://") {
@@ -189,10 +222,20 @@ func (c *Client) DeleteBucket(ctx context.Context, name string) error {
 // healthy pipeline is left after req.ExcludePipelines).
 func (c *Client) Allocate(ctx context.Context, req AllocateRequest) (AllocateResponse, error) {
 	var r AllocateResponse
-	if err := validNames(req.Bucket, req.Key); err != nil {
+	if req.AnyKey {
+		if err := ValidBucket(req.Bucket); err != nil {
+			return r, err
+		}
+	} else if err := validNames(req.Bucket, req.Key); err != nil {
 		return r, err
 	}
-	return r, c.do(ctx, http.MethodPost, "/v1/allocate", req, &r, true)
+	if c.pool.n > 0 && len(req.ExcludePipelines) == 0 {
+		return c.allocatePooled(ctx, req)
+	}
+	if !c.noBatch {
+		return c.allocs.call(ctx, req)
+	}
+	return c.allocateAlone(ctx, req)
 }
 
 // CommitKey makes bucket/key visible with the given blocks, atomically.
@@ -201,7 +244,31 @@ func (c *Client) CommitKey(ctx context.Context, bucket, key string, ck CommitKey
 	if err := validNames(bucket, key); err != nil {
 		return ki, err
 	}
+	if !c.noBatch {
+		return c.commits.call(ctx, BatchedCommit{Bucket: bucket, Key: key, CommitKey: ck})
+	}
+	return c.commitAlone(ctx, bucket, key, ck)
+}
+
+// commitAlone sends one CommitKey as its own request.
+func (c *Client) commitAlone(ctx context.Context, bucket, key string, ck CommitKey) (KeyInfo, error) {
+	var ki KeyInfo
+	if len(ck.Inline) > 0 { // the value raw after the JSON (InlineContentType)
+		value := ck.Inline
+		ck.Inline = nil
+		body, err := EncodeInline(ck, value)
+		if err != nil {
+			return ki, fmt.Errorf("meta commit %s/%s: encode request: %w", bucket, key, err)
+		}
+		return ki, c.do(ctx, http.MethodPost, KeyPath(bucket, key), rawBody{body, InlineContentType}, &ki, true)
+	}
 	return ki, c.do(ctx, http.MethodPost, KeyPath(bucket, key), ck, &ki, true)
+}
+
+// rawBody is a request body already encoded, with its content type.
+type rawBody struct {
+	b           []byte
+	contentType string
 }
 
 // GetKey returns a committed key with its blocks and their replicas.
@@ -210,7 +277,16 @@ func (c *Client) GetKey(ctx context.Context, bucket, key string) (KeyInfo, error
 	if err := validNames(bucket, key); err != nil {
 		return ki, err
 	}
+	if !c.noBatch {
+		return c.gets.call(ctx, KeyName{Bucket: bucket, Key: key})
+	}
 	return ki, c.do(ctx, http.MethodGet, KeyPath(bucket, key), nil, &ki, true)
+}
+
+// allocateAlone sends one Allocate as its own request.
+func (c *Client) allocateAlone(ctx context.Context, req AllocateRequest) (AllocateResponse, error) {
+	var r AllocateResponse
+	return r, c.do(ctx, http.MethodPost, "/v1/allocate", req, &r, true)
 }
 
 // DeleteKey deletes a key; its blocks are deleted on the datanodes later.
@@ -344,7 +420,10 @@ func (c *Client) Backup(ctx context.Context) (io.ReadCloser, error) {
 // replicated meta service, until c.failover.
 func (c *Client) do(ctx context.Context, method, path string, in, out any, idempotent bool) error {
 	var body []byte
-	if in != nil {
+	contentType := "application/json"
+	if rb, ok := in.(rawBody); ok {
+		body, contentType = rb.b, rb.contentType
+	} else if in != nil {
 		var err error
 		if body, err = json.Marshal(in); err != nil {
 			return fmt.Errorf("meta %s %s: encode request: %w", method, path, err)
@@ -366,7 +445,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, idemp
 	var err error
 	for attempt := 1; ; attempt++ {
 		i := int(c.cur.Load())
-		err = c.once(ctx, i, method, path, body, out)
+		err = c.once(ctx, i, method, path, body, contentType, out)
 		if err == nil || ctx.Err() != nil || !retryable(err) || (!idempotent && !didNothing(err)) {
 			break
 		}
@@ -428,8 +507,9 @@ func retryable(err error) bool {
 	return errors.As(err, &e) && e.Code == CodeUnavailable
 }
 
-// once runs one HTTP exchange with the member at address i.
-func (c *Client) once(ctx context.Context, i int, method, path string, body []byte, out any) error {
+// once runs one HTTP exchange with the member at address i. A *KeyInfo
+// answer may come as InlineContentType (asked for by Accept).
+func (c *Client) once(ctx context.Context, i int, method, path string, body []byte, contentType string, out any) error {
 	actx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	var rd io.Reader
@@ -441,7 +521,12 @@ func (c *Client) once(ctx context.Context, i int, method, path string, body []by
 		return &Error{Code: CodeInvalid, Message: fmt.Sprintf("meta %s %s: %v", method, path, err)}
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
+	}
+	ki, wantsInline := out.(*KeyInfo)
+	gets, isGets := out.(*[]GetResult)
+	if wantsInline {
+		req.Header.Set("Accept", InlineContentType+", application/json")
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -458,6 +543,21 @@ func (c *Client) once(ctx context.Context, i int, method, path string, body []by
 	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBodyBytes))
+		return nil
+	}
+	if (wantsInline || isGets) && resp.Header.Get("Content-Type") == InlineContentType {
+		b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes))
+		if err == nil && wantsInline {
+			ki.Inline, err = DecodeInline(b, ki)
+		} else if err == nil {
+			*gets, err = DecodeGetBatchResult(b)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("meta %s %s: %w", method, path, ctx.Err())
+			}
+			return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("meta at %s: %s %s: reading the answer: %v", c.hosts[i], method, path, err)}
+		}
 		return nil
 	}
 	dec := json.NewDecoder(io.LimitReader(resp.Body, MaxResponseBytes))

@@ -72,5 +72,5 @@ func SplitAddrs(list string) []string {
 // attempt, no failover: it describes that member).
 func (c *Client) MetaStatus(ctx context.Context) (MetaStatus, error) {
 	var st MetaStatus
-	return st, c.once(ctx, int(c.cur.Load()), http.MethodGet, MetaStatusRoute, nil, &st)
+	return st, c.once(ctx, int(c.cur.Load()), http.MethodGet, MetaStatusRoute, nil, "", &st)
 }

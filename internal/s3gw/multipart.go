@@ -78,14 +78,15 @@ func (b *Backend) UploadPart(ctx context.Context, in *s3.UploadPartInput) (*s3.U
 	defer chk.close()
 	var part metaapi.Part
 	_, err = b.kc.Put(ctx, ref.Bucket, ref.Key, chk.r, keyclient.PutOptions{
-		Commit: func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc uint32) (metaapi.KeyInfo, error) {
-			if err := chk.verify(crc); err != nil {
+		NoInline: true, // a part's record holds blocks only
+		Commit: func(ctx context.Context, ck metaapi.CommitKey) (metaapi.KeyInfo, error) {
+			if err := chk.verify(ck.CRC32C); err != nil {
 				return metaapi.KeyInfo{}, err
 			}
 			var err error
-			part, err = b.meta.CommitPart(ctx, metaapi.CommitPart{UploadRef: ref, Number: uint32(n), Size: size,
-				Blocks: blocks, CRC32C: crc, ETag: chk.etag(), Checksums: chk.checksums()})
-			return metaapi.KeyInfo{Bucket: ref.Bucket, Key: ref.Key, Size: size, CRC32C: crc}, err
+			part, err = b.meta.CommitPart(ctx, metaapi.CommitPart{UploadRef: ref, Number: uint32(n), Size: ck.Size,
+				Blocks: ck.Blocks, CRC32C: ck.CRC32C, ETag: chk.etag(), Checksums: chk.checksums()})
+			return metaapi.KeyInfo{Bucket: ref.Bucket, Key: ref.Key, Size: ck.Size, CRC32C: ck.CRC32C}, err
 		},
 	})
 	if err != nil {
@@ -131,10 +132,10 @@ func (b *Backend) UploadPartCopy(ctx context.Context, in *s3.UploadPartCopyInput
 		}
 	}
 	var part metaapi.Part
-	_, err = b.copyInto(ctx, src, offset, length, ref.Bucket, ref.Key, func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc uint32, etag string) (metaapi.KeyInfo, error) {
+	_, err = b.copyInto(ctx, src, offset, length, ref.Bucket, ref.Key, true, func(ctx context.Context, ck metaapi.CommitKey, etag string) (metaapi.KeyInfo, error) {
 		var err error
-		part, err = b.meta.CommitPart(ctx, metaapi.CommitPart{UploadRef: ref, Number: uint32(n), Size: size, Blocks: blocks, CRC32C: crc, ETag: etag})
-		return metaapi.KeyInfo{Bucket: ref.Bucket, Key: ref.Key, Size: size, CRC32C: crc}, err
+		part, err = b.meta.CommitPart(ctx, metaapi.CommitPart{UploadRef: ref, Number: uint32(n), Size: ck.Size, Blocks: ck.Blocks, CRC32C: ck.CRC32C, ETag: etag})
+		return metaapi.KeyInfo{Bucket: ref.Bucket, Key: ref.Key, Size: ck.Size, CRC32C: ck.CRC32C}, err
 	})
 	if err != nil {
 		return s3response.CopyPartResult{}, uploadErr(err)

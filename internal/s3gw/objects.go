@@ -190,14 +190,15 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	}
 	cond := metaapi.Conditions{IfMatch: deref(po.IfMatch), IfNoneMatch: deref(po.IfNoneMatch)}
 	res, err := b.kc.Put(ctx, bucket, key, chk.r, keyclient.PutOptions{
-		Commit: func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc uint32) (metaapi.KeyInfo, error) {
-			if err := chk.verify(crc); err != nil {
+		Commit: func(ctx context.Context, ck metaapi.CommitKey) (metaapi.KeyInfo, error) {
+			if err := chk.verify(ck.CRC32C); err != nil {
 				return metaapi.KeyInfo{}, err
 			}
 			om.ETag = chk.etag()
 			om.Checksums = chk.checksums()
 			om.ChecksumType = string(types.ChecksumTypeFullObject)
-			return b.meta.CommitKey(ctx, bucket, key, metaapi.CommitKey{Size: size, Blocks: blocks, CRC32C: crc, Object: om, Conditions: cond})
+			ck.Object, ck.Conditions = om, cond
+			return b.meta.CommitKey(ctx, bucket, key, ck)
 		},
 	})
 	if err != nil {
@@ -518,10 +519,11 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 			}
 		}
 	}
-	ki, err := b.copyInto(ctx, src, 0, int64(src.Size), dstBucket, dstKey, func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc uint32, etag string) (metaapi.KeyInfo, error) {
+	ki, err := b.copyInto(ctx, src, 0, int64(src.Size), dstBucket, dstKey, false, func(ctx context.Context, ck metaapi.CommitKey, etag string) (metaapi.KeyInfo, error) {
 		om.ETag = etag
 		om.ChecksumType = string(types.ChecksumTypeFullObject)
-		return b.meta.CommitKey(ctx, dstBucket, dstKey, metaapi.CommitKey{Size: size, Blocks: blocks, CRC32C: crc, Object: om})
+		ck.Object = om
+		return b.meta.CommitKey(ctx, dstBucket, dstKey, ck)
 	})
 	if err != nil {
 		return s3response.CopyObjectOutput{}, toS3(err, s3err.ErrNoSuchKey)
@@ -532,19 +534,21 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 }
 
 // copyInto streams length bytes of src from offset into a Put of
-// bucket/key, committed by commit with the MD5 of the bytes.
-func (b *Backend) copyInto(ctx context.Context, src metaapi.KeyInfo, offset, length int64, bucket, key string,
-	commit func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc uint32, etag string) (metaapi.KeyInfo, error)) (metaapi.KeyInfo, error) {
+// bucket/key, committed by commit with the MD5 of the bytes (noInline: in
+// blocks whatever the size, for a commit that cannot store a value inline).
+func (b *Backend) copyInto(ctx context.Context, src metaapi.KeyInfo, offset, length int64, bucket, key string, noInline bool,
+	commit func(ctx context.Context, ck metaapi.CommitKey, etag string) (metaapi.KeyInfo, error)) (metaapi.KeyInfo, error) {
 	body := b.openBody(src, offset, length)
 	defer body.Close()
 	h := newMD5()
 	defer h.Close()
 	res, err := b.kc.Put(ctx, bucket, key, io.TeeReader(body, h), keyclient.PutOptions{
-		Commit: func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc uint32) (metaapi.KeyInfo, error) {
-			if size != uint64(length) {
-				return metaapi.KeyInfo{}, fmt.Errorf("s3gw: copy read %d bytes of %d", size, length)
+		NoInline: noInline,
+		Commit: func(ctx context.Context, ck metaapi.CommitKey) (metaapi.KeyInfo, error) {
+			if ck.Size != uint64(length) {
+				return metaapi.KeyInfo{}, fmt.Errorf("s3gw: copy read %d bytes of %d", ck.Size, length)
 			}
-			return commit(ctx, size, blocks, crc, hex.EncodeToString(h.Sum(nil)))
+			return commit(ctx, ck, hex.EncodeToString(h.Sum(nil)))
 		},
 	})
 	return res.Key, err

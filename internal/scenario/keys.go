@@ -131,6 +131,9 @@ type KeyBenchResult struct {
 	ChunkWrites int64 `json:"chunk_writes"`
 	Resends     int64 `json:"resends"`
 	Failovers   int64 `json:"failovers"`
+	// InlinePuts are the puts stored inline in the meta service (values
+	// up to the key client's InlineMaxBytes: no block, no datanode).
+	InlinePuts int64 `json:"inline_puts"`
 }
 
 func (c *KeyBenchConfig) defaults(name string) error {
@@ -180,7 +183,7 @@ type keyBench struct {
 	kc      *keyclient.Client
 	written []atomic.Bool // keys committed by this run
 	// Summed over every put of the run (see KeyBenchResult).
-	chunkWrites, resends, failovers atomic.Int64
+	chunkWrites, resends, failovers, inline atomic.Int64
 }
 
 func openKeyBench(ctx context.Context, name string, cfg KeyBenchConfig) (*keyBench, error) {
@@ -232,6 +235,9 @@ func (b *keyBench) put(ctx context.Context, i int) error {
 	b.chunkWrites.Add(int64(res.Chunks))
 	b.resends.Add(int64(res.Holes))
 	b.failovers.Add(int64(res.Failovers))
+	if res.Inline {
+		b.inline.Add(1)
+	}
 	if err != nil {
 		return err
 	}
@@ -294,8 +300,11 @@ func (b *keyBench) result(stats bench.Stats) KeyBenchResult {
 		res.AddNote("kept: the keys in %s/%s on %s", b.cfg.Bucket, b.cfg.Prefix, b.cl.label)
 	}
 	out := KeyBenchResult{Result: res, Keys: int(stats.Ops), SizeBytes: b.cfg.SizeBytes, Concurrency: b.cfg.Concurrency, Cluster: b.cl.label,
-		ChunkWrites: b.chunkWrites.Load(), Resends: b.resends.Load(), Failovers: b.failovers.Load()}
+		ChunkWrites: b.chunkWrites.Load(), Resends: b.resends.Load(), Failovers: b.failovers.Load(), InlinePuts: b.inline.Load()}
 	out.AddNote("resends: %d chunk writes sent again (refused as holes), %d acknowledged; failovers: %d", out.Resends, out.ChunkWrites, out.Failovers)
+	if out.InlinePuts > 0 {
+		out.AddNote("inline: %d puts stored their value in the key's record in the meta service (no block, no datanode; --inline-max)", out.InlinePuts)
+	}
 	return out
 }
 

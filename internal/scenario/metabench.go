@@ -51,6 +51,10 @@ type MetaBenchConfig struct {
 	Dir string
 	// Clients is the concurrent allocate+commit loops (default 32).
 	Clients int
+	// PreAllocate > 0: the API client pre-allocates blocks that many at a
+	// time (metaapi.ClientOptions.PreAllocate); 0: an allocation request
+	// per key (batched with the concurrent ones).
+	PreAllocate int
 	// Replicas is the meta service's members (default 1: a single meta
 	// service; 3: a raft group in this process, on 127.0.0.1).
 	Replicas int
@@ -94,6 +98,11 @@ type MetaBenchResult struct {
 	// WALSyncUsMean is the mean time of those syncs, µs (the raw fsync's
 	// is the baseline's latency).
 	WALSyncUsMean float64 `json:"wal_sync_us_mean"`
+	// AllocationsPerRequest and CommitsPerRequest are the mean sizes of
+	// the batches the meta API client sent (metaapi.AllocationsRoute,
+	// CommitsRoute: concurrent calls share a request).
+	AllocationsPerRequest float64 `json:"allocations_per_request"`
+	CommitsPerRequest     float64 `json:"commits_per_request"`
 }
 
 func (c *MetaBenchConfig) defaults() error {
@@ -214,7 +223,7 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 	for _, srv := range srvs {
 		addrs = append(addrs, srv.Addr())
 	}
-	mc, err := metaapi.NewClient(strings.Join(addrs, ","), metaapi.ClientOptions{})
+	mc, err := metaapi.NewClient(strings.Join(addrs, ","), metaapi.ClientOptions{PreAllocate: cfg.PreAllocate})
 	if err != nil {
 		return out, fmt.Errorf("meta bench: %w", err)
 	}
@@ -275,6 +284,7 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 		}
 		defer stop()
 	}
+	cb0, c0, ab0, a0 := mc.BatchStats()
 	var next atomic.Int64
 	size := uint64(cfg.SizeBytes)
 	stats, err := bench.Loop(ctx, bench.LoopConfig{
@@ -317,17 +327,25 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 	res := stats.Result("meta")
 	res.SetParam("clients", cfg.Clients)
 	res.SetParam("replicas", cfg.Replicas)
+	res.SetParam("preallocate", cfg.PreAllocate)
 	res.SetParam("keys", cfg.Keys)
 	res.SetParam("size_bytes", cfg.SizeBytes)
 	res.SetParam("dir", root)
 	if stats.Ops < int64(cfg.Keys) {
 		res.AddNote("stopped by --duration after %d of %d keys", stats.Ops, cfg.Keys)
 	}
-	res.AddNote("an op is an allocate and a key commit through the HTTP API (two synced store batches); no data is written to datanodes")
+	res.AddNote("an op is an allocate and a key commit through the HTTP API (two synced store batches); no data is written to datanodes; the API client batches concurrent calls into one request (allocations_per_request, commits_per_request)")
+	if cfg.PreAllocate > 0 {
+		res.AddNote("blocks pre-allocated %d at a time (for any key of the bucket, one request each): a key costs one synced step of the meta service, its commit", cfg.PreAllocate)
+	}
 	if cfg.Replicas > 1 {
 		res.AddNote("%d meta replicas (a raft group on 127.0.0.1, one process): a commit is acknowledged once a majority has it fsynced in its raft log; wal_syncs are the leader's raft log fdatasyncs (their time is not measured)", cfg.Replicas)
 	}
 	out = MetaBenchResult{Result: res, Clients: cfg.Clients, Replicas: cfg.Replicas, WALSyncs: syncs1 - syncs0}
+	if cb1, c1, ab1, a1 := mc.BatchStats(); cb1 > cb0 && ab1 > ab0 {
+		out.CommitsPerRequest = round3(float64(c1-c0) / float64(cb1-cb0))
+		out.AllocationsPerRequest = round3(float64(a1-a0) / float64(ab1-ab0))
+	}
 	if out.WALSyncs > 0 {
 		out.CommitsPerWALSync = round3(2 * float64(stats.Ops) / float64(out.WALSyncs))
 		if syncSeconds1 > syncSeconds0 {

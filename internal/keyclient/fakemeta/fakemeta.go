@@ -16,6 +16,7 @@ package fakemeta
 import (
 	"context"
 	"fmt"
+	"hash/crc32"
 	"slices"
 	"sort"
 	"strings"
@@ -34,8 +35,9 @@ type Meta struct {
 	// next local block ID per pipeline (each pipeline has one container,
 	// whose ID is the pipeline's).
 	nextLocal map[uint64]uint64
-	// Allocations and Commits count the calls that succeeded.
-	Allocations, Commits int
+	// Allocations and Commits count the calls that succeeded;
+	// InlineCommits the commits of a value inline among them.
+	Allocations, Commits, InlineCommits int
 	// AllocateHook, when set, is called (without the lock) before each
 	// allocation; its error is returned instead.
 	AllocateHook func(req metaapi.AllocateRequest) error
@@ -181,6 +183,13 @@ func (m *Meta) CommitKey(_ context.Context, bucketName, key string, ck metaapi.C
 		return metaapi.KeyInfo{}, notFound("bucket %s", bucketName)
 	}
 	var total uint64
+	if len(ck.Inline) > 0 {
+		if len(ck.Blocks) > 0 || len(ck.Inline) > metaapi.MaxInlineBytes || crc32.Checksum(ck.Inline, crc32.MakeTable(crc32.Castagnoli)) != ck.CRC32C {
+			return metaapi.KeyInfo{}, fmt.Errorf("%w: inline value of %d bytes with %d blocks or a wrong CRC32C", metaapi.ErrInvalid, len(ck.Inline), len(ck.Blocks))
+		}
+		total = uint64(len(ck.Inline))
+		m.InlineCommits++
+	}
 	for i, kb := range ck.Blocks {
 		if m.pipeline(kb.Pipeline) == nil {
 			return metaapi.KeyInfo{}, fmt.Errorf("%w: block %d on unknown pipeline %d", metaapi.ErrInvalid, i, kb.Pipeline)
@@ -193,7 +202,7 @@ func (m *Meta) CommitKey(_ context.Context, bucketName, key string, ck metaapi.C
 	if total != ck.Size {
 		return metaapi.KeyInfo{}, fmt.Errorf("%w: blocks add up to %d bytes, size %d", metaapi.ErrInvalid, total, ck.Size)
 	}
-	ki := metaapi.KeyInfo{Bucket: bucketName, Key: key, Size: ck.Size, CRC32C: ck.CRC32C, Created: time.Now().UTC(), Blocks: slices.Clone(ck.Blocks)}
+	ki := metaapi.KeyInfo{Bucket: bucketName, Key: key, Size: ck.Size, CRC32C: ck.CRC32C, Created: time.Now().UTC(), Blocks: slices.Clone(ck.Blocks), Inline: slices.Clone(ck.Inline)}
 	for i := range ki.Blocks {
 		ki.Blocks[i].Members = nil
 	}
