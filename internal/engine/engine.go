@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -57,6 +58,9 @@ type container struct {
 	// deleting holds blocks whose record delete is being synced and whose
 	// file is about to be unlinked: no write, put or read may use them.
 	deleting map[uint64]struct{}
+	// damaged: blocks of this CLOSED container whose bytes failed their
+	// checksums, with the first error (damage.go; memory only).
+	damaged map[uint64]string
 }
 
 // writableLocked says whether c takes writes and puts. c.mu must be held.
@@ -534,8 +538,12 @@ func (e *Engine) finishDelete(c *container) error {
 }
 
 func (c *container) infoLocked() ContainerInfo {
-	return ContainerInfo{ID: c.id, State: c.state, Volume: c.vol.dir, Dir: c.dir,
+	info := ContainerInfo{ID: c.id, State: c.state, Volume: c.vol.dir, Dir: c.dir,
 		MaxSizeBytes: c.maxSizeBytes, UsedBytes: c.usedBytes, Reason: c.reason, BCSID: c.bcsid}
+	if len(c.damaged) > 0 {
+		info.DamagedBlocks = slices.Sorted(maps.Keys(c.damaged))
+	}
+	return info
 }
 
 // Container returns a snapshot of container id.

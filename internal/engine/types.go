@@ -51,6 +51,9 @@ type ContainerInfo struct {
 	// or behind the blocks it covers. Replicas of one container are ranked
 	// by it: a replica with a lower BCSID missed block commits.
 	BCSID uint64
+	// DamagedBlocks lists the blocks of a CLOSED container found damaged
+	// (local IDs, ascending; damage.go).
+	DamagedBlocks []uint64
 }
 
 // Defaults and limits of Config.
