@@ -683,11 +683,11 @@ func newAdminCmd() *cobra.Command {
 	var env keyEnv
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|meta|user",
-		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode, the meta service's members, S3 users; back up the meta store",
+		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|damaged|datanode",
+		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode, the meta service's members, S3 users, damaged blocks and keys; back up the meta store; decommission datanodes",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get|meta|user"))
+			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|damaged|datanode"))
 		},
 	}
 	env.addFlags(cmd.PersistentFlags())
@@ -775,6 +775,7 @@ func newAdminCmd() *cobra.Command {
 	cmd.AddCommand(newAdminMetaCmd(&env, &asJSON))
 	cmd.AddCommand(newAdminContainerGetCmd())
 	cmd.AddCommand(newAdminUserCmd(&env, &asJSON))
+	cmd.AddCommand(newAdminOpsCmds(&env, &asJSON)...)
 	return cmd
 }
 

@@ -24,6 +24,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -89,6 +90,11 @@ type Config struct {
 	IdleTimeout time.Duration
 	ReadTimeout time.Duration
 	Logger      *slog.Logger
+	// ScrubRateBytesPerS bounds the scrubber's reads (scrub.go; 0: no
+	// scrubber); ScrubInterval is how often a CLOSED container is
+	// scrubbed again (0: DefaultScrubInterval).
+	ScrubRateBytesPerS uint64
+	ScrubInterval      time.Duration
 }
 
 // DefaultMemoryOverheadBytes is what a datanode process needs beyond its
@@ -262,6 +268,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	repl := newReplicator(eng, cfg.ID, cfg.MaxCopies, log)
 	defer repl.stop()
 	repl.register(reg)
+	scrub := newScrubber(eng, cfg.ScrubRateBytesPerS, cfg.ScrubInterval, log)
+	scrub.register(reg)
+	repair := newRepairer(eng, scrub, log)
+	// The scrubber and the repairs stop before the engine closes.
+	bgCtx, bgStop := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	defer func() { bgStop(); bg.Wait() }()
+	bg.Add(1)
+	go func() { defer bg.Done(); scrub.run(bgCtx) }()
 	node, err := pipeline.Start(pipeline.Config{
 		ID: cfg.ID, Listener: dm, Engine: eng, Log: wl, Pipelines: pipelines, Metrics: reg,
 		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
@@ -304,7 +319,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			interval = metaapi.DefaultHeartbeatInterval
 		}
 		h := &heartbeater{mc: cfg.Meta, id: id, addr: node.Addr(), metricsURL: metricsURL, logDir: cfg.LogDir, eng: eng, node: node, log: log,
-			interval: interval, proposals: make(chan struct{}, maxConcurrentProposals), repl: repl, deleted: newReportQueue[metaapi.BlockRef](maxPendingAcks), blocks: newBlockCounter()}
+			interval: interval, proposals: make(chan struct{}, maxConcurrentProposals), repl: repl, deleted: newReportQueue[metaapi.BlockRef](maxPendingAcks), blocks: newBlockCounter(),
+			scrub: scrub, repair: repair, bg: &bg, bgCtx: bgCtx}
 		go func() { defer close(hbDone); h.run(ctx) }()
 	} else {
 		close(hbDone)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/spindle-store/spindle/internal/engine"
@@ -148,6 +149,12 @@ type heartbeater struct {
 	// (heartbeat goroutine only).
 	savedChanges uint64
 	peerAddrs    map[uint64]string
+	// scrub is the scrubber (its progress goes in the reports), repair
+	// runs repair_blocks; bg tracks their goroutines, bgCtx ends them.
+	scrub  *scrubber
+	repair *repairer
+	bg     *sync.WaitGroup
+	bgCtx  context.Context
 }
 
 // maxPendingAcks bounds the deletion acknowledgements kept between
@@ -178,6 +185,8 @@ func (h *heartbeater) run(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-h.repl.wake:
+		case <-h.scrub.found:
+		case <-h.repair.wake:
 		}
 	}
 }
@@ -199,6 +208,7 @@ func (h *heartbeater) report() *metaapi.Heartbeat {
 		hb.Pipelines = append(hb.Pipelines, metaapi.PipelineReport{ID: p.ID, LeaderID: p.Leader, Term: p.Term, Applied: p.Applied, Behind: p.Behind})
 	}
 	hb.Copying = h.repl.copying()
+	hb.Scrub = h.scrub.progress()
 	for _, f := range h.node.FailedPipelines() {
 		reason := f.Reason
 		if len(reason) > metaapi.MaxCopyErrorBytes {
@@ -258,6 +268,8 @@ func (h *heartbeater) beat(ctx context.Context) {
 			h.repl.submit(c)
 		case metaapi.CmdDeleteContainer:
 			h.deleteReplica(c)
+		case metaapi.CmdRepairBlocks:
+			h.repair.submit(h.bgCtx, h.bg, c)
 		default:
 			h.log.Warn("unknown command from the meta service", "kind", c.Kind)
 		}

@@ -169,6 +169,9 @@ func (s *Service) heartbeatLocked(hb *metaapi.Heartbeat) (*metaapi.HeartbeatResp
 		n.copying[cid] = true
 	}
 	s.copyReports(n, hb, now)
+	if hb.Scrub != nil {
+		s.repl.damage.scrub[id] = *hb.Scrub
+	}
 	// A leader that can no longer catch a member up from its log (it is
 	// behind the compacted log): the pipeline cannot give that replica
 	// what it misses, so it is closed; the member leaves at once, closes
@@ -305,6 +308,7 @@ func (s *Service) commandsFor(n *node, now time.Time) []metaapi.Command {
 		}
 	}
 	cmds = s.replicateCommands(cmds, id, now)
+	cmds = s.repairCommands(cmds, id, now)
 	cmds = s.trimCommands(cmds, id, now)
 	cmds = s.deleteCommands(cmds, id, now)
 	// Leave the CLOSED pipelines it still serves, once none of their

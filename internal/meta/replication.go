@@ -102,11 +102,15 @@ type replication struct {
 
 	trims   map[uint64]*trimTask // container → its extra replica's deletion
 	trimmed uint64               // deletions done since the start
+
+	// damage: block repairs and scrubber reports (damage.go).
+	damage damageState
 }
 
 func newReplication(cfg *Config) replication {
 	return replication{safeMode: !cfg.DisableSafeMode, tasks: map[uint64]*copyTask{},
-		attempts: map[uint64]int{}, failed: map[sourceFailure]time.Time{}, trims: map[uint64]*trimTask{}}
+		attempts: map[uint64]int{}, failed: map[sourceFailure]time.Time{}, trims: map[uint64]*trimTask{},
+		damage: newDamageState()}
 }
 
 // closedIndex maps every container some live node (heard from since the
@@ -142,14 +146,17 @@ func (s *Service) behind(id, cid, top uint64) bool { return s.nodes[id].containe
 
 // replicaIndex maps every container some healthy replica holds to those
 // replicas, by node ID: a healthy replica is a live node's CLOSED replica
-// with the highest BCSID reported for the container. A CLOSED replica
+// with the highest BCSID reported for the container and no damaged block
+// that another such replica has intact (dropDamaged). A CLOSED replica
 // behind it missed block commits (a member that left its pipeline before
 // catching up and closed its replica by itself): it is not counted, not
-// read, not copied from, and deleted like an UNHEALTHY one.
+// read, not copied from, and deleted like an UNHEALTHY one. A damaged
+// replica is not counted, not read first, not copied from; it is repaired
+// block by block or deleted like an UNHEALTHY one (damage.go).
 func (s *Service) replicaIndex(now time.Time) map[uint64][]uint64 {
 	idx, top := s.closedIndex(now)
 	for cid, ids := range idx {
-		idx[cid] = slices.DeleteFunc(ids, func(id uint64) bool { return s.behind(id, cid, top[cid]) })
+		idx[cid] = s.dropDamaged(cid, slices.DeleteFunc(ids, func(id uint64) bool { return s.behind(id, cid, top[cid]) }))
 	}
 	return idx
 }
@@ -182,7 +189,7 @@ func (s *Service) replicasOf(cid uint64, now time.Time) []uint64 {
 			top = max(top, r.BCSID)
 		}
 	}
-	return slices.DeleteFunc(ids, func(id uint64) bool { return s.behind(id, cid, top) })
+	return s.dropDamaged(cid, slices.DeleteFunc(ids, func(id uint64) bool { return s.behind(id, cid, top) }))
 }
 
 // containerSize is the bytes of container c: the largest any of holders
@@ -253,6 +260,8 @@ func (s *Service) replicate(now time.Time) {
 			"datanodes", len(s.nodes), "containers", len(s.containers))
 	}
 	s.settleCopies(idx, now)
+	s.settleRepairs(now)
+	s.scheduleRepairs(idx, now)
 	for k, t := range s.repl.failed {
 		if now.Sub(t) >= s.cfg.CopyRetryAfter {
 			delete(s.repl.failed, k)
@@ -343,6 +352,13 @@ func (s *Service) trimUncounted(idx map[uint64][]uint64, now time.Time) {
 			if r.State == metaapi.ContainerUnhealthy || (r.State == metaapi.ContainerClosed && r.BCSID < top[cid]) {
 				uncounted = append(uncounted, replica{cid, id, r.BCSID, r.State == metaapi.ContainerUnhealthy})
 			}
+		}
+	}
+	// A damaged replica not repaired block by block goes like an
+	// UNHEALTHY one (damage.go).
+	for _, d := range s.damagedReplicas(now) {
+		if !s.underRepair(d.container, d.node) && !s.byBlock(d) && s.healthOf(s.nodes[d.node], now) == metaapi.HealthHealthy {
+			uncounted = append(uncounted, replica{d.container, d.node, top[d.container], true})
 		}
 	}
 	slices.SortFunc(uncounted, func(a, b replica) int {
@@ -523,7 +539,7 @@ func (s *Service) scheduleCopies(idx map[uint64][]uint64, now time.Time) {
 	}
 	var under []uint64
 	for cid, c := range s.containers {
-		if h := len(idx[cid]); c.rec.State == containerClosed && h > 0 && h < s.cfg.ReplicationFactor && s.repl.tasks[cid] == nil &&
+		if h := len(idx[cid]); c.rec.State == containerClosed && h > 0 && h+s.repairing(cid) < s.cfg.ReplicationFactor && s.repl.tasks[cid] == nil &&
 			!s.undecided(c, now) {
 			under = append(under, cid)
 		}

@@ -137,6 +137,8 @@ type Heartbeat struct {
 	// every heartbeat while the node remembers it; at most
 	// MaxReportedPipelines.
 	FailedPipelines []PipelineFailure `json:"failed_pipelines,omitempty"`
+	// Scrub: the node's scrubber progress (nil: a datanode without one).
+	Scrub *ScrubReport `json:"scrub,omitempty"`
 }
 
 // PipelineFailure is a pipeline a datanode left after a local failure.
@@ -315,7 +317,7 @@ func (hb *Heartbeat) Validate() error {
 		}
 		seen[id] = true
 	}
-	return nil
+	return hb.validateDamage()
 }
 
 // validAddr checks host:port with a non-empty host and a port in 1..65535.
@@ -345,6 +347,10 @@ type ContainerReport struct {
 	// replica with a lower BCSID than another replica of the container
 	// missed block commits. Absent (0) from a datanode that predates it.
 	BCSID uint64 `json:"bcsid,omitempty"`
+	// DamagedBlocks: blocks of this CLOSED replica whose bytes failed
+	// their checksums (scrubber or read), local IDs ascending; at most
+	// MaxDamagedBlocksReport in a heartbeat, all containers together.
+	DamagedBlocks []uint64 `json:"damaged_blocks,omitempty"`
 }
 
 // PipelineReport is one pipeline the datanode serves.
