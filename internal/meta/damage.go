@@ -155,10 +155,17 @@ func (s *Service) underRepair(cid, id uint64) bool {
 
 // settleRepairs ends the repairs whose blocks are no longer reported
 // damaged (done), whose node is DEAD or no longer holds the replica
-// CLOSED (dropped), or that made no progress for CopyStartTimeout
-// (failed).
+// CLOSED, or whose damage every replica shares now (dropped: nothing to
+// repair from), or that made no progress for CopyStartTimeout (failed).
 func (s *Service) settleRepairs(now time.Time) {
 	st := &s.repl.damage
+	if len(st.repairs) == 0 {
+		return
+	}
+	damaged := map[repairKey]bool{}
+	for _, d := range s.damagedReplicas(now) {
+		damaged[repairKey{d.container, d.node}] = true
+	}
 	for _, k := range slices.SortedFunc(maps.Keys(st.repairs), cmpRepairKey) {
 		t := st.repairs[k]
 		n := s.nodes[t.node]
@@ -171,6 +178,10 @@ func (s *Service) settleRepairs(now time.Time) {
 		}
 		switch {
 		case s.healthOf(n, now) == metaapi.HealthDead || !holds || r.State != metaapi.ContainerClosed:
+			delete(st.repairs, k)
+		case left > 0 && !damaged[k]:
+			// Its damage turned out to be on every replica: lost, no
+			// good copy to repair from.
 			delete(st.repairs, k)
 		case left == 0:
 			delete(st.repairs, k)
