@@ -242,4 +242,3 @@ func (s *scrubber) container(ctx context.Context, id engine.ContainerID) error {
 		first, after = false, blocks[len(blocks)-1].ID.Local
 	}
 }
-
