@@ -102,5 +102,7 @@ SIGTERM or SIGINT stops it cleanly.`,
 	f.DurationVar(&cfg.ReadTimeout, "read-timeout", transport.DefaultReadTimeout, "a data-path connection whose frame stops arriving for this long is closed")
 	f.Float64Var(&scrubRateMB, "scrub-rate", scrubRateMB, "scrubber: MB/s (10^6 bytes) of CLOSED containers' blocks re-verified in the background, all volumes together (0: no scrubber)")
 	f.DurationVar(&cfg.ScrubInterval, "scrub-interval", datanode.DefaultScrubInterval, "scrubber: a CLOSED container is verified again at most this often")
+	f.IntVar(&cfg.FailedVolumesTolerated, "failed-volumes-tolerated", datanode.DefaultFailedVolumesTolerated, "data directories that may fail (at start or while running: removed, unmounted, I/O errors) before the datanode stops; -1: any number while one works")
+	f.DurationVar(&cfg.VolumeCheckInterval, "volume-check-interval", datanode.DefaultVolumeCheckInterval, "how often every data directory is probed (identity record, a synced write)")
 	return cmd
 }

@@ -95,6 +95,12 @@ type Config struct {
 	// scrubbed again (0: DefaultScrubInterval).
 	ScrubRateBytesPerS uint64
 	ScrubInterval      time.Duration
+	// FailedVolumesTolerated: data directories that may fail (at start or
+	// while running) before the datanode stops; negative: any number
+	// while one works (volumes.go). VolumeCheckInterval: how often the
+	// volumes are probed (0: DefaultVolumeCheckInterval).
+	FailedVolumesTolerated int
+	VolumeCheckInterval    time.Duration
 }
 
 // DefaultMemoryOverheadBytes is what a datanode process needs beyond its
@@ -174,10 +180,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	eng, err := engine.Open(engine.Config{DataDirs: cfg.DataDirs, Logger: log})
+	eng, err := engine.Open(engine.Config{DataDirs: cfg.DataDirs, Logger: log, FailedVolumesTolerated: cfg.FailedVolumesTolerated})
 	if err != nil {
 		return fmt.Errorf("datanode: %w", err)
 	}
+	vols := newVolumeChecker(eng, cfg, log)
 	// stalled: the node failed on a hung disk; its workers may be stuck
 	// in the engine or the log forever, so they are not closed (the
 	// process exits).
@@ -275,8 +282,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	bgCtx, bgStop := context.WithCancel(ctx)
 	var bg sync.WaitGroup
 	defer func() { bgStop(); bg.Wait() }()
-	bg.Add(1)
+	bg.Add(2)
 	go func() { defer bg.Done(); scrub.run(bgCtx) }()
+	go func() { defer bg.Done(); vols.run(bgCtx) }()
+	vols.register(reg)
 	node, err := pipeline.Start(pipeline.Config{
 		ID: cfg.ID, Listener: dm, Engine: eng, Log: wl, Pipelines: pipelines, Metrics: reg,
 		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
@@ -320,14 +329,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		h := &heartbeater{mc: cfg.Meta, id: id, addr: node.Addr(), metricsURL: metricsURL, logDir: cfg.LogDir, eng: eng, node: node, log: log,
 			interval: interval, proposals: make(chan struct{}, maxConcurrentProposals), repl: repl, deleted: newReportQueue[metaapi.BlockRef](maxPendingAcks), blocks: newBlockCounter(),
-			scrub: scrub, repair: repair, bg: &bg, bgCtx: bgCtx}
-		go func() { defer close(hbDone); h.run(ctx) }()
+			scrub: scrub, repair: repair, bg: &bg, bgCtx: bgCtx, volFound: vols.found}
+		go func() { defer close(hbDone); h.run(bgCtx) }()
 	} else {
 		close(hbDone)
 	}
+	var volErr error
 	select {
 	case <-ctx.Done():
 	case <-node.Stopped():
+	case volErr = <-vols.stop:
+		log.Error("datanode stopping: too many failed volumes", "err", volErr)
+		bgStop()
 	}
 	<-hbDone
 	nerr := node.Close()
@@ -338,6 +351,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	if nerr != nil {
 		return fmt.Errorf("datanode: %w", nerr)
+	}
+	if volErr != nil {
+		return volErr
 	}
 	log.Info("datanode stopped", "id", cfg.ID)
 	return nil

@@ -155,6 +155,8 @@ type heartbeater struct {
 	repair *repairer
 	bg     *sync.WaitGroup
 	bgCtx  context.Context
+	// volFound: a volume failed (report at once).
+	volFound <-chan struct{}
 }
 
 // maxPendingAcks bounds the deletion acknowledgements kept between
@@ -187,6 +189,7 @@ func (h *heartbeater) run(ctx context.Context) {
 		case <-h.repl.wake:
 		case <-h.scrub.found:
 		case <-h.repair.wake:
+		case <-h.volFound:
 		}
 	}
 }
@@ -209,6 +212,7 @@ func (h *heartbeater) report() *metaapi.Heartbeat {
 	}
 	hb.Copying = h.repl.copying()
 	hb.Scrub = h.scrub.progress()
+	hb.FailedVolumes = failedVolumeReports(h.eng)
 	for _, f := range h.node.FailedPipelines() {
 		reason := f.Reason
 		if len(reason) > metaapi.MaxCopyErrorBytes {

@@ -34,6 +34,8 @@ type Engine struct {
 	// importing holds the IDs of containers being imported (ImportContainer
 	// until Commit or Abort): reserved, like an ID in containers.
 	importing map[ContainerID]struct{}
+	// failedVols: the volumes out of use (volfail.go).
+	failedVols []VolumeFailure
 }
 
 // container is the in-memory state of one container.
@@ -125,10 +127,25 @@ func Open(cfg Config) (*Engine, error) {
 		e.dirs.sync,
 		func(v *volume) error { return v.db.LogData(nil, pebble.Sync) })
 	seen := map[[16]byte]string{}
+	// tolerate leaves out a volume that fails to open or load while fewer
+	// than FailedVolumesTolerated have (volfail.go); a directory that is
+	// not a Spindle volume, or a volume given twice, is always refused.
+	tolerate := func(d string, err error) bool {
+		if (cfg.FailedVolumesTolerated >= 0 && len(e.failedVols) >= cfg.FailedVolumesTolerated) || errors.Is(err, errForeignDir) || errors.Is(err, ErrInvalid) {
+			return false
+		}
+		e.failedVols = append(e.failedVols, VolumeFailure{Dir: d, Reason: err.Error(), At: time.Now()})
+		e.log.Error("engine: volume failed at open; left out (tolerated)", "volume", d, "err", err,
+			"failed", len(e.failedVols), "tolerated", cfg.FailedVolumesTolerated)
+		return true
+	}
 	for _, d := range cfg.DataDirs {
 		d = filepath.Clean(d)
 		v, err := openVolume(e.fs, d, e.log)
 		if err != nil {
+			if tolerate(d, err) {
+				continue
+			}
 			e.closeVolumes()
 			return nil, err
 		}
@@ -139,11 +156,28 @@ func Open(cfg Config) (*Engine, error) {
 		}
 		seen[v.uuid] = d
 	}
-	for _, v := range e.vols {
+	for i := 0; i < len(e.vols); i++ {
+		v := e.vols[i]
 		if err := e.loadVolume(v); err != nil {
+			if tolerate(v.dir, err) {
+				e.mu.Lock()
+				for id, c := range e.containers {
+					if c.vol == v {
+						delete(e.containers, id)
+					}
+				}
+				e.mu.Unlock()
+				v.close()
+				e.vols = slices.Delete(e.vols, i, i+1)
+				i--
+				continue
+			}
 			e.closeVolumes()
 			return nil, err
 		}
+	}
+	if len(e.vols) == 0 {
+		return nil, fmt.Errorf("engine: open: every data directory failed: %s", e.failedVols[len(e.failedVols)-1].Reason)
 	}
 	// After every volume is loaded: the sweep keeps exactly the container
 	// directories that have a record (import.go).

@@ -49,12 +49,15 @@ type damageState struct {
 	repairs  map[repairKey]*repairTask
 	attempts map[repairKey]int
 	// scrub: each node's scrubber report (Heartbeat.Scrub), by node ID.
-	scrub                         map[uint64]metaapi.ScrubReport
+	scrub map[uint64]metaapi.ScrubReport
+	// volumes: each node's failed volumes (Heartbeat.FailedVolumes).
+	volumes                       map[uint64][]metaapi.FailedVolume
 	repairedBlocks, failedRepairs uint64
 }
 
 func newDamageState() damageState {
-	return damageState{repairs: map[repairKey]*repairTask{}, attempts: map[repairKey]int{}, scrub: map[uint64]metaapi.ScrubReport{}}
+	return damageState{repairs: map[repairKey]*repairTask{}, attempts: map[repairKey]int{}, scrub: map[uint64]metaapi.ScrubReport{},
+		volumes: map[uint64][]metaapi.FailedVolume{}}
 }
 
 // damagedOn lists node id's damaged blocks of container cid (as its last

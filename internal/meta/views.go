@@ -22,6 +22,7 @@ func (s *Service) Nodes() (*metaapi.NodeList, error) {
 					ni.Pipelines = append(ni.Pipelines, pid)
 				}
 			}
+			s.opsNodeInfo(&ni, now) // ops.go
 			l.Nodes = append(l.Nodes, ni)
 		}
 		return l, nil

@@ -139,6 +139,9 @@ type Heartbeat struct {
 	FailedPipelines []PipelineFailure `json:"failed_pipelines,omitempty"`
 	// Scrub: the node's scrubber progress (nil: a datanode without one).
 	Scrub *ScrubReport `json:"scrub,omitempty"`
+	// FailedVolumes: the node's data directories out of use, at most
+	// MaxFailedVolumesReport; their replicas are no longer reported.
+	FailedVolumes []FailedVolume `json:"failed_volumes,omitempty"`
 }
 
 // PipelineFailure is a pipeline a datanode left after a local failure.
@@ -561,6 +564,9 @@ type NodeInfo struct {
 	Full           bool   `json:"full,omitempty"`
 	// MetricsURL: the node's Prometheus /metrics (empty: none).
 	MetricsURL string `json:"metrics_url,omitempty"`
+	// FailedVolumes: its data directories out of use, as its last
+	// heartbeat reported them.
+	FailedVolumes []FailedVolume `json:"failed_volumes,omitempty"`
 }
 
 // ContainerInfo is the admin view of a container.

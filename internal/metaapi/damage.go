@@ -31,6 +31,17 @@ const (
 	MaxDamagedKeys = 10000
 )
 
+// MaxFailedVolumesReport bounds Heartbeat.FailedVolumes.
+const MaxFailedVolumesReport = 256
+
+// FailedVolume is a data directory a datanode took out of use.
+type FailedVolume struct {
+	Dir string `json:"dir"`
+	// Reason, at most MaxCopyErrorBytes.
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
 // ScrubReport is a datanode's scrubber progress (Heartbeat.Scrub): it
 // re-verifies the checksums of its CLOSED containers in the background.
 type ScrubReport struct {
@@ -118,6 +129,14 @@ func (hb *Heartbeat) validateDamage() error {
 			if b == 0 || (i > 0 && b <= c.DamagedBlocks[i-1]) {
 				return fmt.Errorf("%w: heartbeat: container %d: damaged blocks must ascend from 1", ErrInvalid, c.ID)
 			}
+		}
+	}
+	if len(hb.FailedVolumes) > MaxFailedVolumesReport {
+		return fmt.Errorf("%w: heartbeat: %d failed volumes, at most %d", ErrInvalid, len(hb.FailedVolumes), MaxFailedVolumesReport)
+	}
+	for _, v := range hb.FailedVolumes {
+		if len(v.Reason) > MaxCopyErrorBytes || len(v.Dir) > MaxCopyErrorBytes {
+			return fmt.Errorf("%w: heartbeat: failed volume: directory or reason over %d bytes", ErrInvalid, MaxCopyErrorBytes)
 		}
 	}
 	if n > MaxDamagedBlocksReport {
