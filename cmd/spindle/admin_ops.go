@@ -2,9 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -44,7 +47,7 @@ scrubber progress. Exit status 0 whatever it finds.`,
 			return printDamage(cmd.OutOrStdout(), st)
 		},
 	}
-	return []*cobra.Command{damaged}
+	return []*cobra.Command{damaged, newAdminDatanodeCmd(env, asJSON)}
 }
 
 func printDamage(out io.Writer, st *metaapi.DamageStatus) error {
@@ -82,4 +85,114 @@ func printDamage(out io.Writer, st *metaapi.DamageStatus) error {
 			n.ScannedBlocks, n.DamageFound, n.RepairedBlocks, cur, last)
 	}
 	return tw.Flush()
+}
+
+// nodeState is a node's operational state for `admin nodes`: the state,
+// a decommission's progress, a maintenance's end, failed volumes.
+func nodeState(n metaapi.NodeInfo) string {
+	st := n.OpState
+	if st == "" {
+		st = metaapi.NodeInService
+	}
+	if d := n.Decommission; d != nil && n.OpState == metaapi.NodeDecommissioning {
+		st += fmt.Sprintf(" %d/%d", d.Replicated, d.Containers)
+		if len(d.Waiting) > 0 {
+			st += fmt.Sprintf(" (waiting for containers %v)", d.Waiting)
+		}
+	}
+	if !n.MaintenanceUntil.IsZero() {
+		st += " until " + n.MaintenanceUntil.Local().Format("2006-01-02 15:04:05")
+	}
+	if len(n.FailedVolumes) > 0 {
+		st += fmt.Sprintf(", %d failed volume(s)", len(n.FailedVolumes))
+	}
+	return st
+}
+
+// newAdminDatanodeCmd is `admin datanode decommission|maintenance|recommission ID`.
+func newAdminDatanodeCmd(env *keyEnv, asJSON *bool) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "datanode decommission|maintenance|recommission ID",
+		Short: "Take a datanode out of service (decommission: its replicas copied elsewhere; maintenance: restart it without copies) or back",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageErr(errors.New("want admin datanode decommission|maintenance|recommission ID"))
+		},
+	}
+	var wait bool
+	var every time.Duration
+	var forD time.Duration
+	run := func(op string) func(cmd *cobra.Command, args []string) error {
+		return func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil || id == 0 {
+				return usageErr(fmt.Errorf("datanode ID %q: want a node ID (spindle admin nodes)", args[0]))
+			}
+			if op == metaapi.OpMaintenance && (forD <= 0 || forD > metaapi.MaxMaintenance) {
+				return usageErr(fmt.Errorf("--for %s: want a duration in (0, %s]", forD, metaapi.MaxMaintenance))
+			}
+			mc, err := env.metaClient()
+			if err != nil {
+				return err
+			}
+			ni, err := mc.NodeOp(cmd.Context(), id, op, forD)
+			if err != nil {
+				return keyExit(err, "", "")
+			}
+			out := cmd.OutOrStdout()
+			show := func(ni *metaapi.NodeInfo) error {
+				if *asJSON {
+					return json.NewEncoder(out).Encode(ni)
+				}
+				_, err := fmt.Fprintf(out, "datanode %d (%s): %s\n", ni.NodeID, ni.Addr, nodeState(*ni))
+				return err
+			}
+			if err := show(ni); err != nil || !wait || op != metaapi.OpDecommission {
+				return err
+			}
+			for ni.OpState == metaapi.NodeDecommissioning {
+				select {
+				case <-cmd.Context().Done():
+					return cmd.Context().Err()
+				case <-time.After(every):
+				}
+				ns, err := mc.Nodes(cmd.Context())
+				if err != nil {
+					return keyExit(err, "", "")
+				}
+				for i := range ns {
+					if ns[i].NodeID == id {
+						ni = &ns[i]
+					}
+				}
+				if err := show(ni); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	decom := &cobra.Command{
+		Use:   "decommission ID",
+		Short: "Copy every replica the datanode holds to other datanodes, then mark it DECOMMISSIONED (it can then be stopped)",
+		Args:  exactArgs(1),
+		RunE:  run(metaapi.OpDecommission),
+	}
+	decom.Flags().BoolVar(&wait, "wait", false, "wait until DECOMMISSIONED, printing the progress (containers with their replicas elsewhere / held)")
+	decom.Flags().DurationVar(&every, "every", 2*time.Second, "with --wait: progress interval")
+	maint := &cobra.Command{
+		Use:   "maintenance ID --for DURATION",
+		Short: "Let the datanode be down (restarted, upgraded) for DURATION without its replicas being copied; no new pipelines on it meanwhile",
+		Args:  exactArgs(1),
+		RunE:  run(metaapi.OpMaintenance),
+	}
+	maint.Flags().DurationVar(&forD, "for", 0, "how long (e.g. 1h); at the end the datanode is IN_SERVICE again")
+	recom := &cobra.Command{
+		Use:   "recommission ID",
+		Short: "Undo decommission or maintenance: the datanode is IN_SERVICE again",
+		Args:  exactArgs(1),
+		RunE:  run(metaapi.OpRecommission),
+	}
+	cmd.AddCommand(decom, maint, recom)
+	return cmd
 }

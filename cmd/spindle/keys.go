@@ -724,7 +724,7 @@ func newAdminCmd() *cobra.Command {
 				if err != nil {
 					return nil, err
 				}
-				fmt.Fprintln(w, "ID\tADDR\tHEALTH\tLAST HEARTBEAT\tPIPELINES\tCONTAINERS\tUSED\tAVAILABLE\tMETRICS")
+				fmt.Fprintln(w, "ID\tADDR\tHEALTH\tSTATE\tLAST HEARTBEAT\tPIPELINES\tCONTAINERS\tUSED\tAVAILABLE\tMETRICS")
 				for _, n := range ns {
 					avail := "-"
 					if n.CapacityBytes > 0 {
@@ -737,7 +737,7 @@ func newAdminCmd() *cobra.Command {
 					if metrics == "" {
 						metrics = "-"
 					}
-					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%v\t%d\t%s\t%s\t%s\n", n.NodeID, n.Addr, n.Health, ago(n.LastHeartbeat), n.Pipelines, n.Containers, units.FormatBytes(int64(n.UsedBytes)), avail, metrics)
+					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%v\t%d\t%s\t%s\t%s\n", n.NodeID, n.Addr, n.Health, nodeState(n), ago(n.LastHeartbeat), n.Pipelines, n.Containers, units.FormatBytes(int64(n.UsedBytes)), avail, metrics)
 				}
 				return ns, nil
 			}),

@@ -289,7 +289,8 @@ func (h *heartbeater) beat(ctx context.Context) {
 // node serves it is proposed (in the background, bounded), so that every
 // replica applies it; a follower ignores it (the meta service sends it to
 // the leader the reports name). For a pipeline this node does not serve
-// (closed, left), the node acts on its own replica directly.
+// (closed, left), the node acts on its own replica directly, and so it
+// does for a close of a CLOSED pipeline it serves without a leader.
 func (h *heartbeater) propose(ctx context.Context, c metaapi.Command) {
 	if c.Pipeline == nil {
 		h.log.Warn("command without its pipeline", "kind", c.Kind)
@@ -300,7 +301,17 @@ func (h *heartbeater) propose(ctx context.Context, c metaapi.Command) {
 		h.local(c)
 		return
 	}
-	if l, _ := h.node.Leader(pid); l != h.id.NodeID {
+	l, _ := h.node.Leader(pid)
+	if l == 0 && c.Kind == metaapi.CmdCloseContainer && c.Pipeline.State == metaapi.PipelineClosed {
+		// A CLOSED pipeline without a leader (its other members left it,
+		// as after this node's restart): no raft round will close the
+		// replica, so it closes by itself, as on a pipeline it left. Were
+		// a leader elected later, a PutBlock it applied would be refused
+		// here and the replica would rank behind (replaced).
+		h.local(c)
+		return
+	}
+	if l != h.id.NodeID {
 		return
 	}
 	var cmds []pipeline.Command

@@ -379,7 +379,7 @@ func (s *Service) createPipelines(b *pebble.Batch, now time.Time) {
 		var cands []uint64
 		for _, id := range s.sortedNodes() {
 			n := s.nodes[id]
-			if n.seen && s.healthOf(n, now) == metaapi.HealthHealthy && counts[id] < s.cfg.PipelinesPerNode && !s.full(n) {
+			if n.seen && s.healthOf(n, now) == metaapi.HealthHealthy && counts[id] < s.cfg.PipelinesPerNode && !s.full(n) && s.inService(id) {
 				cands = append(cands, id)
 			}
 		}
@@ -442,6 +442,7 @@ func (s *Service) tickLocked() *pebble.Batch {
 			}
 		}
 	}
+	s.opsTick(b, now) // ops.go
 	s.createPipelines(b, now)
 	s.settleContainers(b, now)
 	s.expireAllocations(b, now)

@@ -105,39 +105,51 @@ type replication struct {
 
 	// damage: block repairs and scrubber reports (damage.go).
 	damage damageState
+	// ops: the operational state of the nodes not IN_SERVICE (ops.go;
+	// loaded from the store).
+	ops map[uint64]opState
 }
 
 func newReplication(cfg *Config) replication {
 	return replication{safeMode: !cfg.DisableSafeMode, tasks: map[uint64]*copyTask{},
 		attempts: map[uint64]int{}, failed: map[sourceFailure]time.Time{}, trims: map[uint64]*trimTask{},
-		damage: newDamageState()}
+		damage: newDamageState(), ops: map[uint64]opState{}}
 }
 
 // closedIndex maps every container some live node (heard from since the
-// start, not DEAD) reports CLOSED to those nodes, by node ID, and gives
-// the highest BCSID among those reports of each (one pass over the live
-// nodes' reports).
+// start, not DEAD, or in maintenance) reports CLOSED to those nodes, by
+// node ID — a node in maintenance's OPEN replicas included (ops.go) —,
+// and gives the highest BCSID among the CLOSED reports of each (one pass
+// over the live nodes' reports).
 func (s *Service) closedIndex(now time.Time) (idx map[uint64][]uint64, top map[uint64]uint64) {
 	idx, top = map[uint64][]uint64{}, map[uint64]uint64{}
 	for _, id := range s.sortedNodes() {
 		if !s.reportsCount(id, now) {
 			continue
 		}
+		maint := s.inMaintenance(id, now)
 		for cid, r := range s.nodes[id].containers {
-			if r.State == metaapi.ContainerClosed {
+			switch {
+			case r.State == metaapi.ContainerClosed:
 				idx[cid] = append(idx[cid], id)
 				top[cid] = max(top[cid], r.BCSID)
+			case r.State == metaapi.ContainerOpen && maint:
+				// A node in maintenance went down with the replica
+				// OPEN (its pipeline closed meanwhile): it counts
+				// until the node is back and closes it (ops.go).
+				idx[cid] = append(idx[cid], id)
 			}
 		}
 	}
 	return idx, top
 }
 
-// reportsCount: node id has heartbeated since the start and is not DEAD,
-// so its last report says where replicas are.
+// reportsCount: node id has heartbeated since the start and is not DEAD
+// (or is IN_MAINTENANCE: ops.go), so its last report says where replicas
+// are.
 func (s *Service) reportsCount(id uint64, now time.Time) bool {
 	n := s.nodes[id]
-	return n != nil && n.seen && s.healthOf(n, now) != metaapi.HealthDead
+	return n != nil && n.seen && (s.healthOf(n, now) != metaapi.HealthDead || s.inMaintenance(id, now))
 }
 
 // behind: node id's replica of container cid has a BCSID below top (the
@@ -156,7 +168,10 @@ func (s *Service) behind(id, cid, top uint64) bool { return s.nodes[id].containe
 func (s *Service) replicaIndex(now time.Time) map[uint64][]uint64 {
 	idx, top := s.closedIndex(now)
 	for cid, ids := range idx {
-		idx[cid] = s.dropDamaged(cid, slices.DeleteFunc(ids, func(id uint64) bool { return s.behind(id, cid, top[cid]) }))
+		ids = s.dropDamaged(cid, slices.DeleteFunc(ids, func(id uint64) bool { return s.behind(id, cid, top[cid]) && !s.inMaintenance(id, now) }))
+		// Replicas on a decommissioning node are not counted (they are
+		// read and copied from: replicasOf).
+		idx[cid] = slices.DeleteFunc(ids, s.decommissioned)
 	}
 	return idx
 }
@@ -179,7 +194,8 @@ func (s *Service) behindReplicas(now time.Time) int {
 }
 
 // replicasOf lists the healthy replicas of container cid (see
-// replicaIndex), by node ID.
+// replicaIndex), by node ID, those on decommissioning nodes included
+// (sources of copies, read).
 func (s *Service) replicasOf(cid uint64, now time.Time) []uint64 {
 	var ids []uint64
 	var top uint64
@@ -496,7 +512,7 @@ func (s *Service) settleCopies(idx map[uint64][]uint64, now time.Time) {
 			s.copyFailed(t, "the target is DEAD")
 		case holds:
 			s.copyFailed(t, fmt.Sprintf("the target reports the container %s", r.State))
-		case len(idx[cid]) == 0:
+		case len(s.replicasOf(cid, now)) == 0:
 			s.copyFailed(t, "no healthy replica is left to copy from")
 		case now.Sub(t.alive) >= s.cfg.CopyStartTimeout:
 			s.copyFailed(t, fmt.Sprintf("the target has not reported the copy under way for %s", now.Sub(t.alive).Round(time.Millisecond)))
@@ -539,8 +555,8 @@ func (s *Service) scheduleCopies(idx map[uint64][]uint64, now time.Time) {
 	}
 	var under []uint64
 	for cid, c := range s.containers {
-		if h := len(idx[cid]); c.rec.State == containerClosed && h > 0 && h+s.repairing(cid) < s.cfg.ReplicationFactor && s.repl.tasks[cid] == nil &&
-			!s.undecided(c, now) {
+		if h := len(idx[cid]); c.rec.State == containerClosed && h+s.repairing(cid) < s.cfg.ReplicationFactor && s.repl.tasks[cid] == nil &&
+			(h > 0 || len(s.replicasOf(cid, now)) > 0) && !s.undecided(c, now) {
 			under = append(under, cid)
 		}
 	}
@@ -562,7 +578,7 @@ func (s *Service) scheduleCopies(idx map[uint64][]uint64, now time.Time) {
 		if target == 0 {
 			continue
 		}
-		source := s.chooseSource(cid, idx[cid], asSource, now)
+		source := s.chooseSource(cid, s.replicasOf(cid, now), asSource, now)
 		if source == 0 {
 			continue
 		}
@@ -609,7 +625,7 @@ func (s *Service) chooseTarget(cid uint64, nodes []uint64, asTarget map[uint64]i
 	var best uint64
 	for _, id := range nodes {
 		n := s.nodes[id]
-		if !n.seen || s.healthOf(n, now) != metaapi.HealthHealthy || asTarget[id] >= s.cfg.MaxCopiesPerTarget {
+		if !n.seen || s.healthOf(n, now) != metaapi.HealthHealthy || asTarget[id] >= s.cfg.MaxCopiesPerTarget || !s.inService(id) {
 			continue
 		}
 		if _, holds := n.containers[cid]; holds {
@@ -788,8 +804,8 @@ func (s *Service) underReplicated(idx map[uint64][]uint64) (under, unrecoverable
 			continue
 		}
 		under++
-		if h == 0 {
-			unrecoverable++
+		if h == 0 && len(s.replicasOf(cid, s.cfg.Now())) == 0 {
+			unrecoverable++ // (a decommissioning node's replica is one)
 		}
 		pending += s.containerSize(c, idx[cid]) * uint64(s.cfg.ReplicationFactor-h)
 	}

@@ -567,6 +567,14 @@ type NodeInfo struct {
 	// FailedVolumes: its data directories out of use, as its last
 	// heartbeat reported them.
 	FailedVolumes []FailedVolume `json:"failed_volumes,omitempty"`
+	// OpState is the node's operational state (NodeInService,
+	// NodeDecommissioning, NodeDecommissioned, NodeInMaintenance), set by
+	// an operator (ops.go), since OpSince; MaintenanceUntil ends a
+	// maintenance; Decommission is the progress of a decommission.
+	OpState          string                `json:"op_state"`
+	OpSince          time.Time             `json:"op_since,omitzero"`
+	MaintenanceUntil time.Time             `json:"maintenance_until,omitzero"`
+	Decommission     *DecommissionProgress `json:"decommission,omitempty"`
 }
 
 // ContainerInfo is the admin view of a container.
