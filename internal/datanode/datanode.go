@@ -8,8 +8,15 @@
 // acknowledged entries: Open refuses); the ready file appears only once the
 // node serves, written atomically (temporary file, fsync, rename).
 //
-// Concurrency: Run blocks until its context ends or the node fails, then
-// stops the node and closes the log and the engine, in that order.
+// In the background it scrubs its CLOSED containers (scrub.go), repairs
+// damaged blocks from other replicas when told to (repair.go), and probes
+// its volumes, taking a failed one out of use and stopping once more fail
+// than tolerated (volumes.go).
+//
+// Concurrency: Run blocks until its context ends, the node fails or too
+// many volumes failed, then stops the heartbeat, the scrubber, the volume
+// checker and the repairs, the node, and closes the log and the engine, in
+// that order.
 package datanode
 
 import (
