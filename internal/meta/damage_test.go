@@ -1,7 +1,10 @@
 package meta
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -80,6 +83,13 @@ func TestDamagedBlocks(t *testing.T) {
 	}
 	if rs := c.repl(); rs.UnderReplicated != 0 || rs.Unrecoverable != 0 {
 		t.Fatalf("a lost block: %+v, want nothing under-replicated or unrecoverable", rs)
+	}
+	rec := httptest.NewRecorder()
+	c.s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, want := range []string{"spindle_meta_damage_lost_blocks 1\n", "spindle_meta_damage_repaired_blocks_total 1\n"} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 	if cmd := repairCmd(n1.beat(), cid); cmd != nil {
 		t.Fatalf("a repair with no good replica: %+v", cmd)
