@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -21,11 +22,50 @@ import (
 // has 3 replicas, datanode 1 keeps running and serving its first volume
 // (its failed volume shown in GET /v1/nodes), and every key reads back
 // with datanode 2 stopped.
+//
+// As root, a second run has the volume on a tmpfs that is unmounted (lazily:
+// its open files stay usable, the directory shows the empty mount point);
+// without the right to mount, that run is skipped.
 func TestVolumeRemovedUnderARunningDatanode(t *testing.T) {
+	t.Run("rm -rf", func(t *testing.T) {
+		volumeLost(t, func(t *testing.T, dir string) { os.MkdirAll(dir, 0o755) }, func(t *testing.T, dir string) {
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+	t.Run("umount", func(t *testing.T) {
+		mounted := false
+		volumeLost(t, func(t *testing.T, dir string) {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", dir).CombinedOutput(); err != nil {
+				t.Skipf("cannot mount a tmpfs (root in a container without the right?): %v: %s", err, out)
+			}
+			mounted = true
+			t.Cleanup(func() {
+				if mounted {
+					exec.Command("umount", "-l", dir).Run()
+				}
+			})
+		}, func(t *testing.T, dir string) {
+			if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
+				t.Fatalf("umount %s: %v: %s", dir, err, out)
+			}
+			mounted = false
+		})
+	})
+}
+
+// volumeLost runs the test with the second volume prepared by setup and
+// lost by lose.
+func volumeLost(t *testing.T, setup, lose func(t *testing.T, dir string)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	second := filepath.Join(dir, "dn1-second-volume")
+	setup(t, second)
 	s := startServer(t, dir, func(c *Config) {
 		c.Meta.ContainerSizeBytes = 2 << 20
 		c.Meta.DeadAfter = 5 * time.Second
@@ -78,9 +118,7 @@ func TestVolumeRemovedUnderARunningDatanode(t *testing.T) {
 		return len(lost) > 0, nil
 	})
 	t.Logf("containers on the second volume: %v", lost)
-	if err := os.RemoveAll(second); err != nil {
-		t.Fatal(err)
-	}
+	lose(t, second)
 	var node1 uint64
 	waitFor(t, ctx, "the failed volume reported", func() (bool, error) {
 		ns, err := mc.Nodes(ctx)
