@@ -423,7 +423,12 @@ func (e *Engine) DeleteBlock(b BlockID) error {
 	seq := e.commit.markVolume(c.vol)
 	e.records.drop(b)
 	delete(c.blocks, b.Local)
-	delete(c.damaged, b.Local)
+	if _, marked := c.damaged[b.Local]; marked {
+		delete(c.damaged, b.Local)
+		if err := c.vol.db.Delete(damageKey(b), pebble.NoSync); err != nil {
+			e.log.Warn("engine: could not delete a damage mark", "container", b.Container, "block", b.Local, "err", err)
+		}
+	}
 	c.deleting[b.Local] = struct{}{}
 	c.usedBytes -= min(length, c.usedBytes)
 	path := e.blockPath(c, b.Local)

@@ -7,22 +7,27 @@ import (
 	"maps"
 	"os"
 	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // Block-granular damage of CLOSED containers.
 //
 // A CLOSED container's block files no longer change, so bytes that fail
 // their checksums there (a flipped bit, a short or missing file) are
-// damage to that block alone: the block is marked damaged (in memory,
-// with the first error found), the container stays CLOSED and its other
-// blocks go on being read and exported. The datanode reports the marks
-// to the meta service, which repairs the block from a good replica
-// (RepairBlock) or replaces the replica. A mark is cleared when the block
-// is repaired or deleted, and forgotten at a restart (the scrubber finds
-// the damage again, a read too). An OPEN container's damage still marks
-// the whole container UNHEALTHY: its pipeline must stop writing to it.
-// Metadata damage (an undecodable block or container record) always
-// marks the container UNHEALTHY.
+// damage to that block alone: the block is marked damaged (with the first
+// error found), the container stays CLOSED and its other blocks go on
+// being read and exported. The datanode reports the marks to the meta
+// service, which repairs the block from a good replica (RepairBlock) or
+// replaces the replica. A mark is cleared when the block is repaired or
+// deleted, or when a scrub finds the block whole again. Marks are kept in
+// memory and in the volume's Pebble store ('X' | container | local, the
+// error as the value: FORMAT.md §3), written NoSync (durable with the next
+// sync round): advisory — a mark lost in a crash is found again by the
+// scrubber or a read, a stale one is cleared by the next scrub or repair.
+// An OPEN container's damage still marks the whole container UNHEALTHY:
+// its pipeline must stop writing to it. Metadata damage (an undecodable
+// block or container record) always marks the container UNHEALTHY.
 
 // MaxDamagedBlocksPerContainer bounds the damaged blocks remembered per
 // container; one more marks the whole container UNHEALTHY (a replica that
@@ -49,6 +54,7 @@ func (e *Engine) noteBlockDamage(c *container, b BlockID, err error) {
 			c.damaged[b.Local] = err.Error()
 			c.mu.Unlock()
 			e.log.Error("engine: damaged block in a CLOSED container", "container", c.id, "block", b.Local, "err", err)
+			e.persistMark(c, b, err.Error())
 			return
 		}
 	}
@@ -162,9 +168,13 @@ func (e *Engine) RepairBlock(bd *BlockData, r io.Reader) error {
 		e.fs.Remove(tmp)
 		return blockErr("repair block", b, err)
 	}
+	_, marked := c.damaged[b.Local]
 	delete(c.damaged, b.Local)
 	c.mu.Unlock()
 	e.files.drop(b)
+	if marked {
+		e.persistMark(c, b, "")
+	}
 	if err := e.fs.SyncDir(c.dir); err != nil {
 		return blockErr("repair block", b, e.commit.poison(err))
 	}
@@ -197,6 +207,81 @@ func (e *Engine) ScrubBlock(bd *BlockData, pace func(n uint64) error) error {
 	}
 	if bad := e.scanBlockPaced(c, bd, make([]byte, scanBufferBytes), pace); bad != nil {
 		return bad
+	}
+	// Whole: a mark left from before (a crash after a repair) goes.
+	c.mu.Lock()
+	_, marked := c.damaged[bd.ID.Local]
+	delete(c.damaged, bd.ID.Local)
+	c.mu.Unlock()
+	if marked {
+		e.log.Info("engine: a block marked damaged scrubs whole; mark cleared", "container", c.id, "block", bd.ID.Local)
+		e.persistMark(c, bd.ID, "")
+	}
+	return nil
+}
+
+// maxMarkBytes bounds the error kept with a persisted damage mark.
+const maxMarkBytes = 512
+
+func damageKey(b BlockID) []byte {
+	k := blockKey(b)
+	k[0] = keyPrefixDamage
+	return k
+}
+
+// persistMark writes (reason != "") or deletes block b's damage mark in
+// c's volume store, NoSync (made durable by the next sync round; see
+// above: marks are advisory). A failure is logged, not returned.
+func (e *Engine) persistMark(c *container, b BlockID, reason string) {
+	var err error
+	if reason != "" {
+		err = c.vol.db.Set(damageKey(b), []byte(reason[:min(len(reason), maxMarkBytes)]), pebble.NoSync)
+	} else {
+		err = c.vol.db.Delete(damageKey(b), pebble.NoSync)
+	}
+	if err != nil {
+		e.log.Warn("engine: could not store a damage mark", "container", b.Container, "block", b.Local, "err", err)
+		return
+	}
+	e.commit.markVolume(c.vol)
+}
+
+// loadMarks reads volume v's damage marks into its CLOSED containers; a
+// mark of a block or container gone, or of a container not CLOSED, is
+// deleted.
+func (e *Engine) loadMarks(v *volume) error {
+	it, err := v.db.NewIter(&pebble.IterOptions{LowerBound: []byte{keyPrefixDamage}, UpperBound: []byte{keyPrefixDamage + 1}})
+	if err != nil {
+		return fmt.Errorf("engine: volume %s: damage marks: %w", v.dir, err)
+	}
+	defer it.Close()
+	var stale [][]byte
+	for it.First(); it.Valid(); it.Next() {
+		k := slices.Clone(it.Key())
+		kb := slices.Clone(k)
+		kb[0] = keyPrefixBlock
+		b, ok := decodeBlockKey(kb)
+		c := e.containers[b.Container]
+		if !ok || c == nil || c.vol != v || c.state != StateClosed {
+			stale = append(stale, k)
+			continue
+		}
+		if _, err := e.loadBlock(c, b); err != nil {
+			stale = append(stale, k)
+			continue
+		}
+		if c.damaged == nil {
+			c.damaged = map[uint64]string{}
+		}
+		c.damaged[b.Local] = string(it.Value())
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("engine: volume %s: damage marks: %w", v.dir, err)
+	}
+	for _, k := range stale {
+		if err := v.db.Delete(k, pebble.NoSync); err != nil {
+			return fmt.Errorf("engine: volume %s: damage marks: %w", v.dir, err)
+		}
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/spindle-store/spindle/internal/vfs"
 )
 
@@ -107,5 +109,64 @@ func TestClosedContainerDamageIsPerBlock(t *testing.T) {
 	wantErr(t, err, ErrCorrupt)
 	if ci, _ := e.Container(2); ci.State != StateUnhealthy {
 		t.Fatalf("OPEN container after damage: %s, want UNHEALTHY", ci.State)
+	}
+}
+
+// TestDamageMarksPersist: a damage mark survives a reopen; a scrub that
+// finds the block whole (a mark left by a crash after its repair) clears
+// it, and the clearing survives a reopen too; a deleted container's marks
+// go with it.
+func TestDamageMarksPersist(t *testing.T) {
+	fs := vfs.NewMem()
+	e := openMem(t, fs)
+	mustNo(t, e.CreateContainer(1))
+	b := BlockID{1, 1}
+	bd := writeBlock(t, e, b, 3000)
+	mustNo(t, e.PutBlock(bd, 0))
+	mustNo(t, e.Sync())
+	mustNo(t, e.CloseContainer(1))
+	good := content(b, 0, 3000)
+	flipMem(t, fs, e, b, 10)
+	_, err := e.ReadChunk(b, 0, 3000, nil)
+	wantErr(t, err, ErrCorrupt)
+	mustNo(t, e.Sync())
+	mustNo(t, e.Close())
+
+	e = openMem(t, fs)
+	if d, _ := e.DamagedBlocks(1); !reflect.DeepEqual(d, []uint64{1}) {
+		t.Fatalf("after a reopen: damaged %v, want [1]", d)
+	}
+	// Fix the bytes behind the engine's back, as a repair whose mark
+	// deletion a crash undid would leave them.
+	ci, _ := e.Container(1)
+	f, err := fs.OpenReadWrite(filepath.Join(ci.Dir, blockFileName(1)), false)
+	mustNo(t, err)
+	_, err = f.WriteAt(good, 0)
+	mustNo(t, err)
+	f.Close()
+	mustNo(t, e.ScrubBlock(bd, nil))
+	if d, _ := e.DamagedBlocks(1); len(d) != 0 {
+		t.Fatalf("a whole block scrubbed: still damaged %v", d)
+	}
+	mustNo(t, e.Sync())
+	mustNo(t, e.Close())
+	e = openMem(t, fs)
+	if d, _ := e.DamagedBlocks(1); len(d) != 0 {
+		t.Fatalf("after a reopen: the cleared mark is back: %v", d)
+	}
+	// A mark of a deleted container goes with it.
+	flipMem(t, fs, e, b, 20)
+	wantErr(t, e.ScrubBlock(bd, nil), ErrCorrupt)
+	mustNo(t, e.DeleteContainer(1, false))
+	mustNo(t, e.Close())
+	e = openMem(t, fs)
+	defer e.Close()
+	for _, v := range e.vols {
+		it, err := v.db.NewIter(&pebble.IterOptions{LowerBound: []byte{keyPrefixDamage}, UpperBound: []byte{keyPrefixDamage + 1}})
+		mustNo(t, err)
+		if it.First() {
+			t.Errorf("volume %s: a damage mark of a deleted container is left: %x", v.dir, it.Key())
+		}
+		mustNo(t, it.Close())
 	}
 }

@@ -61,7 +61,8 @@ type container struct {
 	// file is about to be unlinked: no write, put or read may use them.
 	deleting map[uint64]struct{}
 	// damaged: blocks of this CLOSED container whose bytes failed their
-	// checksums, with the first error (damage.go; memory only).
+	// checksums, with the first error (damage.go; also in the volume's
+	// store, advisory).
 	damaged map[uint64]string
 }
 
@@ -256,6 +257,9 @@ func (e *Engine) loadVolume(v *volume) error {
 			}
 		}
 		c.usedBytes = used
+	}
+	if err := e.loadMarks(v); err != nil { // damage.go
+		return err
 	}
 	for _, c := range deleting {
 		e.log.Info("engine: finishing interrupted delete", "container", c.id)
@@ -554,6 +558,13 @@ func (e *Engine) finishDelete(c *container) error {
 	b := c.vol.db.NewBatch()
 	lo, hi := blockKeyRange(c.id)
 	if err := b.DeleteRange(lo, hi, nil); err != nil {
+		return containerErr("delete", c.id, err)
+	}
+	dlo, dhi := damageKey(BlockID{Container: c.id}), damageKey(BlockID{Container: c.id + 1})
+	if c.id == ^ContainerID(0) {
+		dhi = []byte{keyPrefixDamage + 1}
+	}
+	if err := b.DeleteRange(dlo, dhi, nil); err != nil {
 		return containerErr("delete", c.id, err)
 	}
 	if err := b.Delete(containerKey(c.id), nil); err != nil {
