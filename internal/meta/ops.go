@@ -2,6 +2,7 @@ package meta
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -140,7 +141,7 @@ func (s *Service) closeOpPipelines(b *pebble.Batch, now time.Time) {
 // decommissionProgress is how far node id's decommission is.
 func (s *Service) decommissionProgress(id uint64, idx map[uint64][]uint64) *metaapi.DecommissionProgress {
 	p := &metaapi.DecommissionProgress{}
-	for _, cid := range slicesSortedKeys(s.nodes[id].containers) {
+	for _, cid := range slices.Sorted(maps.Keys(s.nodes[id].containers)) {
 		c := s.containers[cid]
 		if c == nil {
 			continue
@@ -159,15 +160,6 @@ func (s *Service) decommissionProgress(id uint64, idx map[uint64][]uint64) *meta
 	return p
 }
 
-func slicesSortedKeys[V any](m map[uint64]V) []uint64 {
-	ks := make([]uint64, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
-}
-
 // opsTick is the operations' part of a Tick: pipelines of nodes not IN
 // SERVICE closed, maintenances past their deadline ended, decommissions
 // complete marked DECOMMISSIONED.
@@ -177,7 +169,7 @@ func (s *Service) opsTick(b *pebble.Batch, now time.Time) {
 	}
 	s.closeOpPipelines(b, now)
 	var idx map[uint64][]uint64
-	for _, id := range slicesSortedKeys(s.repl.ops) {
+	for _, id := range slices.Sorted(maps.Keys(s.repl.ops)) {
 		o := s.repl.ops[id]
 		switch o.state {
 		case opMaintenance:
