@@ -172,7 +172,7 @@ func (s *Service) heartbeatLocked(hb *metaapi.Heartbeat) (*metaapi.HeartbeatResp
 	if hb.Scrub != nil {
 		s.repl.damage.scrub[id] = *hb.Scrub
 	}
-	s.repl.damage.volumes[id] = hb.FailedVolumes
+	s.volumesFailed(b, n, hb.FailedVolumes, now) // ops.go
 	// A leader that can no longer catch a member up from its log (it is
 	// behind the compacted log): the pipeline cannot give that replica
 	// what it misses, so it is closed; the member leaves at once, closes

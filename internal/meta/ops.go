@@ -289,3 +289,24 @@ func (s *Service) routeOps(route func(pattern, name string, h func(w http.Respon
 		return ni, http.StatusOK, err
 	})
 }
+
+// volumesFailed records node n's failed volumes (Heartbeat.FailedVolumes).
+// When the list grows (not at the first report since the meta service
+// started: those failures are old), the node's OPEN pipelines are closed: an OPEN
+// container of theirs may have had its replica on the lost volume, and
+// would otherwise fail only at its next write there; closed, it is closed
+// on the other members and copied like any CLOSED container.
+func (s *Service) volumesFailed(b *pebble.Batch, n *node, failed []metaapi.FailedVolume, now time.Time) {
+	id := n.rec.ID
+	prev, known := s.repl.damage.volumes[id]
+	s.repl.damage.volumes[id] = failed
+	if !known || len(failed) <= len(prev) {
+		return // (the first report since the start is not news)
+	}
+	for _, pid := range s.sortedPipelines() {
+		p := s.pipelines[pid]
+		if p.rec.State == pipelineOpen && slices.Contains(p.rec.Members, id) {
+			s.closePipeline(b, p, now, fmt.Sprintf("member %d lost a volume: %s", id, failed[len(failed)-1].Dir))
+		}
+	}
+}

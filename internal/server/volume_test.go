@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -118,6 +119,10 @@ func volumeLost(t *testing.T, setup, lose func(t *testing.T, dir string)) {
 		return len(lost) > 0, nil
 	})
 	t.Logf("containers on the second volume: %v", lost)
+	ps, err := mc.Pipelines(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	lose(t, second)
 	var node1 uint64
 	waitFor(t, ctx, "the failed volume reported", func() (bool, error) {
@@ -153,6 +158,22 @@ func volumeLost(t *testing.T, setup, lose func(t *testing.T, dir string)) {
 	})
 	if !cl.Running(1) {
 		t.Fatalf("datanode 1 stopped: %s", cl.ExitStatus(1))
+	}
+	// Its pipelines OPEN at the loss were closed (an OPEN container of
+	// theirs may have been on the lost volume).
+	now, err := mc.Pipelines(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if p.State != metaapi.PipelineOpen || !slices.ContainsFunc(p.Members, func(m metaapi.Member) bool { return m.NodeID == node1 }) {
+			continue
+		}
+		for _, q := range now {
+			if q.ID == p.ID && q.State != metaapi.PipelineClosed {
+				t.Fatalf("pipeline %d of datanode 1 still %s after its volume failed", p.ID, q.State)
+			}
+		}
 	}
 	ns, err := mc.Nodes(ctx)
 	if err != nil {
