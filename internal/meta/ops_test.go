@@ -98,3 +98,36 @@ func TestMaintenance(t *testing.T) {
 		t.Fatalf("after the deadline, node 2 still DEAD: no copy of container %d", cid)
 	}
 }
+
+// TestOpStateSurvivesMetaFailover: with a replicated meta service, a
+// decommission and a maintenance decided on the leader are in the new
+// leader's view after the old one stops (they went through raft).
+func TestOpStateSurvivesMetaFailover(t *testing.T) {
+	g := newRGroup(t, 3)
+	dns := g.dns()
+	ctx := bg
+	if _, err := g.cl.NodeOp(ctx, dns[0].id, metaapi.OpDecommission, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.cl.NodeOp(ctx, dns[1].id, metaapi.OpMaintenance, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	old := g.leader()
+	g.stop(old)
+	if g.leader() == old {
+		t.Fatal("no new leader")
+	}
+	ns, err := g.cl.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint64]string{dns[0].id: metaapi.NodeDecommissioning, dns[1].id: metaapi.NodeInMaintenance, dns[2].id: metaapi.NodeInService}
+	for _, n := range ns {
+		if n.OpState != want[n.NodeID] {
+			t.Errorf("node %d after the failover: %s, want %s", n.NodeID, n.OpState, want[n.NodeID])
+		}
+		if n.NodeID == dns[1].id && n.MaintenanceUntil.IsZero() {
+			t.Errorf("node %d: the maintenance's deadline is lost", n.NodeID)
+		}
+	}
+}
