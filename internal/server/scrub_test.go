@@ -232,3 +232,78 @@ func TestScrubberRepairsAndConfinesDamage(t *testing.T) {
 		return false, nil
 	})
 }
+
+// TestReadThatMeetsDamageRepairsIt: with the scrubbers off, a get whose
+// first replica of a CLOSED container's block is damaged returns the right
+// bytes from another replica; that read alone found the damage (no
+// scrubber runs), and the block is then repaired from a good replica.
+func TestReadThatMeetsDamageRepairsIt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	s := startServer(t, dir, func(c *Config) {
+		c.Meta.ContainerSizeBytes = 2 << 20
+		c.DatanodeArgs = append(c.DatanodeArgs, "--scrub-rate", "0")
+	})
+	defer s.Close()
+	kc := keyClient(t, s)
+	mc, cl := s.Meta(), s.Cluster()
+	const bucket, size = "readdamage", 200 << 10
+	if _, err := kc.CreateBucket(ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 24 { // two pipelines: each container gets about half
+		if _, err := kc.Put(ctx, bucket, fmt.Sprintf("k%02d", i), bytes.NewReader(value(i, size)), keyclient.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// k00's container is CLOSED (it filled first) on its 3 replicas.
+	var ki metaapi.KeyInfo
+	waitFor(t, ctx, "k00's container CLOSED on 3 replicas", func() (bool, error) {
+		var err error
+		if ki, err = mc.GetKey(ctx, bucket, "k00"); err != nil {
+			return false, err
+		}
+		cs, err := mc.Containers(ctx)
+		if err != nil {
+			return false, err
+		}
+		for _, c := range cs {
+			if c.ID == ki.Blocks[0].Container {
+				return c.State == metaapi.ContainerClosed && len(c.Replicas) == 3, nil
+			}
+		}
+		return false, nil
+	})
+	b := ki.Blocks[0]
+	first := cl.Node(b.Members[0].Addr) // the replica a get reads first
+	other := cl.Node(b.Members[1].Addr)
+	if first == nil || other == nil {
+		t.Fatalf("replicas %+v not in the cluster", b.Members)
+	}
+	good := blockFileBytes(t, other.DataDir, b.BlockRef)
+	flipBlockByte(t, first.DataDir, b.BlockRef, 4321)
+	got, err := getErr(ctx, kc, bucket, "k00")
+	if err != nil || !bytes.Equal(got, value(0, size)) {
+		t.Fatalf("get with its first replica damaged: %v (or wrong bytes)", err)
+	}
+	waitFor(t, ctx, "the block the read found damaged repaired", func() (bool, error) {
+		st, err := mc.Damaged(ctx)
+		if err != nil {
+			return false, err
+		}
+		return st.RepairedBlocks >= 1 && len(st.Repairable) == 0, nil
+	})
+	if !bytes.Equal(blockFileBytes(t, first.DataDir, b.BlockRef), good) {
+		t.Fatal("the repaired block file does not hold the good replica's bytes")
+	}
+	st, err := mc.Damaged(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range st.Scrub {
+		if n.RateBytesPerS != 0 || n.ScannedBytes != 0 {
+			t.Fatalf("a scrubber ran with --scrub-rate 0: %+v", n)
+		}
+	}
+}
