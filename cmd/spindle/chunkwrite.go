@@ -19,7 +19,7 @@ func newBenchChunkWriteCmd() *cobra.Command {
 	var cfg scenario.ChunkWriteLocalConfig
 	var pcfg scenario.ChunkWritePipelineConfig
 	var local bool
-	var logDir string
+	var logDir, placements, diskDir, tmpfsDir string
 	chunkSize := units.ByteSize(units.MiB)
 	blockSize := units.ByteSize(64 * units.MiB)
 	retain := units.ByteSize(units.GiB)
@@ -44,6 +44,14 @@ has fsynced its data and its log record. The datanodes are stopped and their
 directories removed at the end (also on error or interrupt). The JSON adds
 replicas, data_dir, log_dir and placement (filesystem and device of each).
 
+--placements DATA:LOG,... runs the replicated form once per placement of
+the datanodes' data and Raft log (tmpfs: a new directory under --tmpfs-dir;
+disk: under --dir; or an absolute directory), one after the other with the
+same flags, and prints one table with each placement's ratio to the
+tmpfs:tmpfs run and seed 002's Ozone figure for it (memdisk/memdisk 8,900,
+hdd/same hdd 420, hdd/different hdd 520, hdd/memdisk 1,400 writes/s);
+--json prints one object with every run under "placements".
+
 --local runs the engine in this process on --data-dir (repeatable, one per
 volume), without network or log; it also reports an overwrite-in-place
 baseline.`,
@@ -51,6 +59,19 @@ baseline.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if bpc.Int64() < engine.MinBytesPerChecksum || bpc.Int64() > engine.MaxBytesPerChecksum {
 				return fmt.Errorf("chunk-write: --bytes-per-checksum %d not in [%d, %d]", bpc.Int64(), engine.MinBytesPerChecksum, engine.MaxBytesPerChecksum)
+			}
+			if placements != "" && (local || len(cfg.DataDirs) > 0 || logDir != "") {
+				return errors.New("chunk-write: --placements chooses the data and log directories itself (under --dir and --tmpfs-dir); it takes neither --local, --data-dir nor --log-dir")
+			}
+			if placements == "" && (cmd.Flags().Changed("dir") || cmd.Flags().Changed("tmpfs-dir")) {
+				return errors.New("chunk-write: --dir and --tmpfs-dir are for --placements")
+			}
+			var specs []scenario.PlacementSpec
+			if placements != "" {
+				var err error
+				if specs, err = scenario.ParsePlacements(placements); err != nil {
+					return fmt.Errorf("chunk-write: %w", err)
+				}
 			}
 			if !local {
 				if len(cfg.DataDirs) > 1 {
@@ -73,6 +94,20 @@ baseline.`,
 				pcfg.Containers, pcfg.NoBaseline = cfg.Containers, cfg.NoBaseline
 				pcfg.Progress = bench.TerminalProgress()
 				pcfg.Logger = slog.Default()
+				if specs != nil {
+					res, err := scenario.RunChunkWritePlacements(cmd.Context(), scenario.PlacementsConfig{
+						Pipeline: pcfg, Placements: specs, DiskDir: diskDir, TmpfsDir: tmpfsDir})
+					if err != nil {
+						if len(res.Runs) > 0 {
+							res.WriteTable(cmd.ErrOrStderr()) // the placements done
+						}
+						return err
+					}
+					if asJSON, _ := cmd.Flags().GetBool(jsonFlag); asJSON {
+						return res.WriteJSON(cmd.OutOrStdout())
+					}
+					return res.WriteTable(cmd.OutOrStdout())
+				}
 				res, err := scenario.RunChunkWritePipeline(cmd.Context(), pcfg)
 				if err != nil {
 					return err
@@ -98,6 +133,9 @@ baseline.`,
 	f.BoolVar(&local, "local", false, "write straight into the storage engine in this process (no network, no log)")
 	f.StringSliceVar(&cfg.DataDirs, "data-dir", nil, "volume directory (--local: repeat or comma-separate for several; default: a temporary directory)")
 	f.StringVar(&logDir, "log-dir", "", "Raft log directory of the datanodes (default: a temporary directory)")
+	f.StringVar(&placements, "placements", "", "replicated: run once per DATA:LOG placement (comma-separated; each side tmpfs, disk or an absolute directory), e.g. tmpfs:tmpfs,disk:disk,disk:tmpfs,tmpfs:disk — seed 002's experiment, printed beside its figures")
+	f.StringVar(&diskDir, "dir", "", "--placements: where \"disk\" directories are made (default: $TMPDIR or /tmp)")
+	f.StringVar(&tmpfsDir, "tmpfs-dir", "/dev/shm", "--placements: where \"tmpfs\" directories are made")
 	f.Var(&chunkSize, "chunk-size", "bytes per chunk write (e.g. 1KiB, 1MiB)")
 	f.IntVar(&cfg.Clients, "clients", 16, "concurrent writers")
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "run time bound (0: none; then --count is required)")

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -66,4 +67,89 @@ func num2map(t *testing.T, obj map[string]any, k string) map[string]any {
 		t.Fatalf("JSON field %q missing or not an object: %v", k, obj)
 	}
 	return v
+}
+
+// --placements: bad lists and flags that do not go with it are refused
+// with a message naming the problem, before anything runs.
+func TestBenchChunkWritePlacementsMistakes(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--placements", "tmpfs"}, `"tmpfs" is not DATA:LOG`},
+		{[]string{"--placements", "tmpfs:ssd"}, `"ssd" in "tmpfs:ssd": want tmpfs, disk or an absolute directory`},
+		{[]string{"--placements", "tmpfs:tmpfs,tmpfs:tmpfs"}, "tmpfs:tmpfs listed twice"},
+		{[]string{"--placements", "disk:relative/dir"}, `"relative/dir"`},
+		{[]string{"--placements", ","}, `"" is not DATA:LOG`},
+		{[]string{"--placements", "tmpfs:tmpfs", "--data-dir", "/tmp/x"}, "takes neither --local, --data-dir nor --log-dir"},
+		{[]string{"--placements", "tmpfs:tmpfs", "--local"}, "takes neither"},
+		{[]string{"--dir", "/tmp"}, "--dir and --tmpfs-dir are for --placements"},
+		{[]string{"--placements", "disk:tmpfs", "--dir", "/nonexistent/spindle-dir"}, "/nonexistent/spindle-dir is not a directory"},
+	} {
+		_, _, err := run(t, append([]string{"bench", "chunk-write", "--count", "1", "--duration", "0"}, c.args...))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want it to say %q", c.args, err, c.want)
+		}
+	}
+}
+
+// --placements runs the replicated bench once per placement and prints
+// one JSON object with every run, the ratio to tmpfs:tmpfs and seed 002's
+// figure where it has one; its directories are gone afterwards. (Tiny
+// counts: nothing about speed is asserted.)
+func TestBenchChunkWritePlacements(t *testing.T) {
+	t.Setenv(asSpindleEnv, "1") // inherited by the datanode children
+	disk, tmpfs := t.TempDir(), t.TempDir()
+	out, stderr, err := run(t, []string{"bench", "chunk-write", "--chunk-size", "1KiB", "--clients", "2",
+		"--count", "40", "--duration", "0", "--no-baseline",
+		"--placements", "tmpfs:tmpfs,disk:tmpfs", "--dir", disk, "--tmpfs-dir", tmpfs, "--json"})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	m := lastJSON(t, out)
+	runs, ok := m["placements"].([]any)
+	if m["scenario"] != "chunk-write-placements" || !ok || len(runs) != 2 {
+		t.Fatalf("result %v", m)
+	}
+	wantSeed := []float64{8900, 1400}
+	for i, spec := range []string{"tmpfs:tmpfs", "disk:tmpfs"} {
+		r := runs[i].(map[string]any)
+		if r["spec"] != spec || r["ops"] != float64(40) || r["scenario"] != "chunk-write" {
+			t.Errorf("run %d: %v", i, r)
+		}
+		if s := num2map(t, r, "seed"); s["ops_per_s"] != wantSeed[i] {
+			t.Errorf("run %s: seed %v, want %v", spec, s, wantSeed[i])
+		}
+		if _, ok := r["ratio_to_tmpfs"].(float64); !ok {
+			t.Errorf("run %s: no ratio_to_tmpfs: %v", spec, r)
+		}
+		if _, ok := r["cpu_seconds"].(float64); !ok {
+			t.Errorf("run %s: no cpu_seconds: %v", spec, r)
+		}
+		under := map[string]string{"tmpfs": tmpfs, "disk": disk}
+		data, log, _ := strings.Cut(spec, ":")
+		if !strings.HasPrefix(r["data_dir"].(string), under[data]) || !strings.HasPrefix(r["log_dir"].(string), under[log]) {
+			t.Errorf("run %s: data %v log %v", spec, r["data_dir"], r["log_dir"])
+		}
+	}
+	if r := runs[0].(map[string]any); r["ratio_to_tmpfs"] != float64(1) {
+		t.Errorf("tmpfs:tmpfs ratio %v", r["ratio_to_tmpfs"])
+	}
+	for _, d := range []string{disk, tmpfs} {
+		if left, _ := os.ReadDir(d); len(left) != 0 {
+			t.Errorf("%s: %d entries left behind", d, len(left))
+		}
+	}
+	// The table names every placement and the seed's figures.
+	out, stderr, err = run(t, []string{"bench", "chunk-write", "--chunk-size", "1KiB", "--clients", "1",
+		"--count", "5", "--duration", "0", "--no-baseline",
+		"--placements", "tmpfs:tmpfs", "--dir", disk, "--tmpfs-dir", tmpfs})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	for _, want := range []string{"tmpfs:tmpfs", "ratio to tmpfs:tmpfs", "seed 002 (Ozone) ops/s", "8900", "memdisk/memdisk"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
 }

@@ -95,7 +95,7 @@ line wins over the environment, which wins over the file.
 
 	root.AddCommand(newVersionCmd(), newBenchCmd(), newDemoCmd(), newReportCmd(), newDatanodeCmd(), newMetaCmd(), newServerCmd(),
 		newPutCmd(), newGetCmd(), newLsCmd(), newRmCmd(), newStatCmd(), newBucketCmd(), newAdminCmd(), newS3Cmd())
-	root.AddCommand(newGenCmd())
+	root.AddCommand(newGenCmd(), newCertCmd())
 	strictSubcommands(root)
 	return root
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/netlab"
 	"github.com/spindle-store/spindle/internal/readyfile"
 )
 
@@ -140,6 +140,12 @@ func TestOperationsGuide(t *testing.T) {
 			// datanode.env's variables, and the meta address (in
 			// deploy/ the config file's; here where it listens now).
 			env := []string{"SPINDLE_LISTEN=" + listen[h], "SPINDLE_METRICS_LISTEN=" + net.addr(h) + ":0", "SPINDLE_META=" + m.addr}
+			if h == "spindle3" && net.lab != nil {
+				// On every interface of its host, with the address the
+				// others dial advertised (deploy/datanode.env's comment).
+				_, port, _ := strings.Cut(listen[h], ":")
+				env = append(env, "SPINDLE_LISTEN=0.0.0.0:"+port, "SPINDLE_ADVERTISE_ADDR="+net.addr(h))
+			}
 			dns[h] = start(h, h+"-datanode", []string{"datanode", "--config", filepath.Join(root, h+"-datanode.json")}, env)
 		}
 		t.Setenv("SPINDLE_META", m.addr)
@@ -227,7 +233,7 @@ func waitWritable(t *testing.T, addr string) {
 }
 
 // guideNet is where TestOperationsGuide's three "hosts" live. As root (with
-// ip(8)): a network namespace per host, made by the test, each with an
+// ip(8)): a network namespace per host made by internal/netlab, each with an
 // address on a bridge the test makes in its own namespace (10.213.N.H/24,
 // the bridge .254), so that every process of a host runs in its namespace
 // and talks to the others over the bridge, and the CLI (in the test's
@@ -238,84 +244,28 @@ func waitWritable(t *testing.T, addr string) {
 // loopback ones, are used.
 type guideNet struct {
 	addrs map[string]string
-	ns    map[string]string // host → namespace ("": none)
+	lab   *netlab.Net // nil: loopback addresses
 }
 
 func newGuideNet(t *testing.T, hosts []string) *guideNet {
 	t.Helper()
-	loopback := func(why string) *guideNet {
-		g := &guideNet{addrs: map[string]string{}, ns: map[string]string{}}
+	lab, err := netlab.New(hosts)
+	if err != nil {
+		// Not root, no ip(8), or root without the right to make interfaces
+		// or namespaces (a container): netlab removed what it made.
+		g := &guideNet{addrs: map[string]string{}}
 		for i, h := range hosts {
 			g.addrs[h] = fmt.Sprintf("127.0.0.%d", i+1)
 		}
-		t.Logf("hosts on loopback addresses: %s", why)
+		t.Logf("hosts on loopback addresses: %v", err)
 		return g
 	}
-	ipTool, err := exec.LookPath("ip")
-	if os.Geteuid() != 0 || err != nil {
-		return loopback("not root, or no ip(8)")
+	t.Cleanup(func() { lab.Close() })
+	g := &guideNet{addrs: map[string]string{}, lab: lab}
+	for _, h := range hosts {
+		g.addrs[h] = lab.Addr(h)
 	}
-	// Names unique to this process (interface names ≤ 15 bytes).
-	tag := fmt.Sprintf("%x", os.Getpid()&0xffff)
-	subnet := fmt.Sprintf("10.213.%d", os.Getpid()%250)
-	br := "spgb" + tag
-	var made []string // namespaces made, for the teardown
-	teardown := func() {
-		for _, ns := range made {
-			exec.Command(ipTool, "netns", "del", ns).Run()
-		}
-		exec.Command(ipTool, "link", "del", br).Run()
-	}
-	ip := func(args ...string) error {
-		if out, err := exec.Command(ipTool, args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-		}
-		return nil
-	}
-	g := &guideNet{addrs: map[string]string{}, ns: map[string]string{}}
-	setup := func() error {
-		if err := ip("link", "add", br, "type", "bridge"); err != nil {
-			return err
-		}
-		if err := ip("addr", "add", subnet+".254/24", "dev", br); err != nil {
-			return err
-		}
-		if err := ip("link", "set", br, "up"); err != nil {
-			return err
-		}
-		for i, h := range hosts {
-			ns := fmt.Sprintf("spg%s-%d", tag, i+1)
-			veth := fmt.Sprintf("spgv%s%d", tag, i+1)
-			if err := ip("netns", "add", ns); err != nil {
-				return err
-			}
-			made = append(made, ns)
-			g.addrs[h] = fmt.Sprintf("%s.%d", subnet, i+1)
-			for _, args := range [][]string{
-				{"link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns},
-				{"link", "set", veth, "master", br},
-				{"link", "set", veth, "up"},
-				{"-n", ns, "addr", "add", g.addrs[h] + "/24", "dev", "eth0"},
-				{"-n", ns, "link", "set", "eth0", "up"},
-				{"-n", ns, "link", "set", "lo", "up"},
-				{"netns", "exec", ns, "true"}, // can processes run in it?
-			} {
-				if err := ip(args...); err != nil {
-					return err
-				}
-			}
-			g.ns[h] = ns
-		}
-		return nil
-	}
-	if err := setup(); err != nil {
-		// Root without the right to make interfaces or namespaces (a
-		// container): what was made is removed.
-		teardown()
-		return loopback(err.Error())
-	}
-	t.Cleanup(teardown)
-	t.Logf("hosts in network namespaces on bridge %s: %v", br, g.addrs)
+	t.Logf("hosts in network namespaces: %v", g.addrs)
 	return g
 }
 
@@ -324,8 +274,8 @@ func (g *guideNet) addr(h string) string { return g.addrs[h] }
 
 // wrap runs argv on host h (in its namespace, if it has one).
 func (g *guideNet) wrap(h string, argv []string) []string {
-	if ns := g.ns[h]; ns != "" {
-		return append([]string{"ip", "netns", "exec", ns}, argv...)
+	if g.lab != nil {
+		return g.lab.Command(h, argv)
 	}
 	return argv
 }

@@ -16,7 +16,7 @@ func TestBenchRereplicateEmbedded(t *testing.T) {
 		t.Fatalf("%v\n%s", err, stderr)
 	}
 	m := lastJSON(t, out)
-	if m["scenario"] != "rereplicate" || num(t, m, "containers") < 1 || num(t, m, "copied_bytes") < 4<<20 {
+	if m["scenario"] != "rereplicate" || num(t, m, "containers") < 1 || num(t, m, "copied_bytes") < 4<<20 || num(t, m, "cpu_seconds") <= 0 {
 		t.Fatalf("result %v", m)
 	}
 	if num(t, m, "containers") != num(t, m, "ops") || num(t, m, "mb_per_s") <= 0 || num(t, m, "ratio_to_baseline") <= 0 {

@@ -13,6 +13,10 @@
 // a baseline, baseline{ops_per_s,mb_per_s} and ratio_to_baseline. Progress and
 // diagnostics go to stderr only, and only when stderr is a terminal.
 //
+// CPU: cpu_seconds is the CPU time of Spindle's processes during the
+// measured loop (proccpu.go), never of the whole machine (CPUSampler's
+// figures are the machine's and say so).
+//
 // Units: latencies are recorded in nanoseconds and reported in microseconds;
 // MB is 10^6 bytes (mb_per_s = bytes / 1e6 / seconds), as fio and dd report.
 //
@@ -32,5 +36,7 @@
 // (they share no state), although the figures would then disturb each other.
 // A CPUSampler samples /proc/stat from one goroutine of its own, bounded by
 // MaxCPUSamples; Window may be called from any goroutine, also while it
-// samples; Stop ends it (idempotent).
+// samples; Stop ends it (idempotent). A CPUMeter (StartCPU, then Stop) is
+// used by one goroutine; every Loop measures one around its workers (this
+// process and LoopConfig.Processes), so every bench reports cpu_seconds.
 package bench

@@ -37,6 +37,10 @@ type LoopConfig struct {
 	// nil means TerminalProgress() (stderr when it is a terminal, else
 	// nothing); io.Discard disables it.
 	Progress io.Writer
+	// Processes, when set, names the processes the bench started (besides
+	// this one, always measured) whose CPU time is charged to the loop;
+	// called at its start. Stats.CPU is measured in every case.
+	Processes func() []Proc
 }
 
 // Stats is the outcome of a load loop.
@@ -46,6 +50,9 @@ type Stats struct {
 	Bytes   int64 // payload bytes of those operations
 	Elapsed time.Duration
 	Latency *Latency // merged over all workers; Count() == Ops
+	// CPU: the CPU time of this process and of LoopConfig.Processes
+	// during the loop (nil: not measured).
+	CPU *CPUUse
 }
 
 // Seconds returns the elapsed wall time in seconds.
@@ -81,6 +88,7 @@ func (s Stats) Result(scenario string) Result {
 		Bytes:     s.Bytes,
 		MBPerS:    roundTo(s.MBPerS(), 1e3),
 		LatencyUs: lat.Summary(),
+		CPUUse:    s.CPU,
 	}
 }
 
@@ -177,6 +185,11 @@ func runLoop(ctx context.Context, cfg LoopConfig, do body, flush flushFunc) (Sta
 		workers[i] = &worker{id: i, lat: NewLatency()}
 	}
 	var claimed atomic.Int64 // ops issued so far, against MaxOps
+	var procs []Proc
+	if cfg.Processes != nil {
+		procs = cfg.Processes()
+	}
+	cpu := StartCPU(procs)
 	start := time.Now()
 	var pw *progressWriter
 	if progress != io.Discard {
@@ -224,6 +237,8 @@ func runLoop(ctx context.Context, cfg LoopConfig, do body, flush flushFunc) (Sta
 		st.Bytes += w.bytes.Load()
 		st.Latency.Merge(w.lat)
 	}
+	u := cpu.Stop(st.Ops, st.Bytes)
+	st.CPU = &u
 	if firstErr != nil {
 		return st, firstErr
 	}

@@ -40,6 +40,10 @@ type Result struct {
 	Params          map[string]any `json:"params,omitempty"`
 	Notes           []string       `json:"notes,omitempty"`
 	Extra           map[string]any `json:"extra,omitempty"`
+	// CPUUse: the CPU time of Spindle's processes during the measured loop
+	// (SetCPU); its fields are inlined (cpu_seconds, cpu_us_per_op,
+	// cpu_seconds_per_gb, cpu_seconds_by_process, cpu_partial).
+	*CPUUse
 }
 
 // SetBaseline attaches b and sets RatioToBaseline to MBPerS/b.MBPerS, or to
@@ -95,7 +99,7 @@ func (r Result) WriteTable(w io.Writer) error { return WriteTable(w, r) }
 // by their params and notes.
 func WriteTable(w io.Writer, results ...Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tops\tseconds\tops/s\tMB/s\tp50 µs\tp99 µs\tmax µs\tbaseline ops/s\tbaseline MB/s\tratio\t")
+	fmt.Fprintln(tw, "scenario\tops\tseconds\tops/s\tMB/s\tp50 µs\tp99 µs\tmax µs\tCPU s\tCPU µs/op\tCPU s/GB\tbaseline ops/s\tbaseline MB/s\tratio\t")
 	for _, r := range results {
 		base := "-\t-"
 		if r.Baseline != nil {
@@ -105,9 +109,17 @@ func WriteTable(w io.Writer, results ...Result) error {
 		if r.RatioToBaseline != nil {
 			ratio = fmt.Sprintf("%.2f", *r.RatioToBaseline)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t%.2f\t%.1f\t%.1f\t%.1f\t%s\t%s\t\n",
+		cpu := "-\t-\t-"
+		if u := r.CPUUse; u != nil {
+			perGB := "-"
+			if u.CPUSecondsPerGB > 0 {
+				perGB = fmt.Sprintf("%.2f", u.CPUSecondsPerGB)
+			}
+			cpu = fmt.Sprintf("%.2f\t%.1f\t%s", u.CPUSeconds, u.CPUUsPerOp, perGB)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t%.2f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t\n",
 			r.Scenario, r.Ops, r.Seconds, r.OpsPerS, r.MBPerS,
-			r.LatencyUs.P50, r.LatencyUs.P99, r.LatencyUs.Max, base, ratio)
+			r.LatencyUs.P50, r.LatencyUs.P99, r.LatencyUs.Max, cpu, base, ratio)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("bench: write table: %w", err)
@@ -124,6 +136,16 @@ func WriteTable(w io.Writer, results ...Result) error {
 				kv = append(kv, fmt.Sprintf("%s=%v", k, r.Params[k]))
 			}
 			fmt.Fprintf(&b, "%sparams: %s\n", prefix, strings.Join(kv, " "))
+		}
+		if u := r.CPUUse; u != nil && len(u.CPUByProcess) > 0 {
+			kv := make([]string, 0, len(u.CPUByProcess))
+			for _, k := range slices.Sorted(maps.Keys(u.CPUByProcess)) {
+				kv = append(kv, fmt.Sprintf("%s=%.2f", k, u.CPUByProcess[k]))
+			}
+			fmt.Fprintf(&b, "%scpu seconds by process: %s\n", prefix, strings.Join(kv, " "))
+		}
+		if u := r.CPUUse; u != nil && u.CPUPartial != "" {
+			fmt.Fprintf(&b, "%scpu: %s\n", prefix, u.CPUPartial)
 		}
 		for _, n := range r.Notes {
 			fmt.Fprintf(&b, "%snote: %s\n", prefix, n)

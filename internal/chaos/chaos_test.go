@@ -129,7 +129,10 @@ func TestParseFaults(t *testing.T) {
 	if err != nil || len(got) != 4 {
 		t.Fatalf("got %v, %v", got, err)
 	}
-	for _, f := range []string{FaultFull, FaultPartition, FaultDelay} {
+	if got, err := ParseFaults("partition"); err != nil || len(got) != 1 {
+		t.Errorf("partition: %v, %v", got, err)
+	}
+	for _, f := range []string{FaultFull, FaultDelay} {
 		if _, err := ParseFaults("kill," + f); !errors.Is(err, ErrNotImplemented) {
 			t.Errorf("%s: %v, want not implemented", f, err)
 		}

@@ -16,8 +16,13 @@ import (
 
 	"github.com/spindle-store/spindle/internal/localcluster"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/netlab"
 	"github.com/spindle-store/spindle/internal/readyfile"
 )
+
+// labDatanodePort is every datanode's port when each has a network
+// namespace of its own.
+const labDatanodePort = "9870"
 
 // Limits of the cluster's processes.
 const (
@@ -53,8 +58,15 @@ func (c *cluster) metaLog() string   { return filepath.Join(c.root, "meta.log") 
 func (c *cluster) metaReady() string { return filepath.Join(c.root, "meta.ready") }
 
 // startCluster starts the meta service, then datanodes datanodes.
-func startCluster(ctx context.Context, bin, root string, datanodes int, metaArgs, dnArgs []string) (*cluster, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// With lab, datanode i runs on lab's host "dn<i>" (its own network
+// namespace, listening on that host's address) and the meta service on
+// the bridge's address, where the datanodes reach it.
+func startCluster(ctx context.Context, bin, root string, datanodes int, metaArgs, dnArgs []string, lab *netlab.Net) (*cluster, error) {
+	host := "127.0.0.1"
+	if lab != nil {
+		host = lab.BridgeAddr()
+	}
+	l, err := net.Listen("tcp", host+":0")
 	if err != nil {
 		return nil, fmt.Errorf("chaos: free port: %w", err)
 	}
@@ -69,10 +81,18 @@ func startCluster(ctx context.Context, bin, root string, datanodes int, metaArgs
 		return nil, err
 	}
 	dn := filepath.Join(root, "datanodes")
-	c.dns, err = localcluster.Start(ctx, localcluster.Config{
+	lc := localcluster.Config{
 		Binary: bin, Members: datanodes, DataDir: dn, LogDir: filepath.Join(dn, "log"),
 		MetaAddr: addr, ExtraArgs: dnArgs, ProcessGroup: true, ReadyTimeout: processReadyTimeout,
-	})
+	}
+	if lab != nil {
+		for i := 1; i <= datanodes; i++ {
+			// One namespace per datanode: the same port on every host.
+			lc.Addrs = append(lc.Addrs, net.JoinHostPort(lab.Addr(fmt.Sprintf("dn%d", i)), labDatanodePort))
+		}
+		lc.Wrap = func(id int, argv []string) []string { return lab.Command(fmt.Sprintf("dn%d", id), argv) }
+	}
+	c.dns, err = localcluster.Start(ctx, lc)
 	if err != nil {
 		c.stop()
 		return nil, fmt.Errorf("chaos: datanodes: %w", err)

@@ -25,7 +25,7 @@ const (
 	FaultMetaKill  = "meta-kill" // kill -9 of the meta service, restarted later on its directory
 	FaultBitrot    = "bitrot"    // one byte flipped in a committed block file of one replica
 	FaultFull      = "full"      // planned: a volume filled to ENOSPC, then freed
-	FaultPartition = "partition" // planned (root): drops between chosen nodes
+	FaultPartition = "partition" // root: one datanode cut from the other datanodes (packets dropped silently), healed later
 	FaultDelay     = "delay"     // planned (root): tc netem delay and loss
 )
 
@@ -39,7 +39,7 @@ var ErrUnknownFault = errors.New("unknown fault kind")
 var DefaultFaults = []string{FaultKill, FaultPause, FaultMetaKill, FaultBitrot}
 
 // plannedFaults are accepted by the flag parser and refused by Run.
-var plannedFaults = []string{FaultFull, FaultPartition, FaultDelay}
+var plannedFaults = []string{FaultFull, FaultDelay}
 
 // ParseFaults parses a comma-separated list of fault kinds. A planned
 // kind gives ErrNotImplemented, an unknown one ErrUnknownFault.
@@ -76,9 +76,10 @@ type faultKind struct {
 }
 
 var faultKinds = map[string]*faultKind{
-	FaultKill:     {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectKill},
-	FaultPause:    {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectPause},
-	FaultMetaKill: {hold: holdBetween(1*time.Second, 5*time.Second), inject: injectMetaKill},
+	FaultKill:      {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectKill},
+	FaultPause:     {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectPause},
+	FaultMetaKill:  {hold: holdBetween(1*time.Second, 5*time.Second), inject: injectMetaKill},
+	FaultPartition: {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectPartition},
 	// bitrot needs no heal; its hold is the time its row of the report
 	// covers after the flip.
 	FaultBitrot: {hold: holdBetween(2*time.Second, 6*time.Second), inject: injectBitrot},
@@ -160,6 +161,35 @@ func (r *run) role(ctx context.Context, id int) string {
 		}
 	}
 	return fmt.Sprintf("leads pipelines %v of %v", leads, member)
+}
+
+// injectPartition cuts one datanode from every other datanode (each on a
+// host of its own, see netlab): their packets to each other are dropped
+// silently, while it still reaches the meta service and the clients — a
+// minority of its pipelines isolated from the majority, or a leader from
+// its followers. The heal restores every link.
+func injectPartition(ctx context.Context, r *run, rng *rand.Rand) (string, func(context.Context) error, error) {
+	if r.lab == nil {
+		return "", nil, errors.New("no network namespaces: datanodes share one network")
+	}
+	id, err := pickDatanode(r, rng)
+	if err != nil {
+		return "", nil, err
+	}
+	role := r.role(ctx, id)
+	me := fmt.Sprintf("dn%d", id)
+	for _, n := range r.cl.dns.Nodes() {
+		if n.ID == id {
+			continue
+		}
+		if err := r.lab.Partition(me, fmt.Sprintf("dn%d", n.ID)); err != nil {
+			r.lab.Heal()
+			return "", nil, err
+		}
+	}
+	return fmt.Sprintf("partition datanode %d (%s) from the other datanodes", id, role), func(context.Context) error {
+		return r.lab.Heal()
+	}, nil
 }
 
 // roleTimeout bounds asking the meta service for a datanode's pipelines.

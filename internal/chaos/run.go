@@ -21,6 +21,7 @@ import (
 	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/netlab"
 )
 
 // Defaults and limits of Config.
@@ -159,6 +160,7 @@ type window struct {
 type run struct {
 	cfg    Config
 	cl     *cluster
+	lab    *netlab.Net // the datanodes' namespaces (partition), or nil
 	w      *workload
 	root   string
 	rotted map[uint64]int // container → the node whose replica was damaged
@@ -210,9 +212,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// containers copied elsewhere, also within a short run, where about
 	// half the kills and pauses outlast it.
 	deadAfter := min(max(time.Duration(float64(maxDeadAfter)*holdScale(cfg.Duration)), minDeadAfter), maxDeadAfter)
+	var lab *netlab.Net
+	if slices.Contains(cfg.Faults, FaultPartition) {
+		// Partitions need each datanode on a host of its own: a network
+		// namespace on a bridge (root only); without, the run cannot
+		// inject them and says so.
+		names := make([]string, cfg.Datanodes)
+		for i := range names {
+			names[i] = fmt.Sprintf("dn%d", i+1)
+		}
+		if lab, err = netlab.New(names); err != nil {
+			return nil, fmt.Errorf("chaos: fault %s needs a network namespace per datanode: %w", FaultPartition, err)
+		}
+		defer lab.Close()
+		logf("datanodes in network namespaces: %v on bridge %s", names, lab.BridgeAddr())
+	}
 	cl, err := startCluster(ctx, cfg.Binary, root, cfg.Datanodes,
 		[]string{"--dead-after", deadAfter.String(), "--stale-after", (deadAfter / 2).String(), "--copy-retry-after", "5s"},
-		nil)
+		nil, lab)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +245,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if _, err := kc.CreateBucket(ctx, bucket); err != nil && !errors.Is(err, metaapi.ErrExists) {
 		return nil, fmt.Errorf("chaos: create bucket: %w", err)
 	}
-	r := &run{cfg: cfg, cl: cl, root: root, rotted: map[uint64]int{}, log: logf,
+	r := &run{cfg: cfg, cl: cl, lab: lab, root: root, rotted: map[uint64]int{}, log: logf,
 		w: &workload{cfg: &cfg, kc: kc, t0: time.Now(), lat: bench.NewLatency(), log: logf}}
 	rep = r.execute(ctx)
 	rep.Dir = root

@@ -52,8 +52,13 @@ import (
 type Config struct {
 	ID         uint64
 	ListenAddr string
-	DataDirs   []string
-	LogDir     string
+	// AdvertiseAddr is the address other hosts reach this datanode at
+	// (host, or host:port), registered with the meta service and handed to
+	// peers; empty: the listener's address. A listener on every interface
+	// (0.0.0.0, [::]) needs it: that address is no one's to dial.
+	AdvertiseAddr string
+	DataDirs      []string
+	LogDir        string
 	// LogSegmentSizeBytes is the size of the raft log's segment files,
 	// preallocated (0: wal.DefaultSegmentSizeBytes, 64 MiB); a small log
 	// volume needs smaller ones.
@@ -233,6 +238,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("datanode: listen: %w", err)
 	}
+	advertise, err := AdvertiseAddr(ln.Addr(), cfg.AdvertiseAddr)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	var id identity
 	pipelines := cfg.Pipelines
 	if cfg.Meta != nil {
@@ -241,7 +251,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return err
 		}
 		if id.NodeID == 0 {
-			if err := register(ctx, cfg.Meta, cfg.LogDir, &id, ln.Addr().String(), log); err != nil {
+			if err := register(ctx, cfg.Meta, cfg.LogDir, &id, advertise, log); err != nil {
 				ln.Close()
 				return err
 			}
@@ -323,7 +333,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	log.Info("datanode serving", "id", cfg.ID, "addr", node.Addr(), "data_dirs", cfg.DataDirs, "log_dir", cfg.LogDir, "pipelines", len(pipelines), "metrics", metricsURL)
 	if cfg.ReadyFile != "" {
-		if err := readyfile.Write(cfg.ReadyFile, node.Addr()); err != nil {
+		if err := readyfile.Write(cfg.ReadyFile, advertise); err != nil { // what others dial
 			node.Close()
 			return err
 		}
@@ -334,7 +344,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if interval <= 0 {
 			interval = metaapi.DefaultHeartbeatInterval
 		}
-		h := &heartbeater{mc: cfg.Meta, id: id, addr: node.Addr(), metricsURL: metricsURL, logDir: cfg.LogDir, eng: eng, node: node, log: log,
+		h := &heartbeater{mc: cfg.Meta, id: id, addr: advertise, metricsURL: metricsURL, logDir: cfg.LogDir, eng: eng, node: node, log: log,
 			interval: interval, proposals: make(chan struct{}, maxConcurrentProposals), repl: repl, deleted: newReportQueue[metaapi.BlockRef](maxPendingAcks), blocks: newBlockCounter(),
 			scrub: scrub, repair: repair, bg: &bg, bgCtx: bgCtx, volFound: vols.found}
 		go func() { defer close(hbDone); h.run(bgCtx) }()
@@ -390,4 +400,39 @@ func registerBulkMetrics(reg *prometheus.Registry, s *bulk.Server) {
 			Help: "Whole-container reads being served now."},
 			func() float64 { return float64(s.Stats().Active) }),
 	)
+}
+
+// AdvertiseAddr is the address a datanode listening on ln registers: the
+// advertised one (its port defaulting to the listener's), else the
+// listener's own, which must then be dialable — a listener on every
+// interface (0.0.0.0 or [::]) without an advertised address is an error,
+// since no other host can dial it.
+func AdvertiseAddr(ln net.Addr, advertise string) (string, error) {
+	tcp, ok := ln.(*net.TCPAddr)
+	if !ok {
+		return "", fmt.Errorf("datanode: listener address %v is not TCP", ln)
+	}
+	if advertise == "" {
+		if tcp.IP == nil || tcp.IP.IsUnspecified() {
+			return "", fmt.Errorf("datanode: listening on every interface (%s) needs --advertise-addr: the address other hosts reach this datanode at", tcp)
+		}
+		return tcp.String(), nil
+	}
+	host, port, err := net.SplitHostPort(advertise)
+	if err != nil {
+		host, port = advertise, strconv.Itoa(tcp.Port) // a host alone: the listener's port
+		if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+			host = host[1 : len(host)-1]
+		}
+	}
+	if host == "" {
+		return "", fmt.Errorf("datanode: --advertise-addr %q: no host", advertise)
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return "", fmt.Errorf("datanode: --advertise-addr %q: not an address another host can dial", advertise)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return "", fmt.Errorf("datanode: --advertise-addr %q: bad port", advertise)
+	}
+	return net.JoinHostPort(host, port), nil
 }

@@ -47,6 +47,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/readyfile"
 )
 
@@ -106,6 +107,11 @@ type Config struct {
 	// ProcessGroup starts each member in a process group of its own
 	// (Setpgid), signalled as a group by Kill, Pause and Resume.
 	ProcessGroup bool
+	// Wrap, when set, rewrites member id's command line (binary first)
+	// before it is started: e.g. `ip netns exec NS ...` to run it in a
+	// network namespace of its own (netlab). The wrapper must exec the
+	// command, so that the process started is the member.
+	Wrap func(id int, argv []string) []string
 }
 
 // Node is one member.
@@ -304,11 +310,15 @@ func (c *Cluster) launch(n *Node) error {
 		return fmt.Errorf("localcluster: %w", err)
 	}
 	defer logf.Close() // the child has its own descriptor
-	cmd := exec.Command(c.cfg.Binary, c.args(n)...)
+	argv := append([]string{c.cfg.Binary}, c.args(n)...)
+	if c.cfg.Wrap != nil {
+		argv = c.cfg.Wrap(n.ID, argv)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), c.cfg.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: c.cfg.ProcessGroup}
-	fmt.Fprintf(logf, "=== localcluster: %s %s\n", c.cfg.Binary, strings.Join(c.args(n), " "))
+	fmt.Fprintf(logf, "=== localcluster: %s\n", strings.Join(argv, " "))
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("localcluster: start member %d: %w", n.ID, err)
 	}
@@ -417,6 +427,18 @@ func (c *Cluster) Running(id int) bool {
 	default:
 		return true
 	}
+}
+
+// Procs returns the running members as processes "dn<i>" (a bench
+// charges their CPU time to its loop: bench.LoopConfig.Processes).
+func (c *Cluster) Procs() []bench.Proc {
+	out := make([]bench.Proc, 0, len(c.nodes))
+	for _, n := range c.nodes {
+		if c.Running(n.ID) {
+			out = append(out, bench.Proc{Name: fmt.Sprintf("dn%d", n.ID), PID: c.PID(n.ID)})
+		}
+	}
+	return out
 }
 
 // PID returns member id's process ID (0 if it never started).

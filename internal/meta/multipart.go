@@ -407,14 +407,53 @@ func (s *Service) ListUploads(req *metaapi.ListUploads) (*metaapi.UploadList, er
 	})
 }
 
-// hasUploads says whether bucket has multipart uploads in progress (a
-// bucket is deleted only without: its uploads' records would outlive it).
-func (s *Service) hasUploads(bucket string) (bool, error) {
-	p := uploadPrefix(bucket)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+// MaxUploadsDroppedWithBucket and MaxPartsDroppedWithBucket bound what
+// deleting a bucket aborts in one batch: its multipart uploads in progress
+// and their part records (a batch of 100,000 deletions is a few MB). A
+// bucket with more is refused (ErrNotEmpty) until they are aborted one by
+// one.
+const (
+	MaxUploadsDroppedWithBucket = 10_000
+	MaxPartsDroppedWithBucket   = 100_000
+)
+
+// dropBucketUploads aborts, in b, every multipart upload in progress in
+// bucket, as S3 does when the bucket is deleted: their records go, their
+// parts' blocks are scheduled for deletion.
+func (s *Service) dropBucketUploads(b *pebble.Batch, bucket string, now time.Time) error {
+	up := uploadPrefix(bucket)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: up, UpperBound: prefixEnd(up)})
 	if err != nil {
-		return false, err
+		return fmt.Errorf("meta: uploads of %s: %w", bucket, err)
 	}
-	defer it.Close()
-	return it.First(), it.Error()
+	var refs []metaapi.UploadRef
+	for ok := it.First(); ok; ok = it.Next() {
+		key, id, found := bytes.Cut(it.Key()[len(up):], []byte{0})
+		if !found {
+			it.Close()
+			return fmt.Errorf("%w: upload key %x", ErrCorrupt, it.Key())
+		}
+		if len(refs) == MaxUploadsDroppedWithBucket {
+			it.Close()
+			return fmt.Errorf("%w: bucket %s has more than %d multipart uploads in progress: abort them first",
+				metaapi.ErrNotEmpty, bucket, MaxUploadsDroppedWithBucket)
+		}
+		refs = append(refs, metaapi.UploadRef{Bucket: bucket, Key: string(key), UploadID: string(id)})
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("meta: uploads of %s: %w", bucket, err)
+	}
+	parts := 0
+	for _, ref := range refs {
+		all, err := s.allParts(ref)
+		if err != nil {
+			return err
+		}
+		if parts += len(all); parts > MaxPartsDroppedWithBucket {
+			return fmt.Errorf("%w: bucket %s has more than %d parts of multipart uploads in progress: abort them first",
+				metaapi.ErrNotEmpty, bucket, MaxPartsDroppedWithBucket)
+		}
+		s.dropUpload(b, ref, all, nil, now)
+	}
+	return nil
 }

@@ -45,7 +45,8 @@ func (s *Service) ListBuckets() (*metaapi.BucketList, error) {
 	})
 }
 
-// DeleteBucket deletes an empty bucket (ErrNotEmpty if it has keys).
+// DeleteBucket deletes a bucket without keys (ErrNotEmpty if it has any);
+// its multipart uploads in progress are aborted with it, as in S3.
 func (s *Service) DeleteBucket(name string) error {
 	if err := metaapi.ValidBucket(name); err != nil {
 		return err
@@ -67,13 +68,11 @@ func (s *Service) DeleteBucket(name string) error {
 		if first != "" {
 			panic(fmt.Sprintf("meta: bucket %s counts 0 keys but holds key %q", name, first))
 		}
-		if up, err := s.hasUploads(name); err != nil || up {
-			if err == nil {
-				err = fmt.Errorf("%w: bucket %s has multipart uploads in progress", metaapi.ErrNotEmpty, name)
-			}
+		b := s.db.NewBatch()
+		if err := s.dropBucketUploads(b, name, s.cfg.Now()); err != nil {
+			b.Close()
 			return struct{}{}, nil, err
 		}
-		b := s.db.NewBatch()
 		del(b, bucketKey(name))
 		delete(s.buckets, name)
 		return struct{}{}, b, nil

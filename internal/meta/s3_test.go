@@ -135,7 +135,6 @@ func TestMultipartCommit(t *testing.T) {
 	}
 	_, err := c.s.CompleteUpload(&metaapi.CompleteUpload{UploadRef: small.UploadRef, Parts: []metaapi.CompletePart{{Number: 1, ETag: etag(1)}, {Number: 2, ETag: etag(2)}}})
 	wantErr(t, err, ErrPartTooSmall, "a 3-byte first part")
-	wantErr(t, c.s.DeleteBucket("bkt"), metaapi.ErrNotEmpty, "delete a bucket with uploads in progress")
 	mustNo(t, c.s.AbortUpload(small.UploadRef))
 	if _, err := c.s.GetKey("bkt", "obj"); err == nil {
 		t.Fatal("refused completions made a key")
@@ -166,6 +165,29 @@ func TestMultipartCommit(t *testing.T) {
 	ul := must[*metaapi.UploadList](t)(c.s.ListUploads(&metaapi.ListUploads{Bucket: "bkt"}))
 	if len(ul.Uploads) != 0 {
 		t.Fatalf("uploads left: %+v", ul.Uploads)
+	}
+}
+
+// TestDeleteBucketAbortsUploads: deleting a bucket without keys aborts its
+// multipart uploads in progress, as S3 does (their parts' blocks are
+// scheduled for deletion, their records gone, a bucket of the same name
+// starts empty); a bucket with a key is still refused.
+func TestDeleteBucketAbortsUploads(t *testing.T) {
+	c := threeNodes(t, nil)
+	up := must[*metaapi.Upload](t)(c.s.CreateUpload(&metaapi.CreateUpload{Bucket: "bkt", Key: "obj"}))
+	a := must[*metaapi.AllocateResponse](t)(c.s.Allocate(&metaapi.AllocateRequest{Bucket: "bkt", Key: "obj"}))
+	must[*metaapi.Part](t)(c.s.CommitPart(&metaapi.CommitPart{UploadRef: up.UploadRef, Number: 1, Size: 3,
+		Blocks: []metaapi.KeyBlock{{BlockRef: a.Block, Pipeline: a.Pipeline.ID, Length: 3}}, ETag: "e"}))
+	deletesBefore := c.s.nDeletes
+	mustNo(t, c.s.DeleteBucket("bkt"))
+	if c.s.deletes[a.Block.Container][a.Block.Local] == nil || c.s.nDeletes != deletesBefore+1 {
+		t.Fatalf("the aborted upload's block is not scheduled for deletion (%d → %d deletions)", deletesBefore, c.s.nDeletes)
+	}
+	mustNo(t, ignore(c.s.CreateBucket("bkt")))
+	_, err := c.s.GetUpload(up.UploadRef)
+	wantErr(t, err, metaapi.ErrNotFound, "an upload of the deleted bucket")
+	if ul := must[*metaapi.UploadList](t)(c.s.ListUploads(&metaapi.ListUploads{Bucket: "bkt"})); len(ul.Uploads) != 0 {
+		t.Fatalf("the new bucket lists the old one's uploads: %+v", ul.Uploads)
 	}
 }
 

@@ -43,6 +43,15 @@ func newByteBudget(limitBytes int64) *byteBudget {
 
 // acquire waits until n bytes fit, or ctx ends, or the budget is closed.
 func (b *byteBudget) acquire(ctx context.Context, n int64) error {
+	// The common case, room now, takes the lock once and registers
+	// nothing with ctx.
+	b.mu.Lock()
+	if !b.closed && b.fits(n) {
+		b.take(n)
+		b.mu.Unlock()
+		return nil
+	}
+	b.mu.Unlock()
 	stop := context.AfterFunc(ctx, func() {
 		b.mu.Lock()
 		b.cond.Broadcast()
@@ -55,11 +64,7 @@ func (b *byteBudget) acquire(ctx context.Context, n int64) error {
 		if b.closed {
 			return errBudgetClosed
 		}
-		room := b.limit
-		if n > b.limit/largeShareDivisor {
-			room -= b.limit / reserveDivisor
-		}
-		if b.used == 0 || b.used+n <= room {
+		if b.fits(n) {
 			break
 		}
 		if err := ctx.Err(); err != nil {
@@ -69,9 +74,25 @@ func (b *byteBudget) acquire(ctx context.Context, n int64) error {
 		b.cond.Wait()
 		b.waiting--
 	}
+	b.take(n)
+	return nil
+}
+
+// fits reports whether n bytes may be taken now (b.mu held): a payload
+// over 1/largeShareDivisor of the limit leaves 1/reserveDivisor of it to
+// smaller ones; anything fits an empty budget.
+func (b *byteBudget) fits(n int64) bool {
+	room := b.limit
+	if n > b.limit/largeShareDivisor {
+		room -= b.limit / reserveDivisor
+	}
+	return b.used == 0 || b.used+n <= room
+}
+
+// take accounts n bytes (b.mu held).
+func (b *byteBudget) take(n int64) {
 	b.used += n
 	b.peak = max(b.peak, b.used)
-	return nil
 }
 
 func (b *byteBudget) release(n int64) {

@@ -17,11 +17,18 @@ type cachedEntry struct {
 	// segs holds one payload per WriteChunk command, in command order;
 	// nil where this node does not have the bytes in memory.
 	segs [][]byte
-	err  error // the data does not decode
+	// verified[i]: segs[i] is this leader's own proposal's payload,
+	// verified against its checksums when it arrived (nil: none is).
+	verified []bool
+	err      error // the data does not decode
 	// lease is the raft budget of the received frame the bytes came in
 	// (nil: a leader's own proposal's, or none).
 	lease *rxLease
 }
+
+// verifiedAt reports whether the i-th WriteChunk's bytes were verified
+// when they arrived here.
+func (ce *cachedEntry) verifiedAt(i int) bool { return i < len(ce.verified) && ce.verified[i] }
 
 // hasBytes reports whether every WriteChunk's bytes are in memory.
 func (ce *cachedEntry) hasBytes() bool {

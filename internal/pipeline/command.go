@@ -120,12 +120,36 @@ func DecodeEntry(data []byte, fn func(*Command) error) error {
 // DecodeCommands returns the commands of entry data, each decoded into a
 // Command of its own (nothing shared between them or with data).
 func DecodeCommands(data []byte) ([]Command, error) {
-	var out []Command
+	// Sized once: an entry holds up to MaxCommandsPerEntry commands of a
+	// few hundred bytes each, and growing the slice by appends copied
+	// them again and again (a visible share of a 1 KiB write's CPU).
+	out := make([]Command, 0, countCommands(data))
 	err := decodeEntry(data, true, func(c *Command) error {
 		out = append(out, *c)
 		return nil
 	})
 	return out, err
+}
+
+// countCommands counts data's commands by their length prefixes alone, at
+// most MaxCommandsPerEntry; it stops at the first malformed one (which
+// decodeEntry then reports).
+func countCommands(data []byte) int {
+	if len(data) == 0 || data[0] != entryVersion {
+		return 0
+	}
+	p := data[1:]
+	n := 0
+	for len(p) >= 9 && n < MaxCommandsPerEntry {
+		p = p[9:]
+		l, k := binary.Uvarint(p)
+		if k <= 0 || l > uint64(len(p)-k) {
+			break
+		}
+		p = p[k+int(l):]
+		n++
+	}
+	return n
 }
 
 // decodeEntry decodes data's commands into one reused Command, or a fresh

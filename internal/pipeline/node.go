@@ -296,6 +296,9 @@ type proposal struct {
 	pb      transport.PutBlock
 	ref     transport.GetBlock // DeleteBlock, CloseContainer
 	payload []byte
+	// verified: payload matched its checksums when it arrived (handle),
+	// so this leader's append writes it without a second CRC pass.
+	verified bool
 	// release gives payload's admission (the client budget) back; nil
 	// without a payload.
 	release func()

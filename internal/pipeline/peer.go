@@ -390,21 +390,25 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 	case transport.TypeWriteChunk:
 		// The payload was admitted against the client budget before it
 		// was read (payloadAlloc); the proposal holds it until answered.
-		wc := &transport.WriteChunk{}
 		p := &proposal{kind: KindWriteChunk, payload: f.Payload, release: f.Release, conn: c, arrived: time.Now()}
+		wc := &p.wc // decoded in place: no copy per chunk
 		if err := f.Decode(wc); err != nil {
 			p.releasePayload()
 			return badRequest(0, err)
 		}
-		p.wc, p.reqID = *wc, wc.RequestID
+		p.reqID = wc.RequestID
 		// Every replica would refuse a chunk whose bytes do not match
-		// their checksums (the engine verifies them again at append, on
-		// each side of the disk): refused here, it costs one CRC pass on
-		// this connection's goroutine instead of a proposal, a log entry
-		// and its replication to the followers.
+		// their checksums: refused here, it costs one CRC pass on this
+		// connection's goroutine instead of a proposal, a log entry and
+		// its replication to the followers. A chunk that passes is
+		// written by this leader's append without a second pass
+		// (proposal.verified); each follower's engine verifies the bytes
+		// it received.
 		if engine.CheckChunkArgs(uint64(len(f.Payload)), wc.BytesPerChecksum, wc.Checksums) != nil {
 			// malformed: refused by the engine as ErrInvalid, as before
-		} else if bad := engine.VerifyPieces(f.Payload, wc.Checksums, wc.BytesPerChecksum); bad >= 0 {
+		} else if bad := engine.VerifyPieces(f.Payload, wc.Checksums, wc.BytesPerChecksum); bad < 0 {
+			p.verified = true // the append writes it without a second pass
+		} else {
 			c.PayloadWasted(len(f.Payload))
 			p.releasePayload()
 			n.metrics.refusals.WithLabelValues(KindWriteChunk.String()).Inc()

@@ -56,6 +56,12 @@ func (n *Node) newAppendJob(g *group, m *raftpb.Message) *appendJob {
 			if ce.segs[w] == nil {
 				if p := g.pending[c.ProposalID]; p != nil {
 					ce.segs[w] = p.payload
+					if p.verified && p.payload != nil {
+						if ce.verified == nil {
+							ce.verified = make([]bool, len(ce.segs))
+						}
+						ce.verified[w] = true
+					}
 				}
 			}
 			w++
@@ -204,7 +210,7 @@ func (n *Node) writeChunks(j *appendJob, chunks int, wrote bool) (int, bool, boo
 			if c.Kind != KindWriteChunk {
 				continue
 			}
-			err := n.writeChunk(&c.WriteChunk, ce.segs[w])
+			err := n.writeChunk(&c.WriteChunk, ce.segs[w], ce.verifiedAt(w))
 			w++
 			wrote = true
 			chunks++
@@ -233,8 +239,11 @@ func (n *Node) writeChunks(j *appendJob, chunks int, wrote bool) (int, bool, boo
 }
 
 // writeChunk writes one replicated chunk, creating its container on first
-// use (containers are implicit in a pipeline, as in Ozone).
-func (n *Node) writeChunk(w *transport.WriteChunk, data []byte) error {
+// use (containers are implicit in a pipeline, as in Ozone). verified: data
+// is this leader's own proposal's payload, verified when it arrived
+// (handle), so the engine does not verify it again; every other chunk (a
+// follower's, from its leader's frame) is verified by the engine.
+func (n *Node) writeChunk(w *transport.WriteChunk, data []byte, verified bool) error {
 	b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
 	if data == nil {
 		return n.writeMissing(b, w)
@@ -242,12 +251,16 @@ func (n *Node) writeChunk(w *transport.WriteChunk, data []byte) error {
 	if uint64(len(data)) != w.Length {
 		return fmt.Errorf("%w: payload of WriteChunk %d/%d@%d has %d bytes, want %d", engine.ErrInvalid, w.ContainerID, w.LocalID, w.Offset, len(data), w.Length)
 	}
-	err := n.eng.WriteChunk(b, w.Offset, data, w.BytesPerChecksum, w.Checksums)
+	write := n.eng.WriteChunk
+	if verified {
+		write = n.eng.WriteVerifiedChunk
+	}
+	err := write(b, w.Offset, data, w.BytesPerChecksum, w.Checksums)
 	if errors.Is(err, engine.ErrNotFound) {
 		if cerr := n.eng.CreateContainer(b.Container); cerr != nil && !errors.Is(cerr, engine.ErrExists) {
 			return cerr
 		}
-		err = n.eng.WriteChunk(b, w.Offset, data, w.BytesPerChecksum, w.Checksums)
+		err = write(b, w.Offset, data, w.BytesPerChecksum, w.Checksums)
 	}
 	return err
 }

@@ -57,6 +57,12 @@ var metrics = []metric{
 		}
 		return *r.RatioToBaseline, true
 	}},
+	{"cpu_us_per_op", "CPU µs per op, Spindle's processes", false, "cheaper", "costlier", func(r bench.Result) (float64, bool) {
+		if r.CPUUse == nil || r.Ops <= 0 {
+			return 0, false
+		}
+		return r.CPUUsPerOp, true
+	}},
 	{"syscalls_per_op", "syscalls per op", false, "fewer", "more", func(r bench.Result) (float64, bool) {
 		s, ok, err := ResultSyscalls(r)
 		if err != nil || !ok || s.Ops <= 0 {

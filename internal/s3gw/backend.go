@@ -55,8 +55,13 @@ func (b *Backend) ListBuckets(ctx context.Context, in s3response.ListBucketsInpu
 		if !in.IsAdmin && bk.Owner != in.Owner {
 			continue
 		}
-		if in.Prefix != "" && !strings.HasPrefix(bk.Name, in.Prefix) {
+		if in.Prefix != "" && !strings.HasPrefix(bk.Name, in.Prefix) || bk.Name <= in.ContinuationToken {
 			continue
+		}
+		if in.MaxBuckets > 0 && len(res.Buckets.Bucket) == int(in.MaxBuckets) {
+			// more follow: the token is the last name returned (names are sorted)
+			res.ContinuationToken = res.Buckets.Bucket[len(res.Buckets.Bucket)-1].Name
+			break
 		}
 		res.Buckets.Bucket = append(res.Buckets.Bucket, s3response.ListAllMyBucketsEntry{Name: bk.Name, BucketRegion: b.region, CreationDate: bk.Created})
 	}
@@ -299,8 +304,9 @@ func header(ki *metaapi.KeyInfo, name string) *string {
 // checksums is what a whole-object GET or HEAD with ChecksumMode answers:
 // the stored client checksum and the key's CRC32C.
 type checksums struct {
-	crc32, crc32c, crc64nvme, sha1, sha256 *string
-	typ                                    types.ChecksumType
+	crc32, crc32c, crc64nvme, sha1, sha256    *string
+	sha512, md5, xxhash64, xxhash3, xxhash128 *string
+	typ                                       types.ChecksumType
 }
 
 func checksumsOf(ki *metaapi.KeyInfo) checksums {
@@ -323,6 +329,16 @@ func checksumsOf(ki *metaapi.KeyInfo) checksums {
 			c.sha1 = ptr(v)
 		case types.ChecksumAlgorithmSha256:
 			c.sha256 = ptr(v)
+		case types.ChecksumAlgorithmSha512:
+			c.sha512 = ptr(v)
+		case types.ChecksumAlgorithmMd5:
+			c.md5 = ptr(v)
+		case types.ChecksumAlgorithmXxhash64:
+			c.xxhash64 = ptr(v)
+		case types.ChecksumAlgorithmXxhash3:
+			c.xxhash3 = ptr(v)
+		case types.ChecksumAlgorithmXxhash128:
+			c.xxhash128 = ptr(v)
 		}
 	}
 	return c

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gofiber/fiber/v3"
 	"github.com/versity/versitygw/embedgw"
 	"github.com/versity/versitygw/s3api"
 
@@ -94,7 +95,7 @@ func Run(ctx context.Context, cfg Config) error {
 		MultipartMaxParts: metaapi.MaxParts,
 		VirtualDomain:     cfg.Domain,
 		IAMService:        iam,
-		S3Options:         []s3api.Option{s3api.WithMiddleware("/", v2.handle)},
+		S3Options:         []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error { noteEncodingType(c); return v2.handle(c) })},
 		KeepAlive:         true,
 		Quiet:             true,
 	})

@@ -2,8 +2,13 @@ package s3gw
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
@@ -22,12 +27,12 @@ func uploadErr(err error) error { return toS3(err, s3err.ErrNoSuchUpload) }
 // (Content-Type, headers, user metadata) is kept with it.
 func (b *Backend) CreateMultipartUpload(ctx context.Context, in s3response.CreateMultipartUploadInput) (s3response.InitiateMultipartUploadResult, error) {
 	bucket, key := deref(in.Bucket), deref(in.Key)
-	if err := metaapi.ValidKey(key); err != nil {
-		return s3response.InitiateMultipartUploadResult{}, s3err.GetAPIError(s3err.ErrInvalidRequest)
+	if err := keyErr(key); err != nil {
+		return s3response.InitiateMultipartUploadResult{}, err
 	}
 	om := &metaapi.ObjectMeta{
 		ContentType: deref(in.ContentType),
-		Headers:     standardHeaders(in.ContentEncoding, in.ContentDisposition, in.ContentLanguage, in.CacheControl, in.Expires),
+		Headers:     standardHeaders(in.ContentEncoding, in.ContentDisposition, in.ContentLanguage, in.CacheControl, in.Expires, in.WebsiteRedirectLocation),
 		UserMeta:    in.Metadata,
 	}
 	if in.ChecksumAlgorithm != "" {
@@ -64,13 +69,19 @@ func (b *Backend) UploadPart(ctx context.Context, in *s3.UploadPartInput) (*s3.U
 	chk, err := newBodyCheck(in.Body, checksumHeaders{
 		types.ChecksumAlgorithmCrc32: in.ChecksumCRC32, types.ChecksumAlgorithmCrc32c: in.ChecksumCRC32C,
 		types.ChecksumAlgorithmCrc64nvme: in.ChecksumCRC64NVME, types.ChecksumAlgorithmSha1: in.ChecksumSHA1,
-		types.ChecksumAlgorithmSha256: in.ChecksumSHA256}, in.ChecksumAlgorithm)
+		types.ChecksumAlgorithmSha256: in.ChecksumSHA256, types.ChecksumAlgorithmSha512: in.ChecksumSHA512,
+		types.ChecksumAlgorithmMd5: in.ChecksumMD5, types.ChecksumAlgorithmXxhash64: in.ChecksumXXHASH64,
+		types.ChecksumAlgorithmXxhash3: in.ChecksumXXHASH3, types.ChecksumAlgorithmXxhash128: in.ChecksumXXHASH128}, in.ChecksumAlgorithm)
 	if err != nil {
 		return nil, err
 	}
+	defer chk.close()
 	var part metaapi.Part
 	_, err = b.kc.Put(ctx, ref.Bucket, ref.Key, chk.r, keyclient.PutOptions{
 		Commit: func(ctx context.Context, size uint64, blocks []metaapi.KeyBlock, crc uint32) (metaapi.KeyInfo, error) {
+			if err := chk.verify(crc); err != nil {
+				return metaapi.KeyInfo{}, err
+			}
 			var err error
 			part, err = b.meta.CommitPart(ctx, metaapi.CommitPart{UploadRef: ref, Number: uint32(n), Size: size,
 				Blocks: blocks, CRC32C: crc, ETag: chk.etag(), Checksums: chk.checksums()})
@@ -82,7 +93,8 @@ func (b *Backend) UploadPart(ctx context.Context, in *s3.UploadPartInput) (*s3.U
 	}
 	cs := checksumsOut(part.Checksums, part.CRC32C)
 	return &s3.UploadPartOutput{ETag: ptr(`"` + part.ETag + `"`), ChecksumCRC32: cs.crc32, ChecksumCRC32C: cs.crc32c,
-		ChecksumCRC64NVME: cs.crc64nvme, ChecksumSHA1: cs.sha1, ChecksumSHA256: cs.sha256}, nil
+		ChecksumCRC64NVME: cs.crc64nvme, ChecksumSHA1: cs.sha1, ChecksumSHA256: cs.sha256, ChecksumSHA512: cs.sha512,
+		ChecksumMD5: cs.md5, ChecksumXXHASH64: cs.xxhash64, ChecksumXXHASH3: cs.xxhash3, ChecksumXXHASH128: cs.xxhash128}, nil
 }
 
 // UploadPartCopy streams a range of a key into a part.
@@ -143,19 +155,78 @@ func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMu
 		}
 		req.Parts = append(req.Parts, metaapi.CompletePart{Number: uint32(*p.PartNumber), ETag: deref(p.ETag)})
 	}
+	if in.MpuObjectSize != nil {
+		if err := b.checkObjectSize(ctx, ref, req.Parts, *in.MpuObjectSize); err != nil {
+			return s3response.CompleteMultipartUploadResult{}, "", err
+		}
+	}
 	ki, err := b.meta.CompleteUpload(ctx, req)
+	if errors.Is(err, metaapi.ErrNotFound) {
+		// A repeated Complete (its first answer lost, the client retries)
+		// finds no upload: if the key is the object these parts made —
+		// its ETag is the MD5 of their MD5s — answer it as S3 does.
+		if done, ok := b.completedBefore(ctx, ref, req.Parts); ok {
+			ki, err = done, nil
+		}
+	}
 	if err != nil {
 		return s3response.CompleteMultipartUploadResult{}, "", uploadErr(err)
-	}
-	if in.MpuObjectSize != nil && *in.MpuObjectSize != int64(ki.Size) {
-		// The key is committed already; S3 checks this first. Say so.
-		return s3response.CompleteMultipartUploadResult{}, "", s3err.GetAPIError(s3err.ErrInvalidRequest)
 	}
 	ct := types.ChecksumTypeFullObject
 	return s3response.CompleteMultipartUploadResult{
 		Bucket: &ref.Bucket, Key: &ref.Key, ETag: ptr(etagOf(&ki)),
 		ChecksumCRC32C: ptr(crcBase64(ki.CRC32C)), ChecksumType: &ct,
 	}, "", nil
+}
+
+// completedBefore is the key ref names when it is the object that
+// completing parts made: its ETag is S3's multipart ETag of their ETags.
+func (b *Backend) completedBefore(ctx context.Context, ref metaapi.UploadRef, parts []metaapi.CompletePart) (metaapi.KeyInfo, bool) {
+	h := md5.New()
+	for _, p := range parts {
+		raw, err := hex.DecodeString(strings.Trim(p.ETag, `"`))
+		if err != nil || len(raw) != md5.Size {
+			return metaapi.KeyInfo{}, false
+		}
+		h.Write(raw)
+	}
+	want := fmt.Sprintf("%s-%d", hex.EncodeToString(h.Sum(nil)), len(parts))
+	ki, err := b.meta.GetKey(ctx, ref.Bucket, ref.Key)
+	if err != nil || ki.Object == nil || ki.Object.ETag != want {
+		return metaapi.KeyInfo{}, false
+	}
+	return ki, true
+}
+
+// checkObjectSize refuses a completion whose x-amz-mp-object-size is not
+// the listed parts' total, before anything is committed.
+func (b *Backend) checkObjectSize(ctx context.Context, ref metaapi.UploadRef, parts []metaapi.CompletePart, want int64) error {
+	listed := make(map[uint32]bool, len(parts))
+	for _, p := range parts {
+		listed[p.Number] = true
+	}
+	var total int64
+	var after uint32
+	for range metaapi.MaxParts/metaapi.MaxUploadPage + 1 { // bounded: every page of up to MaxParts parts
+		l, err := b.meta.ListParts(ctx, metaapi.ListParts{UploadRef: ref, After: after, Limit: metaapi.MaxUploadPage})
+		if err != nil {
+			return uploadErr(err)
+		}
+		for _, p := range l.Parts {
+			if listed[p.Number] {
+				total += int64(p.Size)
+			}
+		}
+		if l.Next == 0 {
+			break
+		}
+		after = l.Next
+	}
+	if total != want {
+		return s3err.APIError{Code: "InvalidRequest", HTTPStatusCode: http.StatusBadRequest,
+			Description: fmt.Sprintf("The provided 'x-amz-mp-object-size' header value %d does not match what was computed: %d", want, total)}
+	}
+	return nil
 }
 
 // AbortMultipartUpload drops an upload and its parts.

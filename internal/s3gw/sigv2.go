@@ -30,7 +30,10 @@ import (
 // presigned query for the same user, method, path and remaining lifetime,
 // which versitygw then verifies as usual. A request that fails the V2
 // check is refused here (SignatureDoesNotMatch, AccessDenied for an expired
-// URL, InvalidAccessKeyId). Only GET and HEAD, path-style.
+// URL, InvalidAccessKeyId). GET, HEAD and PUT (boto3's presigned
+// put_object), path-style; a PUT's Content-Type and Content-MD5 are part of
+// the V2 signature, its body is verified by versitygw as any V4 presigned
+// PUT (UNSIGNED-PAYLOAD, Content-MD5 when sent).
 
 // v2SubResources are the query parameters S3's V2 canonical resource
 // includes.
@@ -72,7 +75,7 @@ func (s *sigV2) handle(ctx fiber.Ctx) error {
 // resign verifies a V2 presigned request and rewrites its query as V4.
 func (s *sigV2) resign(ctx fiber.Ctx, access, sig, exp string) error {
 	method := ctx.Method()
-	if method != http.MethodGet && method != http.MethodHead {
+	if method != http.MethodGet && method != http.MethodHead && method != http.MethodPut {
 		return s3err.GetAPIError(s3err.ErrUnsupportedAuthorizationMechanism)
 	}
 	expires, err := strconv.ParseInt(exp, 10, 64)

@@ -401,7 +401,7 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 	}
 	stats, err := bench.Loop(ctx, bench.LoopConfig{
 		Workers: cfg.Clients, Duration: cfg.Duration, MaxOps: maxOps,
-		Label: "chunk-write (3 replicas)", Progress: cfg.Progress,
+		Label: "chunk-write (3 replicas)", Progress: cfg.Progress, Processes: cl.Procs,
 	}, func(ctx context.Context, worker int, op int64) (int, error) {
 		return writers[worker].writeOne(ctx)
 	})

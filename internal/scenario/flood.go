@@ -234,6 +234,7 @@ func RunFlood(ctx context.Context, cfg FloodConfig) (out FloodResult, err error)
 	phase := func(label string) (bench.Stats, error) {
 		return bench.Loop(ctx, bench.LoopConfig{
 			Workers: cfg.Clients, Duration: cfg.Phase, MaxOps: maxOps, Label: label, Progress: cfg.Progress,
+			Processes: cl.Procs,
 		}, func(ctx context.Context, worker int, _ int64) (int, error) {
 			return writers[worker].writeOne(ctx)
 		})

@@ -342,7 +342,7 @@ func RunFollowerAppend(ctx context.Context, cfg FollowerAppendConfig) (FollowerA
 		return FollowerAppendResult{}, fmt.Errorf("follower-append: %w", err)
 	}
 	res := FollowerAppendResult{
-		Result:   bench.Stats{Workers: 1, Ops: st.Messages, Bytes: st.Bytes, Elapsed: st.Elapsed, Latency: st.Latency}.Result("follower-append"),
+		Result:   bench.Stats{Workers: 1, Ops: st.Messages, Bytes: st.Bytes, Elapsed: st.Elapsed, Latency: st.Latency, CPU: st.CPU}.Result("follower-append"),
 		Messages: st.Messages, Batch: cfg.Batch, AppendEntries: st.AppendEntries,
 		ChunkSizeBytes: cfg.ChunkSizeBytes, MessageDefinition: FollowerAppendMessage,
 	}
@@ -459,7 +459,10 @@ func runFollowerOnce(ctx context.Context, cfg FollowerAppendConfig, dirs *faDirs
 		return leaderStats{}, fmt.Errorf("leader: %w%s", err, p.tail())
 	}
 	sess := startLeader(ctx, ln, out)
+	cpu := bench.StartCPU([]bench.Proc{{Name: "follower", PID: p.pid}})
 	st, err := sess.run(lcfg, p.done)
+	u := cpu.Stop(st.Messages, st.Bytes)
+	st.CPU = &u
 	if err != nil {
 		p.kill()
 		sess.close()

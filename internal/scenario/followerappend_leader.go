@@ -93,6 +93,9 @@ type leaderStats struct {
 	DeleteBlocks   int64
 	Blocks         int64
 	Containers     int64
+	// CPU: this process (the played leader) and the follower during the
+	// run.
+	CPU *bench.CPUUse
 }
 
 // sentAE is an AppendEntries waiting for its acknowledgement.

@@ -72,6 +72,26 @@ type keyCluster struct {
 	log      *slog.Logger
 }
 
+// procs returns the processes the bench started and whose CPU time it
+// charges to its loops (bench.LoopConfig.Processes): an embedded server's
+// datanodes (its meta service runs in this process, measured with it).
+// None for a running cluster.
+func (k *keyCluster) procs() []bench.Proc {
+	if k.srv == nil || k.srv.Cluster() == nil {
+		return nil
+	}
+	return k.srv.Cluster().Procs()
+}
+
+// cpuNote says what a figure of cpu_seconds covers on a running cluster
+// (nothing of it but this process); "" for an embedded one.
+func (k *keyCluster) cpuNote() string {
+	if k.embedded {
+		return ""
+	}
+	return "cpu_seconds: this process (the client) only; the cluster at " + k.label + " was not started by the bench"
+}
+
 // Limits of the key benches.
 const (
 	// clusterStartWait bounds the wait for an embedded server's first

@@ -261,6 +261,7 @@ func (b *keyBench) loop(ctx context.Context, label string, duration time.Duratio
 	var next atomic.Int64
 	return bench.Loop(ctx, bench.LoopConfig{
 		Workers: b.cfg.Concurrency, Duration: duration, MaxOps: int64(b.cfg.Keys), Label: label, Progress: progress,
+		Processes: b.cl.procs,
 	}, func(ctx context.Context, _ int, _ int64) (int, error) {
 		i := int(next.Add(1) - 1)
 		if i >= b.cfg.Keys {
@@ -285,6 +286,9 @@ func (b *keyBench) result(stats bench.Stats) KeyBenchResult {
 	res.SetParam("prefix", b.cfg.Prefix)
 	if stats.Ops < int64(b.cfg.Keys) {
 		res.AddNote("stopped by --duration after %d of %d keys", stats.Ops, b.cfg.Keys)
+	}
+	if n := b.cl.cpuNote(); n != "" {
+		res.AddNote("%s", n)
 	}
 	if b.cfg.Keep {
 		res.AddNote("kept: the keys in %s/%s on %s", b.cfg.Bucket, b.cfg.Prefix, b.cl.label)

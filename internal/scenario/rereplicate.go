@@ -289,7 +289,12 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 		}
 		progress("tracing node %d (pid %d) with strace", traced, srv.Cluster().PID(m.ID))
 	}
+	// Spindle's processes (this one, with the meta service; the
+	// datanodes) from the restart to full replication: a window wider
+	// than the copies' (it holds the datanodes' start), known now.
+	procCPU := bench.StartCPU(srv.Cluster().Procs())
 	st, err := waitReplicated(ctx, srv.Meta(), lost, held, progress)
+	procUse := procCPU.Stop(int64(st.CopiedContainers), int64(st.CopiedBytes))
 	if tracer != nil {
 		tracer.stop()
 	}
@@ -332,6 +337,8 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 	res.Result = bench.Result{Scenario: "rereplicate", Ops: int64(st.CopiedContainers), Seconds: secs,
 		OpsPerS: float64(st.CopiedContainers) / max(secs, 1e-9), Bytes: int64(st.CopiedBytes),
 		MBPerS: float64(st.CopiedBytes) / 1e6 / max(secs, 1e-9)}
+	res.SetCPU(procUse)
+	res.AddNote("cpu_seconds: Spindle's processes from the restart to full replication (the datanodes' start included), per container copied and per GB copied; cpu: the machine's CPU during the copy window and each copy limit")
 	res.Containers, res.CopiedBytes, res.FailedCopies = int(st.CopiedContainers), st.CopiedBytes, st.FailedCopies
 	res.Extra = map[string]any{"seconds_from_decision": decided, "mb_per_s_from_decision": float64(st.CopiedBytes) / 1e6 / max(decided, 1e-9)}
 	res.Params = map[string]any{"size_bytes": cfg.SizeBytes, "datanodes": cfg.Datanodes, "container_size_bytes": cfg.ContainerSizeBytes,

@@ -233,7 +233,11 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 	}
 	loop := func(label string, n int, d time.Duration, op func(context.Context, int, int) error) (bench.Stats, error) {
 		var next atomic.Int64
-		return bench.Loop(ctx, bench.LoopConfig{Workers: cfg.Concurrency, Duration: d, MaxOps: int64(n), Label: label, Progress: cfg.Progress},
+		var procs func() []bench.Proc
+		if cl != nil {
+			procs = cl.procs
+		}
+		return bench.Loop(ctx, bench.LoopConfig{Workers: cfg.Concurrency, Duration: d, MaxOps: int64(n), Label: label, Progress: cfg.Progress, Processes: procs},
 			func(ctx context.Context, worker int, _ int64) (int, error) {
 				i := int(next.Add(1) - 1)
 				if i >= n {
@@ -277,6 +281,11 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 	res.SetParam("prefix", cfg.Prefix)
 	if stats.Ops < int64(n) {
 		res.AddNote("stopped by --duration after %d of %d objects", stats.Ops, n)
+	}
+	if cl == nil {
+		res.AddNote("cpu_seconds: this process (the client) only; the endpoint was not started by the bench")
+	} else if n := cl.cpuNote(); n != "" {
+		res.AddNote("%s", n)
 	}
 	res.AddNote("client: aws-sdk-go-v2, path style, UNSIGNED-PAYLOAD, no request checksums; %d connections", cfg.Concurrency)
 	if cfg.Op == "get" {
@@ -324,7 +333,7 @@ func keyBaseline(ctx context.Context, cl *keyCluster, cfg S3BenchConfig, n int, 
 	}
 	loop := func(label string, op func(context.Context, int) error) (bench.Stats, error) {
 		var next atomic.Int64
-		return bench.Loop(ctx, bench.LoopConfig{Workers: cfg.Concurrency, MaxOps: int64(n), Label: label, Progress: cfg.Progress},
+		return bench.Loop(ctx, bench.LoopConfig{Workers: cfg.Concurrency, MaxOps: int64(n), Label: label, Progress: cfg.Progress, Processes: cl.procs},
 			func(ctx context.Context, _ int, _ int64) (int, error) {
 				return int(cfg.SizeBytes), op(ctx, int(next.Add(1)-1))
 			})

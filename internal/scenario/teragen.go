@@ -240,6 +240,7 @@ func RunTeraGen(ctx context.Context, cfg TeraGenConfig) (out TeraGenResult, err 
 	defer wcancel()
 	errs := make([]error, cfg.Writers)
 	stopProgress := startByteProgress(cfg.Progress, "teragen", total, &acked)
+	cpu := bench.StartCPU(cl.procs())
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range cfg.Writers {
@@ -277,6 +278,7 @@ func RunTeraGen(ctx context.Context, cfg TeraGenConfig) (out TeraGenResult, err 
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpuUse := cpu.Stop(int64(len(names)), total)
 	stopProgress()
 	if err := firstError(errs); err != nil {
 		if ctx.Err() != nil {
@@ -295,8 +297,11 @@ func RunTeraGen(ctx context.Context, cfg TeraGenConfig) (out TeraGenResult, err 
 			sum += k.sum
 		}
 	}
-	st := bench.Stats{Workers: cfg.Writers, Ops: int64(len(names)), Bytes: total, Elapsed: elapsed, Latency: lat}
+	st := bench.Stats{Workers: cfg.Writers, Ops: int64(len(names)), Bytes: total, Elapsed: elapsed, Latency: lat, CPU: &cpuUse}
 	res := st.Result("teragen")
+	if n := cl.cpuNote(); n != "" {
+		res.AddNote("%s", n)
+	}
 	res.SetParam("size_bytes", cfg.SizeBytes)
 	res.SetParam("writers", cfg.Writers)
 	res.SetParam("key_bytes", cfg.KeyBytes)

@@ -11,6 +11,7 @@ import (
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3gw"
+	"github.com/spindle-store/spindle/internal/vfs"
 )
 
 // S3Config configures the server's S3 gateway.
@@ -61,11 +62,7 @@ func s3Root(dir string, c S3Config) (access, secret string, generated bool, err 
 	}
 	access, secret = meta.GenerateKeys()
 	b, _ = json.MarshalIndent(s3Credentials{AccessKey: access, SecretKey: secret}, "", "  ")
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return "", "", false, fmt.Errorf("server: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := vfs.WriteFileAtomicPerm(vfs.Default, path, append(b, '\n'), 0o600); err != nil {
 		return "", "", false, fmt.Errorf("server: %w", err)
 	}
 	return access, secret, true, nil

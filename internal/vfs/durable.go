@@ -46,8 +46,23 @@ func MkdirAllDurable(fs FS, dir string) error {
 // directory entry). On failure the temporary file is removed. For small
 // files written whole: identity, ready and state files.
 func WriteFileAtomic(fs FS, path string, data []byte) error {
+	return WriteFileAtomicPerm(fs, path, data, 0o644)
+}
+
+// WriteFileAtomicPerm is WriteFileAtomic with the new file's permissions
+// (0600 for secrets: keys, credentials), set when the temporary file is
+// created, so that the bytes are never readable by others. A filesystem
+// without permissions (MemFS) ignores perm.
+func WriteFileAtomicPerm(fs FS, path string, data []byte, perm os.FileMode) error {
 	tmp := path + ".tmp"
-	f, err := fs.Create(tmp)
+	var f File
+	var err error
+	if pc, ok := fs.(permCreator); ok {
+		fs.Remove(tmp) // a leftover keeps its old mode through O_TRUNC
+		f, err = pc.CreatePerm(tmp, perm)
+	} else {
+		f, err = fs.Create(tmp)
+	}
 	if err != nil {
 		return err
 	}
@@ -66,4 +81,9 @@ func WriteFileAtomic(fs FS, path string, data []byte) error {
 		return err
 	}
 	return fs.SyncDir(filepath.Dir(path))
+}
+
+// permCreator is a filesystem whose files have permissions (the OS).
+type permCreator interface {
+	CreatePerm(name string, perm os.FileMode) (File, error)
 }

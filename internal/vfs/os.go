@@ -31,6 +31,12 @@ func (osFS) Create(name string) (File, error) {
 	return wrapOS(os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o644))
 }
 
+// CreatePerm is Create with the new file's permissions (see
+// WriteFileAtomicPerm).
+func (osFS) CreatePerm(name string, perm os.FileMode) (File, error) {
+	return wrapOS(os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, perm))
+}
+
 func (osFS) Open(name string) (File, error) {
 	return wrapOS(os.OpenFile(name, os.O_RDONLY|unix.O_CLOEXEC, 0))
 }

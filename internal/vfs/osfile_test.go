@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -35,5 +36,31 @@ func TestOSFile(t *testing.T) {
 	defer mf.Close()
 	if of, ok := OSFile(mf); ok || of != nil {
 		t.Fatalf("OSFile of a MemFS file: %v, %v", of, ok)
+	}
+}
+
+// TestWriteFileAtomicPerm: a secret written with 0600 is created 0600 (never
+// readable by others, not even between create and rename), replaces an old
+// file whole, and leaves no temporary file.
+func TestWriteFileAtomicPerm(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(path+".tmp", []byte("leftover"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range []string{"first", "second"} {
+		if err := WriteFileAtomicPerm(Default, path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(path)
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("mode %v, %v; want 0600", st.Mode().Perm(), err)
+		}
+		if got, _ := os.ReadFile(path); string(got) != data {
+			t.Fatalf("read %q, want %q", got, data)
+		}
+	}
+	if _, err := os.Stat(path + ".tmp"); !os.IsNotExist(err) {
+		t.Fatalf("temporary file left: %v", err)
 	}
 }

@@ -1,0 +1,430 @@
+// Package tlsconf is Spindle's cluster PKI and TLS settings: a cluster CA,
+// certificates issued by it that carry a member's name and role, and TLS 1.3
+// configurations for mutual authentication whose certificates are re-read
+// from their files when those change (no restart).
+//
+// Identity: a certificate's Subject CommonName is the holder's name (a
+// datanode's ID, a meta member's ID, a user); its role (meta, datanode, s3,
+// client, admin) is a URI SAN "spindle://role/<role>". A server that needs to
+// know who called asks IdentityOf on the verified peer certificate, never a
+// name the caller sent.
+//
+// Files: a CA directory holds ca.crt (0644) and ca.key (0600); an issued
+// pair is NAME.crt (0644) and NAME.key (0600). Every file is written with
+// vfs.WriteFileAtomicPerm (whole or not at all, fsynced, the key never
+// readable by others).
+//
+// Invariants: TLS 1.3 only; a server configuration requires and verifies a
+// client certificate from the cluster CA; keys are ECDSA P-256.
+//
+// Concurrency: a Reloader is safe for concurrent handshakes; it re-reads its
+// files at most once per ReloadCheckInterval, under its own lock.
+package tlsconf
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spindle-store/spindle/internal/vfs"
+)
+
+// Role is what a certificate's holder may do.
+type Role string
+
+// The roles.
+const (
+	RoleMeta     Role = "meta"
+	RoleDatanode Role = "datanode"
+	RoleS3       Role = "s3"
+	RoleClient   Role = "client"
+	RoleAdmin    Role = "admin"
+)
+
+// Roles lists every role, for validation and help texts.
+var Roles = []Role{RoleMeta, RoleDatanode, RoleS3, RoleClient, RoleAdmin}
+
+// File names in a CA directory.
+const (
+	CACertFile = "ca.crt"
+	CAKeyFile  = "ca.key"
+)
+
+const (
+	// DefaultCAValidity is a cluster CA's lifetime.
+	DefaultCAValidity = 10 * 365 * 24 * time.Hour
+	// DefaultCertValidity is an issued certificate's lifetime.
+	DefaultCertValidity = 365 * 24 * time.Hour
+	// ReloadCheckInterval bounds how often a Reloader looks at its files.
+	ReloadCheckInterval = time.Second
+	// maxPEMBytes bounds a certificate or key file read.
+	maxPEMBytes   = 1 << 20
+	roleURIPrefix = "spindle://role/"
+)
+
+// ErrExists is returned by CreateCA when the directory already holds a CA.
+var ErrExists = errors.New("tlsconf: a CA already exists there")
+
+// CA is a cluster certificate authority.
+type CA struct {
+	Cert    *x509.Certificate
+	CertPEM []byte
+	key     crypto.Signer
+}
+
+// CreateCA makes a new CA named name in dir (created if missing); ErrExists
+// when dir already has one, so that a second start never replaces the CA
+// every certificate was issued by.
+func CreateCA(dir, name string, validity time.Duration) (*CA, error) {
+	if _, err := os.Stat(filepath.Join(dir, CACertFile)); err == nil {
+		return nil, fmt.Errorf("%w: %s", ErrExists, filepath.Join(dir, CACertFile))
+	}
+	if validity <= 0 {
+		validity = DefaultCAValidity
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("tlsconf: CA key: %w", err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: name, Organization: []string{"Spindle"}},
+		NotBefore:             now.Add(-time.Hour), // tolerate clocks a little behind
+		NotAfter:              now.Add(validity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, fmt.Errorf("tlsconf: CA certificate: %w", err)
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM, err := encodeKey(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := vfs.MkdirAllDurable(vfs.Default, dir); err != nil {
+		return nil, fmt.Errorf("tlsconf: %w", err)
+	}
+	// The key first: a crash between the two leaves no ca.crt, and the
+	// next CreateCA starts over.
+	if err := vfs.WriteFileAtomicPerm(vfs.Default, filepath.Join(dir, CAKeyFile), keyPEM, 0o600); err != nil {
+		return nil, fmt.Errorf("tlsconf: %w", err)
+	}
+	if err := vfs.WriteFileAtomicPerm(vfs.Default, filepath.Join(dir, CACertFile), certPEM, 0o644); err != nil {
+		return nil, fmt.Errorf("tlsconf: %w", err)
+	}
+	return LoadCA(dir)
+}
+
+// LoadCA reads the CA in dir.
+func LoadCA(dir string) (*CA, error) {
+	certPEM, err := readPEM(filepath.Join(dir, CACertFile))
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := readPEM(filepath.Join(dir, CAKeyFile))
+	if err != nil {
+		return nil, err
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("tlsconf: CA in %s: %w", dir, err)
+	}
+	cert, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("tlsconf: CA in %s: %w", dir, err)
+	}
+	if !cert.IsCA {
+		return nil, fmt.Errorf("tlsconf: %s is not a CA certificate", filepath.Join(dir, CACertFile))
+	}
+	signer, ok := pair.PrivateKey.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("tlsconf: CA key in %s cannot sign", dir)
+	}
+	return &CA{Cert: cert, CertPEM: certPEM, key: signer}, nil
+}
+
+// IssueRequest describes a certificate to issue.
+type IssueRequest struct {
+	Name     string        // the holder's name (CommonName)
+	Role     Role          // what it may do
+	Hosts    []string      // IP addresses and DNS names it serves on (servers)
+	Validity time.Duration // default DefaultCertValidity
+}
+
+// Issue signs a new key pair for req and returns the certificate and key
+// in PEM. Every certificate may act as server and client (peers dial each
+// other).
+func (ca *CA) Issue(req IssueRequest) (certPEM, keyPEM []byte, err error) {
+	if req.Name == "" || strings.ContainsAny(req.Name, "/\x00") {
+		return nil, nil, fmt.Errorf("tlsconf: certificate name %q: want a non-empty name without '/'", req.Name)
+	}
+	if !validRole(req.Role) {
+		return nil, nil, fmt.Errorf("tlsconf: role %q: want one of %v", req.Role, Roles)
+	}
+	if req.Validity <= 0 {
+		req.Validity = DefaultCertValidity
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tlsconf: key: %w", err)
+	}
+	roleURI, _ := url.Parse(roleURIPrefix + string(req.Role))
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: req.Name, Organization: []string{"Spindle"}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(req.Validity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		URIs:         []*url.URL{roleURI},
+	}
+	for _, h := range req.Hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else if h != "" {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	if tmpl.NotAfter.After(ca.Cert.NotAfter) {
+		tmpl.NotAfter = ca.Cert.NotAfter
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tlsconf: certificate for %s: %w", req.Name, err)
+	}
+	keyPEM, err = encodeKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, nil
+}
+
+// WritePair writes an issued pair as dir/name.crt (0644) and dir/name.key
+// (0600) and returns their paths.
+func WritePair(dir, name string, certPEM, keyPEM []byte) (certPath, keyPath string, err error) {
+	if err := vfs.MkdirAllDurable(vfs.Default, dir); err != nil {
+		return "", "", fmt.Errorf("tlsconf: %w", err)
+	}
+	certPath, keyPath = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	if err := vfs.WriteFileAtomicPerm(vfs.Default, keyPath, keyPEM, 0o600); err != nil {
+		return "", "", fmt.Errorf("tlsconf: %w", err)
+	}
+	if err := vfs.WriteFileAtomicPerm(vfs.Default, certPath, certPEM, 0o644); err != nil {
+		return "", "", fmt.Errorf("tlsconf: %w", err)
+	}
+	return certPath, keyPath, nil
+}
+
+// IdentityOf is the name and role a verified certificate carries.
+func IdentityOf(cert *x509.Certificate) (name string, role Role, err error) {
+	for _, u := range cert.URIs {
+		if s := u.String(); strings.HasPrefix(s, roleURIPrefix) {
+			role = Role(strings.TrimPrefix(s, roleURIPrefix))
+		}
+	}
+	if !validRole(role) || cert.Subject.CommonName == "" {
+		return "", "", fmt.Errorf("tlsconf: certificate %q carries no Spindle role", cert.Subject.CommonName)
+	}
+	return cert.Subject.CommonName, role, nil
+}
+
+// PeerIdentity is the identity of a TLS connection's verified peer.
+func PeerIdentity(cs tls.ConnectionState) (name string, role Role, err error) {
+	if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+		return "", "", errors.New("tlsconf: no verified peer certificate")
+	}
+	return IdentityOf(cs.VerifiedChains[0][0])
+}
+
+// Files names a certificate, its key and the CA that verifies peers.
+type Files struct {
+	Cert, Key, CA string
+}
+
+// Reloader serves a certificate and CA pool from files, re-read when a
+// file's size or modification time changes (looked at no more than once
+// per ReloadCheckInterval), so that certificates are rotated without a
+// restart. A failed re-read keeps what was loaded and is returned by the
+// next Reload.
+type Reloader struct {
+	files Files
+
+	mu        sync.Mutex
+	checked   time.Time
+	stamp     string // sizes and mtimes of the three files when loaded
+	cert      *tls.Certificate
+	pool      *x509.CertPool
+	reloadErr error
+}
+
+// NewReloader loads files; an error when any is missing or invalid.
+func NewReloader(f Files) (*Reloader, error) {
+	r := &Reloader{files: f}
+	if err := r.load(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Reloader) stampOf() string {
+	var b strings.Builder
+	for _, p := range []string{r.files.Cert, r.files.Key, r.files.CA} {
+		if st, err := os.Stat(p); err == nil {
+			fmt.Fprintf(&b, "%d/%d;", st.Size(), st.ModTime().UnixNano())
+		} else {
+			b.WriteString("-;")
+		}
+	}
+	return b.String()
+}
+
+func (r *Reloader) load() error {
+	stamp := r.stampOf()
+	certPEM, err := readPEM(r.files.Cert)
+	if err != nil {
+		return err
+	}
+	keyPEM, err := readPEM(r.files.Key)
+	if err != nil {
+		return err
+	}
+	caPEM, err := readPEM(r.files.CA)
+	if err != nil {
+		return err
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return fmt.Errorf("tlsconf: %s and %s: %w", r.files.Cert, r.files.Key, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return fmt.Errorf("tlsconf: %s holds no certificate", r.files.CA)
+	}
+	r.cert, r.pool, r.stamp = &pair, pool, stamp
+	return nil
+}
+
+// Reload re-reads the files now if they changed; the error of a failed
+// re-read (what was loaded before stays in use).
+func (r *Reloader) Reload() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.checked = time.Now()
+	if r.stampOf() == r.stamp {
+		return nil
+	}
+	r.reloadErr = r.load()
+	return r.reloadErr
+}
+
+// current returns the certificate and pool, reloading first when the last
+// look at the files is older than ReloadCheckInterval.
+func (r *Reloader) current() (*tls.Certificate, *x509.CertPool) {
+	r.mu.Lock()
+	due := time.Since(r.checked) >= ReloadCheckInterval
+	r.mu.Unlock()
+	if due {
+		r.Reload() // a failure keeps the loaded pair; Reload reports it
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cert, r.pool
+}
+
+// ServerConfig is a TLS 1.3 server configuration that presents the current
+// certificate and requires a client certificate verified by the current CA.
+func (r *Reloader) ServerConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			cert, pool := r.current()
+			return &tls.Config{
+				MinVersion:   tls.VersionTLS13,
+				Certificates: []tls.Certificate{*cert},
+				ClientAuth:   tls.RequireAndVerifyClientCert,
+				ClientCAs:    pool,
+			}, nil
+		},
+	}
+}
+
+// ClientConfig is a TLS 1.3 client configuration for a server named
+// serverName (an IP address or DNS name in its certificate), presenting
+// the current certificate and verifying the server by the current CA.
+func (r *Reloader) ClientConfig(serverName string) *tls.Config {
+	cert, pool := r.current()
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		ServerName: serverName,
+		RootCAs:    pool,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			c, _ := r.current()
+			return c, nil
+		},
+		Certificates: []tls.Certificate{*cert},
+	}
+}
+
+func validRole(r Role) bool {
+	for _, x := range Roles {
+		if r == x {
+			return true
+		}
+	}
+	return false
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		panic(fmt.Sprintf("tlsconf: random serial: %v", err)) // crypto/rand does not fail on Linux
+	}
+	return n
+}
+
+func encodeKey(key *ecdsa.PrivateKey) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("tlsconf: key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+// readPEM reads a PEM file of at most maxPEMBytes.
+func readPEM(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("tlsconf: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxPEMBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("tlsconf: %s: %w", path, err)
+	}
+	if len(b) > maxPEMBytes {
+		return nil, fmt.Errorf("tlsconf: %s: larger than %d bytes", path, maxPEMBytes)
+	}
+	return b, nil
+}
