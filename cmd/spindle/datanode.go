@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -26,6 +27,7 @@ func newDatanodeCmd() *cobra.Command {
 	raftBudget := units.ByteSize(pipeline.DefaultMaxInflightRaftPayloadBytes)
 	var memLimit units.ByteSize
 	logSegment := units.ByteSize(wal.DefaultSegmentSizeBytes)
+	scrubRateMB := float64(datanode.DefaultScrubRateBytesPerS) / 1e6
 	cmd := &cobra.Command{
 		Use:   "datanode",
 		Short: "Run a datanode: storage engine, shared raft log, static pipelines",
@@ -55,6 +57,13 @@ SIGTERM or SIGINT stops it cleanly.`,
 			}
 			cfg.MaxClientPayloadBytes, cfg.MaxRaftPayloadBytes = clientBudget.Int64(), raftBudget.Int64()
 			cfg.LogSegmentSizeBytes = logSegment.Int64()
+			if scrubRateMB < 0 {
+				return usageErr(fmt.Errorf("--scrub-rate %g: want MB/s ≥ 0 (0: no scrubber)", scrubRateMB))
+			}
+			cfg.ScrubRateBytesPerS = uint64(scrubRateMB * 1e6)
+			if cfg.ScrubInterval <= 0 {
+				return usageErr(fmt.Errorf("--scrub-interval %s: want a positive duration", cfg.ScrubInterval))
+			}
 			if memLimit.Int64() == 0 && os.Getenv("GOMEMLIMIT") == "" {
 				memLimit = units.ByteSize(datanode.MemoryLimitBytes(cfg))
 			}
@@ -92,5 +101,9 @@ SIGTERM or SIGINT stops it cleanly.`,
 	f.Var(&memLimit, "memory-limit", "soft memory limit of the process (Go's GOMEMLIMIT; default, unless GOMEMLIMIT is set: the two payload budgets + 256MiB)")
 	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", transport.DefaultIdleTimeout, "a data-path connection on which no frame begins for this long is closed")
 	f.DurationVar(&cfg.ReadTimeout, "read-timeout", transport.DefaultReadTimeout, "a data-path connection whose frame stops arriving for this long is closed")
+	f.Float64Var(&scrubRateMB, "scrub-rate", scrubRateMB, "scrubber: MB/s (10^6 bytes) of CLOSED containers' blocks re-verified in the background, all volumes together (0: no scrubber)")
+	f.DurationVar(&cfg.ScrubInterval, "scrub-interval", datanode.DefaultScrubInterval, "scrubber: a CLOSED container is verified again at most this often")
+	f.IntVar(&cfg.FailedVolumesTolerated, "failed-volumes-tolerated", datanode.DefaultFailedVolumesTolerated, "data directories that may fail (at start or while running: removed, unmounted, I/O errors) before the datanode stops; -1: any number while one works")
+	f.DurationVar(&cfg.VolumeCheckInterval, "volume-check-interval", datanode.DefaultVolumeCheckInterval, "how often every data directory is probed (identity record, a synced write)")
 	return cmd
 }

@@ -688,11 +688,11 @@ func newAdminCmd() *cobra.Command {
 	var env keyEnv
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|meta|user",
-		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode, the meta service's members, S3 users; back up the meta store",
+		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|damaged|datanode",
+		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode, the meta service's members, S3 users, damaged blocks and keys; back up the meta store; decommission datanodes",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get|meta|user"))
+			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|damaged|datanode"))
 		},
 	}
 	env.addFlags(cmd.PersistentFlags())
@@ -729,7 +729,7 @@ func newAdminCmd() *cobra.Command {
 				if err != nil {
 					return nil, err
 				}
-				fmt.Fprintln(w, "ID\tADDR\tHEALTH\tLAST HEARTBEAT\tPIPELINES\tCONTAINERS\tUSED\tAVAILABLE\tMETRICS")
+				fmt.Fprintln(w, "ID\tADDR\tHEALTH\tSTATE\tLAST HEARTBEAT\tPIPELINES\tCONTAINERS\tUSED\tAVAILABLE\tMETRICS")
 				for _, n := range ns {
 					avail := "-"
 					if n.CapacityBytes > 0 {
@@ -742,7 +742,7 @@ func newAdminCmd() *cobra.Command {
 					if metrics == "" {
 						metrics = "-"
 					}
-					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%v\t%d\t%s\t%s\t%s\n", n.NodeID, n.Addr, n.Health, ago(n.LastHeartbeat), n.Pipelines, n.Containers, units.FormatBytes(int64(n.UsedBytes)), avail, metrics)
+					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%v\t%d\t%s\t%s\t%s\n", n.NodeID, n.Addr, n.Health, nodeState(n), ago(n.LastHeartbeat), n.Pipelines, n.Containers, units.FormatBytes(int64(n.UsedBytes)), avail, metrics)
 				}
 				return ns, nil
 			}),
@@ -780,6 +780,7 @@ func newAdminCmd() *cobra.Command {
 	cmd.AddCommand(newAdminMetaCmd(&env, &asJSON))
 	cmd.AddCommand(newAdminContainerGetCmd())
 	cmd.AddCommand(newAdminUserCmd(&env, &asJSON))
+	cmd.AddCommand(newAdminOpsCmds(&env, &asJSON)...)
 	return cmd
 }
 

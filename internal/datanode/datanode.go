@@ -8,8 +8,15 @@
 // acknowledged entries: Open refuses); the ready file appears only once the
 // node serves, written atomically (temporary file, fsync, rename).
 //
-// Concurrency: Run blocks until its context ends or the node fails, then
-// stops the node and closes the log and the engine, in that order.
+// In the background it scrubs its CLOSED containers (scrub.go), repairs
+// damaged blocks from other replicas when told to (repair.go), and probes
+// its volumes, taking a failed one out of use and stopping once more fail
+// than tolerated (volumes.go).
+//
+// Concurrency: Run blocks until its context ends, the node fails or too
+// many volumes failed, then stops the heartbeat, the scrubber, the volume
+// checker and the repairs, the node, and closes the log and the engine, in
+// that order.
 package datanode
 
 import (
@@ -24,6 +31,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -94,6 +102,17 @@ type Config struct {
 	IdleTimeout time.Duration
 	ReadTimeout time.Duration
 	Logger      *slog.Logger
+	// ScrubRateBytesPerS bounds the scrubber's reads (scrub.go; 0: no
+	// scrubber); ScrubInterval is how often a CLOSED container is
+	// scrubbed again (0: DefaultScrubInterval).
+	ScrubRateBytesPerS uint64
+	ScrubInterval      time.Duration
+	// FailedVolumesTolerated: data directories that may fail (at start or
+	// while running) before the datanode stops; negative: any number
+	// while one works (volumes.go). VolumeCheckInterval: how often the
+	// volumes are probed (0: DefaultVolumeCheckInterval).
+	FailedVolumesTolerated int
+	VolumeCheckInterval    time.Duration
 }
 
 // DefaultMemoryOverheadBytes is what a datanode process needs beyond its
@@ -173,10 +192,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	eng, err := engine.Open(engine.Config{DataDirs: cfg.DataDirs, Logger: log})
+	eng, err := engine.Open(engine.Config{DataDirs: cfg.DataDirs, Logger: log, FailedVolumesTolerated: cfg.FailedVolumesTolerated})
 	if err != nil {
 		return fmt.Errorf("datanode: %w", err)
 	}
+	vols := newVolumeChecker(eng, cfg, log)
 	// stalled: the node failed on a hung disk; its workers may be stuck
 	// in the engine or the log forever, so they are not closed (the
 	// process exits).
@@ -272,6 +292,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	repl := newReplicator(eng, cfg.ID, cfg.MaxCopies, log)
 	defer repl.stop()
 	repl.register(reg)
+	scrub := newScrubber(eng, cfg.ScrubRateBytesPerS, cfg.ScrubInterval, log)
+	scrub.register(reg)
+	repair := newRepairer(eng, scrub, log)
+	// The scrubber and the repairs stop before the engine closes.
+	bgCtx, bgStop := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	defer func() { bgStop(); bg.Wait() }()
+	bg.Add(2)
+	go func() { defer bg.Done(); scrub.run(bgCtx) }()
+	go func() { defer bg.Done(); vols.run(bgCtx) }()
+	vols.register(reg)
 	node, err := pipeline.Start(pipeline.Config{
 		ID: cfg.ID, Listener: dm, Engine: eng, Log: wl, Pipelines: pipelines, Metrics: reg,
 		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
@@ -314,14 +345,19 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			interval = metaapi.DefaultHeartbeatInterval
 		}
 		h := &heartbeater{mc: cfg.Meta, id: id, addr: advertise, metricsURL: metricsURL, logDir: cfg.LogDir, eng: eng, node: node, log: log,
-			interval: interval, proposals: make(chan struct{}, maxConcurrentProposals), repl: repl, deleted: newReportQueue[metaapi.BlockRef](maxPendingAcks), blocks: newBlockCounter()}
-		go func() { defer close(hbDone); h.run(ctx) }()
+			interval: interval, proposals: make(chan struct{}, maxConcurrentProposals), repl: repl, deleted: newReportQueue[metaapi.BlockRef](maxPendingAcks), blocks: newBlockCounter(),
+			scrub: scrub, repair: repair, bg: &bg, bgCtx: bgCtx, volFound: vols.found}
+		go func() { defer close(hbDone); h.run(bgCtx) }()
 	} else {
 		close(hbDone)
 	}
+	var volErr error
 	select {
 	case <-ctx.Done():
 	case <-node.Stopped():
+	case volErr = <-vols.stop:
+		log.Error("datanode stopping: too many failed volumes", "err", volErr)
+		bgStop()
 	}
 	<-hbDone
 	nerr := node.Close()
@@ -332,6 +368,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	if nerr != nil {
 		return fmt.Errorf("datanode: %w", nerr)
+	}
+	if volErr != nil {
+		return volErr
 	}
 	log.Info("datanode stopped", "id", cfg.ID)
 	return nil

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/spindle-store/spindle/internal/engine"
@@ -148,6 +149,14 @@ type heartbeater struct {
 	// (heartbeat goroutine only).
 	savedChanges uint64
 	peerAddrs    map[uint64]string
+	// scrub is the scrubber (its progress goes in the reports), repair
+	// runs repair_blocks; bg tracks their goroutines, bgCtx ends them.
+	scrub  *scrubber
+	repair *repairer
+	bg     *sync.WaitGroup
+	bgCtx  context.Context
+	// volFound: a volume failed (report at once).
+	volFound <-chan struct{}
 }
 
 // maxPendingAcks bounds the deletion acknowledgements kept between
@@ -178,6 +187,9 @@ func (h *heartbeater) run(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-h.repl.wake:
+		case <-h.scrub.found:
+		case <-h.repair.wake:
+		case <-h.volFound:
 		}
 	}
 }
@@ -199,6 +211,8 @@ func (h *heartbeater) report() *metaapi.Heartbeat {
 		hb.Pipelines = append(hb.Pipelines, metaapi.PipelineReport{ID: p.ID, LeaderID: p.Leader, Term: p.Term, Applied: p.Applied, Behind: p.Behind})
 	}
 	hb.Copying = h.repl.copying()
+	hb.Scrub = h.scrub.progress()
+	hb.FailedVolumes = failedVolumeReports(h.eng)
 	for _, f := range h.node.FailedPipelines() {
 		reason := f.Reason
 		if len(reason) > metaapi.MaxCopyErrorBytes {
@@ -258,6 +272,8 @@ func (h *heartbeater) beat(ctx context.Context) {
 			h.repl.submit(c)
 		case metaapi.CmdDeleteContainer:
 			h.deleteReplica(c)
+		case metaapi.CmdRepairBlocks:
+			h.repair.submit(h.bgCtx, h.bg, c)
 		default:
 			h.log.Warn("unknown command from the meta service", "kind", c.Kind)
 		}
@@ -273,7 +289,8 @@ func (h *heartbeater) beat(ctx context.Context) {
 // node serves it is proposed (in the background, bounded), so that every
 // replica applies it; a follower ignores it (the meta service sends it to
 // the leader the reports name). For a pipeline this node does not serve
-// (closed, left), the node acts on its own replica directly.
+// (closed, left), the node acts on its own replica directly, and so it
+// does for a close of a CLOSED pipeline it serves without a leader.
 func (h *heartbeater) propose(ctx context.Context, c metaapi.Command) {
 	if c.Pipeline == nil {
 		h.log.Warn("command without its pipeline", "kind", c.Kind)
@@ -284,7 +301,17 @@ func (h *heartbeater) propose(ctx context.Context, c metaapi.Command) {
 		h.local(c)
 		return
 	}
-	if l, _ := h.node.Leader(pid); l != h.id.NodeID {
+	l, _ := h.node.Leader(pid)
+	if l == 0 && c.Kind == metaapi.CmdCloseContainer && c.Pipeline.State == metaapi.PipelineClosed {
+		// A CLOSED pipeline without a leader (its other members left it,
+		// as after this node's restart): no raft round will close the
+		// replica, so it closes by itself, as on a pipeline it left. Were
+		// a leader elected later, a PutBlock it applied would be refused
+		// here and the replica would rank behind (replaced).
+		h.local(c)
+		return
+	}
+	if l != h.id.NodeID {
 		return
 	}
 	var cmds []pipeline.Command

@@ -9,10 +9,18 @@ import (
 
 // containerReports is the container part of a heartbeat: every container
 // of eng with its state, bytes and BCSID (the meta service ranks a CLOSED
-// container's replicas by it), and the bytes of them all.
+// container's replicas by it) and its damaged blocks (at most
+// metaapi.MaxDamagedBlocksReport in all, the lowest container IDs first),
+// and the bytes of them all.
 func containerReports(eng *engine.Engine) (reports []metaapi.ContainerReport, usedBytes uint64) {
+	damageLeft := metaapi.MaxDamagedBlocksReport
 	for _, c := range eng.ListContainers() {
-		reports = append(reports, metaapi.ContainerReport{ID: uint64(c.ID), State: c.State.String(), UsedBytes: c.UsedBytes, BCSID: c.BCSID})
+		r := metaapi.ContainerReport{ID: uint64(c.ID), State: c.State.String(), UsedBytes: c.UsedBytes, BCSID: c.BCSID}
+		if c.State == engine.StateClosed && len(c.DamagedBlocks) > 0 && damageLeft > 0 {
+			r.DamagedBlocks = c.DamagedBlocks[:min(len(c.DamagedBlocks), damageLeft)]
+			damageLeft -= len(r.DamagedBlocks)
+		}
+		reports = append(reports, r)
 		usedBytes += c.UsedBytes
 	}
 	return reports, usedBytes

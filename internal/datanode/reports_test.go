@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -70,7 +71,7 @@ func TestContainerReportsCarryTheBCSID(t *testing.T) {
 		{ID: 8, State: metaapi.ContainerOpen, UsedBytes: 1000, BCSID: 12},
 		{ID: 9, State: metaapi.ContainerOpen},
 	}
-	if !slices.Equal(got, want) || used != 2000 {
+	if !reflect.DeepEqual(got, want) || used != 2000 {
 		t.Fatalf("reports %+v (%d bytes), want %+v (2000)", got, used, want)
 	}
 	// On the wire, as the meta service reads it.

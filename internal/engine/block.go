@@ -423,6 +423,12 @@ func (e *Engine) DeleteBlock(b BlockID) error {
 	seq := e.commit.markVolume(c.vol)
 	e.records.drop(b)
 	delete(c.blocks, b.Local)
+	if _, marked := c.damaged[b.Local]; marked {
+		delete(c.damaged, b.Local)
+		if err := c.vol.db.Delete(damageKey(b), pebble.NoSync); err != nil {
+			e.log.Warn("engine: could not delete a damage mark", "container", b.Container, "block", b.Local, "err", err)
+		}
+	}
 	c.deleting[b.Local] = struct{}{}
 	c.usedBytes -= min(length, c.usedBytes)
 	path := e.blockPath(c, b.Local)
@@ -487,9 +493,7 @@ func (e *Engine) ReadChunk(b BlockID, offset, length uint64, dst []byte) ([]byte
 	defer bf.release()
 	out, badOff, err := readVerified(bf, chunks, bpc, offset, end, dst)
 	if err != nil {
-		if errors.Is(err, ErrCorrupt) {
-			e.noteCorruption(c, err)
-		}
+		e.noteBlockDamage(c, b, blockOffErr("read chunk", b, badOff, err))
 		return nil, blockOffErr("read chunk", b, badOff, err)
 	}
 	return out, nil
@@ -588,7 +592,7 @@ func (e *Engine) missingFile(c *container, b BlockID, err error) error {
 		return fmt.Errorf("%w: block deleted during the read", ErrNotFound)
 	}
 	err = fmt.Errorf("%w: block file missing: %v", ErrCorrupt, err)
-	e.noteCorruption(c, err)
+	e.noteBlockDamage(c, b, err)
 	return err
 }
 
@@ -609,7 +613,8 @@ const scanBufferBytes = 1 << 20
 const maxDamageReports = 100
 
 // ScanContainer reads every committed block of a container and verifies every
-// checksum. Damage marks the container UNHEALTHY and is listed in the result;
+// checksum. Damage is listed in the result and marked: the damaged blocks of
+// a CLOSED container, the whole container UNHEALTHY otherwise (damage.go);
 // the error is for failures to scan at all.
 func (e *Engine) ScanContainer(id ContainerID) (ScanResult, error) {
 	res := ScanResult{Container: id}
@@ -636,8 +641,8 @@ func (e *Engine) ScanContainer(id ContainerID) (ScanResult, error) {
 		for _, bd := range blocks {
 			res.Blocks++
 			res.Bytes += bd.Length
-			if bad := e.scanBlock(c, bd, buf); bad != "" {
-				damage("%s", bad)
+			if err := e.scanBlockPaced(c, bd, buf, nil); err != nil {
+				damage("%v", err)
 			}
 		}
 		if err != nil || len(blocks) < 1000 {
@@ -645,27 +650,24 @@ func (e *Engine) ScanContainer(id ContainerID) (ScanResult, error) {
 		}
 		first, startAfter = false, blocks[len(blocks)-1].ID.Local
 	}
-	if len(res.Damage) > 0 {
-		if err := e.setUnhealthy(c, res.Damage[0]); err != nil {
-			return res, err
-		}
-	}
 	return res, nil
 }
 
-func (e *Engine) scanBlock(c *container, bd *BlockData, buf []byte) string {
+// scanBlockPaced verifies every checksum of block bd of c (see
+// ScrubBlock); damage is marked and returned, ErrCorrupt.
+func (e *Engine) scanBlockPaced(c *container, bd *BlockData, buf []byte, pace func(n uint64) error) error {
 	if bd.Length == 0 {
-		return ""
+		return nil
 	}
 	bf, _, err := e.files.acquire(bd.ID, e.blockPath(c, bd.ID.Local), false)
-	if errors.Is(err, os.ErrNotExist) {
+	if isNotExist(err) {
 		err = e.missingFile(c, bd.ID, err)
 		if errors.Is(err, ErrNotFound) {
-			return "" // deleted since the scan listed it
+			return nil // deleted since the scan listed it
 		}
 	}
 	if err != nil {
-		return fmt.Sprintf("container %d block %d: block file: %v", c.id, bd.ID.Local, err)
+		return fmt.Errorf("container %d block %d: block file: %w", c.id, bd.ID.Local, err)
 	}
 	defer bf.release()
 	step := max(uint64(len(buf))/uint64(bd.BytesPerChecksum), 1) * uint64(bd.BytesPerChecksum)
@@ -673,12 +675,19 @@ func (e *Engine) scanBlock(c *container, bd *BlockData, buf []byte) string {
 		ch := &bd.Chunks[i]
 		for pos := uint64(0); pos < ch.Length; pos += step {
 			n := min(step, ch.Length-pos)
+			if pace != nil {
+				if err := pace(n); err != nil {
+					return err
+				}
+			}
 			if _, _, err := readVerified(bf, bd.Chunks[i:i+1], bd.BytesPerChecksum, ch.Offset+pos, ch.Offset+pos+n, buf); err != nil {
-				return fmt.Sprintf("container %d block %d offset %d: %v", c.id, bd.ID.Local, ch.Offset+pos, err)
+				err = fmt.Errorf("container %d block %d offset %d: %w", c.id, bd.ID.Local, ch.Offset+pos, err)
+				e.noteBlockDamage(c, bd.ID, err)
+				return err
 			}
 		}
 	}
-	return ""
+	return nil
 }
 
 // recordCache keeps decoded block records for reads, bounded by count.

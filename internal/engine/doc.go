@@ -11,8 +11,12 @@
 // one volume, under one of 256 hashed subdirectories, holding one file per
 // block (FILE_PER_BLOCK). A block is written as contiguous chunks from offset
 // 0; PutBlock commits its metadata (length, chunk list, checksums). Container
-// states: OPEN → CLOSED, OPEN/CLOSED → UNHEALTHY (damage found), any →
-// DELETING → gone.
+// states: OPEN → CLOSED, OPEN → UNHEALTHY (damage found), CLOSED →
+// UNHEALTHY (a record that does not decode), any → DELETING → gone. Damaged
+// bytes in a CLOSED container mark the block, not the container (memory
+// only; RepairBlock replaces its bytes: damage.go). A volume whose probe
+// fails (CheckVolumes) is taken out of use with its containers
+// (volfail.go).
 //
 // # Invariants
 //

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -33,6 +34,8 @@ type Engine struct {
 	// importing holds the IDs of containers being imported (ImportContainer
 	// until Commit or Abort): reserved, like an ID in containers.
 	importing map[ContainerID]struct{}
+	// failedVols: the volumes out of use (volfail.go).
+	failedVols []VolumeFailure
 }
 
 // container is the in-memory state of one container.
@@ -57,6 +60,10 @@ type container struct {
 	// deleting holds blocks whose record delete is being synced and whose
 	// file is about to be unlinked: no write, put or read may use them.
 	deleting map[uint64]struct{}
+	// damaged: blocks of this CLOSED container whose bytes failed their
+	// checksums, with the first error (damage.go; also in the volume's
+	// store, advisory).
+	damaged map[uint64]string
 }
 
 // writableLocked says whether c takes writes and puts. c.mu must be held.
@@ -121,10 +128,25 @@ func Open(cfg Config) (*Engine, error) {
 		e.dirs.sync,
 		func(v *volume) error { return v.db.LogData(nil, pebble.Sync) })
 	seen := map[[16]byte]string{}
+	// tolerate leaves out a volume that fails to open or load while fewer
+	// than FailedVolumesTolerated have (volfail.go); a directory that is
+	// not a Spindle volume, or a volume given twice, is always refused.
+	tolerate := func(d string, err error) bool {
+		if (cfg.FailedVolumesTolerated >= 0 && len(e.failedVols) >= cfg.FailedVolumesTolerated) || errors.Is(err, errForeignDir) || errors.Is(err, ErrInvalid) {
+			return false
+		}
+		e.failedVols = append(e.failedVols, VolumeFailure{Dir: d, Reason: err.Error(), At: time.Now()})
+		e.log.Error("engine: volume failed at open; left out (tolerated)", "volume", d, "err", err,
+			"failed", len(e.failedVols), "tolerated", cfg.FailedVolumesTolerated)
+		return true
+	}
 	for _, d := range cfg.DataDirs {
 		d = filepath.Clean(d)
 		v, err := openVolume(e.fs, d, e.log)
 		if err != nil {
+			if tolerate(d, err) {
+				continue
+			}
 			e.closeVolumes()
 			return nil, err
 		}
@@ -135,11 +157,28 @@ func Open(cfg Config) (*Engine, error) {
 		}
 		seen[v.uuid] = d
 	}
-	for _, v := range e.vols {
+	for i := 0; i < len(e.vols); i++ {
+		v := e.vols[i]
 		if err := e.loadVolume(v); err != nil {
+			if tolerate(v.dir, err) {
+				e.mu.Lock()
+				for id, c := range e.containers {
+					if c.vol == v {
+						delete(e.containers, id)
+					}
+				}
+				e.mu.Unlock()
+				v.close()
+				e.vols = slices.Delete(e.vols, i, i+1)
+				i--
+				continue
+			}
 			e.closeVolumes()
 			return nil, err
 		}
+	}
+	if len(e.vols) == 0 {
+		return nil, fmt.Errorf("engine: open: every data directory failed: %s", e.failedVols[len(e.failedVols)-1].Reason)
 	}
 	// After every volume is loaded: the sweep keeps exactly the container
 	// directories that have a record (import.go).
@@ -218,6 +257,9 @@ func (e *Engine) loadVolume(v *volume) error {
 			}
 		}
 		c.usedBytes = used
+	}
+	if err := e.loadMarks(v); err != nil { // damage.go
+		return err
 	}
 	for _, c := range deleting {
 		e.log.Info("engine: finishing interrupted delete", "container", c.id)
@@ -518,6 +560,13 @@ func (e *Engine) finishDelete(c *container) error {
 	if err := b.DeleteRange(lo, hi, nil); err != nil {
 		return containerErr("delete", c.id, err)
 	}
+	dlo, dhi := damageKey(BlockID{Container: c.id}), damageKey(BlockID{Container: c.id + 1})
+	if c.id == ^ContainerID(0) {
+		dhi = []byte{keyPrefixDamage + 1}
+	}
+	if err := b.DeleteRange(dlo, dhi, nil); err != nil {
+		return containerErr("delete", c.id, err)
+	}
 	if err := b.Delete(containerKey(c.id), nil); err != nil {
 		return containerErr("delete", c.id, err)
 	}
@@ -534,8 +583,12 @@ func (e *Engine) finishDelete(c *container) error {
 }
 
 func (c *container) infoLocked() ContainerInfo {
-	return ContainerInfo{ID: c.id, State: c.state, Volume: c.vol.dir, Dir: c.dir,
+	info := ContainerInfo{ID: c.id, State: c.state, Volume: c.vol.dir, Dir: c.dir,
 		MaxSizeBytes: c.maxSizeBytes, UsedBytes: c.usedBytes, Reason: c.reason, BCSID: c.bcsid}
+	if len(c.damaged) > 0 {
+		info.DamagedBlocks = slices.Sorted(maps.Keys(c.damaged))
+	}
+	return info
 }
 
 // Container returns a snapshot of container id.

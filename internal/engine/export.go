@@ -135,7 +135,7 @@ func (x *Export) open(bd *BlockData) (vfs.File, error) {
 	if size := uint64(fi.Size()); size < bd.Length {
 		f.Close()
 		err := fmt.Errorf("%w: block file holds %d bytes, the block has %d", ErrCorrupt, size, bd.Length)
-		e.noteCorruption(c, err)
+		e.noteBlockDamage(c, bd.ID, err)
 		return nil, blockErr("export", bd.ID, err)
 	}
 	return f, nil

@@ -292,8 +292,10 @@ func TestExportDamagedBlockFile(t *testing.T) {
 			if !strings.Contains(err.Error(), fmt.Sprintf("container 6 block %d", victim.Local)) {
 				t.Fatalf("error does not name the block: %v", err)
 			}
-			if ci, _ := e.Container(6); ci.State != StateUnhealthy {
-				t.Fatalf("container %s after a damaged block file, want UNHEALTHY", ci.State)
+			// CLOSED: the block is marked damaged, the container stays
+			// CLOSED (its other blocks are good).
+			if ci, _ := e.Container(6); ci.State != StateClosed || !reflect.DeepEqual(ci.DamagedBlocks, []uint64{victim.Local}) {
+				t.Fatalf("container %s damaged %v after a damaged block file, want CLOSED with block %d damaged", ci.State, ci.DamagedBlocks, victim.Local)
 			}
 		})
 	}

@@ -95,11 +95,15 @@ func (e *Engine) ImportContainer(id ContainerID, maxSizeBytes, bcsid uint64) (*I
 		e.mu.Unlock()
 		return nil, containerErr("import", id, fmt.Errorf("%w: an import of it is in progress", ErrExists))
 	}
-	v := e.vols[0]
-	for _, w := range e.vols[1:] {
-		if w.containers < v.containers {
+	var v *volume
+	for _, w := range e.vols {
+		if !w.failed.Load() && (v == nil || w.containers < v.containers) {
 			v = w
 		}
+	}
+	if v == nil {
+		e.mu.Unlock()
+		return nil, containerErr("import", id, fmt.Errorf("%w: every volume failed", ErrFailed))
 	}
 	e.importing[id] = struct{}{}
 	v.containers++ // counted from now on, so that parallel imports spread

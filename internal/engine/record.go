@@ -20,6 +20,7 @@ const (
 
 	keyPrefixContainer = 'C' // 'C' | containerID u64 BE
 	keyPrefixBlock     = 'B' // 'B' | containerID u64 BE | localID u64 BE
+	keyPrefixDamage    = 'X' // 'X' | containerID u64 BE | localID u64 BE: a damage mark (damage.go)
 
 	containerRecordSize   = 38 // version 2
 	containerRecordSizeV1 = 30 // version 1: no BCSID (it reads as 0)

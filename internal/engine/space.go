@@ -98,6 +98,9 @@ func (e *Engine) admitWrite(v *volume, n uint64) error {
 // hasRoom says whether v has at least n bytes above its reserve (for
 // placing a new container).
 func (e *Engine) hasRoom(v *volume, n uint64) bool {
+	if v.failed.Load() {
+		return false
+	}
 	s := &v.space
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -124,6 +127,9 @@ type Space struct {
 func (e *Engine) Space() (Space, error) {
 	var out Space
 	for _, v := range e.vols {
+		if v.failed.Load() {
+			continue // no longer counts
+		}
 		s := &v.space
 		s.mu.Lock()
 		err := e.refreshLocked(v, time.Now())

@@ -51,6 +51,9 @@ type ContainerInfo struct {
 	// or behind the blocks it covers. Replicas of one container are ranked
 	// by it: a replica with a lower BCSID missed block commits.
 	BCSID uint64
+	// DamagedBlocks lists the blocks of a CLOSED container found damaged
+	// (local IDs, ascending; damage.go).
+	DamagedBlocks []uint64
 }
 
 // Defaults and limits of Config.
@@ -85,6 +88,10 @@ type Config struct {
 	// would eat into it fail with ErrVolumeFull); 0: ReservedPercent of
 	// the volume's size, within [MinReservedBytes, MaxReservedBytes].
 	ReservedBytes uint64
+	// FailedVolumesTolerated: volumes that may fail to open or load at
+	// Open and be left out (volfail.go); one more fails Open. 0: every
+	// volume must open; negative: any number, while one volume opens.
+	FailedVolumesTolerated int
 	// FS is the filesystem; vfs.Default when nil.
 	FS vfs.FS
 	// Logger receives structured logs; slog.Default() when nil.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -51,6 +52,8 @@ type volume struct {
 	containers int
 	// space is the free-space estimate (space.go); its own lock.
 	space volumeSpace
+	// failed: the volume is out of use (volfail.go).
+	failed atomic.Bool
 }
 
 // openVolume opens (formatting on first use) the volume in dir.
@@ -197,7 +200,7 @@ func formatVolume(fs vfs.FS, dir string, logger *slog.Logger) (volumeRecord, err
 
 func (v *volume) close() error {
 	var err error
-	if v.db != nil {
+	if v.db != nil && !v.failed.Load() {
 		err = v.db.Close()
 		v.db = nil
 	}

@@ -169,6 +169,10 @@ func (s *Service) heartbeatLocked(hb *metaapi.Heartbeat) (*metaapi.HeartbeatResp
 		n.copying[cid] = true
 	}
 	s.copyReports(n, hb, now)
+	if hb.Scrub != nil {
+		s.repl.damage.scrub[id] = *hb.Scrub
+	}
+	s.volumesFailed(b, n, hb.FailedVolumes, now) // ops.go
 	// A leader that can no longer catch a member up from its log (it is
 	// behind the compacted log): the pipeline cannot give that replica
 	// what it misses, so it is closed; the member leaves at once, closes
@@ -305,6 +309,7 @@ func (s *Service) commandsFor(n *node, now time.Time) []metaapi.Command {
 		}
 	}
 	cmds = s.replicateCommands(cmds, id, now)
+	cmds = s.repairCommands(cmds, id, now)
 	cmds = s.trimCommands(cmds, id, now)
 	cmds = s.deleteCommands(cmds, id, now)
 	// Leave the CLOSED pipelines it still serves, once none of their
@@ -374,7 +379,7 @@ func (s *Service) createPipelines(b *pebble.Batch, now time.Time) {
 		var cands []uint64
 		for _, id := range s.sortedNodes() {
 			n := s.nodes[id]
-			if n.seen && s.healthOf(n, now) == metaapi.HealthHealthy && counts[id] < s.cfg.PipelinesPerNode && !s.full(n) {
+			if n.seen && s.healthOf(n, now) == metaapi.HealthHealthy && counts[id] < s.cfg.PipelinesPerNode && !s.full(n) && s.inService(id) {
 				cands = append(cands, id)
 			}
 		}
@@ -437,6 +442,7 @@ func (s *Service) tickLocked() *pebble.Batch {
 			}
 		}
 	}
+	s.opsTick(b, now) // ops.go
 	s.createPipelines(b, now)
 	s.settleContainers(b, now)
 	s.expireAllocations(b, now)

@@ -144,6 +144,31 @@
 // being deleted still counts until its node's report drops it, and only
 // one is deleted per container at a time.
 //
+// # Damage
+//
+// Datanodes report the damaged blocks of their CLOSED replicas
+// (ContainerReport.DamagedBlocks: found by their scrubbers or by reads).
+// Per container, among its CLOSED replicas at the highest BCSID on live
+// nodes, the blocks damaged on every one are lost (no good copy is known)
+// and do not make a replica unhealthy; a replica damaged beyond them is not
+// healthy (not counted, read or copied from) and is repaired block by
+// block (repair_blocks, sources: the good replicas) when at most
+// MaxRepairBlocks and half of its blocks are damaged and tries are left,
+// else deleted like an UNHEALTHY replica once replaced by a copy. GET
+// /v1/damaged lists the lost blocks, the keys holding them (a scan of the
+// namespace, only when a block is lost), the repairable blocks, the
+// repairs and every node's scrubber report. Memory only (damage.go).
+//
+// # Datanode operations
+//
+// An operator decommissions a node (its replicas stop counting and are
+// copied elsewhere; DECOMMISSIONED once every container it holds has
+// ReplicationFactor counted replicas elsewhere), puts it in maintenance
+// until a deadline (its replicas count while it is down, its OPEN ones
+// too), or recommissions it. The state is an 'O' record in the store (it
+// survives restarts and failovers); a node not IN_SERVICE gets no pipeline
+// and no copy and its OPEN pipelines are closed (ops.go).
+//
 // # Safe mode
 //
 // After a start the meta service is in safe mode: no replication

@@ -118,6 +118,7 @@ func (s *Service) Handler() http.Handler {
 		return st, http.StatusOK, err
 	})
 	s.routeS3(route)
+	s.routeOps(route) // ops.go
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.Handle("GET /v1/admin/backup", s.backupHandler()) // backup.go
 	s.raftRoutes(mux)

@@ -65,6 +65,7 @@ func newMetrics(s *Service) *metrics {
 	m.reg.MustRegister(m.heartbeats, m.replicaFailures, m.membersBehind, m.degradedAllocations, m.registrations, m.allocations, m.commits, m.commands,
 		m.deletesScheduled, m.deletesDelivered, m.deletesAcked, m.deletesDropped, m.requests,
 		stateCollector{s},
+		opsCollector{s}, // ops_metrics.go
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -102,38 +102,54 @@ type replication struct {
 
 	trims   map[uint64]*trimTask // container → its extra replica's deletion
 	trimmed uint64               // deletions done since the start
+
+	// damage: block repairs and scrubber reports (damage.go).
+	damage damageState
+	// ops: the operational state of the nodes not IN_SERVICE (ops.go;
+	// loaded from the store).
+	ops map[uint64]opState
 }
 
 func newReplication(cfg *Config) replication {
 	return replication{safeMode: !cfg.DisableSafeMode, tasks: map[uint64]*copyTask{},
-		attempts: map[uint64]int{}, failed: map[sourceFailure]time.Time{}, trims: map[uint64]*trimTask{}}
+		attempts: map[uint64]int{}, failed: map[sourceFailure]time.Time{}, trims: map[uint64]*trimTask{},
+		damage: newDamageState(), ops: map[uint64]opState{}}
 }
 
 // closedIndex maps every container some live node (heard from since the
-// start, not DEAD) reports CLOSED to those nodes, by node ID, and gives
-// the highest BCSID among those reports of each (one pass over the live
-// nodes' reports).
+// start, not DEAD, or in maintenance) reports CLOSED to those nodes, by
+// node ID — a node in maintenance's OPEN replicas included (ops.go) —,
+// and gives the highest BCSID among the CLOSED reports of each (one pass
+// over the live nodes' reports).
 func (s *Service) closedIndex(now time.Time) (idx map[uint64][]uint64, top map[uint64]uint64) {
 	idx, top = map[uint64][]uint64{}, map[uint64]uint64{}
 	for _, id := range s.sortedNodes() {
 		if !s.reportsCount(id, now) {
 			continue
 		}
+		maint := s.inMaintenance(id, now)
 		for cid, r := range s.nodes[id].containers {
-			if r.State == metaapi.ContainerClosed {
+			switch {
+			case r.State == metaapi.ContainerClosed:
 				idx[cid] = append(idx[cid], id)
 				top[cid] = max(top[cid], r.BCSID)
+			case r.State == metaapi.ContainerOpen && maint:
+				// A node in maintenance went down with the replica
+				// OPEN (its pipeline closed meanwhile): it counts
+				// until the node is back and closes it (ops.go).
+				idx[cid] = append(idx[cid], id)
 			}
 		}
 	}
 	return idx, top
 }
 
-// reportsCount: node id has heartbeated since the start and is not DEAD,
-// so its last report says where replicas are.
+// reportsCount: node id has heartbeated since the start and is not DEAD
+// (or is IN_MAINTENANCE: ops.go), so its last report says where replicas
+// are.
 func (s *Service) reportsCount(id uint64, now time.Time) bool {
 	n := s.nodes[id]
-	return n != nil && n.seen && s.healthOf(n, now) != metaapi.HealthDead
+	return n != nil && n.seen && (s.healthOf(n, now) != metaapi.HealthDead || s.inMaintenance(id, now))
 }
 
 // behind: node id's replica of container cid has a BCSID below top (the
@@ -142,14 +158,20 @@ func (s *Service) behind(id, cid, top uint64) bool { return s.nodes[id].containe
 
 // replicaIndex maps every container some healthy replica holds to those
 // replicas, by node ID: a healthy replica is a live node's CLOSED replica
-// with the highest BCSID reported for the container. A CLOSED replica
+// with the highest BCSID reported for the container and no damaged block
+// that another such replica has intact (dropDamaged). A CLOSED replica
 // behind it missed block commits (a member that left its pipeline before
 // catching up and closed its replica by itself): it is not counted, not
-// read, not copied from, and deleted like an UNHEALTHY one.
+// read, not copied from, and deleted like an UNHEALTHY one. A damaged
+// replica is not counted, not read first, not copied from; it is repaired
+// block by block or deleted like an UNHEALTHY one (damage.go).
 func (s *Service) replicaIndex(now time.Time) map[uint64][]uint64 {
 	idx, top := s.closedIndex(now)
 	for cid, ids := range idx {
-		idx[cid] = slices.DeleteFunc(ids, func(id uint64) bool { return s.behind(id, cid, top[cid]) })
+		ids = s.dropDamaged(cid, slices.DeleteFunc(ids, func(id uint64) bool { return s.behind(id, cid, top[cid]) && !s.inMaintenance(id, now) }))
+		// Replicas on a decommissioning node are not counted (they are
+		// read and copied from: replicasOf).
+		idx[cid] = slices.DeleteFunc(ids, s.decommissioned)
 	}
 	return idx
 }
@@ -172,7 +194,8 @@ func (s *Service) behindReplicas(now time.Time) int {
 }
 
 // replicasOf lists the healthy replicas of container cid (see
-// replicaIndex), by node ID.
+// replicaIndex), by node ID, those on decommissioning nodes included
+// (sources of copies, read).
 func (s *Service) replicasOf(cid uint64, now time.Time) []uint64 {
 	var ids []uint64
 	var top uint64
@@ -182,7 +205,7 @@ func (s *Service) replicasOf(cid uint64, now time.Time) []uint64 {
 			top = max(top, r.BCSID)
 		}
 	}
-	return slices.DeleteFunc(ids, func(id uint64) bool { return s.behind(id, cid, top) })
+	return s.dropDamaged(cid, slices.DeleteFunc(ids, func(id uint64) bool { return s.behind(id, cid, top) }))
 }
 
 // containerSize is the bytes of container c: the largest any of holders
@@ -253,6 +276,8 @@ func (s *Service) replicate(now time.Time) {
 			"datanodes", len(s.nodes), "containers", len(s.containers))
 	}
 	s.settleCopies(idx, now)
+	s.settleRepairs(now)
+	s.scheduleRepairs(idx, now)
 	for k, t := range s.repl.failed {
 		if now.Sub(t) >= s.cfg.CopyRetryAfter {
 			delete(s.repl.failed, k)
@@ -343,6 +368,13 @@ func (s *Service) trimUncounted(idx map[uint64][]uint64, now time.Time) {
 			if r.State == metaapi.ContainerUnhealthy || (r.State == metaapi.ContainerClosed && r.BCSID < top[cid]) {
 				uncounted = append(uncounted, replica{cid, id, r.BCSID, r.State == metaapi.ContainerUnhealthy})
 			}
+		}
+	}
+	// A damaged replica not repaired block by block goes like an
+	// UNHEALTHY one (damage.go).
+	for _, d := range s.damagedReplicas(now) {
+		if !s.underRepair(d.container, d.node) && !s.byBlock(d) && s.healthOf(s.nodes[d.node], now) == metaapi.HealthHealthy {
+			uncounted = append(uncounted, replica{d.container, d.node, top[d.container], true})
 		}
 	}
 	slices.SortFunc(uncounted, func(a, b replica) int {
@@ -480,7 +512,7 @@ func (s *Service) settleCopies(idx map[uint64][]uint64, now time.Time) {
 			s.copyFailed(t, "the target is DEAD")
 		case holds:
 			s.copyFailed(t, fmt.Sprintf("the target reports the container %s", r.State))
-		case len(idx[cid]) == 0:
+		case len(s.replicasOf(cid, now)) == 0:
 			s.copyFailed(t, "no healthy replica is left to copy from")
 		case now.Sub(t.alive) >= s.cfg.CopyStartTimeout:
 			s.copyFailed(t, fmt.Sprintf("the target has not reported the copy under way for %s", now.Sub(t.alive).Round(time.Millisecond)))
@@ -523,8 +555,8 @@ func (s *Service) scheduleCopies(idx map[uint64][]uint64, now time.Time) {
 	}
 	var under []uint64
 	for cid, c := range s.containers {
-		if h := len(idx[cid]); c.rec.State == containerClosed && h > 0 && h < s.cfg.ReplicationFactor && s.repl.tasks[cid] == nil &&
-			!s.undecided(c, now) {
+		if h := len(idx[cid]); c.rec.State == containerClosed && h+s.repairing(cid) < s.cfg.ReplicationFactor && s.repl.tasks[cid] == nil &&
+			(h > 0 || len(s.replicasOf(cid, now)) > 0) && !s.undecided(c, now) {
 			under = append(under, cid)
 		}
 	}
@@ -546,7 +578,7 @@ func (s *Service) scheduleCopies(idx map[uint64][]uint64, now time.Time) {
 		if target == 0 {
 			continue
 		}
-		source := s.chooseSource(cid, idx[cid], asSource, now)
+		source := s.chooseSource(cid, s.replicasOf(cid, now), asSource, now)
 		if source == 0 {
 			continue
 		}
@@ -593,7 +625,7 @@ func (s *Service) chooseTarget(cid uint64, nodes []uint64, asTarget map[uint64]i
 	var best uint64
 	for _, id := range nodes {
 		n := s.nodes[id]
-		if !n.seen || s.healthOf(n, now) != metaapi.HealthHealthy || asTarget[id] >= s.cfg.MaxCopiesPerTarget {
+		if !n.seen || s.healthOf(n, now) != metaapi.HealthHealthy || asTarget[id] >= s.cfg.MaxCopiesPerTarget || !s.inService(id) {
 			continue
 		}
 		if _, holds := n.containers[cid]; holds {
@@ -772,8 +804,8 @@ func (s *Service) underReplicated(idx map[uint64][]uint64) (under, unrecoverable
 			continue
 		}
 		under++
-		if h == 0 {
-			unrecoverable++
+		if h == 0 && len(s.replicasOf(cid, s.cfg.Now())) == 0 {
+			unrecoverable++ // (a decommissioning node's replica is one)
 		}
 		pending += s.containerSize(c, idx[cid]) * uint64(s.cfg.ReplicationFactor-h)
 	}

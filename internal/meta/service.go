@@ -514,6 +514,9 @@ func (s *Service) load() error {
 	if err := s.loadS3(); err != nil {
 		return err
 	}
+	if err := s.loadOps(); err != nil { // ops.go
+		return err
+	}
 	err = s.scan(prefixAlloc, func(k, v []byte) error {
 		c, l, ok := parseBlockKey(k)
 		rec, err := decodeAlloc(v)

@@ -12,17 +12,7 @@ func (s *Service) Nodes() (*metaapi.NodeList, error) {
 		now := s.cfg.Now()
 		l := &metaapi.NodeList{Nodes: []metaapi.NodeInfo{}}
 		for _, id := range s.sortedNodes() {
-			n := s.nodes[id]
-			ni := metaapi.NodeInfo{NodeID: id, UUID: n.rec.UUID, Addr: n.rec.Addr, Health: s.healthOf(n, now),
-				LastHeartbeat: n.last, Pipelines: []uint64{}, Containers: len(n.containers), UsedBytes: n.used,
-				CapacityBytes: n.capacity, AvailableBytes: n.available, Full: s.full(n), MetricsURL: n.rec.MetricsURL}
-			for _, pid := range s.sortedPipelines() {
-				p := s.pipelines[pid]
-				if p.rec.State == pipelineOpen && slices.Contains(p.rec.Members, id) {
-					ni.Pipelines = append(ni.Pipelines, pid)
-				}
-			}
-			l.Nodes = append(l.Nodes, ni)
+			l.Nodes = append(l.Nodes, s.nodeInfo(id, now)) // ops.go
 		}
 		return l, nil
 	})

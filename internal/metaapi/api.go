@@ -149,6 +149,11 @@ type Heartbeat struct {
 	// every heartbeat while the node remembers it; at most
 	// MaxReportedPipelines.
 	FailedPipelines []PipelineFailure `json:"failed_pipelines,omitempty"`
+	// Scrub: the node's scrubber progress (nil: a datanode without one).
+	Scrub *ScrubReport `json:"scrub,omitempty"`
+	// FailedVolumes: the node's data directories out of use, at most
+	// MaxFailedVolumesReport; their replicas are no longer reported.
+	FailedVolumes []FailedVolume `json:"failed_volumes,omitempty"`
 }
 
 // PipelineFailure is a pipeline a datanode left after a local failure.
@@ -327,7 +332,7 @@ func (hb *Heartbeat) Validate() error {
 		}
 		seen[id] = true
 	}
-	return nil
+	return hb.validateDamage()
 }
 
 // validAddr checks host:port with a non-empty host and a port in 1..65535.
@@ -357,6 +362,10 @@ type ContainerReport struct {
 	// replica with a lower BCSID than another replica of the container
 	// missed block commits. Absent (0) from a datanode that predates it.
 	BCSID uint64 `json:"bcsid,omitempty"`
+	// DamagedBlocks: blocks of this CLOSED replica whose bytes failed
+	// their checksums (scrubber or read), local IDs ascending; at most
+	// MaxDamagedBlocksReport in a heartbeat, all containers together.
+	DamagedBlocks []uint64 `json:"damaged_blocks,omitempty"`
 }
 
 // PipelineReport is one pipeline the datanode serves.
@@ -579,6 +588,17 @@ type NodeInfo struct {
 	Full           bool   `json:"full,omitempty"`
 	// MetricsURL: the node's Prometheus /metrics (empty: none).
 	MetricsURL string `json:"metrics_url,omitempty"`
+	// FailedVolumes: its data directories out of use, as its last
+	// heartbeat reported them.
+	FailedVolumes []FailedVolume `json:"failed_volumes,omitempty"`
+	// OpState is the node's operational state (NodeInService,
+	// NodeDecommissioning, NodeDecommissioned, NodeInMaintenance), set by
+	// an operator (ops.go), since OpSince; MaintenanceUntil ends a
+	// maintenance; Decommission is the progress of a decommission.
+	OpState          string                `json:"op_state"`
+	OpSince          time.Time             `json:"op_since,omitzero"`
+	MaintenanceUntil time.Time             `json:"maintenance_until,omitzero"`
+	Decommission     *DecommissionProgress `json:"decommission,omitempty"`
 }
 
 // ContainerInfo is the admin view of a container.

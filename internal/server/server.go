@@ -67,9 +67,12 @@ type Config struct {
 	// DatanodeArgs are added to every datanode's command line.
 	DatanodeArgs []string
 	// DatanodeEnv is added to the datanodes' environment.
-	DatanodeEnv  []string
-	ReadyTimeout time.Duration
-	Logger       *slog.Logger
+	DatanodeEnv []string
+	// DatanodeNodeArgs, when set, returns more arguments for datanode id
+	// (1-based).
+	DatanodeNodeArgs func(id int) []string
+	ReadyTimeout     time.Duration
+	Logger           *slog.Logger
 	// S3 configures the S3 gateway Run starts (s3.go).
 	S3 S3Config
 }
@@ -146,6 +149,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		MetaAddr:  ms.Addr(),
 		Addrs:     st.DatanodeAddrs,
 		ExtraArgs: cfg.DatanodeArgs,
+		NodeArgs:  cfg.DatanodeNodeArgs,
 		Env:       cfg.DatanodeEnv,
 	})
 	if err != nil {
