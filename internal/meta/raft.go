@@ -572,6 +572,8 @@ func (r *replicator) run() {
 		snapSent := r.in.snapSent
 		if len(snapSent) > 0 {
 			r.in.snapSent = map[uint64]bool{}
+		} else {
+			snapSent = nil // the map stays the senders'
 		}
 		if len(unreach) > 0 {
 			r.in.unreachable = map[uint64]bool{}

@@ -3,11 +3,16 @@ package meta
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -18,6 +23,9 @@ import (
 // smallSnapshots makes members checkpoint every 16 entries and keep 4
 // behind: a few dozen puts compact the log.
 func smallSnapshots(c *Config) {
+	if os.Getenv("METALOG") != "" {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
 	c.SnapshotEntries = 16
 	c.LogRetainEntries = 4
 }
@@ -42,6 +50,12 @@ func (g *rgroup) addMember(dir string) int {
 	g.t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	mustNo(g.t, err)
+	return g.addMemberOn(ln, dir)
+}
+
+// addMemberOn is addMember on ln.
+func (g *rgroup) addMemberOn(ln net.Listener, dir string) int {
+	g.t.Helper()
 	i := len(g.srvs)
 	id := uint64(i + 1)
 	g.srvs = append(g.srvs, nil)
@@ -231,4 +245,96 @@ func snapshotStreamOf(t *testing.T, fs vfs.FS, index uint64) []byte {
 	_, err = writeSnapshotStream(&buf, fs, "/ckpt", index)
 	mustNo(t, err)
 	return buf.Bytes()
+}
+
+// TestMembersChangeWhileClientsPut: four clients put keys the whole time
+// while a fourth member is added (it catches up) and the first member
+// (the leader or not) removed and stopped; every acknowledged put reads
+// back, and the group ends with members 2, 3, 4.
+func TestMembersChangeWhileClientsPut(t *testing.T) {
+	g := newRGroupWith(t, 3, smallSnapshots)
+	g.leader()
+	g.dns()
+	_, err := g.cl.CreateBucket(bg, "members")
+	mustNo(t, err)
+	const clients, maxPuts = 4, 2000
+	// The clients know the fourth member's address from the start (a
+	// client follows the leader among the addresses it was given).
+	ln4, err := net.Listen("tcp", "127.0.0.1:0")
+	mustNo(t, err)
+	addrs := strings.Join(append(slices.Clone(g.addrs), ln4.Addr().String()), ",")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	acked := make([][]string, clients)
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl, err := metaapi.NewClient(addrs, metaapi.ClientOptions{Timeout: 5 * time.Second})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for i := range maxPuts {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := fmt.Sprintf("c%d-%04d", c, i)
+				if put(bg, cl, "members", k, 100) == nil {
+					acked[c] = append(acked[c], k)
+				}
+			}
+		}()
+	}
+	// Each step waits for 40 more entries applied on the leader (the
+	// clients' puts: nothing else writes).
+	progress := func(what string) {
+		t.Helper()
+		before := int(g.srvs[g.leader()].Service().rep.applied.Load())
+		waitFor(t, what, func() bool {
+			for _, s := range g.srvs {
+				if s != nil && s.Service().Serving() {
+					return int(s.Service().rep.applied.Load()) >= before+40
+				}
+			}
+			return false
+		})
+	}
+	progress("puts before the changes")
+	n := g.addMemberOn(ln4, filepath.Join(t.TempDir(), "meta4"))
+	nr := g.srvs[n].Service().rep
+	waitFor(t, "member 4 caught up", func() bool {
+		l := g.srvs[g.leader()].Service().rep
+		return nr.applied.Load() > 0 && nr.applied.Load()+50 >= l.applied.Load()
+	})
+	progress("puts with four members")
+	if _, err := g.cl.ChangeMembers(bg, metaapi.MemberChange{Op: "remove", ID: 1}); err != nil {
+		t.Fatalf("remove member 1: %v", err)
+	}
+	g.stop(0)
+	progress("puts after member 1 left")
+	close(stop)
+	wg.Wait()
+	st := g.srvs[g.leader()].Service().MetaStatus()
+	var ids []uint64
+	for _, m := range st.Members {
+		ids = append(ids, m.ID)
+	}
+	if fmt.Sprint(ids) != "[2 3 4]" {
+		t.Fatalf("members %v, want [2 3 4]", ids)
+	}
+	total := 0
+	cl, err := metaapi.NewClient(addrs, metaapi.ClientOptions{})
+	mustNo(t, err)
+	for c := range clients {
+		for _, k := range acked[c] {
+			if _, err := cl.GetKey(bg, "members", k); err != nil {
+				t.Fatalf("acknowledged put %s: %v", k, err)
+			}
+			total++
+		}
+	}
+	t.Logf("%d acknowledged puts, all read back", total)
 }
