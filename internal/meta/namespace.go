@@ -293,6 +293,14 @@ func (s *Service) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (*m
 		return nil, nil, err
 	}
 	now := s.cfg.Now()
+	if ck.CommitID != "" { // a retried commit answers what the first did (commitid.go)
+		if rec, found, err := s.committedByID(ck.CommitID, bucket, key); err != nil || found {
+			if err != nil {
+				return nil, nil, err
+			}
+			return s.keyInfo(bucket, key, rec, now), nil, nil
+		}
+	}
 	if exists && sameVersion(old, ck) {
 		return s.keyInfo(bucket, key, old, now), nil, nil // a retried commit
 	}
@@ -320,6 +328,9 @@ func (s *Service) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (*m
 	brec.Bytes += rec.Size
 	set(b, bucketKey(bucket), brec.encode())
 	s.buckets[bucket] = brec
+	if ck.CommitID != "" {
+		recordCommitID(b, ck.CommitID, bucket, key, rec)
+	}
 	return s.keyInfo(bucket, key, rec, now), b, nil
 }
 
