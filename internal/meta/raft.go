@@ -368,14 +368,20 @@ func (r *replicator) openRaft() error {
 		if err != nil {
 			return err
 		}
-		seq, err := r.wal.Append(wal.SnapshotRecord(raftGroup, 1, 1, cs), wal.HardStateRecord(raftGroup, wal.HardState{Term: 1, Commit: 1}))
+		// A member whose directory was lost comes back here too: it
+		// starts in a term past every running member's, so that it never
+		// votes again in a term its lost self may have voted in, and the
+		// leader, deposed by the higher term, forgets how far it had
+		// replicated to it (raftconf.go, rejoinTerm).
+		term := max(1, rejoinTerm(r.s.cfg.Peers, r.id, r.log))
+		seq, err := r.wal.Append(wal.SnapshotRecord(raftGroup, 1, 1, cs), wal.HardStateRecord(raftGroup, wal.HardState{Term: term, Commit: 1}))
 		if err == nil {
 			err = r.wal.WaitDurable(seq)
 		}
 		if err != nil {
 			return fmt.Errorf("meta: bootstrap raft log: %w", err)
 		}
-		r.log.Info("meta raft group bootstrapped", "voters", voters)
+		r.log.Info("meta raft group bootstrapped", "voters", voters, "term", term)
 	}
 	first, err := r.wal.FirstIndex(raftGroup)
 	if err != nil {

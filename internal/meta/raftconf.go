@@ -11,14 +11,17 @@ package meta
 // ConfState raft restarts from and the one a checkpoint carries.
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"log/slog"
 	"maps"
 	"net/http"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -298,4 +301,52 @@ func sortedMembers(m map[uint64]string) []metaapi.MetaMember {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// rejoinProbeTimeout bounds the status request to each peer at a
+// bootstrap.
+const rejoinProbeTimeout = time.Second
+
+// rejoinTerm asks the other members (in parallel, rejoinProbeTimeout
+// each) for their term, at the bootstrap of an empty directory: 0 when
+// none answers or none is past the bootstrap term 1 (the group is new),
+// else the highest term + 1. A member that lost its directory and starts
+// again under its ID thus starts in a term none of its earlier votes can
+// be in (a term reaches a majority of the members before anyone can vote
+// in it, so the running members' highest term is at least its lost one's),
+// and the leader, seeing the higher term, steps down: the next leader
+// starts with no memory of what the member acknowledged before, probes it
+// and sends it a snapshot.
+func rejoinTerm(peers map[uint64]string, self uint64, log *slog.Logger) uint64 {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var highest uint64
+	for id, addr := range peers {
+		if id == self {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mc, err := metaapi.NewClient(addr, metaapi.ClientOptions{Attempts: 1, Timeout: rejoinProbeTimeout})
+			if err != nil {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), rejoinProbeTimeout)
+			defer cancel()
+			st, err := mc.MetaStatus(ctx)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			highest = max(highest, st.Term)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if highest <= 1 {
+		return 0
+	}
+	log.Warn("meta member starts from an empty directory while its group runs: it rejoins in a later term and catches up from a snapshot", "group_term", highest, "term", highest+1)
+	return highest + 1
 }

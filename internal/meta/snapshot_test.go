@@ -78,6 +78,68 @@ func (g *rgroup) addMemberOn(ln net.Listener, dir string) int {
 	return i
 }
 
+// handOver makes member i the serving leader (asking whichever member
+// leads to transfer the leadership).
+func (g *rgroup) handOver(i int) {
+	g.t.Helper()
+	waitFor(g.t, fmt.Sprintf("member %d serving", i+1), func() bool {
+		if g.srvs[i].Service().Serving() {
+			return true
+		}
+		for _, s := range g.srvs {
+			if s != nil {
+				s.Service().rep.transferLeader(uint64(i + 1))
+			}
+		}
+		return false
+	})
+}
+
+// TestEmptiedMemberCatchesUpFromSnapshot: a member whose directory is
+// deleted is restarted under its ID; the leader's log is compacted past
+// anything it has, so it receives a snapshot stream, installs it, catches
+// up and, made the leader, serves every key. It rejoins in a term past the
+// group's (its lost votes cannot repeat); without that the leader, which
+// remembers how far it had replicated to it, fails on it, and without the
+// snapshot path it stops at the leader's MsgSnap.
+func TestEmptiedMemberCatchesUpFromSnapshot(t *testing.T) {
+	g := newRGroupWith(t, 3, smallSnapshots)
+	ld := g.leader()
+	g.dns()
+	_, err := g.cl.CreateBucket(bg, "snapb")
+	mustNo(t, err)
+	keys := putKeys(t, g.cl, "snapb", "before-", 30)
+	f := (ld + 1) % 3
+	g.stop(f)
+	mustNo(t, os.RemoveAll(g.dirs[f]))
+	keys = append(keys, putKeys(t, g.cl, "snapb", "while-down-", 30)...)
+	lr := g.srvs[ld].Service().rep
+	first, err := lr.wal.FirstIndex(raftGroup)
+	mustNo(t, err)
+	if first <= 2 || lr.snapIndex.Load() == 0 {
+		t.Fatalf("leader's log starts at %d, latest snapshot %d: want it compacted behind a snapshot", first, lr.snapIndex.Load())
+	}
+	term := lr.term.Load()
+	g.restart(f)
+	fr := g.srvs[f].Service().rep
+	ld = g.leader()
+	waitFor(t, "the emptied member caught up", func() bool {
+		return fr.installed.Load() >= 1 && fr.applied.Load() >= g.srvs[ld].Service().rep.applied.Load()
+	})
+	if st := g.srvs[f].Service().MetaStatus(); st.Term <= term || st.SnapshotIndex == 0 {
+		t.Fatalf("emptied member's status %+v: want a term past %d and a snapshot", st, term)
+	}
+	g.handOver(f)
+	fc, err := metaapi.NewClient(g.addrs[f], metaapi.ClientOptions{Attempts: 1})
+	mustNo(t, err)
+	for _, k := range keys {
+		if _, err := fc.GetKey(bg, "snapb", k); err != nil {
+			t.Fatalf("get %s from the caught-up member: %v", k, err)
+		}
+	}
+	putKeys(t, fc, "snapb", "after-", 5)
+}
+
 // TestLostMemberRejoinsFromSnapshot: a member whose directory is deleted
 // is removed and comes back empty under a new ID (admin meta remove, add,
 // --join); the leader's log is compacted past anything it has, so it
@@ -114,8 +176,7 @@ func TestLostMemberRejoinsFromSnapshot(t *testing.T) {
 		t.Fatalf("caught-up member's status %+v: want a snapshot index and 3 members", st)
 	}
 	// It serves: leadership handed to it, every key read through it alone.
-	lr.transferLeader(uint64(n + 1))
-	waitFor(t, "the caught-up member serving", func() bool { return g.srvs[n].Service().Serving() })
+	g.handOver(n)
 	fc, err := metaapi.NewClient(g.addrs[n], metaapi.ClientOptions{Attempts: 1})
 	mustNo(t, err)
 	for _, k := range keys {
