@@ -234,6 +234,9 @@ func (r *replicator) takeCheckpoint(term uint64) error {
 func (r *replicator) checkpointStore() error {
 	idx := r.st.Index
 	c := r.ckpts
+	if c.latest() == idx {
+		return nil // taken already (and maybe being streamed)
+	}
 	tmp := filepath.Join(c.dir, snapTmpPrefix+ckptName(idx))
 	fs := r.s.cfg.FS
 	if err := fs.RemoveAll(tmp); err != nil {
