@@ -276,6 +276,10 @@ type replicator struct {
 	// Status (any goroutine).
 	leader, term, applied, commit, last atomic.Uint64
 	role                                atomic.Value // string
+	// match is the leader's progress (member → match index) as of its
+	// last tick, nil on a follower (map[uint64]uint64, never changed once
+	// stored).
+	match atomic.Value
 }
 
 // openReplicator opens the meta raft log in dir/raft (bootstrapping the
@@ -568,6 +572,12 @@ func (r *replicator) run() {
 		case <-t.C:
 			r.rn.Tick()
 			r.handOver()
+			var m map[uint64]uint64
+			if r.leading {
+				m = map[uint64]uint64{}
+				r.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) { m[id] = pr.Match })
+			}
+			r.match.Store(m)
 		case <-r.notify:
 		}
 		r.in.mu.Lock()
@@ -1162,5 +1172,12 @@ func (r *replicator) status() metaapi.MetaStatus {
 	lead := r.leader.Load()
 	return metaapi.MetaStatus{ID: r.id, LeaderID: lead, LeaderAddr: r.peerAddr(lead), Role: r.role.Load().(string), Serving: serving,
 		Term: r.term.Load(), AppliedIndex: r.applied.Load(), CommitIndex: r.commit.Load(), LastIndex: r.last.Load(),
-		Members: sortedMembers(r.memberSet()), SnapshotIndex: r.snapIndex.Load(), SnapshotsInstalled: r.installed.Load()}
+		Members: sortedMembers(r.memberSet()), SnapshotIndex: r.snapIndex.Load(), SnapshotsInstalled: r.installed.Load(),
+		Match: r.matchMap()}
+}
+
+// matchMap is the leader's progress as of its last tick (nil: none).
+func (r *replicator) matchMap() map[uint64]uint64 {
+	m, _ := r.match.Load().(map[uint64]uint64)
+	return m
 }

@@ -308,19 +308,21 @@ func sortedMembers(m map[uint64]string) []metaapi.MetaMember {
 const rejoinProbeTimeout = time.Second
 
 // rejoinTerm asks the other members (in parallel, rejoinProbeTimeout
-// each) for their term, at the bootstrap of an empty directory: 0 when
-// none answers or none is past the bootstrap term 1 (the group is new),
-// else the highest term + 1. A member that lost its directory and starts
-// again under its ID thus starts in a term none of its earlier votes can
-// be in (a term reaches a majority of the members before anyone can vote
+// each) for their status, at the bootstrap of an empty directory. When
+// the leader says this member held entries past the bootstrap (its match
+// index is above 1), the member lost its directory: it returns the
+// highest term seen + 1, else 0 (a new group, or a member that never held
+// anything, which bootstraps as usual). Starting in a term none of its
+// earlier votes can be in (a term reaches the members before their votes
 // in it, so the running members' highest term is at least its lost one's),
-// and the leader, seeing the higher term, steps down: the next leader
-// starts with no memory of what the member acknowledged before, probes it
-// and sends it a snapshot.
+// the member never votes twice in a term; and the leader, seeing the
+// higher term, steps down: the next one starts with no memory of what the
+// member held, probes it and sends it a snapshot (raft's leader would
+// otherwise fail on it: tocommit out of range).
 func rejoinTerm(peers map[uint64]string, self uint64, log *slog.Logger) uint64 {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	var highest uint64
+	var highest, held uint64
 	for id, addr := range peers {
 		if id == self {
 			continue
@@ -340,13 +342,14 @@ func rejoinTerm(peers map[uint64]string, self uint64, log *slog.Logger) uint64 {
 			}
 			mu.Lock()
 			highest = max(highest, st.Term)
+			held = max(held, st.Match[self])
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	if highest <= 1 {
+	if held <= 1 {
 		return 0
 	}
-	log.Warn("meta member starts from an empty directory while its group runs: it rejoins in a later term and catches up from a snapshot", "group_term", highest, "term", highest+1)
+	log.Warn("meta member starts from an empty directory but its group's leader says it held the log to "+fmt.Sprint(held)+": it rejoins in a later term and catches up from a snapshot", "group_term", highest, "term", highest+1)
 	return highest + 1
 }

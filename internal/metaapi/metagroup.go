@@ -38,6 +38,9 @@ type MetaStatus struct {
 	// it received from other members since it started.
 	SnapshotIndex      uint64 `json:"snapshot_index"`
 	SnapshotsInstalled uint64 `json:"snapshots_installed,omitempty"`
+	// Match is, on the leader, the last log index each member is known
+	// to hold (raft's progress, as of the last tick).
+	Match map[uint64]uint64 `json:"match,omitempty"`
 }
 
 // MetaMembersRoute changes the members of a replicated meta service, one
