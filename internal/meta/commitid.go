@@ -4,7 +4,9 @@ package meta
 // CommitID; metaapi.Client sets a random one and sends the same on every
 // retry of the call). The commit's batch records the ID with the version
 // it committed, so that a commit retried after its outcome became unknown
-// (a failover, a lost answer) is answered with the first commit's result,
+// (a failover, a lost answer) and refused on the usual path (its blocks
+// consumed, or its conditions no longer met: the ID is looked up only
+// then) is answered with the first commit's result,
 // committed once, even when the key was replaced or deleted in between
 // (without the ID the retry finds its blocks consumed and is refused as
 // INVALID although it committed). The records are replicated state like
@@ -93,6 +95,25 @@ func (s *Service) committedByID(id, bucket, key string) (keyRecord, bool, error)
 		return keyRecord{}, false, err
 	}
 	return rec, true, nil
+}
+
+// retriedCommit answers a commit refused with err: a retry of a commit
+// that took effect (its blocks consumed, or its conditions no longer met
+// because of itself) is answered with what it committed; anything else
+// gets err. The lookup is only made on this path: a first try, the usual
+// case, costs no read. Under s.mu.
+func (s *Service) retriedCommit(bucket, key string, ck *metaapi.CommitKey, now time.Time, err error) (*metaapi.KeyInfo, *pebble.Batch, error) {
+	if ck.CommitID == "" {
+		return nil, nil, err
+	}
+	rec, found, lerr := s.committedByID(ck.CommitID, bucket, key)
+	if lerr != nil {
+		return nil, nil, lerr
+	}
+	if !found {
+		return nil, nil, err
+	}
+	return s.keyInfo(bucket, key, rec, now), nil, nil
 }
 
 // expireCommitIDs forgets, in b, the commit IDs older than

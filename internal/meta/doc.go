@@ -332,8 +332,8 @@
 //     changed one ConfChange at a time, in the store with its entry's
 //     batch and checkpointed at once; raft restarts from the store's set.
 //   - Commit IDs (commitid.go): a commit named by its client is recorded
-//     in its own batch; a commit with a known ID answers the recorded
-//     version and changes nothing.
+//     in its own batch; a commit refused on the usual path whose ID is
+//     known answers the recorded version and changes nothing.
 //
 // Concurrency: the raft goroutine owns the RawNode; an append worker
 // writes the log (group commit) and installs received snapshots, an apply

@@ -293,23 +293,15 @@ func (s *Service) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (*m
 		return nil, nil, err
 	}
 	now := s.cfg.Now()
-	if ck.CommitID != "" { // a retried commit answers what the first did (commitid.go)
-		if rec, found, err := s.committedByID(ck.CommitID, bucket, key); err != nil || found {
-			if err != nil {
-				return nil, nil, err
-			}
-			return s.keyInfo(bucket, key, rec, now), nil, nil
-		}
-	}
 	if exists && sameVersion(old, ck) {
 		return s.keyInfo(bucket, key, old, now), nil, nil // a retried commit
 	}
 	if err := checkConditions(bucket, key, old, exists, ck.Conditions); err != nil {
-		return nil, nil, err
+		return s.retriedCommit(bucket, key, ck, now, err)
 	}
 	blocks, err := s.claimable(bucket, key, ck.Blocks)
 	if err != nil {
-		return nil, nil, err
+		return s.retriedCommit(bucket, key, ck, now, err)
 	}
 	rec := keyRecord{Size: ck.Size, CRC32C: ck.CRC32C, Created: now, Blocks: blocks, Object: ck.Object}
 	// Valid: one batch makes the key visible, consumes the allocations,

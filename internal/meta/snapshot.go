@@ -65,11 +65,11 @@ import (
 const (
 	// DefaultSnapshotEntries: a member checkpoints its store once this
 	// many entries were applied since its last checkpoint.
-	DefaultSnapshotEntries = 10000
+	DefaultSnapshotEntries = 100000
 	// DefaultLogRetainEntries: entries kept in the raft log behind the
 	// latest checkpoint, so that a follower a little behind catches up
 	// from the log rather than from a snapshot.
-	DefaultLogRetainEntries = 5000
+	DefaultLogRetainEntries = 10000
 
 	snapshotRoute = "/v1/raft/snapshot"
 	// Names under Config.Dir.
