@@ -1170,9 +1170,14 @@ func (r *replicator) status() metaapi.MetaStatus {
 	serving := r.stint != 0
 	r.wmu.Unlock()
 	lead := r.leader.Load()
-	return metaapi.MetaStatus{ID: r.id, LeaderID: lead, LeaderAddr: r.peerAddr(lead), Role: r.role.Load().(string), Serving: serving,
+	role := r.role.Load().(string)
+	members := r.memberSet()
+	if _, ok := members[r.id]; !ok && len(members) > 0 {
+		role = "removed" // it applied its own removal: stop its process
+	}
+	return metaapi.MetaStatus{ID: r.id, LeaderID: lead, LeaderAddr: r.peerAddr(lead), Role: role, Serving: serving,
 		Term: r.term.Load(), AppliedIndex: r.applied.Load(), CommitIndex: r.commit.Load(), LastIndex: r.last.Load(),
-		Members: sortedMembers(r.memberSet()), SnapshotIndex: r.snapIndex.Load(), SnapshotsInstalled: r.installed.Load(),
+		Members: sortedMembers(members), SnapshotIndex: r.snapIndex.Load(), SnapshotsInstalled: r.installed.Load(),
 		Match: r.matchMap()}
 }
 

@@ -374,6 +374,7 @@ func TestMembersChangeWhileClientsPut(t *testing.T) {
 	if _, err := g.cl.ChangeMembers(bg, metaapi.MemberChange{Op: "remove", ID: 1}); err != nil {
 		t.Fatalf("remove member 1: %v", err)
 	}
+	waitFor(t, "member 1 knows it was removed", func() bool { return g.srvs[0].Service().MetaStatus().Role == "removed" })
 	g.stop(0)
 	progress("puts after member 1 left")
 	close(stop)

@@ -23,7 +23,8 @@ type MetaStatus struct {
 	ID         uint64 `json:"id"`
 	LeaderID   uint64 `json:"leader_id"` // 0: no leader known
 	LeaderAddr string `json:"leader_addr,omitempty"`
-	// Role: leader, follower, candidate or pre-candidate.
+	// Role: leader, follower, candidate or pre-candidate; removed for a
+	// member that applied its own removal from the group.
 	Role string `json:"role"`
 	// Serving: this member answers requests (the leader, once it has
 	// applied the log up to its term's first entry).
