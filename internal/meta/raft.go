@@ -222,6 +222,12 @@ type replicator struct {
 	// st.Index (0: unknown) (guarded by storeMu).
 	st     appliedState
 	stTerm uint64
+	// raftCfgIndex: raft's configuration is the member set as of this
+	// index (the store's applied index at open, the snapshot's index
+	// after an install, whose store may be further on): a membership
+	// change above it in entries the store already holds still goes to
+	// raft (guarded by storeMu).
+	raftCfgIndex uint64
 	// leaderTerm is the term this member leads (0: it does not); set by
 	// the run goroutine, read by the apply worker.
 	leaderTerm atomic.Uint64
@@ -429,6 +435,7 @@ func (r *replicator) openRaft() error {
 	}
 	r.rn = rn
 	r.applied.Store(r.st.Index)
+	r.raftCfgIndex = r.st.Index
 	if t, err := r.wal.Term(raftGroup, r.st.Index); err == nil {
 		r.stTerm = t
 	}
@@ -937,8 +944,17 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 	for _, e := range ents {
 		if e.GetIndex() <= st.Index {
 			// Applied before a restart (see openRaft), or in the store
-			// a snapshot installed; a membership change there is in the
-			// ConfState raft started from.
+			// a snapshot installed. A membership change there is in the
+			// ConfState raft started from, unless it is past the
+			// installed snapshot's index: then raft gets it now.
+			if e.GetType() == pb.EntryType_EntryConfChange && e.GetIndex() > r.raftCfgIndex {
+				cc := &pb.ConfChange{}
+				if err := proto.Unmarshal(e.GetData(), cc); err != nil {
+					return fmt.Errorf("%w: entry %d: membership change: %v", ErrCorrupt, e.GetIndex(), err)
+				}
+				confs = append(confs, cc)
+				r.raftCfgIndex = e.GetIndex()
+			}
 			continue
 		}
 		st.Index, lastTerm = e.GetIndex(), e.GetTerm()
@@ -983,6 +999,7 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
 			}
 			confs = append(confs, cc)
+			r.raftCfgIndex = e.GetIndex()
 		case pb.EntryType_EntryConfChangeV2:
 			return fmt.Errorf("entry %d: joint membership changes are not supported", e.GetIndex())
 		}
@@ -999,6 +1016,13 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 	}
 	r.st = st
 	r.applied.Store(st.Index)
+	if members == nil && len(confs) > 0 {
+		// Only changes the installed store held before raft did.
+		r.in.mu.Lock()
+		r.in.confs = append(r.in.confs, confs...)
+		r.in.mu.Unlock()
+		r.wake()
+	}
 	if members != nil {
 		// The transport knows a new member before raft sends to it, and
 		// the latest snapshot has it in its ConfState (raft sends a new

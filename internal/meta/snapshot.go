@@ -563,9 +563,14 @@ func (r *replicator) installSnapshot(md *pb.SnapshotMetadata) error {
 	idx := md.GetIndex()
 	r.storeMu.Lock()
 	have := r.st.Index
+	if have >= idx {
+		// The store already holds it (an install before a crash); raft
+		// restores md's ConfState all the same.
+		r.raftCfgIndex = idx
+	}
 	r.storeMu.Unlock()
 	if have >= idx {
-		return nil // the store already holds it (an install before a crash)
+		return nil
 	}
 	fs, dir := r.s.cfg.FS, r.s.cfg.Dir
 	var got uint64
@@ -617,7 +622,8 @@ func (r *replicator) installSnapshot(md *pb.SnapshotMetadata) error {
 		return fmt.Errorf("%w: snapshot stream at %d holds a store applied to %d", ErrCorrupt, got, st.Index)
 	}
 	r.st = st
-	r.stTerm = 0 // the term of the entry at st.Index, when it is md's
+	r.raftCfgIndex = idx // raft restores md's ConfState
+	r.stTerm = 0         // the term of the entry at st.Index, when it is md's
 	if st.Index == idx {
 		r.stTerm = md.GetTerm()
 	}
