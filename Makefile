@@ -33,7 +33,7 @@ GO_FILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*
 
 comma := ,
 
-.PHONY: help deps build test test-race vet fmt fmt-check demo fuzz bench report clean check-full-disk check-crash check-chaos soak-meta test-s3 test-s3-full test-s3-suite
+.PHONY: help deps build test test-race vet fmt fmt-check demo fuzz bench report clean check-full-disk check-crash check-chaos soak-meta accept-meta-ha test-s3 test-s3-full test-s3-suite
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -74,6 +74,9 @@ check-chaos: build ## bench chaos: its short form verbose, then a CHAOS_DURATION
 
 soak-meta: ## the replicated meta service: clients put keys while the leader is stopped META_STOPS times (default 20)
 	SPINDLE_META_SOAK=$${META_STOPS:-20} $(GO) test -count=1 -v -run 'TestReplicatedLeaderLossKeepsAcknowledgedKeys' ./internal/meta/
+
+accept-meta-ha: ## issue 14's acceptance: server --meta-replicas 3, 4 datanodes, 16 clients, the meta leader killed -9 five times; lost puts, linearizability, longest window without a put
+	SPINDLE_META_HA=1 $(GO) test -count=1 -v -timeout 15m -run 'TestMetaHAAcceptance' ./internal/chaos/
 
 test-s3: ## the S3 gateway: Go tests with aws-sdk-go-v2, then aws-cli, boto3, rclone and curl against spindle server (installs them in a venv / with apt when missing; a few minutes)
 	$(GO) test -count=1 -p 1 ./internal/s3gw/

@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -42,8 +44,8 @@ type metaMemberView struct {
 func newAdminMetaCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 	cmd := &cobra.Command{
 		Annotations: map[string]string{runsAlone: "true"},
-		Use:         "meta [backup DIR]",
-		Short:       "The meta service's members: leader, role, term, applied and commit index of each (asks every --meta address)",
+		Use:         "meta [backup DIR | add ID=ADDR | remove ID]",
+		Short:       "The meta service's members: leader, role, term, applied and commit index, last snapshot of each (asks every --meta address)",
 		Args:        exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			addrs := metaapi.SplitAddrs(env.meta)
@@ -82,14 +84,78 @@ func newAdminMetaCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 			fmt.Fprintf(tw, "leader: %d (term %d)\n", v.LeaderID, v.Term)
-			fmt.Fprintln(tw, "ADDR\tID\tROLE\tSERVING\tTERM\tAPPLIED\tCOMMIT\tLAST\tLAG\tERROR")
+			fmt.Fprintln(tw, "ADDR\tID\tROLE\tSERVING\tTERM\tAPPLIED\tCOMMIT\tLAST\tLAG\tSNAPSHOT\tERROR")
 			for _, m := range v.Members {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%d\t%d\t%d\t%d\t%d\t%s\n", m.Addr, m.ID, m.Role, m.Serving, m.Term, m.AppliedIndex, m.CommitIndex, m.LastIndex, m.Lag, m.Error)
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", m.Addr, m.ID, m.Role, m.Serving, m.Term, m.AppliedIndex, m.CommitIndex, m.LastIndex, m.Lag, m.SnapshotIndex, m.Error)
 			}
 			return tw.Flush()
 		},
 	}
-	cmd.AddCommand(newAdminMetaBackupCmd(env))
+	cmd.AddCommand(newAdminMetaBackupCmd(env), newAdminMetaChangeCmd(env, asJSON, true), newAdminMetaChangeCmd(env, asJSON, false))
+	return cmd
+}
+
+// newAdminMetaChangeCmd is spindle admin meta add ID=ADDR (add) or
+// spindle admin meta remove ID.
+func newAdminMetaChangeCmd(env *keyEnv, asJSON *bool, add bool) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "remove ID",
+		Short: "Remove member ID from the replicated meta service (a raft membership change; the group keeps serving)",
+		Long: `Removes member ID from the meta service's raft group, through the leader,
+and returns once the leader applied the change. A leader that removes
+itself steps down and another member is elected. Stop the removed member's
+process afterwards, and drop its address from every --meta list. One
+change at a time; removing a member that is not one succeeds.`,
+		Args: exactArgs(1),
+	}
+	if add {
+		cmd.Use = "add ID=ADDR"
+		cmd.Short = "Add member ID at ADDR to the replicated meta service (start it with spindle meta --join)"
+		cmd.Long = `Adds member ID, serving at ADDR (host:port, its --listen), to the meta
+service's raft group, through the leader, and returns once the leader
+applied the change. Start the new member with
+'spindle meta --id ID --join --peers ...' (its --peers naming at least
+the current members and itself) on an empty --dir, before or after this
+command: it receives a snapshot of the store, catches up from the log, and
+votes from then on. Add ADDR to every --meta list. One change at a time;
+adding a member already there at ADDR succeeds. A member whose --dir was
+lost rejoins this way under a new ID (after remove of the old one).`
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ch := metaapi.MemberChange{Op: "remove"}
+		idArg := args[0]
+		if add {
+			ch.Op = "add"
+			id, addr, ok := strings.Cut(args[0], "=")
+			if !ok || addr == "" {
+				return usageErr(fmt.Errorf("%q: want ID=HOST:PORT", args[0]))
+			}
+			idArg, ch.Addr = id, addr
+		}
+		id, err := strconv.ParseUint(idArg, 10, 64)
+		if err != nil || id == 0 {
+			return usageErr(fmt.Errorf("member ID %q: want a number ≥ 1", idArg))
+		}
+		ch.ID = id
+		mc, err := env.metaClient()
+		if err != nil {
+			return err
+		}
+		st, err := mc.ChangeMembers(cmd.Context(), ch)
+		if err != nil {
+			return keyExit(fmt.Errorf("admin meta %s %s: %w", ch.Op, args[0], err), "", "")
+		}
+		out := cmd.OutOrStdout()
+		if *asJSON {
+			return json.NewEncoder(out).Encode(st)
+		}
+		var ids []string
+		for _, m := range st.Members {
+			ids = append(ids, fmt.Sprintf("%d=%s", m.ID, m.Addr))
+		}
+		fmt.Fprintf(out, "members: %s (leader %d, term %d)\n", strings.Join(ids, ","), st.LeaderID, st.Term)
+		return nil
+	}
 	return cmd
 }
 

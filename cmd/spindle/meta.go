@@ -36,7 +36,13 @@ With --peers 1=ADDR,2=ADDR,3=ADDR it is member --id of a replicated meta
 service (a raft group; ADDR is each member's --listen, which defaults to
 its own entry): the leader serves, the others answer with its address;
 clients, datanodes and the CLI take every ADDR in --meta, comma-separated.
-Start every member with an empty --dir the first time.`,
+Start every member with an empty --dir the first time.
+
+Each member checkpoints its store every --snapshot-entries applied
+entries and keeps --log-retain-entries of its raft log behind the
+checkpoint; a member further behind receives a checkpoint. A member added
+to a running group ('spindle admin meta add ID=ADDR') starts with --join
+on an empty --dir.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if containerSize <= 0 {
@@ -58,6 +64,8 @@ Start every member with an empty --dir the first time.`,
 				if !cmd.Flags().Changed("listen") {
 					cfg.Listen = m[cfg.ID]
 				}
+			} else if cfg.Join {
+				return usageErr(errors.New("--join needs --peers: the members to join"))
 			} else if cfg.ID > 1 {
 				return usageErr(errors.New("--id without --peers: a single meta service is member 1"))
 			}
@@ -80,6 +88,9 @@ Start every member with an empty --dir the first time.`,
 	f.DurationVar(&cfg.LeaveTimeout, "leave-timeout", meta.DefaultLeaveTimeout, "a closed pipeline's members leave it once its containers are closed, or after this long")
 	f.Uint64Var(&cfg.ID, "id", 0, "this member's ID in --peers")
 	f.StringVar(&peers, "peers", "", "the members of a replicated meta service: ID=HOST:PORT,… (each member's --listen)")
+	f.BoolVar(&cfg.Join, "join", false, "join a running group as a member added by 'spindle admin meta add' (empty --dir; no bootstrap)")
+	f.IntVar(&cfg.SnapshotEntries, "snapshot-entries", meta.DefaultSnapshotEntries, "checkpoint the store every this many applied raft entries")
+	f.IntVar(&cfg.LogRetainEntries, "log-retain-entries", meta.DefaultLogRetainEntries, "raft log entries kept behind the latest checkpoint, for followers a little behind (negative: none)")
 	checkReplication = addReplicationFlags(f, &cfg)
 	return cmd
 }

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/spindle-store/spindle/internal/datanode"
 	"github.com/spindle-store/spindle/internal/server"
@@ -29,7 +30,15 @@ use --meta-listen (default 127.0.0.1:9860): spindle put, get, ls, ... .
 S3 clients use --s3-listen (default 127.0.0.1:9878, "off": none) with the
 root user of --s3-access-key/--s3-secret-key, or one generated at the first
 start into --dir/s3-credentials.json (0600).
-Ctrl-C or SIGTERM stops everything cleanly.`,
+Ctrl-C or SIGTERM stops everything cleanly.
+
+With --meta-replicas 3 the meta service is a raft group of 3 'spindle meta'
+processes (--dir/meta<i>, logs in --dir/meta<i>.log; member 1 on
+--meta-listen, the others on ports chosen at the first start and kept in
+server.json): a member may crash or be killed and the cluster keeps
+serving. Datanodes and the S3 gateway get every member's address; so must
+clients (--meta A,B,C or SPINDLE_META, printed at the start). The meta
+settings given here (replication flags) are passed to every member.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkReplication(); err != nil {
@@ -39,6 +48,20 @@ Ctrl-C or SIGTERM stops everything cleanly.`,
 				return usageErr(fmt.Errorf("--max-copies %d: want at least 1", maxCopies))
 			}
 			cfg.DatanodeArgs = append(cfg.DatanodeArgs, "--max-copies", fmt.Sprint(maxCopies))
+			if cfg.MetaReplicas > 1 {
+				// The meta settings given go to every member's command
+				// line: the flags the meta command has too.
+				mf := newMetaCmd().Flags()
+				cmd.Flags().Visit(func(fl *pflag.Flag) {
+					switch fl.Name {
+					case "dir", "ready-file", "listen":
+						return
+					}
+					if mf.Lookup(fl.Name) != nil {
+						cfg.MetaArgs = append(cfg.MetaArgs, "--"+fl.Name+"="+fl.Value.String())
+					}
+				})
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return server.Run(ctx, cfg, readyFile)
@@ -47,7 +70,8 @@ Ctrl-C or SIGTERM stops everything cleanly.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.Dir, "dir", "", "directory of the whole cluster (required)")
 	f.IntVar(&cfg.Datanodes, "datanodes", server.DefaultDatanodes, "datanode processes (3..9)")
-	f.StringVar(&cfg.MetaListen, "meta-listen", "127.0.0.1:9860", "address of the meta service")
+	f.StringVar(&cfg.MetaListen, "meta-listen", "127.0.0.1:9860", "address of the meta service (member 1's with --meta-replicas)")
+	f.IntVar(&cfg.MetaReplicas, "meta-replicas", 1, fmt.Sprintf("meta service members: 1 (in this process) or up to %d raft members as separate processes", server.MaxMetaReplicas))
 	f.StringVar(&readyFile, "ready-file", "", "write the meta address and PID here once ready")
 	f.IntVar(&maxCopies, "max-copies", maxCopies, "re-replication: container copies each datanode receives at once")
 	addS3Flags(f, &cfg.S3)

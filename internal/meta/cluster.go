@@ -447,6 +447,9 @@ func (s *Service) tickLocked() *pebble.Batch {
 	s.settleContainers(b, now)
 	s.expireAllocations(b, now)
 	s.dropExhaustedDeletes(b, now)
+	if err := s.expireCommitIDs(b, now); err != nil { // commitid.go
+		s.log.Error("forgetting old commit IDs", "err", err)
+	}
 	s.replicate(now)
 	return b
 }

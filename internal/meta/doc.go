@@ -365,14 +365,27 @@
 //     in flight over Pebble; code reads records through s.db and writes
 //     them only in the batch of mutate.
 //   - Tick runs only on the serving leader.
+//   - Snapshots (snapshot.go): the raft log is compacted only behind a
+//     checkpoint of the store whose WAL was synced and whose record is in
+//     the log; an installed snapshot replaces the store before the log
+//     records it, atomically across a crash (finishStoreInstall at open).
+//   - Membership (raftconf.go): the member set is replicated state,
+//     changed one ConfChange at a time, in the store with its entry's
+//     batch and checkpointed at once; raft restarts from the store's set.
+//   - Commit IDs (commitid.go): a commit named by its client is recorded
+//     in its own batch; a commit refused on the usual path whose ID is
+//     known answers the recorded version and changes nothing.
 //
 // Concurrency: the raft goroutine owns the RawNode; an append worker
-// writes the log (group commit) and an apply worker applies to the store;
-// they hand each other raft messages through locked queues. Lock order:
-// s.mu → replicator.wmu (the wait state) and replicator.in.mu (the raft
-// goroutine's inbox); the raft goroutine and the apply worker take s.mu
-// (to start or end a stint) and never hold wmu or in.mu while doing so;
-// no one holding s.mu waits for them.
+// writes the log (group commit) and installs received snapshots, an apply
+// worker applies to the store and takes checkpoints; they hand each other
+// raft messages through locked queues. Lock order: replicator.storeMu
+// (held by the apply worker for a round, and by a snapshot install, which
+// replaces the store) → s.mu → replicator.wmu (the wait state),
+// replicator.in.mu (the raft goroutine's inbox) and replicator.pmu (the
+// member set); the raft goroutine and the apply worker take s.mu (to
+// start or end a stint) and never hold wmu or in.mu while doing so; no
+// one holding s.mu waits for them.
 //
 // # Filesystem
 //

@@ -457,11 +457,11 @@ func (s *Service) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (*m
 		return s.keyInfo(bucket, key, old, now), nil, nil // a retried commit
 	}
 	if err := checkConditions(bucket, key, old, exists, ck.Conditions); err != nil {
-		return nil, nil, err
+		return s.retriedCommit(bucket, key, ck, now, err)
 	}
 	blocks, err := s.claimable(bucket, key, ck.Blocks)
 	if err != nil {
-		return nil, nil, err
+		return s.retriedCommit(bucket, key, ck, now, err)
 	}
 	rec := keyRecord{Size: ck.Size, CRC32C: ck.CRC32C, Created: now, Blocks: blocks, Inline: ck.Inline, Object: ck.Object}
 	// Valid: one batch makes the key visible, consumes the allocations,
@@ -480,6 +480,9 @@ func (s *Service) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (*m
 	brec.Bytes += rec.Size
 	set(b, bucketKey(bucket), brec.encode())
 	s.buckets[bucket] = brec
+	if ck.CommitID != "" {
+		recordCommitID(b, ck.CommitID, bucket, key, rec)
+	}
 	return s.keyInfo(bucket, key, rec, now), b, nil
 }
 

@@ -7,11 +7,11 @@ package meta
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -185,22 +185,49 @@ type readReq struct {
 
 // replicator runs the meta raft group of one member.
 type replicator struct {
-	s     *Service
-	id    uint64
-	peers map[uint64]string // member ID → host:port (API and raft)
-	log   *slog.Logger
-	wal   *wal.Log
-	db    *pebble.DB
-	tick  time.Duration
-	net   *raftNet
+	s    *Service
+	id   uint64
+	log  *slog.Logger
+	wal  *wal.Log
+	db   *pebble.DB
+	tick time.Duration
+	net  *raftNet
+
+	// pmu guards members (the voters: ID → host:port, API and raft) and
+	// addrs (the members plus this one: where the transport sends).
+	// hasMembers: the store records a member set (raftStorage).
+	pmu        sync.RWMutex
+	members    map[uint64]string
+	addrs      map[uint64]string
+	hasMembers bool
+
+	// storeMu is held by the apply worker for each round and by a
+	// snapshot install (which replaces db); it guards db and st. Lock
+	// order: storeMu → s.mu.
+	storeMu sync.Mutex
+	// ckpts are this member's checkpoints (snapshot.go); sinceSnap counts
+	// the entries applied since the latest (apply worker).
+	ckpts     *checkpoints
+	sinceSnap int
+	// snapIndex is the latest checkpoint's index, installed the
+	// snapshots received (status).
+	snapIndex, installed atomic.Uint64
 
 	// Owned by the run goroutine.
 	rn          *raft.RawNode
 	leading     bool
 	readCtx     uint64
 	readBatches map[uint64][]readReq
-	// st is owned by the apply worker (set before it starts).
-	st appliedState
+	// st is the store's applied state, stTerm the term of the entry at
+	// st.Index (0: unknown) (guarded by storeMu).
+	st     appliedState
+	stTerm uint64
+	// raftCfgIndex: raft's configuration is the member set as of this
+	// index (the store's applied index at open, the snapshot's index
+	// after an install, whose store may be further on): a membership
+	// change above it in entries the store already holds still goes to
+	// raft (guarded by storeMu).
+	raftCfgIndex uint64
 	// leaderTerm is the term this member leads (0: it does not); set by
 	// the run goroutine, read by the apply worker.
 	leaderTerm atomic.Uint64
@@ -217,6 +244,13 @@ type replicator struct {
 		unreachable map[uint64]bool
 		// local: the workers' answers to raft (never dropped).
 		local []*pb.Message
+		// confs: membership changes applied to the store, for raft's
+		// ApplyConfChange; confProps: changes to propose (admin).
+		confs, confProps []*pb.ConfChange
+		// snapSent: MsgSnap sends to report (member → delivered).
+		snapSent map[uint64]bool
+		// transfer: a member to hand the leadership to (0: none).
+		transfer uint64
 		// fatal: a worker failed; the member stops serving.
 		fatal error
 	}
@@ -248,6 +282,10 @@ type replicator struct {
 	// Status (any goroutine).
 	leader, term, applied, commit, last atomic.Uint64
 	role                                atomic.Value // string
+	// match is the leader's progress (member → match index) as of its
+	// last tick, nil on a follower (map[uint64]uint64, never changed once
+	// stored).
+	match atomic.Value
 }
 
 // openReplicator opens the meta raft log in dir/raft (bootstrapping the
@@ -258,19 +296,36 @@ func openReplicator(s *Service, db *pebble.DB) (*replicator, error) {
 	if _, ok := cfg.Peers[cfg.ID]; !ok {
 		return nil, fmt.Errorf("meta: --id %d is not one of --peers", cfg.ID)
 	}
-	r := &replicator{s: s, id: cfg.ID, peers: cfg.Peers, log: s.log.With("member", cfg.ID), db: db,
+	r := &replicator{s: s, id: cfg.ID, log: s.log.With("member", cfg.ID), db: db,
 		tick: cfg.RaftTickInterval, notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		readBatches: map[uint64][]readReq{}}
 	r.appendq.wake = make(chan struct{}, 1)
 	r.applyq.wake = make(chan struct{}, 1)
 	r.wcond.L = &r.wmu
 	r.in.unreachable = map[uint64]bool{}
+	r.in.snapSent = map[uint64]bool{}
 	r.role.Store("follower")
-	v, closer, err := db.Get(appliedKey)
+	st, members, err := readRaftState(db)
+	if err != nil {
+		return nil, err
+	}
+	if members != nil {
+		r.hasMembers = true
+		r.setMembers(members)
+	} else if cfg.Join {
+		r.setMembers(map[uint64]string{}) // a member once the snapshot says so
+		r.addrs = maps.Clone(cfg.Peers)
+	} else {
+		r.setMembers(cfg.Peers) // the bootstrap membership
+	}
 	switch {
-	case errors.Is(err, pebble.ErrNotFound):
-		// A new store: the state of the bootstrap snapshot (index 1).
+	case st.Index == 0:
+		// A new store: the state of the bootstrap snapshot (index 1), or
+		// nothing yet for a member joining.
 		r.st = appliedState{Index: 1}
+		if cfg.Join {
+			r.st = appliedState{}
+		}
 		it, err := db.NewIter(nil)
 		if err != nil {
 			return nil, fmt.Errorf("meta: read the store: %w", err)
@@ -282,15 +337,14 @@ func openReplicator(s *Service, db *pebble.DB) (*replicator, error) {
 		if used {
 			return nil, fmt.Errorf("meta: %s holds a store of a single meta service; a replicated member starts from an empty --dir", cfg.Dir)
 		}
-	case err != nil:
-		return nil, fmt.Errorf("meta: read applied state: %w", err)
 	default:
-		r.st, err = decodeAppliedState(v)
-		closer.Close()
-		if err != nil {
-			return nil, err
-		}
+		r.st = st
 	}
+	if r.ckpts, err = openCheckpoints(cfg.FS, cfg.Dir); err != nil {
+		return nil, err
+	}
+	r.snapIndex.Store(r.ckpts.latest())
+	r.sinceSnap = int(r.st.Index - min(r.st.Index, r.ckpts.latest()))
 	l, err := wal.Open(wal.Config{Dir: filepath.Join(cfg.Dir, "raft"), FS: cfg.FS, MaxRecordBytes: maxRaftRecordBytes, Logger: s.log})
 	if err != nil {
 		return nil, fmt.Errorf("meta: open raft log: %w", err)
@@ -313,29 +367,31 @@ func (r *replicator) openRaft() error {
 	if err != nil {
 		return err
 	}
-	if last == 0 && !hasSnap {
+	if last == 0 && !hasSnap && !r.s.cfg.Join {
 		// Bootstrap: every member starts from the same snapshot at (1, 1)
 		// holding the membership (as a pipeline does).
 		if r.st.Index > 1 {
 			return fmt.Errorf("meta: the store has applied the meta log to %d but the raft log is empty", r.st.Index)
 		}
-		var voters []uint64
-		for id := range r.peers {
-			voters = append(voters, id)
-		}
-		sort.Slice(voters, func(i, j int) bool { return voters[i] < voters[j] })
+		voters := slices.Sorted(maps.Keys(r.s.cfg.Peers))
 		cs, err := proto.Marshal(&pb.ConfState{Voters: voters})
 		if err != nil {
 			return err
 		}
-		seq, err := r.wal.Append(wal.SnapshotRecord(raftGroup, 1, 1, cs), wal.HardStateRecord(raftGroup, wal.HardState{Term: 1, Commit: 1}))
+		// A member whose directory was lost comes back here too: it
+		// starts in a term past every running member's, so that it never
+		// votes again in a term its lost self may have voted in, and the
+		// leader, deposed by the higher term, forgets how far it had
+		// replicated to it (raftconf.go, rejoinTerm).
+		term := max(1, rejoinTerm(r.s.cfg.Peers, r.id, r.log))
+		seq, err := r.wal.Append(wal.SnapshotRecord(raftGroup, 1, 1, cs), wal.HardStateRecord(raftGroup, wal.HardState{Term: term, Commit: 1}))
 		if err == nil {
 			err = r.wal.WaitDurable(seq)
 		}
 		if err != nil {
 			return fmt.Errorf("meta: bootstrap raft log: %w", err)
 		}
-		r.log.Info("meta raft group bootstrapped", "voters", voters)
+		r.log.Info("meta raft group bootstrapped", "voters", voters, "term", term)
 	}
 	first, err := r.wal.FirstIndex(raftGroup)
 	if err != nil {
@@ -357,7 +413,7 @@ func (r *replicator) openRaft() error {
 		ID:                        r.id,
 		ElectionTick:              r.s.cfg.ElectionTicks,
 		HeartbeatTick:             raftHeartbeatTicks,
-		Storage:                   r.wal.RaftStorage(raftGroup),
+		Storage:                   raftStorage{RaftStorage: r.wal.RaftStorage(raftGroup), r: r},
 		Applied:                   applied,
 		AsyncStorageWrites:        true,
 		MaxSizePerMsg:             maxRaftMsgBytes,
@@ -370,13 +426,19 @@ func (r *replicator) openRaft() error {
 		// A follower never proposes on a leader's behalf: a proposal's
 		// place in the log must be its leader's memory order.
 		DisableProposalForwarding: true,
-		Logger:                    wal.RaftLogger{L: r.log},
+		// A leader that applies its own removal steps down at once.
+		StepDownOnRemoval: true,
+		Logger:            wal.RaftLogger{L: r.log},
 	})
 	if err != nil {
 		return fmt.Errorf("meta: raft: %w", err)
 	}
 	r.rn = rn
 	r.applied.Store(r.st.Index)
+	r.raftCfgIndex = r.st.Index
+	if t, err := r.wal.Term(raftGroup, r.st.Index); err == nil {
+		r.stTerm = t
+	}
 	return nil
 }
 
@@ -446,7 +508,7 @@ func (r *replicator) unreachable(id uint64) {
 // ("" when unknown).
 func (r *replicator) leaderAddr() (uint64, string) {
 	id := r.leader.Load()
-	return id, r.peers[id]
+	return id, r.peerAddr(id)
 }
 
 // notLeader is the error of a member that does not serve.
@@ -517,11 +579,25 @@ func (r *replicator) run() {
 		case <-t.C:
 			r.rn.Tick()
 			r.handOver()
+			var m map[uint64]uint64
+			if r.leading {
+				m = map[uint64]uint64{}
+				r.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) { m[id] = pr.Match })
+			}
+			r.match.Store(m)
 		case <-r.notify:
 		}
 		r.in.mu.Lock()
 		props, msgs, reads, unreach, local, fatal := r.in.props, r.in.msgs, r.in.reads, r.in.unreachable, r.in.local, r.in.fatal
+		confs, confProps, transfer := r.in.confs, r.in.confProps, r.in.transfer
 		r.in.props, r.in.msgs, r.in.reads, r.in.local = nil, nil, nil, nil
+		r.in.confs, r.in.confProps, r.in.transfer = nil, nil, 0
+		snapSent := r.in.snapSent
+		if len(snapSent) > 0 {
+			r.in.snapSent = map[uint64]bool{}
+		} else {
+			snapSent = nil // the map stays the senders'
+		}
 		if len(unreach) > 0 {
 			r.in.unreachable = map[uint64]bool{}
 		} else {
@@ -538,6 +614,16 @@ func (r *replicator) run() {
 		}
 		for id := range unreach {
 			r.rn.ReportUnreachable(id)
+		}
+		for id, ok := range snapSent {
+			if ok {
+				r.rn.ReportSnapshot(id, raft.SnapshotFinish)
+			} else {
+				r.rn.ReportSnapshot(id, raft.SnapshotFailure)
+			}
+		}
+		for _, cc := range confs {
+			r.rn.ApplyConfChange(cc)
 		}
 		for _, m := range local {
 			_ = r.rn.Step(m)
@@ -561,6 +647,16 @@ func (r *replicator) run() {
 		}
 		if len(reads) > 0 {
 			r.startRead(reads, stint)
+		}
+		for _, cc := range confProps {
+			if r.leading {
+				if err := r.rn.ProposeConfChange(cc); err != nil {
+					r.log.Warn("membership change not proposed", "change", cc.GetType(), "member", cc.GetNodeId(), "err", err)
+				}
+			}
+		}
+		if transfer != 0 && r.leading {
+			r.rn.TransferLeader(transfer)
 		}
 		for r.rn.HasReady() {
 			r.handleReady()
@@ -641,10 +737,39 @@ func (r *replicator) appendWorker() {
 			continue
 		}
 		var recs []wal.Record
+		flush := func() error {
+			if len(recs) == 0 {
+				return nil
+			}
+			seq, err := r.wal.Append(recs...)
+			if err == nil {
+				err = r.wal.WaitDurable(seq)
+			}
+			recs = recs[:0]
+			if err != nil {
+				return fmt.Errorf("raft log: %w", err)
+			}
+			return nil
+		}
 		for _, m := range jobs {
 			if snap := m.GetSnapshot(); snap != nil && snap.GetMetadata().GetIndex() > 0 {
-				r.fatal(fmt.Errorf("raft snapshot at %d received: snapshots are not supported yet", snap.GetMetadata().GetIndex()))
-				return
+				// The store first, then the log: the log never says more
+				// than the store holds (snapshot.go).
+				md := snap.GetMetadata()
+				err := flush()
+				if err == nil {
+					err = r.installSnapshot(md)
+				}
+				var cs []byte
+				if err == nil {
+					cs, err = proto.Marshal(md.GetConfState())
+				}
+				if err != nil {
+					r.fatal(fmt.Errorf("snapshot at %d: %w", md.GetIndex(), err))
+					return
+				}
+				recs = append(recs, wal.SnapshotRecord(raftGroup, md.GetIndex(), md.GetTerm(), cs))
+				r.last.Store(md.GetIndex())
 			}
 			for _, e := range m.GetEntries() {
 				recs = append(recs, wal.EntryRecord(raftGroup, e.GetTerm(), e.GetIndex(), uint8(e.GetType()), e.GetData()))
@@ -657,15 +782,9 @@ func (r *replicator) appendWorker() {
 				r.last.Store(m.GetEntries()[n-1].GetIndex())
 			}
 		}
-		if len(recs) > 0 {
-			seq, err := r.wal.Append(recs...)
-			if err == nil {
-				err = r.wal.WaitDurable(seq)
-			}
-			if err != nil {
-				r.fatal(fmt.Errorf("raft log: %w", err))
-				return
-			}
+		if err := flush(); err != nil {
+			r.fatal(err)
+			return
 		}
 		for _, m := range jobs {
 			r.respond(m)
@@ -683,7 +802,10 @@ func (r *replicator) applyWorker() {
 		case <-r.applyq.wake:
 		}
 		for _, m := range r.applyq.take() {
-			if err := r.applyEntries(m.GetEntries()); err != nil {
+			r.storeMu.Lock()
+			err := r.applyEntries(m.GetEntries())
+			r.storeMu.Unlock()
+			if err != nil {
 				r.fatal(err)
 				return
 			}
@@ -816,12 +938,28 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 	b := r.db.NewBatch()
 	defer b.Close()
 	st := r.st
-	var startTerm uint64
+	var startTerm, lastTerm uint64
+	var members map[uint64]string // changed by the round (nil: unchanged)
+	var confs []*pb.ConfChange
 	for _, e := range ents {
 		if e.GetIndex() <= st.Index {
-			continue // applied before a restart (see openRaft)
+			// Applied before a restart (see openRaft), or in the store
+			// a snapshot installed. A membership change there is in the
+			// ConfState raft started from, unless it is past the
+			// installed snapshot's index: then raft gets it now.
+			if e.GetType() == pb.EntryType_EntryConfChange && e.GetIndex() > r.raftCfgIndex {
+				cc := &pb.ConfChange{}
+				if err := proto.Unmarshal(e.GetData(), cc); err != nil {
+					return fmt.Errorf("%w: entry %d: membership change: %v", ErrCorrupt, e.GetIndex(), err)
+				}
+				confs = append(confs, cc)
+				r.raftCfgIndex = e.GetIndex()
+			}
+			continue
 		}
-		st.Index = e.GetIndex()
+		st.Index, lastTerm = e.GetIndex(), e.GetTerm()
+		r.stTerm = lastTerm
+		r.sinceSnap++
 		switch e.GetType() {
 		case pb.EntryType_EntryNormal:
 			if lt := r.leaderTerm.Load(); lt != 0 && e.GetTerm() == lt && startTerm == 0 {
@@ -849,13 +987,27 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 				return fmt.Errorf("%w: entry %d: %v", ErrCorrupt, e.GetIndex(), err)
 			}
 			st.Term, st.Seq = e.GetTerm(), seq
-		case pb.EntryType_EntryConfChange, pb.EntryType_EntryConfChangeV2:
-			// Membership changes are not proposed yet (admin meta
-			// add|remove is future work); none can be in the log.
-			return fmt.Errorf("entry %d: membership change entries are not supported yet", e.GetIndex())
+		case pb.EntryType_EntryConfChange:
+			cc := &pb.ConfChange{}
+			if err := proto.Unmarshal(e.GetData(), cc); err != nil {
+				return fmt.Errorf("%w: entry %d: membership change: %v", ErrCorrupt, e.GetIndex(), err)
+			}
+			if members == nil {
+				members = r.memberSet()
+			}
+			if err := applyConfChange(members, cc); err != nil {
+				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
+			}
+			confs = append(confs, cc)
+			r.raftCfgIndex = e.GetIndex()
+		case pb.EntryType_EntryConfChangeV2:
+			return fmt.Errorf("entry %d: joint membership changes are not supported", e.GetIndex())
 		}
 	}
 	set(b, appliedKey, st.encode())
+	if members != nil {
+		set(b, membersKey, encodeMembers(members))
+	}
 	// NoSync: the log holds every applied entry durably; after a crash
 	// the store is a prefix of what was applied (batches are atomic) and
 	// raft applies again from its applied state.
@@ -864,6 +1016,28 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 	}
 	r.st = st
 	r.applied.Store(st.Index)
+	if members == nil && len(confs) > 0 {
+		// Only changes the installed store held before raft did.
+		r.in.mu.Lock()
+		r.in.confs = append(r.in.confs, confs...)
+		r.in.mu.Unlock()
+		r.wake()
+	}
+	if members != nil {
+		// The transport knows a new member before raft sends to it, and
+		// the latest snapshot has it in its ConfState (raft sends a new
+		// member a snapshot; one from before its addition is refused).
+		r.setMembers(members)
+		r.hasMembers = true
+		if err := r.takeCheckpoint(lastTerm); err != nil {
+			return fmt.Errorf("snapshot after a membership change: %w", err)
+		}
+		r.in.mu.Lock()
+		r.in.confs = append(r.in.confs, confs...)
+		r.in.mu.Unlock()
+		r.wake()
+		r.log.Info("meta membership changed", "index", st.Index, "members", members)
+	}
 	r.wmu.Lock()
 	if r.stint != 0 && st.Term == r.stint {
 		r.appliedSeq = st.Seq
@@ -872,6 +1046,14 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 	r.wmu.Unlock()
 	if startTerm != 0 {
 		r.startStint(startTerm)
+	}
+	if lastTerm != 0 && r.sinceSnap >= r.s.cfg.SnapshotEntries {
+		if err := r.takeCheckpoint(lastTerm); err != nil {
+			// The log keeps growing until a checkpoint succeeds; the
+			// member still serves.
+			r.log.Error("meta snapshot failed", "index", st.Index, "err", err)
+			r.sinceSnap = 0
+		}
 	}
 	return nil
 }
@@ -1012,11 +1194,19 @@ func (r *replicator) status() metaapi.MetaStatus {
 	serving := r.stint != 0
 	r.wmu.Unlock()
 	lead := r.leader.Load()
-	st := metaapi.MetaStatus{ID: r.id, LeaderID: lead, LeaderAddr: r.peers[lead], Role: r.role.Load().(string), Serving: serving,
-		Term: r.term.Load(), AppliedIndex: r.applied.Load(), CommitIndex: r.commit.Load(), LastIndex: r.last.Load()}
-	for id, addr := range r.peers {
-		st.Members = append(st.Members, metaapi.MetaMember{ID: id, Addr: addr})
+	role := r.role.Load().(string)
+	members := r.memberSet()
+	if _, ok := members[r.id]; !ok && len(members) > 0 {
+		role = "removed" // it applied its own removal: stop its process
 	}
-	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].ID < st.Members[j].ID })
-	return st
+	return metaapi.MetaStatus{ID: r.id, LeaderID: lead, LeaderAddr: r.peerAddr(lead), Role: role, Serving: serving,
+		Term: r.term.Load(), AppliedIndex: r.applied.Load(), CommitIndex: r.commit.Load(), LastIndex: r.last.Load(),
+		Members: sortedMembers(members), SnapshotIndex: r.snapIndex.Load(), SnapshotsInstalled: r.installed.Load(),
+		Match: r.matchMap()}
+}
+
+// matchMap is the leader's progress as of its last tick (nil: none).
+func (r *replicator) matchMap() map[uint64]uint64 {
+	m, _ := r.match.Load().(map[uint64]uint64)
+	return m
 }

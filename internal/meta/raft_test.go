@@ -29,11 +29,15 @@ type rgroup struct {
 	peers map[uint64]string
 	srvs  []*Server // nil: stopped
 	cl    *metaapi.Client
+	// tweak, when set, changes each member's Config before it starts.
+	tweak func(*Config)
 }
 
-func newRGroup(t *testing.T, n int) *rgroup {
+func newRGroup(t *testing.T, n int) *rgroup { return newRGroupWith(t, n, nil) }
+
+func newRGroupWith(t *testing.T, n int, tweak func(*Config)) *rgroup {
 	t.Helper()
-	g := &rgroup{t: t, peers: map[uint64]string{}, srvs: make([]*Server, n)}
+	g := &rgroup{t: t, peers: map[uint64]string{}, srvs: make([]*Server, n), tweak: tweak}
 	lns := make([]net.Listener, n)
 	for i := range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -64,6 +68,9 @@ func (g *rgroup) start(i int, ln net.Listener) {
 	g.t.Helper()
 	cfg := Config{Dir: g.dirs[i], Logger: quiet, ID: uint64(i + 1), Peers: g.peers, TickInterval: -1, DisableSafeMode: true,
 		RaftTickInterval: 20 * time.Millisecond, Listener: ln}
+	if g.tweak != nil {
+		g.tweak(&cfg)
+	}
 	srv, err := Start(cfg)
 	if err != nil {
 		g.t.Fatalf("member %d: %v", i+1, err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"sync"
 	"time"
@@ -39,11 +40,18 @@ const (
 )
 
 type raftNet struct {
-	r     *replicator
-	hc    *http.Client
-	peers map[uint64]*raftPeer
-	stop  chan struct{}
-	wg    sync.WaitGroup
+	r  *replicator
+	hc *http.Client
+	// snapClient fetches snapshot streams (no overall timeout: the
+	// fetch's context bounds it).
+	snapClient *http.Client
+	stop       chan struct{}
+	wg         sync.WaitGroup
+	// mu guards peers (membership changes add and remove senders) and
+	// started.
+	mu      sync.Mutex
+	peers   map[uint64]*raftPeer
+	started bool
 }
 
 type raftPeer struct {
@@ -52,20 +60,48 @@ type raftPeer struct {
 	mu   sync.Mutex
 	q    []*pb.Message
 	wake chan struct{} // cap 1
+	quit chan struct{} // closed when the member is removed
 }
 
 func newRaftNet(r *replicator) *raftNet {
 	n := &raftNet{r: r, peers: map[uint64]*raftPeer{}, stop: make(chan struct{}),
-		hc: &http.Client{Timeout: raftPostTimeout, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2}}}
-	for id, addr := range r.peers {
-		if id != r.id {
-			n.peers[id] = &raftPeer{id: id, url: "http://" + addr + raftMessagesRoute, wake: make(chan struct{}, 1)}
-		}
-	}
+		hc:         &http.Client{Timeout: raftPostTimeout, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2}},
+		snapClient: &http.Client{Transport: &http.Transport{Proxy: nil}}}
+	r.pmu.RLock()
+	addrs := maps.Clone(r.addrs)
+	r.pmu.RUnlock()
+	n.setPeers(addrs)
 	return n
 }
 
+// setPeers makes addrs (member → address) the members sent to: a sender
+// for each new one (or one whose address changed), none for the others.
+func (n *raftNet) setPeers(addrs map[uint64]string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for id, p := range n.peers {
+		if a, ok := addrs[id]; !ok || "http://"+a+raftMessagesRoute != p.url {
+			close(p.quit)
+			delete(n.peers, id)
+		}
+	}
+	for id, a := range addrs {
+		if id == n.r.id || n.peers[id] != nil {
+			continue
+		}
+		p := &raftPeer{id: id, url: "http://" + a + raftMessagesRoute, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+		n.peers[id] = p
+		if n.started {
+			n.wg.Add(1)
+			go n.sender(p)
+		}
+	}
+}
+
 func (n *raftNet) start() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.started = true
 	for _, p := range n.peers {
 		n.wg.Add(1)
 		go n.sender(p)
@@ -76,12 +112,18 @@ func (n *raftNet) close() {
 	close(n.stop)
 	n.wg.Wait()
 	n.hc.CloseIdleConnections()
+	n.snapClient.CloseIdleConnections()
 }
 
 // send queues m for its peer (dropped when the queue is full).
 func (n *raftNet) send(m *pb.Message) {
+	n.mu.Lock()
 	p := n.peers[m.GetTo()]
+	n.mu.Unlock()
 	if p == nil || n.r.isolated.Load() {
+		if m.GetType() == pb.MessageType_MsgSnap {
+			n.r.snapshotSent(m.GetTo(), false)
+		}
 		return
 	}
 	p.mu.Lock()
@@ -91,6 +133,9 @@ func (n *raftNet) send(m *pb.Message) {
 	}
 	p.mu.Unlock()
 	if full {
+		if m.GetType() == pb.MessageType_MsgSnap {
+			n.r.snapshotSent(m.GetTo(), false)
+		}
 		n.r.unreachable(p.id)
 		return
 	}
@@ -107,12 +152,15 @@ func (n *raftNet) sender(p *raftPeer) {
 		select {
 		case <-n.stop:
 			return
+		case <-p.quit:
+			return
 		case <-p.wake:
 		}
 		for {
 			p.mu.Lock()
 			q := p.q
 			k := 0
+			snap := false
 			buf = buf[:0]
 			for ; k < len(q); k++ {
 				b, err := proto.Marshal(q[k])
@@ -124,6 +172,7 @@ func (n *raftNet) sender(p *raftPeer) {
 				}
 				buf = binary.LittleEndian.AppendUint32(buf, uint32(len(b)))
 				buf = append(buf, b...)
+				snap = snap || q[k].GetType() == pb.MessageType_MsgSnap
 			}
 			p.q = q[k:]
 			more := len(p.q) > 0
@@ -134,14 +183,25 @@ func (n *raftNet) sender(p *raftPeer) {
 			if err := n.post(p, buf); err != nil {
 				n.r.unreachable(p.id)
 				p.mu.Lock()
+				for _, m := range p.q {
+					snap = snap || m.GetType() == pb.MessageType_MsgSnap
+				}
 				p.q = nil // stale by the time the peer is back
 				p.mu.Unlock()
+				if snap {
+					n.r.snapshotSent(p.id, false)
+				}
 				select {
 				case <-n.stop:
 					return
 				case <-time.After(raftRetryPause):
 				}
 				break
+			}
+			if snap {
+				// The follower fetches the data itself (snapshot.go):
+				// raft may go on probing it.
+				n.r.snapshotSent(p.id, true)
 			}
 			if !more {
 				break
@@ -216,7 +276,7 @@ func (s *Service) raftRoutes(mux *http.ServeMux) {
 		}
 		ok := msgs[:0]
 		for _, m := range msgs {
-			if _, known := s.rep.peers[m.GetFrom()]; known && m.GetTo() == s.rep.id {
+			if s.rep.peerAddr(m.GetFrom()) != "" && m.GetTo() == s.rep.id {
 				ok = append(ok, m)
 			}
 		}
@@ -225,6 +285,24 @@ func (s *Service) raftRoutes(mux *http.ServeMux) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+	mux.HandleFunc("GET "+snapshotRoute, s.snapshotHandler) // snapshot.go
+	mux.Handle("POST "+metaapi.MetaMembersRoute, s.instrument("meta_members", s.membersHandler))
+}
+
+// snapshotSent reports a MsgSnap to member id sent (or lost) to raft.
+func (r *replicator) snapshotSent(id uint64, ok bool) {
+	r.in.mu.Lock()
+	r.in.snapSent[id] = ok
+	r.in.mu.Unlock()
+	r.wake()
+}
+
+// transferLeader asks raft, on the leader, to hand the leadership to id.
+func (r *replicator) transferLeader(id uint64) {
+	r.in.mu.Lock()
+	r.in.transfer = id
+	r.in.mu.Unlock()
+	r.wake()
 }
 
 // MetaStatus is this member's view of the meta group (a group of one:

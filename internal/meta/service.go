@@ -139,6 +139,16 @@ type Config struct {
 	// ElectionTicks ticks (randomised up to twice that) campaigns.
 	RaftTickInterval time.Duration
 	ElectionTicks    int
+	// SnapshotEntries (DefaultSnapshotEntries): a member checkpoints its
+	// store once this many entries were applied since its last; the raft
+	// log is then compacted to LogRetainEntries (DefaultLogRetainEntries)
+	// entries behind the checkpoint (snapshot.go).
+	SnapshotEntries  int
+	LogRetainEntries int
+	// Join: a member being added to a running group (spindle admin meta
+	// add) starts with an empty log instead of bootstrapping Peers as the
+	// group, and waits for the leader's snapshot.
+	Join bool
 
 	// Listener, when set (tests, benches), is what Start serves on instead of
 	// listening on Listen (a member restarted on its address).
@@ -226,6 +236,14 @@ func (c *Config) setDefaults() {
 	}
 	if c.ElectionTicks <= 0 {
 		c.ElectionTicks = DefaultElectionTicks
+	}
+	if c.SnapshotEntries <= 0 {
+		c.SnapshotEntries = DefaultSnapshotEntries
+	}
+	if c.LogRetainEntries < 0 {
+		c.LogRetainEntries = 0
+	} else if c.LogRetainEntries == 0 {
+		c.LogRetainEntries = DefaultLogRetainEntries
 	}
 }
 
@@ -616,6 +634,9 @@ const bloomBitsPerKey = 10
 // loss right after the first acknowledged commit keeps the store.
 func openStore(fs vfs.FS, dir string, log *slog.Logger) (*pebble.DB, error) {
 	if err := vfs.MkdirAllDurable(fs, dir); err != nil {
+		return nil, err
+	}
+	if err := finishStoreInstall(fs, dir); err != nil { // snapshot.go
 		return nil, err
 	}
 	cache := pebble.NewCache(storeCacheBytes)

@@ -542,6 +542,11 @@ type CommitKey struct {
 	Object *ObjectMeta `json:"object,omitempty"`
 	// Conditions are checked atomically with the commit.
 	Conditions
+	// CommitID, when set (Client.CommitKey sets a random one), names the
+	// commit: one retried with the same ID after its outcome became
+	// unknown answers what the first try committed, even if the key
+	// changed since (remembered 10 minutes).
+	CommitID string `json:"commit_id,omitempty"`
 }
 
 // KeyInfo describes a committed key.

@@ -3,6 +3,8 @@ package metaapi
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -244,6 +246,11 @@ func (c *Client) CommitKey(ctx context.Context, bucket, key string, ck CommitKey
 	if err := validNames(bucket, key); err != nil {
 		return ki, err
 	}
+	if ck.CommitID == "" {
+		// Every try of this call carries the same ID: a retry after an
+		// unknown outcome is answered with what the first try did.
+		ck.CommitID = NewCommitID()
+	}
 	if !c.noBatch {
 		return c.commits.call(ctx, BatchedCommit{Bucket: bucket, Key: key, CommitKey: ck})
 	}
@@ -269,6 +276,13 @@ func (c *Client) commitAlone(ctx context.Context, bucket, key string, ck CommitK
 type rawBody struct {
 	b           []byte
 	contentType string
+}
+
+// NewCommitID is a random commit ID (CommitKey.CommitID): 16 bytes, hex.
+func NewCommitID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+	return hex.EncodeToString(b[:])
 }
 
 // GetKey returns a committed key with its blocks and their replicas.

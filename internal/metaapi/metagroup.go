@@ -23,7 +23,8 @@ type MetaStatus struct {
 	ID         uint64 `json:"id"`
 	LeaderID   uint64 `json:"leader_id"` // 0: no leader known
 	LeaderAddr string `json:"leader_addr,omitempty"`
-	// Role: leader, follower, candidate or pre-candidate.
+	// Role: leader, follower, candidate or pre-candidate; removed for a
+	// member that applied its own removal from the group.
 	Role string `json:"role"`
 	// Serving: this member answers requests (the leader, once it has
 	// applied the log up to its term's first entry).
@@ -33,6 +34,26 @@ type MetaStatus struct {
 	CommitIndex  uint64       `json:"commit_index"`
 	LastIndex    uint64       `json:"last_index"`
 	Members      []MetaMember `json:"members"`
+	// SnapshotIndex is the applied index of this member's latest
+	// checkpoint (0: none yet); SnapshotsInstalled counts the snapshots
+	// it received from other members since it started.
+	SnapshotIndex      uint64 `json:"snapshot_index"`
+	SnapshotsInstalled uint64 `json:"snapshots_installed,omitempty"`
+	// Match is, on the leader, the last log index each member is known
+	// to hold (raft's progress, as of the last tick).
+	Match map[uint64]uint64 `json:"match,omitempty"`
+}
+
+// MetaMembersRoute changes the members of a replicated meta service, one
+// at a time: POST MemberChange → MetaStatus (the leader's, once applied).
+const MetaMembersRoute = "/v1/meta/members"
+
+// MemberChange adds member ID at Addr (Op "add") or removes member ID
+// (Op "remove"). A change already in effect succeeds.
+type MemberChange struct {
+	Op   string `json:"op"`
+	ID   uint64 `json:"id"`
+	Addr string `json:"addr,omitempty"`
 }
 
 // NotLeaderError is what a member of a replicated meta service that does
@@ -73,4 +94,12 @@ func SplitAddrs(list string) []string {
 func (c *Client) MetaStatus(ctx context.Context) (MetaStatus, error) {
 	var st MetaStatus
 	return st, c.once(ctx, int(c.cur.Load()), http.MethodGet, MetaStatusRoute, nil, "", &st)
+}
+
+// ChangeMembers adds or removes a member of a replicated meta service
+// (on the leader, following it); it returns once the leader applied the
+// change. A retry of a change that took effect succeeds.
+func (c *Client) ChangeMembers(ctx context.Context, ch MemberChange) (MetaStatus, error) {
+	var st MetaStatus
+	return st, c.do(ctx, http.MethodPost, MetaMembersRoute, ch, &st, true)
 }

@@ -94,7 +94,7 @@ func (s *Server) startS3(ctx context.Context) (<-chan error, error) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- s3gw.Run(ctx, s3gw.Config{Meta: s.meta.Addr(), Listen: listen, Region: c.Region, Domain: c.Domain,
+		done <- s3gw.Run(ctx, s3gw.Config{Meta: s.MetaAddr(), Listen: listen, Region: c.Region, Domain: c.Domain,
 			AccessKey: access, SecretKey: secret, Logger: s.cfg.Logger})
 	}()
 	fmt.Fprintf(os.Stderr, "spindle server: S3 gateway at http://%s (access key %s)\n", listen, access)

@@ -4,14 +4,21 @@
 // one directory. Separate `spindle meta` and `spindle datanode` processes
 // are the same code for real clusters.
 //
+// With Config.MetaReplicas > 1 the meta service is a raft group of that
+// many `spindle meta` child processes instead (metagroup.go), and every
+// client (datanodes, S3 gateway, the address printed and written to the
+// ready file) gets all the members' addresses.
+//
 // Layout of Dir:
 //
-//	meta/              the meta service's Pebble store
+//	meta/              the meta service's Pebble store (one replica)
+//	meta<i>/, meta<i>.log  member i's directory and log (MetaReplicas > 1)
 //	datanodes/dn<i>/   datanode i's volume; its log in datanodes/log/dn<i>
 //	datanodes/dn<i>.log  its stdout and stderr
-//	server.json        {"datanode_addrs": ["127.0.0.1:P1", …]}: the
-//	                   datanodes keep their addresses across restarts
-//	                   (pipelines name their members by address)
+//	server.json        {"datanode_addrs": ["127.0.0.1:P1", …], "meta_addrs":
+//	                   […]}: the datanodes and meta members keep their
+//	                   addresses across restarts (pipelines and the meta
+//	                   raft group name their members by address)
 //	s3-credentials.json  the S3 root user, when generated (0600)
 //
 // Run also serves S3 (internal/s3gw) on Config.S3.Listen, its root user
@@ -34,6 +41,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spindle-store/spindle/internal/localcluster"
@@ -56,8 +64,14 @@ type Config struct {
 	// Datanodes is the number of datanode processes (≥ 3).
 	Datanodes int
 	// MetaListen is the meta service's address (default 127.0.0.1:9860;
-	// 127.0.0.1:0 picks a free port).
+	// 127.0.0.1:0 picks a free port); member 1's with MetaReplicas > 1.
 	MetaListen string
+	// MetaReplicas is the number of meta members (default 1: the meta
+	// service in this process; more: child processes, metagroup.go).
+	MetaReplicas int
+	// MetaArgs are added to every meta member's command line
+	// (MetaReplicas > 1; Meta is not used then).
+	MetaArgs []string
 	// Binary is the spindle executable for the datanodes (default: this
 	// process's executable).
 	Binary string
@@ -79,14 +93,18 @@ type Config struct {
 
 // Server is a running embedded cluster.
 type Server struct {
-	cfg     Config
-	meta    *meta.Server
-	cluster *localcluster.Cluster
-	client  *metaapi.Client
+	cfg   Config
+	meta  *meta.Server // nil with MetaReplicas > 1
+	group *MetaProcs   // nil with one meta replica
+	// metaAddr is every meta member's address, comma-separated.
+	metaAddr string
+	cluster  *localcluster.Cluster
+	client   *metaapi.Client
 }
 
 type state struct {
 	DatanodeAddrs []string `json:"datanode_addrs"`
+	MetaAddrs     []string `json:"meta_addrs,omitempty"`
 }
 
 // Start starts the meta service and the datanodes and waits until a
@@ -120,24 +138,52 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	if cfg.MetaReplicas == 0 {
+		cfg.MetaReplicas = 1
+	}
+	if cfg.MetaReplicas < 1 || cfg.MetaReplicas > MaxMetaReplicas {
+		return nil, fmt.Errorf("server: --meta-replicas %d: want 1..%d", cfg.MetaReplicas, MaxMetaReplicas)
+	}
 	st, err := loadState(cfg.Dir, cfg.Datanodes)
 	if err != nil {
 		return nil, err
 	}
-	mcfg := cfg.Meta
-	mcfg.Dir = filepath.Join(cfg.Dir, "meta")
-	mcfg.Listen = cfg.MetaListen
-	if mcfg.Logger == nil {
-		mcfg.Logger = cfg.Logger
+	if err := checkMetaLayout(cfg, st); err != nil {
+		return nil, err
 	}
-	ms, err := meta.Start(mcfg)
-	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
+	s := &Server{cfg: cfg}
+	if cfg.MetaReplicas > 1 {
+		newAddrs := len(st.MetaAddrs) == 0
+		if newAddrs {
+			if st.MetaAddrs, err = metaAddrs(cfg.MetaListen, cfg.MetaReplicas); err != nil {
+				return nil, err
+			}
+		}
+		if s.group, err = startMetaGroup(ctx, cfg, st.MetaAddrs); err != nil {
+			return nil, err
+		}
+		s.metaAddr = strings.Join(st.MetaAddrs, ",")
+		if newAddrs && len(st.DatanodeAddrs) > 0 {
+			if err := saveState(cfg.Dir, st); err != nil {
+				s.closeMeta()
+				return nil, err
+			}
+		}
+	} else {
+		mcfg := cfg.Meta
+		mcfg.Dir = filepath.Join(cfg.Dir, "meta")
+		mcfg.Listen = cfg.MetaListen
+		if mcfg.Logger == nil {
+			mcfg.Logger = cfg.Logger
+		}
+		if s.meta, err = meta.Start(mcfg); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		s.metaAddr = s.meta.Addr()
 	}
-	s := &Server{cfg: cfg, meta: ms}
-	s.client, err = metaapi.NewClient(ms.Addr(), metaapi.ClientOptions{})
+	s.client, err = metaapi.NewClient(s.metaAddr, metaapi.ClientOptions{})
 	if err != nil {
-		ms.Close()
+		s.closeMeta()
 		return nil, err
 	}
 	dn := filepath.Join(cfg.Dir, "datanodes")
@@ -146,14 +192,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		Members:   cfg.Datanodes,
 		DataDir:   dn,
 		LogDir:    filepath.Join(dn, "log"),
-		MetaAddr:  ms.Addr(),
+		MetaAddr:  s.metaAddr,
 		Addrs:     st.DatanodeAddrs,
 		ExtraArgs: cfg.DatanodeArgs,
 		NodeArgs:  cfg.DatanodeNodeArgs,
 		Env:       cfg.DatanodeEnv,
 	})
 	if err != nil {
-		ms.Close()
+		s.closeMeta()
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	if len(st.DatanodeAddrs) == 0 {
@@ -169,7 +215,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.Close()
 		return nil, err
 	}
-	cfg.Logger.Info("spindle server ready", "meta", ms.Addr(), "datanodes", len(st.DatanodeAddrs), "dir", cfg.Dir)
+	cfg.Logger.Info("spindle server ready", "meta", s.metaAddr, "datanodes", len(st.DatanodeAddrs), "dir", cfg.Dir)
 	return s, nil
 }
 
@@ -198,8 +244,40 @@ func (s *Server) waitPipeline(ctx context.Context) error {
 	}
 }
 
-// MetaAddr is the meta service's address.
-func (s *Server) MetaAddr() string { return s.meta.Addr() }
+// MetaAddr is the meta service's address (every member's, comma-separated,
+// with MetaReplicas > 1).
+func (s *Server) MetaAddr() string { return s.metaAddr }
+
+// MetaGroup is the meta member processes (nil with one replica; tests:
+// Kill, Restart).
+func (s *Server) MetaGroup() *MetaProcs { return s.group }
+
+// closeMeta stops the meta service (or its members).
+func (s *Server) closeMeta() error {
+	if s.group != nil {
+		return s.group.stop()
+	}
+	return s.meta.Close()
+}
+
+// MaxMetaReplicas bounds --meta-replicas.
+const MaxMetaReplicas = 7
+
+// checkMetaLayout refuses a Dir made with another number of meta replicas
+// (one store in meta/, or members in meta<i>/ and server.json).
+func checkMetaLayout(cfg Config, st state) error {
+	_, err := os.Stat(filepath.Join(cfg.Dir, "meta"))
+	single := err == nil
+	switch {
+	case cfg.MetaReplicas > 1 && single:
+		return fmt.Errorf("server: %s holds a single meta service (meta/): it cannot become %d replicas", cfg.Dir, cfg.MetaReplicas)
+	case cfg.MetaReplicas == 1 && len(st.MetaAddrs) > 0:
+		return fmt.Errorf("server: %s was made with %d meta replicas: start it with --meta-replicas %d", cfg.Dir, len(st.MetaAddrs), len(st.MetaAddrs))
+	case cfg.MetaReplicas > 1 && len(st.MetaAddrs) > 0 && len(st.MetaAddrs) != cfg.MetaReplicas:
+		return fmt.Errorf("server: %s was made with %d meta replicas, not %d (use spindle admin meta add|remove)", cfg.Dir, len(st.MetaAddrs), cfg.MetaReplicas)
+	}
+	return nil
+}
 
 // Meta is a client of the meta service.
 func (s *Server) Meta() *metaapi.Client { return s.client }
@@ -214,7 +292,7 @@ func (s *Server) Close() error {
 	if s.cluster != nil {
 		err = s.cluster.Stop(localcluster.DefaultStopTimeout)
 	}
-	if cerr := s.meta.Close(); err == nil {
+	if cerr := s.closeMeta(); err == nil {
 		err = cerr
 	}
 	return err
@@ -241,6 +319,9 @@ func Run(ctx context.Context, cfg Config, readyFile string) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "spindle server: meta service at %s, %d datanodes, data in %s (Ctrl-C stops)\n", s.MetaAddr(), cfg.datanodes(), cfg.Dir)
+	if s.group != nil {
+		fmt.Fprintf(os.Stderr, "spindle server: %d meta replicas; clients: export SPINDLE_META=%s\n", len(s.group.addrs), s.MetaAddr())
+	}
 	var gwErr error
 	select {
 	case <-ctx.Done():

@@ -1,0 +1,708 @@
+package meta
+
+// Snapshots of a replicated meta service (docs/ARCHITECTURE.md §16,
+// docs/CRASH_SAFETY.md "meta snapshot install").
+//
+// Taking: every member, on its own, once Config.SnapshotEntries entries
+// were applied since its last checkpoint, makes a Pebble checkpoint of its
+// store right after an apply round (in the apply worker: the checkpoint is
+// the state at exactly the applied index, and the store's WAL is synced
+// with it), renames it into DIR/snap/<index>, records it in the raft log
+// (a SnapshotMetaRecord: index, term, membership) and compacts the log to
+// index - Config.LogRetainEntries. Only the latest checkpoint is kept (an
+// older one being streamed is removed when its last stream ends).
+//
+// Sending: raft's leader sends a follower whose next entry is compacted a
+// MsgSnap holding only the metadata; the follower's append worker fetches
+// GET /v1/raft/snapshot?min=INDEX from the leader (or any other member)
+// and gets that member's latest checkpoint, of an index ≥ INDEX. A store
+// ahead of the snapshot's index is fine: the apply worker skips entries at
+// or below the store's applied index.
+//
+// Stream (FORMAT.md §13.6): "SPNDSNAP" | version u8 | index u64 | files
+// u32, then for each file: name length u16 | name | size u64 | bytes, then
+// the CRC32C (Castagnoli) u32 LE of every byte before it. Copied through a
+// fixed buffer both ways (bounded memory whatever the store's size).
+//
+// Installing: the files go to DIR/snap-recv (each fsynced), the trailer's
+// checksum is verified, the directory is synced and renamed to
+// DIR/pebble.new; then, with the apply worker and s.mu held, the store is
+// closed, DIR/pebble renamed to DIR/pebble.old, DIR/pebble.new to
+// DIR/pebble (the directory synced after each rename), DIR/pebble.old
+// removed, and the store opened again; only then does the raft log record
+// the snapshot (a SnapshotRecord). finishStoreInstall, at every open,
+// completes or undoes an install a crash interrupted: a crash at any point
+// leaves the old store or the new one, and the raft log never says more
+// than the store holds.
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/vfs"
+	"github.com/spindle-store/spindle/internal/wal"
+)
+
+// Snapshot settings and bounds.
+const (
+	// DefaultSnapshotEntries: a member checkpoints its store once this
+	// many entries were applied since its last checkpoint.
+	DefaultSnapshotEntries = 100000
+	// DefaultLogRetainEntries: entries kept in the raft log behind the
+	// latest checkpoint, so that a follower a little behind catches up
+	// from the log rather than from a snapshot.
+	DefaultLogRetainEntries = 10000
+
+	snapshotRoute = "/v1/raft/snapshot"
+	// Names under Config.Dir.
+	storeDirName   = "pebble"
+	storeNewName   = "pebble.new"
+	storeOldName   = "pebble.old"
+	snapDirName    = "snap"
+	recvDirName    = "snap-recv"
+	snapTmpPrefix  = "tmp-"
+	snapshotMagic  = "SPNDSNAP"
+	snapshotFormat = 1
+	// maxSnapshotFiles and maxSnapshotNameBytes bound what a stream may
+	// announce (a checkpoint holds a few files per sstable level).
+	maxSnapshotFiles     = 1 << 16
+	maxSnapshotNameBytes = 255
+	// maxSnapshotStreams bounds the streams a member serves at once.
+	maxSnapshotStreams = 2
+	// snapshotCopyBufBytes is the copy buffer of a stream, each way.
+	snapshotCopyBufBytes = 256 << 10
+	// maxSnapshotFetchAttempts rounds over the members, snapshotFetchPause
+	// apart, before the member gives up (it stops serving; a restart tries
+	// again); snapshotFetchTimeout bounds one fetch.
+	maxSnapshotFetchAttempts = 30
+	snapshotFetchPause       = 500 * time.Millisecond
+	snapshotFetchTimeout     = 10 * time.Minute
+)
+
+var snapshotStreamSlots = make(chan struct{}, maxSnapshotStreams)
+
+// checkpoints is a member's registry of its checkpoints in DIR/snap: the
+// latest, and older ones still streamed (removed when released).
+type checkpoints struct {
+	fs    vfs.FS
+	dir   string
+	mu    sync.Mutex
+	last  uint64 // index of the latest checkpoint (0: none)
+	refs  map[uint64]int
+	stale map[uint64]bool
+}
+
+func ckptName(index uint64) string { return fmt.Sprintf("%020d", index) }
+
+// openCheckpoints lists DIR/snap, removing temporary directories and every
+// checkpoint but the latest.
+func openCheckpoints(fs vfs.FS, dir string) (*checkpoints, error) {
+	c := &checkpoints{fs: fs, dir: filepath.Join(dir, snapDirName), refs: map[uint64]int{}, stale: map[uint64]bool{}}
+	if err := vfs.MkdirAllDurable(fs, c.dir); err != nil {
+		return nil, fmt.Errorf("meta: snapshots: %w", err)
+	}
+	names, err := fs.List(c.dir)
+	if err != nil {
+		return nil, fmt.Errorf("meta: snapshots: %w", err)
+	}
+	var idx []uint64
+	for _, n := range names {
+		if i, err := strconv.ParseUint(n, 10, 64); err == nil && len(n) == 20 {
+			idx = append(idx, i)
+			continue
+		}
+		if err := fs.RemoveAll(filepath.Join(c.dir, n)); err != nil {
+			return nil, fmt.Errorf("meta: snapshots: remove %s: %w", n, err)
+		}
+	}
+	sort.Slice(idx, func(i, j int) bool { return idx[i] < idx[j] })
+	for k, i := range idx {
+		if k == len(idx)-1 {
+			c.last = i
+			break
+		}
+		if err := fs.RemoveAll(filepath.Join(c.dir, ckptName(i))); err != nil {
+			return nil, fmt.Errorf("meta: snapshots: remove %d: %w", i, err)
+		}
+	}
+	return c, nil
+}
+
+func (c *checkpoints) path(index uint64) string { return filepath.Join(c.dir, ckptName(index)) }
+
+// latest is the index of the latest checkpoint (0: none).
+func (c *checkpoints) latest() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
+
+// publish makes the checkpoint at index the latest; the previous one is
+// removed now or when its last stream ends.
+func (c *checkpoints) publish(index uint64) {
+	c.mu.Lock()
+	prev := c.last
+	c.last = index
+	remove := prev != 0 && prev != index && c.refs[prev] == 0
+	if prev != 0 && prev != index && !remove {
+		c.stale[prev] = true
+	}
+	c.mu.Unlock()
+	if remove {
+		_ = c.fs.RemoveAll(c.path(prev))
+	}
+}
+
+// acquire pins the latest checkpoint if its index is at least min.
+func (c *checkpoints) acquire(min uint64) (uint64, func(), error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	idx := c.last
+	if idx == 0 || idx < min {
+		return 0, nil, fmt.Errorf("%w: no snapshot at or past index %d here (latest %d)", metaapi.ErrNotFound, min, idx)
+	}
+	c.refs[idx]++
+	return idx, func() {
+		c.mu.Lock()
+		c.refs[idx]--
+		remove := c.refs[idx] == 0 && c.stale[idx]
+		if c.refs[idx] == 0 {
+			delete(c.refs, idx)
+		}
+		if remove {
+			delete(c.stale, idx)
+		}
+		c.mu.Unlock()
+		if remove {
+			_ = c.fs.RemoveAll(c.path(idx))
+		}
+	}, nil
+}
+
+// takeCheckpoint checkpoints the store at its applied index (term: that
+// entry's term), records it in the raft log and compacts the log behind
+// it. Called by the apply worker between rounds (storeMu held).
+func (r *replicator) takeCheckpoint(term uint64) error {
+	idx := r.st.Index
+	if err := r.checkpointStore(); err != nil {
+		return err
+	}
+	cs, err := proto.Marshal(r.confState())
+	if err != nil {
+		return err
+	}
+	seq, err := r.wal.Append(wal.SnapshotMetaRecord(raftGroup, idx, term, cs))
+	if err == nil {
+		err = r.wal.WaitDurable(seq)
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot %d: raft log: %w", idx, err)
+	}
+	r.sinceSnap = 0
+	if retain := uint64(r.s.cfg.LogRetainEntries); idx > retain {
+		to := idx - retain
+		if last, err := r.wal.LastIndex(raftGroup); err == nil && to <= last {
+			if err := r.wal.Compact(raftGroup, to); err != nil {
+				return fmt.Errorf("snapshot %d: compact the raft log to %d: %w", idx, to, err)
+			}
+		}
+	}
+	r.log.Info("meta snapshot taken", "index", idx, "term", term)
+	return nil
+}
+
+// checkpointStore checkpoints the store (applied to r.st.Index, storeMu
+// held) into DIR/snap/<index> and makes it the latest.
+func (r *replicator) checkpointStore() error {
+	idx := r.st.Index
+	c := r.ckpts
+	if c.latest() == idx {
+		return nil // taken already (and maybe being streamed)
+	}
+	tmp := filepath.Join(c.dir, snapTmpPrefix+ckptName(idx))
+	fs := r.s.cfg.FS
+	if err := fs.RemoveAll(tmp); err != nil {
+		return fmt.Errorf("snapshot %d: %w", idx, err)
+	}
+	// WithFlushedWAL syncs the store's WAL first: the store is durable at
+	// idx, so the log may be compacted up to it.
+	if err := r.db.Checkpoint(tmp, pebble.WithFlushedWAL()); err != nil {
+		return fmt.Errorf("snapshot %d: checkpoint: %w", idx, err)
+	}
+	if err := fs.RemoveAll(c.path(idx)); err != nil {
+		return fmt.Errorf("snapshot %d: %w", idx, err)
+	}
+	if err := fs.Rename(tmp, c.path(idx)); err != nil {
+		return fmt.Errorf("snapshot %d: %w", idx, err)
+	}
+	if err := fs.SyncDir(c.dir); err != nil {
+		return fmt.Errorf("snapshot %d: %w", idx, err)
+	}
+	c.publish(idx)
+	r.snapIndex.Store(idx)
+	return nil
+}
+
+// checkpointNow takes a checkpoint for a member that asks for a snapshot
+// this one has none of (a member joining before any was taken).
+func (r *replicator) checkpointNow(min uint64) error {
+	r.storeMu.Lock()
+	defer r.storeMu.Unlock()
+	if r.st.Index < min {
+		return fmt.Errorf("%w: this member has applied %d, a snapshot at or past %d is asked for", metaapi.ErrNotFound, r.st.Index, min)
+	}
+	if r.stTerm == 0 {
+		return r.checkpointStore() // the log does not know the term: not recorded there
+	}
+	return r.takeCheckpoint(r.stTerm)
+}
+
+// snapshotHandler serves GET /v1/raft/snapshot?min=INDEX: the stream of
+// this member's latest checkpoint, if its index is at least INDEX.
+func (s *Service) snapshotHandler(w http.ResponseWriter, req *http.Request) {
+	r := s.rep
+	min, err := strconv.ParseUint(req.URL.Query().Get("min"), 10, 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, metaapi.CodeInvalid, "snapshot: min: "+err.Error())
+		return
+	}
+	select {
+	case snapshotStreamSlots <- struct{}{}:
+		defer func() { <-snapshotStreamSlots }()
+	default:
+		writeError(w, http.StatusServiceUnavailable, metaapi.CodeUnavailable, fmt.Sprintf("snapshot: %d stream(s) already running", maxSnapshotStreams))
+		return
+	}
+	idx, release, err := r.ckpts.acquire(min)
+	if errors.Is(err, metaapi.ErrNotFound) {
+		if err = r.checkpointNow(min); err == nil {
+			idx, release, err = r.ckpts.acquire(min)
+		}
+	}
+	if err != nil {
+		code, status := metaapi.CodeOf(err)
+		writeError(w, status, code, err.Error())
+		return
+	}
+	defer release()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	n, err := writeSnapshotStream(w, s.cfg.FS, r.ckpts.path(idx), idx)
+	if err != nil {
+		r.log.Error("snapshot stream failed", "index", idx, "err", err)
+		panic(http.ErrAbortHandler) // the receiver sees a truncated stream
+	}
+	r.log.Info("snapshot streamed", "index", idx, "bytes", n, "to", req.RemoteAddr)
+}
+
+// crcWriter and crcReader sum what passes through.
+type crcWriter struct {
+	w io.Writer
+	h hash.Hash32
+	n int64
+}
+
+func (c *crcWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.h.Write(p[:n])
+	c.n += int64(n)
+	return n, err
+}
+
+type crcReader struct {
+	r io.Reader
+	h hash.Hash32
+}
+
+func (c *crcReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.h.Write(p[:n])
+	return n, err
+}
+
+// writeSnapshotStream writes the checkpoint in dir (index) as a snapshot
+// stream and returns the bytes written.
+func writeSnapshotStream(w io.Writer, fs vfs.FS, dir string, index uint64) (int64, error) {
+	names, err := fs.List(dir)
+	if err != nil {
+		return 0, err
+	}
+	type file struct {
+		name string
+		size int64
+	}
+	var files []file
+	for _, n := range names {
+		st, err := fs.Stat(filepath.Join(dir, n))
+		if err != nil {
+			return 0, err
+		}
+		if !st.Mode().IsRegular() {
+			return 0, fmt.Errorf("checkpoint %s: %s is not a regular file", dir, n)
+		}
+		files = append(files, file{n, st.Size()})
+	}
+	cw := &crcWriter{w: w, h: crc32.New(crcTable)}
+	hdr := append([]byte(snapshotMagic), snapshotFormat)
+	hdr = binary.LittleEndian.AppendUint64(hdr, index)
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(files)))
+	if _, err := cw.Write(hdr); err != nil {
+		return cw.n, err
+	}
+	buf := make([]byte, snapshotCopyBufBytes)
+	for _, f := range files {
+		h := binary.LittleEndian.AppendUint16(nil, uint16(len(f.name)))
+		h = append(h, f.name...)
+		h = binary.LittleEndian.AppendUint64(h, uint64(f.size))
+		if _, err := cw.Write(h); err != nil {
+			return cw.n, err
+		}
+		src, err := fs.Open(filepath.Join(dir, f.name))
+		if err != nil {
+			return cw.n, err
+		}
+		n, err := io.CopyBuffer(cw, io.LimitReader(src, f.size), buf)
+		src.Close()
+		if err == nil && n != f.size {
+			err = fmt.Errorf("checkpoint file %s: %d bytes read, %d expected", f.name, n, f.size)
+		}
+		if err != nil {
+			return cw.n, err
+		}
+	}
+	sum := binary.LittleEndian.AppendUint32(nil, cw.h.Sum32())
+	if _, err := w.Write(sum); err != nil {
+		return cw.n, err
+	}
+	return cw.n + 4, nil
+}
+
+// readSnapshotStream receives a stream into dest (created; each file
+// fsynced, then dest), verifies its checksum and returns its index, which
+// must be at least min. On error dest may hold a partial copy.
+func readSnapshotStream(body io.Reader, fs vfs.FS, dest string, min uint64) (uint64, error) {
+	cr := &crcReader{r: body, h: crc32.New(crcTable)}
+	hdr := make([]byte, len(snapshotMagic)+1+8+4)
+	if _, err := io.ReadFull(cr, hdr); err != nil {
+		return 0, fmt.Errorf("snapshot header: %w", err)
+	}
+	if string(hdr[:len(snapshotMagic)]) != snapshotMagic || hdr[len(snapshotMagic)] != snapshotFormat {
+		return 0, fmt.Errorf("%w: not a snapshot stream of format %d", ErrCorrupt, snapshotFormat)
+	}
+	p := hdr[len(snapshotMagic)+1:]
+	index, nfiles := binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint32(p[8:])
+	if index < min {
+		return 0, fmt.Errorf("snapshot at %d, want one at or past %d", index, min)
+	}
+	if nfiles > maxSnapshotFiles {
+		return 0, fmt.Errorf("%w: snapshot of %d files (at most %d)", ErrCorrupt, nfiles, maxSnapshotFiles)
+	}
+	if err := fs.MkdirAll(dest, 0o755); err != nil {
+		return 0, err
+	}
+	buf := make([]byte, snapshotCopyBufBytes)
+	seen := map[string]bool{}
+	for range nfiles {
+		var l [2]byte
+		if _, err := io.ReadFull(cr, l[:]); err != nil {
+			return 0, fmt.Errorf("snapshot file header: %w", err)
+		}
+		n := int(binary.LittleEndian.Uint16(l[:]))
+		if n == 0 || n > maxSnapshotNameBytes {
+			return 0, fmt.Errorf("%w: snapshot file name of %d bytes", ErrCorrupt, n)
+		}
+		nb := make([]byte, n+8)
+		if _, err := io.ReadFull(cr, nb); err != nil {
+			return 0, fmt.Errorf("snapshot file header: %w", err)
+		}
+		name, size := string(nb[:n]), int64(binary.LittleEndian.Uint64(nb[n:]))
+		if strings.ContainsAny(name, `/\`) || name == "." || name == ".." || seen[name] || size < 0 {
+			return 0, fmt.Errorf("%w: snapshot file %q (%d bytes)", ErrCorrupt, name, size)
+		}
+		seen[name] = true
+		f, err := fs.Create(filepath.Join(dest, name))
+		if err != nil {
+			return 0, err
+		}
+		got, err := io.CopyBuffer(f, io.LimitReader(cr, size), buf)
+		if err == nil && got != size {
+			err = fmt.Errorf("snapshot file %s: %w after %d of %d bytes", name, io.ErrUnexpectedEOF, got, size)
+		}
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	want := cr.h.Sum32()
+	var sum [4]byte
+	if _, err := io.ReadFull(body, sum[:]); err != nil {
+		return 0, fmt.Errorf("snapshot trailer: %w", err)
+	}
+	if got := binary.LittleEndian.Uint32(sum[:]); got != want {
+		return 0, fmt.Errorf("%w: snapshot stream crc %08x, trailer says %08x", ErrCorrupt, want, got)
+	}
+	if err := fs.SyncDir(dest); err != nil {
+		return 0, err
+	}
+	return index, nil
+}
+
+// installStore replaces DIR/pebble by DIR/pebble.new (complete and
+// synced), the store closed. See finishStoreInstall for a crash.
+func installStore(fs vfs.FS, dir string) error {
+	cur, next, old := filepath.Join(dir, storeDirName), filepath.Join(dir, storeNewName), filepath.Join(dir, storeOldName)
+	if err := fs.RemoveAll(old); err != nil {
+		return err
+	}
+	if err := fs.Rename(cur, old); err != nil {
+		return err
+	}
+	if err := fs.SyncDir(dir); err != nil {
+		return err
+	}
+	if err := fs.Rename(next, cur); err != nil {
+		return err
+	}
+	if err := fs.SyncDir(dir); err != nil {
+		return err
+	}
+	if err := fs.RemoveAll(old); err != nil {
+		return err
+	}
+	return fs.SyncDir(dir)
+}
+
+// finishStoreInstall, before the store is opened, settles an install a
+// crash interrupted: DIR/pebble.new beside DIR/pebble is dropped (the
+// install had not started: the old store stays), DIR/pebble.new without
+// DIR/pebble is renamed into place (the old store was already moved: the
+// new one wins), DIR/pebble.old and a partial DIR/snap-recv are removed.
+func finishStoreInstall(fs vfs.FS, dir string) error {
+	exists := func(p string) (bool, error) {
+		_, err := fs.Stat(p)
+		if err == nil {
+			return true, nil
+		}
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	cur, next, old := filepath.Join(dir, storeDirName), filepath.Join(dir, storeNewName), filepath.Join(dir, storeOldName)
+	hasCur, err := exists(cur)
+	if err != nil {
+		return err
+	}
+	hasNext, err := exists(next)
+	if err != nil {
+		return err
+	}
+	hasOld, err := exists(old)
+	if err != nil {
+		return err
+	}
+	hasRecv, err := exists(filepath.Join(dir, recvDirName))
+	if err != nil {
+		return err
+	}
+	if !hasNext && !hasOld && !hasRecv {
+		return nil
+	}
+	switch {
+	case hasNext && !hasCur && hasOld:
+		if err := fs.Rename(next, cur); err != nil {
+			return fmt.Errorf("finish a snapshot install: %w", err)
+		}
+	case hasNext:
+		if err := fs.RemoveAll(next); err != nil {
+			return fmt.Errorf("undo a snapshot install: %w", err)
+		}
+	}
+	if err := fs.SyncDir(dir); err != nil {
+		return err
+	}
+	if hasOld {
+		if err := fs.RemoveAll(old); err != nil {
+			return err
+		}
+	}
+	if hasRecv {
+		if err := fs.RemoveAll(filepath.Join(dir, recvDirName)); err != nil {
+			return err
+		}
+	}
+	return fs.SyncDir(dir)
+}
+
+// installSnapshot makes the store hold the state at md's index or later
+// (fetched from another member), before the raft log records the
+// snapshot. Called by the append worker.
+func (r *replicator) installSnapshot(md *pb.SnapshotMetadata) error {
+	idx := md.GetIndex()
+	r.storeMu.Lock()
+	have := r.st.Index
+	if have >= idx {
+		// The store already holds it (an install before a crash); raft
+		// restores md's ConfState all the same.
+		r.raftCfgIndex = idx
+	}
+	r.storeMu.Unlock()
+	if have >= idx {
+		return nil
+	}
+	fs, dir := r.s.cfg.FS, r.s.cfg.Dir
+	var got uint64
+	var lastErr error
+	for attempt := 0; attempt < maxSnapshotFetchAttempts && got == 0; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-r.stop:
+				return fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable)
+			case <-time.After(snapshotFetchPause):
+			}
+		}
+		for _, m := range r.fetchOrder() {
+			n, err := r.fetchSnapshot(m, idx)
+			if err == nil {
+				got = n
+				break
+			}
+			lastErr = err
+			r.log.Warn("snapshot fetch failed", "from", m, "index", idx, "err", err)
+		}
+	}
+	if got == 0 {
+		return fmt.Errorf("snapshot at %d: no member sent it: %w", idx, lastErr)
+	}
+	// Swap the stores with the apply worker and the service held.
+	r.storeMu.Lock()
+	defer r.storeMu.Unlock()
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endStintLocked(errors.New("installing a snapshot"))
+	if err := r.db.Close(); err != nil {
+		r.log.Warn("closing the store before a snapshot install", "err", err)
+	}
+	if err := installStore(fs, dir); err != nil {
+		return fmt.Errorf("install snapshot %d: %w", got, err)
+	}
+	db, err := openStore(fs, dir, s.log)
+	if err != nil {
+		return fmt.Errorf("install snapshot %d: %w", got, err)
+	}
+	r.db, s.db.DB = db, db
+	st, members, err := readRaftState(db)
+	if err != nil {
+		return fmt.Errorf("install snapshot %d: %w", got, err)
+	}
+	if st.Index != got {
+		return fmt.Errorf("%w: snapshot stream at %d holds a store applied to %d", ErrCorrupt, got, st.Index)
+	}
+	r.st = st
+	r.raftCfgIndex = idx // raft restores md's ConfState
+	r.stTerm = 0         // the term of the entry at st.Index, when it is md's
+	if st.Index == idx {
+		r.stTerm = md.GetTerm()
+	}
+	r.applied.Store(st.Index)
+	if members != nil {
+		r.setMembers(members)
+		r.hasMembers = true
+	}
+	r.sinceSnap = 0
+	// This member can send the state it got at once (a checkpoint of the
+	// new store; hard links).
+	if err := r.checkpointStore(); err != nil {
+		r.log.Warn("checkpoint of an installed snapshot", "err", err)
+	}
+	r.installed.Add(1)
+	r.log.Info("meta snapshot installed", "index", st.Index, "raft_index", idx)
+	return nil
+}
+
+// fetchOrder is the members to fetch a snapshot from: the leader first.
+func (r *replicator) fetchOrder() []uint64 {
+	lead := r.leader.Load()
+	var out []uint64
+	if lead != 0 && lead != r.id {
+		out = append(out, lead)
+	}
+	for _, id := range r.peerIDs() {
+		if id != r.id && id != lead {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// fetchSnapshot receives member m's latest checkpoint (index ≥ min) into
+// DIR/pebble.new, verified and synced.
+func (r *replicator) fetchSnapshot(m, min uint64) (uint64, error) {
+	addr := r.peerAddr(m)
+	if addr == "" {
+		return 0, fmt.Errorf("member %d: no address", m)
+	}
+	fs, dir := r.s.cfg.FS, r.s.cfg.Dir
+	recv, next := filepath.Join(dir, recvDirName), filepath.Join(dir, storeNewName)
+	for _, p := range []string{recv, next} {
+		if err := fs.RemoveAll(p); err != nil {
+			return 0, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), snapshotFetchTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-r.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s%s?min=%d", addr, snapshotRoute, min), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := r.net.snapClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
+		return 0, fmt.Errorf("member %d: HTTP %d: %s", m, resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	idx, err := readSnapshotStream(resp.Body, fs, recv, min)
+	if err != nil {
+		return 0, err
+	}
+	if err := fs.Rename(recv, next); err != nil {
+		return 0, err
+	}
+	if err := fs.SyncDir(dir); err != nil {
+		return 0, err
+	}
+	return idx, nil
+}
