@@ -66,7 +66,7 @@ func (b *Backend) UploadPart(ctx context.Context, in *s3.UploadPartInput) (*s3.U
 	if _, err := b.meta.GetUpload(ctx, ref); err != nil { // refuse before reading the body
 		return nil, uploadErr(err)
 	}
-	chk, err := newBodyCheck(in.Body, sizeOf(in.ContentLength), checksumHeaders{
+	chk, err := newBodyCheck(in.Body, checksumHeaders{
 		types.ChecksumAlgorithmCrc32: in.ChecksumCRC32, types.ChecksumAlgorithmCrc32c: in.ChecksumCRC32C,
 		types.ChecksumAlgorithmCrc64nvme: in.ChecksumCRC64NVME, types.ChecksumAlgorithmSha1: in.ChecksumSHA1,
 		types.ChecksumAlgorithmSha256: in.ChecksumSHA256, types.ChecksumAlgorithmSha512: in.ChecksumSHA512,
@@ -75,7 +75,6 @@ func (b *Backend) UploadPart(ctx context.Context, in *s3.UploadPartInput) (*s3.U
 	if err != nil {
 		return nil, err
 	}
-	defer chk.close()
 	var part metaapi.Part
 	_, err = b.kc.Put(ctx, ref.Bucket, ref.Key, chk.r, keyclient.PutOptions{
 		NoInline: true, // a part's record holds blocks only

@@ -2,10 +2,12 @@ package s3gw
 
 import (
 	"context"
+	"crypto/md5"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"maps"
 	"net/http"
@@ -16,7 +18,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/gofiber/fiber/v3"
-	md5simd "github.com/minio/md5-simd"
 	"github.com/versity/versitygw/backend"
 	"github.com/versity/versitygw/s3api/middlewares"
 	"github.com/versity/versitygw/s3api/utils"
@@ -61,7 +62,7 @@ func standardHeaders(enc, disp, lang, cache, expires, redirect *string) map[stri
 // verified by versitygw's chunk reader, which this only reads back at the
 // end).
 type bodyCheck struct {
-	md5     md5simd.Hasher
+	md5     hash.Hash
 	r       io.Reader
 	algo    types.ChecksumAlgorithm
 	header  *utils.HashReader
@@ -82,11 +83,11 @@ var checksumAlgorithms = []types.ChecksumAlgorithm{types.ChecksumAlgorithmCrc32,
 	types.ChecksumAlgorithmSha512, types.ChecksumAlgorithmMd5, types.ChecksumAlgorithmXxhash64,
 	types.ChecksumAlgorithmXxhash3, types.ChecksumAlgorithmXxhash128}
 
-func newBodyCheck(body io.Reader, sizeBytes int64, sums checksumHeaders, sdkAlgo types.ChecksumAlgorithm) (*bodyCheck, error) {
+func newBodyCheck(body io.Reader, sums checksumHeaders, sdkAlgo types.ChecksumAlgorithm) (*bodyCheck, error) {
 	if body == nil {
 		body = strings.NewReader("")
 	}
-	c := &bodyCheck{md5: newMD5(sizeBytes)}
+	c := &bodyCheck{md5: md5.New()}
 	if tr, ok := body.(middlewares.ChecksumReader); ok && tr.Algorithm() != "" {
 		c.trailer = tr
 		c.algo = types.ChecksumAlgorithm(strings.ToUpper(tr.Algorithm()))
@@ -119,38 +120,6 @@ func newBodyCheck(body io.Reader, sizeBytes int64, sums checksumHeaders, sdkAlgo
 	}
 	return c, nil
 }
-
-// md5Server hashes large bodies' MD5 (ETags) in one multi-buffer SIMD
-// server (minio/md5-simd, as MinIO does): up to 16 streams per AVX2/AVX-512
-// round instead of one scalar MD5 per stream, which was a third of the
-// gateway's CPU on 1 MiB PUTs. Without AVX2 it falls back to crypto/md5.
-var md5Server = sync.OnceValue(md5simd.NewServer)
-
-// md5SIMDMinBytes is the body size from which md5Server hashes it: its
-// dispatch loop polls every open hasher, which for 4 KiB PUTs (32 at once)
-// cost more CPU (a third of the process, in chanrecv and map lookups)
-// than the hashing it saved; small and unknown sizes take crypto/md5.
-const md5SIMDMinBytes = 1 << 20
-
-// newMD5 is an MD5 hasher for a body of sizeBytes (-1: unknown); Close it
-// when done.
-func newMD5(sizeBytes int64) md5simd.Hasher {
-	if sizeBytes >= md5SIMDMinBytes {
-		return md5Server().NewHash()
-	}
-	return md5simd.StdlibHasher()
-}
-
-// sizeOf is a request's Content-Length, -1 when unknown.
-func sizeOf(n *int64) int64 {
-	if n == nil {
-		return -1
-	}
-	return *n
-}
-
-// close releases the MD5 hasher.
-func (c *bodyCheck) close() { c.md5.Close() }
 
 // etag is the MD5 of what was read, in hex.
 func (c *bodyCheck) etag() string { return hex.EncodeToString(c.md5.Sum(nil)) }
@@ -193,7 +162,7 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	if err := keyErr(key); err != nil {
 		return s3response.PutObjectOutput{}, err
 	}
-	chk, err := newBodyCheck(po.Body, sizeOf(po.ContentLength), checksumHeaders{
+	chk, err := newBodyCheck(po.Body, checksumHeaders{
 		types.ChecksumAlgorithmCrc32: po.ChecksumCRC32, types.ChecksumAlgorithmCrc32c: po.ChecksumCRC32C,
 		types.ChecksumAlgorithmCrc64nvme: po.ChecksumCRC64NVME, types.ChecksumAlgorithmSha1: po.ChecksumSHA1,
 		types.ChecksumAlgorithmSha256: po.ChecksumSHA256, types.ChecksumAlgorithmSha512: po.ChecksumSHA512,
@@ -202,7 +171,6 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	if err != nil {
 		return s3response.PutObjectOutput{}, err
 	}
-	defer chk.close()
 	om := &metaapi.ObjectMeta{
 		ContentType: deref(po.ContentType),
 		Headers:     standardHeaders(po.ContentEncoding, po.ContentDisposition, po.ContentLanguage, po.CacheControl, po.Expires, po.WebsiteRedirectLocation),
@@ -560,8 +528,7 @@ func (b *Backend) copyInto(ctx context.Context, src metaapi.KeyInfo, offset, len
 	commit func(ctx context.Context, ck metaapi.CommitKey, etag string) (metaapi.KeyInfo, error)) (metaapi.KeyInfo, error) {
 	body := b.openBody(src, offset, length)
 	defer body.Close()
-	h := newMD5(length)
-	defer h.Close()
+	h := md5.New()
 	res, err := b.kc.Put(ctx, bucket, key, io.TeeReader(body, h), keyclient.PutOptions{
 		NoInline: noInline,
 		Commit: func(ctx context.Context, ck metaapi.CommitKey) (metaapi.KeyInfo, error) {
