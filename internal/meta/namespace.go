@@ -456,6 +456,19 @@ func (s *Service) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (*m
 	if exists && sameVersion(old, ck) {
 		return s.keyInfo(bucket, key, old, now), nil, nil // a retried commit
 	}
+	if len(ck.Blocks) == 0 && ck.CommitID != "" {
+		// A retried commit of an inline (or empty) value is not refused as
+		// one of blocks is (no block is found used): its ID is what tells
+		// it from a new put. Applied again after another put of the key,
+		// it would bring the old value back — one put taking effect twice.
+		rec, found, err := s.committedByID(ck.CommitID, bucket, key)
+		if err != nil {
+			return nil, nil, err
+		}
+		if found {
+			return s.keyInfo(bucket, key, rec, now), nil, nil
+		}
+	}
 	if err := checkConditions(bucket, key, old, exists, ck.Conditions); err != nil {
 		return s.retriedCommit(bucket, key, ck, now, err)
 	}
