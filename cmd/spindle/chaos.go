@@ -26,6 +26,8 @@ through the key client for --duration while a nemesis injects --faults on a
 schedule drawn from --seed, one at a time:
 
   kill       kill -9 of one datanode, restarted on its directories later
+  kill2      kill -9 of two datanodes at once (a majority of some pipeline),
+             both restarted later; not in the default --faults
   pause      SIGSTOP of one datanode, SIGCONT later
   meta-kill  kill -9 of the meta service, restarted on its directory later
   bitrot     one byte flipped on disk in a committed block of one replica
@@ -87,7 +89,7 @@ violation, printing the seed to replay. See docs/CHAOS.md.`,
 	f.IntVar(&cfg.HotKeys, "hot-keys", chaos.DefaultHotKeys, "keys whose history of puts, gets and deletes is checked for linearizability")
 	f.DurationVar(&cfg.Duration, "duration", chaos.DefaultDuration, "time of the workload under faults")
 	f.Int64Var(&cfg.Seed, "seed", 0, "seed of the schedule, sizes and values (0: from the clock, printed)")
-	f.StringVar(&faults, "faults", strings.Join(chaos.DefaultFaults, ","), "fault kinds, comma-separated: kill, pause, meta-kill, bitrot, partition (root; full, delay: not implemented yet)")
+	f.StringVar(&faults, "faults", strings.Join(chaos.DefaultFaults, ","), "fault kinds, comma-separated: kill, kill2, pause, meta-kill, bitrot, partition (root; full, delay: not implemented yet)")
 	f.DurationVar(&cfg.SettleTimeout, "settle-timeout", chaos.DefaultSettleTimeout, "bound of the wait for full replication after the heal")
 	f.IntVar(&cfg.MaxOps, "max-ops", chaos.DefaultMaxOps, "bound of the operations of the run")
 	f.Var(&maxBytes, "max-bytes", "bound of the bytes of values put, before replication; then only the hot keys are written (default: a quarter of the free space of --dir's filesystem ÷ 3)")

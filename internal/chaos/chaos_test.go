@@ -129,8 +129,10 @@ func TestParseFaults(t *testing.T) {
 	if err != nil || len(got) != 4 {
 		t.Fatalf("got %v, %v", got, err)
 	}
-	if got, err := ParseFaults("partition"); err != nil || len(got) != 1 {
-		t.Errorf("partition: %v, %v", got, err)
+	for _, f := range []string{FaultPartition, FaultKill2} {
+		if got, err := ParseFaults(f); err != nil || len(got) != 1 || got[0] != f {
+			t.Errorf("%s: %v, %v", f, got, err)
+		}
 	}
 	for _, f := range []string{FaultFull, FaultDelay} {
 		if _, err := ParseFaults("kill," + f); !errors.Is(err, ErrNotImplemented) {

@@ -21,7 +21,8 @@
 //  3. The nemesis (nemesis in run.go, kinds in faults.go) injects one fault
 //     at a time, on a schedule drawn from the seed, each healed before the
 //     next: kill -9 of one datanode (a minority of every pipeline) and its
-//     restart on the same directories; SIGSTOP/SIGCONT of one; kill -9 of
+//     restart on the same directories (kill2: two at once, a majority of
+//     some pipeline, both restarted); SIGSTOP/SIGCONT of one; kill -9 of
 //     the meta service and its restart on the same directory and port; a
 //     byte flipped on disk in the committed part of a block file of one
 //     replica (only ever one replica per container, so a good copy of every

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -21,6 +22,7 @@ import (
 // docs/CHAOS.md.
 const (
 	FaultKill      = "kill"      // kill -9 of one datanode, restarted later on its directories
+	FaultKill2     = "kill2"     // kill -9 of two datanodes at once, both restarted later
 	FaultPause     = "pause"     // SIGSTOP of one datanode, SIGCONT later
 	FaultMetaKill  = "meta-kill" // kill -9 of the meta service, restarted later on its directory
 	FaultBitrot    = "bitrot"    // one byte flipped in a committed block file of one replica
@@ -54,7 +56,8 @@ func ParseFaults(s string) ([]string, error) {
 		case slices.Contains(plannedFaults, f):
 			return nil, fmt.Errorf("fault %q: %w (implemented: %s)", f, ErrNotImplemented, strings.Join(DefaultFaults, ","))
 		case faultKinds[f] == nil:
-			return nil, fmt.Errorf("fault %q: %w (known: %s)", f, ErrUnknownFault, strings.Join(append(slices.Clone(DefaultFaults), plannedFaults...), ","))
+			known := append(slices.Sorted(maps.Keys(faultKinds)), plannedFaults...)
+			return nil, fmt.Errorf("fault %q: %w (known: %s)", f, ErrUnknownFault, strings.Join(known, ","))
 		}
 		if !slices.Contains(out, f) {
 			out = append(out, f)
@@ -77,6 +80,7 @@ type faultKind struct {
 
 var faultKinds = map[string]*faultKind{
 	FaultKill:      {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectKill},
+	FaultKill2:     {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectKill2},
 	FaultPause:     {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectPause},
 	FaultMetaKill:  {hold: holdBetween(1*time.Second, 5*time.Second), inject: injectMetaKill},
 	FaultPartition: {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectPartition},
@@ -95,16 +99,38 @@ func holdBetween(lo, hi time.Duration) func(*rand.Rand, float64) time.Duration {
 // pickDatanode picks a running datanode: one of five is a minority of
 // every pipeline (3 members), and the nemesis injects one fault at a time.
 func pickDatanode(r *run, rng *rand.Rand) (int, error) {
+	ids, err := pickDatanodes(r, rng, 1)
+	if err != nil {
+		return 0, err
+	}
+	return ids[0], nil
+}
+
+// pickDatanodes picks n distinct datanodes, all of them running; it
+// refuses when a datanode is already down (faults are serial, each healed
+// before the next).
+func pickDatanodes(r *run, rng *rand.Rand, n int) ([]int, error) {
 	var ids []int
-	for _, n := range r.cl.dns.Nodes() {
-		if r.cl.dns.Running(n.ID) {
-			ids = append(ids, n.ID)
+	for _, nd := range r.cl.dns.Nodes() {
+		if r.cl.dns.Running(nd.ID) {
+			ids = append(ids, nd.ID)
 		}
 	}
 	if len(ids) < len(r.cl.dns.Nodes()) {
-		return 0, fmt.Errorf("a datanode is already down")
+		return nil, fmt.Errorf("a datanode is already down")
 	}
-	return ids[rng.IntN(len(ids))], nil
+	if n > len(ids) {
+		return nil, fmt.Errorf("%d datanodes wanted, %d running", n, len(ids))
+	}
+	// One rng.IntN per pick: a one-node pick draws as it always did, so
+	// the seeded schedules of earlier runs replay unchanged.
+	var picked []int
+	for range n {
+		i := rng.IntN(len(ids))
+		picked = append(picked, ids[i])
+		ids = slices.Delete(ids, i, i+1)
+	}
+	return picked, nil
 }
 
 func injectKill(ctx context.Context, r *run, rng *rand.Rand) (string, func(context.Context) error, error) {
@@ -118,6 +144,48 @@ func injectKill(ctx context.Context, r *run, rng *rand.Rand) (string, func(conte
 	}
 	return fmt.Sprintf("kill -9 datanode %d (%s)", id, role), func(ctx context.Context) error {
 		return r.cl.restartDatanode(ctx, id)
+	}, nil
+}
+
+// kill2MinDatanodes: with two datanodes down, three must remain to make
+// a pipeline.
+const kill2MinDatanodes = 5
+
+// injectKill2 kills -9 two datanodes at once: of five, two members of a
+// pipeline of three may be among them (a majority lost: its writes stop
+// until the meta service moves the clients to other pipelines or the
+// nodes return). The heal restarts both.
+func injectKill2(ctx context.Context, r *run, rng *rand.Rand) (string, func(context.Context) error, error) {
+	if len(r.cl.dns.Nodes()) < kill2MinDatanodes {
+		return "", nil, fmt.Errorf("needs at least %d datanodes, the run has %d", kill2MinDatanodes, len(r.cl.dns.Nodes()))
+	}
+	ids, err := pickDatanodes(r, rng, 2)
+	if err != nil {
+		return "", nil, err
+	}
+	slices.Sort(ids)
+	var descs []string
+	for _, id := range ids {
+		descs = append(descs, fmt.Sprintf("%d (%s)", id, r.role(ctx, id)))
+	}
+	var killed []int
+	for _, id := range ids {
+		if err := r.cl.dns.Kill(id); err != nil {
+			// bring back the one already killed: the nemesis heals only
+			// what it injected
+			for _, k := range killed {
+				err = errors.Join(err, r.cl.restartDatanode(ctx, k))
+			}
+			return "", nil, err
+		}
+		killed = append(killed, id)
+	}
+	return "kill -9 datanodes " + strings.Join(descs, " and "), func(ctx context.Context) error {
+		var errs []error
+		for _, id := range ids {
+			errs = append(errs, r.cl.restartDatanode(ctx, id))
+		}
+		return errors.Join(errs...)
 	}, nil
 }
 
