@@ -48,7 +48,7 @@ for _ in $(seq 120); do
 done
 groups='Authentication|PresignedAuth|CreateBucket|HeadBucket|DeleteBucket|ListBuckets|GetBucketLocation|PutObject|GetObject|HeadObject|DeleteObject|DeleteObjects|CopyObject|ListObjects|ListObjectsV2|ListObjectVersions|CreateMultipartUpload|UploadPart|UploadPartCopy|ListParts|ListMultipartUploads|CompleteMultipartUpload|AbortMultipartUpload|GetObjectAttributes|SignedStreamingPayload|SignedStreamingPayloadTrailer|UnsignedStreamingPayloadTrailer'
 env -u AWS_CA_BUNDLE "$cache/versitygw" test --help 2>&1 | awk '/Runs .* integration test/{print $1}' | grep -E "^($groups)_" |
-  while read -r t; do [[ $t == ${VGW_TESTS:-*} ]] && echo "$t"; done >"$WORK/tests"
+  while read -r t; do if [[ $t == ${VGW_TESTS:-*} ]]; then echo "$t"; fi; done >"$WORK/tests"
 known=scripts/s3-versitygw-known-failures.txt
 total=$(wc -l <"$WORK/tests"); i=0; pass=0; new=(); fixed=()
 while read -r t; do

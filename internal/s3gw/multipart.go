@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 
@@ -201,6 +200,9 @@ func (b *Backend) completedBefore(ctx context.Context, ref metaapi.UploadRef, pa
 // checkObjectSize refuses a completion whose x-amz-mp-object-size is not
 // the listed parts' total, before anything is committed.
 func (b *Backend) checkObjectSize(ctx context.Context, ref metaapi.UploadRef, parts []metaapi.CompletePart, want int64) error {
+	if want < 0 {
+		return s3err.GetNegatvieMpObjectSizeErr(want)
+	}
 	listed := make(map[uint32]bool, len(parts))
 	for _, p := range parts {
 		listed[p.Number] = true
@@ -223,8 +225,8 @@ func (b *Backend) checkObjectSize(ctx context.Context, ref metaapi.UploadRef, pa
 		after = l.Next
 	}
 	if total != want {
-		return s3err.APIError{Code: "InvalidRequest", HTTPStatusCode: http.StatusBadRequest,
-			Description: fmt.Sprintf("The provided 'x-amz-mp-object-size' header value %d does not match what was computed: %d", want, total)}
+		// The message as S3 words it (versitygw's suite checks it).
+		return s3err.GetIncorrectMpObjectSizeErr(total, want)
 	}
 	return nil
 }
