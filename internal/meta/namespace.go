@@ -172,37 +172,12 @@ func (s *Service) AllocateMany(reqs []metaapi.AllocateRequest) ([]metaapi.Alloca
 	if len(reqs) > metaapi.MaxCommitBatch {
 		return nil, fmt.Errorf("%w: %d allocations in a batch, at most %d", metaapi.ErrInvalid, len(reqs), metaapi.MaxCommitBatch)
 	}
-	errs := make([]error, len(reqs))
-	got := make([]*metaapi.AllocateResponse, len(reqs))
-	s.mu.Lock()
-	if err := s.usable(); err != nil {
-		s.mu.Unlock()
+	got, errs, werr, err := applyEach(s, make([]error, len(reqs)), func(i int) (*metaapi.AllocateResponse, *pebble.Batch, error) {
+		return s.allocateLocked(&reqs[i])
+	})
+	if err != nil {
 		return nil, err
 	}
-	var own []pending
-	refused := false
-	for i := range reqs {
-		r, b, err := s.allocateLocked(&reqs[i])
-		if err != nil {
-			if b != nil {
-				b.Close()
-			}
-			errs[i], refused = err, true
-			continue
-		}
-		p, err := s.apply(b)
-		if err != nil { // sticky: this one and every later one fail
-			for j := i; j < len(reqs); j++ {
-				errs[j] = err
-			}
-			break
-		}
-		own = append(own, p)
-		got[i] = r
-	}
-	front := s.frontier()
-	s.mu.Unlock()
-	werr := s.awaitAll(own, refused, front)
 	res := make([]metaapi.AllocateResult, len(reqs))
 	for i := range reqs {
 		if err := cmp.Or(errs[i], werr); err != nil && (errs[i] != nil || got[i] != nil) {
@@ -213,6 +188,53 @@ func (s *Service) AllocateMany(reqs []metaapi.AllocateRequest) ([]metaapi.Alloca
 		s.metrics.allocations.Inc()
 	}
 	return res, nil
+}
+
+// applyEach is a batch's mutations, one per item, in order under one hold
+// of s.mu, each its own store batch made by fn(i) as the single request
+// would make it (an item whose pre[i] is set was refused beforehand and is
+// not run). A refusal changes nothing and does not affect the others; a
+// failed apply is sticky: it and every later item fail with it. It answers
+// once every applied item is durable: per item its value (the zero value
+// when refused) and error, and the wait's error. A service that does not
+// serve refuses the whole batch (the last error).
+func applyEach[T any](s *Service, pre []error, fn func(i int) (T, *pebble.Batch, error)) (vals []T, errs []error, werr, err error) {
+	vals, errs = make([]T, len(pre)), pre
+	s.mu.Lock()
+	if err := s.usable(); err != nil {
+		s.mu.Unlock()
+		return nil, nil, nil, err
+	}
+	var own []pending
+	refused := false
+	for i := range pre {
+		if errs[i] != nil {
+			refused = true
+			continue
+		}
+		v, b, err := fn(i)
+		if err != nil {
+			if b != nil {
+				b.Close()
+			}
+			errs[i], refused = err, true
+			continue
+		}
+		p, err := s.apply(b)
+		if err != nil { // sticky: this one and every later one fail
+			for j := i; j < len(errs); j++ {
+				if errs[j] == nil {
+					errs[j] = err
+				}
+			}
+			break
+		}
+		own = append(own, p)
+		vals[i] = v
+	}
+	front := s.frontier()
+	s.mu.Unlock()
+	return vals, errs, s.awaitAll(own, refused, front), nil
 }
 
 // awaitAll waits for a batch's own pendings, and, when some request was
@@ -388,47 +410,17 @@ func (s *Service) CommitKeys(items []metaapi.BatchedCommit) ([]metaapi.CommitRes
 	if len(items) > metaapi.MaxCommitBatch {
 		return nil, fmt.Errorf("%w: %d commits in a batch, at most %d", metaapi.ErrInvalid, len(items), metaapi.MaxCommitBatch)
 	}
-	errs := make([]error, len(items))
-	kis := make([]*metaapi.KeyInfo, len(items))
+	pre := make([]error, len(items))
 	for i := range items {
-		errs[i] = s.checkCommit(&items[i].CommitKey)
+		pre[i] = s.checkCommit(&items[i].CommitKey)
 	}
-	s.mu.Lock()
-	if err := s.usable(); err != nil {
-		s.mu.Unlock()
+	kis, errs, werr, err := applyEach(s, pre, func(i int) (*metaapi.KeyInfo, *pebble.Batch, error) {
+		it := &items[i]
+		return s.commitKeyLocked(it.Bucket, it.Key, &it.CommitKey)
+	})
+	if err != nil {
 		return nil, err
 	}
-	var own []pending
-	refused := false
-	for i := range items {
-		if errs[i] != nil {
-			refused = true
-			continue
-		}
-		it := &items[i]
-		ki, b, err := s.commitKeyLocked(it.Bucket, it.Key, &it.CommitKey)
-		if err != nil {
-			if b != nil {
-				b.Close()
-			}
-			errs[i], refused = err, true
-			continue
-		}
-		p, err := s.apply(b)
-		if err != nil { // sticky: this one and every later one fail
-			for j := i; j < len(items); j++ {
-				if errs[j] == nil {
-					errs[j] = err
-				}
-			}
-			break
-		}
-		own = append(own, p)
-		kis[i] = ki
-	}
-	front := s.frontier()
-	s.mu.Unlock()
-	werr := s.awaitAll(own, refused, front)
 	res := make([]metaapi.CommitResult, len(items))
 	for i := range items {
 		if err := cmp.Or(errs[i], werr); err != nil && (errs[i] != nil || kis[i] != nil) {
