@@ -300,8 +300,8 @@ func injectBitrot(ctx context.Context, r *run, rng *rand.Rand) (string, func(con
 		fmt.Sscanf(pick, "%d", &id)
 		path = pick[strings.IndexByte(pick, 0)+1:]
 		off := rng.Int64N(int64(rec.blockLen))
-		if err := flipByte(path, off, byte(1+rng.IntN(255))); err != nil {
-			return "", nil, err
+		if err := engine.FlipBlockByte(r.cl.dns.Nodes()[id-1].DataDir, b, off, byte(1+rng.IntN(255))); err != nil {
+			return "", nil, fmt.Errorf("chaos: bitrot: %w", err)
 		}
 		r.rotted[rec.container] = id
 		desc := fmt.Sprintf("flipped byte %d of block %d/%d on datanode %d (%s)", off, rec.container, rec.local, id, path)
@@ -370,22 +370,3 @@ const bitrotProbeBytes = 16 << 10
 
 // bitrotAttempts bounds the keys tried to find a block file to damage.
 const bitrotAttempts = 16
-
-// flipByte XORs the byte at off of the file at path with x (non-zero) and
-// fsyncs it.
-func flipByte(path string, off int64, x byte) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("chaos: bitrot: %w", err)
-	}
-	defer f.Close()
-	b := make([]byte, 1)
-	if _, err := f.ReadAt(b, off); err != nil {
-		return fmt.Errorf("chaos: bitrot: read %s at %d: %w", path, off, err)
-	}
-	b[0] ^= x
-	if _, err := f.WriteAt(b, off); err != nil {
-		return fmt.Errorf("chaos: bitrot: write %s at %d: %w", path, off, err)
-	}
-	return f.Sync()
-}

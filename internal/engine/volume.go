@@ -235,6 +235,27 @@ func BlockFilePath(dir string, b BlockID) string {
 	return filepath.Join(containerDirIn(dir, b.Container), blockFileName(b.Local))
 }
 
+// FlipBlockByte XORs the byte at off of block b's file on the volume in
+// dir with x (non-zero) and fsyncs it: bit rot on disk, behind the engine's
+// back, for the chaos bench and the tests of damage, scrubbing and repair.
+func FlipBlockByte(dir string, b BlockID, off int64, x byte) error {
+	path := BlockFilePath(dir, b)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("engine: flip a byte: %w", err)
+	}
+	defer f.Close()
+	one := []byte{0}
+	if _, err := f.ReadAt(one, off); err != nil {
+		return fmt.Errorf("engine: flip a byte: read %s at %d: %w", path, off, err)
+	}
+	one[0] ^= x
+	if _, err := f.WriteAt(one, off); err != nil {
+		return fmt.Errorf("engine: flip a byte: write %s at %d: %w", path, off, err)
+	}
+	return f.Sync()
+}
+
 func pebbleOptions(fs vfs.FS, dir string, logger *slog.Logger) *pebble.Options {
 	return &pebble.Options{
 		FS:     vfs.ToPebble(fs),

@@ -308,17 +308,7 @@ func TestClusterCorruptReplica(t *testing.T) {
 // flipByte damages one byte of block b's file under a datanode's volume.
 func flipByte(t *testing.T, dataDir string, b metaapi.BlockRef, at int64) {
 	t.Helper()
-	f, err := os.OpenFile(engine.BlockFilePath(dataDir, engine.BlockID{Container: engine.ContainerID(b.Container), Local: b.Local}), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var one [1]byte
-	if _, err := f.ReadAt(one[:], at); err != nil {
-		t.Fatal(err)
-	}
-	one[0] ^= 0xff
-	if _, err := f.WriteAt(one[:], at); err != nil {
+	if err := engine.FlipBlockByte(dataDir, engine.BlockID{Container: engine.ContainerID(b.Container), Local: b.Local}, at, 0xff); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -55,17 +54,7 @@ func TestReadMetrics(t *testing.T) {
 // directory (the bytes on disk, not through the engine).
 func flipBlockByte(t *testing.T, dataDir string, container, local uint64, at int64) {
 	t.Helper()
-	f, err := os.OpenFile(engine.BlockFilePath(dataDir, engine.BlockID{Container: engine.ContainerID(container), Local: local}), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var one [1]byte
-	if _, err := f.ReadAt(one[:], at); err != nil {
-		t.Fatal(err)
-	}
-	one[0] ^= 0xff
-	if _, err := f.WriteAt(one[:], at); err != nil {
+	if err := engine.FlipBlockByte(dataDir, engine.BlockID{Container: engine.ContainerID(container), Local: local}, at, 0xff); err != nil {
 		t.Fatal(err)
 	}
 }
