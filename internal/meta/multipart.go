@@ -2,7 +2,6 @@ package meta
 
 import (
 	"bytes"
-	"crypto/md5"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
@@ -284,7 +283,7 @@ func (s *Service) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInfo,
 		}
 		now := s.cfg.Now()
 		rec := keyRecord{Created: now}
-		md5s := md5.New()
+		etags := make([]string, 0, len(req.Parts))
 		keep := map[uint32]bool{}
 		for i, cp := range req.Parts {
 			p, ok := all[cp.Number]
@@ -294,11 +293,7 @@ func (s *Service) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInfo,
 			if i < len(req.Parts)-1 && p.Size < metaapi.MinPartBytes {
 				return nil, nil, fmt.Errorf("%w: part %d holds %d bytes, less than %d and not the last: %w", metaapi.ErrInvalid, cp.Number, p.Size, metaapi.MinPartBytes, ErrPartTooSmall)
 			}
-			raw, err := hex.DecodeString(p.ETag)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%w: part %d: stored ETag %q", ErrCorrupt, cp.Number, p.ETag)
-			}
-			md5s.Write(raw)
+			etags = append(etags, p.ETag)
 			rec.CRC32C = crc32c.Combine(rec.CRC32C, p.CRC32C, p.Size)
 			rec.Size += p.Size
 			rec.Blocks = append(rec.Blocks, p.Blocks...)
@@ -318,7 +313,9 @@ func (s *Service) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInfo,
 		if up.Object != nil {
 			om = *up.Object
 		}
-		om.ETag = fmt.Sprintf("%s-%d", hex.EncodeToString(md5s.Sum(nil)), len(req.Parts))
+		if om.ETag, err = metaapi.MultipartETag(etags); err != nil {
+			return nil, nil, fmt.Errorf("%w: a stored part ETag: %v", ErrCorrupt, err)
+		}
 		om.Parts = uint32(len(req.Parts))
 		om.Checksums = map[string]string{"CRC32C": base64CRC(rec.CRC32C)}
 		om.ChecksumType = "FULL_OBJECT"

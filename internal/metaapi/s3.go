@@ -28,7 +28,10 @@ package metaapi
 // scheduled for deletion too.
 
 import (
+	"crypto/md5"
+	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -225,4 +228,20 @@ type ListUploads struct {
 type UploadList struct {
 	Uploads   []Upload `json:"uploads"`
 	Truncated bool     `json:"truncated,omitempty"`
+}
+
+// MultipartETag is S3's ETag of a multipart object made of parts with
+// these ETags, in order: the MD5 of their MD5s in hex, "-", the number of
+// parts. Quotes around an ETag are ignored; one that is not hex is an
+// error.
+func MultipartETag(partETags []string) (string, error) {
+	h := md5.New()
+	for i, e := range partETags {
+		raw, err := hex.DecodeString(strings.Trim(e, `"`))
+		if err != nil {
+			return "", fmt.Errorf("%w: ETag %q of the %d. part is not hex", ErrInvalid, e, i+1)
+		}
+		h.Write(raw)
+	}
+	return fmt.Sprintf("%s-%d", hex.EncodeToString(h.Sum(nil)), len(partETags)), nil
 }

@@ -2,12 +2,8 @@ package s3gw
 
 import (
 	"context"
-	"crypto/md5"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
@@ -181,15 +177,14 @@ func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMu
 // completedBefore is the key ref names when it is the object that
 // completing parts made: its ETag is S3's multipart ETag of their ETags.
 func (b *Backend) completedBefore(ctx context.Context, ref metaapi.UploadRef, parts []metaapi.CompletePart) (metaapi.KeyInfo, bool) {
-	h := md5.New()
-	for _, p := range parts {
-		raw, err := hex.DecodeString(strings.Trim(p.ETag, `"`))
-		if err != nil || len(raw) != md5.Size {
-			return metaapi.KeyInfo{}, false
-		}
-		h.Write(raw)
+	etags := make([]string, len(parts))
+	for i, p := range parts {
+		etags[i] = p.ETag
 	}
-	want := fmt.Sprintf("%s-%d", hex.EncodeToString(h.Sum(nil)), len(parts))
+	want, err := metaapi.MultipartETag(etags)
+	if err != nil {
+		return metaapi.KeyInfo{}, false
+	}
 	ki, err := b.meta.GetKey(ctx, ref.Bucket, ref.Key)
 	if err != nil || ki.Object == nil || ki.Object.ETag != want {
 		return metaapi.KeyInfo{}, false
