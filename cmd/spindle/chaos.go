@@ -16,6 +16,7 @@ func newBenchChaosCmd() *cobra.Command {
 	var cfg chaos.Config
 	var faults string
 	var maxBytes units.ByteSize
+	volumeBytes := units.ByteSize(chaos.DefaultVolumeBytes)
 	cmd := &cobra.Command{
 		Use:   "chaos",
 		Short: "A real cluster under kill -9, pauses, meta crashes and bit rot; every byte and the history checked",
@@ -34,7 +35,11 @@ schedule drawn from --seed, one at a time:
   partition  (root) one datanode cut from the other datanodes, its packets
              to them dropped silently; each datanode then runs in a network
              namespace of its own on a bridge the bench makes
-  full, delay: planned, refused for now
+  full       (root) one datanode's data volume filled to ENOSPC, freed
+             later; each datanode's data directory is then a tmpfs of
+             --volume-size of its own, mounted by the bench, and the values
+             put stay within half of the volumes
+  delay: planned, refused for now (needs the kernel's sch_netem)
 
 Then it heals everything, waits (bounded) for full replication, reads every
 key back and checks that every acknowledged put reads back byte for byte,
@@ -50,6 +55,7 @@ violation, printing the seed to replay. See docs/CHAOS.md.`,
 			}
 			cfg.Faults = fs
 			cfg.MaxBytes = int64(maxBytes)
+			cfg.VolumeBytes = int64(volumeBytes)
 			if cfg.HotKeys == 0 {
 				cfg.HotKeys = -1 // none (0 is the default in chaos.Config)
 			}
@@ -89,9 +95,10 @@ violation, printing the seed to replay. See docs/CHAOS.md.`,
 	f.IntVar(&cfg.HotKeys, "hot-keys", chaos.DefaultHotKeys, "keys whose history of puts, gets and deletes is checked for linearizability")
 	f.DurationVar(&cfg.Duration, "duration", chaos.DefaultDuration, "time of the workload under faults")
 	f.Int64Var(&cfg.Seed, "seed", 0, "seed of the schedule, sizes and values (0: from the clock, printed)")
-	f.StringVar(&faults, "faults", strings.Join(chaos.DefaultFaults, ","), "fault kinds, comma-separated: kill, kill2, pause, meta-kill, bitrot, partition (root; full, delay: not implemented yet)")
+	f.StringVar(&faults, "faults", strings.Join(chaos.DefaultFaults, ","), "fault kinds, comma-separated: kill, kill2, pause, meta-kill, bitrot, partition (root), full (root) (delay: not implemented yet)")
 	f.DurationVar(&cfg.SettleTimeout, "settle-timeout", chaos.DefaultSettleTimeout, "bound of the wait for full replication after the heal")
 	f.IntVar(&cfg.MaxOps, "max-ops", chaos.DefaultMaxOps, "bound of the operations of the run")
-	f.Var(&maxBytes, "max-bytes", "bound of the bytes of values put, before replication; then only the hot keys are written (default: a quarter of the free space of --dir's filesystem ÷ 3)")
+	f.Var(&volumeBytes, "volume-size", "with --faults full: the tmpfs the bench mounts for each datanode's data directory (root)")
+	f.Var(&maxBytes, "max-bytes", "bound of the bytes of values put, before replication; past it, acknowledged keys are read back and deleted to make room (default: a quarter of the free space of --dir's filesystem ÷ 3)")
 	return cmd
 }

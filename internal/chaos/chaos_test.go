@@ -129,12 +129,12 @@ func TestParseFaults(t *testing.T) {
 	if err != nil || len(got) != 4 {
 		t.Fatalf("got %v, %v", got, err)
 	}
-	for _, f := range []string{FaultPartition, FaultKill2} {
+	for _, f := range []string{FaultPartition, FaultKill2, FaultFull} {
 		if got, err := ParseFaults(f); err != nil || len(got) != 1 || got[0] != f {
 			t.Errorf("%s: %v, %v", f, got, err)
 		}
 	}
-	for _, f := range []string{FaultFull, FaultDelay} {
+	for _, f := range []string{FaultDelay} {
 		if _, err := ParseFaults("kill," + f); !errors.Is(err, ErrNotImplemented) {
 			t.Errorf("%s: %v, want not implemented", f, err)
 		}

@@ -26,8 +26,10 @@
 //     the meta service and its restart on the same directory and port; a
 //     byte flipped on disk in the committed part of a block file of one
 //     replica (only ever one replica per container, so a good copy of every
-//     block remains). After each heal, until the next fault, a poll waits
-//     for full replication (step 4's test) and times it. Holds are 5-20 s (meta: 1-5 s), scaled by
+//     block remains); (root) one datanode's data volume, a tmpfs of its
+//     own (volumes.go), filled to ENOSPC and freed. After each heal,
+//     until the next fault, a poll waits for full replication (step 4's
+//     test) and times it. Holds are 5-20 s (meta: 1-5 s), scaled by
 //     duration/2 min (at least 0.25) for short runs.
 //  4. Heal: SIGCONT every datanode, restart whatever is down. Wait (bounded
 //     by SettleTimeout) until every datanode is HEALTHY, the meta service is
@@ -56,7 +58,9 @@
 // Every loop is bounded in time (Duration, opTimeout per operation,
 // healTimeout, SettleTimeout, linearizabilityTimeout) and in count
 // (MaxOps operations, MaxWorkers workers), and the space it takes by
-// MaxBytes of cold values (then only the hot keys are written). Memory is
+// MaxBytes of cold values (past it, a writer retires an acknowledged cold
+// key, read back and deleted, before each new one; only when none can be
+// retired are the hot keys alone written). Memory is
 // O(operations): a few words per operation and per cold key, never a
 // value.
 //

@@ -26,7 +26,7 @@ const (
 	FaultPause     = "pause"     // SIGSTOP of one datanode, SIGCONT later
 	FaultMetaKill  = "meta-kill" // kill -9 of the meta service, restarted later on its directory
 	FaultBitrot    = "bitrot"    // one byte flipped in a committed block file of one replica
-	FaultFull      = "full"      // planned: a volume filled to ENOSPC, then freed
+	FaultFull      = "full"      // root: one datanode's data volume (a tmpfs of its own) filled to ENOSPC, then freed
 	FaultPartition = "partition" // root: one datanode cut from the other datanodes (packets dropped silently), healed later
 	FaultDelay     = "delay"     // planned (root): tc netem delay and loss
 )
@@ -41,7 +41,7 @@ var ErrUnknownFault = errors.New("unknown fault kind")
 var DefaultFaults = []string{FaultKill, FaultPause, FaultMetaKill, FaultBitrot}
 
 // plannedFaults are accepted by the flag parser and refused by Run.
-var plannedFaults = []string{FaultFull, FaultDelay}
+var plannedFaults = []string{FaultDelay}
 
 // ParseFaults parses a comma-separated list of fault kinds. A planned
 // kind gives ErrNotImplemented, an unknown one ErrUnknownFault.
@@ -84,6 +84,7 @@ var faultKinds = map[string]*faultKind{
 	FaultPause:     {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectPause},
 	FaultMetaKill:  {hold: holdBetween(1*time.Second, 5*time.Second), inject: injectMetaKill},
 	FaultPartition: {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectPartition},
+	FaultFull:      {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectFull},
 	// bitrot needs no heal; its hold is the time its row of the report
 	// covers after the flip.
 	FaultBitrot: {hold: holdBetween(2*time.Second, 6*time.Second), inject: injectBitrot},

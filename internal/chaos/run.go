@@ -89,6 +89,9 @@ type Config struct {
 	SettleTimeout time.Duration
 	// MaxOps bounds the operations of the run.
 	MaxOps int
+	// VolumeBytes is the tmpfs of each datanode's data directory when the
+	// run injects `full` (default DefaultVolumeBytes).
+	VolumeBytes int64
 	// MaxBytes bounds the bytes of the values put (before replication);
 	// once reached, writers only put and delete hot keys (which replace
 	// their own bytes). 0: a quarter of the free space of the run's
@@ -126,6 +129,9 @@ func (c *Config) setDefaults() error {
 	if c.Faults == nil {
 		c.Faults = DefaultFaults
 	}
+	if c.VolumeBytes == 0 {
+		c.VolumeBytes = DefaultVolumeBytes
+	}
 	switch {
 	case c.Datanodes < 4 || c.Datanodes > 9:
 		return fmt.Errorf("chaos: %d datanodes, want 4..9 (one down must leave 3 for a pipeline)", c.Datanodes)
@@ -133,6 +139,8 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("chaos: %d writers, %d readers: want 1..%d writers and 0..%d readers", c.Writers, c.Readers, MaxWorkers, MaxWorkers)
 	case c.HotKeys < 0 || c.HotKeys > 64:
 		return fmt.Errorf("chaos: %d hot keys, want 0..64", c.HotKeys)
+	case c.VolumeBytes != 0 && c.VolumeBytes < MinVolumeBytes:
+		return fmt.Errorf("chaos: volume of %d bytes, want at least %d MiB", c.VolumeBytes, MinVolumeBytes>>20)
 	case c.Duration < time.Second || c.Duration > MaxDuration:
 		return fmt.Errorf("chaos: duration %v, want 1s..%v", c.Duration, MaxDuration)
 	}
@@ -161,6 +169,7 @@ type run struct {
 	cfg    Config
 	cl     *cluster
 	lab    *netlab.Net // the datanodes' namespaces (partition), or nil
+	vols   *volumes    // the datanodes' data volumes (full), or nil
 	w      *workload
 	root   string
 	rotted map[uint64]int // container → the node whose replica was damaged
@@ -199,6 +208,28 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			os.RemoveAll(made)
 		}
 	}()
+	var vols *volumes
+	if slices.Contains(cfg.Faults, FaultFull) {
+		// A full volume needs a volume per datanode: filling the run's
+		// filesystem (memory, on /dev/shm) would starve the machine.
+		if vols, err = mountVolumes(root, cfg.Datanodes, cfg.VolumeBytes); err != nil {
+			return nil, fmt.Errorf("chaos: fault %s needs a data volume per datanode: %w", FaultFull, err)
+		}
+		defer func() {
+			// A kept run keeps its volumes mounted: the datanodes' data
+			// is there (the report's note says how to unmount them).
+			if rep == nil || !(cfg.Keep || rep.Failed()) {
+				vols.Close()
+			}
+		}()
+		// The values stay within half of the volumes (×3 replicas),
+		// whatever the run's filesystem has free.
+		share := int64(float64(cfg.VolumeBytes) * float64(cfg.Datanodes) * volumeValueShare / replicationFactor)
+		if cfg.MaxBytes <= 0 || cfg.MaxBytes > share {
+			cfg.MaxBytes = share
+		}
+		logf("each datanode's data directory on a tmpfs of %d MiB of its own (fault %s)", cfg.VolumeBytes>>20, FaultFull)
+	}
 	if cfg.MaxBytes <= 0 {
 		var st unix.Statfs_t
 		if err := unix.Statfs(root, &st); err != nil {
@@ -245,12 +276,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if _, err := kc.CreateBucket(ctx, bucket); err != nil && !errors.Is(err, metaapi.ErrExists) {
 		return nil, fmt.Errorf("chaos: create bucket: %w", err)
 	}
-	r := &run{cfg: cfg, cl: cl, lab: lab, root: root, rotted: map[uint64]int{}, log: logf,
+	r := &run{cfg: cfg, cl: cl, lab: lab, vols: vols, root: root, rotted: map[uint64]int{}, log: logf,
 		w: &workload{cfg: &cfg, kc: kc, t0: time.Now(), lat: bench.NewLatency(), log: logf}}
 	rep = r.execute(ctx)
 	rep.Dir = root
 	if cfg.Keep || rep.Failed() {
 		rep.AddNote("cluster kept in %s (process logs: meta.log, datanodes/dn<i>.log)", root)
+		if vols != nil {
+			rep.AddNote("the datanodes' data volumes stay mounted: umount %s/vols/dn* when done", root)
+		}
 	}
 	return rep, nil
 }
@@ -585,6 +619,8 @@ func outName(o outcome) string {
 		return "failed"
 	case outUnknown:
 		return "outcome unknown"
+	case outRetired:
+		return "acknowledged, read back and deleted"
 	}
 	return "never finished"
 }

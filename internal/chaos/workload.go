@@ -43,6 +43,11 @@ const (
 	outAcked   outcome = iota + 1
 	outFailed          // definitely not committed (failed before its CommitKey)
 	outUnknown         // CommitKey was sent: committed or not
+	// outRetired: an acknowledged key read back (every byte checked) and
+	// then deleted by the workload to make room once MaxBytes was
+	// reached; it may be present (its delete failed) or absent, never
+	// wrong.
+	outRetired
 )
 
 // coldRec is one cold key, written once: its size, its value's CRC32C and
@@ -321,14 +326,21 @@ func (w *workload) writer(ctx context.Context, id int, end time.Time) {
 		size := valueSize(rng, MaxValueBytes)
 		cold := rng.Float64() >= hotFraction || w.cfg.HotKeys == 0
 		if cold && w.coldBytes.Add(size) > w.cfg.MaxBytes {
-			w.coldBytes.Add(-size) // the budget is spent: hot keys only
+			w.coldBytes.Add(-size) // the budget is spent: make room, or hot keys only
 			if w.budgetSpentNs.CompareAndSwap(0, w.now()) && w.log != nil {
-				w.log("%.1fs: --max-bytes of values put; from now on only the hot keys are written", time.Since(w.t0).Seconds())
+				w.log("%.1fs: --max-bytes of values put; from now on cold keys are read back and deleted to make room for new ones", time.Since(w.t0).Seconds())
 			}
-			if w.cfg.HotKeys == 0 {
-				return
+			// Retiring one key frees its bytes for this put (or a later
+			// one): the datanodes keep taking new blocks for the whole
+			// run, within the budget.
+			w.retireOne(ctx, rng)
+			if w.coldBytes.Add(size) > w.cfg.MaxBytes {
+				w.coldBytes.Add(-size)
+				if w.cfg.HotKeys == 0 {
+					return
+				}
+				cold = false
 			}
-			cold = false
 		}
 		if !cold {
 			k := rng.IntN(w.cfg.HotKeys)
@@ -379,6 +391,60 @@ func (w *workload) writer(ctx context.Context, id int, end time.Time) {
 	}
 }
 
+// retired says whether cold key i was retired (or is being retired):
+// checkCold read its record before the retirement may have begun.
+func (w *workload) retired(i int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cold[i].out == outRetired
+}
+
+// retireOne picks an acknowledged cold key, marks it retired (readers
+// and the bitrot fault pick acknowledged keys only), reads it back (every
+// byte checked, as a reader would: a loss found here is a loss), deletes
+// it and gives its bytes back to the budget. False: none found.
+func (w *workload) retireOne(ctx context.Context, rng *rand.Rand) bool {
+	i, ok := w.randomAckedIndex(rng)
+	if !ok {
+		return false
+	}
+	w.mu.Lock()
+	if w.cold[i].out != outAcked {
+		w.mu.Unlock()
+		return false // another writer took it meanwhile
+	}
+	w.mu.Unlock()
+	if why, _ := w.checkCold(ctx, i, true); why != "" {
+		return false // counted by checkCold (lost, wrong) or unreadable now: keep it for the final check
+	}
+	w.mu.Lock()
+	if w.cold[i].out != outAcked {
+		w.mu.Unlock()
+		return false
+	}
+	w.cold[i].out = outRetired
+	size := w.cold[i].size
+	w.mu.Unlock()
+	start := time.Now()
+	call := w.now()
+	dctx, cancel := context.WithTimeout(ctx, opTimeout)
+	err := w.kc.Delete(dctx, bucket, coldName(i))
+	cancel()
+	class := errClass(err)
+	if errors.Is(err, metaapi.ErrNotFound) {
+		// a delete the key client retried after an unknown outcome
+		// may find its own work done
+		class, err = "", nil
+	}
+	if !w.record(opRec{startNs: call, endNs: w.now(), kind: opDelete, class: class}, time.Since(start), err) {
+		w.stop.Store(true)
+	}
+	if err == nil {
+		w.coldBytes.Add(-size)
+	}
+	return true
+}
+
 // reader runs one reader until the run ends: gets of hot keys (into the
 // history) and of acknowledged cold keys (every byte checked).
 func (w *workload) reader(ctx context.Context, id int, end time.Time) {
@@ -422,7 +488,7 @@ func (w *workload) checkCold(ctx context.Context, i int, during bool) (string, e
 		return "wrong", err
 	case err != nil:
 		return "unreadable", err
-	case !found && rec.out == outAcked:
+	case !found && rec.out == outAcked && !w.retired(i):
 		if during {
 			w.mu.Lock()
 			w.lostInRun = append(w.lostInRun, name)
