@@ -12,7 +12,8 @@
 //     pipelines closed and its containers copied elsewhere) and the
 //     datanodes (internal/localcluster, ProcessGroup), wait for a pipeline.
 //  2. Writers put values of mixed sizes (log-uniform, 1 KiB .. 4 MiB) under
-//     keys written once ("cold/N"), and puts (≤ 64 KiB) and deletes of a few
+//     keys written once ("cold/N"), and puts (≤ 256 KiB, a quarter above the
+//     64 KiB inline limit) and deletes of a few
 //     hot keys ("hot/NN"); readers get hot keys and acknowledged cold keys.
 //     Values are regenerated from (seed, key, version), never kept: a
 //     value's first 32 bytes name it (values.go), so a read says which put

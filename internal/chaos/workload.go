@@ -28,8 +28,11 @@ const (
 	hotFraction       = 0.3
 	hotDeleteFraction = 0.2
 	// maxHotValueBytes bounds the hot keys' values (their history is
-	// checked, not their bulk).
-	maxHotValueBytes = 64 << 10
+	// checked, not their bulk). Above the key client's inline limit
+	// (64 KiB), so that about a quarter of the hot puts write a block
+	// through a pipeline and the history covers the datanodes too, not
+	// only the meta service.
+	maxHotValueBytes = 256 << 10
 	// maxViolations bounds the violations kept for the report.
 	maxViolations = 20
 	coldKeyBase   = 1 << 40
