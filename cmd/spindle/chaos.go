@@ -39,7 +39,10 @@ schedule drawn from --seed, one at a time:
              later; each datanode's data directory is then a tmpfs of
              --volume-size of its own, mounted by the bench, and the values
              put stay within half of the volumes
-  delay: planned, refused for now (needs the kernel's sch_netem)
+  delay      (root) what one datanode sends delayed 20-200 ms (± a quarter)
+             and up to 5 % of it lost (tc netem, or where the kernel has
+             none a relay in the bench through a TUN device); namespaces as
+             for partition
 
 Then it heals everything, waits (bounded) for full replication, reads every
 key back and checks that every acknowledged put reads back byte for byte,
@@ -95,7 +98,7 @@ violation, printing the seed to replay. See docs/CHAOS.md.`,
 	f.IntVar(&cfg.HotKeys, "hot-keys", chaos.DefaultHotKeys, "keys whose history of puts, gets and deletes is checked for linearizability")
 	f.DurationVar(&cfg.Duration, "duration", chaos.DefaultDuration, "time of the workload under faults")
 	f.Int64Var(&cfg.Seed, "seed", 0, "seed of the schedule, sizes and values (0: from the clock, printed)")
-	f.StringVar(&faults, "faults", strings.Join(chaos.DefaultFaults, ","), "fault kinds, comma-separated: kill, kill2, pause, meta-kill, bitrot, partition (root), full (root) (delay: not implemented yet)")
+	f.StringVar(&faults, "faults", strings.Join(chaos.DefaultFaults, ","), "fault kinds, comma-separated: kill, kill2, pause, meta-kill, bitrot, partition, full, delay (these three as root)")
 	f.DurationVar(&cfg.SettleTimeout, "settle-timeout", chaos.DefaultSettleTimeout, "bound of the wait for full replication after the heal")
 	f.IntVar(&cfg.MaxOps, "max-ops", chaos.DefaultMaxOps, "bound of the operations of the run")
 	f.Var(&volumeBytes, "volume-size", "with --faults full: the tmpfs the bench mounts for each datanode's data directory (root)")

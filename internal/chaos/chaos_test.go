@@ -129,14 +129,9 @@ func TestParseFaults(t *testing.T) {
 	if err != nil || len(got) != 4 {
 		t.Fatalf("got %v, %v", got, err)
 	}
-	for _, f := range []string{FaultPartition, FaultKill2, FaultFull} {
+	for _, f := range []string{FaultPartition, FaultKill2, FaultFull, FaultDelay} {
 		if got, err := ParseFaults(f); err != nil || len(got) != 1 || got[0] != f {
 			t.Errorf("%s: %v, %v", f, got, err)
-		}
-	}
-	for _, f := range []string{FaultDelay} {
-		if _, err := ParseFaults("kill," + f); !errors.Is(err, ErrNotImplemented) {
-			t.Errorf("%s: %v, want not implemented", f, err)
 		}
 	}
 	if _, err := ParseFaults("kill,flood"); !errors.Is(err, ErrUnknownFault) {

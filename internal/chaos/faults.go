@@ -28,11 +28,8 @@ const (
 	FaultBitrot    = "bitrot"    // one byte flipped in a committed block file of one replica
 	FaultFull      = "full"      // root: one datanode's data volume (a tmpfs of its own) filled to ENOSPC, then freed
 	FaultPartition = "partition" // root: one datanode cut from the other datanodes (packets dropped silently), healed later
-	FaultDelay     = "delay"     // planned (root): tc netem delay and loss
+	FaultDelay     = "delay"     // root: what one datanode sends delayed (and some of it lost), healed later
 )
-
-// ErrNotImplemented is a fault kind the bench knows but cannot inject yet.
-var ErrNotImplemented = errors.New("not implemented yet")
 
 // ErrUnknownFault is a fault kind the bench does not know.
 var ErrUnknownFault = errors.New("unknown fault kind")
@@ -40,11 +37,8 @@ var ErrUnknownFault = errors.New("unknown fault kind")
 // DefaultFaults is what --faults is by default.
 var DefaultFaults = []string{FaultKill, FaultPause, FaultMetaKill, FaultBitrot}
 
-// plannedFaults are accepted by the flag parser and refused by Run.
-var plannedFaults = []string{FaultDelay}
-
-// ParseFaults parses a comma-separated list of fault kinds. A planned
-// kind gives ErrNotImplemented, an unknown one ErrUnknownFault.
+// ParseFaults parses a comma-separated list of fault kinds; an unknown one
+// gives ErrUnknownFault.
 func ParseFaults(s string) ([]string, error) {
 	var out []string
 	for f := range strings.SplitSeq(s, ",") {
@@ -52,11 +46,8 @@ func ParseFaults(s string) ([]string, error) {
 		if f == "" {
 			continue
 		}
-		switch {
-		case slices.Contains(plannedFaults, f):
-			return nil, fmt.Errorf("fault %q: %w (implemented: %s)", f, ErrNotImplemented, strings.Join(DefaultFaults, ","))
-		case faultKinds[f] == nil:
-			known := append(slices.Sorted(maps.Keys(faultKinds)), plannedFaults...)
+		if faultKinds[f] == nil {
+			known := slices.Sorted(maps.Keys(faultKinds))
 			return nil, fmt.Errorf("fault %q: %w (known: %s)", f, ErrUnknownFault, strings.Join(known, ","))
 		}
 		if !slices.Contains(out, f) {
@@ -85,6 +76,7 @@ var faultKinds = map[string]*faultKind{
 	FaultMetaKill:  {hold: holdBetween(1*time.Second, 5*time.Second), inject: injectMetaKill},
 	FaultPartition: {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectPartition},
 	FaultFull:      {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectFull},
+	FaultDelay:     {hold: holdBetween(5*time.Second, 20*time.Second), inject: injectDelay},
 	// bitrot needs no heal; its hold is the time its row of the report
 	// covers after the flip.
 	FaultBitrot: {hold: holdBetween(2*time.Second, 6*time.Second), inject: injectBitrot},
@@ -257,6 +249,39 @@ func injectPartition(ctx context.Context, r *run, rng *rand.Rand) (string, func(
 		}
 	}
 	return fmt.Sprintf("partition datanode %d (%s) from the other datanodes", id, role), func(context.Context) error {
+		return r.lab.Heal()
+	}, nil
+}
+
+// The delay fault's range: a slow, lossy link, not a cut one.
+const (
+	minDelay, maxDelay = 20 * time.Millisecond, 200 * time.Millisecond
+	maxLossPercent     = 5
+)
+
+// injectDelay delays everything one datanode sends (to the other
+// datanodes, the meta service and the clients) by 20-200 ms ± a quarter
+// of it, and loses up to 5 % of it: a pipeline's leader slow to its
+// followers, a follower slow to ack, a slow heartbeat (netlab.Delay: tc
+// netem, or its relay where the kernel has no netem). The heal restores
+// every link.
+func injectDelay(ctx context.Context, r *run, rng *rand.Rand) (string, func(context.Context) error, error) {
+	if r.lab == nil {
+		return "", nil, errors.New("no network namespaces: datanodes share one network")
+	}
+	id, err := pickDatanode(r, rng)
+	if err != nil {
+		return "", nil, err
+	}
+	role := r.role(ctx, id)
+	delay := minDelay + time.Duration(rng.Int64N(int64(maxDelay-minDelay)+1))
+	delay = delay.Round(time.Millisecond)
+	loss := float64(rng.IntN(maxLossPercent*10+1)) / 10
+	if err := r.lab.Delay(fmt.Sprintf("dn%d", id), delay, delay/4, loss); err != nil {
+		r.lab.Heal()
+		return "", nil, err
+	}
+	return fmt.Sprintf("delay %v ± %v, loss %.1f%% on what datanode %d sends (%s; %s)", delay, delay/4, loss, id, role, r.lab.Faults()), func(context.Context) error {
 		return r.lab.Heal()
 	}, nil
 }

@@ -244,16 +244,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// half the kills and pauses outlast it.
 	deadAfter := min(max(time.Duration(float64(maxDeadAfter)*holdScale(cfg.Duration)), minDeadAfter), maxDeadAfter)
 	var lab *netlab.Net
-	if slices.Contains(cfg.Faults, FaultPartition) {
-		// Partitions need each datanode on a host of its own: a network
-		// namespace on a bridge (root only); without, the run cannot
-		// inject them and says so.
+	if slices.Contains(cfg.Faults, FaultPartition) || slices.Contains(cfg.Faults, FaultDelay) {
+		// Partitions and delays need each datanode on a host of its own:
+		// a network namespace on a bridge (root only); without, the run
+		// cannot inject them and says so.
 		names := make([]string, cfg.Datanodes)
 		for i := range names {
 			names[i] = fmt.Sprintf("dn%d", i+1)
 		}
 		if lab, err = netlab.New(names); err != nil {
-			return nil, fmt.Errorf("chaos: fault %s needs a network namespace per datanode: %w", FaultPartition, err)
+			return nil, fmt.Errorf("chaos: faults %s and %s need a network namespace per datanode: %w", FaultPartition, FaultDelay, err)
 		}
 		defer lab.Close()
 		logf("datanodes in network namespaces: %v on bridge %s", names, lab.BridgeAddr())

@@ -5,8 +5,9 @@
 // client on another machine would), and faults on those links: a partition
 // between two hosts (their packets to each other silently dropped, as a
 // failed switch port does: routed through an address nobody answers for)
-// and delay, jitter and loss on a host's link (tc netem, where the kernel
-// has sch_netem; Delay says so when it has not). Heal removes every fault.
+// and delay, jitter and loss on what a host sends (tc netem where the
+// kernel has sch_netem, else a relay in this process through a TUN device
+// in the host's namespace: relay.go). Heal removes every fault.
 //
 // Needs root and ip(8) and tc(8) (iproute2); New says why it cannot, and
 // removes whatever it made, so that callers can fall back to loopback
@@ -16,7 +17,8 @@
 // test processes do not collide; Close removes them all.
 //
 // Concurrency: a Net's methods are safe for concurrent use (one lock); the
-// commands they run are bounded by CommandTimeout each.
+// commands they run are bounded by CommandTimeout each. A relay runs two
+// goroutines (read, release) from Delay until Heal or Close.
 package netlab
 
 import (
@@ -58,6 +60,7 @@ type Net struct {
 	made    []string           // namespaces made, for Close
 	cut     map[[2]string]bool // partitioned pairs (sorted names)
 	delayed map[string]netem   // per host
+	relays  map[string]*relay  // per host: Delay's relay where the kernel has no netem
 	closed  bool
 }
 
@@ -83,7 +86,7 @@ func New(names []string) (*Net, error) {
 	tag := fmt.Sprintf("%x", os.Getpid()&0xffff) // interface names are at most 15 bytes
 	n := &Net{
 		bridge: "spnb" + tag, subnet: fmt.Sprintf("10.213.%d", os.Getpid()%250),
-		hosts: map[string]*Host{}, cut: map[[2]string]bool{}, delayed: map[string]netem{},
+		hosts: map[string]*Host{}, cut: map[[2]string]bool{}, delayed: map[string]netem{}, relays: map[string]*relay{},
 	}
 	if err := n.setup(tag, names); err != nil {
 		n.Close()
@@ -141,6 +144,12 @@ func (n *Net) Close() error {
 	}
 	n.closed = true
 	var errs []string
+	for name, r := range n.relays {
+		if err := r.stop(n, n.hosts[name]); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	clear(n.relays)
 	for _, ns := range n.made {
 		if err := run("ip", "netns", "del", ns); err != nil {
 			errs = append(errs, err.Error())
@@ -238,7 +247,11 @@ func (n *Net) Faults() string {
 	slices.Sort(s)
 	var d []string
 	for h, e := range n.delayed {
-		d = append(d, fmt.Sprintf("%s:%v±%v,%.1f%%", h, e.delay, e.jitter, e.lossPercent))
+		how := "netem"
+		if n.relays[h] != nil {
+			how = "relay"
+		}
+		d = append(d, fmt.Sprintf("%s:%v±%v,%.1f%%(%s)", h, e.delay, e.jitter, e.lossPercent, how))
 	}
 	slices.Sort(d)
 	return fmt.Sprintf("partitions [%s] delays [%s]", strings.Join(s, " "), strings.Join(d, " "))
@@ -257,6 +270,12 @@ const blackholeHost = 253
 func (n *Net) applyLocked(names ...string) error {
 	for _, name := range names {
 		h := n.hosts[name]
+		if r := n.relays[name]; r != nil {
+			delete(n.relays, name)
+			if err := r.stop(n, h); err != nil {
+				return err
+			}
+		}
 		cutFrom := map[string]bool{}
 		for p := range n.cut {
 			if p[0] == name {
@@ -291,11 +310,24 @@ func (n *Net) applyLocked(names ...string) error {
 		if e.lossPercent > 0 {
 			args = append(args, "loss", fmt.Sprintf("%g%%", e.lossPercent))
 		}
-		if err := run("ip", args...); err != nil {
-			delete(n.delayed, name)
-			if strings.Contains(err.Error(), "unknown") {
-				return fmt.Errorf("%w (this kernel has no sch_netem: delay and loss cannot be injected here)", err)
+		err := run("ip", args...)
+		if err != nil && strings.Contains(err.Error(), "unknown") {
+			// No sch_netem in this kernel: the relay does it in this
+			// process, for every peer the host is not cut from and the
+			// bridge.
+			dsts := []string{n.BridgeAddr()}
+			for _, peer := range n.order {
+				if peer != name && !cutFrom[peer] {
+					dsts = append(dsts, n.hosts[peer].Addr)
+				}
 			}
+			var r *relay
+			if r, err = n.startRelay(h, e, dsts); err == nil {
+				n.relays[name] = r
+			}
+		}
+		if err != nil {
+			delete(n.delayed, name)
 			return err
 		}
 	}
