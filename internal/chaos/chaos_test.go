@@ -3,11 +3,15 @@ package chaos
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
 func readValue(t *testing.T, seed int64, id valueID) []byte {
@@ -139,5 +143,32 @@ func TestParseFaults(t *testing.T) {
 	}
 	if _, err := ParseFaults(" , "); err == nil {
 		t.Error("no fault: no error")
+	}
+}
+
+// TestUnreplicated: the settle check of a run counts a container short of
+// healthy replicas, a replica behind or UNHEALTHY as not healthy, and
+// skips a CLOSED container no key ever used that has no replica (its
+// pipeline closed before a write reached it: nothing to copy). Without the
+// skip, a 10-minute run (seed 101) never settled.
+func TestUnreplicated(t *testing.T) {
+	ok := func(n uint64) metaapi.ReplicaInfo { return metaapi.ReplicaInfo{Node: n, State: "CLOSED"} }
+	full := metaapi.ContainerInfo{ID: 1, State: "CLOSED", CommittedBytes: 10, Replicas: []uint64{1, 2, 3},
+		ReplicaDetails: []metaapi.ReplicaInfo{ok(1), ok(2), ok(3)}}
+	unused := metaapi.ContainerInfo{ID: 2, State: "CLOSED"}
+	if got := unreplicated([]metaapi.ContainerInfo{full, unused}, 3); got != "" {
+		t.Errorf("full and unused: %q, want settled", got)
+	}
+	behind := full
+	behind.ID = 3
+	behind.ReplicaDetails = []metaapi.ReplicaInfo{ok(1), ok(2), {Node: 3, State: "CLOSED", Behind: true}}
+	used := unused
+	used.ID, used.CommittedBytes = 4, 1
+	openEmpty := unused
+	openEmpty.ID, openEmpty.State = 5, "OPEN"
+	for _, c := range []metaapi.ContainerInfo{behind, used, openEmpty} {
+		if got := unreplicated([]metaapi.ContainerInfo{full, c}, 3); !strings.Contains(got, fmt.Sprintf("container %d ", c.ID)) {
+			t.Errorf("container %+v: %q, want it named", c, got)
+		}
 	}
 }

@@ -540,15 +540,27 @@ func (r *run) unsettled(ctx context.Context, healed time.Time) string {
 	if err != nil {
 		return err.Error()
 	}
+	return unreplicated(cs, st.ReplicationFactor)
+}
+
+// unreplicated says which container has fewer than rf healthy replicas
+// (OPEN or CLOSED, not behind), "" when none has.
+func unreplicated(cs []metaapi.ContainerInfo, rf int) string {
 	for _, c := range cs {
+		if c.State == "CLOSED" && c.CommittedBytes == 0 && len(c.Replicas) == 0 {
+			// its pipeline closed before a write reached it: nothing to
+			// lose, nothing to copy (the meta service's rule,
+			// CHAOS_FINDINGS §3)
+			continue
+		}
 		good := 0
 		for _, rd := range c.ReplicaDetails {
 			if (rd.State == "OPEN" || rd.State == "CLOSED") && !rd.Behind {
 				good++
 			}
 		}
-		if good < st.ReplicationFactor {
-			return fmt.Sprintf("container %d (%s) has %d healthy replicas of %d", c.ID, c.State, good, st.ReplicationFactor)
+		if good < rf {
+			return fmt.Sprintf("container %d (%s) has %d healthy replicas of %d", c.ID, c.State, good, rf)
 		}
 	}
 	return ""

@@ -59,7 +59,8 @@ func (s *Service) Containers() (*metaapi.ContainerList, error) {
 		l := &metaapi.ContainerList{Containers: []metaapi.ContainerInfo{}}
 		for _, id := range ids {
 			c := s.containers[id]
-			ci := metaapi.ContainerInfo{ID: id, Pipeline: c.rec.Pipeline, State: containerStateName(c.rec.State), BCSID: top[id]}
+			ci := metaapi.ContainerInfo{ID: id, Pipeline: c.rec.Pipeline, State: containerStateName(c.rec.State), BCSID: top[id],
+				CommittedBytes: c.rec.Committed}
 			for _, m := range holders[id] {
 				r := s.nodes[m].containers[id]
 				ci.UsedBytes = max(ci.UsedBytes, r.UsedBytes)

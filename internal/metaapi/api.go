@@ -613,6 +613,10 @@ type ContainerInfo struct {
 	State     string `json:"state"` // OPEN, CLOSING, CLOSED
 	UsedBytes uint64 `json:"used_bytes"`
 	Blocks    uint64 `json:"blocks"`
+	// CommittedBytes: the bytes of blocks committed into it (by key
+	// commits), as the meta service counts them; 0 for a container no key
+	// ever used, which holds nothing to lose.
+	CommittedBytes uint64 `json:"committed_bytes"`
 	// Replicas: the live datanodes (not DEAD, heard from since the meta
 	// service started) whose last report lists the container, by node ID.
 	Replicas []uint64 `json:"replicas,omitempty"`
