@@ -402,7 +402,8 @@ func (s *Service) createPipelines(b *pebble.Batch, now time.Time) {
 }
 
 // Tick runs one round of the cluster manager at the clock's time: health
-// from the last heartbeats, pipelines with a DEAD member closed (their
+// from the last heartbeats, pipelines with a DEAD member, or a majority of
+// members STALE, closed (their
 // OPEN containers closing), new pipelines where possible, CLOSING
 // containers no live replica reports OPEN marked CLOSED, allocations
 // older than AllocationGrace scheduled for deletion, deletions that ran
@@ -428,6 +429,22 @@ func (s *Service) tickLocked() *pebble.Batch {
 	for _, pid := range s.sortedPipelines() {
 		p := s.pipelines[pid]
 		if p.rec.State != pipelineOpen {
+			continue
+		}
+		var silent []uint64 // STALE or DEAD members
+		for _, m := range p.rec.Members {
+			if s.healthOf(s.nodes[m], now) != metaapi.HealthHealthy {
+				silent = append(silent, m)
+			}
+		}
+		if len(silent) > len(p.rec.Members)/2 {
+			// A raft majority silent: nothing commits on it until they
+			// return. Closing it now, not when they are DEAD, frees the
+			// live members' slots for a pipeline that can write (with two
+			// of five datanodes killed, the three others make one within
+			// StaleAfter instead of DeadAfter). Its containers close as
+			// for a DEAD member's.
+			s.closePipeline(b, p, now, fmt.Sprintf("members %v of %v silent (STALE or DEAD): a raft majority lost", silent, p.rec.Members))
 			continue
 		}
 		for _, m := range p.rec.Members {

@@ -654,3 +654,46 @@ func TestHealthyPipelinePreferredOverDegraded(t *testing.T) {
 		}
 	}
 }
+
+// TestMajoritySilentPipelineClosedWhenStale: two of five datanodes stop
+// (kill -9 of two at once), both members of the one pipeline (one
+// pipeline per node: the other two nodes are free). That pipeline cannot
+// commit anything; it is closed as soon as they are STALE, not DEAD, so
+// that the live member, whose slot it held, and the two free nodes make a
+// new pipeline and allocations succeed before DeadAfter. Without the
+// rule, no allocation succeeds until the silent nodes are DEAD (bench
+// chaos, kill2: 10.67 s without a put with --dead-after 10s).
+func TestMajoritySilentPipelineClosedWhenStale(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	cfg.StaleAfter, cfg.DeadAfter = 5*time.Second, 30*time.Second
+	cfg.PipelinesPerNode = 1
+	c := newCluster(t, cfg, clk, 5)
+	mustNo(t, ignore(c.s.CreateBucket("bkt")))
+	ps := c.pipelines()
+	if len(ps) != 1 {
+		t.Fatalf("%d pipelines, want 1: %+v", len(ps), ps)
+	}
+	gone := []*fakeDN{c.node(ps[0].Members[0].NodeID), c.node(ps[0].Members[1].NodeID)}
+	alive := c.except(gone...)
+	clk.Advance(6 * time.Second) // past StaleAfter, far from DeadAfter
+	c.round(alive...)
+	for _, n := range gone {
+		if h := c.health()[n.id]; h != metaapi.HealthStale {
+			t.Fatalf("node %d is %s, want STALE", n.id, h)
+		}
+	}
+	c.settle(alive...)
+	a, err := c.s.Allocate(&metaapi.AllocateRequest{Bucket: "bkt", Key: "k"})
+	if err != nil {
+		t.Fatalf("allocate with two of five datanodes STALE: %v (pipelines %+v)", err, c.pipelines())
+	}
+	for _, m := range a.Pipeline.Members {
+		if m.NodeID == gone[0].id || m.NodeID == gone[1].id {
+			t.Fatalf("allocated on pipeline %+v with a silent member", a.Pipeline)
+		}
+	}
+	if st := c.pipelines()[0].State; st != "CLOSED" {
+		t.Fatalf("the pipeline of the silent majority is %s, want CLOSED", st)
+	}
+}
