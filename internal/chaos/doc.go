@@ -51,7 +51,9 @@
 //     checksum errors are failures of the read, not wrong reads.
 //   - The history of puts, gets and deletes of each hot key is that of a
 //     register: operations whose outcome is unknown may take effect at any
-//     time after their call (they never return); failed gets and puts that
+//     time after their call until 60 s (the operation timeout) after they
+//     failed — a stated assumption about the meta service, which applies a
+//     request while its client waits or never; failed gets and puts that
 //     failed before their CommitKey are left out (they had no effect).
 //
 // # Bounds

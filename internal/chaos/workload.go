@@ -33,6 +33,14 @@ const (
 	// through a pipeline and the history covers the datanodes too, not
 	// only the meta service.
 	maxHotValueBytes = 256 << 10
+	// unknownEffectWindow: how long after a put or delete returned an
+	// unknown outcome (its request sent, no answer) it may still take
+	// effect, for the linearizability check. The assumption: a request
+	// that reached the meta service is applied, if at all, within the
+	// client's own operation timeout of its failure (the meta service
+	// holds no request longer; a killed one loses those it had not
+	// applied). Before, such operations stayed open for ever.
+	unknownEffectWindow = opTimeout
 	// maxViolations bounds the violations kept for the report.
 	maxViolations = 20
 	coldKeyBase   = 1 << 40
@@ -311,11 +319,13 @@ type hotOutput struct {
 	unknown bool   // a put or delete whose outcome is unknown
 }
 
-// addHistory records one hot key operation; unknown ones never return
-// (they may take effect at any time after their call).
+// addHistory records one hot key operation. One whose outcome is unknown
+// may take effect until unknownEffectWindow after it returned its error:
+// its return time is moved there (porcupine's search, which never ends on
+// a 10-minute history when they stay open for ever, stays bounded).
 func (w *workload) addHistory(client int, in hotInput, out hotOutput, call, ret int64) {
 	if out.unknown {
-		ret = math.MaxInt64
+		ret = max(ret, call) + int64(unknownEffectWindow)
 	}
 	w.mu.Lock()
 	w.history = append(w.history, porcupine.Operation{ClientId: client, Input: in, Output: out, Call: call, Return: ret})
@@ -374,7 +384,7 @@ func (w *workload) writer(ctx context.Context, id int, end time.Time) {
 			case outAcked:
 				w.addHistory(id, hotInput{key: k, op: opPut, version: v}, hotOutput{}, call, w.now())
 			case outUnknown:
-				w.addHistory(id, hotInput{key: k, op: opPut, version: v}, hotOutput{unknown: true}, call, 0)
+				w.addHistory(id, hotInput{key: k, op: opPut, version: v}, hotOutput{unknown: true}, call, w.now())
 			}
 			continue
 		}
