@@ -59,7 +59,10 @@ violation, printing the seed to replay. See docs/CHAOS.md.`,
 			cfg.Faults = fs
 			cfg.MaxBytes = int64(maxBytes)
 			cfg.VolumeBytes = int64(volumeBytes)
-			if cfg.HotKeys == 0 {
+			switch {
+			case !cmd.Flags().Changed("hot-keys"):
+				cfg.HotKeys = 0 // chaos.Config's default: scaled with --duration
+			case cfg.HotKeys == 0:
 				cfg.HotKeys = -1 // none (0 is the default in chaos.Config)
 			}
 			if cfg.Binary, err = os.Executable(); err != nil {
@@ -95,7 +98,7 @@ violation, printing the seed to replay. See docs/CHAOS.md.`,
 	f.IntVar(&cfg.Datanodes, "datanodes", chaos.DefaultDatanodes, "datanode processes")
 	f.IntVar(&cfg.Writers, "writers", chaos.DefaultWriters, "concurrent writers")
 	f.IntVar(&cfg.Readers, "readers", chaos.DefaultReaders, "concurrent readers")
-	f.IntVar(&cfg.HotKeys, "hot-keys", chaos.DefaultHotKeys, "keys whose history of puts, gets and deletes is checked for linearizability")
+	f.IntVar(&cfg.HotKeys, "hot-keys", chaos.DefaultHotKeys, fmt.Sprintf("keys whose history of puts, gets and deletes is checked for linearizability (0: none; default %d, and %d per minute of --duration for longer runs, at most %d)", chaos.DefaultHotKeys, chaos.HotKeysPerMinute, chaos.MaxHotKeys))
 	f.DurationVar(&cfg.Duration, "duration", chaos.DefaultDuration, "time of the workload under faults")
 	f.Int64Var(&cfg.Seed, "seed", 0, "seed of the schedule, sizes and values (0: from the clock, printed)")
 	f.StringVar(&faults, "faults", strings.Join(chaos.DefaultFaults, ","), "fault kinds, comma-separated: kill, kill2, pause, meta-kill, bitrot, partition, full, delay (these three as root)")

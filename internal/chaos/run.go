@@ -26,10 +26,16 @@ import (
 
 // Defaults and limits of Config.
 const (
-	DefaultDatanodes     = 5
-	DefaultWriters       = 8
-	DefaultReaders       = 4
+	DefaultDatanodes = 5
+	DefaultWriters   = 8
+	DefaultReaders   = 4
+	// DefaultHotKeys is the hot keys of a run of up to a minute; longer
+	// runs get HotKeysPerMinute per minute (at most MaxHotKeys), so that
+	// each key's history stays small enough for porcupine's search (4 keys
+	// over 10 minutes: 68,000 operations each, and the search timed out).
 	DefaultHotKeys       = 4
+	HotKeysPerMinute     = 4
+	MaxHotKeys           = 64
 	DefaultDuration      = 60 * time.Second
 	DefaultSettleTimeout = 3 * time.Minute
 	DefaultMaxOps        = 1_000_000
@@ -76,7 +82,8 @@ type Config struct {
 	// Writers and Readers run at once (defaults 8 and 4).
 	Writers, Readers int
 	// HotKeys are the keys whose history is checked for linearizability
-	// (0: DefaultHotKeys; negative: none).
+	// (0: DefaultHotKeys, HotKeysPerMinute of Duration for longer runs;
+	// negative: none).
 	HotKeys int
 	// Duration of the workload under faults (default 60 s).
 	Duration time.Duration
@@ -114,7 +121,12 @@ func (c *Config) setDefaults() error {
 	def(&c.Datanodes, DefaultDatanodes)
 	def(&c.Writers, DefaultWriters)
 	def(&c.Readers, DefaultReaders)
-	def(&c.HotKeys, DefaultHotKeys)
+	if c.Duration == 0 {
+		c.Duration = DefaultDuration
+	}
+	if c.HotKeys == 0 {
+		c.HotKeys = min(max(DefaultHotKeys, int(c.Duration/time.Minute)*HotKeysPerMinute), MaxHotKeys)
+	}
 	c.HotKeys = max(c.HotKeys, 0)
 	def(&c.MaxOps, DefaultMaxOps)
 	if c.Duration == 0 {
@@ -137,8 +149,8 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("chaos: %d datanodes, want 4..9 (one down must leave 3 for a pipeline)", c.Datanodes)
 	case c.Writers < 1 || c.Writers > MaxWorkers || c.Readers < 0 || c.Readers > MaxWorkers:
 		return fmt.Errorf("chaos: %d writers, %d readers: want 1..%d writers and 0..%d readers", c.Writers, c.Readers, MaxWorkers, MaxWorkers)
-	case c.HotKeys < 0 || c.HotKeys > 64:
-		return fmt.Errorf("chaos: %d hot keys, want 0..64", c.HotKeys)
+	case c.HotKeys < 0 || c.HotKeys > MaxHotKeys:
+		return fmt.Errorf("chaos: %d hot keys, want 0..%d", c.HotKeys, MaxHotKeys)
 	case c.VolumeBytes != 0 && c.VolumeBytes < MinVolumeBytes:
 		return fmt.Errorf("chaos: volume of %d bytes, want at least %d MiB", c.VolumeBytes, MinVolumeBytes>>20)
 	case c.Duration < time.Second || c.Duration > MaxDuration:
@@ -279,6 +291,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r := &run{cfg: cfg, cl: cl, lab: lab, vols: vols, root: root, rotted: map[uint64]int{}, log: logf,
 		w: &workload{cfg: &cfg, kc: kc, t0: time.Now(), lat: bench.NewLatency(), log: logf}}
 	rep = r.execute(ctx)
+	if ctx.Err() != nil {
+		// Interrupted (SIGINT, SIGTERM): what the cut-short verification
+		// found says nothing about the cluster. No verdict; the directory
+		// and the volumes go as after a run that passed.
+		rep = nil
+		return nil, fmt.Errorf("chaos: interrupted after %.0fs: %w", time.Since(r.w.t0).Seconds(), ctx.Err())
+	}
 	rep.Dir = root
 	if cfg.Keep || rep.Failed() {
 		rep.AddNote("cluster kept in %s (process logs: meta.log, datanodes/dn<i>.log)", root)
