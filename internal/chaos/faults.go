@@ -110,6 +110,14 @@ func pickDatanodes(r *run, rng *rand.Rand, n int) ([]int, error) {
 		}
 	}
 	if len(ids) < len(r.cl.dns.Nodes()) {
+		// Faults are healed before the next: a datanode down now exited
+		// on its own. Say so once, with the end of its log.
+		for _, nd := range r.cl.dns.Nodes() {
+			if !r.cl.dns.Running(nd.ID) && !r.exitSeen[nd.ID] {
+				r.exitSeen[nd.ID] = true
+				return nil, fmt.Errorf("datanode %d is down and the nemesis did not leave it so: it exited on its own; its log ends:\n%s", nd.ID, r.cl.dns.LogTail(nd.ID))
+			}
+		}
 		return nil, fmt.Errorf("a datanode is already down")
 	}
 	if n > len(ids) {

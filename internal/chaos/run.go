@@ -185,6 +185,8 @@ type run struct {
 	w      *workload
 	root   string
 	rotted map[uint64]int // container → the node whose replica was damaged
+	// exitSeen: datanodes found down on their own (reported once).
+	exitSeen map[int]bool
 	log    func(string, ...any)
 
 	// bitrot counts what the damaged replicas answered to the probe read
@@ -288,7 +290,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if _, err := kc.CreateBucket(ctx, bucket); err != nil && !errors.Is(err, metaapi.ErrExists) {
 		return nil, fmt.Errorf("chaos: create bucket: %w", err)
 	}
-	r := &run{cfg: cfg, cl: cl, lab: lab, vols: vols, root: root, rotted: map[uint64]int{}, log: logf,
+	r := &run{cfg: cfg, cl: cl, lab: lab, vols: vols, root: root, rotted: map[uint64]int{}, exitSeen: map[int]bool{}, log: logf,
 		w: &workload{cfg: &cfg, kc: kc, t0: time.Now(), lat: bench.NewLatency(), log: logf}}
 	rep = r.execute(ctx)
 	if ctx.Err() != nil {

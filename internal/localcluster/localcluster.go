@@ -390,6 +390,15 @@ func tail(path string) string {
 // Nodes returns the members, in ID order.
 func (c *Cluster) Nodes() []*Node { return c.nodes }
 
+// LogTail is the end of member id's log (its last lines, at most
+// logTailBytes), for reports of a member that exited.
+func (c *Cluster) LogTail(id int) string {
+	if id < 1 || id > len(c.nodes) {
+		return fmt.Sprintf("(no member %d)", id)
+	}
+	return tail(c.nodes[id-1].LogPath)
+}
+
 // Addrs returns the members' addresses, in ID order.
 func (c *Cluster) Addrs() []string {
 	out := make([]string, len(c.nodes))
