@@ -187,7 +187,7 @@ type run struct {
 	rotted map[uint64]int // container → the node whose replica was damaged
 	// exitSeen: datanodes found down on their own (reported once).
 	exitSeen map[int]bool
-	log    func(string, ...any)
+	log      func(string, ...any)
 
 	// bitrot counts what the damaged replicas answered to the probe read
 	// of the damaged piece.
