@@ -343,6 +343,10 @@ func (l *Log) appendLocked(r *Record) uint64 {
 	return seq
 }
 
+// MaxPayloadBytes is the most data one record may carry (MaxRecordBytes
+// less the record header): a raft entry's data must fit it.
+func (l *Log) MaxPayloadBytes() int { return l.maxPayload }
+
 // WaitDurable returns once every record up to seq is durable: a round
 // that covers seq has written and fdatasynced it. Concurrent callers share
 // rounds (group commit): a caller finding no round in flight runs one for
