@@ -120,3 +120,29 @@ func TestInlineChunksReplicateRecoverAndCatchUp(t *testing.T) {
 		}
 	}
 }
+
+// TestInlineWritesToManyBlocksCheckpoint: a file written from its entry
+// stays open (unsynced) until a PutBlock or a checkpoint; with more than
+// maxLoggedFiles such files the append worker checkpoints, so that they
+// do not pile up (here 600 blocks, one chunk each, no PutBlock and no
+// compaction: without the bound every node would hold 600).
+func TestInlineWritesToManyBlocksCheckpoint(t *testing.T) {
+	const blocks = maxLoggedFiles + 88
+	nodes, _ := startClusterWith(t, func(tn *testNode) { tn.inline = 4096 })
+	leader := waitLeader(t, nodes)
+	cl := dial(t, leader.addr)
+	for b := uint64(1); b <= blocks; b++ {
+		writeChunks(t, cl, b, 0, 1, 512)
+	}
+	for _, tn := range nodes {
+		readBack(t, tn, blocks, 512) // every node has appended them all
+		if n := tn.eng.LoggedFiles(); n >= blocks {
+			t.Fatalf("node %d holds %d files of unsynced inline writes (bound %d)", tn.id, n, maxLoggedFiles)
+		}
+	}
+	for b := uint64(1); b <= blocks; b += 97 {
+		for _, tn := range nodes {
+			readBack(t, tn, b, 512)
+		}
+	}
+}
