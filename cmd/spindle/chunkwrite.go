@@ -11,6 +11,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/pipeline"
 	"github.com/spindle-store/spindle/internal/scenario"
 	"github.com/spindle-store/spindle/internal/units"
 )
@@ -25,6 +26,7 @@ func newBenchChunkWriteCmd() *cobra.Command {
 	retain := units.ByteSize(units.GiB)
 	maxBytes := units.ByteSize(scenario.DefaultPipelineMaxBytes)
 	bpc := units.ByteSize(engine.DefaultBytesPerChecksum)
+	logInline := units.ByteSize(pipeline.DefaultLogInlineMaxBytes)
 	cmd := &cobra.Command{
 		Use:   "chunk-write",
 		Short: "Durable chunk writes through a 3-replica pipeline (the log/data placement experiment); --local: straight into the storage engine",
@@ -90,6 +92,7 @@ baseline.`,
 				pcfg.BlockSizeBytes = blockSize.Int64()
 				pcfg.MaxBytes = maxBytes.Int64()
 				pcfg.BytesPerChecksum = uint32(bpc.Int64())
+				pcfg.DatanodeArgs = append(pcfg.DatanodeArgs, "--log-inline-max-bytes", fmt.Sprint(logInline.Int64()))
 				pcfg.Clients, pcfg.Duration, pcfg.Count = cfg.Clients, cfg.Duration, cfg.Count
 				pcfg.Containers, pcfg.NoBaseline = cfg.Containers, cfg.NoBaseline
 				pcfg.Progress = bench.TerminalProgress()
@@ -154,6 +157,7 @@ baseline.`,
 	f.IntVar(&pcfg.ElectionTicks, "election-ticks", 0, "replicated: the datanodes' election timeout in ticks (0: their default)")
 	f.IntVar(&pcfg.DatanodeProcs, "datanode-procs", 0, "replicated: each datanode's GOMAXPROCS (0: an equal share of the CPUs, max(1, NumCPU/3); -1: Go's default)")
 	f.StringSliceVar(&pcfg.DatanodeEnv, "datanode-env", nil, "replicated: NAME=VALUE added to the datanodes' environment (repeatable)")
+	f.Var(&logInline, "log-inline-max-bytes", "replicated: the datanodes' --log-inline-max-bytes: "+logInlineHelp)
 	f.StringVar(&pcfg.CPUProfileDir, "cpuprofile-dir", "", "replicated: each datanode writes a CPU profile dn<i>.pprof here")
 	return cmd
 }

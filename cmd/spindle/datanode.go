@@ -19,6 +19,10 @@ import (
 	"github.com/spindle-store/spindle/internal/wal"
 )
 
+// logInlineHelp is the help of --log-inline-max-bytes (datanode, server,
+// bench chunk-write).
+const logInlineHelp = "chunks of at most this size travel with their bytes in the raft log (one log fsync per round makes them durable; their block files are synced at PutBlock or before the log is compacted past them); larger chunks are written and fsynced in their block files; 0: never, at most 256KiB"
+
 func newDatanodeCmd() *cobra.Command {
 	var cfg datanode.Config
 	var pipelines []string
@@ -27,6 +31,7 @@ func newDatanodeCmd() *cobra.Command {
 	raftBudget := units.ByteSize(pipeline.DefaultMaxInflightRaftPayloadBytes)
 	var memLimit units.ByteSize
 	logSegment := units.ByteSize(wal.DefaultSegmentSizeBytes)
+	logInline := units.ByteSize(pipeline.DefaultLogInlineMaxBytes)
 	scrubRateMB := float64(datanode.DefaultScrubRateBytesPerS) / 1e6
 	cmd := &cobra.Command{
 		Use:   "datanode",
@@ -57,6 +62,10 @@ SIGTERM or SIGINT stops it cleanly.`,
 			}
 			cfg.MaxClientPayloadBytes, cfg.MaxRaftPayloadBytes = clientBudget.Int64(), raftBudget.Int64()
 			cfg.LogSegmentSizeBytes = logSegment.Int64()
+			if logInline.Int64() < 0 || logInline.Int64() > pipeline.MaxLogInlineBytesLimit {
+				return usageErr(fmt.Errorf("--log-inline-max-bytes %d: want 0 .. %d", logInline.Int64(), pipeline.MaxLogInlineBytesLimit))
+			}
+			cfg.LogInlineMaxBytes = int(logInline.Int64())
 			if scrubRateMB < 0 {
 				return usageErr(fmt.Errorf("--scrub-rate %g: want MB/s ≥ 0 (0: no scrubber)", scrubRateMB))
 			}
@@ -83,6 +92,7 @@ SIGTERM or SIGINT stops it cleanly.`,
 	f.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "address other hosts reach this datanode at (host or host:port; default: --listen's; required when --listen is 0.0.0.0 or [::])")
 	f.StringSliceVar(&cfg.DataDirs, "data-dir", nil, "volume directory (repeat or comma-separate for several)")
 	f.StringVar(&cfg.LogDir, "log-dir", "", "raft log directory")
+	f.Var(&logInline, "log-inline-max-bytes", logInlineHelp)
 	f.Var(&logSegment, "log-segment-size", "size of the raft log's segment files, preallocated (a small log volume needs smaller ones; at least 2MiB)")
 	f.StringArrayVar(&pipelines, "pipeline", nil, "GROUP:ID=ADDR,ID=ADDR,ID=ADDR (repeatable)")
 	f.StringVar(&cfg.ReadyFile, "ready-file", "", "write ADDR and PID here once serving")

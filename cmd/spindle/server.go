@@ -11,7 +11,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/spindle-store/spindle/internal/datanode"
+	"github.com/spindle-store/spindle/internal/pipeline"
 	"github.com/spindle-store/spindle/internal/server"
+	"github.com/spindle-store/spindle/internal/units"
 )
 
 func newServerCmd() *cobra.Command {
@@ -19,6 +21,7 @@ func newServerCmd() *cobra.Command {
 	var readyFile string
 	var checkReplication func() error
 	maxCopies := datanode.DefaultMaxCopies
+	logInline := units.ByteSize(pipeline.DefaultLogInlineMaxBytes)
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the embedded cluster: the meta service and N datanodes on 127.0.0.1 under one directory",
@@ -47,7 +50,7 @@ settings given here (replication flags) are passed to every member.`,
 			if maxCopies < 1 {
 				return usageErr(fmt.Errorf("--max-copies %d: want at least 1", maxCopies))
 			}
-			cfg.DatanodeArgs = append(cfg.DatanodeArgs, "--max-copies", fmt.Sprint(maxCopies))
+			cfg.DatanodeArgs = append(cfg.DatanodeArgs, "--max-copies", fmt.Sprint(maxCopies), "--log-inline-max-bytes", fmt.Sprint(logInline.Int64()))
 			if cfg.MetaReplicas > 1 {
 				// The meta settings given go to every member's command
 				// line: the flags the meta command has too.
@@ -74,6 +77,7 @@ settings given here (replication flags) are passed to every member.`,
 	f.IntVar(&cfg.MetaReplicas, "meta-replicas", 1, fmt.Sprintf("meta service members: 1 (in this process) or up to %d raft members as separate processes", server.MaxMetaReplicas))
 	f.StringVar(&readyFile, "ready-file", "", "write the meta address and PID here once ready")
 	f.IntVar(&maxCopies, "max-copies", maxCopies, "re-replication: container copies each datanode receives at once")
+	f.Var(&logInline, "log-inline-max-bytes", "datanodes: "+logInlineHelp)
 	addS3Flags(f, &cfg.S3)
 	checkReplication = addReplicationFlags(f, &cfg.Meta)
 	return cmd

@@ -63,11 +63,15 @@ type Config struct {
 	// preallocated (0: wal.DefaultSegmentSizeBytes, 64 MiB); a small log
 	// volume needs smaller ones.
 	LogSegmentSizeBytes int64
-	Pipelines           []pipeline.PipelineConfig
-	ReadyFile           string
-	TickInterval        time.Duration
-	ElectionTicks       int
-	HeartbeatTicks      int
+	// LogInlineMaxBytes: chunks of at most this many bytes travel with
+	// their bytes in the raft log, their block files synced at PutBlock or
+	// at a checkpoint (pipeline.Config.LogInlineMaxBytes; 0: never).
+	LogInlineMaxBytes int
+	Pipelines         []pipeline.PipelineConfig
+	ReadyFile         string
+	TickInterval      time.Duration
+	ElectionTicks     int
+	HeartbeatTicks    int
 	// RetainEntries and MaxRetainEntries drive log compaction
 	// (pipeline.Config; 0: defaults).
 	RetainEntries, MaxRetainEntries uint64
@@ -307,6 +311,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		ID: cfg.ID, Listener: dm, Engine: eng, Log: wl, Pipelines: pipelines, Metrics: reg,
 		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
 		DiskStallThreshold:      cfg.DiskStallThreshold,
+		LogInlineMaxBytes:       cfg.LogInlineMaxBytes,
 		MaxInflightPayloadBytes: cfg.MaxClientPayloadBytes, MaxInflightRaftPayloadBytes: cfg.MaxRaftPayloadBytes,
 		Conn:          transport.ConnConfig{IdleTimeout: cfg.IdleTimeout, ReadTimeout: cfg.ReadTimeout},
 		RetainEntries: cfg.RetainEntries, MaxRetainEntries: cfg.MaxRetainEntries,

@@ -69,12 +69,18 @@ func (e *Engine) PutBlock(bd *BlockData, bcsid uint64) error {
 		if err == nil && bs == nil {
 			err = e.advanceLocked(c, bcsid) // the record is as bd says: only the sequence moves
 		}
+		logged := err == nil && bs != nil && loggedUpTo(bs, bd.Length)
 		c.mu.Unlock()
 		if err != nil {
 			return blockErr("put block", b, err)
 		}
 		if bs == nil {
 			return nil
+		}
+		if logged {
+			// Logged chunks' file is synced now, before the record
+			// can be durable.
+			seq = max(seq, e.commit.promoteLogged(func(id BlockID) bool { return id == b }))
 		}
 		if err := e.commit.sync(seq); err != nil {
 			return blockErr("put block", b, err)
@@ -267,6 +273,20 @@ func (e *Engine) advanceLocked(c *container, bcsid uint64) error {
 	e.commit.markVolume(c.vol)
 	c.bcsid = bcsid
 	return nil
+}
+
+// loggedUpTo says whether a chunk of bs's pending list below length was
+// a logged write. c.mu must be held.
+func loggedUpTo(bs *blockState, length uint64) bool {
+	for i := range bs.pending {
+		if bs.pending[i].Offset >= length {
+			break
+		}
+		if bs.pending[i].logged {
+			return true
+		}
+	}
+	return false
 }
 
 func sameChunk(a, b *ChunkInfo) bool {

@@ -43,7 +43,16 @@ type committer struct {
 	inflight   []*round
 	err        error
 	dirty      *dirtySets
-	spare      []*dirtySets // emptied sets, reused so that a round allocates nothing
+	// logged holds the block files with logged writes (WriteLoggedChunk)
+	// not yet handed to a round, each with a reference: their bytes are
+	// also in a durable log, so no round syncs them until they are
+	// promoted (promoteLogged: SyncLogged, SyncLoggedBlocks, PutBlock,
+	// Close) into the dirty set.
+	logged map[*blockFile]struct{}
+	// lastPromote is the sequence number of the latest promotion: a
+	// logged write promoted before is durable once durableSeq reaches it.
+	lastPromote uint64
+	spare       []*dirtySets // emptied sets, reused so that a round allocates nothing
 
 	// fileSyncNs is a moving average of one fdatasync's latency, updated
 	// atomically by concurrent rounds. Files are synced in parallel only
@@ -98,6 +107,7 @@ func newCommitter(workers int, syncFile func(*blockFile) error, syncDir func(str
 	c := &committer{
 		workers:    workers,
 		dirty:      newDirtySets(),
+		logged:     make(map[*blockFile]struct{}),
 		syncFileFn: syncFile,
 		syncDirFn:  syncDir,
 		syncVolFn:  syncVol,
@@ -116,6 +126,52 @@ func (c *committer) markFile(bf *blockFile) uint64 {
 	}
 	c.seq++
 	return c.seq
+}
+
+// markLogged records a logged write to bf (taking a reference when bf
+// has none logged yet): no sequence number, no round syncs it until it is
+// promoted.
+func (c *committer) markLogged(bf *blockFile) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.logged[bf]; !ok {
+		bf.refs.Add(1)
+		c.logged[bf] = struct{}{}
+	}
+}
+
+// promoteLogged hands the logged files that match (all of them when match
+// is nil) to the dirty set and returns the sequence number to sync up to
+// for every logged write to them, earlier promotions included: a new one
+// when it moved any, else the latest promotion's.
+func (c *committer) promoteLogged(match func(BlockID) bool) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	moved := false
+	for bf := range c.logged {
+		if match != nil && !match(bf.id) {
+			continue
+		}
+		delete(c.logged, bf)
+		if _, ok := c.dirty.files[bf]; ok {
+			bf.release() // the dirty set holds one already
+		} else {
+			c.dirty.files[bf] = struct{}{}
+		}
+		moved = true
+	}
+	if moved {
+		c.seq++
+		c.lastPromote = c.seq
+	}
+	return c.lastPromote
+}
+
+// loggedFiles counts the files with logged writes not yet promoted.
+func (c *committer) loggedFiles() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.logged)
 }
 
 // markDir records an unsynced entry in directory dir.

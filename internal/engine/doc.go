@@ -29,6 +29,11 @@
 //     PutBlock waits for the data's sync before it commits the record.
 //   - A write is durable once a Sync that started after it returns; a
 //     failed sync makes the engine refuse every later mutation (ErrFailed).
+//     A logged write (WriteLoggedChunk, ReplayLoggedChunk: its bytes are
+//     also in the caller's durable log) is not covered by Sync: it is
+//     durable once SyncLogged, SyncLoggedBlocks naming its block, a
+//     PutBlock covering it, or Close returns. Until then its file holds a
+//     reference (LoggedFiles counts them).
 //   - Every record on disk carries a CRC32C and its own identity (container
 //     and block IDs), checked on decode.
 //   - A container's BCSID (block commit sequence ID, ContainerInfo.BCSID)

@@ -103,7 +103,10 @@ type blockState struct {
 type pendingChunk struct {
 	ChunkInfo
 	done bool   // pwrite completed
-	seq  uint64 // committer sequence of the write, valid when done
+	seq  uint64 // committer sequence of the write, valid when done (0 for a logged one)
+	// logged: written by WriteLoggedChunk (its file is synced when
+	// promoted, not by the round of seq).
+	logged bool
 }
 
 // Open opens the engine over cfg.DataDirs, formatting new volumes, loading
@@ -299,6 +302,8 @@ func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return ErrClosed
 	}
+	// Logged writes too: a clean close leaves nothing to replay.
+	e.commit.promoteLogged(nil)
 	err := e.commit.sync(e.commit.current())
 	e.files.closeAll()
 	e.dirs.close()
@@ -326,6 +331,38 @@ func (e *Engine) Sync() error {
 	}
 	return e.commit.sync(e.commit.current())
 }
+
+// SyncLogged makes durable every logged write (WriteLoggedChunk,
+// ReplayLoggedChunk) that returned before it was called, and everything
+// Sync would: the checkpoint a log runs before it forgets the entries
+// holding those chunks' bytes. Concurrent callers share sync rounds.
+func (e *Engine) SyncLogged() error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	e.commit.promoteLogged(nil)
+	return e.commit.sync(e.commit.current())
+}
+
+// SyncLoggedBlocks makes durable the logged writes to the blocks in ids
+// that returned before it was called (one sync round for all of them, its
+// fdatasyncs in parallel when they are slow), so that PutBlocks of those
+// blocks that follow find their data durable. Logged writes to other
+// blocks stay unsynced.
+func (e *Engine) SyncLoggedBlocks(ids map[BlockID]struct{}) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	seq := e.commit.promoteLogged(func(id BlockID) bool { _, ok := ids[id]; return ok })
+	return e.commit.sync(seq)
+}
+
+// LoggedFiles counts the block files holding logged writes that no sync
+// has covered yet; each keeps its descriptor open until one does.
+func (e *Engine) LoggedFiles() int { return e.commit.loggedFiles() }
 
 // SyncStats reports the group commit's work so far.
 func (e *Engine) SyncStats() CommitStats { return e.commit.stats() }
@@ -697,13 +734,46 @@ func (e *Engine) WriteVerifiedChunk(b BlockID, offset uint64, data []byte, bytes
 	return e.writeChunk(b, offset, data, bytesPerChecksum, checksums, writeVerified)
 }
 
-// writeMode says where a writeChunk's bytes come from.
+// WriteLoggedChunk is WriteChunk (WriteVerifiedChunk when verified) for a
+// chunk whose bytes a durable log also holds (a pipeline's small chunk
+// carried in its raft entry): the write is not made durable by Sync, only
+// by SyncLogged, by SyncLoggedBlocks naming its block, by a PutBlock
+// covering it (which syncs its file before committing the record) or by
+// Close. Reads see it at once. The caller keeps the log's copy until one of
+// those returned (or replays it with ReplayLoggedChunk after a restart).
+func (e *Engine) WriteLoggedChunk(b BlockID, offset uint64, data []byte, bytesPerChecksum uint32, checksums []uint32, verified bool) error {
+	mode := writeNew
+	if verified {
+		mode = writeVerified
+	}
+	return e.writeChunk(b, offset, data, bytesPerChecksum, checksums, mode|writeLogged)
+}
+
+// ReplayLoggedChunk writes again, after a restart, a chunk a log holds with
+// its bytes (WriteLoggedChunk before the restart): whatever survived of the
+// first write is overwritten with the log's bytes (verified here), as a
+// logged write. It differs from WriteLoggedChunk in one way: a block file
+// left holding bytes is not truncated when the block's first chunk is
+// replayed, since later chunks of the block, made durable before the
+// restart, may be in it (they are adopted next). An identical chunk
+// already known (committed by a PutBlock, or replayed already) is a
+// replay that writes nothing.
+func (e *Engine) ReplayLoggedChunk(b BlockID, offset uint64, data []byte, bytesPerChecksum uint32, checksums []uint32) error {
+	return e.writeChunk(b, offset, data, bytesPerChecksum, checksums, writeReplay|writeLogged)
+}
+
+// writeMode says where a writeChunk's bytes come from, and (writeLogged)
+// how they are made durable.
 type writeMode uint8
 
 const (
 	writeNew      writeMode = iota // a client's bytes: verified here
 	writeVerified                  // a client's bytes the caller verified
 	writeAdopt                     // bytes read back from the block file: verified here, not admitted or written anew
+	writeReplay                    // bytes from a log, after a restart: verified here, not admitted, a leftover file kept
+	// writeLogged (a flag on the modes above): a durable log holds the
+	// bytes; their file is synced when promoted, not by Sync.
+	writeLogged writeMode = 0x80
 )
 
 // AdoptChunk registers a chunk whose bytes are already in the block file at
@@ -809,12 +879,14 @@ func (e *Engine) writeChunk(b BlockID, offset uint64, data []byte, bytesPerCheck
 	if err := checkChunkArgs(uint64(len(data)), bytesPerChecksum, checksums); err != nil {
 		return blockOffErr("write chunk", b, offset, err)
 	}
+	logged := mode&writeLogged != 0
+	mode &^= writeLogged
 	if mode != writeVerified {
 		if bad := VerifyPieces(data, checksums, bytesPerChecksum); bad >= 0 {
 			return blockOffErr("write chunk", b, offset+uint64(bad)*uint64(bytesPerChecksum), ErrChecksumMismatch)
 		}
 	}
-	adopt := mode == writeAdopt
+	adopt := mode == writeAdopt || mode == writeReplay
 	c, err := e.lookup(b.Container)
 	if err != nil {
 		return blockOffErr("write chunk", b, offset, err)
@@ -878,7 +950,7 @@ func (e *Engine) writeChunk(b BlockID, offset uint64, data []byte, bytesPerCheck
 			return blockOffErr("write chunk", b, offset, err)
 		}
 	}
-	bs.pending = append(bs.pending, pendingChunk{ChunkInfo: ChunkInfo{Offset: offset, Length: length, Checksums: slices.Clone(checksums)}})
+	bs.pending = append(bs.pending, pendingChunk{ChunkInfo: ChunkInfo{Offset: offset, Length: length, Checksums: slices.Clone(checksums)}, logged: logged})
 	bs.nextOffset += length
 	bs.bpc = bytesPerChecksum
 	c.usedBytes += length
@@ -890,7 +962,11 @@ func (e *Engine) writeChunk(b BlockID, offset uint64, data []byte, bytesPerCheck
 	_, werr := bf.f.WriteAt(data, int64(offset))
 	var seq uint64
 	if werr == nil {
-		seq = e.commit.markFile(bf)
+		if logged {
+			e.commit.markLogged(bf)
+		} else {
+			seq = e.commit.markFile(bf)
+		}
 	}
 	bf.release()
 

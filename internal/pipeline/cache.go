@@ -15,7 +15,8 @@ type cachedEntry struct {
 	term uint64
 	cmds []Command
 	// segs holds one payload per WriteChunk command, in command order;
-	// nil where this node does not have the bytes in memory.
+	// nil where this node does not have the bytes in memory. A command
+	// carrying its bytes (Inline) has them here always.
 	segs [][]byte
 	// verified[i]: segs[i] is this leader's own proposal's payload,
 	// verified against its checksums when it arrived (nil: none is).
@@ -65,7 +66,9 @@ func (n *Node) releaseLeases(g *group, ls []*rxLease) {
 		if n.groups[g.id] == g {
 			for i := l.lo; i <= l.hi && i != 0; i++ {
 				if ce := g.cache[i]; ce != nil && ce.lease == l {
-					g.cache[i] = &cachedEntry{term: ce.term, cmds: ce.cmds, segs: make([][]byte, len(ce.segs)), err: ce.err}
+					nce := &cachedEntry{term: ce.term, cmds: ce.cmds, segs: make([][]byte, len(ce.segs)), err: ce.err}
+					nce.fillInline() // those bytes are the entry's own
+					g.cache[i] = nce
 				}
 			}
 		}
@@ -87,8 +90,25 @@ func decodeCached(e *raftpb.Entry) *cachedEntry {
 	}
 	if n > 0 {
 		ce.segs = make([][]byte, n)
+		ce.fillInline()
 	}
 	return ce
+}
+
+// fillInline sets segs for the WriteChunks whose bytes the entry carries
+// (Command.Inline): they are always in memory.
+func (ce *cachedEntry) fillInline() {
+	w := 0
+	for i := range ce.cmds {
+		c := &ce.cmds[i]
+		if c.Kind != KindWriteChunk {
+			continue
+		}
+		if c.Inline != nil {
+			ce.segs[w] = c.Inline
+		}
+		w++
+	}
 }
 
 // entry returns e decoded, from the cache when it holds e (same index and

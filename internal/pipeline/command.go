@@ -27,14 +27,28 @@ import (
 //	| size   | field                                                   |
 //	|--------|---------------------------------------------------------|
 //	| 1      | kind: 1 WriteChunk, 2 PutBlock, 3 DeleteBlock,          |
-//	|        |       4 CloseContainer                                  |
+//	|        |       4 CloseContainer, 5 WriteChunk with its bytes     |
 //	| 8      | proposal ID, u64 little-endian (node ID << 48 | counter; |
 //	|        | 0: none, nobody waits for the result)                   |
 //	| uvarint| body length n (≤ transport.MaxHeaderBytes)              |
 //	| n      | body, protobuf: WriteChunk → transport.WriteChunk;      |
 //	|        | PutBlock → transport.PutBlock; DeleteBlock and          |
 //	|        | CloseContainer → transport.GetBlock (the block or the   |
-//	|        | container it names)                                     |
+//	|        | container it names); kind 5: see below              |
+//
+// Kind 5 (a WriteChunk whose bytes the entry carries) has, after the
+// proposal ID:
+//
+//	| size   | field                                                   |
+//	|--------|---------------------------------------------------------|
+//	| uvarint| header length n (≤ transport.MaxHeaderBytes)            |
+//	| n      | transport.WriteChunk header, protobuf                   |
+//	| uvarint| chunk length m (= the header's Length, ≤                |
+//	|        | MaxLogInlineBytesLimit)                                 |
+//	| m      | the chunk's bytes                                       |
+//
+// It decodes to a Command of Kind KindWriteChunk with Inline set: every
+// reader of a WriteChunk handles both, and only the encoding differs.
 //
 // An empty entry (raft's own, at a leader change) has no data. Decoding is
 // strict: an unknown version or kind, a length past the end or over its
@@ -45,8 +59,14 @@ const (
 	// MaxCommandsPerEntry bounds the commands of one entry (a proposal
 	// batch); the loop splits larger batches.
 	MaxCommandsPerEntry = 4096
-	// maxEntryBytes bounds the data of one entry the loop builds.
+	// maxEntryBytes bounds the data of one entry the loop builds (its
+	// headers and inline chunk bytes; also below the log's record size,
+	// Node.entryBytesMax).
 	maxEntryBytes = 512 << 10
+	// MaxLogInlineBytesLimit bounds Config.LogInlineMaxBytes, and so the
+	// chunk bytes of one kind-5 command: an entry of maxEntryBytes plus
+	// one such command stays below the log's default record size (1 MiB).
+	MaxLogInlineBytesLimit = 256 << 10
 )
 
 // ErrBadEntry marks entry data that does not decode.
@@ -61,6 +81,9 @@ const (
 	KindPutBlock       Kind = 2
 	KindDeleteBlock    Kind = 3
 	KindCloseContainer Kind = 4
+	// kindWriteChunkInline is the on-disk kind of a WriteChunk carrying
+	// its bytes; it decodes to KindWriteChunk with Command.Inline set.
+	kindWriteChunkInline Kind = 5
 )
 
 func (k Kind) String() string {
@@ -78,14 +101,18 @@ func (k Kind) String() string {
 }
 
 // Command is one decoded command. Only the field of its Kind counts:
-// WriteChunk, PutBlock, or Ref (DeleteBlock: container and block;
-// CloseContainer: container).
+// WriteChunk (and Inline), PutBlock, or Ref (DeleteBlock: container and
+// block; CloseContainer: container).
 type Command struct {
 	Kind       Kind
 	ProposalID uint64
 	WriteChunk transport.WriteChunk
-	PutBlock   transport.PutBlock
-	Ref        transport.GetBlock
+	// Inline, for a WriteChunk, is the chunk's bytes when the entry
+	// carries them (kind 5 on disk), else nil. Decoded, it shares the
+	// entry data's memory (entry data is never changed once built).
+	Inline   []byte
+	PutBlock transport.PutBlock
+	Ref      transport.GetBlock
 }
 
 // AppendCommand appends c to entry data dst, starting a new entry (the
@@ -94,12 +121,20 @@ func AppendCommand(dst []byte, c *Command) []byte {
 	if len(dst) == 0 {
 		dst = append(dst, entryVersion)
 	}
-	dst = append(dst, byte(c.Kind))
+	kind := c.Kind
+	if kind == KindWriteChunk && c.Inline != nil {
+		kind = kindWriteChunkInline
+	}
+	dst = append(dst, byte(kind))
 	dst = binary.LittleEndian.AppendUint64(dst, c.ProposalID)
 	switch c.Kind {
 	case KindWriteChunk:
 		dst = binary.AppendUvarint(dst, uint64(c.WriteChunk.Size()))
 		dst = c.WriteChunk.AppendMarshal(dst)
+		if c.Inline != nil {
+			dst = binary.AppendUvarint(dst, uint64(len(c.Inline)))
+			dst = append(dst, c.Inline...)
+		}
 	case KindPutBlock:
 		dst = binary.AppendUvarint(dst, uint64(c.PutBlock.Size()))
 		dst = c.PutBlock.AppendMarshal(dst)
@@ -141,12 +176,19 @@ func countCommands(data []byte) int {
 	p := data[1:]
 	n := 0
 	for len(p) >= 9 && n < MaxCommandsPerEntry {
+		inline := Kind(p[0]) == kindWriteChunkInline
 		p = p[9:]
 		l, k := binary.Uvarint(p)
 		if k <= 0 || l > uint64(len(p)-k) {
 			break
 		}
 		p = p[k+int(l):]
+		if inline {
+			if l, k = binary.Uvarint(p); k <= 0 || l > uint64(len(p)-k) {
+				break
+			}
+			p = p[k+int(l):]
+		}
 		n++
 	}
 	return n
@@ -186,7 +228,19 @@ func decodeEntry(data []byte, fresh bool, fn func(*Command) error) error {
 		body := p[k : k+int(l)]
 		p = p[k+int(l):]
 		var err error
+		c.Inline = nil
 		switch c.Kind {
+		case kindWriteChunkInline:
+			c.Kind = KindWriteChunk
+			if err = c.WriteChunk.Unmarshal(body); err != nil {
+				break
+			}
+			m, k := binary.Uvarint(p)
+			if k <= 0 || m > MaxLogInlineBytesLimit || m > uint64(len(p)-k) || m != c.WriteChunk.Length || m == 0 {
+				return fmt.Errorf("%w: command %d: bad inline chunk length", ErrBadEntry, n)
+			}
+			c.Inline = p[k : k+int(m) : k+int(m)]
+			p = p[k+int(m):]
 		case KindWriteChunk:
 			err = c.WriteChunk.Unmarshal(body)
 		case KindPutBlock:

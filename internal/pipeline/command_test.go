@@ -81,6 +81,7 @@ func TestEntryRejectsDamage(t *testing.T) {
 func FuzzDecodeEntry(f *testing.F) {
 	f.Add(sampleEntry())
 	f.Add([]byte{1})
+	f.Add(AppendCommand(nil, &Command{Kind: KindWriteChunk, ProposalID: 3, Inline: []byte("xy"), WriteChunk: transport.WriteChunk{Length: 2, BytesPerChecksum: 512, Checksums: []uint32{5}}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var out []byte
 		n := 0

@@ -226,7 +226,14 @@ const (
 	crashRetainEntries  = 32
 	crashCompactEvery   = 8
 	crashTick           = 10 * time.Millisecond
-	crashWaitSeconds    = 20 // bound of every wait for a leader or a catch-up
+	// The inline variant (TestCrashCompositionInline): chunks of at most
+	// crashInlineBytes travel in their entries (most of the plan's, so
+	// that blocks mix inline and header-only chunks); its records are
+	// large enough for one such entry, its segments for two records.
+	crashInlineBytes        = 2048
+	crashInlineRecordBytes  = 3 << 10
+	crashInlineSegmentBytes = 4 << 10
+	crashWaitSeconds        = 20 // bound of every wait for a leader or a catch-up
 )
 
 // crashBlock is one block of the workload: its chunk sizes, the chunk
@@ -428,6 +435,9 @@ func (c *crashCluster) start(m *crashMember, mem *vfs.MemFS, mustExist bool) err
 	wcfg := wal.Config{Dir: "/log", FS: disk, Logger: crashLog.With("node", m.tn.id), MustExist: mustExist, SegmentSizeBytes: 4 << 20}
 	if c.smallLog {
 		wcfg.SegmentSizeBytes, wcfg.MaxRecordBytes = crashSegmentBytes, crashMaxRecordBytes
+		if crashInline > 0 {
+			wcfg.SegmentSizeBytes, wcfg.MaxRecordBytes = crashInlineSegmentBytes, crashInlineRecordBytes
+		}
 	}
 	lg, err := wal.Open(wcfg)
 	if err != nil {
@@ -460,7 +470,8 @@ func (c *crashCluster) start(m *crashMember, mem *vfs.MemFS, mustExist bool) err
 		pc.Members = append(pc.Members, Member{ID: o.tn.id, Addr: o.tn.addr})
 	}
 	node, err := Start(Config{ID: m.tn.id, Listener: ln, Engine: eng, Log: lg, Pipelines: []PipelineConfig{pc},
-		TickInterval: crashTick, Logger: crashLog, RetainEntries: crashRetainEntries, CompactEveryEntries: crashCompactEvery})
+		TickInterval: crashTick, Logger: crashLog, RetainEntries: crashRetainEntries, CompactEveryEntries: crashCompactEvery,
+		LogInlineMaxBytes: crashInline})
 	if err != nil {
 		ln.Close()
 		lg.Close()
@@ -867,6 +878,7 @@ type crashRun struct {
 	puts, writes   int
 	failed         int
 	leaderChanges  int
+	inline         uint64 // chunks the armed member wrote from their entries (no crash)
 }
 
 // runCrash runs the workload on a new cluster with the disk of victim armed
@@ -955,6 +967,7 @@ func runCrash(t *testing.T, victim crashVictim, k int64, pct int, seed int64) (c
 		run.armedOps = armedDisk.mem.OpCount() - base
 		st := armed.tn.log.Stats()
 		run.rolls, run.deleted = st.Rolls, st.SegmentsDeleted
+		run.inline = armed.tn.node.inlineWrites.Load()
 	}
 	return run, c.verify()
 }
@@ -977,7 +990,29 @@ func anyDead(c *crashCluster) bool {
 // SPINDLE_CRASH_DEBUG=victim:keepPct:k (victim 0 follower, 1 leader, 2 all)
 // runs that variant at k, k+1, … (200 points) with the nodes' logs on
 // stderr.
-func TestCrashComposition(t *testing.T) {
+func TestCrashComposition(t *testing.T) { crashComposition(t, 1) }
+
+// crashInline is Config.LogInlineMaxBytes of the crash cluster's members
+// (0: chunks never travel in their entries); set by
+// TestCrashCompositionInline for its run.
+var crashInline int
+
+// TestCrashCompositionInline is TestCrashComposition with the chunks of at
+// most crashInlineBytes carried in their raft entries (Config.
+// LogInlineMaxBytes): their block files are written without a sync of
+// their own, made durable by a PutBlock or the checkpoint before the log
+// is compacted, and replayed from the log at a restart. Same checks: every
+// acknowledged chunk and block reads back on all three members. Half the
+// crash points of TestCrashComposition by default (stride doubled).
+func TestCrashCompositionInline(t *testing.T) {
+	crashInline = crashInlineBytes
+	t.Cleanup(func() { crashInline = 0 })
+	crashComposition(t, 2)
+}
+
+// crashComposition is the body of TestCrashComposition; strideFactor
+// multiplies the default strides.
+func crashComposition(t *testing.T, strideFactor int64) {
 	exhaustive := os.Getenv("SPINDLE_CRASH_EXHAUSTIVE") == "1"
 	if d := os.Getenv("SPINDLE_CRASH_DEBUG"); d != "" {
 		var v crashVictim
@@ -1015,8 +1050,11 @@ func TestCrashComposition(t *testing.T) {
 		t.Fatalf("workload too tame: %d mutating operations on a follower's disk, %d log rolls, %d segments deleted, %d PutBlocks acknowledged",
 			base.armedOps, base.rolls, base.deleted, base.puts)
 	}
-	t.Logf("workload: %d mutating operations on a follower's disk, %d log rolls, %d segments deleted, %d PutBlocks and %d WriteChunks acknowledged",
-		base.armedOps, base.rolls, base.deleted, base.puts, base.writes)
+	if crashInline > 0 && (base.inline < 10 || base.inline >= uint64(base.writes)) {
+		t.Fatalf("inline variant: %d of %d chunks written from their entries on a follower, want at least 10 and not all (blocks mixing both kinds)", base.inline, base.writes)
+	}
+	t.Logf("workload: %d mutating operations on a follower's disk, %d log rolls, %d segments deleted, %d PutBlocks and %d WriteChunks acknowledged (%d carried in their entries)",
+		base.armedOps, base.rolls, base.deleted, base.puts, base.writes, base.inline)
 	modes := []struct {
 		name string
 		pct  int
@@ -1027,7 +1065,7 @@ func TestCrashComposition(t *testing.T) {
 				// Strides chosen so that the default run stays under a
 				// minute on two cores; odd and different per case, so
 				// that the cases crash at different kinds of operation.
-				stride := int64([...]int{9, 11, 11}[victim] + 2*mi)
+				stride := int64([...]int{9, 11, 11}[victim]+2*mi) * strideFactor
 				if testing.Short() && os.Getenv("SPINDLE_CRASH") != "1" {
 					// make test's second pass, under the race
 					// detector: a third of the points (the timing

@@ -19,7 +19,11 @@
 //     carries is written and fsynced here and the entry's header record is
 //     fsynced in the WAL — data before log record — or the chunk was refused
 //     for a reason every replica shares (checksum, invalid, hole, full or
-//     closed container). A failure of this replica alone is never
+//     closed container). A small chunk (Config.LogInlineMaxBytes) travels
+//     in its entry, so the WAL's fsync makes it durable; its block file is
+//     written (verified) but synced only at its PutBlock or at the
+//     checkpoint before the log is compacted past it (engine.SyncLogged),
+//     and replayed from the log at a restart. A failure of this replica alone is never
 //     acknowledged: the group stops here, the container is marked UNHEALTHY
 //     first, and the heartbeat reports it (replica_failure.go).
 //   - A failed fdatasync, a dead listener or an append/apply round running

@@ -107,6 +107,8 @@ func newMetrics(n *Node, reg prometheus.Registerer) *metrics {
 			func() float64 { return float64(n.eng.SyncStats().FileSyncs) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_engine_sync_rounds_total", Help: "Engine group-commit rounds."},
 			func() float64 { return float64(n.eng.SyncStats().Rounds) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_chunk_writes_inline_total", Help: "Chunk writes whose bytes travelled in their raft entry (--log-inline-max-bytes): block file written without a sync of its own."},
+			func() float64 { return float64(n.inlineWrites.Load()) }),
 	)
 	return m
 }

@@ -48,6 +48,16 @@ const (
 	// entries' headers only). A smaller raft budget lowers the bound
 	// (Node.framePayloadBytes).
 	maxRaftPayloadBytes = 32 << 20
+	// maxMsgEntriesBytes is raft's MaxSizePerMsg: the entries of one
+	// MsgApp (their data, inline chunk bytes included) travel in its
+	// frame's header, which must stay under transport.MaxHeaderBytes;
+	// the room left is for the message's other fields. One entry is
+	// always below it (Node.entryBytesMax).
+	maxMsgEntriesBytes = transport.MaxHeaderBytes - 64<<10
+	// maxLoggedFiles bounds the block files holding logged (inline)
+	// chunk writes not yet synced (each keeps a descriptor open): past
+	// it, the append worker checkpoints (engine.SyncLogged).
+	maxLoggedFiles = 512
 	// maxPeerBatchBytes bounds the frames a peer writer encodes before it
 	// writes them: the chunk bytes it reads back from the engine for a
 	// lagging follower are held at most this much plus one frame's
@@ -64,6 +74,10 @@ const (
 	// messages from peers a node holds between their arrival and their
 	// append (the raft budget).
 	DefaultMaxInflightRaftPayloadBytes = 256 << 20
+	// DefaultLogInlineMaxBytes is the datanode's --log-inline-max-bytes:
+	// chunks up to this size travel in their raft entries (Config.
+	// LogInlineMaxBytes; 0 in a Config means never).
+	DefaultLogInlineMaxBytes = 64 << 10
 	// DefaultDiskStallThreshold is how long one append or apply round
 	// (chunk writes, fdatasyncs, block commits) may take before the disk
 	// is declared stalled and the node fails (as CockroachDB's
@@ -119,6 +133,15 @@ type Config struct {
 	// DiskStallThreshold: an append or apply round still running after
 	// it fails the node with ErrDiskStall (DefaultDiskStallThreshold).
 	DiskStallThreshold time.Duration
+	// LogInlineMaxBytes: a client's chunk of at most this many bytes is
+	// proposed with its bytes in the raft entry (FORMAT.md §12, kind 5),
+	// made durable by the log's fsync; its block file is written without
+	// a sync of its own and synced at its PutBlock or at the checkpoint
+	// before the log is compacted past it (ARCHITECTURE §12.6). 0: never
+	// (every chunk's bytes go to its block file, fsynced before the log
+	// record). At most MaxLogInlineBytesLimit. Only the leader's setting
+	// counts: a follower stores whatever entries it is sent.
+	LogInlineMaxBytes int
 	// Metrics, when set, receives the node's Prometheus metrics.
 	Metrics prometheus.Registerer
 	Logger  *slog.Logger
@@ -164,6 +187,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.DiskStallThreshold <= 0 {
 		out.DiskStallThreshold = DefaultDiskStallThreshold
+	}
+	if out.LogInlineMaxBytes < 0 || out.LogInlineMaxBytes > MaxLogInlineBytesLimit {
+		return out, fmt.Errorf("pipeline: LogInlineMaxBytes %d not in [0, %d]", out.LogInlineMaxBytes, MaxLogInlineBytesLimit)
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
@@ -243,6 +269,9 @@ type Node struct {
 	failedGroups map[uint64]PipelineFailure
 	// opening: pipelines being opened by AddPipeline (loop-owned).
 	opening map[uint64]bool
+	// inlineWrites counts the chunks written as logged writes (their
+	// bytes in their entry), by the append worker and at recovery.
+	inlineWrites atomic.Uint64
 	// appendSince and applySince are when the worker's current round
 	// began (Unix ns; 0: idle), for the disk-stall watchdog.
 	appendSince atomic.Int64
@@ -584,7 +613,7 @@ func (n *Node) openGroup(p PipelineConfig) (*group, error) {
 		Storage:                   n.wal.RaftStorage(p.ID),
 		Applied:                   first - 1,
 		AsyncStorageWrites:        true,
-		MaxSizePerMsg:             1 << 20,
+		MaxSizePerMsg:             maxMsgEntriesBytes,
 		MaxCommittedSizePerReady:  8 << 20,
 		MaxUncommittedEntriesSize: 64 << 20,
 		MaxInflightMsgs:           256,
@@ -605,7 +634,10 @@ func (n *Node) openGroup(p PipelineConfig) (*group, error) {
 // adoptChunks tells the engine about the chunks of the WriteChunk entries
 // the log holds: their bytes were made durable before their log records
 // (see appendWorker), but the engine rebuilt its blocks from their last
-// PutBlock only.
+// PutBlock only. A chunk the entry carries is written again from the log
+// (engine.ReplayLoggedChunk: its block file was written without a sync, so
+// a crash may have lost it); in log order, so a block's chunks come back
+// contiguously, the header-only ones adopted from the file between them.
 func (n *Node) adoptChunks(gid uint64) error {
 	first, err := n.wal.FirstIndex(gid)
 	if err != nil {
@@ -631,12 +663,23 @@ func (n *Node) adoptChunks(gid uint64) error {
 				}
 				w := &c.WriteChunk
 				b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
-				if err := n.eng.AdoptChunk(b, w.Offset, w.Length, w.BytesPerChecksum, w.Checksums); err != nil {
+				adopt := func() error { return n.eng.AdoptChunk(b, w.Offset, w.Length, w.BytesPerChecksum, w.Checksums) }
+				if c.Inline != nil {
+					// The log holds the bytes; the block file may not
+					// (written without a sync): write them again.
+					adopt = func() error {
+						return n.eng.ReplayLoggedChunk(b, w.Offset, c.Inline, w.BytesPerChecksum, w.Checksums)
+					}
+				}
+				if err := adopt(); err != nil {
 					// A chunk whose block was deleted later, or a
 					// write that failed when it was first made.
 					failed++
 					n.log.Debug("recovery: chunk not adopted", "pipeline", gid, "index", e.Index, "err", err)
 					return nil
+				}
+				if c.Inline != nil {
+					n.inlineWrites.Add(1)
 				}
 				adopted++
 				return nil
@@ -1121,6 +1164,10 @@ func (g *group) stashPayloads(m *raftpb.Message, segs [][]byte, l *rxLease) erro
 			if c.Kind != KindWriteChunk {
 				continue
 			}
+			if c.Inline != nil {
+				w++ // its bytes came in the entry (decodeCached)
+				continue
+			}
 			switch {
 			case k >= len(segs):
 				return fmt.Errorf("entry %d: WriteChunk %d has no payload segment", e.GetIndex(), w)
@@ -1181,13 +1228,26 @@ func (n *Node) flushProposals(g *group) {
 		}
 		data, batch, payload = nil, nil, 0
 	}
+	entryMax := n.entryBytesMax()
 	for _, p := range q {
-		// An entry's chunk bytes fit one RaftMessage frame: a MsgApp
+		// A small chunk travels in the entry; its command counts towards
+		// the entry's size, which stays within one log record and one
+		// frame header. Other chunks travel as payload segments; an
+		// entry's segments fit one RaftMessage frame, so that a MsgApp
 		// can always be split between entries.
-		if len(batch) > 0 && payload+len(p.payload) > n.framePayloadBytes() {
-			propose()
+		inline := false
+		if p.kind == KindWriteChunk && len(p.payload) > 0 && len(p.payload) <= n.cfg.LogInlineMaxBytes {
+			size := inlineCommandBytes(&p.wc, len(p.payload))
+			if inline = 1+size <= entryMax; inline && len(batch) > 0 && len(data)+size > entryMax {
+				propose()
+			}
 		}
-		payload += len(p.payload)
+		if !inline {
+			if len(batch) > 0 && payload+len(p.payload) > n.framePayloadBytes() {
+				propose()
+			}
+			payload += len(p.payload)
+		}
 		n.propSeq++
 		p.id = n.cfg.ID<<48 | n.propSeq&(1<<48-1)
 		c := Command{Kind: p.kind, ProposalID: p.id}
@@ -1195,6 +1255,9 @@ func (n *Node) flushProposals(g *group) {
 		case KindWriteChunk:
 			c.WriteChunk = p.wc
 			c.WriteChunk.RequestID = 0
+			if inline {
+				c.Inline = p.payload
+			}
 		case KindPutBlock:
 			c.PutBlock = p.pb
 			c.PutBlock.RequestID = 0
@@ -1209,6 +1272,31 @@ func (n *Node) flushProposals(g *group) {
 		}
 	}
 	propose()
+}
+
+// inlineCommandBytes is the size of the kind-5 command of a WriteChunk
+// wc (its request ID zeroed, as proposed) carrying n bytes.
+func inlineCommandBytes(wc *transport.WriteChunk, n int) int {
+	h := *wc
+	h.RequestID = 0
+	hs := h.Size()
+	return 9 + uvarintLen(uint64(hs)) + hs + uvarintLen(uint64(n)) + n
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for ; x >= 0x80; x >>= 7 {
+		n++
+	}
+	return n
+}
+
+// entryBytesMax bounds the data of an entry into which this leader puts a
+// chunk's bytes: one log record's payload, and one frame header's room for
+// a MsgApp's entries. (A batch of header-only commands is cut at
+// maxEntryBytes, after the command that reaches it, as before.)
+func (n *Node) entryBytesMax() int {
+	return min(n.wal.MaxPayloadBytes(), maxMsgEntriesBytes)
 }
 
 // onReady handles one Ready of a group: local appends first (they register

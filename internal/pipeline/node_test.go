@@ -36,6 +36,7 @@ type testNode struct {
 	// maxRetain is Config.MaxRetainEntries (0: default).
 	maxRetain uint64
 	budget    int64 // Config.MaxInflight(Raft)PayloadBytes (0: defaults)
+	inline    int   // Config.LogInlineMaxBytes (0: never)
 	// fs is the engine's filesystem (nil: the OS's).
 	fs vfs.FS
 	// moved: listen found tn.addr taken and moved the node to a new port
@@ -57,7 +58,7 @@ func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
 	ln := tn.listen(t)
 	tn.node, err = Start(Config{ID: tn.id, Listener: ln, Engine: tn.eng, Log: tn.log, Pipelines: pcs,
 		TickInterval: 20 * time.Millisecond, Logger: quiet, RetainEntries: tn.retain, CompactEveryEntries: tn.every, MaxRetainEntries: tn.maxRetain,
-		MaxInflightPayloadBytes: tn.budget, MaxInflightRaftPayloadBytes: tn.budget})
+		MaxInflightPayloadBytes: tn.budget, MaxInflightRaftPayloadBytes: tn.budget, LogInlineMaxBytes: tn.inline})
 	if err != nil {
 		t.Fatal(err)
 	}

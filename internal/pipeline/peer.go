@@ -51,21 +51,25 @@ func (n *Node) send(g *group, m *raftpb.Message) {
 	if m.GetType() == raftpb.MessageType_MsgApp {
 		for _, e := range m.GetEntries() {
 			ce := g.entry(e, true)
-			w := 0
+			w, k := 0, 0 // WriteChunk commands, payload segments
 			for ci := range ce.cmds {
 				c := &ce.cmds[ci]
 				if c.Kind != KindWriteChunk {
 					continue
 				}
-				if seg := ce.segs[w]; seg != nil {
+				w++
+				if c.Inline != nil {
+					continue // its bytes travel in the entry
+				}
+				if seg := ce.segs[w-1]; seg != nil {
 					om.segs = append(om.segs, seg)
 				} else {
 					om.miss = append(om.miss, missing{seg: len(om.segs), wc: c.WriteChunk})
 					om.segs = append(om.segs, nil)
 				}
-				w++
+				k++
 			}
-			om.perEntry = append(om.perEntry, w)
+			om.perEntry = append(om.perEntry, k)
 		}
 	}
 	p := n.peer(to)

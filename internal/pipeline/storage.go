@@ -53,9 +53,13 @@ func (n *Node) newAppendJob(g *group, m *raftpb.Message) *appendJob {
 			if c.Kind != KindWriteChunk {
 				continue
 			}
-			if ce.segs[w] == nil {
+			if ce.segs[w] == nil || c.Inline != nil {
 				if p := g.pending[c.ProposalID]; p != nil {
-					ce.segs[w] = p.payload
+					if ce.segs[w] == nil {
+						ce.segs[w] = p.payload
+					}
+					// (an inline chunk's bytes are the entry's
+					// copy of that payload, made by this leader)
 					if p.verified && p.payload != nil {
 						if ce.verified == nil {
 							ce.verified = make([]bool, len(ce.segs))
@@ -109,7 +113,14 @@ func (n *Node) newApplyJob(g *group, m *raftpb.Message) *applyJob {
 //
 // Data before log record: a log record on disk implies its chunk bytes are
 // durable, so recovery can always adopt them (adoptChunks) and a new leader
-// can always send them.
+// can always send them. A chunk the entry carries (Command.Inline, at most
+// Config.LogInlineMaxBytes) is its own record's data: its block file is
+// written as a logged write, not synced in this round (no engine sync at
+// all in a round of such chunks only); it is synced at its PutBlock
+// (syncPutBlocks, then the engine's PutBlock) or at the checkpoint before
+// compaction (maybeCompact), and replayed from the log at a restart.
+// More than maxLoggedFiles files holding such writes: the round
+// checkpoints.
 func (n *Node) appendWorker() {
 	defer n.wg.Done()
 	var popped []*appendJob
@@ -146,7 +157,15 @@ func (n *Node) appendWorker() {
 			}
 			jobs = append(jobs, j)
 		}
-		if wrote {
+		switch {
+		case n.eng.LoggedFiles() > maxLoggedFiles:
+			// Too many files with inline chunks unsynced (each holds a
+			// descriptor): a checkpoint, which also syncs this round's.
+			if err := n.eng.SyncLogged(); err != nil {
+				n.fail(fmt.Errorf("append: engine checkpoint: %w", err))
+				return
+			}
+		case wrote:
 			if err := n.eng.Sync(); err != nil {
 				n.fail(fmt.Errorf("append: engine sync: %w", err))
 				return
@@ -210,11 +229,16 @@ func (n *Node) writeChunks(j *appendJob, chunks int, wrote bool) (int, bool, boo
 			if c.Kind != KindWriteChunk {
 				continue
 			}
-			err := n.writeChunk(&c.WriteChunk, ce.segs[w], ce.verifiedAt(w))
+			err := n.writeChunk(&c.WriteChunk, ce.segs[w], ce.verifiedAt(w), c.Inline != nil)
 			w++
-			wrote = true
+			// A chunk carried in its entry is durable with the log
+			// record: its file is not synced in this round.
+			wrote = wrote || c.Inline == nil
 			chunks++
 			if err == nil {
+				if c.Inline != nil {
+					n.inlineWrites.Add(1)
+				}
 				n.metrics.chunkWrites.Inc()
 				n.metrics.chunkBytes.Add(float64(c.WriteChunk.Length))
 			} else {
@@ -242,8 +266,10 @@ func (n *Node) writeChunks(j *appendJob, chunks int, wrote bool) (int, bool, boo
 // use (containers are implicit in a pipeline, as in Ozone). verified: data
 // is this leader's own proposal's payload, verified when it arrived
 // (handle), so the engine does not verify it again; every other chunk (a
-// follower's, from its leader's frame) is verified by the engine.
-func (n *Node) writeChunk(w *transport.WriteChunk, data []byte, verified bool) error {
+// follower's, from its leader's frame) is verified by the engine. logged:
+// the entry carries the bytes, so the write is a logged one
+// (engine.WriteLoggedChunk: synced at its PutBlock or at a checkpoint).
+func (n *Node) writeChunk(w *transport.WriteChunk, data []byte, verified, logged bool) error {
 	b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
 	if data == nil {
 		return n.writeMissing(b, w)
@@ -252,7 +278,12 @@ func (n *Node) writeChunk(w *transport.WriteChunk, data []byte, verified bool) e
 		return fmt.Errorf("%w: payload of WriteChunk %d/%d@%d has %d bytes, want %d", engine.ErrInvalid, w.ContainerID, w.LocalID, w.Offset, len(data), w.Length)
 	}
 	write := n.eng.WriteChunk
-	if verified {
+	switch {
+	case logged:
+		write = func(b engine.BlockID, off uint64, data []byte, bpc uint32, sums []uint32) error {
+			return n.eng.WriteLoggedChunk(b, off, data, bpc, sums, verified)
+		}
+	case verified:
 		write = n.eng.WriteVerifiedChunk
 	}
 	err := write(b, w.Offset, data, w.BytesPerChecksum, w.Checksums)
@@ -312,6 +343,10 @@ func (n *Node) applyWorker() {
 			return
 		}
 		n.applySince.Store(time.Now().UnixNano())
+		if err := n.syncPutBlocks(jobs); err != nil {
+			n.fail(fmt.Errorf("apply: engine sync: %w", err))
+			return
+		}
 		for _, j := range jobs {
 			if j.g.failed.Load() {
 				n.refuseApply(j)
@@ -386,6 +421,27 @@ func (n *Node) applyWorker() {
 	}
 }
 
+// syncPutBlocks makes durable, in one engine sync round, the inline
+// chunks (logged writes) of every block the jobs' PutBlocks commit, so
+// that each PutBlock finds its data durable instead of waiting for a
+// round of its own, one after the other.
+func (n *Node) syncPutBlocks(jobs []*applyJob) error {
+	var ids map[engine.BlockID]struct{}
+	for _, j := range jobs {
+		for _, ce := range j.ents {
+			for ci := range ce.cmds {
+				if c := &ce.cmds[ci]; c.Kind == KindPutBlock {
+					if ids == nil {
+						ids = map[engine.BlockID]struct{}{}
+					}
+					ids[engine.BlockID{Container: engine.ContainerID(c.PutBlock.Block.ContainerID), Local: c.PutBlock.Block.LocalID}] = struct{}{}
+				}
+			}
+		}
+	}
+	return n.eng.SyncLoggedBlocks(ids)
+}
+
 // refuseApply answers the clients still waiting on a job of a failed group
 // (the entries after the failure are not applied here).
 func (n *Node) refuseApply(j *applyJob) {
@@ -420,8 +476,11 @@ func (n *Node) maybeCompact(g *group, applied uint64, ob *openBlocks, compacted 
 	if to <= compacted[g.id] {
 		return
 	}
-	if err := n.eng.Sync(); err != nil {
-		n.fail(fmt.Errorf("compact: engine sync: %w", err))
+	// The checkpoint: every chunk the log carried with its bytes, among
+	// them those of the entries compaction forgets, is durable in its
+	// block file before the log lets go of them.
+	if err := n.eng.SyncLogged(); err != nil {
+		n.fail(fmt.Errorf("compact: engine checkpoint: %w", err))
 		return
 	}
 	if err := n.wal.Compact(g.id, to); err != nil {

@@ -312,6 +312,7 @@ func TestCrashAtEveryStepOfARoll(t *testing.T) {
 		{kind: vfs.OpRename, path: tmp},      // 5. final name
 		{kind: vfs.OpSyncDir, path: testDir}, // 6. name durable, then switch
 		{kind: vfs.OpWrite, path: final},     // the batch's second record
+		{kind: vfs.OpWrite, path: final},     // zeros written ahead of it (zeroAhead)
 		{kind: vfs.OpSyncData, path: final},  // the round's fdatasync
 	}
 	if len(roll) != len(want) {

@@ -146,18 +146,21 @@ func (r *Record) payloadLen() int {
 
 // Stats counts the log's work since Open.
 type Stats struct {
-	Records         uint64 // records appended
-	Rounds          uint64 // group-commit rounds (one write per segment touched + one fdatasync each)
-	Writes          uint64 // WriteAt calls
-	SyncDatas       uint64 // fdatasync calls on segments (rolls included)
-	BytesWritten    uint64
-	Rolls           uint64 // segments created
-	SegmentsDeleted uint64
-	CarriedRecords  uint64 // hard states and markers re-appended by segment collection
-	Segments        int    // segment files in the log now
-	LastSeq         uint64 // last sequence number appended
-	DurableSeq      uint64 // every record up to here is durable
-	CachedBytes     int64  // entry cache use
+	Records      uint64 // records appended
+	Rounds       uint64 // group-commit rounds (one write per segment touched + one fdatasync each)
+	Writes       uint64 // WriteAt calls
+	SyncDatas    uint64 // fdatasync calls on segments (rolls included)
+	BytesWritten uint64
+	// ZeroBytesWritten: zeros written ahead of the records (zeroAhead),
+	// counted in neither Writes nor BytesWritten.
+	ZeroBytesWritten uint64
+	Rolls            uint64 // segments created
+	SegmentsDeleted  uint64
+	CarriedRecords   uint64 // hard states and markers re-appended by segment collection
+	Segments         int    // segment files in the log now
+	LastSeq          uint64 // last sequence number appended
+	DurableSeq       uint64 // every record up to here is durable
+	CachedBytes      int64  // entry cache use
 }
 
 // Log is a segmented write-ahead log shared by many raft groups. See the
@@ -206,6 +209,7 @@ type Log struct {
 	// Owned by the round in flight (flushing == true), or by Open/Close.
 	active *segment // the segment the last write went to
 	wbuf   []byte
+	zeros  []byte // zeroAheadBytes of zeros, allocated at the first use
 }
 
 // pendingRec is a record appended and not yet written.
@@ -343,6 +347,10 @@ func (l *Log) appendLocked(r *Record) uint64 {
 	return seq
 }
 
+// MaxPayloadBytes is the most data one record may carry (MaxRecordBytes
+// less the record header): a raft entry's data must fit it.
+func (l *Log) MaxPayloadBytes() int { return l.maxPayload }
+
 // WaitDurable returns once every record up to seq is durable: a round
 // that covers seq has written and fdatasynced it. Concurrent callers share
 // rounds (group commit): a caller finding no round in flight runs one for
@@ -449,6 +457,9 @@ func (l *Log) flush(batch []pendingRec) error {
 		if _, err := l.active.f.WriteAt(buf, spanOff); err != nil {
 			return fmt.Errorf("wal: write %d bytes at offset %d of segment %s: %w", len(buf), spanOff, segmentName(l.active.firstSeq), err)
 		}
+		if err := l.zeroAhead(spanOff + int64(len(buf))); err != nil {
+			return err
+		}
 		l.mu.Lock()
 		l.stats.Writes++
 		l.stats.BytesWritten += uint64(len(buf))
@@ -481,6 +492,49 @@ func (l *Log) flush(batch []pendingRec) error {
 		l.wbuf = nil
 	}
 	return l.syncActive()
+}
+
+// Zeros written ahead of the records (zeroAhead). A segment is
+// preallocated: unwritten extents, whose first write converts them, and
+// the round's fdatasync must then write the extent metadata too. Writing
+// zeros over the next zeroAheadBytes once, in the same round, converts
+// them in one go; the rounds after overwrite initialised blocks. (bench
+// chunk-write 1 KiB × 64, data and log on this VM's ext4, three alternating
+// pairs: p50 4.7/4.5/4.0 ms against 4.9/5.4/5.4 ms, 66 against 78 CPU µs
+// per write; the throughput too noisy to tell.)
+const (
+	zeroAheadBytes    = 1 << 20
+	zeroAheadMinBytes = 256 << 10
+)
+
+// zeroAhead writes zeros after end, the end of this round's records in the
+// active segment, up to zeroAheadBytes past it when less than
+// zeroAheadMinBytes past it were written already. It changes no byte's
+// value: after the records a segment holds zeros (preallocated, or zeroed
+// by recovery's torn-tail repair) and nothing but zeros is written there,
+// so a crash that keeps or loses this write leaves the same content; the
+// next round writes its records over it. Runs in the round in flight.
+func (l *Log) zeroAhead(end int64) error {
+	seg := l.active
+	if seg.zeroedTo < end {
+		seg.zeroedTo = end
+	}
+	if seg.zeroedTo-end >= zeroAheadMinBytes || seg.zeroedTo >= seg.sizeBytes {
+		return nil
+	}
+	to := min(end+zeroAheadBytes, seg.sizeBytes)
+	if l.zeros == nil {
+		l.zeros = make([]byte, zeroAheadBytes)
+	}
+	n := to - seg.zeroedTo
+	if _, err := seg.f.WriteAt(l.zeros[:n], seg.zeroedTo); err != nil {
+		return fmt.Errorf("wal: write %d zeros at offset %d of segment %s: %w", n, seg.zeroedTo, segmentName(seg.firstSeq), err)
+	}
+	l.mu.Lock()
+	l.stats.ZeroBytesWritten += uint64(n)
+	l.mu.Unlock()
+	seg.zeroedTo = to
+	return nil
 }
 
 func (l *Log) syncActive() error {

@@ -45,6 +45,11 @@ type segment struct {
 	path      string
 	f         vfs.File
 	sizeBytes int64 // capacity: the file's preallocated size
+	// zeroedTo: every byte below it was written in this life of the log
+	// (records, or zeros written ahead: Log.zeroAhead), so that a write
+	// below it overwrites initialised blocks. Owned by the round in
+	// flight, like Log.active.
+	zeroedTo int64
 	// refs counts the log's own reference (while the segment is in
 	// Log.segs) and every read in progress; the file is closed when it
 	// drops to zero. Guarded by Log.mu.
