@@ -73,6 +73,11 @@ type RereplicateConfig struct {
 	ProfileSource bool
 	// Strace is the strace binary ("": found on PATH).
 	Strace string
+	// CPUProfileDir, when set, makes each datanode of the restarted
+	// cluster (the copies) write a CPU profile dn<i>.pprof there, and this
+	// process (the meta service) bench.pprof from the restart to full
+	// replication.
+	CPUProfileDir string
 	// Progress receives progress lines (nil: stderr when a terminal).
 	Progress io.Writer
 }
@@ -265,7 +270,26 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 		res.Limits.DiskRead.MBPerS, res.Limits.DiskWrite.MBPerS, res.Limits.Loopback.MBPerS, res.Limits.Limit, res.Limits.LimitedBy)
 
 	// 5. Restart and wait for the replicas.
+	stopProf := func() {}
+	if cfg.CPUProfileDir != "" {
+		if err := os.MkdirAll(cfg.CPUProfileDir, 0o755); err != nil {
+			return nil, fmt.Errorf("rereplicate: %w", err)
+		}
+		scfg.DatanodeNodeArgs = func(id int) []string {
+			return []string{"--cpuprofile", filepath.Join(cfg.CPUProfileDir, fmt.Sprintf("dn%d.pprof", id))}
+		}
+		if stopProf, err = startCPUProfile(filepath.Join(cfg.CPUProfileDir, "bench.pprof")); err != nil {
+			return nil, fmt.Errorf("rereplicate: %w", err)
+		}
+		defer stopProf()
+	}
 	progress("restarting the cluster; waiting until every container has 3 replicas again")
+	// Spindle's processes (this one, with the meta service; the
+	// datanodes, from their start) from the restart to full replication:
+	// a window wider than the copies' (it holds the datanodes' start).
+	// Copies begin before server.Start returns (it waits for a writable
+	// pipeline), so the meter opens before it.
+	procCPU := bench.StartCPU(nil)
 	srv, err = server.Start(ctx, scfg)
 	if err != nil {
 		return nil, fmt.Errorf("rereplicate: restarting the cluster: %w", err)
@@ -289,12 +313,13 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 		}
 		progress("tracing node %d (pid %d) with strace", traced, srv.Cluster().PID(m.ID))
 	}
-	// Spindle's processes (this one, with the meta service; the
-	// datanodes) from the restart to full replication: a window wider
-	// than the copies' (it holds the datanodes' start), known now.
-	procCPU := bench.StartCPU(srv.Cluster().Procs())
+	procCPU.AddStarted(srv.Cluster().Procs())
 	st, err := waitReplicated(ctx, srv.Meta(), lost, held, progress)
-	procUse := procCPU.Stop(int64(st.CopiedContainers), int64(st.CopiedBytes))
+	stopProf()
+	var procUse bench.CPUUse
+	if err == nil {
+		procUse = procCPU.Stop(int64(st.CopiedContainers), int64(st.CopiedBytes))
+	}
 	if tracer != nil {
 		tracer.stop()
 	}
