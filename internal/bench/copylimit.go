@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"time"
 )
 
@@ -25,6 +26,12 @@ type Rate struct {
 	Bytes   int64   `json:"bytes"`
 	Seconds float64 `json:"seconds"`
 	MBPerS  float64 `json:"mb_per_s"`
+	// CPUSeconds is this process's CPU time (user + system, every thread)
+	// over the passes of MeasureCopyLimits — both ends of the loopback
+	// stream run here — and CPUSecondsPerGB the same per 10^9 bytes: the
+	// work one byte costs this machine, whoever else runs.
+	CPUSeconds      float64 `json:"cpu_seconds,omitempty"`
+	CPUSecondsPerGB float64 `json:"cpu_seconds_per_gb,omitempty"`
 
 	from, to time.Time // the first pass's start, the last pass's end
 }
@@ -92,16 +99,32 @@ func MeasureCopyLimits(ctx context.Context, dir string, files []string, maxBytes
 func repeatRate(minDuration time.Duration, f func() (Rate, error)) (Rate, error) {
 	total := Rate{from: time.Now()}
 	for pass := 0; pass < MaxLimitPasses && (pass == 0 || total.Seconds < minDuration.Seconds()); pass++ {
+		cpu0 := selfCPUSeconds()
 		r, err := f()
 		if err != nil {
 			return total, err
 		}
+		total.CPUSeconds += selfCPUSeconds() - cpu0
 		total.Bytes += r.Bytes
 		total.Seconds += r.Seconds
 	}
 	total.MBPerS = float64(total.Bytes) / 1e6 / max(total.Seconds, 1e-9)
+	if total.Bytes > 0 && total.CPUSeconds > 0 {
+		total.CPUSeconds = roundTo(total.CPUSeconds, 1e3)
+		total.CPUSecondsPerGB = roundTo(total.CPUSeconds*1e9/float64(total.Bytes), 1e3)
+	}
 	total.to = time.Now()
 	return total, nil
+}
+
+// selfCPUSeconds is this process's user + system time so far (0 when
+// getrusage fails).
+func selfCPUSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
 func (l *CopyLimits) pickLimit() {

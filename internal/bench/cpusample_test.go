@@ -48,11 +48,60 @@ func TestCPUSamplerWindow(t *testing.T) {
 	if w, ok := s.Window(t0, t0.Add(time.Second)); !ok || w.BusyCPUSeconds != 1.5 || w.Seconds != 1 {
 		t.Fatalf("window %+v %v", w, ok)
 	}
+	if w.ProcessCPUSeconds != 0 {
+		t.Fatalf("process CPU %v without tracked processes", w.ProcessCPUSeconds)
+	}
 	// Not covered: before the first sample, after the last.
 	if _, ok := s.Window(t0.Add(-time.Second), t0.Add(time.Second)); ok {
 		t.Fatal("a window starting before the first sample was measured")
 	}
 	if _, ok := s.Window(t0.Add(time.Second), t0.Add(4*time.Second)); ok {
 		t.Fatal("a window ending after the last sample was measured")
+	}
+}
+
+// Tracked processes are summed from the sample after Track; a window that
+// starts before has no process figure.
+func TestCPUSamplerTrack(t *testing.T) {
+	s, err := StartCPUSampler(time.Hour)
+	if err != nil {
+		t.Fatalf("this machine's /proc/stat: %v", err)
+	}
+	defer s.Stop()
+	t0 := time.Now()
+	s.Track([]Proc{{Name: "self", PID: os.Getpid()}, {Name: "down", PID: 0}})
+	if err := s.sample(); err != nil {
+		t.Fatal(err)
+	}
+	t1 := time.Now()
+	x := 0
+	for i := range 50_000_000 { // about 0.05 CPU-s or more: ticks of 10 ms
+		x += i ^ x
+	}
+	t2 := time.Now()
+	s.Stop() // a last sample after t2
+	w, ok := s.Window(t1, t2)
+	if !ok || w.ProcessCPUSeconds <= 0 || x == -1 {
+		t.Fatalf("window after Track: %+v %v; want this process's CPU time", w, ok)
+	}
+	if w, ok := s.Window(t0, t2); !ok || w.ProcessCPUSeconds != 0 {
+		t.Fatalf("window from before Track: %+v %v; want no process figure", w, ok)
+	}
+}
+
+// Each limit reports this process's CPU over its passes.
+func TestRepeatRateCPU(t *testing.T) {
+	x := 0
+	r, err := repeatRate(0, func() (Rate, error) {
+		for i := range 50_000_000 {
+			x += i ^ x
+		}
+		return rateOf(1e9, time.Second), nil
+	})
+	if err != nil || x == -1 {
+		t.Fatal(err)
+	}
+	if r.CPUSeconds <= 0 || r.CPUSecondsPerGB != r.CPUSeconds {
+		t.Fatalf("rate %+v; want this process's CPU time, per GB of the 1e9 bytes", r)
 	}
 }

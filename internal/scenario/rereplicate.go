@@ -112,6 +112,10 @@ type CPUUse struct {
 	// moved (copied, or measured for a limit).
 	CPUs            int     `json:"cpus"`
 	CPUSecondsPerGB float64 `json:"cpu_s_per_gb"`
+	// ProcessCPUSecondsPerGB: Spindle's processes' CPU time (the
+	// datanodes and this one, tracked from the restart) per GB copied; for
+	// the copy window only.
+	ProcessCPUSecondsPerGB float64 `json:"process_cpu_s_per_gb,omitempty"`
 }
 
 // cpuSampleInterval: the copy window lasts about a second at 2 GiB on
@@ -126,7 +130,26 @@ func cpuUse(s *bench.CPUSampler, from, to time.Time, bytes int64) (CPUUse, bool)
 	if !ok {
 		return CPUUse{}, false
 	}
-	return CPUUse{CPUWindow: w, CPUs: runtime.NumCPU(), CPUSecondsPerGB: w.BusyCPUSeconds / (float64(bytes) / 1e9)}, true
+	u := CPUUse{CPUWindow: w, CPUs: runtime.NumCPU(), CPUSecondsPerGB: w.BusyCPUSeconds / (float64(bytes) / 1e9)}
+	if w.ProcessCPUSeconds > 0 {
+		u.ProcessCPUSecondsPerGB = w.ProcessCPUSeconds / (float64(bytes) / 1e9)
+	}
+	return u, true
+}
+
+// cpuBoundLimit is what the machine's CPUs could copy if every one did
+// nothing but a copy's share of work of the two single-stream limits that
+// burn CPU on the same machine (loopback: sendfile and the receiver's
+// read; disk write: the target's pwrite), in MB/s: NumCPU / (loopback +
+// disk write CPU-s per GB). 0 when either was not measured. Where disk
+// and network are the same CPUs (tmpfs and loopback on one host) a copy
+// cannot beat it, whatever the single-stream limits say.
+func cpuBoundLimit(l bench.CopyLimits) float64 {
+	c := l.Loopback.CPUSecondsPerGB + l.DiskWrite.CPUSecondsPerGB
+	if l.Loopback.CPUSecondsPerGB <= 0 || l.DiskWrite.CPUSecondsPerGB <= 0 {
+		return 0
+	}
+	return float64(runtime.NumCPU()) * 1e3 / c
 }
 
 // Rereplicate runs the experiment: generate, start, check keys, stop,
@@ -290,6 +313,12 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 	// Copies begin before server.Start returns (it waits for a writable
 	// pipeline), so the meter opens before it.
 	procCPU := bench.StartCPU(nil)
+	if sampler != nil {
+		// The datanodes are tracked from their launch: copies may begin
+		// before server.Start returns.
+		sampler.Track([]bench.Proc{{Name: bench.SelfProcName, PID: os.Getpid()}})
+		scfg.DatanodeOnLaunch = func(id, pid int) { sampler.Track([]bench.Proc{{Name: fmt.Sprintf("dn%d", id), PID: pid}}) }
+	}
 	srv, err = server.Start(ctx, scfg)
 	if err != nil {
 		return nil, fmt.Errorf("rereplicate: restarting the cluster: %w", err)
@@ -366,6 +395,11 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 	res.AddNote("cpu_seconds: Spindle's processes from the restart to full replication (the datanodes' start included), per container copied and per GB copied; cpu: the machine's CPU during the copy window and each copy limit")
 	res.Containers, res.CopiedBytes, res.FailedCopies = int(st.CopiedContainers), st.CopiedBytes, st.FailedCopies
 	res.Extra = map[string]any{"seconds_from_decision": decided, "mb_per_s_from_decision": float64(st.CopiedBytes) / 1e6 / max(decided, 1e-9)}
+	if lim := cpuBoundLimit(res.Limits); lim > 0 {
+		res.Extra["cpu_bound_limit_mb_per_s"] = lim
+		res.Extra["ratio_to_cpu_bound_limit"] = res.MBPerS / lim
+		res.AddNote("extra.cpu_bound_limit_mb_per_s: NumCPU / (loopback + disk write CPU-s per GB, this process's CPU during each limit): what the CPUs could copy doing only that work, an upper bound when disk and network are the same CPUs (tmpfs, loopback); the baseline stays the slowest single-stream limit")
+	}
 	res.Params = map[string]any{"size_bytes": cfg.SizeBytes, "datanodes": cfg.Datanodes, "container_size_bytes": cfg.ContainerSizeBytes,
 		"max_copies": cfg.MaxCopies, "max_copies_per_node": cfg.MaxCopiesPerNode, "heartbeat_ms": rereplicateHeartbeat.Milliseconds()}
 	if res.SourceProfile != nil {
@@ -377,8 +411,10 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 	if u, ok := res.CPU["copy"]; ok {
 		w := res.CPU["disk_write"]
 		l := res.CPU["loopback"]
-		progress("CPU, machine-wide (%d CPUs): copies %.0f %% busy, %.2f CPU-s/GB; limits alone: disk write %.0f %% busy, %.2f CPU-s/GB; loopback %.0f %%, %.2f CPU-s/GB",
-			u.CPUs, 100*u.BusyFraction, u.CPUSecondsPerGB, 100*w.BusyFraction, w.CPUSecondsPerGB, 100*l.BusyFraction, l.CPUSecondsPerGB)
+		progress("CPU, machine-wide (%d CPUs): copies %.0f %% busy, %.2f CPU-s/GB (Spindle's processes %.2f); limits alone: disk write %.0f %% busy, %.2f CPU-s/GB; loopback %.0f %%, %.2f CPU-s/GB",
+			u.CPUs, 100*u.BusyFraction, u.CPUSecondsPerGB, u.ProcessCPUSecondsPerGB, 100*w.BusyFraction, w.CPUSecondsPerGB, 100*l.BusyFraction, l.CPUSecondsPerGB)
+		progress("CPU of the limits' own streams: loopback %.2f CPU-s/GB, disk write %.2f, disk read %.2f: CPU-bound copy limit %.0f MB/s",
+			res.Limits.Loopback.CPUSecondsPerGB, res.Limits.DiskWrite.CPUSecondsPerGB, res.Limits.DiskRead.CPUSecondsPerGB, cpuBoundLimit(res.Limits))
 	}
 
 	// 6. Keys read back after.
