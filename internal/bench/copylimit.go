@@ -27,9 +27,10 @@ type Rate struct {
 	Seconds float64 `json:"seconds"`
 	MBPerS  float64 `json:"mb_per_s"`
 	// CPUSeconds is this process's CPU time (user + system, every thread)
-	// over the passes of MeasureCopyLimits — both ends of the loopback
-	// stream run here — and CPUSecondsPerGB the same per 10^9 bytes: the
-	// work one byte costs this machine, whoever else runs.
+	// over the timed part of each pass (not opening or removing files) —
+	// both ends of the loopback stream run here — and CPUSecondsPerGB the
+	// same per 10^9 bytes: the work one byte costs this machine, whoever
+	// else runs. 0 when not measured.
 	CPUSeconds      float64 `json:"cpu_seconds,omitempty"`
 	CPUSecondsPerGB float64 `json:"cpu_seconds_per_gb,omitempty"`
 
@@ -99,12 +100,11 @@ func MeasureCopyLimits(ctx context.Context, dir string, files []string, maxBytes
 func repeatRate(minDuration time.Duration, f func() (Rate, error)) (Rate, error) {
 	total := Rate{from: time.Now()}
 	for pass := 0; pass < MaxLimitPasses && (pass == 0 || total.Seconds < minDuration.Seconds()); pass++ {
-		cpu0 := selfCPUSeconds()
 		r, err := f()
 		if err != nil {
 			return total, err
 		}
-		total.CPUSeconds += selfCPUSeconds() - cpu0
+		total.CPUSeconds += r.CPUSeconds
 		total.Bytes += r.Bytes
 		total.Seconds += r.Seconds
 	}
@@ -153,7 +153,9 @@ func DiskWriteRate(ctx context.Context, dir string, sizeBytes int64) (Rate, erro
 	if err != nil {
 		return Rate{}, fmt.Errorf("disk write limit: %w", err)
 	}
-	return rateOf(b.Bytes, time.Duration(b.Seconds*float64(time.Second))), nil
+	r := rateOf(b.Bytes, time.Duration(b.Seconds*float64(time.Second)))
+	r.CPUSeconds = b.CPUSeconds
+	return r, nil
 }
 
 // SequentialWriteBaseline is a disk's sequential write bandwidth: one
@@ -171,7 +173,7 @@ func SequentialWriteBaseline(ctx context.Context, dir string, sizeBytes int64) (
 // DiskReadRate reads the files in order (4 MiB reads) until maxBytes.
 func DiskReadRate(ctx context.Context, files []string, maxBytes int64) (Rate, error) {
 	buf := make([]byte, copyLimitBufBytes)
-	start := time.Now()
+	start, cpu0 := time.Now(), selfCPUSeconds()
 	var n int64
 	for _, name := range files {
 		if n >= maxBytes {
@@ -198,7 +200,9 @@ func DiskReadRate(ctx context.Context, files []string, maxBytes int64) (Rate, er
 		}
 		f.Close()
 	}
-	return rateOf(n, time.Since(start)), nil
+	r := rateOf(n, time.Since(start))
+	r.CPUSeconds = selfCPUSeconds() - cpu0
+	return r, nil
 }
 
 // LoopbackRate sends the files (up to maxBytes) over one TCP connection on
@@ -244,7 +248,7 @@ func LoopbackRate(ctx context.Context, files []string, maxBytes int64, tune Sock
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-	start := time.Now()
+	start, cpu0 := time.Now(), selfCPUSeconds()
 	var sent int64
 	for _, name := range files {
 		if sent >= maxBytes {
@@ -265,12 +269,14 @@ func LoopbackRate(ctx context.Context, files []string, maxBytes int64, tune Sock
 	}
 	c.(*net.TCPConn).CloseWrite()
 	n := <-got
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), selfCPUSeconds()-cpu0
 	c.Close()
 	if n != sent {
 		return Rate{}, fmt.Errorf("loopback limit: sent %d bytes, received %d", sent, n)
 	}
-	return rateOf(n, elapsed), nil
+	r := rateOf(n, elapsed)
+	r.CPUSeconds = cpu
+	return r, nil
 }
 
 // FilesUnder lists the regular files under dir whose names end in suffix,

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -89,19 +90,35 @@ func TestCPUSamplerTrack(t *testing.T) {
 	}
 }
 
-// Each limit reports this process's CPU over its passes.
+// Each limit reports the CPU its passes measured, summed, and per GB.
 func TestRepeatRateCPU(t *testing.T) {
-	x := 0
-	r, err := repeatRate(0, func() (Rate, error) {
-		for i := range 50_000_000 {
-			x += i ^ x
-		}
-		return rateOf(1e9, time.Second), nil
+	r, err := repeatRate(time.Hour, func() (Rate, error) {
+		r := rateOf(5e8, time.Second)
+		r.CPUSeconds = 0.25
+		return r, nil
 	})
-	if err != nil || x == -1 {
+	if err != nil {
 		t.Fatal(err)
 	}
-	if r.CPUSeconds <= 0 || r.CPUSecondsPerGB != r.CPUSeconds {
-		t.Fatalf("rate %+v; want this process's CPU time, per GB of the 1e9 bytes", r)
+	if r.Bytes != MaxLimitPasses*5e8 || r.CPUSeconds != MaxLimitPasses*0.25 || r.CPUSecondsPerGB != 0.5 {
+		t.Fatalf("rate %+v; want %d passes of 0.25 CPU-s each, 0.5 CPU-s/GB", r, MaxLimitPasses)
+	}
+}
+
+// The three limits measure this process's CPU during their timed part.
+func TestCopyLimitsCPU(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "a.blk")
+	if err := os.WriteFile(p, make([]byte, 8<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := MeasureCopyLimits(context.Background(), dir, []string{p}, 8<<20, 0, SocketTuning{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range map[string]Rate{"disk_read": l.DiskRead, "disk_write": l.DiskWrite, "loopback": l.Loopback} {
+		if r.Bytes != 8<<20 || r.CPUSeconds <= 0 || r.CPUSecondsPerGB <= 0 {
+			t.Errorf("%s: %+v; want 8 MiB and this process's CPU time", name, r)
+		}
 	}
 }
