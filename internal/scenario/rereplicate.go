@@ -137,6 +137,33 @@ func cpuUse(s *bench.CPUSampler, from, to time.Time, bytes int64) (CPUUse, bool)
 	return u, true
 }
 
+// otherCPUsNote is the share of a CPU that other processes may use during
+// the copies before the run says its ratio is not this machine's alone.
+const otherCPUsNote = 0.25
+
+// otherCPUs reports, in res.Extra, the CPUs that processes other than
+// Spindle's used during the copies (machine busy time minus Spindle's
+// processes') and during the loopback limit (minus this process's): the
+// copies need every CPU of a small machine and the single-stream loopback
+// about one, so load from elsewhere lowers the ratio, or raises it when
+// the limit is the one starved.
+func otherCPUs(res *RereplicateResult) {
+	if u, ok := res.CPU["copy"]; ok && u.ProcessCPUSeconds > 0 && u.Seconds > 0 {
+		o := max(u.BusyCPUSeconds-u.ProcessCPUSeconds, 0) / u.Seconds
+		res.Extra["other_cpus_during_copies"] = o
+		if o > otherCPUsNote {
+			res.AddNote("other processes used %.2f of the %d CPUs during the copies: the ratio is not this machine's alone", o, u.CPUs)
+		}
+	}
+	if u, ok := res.CPU["loopback"]; ok && u.Seconds > 0 && res.Limits.Loopback.CPUSeconds > 0 {
+		o := max(u.BusyCPUSeconds-res.Limits.Loopback.CPUSeconds, 0) / u.Seconds
+		res.Extra["other_cpus_during_loopback_limit"] = o
+		if o > otherCPUsNote {
+			res.AddNote("other processes used %.2f of the %d CPUs during the loopback limit", o, u.CPUs)
+		}
+	}
+}
+
 // cpuBoundLimit is what the machine's CPUs could copy if every one did
 // nothing but a copy's share of work of the two single-stream limits that
 // burn CPU on the same machine (loopback: sendfile and the receiver's
@@ -400,6 +427,7 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 		res.Extra["ratio_to_cpu_bound_limit"] = res.MBPerS / lim
 		res.AddNote("extra.cpu_bound_limit_mb_per_s: NumCPU / (loopback + disk write CPU-s per GB, this process's CPU during each limit): what the CPUs could copy doing only that work, an upper bound when disk and network are the same CPUs (tmpfs, loopback); the baseline stays the slowest single-stream limit")
 	}
+	otherCPUs(res)
 	res.Params = map[string]any{"size_bytes": cfg.SizeBytes, "datanodes": cfg.Datanodes, "container_size_bytes": cfg.ContainerSizeBytes,
 		"max_copies": cfg.MaxCopies, "max_copies_per_node": cfg.MaxCopiesPerNode, "heartbeat_ms": rereplicateHeartbeat.Milliseconds()}
 	if res.SourceProfile != nil {
