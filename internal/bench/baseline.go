@@ -73,6 +73,9 @@ type Baseline struct {
 	WritesPerSync  int            `json:"writes_per_sync"`
 	FileSizeBytes  int64          `json:"file_size_bytes"`
 	Pattern        string         `json:"pattern"`
+	// CPUSeconds is this process's CPU time during the timed writes and
+	// syncs (not the files' creation or removal); 0 when not measured.
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
 }
 
 // Baseline write patterns, see BaselineConfig.Pattern.
@@ -190,6 +193,9 @@ func RunBaseline(ctx context.Context, cfg BaselineConfig) (res Baseline, err err
 	}
 	r := st.Result("baseline")
 	res.Ops, res.Bytes, res.Seconds, res.OpsPerS, res.MBPerS, res.LatencyUs = r.Ops, r.Bytes, r.Seconds, r.OpsPerS, r.MBPerS, r.LatencyUs
+	if st.CPU != nil {
+		res.CPUSeconds = st.CPU.CPUSeconds
+	}
 	for _, bw := range writers {
 		res.Syncs += bw.syncs
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"time"
 )
 
@@ -25,6 +26,13 @@ type Rate struct {
 	Bytes   int64   `json:"bytes"`
 	Seconds float64 `json:"seconds"`
 	MBPerS  float64 `json:"mb_per_s"`
+	// CPUSeconds is this process's CPU time (user + system, every thread)
+	// over the timed part of each pass (not opening or removing files) —
+	// both ends of the loopback stream run here — and CPUSecondsPerGB the
+	// same per 10^9 bytes: the work one byte costs this machine, whoever
+	// else runs. 0 when not measured.
+	CPUSeconds      float64 `json:"cpu_seconds,omitempty"`
+	CPUSecondsPerGB float64 `json:"cpu_seconds_per_gb,omitempty"`
 
 	from, to time.Time // the first pass's start, the last pass's end
 }
@@ -96,12 +104,27 @@ func repeatRate(minDuration time.Duration, f func() (Rate, error)) (Rate, error)
 		if err != nil {
 			return total, err
 		}
+		total.CPUSeconds += r.CPUSeconds
 		total.Bytes += r.Bytes
 		total.Seconds += r.Seconds
 	}
 	total.MBPerS = float64(total.Bytes) / 1e6 / max(total.Seconds, 1e-9)
+	if total.Bytes > 0 && total.CPUSeconds > 0 {
+		total.CPUSeconds = roundTo(total.CPUSeconds, 1e3)
+		total.CPUSecondsPerGB = roundTo(total.CPUSeconds*1e9/float64(total.Bytes), 1e3)
+	}
 	total.to = time.Now()
 	return total, nil
+}
+
+// selfCPUSeconds is this process's user + system time so far (0 when
+// getrusage fails).
+func selfCPUSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
 func (l *CopyLimits) pickLimit() {
@@ -130,7 +153,9 @@ func DiskWriteRate(ctx context.Context, dir string, sizeBytes int64) (Rate, erro
 	if err != nil {
 		return Rate{}, fmt.Errorf("disk write limit: %w", err)
 	}
-	return rateOf(b.Bytes, time.Duration(b.Seconds*float64(time.Second))), nil
+	r := rateOf(b.Bytes, time.Duration(b.Seconds*float64(time.Second)))
+	r.CPUSeconds = b.CPUSeconds
+	return r, nil
 }
 
 // SequentialWriteBaseline is a disk's sequential write bandwidth: one
@@ -148,7 +173,7 @@ func SequentialWriteBaseline(ctx context.Context, dir string, sizeBytes int64) (
 // DiskReadRate reads the files in order (4 MiB reads) until maxBytes.
 func DiskReadRate(ctx context.Context, files []string, maxBytes int64) (Rate, error) {
 	buf := make([]byte, copyLimitBufBytes)
-	start := time.Now()
+	start, cpu0 := time.Now(), selfCPUSeconds()
 	var n int64
 	for _, name := range files {
 		if n >= maxBytes {
@@ -175,7 +200,9 @@ func DiskReadRate(ctx context.Context, files []string, maxBytes int64) (Rate, er
 		}
 		f.Close()
 	}
-	return rateOf(n, time.Since(start)), nil
+	r := rateOf(n, time.Since(start))
+	r.CPUSeconds = selfCPUSeconds() - cpu0
+	return r, nil
 }
 
 // LoopbackRate sends the files (up to maxBytes) over one TCP connection on
@@ -221,7 +248,7 @@ func LoopbackRate(ctx context.Context, files []string, maxBytes int64, tune Sock
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-	start := time.Now()
+	start, cpu0 := time.Now(), selfCPUSeconds()
 	var sent int64
 	for _, name := range files {
 		if sent >= maxBytes {
@@ -242,12 +269,14 @@ func LoopbackRate(ctx context.Context, files []string, maxBytes int64, tune Sock
 	}
 	c.(*net.TCPConn).CloseWrite()
 	n := <-got
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), selfCPUSeconds()-cpu0
 	c.Close()
 	if n != sent {
 		return Rate{}, fmt.Errorf("loopback limit: sent %d bytes, received %d", sent, n)
 	}
-	return rateOf(n, elapsed), nil
+	r := rateOf(n, elapsed)
+	r.CPUSeconds = cpu
+	return r, nil
 }
 
 // FilesUnder lists the regular files under dir whose names end in suffix,

@@ -18,7 +18,10 @@ import (
 // the window.
 //
 // Figures are machine-wide (every process), in USER_HZ ticks of 10 ms
-// (Linux's fixed clock-tick unit for /proc/stat).
+// (Linux's fixed clock-tick unit for /proc/stat). Processes given to Track
+// are sampled too (utime + stime of /proc/<pid>/stat, same ticks): on a
+// shared machine, what the measured processes used in the window, apart
+// from everybody else.
 
 // userHz is /proc/stat's tick rate (sysconf(_SC_CLK_TCK); 100 on Linux
 // for every architecture Go supports).
@@ -31,6 +34,11 @@ const MaxCPUSamples = 100_000
 type cpuSample struct {
 	at          time.Time
 	busy, total uint64 // ticks, all CPUs
+	// procs: the tracked processes' CPU seconds (utime + stime), summed;
+	// procsOK false when there were none yet or one could not be read.
+	procs    float64
+	procsOK  bool
+	ntracked int // the processes summed in procs
 }
 
 // CPUSampler samples /proc/stat in the background until Stop.
@@ -38,6 +46,7 @@ type CPUSampler struct {
 	path    string
 	mu      sync.Mutex
 	samples []cpuSample
+	tracked []int // PIDs sampled with the machine (Track)
 	stop    chan struct{}
 	done    chan struct{}
 }
@@ -80,18 +89,55 @@ func (s *CPUSampler) Stop() {
 	<-s.done
 }
 
+// Track adds processes to sample from the next sample on (PIDs <= 0 are
+// skipped). Windows that start before they were tracked have no process
+// figures.
+func (s *CPUSampler) Track(procs []Proc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range procs {
+		if p.PID > 0 {
+			s.tracked = append(s.tracked, p.PID)
+		}
+	}
+	// Samples before this one did not count the new processes.
+	for i := range s.samples {
+		s.samples[i].procsOK = false
+	}
+}
+
 func (s *CPUSampler) sample() error {
 	busy, total, err := readProcStat(s.path)
 	if err != nil {
 		return err
 	}
-	s.add(cpuSample{at: time.Now(), busy: busy, total: total})
+	c := cpuSample{at: time.Now(), busy: busy, total: total}
+	s.mu.Lock()
+	pids := s.tracked
+	s.mu.Unlock()
+	c.procsOK, c.ntracked = len(pids) > 0, len(pids)
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		var v float64
+		if err == nil {
+			v, err = parseProcStatCPU(string(b))
+		}
+		if err != nil {
+			c.procsOK = false
+			break
+		}
+		c.procs += v
+	}
+	s.add(c)
 	return nil
 }
 
 func (s *CPUSampler) add(c cpuSample) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if c.ntracked != len(s.tracked) {
+		c.procsOK = false // Track ran while this sample was read
+	}
 	if len(s.samples) < MaxCPUSamples {
 		s.samples = append(s.samples, c)
 	}
@@ -107,6 +153,9 @@ type CPUWindow struct {
 	// Seconds: the time between the two samples used, which contains the
 	// window asked for (by at most one interval each side).
 	Seconds float64 `json:"seconds"`
+	// ProcessCPUSeconds: the tracked processes' CPU time over the same
+	// samples (absent when they were not tracked at both).
+	ProcessCPUSeconds float64 `json:"process_cpu_seconds,omitempty"`
 }
 
 // Window returns the CPU use between the last sample at or before from and
@@ -131,8 +180,12 @@ func (s *CPUSampler) Window(from, to time.Time) (CPUWindow, bool) {
 	if total == 0 || sb.busy < sa.busy || sb.total < sa.total {
 		return CPUWindow{}, false
 	}
-	return CPUWindow{BusyCPUSeconds: float64(busy) / userHz, BusyFraction: float64(busy) / float64(total),
-		Seconds: sb.at.Sub(sa.at).Seconds()}, true
+	w := CPUWindow{BusyCPUSeconds: float64(busy) / userHz, BusyFraction: float64(busy) / float64(total),
+		Seconds: sb.at.Sub(sa.at).Seconds()}
+	if sa.procsOK && sb.procsOK && sb.procs >= sa.procs {
+		w.ProcessCPUSeconds = roundTo(sb.procs-sa.procs, 1e3)
+	}
+	return w, true
 }
 
 // readProcStat sums the aggregate "cpu" line of a /proc/stat file: busy is

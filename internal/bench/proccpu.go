@@ -107,6 +107,19 @@ func startCPU(procs []Proc, stat func(int) (procCPU, error)) *CPUMeter {
 	return m
 }
 
+// AddStarted adds processes started after StartCPU (and after nothing
+// else of theirs ran): their whole CPU time so far counts from zero, so a
+// window that opens before their start (a cluster restart) charges them
+// everything they did in it. procs with a PID <= 0 are skipped.
+func (m *CPUMeter) AddStarted(procs []Proc) {
+	for _, p := range procs {
+		if p.PID > 0 && p.PID != os.Getpid() {
+			m.procs = append(m.procs, p)
+			m.start = append(m.start, procCPU{ok: true})
+		}
+	}
+}
+
 // Stop reads the processes again and returns the CPU time used since
 // StartCPU, per operation (ops) and per GB (bytes).
 func (m *CPUMeter) Stop(ops, bytes int64) CPUUse {

@@ -103,6 +103,28 @@ func TestCPUMeter(t *testing.T) {
 	}
 }
 
+// A process started after the meter counts from zero: all its time so
+// far is charged (a restart inside the measured window).
+func TestCPUMeterAddStarted(t *testing.T) {
+	self := os.Getpid()
+	now := map[int]float64{self: 1}
+	stat := func(pid int) (procCPU, error) {
+		s, ok := now[pid]
+		if !ok {
+			return procCPU{}, errors.New("gone")
+		}
+		return procCPU{ticks: s, precise: s, threads: 4, ok: true}, nil
+	}
+	m := startCPU(nil, stat)
+	now[300] = 3 // started, and busy, before AddStarted
+	m.AddStarted([]Proc{{"dn3", 300}, {"down", 0}})
+	now[self], now[300] = 1.5, 4
+	u := m.Stop(1, 1e9)
+	if u.CPUSeconds != 4.5 || u.CPUByProcess["dn3"] != 4 || u.CPUByProcess[SelfProcName] != 0.5 || len(u.CPUByProcess) != 2 {
+		t.Fatalf("use = %+v; want dn3's 4 s from its start and 0.5 s of this process", u)
+	}
+}
+
 // The loop measures its own process: a CPU-bound loop reports CPU time,
 // inlined in the JSON and shown in the table.
 func TestLoopReportsCPU(t *testing.T) {

@@ -112,6 +112,10 @@ type Config struct {
 	// network namespace of its own (netlab). The wrapper must exec the
 	// command, so that the process started is the member.
 	Wrap func(id int, argv []string) []string
+	// OnLaunch, when set, is called with member id's process ID each time
+	// its process is started (Start, Restart), before it is ready: e.g. to
+	// measure its CPU from its first instant.
+	OnLaunch func(id, pid int)
 }
 
 // Node is one member.
@@ -321,6 +325,9 @@ func (c *Cluster) launch(n *Node) error {
 	fmt.Fprintf(logf, "=== localcluster: %s\n", strings.Join(argv, " "))
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("localcluster: start member %d: %w", n.ID, err)
+	}
+	if c.cfg.OnLaunch != nil {
+		c.cfg.OnLaunch(n.ID, cmd.Process.Pid)
 	}
 	exited := make(chan struct{})
 	n.proc, n.exited, n.state = cmd.Process, exited, nil

@@ -73,6 +73,11 @@ type RereplicateConfig struct {
 	ProfileSource bool
 	// Strace is the strace binary ("": found on PATH).
 	Strace string
+	// CPUProfileDir, when set, makes each datanode of the restarted
+	// cluster (the copies) write a CPU profile dn<i>.pprof there, and this
+	// process (the meta service) bench.pprof from the restart to full
+	// replication.
+	CPUProfileDir string
 	// Progress receives progress lines (nil: stderr when a terminal).
 	Progress io.Writer
 }
@@ -107,6 +112,10 @@ type CPUUse struct {
 	// moved (copied, or measured for a limit).
 	CPUs            int     `json:"cpus"`
 	CPUSecondsPerGB float64 `json:"cpu_s_per_gb"`
+	// ProcessCPUSecondsPerGB: Spindle's processes' CPU time (the
+	// datanodes and this one, tracked from the restart) per GB copied; for
+	// the copy window only.
+	ProcessCPUSecondsPerGB float64 `json:"process_cpu_s_per_gb,omitempty"`
 }
 
 // cpuSampleInterval: the copy window lasts about a second at 2 GiB on
@@ -121,7 +130,53 @@ func cpuUse(s *bench.CPUSampler, from, to time.Time, bytes int64) (CPUUse, bool)
 	if !ok {
 		return CPUUse{}, false
 	}
-	return CPUUse{CPUWindow: w, CPUs: runtime.NumCPU(), CPUSecondsPerGB: w.BusyCPUSeconds / (float64(bytes) / 1e9)}, true
+	u := CPUUse{CPUWindow: w, CPUs: runtime.NumCPU(), CPUSecondsPerGB: w.BusyCPUSeconds / (float64(bytes) / 1e9)}
+	if w.ProcessCPUSeconds > 0 {
+		u.ProcessCPUSecondsPerGB = w.ProcessCPUSeconds / (float64(bytes) / 1e9)
+	}
+	return u, true
+}
+
+// otherCPUsNote is the share of a CPU that other processes may use during
+// the copies before the run says its ratio is not this machine's alone.
+const otherCPUsNote = 0.25
+
+// otherCPUs reports, in res.Extra, the CPUs that processes other than
+// Spindle's used during the copies (machine busy time minus Spindle's
+// processes') and during the loopback limit (minus this process's): the
+// copies need every CPU of a small machine and the single-stream loopback
+// about one, so load from elsewhere lowers the ratio, or raises it when
+// the limit is the one starved.
+func otherCPUs(res *RereplicateResult) {
+	if u, ok := res.CPU["copy"]; ok && u.ProcessCPUSeconds > 0 && u.Seconds > 0 {
+		o := max(u.BusyCPUSeconds-u.ProcessCPUSeconds, 0) / u.Seconds
+		res.Extra["other_cpus_during_copies"] = o
+		if o > otherCPUsNote {
+			res.AddNote("other processes used %.2f of the %d CPUs during the copies: the ratio is not this machine's alone", o, u.CPUs)
+		}
+	}
+	if u, ok := res.CPU["loopback"]; ok && u.Seconds > 0 && res.Limits.Loopback.CPUSeconds > 0 {
+		o := max(u.BusyCPUSeconds-res.Limits.Loopback.CPUSeconds, 0) / u.Seconds
+		res.Extra["other_cpus_during_loopback_limit"] = o
+		if o > otherCPUsNote {
+			res.AddNote("other processes used %.2f of the %d CPUs during the loopback limit", o, u.CPUs)
+		}
+	}
+}
+
+// cpuBoundLimit is what the machine's CPUs could copy if every one did
+// nothing but a copy's share of work of the two single-stream limits that
+// burn CPU on the same machine (loopback: sendfile and the receiver's
+// read; disk write: the target's pwrite), in MB/s: NumCPU / (loopback +
+// disk write CPU-s per GB). 0 when either was not measured. Where disk
+// and network are the same CPUs (tmpfs and loopback on one host) a copy
+// cannot beat it, whatever the single-stream limits say.
+func cpuBoundLimit(l bench.CopyLimits) float64 {
+	c := l.Loopback.CPUSecondsPerGB + l.DiskWrite.CPUSecondsPerGB
+	if l.Loopback.CPUSecondsPerGB <= 0 || l.DiskWrite.CPUSecondsPerGB <= 0 {
+		return 0
+	}
+	return float64(runtime.NumCPU()) * 1e3 / c
 }
 
 // Rereplicate runs the experiment: generate, start, check keys, stop,
@@ -265,7 +320,32 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 		res.Limits.DiskRead.MBPerS, res.Limits.DiskWrite.MBPerS, res.Limits.Loopback.MBPerS, res.Limits.Limit, res.Limits.LimitedBy)
 
 	// 5. Restart and wait for the replicas.
+	stopProf := func() {}
+	if cfg.CPUProfileDir != "" {
+		if err := os.MkdirAll(cfg.CPUProfileDir, 0o755); err != nil {
+			return nil, fmt.Errorf("rereplicate: %w", err)
+		}
+		scfg.DatanodeNodeArgs = func(id int) []string {
+			return []string{"--cpuprofile", filepath.Join(cfg.CPUProfileDir, fmt.Sprintf("dn%d.pprof", id))}
+		}
+		if stopProf, err = startCPUProfile(filepath.Join(cfg.CPUProfileDir, "bench.pprof")); err != nil {
+			return nil, fmt.Errorf("rereplicate: %w", err)
+		}
+		defer stopProf()
+	}
 	progress("restarting the cluster; waiting until every container has 3 replicas again")
+	// Spindle's processes (this one, with the meta service; the
+	// datanodes, from their start) from the restart to full replication:
+	// a window wider than the copies' (it holds the datanodes' start).
+	// Copies begin before server.Start returns (it waits for a writable
+	// pipeline), so the meter opens before it.
+	procCPU := bench.StartCPU(nil)
+	if sampler != nil {
+		// The datanodes are tracked from their launch: copies may begin
+		// before server.Start returns.
+		sampler.Track([]bench.Proc{{Name: bench.SelfProcName, PID: os.Getpid()}})
+		scfg.DatanodeOnLaunch = func(id, pid int) { sampler.Track([]bench.Proc{{Name: fmt.Sprintf("dn%d", id), PID: pid}}) }
+	}
 	srv, err = server.Start(ctx, scfg)
 	if err != nil {
 		return nil, fmt.Errorf("rereplicate: restarting the cluster: %w", err)
@@ -289,12 +369,13 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 		}
 		progress("tracing node %d (pid %d) with strace", traced, srv.Cluster().PID(m.ID))
 	}
-	// Spindle's processes (this one, with the meta service; the
-	// datanodes) from the restart to full replication: a window wider
-	// than the copies' (it holds the datanodes' start), known now.
-	procCPU := bench.StartCPU(srv.Cluster().Procs())
+	procCPU.AddStarted(srv.Cluster().Procs())
 	st, err := waitReplicated(ctx, srv.Meta(), lost, held, progress)
-	procUse := procCPU.Stop(int64(st.CopiedContainers), int64(st.CopiedBytes))
+	stopProf()
+	var procUse bench.CPUUse
+	if err == nil {
+		procUse = procCPU.Stop(int64(st.CopiedContainers), int64(st.CopiedBytes))
+	}
 	if tracer != nil {
 		tracer.stop()
 	}
@@ -341,6 +422,12 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 	res.AddNote("cpu_seconds: Spindle's processes from the restart to full replication (the datanodes' start included), per container copied and per GB copied; cpu: the machine's CPU during the copy window and each copy limit")
 	res.Containers, res.CopiedBytes, res.FailedCopies = int(st.CopiedContainers), st.CopiedBytes, st.FailedCopies
 	res.Extra = map[string]any{"seconds_from_decision": decided, "mb_per_s_from_decision": float64(st.CopiedBytes) / 1e6 / max(decided, 1e-9)}
+	if lim := cpuBoundLimit(res.Limits); lim > 0 {
+		res.Extra["cpu_bound_limit_mb_per_s"] = lim
+		res.Extra["ratio_to_cpu_bound_limit"] = res.MBPerS / lim
+		res.AddNote("extra.cpu_bound_limit_mb_per_s: NumCPU / (loopback + disk write CPU-s per GB, this process's CPU during each limit): what the CPUs could copy doing only that work, an upper bound when disk and network are the same CPUs (tmpfs, loopback); the baseline stays the slowest single-stream limit")
+	}
+	otherCPUs(res)
 	res.Params = map[string]any{"size_bytes": cfg.SizeBytes, "datanodes": cfg.Datanodes, "container_size_bytes": cfg.ContainerSizeBytes,
 		"max_copies": cfg.MaxCopies, "max_copies_per_node": cfg.MaxCopiesPerNode, "heartbeat_ms": rereplicateHeartbeat.Milliseconds()}
 	if res.SourceProfile != nil {
@@ -352,8 +439,10 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 	if u, ok := res.CPU["copy"]; ok {
 		w := res.CPU["disk_write"]
 		l := res.CPU["loopback"]
-		progress("CPU, machine-wide (%d CPUs): copies %.0f %% busy, %.2f CPU-s/GB; limits alone: disk write %.0f %% busy, %.2f CPU-s/GB; loopback %.0f %%, %.2f CPU-s/GB",
-			u.CPUs, 100*u.BusyFraction, u.CPUSecondsPerGB, 100*w.BusyFraction, w.CPUSecondsPerGB, 100*l.BusyFraction, l.CPUSecondsPerGB)
+		progress("CPU, machine-wide (%d CPUs): copies %.0f %% busy, %.2f CPU-s/GB (Spindle's processes %.2f); limits alone: disk write %.0f %% busy, %.2f CPU-s/GB; loopback %.0f %%, %.2f CPU-s/GB",
+			u.CPUs, 100*u.BusyFraction, u.CPUSecondsPerGB, u.ProcessCPUSecondsPerGB, 100*w.BusyFraction, w.CPUSecondsPerGB, 100*l.BusyFraction, l.CPUSecondsPerGB)
+		progress("CPU of the limits' own streams: loopback %.2f CPU-s/GB, disk write %.2f, disk read %.2f: CPU-bound copy limit %.0f MB/s",
+			res.Limits.Loopback.CPUSecondsPerGB, res.Limits.DiskWrite.CPUSecondsPerGB, res.Limits.DiskRead.CPUSecondsPerGB, cpuBoundLimit(res.Limits))
 	}
 
 	// 6. Keys read back after.

@@ -85,6 +85,9 @@ type Config struct {
 	// DatanodeNodeArgs, when set, returns more arguments for datanode id
 	// (1-based).
 	DatanodeNodeArgs func(id int) []string
+	// DatanodeOnLaunch, when set, is called with each datanode's ID and
+	// process ID as it is started (localcluster.Config.OnLaunch).
+	DatanodeOnLaunch func(id, pid int)
 	ReadyTimeout     time.Duration
 	Logger           *slog.Logger
 	// S3 configures the S3 gateway Run starts (s3.go).
@@ -196,6 +199,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		Addrs:     st.DatanodeAddrs,
 		ExtraArgs: cfg.DatanodeArgs,
 		NodeArgs:  cfg.DatanodeNodeArgs,
+		OnLaunch:  cfg.DatanodeOnLaunch,
 		Env:       cfg.DatanodeEnv,
 	})
 	if err != nil {
