@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/spindle-store/spindle/internal/client"
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/transport"
@@ -61,6 +62,13 @@ type PutResult struct {
 // written and what a pipeline failure does. An error means no key was
 // committed by this Put, unless it is a CommitKey error that leaves the
 // outcome unknown (the meta service's answer was lost).
+//
+// r reads straight into the Put's chunk buffers, which the Put changes
+// only by reading r into them again and drops (never reuses elsewhere)
+// when it returns: a reader may go on reading the bytes a Read returned
+// after it returned, until its next Read into the same bytes or the Put's
+// return (the S3 gateway hashes them asynchronously so). Keep it so if
+// buffers are ever pooled across Puts.
 func (c *Client) Put(ctx context.Context, bucket, key string, r io.Reader, opts PutOptions) (PutResult, error) {
 	if err := validName(bucket, key); err != nil {
 		return PutResult{}, err
@@ -370,17 +378,34 @@ func (s *putStream) readChunk() (bool, error) {
 		return true, nil
 	}
 	data = data[:got]
-	s.crc = crc32.Update(s.crc, castagnoli, data)
+	sums := engine.ComputeChecksums(nil, data, s.o.BytesPerChecksum)
+	s.crc = s.appendCRC(s.crc, sums, len(data))
 	s.size += uint64(got)
 	if b == nil {
 		if b, err = s.openBlock(s.size - uint64(got)); err != nil {
 			return false, err
 		}
 	}
-	ch := &pchunk{data: data, sums: engine.ComputeChecksums(nil, data, s.o.BytesPerChecksum), off: b.fill}
+	ch := &pchunk{data: data, sums: sums, off: b.fill}
 	b.fill += uint64(got)
 	b.buf = append(b.buf, ch)
 	return true, nil
+}
+
+// appendCRC is the CRC32C of the value so far (crc) followed by n bytes
+// whose pieces have the CRC32Cs sums: combined, not computed again over
+// the bytes (a piece is BytesPerChecksum bytes, the last one perhaps
+// fewer).
+func (s *putStream) appendCRC(crc uint32, sums []uint32, n int) uint32 {
+	bpc := int(s.o.BytesPerChecksum)
+	for i, sum := range sums {
+		if k := min(bpc, n-i*bpc); k == bpc {
+			crc = s.c.pieceShift.Apply(crc) ^ sum
+		} else {
+			crc = crc32c.Combine(crc, sum, uint64(k))
+		}
+	}
+	return crc
 }
 
 // openBlock allocates a block at offset base of the value, on a pipeline
