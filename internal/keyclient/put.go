@@ -37,6 +37,13 @@ type PutOptions struct {
 	// NoInline writes the value to blocks whatever its size (a Commit
 	// that cannot store a value inline: a multipart upload's part).
 	NoInline bool
+	// SizeHintBytes, when more than 0, is the value's expected size (an
+	// HTTP Content-Length, a file's size): chunk buffers are sized to what
+	// is left of it (plus one byte, to see the end in the same read)
+	// rather than ChunkSize, so a 1 MiB value does not allocate and zero a
+	// 4 MiB buffer. Only buffers: a value of another size is written all
+	// the same.
+	SizeHintBytes int64
 }
 
 // PutResult is what a Put did.
@@ -85,6 +92,7 @@ func (c *Client) Put(ctx context.Context, bucket, key string, r io.Reader, opts 
 	}
 	s := &putStream{
 		c: c, o: &c.opts, ctx: ctx, bucket: bucket, key: key, r: r, progress: opts.Progress, commitFn: opts.Commit,
+		sizeHint:    opts.SizeHintBytes,
 		events:      make(chan putEvent, c.opts.InFlight+1),
 		maxBuffered: c.opts.MaxBufferedChunks(),
 		perCommit:   c.opts.chunksPerCommit(),
@@ -157,6 +165,7 @@ type putStream struct {
 	commitFn    func(context.Context, metaapi.CommitKey) (metaapi.KeyInfo, error)
 	maxBuffered int
 	perCommit   int
+	sizeHint    int64 // PutOptions.SizeHintBytes
 
 	events      chan putEvent
 	outstanding int // goroutines started that have not reported yet
@@ -360,9 +369,14 @@ func (s *putStream) readChunk() (bool, error) {
 	if b != nil {
 		n = min(n, uint64(s.o.BlockSize)-b.fill)
 	}
+	if hint := uint64(s.sizeHint); s.sizeHint > 0 && hint >= s.size {
+		n = min(n, hint-s.size+1) // +1: the end is seen in this read
+	}
 	var data []byte
-	if k := len(s.free); k > 0 {
+	if k := len(s.free); k > 0 && uint64(cap(s.free[k-1])) >= n {
 		data, s.free = s.free[k-1][:n], s.free[:k-1]
+	} else if s.sizeHint > 0 {
+		data = make([]byte, n)
 	} else {
 		data = make([]byte, n, s.o.ChunkSize)
 	}

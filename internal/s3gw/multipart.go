@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/versity/versitygw/backend"
@@ -73,7 +74,8 @@ func (b *Backend) UploadPart(ctx context.Context, in *s3.UploadPartInput) (*s3.U
 	defer chk.hr.wait() // the key client's buffers are not read after the put
 	var part metaapi.Part
 	_, err = b.kc.Put(ctx, ref.Bucket, ref.Key, chk.r, keyclient.PutOptions{
-		NoInline: true, // a part's record holds blocks only
+		NoInline:      true, // a part's record holds blocks only
+		SizeHintBytes: aws.ToInt64(in.ContentLength),
 		Commit: func(ctx context.Context, ck metaapi.CommitKey) (metaapi.KeyInfo, error) {
 			if err := chk.verify(ck.CRC32C); err != nil {
 				return metaapi.KeyInfo{}, err

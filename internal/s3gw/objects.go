@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/gofiber/fiber/v3"
@@ -223,6 +224,7 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	}
 	cond := metaapi.Conditions{IfMatch: deref(po.IfMatch), IfNoneMatch: deref(po.IfNoneMatch)}
 	res, err := b.kc.Put(ctx, bucket, key, chk.r, keyclient.PutOptions{
+		SizeHintBytes: aws.ToInt64(po.ContentLength),
 		Commit: func(ctx context.Context, ck metaapi.CommitKey) (metaapi.KeyInfo, error) {
 			if err := chk.verify(ck.CRC32C); err != nil {
 				return metaapi.KeyInfo{}, err
@@ -577,7 +579,8 @@ func (b *Backend) copyInto(ctx context.Context, src metaapi.KeyInfo, offset, len
 	hr := &hashingReader{r: body, h: h}
 	defer hr.wait()
 	res, err := b.kc.Put(ctx, bucket, key, hr, keyclient.PutOptions{
-		NoInline: noInline,
+		NoInline:      noInline,
+		SizeHintBytes: length,
 		Commit: func(ctx context.Context, ck metaapi.CommitKey) (metaapi.KeyInfo, error) {
 			if ck.Size != uint64(length) {
 				return metaapi.KeyInfo{}, fmt.Errorf("s3gw: copy read %d bytes of %d", ck.Size, length)
