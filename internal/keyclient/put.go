@@ -393,7 +393,7 @@ func (s *putStream) readChunk() (bool, error) {
 	}
 	data = data[:got]
 	sums := engine.ComputeChecksums(nil, data, s.o.BytesPerChecksum)
-	s.crc = s.appendCRC(s.crc, sums, len(data))
+	s.crc = appendPieceCRCs(s.crc, s.c.pieceShift, int(s.o.BytesPerChecksum), sums, len(data))
 	s.size += uint64(got)
 	if b == nil {
 		if b, err = s.openBlock(s.size - uint64(got)); err != nil {
@@ -406,15 +406,14 @@ func (s *putStream) readChunk() (bool, error) {
 	return true, nil
 }
 
-// appendCRC is the CRC32C of the value so far (crc) followed by n bytes
-// whose pieces have the CRC32Cs sums: combined, not computed again over
-// the bytes (a piece is BytesPerChecksum bytes, the last one perhaps
-// fewer).
-func (s *putStream) appendCRC(crc uint32, sums []uint32, n int) uint32 {
-	bpc := int(s.o.BytesPerChecksum)
+// appendPieceCRCs is the CRC32C of a value so far (crc) followed by n
+// bytes whose pieces of bpc bytes (the last one perhaps fewer) have the
+// CRC32Cs sums: combined (shift appends a piece of bpc bytes), not
+// computed again over the bytes.
+func appendPieceCRCs(crc uint32, shift *crc32c.Shift, bpc int, sums []uint32, n int) uint32 {
 	for i, sum := range sums {
 		if k := min(bpc, n-i*bpc); k == bpc {
-			crc = s.c.pieceShift.Apply(crc) ^ sum
+			crc = shift.Apply(crc) ^ sum
 		} else {
 			crc = crc32c.Combine(crc, sum, uint64(k))
 		}
