@@ -14,8 +14,9 @@
 // hashes the digests that have pieces queued, each in a lane, in rounds of
 // at most RoundBytes per lane. Work is due when every lane can be filled
 // (Lanes digests with bytes queued) or when someone waits for a digest
-// (its next write after a small one, Wait, Sum, Reuse): then every digest
-// with bytes queued goes along, up to Lanes. So lanes fill, and hashing is
+// (Wait, Sum, Reuse): then every digest with bytes queued goes along, up
+// to Lanes, those waited for first, the others in turn round by round
+// (pick). So lanes fill, and hashing is
 // deferred, never skipped: a sum waits for its digest's pieces. A round of
 // fewer than MinLanes lanes hashes only the digests waited for, with
 // crypto/md5's block function (faster for so few). Small writes of a
@@ -333,18 +334,11 @@ func due(lanes []*lane) bool {
 // combine is the combiner goroutine: it hashes rounds of the queued lanes
 // while any is due.
 func (b *Batcher) combine() {
-	var lanes []*lane
+	lanes := make([]*lane, 0, Lanes)
 	var work [Lanes][]byte
 	b.mu.Lock()
 	for {
-		for len(lanes) < Lanes && len(b.queue) > 0 {
-			lanes = append(lanes, b.queue[0])
-			b.queue[0] = nil
-			b.queue = b.queue[1:]
-		}
-		if len(b.queue) == 0 {
-			b.queue = nil // let the array go
-		}
+		lanes = b.pick(lanes)
 		if !due(lanes) {
 			// Nothing due (the queue is empty): the lanes wait for
 			// others to join them or for someone to wait.
@@ -396,6 +390,41 @@ func (b *Batcher) combine() {
 		clear(lanes[len(kept):])
 		lanes = kept
 	}
+}
+
+// pick returns the lanes of the next round: every lane (those of the last
+// round, then the queue) in turn, those someone waits for first, up to
+// Lanes; the others stay queued, in order. So with more than Lanes digests
+// streaming, each gets its turn, and one waited for is not held up behind
+// long uploads. b.mu held.
+func (b *Batcher) pick(last []*lane) []*lane {
+	q := append(b.queue, last...)
+	lanes := last[:0]
+	urgent := 0
+	for _, l := range q {
+		if l.wake != nil {
+			urgent++
+		}
+	}
+	others := Lanes - min(urgent, Lanes) // slots left for lanes not waited for
+	rest := q[:0]                        // compacted in place: written at or behind the read
+	for _, l := range q {
+		switch {
+		case len(lanes) < Lanes && l.wake != nil:
+			lanes = append(lanes, l)
+		case len(lanes) < Lanes && l.wake == nil && others > 0:
+			lanes = append(lanes, l)
+			others--
+		default:
+			rest = append(rest, l)
+		}
+	}
+	clear(q[len(rest):])
+	b.queue = rest
+	if len(rest) == 0 {
+		b.queue = nil // let the array go
+	}
+	return lanes
 }
 
 // round hashes work[i] (whole blocks, not empty) into lanes[i].s.

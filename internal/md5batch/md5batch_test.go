@@ -150,6 +150,52 @@ func TestPieceOrderAfterPark(t *testing.T) {
 	}
 }
 
+// TestPickWaitedForFirst: with more digests than lanes, a round takes
+// the lanes someone waits for first, then the others in turn (the last
+// round's go behind the queue); the rest stay queued, in order.
+func TestPickWaitedForFirst(t *testing.T) {
+	b := New()
+	all := make([]*lane, 20)
+	for i := range all {
+		all[i] = &lane{}
+	}
+	all[1].wake, all[2].wake = make(chan struct{}), make(chan struct{}) // waited for, in the last round
+	b.queue = append([]*lane(nil), all[4:]...)
+	last := append(make([]*lane, 0, Lanes), all[:4]...) // the last round's
+	got := b.pick(last)
+	want := append(append([]*lane(nil), all[4:18]...), all[1], all[2])
+	if len(got) != Lanes || !sameLanes(got, want) {
+		t.Errorf("picked %v, want %v", indexes(all, got), indexes(all, want))
+	}
+	if wantQ := []*lane{all[18], all[19], all[0], all[3]}; !sameLanes(b.queue, wantQ) {
+		t.Errorf("left queued %v, want %v", indexes(all, b.queue), indexes(all, wantQ))
+	}
+}
+
+func sameLanes(a, b []*lane) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func indexes(all, ls []*lane) []int {
+	var out []int
+	for _, l := range ls {
+		for i, m := range all {
+			if l == m {
+				out = append(out, i)
+			}
+		}
+	}
+	return out
+}
+
 // TestOverlap: Reuse's overlap test.
 func TestOverlap(t *testing.T) {
 	buf := make([]byte, 100)
