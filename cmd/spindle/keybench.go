@@ -248,5 +248,6 @@ layer costs. --endpoint measures any S3 server instead (with --access-key and
 	f.StringVar(&cfg.Bucket, "bucket", scenario.DefaultKeyBenchBucket, "bucket of the objects (created when missing)")
 	f.StringVar(&cfg.Prefix, "prefix", "", "object name prefix (default s3-DATE-TIME-PID/)")
 	f.BoolVar(&cfg.NoBaseline, "no-baseline", false, "skip the key client's baseline run")
+	f.StringVar(&cfg.CPUProfileDir, "cpuprofile-dir", "", "write CPU profiles of this process (client, gateway, meta service) over the timed loops here: s3.pprof and baseline.pprof")
 	return cmd
 }

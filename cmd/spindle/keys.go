@@ -132,7 +132,7 @@ checking every key's name before the first put.`,
 				}
 				start := time.Now()
 				bar := startTransferProgress(cmd.ErrOrStderr(), !noProgress, "put "+bucket+"/"+key, total)
-				res, err := kc.Put(cmd.Context(), bucket, key, in, keyclient.PutOptions{Progress: bar.set})
+				res, err := kc.Put(cmd.Context(), bucket, key, in, keyclient.PutOptions{Progress: bar.set, SizeHintBytes: total})
 				bar.finish(err == nil)
 				if errors.Is(err, errSizeMismatch) {
 					return usageErr(fmt.Errorf("%w (nothing stored)", err))

@@ -195,6 +195,8 @@ type readReq struct {
 	off, len uint64 // in the block
 	done     chan struct{}
 	data     []byte
+	sums     []uint32 // CRC32C of each piece of data (bpc bytes), verified
+	bpc      uint32
 	err      error
 }
 
@@ -246,7 +248,13 @@ func (g *getStream) run(ctx context.Context, offset, length uint64) error {
 			return r.err
 		}
 		if g.whole {
-			g.crc = crc32.Update(g.crc, castagnoli, r.data)
+			if r.bpc == g.c.opts.BytesPerChecksum {
+				// The pieces' CRC32Cs, verified against the bytes by
+				// ReadChunk, combined: no second pass over the bytes.
+				g.crc = appendPieceCRCs(g.crc, g.c.pieceShift, int(r.bpc), r.sums, len(r.data))
+			} else {
+				g.crc = crc32.Update(g.crc, castagnoli, r.data)
+			}
 		}
 		if _, err := g.w.Write(r.data); err != nil {
 			return fmt.Errorf("writing the value: %w", err)
@@ -273,15 +281,18 @@ func (g *getStream) start(ctx context.Context, r *readReq) error {
 	pref := &g.pref[r.block]
 	go func() {
 		defer close(r.done)
-		r.data, r.err = readReplicas(ctx, pc.c, kb, pref, r.off, r.len)
+		var ch client.Chunk
+		ch, r.err = readReplicas(ctx, pc.c, kb, pref, r.off, r.len)
+		r.data, r.sums, r.bpc = ch.Data, ch.Checksums, ch.BytesPerChecksum
 	}()
 	return nil
 }
 
 // readReplicas reads a range of a block from its replicas in turn, from
-// the preferred one, until one answers with verified bytes. A replica that
-// fails makes the next one preferred for later reads of the block.
-func readReplicas(ctx context.Context, cl *client.Client, kb *metaapi.KeyBlock, pref *atomic.Int32, off, n uint64) ([]byte, error) {
+// the preferred one, until one answers with verified bytes (and their
+// pieces' checksums). A replica that fails makes the next one preferred for
+// later reads of the block.
+func readReplicas(ctx context.Context, cl *client.Client, kb *metaapi.KeyBlock, pref *atomic.Int32, off, n uint64) (client.Chunk, error) {
 	id := client.BlockID{Container: kb.Container, Local: kb.Local}
 	members := kb.Members
 	start := int(pref.Load())
@@ -290,10 +301,10 @@ func readReplicas(ctx context.Context, cl *client.Client, kb *metaapi.KeyBlock, 
 		k := (start + i) % len(members)
 		ch, err := cl.ReadChunk(ctx, members[k].Addr, id, off, n)
 		if err == nil {
-			return ch.Data, nil
+			return ch, nil
 		}
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return client.Chunk{}, ctx.Err()
 		}
 		var se *transport.StatusError
 		if errors.As(err, &se) && se.Status == transport.StatusCorrupt {
@@ -302,7 +313,7 @@ func readReplicas(ctx context.Context, cl *client.Client, kb *metaapi.KeyBlock, 
 		errs = append(errs, fmt.Errorf("%s: %w", members[k].Addr, err))
 		pref.CompareAndSwap(int32(k), int32((k+1)%len(members)))
 	}
-	return nil, fmt.Errorf("read %d bytes at %d of block %s (pipeline %d): every replica failed: %w", n, off, id, kb.Pipeline, errs)
+	return client.Chunk{}, fmt.Errorf("read %d bytes at %d of block %s (pipeline %d): every replica failed: %w", n, off, id, kb.Pipeline, errs)
 }
 
 // replicaErrors are the errors of every replica of a read, on one line;

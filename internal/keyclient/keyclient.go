@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/client"
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
@@ -219,6 +220,9 @@ type Client struct {
 	log    *slog.Logger
 	writes *pool // pipeline clients of writes (retrying on the leader)
 	reads  *pool // pipeline clients of reads (few attempts per replica)
+	// pieceShift appends a piece of BytesPerChecksum bytes to a CRC32C: a
+	// put makes the value's CRC32C from its pieces' (crc32c.Shift).
+	pieceShift *crc32c.Shift
 }
 
 // New returns a Client of the key store whose namespace is meta.
@@ -236,8 +240,9 @@ func New(meta Meta, opts Options) (*Client, error) {
 	ro.AttemptTimeout = min(o.ReadTimeout, max(ro.AttemptTimeout, client.DefaultAttemptTimeout))
 	return &Client{
 		meta: meta, opts: o, log: o.Logger,
-		writes: newPool(o.Pipeline, o.MaxPipelineClients),
-		reads:  newPool(ro, o.MaxPipelineClients),
+		writes:     newPool(o.Pipeline, o.MaxPipelineClients),
+		reads:      newPool(ro, o.MaxPipelineClients),
+		pieceShift: crc32c.NewShift(uint64(o.BytesPerChecksum)),
 	}, nil
 }
 

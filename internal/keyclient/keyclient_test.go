@@ -147,6 +147,35 @@ func TestPutGetSizes(t *testing.T) {
 	}
 }
 
+// TestPutSizeHint: a size hint sizes the chunk buffers only: values of
+// the size hinted, and of more or fewer bytes than hinted, read back
+// byte-exact with their CRC32C; with the size right, the chunks are as
+// many as without a hint.
+func TestPutSizeHint(t *testing.T) {
+	p := newFakePipeline(t, 1, 3)
+	kc, _ := setup(t, fakeOptions(), p)
+	ctx := testCtx(t)
+	for _, size := range []int{fChunk - 1, fChunk, 2*fChunk + 5, fBlock + 3} {
+		for _, hint := range []int{size, size - 100, size + 100, 1} {
+			t.Run(fmt.Sprintf("%d-hint-%d", size, hint), func(t *testing.T) {
+				data := randomBytes(uint64(size), size)
+				key := fmt.Sprintf("hint/%d/%d", size, hint)
+				res, err := kc.Put(ctx, bkt, key, bytes.NewReader(data), keyclient.PutOptions{SizeHintBytes: int64(hint)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ki := mustGet(t, ctx, kc, key, data)
+				if ki.CRC32C != crc(data) {
+					t.Errorf("crc32c %08x, want %08x", ki.CRC32C, crc(data))
+				}
+				if want := (size + fChunk - 1) / fChunk; hint == size && res.Chunks != want {
+					t.Errorf("%d chunks, want %d", res.Chunks, want)
+				}
+			})
+		}
+	}
+}
+
 func TestPutReplacesKey(t *testing.T) {
 	p := newFakePipeline(t, 1, 1)
 	kc, _ := setup(t, fakeOptions(), p)

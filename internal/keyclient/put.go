@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/spindle-store/spindle/internal/client"
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/transport"
@@ -36,6 +37,13 @@ type PutOptions struct {
 	// NoInline writes the value to blocks whatever its size (a Commit
 	// that cannot store a value inline: a multipart upload's part).
 	NoInline bool
+	// SizeHintBytes, when more than 0, is the value's expected size (an
+	// HTTP Content-Length, a file's size): chunk buffers are sized to what
+	// is left of it (plus one byte, to see the end in the same read)
+	// rather than ChunkSize, so a 1 MiB value does not allocate and zero a
+	// 4 MiB buffer. Only buffers: a value of another size is written all
+	// the same.
+	SizeHintBytes int64
 }
 
 // PutResult is what a Put did.
@@ -61,6 +69,13 @@ type PutResult struct {
 // written and what a pipeline failure does. An error means no key was
 // committed by this Put, unless it is a CommitKey error that leaves the
 // outcome unknown (the meta service's answer was lost).
+//
+// r reads straight into the Put's chunk buffers, which the Put changes
+// only by reading r into them again and drops (never reuses elsewhere)
+// when it returns: a reader may go on reading the bytes a Read returned
+// after it returned, until its next Read into the same bytes or the Put's
+// return (the S3 gateway hashes them asynchronously so). Keep it so if
+// buffers are ever pooled across Puts.
 func (c *Client) Put(ctx context.Context, bucket, key string, r io.Reader, opts PutOptions) (PutResult, error) {
 	if err := validName(bucket, key); err != nil {
 		return PutResult{}, err
@@ -77,6 +92,7 @@ func (c *Client) Put(ctx context.Context, bucket, key string, r io.Reader, opts 
 	}
 	s := &putStream{
 		c: c, o: &c.opts, ctx: ctx, bucket: bucket, key: key, r: r, progress: opts.Progress, commitFn: opts.Commit,
+		sizeHint:    opts.SizeHintBytes,
 		events:      make(chan putEvent, c.opts.InFlight+1),
 		maxBuffered: c.opts.MaxBufferedChunks(),
 		perCommit:   c.opts.chunksPerCommit(),
@@ -149,6 +165,7 @@ type putStream struct {
 	commitFn    func(context.Context, metaapi.CommitKey) (metaapi.KeyInfo, error)
 	maxBuffered int
 	perCommit   int
+	sizeHint    int64 // PutOptions.SizeHintBytes
 
 	events      chan putEvent
 	outstanding int // goroutines started that have not reported yet
@@ -352,9 +369,14 @@ func (s *putStream) readChunk() (bool, error) {
 	if b != nil {
 		n = min(n, uint64(s.o.BlockSize)-b.fill)
 	}
+	if hint := uint64(s.sizeHint); s.sizeHint > 0 && hint >= s.size {
+		n = min(n, hint-s.size+1) // +1: the end is seen in this read
+	}
 	var data []byte
-	if k := len(s.free); k > 0 {
+	if k := len(s.free); k > 0 && uint64(cap(s.free[k-1])) >= n {
 		data, s.free = s.free[k-1][:n], s.free[:k-1]
+	} else if s.sizeHint > 0 {
+		data = make([]byte, n)
 	} else {
 		data = make([]byte, n, s.o.ChunkSize)
 	}
@@ -370,17 +392,33 @@ func (s *putStream) readChunk() (bool, error) {
 		return true, nil
 	}
 	data = data[:got]
-	s.crc = crc32.Update(s.crc, castagnoli, data)
+	sums := engine.ComputeChecksums(nil, data, s.o.BytesPerChecksum)
+	s.crc = appendPieceCRCs(s.crc, s.c.pieceShift, int(s.o.BytesPerChecksum), sums, len(data))
 	s.size += uint64(got)
 	if b == nil {
 		if b, err = s.openBlock(s.size - uint64(got)); err != nil {
 			return false, err
 		}
 	}
-	ch := &pchunk{data: data, sums: engine.ComputeChecksums(nil, data, s.o.BytesPerChecksum), off: b.fill}
+	ch := &pchunk{data: data, sums: sums, off: b.fill}
 	b.fill += uint64(got)
 	b.buf = append(b.buf, ch)
 	return true, nil
+}
+
+// appendPieceCRCs is the CRC32C of a value so far (crc) followed by n
+// bytes whose pieces of bpc bytes (the last one perhaps fewer) have the
+// CRC32Cs sums: combined (shift appends a piece of bpc bytes), not
+// computed again over the bytes.
+func appendPieceCRCs(crc uint32, shift *crc32c.Shift, bpc int, sums []uint32, n int) uint32 {
+	for i, sum := range sums {
+		if k := min(bpc, n-i*bpc); k == bpc {
+			crc = shift.Apply(crc) ^ sum
+		} else {
+			crc = crc32c.Combine(crc, sum, uint64(k))
+		}
+	}
+	return crc
 }
 
 // openBlock allocates a block at offset base of the value, on a pipeline

@@ -20,6 +20,7 @@ import (
 	"github.com/versity/versitygw/s3response"
 
 	"github.com/spindle-store/spindle/internal/keyclient"
+	"github.com/spindle-store/spindle/internal/md5batch"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -31,6 +32,8 @@ type Backend struct {
 	kc     *keyclient.Client
 	region string
 	acls   aclCache
+	// md5s hashes the ETags of every PUT, part and copy, batched.
+	md5s *md5batch.Batcher
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -38,7 +41,7 @@ var _ backend.Backend = (*Backend)(nil)
 // NewBackend returns the backend over the meta service behind mc and the
 // key client kc (which must use mc as its Meta).
 func NewBackend(mc *metaapi.Client, kc *keyclient.Client, region string) *Backend {
-	return &Backend{meta: mc, kc: kc, region: region, acls: aclCache{m: map[string]aclEntry{}, now: time.Now}}
+	return &Backend{meta: mc, kc: kc, region: region, acls: aclCache{m: map[string]aclEntry{}, now: time.Now}, md5s: md5batch.New()}
 }
 
 // String names the backend in versitygw's banner.

@@ -36,11 +36,15 @@
 //     reader sees the object completely or not at all, right after the PUT
 //     returns.
 //   - A PUT streams the body through keyclient.Put (bounded memory: the key
-//     client's chunk window), hashing MD5 and verifying the client's
-//     checksum as it goes (versitygw's HashReader for header checksums,
-//     its chunk readers for trailers and chunk signatures). A mismatch fails
-//     the read before the commit: the blocks written are unreferenced and
-//     the meta service deletes them; no key changes.
+//     client's chunk window), verifying the client's checksum as it goes
+//     (versitygw's HashReader for header checksums, its chunk readers for
+//     trailers and chunk signatures) and hashing the MD5 (ETag): the
+//     Backend's md5batch.Batcher hashes the bytes of the requests in flight
+//     together, asynchronously, while the chunks are written; the commit
+//     waits for the sum, and the put waits for the hashing before it lets
+//     the key client's buffers go (hashingReader). A mismatch fails the
+//     read before the commit: the blocks written are unreferenced and the
+//     meta service deletes them; no key changes.
 //   - A GET streams keyclient.ReadKey into the response through a pipe;
 //     every piece is verified against the CRC32C stored per 16 KiB, and a
 //     whole-object read against the key's CRC32C. x-amz-checksum-crc32c is

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/versity/versitygw/backend"
@@ -61,7 +62,7 @@ func (b *Backend) UploadPart(ctx context.Context, in *s3.UploadPartInput) (*s3.U
 	if _, err := b.meta.GetUpload(ctx, ref); err != nil { // refuse before reading the body
 		return nil, uploadErr(err)
 	}
-	chk, err := newBodyCheck(in.Body, checksumHeaders{
+	chk, err := newBodyCheck(b.md5s, in.Body, checksumHeaders{
 		types.ChecksumAlgorithmCrc32: in.ChecksumCRC32, types.ChecksumAlgorithmCrc32c: in.ChecksumCRC32C,
 		types.ChecksumAlgorithmCrc64nvme: in.ChecksumCRC64NVME, types.ChecksumAlgorithmSha1: in.ChecksumSHA1,
 		types.ChecksumAlgorithmSha256: in.ChecksumSHA256, types.ChecksumAlgorithmSha512: in.ChecksumSHA512,
@@ -70,9 +71,11 @@ func (b *Backend) UploadPart(ctx context.Context, in *s3.UploadPartInput) (*s3.U
 	if err != nil {
 		return nil, err
 	}
+	defer chk.hr.wait() // the key client's buffers are not read after the put
 	var part metaapi.Part
 	_, err = b.kc.Put(ctx, ref.Bucket, ref.Key, chk.r, keyclient.PutOptions{
-		NoInline: true, // a part's record holds blocks only
+		NoInline:      true, // a part's record holds blocks only
+		SizeHintBytes: aws.ToInt64(in.ContentLength),
 		Commit: func(ctx context.Context, ck metaapi.CommitKey) (metaapi.KeyInfo, error) {
 			if err := chk.verify(ck.CRC32C); err != nil {
 				return metaapi.KeyInfo{}, err

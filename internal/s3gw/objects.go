@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"maps"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/gofiber/fiber/v3"
@@ -25,6 +25,7 @@ import (
 	"github.com/versity/versitygw/s3response"
 
 	"github.com/spindle-store/spindle/internal/keyclient"
+	"github.com/spindle-store/spindle/internal/md5batch"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -62,7 +63,8 @@ func standardHeaders(enc, disp, lang, cache, expires, redirect *string) map[stri
 // verified by versitygw's chunk reader, which this only reads back at the
 // end).
 type bodyCheck struct {
-	md5     hash.Hash
+	md5     *md5batch.Digest
+	hr      *hashingReader // reads the body into md5
 	r       io.Reader
 	algo    types.ChecksumAlgorithm
 	header  *utils.HashReader
@@ -83,18 +85,20 @@ var checksumAlgorithms = []types.ChecksumAlgorithm{types.ChecksumAlgorithmCrc32,
 	types.ChecksumAlgorithmSha512, types.ChecksumAlgorithmMd5, types.ChecksumAlgorithmXxhash64,
 	types.ChecksumAlgorithmXxhash3, types.ChecksumAlgorithmXxhash128}
 
-func newBodyCheck(body io.Reader, sums checksumHeaders, sdkAlgo types.ChecksumAlgorithm) (*bodyCheck, error) {
+func newBodyCheck(md5s *md5batch.Batcher, body io.Reader, sums checksumHeaders, sdkAlgo types.ChecksumAlgorithm) (*bodyCheck, error) {
 	if body == nil {
 		body = strings.NewReader("")
 	}
-	c := &bodyCheck{md5: md5.New()}
+	c := &bodyCheck{md5: md5s.NewDigest()}
 	if tr, ok := body.(middlewares.ChecksumReader); ok && tr.Algorithm() != "" {
 		c.trailer = tr
 		c.algo = types.ChecksumAlgorithm(strings.ToUpper(tr.Algorithm()))
-		c.r = io.TeeReader(body, c.md5)
+		c.hr = &hashingReader{r: body, h: c.md5}
+		c.r = c.hr
 		return c, nil
 	}
-	c.r = io.TeeReader(body, c.md5)
+	c.hr = &hashingReader{r: body, h: c.md5}
+	c.r = c.hr
 	for _, algo := range checksumAlgorithms {
 		v := sums[algo]
 		if v == nil || *v == "" {
@@ -120,6 +124,47 @@ func newBodyCheck(body io.Reader, sums checksumHeaders, sdkAlgo types.ChecksumAl
 	}
 	return c, nil
 }
+
+// hashingReader reads r and hashes what it read into h, asynchronously:
+// the gateway's md5batch.Batcher hashes a request's bytes together with
+// other requests' (16 lanes on one core) while the key client goes on
+// reading the body and writing chunks to the datanodes. Each Read fills the
+// caller's buffer (to r's end) in pieces of about hashPieceBytes that end
+// on a 64-byte boundary of the stream, so that the digest gets whole
+// blocks. The caller's buffer is read until the next Read into the same
+// bytes (which waits for it: Reuse) or h.Sum; the owner of a hashingReader
+// calls wait before it lets the buffers go.
+type hashingReader struct {
+	r   io.Reader
+	h   *md5batch.Digest
+	off int64 // bytes read
+}
+
+// hashPieceBytes is the size of the pieces a hashingReader hands its
+// digest (a Batcher's round per lane).
+const hashPieceBytes = md5batch.RoundBytes
+
+func (m *hashingReader) Read(p []byte) (int, error) {
+	m.h.Reuse(p)
+	n := 0
+	for n < len(p) {
+		k := min(len(p)-n, hashPieceBytes-int(m.off%md5.BlockSize))
+		got, err := io.ReadFull(m.r, p[n:n+k])
+		m.h.WriteAsync(p[n : n+got])
+		n += got
+		m.off += int64(got)
+		switch {
+		case err == io.EOF || err == io.ErrUnexpectedEOF:
+			return n, io.EOF // n bytes, then the end
+		case err != nil:
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// wait returns once the digest no longer reads the caller's buffers.
+func (m *hashingReader) wait() { m.h.Wait() }
 
 // etag is the MD5 of what was read, in hex.
 func (c *bodyCheck) etag() string { return hex.EncodeToString(c.md5.Sum(nil)) }
@@ -162,7 +207,7 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	if err := keyErr(key); err != nil {
 		return s3response.PutObjectOutput{}, err
 	}
-	chk, err := newBodyCheck(po.Body, checksumHeaders{
+	chk, err := newBodyCheck(b.md5s, po.Body, checksumHeaders{
 		types.ChecksumAlgorithmCrc32: po.ChecksumCRC32, types.ChecksumAlgorithmCrc32c: po.ChecksumCRC32C,
 		types.ChecksumAlgorithmCrc64nvme: po.ChecksumCRC64NVME, types.ChecksumAlgorithmSha1: po.ChecksumSHA1,
 		types.ChecksumAlgorithmSha256: po.ChecksumSHA256, types.ChecksumAlgorithmSha512: po.ChecksumSHA512,
@@ -171,6 +216,7 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	if err != nil {
 		return s3response.PutObjectOutput{}, err
 	}
+	defer chk.hr.wait() // the key client's buffers are not read after the put
 	om := &metaapi.ObjectMeta{
 		ContentType: deref(po.ContentType),
 		Headers:     standardHeaders(po.ContentEncoding, po.ContentDisposition, po.ContentLanguage, po.CacheControl, po.Expires, po.WebsiteRedirectLocation),
@@ -178,6 +224,7 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	}
 	cond := metaapi.Conditions{IfMatch: deref(po.IfMatch), IfNoneMatch: deref(po.IfNoneMatch)}
 	res, err := b.kc.Put(ctx, bucket, key, chk.r, keyclient.PutOptions{
+		SizeHintBytes: aws.ToInt64(po.ContentLength),
 		Commit: func(ctx context.Context, ck metaapi.CommitKey) (metaapi.KeyInfo, error) {
 			if err := chk.verify(ck.CRC32C); err != nil {
 				return metaapi.KeyInfo{}, err
@@ -528,9 +575,12 @@ func (b *Backend) copyInto(ctx context.Context, src metaapi.KeyInfo, offset, len
 	commit func(ctx context.Context, ck metaapi.CommitKey, etag string) (metaapi.KeyInfo, error)) (metaapi.KeyInfo, error) {
 	body := b.openBody(src, offset, length)
 	defer body.Close()
-	h := md5.New()
-	res, err := b.kc.Put(ctx, bucket, key, io.TeeReader(body, h), keyclient.PutOptions{
-		NoInline: noInline,
+	h := b.md5s.NewDigest()
+	hr := &hashingReader{r: body, h: h}
+	defer hr.wait()
+	res, err := b.kc.Put(ctx, bucket, key, hr, keyclient.PutOptions{
+		NoInline:      noInline,
+		SizeHintBytes: length,
 		Commit: func(ctx context.Context, ck metaapi.CommitKey) (metaapi.KeyInfo, error) {
 			if ck.Size != uint64(length) {
 				return metaapi.KeyInfo{}, fmt.Errorf("s3gw: copy read %d bytes of %d", ck.Size, length)

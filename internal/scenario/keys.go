@@ -231,7 +231,7 @@ func (b *keyBench) close(ctx context.Context) error {
 
 // put writes key i.
 func (b *keyBench) put(ctx context.Context, i int) error {
-	res, err := b.kc.Put(ctx, b.cfg.Bucket, b.cfg.keyName(i), newValueReader(i, b.cfg.SizeBytes), keyclient.PutOptions{})
+	res, err := b.kc.Put(ctx, b.cfg.Bucket, b.cfg.keyName(i), newValueReader(i, b.cfg.SizeBytes), keyclient.PutOptions{SizeHintBytes: b.cfg.SizeBytes})
 	b.chunkWrites.Add(int64(res.Chunks))
 	b.resends.Add(int64(res.Holes))
 	b.failovers.Add(int64(res.Failovers))

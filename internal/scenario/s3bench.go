@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -58,8 +62,12 @@ type S3BenchConfig struct {
 	Bucket, Prefix string
 	// NoBaseline skips the key client's run of the same operations.
 	NoBaseline bool
-	Progress   io.Writer
-	Logger     *slog.Logger
+	// CPUProfileDir, when set, receives CPU profiles of this process (S3
+	// client, gateway and, embedded, the meta service) over the timed
+	// loops: s3.pprof, and baseline.pprof for the key client's run.
+	CPUProfileDir string
+	Progress      io.Writer
+	Logger        *slog.Logger
 }
 
 // S3BenchResult is the S3 bench's result.
@@ -262,7 +270,12 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 	if cfg.Op == "get" {
 		op = get
 	}
+	stopProf, err := cfg.startProfile("s3.pprof")
+	if err != nil {
+		return out, fmt.Errorf("s3: %w", err)
+	}
 	stats, err := loop(name, n, cfg.Duration, op)
+	stopProf()
 	if err != nil {
 		return out, fmt.Errorf("s3: %w", err)
 	}
@@ -298,27 +311,50 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 		}
 		return out, nil
 	}
-	base, err := keyBaseline(ctx, cl, cfg, int(stats.Ops), progress)
+	base, baseCPU, err := keyBaseline(ctx, cl, cfg, int(stats.Ops), progress)
 	if err != nil {
 		return out, fmt.Errorf("s3: baseline: %w", err)
 	}
 	out.SetBaseline(base)
-	out.AddNote("baseline: key-%s of the same %d objects of %s, %d at once, through the key client (default options) on the same cluster, after the S3 run",
+	if baseCPU != nil && stats.CPU != nil {
+		out.AddNote("baseline cpu: %.0f µs/op, %.2f s (%s); the S3 run: %.0f µs/op", baseCPU.CPUUsPerOp, baseCPU.CPUSeconds,
+			cpuByProcess(baseCPU), stats.CPU.CPUUsPerOp)
+	}
+	out.AddNote("baseline: key-%s of the same %d objects of %s, %d at once, through the key client (default options, the size as SizeHintBytes as the gateway passes Content-Length) on the same cluster, after the S3 run",
 		map[string]string{"put": "write", "get": "read"}[cfg.Op], stats.Ops, units.FormatBytes(cfg.SizeBytes), cfg.Concurrency)
 	return out, nil
 }
 
-// keyBaseline runs the same operations through the key client.
-func keyBaseline(ctx context.Context, cl *keyCluster, cfg S3BenchConfig, n int, progress func(string, ...any)) (bench.Baseline, error) {
+// startProfile profiles this process into CPUProfileDir/name until the
+// returned function is called (nothing without CPUProfileDir).
+func (c *S3BenchConfig) startProfile(name string) (func(), error) {
+	if c.CPUProfileDir == "" {
+		return func() {}, nil
+	}
+	return startCPUProfile(filepath.Join(c.CPUProfileDir, name))
+}
+
+// cpuByProcess lists a loop's CPU seconds by process, sorted by name.
+func cpuByProcess(u *bench.CPUUse) string {
+	kv := make([]string, 0, len(u.CPUByProcess))
+	for _, k := range slices.Sorted(maps.Keys(u.CPUByProcess)) {
+		kv = append(kv, fmt.Sprintf("%s=%.2f", k, u.CPUByProcess[k]))
+	}
+	return strings.Join(kv, " ")
+}
+
+// keyBaseline runs the same operations through the key client; the CPU use
+// is the timed loop's (nil when not measured).
+func keyBaseline(ctx context.Context, cl *keyCluster, cfg S3BenchConfig, n int, progress func(string, ...any)) (bench.Baseline, *bench.CPUUse, error) {
 	kc, err := keyclient.New(cl.meta, keyclient.Options{Logger: cfg.Logger})
 	if err != nil {
-		return bench.Baseline{}, err
+		return bench.Baseline{}, nil, err
 	}
 	defer kc.Close()
 	prefix := cfg.Prefix + "baseline/"
 	name := func(i int) string { return fmt.Sprintf("%sk%08d", prefix, i) }
 	put := func(ctx context.Context, i int) error {
-		_, err := kc.Put(ctx, cfg.Bucket, name(i), newValueReader(i, cfg.SizeBytes), keyclient.PutOptions{})
+		_, err := kc.Put(ctx, cfg.Bucket, name(i), newValueReader(i, cfg.SizeBytes), keyclient.PutOptions{SizeHintBytes: cfg.SizeBytes})
 		return err
 	}
 	get := func(ctx context.Context, i int) error {
@@ -341,11 +377,21 @@ func keyBaseline(ctx context.Context, cl *keyCluster, cfg S3BenchConfig, n int, 
 	var stats bench.Stats
 	if cfg.Op == "put" {
 		progress("baseline: key-write of %d objects", n)
+		stopProf, perr := cfg.startProfile("baseline.pprof")
+		if perr != nil {
+			return bench.Baseline{}, nil, perr
+		}
 		stats, err = loop("baseline key-write", put)
+		stopProf()
 	} else {
 		progress("baseline: writing %d keys, then key-read", n)
 		if _, err = loop("baseline (writing)", put); err == nil {
+			stopProf, perr := cfg.startProfile("baseline.pprof")
+			if perr != nil {
+				return bench.Baseline{}, nil, perr
+			}
 			stats, err = loop("baseline key-read", get)
+			stopProf()
 		}
 	}
 	if err == nil && !cl.embedded && !cfg.Keep {
@@ -356,10 +402,10 @@ func keyBaseline(ctx context.Context, cl *keyCluster, cfg S3BenchConfig, n int, 
 		err = deleteKeys(ctx, kc, cfg.Bucket, names)
 	}
 	if err != nil {
-		return bench.Baseline{}, err
+		return bench.Baseline{}, nil, err
 	}
 	return bench.Baseline{OpsPerS: stats.OpsPerS(), MBPerS: stats.MBPerS(), Ops: stats.Ops, Bytes: stats.Bytes,
-		Seconds: stats.Seconds(), LatencyUs: stats.Latency.Summary(), Writers: cfg.Concurrency, ChunkSizeBytes: cfg.SizeBytes}, nil
+		Seconds: stats.Seconds(), LatencyUs: stats.Latency.Summary(), Writers: cfg.Concurrency, ChunkSizeBytes: cfg.SizeBytes}, stats.CPU, nil
 }
 
 // deleteObjects deletes the bench's objects on a server it did not start
