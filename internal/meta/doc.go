@@ -352,8 +352,11 @@
 //
 //   - The log's order is memory's order: a mutation's batch is proposed
 //     under s.mu (propose, instead of the store apply), numbered by the
-//     stint sequence. Every member applies committed entries to its store
-//     in log order, with the applied state in the same batch; an entry that
+//     stint sequence; a batch request's items are staged and proposed
+//     together before s.mu is released (one proposal), and the raft
+//     goroutine folds consecutive proposals into one entry (first..last).
+//     Every member applies committed entries to its store in log order,
+//     each whole, with the applied state in the same batch; an entry that
 //     does not continue the applied state is skipped by every member.
 //   - A leader serves (s.stint ≠ 0) only after applying an entry of its
 //     own term, with memory reloaded from the store then; it stops at the
