@@ -27,8 +27,8 @@ import (
 // A replicated member (raft.go) takes the same path with two changes:
 // apply proposes the batch (into the leader's overlay and, in s.mu order,
 // to the raft log) instead of writing the store — the items of a batch
-// request are staged and proposed together, one proposal — and await waits until
-// the proposal is committed and applied, or, for an answer that proposed
+// request are staged and proposed together, one proposal — and await
+// waits until the proposal is committed, or, for an answer that proposed
 // nothing (frontier), until what it saw is and a ReadIndex round
 // confirmed the leadership.
 

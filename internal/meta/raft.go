@@ -297,9 +297,11 @@ type replicator struct {
 	wmu   sync.Mutex
 	wcond sync.Cond
 	// stint is the term of the current serving stint (0: not serving);
-	// appliedSeq the last of its proposals applied to the store.
-	stint      uint64
-	appliedSeq uint64
+	// appliedSeq the last of its proposals applied to the store,
+	// committedSeq the last known committed (by the raft goroutine, as
+	// raft hands the entries to the apply worker).
+	stint                    uint64
+	appliedSeq, committedSeq uint64
 	// endedTerm is the term of the last stint that ended: a stint never
 	// resumes in its term (its sequence numbers would restart); a leader
 	// whose stint ended while it stays leader hands the leadership over.
@@ -559,10 +561,12 @@ func (r *replicator) notLeader() error {
 	return &metaapi.NotLeaderError{Member: r.id, Leader: id, LeaderAddr: addr}
 }
 
-// await waits, outside s.mu, until p's proposals are applied to the
-// store (committed by a majority first), and, for an answer that made no
-// proposal of its own, until a ReadIndex round confirms that this member
-// was still the leader after the request looked at the state.
+// await waits, outside s.mu, until p's proposals are committed (in the
+// fsynced log of a majority; memory and the overlay hold them already,
+// and a new leader applies every committed entry before it serves), and,
+// for an answer that made no proposal of its own, until a ReadIndex round
+// confirms that this member was still the leader after the request
+// looked at the state.
 func (r *replicator) await(p pending) error {
 	if p.read {
 		if err := r.readBarrier(p.stint); err != nil {
@@ -578,7 +582,7 @@ func (r *replicator) await(p pending) error {
 		if r.stint != p.stint {
 			return fmt.Errorf("%w: meta leadership of term %d lost before the change was known committed: its outcome is unknown", metaapi.ErrUnavailable, p.stint)
 		}
-		if r.appliedSeq >= p.seq {
+		if max(r.appliedSeq, r.committedSeq) >= p.seq {
 			return nil
 		}
 		r.wcond.Wait()
@@ -990,6 +994,7 @@ func (r *replicator) handleReady() {
 		case raft.LocalAppendThread:
 			r.appendq.push(m)
 		case raft.LocalApplyThread:
+			r.noteCommitted(m.GetEntries())
 			r.applyq.push(m)
 		default:
 			r.net.send(m)
@@ -1005,6 +1010,46 @@ func (r *replicator) handleReady() {
 		}
 		delete(r.readBatches, id)
 	}
+}
+
+// noteCommitted lets the waiters of the stint's proposals in ents go:
+// raft hands committed entries to the apply worker only, so their
+// waiters need not wait for the store apply. Only entries of the stint's
+// term count: this leader's own proposals, from its memory, each
+// continuing the one before (a dropped proposal ends the stint before
+// any later one can commit).
+func (r *replicator) noteCommitted(ents []*pb.Entry) {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	if r.stint == 0 {
+		return
+	}
+	for i := len(ents) - 1; i >= 0; i-- {
+		e := ents[i]
+		if e.GetTerm() != r.stint {
+			return // terms only grow: no entry before it is of the stint
+		}
+		if e.GetType() != pb.EntryType_EntryNormal || len(e.GetData()) == 0 {
+			continue
+		}
+		if last, ok := entryLastSeq(e.GetData()); ok && last > r.committedSeq {
+			r.committedSeq = last
+			r.wcond.Broadcast()
+		}
+		return
+	}
+}
+
+// entryLastSeq is the last stint sequence of an entry's data, read from
+// its header only (the apply worker checks the whole entry).
+func entryLastSeq(data []byte) (uint64, bool) {
+	switch {
+	case len(data) >= entryFoldedOverheadBytes && data[0] == entryVersionFolded:
+		return binary.LittleEndian.Uint64(data[9:17]), true
+	case len(data) >= entryOneOverheadBytes && data[0] == entryVersionOne:
+		return binary.LittleEndian.Uint64(data[1:9]), true
+	}
+	return 0, false
 }
 
 func roleName(s raft.StateType) string {
@@ -1178,7 +1223,7 @@ func (r *replicator) startStint(term uint64) {
 	}
 	s.db.ov = r.db.NewIndexedBatch()
 	s.stint, s.proposed, s.inflight, s.staged = term, 0, nil, nil
-	r.stint, r.appliedSeq = term, 0
+	r.stint, r.appliedSeq, r.committedSeq = term, 0, 0
 	r.wcond.Broadcast()
 	r.log.Info("meta leader serving", "term", term, "applied", r.st.Index, "nodes", len(s.nodes), "buckets", len(s.buckets))
 }
