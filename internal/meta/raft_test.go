@@ -764,3 +764,48 @@ func TestFoldProposals(t *testing.T) {
 		t.Fatalf("not serving: %d entries", len(got))
 	}
 }
+
+// TestReplicatedAnswersOnceCommitted: a commit is answered once its entry
+// is committed, before the leader's store applies it (the apply worker is
+// held here: the leader's store lacks the key when the answer comes), and
+// the key reads back at once (memory and overlay hold it); the store
+// applies it once the worker goes on.
+func TestReplicatedAnswersOnceCommitted(t *testing.T) {
+	g := newRGroup(t, 3)
+	if _, err := g.cl.CreateBucket(bg, "bkt"); err != nil {
+		t.Fatal(err)
+	}
+	ld := g.srvs[g.leader()].Service()
+	v := inlineValue(1, 100)
+	ld.rep.storeMu.Lock() // the apply worker waits for it
+	held := true
+	defer func() {
+		if held {
+			ld.rep.storeMu.Unlock()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+	defer cancel()
+	if _, err := g.cl.CommitKey(ctx, "bkt", "k", *inlineCommit(v)); err != nil {
+		t.Fatalf("commit with the leader's store apply held: %v", err)
+	}
+	if _, c, err := ld.rep.db.Get(objectKey("bkt", "k")); !errors.Is(err, pebble.ErrNotFound) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("the leader's store holds the key before its apply: %v", err)
+	}
+	ki, err := g.cl.GetKey(ctx, "bkt", "k")
+	if err != nil || !bytes.Equal(ki.Inline, v) {
+		t.Fatalf("get after the answer: %v, %d bytes", err, len(ki.Inline))
+	}
+	ld.rep.storeMu.Unlock()
+	held = false
+	waitFor(t, "the leader's store applies the key", func() bool {
+		_, c, err := ld.rep.db.Get(objectKey("bkt", "k"))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+}
