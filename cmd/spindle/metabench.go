@@ -28,7 +28,9 @@ Then, in the same directory, the disk's fsync rate: one writer doing pwrite
 4 KiB + fdatasync (bench baseline), reported as fsync_per_s, with
 ops_per_fsync = ops_per_s / fsync_per_s. wal_syncs is the syncs of the meta
 store's WAL during the run (commits_per_wal_sync: how well its commits are
-grouped; wal_sync_us_mean: what they cost).
+grouped; wal_sync_us_mean: what they cost). With --replicas 3,
+raft_entries is the meta log entries the leader appended during the run
+(ops_per_raft_entry: how well proposals are folded into entries).
 
 --dir is created and removed at the end (an existing directory gets a
 subdirectory); default: a temporary directory.`,

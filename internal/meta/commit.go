@@ -26,8 +26,9 @@ import (
 //
 // A replicated member (raft.go) takes the same path with two changes:
 // apply proposes the batch (into the leader's overlay and, in s.mu order,
-// to the raft log) instead of writing the store, and await waits until
-// the proposal is committed and applied, or, for an answer that proposed
+// to the raft log) instead of writing the store — the items of a batch
+// request are staged and proposed together, one proposal — and await
+// waits until the proposal is committed, or, for an answer that proposed
 // nothing (frontier), until what it saw is and a ReadIndex round
 // confirmed the leadership.
 
@@ -120,7 +121,11 @@ type pending struct {
 // it may have seen. Callers hold s.mu (either mode).
 func (s *Service) frontier() pending {
 	if s.rep != nil {
-		return pending{stint: s.stint, seq: s.proposed, read: true}
+		seq := s.proposed
+		if s.staged != nil {
+			seq++ // the staged proposal, made before s.mu is released
+		}
+		return pending{stint: s.stint, seq: seq, read: true}
 	}
 	return pending{seq: s.applied}
 }
@@ -147,6 +152,19 @@ func (s *Service) apply(b *pebble.Batch) (pending, error) {
 	}
 	s.applied++
 	return pending{seq: s.applied, b: b}, nil
+}
+
+// applyStaged is apply for one item of a batch request (applyEach): on a
+// replicated service the item's batch joins the staged proposal, which
+// the caller makes with flushStaged before it releases s.mu, so that a
+// batch is one proposal and one log entry (an item still sees the
+// earlier ones through the overlay). A group of one applies each item's
+// batch to the store at once (a later item reads the store).
+func (s *Service) applyStaged(b *pebble.Batch) (pending, error) {
+	if s.rep == nil || b == nil || b.Empty() {
+		return s.apply(b)
+	}
+	return s.stage(b)
 }
 
 // await waits, outside s.mu, until p is durable: it collects the sync of

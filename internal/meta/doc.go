@@ -352,15 +352,19 @@
 //
 //   - The log's order is memory's order: a mutation's batch is proposed
 //     under s.mu (propose, instead of the store apply), numbered by the
-//     stint sequence. Every member applies committed entries to its store
-//     in log order, with the applied state in the same batch; an entry that
+//     stint sequence; a batch request's items are staged and proposed
+//     together before s.mu is released (one proposal), and the raft
+//     goroutine folds consecutive proposals into one entry (first..last).
+//     Every member applies committed entries to its store in log order,
+//     each whole, with the applied state in the same batch; an entry that
 //     does not continue the applied state is skipped by every member.
 //   - A leader serves (s.stint ≠ 0) only after applying an entry of its
 //     own term, with memory reloaded from the store then; it stops at the
 //     first sign of another role or term, dropping memory and overlay.
-//   - Every answer waits until what it depends on is committed and applied
-//     (its own proposal), or committed and confirmed by a ReadIndex round
-//     started after it looked (an answer that proposed nothing).
+//   - Every answer waits until what it depends on is committed (its own
+//     proposal: memory and the overlay hold it, the store applies it after),
+//     or committed and confirmed by a ReadIndex round started after it
+//     looked (an answer that proposed nothing).
 //   - The leader reads the store through s.db, an overlay of its proposals
 //     in flight over Pebble; code reads records through s.db and writes
 //     them only in the batch of mutate.

@@ -193,8 +193,12 @@ func (s *Service) AllocateMany(reqs []metaapi.AllocateRequest) ([]metaapi.Alloca
 // applyEach is a batch's mutations, one per item, in order under one hold
 // of s.mu, each its own store batch made by fn(i) as the single request
 // would make it (an item whose pre[i] is set was refused beforehand and is
-// not run). A refusal changes nothing and does not affect the others; a
-// failed apply is sticky: it and every later item fail with it. It answers
+// not run). On a replicated service the applied items' batches are staged
+// and proposed together (applyStaged): one proposal, one log entry,
+// applied atomically on every member. A refusal changes nothing and does
+// not affect the others; a failed apply is sticky: it and every later
+// item fail with it (and so do the earlier items staged with it, whose
+// outcome is unknown once the stint ended). It answers
 // once every applied item is durable: per item its value (the zero value
 // when refused) and error, and the wait's error. A service that does not
 // serve refuses the whole batch (the last error).
@@ -220,7 +224,7 @@ func applyEach[T any](s *Service, pre []error, fn func(i int) (T, *pebble.Batch,
 			errs[i], refused = err, true
 			continue
 		}
-		p, err := s.apply(b)
+		p, err := s.applyStaged(b)
 		if err != nil { // sticky: this one and every later one fail
 			for j := i; j < len(errs); j++ {
 				if errs[j] == nil {
@@ -229,9 +233,12 @@ func applyEach[T any](s *Service, pre []error, fn func(i int) (T, *pebble.Batch,
 			}
 			break
 		}
-		own = append(own, p)
+		if len(own) == 0 || own[len(own)-1] != p {
+			own = append(own, p) // staged items share their proposal
+		}
 		vals[i] = v
 	}
+	s.flushStaged()
 	front := s.frontier()
 	s.mu.Unlock()
 	return vals, errs, s.awaitAll(own, refused, front), nil

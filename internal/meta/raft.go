@@ -62,35 +62,66 @@ const (
 // rebuilds it at every proposal.
 var maxOverlayBytes = 8 << 20
 
-// entryVersion is the first byte of a meta log entry's data.
-const entryVersion = 1
+// Meta log entry versions (the first byte of an entry's data): version 1
+// holds one proposal, version 2 the proposals first..last of a stint
+// folded into one entry (one Pebble batch, applied atomically). Members
+// write version 2 and read both.
+const (
+	entryVersionOne    = 1
+	entryVersionFolded = 2
+)
 
-// entryOverheadBytes: version u8 | stint sequence u64 | … | crc u32.
-const entryOverheadBytes = 1 + 8 + 4
+// Entry overheads: version u8 | sequence u64 | … | crc u32 (version 1),
+// version u8 | first u64 | last u64 | … | crc u32 (version 2).
+const (
+	entryOneOverheadBytes    = 1 + 8 + 4
+	entryFoldedOverheadBytes = 1 + 8 + 8 + 4
+)
 
-// encodeEntry is a meta log entry: the stint sequence of the proposal
-// and the Pebble batch of the mutation (docs/FORMAT.md, meta log entry).
-func encodeEntry(seq uint64, repr []byte) []byte {
-	b := make([]byte, 0, entryOverheadBytes+len(repr))
-	b = append(b, entryVersion)
-	b = binary.LittleEndian.AppendUint64(b, seq)
+// maxFoldedEntryBytes bounds the Pebble batch of a folded entry: a batch
+// request's items, and the proposals queued together for the raft
+// goroutine, go into one entry up to this size (a proposal alone may be
+// larger, up to maxRaftRecordBytes). One append message's worth, so that
+// a folded entry never needs a message of its own.
+const maxFoldedEntryBytes = maxRaftMsgBytes
+
+// encodeEntry is a meta log entry (version 2): the stint sequences first
+// ..last of the proposals folded in it and their Pebble batch
+// (docs/FORMAT.md, meta log entry).
+func encodeEntry(first, last uint64, repr []byte) []byte {
+	b := make([]byte, 0, entryFoldedOverheadBytes+len(repr))
+	b = append(b, entryVersionFolded)
+	b = binary.LittleEndian.AppendUint64(b, first)
+	b = binary.LittleEndian.AppendUint64(b, last)
 	b = append(b, repr...)
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
 }
 
-// decodeEntry checks and splits an entry's data.
-func decodeEntry(data []byte) (seq uint64, repr []byte, err error) {
-	if len(data) < entryOverheadBytes {
-		return 0, nil, fmt.Errorf("%w: meta log entry of %d bytes", ErrCorrupt, len(data))
+// decodeEntry checks and splits an entry's data, of either version (a
+// version 1 entry is one proposal: first = last).
+func decodeEntry(data []byte) (first, last uint64, repr []byte, err error) {
+	if len(data) < entryOneOverheadBytes {
+		return 0, 0, nil, fmt.Errorf("%w: meta log entry of %d bytes", ErrCorrupt, len(data))
 	}
 	body, sum := data[:len(data)-4], binary.LittleEndian.Uint32(data[len(data)-4:])
 	if got := crc32.Checksum(body, crcTable); got != sum {
-		return 0, nil, fmt.Errorf("%w: meta log entry: crc %08x, want %08x", ErrCorrupt, got, sum)
+		return 0, 0, nil, fmt.Errorf("%w: meta log entry: crc %08x, want %08x", ErrCorrupt, got, sum)
 	}
-	if body[0] != entryVersion {
-		return 0, nil, fmt.Errorf("%w: meta log entry version %d", ErrCorrupt, body[0])
+	switch body[0] {
+	case entryVersionOne:
+		seq := binary.LittleEndian.Uint64(body[1:9])
+		return seq, seq, body[9:], nil
+	case entryVersionFolded:
+		if len(data) < entryFoldedOverheadBytes {
+			return 0, 0, nil, fmt.Errorf("%w: meta log entry of %d bytes", ErrCorrupt, len(data))
+		}
+		first, last = binary.LittleEndian.Uint64(body[1:9]), binary.LittleEndian.Uint64(body[9:17])
+		if first == 0 || last < first {
+			return 0, 0, nil, fmt.Errorf("%w: meta log entry of proposals %d..%d", ErrCorrupt, first, last)
+		}
+		return first, last, body[17:], nil
 	}
-	return binary.LittleEndian.Uint64(body[1:9]), body[9:], nil
+	return 0, 0, nil, fmt.Errorf("%w: meta log entry version %d", ErrCorrupt, body[0])
 }
 
 // appliedKey holds the applied state in the Pebble store of a replicated
@@ -171,10 +202,12 @@ type inflight struct {
 	repr []byte
 }
 
-// proposal is queued by propose (in s.mu order) for the raft goroutine.
+// proposal is queued by flushStaged (in s.mu order) for the raft
+// goroutine: the stint's proposal seq, its Pebble batch (read-only: the
+// same bytes are the proposal's inflight record).
 type proposal struct {
-	stint uint64
-	data  []byte
+	stint, seq uint64
+	repr       []byte
 }
 
 // readReq is a read barrier waiting for a ReadIndex confirmation.
@@ -264,9 +297,11 @@ type replicator struct {
 	wmu   sync.Mutex
 	wcond sync.Cond
 	// stint is the term of the current serving stint (0: not serving);
-	// appliedSeq the last of its proposals applied to the store.
-	stint      uint64
-	appliedSeq uint64
+	// appliedSeq the last of its proposals applied to the store,
+	// committedSeq the last known committed (by the raft goroutine, as
+	// raft hands the entries to the apply worker).
+	stint                    uint64
+	appliedSeq, committedSeq uint64
 	// endedTerm is the term of the last stint that ended: a stint never
 	// resumes in its term (its sequence numbers would restart); a leader
 	// whose stint ended while it stays leader hands the leadership over.
@@ -526,10 +561,12 @@ func (r *replicator) notLeader() error {
 	return &metaapi.NotLeaderError{Member: r.id, Leader: id, LeaderAddr: addr}
 }
 
-// await waits, outside s.mu, until p's proposals are applied to the
-// store (committed by a majority first), and, for an answer that made no
-// proposal of its own, until a ReadIndex round confirms that this member
-// was still the leader after the request looked at the state.
+// await waits, outside s.mu, until p's proposals are committed (in the
+// fsynced log of a majority; memory and the overlay hold them already,
+// and a new leader applies every committed entry before it serves), and,
+// for an answer that made no proposal of its own, until a ReadIndex round
+// confirms that this member was still the leader after the request
+// looked at the state.
 func (r *replicator) await(p pending) error {
 	if p.read {
 		if err := r.readBarrier(p.stint); err != nil {
@@ -545,7 +582,7 @@ func (r *replicator) await(p pending) error {
 		if r.stint != p.stint {
 			return fmt.Errorf("%w: meta leadership of term %d lost before the change was known committed: its outcome is unknown", metaapi.ErrUnavailable, p.stint)
 		}
-		if r.appliedSeq >= p.seq {
+		if max(r.appliedSeq, r.committedSeq) >= p.seq {
 			return nil
 		}
 		r.wcond.Wait()
@@ -634,15 +671,19 @@ func (r *replicator) run() {
 		r.wmu.Lock()
 		stint := r.stint
 		r.wmu.Unlock()
-		for i, p := range props {
-			if p.stint != stint || stint == 0 {
-				continue // its stint ended: its waiter has its answer
+		// Group commit: the proposals queued meanwhile go in as few
+		// entries as maxFoldedEntryBytes allows.
+		for _, f := range foldProposals(props, stint) {
+			err := f.err
+			if err == nil {
+				err = r.rn.Propose(encodeEntry(f.first, f.last, f.repr))
 			}
-			if err := r.rn.Propose(p.data); err != nil {
+			if err != nil {
 				// Memory is ahead of the log now: end the stint, and
 				// drop the proposals queued after it.
-				r.endStint(fmt.Errorf("proposal %d of %d dropped by raft: %v", i+1, len(props), err))
+				r.endStint(fmt.Errorf("proposals %d..%d of term %d dropped by raft: %v", f.first, f.last, stint, err))
 				stint = 0
+				break
 			}
 		}
 		if len(reads) > 0 {
@@ -662,6 +703,57 @@ func (r *replicator) run() {
 			r.handleReady()
 		}
 	}
+}
+
+// folded is one entry's worth of proposals: the stint sequences first..last
+// and their batches as one (err: they could not be joined).
+type folded struct {
+	first, last uint64
+	repr        []byte
+	err         error
+}
+
+// foldProposals joins the proposals of stint among props (queued in
+// sequence order; those of another stint are dropped: their waiters have
+// their answer) into entries, consecutive proposals together while their
+// batches stay within maxFoldedEntryBytes.
+func foldProposals(props []proposal, stint uint64) []folded {
+	var out []folded
+	for i := 0; i < len(props); {
+		if props[i].stint != stint || stint == 0 {
+			i++
+			continue
+		}
+		j, n := i+1, len(props[i].repr)
+		for j < len(props) && props[j].stint == stint && n+len(props[j].repr) <= maxFoldedEntryBytes {
+			n += len(props[j].repr)
+			j++
+		}
+		f := folded{first: props[i].seq, last: props[j-1].seq, repr: props[i].repr}
+		if j > i+1 {
+			f.repr, f.err = joinBatches(props[i:j])
+		}
+		out = append(out, f)
+		i = j
+	}
+	return out
+}
+
+// joinBatches is the Pebble batch of the proposals' batches in order
+// (Pebble's own Batch.Apply, on batches of no store: no copy of the
+// proposals' read-only bytes is changed).
+func joinBatches(props []proposal) ([]byte, error) {
+	acc := new(pebble.Batch)
+	for _, p := range props {
+		var eb pebble.Batch
+		if err := eb.SetRepr(p.repr); err != nil {
+			return nil, fmt.Errorf("proposal %d: %w", p.seq, err)
+		}
+		if err := acc.Apply(&eb, nil); err != nil {
+			return nil, fmt.Errorf("proposal %d: %w", p.seq, err)
+		}
+	}
+	return acc.Repr(), nil
 }
 
 // msgQueue is a FIFO of raft messages for a worker.
@@ -902,6 +994,7 @@ func (r *replicator) handleReady() {
 		case raft.LocalAppendThread:
 			r.appendq.push(m)
 		case raft.LocalApplyThread:
+			r.noteCommitted(m.GetEntries())
 			r.applyq.push(m)
 		default:
 			r.net.send(m)
@@ -917,6 +1010,46 @@ func (r *replicator) handleReady() {
 		}
 		delete(r.readBatches, id)
 	}
+}
+
+// noteCommitted lets the waiters of the stint's proposals in ents go:
+// raft hands committed entries to the apply worker only, so their
+// waiters need not wait for the store apply. Only entries of the stint's
+// term count: this leader's own proposals, from its memory, each
+// continuing the one before (a dropped proposal ends the stint before
+// any later one can commit).
+func (r *replicator) noteCommitted(ents []*pb.Entry) {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	if r.stint == 0 {
+		return
+	}
+	for i := len(ents) - 1; i >= 0; i-- {
+		e := ents[i]
+		if e.GetTerm() != r.stint {
+			return // terms only grow: no entry before it is of the stint
+		}
+		if e.GetType() != pb.EntryType_EntryNormal || len(e.GetData()) == 0 {
+			continue
+		}
+		if last, ok := entryLastSeq(e.GetData()); ok && last > r.committedSeq {
+			r.committedSeq = last
+			r.wcond.Broadcast()
+		}
+		return
+	}
+}
+
+// entryLastSeq is the last stint sequence of an entry's data, read from
+// its header only (the apply worker checks the whole entry).
+func entryLastSeq(data []byte) (uint64, bool) {
+	switch {
+	case len(data) >= entryFoldedOverheadBytes && data[0] == entryVersionFolded:
+		return binary.LittleEndian.Uint64(data[9:17]), true
+	case len(data) >= entryOneOverheadBytes && data[0] == entryVersionOne:
+		return binary.LittleEndian.Uint64(data[1:9]), true
+	}
+	return 0, false
 }
 
 func roleName(s raft.StateType) string {
@@ -968,25 +1101,24 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 			if len(e.GetData()) == 0 {
 				continue // a new leader's empty entry
 			}
-			seq, repr, err := decodeEntry(e.GetData())
+			first, last, repr, err := decodeEntry(e.GetData())
 			if err != nil {
 				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
 			}
-			if !st.follows(e.GetTerm(), seq) {
-				r.log.Warn("meta log entry skipped: its leader's earlier proposal was dropped", "index", e.GetIndex(), "term", e.GetTerm(), "seq", seq, "last_term", st.Term, "last_seq", st.Seq)
+			if !st.follows(e.GetTerm(), first) {
+				r.log.Warn("meta log entry skipped: its leader's earlier proposal was dropped", "index", e.GetIndex(), "term", e.GetTerm(), "seq", first, "last_term", st.Term, "last_seq", st.Seq)
 				continue
 			}
-			eb := r.db.NewBatch()
-			if err := eb.SetRepr(append([]byte(nil), repr...)); err != nil {
-				eb.Close()
+			// A batch of no store (never closed, so never handed back
+			// to Pebble) reads the entry's bytes in place; b copies them.
+			var eb pebble.Batch
+			if err := eb.SetRepr(repr); err != nil {
 				return fmt.Errorf("%w: entry %d: %v", ErrCorrupt, e.GetIndex(), err)
 			}
-			err = b.Apply(eb, nil)
-			eb.Close()
-			if err != nil {
+			if err := b.Apply(&eb, nil); err != nil {
 				return fmt.Errorf("%w: entry %d: %v", ErrCorrupt, e.GetIndex(), err)
 			}
-			st.Term, st.Seq = e.GetTerm(), seq
+			st.Term, st.Seq = e.GetTerm(), last
 		case pb.EntryType_EntryConfChange:
 			cc := &pb.ConfChange{}
 			if err := proto.Unmarshal(e.GetData(), cc); err != nil {
@@ -1090,8 +1222,8 @@ func (r *replicator) startStint(term uint64) {
 		return
 	}
 	s.db.ov = r.db.NewIndexedBatch()
-	s.stint, s.proposed, s.inflight = term, 0, nil
-	r.stint, r.appliedSeq = term, 0
+	s.stint, s.proposed, s.inflight, s.staged = term, 0, nil, nil
+	r.stint, r.appliedSeq, r.committedSeq = term, 0, 0
 	r.wcond.Broadcast()
 	r.log.Info("meta leader serving", "term", term, "applied", r.st.Index, "nodes", len(s.nodes), "buckets", len(s.buckets))
 }
@@ -1112,7 +1244,7 @@ func (s *Service) endStintLocked(why error) {
 	if s.stint != 0 {
 		s.log.Warn("meta leader stops serving", "term", s.stint, "why", why)
 	}
-	s.stint, s.proposed, s.inflight = 0, 0, nil
+	s.stint, s.proposed, s.inflight, s.staged = 0, 0, nil, nil
 	s.initMemory() // it may be ahead of the log; a follower keeps none
 	if s.db.ov != nil {
 		s.db.ov.Close()
@@ -1129,28 +1261,62 @@ func (s *Service) endStintLocked(why error) {
 // into the overlay and, as the stint's next proposal, to the raft
 // goroutine (in s.mu order: the log's order is memory's).
 func (s *Service) propose(b *pebble.Batch) (pending, error) {
+	p, err := s.stage(b)
+	if err == nil {
+		s.flushStaged()
+	}
+	return p, err
+}
+
+// stage puts b into the overlay and into the staged batch: the stint's
+// next proposal, which flushStaged makes (before s.mu is released) with
+// every batch staged since the last (the items of a batch request: one
+// proposal, one entry). A staged batch past maxFoldedEntryBytes is
+// flushed first. Under s.mu for writing; a failure ends the stint
+// (memory is ahead of the log), dropping what was staged.
+func (s *Service) stage(b *pebble.Batch) (pending, error) {
 	defer b.Close()
 	repr := b.Repr()
-	if len(repr)+entryOverheadBytes+64 > maxRaftRecordBytes {
+	if len(repr)+entryFoldedOverheadBytes+64 > maxRaftRecordBytes {
 		err := fmt.Errorf("meta: a change of %d bytes is over the meta log's record limit", len(repr))
 		s.endStintLocked(err)
 		return pending{}, err
+	}
+	if s.staged != nil && s.staged.Len()+len(repr) > maxFoldedEntryBytes {
+		s.flushStaged()
 	}
 	if err := s.db.ov.Apply(b, nil); err != nil {
 		err = fmt.Errorf("meta: overlay: %w", err)
 		s.endStintLocked(err)
 		return pending{}, err
 	}
+	if s.staged == nil {
+		s.staged = new(pebble.Batch) // of no store: its bytes are only proposed
+	}
+	if err := s.staged.Apply(b, nil); err != nil {
+		err = fmt.Errorf("meta: stage a proposal: %w", err)
+		s.endStintLocked(err)
+		return pending{}, err
+	}
+	return pending{stint: s.stint, seq: s.proposed + 1}, nil
+}
+
+// flushStaged makes the staged batch the stint's next proposal (none
+// staged: nothing). Under s.mu for writing.
+func (s *Service) flushStaged() {
+	if s.staged == nil {
+		return
+	}
+	repr := s.staged.Repr()
+	s.staged = nil // never closed: repr is the proposal's now
 	s.proposed++
-	data := encodeEntry(s.proposed, repr)
-	s.inflight = append(s.inflight, inflight{seq: s.proposed, repr: data[9 : len(data)-4]})
+	s.inflight = append(s.inflight, inflight{seq: s.proposed, repr: repr})
 	r := s.rep
 	r.in.mu.Lock()
-	r.in.props = append(r.in.props, proposal{stint: s.stint, data: data})
+	r.in.props = append(r.in.props, proposal{stint: s.stint, seq: s.proposed, repr: repr})
 	r.in.mu.Unlock()
 	r.wake()
 	s.maybeRebuildOverlay()
-	return pending{stint: s.stint, seq: s.proposed}, nil
 }
 
 // maybeRebuildOverlay replaces a large overlay with one of the proposals

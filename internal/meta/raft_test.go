@@ -1,12 +1,16 @@
 package meta
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	pebblevfs "github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
@@ -330,17 +335,32 @@ func TestReplicatedLeaderLossKeepsAcknowledgedKeys(t *testing.T) {
 	}
 }
 
+// TestMetaLogEntryEncoding: a folded entry (version 2) round-trips and
+// every flipped byte is caught; a version 1 entry (one proposal, written
+// before proposals were folded) still decodes as proposals seq..seq.
 func TestMetaLogEntryEncoding(t *testing.T) {
-	data := encodeEntry(7, []byte("batch"))
-	seq, repr, err := decodeEntry(data)
-	if err != nil || seq != 7 || string(repr) != "batch" {
-		t.Fatalf("decode: %d %q %v", seq, repr, err)
+	data := encodeEntry(7, 9, []byte("batch"))
+	first, last, repr, err := decodeEntry(data)
+	if err != nil || first != 7 || last != 9 || string(repr) != "batch" {
+		t.Fatalf("decode: %d..%d %q %v", first, last, repr, err)
 	}
 	for i := range data {
 		bad := append([]byte(nil), data...)
 		bad[i] ^= 1
-		if _, _, err := decodeEntry(bad); !errors.Is(err, ErrCorrupt) {
+		if _, _, _, err := decodeEntry(bad); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("byte %d flipped: %v, want ErrCorrupt", i, err)
+		}
+	}
+	// Version 1: 01 | seq u64 | batch | crc (FORMAT.md's example layout).
+	v1 := []byte{1, 5, 0, 0, 0, 0, 0, 0, 0}
+	v1 = append(v1, "batch"...)
+	v1 = binary.LittleEndian.AppendUint32(v1, crc32.Checksum(v1, crcTable))
+	if first, last, repr, err := decodeEntry(v1); err != nil || first != 5 || last != 5 || string(repr) != "batch" {
+		t.Fatalf("version 1: %d..%d %q %v", first, last, repr, err)
+	}
+	for _, fl := range [][2]uint64{{0, 0}, {4, 3}} {
+		if _, _, _, err := decodeEntry(encodeEntry(fl[0], fl[1], nil)); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("proposals %d..%d: %v, want ErrCorrupt", fl[0], fl[1], err)
 		}
 	}
 	a := appliedState{Index: 9, Term: 3, Seq: 4}
@@ -587,4 +607,205 @@ func TestOverlayRebuildKeepsProposalsIntact(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestReplicatedBatchIsOneEntry: a commit batch on a replicated leader is
+// one log entry (one proposal) holding every applied item, applied on
+// every member; each item is still answered as if alone (a later commit
+// of a key sees the earlier one; a bad CRC32C, a failed condition and an
+// unknown bucket are refused and change nothing, the others commit), and
+// a batch refused entirely adds no entry.
+func TestReplicatedBatchIsOneEntry(t *testing.T) {
+	g := newRGroup(t, 3)
+	g.dns()
+	if _, err := g.cl.CreateBucket(bg, "bkt"); err != nil {
+		t.Fatal(err)
+	}
+	ld := g.srvs[g.leader()].Service()
+	// Every member applied everything so far: the batch's entries are
+	// the only ones after it (no tick runs: TickInterval -1).
+	settled := func() uint64 {
+		t.Helper()
+		var last uint64
+		waitFor(t, "every member applied the leader's log", func() bool {
+			last = ld.rep.last.Load()
+			for _, s := range g.srvs {
+				if s.Service().rep.applied.Load() != last {
+					return false
+				}
+			}
+			return true
+		})
+		return last
+	}
+	before := settled()
+	v1, v2 := inlineValue(1, 1000), inlineValue(2, 2000)
+	bad := inlineCommit(v1)
+	bad.CRC32C++
+	cond := inlineCommit(v1)
+	cond.Conditions = metaapi.Conditions{IfNoneMatch: "*"}
+	items := []metaapi.BatchedCommit{
+		{Bucket: "bkt", Key: "a", CommitKey: *inlineCommit(v1)},
+		{Bucket: "bkt", Key: "b", CommitKey: *bad},
+		{Bucket: "bkt", Key: "a", CommitKey: *inlineCommit(v2)},
+		{Bucket: "bkt", Key: "a", CommitKey: *cond},
+		{Bucket: "nope", Key: "c", CommitKey: *inlineCommit(v1)},
+		{Bucket: "bkt", Key: "d", CommitKey: *inlineCommit(v1)},
+	}
+	res := must[[]metaapi.CommitResult](t)(ld.CommitKeys(items))
+	want := []error{nil, metaapi.ErrInvalid, nil, metaapi.ErrPrecondition, metaapi.ErrNotFound, nil}
+	for i, r := range res {
+		if want[i] == nil {
+			if r.Error != nil || r.Key == nil || r.Key.Key != items[i].Key || r.Key.Size != items[i].Size {
+				t.Fatalf("commit %d: %+v, %v; want its key", i, r.Key, r.Error)
+			}
+		} else if !errors.Is(r.Error, want[i]) || r.Key != nil {
+			t.Fatalf("commit %d: %+v, %v; want %v", i, r.Key, r.Error, want[i])
+		}
+	}
+	after := settled()
+	if after != before+1 {
+		t.Fatalf("the batch took log entries %d..%d, want one", before+1, after)
+	}
+	ents, err := ld.rep.wal.Entries(raftGroup, after, after+1, 1<<30)
+	if err != nil || len(ents) != 1 {
+		t.Fatalf("entry %d: %d entries, %v", after, len(ents), err)
+	}
+	first, last, _, err := decodeEntry(ents[0].Data)
+	if err != nil || first != last {
+		t.Fatalf("entry %d: proposals %d..%d, %v; want one", after, first, last, err)
+	}
+	// Every member's store holds the batch's keys (a: the later commit)
+	// and not the refused one.
+	for i, srv := range g.srvs {
+		s := srv.Service()
+		for _, k := range []struct {
+			key  string
+			want []byte
+		}{{"a", v2}, {"d", v1}, {"b", nil}} {
+			v, c, err := s.rep.db.Get(objectKey("bkt", k.key))
+			if k.want == nil {
+				if !errors.Is(err, pebble.ErrNotFound) {
+					t.Fatalf("member %d: refused key %s: %v, want not found", i+1, k.key, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("member %d: key %s: %v", i+1, k.key, err)
+			}
+			kr, err := decodeKey(v)
+			c.Close()
+			if err != nil || !bytes.Equal(kr.Inline, k.want) {
+				t.Fatalf("member %d: key %s: %v, %d bytes inline, want %d", i+1, k.key, err, len(kr.Inline), len(k.want))
+			}
+		}
+	}
+	// A batch whose every item is refused proposes nothing.
+	res = must[[]metaapi.CommitResult](t)(ld.CommitKeys(items[1:2]))
+	if !errors.Is(res[0].Error, metaapi.ErrInvalid) {
+		t.Fatalf("a lone bad commit: %v, want ErrInvalid", res[0].Error)
+	}
+	if got := settled(); got != after {
+		t.Fatalf("a refused batch took log entries %d..%d", after+1, got)
+	}
+}
+
+// TestFoldProposals: the proposals queued together become as few entries
+// as maxFoldedEntryBytes allows, in order, each with its sequences and
+// the Pebble batch of all its proposals' operations; proposals of an
+// ended stint are left out.
+func TestFoldProposals(t *testing.T) {
+	db, err := pebble.Open("", &pebble.Options{FS: pebblevfs.NewMem(), Logger: pebbleLogger{quiet}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	prop := func(stint, seq uint64, valBytes int) proposal {
+		b := db.NewBatch()
+		set(b, fmt.Appendf(nil, "k%d", seq), make([]byte, valBytes))
+		set(b, fmt.Appendf(nil, "k%d-2", seq), nil)
+		return proposal{stint: stint, seq: seq, repr: slices.Clone(b.Repr())}
+	}
+	big := maxFoldedEntryBytes / 2
+	props := []proposal{prop(2, 9, 10), prop(3, 1, 10), prop(3, 2, 10), prop(3, 3, big), prop(3, 4, big), prop(3, 5, 10)}
+	got := foldProposals(props, 3)
+	want := [][2]uint64{{1, 3}, {4, 5}}
+	if len(got) != len(want) {
+		t.Fatalf("%d entries, want %d", len(got), len(want))
+	}
+	for i, f := range got {
+		if f.err != nil || f.first != want[i][0] || f.last != want[i][1] || len(f.repr) > maxFoldedEntryBytes+64 {
+			t.Fatalf("entry %d: proposals %d..%d (%d bytes), %v; want %d..%d", i, f.first, f.last, len(f.repr), f.err, want[i][0], want[i][1])
+		}
+		var eb pebble.Batch
+		mustNo(t, eb.SetRepr(f.repr))
+		if n := int(eb.Count()); n != 2*int(f.last-f.first+1) {
+			t.Fatalf("entry %d: %d operations, want %d", i, n, 2*(f.last-f.first+1))
+		}
+		mustNo(t, db.Apply(&eb, pebble.NoSync))
+	}
+	for seq := 1; seq <= 5; seq++ {
+		v, c, err := db.Get(fmt.Appendf(nil, "k%d", seq))
+		if err != nil {
+			t.Fatalf("k%d: %v", seq, err)
+		}
+		c.Close()
+		if want := map[bool]int{true: big, false: 10}[seq == 3 || seq == 4]; len(v) != want {
+			t.Fatalf("k%d: %d bytes, want %d", seq, len(v), want)
+		}
+	}
+	if _, c, err := db.Get([]byte("k9")); !errors.Is(err, pebble.ErrNotFound) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("the ended stint's proposal: %v, want not found", err)
+	}
+	if got := foldProposals(props, 0); len(got) != 0 {
+		t.Fatalf("not serving: %d entries", len(got))
+	}
+}
+
+// TestReplicatedAnswersOnceCommitted: a commit is answered once its entry
+// is committed, before the leader's store applies it (the apply worker is
+// held here: the leader's store lacks the key when the answer comes), and
+// the key reads back at once (memory and overlay hold it); the store
+// applies it once the worker goes on.
+func TestReplicatedAnswersOnceCommitted(t *testing.T) {
+	g := newRGroup(t, 3)
+	if _, err := g.cl.CreateBucket(bg, "bkt"); err != nil {
+		t.Fatal(err)
+	}
+	ld := g.srvs[g.leader()].Service()
+	v := inlineValue(1, 100)
+	ld.rep.storeMu.Lock() // the apply worker waits for it
+	held := true
+	defer func() {
+		if held {
+			ld.rep.storeMu.Unlock()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+	defer cancel()
+	if _, err := g.cl.CommitKey(ctx, "bkt", "k", *inlineCommit(v)); err != nil {
+		t.Fatalf("commit with the leader's store apply held: %v", err)
+	}
+	if _, c, err := ld.rep.db.Get(objectKey("bkt", "k")); !errors.Is(err, pebble.ErrNotFound) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("the leader's store holds the key before its apply: %v", err)
+	}
+	ki, err := g.cl.GetKey(ctx, "bkt", "k")
+	if err != nil || !bytes.Equal(ki.Inline, v) {
+		t.Fatalf("get after the answer: %v, %d bytes", err, len(ki.Inline))
+	}
+	ld.rep.storeMu.Unlock()
+	held = false
+	waitFor(t, "the leader's store applies the key", func() bool {
+		_, c, err := ld.rep.db.Get(objectKey("bkt", "k"))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
 }

@@ -352,6 +352,9 @@ type Service struct {
 	stint    uint64
 	proposed uint64
 	inflight []inflight
+	// staged: the batches staged for the stint's next proposal (nil:
+	// none); flushed before s.mu is released (raft.go, stage).
+	staged *pebble.Batch
 }
 
 // Open opens (creating if needed) the meta service's store in cfg.Dir and

@@ -103,6 +103,12 @@ type MetaBenchResult struct {
 	// CommitsRoute: concurrent calls share a request).
 	AllocationsPerRequest float64 `json:"allocations_per_request"`
 	CommitsPerRequest     float64 `json:"commits_per_request"`
+	// RaftEntries is the meta log entries the leader appended during the
+	// timed phase (replicas > 1; the proposals of a batch request, and
+	// those queued together, are folded into one entry), OpsPerRaftEntry
+	// ops / RaftEntries.
+	RaftEntries     uint64  `json:"raft_entries,omitempty"`
+	OpsPerRaftEntry float64 `json:"ops_per_raft_entry,omitempty"`
 }
 
 func (c *MetaBenchConfig) defaults() error {
@@ -277,6 +283,7 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 	if err != nil {
 		return out, fmt.Errorf("meta bench: %w", err)
 	}
+	last0 := srv.Service().MetaStatus().LastIndex
 	if cfg.CPUProfile != "" {
 		stop, err := startCPUProfile(cfg.CPUProfile)
 		if err != nil {
@@ -318,6 +325,7 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 	if err != nil {
 		return out, fmt.Errorf("meta bench: %w", err)
 	}
+	last1 := srv.Service().MetaStatus().LastIndex
 	stopHB()
 	hbWG.Wait()
 	if err := stopServer(); err != nil {
@@ -345,6 +353,10 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 	if cb1, c1, ab1, a1 := mc.BatchStats(); cb1 > cb0 && ab1 > ab0 {
 		out.CommitsPerRequest = round3(float64(c1-c0) / float64(cb1-cb0))
 		out.AllocationsPerRequest = round3(float64(a1-a0) / float64(ab1-ab0))
+	}
+	if cfg.Replicas > 1 && last1 > last0 {
+		out.RaftEntries = last1 - last0
+		out.OpsPerRaftEntry = round3(float64(stats.Ops) / float64(out.RaftEntries))
 	}
 	if out.WALSyncs > 0 {
 		out.CommitsPerWALSync = round3(2 * float64(stats.Ops) / float64(out.WALSyncs))
