@@ -65,6 +65,7 @@ subdirectory when it exists), removed at the end unless --keep. Mind the space:
 	f.IntVar(&cfg.MaxCopiesPerNode, "max-scheduled", 4, "copies the meta service schedules per source and per target (more than --max-copies: the next copy is queued on the target)")
 	f.DurationVar(&cfg.Timeout, "timeout", scenario.DefaultRereplicateTimeout, "bound of the whole run")
 	f.BoolVar(&cfg.Keep, "keep", false, "leave the cluster's directories in place")
+	f.BoolVar(&cfg.TLS, "tls", false, "run the cluster with mutual TLS, as spindle server does by default (copies encrypted in user space instead of sendfile); default plaintext")
 	f.BoolVar(&cfg.ProfileSource, "profile-source", false, "trace datanode 1 (a source) with strace during the copies and report its data-moving system calls by bytes (slows the copies)")
 	return cmd
 }

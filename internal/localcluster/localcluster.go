@@ -49,6 +49,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/readyfile"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // Defaults and limits of Config.
@@ -112,6 +113,9 @@ type Config struct {
 	// network namespace of its own (netlab). The wrapper must exec the
 	// command, so that the process started is the member.
 	Wrap func(id int, argv []string) []string
+	// TLS is the members' certificate, key and CA (--tls-cert, --tls-key,
+	// --tls-ca); zero: plaintext (--insecure).
+	TLS tlsconf.Files
 }
 
 // Node is one member.
@@ -282,6 +286,7 @@ func (c *Cluster) args(n *Node) []string {
 		"--log-dir", n.LogDir,
 		"--ready-file", n.readyPath,
 	}
+	args = append(args, c.cfg.TLS.Args()...)
 	if c.cfg.MetaAddr != "" {
 		args = append(args, "--meta", c.cfg.MetaAddr)
 	} else {
