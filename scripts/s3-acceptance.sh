@@ -54,7 +54,8 @@ read -r META_PORT S3_PORT <<<"$(python3 -c 'import socket
 s=[socket.socket() for _ in range(2)]
 [x.bind(("127.0.0.1",0)) for x in s]; print(*[x.getsockname()[1] for x in s])')"
 export SPINDLE_S3_ACCESS_KEY=AKIAACCEPTANCE000001 SPINDLE_S3_SECRET_KEY=acceptance-secret-key-0123456789abcdef
-setsid "$WORK/spindle" server --datanodes 4 --dir "$SHM/srv" --meta-listen "127.0.0.1:$META_PORT" \
+# --insecure: plain http, as the clients here are configured; this checks S3 compatibility, not TLS
+setsid "$WORK/spindle" server --insecure --datanodes 4 --dir "$SHM/srv" --meta-listen "127.0.0.1:$META_PORT" \
   --s3-listen "127.0.0.1:$S3_PORT" >"$WORK/server.log" 2>&1 &
 SRV=$!
 EP="http://127.0.0.1:$S3_PORT"

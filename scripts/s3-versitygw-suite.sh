@@ -37,7 +37,8 @@ read -r META_PORT S3_PORT <<<"$(python3 -c 'import socket
 s=[socket.socket() for _ in range(2)]
 [x.bind(("127.0.0.1",0)) for x in s]; print(*[x.getsockname()[1] for x in s])')"
 AK=AKIAVERSITYGWSUITE01 SK=versitygw-suite-secret-0123456789abcdef
-SPINDLE_S3_ACCESS_KEY=$AK SPINDLE_S3_SECRET_KEY=$SK setsid "$WORK/spindle" server --dir "$SHM/srv" \
+# --insecure: plain http, as the suite is configured; it checks S3 compatibility, not TLS
+SPINDLE_S3_ACCESS_KEY=$AK SPINDLE_S3_SECRET_KEY=$SK setsid "$WORK/spindle" server --insecure --dir "$SHM/srv" \
   --meta-listen "127.0.0.1:$META_PORT" --s3-listen "127.0.0.1:$S3_PORT" >"$WORK/server.log" 2>&1 &
 SRV=$!
 EP="http://127.0.0.1:$S3_PORT"

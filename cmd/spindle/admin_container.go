@@ -11,7 +11,7 @@ import (
 
 // newAdminContainerGetCmd is `spindle admin container-get`: a whole CLOSED
 // container read from one datanode by the re-replication path.
-func newAdminContainerGetCmd() *cobra.Command {
+func newAdminContainerGetCmd(env *keyEnv) *cobra.Command {
 	var addr, out string
 	var id uint64
 	cmd := &cobra.Command{
@@ -28,7 +28,11 @@ corrupted download leaves nothing.`,
 			if addr == "" || id == 0 || out == "" {
 				return usageErr(fmt.Errorf("container-get needs --datanode, --container and --out"))
 			}
-			m, err := bulk.DownloadContainer(cmd.Context(), addr, id, out)
+			sec, err := env.clientTLS() // the datanodes are the meta service's cluster's
+			if err != nil {
+				return err
+			}
+			m, err := bulk.DownloadContainer(cmd.Context(), sec, addr, id, out)
 			if err != nil {
 				return err
 			}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/units"
 )
 
@@ -55,9 +56,9 @@ func newAdminMetaCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 			v := metaGroupView{Members: make([]metaMemberView, len(addrs))}
 			for i, a := range addrs {
 				v.Members[i].Addr = a
-				mc, err := metaapi.NewClient(a, metaapi.ClientOptions{Attempts: 1, Timeout: adminMetaTimeout})
+				mc, err := env.metaClientAt(a, metaapi.ClientOptions{Attempts: 1, Timeout: adminMetaTimeout})
 				if err != nil {
-					return usageErr(fmt.Errorf("--meta: %w", err))
+					return err
 				}
 				ctx, cancel := context.WithTimeout(cmd.Context(), adminMetaTimeout)
 				st, err := mc.MetaStatus(ctx)
@@ -84,15 +85,23 @@ func newAdminMetaCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 			fmt.Fprintf(tw, "leader: %d (term %d)\n", v.LeaderID, v.Term)
-			fmt.Fprintln(tw, "ADDR\tID\tROLE\tSERVING\tTERM\tAPPLIED\tCOMMIT\tLAST\tLAG\tSNAPSHOT\tERROR")
+			fmt.Fprintln(tw, "ADDR\tID\tROLE\tSERVING\tTERM\tAPPLIED\tCOMMIT\tLAST\tLAG\tSNAPSHOT\tTLS\tERROR")
 			for _, m := range v.Members {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", m.Addr, m.ID, m.Role, m.Serving, m.Term, m.AppliedIndex, m.CommitIndex, m.LastIndex, m.Lag, m.SnapshotIndex, m.Error)
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", m.Addr, m.ID, m.Role, m.Serving, m.Term, m.AppliedIndex, m.CommitIndex, m.LastIndex, m.Lag, m.SnapshotIndex, tlsLabel(m.TLS), m.Error)
 			}
 			return tw.Flush()
 		},
 	}
 	cmd.AddCommand(newAdminMetaBackupCmd(env), newAdminMetaChangeCmd(env, asJSON, true), newAdminMetaChangeCmd(env, asJSON, false))
 	return cmd
+}
+
+// tlsLabel shows a member's TLS mode; plaintext is named as such.
+func tlsLabel(mode string) string {
+	if mode == tlsconf.ModeInsecure {
+		return "INSECURE(plaintext)"
+	}
+	return mode
 }
 
 // newAdminMetaChangeCmd is spindle admin meta add ID=ADDR (add) or

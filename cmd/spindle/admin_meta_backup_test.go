@@ -25,7 +25,7 @@ func TestAdminMetaBackupRestore(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		s, err := server.Start(ctx, server.Config{Dir: dir, MetaListen: "127.0.0.1:0", DatanodeEnv: []string{asSpindleEnv + "=1"}, Logger: quietLogger()})
+		s, err := server.Start(ctx, server.Config{Dir: dir, MetaListen: "127.0.0.1:0", DatanodeEnv: []string{asSpindleEnv + "=1"}, Logger: quietLogger(), ClientProfile: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,7 +20,7 @@ func TestAdminReplicationAndSafeMode(t *testing.T) {
 	addr := srv.Addr()
 	run := func(args ...string) string {
 		t.Helper()
-		out, _, err := runIn(t, nil, append(args, "--meta", addr)...)
+		out, _, err := runIn(t, nil, append(args, "--meta", addr, "--insecure")...)
 		if err != nil {
 			t.Fatalf("%v: %v", args, err)
 		}

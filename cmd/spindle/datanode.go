@@ -27,6 +27,7 @@ func newDatanodeCmd() *cobra.Command {
 	var cfg datanode.Config
 	var pipelines []string
 	var metaAddr string
+	var tf tlsFlags
 	clientBudget := units.ByteSize(pipeline.DefaultMaxInflightPayloadBytes)
 	raftBudget := units.ByteSize(pipeline.DefaultMaxInflightRaftPayloadBytes)
 	var memLimit units.ByteSize
@@ -53,8 +54,13 @@ SIGTERM or SIGINT stops it cleanly.`,
 				}
 				cfg.Pipelines = append(cfg.Pipelines, p)
 			}
+			sec, err := tf.server("datanode")
+			if err != nil {
+				return err
+			}
+			cfg.TLS = sec
 			if metaAddr != "" {
-				mc, err := metaapi.NewClient(metaAddr, metaapi.ClientOptions{})
+				mc, err := metaapi.NewClient(metaAddr, metaapi.ClientOptions{TLS: sec})
 				if err != nil {
 					return err
 				}
@@ -85,6 +91,7 @@ SIGTERM or SIGINT stops it cleanly.`,
 		},
 	}
 	f := cmd.Flags()
+	tf.add(f)
 	f.Uint64Var(&cfg.ID, "id", 0, "this datanode's raft ID (1..65535), the same in every pipeline (with --meta: assigned by the meta service)")
 	f.StringVar(&metaAddr, "meta", "", "meta service address (host:port), or every member of a replicated one, comma-separated: register, heartbeat, and serve the pipelines it assigns")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", metaapi.DefaultHeartbeatInterval, "heartbeat period (with --meta)")

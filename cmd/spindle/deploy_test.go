@@ -38,9 +38,11 @@ func TestDeployConfigs(t *testing.T) {
 		envFile       bool
 		want          map[string]string
 	}{
-		{"meta.json", "meta", false, map[string]string{"listen": "10.0.0.1:9860", "dir": "/var/lib/spindle/meta", "log-level": "info"}},
+		{"meta.json", "meta", false, map[string]string{"listen": "10.0.0.1:9860", "dir": "/var/lib/spindle/meta", "log-level": "info",
+			"tls-cert": "/etc/spindle/tls/node.crt", "tls-key": "/etc/spindle/tls/node.key", "tls-ca": "/etc/spindle/tls/ca.crt"}},
 		{"datanode.json", "datanode", true, map[string]string{"meta": "10.0.0.1:9860", "data-dir": "[/srv/spindle/disk1,/srv/spindle/disk2]",
-			"log-dir": "/srv/spindle/log", "listen": "10.0.0.2:9870", "metrics-listen": "10.0.0.2:9871"}},
+			"log-dir": "/srv/spindle/log", "listen": "10.0.0.2:9870", "metrics-listen": "10.0.0.2:9871",
+			"tls-cert": "/etc/spindle/tls/node.crt", "tls-key": "/etc/spindle/tls/node.key", "tls-ca": "/etc/spindle/tls/ca.crt"}},
 	} {
 		root := newRootCmd()
 		cmd, _, err := root.Find([]string{c.command})

@@ -9,7 +9,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/spindle-store/spindle/internal/bench"
+	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/scenario"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/units"
 )
 
@@ -26,6 +28,7 @@ func (c *clusterFlags) add(f *pflag.FlagSet) {
 	f.StringVar(&c.cfg.Dir, "dir", "", "start an embedded spindle server with its data here (created and removed if missing; an existing directory gets a subdirectory, removed at the end; default: a temporary directory)")
 	f.StringVar(&c.cfg.Meta, "meta", "", "use the running cluster whose meta service is at host:port instead of an embedded server")
 	f.StringVar(&c.cfg.BaselineDir, "baseline-dir", "", "with --meta: run the raw disk baseline in this directory (default: none)")
+	f.BoolVar(&c.cfg.TLS, "tls", false, "embedded server: mutual TLS on every connection, as spindle server runs by default (default plaintext: the storage path alone)")
 	f.BoolVar(&c.cfg.Keep, "keep", false, "keep the keys (and the embedded server's data) at the end")
 	f.IntVar(&c.cfg.Datanodes, "datanodes", 3, "embedded server: datanode processes")
 	f.IntVar(&c.cfg.DatanodeProcs, "datanode-procs", 0, "embedded server: each datanode's GOMAXPROCS (0: Go's default)")
@@ -46,6 +49,15 @@ func (c *clusterFlags) resolve() (scenario.ClusterConfig, error) {
 			return cfg, fmt.Errorf("finding the spindle binary for the datanodes: %w", err)
 		}
 		cfg.Binary = bin
+	} else {
+		// A running cluster: as a local spindle server's client profile
+		// says (TLS or plaintext), else plaintext.
+		addrs := append(metaapi.SplitAddrs(cfg.Meta), "")
+		if p, _, found, err := tlsconf.LoadClientProfile(addrs[0]); err == nil && found && !p.Insecure {
+			if cfg.MetaTLS, err = tlsconf.NewSettings(tlsconf.Files{Cert: p.Cert, Key: p.Key, CA: p.CA}); err != nil {
+				return cfg, err
+			}
+		}
 	}
 	cfg.Client.ChunkSize = int(c.chunkSize.Int64())
 	cfg.Client.BlockSize = c.blockSize.Int64()

@@ -28,7 +28,7 @@ func startTestServer(t *testing.T) *server.Server {
 	defer cancel()
 	s, err := server.Start(ctx, server.Config{
 		Dir: t.TempDir(), MetaListen: "127.0.0.1:0", Binary: exe,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ClientProfile: true,
 	})
 	if err != nil {
 		t.Fatal(err)

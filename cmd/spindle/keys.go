@@ -20,6 +20,7 @@ import (
 	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/units"
 )
 
@@ -29,18 +30,42 @@ import (
 
 const defaultMetaAddr = "127.0.0.1:9860"
 
-// keyEnv is what every key command has: the meta service's address.
+// keyEnv is what every key command has: the meta service's address and
+// how to reach it (TLS flags or a local server's client profile).
 type keyEnv struct {
 	meta string
+	tls  tlsFlags
 }
 
 func (e *keyEnv) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&e.meta, "meta", defaultMetaAddr, "address of the meta service, host:port, or of every member of a replicated one, comma-separated (env SPINDLE_META)")
+	e.tls.add(f)
 }
+
+// clientTLS is the TLS settings of the command's connections (meta service
+// and datanodes).
+func (e *keyEnv) clientTLS() (*tlsconf.Settings, error) { return e.tls.client(e.meta) }
 
 // metaClient returns a client of the meta service.
 func (e *keyEnv) metaClient() (*metaapi.Client, error) {
-	mc, err := metaapi.NewClient(e.meta, metaapi.ClientOptions{})
+	return e.metaClientOpts(metaapi.ClientOptions{})
+}
+
+// metaClientOpts returns a client of the meta service at e.meta with o
+// (its TLS set from the flags).
+func (e *keyEnv) metaClientOpts(o metaapi.ClientOptions) (*metaapi.Client, error) {
+	return e.metaClientAt(e.meta, o)
+}
+
+// metaClientAt returns a client of the meta service at addr (one of
+// e.meta's) with o, its TLS set from the flags.
+func (e *keyEnv) metaClientAt(addr string, o metaapi.ClientOptions) (*metaapi.Client, error) {
+	sec, err := e.clientTLS()
+	if err != nil {
+		return nil, err
+	}
+	o.TLS = sec
+	mc, err := metaapi.NewClient(addr, o)
 	if err != nil {
 		return nil, usageErr(fmt.Errorf("--meta: %w", err))
 	}
@@ -705,6 +730,9 @@ func newAdminCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if !mc.TLS().Enabled() {
+					fmt.Fprintf(cmd.ErrOrStderr(), "INSECURE: plaintext connection to the meta service at %s (--insecure, no TLS)\n", env.meta)
+				}
 				out := cmd.OutOrStdout()
 				tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 				var table io.Writer = tw
@@ -778,7 +806,7 @@ func newAdminCmd() *cobra.Command {
 	)
 	cmd.AddCommand(newAdminReplicationCmds(&env, &asJSON)...)
 	cmd.AddCommand(newAdminMetaCmd(&env, &asJSON))
-	cmd.AddCommand(newAdminContainerGetCmd())
+	cmd.AddCommand(newAdminContainerGetCmd(&env))
 	cmd.AddCommand(newAdminUserCmd(&env, &asJSON))
 	cmd.AddCommand(newAdminOpsCmds(&env, &asJSON)...)
 	return cmd

@@ -51,7 +51,7 @@ func startEmbedded(t *testing.T) string {
 	defer cancel()
 	s, err := server.Start(ctx, server.Config{
 		Dir: t.TempDir(), MetaListen: "127.0.0.1:0", DatanodeEnv: []string{asSpindleEnv + "=1"},
-		Logger: quietLogger(),
+		Logger: quietLogger(), ClientProfile: true, // TLS, found by the commands as after spindle server
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -216,7 +216,7 @@ func TestKeyCommands(t *testing.T) {
 	wantExit(t, err, exitFailure, "bucket demo is not empty")
 	_, _, err = runIn(t, nil, "bucket", "create", "demo")
 	wantExit(t, err, exitFailure, "already exists")
-	_, _, err = runIn(t, nil, "get", "--meta", "127.0.0.1:1", "demo/hello")
+	_, _, err = runIn(t, nil, "get", "--meta", "127.0.0.1:1", "--insecure", "demo/hello")
 	wantExit(t, err, exitUnavailable, "meta unreachable at 127.0.0.1:1")
 
 	must(nil, "rm", "demo/hello")
@@ -233,6 +233,7 @@ func TestKeyCommands(t *testing.T) {
 // stored inline says there is no healthy pipeline, exits 4, and leaves no
 // key; a small value is stored inline and needs no datanode.
 func TestPutWithoutPipeline(t *testing.T) {
+	t.Setenv("SPINDLE_INSECURE", "true") // a plaintext meta service; as a user would
 	ms, err := meta.Start(meta.Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ func newMetaCmd() *cobra.Command {
 	containerSize := units.ByteSize(metaapi.DefaultContainerSizeBytes)
 	var checkReplication func() error
 	var peers string
+	var tf tlsFlags
 	cmd := &cobra.Command{
 		Use:   "meta",
 		Short: "Run the meta service: datanode registry, pipelines, containers, buckets and keys",
@@ -69,12 +70,18 @@ on an empty --dir.`,
 			} else if cfg.ID > 1 {
 				return usageErr(errors.New("--id without --peers: a single meta service is member 1"))
 			}
+			sec, err := tf.server("meta")
+			if err != nil {
+				return err
+			}
+			cfg.TLS = sec
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return meta.Run(ctx, cfg)
 		},
 	}
 	f := cmd.Flags()
+	tf.add(f)
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:9860", "HTTP address of the meta service")
 	f.StringVar(&cfg.Dir, "dir", "", "directory of the meta service's store (required)")
 	f.StringVar(&cfg.ReadyFile, "ready-file", "", "write ADDR and PID here once serving")

@@ -25,7 +25,7 @@ func startMeta(t *testing.T, dir string, extra ...string) (*exec.Cmd, string) {
 		t.Fatal(err)
 	}
 	ready := filepath.Join(t.TempDir(), "meta.ready")
-	cmd := exec.Command(exe, append([]string{"meta", "--listen", "127.0.0.1:0", "--dir", dir, "--ready-file", ready, "--log-level", "warn"}, extra...)...)
+	cmd := exec.Command(exe, append([]string{"meta", "--insecure", "--listen", "127.0.0.1:0", "--dir", dir, "--ready-file", ready, "--log-level", "warn"}, extra...)...)
 	cmd.Env = append(os.Environ(), asSpindleEnv+"=1")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -110,7 +110,7 @@ func TestMetaCommandServesStopsAndKeepsState(t *testing.T) {
 }
 
 func TestMetaCommandNeedsDir(t *testing.T) {
-	_, _, err := run(t, []string{"meta", "--listen", "127.0.0.1:0"})
+	_, _, err := run(t, []string{"meta", "--insecure", "--listen", "127.0.0.1:0"})
 	if err == nil || !strings.Contains(err.Error(), "--dir") {
 		t.Fatalf("meta without --dir: %v", err)
 	}
@@ -135,7 +135,7 @@ func TestMetaCommandReplicationFlags(t *testing.T) {
 	if st.Limits != want {
 		t.Fatalf("limits %+v, want %+v", st.Limits, want)
 	}
-	out, _, err := runIn(t, nil, "admin", "replication", "--meta", addr)
+	out, _, err := runIn(t, nil, "admin", "replication", "--meta", addr, "--insecure")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,11 +92,14 @@ func TestCLIMistakes(t *testing.T) {
 		// Conflicts.
 		{args: []string{"bucket", "create", "demo"}, code: exitFailure, want: "bucket demo already exists"},
 		{args: []string{"bucket", "rm", "demo"}, code: exitFailure, want: "bucket demo is not empty"},
-		// An unreachable service.
-		{args: []string{"--meta", unreachable, "ls", "demo"}, code: exitUnavailable, want: "meta unreachable at 127.0.0.1:1"},
-		{args: []string{"--meta", unreachable, "bucket", "ls"}, code: exitUnavailable, want: "meta unreachable at 127.0.0.1:1"},
-		{args: []string{"--meta", unreachable, "admin", "nodes"}, code: exitUnavailable, want: "meta unreachable at 127.0.0.1:1"},
-		{args: []string{"--meta", unreachable, "put", "demo/k", src}, code: exitUnavailable, want: "meta unreachable at 127.0.0.1:1"},
+		// An unreachable service (plaintext: no local server wrote how to
+		// reach it), and one of which nothing says how to reach it.
+		{args: []string{"--meta", unreachable, "ls", "--insecure", "demo"}, code: exitUnavailable, want: "meta unreachable at 127.0.0.1:1"},
+		{args: []string{"--meta", unreachable, "bucket", "ls", "--insecure"}, code: exitUnavailable, want: "meta unreachable at 127.0.0.1:1"},
+		{args: []string{"--meta", unreachable, "admin", "nodes", "--insecure"}, code: exitUnavailable, want: "meta unreachable at 127.0.0.1:1"},
+		{args: []string{"--meta", unreachable, "put", "--insecure", "demo/k", src}, code: exitUnavailable, want: "meta unreachable at 127.0.0.1:1"},
+		{args: []string{"--meta", unreachable, "ls", "demo"}, code: exitUsage, want: "no TLS settings for the meta service at 127.0.0.1:1: give --tls-cert, --tls-key and --tls-ca, or --insecure"},
+		{args: []string{"ls", "--insecure", "--tls-ca", "ca.crt", "demo"}, code: exitUsage, want: "--insecure with --tls-cert/--tls-key/--tls-ca: choose one"},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			// --meta given as a global flag is a flag of the key commands:

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/netlab"
 	"github.com/spindle-store/spindle/internal/readyfile"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // operationsTimeout bounds each wait of TestOperationsGuide for a process
@@ -76,7 +78,10 @@ func TestOperationsGuide(t *testing.T) {
 		}
 		argv := net.wrap(h, append([]string{exe}, append(args, "--ready-file", p.ready)...))
 		p.cmd = exec.Command(argv[0], argv[1:]...)
-		p.cmd.Env = append(append(os.Environ(), asSpindleEnv+"=1"), env...)
+		// The host's environment: not the operator's TLS variables (set
+		// below for the commands this test runs).
+		base := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "SPINDLE_TLS_") })
+		p.cmd.Env = append(append(base, asSpindleEnv+"=1"), env...)
 		p.cmd.Stdout, p.cmd.Stderr = logf, logf
 		if err := p.cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -98,7 +103,8 @@ func TestOperationsGuide(t *testing.T) {
 			case <-time.After(50 * time.Millisecond):
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s not ready after %v", name, operationsTimeout)
+				b, _ := os.ReadFile(filepath.Join(root, name+".log"))
+				t.Fatalf("%s not ready after %v:\n%s", name, operationsTimeout, b)
 			}
 		}
 	}
@@ -116,13 +122,52 @@ func TestOperationsGuide(t *testing.T) {
 		}
 	}
 
+	run := func(stdin string, args ...string) string {
+		t.Helper()
+		out, errOut, err := runIn(t, []byte(stdin), args...)
+		if err != nil {
+			t.Fatalf("spindle %s: %v\n%s", strings.Join(args, " "), err, errOut)
+		}
+		return out
+	}
+
+	// Certificates (the guide's "Certificates"): a CA on the operator's
+	// machine, a certificate per process for its host's address, copied
+	// to the host with the CA's certificate, and one for the operator.
+	caDir := filepath.Join(root, "ca")
+	run("", "cert", "init", "--dir", caDir)
+	issue := func(h, name, role string) {
+		t.Helper()
+		tlsDir := host(h, "/etc/spindle/tls")
+		run("", "cert", "issue", "--ca-dir", caDir, "--name", name, "--role", role, "--host", net.addr(h), "--out", tlsDir)
+		for _, ext := range []string{".crt", ".key"} {
+			if err := os.Rename(filepath.Join(tlsDir, name+ext), filepath.Join(tlsDir, "node"+ext)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if b, err := exec.Command("cp", filepath.Join(caDir, "ca.crt"), tlsDir).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v: %s", err, b)
+		}
+	}
+	rebaseTLS := func(h string, sec map[string]any) {
+		for _, k := range []string{"tls-cert", "tls-key", "tls-ca"} {
+			sec[k] = host(h, sec[k].(string))
+		}
+	}
 	// The role files, rebased: the meta service on spindle1, a datanode
 	// on every host.
+	issue("spindle1", "meta-1", "meta")
 	metaCfg := readJSON("meta.json")
 	metaCfg["meta"]["listen"] = net.addr("spindle1") + ":0"
 	metaCfg["meta"]["dir"] = host("spindle1", metaCfg["meta"]["dir"].(string))
+	rebaseTLS("spindle1", metaCfg["meta"])
 	writeJSON(filepath.Join(root, "meta.json"), metaCfg)
 	for _, h := range hosts {
+		if h != "spindle1" {
+			issue(h, "dn-"+h, "datanode")
+		} else { // the meta service's host holds a datanode too: its own pair
+			run("", "cert", "issue", "--ca-dir", caDir, "--name", "dn-"+h, "--role", "datanode", "--host", net.addr(h), "--out", host(h, "/etc/spindle/tls-dn"))
+		}
 		cf := readJSON("datanode.json")
 		var dirs []any
 		for _, d := range cf["datanode"]["data-dir"].([]any) {
@@ -130,8 +175,18 @@ func TestOperationsGuide(t *testing.T) {
 		}
 		cf["datanode"]["data-dir"] = dirs
 		cf["datanode"]["log-dir"] = host(h, cf["datanode"]["log-dir"].(string))
+		rebaseTLS(h, cf["datanode"])
+		if h == "spindle1" {
+			cf["datanode"]["tls-cert"] = host(h, "/etc/spindle/tls-dn/dn-"+h+".crt")
+			cf["datanode"]["tls-key"] = host(h, "/etc/spindle/tls-dn/dn-"+h+".key")
+		}
 		writeJSON(filepath.Join(root, h+"-datanode.json"), cf)
 	}
+	// The operator's: spindle put, get, admin take it from the environment.
+	run("", "cert", "issue", "--ca-dir", caDir, "--name", "ops", "--role", "admin", "--out", filepath.Join(root, "ops"))
+	t.Setenv("SPINDLE_TLS_CERT", filepath.Join(root, "ops", "ops.crt"))
+	t.Setenv("SPINDLE_TLS_KEY", filepath.Join(root, "ops", "ops.key"))
+	t.Setenv("SPINDLE_TLS_CA", filepath.Join(caDir, "ca.crt"))
 	startCluster := func(listen map[string]string) (*proc, map[string]*proc) {
 		t.Helper()
 		m := start("spindle1", "meta", []string{"meta", "--config", filepath.Join(root, "meta.json")}, nil)
@@ -158,14 +213,6 @@ func TestOperationsGuide(t *testing.T) {
 			stop(h+"-datanode", dns[h])
 		}
 		stop("meta", m)
-	}
-	run := func(stdin string, args ...string) string {
-		t.Helper()
-		out, errOut, err := runIn(t, []byte(stdin), args...)
-		if err != nil {
-			t.Fatalf("spindle %s: %v\n%s", strings.Join(args, " "), err, errOut)
-		}
-		return out
 	}
 
 	// Each datanode on its host's address, the meta service on
@@ -208,7 +255,11 @@ func TestOperationsGuide(t *testing.T) {
 // "Check", as the embedded server waits for it).
 func waitWritable(t *testing.T, addr string) {
 	t.Helper()
-	mc, err := metaapi.NewClient(addr, metaapi.ClientOptions{})
+	sec, err := tlsconf.NewSettings(tlsconf.Files{Cert: os.Getenv("SPINDLE_TLS_CERT"), Key: os.Getenv("SPINDLE_TLS_KEY"), CA: os.Getenv("SPINDLE_TLS_CA")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc, err := metaapi.NewClient(addr, metaapi.ClientOptions{TLS: sec})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,6 +66,7 @@ subdirectory when it exists), removed at the end unless --keep. Mind the space:
 	f.DurationVar(&cfg.Timeout, "timeout", scenario.DefaultRereplicateTimeout, "bound of the whole run")
 	f.BoolVar(&cfg.Keep, "keep", false, "leave the cluster's directories in place")
 	f.StringVar(&cfg.CPUProfileDir, "cpuprofile-dir", "", "each datanode of the restarted cluster writes a CPU profile dn<i>.pprof here, and the bench (meta service) bench.pprof from the restart to full replication")
+	f.BoolVar(&cfg.TLS, "tls", false, "run the cluster with mutual TLS, as spindle server does by default (copies encrypted in user space instead of sendfile); default plaintext")
 	f.BoolVar(&cfg.ProfileSource, "profile-source", false, "trace datanode 1 (a source) with strace during the copies and report its data-moving system calls by bytes (slows the copies)")
 	return cmd
 }

@@ -42,6 +42,15 @@ user there). Other users: spindle admin user create.`,
 				return usageErr(errors.New("--s3-access-key is required"))
 			}
 			cfg.Meta = env.meta
+			sec, err := env.tls.server("s3")
+			if err != nil {
+				return err
+			}
+			cfg.TLS = sec
+			scheme := "http"
+			if sec.Enabled() { // the same certificate serves HTTPS (issue it with --role s3 --host of --listen)
+				cfg.CertFile, cfg.KeyFile, scheme = env.tls.cert, env.tls.key, "https"
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if cfg.SecretKey == "" {
@@ -55,7 +64,7 @@ user there). Other users: spindle admin user create.`,
 				}
 				cfg.SecretKey = u.SecretKey
 			}
-			fmt.Fprintf(os.Stderr, "spindle s3: serving S3 at http://%s for the meta service at %s\n", cfg.Listen, cfg.Meta)
+			fmt.Fprintf(os.Stderr, "spindle s3: serving S3 at %s://%s for the meta service at %s (%s)\n", scheme, cfg.Listen, cfg.Meta, sec.Mode())
 			return s3gw.Run(ctx, cfg)
 		},
 	}

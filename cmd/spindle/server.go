@@ -13,6 +13,7 @@ import (
 	"github.com/spindle-store/spindle/internal/datanode"
 	"github.com/spindle-store/spindle/internal/pipeline"
 	"github.com/spindle-store/spindle/internal/server"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/units"
 )
 
@@ -34,6 +35,15 @@ S3 clients use --s3-listen (default 127.0.0.1:9878, "off": none) with the
 root user of --s3-access-key/--s3-secret-key, or one generated at the first
 start into --dir/s3-credentials.json (0600).
 Ctrl-C or SIGTERM stops everything cleanly.
+
+Every connection is mutual TLS 1.3: at the first start the server makes a
+cluster CA and a certificate per role under --dir/tls (keys 0600), and
+writes a client profile (` + "`~/.config/spindle/clients/`" + `, or
+$SPINDLE_CLIENT_CONFIG_DIR) that spindle put, get, admin, ... find by their
+--meta address: no flag needed on this machine. The S3 gateway serves HTTPS;
+S3 clients verify it with the CA bundle --dir/tls/ca/ca.crt (aws
+--ca-bundle, AWS_CA_BUNDLE). --insecure runs everything in plaintext
+(logged as such, and shown by spindle admin).
 
 With --meta-replicas 3 the meta service is a raft group of 3 'spindle meta'
 processes (--dir/meta<i>, logs in --dir/meta<i>.log; member 1 on
@@ -57,7 +67,7 @@ settings given here (replication flags) are passed to every member.`,
 				mf := newMetaCmd().Flags()
 				cmd.Flags().Visit(func(fl *pflag.Flag) {
 					switch fl.Name {
-					case "dir", "ready-file", "listen":
+					case "dir", "ready-file", "listen", tlsconf.FlagInsecure: // TLS: the server's own flags for its members
 						return
 					}
 					if mf.Lookup(fl.Name) != nil {
@@ -65,6 +75,7 @@ settings given here (replication flags) are passed to every member.`,
 					}
 				})
 			}
+			cfg.ClientProfile = true
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return server.Run(ctx, cfg, readyFile)
@@ -79,6 +90,7 @@ settings given here (replication flags) are passed to every member.`,
 	f.IntVar(&maxCopies, "max-copies", maxCopies, "re-replication: container copies each datanode receives at once")
 	f.Var(&logInline, "log-inline-max-bytes", "datanodes: "+logInlineHelp)
 	addS3Flags(f, &cfg.S3)
+	f.BoolVar(&cfg.Insecure, tlsconf.FlagInsecure, false, "plaintext connections everywhere, no TLS (meta, datanodes, S3 over http): anyone who reaches a port can use it")
 	checkReplication = addReplicationFlags(f, &cfg.Meta)
 	return cmd
 }

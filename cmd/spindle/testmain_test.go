@@ -3,6 +3,8 @@ package main
 import (
 	"os"
 	"testing"
+
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // asSpindleEnv, set to "1" in a child's environment, makes the test binary
@@ -16,5 +18,14 @@ func TestMain(m *testing.M) {
 		main() // exits non-zero itself on error
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	// The client profiles servers write (and commands read) stay in the
+	// test's own directory, never the user's (~/.config/spindle).
+	dir, err := os.MkdirTemp("", "spindle-test-clients-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv(tlsconf.ClientProfileEnv, dir)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }

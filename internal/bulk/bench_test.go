@@ -44,7 +44,7 @@ func BenchmarkFetch(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		dst := mk()
 		var im *engine.Importer
-		_, err := Fetch(context.Background(), d, 1, func(h ContainerHeader) (Sink, error) {
+		_, err := Fetch(context.Background(), nil, d, 1, func(h ContainerHeader) (Sink, error) {
 			var err error
 			im, err = dst.ImportContainer(1, h.MaxSizeBytes, h.BCSID)
 			return im, err

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/transport"
 )
 
@@ -86,14 +87,14 @@ func serve(t testing.TB, e *engine.Engine, maxExports int) (*Server, *Demux) {
 		t.Fatal(err)
 	}
 	s := NewServer(e, maxExports, quiet)
-	d := NewDemux(ln, s.Handle, 0)
+	d := NewDemux(ln, nil, s.Handle, 0)
 	t.Cleanup(func() { d.Close(); d.Wait(); s.Close() })
 	return s, d
 }
 
 func importFrom(ctx context.Context, dst *engine.Engine, addr string, id uint64) (FetchResult, error) {
 	var im *engine.Importer
-	res, err := Fetch(ctx, addr, id, func(h ContainerHeader) (Sink, error) {
+	res, err := Fetch(ctx, nil, addr, id, func(h ContainerHeader) (Sink, error) {
 		var err error
 		im, err = dst.ImportContainer(engine.ContainerID(id), h.MaxSizeBytes, h.BCSID)
 		return im, err
@@ -178,7 +179,7 @@ func fakeSource(t *testing.T, e *engine.Engine, id uint64, mangle func([]byte) [
 	t.Helper()
 	// Capture a real stream first.
 	_, d := serve(t, e, 0)
-	c, err := Dial(context.Background(), d.Addr().String())
+	c, err := Dial(context.Background(), nil, d.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +284,7 @@ func TestCancelledFetchLeavesNothing(t *testing.T) {
 	_, d := serve(t, src, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	var im *engine.Importer
-	_, err := Fetch(ctx, d.Addr().String(), 4, func(h ContainerHeader) (Sink, error) {
+	_, err := Fetch(ctx, nil, d.Addr().String(), 4, func(h ContainerHeader) (Sink, error) {
 		var err error
 		im, err = dst.ImportContainer(4, h.MaxSizeBytes, h.BCSID)
 		cancel() // the stream is cut before the first block
@@ -332,7 +333,7 @@ func TestDownloadContainer(t *testing.T) {
 	want := fill(t, src, 5, false, 2<<20+77, 40000)
 	_, d := serve(t, src, 0)
 	dir := filepath.Join(t.TempDir(), "c5")
-	m, err := DownloadContainer(context.Background(), d.Addr().String(), 5, dir)
+	m, err := DownloadContainer(context.Background(), nil, d.Addr().String(), 5, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,14 +356,14 @@ func TestDownloadContainer(t *testing.T) {
 		return out
 	})
 	dir2 := filepath.Join(t.TempDir(), "bad")
-	if _, err := DownloadContainer(context.Background(), bad, 5, dir2); !errors.Is(err, engine.ErrCorrupt) {
+	if _, err := DownloadContainer(context.Background(), nil, bad, 5, dir2); !errors.Is(err, engine.ErrCorrupt) {
 		t.Fatalf("corrupted download: %v, want ErrCorrupt", err)
 	}
 	if _, err := os.Stat(dir2); !os.IsNotExist(err) {
 		t.Fatalf("a failed download left %s", dir2)
 	}
 	// An existing directory is refused.
-	if _, err := DownloadContainer(context.Background(), d.Addr().String(), 5, dir); err == nil {
+	if _, err := DownloadContainer(context.Background(), nil, d.Addr().String(), 5, dir); err == nil {
 		t.Fatal("download into an existing directory")
 	}
 }
@@ -376,7 +377,7 @@ func TestDemuxFirstBytesTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	const timeout = 100 * time.Millisecond
-	d := NewDemux(ln, func(c net.Conn) { c.Close() }, timeout)
+	d := NewDemux(ln, nil, func(c net.Conn) { c.Close() }, timeout)
 	t.Cleanup(func() { d.Close(); d.Wait() })
 
 	silent, err := net.Dial("tcp", d.Addr().String())
@@ -436,7 +437,7 @@ func TestDemuxSurvivesEMFILE(t *testing.T) {
 	}
 	fl := &emfileListener{Listener: ln}
 	fl.failures.Store(3)
-	d := NewDemux(fl, func(c net.Conn) { c.Close() }, 0)
+	d := NewDemux(fl, nil, func(c net.Conn) { c.Close() }, 0)
 	defer d.Wait()
 	defer d.Close()
 	c, err := net.Dial("tcp", ln.Addr().String())
@@ -454,5 +455,109 @@ func TestDemuxSurvivesEMFILE(t *testing.T) {
 	got.Close()
 	if fl.failures.Load() >= 0 {
 		t.Fatalf("the injected failures were not all seen (%d left)", fl.failures.Load()+1)
+	}
+}
+
+// With TLS the demux completes each connection's handshake before it
+// classifies it: a copy from a peer with a certificate of the cluster's CA
+// arrives whole (by read, encrypt, write: Stats.Sendfile is false), a
+// data-path connection comes out of Accept with its first bytes intact,
+// and a plaintext fetch or one with another CA's certificate is refused
+// while the demux keeps serving.
+func TestCopyOverTLS(t *testing.T) {
+	pkiDir := t.TempDir()
+	pki, err := tlsconf.EnsureLocal(pkiDir, []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvTLS, err := pki.Settings(tlsconf.RoleDatanode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, dst := openEngine(t), openEngine(t)
+	want := fill(t, src, 7, false, 3<<20+123, 1, 64<<10)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(src, 0, quiet)
+	d := NewDemux(ln, srvTLS, s.Handle, 0)
+	t.Cleanup(func() { d.Close(); d.Wait(); s.Close() })
+	addr := d.Addr().String()
+
+	// Refused: plaintext, and another CA's certificate.
+	fetch := func(sec *tlsconf.Settings) (FetchResult, error) {
+		var im *engine.Importer
+		res, err := Fetch(context.Background(), sec, addr, 7, func(h ContainerHeader) (Sink, error) {
+			var err error
+			im, err = dst.ImportContainer(7, h.MaxSizeBytes, h.BCSID)
+			return im, err
+		})
+		if err == nil {
+			err = im.Commit()
+		}
+		if err != nil && im != nil {
+			im.Abort()
+		}
+		return res, err
+	}
+	if _, err := fetch(nil); err == nil {
+		t.Fatal("a plaintext fetch from a TLS source succeeded")
+	}
+	other, err := tlsconf.EnsureLocal(t.TempDir(), []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The other CA's certificate, trusting the real CA: the source must
+	// refuse it (the client would accept the source).
+	f := other.Files(tlsconf.RoleDatanode)
+	f.CA = pki.CA
+	foreign, err := tlsconf.NewSettings(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fetch(foreign); err == nil {
+		t.Fatal("a fetch with another CA's certificate succeeded")
+	}
+
+	// Accepted: the cluster's certificate.
+	peer, err := pki.Settings(tlsconf.RoleDatanode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := fetch(peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Blocks != 3 || s.Stats().Sendfile {
+		t.Fatalf("fetched %d blocks, sendfile %v: want 3 blocks, not by sendfile", res.Blocks, s.Stats().Sendfile)
+	}
+	for local, data := range want {
+		got, err := dst.ReadChunk(engine.BlockID{Container: 7, Local: local}, 0, uint64(len(data)), nil)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("block %d: %d bytes read, err %v", local, len(got), err)
+		}
+	}
+
+	// A data-path connection keeps its first bytes.
+	read := make(chan struct{})
+	go func() {
+		c, err := peer.Dial(context.Background(), addr)
+		if err == nil {
+			c.Write([]byte("SWdata-path"))
+			<-read // open until the test has read it
+			c.Close()
+		}
+	}()
+	c, err := d.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b := make([]byte, len("SWdata-path"))
+	_, err = io.ReadFull(c, b)
+	close(read)
+	if err != nil || string(b) != "SWdata-path" {
+		t.Fatalf("data-path connection read %q, %v", b, err)
 	}
 }

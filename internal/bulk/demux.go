@@ -1,7 +1,11 @@
 package bulk
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -9,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // MaxPeeking bounds the accepted connections whose first bytes have not
@@ -35,6 +41,7 @@ const DefaultFirstBytesTimeout = time.Minute
 // and ends Accept with net.ErrClosed.
 type Demux struct {
 	ln         net.Listener
+	tls        *tlsconf.Settings
 	bulk       func(net.Conn)
 	out        chan net.Conn
 	done       chan struct{}
@@ -48,13 +55,14 @@ type Demux struct {
 }
 
 // NewDemux starts demultiplexing ln. A connection whose first two bytes
-// have not arrived within firstBytesTimeout (0: DefaultFirstBytesTimeout)
-// is closed.
-func NewDemux(ln net.Listener, bulk func(net.Conn), firstBytesTimeout time.Duration) *Demux {
+// (with TLS: its handshake and its first two bytes) have not arrived within
+// firstBytesTimeout (0: DefaultFirstBytesTimeout) is closed. sec nil:
+// plaintext.
+func NewDemux(ln net.Listener, sec *tlsconf.Settings, bulk func(net.Conn), firstBytesTimeout time.Duration) *Demux {
 	if firstBytesTimeout <= 0 {
 		firstBytesTimeout = DefaultFirstBytesTimeout
 	}
-	d := &Demux{ln: ln, bulk: bulk, out: make(chan net.Conn), done: make(chan struct{}), peeking: map[net.Conn]struct{}{},
+	d := &Demux{ln: ln, tls: sec, bulk: bulk, out: make(chan net.Conn), done: make(chan struct{}), peeking: map[net.Conn]struct{}{},
 		firstBytes: firstBytesTimeout}
 	d.wg.Add(1)
 	go d.acceptLoop()
@@ -105,15 +113,23 @@ func (d *Demux) acceptLoop() {
 	}
 }
 
-func (d *Demux) classify(c net.Conn) {
+func (d *Demux) classify(raw net.Conn) {
 	defer d.wg.Done()
-	isBulk, err := peekBulk(c, d.firstBytes)
+	c, isBulk, err := raw, false, error(nil)
+	if d.tls.Enabled() {
+		c, isBulk, err = d.classifyTLS(raw)
+		if err != nil {
+			slog.Debug("bulk: connection refused", "remote", raw.RemoteAddr(), "err", err)
+		}
+	} else {
+		isBulk, err = peekBulk(c, d.firstBytes)
+	}
 	d.mu.Lock()
-	delete(d.peeking, c)
+	delete(d.peeking, raw)
 	closed := d.closed
 	d.mu.Unlock()
 	if err != nil || closed {
-		c.Close()
+		raw.Close()
 		return
 	}
 	if isBulk {
@@ -125,6 +141,44 @@ func (d *Demux) classify(c net.Conn) {
 	case <-d.done:
 		c.Close()
 	}
+}
+
+// classifyTLS completes raw's server handshake and reads its first two
+// bytes, all within the first bytes timeout; the connection returned gives
+// those bytes back first.
+func (d *Demux) classifyTLS(raw net.Conn) (net.Conn, bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d.firstBytes)
+	defer cancel()
+	c, err := d.tls.Server(ctx, raw)
+	if err != nil {
+		return nil, false, err
+	}
+	tc := c.(*tls.Conn)
+	tc.SetReadDeadline(time.Now().Add(d.firstBytes))
+	var b [2]byte
+	if _, err := io.ReadFull(tc, b[:]); err != nil {
+		return nil, false, fmt.Errorf("first bytes: %w", err)
+	}
+	if err := tc.SetReadDeadline(time.Time{}); err != nil {
+		return nil, false, err
+	}
+	return &prefixConn{Conn: tc, pre: b[:]}, b[0] == Magic0 && b[1] == Magic1, nil
+}
+
+// prefixConn is a TLS connection whose first bytes were read already: its
+// reads return them first.
+type prefixConn struct {
+	*tls.Conn
+	pre []byte
+}
+
+func (p *prefixConn) Read(b []byte) (int, error) {
+	if len(p.pre) > 0 {
+		n := copy(b, p.pre)
+		p.pre = p.pre[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
 }
 
 // peekBulk waits for the first two bytes of c without consuming them and

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/vfs"
 )
 
@@ -40,7 +41,7 @@ type DirSink struct {
 // DownloadContainer reads container id from the datanode at addr into dir
 // (created; it must not exist), every block verified, everything fsynced;
 // on any error dir is removed.
-func DownloadContainer(ctx context.Context, addr string, id uint64, dir string) (*Manifest, error) {
+func DownloadContainer(ctx context.Context, sec *tlsconf.Settings, addr string, id uint64, dir string) (*Manifest, error) {
 	if _, err := os.Stat(dir); err == nil {
 		return nil, fmt.Errorf("bulk: %s exists: give a new directory", dir)
 	}
@@ -48,7 +49,7 @@ func DownloadContainer(ctx context.Context, addr string, id uint64, dir string) 
 		return nil, fmt.Errorf("bulk: %w", err)
 	}
 	s := &DirSink{dir: dir, buf: make([]byte, engine.ImportBufferBytes), m: Manifest{Container: id, Source: addr}}
-	res, err := Fetch(ctx, addr, id, func(h ContainerHeader) (Sink, error) {
+	res, err := Fetch(ctx, sec, addr, id, func(h ContainerHeader) (Sink, error) {
 		s.m.MaxSizeBytes, s.m.BCSID = h.MaxSizeBytes, h.BCSID
 		return s, nil
 	})

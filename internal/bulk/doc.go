@@ -1,7 +1,8 @@
 // Package bulk streams whole CLOSED containers between datanodes (and to
 // clients): the path of closed-container re-replication. The source sends
 // every block file straight from the page cache to the socket with
-// sendfile(2) — io.Copy of an *os.File to a *net.TCPConn; no staging, no
+// sendfile(2) — io.Copy of an *os.File to a *net.TCPConn (plaintext; see
+// TLS below); no staging, no
 // archive, no compression — and the target (engine.Importer) verifies every
 // checksum against the block metadata as the bytes arrive, writes them into
 // a staging directory and makes the container visible atomically once the
@@ -9,6 +10,13 @@
 //
 // A bulk stream shares the datanode's data-path address: Demux peeks at the
 // first two bytes of each accepted connection ("SB" bulk, "SW" data path).
+//
+// With TLS (tlsconf.Settings), the address speaks mutual TLS 1.3 only:
+// Demux completes each connection's handshake (within the first bytes
+// timeout) before it reads the two bytes, and a connection that fails it
+// is closed. Go's TLS has no kernel TLS, so the source's block bytes then
+// go through user space (read, encrypt, write: io.Copy's 32 KiB buffer)
+// instead of sendfile; Stats.Sendfile says which path the last block took.
 //
 // # Wire format (integers little-endian, CRC32C Castagnoli)
 //

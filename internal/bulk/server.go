@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/vfs"
 )
 
@@ -52,7 +53,7 @@ type ServerStats struct {
 	Refused       uint64 // requests refused (busy, not found, not closed, bad)
 	Bytes         uint64 // block bytes sent
 	Active        int64  // exports in progress
-	Sendfile      bool   // the last block went out by sendfile (OS files) rather than read+write
+	Sendfile      bool   // the last block went out by sendfile (OS files, plaintext TCP) rather than read+write (TLS: read, encrypt, write)
 }
 
 // Server serves whole-container reads from an engine.
@@ -209,12 +210,12 @@ func (s *Server) stream(conn net.Conn, w *bufio.Writer, x *engine.Export) (block
 			return blocks, n, err
 		}
 		var src io.Reader = f
-		if of, ok := vfs.OSFile(f); ok {
+		of, ok := vfs.OSFile(f)
+		if ok {
 			src = of
-			s.sendfile.Store(true)
-		} else {
-			s.sendfile.Store(false)
 		}
+		_, tcp := conn.(*net.TCPConn)
+		s.sendfile.Store(ok && tcp) // TLS: read, encrypt, write instead
 		// io.Copy to the connection itself (not a wrapper): *net.TCPConn's
 		// ReadFrom recognises *io.LimitedReader over *os.File.
 		c, err := io.Copy(conn, &io.LimitedReader{R: src, N: int64(bd.Length)})
@@ -249,14 +250,23 @@ type FetchResult struct {
 	Seconds       float64
 }
 
-// Dial connects to a source; the dialer honours ctx.
-func Dial(ctx context.Context, addr string) (net.Conn, error) {
+// Dial connects to a source (with TLS when sec says so; nil: plaintext);
+// the dialer and the handshake honour ctx.
+func Dial(ctx context.Context, sec *tlsconf.Settings, addr string) (net.Conn, error) {
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("bulk: dial %s: %w", addr, err)
 	}
-	TuneReceiver(c)
+	// The handshake first: with SO_RCVLOWAT at 256 KiB the poller would
+	// not wake the client for the server's few KiB of handshake, which
+	// would then wait for the server to give up (a race: TestCopyOverTLS
+	// and copies by the hundred pass or hang by timing).
+	c, err := sec.Client(ctx, raw, addr)
+	if err != nil {
+		return nil, fmt.Errorf("bulk: %w", err)
+	}
+	TuneReceiver(raw)
 	return c, nil
 }
 
@@ -289,10 +299,10 @@ func TuneReceiver(c net.Conn) {
 // record matched the blocks and bytes received; any other outcome is an
 // error and the caller must discard what the sink holds. ctx cancels it
 // (the connection is closed).
-func Fetch(ctx context.Context, addr string, id uint64, begin func(ContainerHeader) (Sink, error)) (FetchResult, error) {
+func Fetch(ctx context.Context, sec *tlsconf.Settings, addr string, id uint64, begin func(ContainerHeader) (Sink, error)) (FetchResult, error) {
 	var res FetchResult
 	start := time.Now()
-	conn, err := Dial(ctx, addr)
+	conn, err := Dial(ctx, sec, addr)
 	if err != nil {
 		return res, err
 	}

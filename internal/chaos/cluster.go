@@ -123,7 +123,9 @@ func (c *cluster) launchMeta(ctx context.Context) error {
 		return fmt.Errorf("chaos: %w", err)
 	}
 	defer logf.Close()
-	args := append([]string{"meta", "--listen", c.metaAddr, "--dir", c.metaDir(), "--ready-file", c.metaReady()}, c.metaArgs...)
+	// Plaintext, as its datanodes (localcluster without TLS): the chaos
+	// bench judges replication and recovery, not the transport.
+	args := append([]string{"meta", "--insecure", "--listen", c.metaAddr, "--dir", c.metaDir(), "--ready-file", c.metaReady()}, c.metaArgs...)
 	cmd := exec.Command(c.bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}

@@ -60,7 +60,7 @@ func TestMetaHAAcceptance(t *testing.T) {
 		t.Fatal(err)
 	}
 	newKC := func() *keyclient.Client {
-		mc, err := metaapi.NewClient(srv.MetaAddr(), metaapi.ClientOptions{})
+		mc, err := metaapi.NewClient(srv.MetaAddr(), metaapi.ClientOptions{TLS: srv.ClientTLS()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +165,7 @@ func TestMetaHAAcceptance(t *testing.T) {
 	leader := func() int {
 		for range 200 {
 			for i, a := range addrs {
-				mc, err := metaapi.NewClient(a, metaapi.ClientOptions{Attempts: 1, Timeout: time.Second})
+				mc, err := metaapi.NewClient(a, metaapi.ClientOptions{Attempts: 1, Timeout: time.Second, TLS: srv.ClientTLS()})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,7 +1,8 @@
 // Package datanode runs a Spindle datanode: one storage engine over its data
 // directories, one shared raft log in its log directory, and the pipelines
 // (raft groups) it is a member of, served on one TCP address for peers and
-// clients alike.
+// clients alike: mutual TLS 1.3 on it, on the connections it dials and on
+// its /metrics when Config.TLS is set (plaintext otherwise: --insecure).
 //
 // Invariants: the log directory is never created silently empty for a
 // datanode whose engine already holds containers (it would forget votes and
@@ -44,6 +45,7 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/pipeline"
 	"github.com/spindle-store/spindle/internal/readyfile"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/transport"
 	"github.com/spindle-store/spindle/internal/wal"
 )
@@ -106,6 +108,11 @@ type Config struct {
 	IdleTimeout time.Duration
 	ReadTimeout time.Duration
 	Logger      *slog.Logger
+	// TLS secures every connection of the datanode: its one address (data
+	// path, raft, bulk copies: mutual TLS 1.3), the raft messages and
+	// container copies it dials, and its /metrics listener; nil:
+	// plaintext (--insecure). The meta client (Meta) carries its own.
+	TLS *tlsconf.Settings
 	// ScrubRateBytesPerS bounds the scrubber's reads (scrub.go; 0: no
 	// scrubber); ScrubInterval is how often a CLOSED container is
 	// scrubbed again (0: DefaultScrubInterval).
@@ -290,15 +297,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer bsrv.Close()
 	registerBulkMetrics(reg, bsrv)
 	reg.MustRegister(spaceCollector{eng: eng, log: log}) // space_metrics.go
-	dm := bulk.NewDemux(ln, bsrv.Handle, 0)
+	dm := bulk.NewDemux(ln, cfg.TLS, bsrv.Handle, 0)
 	defer dm.Wait()
 	defer dm.Close()
-	repl := newReplicator(eng, cfg.ID, cfg.MaxCopies, log)
+	repl := newReplicator(eng, cfg.TLS, cfg.ID, cfg.MaxCopies, log)
 	defer repl.stop()
 	repl.register(reg)
 	scrub := newScrubber(eng, cfg.ScrubRateBytesPerS, cfg.ScrubInterval, log)
 	scrub.register(reg)
-	repair := newRepairer(eng, scrub, log)
+	repair := newRepairer(eng, cfg.TLS, scrub, log)
 	// The scrubber and the repairs stop before the engine closes.
 	bgCtx, bgStop := context.WithCancel(ctx)
 	var bg sync.WaitGroup
@@ -313,7 +320,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		DiskStallThreshold:      cfg.DiskStallThreshold,
 		LogInlineMaxBytes:       cfg.LogInlineMaxBytes,
 		MaxInflightPayloadBytes: cfg.MaxClientPayloadBytes, MaxInflightRaftPayloadBytes: cfg.MaxRaftPayloadBytes,
-		Conn:          transport.ConnConfig{IdleTimeout: cfg.IdleTimeout, ReadTimeout: cfg.ReadTimeout},
+		Conn:          transport.ConnConfig{IdleTimeout: cfg.IdleTimeout, ReadTimeout: cfg.ReadTimeout, TLS: cfg.TLS},
 		RetainEntries: cfg.RetainEntries, MaxRetainEntries: cfg.MaxRetainEntries,
 		CompactEveryEntries: min(cfg.RetainEntries, pipeline.DefaultCompactEveryEntries),
 		Logger:              log,
@@ -332,11 +339,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go hs.Serve(mln)
+		go hs.Serve(cfg.TLS.Listener(mln))
 		defer hs.Close()
-		metricsURL = "http://" + mln.Addr().String() + "/metrics"
+		metricsURL = cfg.TLS.Scheme() + "://" + mln.Addr().String() + "/metrics"
 	}
-	log.Info("datanode serving", "id", cfg.ID, "addr", node.Addr(), "data_dirs", cfg.DataDirs, "log_dir", cfg.LogDir, "pipelines", len(pipelines), "metrics", metricsURL)
+	if !cfg.TLS.Enabled() {
+		log.Warn("datanode serving WITHOUT TLS (--insecure): anyone who reaches its address can inject raft messages and read containers", "addr", node.Addr())
+	}
+	log.Info("datanode serving", "id", cfg.ID, "addr", node.Addr(), "tls", cfg.TLS.Mode(), "data_dirs", cfg.DataDirs, "log_dir", cfg.LogDir, "pipelines", len(pipelines), "metrics", metricsURL)
 	if cfg.ReadyFile != "" {
 		if err := readyfile.Write(cfg.ReadyFile, advertise); err != nil { // what others dial
 			node.Close()

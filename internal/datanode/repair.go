@@ -13,6 +13,8 @@ import (
 	"github.com/spindle-store/spindle/internal/client"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
+	"github.com/spindle-store/spindle/internal/transport"
 )
 
 // Block repairs (metaapi.CmdRepairBlocks): this node's damaged blocks of
@@ -34,6 +36,7 @@ const (
 
 type repairer struct {
 	eng *engine.Engine
+	tls *tlsconf.Settings // the connections to the replicas read from (nil: plaintext)
 	log *slog.Logger
 	scr *scrubber // counts repairs in its report
 	// wake is signalled when a repair ends (the next heartbeat reports it).
@@ -43,8 +46,8 @@ type repairer struct {
 	running map[uint64]bool // container → a repair under way
 }
 
-func newRepairer(eng *engine.Engine, scr *scrubber, log *slog.Logger) *repairer {
-	return &repairer{eng: eng, log: log, scr: scr, wake: make(chan struct{}, 1), running: map[uint64]bool{}}
+func newRepairer(eng *engine.Engine, sec *tlsconf.Settings, scr *scrubber, log *slog.Logger) *repairer {
+	return &repairer{eng: eng, tls: sec, log: log, scr: scr, wake: make(chan struct{}, 1), running: map[uint64]bool{}}
 }
 
 // submit starts the repair of c unless one of its container is under way
@@ -125,7 +128,7 @@ func (r *repairer) repairFrom(ctx context.Context, pid uint64, addr string, b en
 	if err != nil {
 		return err
 	}
-	cl, err := client.New([]string{addr}, pid, client.Options{Logger: r.log})
+	cl, err := client.New([]string{addr}, pid, client.Options{Logger: r.log, Conn: transport.ConnConfig{TLS: r.tls}})
 	if err != nil {
 		return err
 	}

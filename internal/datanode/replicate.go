@@ -17,6 +17,7 @@ import (
 	"github.com/spindle-store/spindle/internal/bulk"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // Limits of the replicator (the target side of re-replication).
@@ -52,6 +53,7 @@ const copyPauseEnv = "SPINDLE_TEST_COPY_PAUSE"
 // of which maxActive copy at a time). stop cancels them and waits.
 type replicator struct {
 	eng       *engine.Engine
+	tls       *tlsconf.Settings // the copies' connections (nil: plaintext)
 	self      uint64
 	log       *slog.Logger
 	sema      chan struct{}
@@ -74,12 +76,12 @@ type replicator struct {
 	running           atomic.Int64
 }
 
-func newReplicator(eng *engine.Engine, self uint64, maxActive int, log *slog.Logger) *replicator {
+func newReplicator(eng *engine.Engine, sec *tlsconf.Settings, self uint64, maxActive int, log *slog.Logger) *replicator {
 	if maxActive <= 0 {
 		maxActive = DefaultMaxCopies
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &replicator{eng: eng, self: self, log: log, sema: make(chan struct{}, maxActive), wake: make(chan struct{}, 1),
+	return &replicator{eng: eng, tls: sec, self: self, log: log, sema: make(chan struct{}, maxActive), wake: make(chan struct{}, 1),
 		pausePath: os.Getenv(copyPauseEnv), ctx: ctx, cancel: cancel, active: map[uint64]bool{},
 		failures: newReportQueue[metaapi.CopyFailure](maxPendingFailures)}
 }
@@ -200,7 +202,7 @@ func (r *replicator) run(c metaapi.Command) {
 func (r *replicator) copyFrom(id uint64, src metaapi.Member) error {
 	var im *engine.Importer
 	start := time.Now()
-	res, err := bulk.Fetch(r.ctx, src.Addr, id, func(h bulk.ContainerHeader) (bulk.Sink, error) {
+	res, err := bulk.Fetch(r.ctx, r.tls, src.Addr, id, func(h bulk.ContainerHeader) (bulk.Sink, error) {
 		var err error
 		im, err = r.eng.ImportContainer(engine.ContainerID(id), h.MaxSizeBytes, h.BCSID)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/spindle-store/spindle/internal/scenario"
 	"github.com/spindle-store/spindle/internal/server"
 	"github.com/spindle-store/spindle/internal/teragen"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/units"
 )
 
@@ -39,7 +40,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // runCluster is part 2 and the benches that need a running cluster.
 func (d *demo) runCluster(ctx context.Context) (err error) {
 	dir := filepath.Join(d.tmp, "server")
-	d.say("2. spindle server (meta service + 3 datanodes on 127.0.0.1) in %s", dir)
+	d.say("2. spindle server (meta service + 3 datanodes on 127.0.0.1, mutual TLS) in %s", dir)
 	start := time.Now()
 	srv, err := server.Start(ctx, server.Config{
 		Dir: dir, MetaListen: "127.0.0.1:0", Binary: d.cfg.Binary, ReadyTimeout: serverStartWait, Logger: d.log,
@@ -63,7 +64,7 @@ func (d *demo) runCluster(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	d.add("server: start", fmt.Sprintf("meta %s, %d datanodes, %d pipelines, ready in %.2fs", srv.MetaAddr(), len(nodes), len(pls), time.Since(start).Seconds()))
+	d.add("server: start", fmt.Sprintf("meta %s (%s), %d datanodes, %d pipelines, ready in %.2fs", srv.MetaAddr(), srv.ClientTLS().Mode(), len(nodes), len(pls), time.Since(start).Seconds()))
 
 	kc, err := keyclient.New(srv.Meta(), keyclient.Options{ChunkSize: fileChunkBytes, BlockSize: fileBlockBytes, Logger: d.log})
 	if err != nil {
@@ -73,7 +74,7 @@ func (d *demo) runCluster(ctx context.Context) (err error) {
 	if err := d.putGetFiles(ctx, kc); err != nil {
 		return err
 	}
-	if err := d.clusterBenches(ctx, srv.MetaAddr()); err != nil {
+	if err := d.clusterBenches(ctx, srv.MetaAddr(), srv.ClientTLS()); err != nil {
 		return err
 	}
 
@@ -194,11 +195,11 @@ func (d *demo) putGetFiles(ctx context.Context, kc *keyclient.Client) error {
 
 // clusterBenches runs the key benches against the demo's server, their
 // baselines in the demo's directory.
-func (d *demo) clusterBenches(ctx context.Context, metaAddr string) error {
+func (d *demo) clusterBenches(ctx context.Context, metaAddr string, metaTLS *tlsconf.Settings) error {
 	base := filepath.Join(d.tmp, "baseline")
 	// The server's three datanodes write to this disk: so does the
 	// baseline, with one writer each.
-	cc := scenario.ClusterConfig{Meta: metaAddr, BaselineDir: base, BaselineWriters: server.DefaultDatanodes}
+	cc := scenario.ClusterConfig{Meta: metaAddr, MetaTLS: metaTLS, BaselineDir: base, BaselineWriters: server.DefaultDatanodes}
 	quiet := d.log
 
 	d.say("3. benches: teragen --size %s --writers 2 --validate ...", units.FormatBytes(d.cfg.TeraGenBytes))

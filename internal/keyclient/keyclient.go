@@ -14,6 +14,7 @@ import (
 	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // Meta is what the key client needs of the meta service: the metaapi
@@ -112,7 +113,8 @@ type Options struct {
 	ReadAttempts int
 	ReadTimeout  time.Duration
 	// Pipeline configures the pipeline clients of writes (retries,
-	// timeouts, connections); its BytesPerChecksum is ignored.
+	// timeouts, connections); its BytesPerChecksum is ignored. Its
+	// Conn.TLS, when nil, is the meta client's (metaapi.Client.TLS).
 	Pipeline client.Options
 	// MaxPipelineClients bounds the idle pipeline clients kept (default 64).
 	MaxPipelineClients int
@@ -233,6 +235,11 @@ func New(meta Meta, opts Options) (*Client, error) {
 	}
 	if meta == nil {
 		return nil, errors.New("keyclient: no meta service")
+	}
+	// One identity per client: the datanodes are dialled with the meta
+	// client's TLS settings unless the options bring their own.
+	if mt, ok := meta.(interface{ TLS() *tlsconf.Settings }); ok && o.Pipeline.Conn.TLS == nil {
+		o.Pipeline.Conn.TLS = mt.TLS()
 	}
 	ro := o.Pipeline
 	ro.MaxAttempts = o.ReadAttempts

@@ -49,6 +49,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/readyfile"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // Defaults and limits of Config.
@@ -116,6 +117,9 @@ type Config struct {
 	// its process is started (Start, Restart), before it is ready: e.g. to
 	// measure its CPU from its first instant.
 	OnLaunch func(id, pid int)
+	// TLS is the members' certificate, key and CA (--tls-cert, --tls-key,
+	// --tls-ca); zero: plaintext (--insecure).
+	TLS tlsconf.Files
 }
 
 // Node is one member.
@@ -286,6 +290,7 @@ func (c *Cluster) args(n *Node) []string {
 		"--log-dir", n.LogDir,
 		"--ready-file", n.readyPath,
 	}
+	args = append(args, c.cfg.TLS.Args()...)
 	if c.cfg.MetaAddr != "" {
 		args = append(args, "--meta", c.cfg.MetaAddr)
 	} else {

@@ -2,7 +2,10 @@
 // manager (datanode registry and health, pipelines, containers, commands
 // to datanodes) and the namespace (buckets, keys → block lists), with its
 // state in one Pebble store, served over HTTP with the protocol of
-// internal/metaapi and Prometheus metrics on /metrics.
+// internal/metaapi and Prometheus metrics on /metrics — HTTPS with mutual
+// TLS 1.3 (a client certificate of the cluster CA on every connection) when
+// Config.TLS is set, its raft messages and snapshots to its peers too;
+// plaintext otherwise (--insecure, logged at WARN).
 //
 // # Cluster manager
 //

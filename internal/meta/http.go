@@ -355,6 +355,9 @@ func Start(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("meta: listen: %w", err)
 		}
 	}
+	// Addr stays the TCP listener's; every connection it accepts must
+	// complete a mutual TLS handshake before a request is read.
+	ln = cfg.TLS.Listener(ln)
 	s := &Server{svc: svc, ln: ln, stop: make(chan struct{}), served: make(chan error, 1),
 		srv: &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}}
 	s.wg.Add(1)
@@ -370,7 +373,10 @@ func Start(cfg Config) (*Server, error) {
 		s.wg.Add(1)
 		go s.tick(cfg.TickInterval)
 	}
-	svc.log.Info("meta service serving", "addr", s.Addr(), "dir", cfg.Dir)
+	if !cfg.TLS.Enabled() {
+		svc.log.Warn("meta service serving WITHOUT TLS (--insecure): anyone who reaches its address can call its API", "addr", s.Addr())
+	}
+	svc.log.Info("meta service serving", "addr", s.Addr(), "dir", cfg.Dir, "tls", cfg.TLS.Mode())
 	return s, nil
 }
 

@@ -418,7 +418,7 @@ func (r *replicator) openRaft() error {
 		// votes again in a term its lost self may have voted in, and the
 		// leader, deposed by the higher term, forgets how far it had
 		// replicated to it (raftconf.go, rejoinTerm).
-		term := max(1, rejoinTerm(r.s.cfg.Peers, r.id, r.log))
+		term := max(1, rejoinTerm(r.s.cfg.Peers, r.s.cfg.TLS, r.id, r.log))
 		seq, err := r.wal.Append(wal.SnapshotRecord(raftGroup, 1, 1, cs), wal.HardStateRecord(raftGroup, wal.HardState{Term: term, Commit: 1}))
 		if err == nil {
 			err = r.wal.WaitDurable(seq)

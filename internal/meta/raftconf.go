@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/wal"
 )
 
@@ -319,7 +320,7 @@ const rejoinProbeTimeout = time.Second
 // higher term, steps down: the next one starts with no memory of what the
 // member held, probes it and sends it a snapshot (raft's leader would
 // otherwise fail on it: tocommit out of range).
-func rejoinTerm(peers map[uint64]string, self uint64, log *slog.Logger) uint64 {
+func rejoinTerm(peers map[uint64]string, sec *tlsconf.Settings, self uint64, log *slog.Logger) uint64 {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var highest, held uint64
@@ -330,7 +331,7 @@ func rejoinTerm(peers map[uint64]string, self uint64, log *slog.Logger) uint64 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			mc, err := metaapi.NewClient(addr, metaapi.ClientOptions{Attempts: 1, Timeout: rejoinProbeTimeout})
+			mc, err := metaapi.NewClient(addr, metaapi.ClientOptions{Attempts: 1, Timeout: rejoinProbeTimeout, TLS: sec})
 			if err != nil {
 				return
 			}

@@ -65,8 +65,8 @@ type raftPeer struct {
 
 func newRaftNet(r *replicator) *raftNet {
 	n := &raftNet{r: r, peers: map[uint64]*raftPeer{}, stop: make(chan struct{}),
-		hc:         &http.Client{Timeout: raftPostTimeout, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2}},
-		snapClient: &http.Client{Transport: &http.Transport{Proxy: nil}}}
+		hc:         &http.Client{Timeout: raftPostTimeout, Transport: r.s.cfg.TLS.HTTPTransport(&http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2})},
+		snapClient: &http.Client{Transport: r.s.cfg.TLS.HTTPTransport(&http.Transport{Proxy: nil})}}
 	r.pmu.RLock()
 	addrs := maps.Clone(r.addrs)
 	r.pmu.RUnlock()
@@ -80,7 +80,7 @@ func (n *raftNet) setPeers(addrs map[uint64]string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for id, p := range n.peers {
-		if a, ok := addrs[id]; !ok || "http://"+a+raftMessagesRoute != p.url {
+		if a, ok := addrs[id]; !ok || n.r.s.cfg.TLS.Scheme()+"://"+a+raftMessagesRoute != p.url {
 			close(p.quit)
 			delete(n.peers, id)
 		}
@@ -89,7 +89,7 @@ func (n *raftNet) setPeers(addrs map[uint64]string) {
 		if id == n.r.id || n.peers[id] != nil {
 			continue
 		}
-		p := &raftPeer{id: id, url: "http://" + a + raftMessagesRoute, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+		p := &raftPeer{id: id, url: n.r.s.cfg.TLS.Scheme() + "://" + a + raftMessagesRoute, wake: make(chan struct{}, 1), quit: make(chan struct{})}
 		n.peers[id] = p
 		if n.started {
 			n.wg.Add(1)
@@ -308,8 +308,12 @@ func (r *replicator) transferLeader(id uint64) {
 // MetaStatus is this member's view of the meta group (a group of one:
 // member 1, always the leader).
 func (s *Service) MetaStatus() metaapi.MetaStatus {
+	var st metaapi.MetaStatus
 	if s.rep != nil {
-		return s.rep.status()
+		st = s.rep.status()
+	} else {
+		st = metaapi.MetaStatus{ID: 1, LeaderID: 1, Role: "leader", Serving: s.Serving(), Members: []metaapi.MetaMember{{ID: 1}}}
 	}
-	return metaapi.MetaStatus{ID: 1, LeaderID: 1, Role: "leader", Serving: s.Serving(), Members: []metaapi.MetaMember{{ID: 1}}}
+	st.TLS = s.cfg.TLS.Mode()
+	return st
 }

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/vfs"
 )
 
@@ -153,6 +154,10 @@ type Config struct {
 	// Listener, when set (tests, benches), is what Start serves on instead of
 	// listening on Listen (a member restarted on its address).
 	Listener net.Listener
+	// TLS secures the HTTP API (mutual TLS 1.3: every client, datanode and
+	// peer presents a certificate of the cluster CA) and the raft messages
+	// and snapshots it sends to its peers; nil: plaintext (--insecure).
+	TLS *tlsconf.Settings
 }
 
 func (c *Config) setDefaults() {

@@ -681,7 +681,7 @@ func (r *replicator) fetchSnapshot(m, min uint64) (uint64, error) {
 		case <-ctx.Done():
 		}
 	}()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s%s?min=%d", addr, snapshotRoute, min), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s://%s%s?min=%d", r.s.cfg.TLS.Scheme(), addr, snapshotRoute, min), nil)
 	if err != nil {
 		return 0, err
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/backoff"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // Client defaults and bounds.
@@ -70,6 +71,9 @@ type ClientOptions struct {
 	// request instead of batching concurrent ones (CommitsRoute,
 	// AllocationsRoute, GetsRoute).
 	NoBatching bool
+	// TLS secures the requests (mutual TLS 1.3, https; nil: plaintext
+	// http). Ignored with HTTPClient, which brings its own transport.
+	TLS *tlsconf.Settings
 }
 
 // Client calls a meta service. It is safe for concurrent use.
@@ -118,6 +122,7 @@ type Client struct {
 	hosts    []string
 	cur      atomic.Int32 // index of the address taken for the leader
 	hc       *http.Client
+	tls      *tlsconf.Settings
 	timeout  time.Duration
 	attempts int
 	backoff  time.Duration
@@ -131,39 +136,62 @@ type Client struct {
 	pool    allocPool
 }
 
-// NewClient returns a client of the meta service at baseURL:
-// "http://host:port" or just "host:port", or a comma-separated list of
-// them (the members of a replicated meta service).
-func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
-	c := &Client{hc: opts.HTTPClient, timeout: opts.Timeout, attempts: opts.Attempts, backoff: opts.Backoff, failover: opts.FailoverTimeout, noBatch: opts.NoBatching}
-	c.initBatchers()
-	if opts.PreAllocate < 0 || opts.PreAllocate > MaxPreAllocate {
-		return nil, fmt.Errorf("meta client: pre-allocate %d blocks: want 0..%d", opts.PreAllocate, MaxPreAllocate)
-	}
-	c.pool.n = opts.PreAllocate
+// CheckAddrs says whether s is a meta address NewClient takes (host:port
+// or http(s)://host:port, or a comma-separated list of them).
+func CheckAddrs(s string) error {
+	_, err := parseAddrs(s, "http")
+	return err
+}
+
+// parseAddrs parses NewClient's baseURL, scheme for addresses without one.
+func parseAddrs(baseURL, scheme string) ([]*url.URL, error) {
+	var out []*url.URL
 	for _, addr := range SplitAddrs(baseURL) {
 		raw := addr
 		if !strings.Contains(raw, "://") {
-			raw = "http://" + raw
+			raw = scheme + "://" + raw
 		}
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
 			return nil, fmt.Errorf("meta address %q: want host:port or http://host:port", addr)
 		}
-		c.bases, c.hosts = append(c.bases, u.Scheme+"://"+u.Host), append(c.hosts, u.Host)
+		out = append(out, u)
 	}
-	if len(c.bases) == 0 {
+	if len(out) == 0 {
 		return nil, fmt.Errorf("meta address %q: want host:port or http://host:port", baseURL)
+	}
+	return out, nil
+}
+
+// NewClient returns a client of the meta service at baseURL:
+// "http://host:port" or just "host:port", or a comma-separated list of
+// them (the members of a replicated meta service).
+func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
+	c := &Client{hc: opts.HTTPClient, tls: opts.TLS, timeout: opts.Timeout, attempts: opts.Attempts, backoff: opts.Backoff, failover: opts.FailoverTimeout, noBatch: opts.NoBatching}
+	c.initBatchers()
+	if opts.PreAllocate < 0 || opts.PreAllocate > MaxPreAllocate {
+		return nil, fmt.Errorf("meta client: pre-allocate %d blocks: want 0..%d", opts.PreAllocate, MaxPreAllocate)
+	}
+	c.pool.n = opts.PreAllocate
+	us, err := parseAddrs(baseURL, opts.TLS.Scheme())
+	if err != nil {
+		return nil, err
+	}
+	for i, u := range us {
+		if opts.HTTPClient == nil && u.Scheme != opts.TLS.Scheme() {
+			return nil, fmt.Errorf("meta address %q: the client is %s (%s), not %s", SplitAddrs(baseURL)[i], opts.TLS.Mode(), opts.TLS.Scheme(), u.Scheme)
+		}
+		c.bases, c.hosts = append(c.bases, u.Scheme+"://"+u.Host), append(c.hosts, u.Host)
 	}
 	if c.failover <= 0 {
 		c.failover = DefaultFailoverTimeout
 	}
 	if c.hc == nil {
-		c.hc = &http.Client{Transport: &http.Transport{
+		c.hc = &http.Client{Transport: opts.TLS.HTTPTransport(&http.Transport{
 			Proxy:               nil, // the meta service is on the cluster's network, never behind a proxy
 			MaxIdleConnsPerHost: 64,
 			IdleConnTimeout:     90 * time.Second,
-		}}
+		})}
 	}
 	if c.timeout <= 0 {
 		c.timeout = DefaultClientTimeout
@@ -176,6 +204,10 @@ func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
 	}
 	return c, nil
 }
+
+// TLS is the client's TLS settings (nil: plaintext): the key client dials
+// the datanodes with the same identity.
+func (c *Client) TLS() *tlsconf.Settings { return c.tls }
 
 // Addr is the host:port of the meta member the client takes for the
 // leader.

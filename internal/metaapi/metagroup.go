@@ -42,6 +42,9 @@ type MetaStatus struct {
 	// Match is, on the leader, the last log index each member is known
 	// to hold (raft's progress, as of the last tick).
 	Match map[uint64]uint64 `json:"match,omitempty"`
+	// TLS is how the member's connections are secured: "mtls", or
+	// "insecure" (plaintext, --insecure).
+	TLS string `json:"tls"`
 }
 
 // MetaMembersRoute changes the members of a replicated meta service, one

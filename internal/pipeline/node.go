@@ -128,7 +128,9 @@ type Config struct {
 	// messages held in memory (DefaultMaxInflightRaftPayloadBytes).
 	MaxInflightRaftPayloadBytes int64
 	// Conn configures the served connections (read, idle and write
-	// timeouts; transport defaults for zero fields).
+	// timeouts; transport defaults for zero fields); its TLS secures the
+	// raft connections this node dials to its peers (the listener secures
+	// the served ones).
 	Conn transport.ConnConfig
 	// DiskStallThreshold: an append or apply round still running after
 	// it fails the node with ErrDiskStall (DefaultDiskStallThreshold).

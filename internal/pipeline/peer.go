@@ -181,7 +181,7 @@ func (p *peer) run() {
 		}
 		if p.conn == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			c, err := transport.DialConn(ctx, addr, transport.ConnConfig{WriteTimeout: 10 * time.Second})
+			c, err := transport.DialConn(ctx, addr, transport.ConnConfig{WriteTimeout: 10 * time.Second, TLS: p.n.cfg.Conn.TLS})
 			cancel()
 			if err != nil {
 				p.n.log.Debug("peer unreachable", "peer", p.id, "addr", addr, "err", err)

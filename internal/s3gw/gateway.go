@@ -13,6 +13,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // Defaults of the gateway.
@@ -48,6 +49,14 @@ type Config struct {
 	// with ChunkBytes chunks).
 	KeyClient keyclient.Options
 	Logger    *slog.Logger
+	// TLS secures the gateway's connections to the cluster (meta service
+	// and datanodes: mutual TLS 1.3 with the gateway's certificate); nil:
+	// plaintext.
+	TLS *tlsconf.Settings
+	// CertFile and KeyFile, when set, make the S3 address HTTPS with that
+	// certificate (S3 clients present none: they sign requests instead);
+	// empty: plain HTTP. versitygw serves it (TLS 1.2 and 1.3).
+	CertFile, KeyFile string
 }
 
 // Run serves S3 on cfg.Listen until ctx is done. One gateway per process
@@ -66,7 +75,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	mc, err := metaapi.NewClient(cfg.Meta, metaapi.ClientOptions{})
+	mc, err := metaapi.NewClient(cfg.Meta, metaapi.ClientOptions{TLS: cfg.TLS})
 	if err != nil {
 		return fmt.Errorf("s3gw: %w", err)
 	}
@@ -84,12 +93,17 @@ func Run(ctx context.Context, cfg Config) error {
 	defer kc.Close()
 	iam := NewIAM(mc)
 	v2 := &sigV2{access: cfg.AccessKey, secret: cfg.SecretKey, iam: iam, region: cfg.Region, now: time.Now}
-	cfg.Logger.Info("s3 gateway listening", "addr", cfg.Listen, "meta", cfg.Meta, "region", cfg.Region, "domain", cfg.Domain)
+	cfg.Logger.Info("s3 gateway listening", "addr", cfg.Listen, "https", cfg.CertFile != "", "meta", cfg.Meta, "cluster_tls", cfg.TLS.Mode(), "region", cfg.Region, "domain", cfg.Domain)
+	if cfg.CertFile == "" {
+		cfg.Logger.Warn("s3 gateway serving plain HTTP (--insecure): requests and data travel unencrypted", "addr", cfg.Listen)
+	}
 	err = embedgw.RunVersityGW(ctx, NewBackend(mc, kc, cfg.Region), &embedgw.Config{
 		RootUserAccess:    cfg.AccessKey,
 		RootUserSecret:    cfg.SecretKey,
 		Region:            cfg.Region,
 		Ports:             []string{cfg.Listen},
+		CertFile:          cfg.CertFile,
+		KeyFile:           cfg.KeyFile,
 		MaxConnections:    MaxConnections,
 		MaxRequests:       MaxRequests,
 		MultipartMaxParts: metaapi.MaxParts,

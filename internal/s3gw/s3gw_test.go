@@ -91,7 +91,7 @@ func run(m *testing.M) int {
 	endpoint = "http://" + addr
 	done := make(chan error, 1)
 	go func() {
-		done <- s3gw.Run(ctx, s3gw.Config{Meta: srv.MetaAddr(), Listen: addr, AccessKey: rootAccess, SecretKey: rootSecret, Logger: quiet})
+		done <- s3gw.Run(ctx, s3gw.Config{Meta: srv.MetaAddr(), TLS: srv.ClientTLS(), Listen: addr, AccessKey: rootAccess, SecretKey: rootSecret, Logger: quiet})
 	}()
 	if err := waitListening(addr, done); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/localcluster"
 	"github.com/spindle-store/spindle/internal/report"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/transport"
 )
 
@@ -98,6 +99,11 @@ type ChunkWritePipelineConfig struct {
 	CPUProfileDir string
 	// NoBaseline skips the raw baseline.
 	NoBaseline bool
+	// TLS runs every connection (the writers' and the raft messages
+	// between datanodes) with mutual TLS 1.3, as spindle server does by
+	// default, with a PKI made for the run (tlsconf.EnsureLocal in a
+	// temporary directory); false: plaintext.
+	TLS bool
 	// Progress receives progress lines (nil: stderr when a terminal).
 	Progress io.Writer
 	// Logger for the client (nil: discard).
@@ -321,6 +327,23 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 			return []string{"--cpuprofile", filepath.Join(cfg.CPUProfileDir, fmt.Sprintf("dn%d.pprof", id))}
 		}
 	}
+	var clientTLS *tlsconf.Settings
+	if cfg.TLS {
+		pkiDir, err := os.MkdirTemp("", "spindle-bench-tls-")
+		if err != nil {
+			return out, fmt.Errorf("chunk-write: %w", err)
+		}
+		cleanup = append(cleanup, pkiDir)
+		pki, err := tlsconf.EnsureLocal(pkiDir, []string{"127.0.0.1"})
+		if err != nil {
+			return out, fmt.Errorf("chunk-write: %w", err)
+		}
+		lcfg.TLS = pki.Files(tlsconf.RoleDatanode)
+		if clientTLS, err = pki.Settings(tlsconf.RoleAdmin); err != nil {
+			return out, fmt.Errorf("chunk-write: %w", err)
+		}
+		out.AddNote("mutual TLS 1.3 on every connection (writers and raft between datanodes)")
+	}
 	progress("starting 3 datanodes (data %s, log %s)", dataDir, logDir)
 	cl, err := localcluster.Start(ctx, lcfg)
 	if err != nil {
@@ -342,6 +365,7 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 
 	c, err := client.New(cl.Addrs(), cl.PipelineID(), client.Options{
 		BytesPerChecksum: cfg.BytesPerChecksum, Window: cfg.Window, ConnsPerMember: cfg.Conns, Logger: cfg.Logger,
+		Conn: transport.ConnConfig{TLS: clientTLS},
 	})
 	if err != nil {
 		return out, fmt.Errorf("chunk-write: %w", err)

@@ -75,6 +75,7 @@ func datanodeArgs(s datanodeSpec, readyFile string) []string {
 		"--ready-file", readyFile,
 		"--tick", faTickInterval.String(),
 		"--election-ticks", strconv.Itoa(faElectionTicks),
+		"--insecure", // the fake leader speaks plaintext: the bench measures the storage path
 	}
 }
 

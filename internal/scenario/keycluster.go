@@ -17,6 +17,7 @@ import (
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/server"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // ClusterConfig says which cluster the key benches (teragen, key-write,
@@ -32,6 +33,12 @@ type ClusterConfig struct {
 	// Meta is the meta service of a running cluster (host:port); the
 	// bench's keys are deleted at the end unless Keep.
 	Meta string
+	// MetaTLS is how the bench reaches Meta (nil: plaintext).
+	MetaTLS *tlsconf.Settings
+	// TLS runs the embedded server with mutual TLS on every connection
+	// (spindle server's default; it costs the handshakes and the
+	// encryption: bench --tls measures it); false: plaintext.
+	TLS bool
 	// Binary is the spindle executable run as the embedded datanodes
 	// (required for an embedded server).
 	Binary string
@@ -110,7 +117,7 @@ func openKeyCluster(ctx context.Context, cfg ClusterConfig, log *slog.Logger, pr
 		if cfg.Dir != "" {
 			return nil, errors.New("give --dir (an embedded server) or --meta (a running cluster), not both")
 		}
-		mc, err := metaapi.NewClient(cfg.Meta, metaapi.ClientOptions{})
+		mc, err := metaapi.NewClient(cfg.Meta, metaapi.ClientOptions{TLS: cfg.MetaTLS})
 		if err != nil {
 			return nil, err
 		}
@@ -140,7 +147,7 @@ func openKeyCluster(ctx context.Context, cfg ClusterConfig, log *slog.Logger, pr
 	srv, err := server.Start(ctx, server.Config{
 		Dir: filepath.Join(root, "server"), Datanodes: cfg.Datanodes, MetaListen: "127.0.0.1:0",
 		Binary: cfg.Binary, Meta: mcfg, DatanodeArgs: cfg.DatanodeArgs, DatanodeEnv: env,
-		ReadyTimeout: clusterStartWait, Logger: quietLogger(),
+		ReadyTimeout: clusterStartWait, Logger: quietLogger(), Insecure: !cfg.TLS,
 	})
 	if err != nil {
 		k.cleanup()

@@ -71,6 +71,10 @@ type RereplicateConfig struct {
 	// data-moving system calls by bytes. strace slows it: the run's
 	// figures are then those of a traced run (noted).
 	ProfileSource bool
+	// TLS runs the cluster with mutual TLS (spindle server's default):
+	// the copies then go through user space (read, encrypt, write)
+	// instead of sendfile; false: plaintext.
+	TLS bool
 	// Strace is the strace binary ("": found on PATH).
 	Strace string
 	// CPUProfileDir, when set, makes each datanode of the restarted
@@ -97,6 +101,9 @@ type RereplicateResult struct {
 	KeysTotal     int              `json:"keys_total"`
 	FailedCopies  uint64           `json:"failed_copies"`
 	SourceProfile *SourceProfile   `json:"source_profile,omitempty"`
+	// TLS: the cluster ran with mutual TLS (copies encrypted in user
+	// space, no sendfile).
+	TLS bool `json:"tls"`
 	// CPU is the machine's CPU use (every process, from /proc/stat) while
 	// the copies ran ("copy") and during each copy limit measurement;
 	// absent where it could not be sampled.
@@ -247,6 +254,7 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 		return nil, fmt.Errorf("rereplicate: generating: %w", err)
 	}
 	res.Gen = g
+	res.TLS = cfg.TLS
 	progress("generated %d keys, %d containers, %s of replicas in %.1fs (%.0f MB/s)", g.Keys, g.Containers,
 		units.FormatBytes(int64(g.ReplicaBytes)), g.Seconds, g.MBPerS)
 
@@ -258,7 +266,7 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 			Logger: quietLogger(),
 		},
 		DatanodeArgs: []string{"--heartbeat-interval", rereplicateHeartbeat.String(), "--max-copies", fmt.Sprint(cfg.MaxCopies)},
-		ReadyTimeout: clusterStartWait, Logger: quietLogger(),
+		ReadyTimeout: clusterStartWait, Logger: quietLogger(), Insecure: !cfg.TLS,
 	}
 
 	// 2. Start the cluster on it and check keys. The first start keeps the

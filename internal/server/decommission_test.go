@@ -83,7 +83,7 @@ func TestDecommissionAndMaintenance(t *testing.T) {
 	}
 	spindle := func(args ...string) string {
 		t.Helper()
-		out, err := exec.CommandContext(ctx, spindleBin, append(args, "--meta", s.MetaAddr())...).CombinedOutput()
+		out, err := exec.CommandContext(ctx, spindleBin, append(append(args, "--meta", s.MetaAddr()), s.ClientArgs()...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("spindle %v: %v: %s", args, err, out)
 		}

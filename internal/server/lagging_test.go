@@ -66,7 +66,8 @@ func TestFollowerBackAfterTheLogMovedOn(t *testing.T) {
 	// Its leader reports it behind (it is not DEAD: the meta service
 	// learns it from the leader's report).
 	waitFor(t, ctx, "a leader reporting member 2 behind its compacted log", func() (bool, error) {
-		resp, err := http.Get("http://" + s.MetaAddr() + "/metrics")
+		hc := &http.Client{Transport: s.ClientTLS().HTTPTransport(&http.Transport{})}
+		resp, err := hc.Get(s.ClientTLS().Scheme() + "://" + s.MetaAddr() + "/metrics")
 		if err != nil {
 			return false, err
 		}

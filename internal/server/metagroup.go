@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // metaStopTimeout bounds a member's clean stop (SIGTERM) before SIGKILL.
@@ -31,6 +32,7 @@ const metaStopTimeout = 10 * time.Second
 // MetaProcs is the meta member processes of a server with MetaReplicas > 1.
 type MetaProcs struct {
 	cfg   Config
+	tls   tlsconf.Files // the members' (zero: --insecure)
 	addrs []string
 	mu    sync.Mutex
 	procs []*exec.Cmd
@@ -75,15 +77,15 @@ func metaAddrs(listen string, n int) ([]string, error) {
 
 // startMetaGroup starts the members and waits (ReadyTimeout) until one
 // serves as leader.
-func startMetaGroup(ctx context.Context, cfg Config, addrs []string) (*MetaProcs, error) {
-	g := &MetaProcs{cfg: cfg, addrs: addrs, procs: make([]*exec.Cmd, len(addrs)), done: make([]chan struct{}, len(addrs))}
+func startMetaGroup(ctx context.Context, cfg Config, addrs []string, files tlsconf.Files, client *tlsconf.Settings) (*MetaProcs, error) {
+	g := &MetaProcs{cfg: cfg, tls: files, addrs: addrs, procs: make([]*exec.Cmd, len(addrs)), done: make([]chan struct{}, len(addrs))}
 	for i := range addrs {
 		if err := g.launch(i); err != nil {
 			g.stop()
 			return nil, err
 		}
 	}
-	mc, err := metaapi.NewClient(strings.Join(addrs, ","), metaapi.ClientOptions{Timeout: 2 * time.Second})
+	mc, err := metaapi.NewClient(strings.Join(addrs, ","), metaapi.ClientOptions{Timeout: 2 * time.Second, TLS: client})
 	if err != nil {
 		g.stop()
 		return nil, err
@@ -135,6 +137,7 @@ func (g *MetaProcs) launch(i int) error {
 	defer logf.Close() // the child has its own descriptor
 	args := []string{"meta", "--id", strconv.Itoa(i + 1), "--peers", g.peers(), "--listen", g.addrs[i],
 		"--dir", metaMemberDir(g.cfg.Dir, i+1), "--ready-file", metaMemberDir(g.cfg.Dir, i+1) + ".ready"}
+	args = append(args, g.tls.Args()...)
 	args = append(args, g.cfg.MetaArgs...)
 	cmd := exec.Command(g.cfg.Binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf

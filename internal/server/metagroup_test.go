@@ -17,7 +17,7 @@ import (
 func metaLeaderID(ctx context.Context, t *testing.T, s *Server) int {
 	t.Helper()
 	for i, a := range strings.Split(s.MetaAddr(), ",") {
-		mc, err := metaapi.NewClient(a, metaapi.ClientOptions{Attempts: 1, Timeout: time.Second})
+		mc, err := metaapi.NewClient(a, metaapi.ClientOptions{Attempts: 1, Timeout: time.Second, TLS: s.ClientTLS()})
 		if err != nil {
 			t.Fatal(err)
 		}

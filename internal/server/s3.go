@@ -11,6 +11,7 @@ import (
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3gw"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/vfs"
 )
 
@@ -68,6 +69,14 @@ func s3Root(dir string, c S3Config) (access, secret string, generated bool, err 
 	return access, secret, true, nil
 }
 
+// s3Listen is the gateway's address.
+func (s *Server) s3Listen() string {
+	if s.cfg.S3.Listen == "" {
+		return s3gw.DefaultListen
+	}
+	return s.cfg.S3.Listen
+}
+
 // startS3 starts the gateway (unless off) in a goroutine; the returned
 // channel gets its outcome once ctx ends or it fails.
 func (s *Server) startS3(ctx context.Context) (<-chan error, error) {
@@ -84,19 +93,28 @@ func (s *Server) startS3(ctx context.Context) (<-chan error, error) {
 	if _, err := s.client.CreateUser(ctx, metaapi.CreateUser{Name: "root", AccessKey: access, SecretKey: secret}); err != nil && !errors.Is(err, metaapi.ErrExists) {
 		return nil, fmt.Errorf("server: registering the S3 root user: %w", err)
 	}
-	listen := c.Listen
-	if listen == "" {
-		listen = s3gw.DefaultListen
-	}
+	listen := s.s3Listen()
 	if generated {
 		fmt.Fprintf(os.Stderr, "spindle server: S3 root user generated: access key %s, secret in %s (0600)\n",
 			access, filepath.Join(s.cfg.Dir, s3CredentialsFile))
 	}
+	gcfg := s3gw.Config{Meta: s.MetaAddr(), Listen: listen, Region: c.Region, Domain: c.Domain,
+		AccessKey: access, SecretKey: secret, Logger: s.cfg.Logger}
+	if !s.cfg.Insecure {
+		if gcfg.TLS, err = s.pki.Settings(tlsconf.RoleS3); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		f := s.pki.Files(tlsconf.RoleS3)
+		gcfg.CertFile, gcfg.KeyFile = f.Cert, f.Key
+	}
 	done := make(chan error, 1)
 	go func() {
-		done <- s3gw.Run(ctx, s3gw.Config{Meta: s.MetaAddr(), Listen: listen, Region: c.Region, Domain: c.Domain,
-			AccessKey: access, SecretKey: secret, Logger: s.cfg.Logger})
+		done <- s3gw.Run(ctx, gcfg)
 	}()
-	fmt.Fprintf(os.Stderr, "spindle server: S3 gateway at http://%s (access key %s)\n", listen, access)
+	if s.cfg.Insecure {
+		fmt.Fprintf(os.Stderr, "spindle server: S3 gateway at http://%s (access key %s)\n", listen, access)
+	} else {
+		fmt.Fprintf(os.Stderr, "spindle server: S3 gateway at https://%s (access key %s; CA bundle %s: aws --ca-bundle, AWS_CA_BUNDLE)\n", listen, access, s.pki.CA)
+	}
 	return done, nil
 }

@@ -183,13 +183,13 @@ func TestScrubberRepairsAndConfinesDamage(t *testing.T) {
 	if _, err := getErr(ctx, kc, bucket, lostKey); !errors.Is(err, keyclient.ErrCorrupt) {
 		t.Fatalf("get of the damaged key: %v, want ErrCorrupt", err)
 	}
-	cmd := exec.CommandContext(ctx, spindleBin, "get", "--meta", s.MetaAddr(), bucket+"/"+lostKey, filepath.Join(dir, "out"))
+	cmd := exec.CommandContext(ctx, spindleBin, append([]string{"get", "--meta", s.MetaAddr(), bucket + "/" + lostKey, filepath.Join(dir, "out")}, s.ClientArgs()...)...)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 5 {
 		t.Fatalf("spindle get of the damaged key: %v (%s), want exit status 5", err, out)
 	}
-	cmd = exec.CommandContext(ctx, spindleBin, "admin", "damaged", "--meta", s.MetaAddr())
+	cmd = exec.CommandContext(ctx, spindleBin, append([]string{"admin", "damaged", "--meta", s.MetaAddr()}, s.ClientArgs()...)...)
 	if out, err := cmd.CombinedOutput(); err != nil || !bytes.Contains(out, []byte(bucket+"/"+lostKey)) {
 		t.Fatalf("spindle admin damaged: %v: %s; want the key named", err, out)
 	}

@@ -20,6 +20,14 @@
 //	                   addresses across restarts (pipelines and the meta
 //	                   raft group name their members by address)
 //	s3-credentials.json  the S3 root user, when generated (0600)
+//	tls/ca/ca.crt, ca.key  the cluster CA (key 0600; never replaced)
+//	tls/local-ROLE.{crt,key}  a pair per role: meta, datanode, s3, admin
+//
+// Every connection is mutual TLS 1.3 with those pairs (the meta service,
+// the datanodes, the gateway's cluster connections; the gateway's S3 port
+// is HTTPS), unless Config.Insecure: plaintext everywhere, logged at WARN.
+// With Config.ClientProfile the server writes, once ready, the client
+// profile by which commands given its meta address reach it.
 //
 // Run also serves S3 (internal/s3gw) on Config.S3.Listen, its root user
 // from Config.S3 or generated once into s3-credentials.json.
@@ -40,6 +48,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +56,7 @@ import (
 	"github.com/spindle-store/spindle/internal/localcluster"
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/vfs"
 )
 
@@ -92,13 +102,28 @@ type Config struct {
 	Logger           *slog.Logger
 	// S3 configures the S3 gateway Run starts (s3.go).
 	S3 S3Config
+	// Insecure runs every connection in plaintext (--insecure). Otherwise
+	// (the default) the server makes its PKI under Dir/tls at the first
+	// start (tlsconf.EnsureLocal: a CA, a certificate per role, keys 0600)
+	// and every connection is mutual TLS 1.3: the meta API and raft, the
+	// datanodes' data path, raft and container copies; the S3 gateway
+	// serves HTTPS with the s3 certificate.
+	Insecure bool
+	// ClientProfile writes, once the server is ready, the client profile
+	// the command line finds by meta address (tlsconf.WriteClientProfile):
+	// after `spindle server`, `spindle put` needs no flag.
+	ClientProfile bool
 }
 
 // Server is a running embedded cluster.
 type Server struct {
-	cfg   Config
-	meta  *meta.Server // nil with MetaReplicas > 1
-	group *MetaProcs   // nil with one meta replica
+	cfg Config
+	// pki is the server's PKI (zero with Insecure); adminTLS the
+	// settings of its own client and of the local operator's.
+	pki      tlsconf.Local
+	adminTLS *tlsconf.Settings
+	meta     *meta.Server // nil with MetaReplicas > 1
+	group    *MetaProcs   // nil with one meta replica
 	// metaAddr is every meta member's address, comma-separated.
 	metaAddr string
 	cluster  *localcluster.Cluster
@@ -155,6 +180,20 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg}
+	var metaTLS *tlsconf.Settings
+	if !cfg.Insecure {
+		if s.pki, err = tlsconf.EnsureLocal(cfg.Dir, localHosts(cfg)); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		if metaTLS, err = s.pki.Settings(tlsconf.RoleMeta); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		if s.adminTLS, err = s.pki.Settings(tlsconf.RoleAdmin); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	} else {
+		cfg.Logger.Warn("spindle server running WITHOUT TLS (--insecure): every port accepts plaintext connections from anyone who reaches it")
+	}
 	if cfg.MetaReplicas > 1 {
 		newAddrs := len(st.MetaAddrs) == 0
 		if newAddrs {
@@ -162,7 +201,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 				return nil, err
 			}
 		}
-		if s.group, err = startMetaGroup(ctx, cfg, st.MetaAddrs); err != nil {
+		if s.group, err = startMetaGroup(ctx, cfg, st.MetaAddrs, s.files(tlsconf.RoleMeta), s.adminTLS); err != nil {
 			return nil, err
 		}
 		s.metaAddr = strings.Join(st.MetaAddrs, ",")
@@ -176,6 +215,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		mcfg := cfg.Meta
 		mcfg.Dir = filepath.Join(cfg.Dir, "meta")
 		mcfg.Listen = cfg.MetaListen
+		mcfg.TLS = metaTLS
 		if mcfg.Logger == nil {
 			mcfg.Logger = cfg.Logger
 		}
@@ -184,7 +224,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.metaAddr = s.meta.Addr()
 	}
-	s.client, err = metaapi.NewClient(s.metaAddr, metaapi.ClientOptions{})
+	s.client, err = metaapi.NewClient(s.metaAddr, metaapi.ClientOptions{TLS: s.adminTLS})
 	if err != nil {
 		s.closeMeta()
 		return nil, err
@@ -201,6 +241,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		NodeArgs:  cfg.DatanodeNodeArgs,
 		OnLaunch:  cfg.DatanodeOnLaunch,
 		Env:       cfg.DatanodeEnv,
+		TLS:       s.files(tlsconf.RoleDatanode),
 	})
 	if err != nil {
 		s.closeMeta()
@@ -219,8 +260,67 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.Close()
 		return nil, err
 	}
-	cfg.Logger.Info("spindle server ready", "meta", s.metaAddr, "datanodes", len(st.DatanodeAddrs), "dir", cfg.Dir)
+	if cfg.ClientProfile {
+		if err := s.writeClientProfile(); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	cfg.Logger.Info("spindle server ready", "meta", s.metaAddr, "datanodes", len(st.DatanodeAddrs), "dir", cfg.Dir, "tls", s.adminTLS.Mode())
 	return s, nil
+}
+
+// localHosts are the names the server's certificates must carry: loopback,
+// and the hosts of its meta and S3 addresses.
+func localHosts(cfg Config) []string {
+	hosts := []string{"127.0.0.1", "::1", "localhost"}
+	for _, a := range []string{cfg.MetaListen, cfg.S3.Listen} {
+		if h, _, err := net.SplitHostPort(a); err == nil && h != "" && !slices.Contains(hosts, h) {
+			if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {
+				hosts = append(hosts, h)
+			}
+		}
+	}
+	return hosts
+}
+
+// files are role r's certificate, key and CA (zero with Insecure).
+func (s *Server) files(r tlsconf.Role) tlsconf.Files {
+	if s.cfg.Insecure {
+		return tlsconf.Files{}
+	}
+	return s.pki.Files(r)
+}
+
+// ClientTLS is the TLS settings of a client of this server (the local
+// operator's admin certificate; nil with Insecure).
+func (s *Server) ClientTLS() *tlsconf.Settings { return s.adminTLS }
+
+// ClientArgs are the flags a `spindle` command needs to reach this server:
+// --tls-cert, --tls-key and --tls-ca of the admin certificate, or
+// --insecure.
+func (s *Server) ClientArgs() []string { return s.files(tlsconf.RoleAdmin).Args() }
+
+// CABundle is the CA certificate S3 clients verify the gateway by (empty
+// with Insecure).
+func (s *Server) CABundle() string { return s.pki.CA }
+
+// writeClientProfile tells the command line how to reach this server.
+func (s *Server) writeClientProfile() error {
+	f := s.files(tlsconf.RoleAdmin)
+	p := tlsconf.ClientProfile{Meta: s.metaAddr, Insecure: s.cfg.Insecure, Cert: f.Cert, Key: f.Key, CA: f.CA}
+	if s.cfg.S3.Listen != S3Off {
+		p.S3Endpoint = "http://" + s.s3Listen()
+		if !s.cfg.Insecure {
+			p.S3Endpoint, p.S3CABundle = "https://"+s.s3Listen(), s.pki.CA
+		}
+	}
+	path, err := tlsconf.WriteClientProfile(p, metaapi.SplitAddrs(s.metaAddr))
+	if err != nil {
+		return fmt.Errorf("server: client profile: %w", err)
+	}
+	s.cfg.Logger.Info("client profile written: spindle commands given this meta address find it", "path", path)
+	return nil
 }
 
 // waitPipeline polls (bounded) until an OPEN pipeline has a leader.

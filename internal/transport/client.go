@@ -85,11 +85,10 @@ type sendBatch struct {
 	err  error
 }
 
-// DialClient connects to addr over TCP and returns a Client on the
-// connection.
+// DialClient connects to addr over TCP (and TLS when cfg.Conn.TLS says
+// so) and returns a Client on the connection.
 func DialClient(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	nc, err := cfg.Conn.TLS.Dial(ctx, addr)
 	if err != nil {
 		return nil, fmt.Errorf("transport: dial %s: %w", addr, err)
 	}

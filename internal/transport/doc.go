@@ -90,7 +90,11 @@
 //     Reader's error is sticky; Client and Server close it).
 //   - Payload bytes are never copied into a header or between buffers on
 //     send: a frame is one gathered write of [prefix+header, payload…]
-//     (writev on a *net.TCPConn). On receive they are copied only out of
+//     (writev on a *net.TCPConn). On a TLS connection (ConnConfig.TLS,
+//     mutual TLS 1.3) there is no writev: the buffers are copied into one
+//     TLSWriteBufferBytes (64 KiB) buffer and flushed per batch, payloads
+//     larger than it written straight through, so that small frames share
+//     TLS records and write syscalls. On receive they are copied only out of
 //     the read buffer's look-ahead; the rest goes from the socket straight
 //     into the payload buffer.
 //   - No allocation per frame in steady state on send (the prefix and
