@@ -2,6 +2,7 @@ package netlab
 
 import (
 	"bufio"
+	"bytes"
 	"os"
 	"os/exec"
 	"strings"
@@ -23,9 +24,13 @@ end = time.time() + 120
 while time.time() < end:
     try:
         c, _ = s.accept()
-    except socket.timeout:
+    except OSError:  # the 1 s timeout, or a connection reset before accept
         continue
-    c.sendall(b"hi"); c.close()
+    try:
+        c.sendall(b"hi")
+    except OSError:  # a client that gave up (a lossy link): serve the next
+        pass
+    c.close()
 `
 	argv := n.Command(host, []string{"python3", "-c", prog, n.Addr(host)})
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -52,12 +57,14 @@ func reaches(t *testing.T, n *Net, from, to string) bool {
 try:
     c = socket.create_connection((sys.argv[1], 7000), timeout=2)
     sys.exit(0 if c.recv(2) == b"hi" else 2)
-except OSError:
+except OSError as e:
+    print(e, file=sys.stderr)
     sys.exit(1)
 `
 	argv := n.Command(from, []string{"python3", "-c", prog, n.Addr(to)})
-	err := exec.Command(argv[0], argv[1:]...).Run()
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 1 {
+		t.Logf("%s → %s: %s", from, to, bytes.TrimSpace(out))
 		return false
 	}
 	if err != nil {

@@ -88,6 +88,23 @@ func (h *packetHeap) Pop() any {
 	return x
 }
 
+// makeTUN creates TUN device name in the calling thread's network
+// namespace; -1 and the error when it cannot.
+func makeTUN(name string) (int, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open /dev/net/tun: %w", err)
+	}
+	var req [unix.IFNAMSIZ + 64]byte // struct ifreq
+	copy(req[:unix.IFNAMSIZ-1], name)
+	*(*uint16)(unsafe.Pointer(&req[unix.IFNAMSIZ])) = unix.IFF_TUN | unix.IFF_NO_PI
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETIFF, uintptr(unsafe.Pointer(&req[0]))); errno != 0 {
+		unix.Close(fd)
+		return -1, fmt.Errorf("TUNSETIFF %s: %w", name, errno)
+	}
+	return fd, nil
+}
+
 // openTUN creates TUN device name in network namespace ns (by its path
 // under /run/netns) and returns it, non-blocking (Go's poller serves it).
 // The device lives as long as the file: closing it removes the device.
@@ -98,34 +115,43 @@ func openTUN(ns, name string) (*os.File, error) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		// setns applies to this thread only: lock it, and never unlock it,
-		// so that the runtime discards the thread (still in the host's
-		// namespace) when this goroutine ends.
+		// setns applies to this thread only: lock it, switch, make the
+		// device, and switch back before unlocking. The thread must not
+		// die in the other namespace either: a thread that exits takes
+		// the children it forked with Pdeathsig (datanodes, test servers)
+		// with it — the runtime ends a goroutine's locked thread.
 		runtime.LockOSThread()
+		home, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{-1, err}
+			return
+		}
+		defer home.Close()
 		nsf, err := os.Open("/run/netns/" + ns)
 		if err != nil {
+			runtime.UnlockOSThread()
 			ch <- result{-1, err}
 			return
 		}
 		defer nsf.Close()
 		if err := unix.Setns(int(nsf.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			ch <- result{-1, fmt.Errorf("setns %s: %w", ns, err)}
 			return
 		}
-		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- result{-1, fmt.Errorf("open /dev/net/tun: %w", err)}
+		fd, err := makeTUN(name)
+		if err := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); err != nil {
+			// Stuck in the other namespace: keep the thread locked, so
+			// that no other goroutine runs there; it ends with this one.
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			ch <- result{-1, fmt.Errorf("setns back from %s: %w", ns, err)}
 			return
 		}
-		var req [unix.IFNAMSIZ + 64]byte // struct ifreq
-		copy(req[:unix.IFNAMSIZ-1], name)
-		*(*uint16)(unsafe.Pointer(&req[unix.IFNAMSIZ])) = unix.IFF_TUN | unix.IFF_NO_PI
-		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETIFF, uintptr(unsafe.Pointer(&req[0]))); errno != 0 {
-			unix.Close(fd)
-			ch <- result{-1, fmt.Errorf("TUNSETIFF %s: %w", name, errno)}
-			return
-		}
-		ch <- result{fd, nil}
+		runtime.UnlockOSThread()
+		ch <- result{fd, err}
 	}()
 	r := <-ch
 	if r.err != nil {
