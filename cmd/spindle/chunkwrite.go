@@ -92,7 +92,9 @@ baseline.`,
 				pcfg.BlockSizeBytes = blockSize.Int64()
 				pcfg.MaxBytes = maxBytes.Int64()
 				pcfg.BytesPerChecksum = uint32(bpc.Int64())
-				pcfg.DatanodeArgs = append(pcfg.DatanodeArgs, "--log-inline-max-bytes", fmt.Sprint(logInline.Int64()))
+				if cmd.Flags().Changed("log-inline-max-bytes") {
+					pcfg.DatanodeArgs = append(pcfg.DatanodeArgs, "--log-inline-max-bytes", fmt.Sprint(logInline.Int64()))
+				}
 				pcfg.Clients, pcfg.Duration, pcfg.Count = cfg.Clients, cfg.Duration, cfg.Count
 				pcfg.Containers, pcfg.NoBaseline = cfg.Containers, cfg.NoBaseline
 				pcfg.Progress = bench.TerminalProgress()

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/spindle-store/spindle/internal/bulk"
 	"github.com/spindle-store/spindle/internal/datanode"
@@ -19,9 +20,21 @@ import (
 	"github.com/spindle-store/spindle/internal/wal"
 )
 
+// allTmpfs says whether every directory is on tmpfs (an unreadable one
+// is not).
+func allTmpfs(dirs []string) bool {
+	for _, d := range dirs {
+		var st unix.Statfs_t
+		if err := unix.Statfs(d, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+			return false
+		}
+	}
+	return len(dirs) > 0
+}
+
 // logInlineHelp is the help of --log-inline-max-bytes (datanode, server,
 // bench chunk-write).
-const logInlineHelp = "chunks of at most this size travel with their bytes in the raft log (one log fsync per round makes them durable; their block files are synced at PutBlock or before the log is compacted past them); larger chunks are written and fsynced in their block files; 0: never, at most 256KiB"
+const logInlineHelp = "chunks of at most this size travel with their bytes in the raft log (one log fsync per round makes them durable; their block files are synced at PutBlock or before the log is compacted past them); larger chunks are written and fsynced in their block files; 0: never, at most 256KiB; unset: 64KiB, or 0 when every data directory is on tmpfs (no block-file fsync to spare)"
 
 func newDatanodeCmd() *cobra.Command {
 	var cfg datanode.Config
@@ -72,6 +85,14 @@ SIGTERM or SIGINT stops it cleanly.`,
 				return usageErr(fmt.Errorf("--log-inline-max-bytes %d: want 0 .. %d", logInline.Int64(), pipeline.MaxLogInlineBytesLimit))
 			}
 			cfg.LogInlineMaxBytes = int(logInline.Int64())
+			if !cmd.Flags().Changed("log-inline-max-bytes") && allTmpfs(cfg.DataDirs) {
+				// Chunks travel in the log to spare the block files'
+				// fsync of every round; on tmpfs that fsync costs nothing,
+				// and the bytes in the entries cost the leader and each
+				// follower (bench chunk-write 1 KiB × 64 on /dev/shm:
+				// 44-48k writes/s with them, 48-53k without).
+				cfg.LogInlineMaxBytes = 0
+			}
 			if scrubRateMB < 0 {
 				return usageErr(fmt.Errorf("--scrub-rate %g: want MB/s ≥ 0 (0: no scrubber)", scrubRateMB))
 			}

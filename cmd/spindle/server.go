@@ -60,7 +60,10 @@ settings given here (replication flags) are passed to every member.`,
 			if maxCopies < 1 {
 				return usageErr(fmt.Errorf("--max-copies %d: want at least 1", maxCopies))
 			}
-			cfg.DatanodeArgs = append(cfg.DatanodeArgs, "--max-copies", fmt.Sprint(maxCopies), "--log-inline-max-bytes", fmt.Sprint(logInline.Int64()))
+			cfg.DatanodeArgs = append(cfg.DatanodeArgs, "--max-copies", fmt.Sprint(maxCopies))
+			if cmd.Flags().Changed("log-inline-max-bytes") {
+				cfg.DatanodeArgs = append(cfg.DatanodeArgs, "--log-inline-max-bytes", fmt.Sprint(logInline.Int64()))
+			}
 			if cfg.MetaReplicas > 1 {
 				// The meta settings given go to every member's command
 				// line: the flags the meta command has too.
