@@ -232,20 +232,29 @@ func (r *run) role(ctx context.Context, id int) string {
 	return fmt.Sprintf("leads pipelines %v of %v", leads, member)
 }
 
+// pickLabDatanode picks a running datanode for a network fault and says
+// what it leads; an error when the run has no network namespaces.
+func pickLabDatanode(ctx context.Context, r *run, rng *rand.Rand) (int, string, error) {
+	if r.lab == nil {
+		return 0, "", errors.New("no network namespaces: datanodes share one network")
+	}
+	id, err := pickDatanode(r, rng)
+	if err != nil {
+		return 0, "", err
+	}
+	return id, r.role(ctx, id), nil
+}
+
 // injectPartition cuts one datanode from every other datanode (each on a
 // host of its own, see netlab): their packets to each other are dropped
 // silently, while it still reaches the meta service and the clients — a
 // minority of its pipelines isolated from the majority, or a leader from
 // its followers. The heal restores every link.
 func injectPartition(ctx context.Context, r *run, rng *rand.Rand) (string, func(context.Context) error, error) {
-	if r.lab == nil {
-		return "", nil, errors.New("no network namespaces: datanodes share one network")
-	}
-	id, err := pickDatanode(r, rng)
+	id, role, err := pickLabDatanode(ctx, r, rng)
 	if err != nil {
 		return "", nil, err
 	}
-	role := r.role(ctx, id)
 	me := fmt.Sprintf("dn%d", id)
 	for _, n := range r.cl.dns.Nodes() {
 		if n.ID == id {
@@ -274,14 +283,10 @@ const (
 // netem, or its relay where the kernel has no netem). The heal restores
 // every link.
 func injectDelay(ctx context.Context, r *run, rng *rand.Rand) (string, func(context.Context) error, error) {
-	if r.lab == nil {
-		return "", nil, errors.New("no network namespaces: datanodes share one network")
-	}
-	id, err := pickDatanode(r, rng)
+	id, role, err := pickLabDatanode(ctx, r, rng)
 	if err != nil {
 		return "", nil, err
 	}
-	role := r.role(ctx, id)
 	delay := minDelay + time.Duration(rng.Int64N(int64(maxDelay-minDelay)+1))
 	delay = delay.Round(time.Millisecond)
 	loss := float64(rng.IntN(maxLossPercent*10+1)) / 10
