@@ -103,7 +103,7 @@ violation, printing the seed to replay. See docs/CHAOS.md.`,
 	f.Int64Var(&cfg.Seed, "seed", 0, "seed of the schedule, sizes and values (0: from the clock, printed)")
 	f.StringVar(&faults, "faults", strings.Join(chaos.DefaultFaults, ","), "fault kinds, comma-separated: kill, kill2, pause, meta-kill, bitrot, partition, full, delay (these three as root)")
 	f.DurationVar(&cfg.SettleTimeout, "settle-timeout", chaos.DefaultSettleTimeout, "bound of the wait for full replication after the heal")
-	f.IntVar(&cfg.MaxOps, "max-ops", chaos.DefaultMaxOps, "bound of the operations of the run")
+	f.IntVar(&cfg.MaxOps, "max-ops", 0, fmt.Sprintf("bound of the operations of the run (0: %d, or %d per second of --duration when more)", chaos.DefaultMaxOps, chaos.MaxOpsPerSecond))
 	f.Var(&volumeBytes, "volume-size", "with --faults full: the tmpfs the bench mounts for each datanode's data directory (root)")
 	f.Var(&maxBytes, "max-bytes", "bound of the bytes of values put, before replication; past it, acknowledged keys are read back and deleted to make room (default: a quarter of the free space of --dir's filesystem ÷ 3)")
 	return cmd
