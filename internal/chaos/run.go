@@ -134,13 +134,7 @@ func (c *Config) setDefaults() error {
 		c.HotKeys = min(max(DefaultHotKeys, int(c.Duration/time.Minute)*HotKeysPerMinute), MaxHotKeys)
 	}
 	c.HotKeys = max(c.HotKeys, 0)
-	if c.Duration == 0 {
-		c.Duration = DefaultDuration
-	}
 	def(&c.MaxOps, max(DefaultMaxOps, int(c.Duration.Seconds()*MaxOpsPerSecond)))
-	if c.Duration == 0 {
-		c.Duration = DefaultDuration
-	}
 	if c.SettleTimeout == 0 {
 		c.SettleTimeout = DefaultSettleTimeout
 	}

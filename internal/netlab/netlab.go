@@ -145,7 +145,7 @@ func (n *Net) Close() error {
 	n.closed = true
 	var errs []string
 	for name, r := range n.relays {
-		if err := r.stop(n, n.hosts[name]); err != nil {
+		if err := r.stop(n.hosts[name]); err != nil {
 			errs = append(errs, err.Error())
 		}
 	}
@@ -272,7 +272,7 @@ func (n *Net) applyLocked(names ...string) error {
 		h := n.hosts[name]
 		if r := n.relays[name]; r != nil {
 			delete(n.relays, name)
-			if err := r.stop(n, h); err != nil {
+			if err := r.stop(h); err != nil {
 				return err
 			}
 		}

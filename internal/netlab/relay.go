@@ -188,7 +188,7 @@ func (n *Net) startRelay(h *Host, e netem, dsts []string) (*relay, error) {
 	}
 	for _, c := range setup {
 		if err := run(c[0], c[1:]...); err != nil {
-			r.stop(n, h)
+			r.stop(h)
 			return nil, err
 		}
 	}
@@ -261,7 +261,7 @@ func (r *relay) release() {
 // stop removes the relay: the rule, the table's route, the TUN (and with
 // it the routes through it); held packets are dropped, as a qdisc's are
 // when it is removed.
-func (r *relay) stop(n *Net, h *Host) error {
+func (r *relay) stop(h *Host) error {
 	var errs []error
 	select {
 	case <-r.done:
