@@ -141,7 +141,6 @@ func (r *run) report(runSeconds float64, lost, partial, unreadable []int, lin li
 		} else {
 			stats[win.kind].ReplicationSettleSeconds = max(stats[win.kind].ReplicationSettleSeconds, round2(float64(win.settleNs)/1e9))
 		}
-		rep.Events = append(rep.Events, fmt.Sprintf("%.1fs-%.1fs %s", float64(win.startNs)/1e9, float64(win.endNs)/1e9, win.desc))
 	}
 	var putDone []int64
 	var bytes int64
@@ -180,7 +179,9 @@ func (r *run) report(runSeconds float64, lost, partial, unreadable []int, lin li
 	rep.LongestNoPutSeconds = round2(float64(longestGap(putDone, 0, runEnd)) / 1e9)
 	for _, win := range r.windows {
 		s := stats[win.kind]
-		s.LongestNoPutSeconds = max(s.LongestNoPutSeconds, round2(float64(longestGap(putDone, win.startNs, win.endNs))/1e9))
+		gap := round2(float64(longestGap(putDone, win.startNs, win.endNs)) / 1e9)
+		s.LongestNoPutSeconds = max(s.LongestNoPutSeconds, gap)
+		rep.Events = append(rep.Events, fmt.Sprintf("%.1fs-%.1fs %s; longest no put %.2f s", float64(win.startNs)/1e9, float64(win.endNs)/1e9, win.desc, gap))
 	}
 	for _, k := range append([]string{noFault}, r.cfg.Faults...) {
 		rep.ByFault = append(rep.ByFault, *stats[k])

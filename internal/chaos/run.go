@@ -285,7 +285,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cl.waitPipeline(ctx, processReadyTimeout); err != nil {
 		return nil, err
 	}
-	kc, err := keyclient.New(trackingMeta{cl.meta}, keyclient.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	// The key client's failovers (and with --log-level debug its
+	// retries) go to client.log when the run is kept: they are how a
+	// stretch without a put is explained.
+	var clientLog io.Writer = io.Discard
+	if cfg.Keep {
+		f, err := os.Create(filepath.Join(root, "client.log"))
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		clientLog = f
+	}
+	level := slog.LevelInfo
+	if slog.Default().Enabled(ctx, slog.LevelDebug) {
+		level = slog.LevelDebug
+	}
+	kc, err := keyclient.New(trackingMeta{cl.meta}, keyclient.Options{Logger: slog.New(slog.NewTextHandler(clientLog, &slog.HandlerOptions{Level: level}))})
 	if err != nil {
 		return nil, err
 	}
@@ -305,7 +321,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.Dir = root
 	if cfg.Keep || rep.Failed() {
-		rep.AddNote("cluster kept in %s (process logs: meta.log, datanodes/dn<i>.log)", root)
+		ops := filepath.Join(root, "ops.tsv")
+		if err := r.w.writeOps(ops); err != nil {
+			rep.AddNote("writing the operations to %s: %v", ops, err)
+		}
+		rep.AddNote("cluster kept in %s (process logs: meta.log, datanodes/dn<i>.log; operations: ops.tsv)", root)
 		if vols != nil {
 			rep.AddNote("the datanodes' data volumes stay mounted: umount %s/vols/dn* when done", root)
 		}

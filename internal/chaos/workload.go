@@ -1,11 +1,13 @@
 package chaos
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,6 +85,45 @@ const (
 	opGet
 	opDelete
 )
+
+func (k opKind) String() string {
+	switch k {
+	case opPut:
+		return "put"
+	case opGet:
+		return "get"
+	case opDelete:
+		return "delete"
+	}
+	return fmt.Sprintf("op%d", uint8(k))
+}
+
+// writeOps writes every recorded operation to path, one per line: start
+// and end in seconds since the workload began, kind, class ("ok" for a
+// success) and bytes; the first line gives the wall-clock start, so that
+// the operations line up with the processes' logs.
+func (w *workload) writeOps(path string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriter(f)
+	fmt.Fprintf(bw, "# t0 %s\n# start_s\tend_s\tkind\tclass\tbytes\n", w.t0.UTC().Format(time.RFC3339Nano))
+	for _, r := range w.ops {
+		class := r.class
+		if class == "" {
+			class = "ok"
+		}
+		fmt.Fprintf(bw, "%.3f\t%.3f\t%s\t%s\t%d\n", float64(r.startNs)/1e9, float64(r.endNs)/1e9, r.kind, class, r.bytes)
+	}
+	if err := bw.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
 
 // opRec is one operation of the run, for the per-fault figures.
 type opRec struct {

@@ -25,9 +25,16 @@ const (
 	MaxMaxAttempts        = 10000
 	DefaultRetryTimeout   = 30 * time.Second
 	DefaultAttemptTimeout = 10 * time.Second
-	DefaultDialTimeout    = 2 * time.Second
-	DefaultMinBackoff     = 2 * time.Millisecond
-	DefaultMaxBackoff     = 250 * time.Millisecond
+	// DefaultLeaderlessTimeout: see Options.LeaderlessTimeout. A pipeline
+	// whose leader died elects another within about two election
+	// timeouts (1-2 s each at the pipeline's defaults); one that lost a
+	// majority never does, and the meta service replaces it only once
+	// those members are STALE (5 s): 4 s lets the first kind finish and
+	// frees the writers of the second before the replacement exists.
+	DefaultLeaderlessTimeout = 4 * time.Second
+	DefaultDialTimeout       = 2 * time.Second
+	DefaultMinBackoff        = 2 * time.Millisecond
+	DefaultMaxBackoff        = 250 * time.Millisecond
 	// MaxMembers bounds the addresses a Client keeps connections to: the
 	// members it was given plus leaders it was redirected to.
 	MaxMembers = 64
@@ -36,6 +43,11 @@ const (
 var (
 	// ErrClosed is any call on a Client after Close.
 	ErrClosed = errors.New("client: closed")
+	// ErrNoLeader marks a write that gave up after
+	// Options.LeaderlessTimeout without any member accepting it as the
+	// leader (the pipeline lost its leader and has not elected one: a
+	// majority of it down or cut off). It wraps the last attempt's error.
+	ErrNoLeader = errors.New("client: no leader")
 	// ErrCorrupt marks data read back that does not match its checksums
 	// (or a response that does not describe what was asked).
 	ErrCorrupt = errors.New("client: corrupt read")
@@ -62,6 +74,12 @@ type Options struct {
 	// AttemptTimeout bounds one attempt: waiting for a window slot and for
 	// the response (default DefaultAttemptTimeout).
 	AttemptTimeout time.Duration
+	// LeaderlessTimeout bounds, for a write, the time from its first
+	// failed attempt while no member answers as the leader (NOT_LEADER,
+	// UNAVAILABLE, unreachable): past it the write gives up with
+	// ErrNoLeader (default DefaultLeaderlessTimeout), so that its caller
+	// can go on on another pipeline instead of waiting out RetryTimeout.
+	LeaderlessTimeout time.Duration
 	// DialTimeout bounds one dial (default DefaultDialTimeout).
 	DialTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the pause between attempts that
@@ -98,6 +116,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.AttemptTimeout <= 0 {
 		o.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if o.LeaderlessTimeout <= 0 {
+		o.LeaderlessTimeout = DefaultLeaderlessTimeout
 	}
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = DefaultDialTimeout
@@ -417,6 +438,7 @@ func (c *Client) do(ctx context.Context, name string, t target, op call) error {
 	}
 	delay := c.opts.MinBackoff
 	sinceLeader := 0 // consecutive attempts without a usable leader
+	var firstFailure time.Time
 	for attempt := 1; ; attempt++ {
 		c.attempts.Add(1)
 		err := c.attempt(ctx, m, t, op)
@@ -483,6 +505,15 @@ func (c *Client) do(ctx context.Context, name string, t target, op call) error {
 		if attempt >= c.opts.MaxAttempts || left <= 0 {
 			return fmt.Errorf("client: %s: gave up after %d attempts in %v, last at %s: %w",
 				name, attempt, time.Since(start).Round(time.Millisecond), at.addr, err)
+		}
+		// Every failure that reaches here is one without a usable
+		// leader (the others returned above).
+		if firstFailure.IsZero() {
+			firstFailure = time.Now()
+		}
+		if t.write && time.Since(firstFailure) >= c.opts.LeaderlessTimeout {
+			return fmt.Errorf("client: %s: %w for %v (%d attempts), last at %s: %w",
+				name, ErrNoLeader, time.Since(firstFailure).Round(time.Millisecond), attempt, at.addr, err)
 		}
 		c.log.Debug("client: retrying", "op", name, "attempt", attempt, "failed_at", at.addr, "next", m.addr, "err", err)
 		if wait {

@@ -316,6 +316,33 @@ func TestNoLeaderHintTriesOtherMembers(t *testing.T) {
 	}
 }
 
+// A pipeline that elects no leader (a majority of it down) is given up
+// after LeaderlessTimeout, with ErrNoLeader, not waited on for the whole
+// RetryTimeout; the caller moves to another pipeline.
+func TestWriteWithoutLeaderGivesUpWithErrNoLeader(t *testing.T) {
+	p := newFakePipeline(t, 3)
+	p.setLeader(-1)
+	p.kill(0)
+	o := quietOptions()
+	o.MaxAttempts = MaxMaxAttempts
+	o.RetryTimeout = time.Hour
+	o.LeaderlessTimeout = 50 * time.Millisecond
+	c := newTestClient(t, p.addrs(), o)
+	_, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x"))
+	if !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("err %v, want ErrNoLeader", err)
+	}
+	if st := c.Stats(); st.Attempts >= MaxMaxAttempts {
+		t.Fatalf("stats %+v: the leaderless bound did not stop it", st)
+	}
+	// A leader elected meanwhile is found: the bound counts from an
+	// operation's own first failure.
+	p.setLeader(2)
+	if _, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestUnavailableIsRetriedThenSucceeds(t *testing.T) {
 	p := newFakePipeline(t, 3)
 	p.set(func() { p.unavailable = 5 })

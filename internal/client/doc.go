@@ -17,7 +17,10 @@
 //
 // Every operation is bounded by Options.MaxAttempts attempts and by
 // Options.RetryTimeout of total time (and by its context); one attempt by
-// Options.AttemptTimeout. Between attempts that found no usable leader the
+// Options.AttemptTimeout; a write by Options.LeaderlessTimeout from its
+// first failed attempt (every retried failure is one without a usable
+// leader), after which it fails with ErrNoLeader: a pipeline that cannot
+// elect a leader is left to the caller to replace, not waited on. Between attempts that found no usable leader the
 // Client sleeps a backoff doubling from Options.MinBackoff to
 // Options.MaxBackoff (jittered, never past the operation's deadline).
 // A redirect to a named leader is followed at once, without backoff.

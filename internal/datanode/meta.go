@@ -179,7 +179,13 @@ func (h *heartbeater) run(ctx context.Context) {
 	t := time.NewTicker(h.interval)
 	defer t.Stop()
 	for {
-		h.beat(ctx)
+		if h.beat(ctx) {
+			// Joined a pipeline: say so now, not a heartbeat later: the
+			// meta service hands out a new pipeline once every member
+			// reports it, and writers wait for that (after two datanodes
+			// died, every put does).
+			h.beat(ctx) // a join in its answer waits for the next tick
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -226,7 +232,9 @@ func (h *heartbeater) report() *metaapi.Heartbeat {
 	return hb
 }
 
-func (h *heartbeater) beat(ctx context.Context) {
+// beat sends one heartbeat and runs the commands of its answer; true when
+// it joined a pipeline.
+func (h *heartbeater) beat(ctx context.Context) bool {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	hb := h.report()
@@ -237,11 +245,11 @@ func (h *heartbeater) beat(ctx context.Context) {
 		h.deleted.putBack(hb.DeletedBlocks)
 		h.repl.failures.putBack(hb.CopyFailures)
 		h.log.Warn("heartbeat failed", "err", err)
-		return
+		return false
 	}
 	h.updatePeers(ctx, resp.Peers)
 	// A replica that failed took its pipeline off the list by itself.
-	changed := false
+	changed, joined := false, false
 	if g := h.node.PipelinesChanged(); g != h.savedChanges {
 		h.savedChanges, changed = g, true
 	}
@@ -256,7 +264,7 @@ func (h *heartbeater) beat(ctx context.Context) {
 				h.log.Warn("join pipeline", "pipeline", c.Pipeline.ID, "err", err)
 				continue
 			}
-			changed = true
+			changed, joined = true, true
 		case metaapi.CmdLeavePipeline:
 			if c.Pipeline == nil {
 				continue
@@ -283,6 +291,7 @@ func (h *heartbeater) beat(ctx context.Context) {
 			h.log.Error("saving the pipeline list", "err", err)
 		}
 	}
+	return joined
 }
 
 // propose runs a close or delete command. On the leader of a pipeline this

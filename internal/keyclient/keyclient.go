@@ -60,6 +60,15 @@ const (
 	// stored inline, in its key's record in the meta service (one
 	// CommitKey, no block), unless Options.InlineMaxBytes says otherwise.
 	DefaultInlineMaxBytes = 64 << 10
+	// DefaultNoPipelineWait: see Options.NoPipelineWait. The meta service
+	// replaces a pipeline whose majority died once those datanodes are
+	// STALE (5 s at its defaults) and hands out a new one about a second
+	// later; a Put that meets the gap waits it out.
+	DefaultNoPipelineWait = 8 * time.Second
+	// noPipelineMin/MaxBackoff bound the pause between two allocations
+	// that found no pipeline (jittered, internal/backoff).
+	noPipelineMinBackoff = 50 * time.Millisecond
+	noPipelineMaxBackoff = 500 * time.Millisecond
 )
 
 // Errors of the key client; test with errors.Is. Errors of the meta
@@ -124,6 +133,12 @@ type Options struct {
 	// write, a PutBlock and a commit. 0: DefaultInlineMaxBytes; negative:
 	// never; at most metaapi.MaxInlineBytes.
 	InlineMaxBytes int
+	// NoPipelineWait bounds how long a block's allocation is retried
+	// while the meta service has no pipeline to hand out
+	// (metaapi.ErrNoPipeline): the seconds between datanodes' deaths and
+	// their pipelines' replacement. 0: DefaultNoPipelineWait; negative:
+	// no retry (the error at once).
+	NoPipelineWait time.Duration
 	// Logger receives failovers and resends (nil: slog.Default()).
 	Logger *slog.Logger
 }
@@ -182,6 +197,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxPipelineClients <= 0 {
 		o.MaxPipelineClients = DefaultMaxPipelineClis
+	}
+	switch {
+	case o.NoPipelineWait == 0:
+		o.NoPipelineWait = DefaultNoPipelineWait
+	case o.NoPipelineWait < 0:
+		o.NoPipelineWait = 0
 	}
 	switch {
 	case o.InlineMaxBytes == 0:

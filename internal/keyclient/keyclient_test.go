@@ -33,6 +33,7 @@ func fakeOptions() keyclient.Options {
 		ChunkSize: fChunk, BlockSize: fBlock, CommitEvery: fCommit, BytesPerChecksum: 1 << 10, InFlight: 4,
 		Pipeline: fastPipelineOptions(), Logger: quiet(), ReadAttempts: 1, ReadTimeout: 5 * time.Second,
 		InlineMaxBytes: -1, // these tests are of the block path; inline_test.go of values inline
+		NoPipelineWait: -1, // an ErrNoPipeline is final; TestPutWaitsForAPipeline tests the wait
 	}
 }
 
@@ -420,6 +421,64 @@ func TestPutFailsWhenEveryPipelineFails(t *testing.T) {
 			t.Errorf("%d commits", meta.Commits)
 		}
 	})
+}
+
+// appearingMeta has no pipeline for its first misses allocations, then
+// the one given: a pipeline replaced while a put waits.
+type appearingMeta struct {
+	*fakemeta.Meta
+	p      metaapi.Pipeline
+	misses int
+	calls  int
+}
+
+func (m *appearingMeta) Allocate(ctx context.Context, req metaapi.AllocateRequest) (metaapi.AllocateResponse, error) {
+	m.calls++ // the stream allocates from one goroutine
+	if m.calls == m.misses+1 {
+		m.SetPipelines(m.p)
+	}
+	return m.Meta.Allocate(ctx, req)
+}
+
+// A put that finds no pipeline (the meta service has not yet replaced the
+// pipelines of dead datanodes) asks again, bounded by NoPipelineWait, and
+// succeeds once one exists; with a negative NoPipelineWait it fails at
+// once with ErrNoPipeline.
+func TestPutWaitsForAPipeline(t *testing.T) {
+	p := newFakePipeline(t, 1, 1)
+	meta := &appearingMeta{Meta: fakemeta.New(), p: p.pipeline(), misses: 3}
+	if _, err := meta.CreateBucket(context.Background(), bkt); err != nil {
+		t.Fatal(err)
+	}
+	o := fakeOptions()
+	o.NoPipelineWait = time.Minute
+	kc, err := keyclient.New(meta, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	ctx := testCtx(t)
+	data := randomBytes(3, fChunk)
+	if _, err := kc.Put(ctx, bkt, "late", bytes.NewReader(data), keyclient.PutOptions{}); err != nil {
+		t.Fatalf("put while the pipeline appears: %v", err)
+	}
+	if meta.calls != meta.misses+1 {
+		t.Fatalf("%d allocations, want %d", meta.calls, meta.misses+1)
+	}
+	mustGet(t, ctx, kc, "late", data)
+
+	meta2 := &appearingMeta{Meta: fakemeta.New(), p: p.pipeline(), misses: 3}
+	if _, err := meta2.CreateBucket(context.Background(), bkt); err != nil {
+		t.Fatal(err)
+	}
+	kc2, err := keyclient.New(meta2, fakeOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc2.Close()
+	if _, err := kc2.Put(ctx, bkt, "late", bytes.NewReader(data), keyclient.PutOptions{}); !errors.Is(err, metaapi.ErrNoPipeline) || meta2.calls != 1 {
+		t.Fatalf("put without waiting: %v after %d allocations, want ErrNoPipeline after 1", err, meta2.calls)
+	}
 }
 
 // errReader returns data, then err.

@@ -8,7 +8,9 @@ import (
 	"hash/crc32"
 	"io"
 	"slices"
+	"time"
 
+	"github.com/spindle-store/spindle/internal/backoff"
 	"github.com/spindle-store/spindle/internal/client"
 	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/engine"
@@ -421,13 +423,35 @@ func appendPieceCRCs(crc uint32, shift *crc32c.Shift, bpc int, sums []uint32, n 
 	return crc
 }
 
+// allocate asks the meta service for a block on a pipeline not excluded,
+// again while it has none (ErrNoPipeline), for up to
+// Options.NoPipelineWait with a jittered backoff.
+func (s *putStream) allocate() (metaapi.AllocateResponse, error) {
+	start, delay := time.Now(), noPipelineMinBackoff
+	for {
+		ar, err := s.c.meta.Allocate(s.ctx, metaapi.AllocateRequest{Bucket: s.bucket, Key: s.key, ExcludePipelines: slices.Clone(s.res.Excluded)})
+		left := s.o.NoPipelineWait - time.Since(start)
+		if !errors.Is(err, metaapi.ErrNoPipeline) || left <= 0 {
+			return ar, err
+		}
+		t := time.NewTimer(min(backoff.Jitter(delay), left))
+		select {
+		case <-t.C:
+		case <-s.ctx.Done():
+			t.Stop()
+			return ar, fmt.Errorf("%w (waiting %v for a pipeline after: %w)", s.ctx.Err(), time.Since(start).Round(time.Millisecond), err)
+		}
+		delay = min(2*delay, noPipelineMaxBackoff)
+	}
+}
+
 // openBlock allocates a block at offset base of the value, on a pipeline
 // not excluded.
 func (s *putStream) openBlock(base uint64) (*blockState, error) {
 	if len(s.blocks) >= metaapi.MaxBlocksPerKey {
 		return nil, fmt.Errorf("value needs more than %d blocks (block size %d)", metaapi.MaxBlocksPerKey, s.o.BlockSize)
 	}
-	ar, err := s.c.meta.Allocate(s.ctx, metaapi.AllocateRequest{Bucket: s.bucket, Key: s.key, ExcludePipelines: slices.Clone(s.res.Excluded)})
+	ar, err := s.allocate()
 	if err != nil {
 		return nil, fmt.Errorf("allocate a block at offset %d: %w", base, err)
 	}

@@ -106,6 +106,9 @@ type fakeDN struct {
 	// behind: pipeline → members it reports (as their leader) behind
 	// its compacted log.
 	behind map[uint64][]uint64
+	// leaderless: it reports no leader for every pipeline (its raft
+	// group lost its leader and elects none).
+	leaderless bool
 }
 
 type copyMode int
@@ -155,7 +158,11 @@ func (n *fakeDN) report() *metaapi.Heartbeat {
 	}
 	for _, id := range slices.Sorted(maps.Keys(n.pipelines)) {
 		p := n.pipelines[id]
-		hb.Pipelines = append(hb.Pipelines, metaapi.PipelineReport{ID: id, LeaderID: p.Members[0].NodeID, Term: 1, Behind: n.behind[id]})
+		leader := p.Members[0].NodeID
+		if n.leaderless {
+			leader = 0
+		}
+		hb.Pipelines = append(hb.Pipelines, metaapi.PipelineReport{ID: id, LeaderID: leader, Term: 1, Behind: n.behind[id]})
 	}
 	return hb
 }

@@ -123,7 +123,35 @@ func (s *Service) allocatable(p *pipelineState, now time.Time) bool {
 			return false
 		}
 	}
-	return true
+	return !s.leaderless(p, now)
+}
+
+// leaderGrace: a pipeline younger than this is not called leaderless (its
+// members report it before its first election ends).
+const leaderGrace = 3 * metaapi.DefaultHeartbeatInterval
+
+// leaderless: the newest report of p (of the live members that report it)
+// names no leader, and p is older than leaderGrace. Its members have lost
+// their leader and not elected another: a majority of them is down or cut
+// off (though not yet STALE), or an election is under way. A write handed
+// out there would wait for the election or fail, so p is not handed out
+// until a report names a leader again: after two datanodes of five died,
+// puts went to their pipelines for the 5 s until STALE.
+func (s *Service) leaderless(p *pipelineState, now time.Time) bool {
+	if now.Sub(p.rec.Created) < leaderGrace {
+		return false
+	}
+	var newest time.Time
+	lead, found := uint64(0), false
+	for _, m := range p.rec.Members {
+		if !s.live(m, now) || !s.reports(m, p.rec.ID) {
+			continue
+		}
+		if n := s.nodes[m]; !found || n.last.After(newest) {
+			newest, lead, found = n.last, n.pipelines[p.rec.ID].LeaderID, true
+		}
+	}
+	return found && lead == 0
 }
 
 // degradedAllocatable: OPEN, a raft majority of its members HEALTHY and
@@ -146,7 +174,7 @@ func (s *Service) degradedAllocatable(p *pipelineState, now time.Time) bool {
 			ok++
 		}
 	}
-	return ok > len(p.rec.Members)/2
+	return ok > len(p.rec.Members)/2 && !s.leaderless(p, now)
 }
 
 // Allocate hands out a new block for bucket/key: a fresh local ID in an

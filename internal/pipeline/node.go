@@ -29,6 +29,9 @@ const (
 	DefaultTickInterval   = 100 * time.Millisecond
 	DefaultElectionTicks  = 10
 	DefaultHeartbeatTicks = 1
+	// eagerCampaignElections bounds a new pipeline's eager campaign (in
+	// election timeouts): past it, raft's randomized timeout alone elects.
+	eagerCampaignElections = 3
 	// DefaultRetainEntries is how many applied entries a group keeps in
 	// its log for lagging followers before compacting.
 	DefaultRetainEntries = 20000
@@ -294,6 +297,10 @@ type group struct {
 	queue        []*proposal
 	cache        map[uint64]*cachedEntry // by index: decoded entries and their chunk bytes
 	snapWarnedAt time.Time               // last "needs a container copy" warning (rate limit)
+	// eagerTicks: ticks left in which this member, the one a new
+	// pipeline designates (see openGroup), campaigns at every tick while
+	// the group has no leader; 0 elsewhere.
+	eagerTicks int
 	// payloadLow: indexes below it have no cache entries left.
 	payloadLow uint64
 
@@ -601,6 +608,18 @@ func (n *Node) openGroup(p PipelineConfig) (*group, error) {
 			return nil, fmt.Errorf("pipeline %d: bootstrap: %w", p.ID, err)
 		}
 		n.log.Info("pipeline bootstrapped", "pipeline", p.ID, "voters", voters)
+		// A new pipeline's first election would wait a randomized
+		// election timeout (1-2 s) and could split; writers wait on it.
+		// One member, designated by the pipeline ID (so that leaders
+		// spread over the nodes), campaigns at every tick instead until a
+		// leader is known, for at most eagerCampaignElections election
+		// timeouts: its PreVotes are dropped until the other members have
+		// joined (each at its next heartbeat), then win at once. Only
+		// Follower and PreCandidate campaign again: a Candidate's term is
+		// not raised by it.
+		if voters[p.ID%uint64(len(voters))] == n.cfg.ID {
+			g.eagerTicks = eagerCampaignElections * n.cfg.ElectionTicks
+		}
 	} else if err := n.adoptChunks(p.ID); err != nil {
 		return nil, err
 	}
@@ -934,6 +953,15 @@ func (n *Node) run() {
 		case <-ticker.C:
 			for _, g := range n.order {
 				g.rn.Tick()
+				if g.eagerTicks > 0 {
+					g.eagerTicks--
+					switch st := g.rn.BasicStatus(); {
+					case st.Lead != raft.None:
+						g.eagerTicks = 0
+					case st.RaftState == raft.StateFollower || st.RaftState == raft.StatePreCandidate:
+						_ = g.rn.Campaign() // refused only when it cannot campaign: the timeout still applies
+					}
+				}
 			}
 		case ev := <-n.events:
 			n.onEvent(ev)
