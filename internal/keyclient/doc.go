@@ -76,6 +76,14 @@
 // Options.MaxFailovers pipelines fail per Put before it gives up with
 // ErrPipelineFailed.
 //
+// An allocation the meta service answers with ErrNoPipeline (every
+// pipeline excluded or leaderless, or its datanodes dead and their
+// pipelines not yet replaced) is asked again with a jittered backoff
+// (50-500 ms) for up to Options.NoPipelineWait (default 8 s) before the
+// Put fails with it; the pipeline client gives up a write on a pipeline
+// that elects no leader after its LeaderlessTimeout (client.ErrNoLeader),
+// which fails the block over like any pipeline failure.
+//
 // # Get
 //
 // Reads go to any replica listed in the key's metadata (KeyBlock.Members):
