@@ -57,14 +57,21 @@ type Report struct {
 	Readers   int      `json:"readers"`
 	HotKeys   int      `json:"hot_keys"`
 	// Keys written once (cold) and their outcomes.
-	Keys         int          `json:"keys"`
-	ByFault      []FaultStats `json:"by_fault"`
-	Lost         int          `json:"lost"`
-	Unreadable   int          `json:"unreadable"`
-	PartialPuts  int          `json:"partial_puts"`
-	WrongReads   int          `json:"wrong_reads"`
-	Linearizable string       `json:"linearizable"`
-	HistoryOps   int          `json:"history_ops"`
+	Keys        int          `json:"keys"`
+	ByFault     []FaultStats `json:"by_fault"`
+	Lost        int          `json:"lost"`
+	Unreadable  int          `json:"unreadable"`
+	PartialPuts int          `json:"partial_puts"`
+	// ReplicaKeysChecked acknowledged keys whose blocks were asked of
+	// every healthy replica after the heal, ReplicaBlocksChecked the
+	// block replicas asked, ReplicasMissing those that did not hold
+	// their block as the others do (each a violation).
+	ReplicaKeysChecked   int64  `json:"replica_keys_checked"`
+	ReplicaBlocksChecked int64  `json:"replica_blocks_checked"`
+	ReplicasMissing      int64  `json:"replicas_missing"`
+	WrongReads           int    `json:"wrong_reads"`
+	Linearizable         string `json:"linearizable"`
+	HistoryOps           int    `json:"history_ops"`
 	// LongestNoPutSeconds over the whole workload.
 	LongestNoPutSeconds float64 `json:"longest_no_put_s"`
 	// MaxBytesReachedSeconds: when --max-bytes of values were put (then
@@ -93,7 +100,7 @@ type Report struct {
 // Failed reports whether the run found a loss, a wrong byte, a partial
 // put or a history that is not linearizable (or broke another invariant).
 func (r *Report) Failed() bool {
-	return r.Lost > 0 || r.Unreadable > 0 || r.WrongReads > 0 || r.PartialPuts > 0 ||
+	return r.Lost > 0 || r.Unreadable > 0 || r.WrongReads > 0 || r.PartialPuts > 0 || r.ReplicasMissing > 0 ||
 		r.Linearizable == string(linIllegal) || len(r.Violations) > 0
 }
 
@@ -249,8 +256,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.ReplicationSettleSeconds >= 0 {
 		settle = fmt.Sprintf("%.1f s", r.ReplicationSettleSeconds)
 	}
-	fmt.Fprintf(w, "\nseed %d; keys %d; lost %d; unreadable %d; partial puts %d; wrong reads %d; history (%d ops) linearizable: %s; longest without a put %.2f s; full replication after the heal: %s; bitrot probes: %d refused as corrupt, %d served, %d other; replicas that left a pipeline: %d; load %.2f\n",
-		r.Seed, r.Keys, r.Lost, r.Unreadable, r.PartialPuts, r.WrongReads, r.HistoryOps, r.Linearizable, r.LongestNoPutSeconds, settle, r.BitrotDetected, r.BitrotServed, r.BitrotOther, r.ReplicaFailures, r.Load1)
+	fmt.Fprintf(w, "\nseed %d; keys %d; lost %d; unreadable %d; partial puts %d; block replicas missing %d of %d (%d keys); wrong reads %d; history (%d ops) linearizable: %s; longest without a put %.2f s; full replication after the heal: %s; bitrot probes: %d refused as corrupt, %d served, %d other; replicas that left a pipeline: %d; load %.2f\n",
+		r.Seed, r.Keys, r.Lost, r.Unreadable, r.PartialPuts, r.ReplicasMissing, r.ReplicaBlocksChecked, r.ReplicaKeysChecked, r.WrongReads, r.HistoryOps, r.Linearizable, r.LongestNoPutSeconds, settle, r.BitrotDetected, r.BitrotServed, r.BitrotOther, r.ReplicaFailures, r.Load1)
 	for _, e := range r.Events {
 		fmt.Fprintf(w, "  event %s\n", e)
 	}

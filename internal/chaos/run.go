@@ -375,10 +375,18 @@ func (r *run) execute(ctx context.Context) *Report {
 	healErr := r.healAll(ctx)
 	settle, settleErr := r.waitSettled(ctx)
 	lost, partial, unreadable := r.verifyCold(ctx)
+	rc, rcErr := r.checkReplicas(ctx) // replicas.go
 	r.finalHotReads(ctx)
 	lin := r.checkHistory()
 
 	rep := r.report(runSeconds, lost, partial, unreadable, lin, settle)
+	rep.ReplicaKeysChecked, rep.ReplicaBlocksChecked, rep.ReplicasMissing = rc.keys, rc.replicas, rc.missing
+	if rcErr != nil {
+		rep.violation("%v", rcErr)
+	}
+	if rc.skipped > 0 {
+		rep.AddNote("replica check: %d acknowledged keys not reached in %v", rc.skipped, replicaCheckTimeout)
+	}
 	var err error
 	if rep.ReplicaFailures, err = r.cl.countInLogs(replicaFailedLog); err != nil {
 		rep.ReplicaFailures = -1
