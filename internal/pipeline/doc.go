@@ -33,6 +33,10 @@
 //     caller, storage by the append and apply workers.
 //   - A peer's address is the newest one given (Start, AddPipeline,
 //     UpdatePeers); its writer redials when it changes.
+//   - A new pipeline's first election: the member its ID designates
+//     (voters[id % len]) campaigns at every tick while no leader is known,
+//     for at most eagerCampaignElections election timeouts; Followers and
+//     PreCandidates only (PreVote: a dropped campaign raises no term).
 //
 // # Concurrency
 //
