@@ -6,6 +6,7 @@ package meta
 // the transport between members.
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -310,6 +311,11 @@ type replicator struct {
 	// stopped; nothing is served any more.
 	failed error
 
+	// streamsCtx is cancelled by streamsStop when the member stops: the
+	// raft streams it receives end (raftnet.go).
+	streamsCtx  context.Context
+	streamsStop context.CancelFunc
+
 	// isolated (tests): the member drops every raft message it sends or
 	// receives, as if partitioned from the others.
 	isolated atomic.Bool
@@ -337,6 +343,7 @@ func openReplicator(s *Service, db *pebble.DB) (*replicator, error) {
 	r.appendq.wake = make(chan struct{}, 1)
 	r.applyq.wake = make(chan struct{}, 1)
 	r.wcond.L = &r.wmu
+	r.streamsCtx, r.streamsStop = context.WithCancel(context.Background())
 	r.in.unreachable = map[uint64]bool{}
 	r.in.snapSent = map[uint64]bool{}
 	r.role.Store("follower")
@@ -491,6 +498,7 @@ func (r *replicator) start() {
 func (r *replicator) close() error {
 	var err error
 	r.once.Do(func() {
+		r.stopStreams()
 		close(r.stop)
 		<-r.done
 		r.wg.Wait()
