@@ -262,6 +262,9 @@ type replicator struct {
 	// change above it in entries the store already holds still goes to
 	// raft (guarded by storeMu).
 	raftCfgIndex uint64
+	// hsDurable is the term and vote of the log's HardState at open (the
+	// append worker's starting point, see commitOnly).
+	hsDurable wal.HardState
 	// leaderTerm is the term this member leads (0: it does not); set by
 	// the run goroutine, read by the apply worker.
 	leaderTerm atomic.Uint64
@@ -451,6 +454,7 @@ func (r *replicator) openRaft() error {
 		return err
 	}
 	applied := min(r.st.Index, max(hs.Commit, first-1))
+	r.hsDurable = wal.HardState{Term: hs.Term, Vote: hs.Vote}
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        r.id,
 		ElectionTick:              r.s.cfg.ElectionTicks,
@@ -823,9 +827,13 @@ func (r *replicator) respond(m *pb.Message) {
 }
 
 // appendWorker writes raft's appends (entries and HardState) to the log,
-// everything queued meanwhile with one fdatasync, then answers them.
+// everything queued meanwhile with one fdatasync, then answers them. A
+// round that only moves the commit index (no entries, no snapshot, term
+// and vote as durable already) is written without its own fdatasync: see
+// commitOnly.
 func (r *replicator) appendWorker() {
 	defer r.wg.Done()
+	durable := r.hsDurable // term and vote the log holds durably
 	for {
 		select {
 		case <-r.stop:
@@ -882,14 +890,47 @@ func (r *replicator) appendWorker() {
 				r.last.Store(m.GetEntries()[n-1].GetIndex())
 			}
 		}
+		if commitOnly(jobs, durable) {
+			// Written, and made durable by the next round that syncs.
+			if _, err := r.wal.Append(recs...); err != nil {
+				r.fatal(fmt.Errorf("raft log: %w", err))
+				return
+			}
+			recs = recs[:0]
+		}
 		if err := flush(); err != nil {
 			r.fatal(err)
 			return
 		}
 		for _, m := range jobs {
+			if m.Term != nil {
+				durable = wal.HardState{Term: m.GetTerm(), Vote: m.GetVote()}
+			}
 			r.respond(m)
 		}
 	}
+}
+
+// commitOnly says whether a round of appends only moves the commit index:
+// no entries, no snapshot, and every HardState of the term and vote that
+// durable (the last synced) has. Such a round needs no fdatasync of its
+// own: the commit index need not be durable (after a crash a member
+// restarts from a lower one and learns the rest from the leader; its
+// store may then be ahead of it, which openRaft allows), and the
+// responses raft attached to it (acknowledgements of entries appended
+// before, in rounds that synced) claim nothing the log does not hold
+// durably. The records go to the log and become durable with the next
+// round that syncs.
+func commitOnly(jobs []*pb.Message, durable wal.HardState) bool {
+	for _, m := range jobs {
+		if len(m.GetEntries()) > 0 || (m.GetSnapshot() != nil && m.GetSnapshot().GetMetadata().GetIndex() > 0) {
+			return false
+		}
+		if m.Term != nil && (m.GetTerm() != durable.Term || m.GetVote() != durable.Vote) {
+			return false
+		}
+	}
+	return true
 }
 
 // applyWorker applies committed entries to the store, in order.
