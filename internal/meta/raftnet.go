@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -23,13 +24,16 @@ import (
 // to /v1/raft/stream (chunked body, kept open): the body is a sequence of
 // frames, each a u32 LE length then, for each message of a batch, its
 // protobuf length u32 LE and the bytes; the receiver hands each frame's
-// messages to its raft goroutine as it reads them, and answers 204 when
-// the stream ends. One sender goroutine per peer, with a bounded queue,
-// writes everything queued as one frame (no round trip per batch: the
-// next frame goes as soon as the last is written). Raft tolerates lost
-// messages (it resends), so a full queue or a failed stream drops
-// messages and reports the peer unreachable; the next batch opens a new
-// stream.
+// messages to its raft goroutine as it reads them. It answers 200 at once
+// and writes nothing more (the answer's body ends with the stream), so the
+// sender, reading the answer, learns at once that a stream ended (the
+// peer stopped, restarted or died) and opens a new one for the next
+// frame instead of losing it. One sender goroutine per peer, with a
+// bounded queue, writes everything queued as one frame (no round trip per
+// batch: the next frame goes as soon as the last is written). Raft
+// tolerates lost messages (it resends), so a full queue or a failed
+// stream drops messages and reports the peer unreachable; the next batch
+// opens a new stream.
 const (
 	raftStreamRoute = "/v1/raft/stream"
 	// maxQueuedRaftMsgs bounds the messages queued for one peer.
@@ -212,6 +216,12 @@ func (n *raftNet) sender(p *raftPeer) {
 				break
 			}
 			binary.LittleEndian.PutUint32(buf, uint32(len(buf)-4))
+			if st != nil && st.ended() {
+				// Ended since the last frame (the peer stopped or
+				// restarted): a new stream, nothing lost.
+				st.close()
+				st = nil
+			}
 			if st == nil {
 				st = n.openStream(p)
 			}
@@ -255,6 +265,8 @@ type raftStream struct {
 	w      *io.PipeWriter
 	cancel context.CancelFunc
 	done   chan struct{}
+	// closing: the sender closed it (its end is no news).
+	closing atomic.Bool
 }
 
 // openStream starts a stream to p (the request runs in its own goroutine
@@ -272,12 +284,19 @@ func (n *raftNet) openStream(p *raftPeer) *raftStream {
 			err = fmt.Errorf("meta member %d: raft stream ended", p.id)
 		}
 		pr.CloseWithError(err) // a write in progress or later fails
+		if !st.closing.Load() {
+			n.r.unreachable(p.id) // it went away (stopped, restarted, died)
+		}
 	}()
 	return st
 }
 
-// stream is the request of one stream: it returns when the peer answers
-// (the body ended or was refused) or the request fails.
+// stream is the request of one stream: it returns when the stream ends —
+// its answer's body ends (the peer answers 200 at once and writes nothing
+// more, so the end comes when the peer closed the stream, stopped or
+// died) or fails, or the request fails. Without reading the answer, a
+// dead peer would go unnoticed until the next frame, which the
+// transport would take from the body and lose.
 func (n *raftNet) stream(ctx context.Context, p *raftPeer, body io.Reader) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, body)
 	if err != nil {
@@ -288,12 +307,25 @@ func (n *raftNet) stream(ctx context.Context, p *raftPeer, body io.Reader) error
 	if err != nil {
 		return fmt.Errorf("meta member %d: %s: %w", p.id, p.url, err)
 	}
-	io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBodyBytes))
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBodyBytes))
+	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("meta member %d: %s: HTTP %d", p.id, p.url, resp.StatusCode)
 	}
+	if err != nil {
+		return fmt.Errorf("meta member %d: %s: %w", p.id, p.url, err)
+	}
 	return nil
+}
+
+// ended says whether the stream has ended (its next write would fail).
+func (st *raftStream) ended() bool {
+	select {
+	case <-st.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // write writes one frame, within raftWriteTimeout (past it the stream is
@@ -308,6 +340,7 @@ func (st *raftStream) write(frame []byte) error {
 // close ends the stream: the body ends (the peer answers), or the
 // request is cancelled raftWriteTimeout later if it is stuck.
 func (st *raftStream) close() {
+	st.closing.Store(true)
 	st.w.Close()
 	time.AfterFunc(raftWriteTimeout, st.cancel)
 }
@@ -351,10 +384,17 @@ func (s *Service) raftRoutes(mux *http.ServeMux) {
 }
 
 // streamHandler receives a stream of raft messages from a peer (see the
-// transport's comment above), until the body ends (204), it breaks, or
-// the member stops (stopStreams).
+// transport's comment above), until the body ends, it breaks, a frame is
+// refused, or the member stops (stopStreams). It answers 200 at once and
+// writes nothing more (full duplex): the answer's body ends with the
+// stream, which is how the sender learns of the end.
 func (r *replicator) streamHandler(w http.ResponseWriter, req *http.Request) {
 	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex() // HTTP/2 is full duplex without it
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		return
+	}
 	var mu sync.Mutex
 	finished := false
 	defer func() {
@@ -370,20 +410,17 @@ func (r *replicator) streamHandler(w http.ResponseWriter, req *http.Request) {
 		}
 	})
 	defer stop()
-	// refuse answers 400 without reading the rest of the stream (the
-	// server would read it before answering).
+	// refuse ends the stream without reading the rest of it (the server
+	// would read some before closing).
 	refuse := func(why string) {
 		rc.SetReadDeadline(time.Now())
-		writeError(w, http.StatusBadRequest, metaapi.CodeInvalid, "raft stream: "+why)
+		r.log.Warn("meta raft stream refused", "from", req.RemoteAddr, "why", why)
 	}
 	br := bufio.NewReaderSize(req.Body, raftStreamBufferBytes)
 	var hdr [4]byte
 	for {
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			if err == io.EOF {
-				w.WriteHeader(http.StatusNoContent) // the sender closed it
-			}
-			return // broken or cut off: nobody to answer
+			return // closed by the sender, broken or cut off
 		}
 		n := binary.LittleEndian.Uint32(hdr[:])
 		if n > maxRaftFrameBytes {
