@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"maps"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"sync"
@@ -635,6 +636,15 @@ func (r *replicator) run() {
 			}
 			r.match.Store(m)
 		case <-r.notify:
+			// Yield once before taking the inbox: goroutines about to
+			// hand something in (concurrent requests staging their
+			// proposals, stream handlers delivering messages) run first,
+			// and this turn takes them together — fewer entries, Readys,
+			// messages and log syncs per op (bench meta --replicas 3 at
+			// load 9-12: 1.5-1.6 → 4.2-4.6 ops per entry, 0.30-0.42 →
+			// 0.20-0.22 leader syncs per op, 277-282 → 250-261 CPU µs
+			// per op). Nothing runnable: it returns at once.
+			runtime.Gosched()
 		}
 		r.in.mu.Lock()
 		props, msgs, reads, unreach, local, fatal := r.in.props, r.in.msgs, r.in.reads, r.in.unreachable, r.in.local, r.in.fatal
