@@ -392,7 +392,10 @@
 // replicator.in.mu (the raft goroutine's inbox) and replicator.pmu (the
 // member set); the raft goroutine and the apply worker take s.mu (to
 // start or end a stint) and never hold wmu or in.mu while doing so; no
-// one holding s.mu waits for them.
+// one holding s.mu waits for them. The transport (raftnet.go) runs one
+// sender goroutine per peer, each writing to one open stream (whose
+// request runs in a goroutine of its own), and one HTTP handler per
+// stream received; they reach the raft goroutine through its inbox.
 //
 // # Filesystem
 //

@@ -360,6 +360,11 @@ func Start(cfg Config) (*Server, error) {
 	ln = cfg.TLS.Listener(ln)
 	s := &Server{svc: svc, ln: ln, stop: make(chan struct{}), served: make(chan error, 1),
 		srv: &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}}
+	if svc.rep != nil {
+		// Shutdown waits for active connections: the raft streams this
+		// member receives end at once.
+		s.srv.RegisterOnShutdown(svc.rep.stopStreams)
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

@@ -6,6 +6,7 @@ package meta
 // the transport between members.
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -13,6 +14,7 @@ import (
 	"log/slog"
 	"maps"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"sync"
@@ -261,6 +263,9 @@ type replicator struct {
 	// change above it in entries the store already holds still goes to
 	// raft (guarded by storeMu).
 	raftCfgIndex uint64
+	// hsDurable is the term and vote of the log's HardState at open (the
+	// append worker's starting point, see commitOnly).
+	hsDurable wal.HardState
 	// leaderTerm is the term this member leads (0: it does not); set by
 	// the run goroutine, read by the apply worker.
 	leaderTerm atomic.Uint64
@@ -310,6 +315,11 @@ type replicator struct {
 	// stopped; nothing is served any more.
 	failed error
 
+	// streamsCtx is cancelled by streamsStop when the member stops: the
+	// raft streams it receives end (raftnet.go).
+	streamsCtx  context.Context
+	streamsStop context.CancelFunc
+
 	// isolated (tests): the member drops every raft message it sends or
 	// receives, as if partitioned from the others.
 	isolated atomic.Bool
@@ -337,6 +347,7 @@ func openReplicator(s *Service, db *pebble.DB) (*replicator, error) {
 	r.appendq.wake = make(chan struct{}, 1)
 	r.applyq.wake = make(chan struct{}, 1)
 	r.wcond.L = &r.wmu
+	r.streamsCtx, r.streamsStop = context.WithCancel(context.Background())
 	r.in.unreachable = map[uint64]bool{}
 	r.in.snapSent = map[uint64]bool{}
 	r.role.Store("follower")
@@ -444,6 +455,7 @@ func (r *replicator) openRaft() error {
 		return err
 	}
 	applied := min(r.st.Index, max(hs.Commit, first-1))
+	r.hsDurable = wal.HardState{Term: hs.Term, Vote: hs.Vote}
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        r.id,
 		ElectionTick:              r.s.cfg.ElectionTicks,
@@ -491,6 +503,7 @@ func (r *replicator) start() {
 func (r *replicator) close() error {
 	var err error
 	r.once.Do(func() {
+		r.stopStreams()
 		close(r.stop)
 		<-r.done
 		r.wg.Wait()
@@ -623,6 +636,15 @@ func (r *replicator) run() {
 			}
 			r.match.Store(m)
 		case <-r.notify:
+			// Yield once before taking the inbox: goroutines about to
+			// hand something in (concurrent requests staging their
+			// proposals, stream handlers delivering messages) run first,
+			// and this turn takes them together — fewer entries, Readys,
+			// messages and log syncs per op (bench meta --replicas 3 at
+			// load 9-12: 1.5-1.6 → 4.2-4.6 ops per entry, 0.30-0.42 →
+			// 0.20-0.22 leader syncs per op, 277-282 → 250-261 CPU µs
+			// per op). Nothing runnable: it returns at once.
+			runtime.Gosched()
 		}
 		r.in.mu.Lock()
 		props, msgs, reads, unreach, local, fatal := r.in.props, r.in.msgs, r.in.reads, r.in.unreachable, r.in.local, r.in.fatal
@@ -815,9 +837,13 @@ func (r *replicator) respond(m *pb.Message) {
 }
 
 // appendWorker writes raft's appends (entries and HardState) to the log,
-// everything queued meanwhile with one fdatasync, then answers them.
+// everything queued meanwhile with one fdatasync, then answers them. A
+// round that only moves the commit index (no entries, no snapshot, term
+// and vote as durable already) is written without its own fdatasync: see
+// commitOnly.
 func (r *replicator) appendWorker() {
 	defer r.wg.Done()
+	durable := r.hsDurable // term and vote the log holds durably
 	for {
 		select {
 		case <-r.stop:
@@ -874,14 +900,47 @@ func (r *replicator) appendWorker() {
 				r.last.Store(m.GetEntries()[n-1].GetIndex())
 			}
 		}
+		if commitOnly(jobs, durable) {
+			// Written, and made durable by the next round that syncs.
+			if _, err := r.wal.Append(recs...); err != nil {
+				r.fatal(fmt.Errorf("raft log: %w", err))
+				return
+			}
+			recs = recs[:0]
+		}
 		if err := flush(); err != nil {
 			r.fatal(err)
 			return
 		}
 		for _, m := range jobs {
+			if m.Term != nil {
+				durable = wal.HardState{Term: m.GetTerm(), Vote: m.GetVote()}
+			}
 			r.respond(m)
 		}
 	}
+}
+
+// commitOnly says whether a round of appends only moves the commit index:
+// no entries, no snapshot, and every HardState of the term and vote that
+// durable (the last synced) has. Such a round needs no fdatasync of its
+// own: the commit index need not be durable (after a crash a member
+// restarts from a lower one and learns the rest from the leader; its
+// store may then be ahead of it, which openRaft allows), and the
+// responses raft attached to it (acknowledgements of entries appended
+// before, in rounds that synced) claim nothing the log does not hold
+// durably. The records go to the log and become durable with the next
+// round that syncs.
+func commitOnly(jobs []*pb.Message, durable wal.HardState) bool {
+	for _, m := range jobs {
+		if len(m.GetEntries()) > 0 || (m.GetSnapshot() != nil && m.GetSnapshot().GetMetadata().GetIndex() > 0) {
+			return false
+		}
+		if m.Term != nil && (m.GetTerm() != durable.Term || m.GetVote() != durable.Vote) {
+			return false
+		}
+	}
+	return true
 }
 
 // applyWorker applies committed entries to the store, in order.

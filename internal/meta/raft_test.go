@@ -19,6 +19,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	pebblevfs "github.com/cockroachdb/pebble/v2/vfs"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
@@ -808,4 +810,32 @@ func TestReplicatedAnswersOnceCommitted(t *testing.T) {
 		}
 		return err == nil
 	})
+}
+
+// TestCommitOnly: a round of appends skips its fdatasync only when it
+// carries no entries, no snapshot, and no change of term or vote.
+func TestCommitOnly(t *testing.T) {
+	durable := wal.HardState{Term: 5, Vote: 2}
+	hs := func(term, vote, commit uint64) *pb.Message {
+		return &pb.Message{Type: pb.MessageType_MsgStorageAppend.Enum(), Term: &term, Vote: &vote, Commit: &commit}
+	}
+	withEntry := hs(5, 2, 9)
+	withEntry.Entries = []*pb.Entry{{Term: proto.Uint64(5), Index: proto.Uint64(10)}}
+	withSnap := &pb.Message{Type: pb.MessageType_MsgStorageAppend.Enum(), Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: proto.Uint64(8), Term: proto.Uint64(5)}}}
+	for _, c := range []struct {
+		name string
+		jobs []*pb.Message
+		want bool
+	}{
+		{"commit moves", []*pb.Message{hs(5, 2, 7), hs(5, 2, 8)}, true},
+		{"responses only", []*pb.Message{{Type: pb.MessageType_MsgStorageAppend.Enum()}}, true},
+		{"entries", []*pb.Message{hs(5, 2, 7), withEntry}, false},
+		{"snapshot", []*pb.Message{withSnap}, false},
+		{"new term", []*pb.Message{hs(6, 0, 8)}, false},
+		{"new vote", []*pb.Message{hs(5, 3, 8)}, false},
+	} {
+		if got := commitOnly(c.jobs, durable); got != c.want {
+			t.Errorf("%s: commitOnly %v, want %v", c.name, got, c.want)
+		}
+	}
 }

@@ -1,7 +1,7 @@
 package meta
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -18,30 +19,48 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
-// The transport between meta members: plain HTTP on each member's API
-// address. A member POSTs batches of raft messages to /v1/raft/messages
-// of another (body: for each message, its protobuf length u32 LE then the
-// bytes); the receiver hands them to its raft goroutine and answers 204
-// at once. One sender goroutine per peer, with a bounded queue: raft
-// tolerates lost messages (it resends), so a full queue or a failed POST
-// drops messages and reports the peer unreachable.
+// The transport between meta members: HTTP on each member's API address.
+// A member streams raft messages to each other member in one long POST
+// to /v1/raft/stream (chunked body, kept open): the body is a sequence of
+// frames, each a u32 LE length then, for each message of a batch, its
+// protobuf length u32 LE and the bytes; the receiver hands each frame's
+// messages to its raft goroutine as it reads them. It answers 200 at once
+// and writes nothing more (the answer's body ends with the stream), so the
+// sender, reading the answer, learns at once that a stream ended (the
+// peer stopped, restarted or died) and opens a new one for the next
+// frame instead of losing it. One sender goroutine per peer, with a
+// bounded queue, writes everything queued as one frame (no round trip per
+// batch: the next frame goes as soon as the last is written). Raft
+// tolerates lost messages (it resends), so a full queue or a failed
+// stream drops messages and reports the peer unreachable; the next batch
+// opens a new stream.
 const (
-	raftMessagesRoute = "/v1/raft/messages"
+	raftStreamRoute = "/v1/raft/stream"
 	// maxQueuedRaftMsgs bounds the messages queued for one peer.
 	maxQueuedRaftMsgs = 4096
-	// maxRaftPostBytes bounds one POST's body (a message is at most
+	// maxRaftFrameBytes bounds one frame (a message is at most
 	// maxRaftMsgBytes of entries, or one entry of maxRaftRecordBytes).
-	maxRaftPostBytes = 4 * maxRaftRecordBytes
-	// raftPostTimeout bounds one POST.
-	raftPostTimeout = 5 * time.Second
-	// raftRetryPause is the pause after a failed POST (a member that is
+	maxRaftFrameBytes = 4 * maxRaftRecordBytes
+	// raftWriteTimeout bounds the write of one frame (a peer that stops
+	// reading: the stream is closed and the peer reported unreachable).
+	raftWriteTimeout = 5 * time.Second
+	// raftStreamIdle: a stream no frame was written to for this long is
+	// closed by its sender (the next batch opens another).
+	raftStreamIdle = 30 * time.Second
+	// raftStreamBufferBytes is a received stream's read buffer.
+	raftStreamBufferBytes = 64 << 10
+	// raftRetryPause is the pause after a failed stream (a member that is
 	// down is not hammered; raft resends what matters).
 	raftRetryPause = 100 * time.Millisecond
 )
 
 type raftNet struct {
-	r  *replicator
-	hc *http.Client
+	r *replicator
+	// hc carries the streams (no overall timeout: a stream lasts); ctx
+	// is theirs, cancelled at close.
+	hc     *http.Client
+	ctx    context.Context
+	cancel context.CancelFunc
 	// snapClient fetches snapshot streams (no overall timeout: the
 	// fetch's context bounds it).
 	snapClient *http.Client
@@ -65,8 +84,9 @@ type raftPeer struct {
 
 func newRaftNet(r *replicator) *raftNet {
 	n := &raftNet{r: r, peers: map[uint64]*raftPeer{}, stop: make(chan struct{}),
-		hc:         &http.Client{Timeout: raftPostTimeout, Transport: r.s.cfg.TLS.HTTPTransport(&http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2})},
+		hc:         &http.Client{Transport: r.s.cfg.TLS.HTTPTransport(&http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2})},
 		snapClient: &http.Client{Transport: r.s.cfg.TLS.HTTPTransport(&http.Transport{Proxy: nil})}}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
 	r.pmu.RLock()
 	addrs := maps.Clone(r.addrs)
 	r.pmu.RUnlock()
@@ -80,7 +100,7 @@ func (n *raftNet) setPeers(addrs map[uint64]string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for id, p := range n.peers {
-		if a, ok := addrs[id]; !ok || n.r.s.cfg.TLS.Scheme()+"://"+a+raftMessagesRoute != p.url {
+		if a, ok := addrs[id]; !ok || n.r.s.cfg.TLS.Scheme()+"://"+a+raftStreamRoute != p.url {
 			close(p.quit)
 			delete(n.peers, id)
 		}
@@ -89,7 +109,7 @@ func (n *raftNet) setPeers(addrs map[uint64]string) {
 		if id == n.r.id || n.peers[id] != nil {
 			continue
 		}
-		p := &raftPeer{id: id, url: n.r.s.cfg.TLS.Scheme() + "://" + a + raftMessagesRoute, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+		p := &raftPeer{id: id, url: n.r.s.cfg.TLS.Scheme() + "://" + a + raftStreamRoute, wake: make(chan struct{}, 1), quit: make(chan struct{})}
 		n.peers[id] = p
 		if n.started {
 			n.wg.Add(1)
@@ -110,6 +130,7 @@ func (n *raftNet) start() {
 
 func (n *raftNet) close() {
 	close(n.stop)
+	n.cancel()
 	n.wg.Wait()
 	n.hc.CloseIdleConnections()
 	n.snapClient.CloseIdleConnections()
@@ -147,6 +168,14 @@ func (n *raftNet) send(m *pb.Message) {
 
 func (n *raftNet) sender(p *raftPeer) {
 	defer n.wg.Done()
+	var st *raftStream
+	defer func() {
+		if st != nil {
+			st.close()
+		}
+	}()
+	idle := time.NewTimer(raftStreamIdle)
+	defer idle.Stop()
 	var buf []byte
 	for {
 		select {
@@ -154,6 +183,12 @@ func (n *raftNet) sender(p *raftPeer) {
 			return
 		case <-p.quit:
 			return
+		case <-idle.C:
+			if st != nil {
+				st.close()
+				st = nil
+			}
+			continue
 		case <-p.wake:
 		}
 		for {
@@ -161,13 +196,13 @@ func (n *raftNet) sender(p *raftPeer) {
 			q := p.q
 			k := 0
 			snap := false
-			buf = buf[:0]
+			buf = append(buf[:0], 0, 0, 0, 0) // the frame's length
 			for ; k < len(q); k++ {
 				b, err := proto.Marshal(q[k])
 				if err != nil {
 					continue
 				}
-				if k > 0 && len(buf)+4+len(b) > maxRaftPostBytes {
+				if k > 0 && len(buf)+4+len(b) > maxRaftFrameBytes {
 					break
 				}
 				buf = binary.LittleEndian.AppendUint32(buf, uint32(len(b)))
@@ -177,10 +212,23 @@ func (n *raftNet) sender(p *raftPeer) {
 			p.q = q[k:]
 			more := len(p.q) > 0
 			p.mu.Unlock()
-			if len(buf) == 0 {
+			if len(buf) == 4 {
 				break
 			}
-			if err := n.post(p, buf); err != nil {
+			binary.LittleEndian.PutUint32(buf, uint32(len(buf)-4))
+			if st != nil && st.ended() {
+				// Ended since the last frame (the peer stopped or
+				// restarted): a new stream, nothing lost.
+				st.close()
+				st = nil
+			}
+			if st == nil {
+				st = n.openStream(p)
+			}
+			idle.Reset(raftStreamIdle)
+			if err := st.write(buf); err != nil {
+				st.close()
+				st = nil
 				n.r.unreachable(p.id)
 				p.mu.Lock()
 				for _, m := range p.q {
@@ -210,24 +258,91 @@ func (n *raftNet) sender(p *raftPeer) {
 	}
 }
 
-func (n *raftNet) post(p *raftPeer, body []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), raftPostTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, bytes.NewReader(body))
+// raftStream is one open stream to a peer: frames written to w go out as
+// the request's body; done is closed when the request has ended (its
+// error, if any, then fails every write).
+type raftStream struct {
+	w      *io.PipeWriter
+	cancel context.CancelFunc
+	done   chan struct{}
+	// closing: the sender closed it (its end is no news).
+	closing atomic.Bool
+}
+
+// openStream starts a stream to p (the request runs in its own goroutine
+// until the stream is closed or fails).
+func (n *raftNet) openStream(p *raftPeer) *raftStream {
+	ctx, cancel := context.WithCancel(n.ctx)
+	pr, pw := io.Pipe()
+	st := &raftStream{w: pw, cancel: cancel, done: make(chan struct{})}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer close(st.done)
+		err := n.stream(ctx, p, pr)
+		if err == nil {
+			err = fmt.Errorf("meta member %d: raft stream ended", p.id)
+		}
+		pr.CloseWithError(err) // a write in progress or later fails
+		if !st.closing.Load() {
+			n.r.unreachable(p.id) // it went away (stopped, restarted, died)
+		}
+	}()
+	return st
+}
+
+// stream is the request of one stream: it returns when the stream ends —
+// its answer's body ends (the peer answers 200 at once and writes nothing
+// more, so the end comes when the peer closed the stream, stopped or
+// died) or fails, or the request fails. Without reading the answer, a
+// dead peer would go unnoticed until the next frame, which the
+// transport would take from the body and lose.
+func (n *raftNet) stream(ctx context.Context, p *raftPeer, body io.Reader) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, body)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
 	resp, err := n.hc.Do(req)
 	if err != nil {
-		return err
+		return fmt.Errorf("meta member %d: %s: %w", p.id, p.url, err)
 	}
-	io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBodyBytes))
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBodyBytes))
+	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("meta member %d: %s: HTTP %d", p.id, p.url, resp.StatusCode)
 	}
+	if err != nil {
+		return fmt.Errorf("meta member %d: %s: %w", p.id, p.url, err)
+	}
 	return nil
+}
+
+// ended says whether the stream has ended (its next write would fail).
+func (st *raftStream) ended() bool {
+	select {
+	case <-st.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// write writes one frame, within raftWriteTimeout (past it the stream is
+// cancelled, which fails the write).
+func (st *raftStream) write(frame []byte) error {
+	t := time.AfterFunc(raftWriteTimeout, st.cancel)
+	defer t.Stop()
+	_, err := st.w.Write(frame)
+	return err
+}
+
+// close ends the stream: the body ends (the peer answers), or the
+// request is cancelled raftWriteTimeout later if it is stuck.
+func (st *raftStream) close() {
+	st.closing.Store(true)
+	st.w.Close()
+	time.AfterFunc(raftWriteTimeout, st.cancel)
 }
 
 const maxErrorBodyBytes = 1 << 16
@@ -263,31 +378,79 @@ func (s *Service) raftRoutes(mux *http.ServeMux) {
 	if s.rep == nil {
 		return
 	}
-	mux.HandleFunc("POST "+raftMessagesRoute, func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRaftPostBytes))
-		if err != nil {
-			writeError(w, http.StatusBadRequest, metaapi.CodeInvalid, "raft messages: "+err.Error())
+	mux.HandleFunc("POST "+raftStreamRoute, s.rep.streamHandler)
+	mux.HandleFunc("GET "+snapshotRoute, s.snapshotHandler) // snapshot.go
+	mux.Handle("POST "+metaapi.MetaMembersRoute, s.instrument("meta_members", s.membersHandler))
+}
+
+// streamHandler receives a stream of raft messages from a peer (see the
+// transport's comment above), until the body ends, it breaks, a frame is
+// refused, or the member stops (stopStreams). It answers 200 at once and
+// writes nothing more (full duplex): the answer's body ends with the
+// stream, which is how the sender learns of the end.
+func (r *replicator) streamHandler(w http.ResponseWriter, req *http.Request) {
+	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex() // HTTP/2 is full duplex without it
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	var mu sync.Mutex
+	finished := false
+	defer func() {
+		mu.Lock()
+		finished = true
+		mu.Unlock()
+	}()
+	stop := context.AfterFunc(r.streamsCtx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !finished {
+			rc.SetReadDeadline(time.Now()) // the read below fails
+		}
+	})
+	defer stop()
+	// refuse ends the stream without reading the rest of it (the server
+	// would read some before closing).
+	refuse := func(why string) {
+		rc.SetReadDeadline(time.Now())
+		r.log.Warn("meta raft stream refused", "from", req.RemoteAddr, "why", why)
+	}
+	br := bufio.NewReaderSize(req.Body, raftStreamBufferBytes)
+	var hdr [4]byte
+	for {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			return // closed by the sender, broken or cut off
+		}
+		n := binary.LittleEndian.Uint32(hdr[:])
+		if n > maxRaftFrameBytes {
+			refuse(fmt.Sprintf("frame of %d bytes", n))
 			return
 		}
-		msgs, err := decodeRaftMessages(body)
+		frame := make([]byte, n) // fresh: decoded messages may point into it
+		if _, err := io.ReadFull(br, frame); err != nil {
+			return
+		}
+		msgs, err := decodeRaftMessages(frame)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, metaapi.CodeInvalid, "raft messages: "+err.Error())
+			refuse(err.Error())
 			return
 		}
 		ok := msgs[:0]
 		for _, m := range msgs {
-			if s.rep.peerAddr(m.GetFrom()) != "" && m.GetTo() == s.rep.id {
+			if r.peerAddr(m.GetFrom()) != "" && m.GetTo() == r.id {
 				ok = append(ok, m)
 			}
 		}
-		if !s.rep.isolated.Load() {
-			s.rep.deliver(ok)
+		if !r.isolated.Load() {
+			r.deliver(ok)
 		}
-		w.WriteHeader(http.StatusNoContent)
-	})
-	mux.HandleFunc("GET "+snapshotRoute, s.snapshotHandler) // snapshot.go
-	mux.Handle("POST "+metaapi.MetaMembersRoute, s.instrument("meta_members", s.membersHandler))
+	}
 }
+
+// stopStreams ends the streams this member receives (at its HTTP
+// server's shutdown, which waits for them otherwise, and at close).
+func (r *replicator) stopStreams() { r.streamsStop() }
 
 // snapshotSent reports a MsgSnap to member id sent (or lost) to raft.
 func (r *replicator) snapshotSent(id uint64, ok bool) {
