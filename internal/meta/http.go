@@ -27,14 +27,18 @@ const ShutdownTimeout = 5 * time.Second
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	route := func(pattern, name string, h func(w http.ResponseWriter, r *http.Request) (any, int, error)) {
-		mux.Handle(pattern, s.instrument(name, h))
+		mux.Handle(pattern, s.guardInstrumented(name, h))
 	}
 	route("POST /v1/heartbeat", "heartbeat", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var hb metaapi.Heartbeat
 		if err := decodeBody(w, r, &hb); err != nil {
 			return nil, 0, err
 		}
-		resp, err := s.Heartbeat(&hb)
+		caller, err := callerOf(r)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: %v", metaapi.ErrForbidden, err)
+		}
+		resp, err := s.HeartbeatFrom(caller, &hb)
 		return resp, http.StatusOK, err
 	})
 	route("PUT /v1/buckets/{bucket}", "create_bucket", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -119,10 +123,10 @@ func (s *Service) Handler() http.Handler {
 	})
 	s.routeS3(route)
 	s.routeOps(route) // ops.go
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	mux.Handle("GET /v1/admin/backup", s.backupHandler()) // backup.go
+	mux.Handle("GET /metrics", s.guard("metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})))
+	mux.Handle("GET /v1/admin/backup", s.guard("backup", s.backupHandler())) // backup.go
 	s.raftRoutes(mux)
-	commitKey := s.instrument("commit_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	commitKey := s.guardInstrumented("commit_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		bucket, key, err := keyPath(r)
 		if err != nil {
 			return nil, 0, err
@@ -139,7 +143,7 @@ func (s *Service) Handler() http.Handler {
 		ki, err := s.CommitKey(bucket, key, &ck)
 		return ki, http.StatusOK, err
 	})
-	getKey := s.instrument("get_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	getKey := s.guardInstrumented("get_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		bucket, key, err := keyPath(r)
 		if err != nil {
 			return nil, 0, err
@@ -152,7 +156,7 @@ func (s *Service) Handler() http.Handler {
 		}
 		return ki, http.StatusOK, err
 	})
-	deleteKey := s.instrument("delete_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	deleteKey := s.guardInstrumented("delete_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		bucket, key, err := keyPath(r)
 		if err != nil {
 			return nil, 0, err
@@ -197,6 +201,12 @@ func keyPath(r *http.Request) (bucket, key string, err error) {
 		return "", "", fmt.Errorf("%w: bad escaping in %s: %v", metaapi.ErrInvalid, r.URL.EscapedPath(), err)
 	}
 	return bucket, key, nil
+}
+
+// guardInstrumented is instrument behind guard (auth.go), under one
+// route name.
+func (s *Service) guardInstrumented(route string, h func(w http.ResponseWriter, r *http.Request) (any, int, error)) http.Handler {
+	return s.guard(route, s.instrument(route, h))
 }
 
 // instrument turns a handler returning (body, status, error) into an

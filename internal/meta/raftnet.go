@@ -257,13 +257,13 @@ func decodeRaftMessages(body []byte) ([]*pb.Message, error) {
 // raftRoutes adds the routes of a replicated member: raft messages in,
 // and the member's status (served by every member, leader or not).
 func (s *Service) raftRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET "+metaapi.MetaStatusRoute, func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("GET "+metaapi.MetaStatusRoute, s.guard("meta_status", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.MetaStatus())
-	})
+	})))
 	if s.rep == nil {
 		return
 	}
-	mux.HandleFunc("POST "+raftMessagesRoute, func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("POST "+raftMessagesRoute, s.guard("meta_raft", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRaftPostBytes))
 		if err != nil {
 			writeError(w, http.StatusBadRequest, metaapi.CodeInvalid, "raft messages: "+err.Error())
@@ -284,9 +284,9 @@ func (s *Service) raftRoutes(mux *http.ServeMux) {
 			s.rep.deliver(ok)
 		}
 		w.WriteHeader(http.StatusNoContent)
-	})
-	mux.HandleFunc("GET "+snapshotRoute, s.snapshotHandler) // snapshot.go
-	mux.Handle("POST "+metaapi.MetaMembersRoute, s.instrument("meta_members", s.membersHandler))
+	})))
+	mux.Handle("GET "+snapshotRoute, s.guard("meta_snapshot", http.HandlerFunc(s.snapshotHandler))) // snapshot.go
+	mux.Handle("POST "+metaapi.MetaMembersRoute, s.guardInstrumented("meta_members", s.membersHandler))
 }
 
 // snapshotSent reports a MsgSnap to member id sent (or lost) to raft.

@@ -428,3 +428,57 @@ func readPEM(path string) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// Peer is who is at the other end of a connection: the name and role of
+// its verified certificate. The zero Peer is an unauthenticated caller
+// (plaintext, --insecure).
+type Peer struct {
+	Name string
+	Role Role
+}
+
+// Authenticated says the peer presented a verified certificate with a
+// Spindle role.
+func (p Peer) Authenticated() bool { return p.Role != "" }
+
+// String is "role:name", or "unauthenticated".
+func (p Peer) String() string {
+	if !p.Authenticated() {
+		return "unauthenticated"
+	}
+	return string(p.Role) + ":" + p.Name
+}
+
+// Is says the peer holds one of roles.
+func (p Peer) Is(roles ...Role) bool {
+	for _, r := range roles {
+		if p.Role == r {
+			return true
+		}
+	}
+	return false
+}
+
+// PeerOfState is the Peer of a TLS connection state (nil: plaintext, the
+// zero Peer); an error when the verified certificate carries no role.
+func PeerOfState(cs *tls.ConnectionState) (Peer, error) {
+	if cs == nil {
+		return Peer{}, nil
+	}
+	name, role, err := PeerIdentity(*cs)
+	if err != nil {
+		return Peer{}, err
+	}
+	return Peer{Name: name, Role: role}, nil
+}
+
+// PeerOfConn is the Peer of a connection: a TLS connection's verified
+// certificate (c or what it wraps has ConnectionState), else the zero Peer.
+func PeerOfConn(c net.Conn) (Peer, error) {
+	tc, ok := c.(interface{ ConnectionState() tls.ConnectionState })
+	if !ok {
+		return Peer{}, nil
+	}
+	cs := tc.ConnectionState()
+	return PeerOfState(&cs)
+}
