@@ -38,12 +38,13 @@ var (
 	// accessGateway: the S3 gateway's own calls (users by access key,
 	// S3 buckets and their ACLs, multipart uploads).
 	accessGateway = accessClass{roles: []tlsconf.Role{tlsconf.RoleS3, tlsconf.RoleAdmin}}
-	// accessDelete: deleting keys and buckets: an administrator, or the
-	// gateway on behalf of an S3 user whose signed request it checked;
-	// audited.
-	accessDelete = accessClass{roles: []tlsconf.Role{tlsconf.RoleS3, tlsconf.RoleAdmin}, audit: true}
-	// accessAdmin: administration (safe mode, node operations, users,
-	// meta members, backups); audited.
+	// accessAdminOrGateway: deleting keys and buckets, managing users:
+	// an administrator, or the gateway on behalf of the S3 request whose
+	// signature it checked (versitygw lets only its root user manage
+	// users); audited.
+	accessAdminOrGateway = accessClass{roles: []tlsconf.Role{tlsconf.RoleS3, tlsconf.RoleAdmin}, audit: true}
+	// accessAdmin: administration (safe mode, node operations, meta
+	// members, backups); audited.
 	accessAdmin = accessClass{roles: []tlsconf.Role{tlsconf.RoleAdmin}, audit: true}
 	// accessDatanode: heartbeats (registration): datanodes only; which
 	// datanode a certificate may speak for is checked by Heartbeat
@@ -60,7 +61,7 @@ var routeAccess = map[string]accessClass{
 	"heartbeat":      accessDatanode,
 	"create_bucket":  accessData,
 	"list_buckets":   accessData,
-	"delete_bucket":  accessDelete,
+	"delete_bucket":  accessAdminOrGateway,
 	"allocate":       accessData,
 	"commit_batch":   accessData,
 	"allocate_batch": accessData,
@@ -68,7 +69,7 @@ var routeAccess = map[string]accessClass{
 	"list_keys":      accessData,
 	"commit_key":     accessData,
 	"get_key":        accessData,
-	"delete_key":     accessDelete,
+	"delete_key":     accessAdminOrGateway,
 
 	"nodes":       accessViews,
 	"pipelines":   accessViews,
@@ -80,9 +81,9 @@ var routeAccess = map[string]accessClass{
 
 	"safemode_exit": accessAdmin,
 	"node_op":       accessAdmin,
-	"create_user":   accessAdmin,
-	"list_users":    accessAdmin,
-	"delete_user":   accessAdmin,
+	"create_user":   accessAdminOrGateway,
+	"list_users":    accessAdminOrGateway,
+	"delete_user":   accessAdminOrGateway,
 	"backup":        accessAdmin,
 	"meta_members":  accessAdmin,
 

@@ -142,8 +142,8 @@ func TestGuardRoles(t *testing.T) {
 		"delete_bucket": {tlsconf.RoleS3, tlsconf.RoleAdmin},
 		"safemode_exit": {tlsconf.RoleAdmin},
 		"node_op":       {tlsconf.RoleAdmin},
-		"create_user":   {tlsconf.RoleAdmin},
-		"delete_user":   {tlsconf.RoleAdmin},
+		"create_user":   {tlsconf.RoleS3, tlsconf.RoleAdmin},
+		"delete_user":   {tlsconf.RoleS3, tlsconf.RoleAdmin},
 		"meta_members":  {tlsconf.RoleAdmin},
 		"backup":        {tlsconf.RoleAdmin},
 		"meta_raft":     {tlsconf.RoleMeta},
@@ -185,7 +185,8 @@ func TestGuardRoles(t *testing.T) {
 
 // TestAdminCallsNeedAdminCertificate: every destructive or administrative
 // call of the meta API made with a client, datanode or gateway certificate
-// (the gateway may delete keys and buckets, nothing else of these) is
+// (the gateway may delete keys and buckets and manage users, for the S3
+// requests whose signatures it checked; nothing else of these) is
 // refused with 403 (ErrForbidden) and logged with the caller; with the
 // admin certificate the same calls are served and audited. Fails without
 // guard: the calls succeed.
@@ -215,12 +216,12 @@ func TestAdminCallsNeedAdminCertificate(t *testing.T) {
 			_, err := c.NodeOp(ctx, 1, metaapi.OpDecommission, 0)
 			return err
 		}},
-		{"create_user", false, func(c *metaapi.Client) error {
+		{"create_user", true, func(c *metaapi.Client) error {
 			_, err := c.CreateUser(ctx, metaapi.CreateUser{Name: "carol"})
 			return err
 		}},
-		{"list_users", false, func(c *metaapi.Client) error { _, err := c.Users(ctx); return err }},
-		{"delete_user", false, func(c *metaapi.Client) error { return c.DeleteUser(ctx, "carol") }},
+		{"list_users", true, func(c *metaapi.Client) error { _, err := c.Users(ctx); return err }},
+		{"delete_user", true, func(c *metaapi.Client) error { return c.DeleteUser(ctx, "carol") }},
 		{"backup", false, func(c *metaapi.Client) error {
 			rc, err := c.Backup(ctx)
 			if err == nil {
