@@ -317,7 +317,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	node, err := pipeline.Start(pipeline.Config{
 		ID: cfg.ID, Listener: dm, Engine: eng, Log: wl, Pipelines: pipelines, Metrics: reg,
 		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
-		DiskStallThreshold:      cfg.DiskStallThreshold,
+		DiskStallThreshold: cfg.DiskStallThreshold,
+		// Run by the meta service, every member's certificate comes with
+		// its pipelines and peers (heartbeats): none is taken on trust.
+		RequirePeerCertNames:    cfg.Meta != nil && cfg.TLS.Enabled(),
 		LogInlineMaxBytes:       cfg.LogInlineMaxBytes,
 		MaxInflightPayloadBytes: cfg.MaxClientPayloadBytes, MaxInflightRaftPayloadBytes: cfg.MaxRaftPayloadBytes,
 		Conn:          transport.ConnConfig{IdleTimeout: cfg.IdleTimeout, ReadTimeout: cfg.ReadTimeout, TLS: cfg.TLS},
@@ -409,7 +412,7 @@ func registerBulkMetrics(reg *prometheus.Registry, s *bulk.Server) {
 			Help: "Whole-container reads started and not finished."},
 			func() float64 { return float64(s.Stats().ExportsFailed) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_exports_refused_total",
-			Help: "Whole-container read requests refused (busy, not found, not closed, malformed)."},
+			Help: "Whole-container read requests refused (busy, not found, not closed, malformed, forbidden to the caller's certificate)."},
 			func() float64 { return float64(s.Stats().Refused) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_datanode_exports_running",
 			Help: "Whole-container reads being served now."},
