@@ -17,16 +17,19 @@ import (
 //
 // A process that serves (meta, datanode, s3) needs the three files or
 // --insecure; a client (put, get, admin, ...) takes, in this order, the
-// flags, else the client profile a local `spindle server` wrote for the
-// meta address (tlsconf.LoadClientProfile), else refuses.
+// flags (or their environment variables SPINDLE_TLS_CERT, SPINDLE_TLS_KEY,
+// SPINDLE_TLS_CA, config.go), else the client profile a local `spindle server` wrote
+// for the meta address (tlsconf.LoadClientProfile), else refuses. A
+// client's key is its credential (an admin certificate may administer
+// the cluster): it must not be readable by group or others (0600).
 type tlsFlags struct {
 	cert, key, ca string
 	insecure      bool
 }
 
 func (t *tlsFlags) add(f *pflag.FlagSet) {
-	f.StringVar(&t.cert, tlsconf.FlagCert, "", "this process's certificate (PEM; spindle cert issue), for mutual TLS 1.3; re-read when it changes")
-	f.StringVar(&t.key, tlsconf.FlagKey, "", "the certificate's private key (PEM, 0600)")
+	f.StringVar(&t.cert, tlsconf.FlagCert, "", "this process's certificate (PEM; spindle cert issue), for mutual TLS 1.3; re-read when it changes; its role decides what the process may do (admin: administration)")
+	f.StringVar(&t.key, tlsconf.FlagKey, "", "the certificate's private key (PEM, 0600: a client refuses a key others may read)")
 	f.StringVar(&t.ca, tlsconf.FlagCA, "", "the cluster CA's certificate (ca.crt) that verifies every peer")
 	f.BoolVar(&t.insecure, tlsconf.FlagInsecure, false, "plaintext connections, no TLS: anyone who reaches a port can use it")
 }
@@ -74,6 +77,11 @@ func (t *tlsFlags) server(what string) (*tlsconf.Settings, error) {
 // client is the settings of a client of the meta service at meta (one
 // address or a comma-separated list).
 func (t *tlsFlags) client(meta string) (*tlsconf.Settings, error) {
+	if f := t.files(); f.Key != "" && !t.insecure {
+		if err := tlsconf.CheckKeyPrivate(f.Key); err != nil {
+			return nil, usageErr(err)
+		}
+	}
 	s, given, err := t.explicit()
 	if err != nil || given {
 		return s, err
@@ -91,6 +99,9 @@ func (t *tlsFlags) client(meta string) (*tlsconf.Settings, error) {
 	}
 	if p.Insecure {
 		return nil, nil
+	}
+	if err := tlsconf.CheckKeyPrivate(p.Key); err != nil {
+		return nil, fmt.Errorf("client profile %s: %w", path, err)
 	}
 	s, err = tlsconf.NewSettings(tlsconf.Files{Cert: p.Cert, Key: p.Key, CA: p.CA})
 	if err != nil {

@@ -347,7 +347,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		metricsURL = cfg.TLS.Scheme() + "://" + mln.Addr().String() + "/metrics"
 	}
 	if !cfg.TLS.Enabled() {
-		log.Warn("datanode serving WITHOUT TLS (--insecure): anyone who reaches its address can inject raft messages and read containers", "addr", node.Addr())
+		log.Warn("datanode serving WITHOUT TLS (--insecure): nobody is authenticated: anyone who reaches its address can inject raft messages and read containers (no role or membership is checked)", "addr", node.Addr())
 	}
 	log.Info("datanode serving", "id", cfg.ID, "addr", node.Addr(), "tls", cfg.TLS.Mode(), "data_dirs", cfg.DataDirs, "log_dir", cfg.LogDir, "pipelines", len(pipelines), "metrics", metricsURL)
 	if cfg.ReadyFile != "" {

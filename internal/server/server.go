@@ -192,7 +192,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: %w", err)
 		}
 	} else {
-		cfg.Logger.Warn("spindle server running WITHOUT TLS (--insecure): every port accepts plaintext connections from anyone who reaches it")
+		cfg.Logger.Warn("spindle server running WITHOUT TLS (--insecure): every port accepts plaintext connections from anyone who reaches it, and nobody is authenticated: no role is checked, administration included")
 	}
 	if cfg.MetaReplicas > 1 {
 		newAddrs := len(st.MetaAddrs) == 0
@@ -229,6 +229,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.closeMeta()
 		return nil, err
 	}
+	// Each datanode has a certificate of its own: the meta service binds
+	// it to the datanode's UUID, its pipeline peers to its member ID.
+	var nodeTLS []tlsconf.Files
+	if !cfg.Insecure {
+		if nodeTLS, err = s.pki.EnsureDatanodes(cfg.Datanodes, localHosts(cfg)); err != nil {
+			s.closeMeta()
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
 	dn := filepath.Join(cfg.Dir, "datanodes")
 	s.cluster, err = localcluster.Start(ctx, localcluster.Config{
 		Binary:    cfg.Binary,
@@ -242,6 +251,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		OnLaunch:  cfg.DatanodeOnLaunch,
 		Env:       cfg.DatanodeEnv,
 		TLS:       s.files(tlsconf.RoleDatanode),
+		NodeTLS:   nodeTLS,
 	})
 	if err != nil {
 		s.closeMeta()

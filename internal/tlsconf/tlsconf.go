@@ -258,6 +258,20 @@ func PeerIdentity(cs tls.ConnectionState) (name string, role Role, err error) {
 	return IdentityOf(cs.VerifiedChains[0][0])
 }
 
+// CheckKeyPrivate refuses a key file that group or others may read or
+// write: a client's key is its credential (an admin key administers the
+// cluster). A missing file is left to the loader's error.
+func CheckKeyPrivate(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil
+	}
+	if m := st.Mode().Perm(); m&0o077 != 0 {
+		return fmt.Errorf("tlsconf: key %s is accessible to group or others (mode %04o): chmod 600 it, it is a credential", path, m)
+	}
+	return nil
+}
+
 // Files names a certificate, its key and the CA that verifies peers.
 type Files struct {
 	Cert, Key, CA string
