@@ -82,9 +82,9 @@ func (n *Node) authorizeRaft(c *transport.Conn, gid, from uint64) error {
 	if !member {
 		return fmt.Errorf("certificate %s: node %d is not a member of pipeline %d", p, from, gid)
 	}
-	n.peersMu.Lock()
+	n.certMu.RLock()
 	want := n.certNames[from]
-	n.peersMu.Unlock()
+	n.certMu.RUnlock()
 	switch {
 	case want == "" && n.cfg.RequirePeerCertNames:
 		return fmt.Errorf("certificate %s: member %d of pipeline %d has no known certificate yet", p, from, gid)

@@ -142,9 +142,9 @@ func TestRaftFromNonMemberDropped(t *testing.T) {
 
 	// A member whose certificate the node does not know: refused while
 	// RequirePeerCertNames, whatever certificate it presents.
-	target.node.peersMu.Lock()
+	target.node.certMu.Lock()
 	delete(target.node.certNames, 2)
-	target.node.peersMu.Unlock()
+	target.node.certMu.Unlock()
 	c, err := transport.DialConn(ctx, target.addr, transport.ConnConfig{TLS: certs.settings(nameOf(2)+"-other", tlsconf.RoleDatanode)})
 	if err != nil {
 		t.Fatal(err)

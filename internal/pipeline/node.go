@@ -270,7 +270,9 @@ type Node struct {
 	peers   map[uint64]*peer
 	addrs   map[uint64]string
 	// certNames: each peer's certificate name (Member.CertName), under
-	// peersMu; raft messages from a peer are accepted only under it.
+	// certMu (read by every raft frame's check, auth.go); raft messages
+	// from a peer are accepted only under it.
+	certMu    sync.RWMutex
 	certNames map[uint64]string
 	// authLogAt: when a refused frame was last logged (auth.go), unix ns.
 	authLogAt atomic.Int64
@@ -547,13 +549,13 @@ func (n *Node) Budgets() BudgetStats {
 	return s
 }
 
-// setPeerAddrs records the members' addresses. A peer has one address for
+// setPeerAddrs records the members' addresses (and certificate names,
+// when given). A peer has one address for
 // all pipelines: the newest one given wins (a datanode restarted on
 // another port is reached there from then on); a peer whose address
 // changed redials it before its next send.
 func (n *Node) setPeerAddrs(ms []Member) {
-	n.peersMu.Lock()
-	defer n.peersMu.Unlock()
+	n.certMu.Lock()
 	for _, m := range ms {
 		if m.CertName != "" && m.ID != n.cfg.ID && n.certNames[m.ID] != m.CertName {
 			if old, ok := n.certNames[m.ID]; ok {
@@ -561,6 +563,11 @@ func (n *Node) setPeerAddrs(ms []Member) {
 			}
 			n.certNames[m.ID] = m.CertName
 		}
+	}
+	n.certMu.Unlock()
+	n.peersMu.Lock()
+	defer n.peersMu.Unlock()
+	for _, m := range ms {
 		if m.ID == n.cfg.ID || m.Addr == "" || n.addrs[m.ID] == m.Addr {
 			continue
 		}
@@ -785,11 +792,11 @@ func (n *Node) Pipelines() []PipelineStatus {
 		if b := g.behind.Load(); b != nil {
 			st.Behind = slices.Clone(*b)
 		}
-		n.peersMu.Lock()
+		n.certMu.RLock()
 		for id, addr := range g.members {
 			st.Members = append(st.Members, Member{ID: id, Addr: addr, CertName: n.certNames[id]})
 		}
-		n.peersMu.Unlock()
+		n.certMu.RUnlock()
 		sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].ID < st.Members[j].ID })
 		out = append(out, st)
 	}
