@@ -27,6 +27,9 @@ import (
 type accessClass struct {
 	roles []tlsconf.Role
 	audit bool // every call logged (allowed or refused)
+	// anyone: unauthenticated callers too (a joining datanode, which
+	// proves itself with its token instead).
+	anyone bool
 }
 
 var (
@@ -52,6 +55,9 @@ var (
 	accessDatanode = accessClass{roles: []tlsconf.Role{tlsconf.RoleDatanode}}
 	// accessMetaPeer: raft messages and snapshots between meta members.
 	accessMetaPeer = accessClass{roles: []tlsconf.Role{tlsconf.RoleMeta}}
+	// accessJoin: a datanode joining with a one-time token (join.go), no
+	// certificate yet; audited.
+	accessJoin = accessClass{roles: tlsconf.Roles, anyone: true, audit: true}
 )
 
 // routeAccess is every route's class, by the name it is instrumented and
@@ -101,6 +107,9 @@ var routeAccess = map[string]accessClass{
 
 	"meta_raft":     accessMetaPeer,
 	"meta_snapshot": accessMetaPeer,
+
+	"create_join_token": accessAdmin,
+	"join":              accessJoin,
 }
 
 // callerOf is the verified identity of r's caller (the zero Peer over
@@ -118,7 +127,7 @@ func (s *Service) guard(route string, h http.Handler) http.Handler {
 	tlsOn := s.cfg.TLS.Enabled()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := callerOf(r)
-		allowed := err == nil && (!tlsOn || p.Is(class.roles...))
+		allowed := err == nil && (!tlsOn || class.anyone || p.Is(class.roles...))
 		if tlsOn && r.TLS == nil {
 			allowed, err = false, fmt.Errorf("not a TLS connection")
 		}

@@ -90,6 +90,9 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
+// has says some line holds every one of words.
+func (l *logBuffer) has(words ...string) bool { return len(l.lines(words...)) > 0 }
+
 // lines are the log lines that contain every one of words.
 func (l *logBuffer) lines(words ...string) []string {
 	var out []string
@@ -303,5 +306,111 @@ func TestHeartbeatBoundToCertificate(t *testing.T) {
 	// The owner's heartbeats go on.
 	if _, err := dn1.Heartbeat(ctx, &metaapi.Heartbeat{UUID: uuid, NodeID: id, Addr: "127.0.0.1:7001"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestJoinToken: an admin certificate gets a one-time token (a client
+// certificate cannot); a datanode without a certificate, offering
+// tlsconf.JoinALPN, joins with it and gets a datanode certificate of a
+// name the meta service drew, with which it registers; the token does not
+// work twice, nor an unknown or expired one (403 and a log line). A
+// connection without a certificate may call nothing but the join route,
+// and without the join ALPN it does not even complete its handshake.
+// Fails without guard's check (the cert-less caller lists the nodes) or
+// without the token being consumed (the second join succeeds).
+func TestJoinToken(t *testing.T) {
+	pki := newTestPKI(t)
+	clk := newClock()
+	logs := &logBuffer{}
+	srv, err := Start(Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", TickInterval: -1, Now: clk.Now,
+		Logger: slog.New(slog.NewTextHandler(logs, nil)), TLS: pki.settings("meta-1", tlsconf.RoleMeta), JoinCA: pki.ca})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ctx := context.Background()
+	admin := clientAs(t, srv, pki.settings("alice", tlsconf.RoleAdmin))
+	client := clientAs(t, srv, pki.settings("bob", tlsconf.RoleClient))
+	if _, err := client.CreateJoinToken(ctx, 0); !errors.Is(err, metaapi.ErrForbidden) {
+		t.Fatalf("join token for a client certificate: %v, want 403", err)
+	}
+	tok, err := admin.CreateJoinToken(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(pki.dir, "ca", tlsconf.CACertFile)
+	csr, keyPEM, err := tlsconf.NewKeyRequest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := metaapi.JoinRequest{Token: tok.Token, CSR: string(csr), Hosts: []string{"127.0.0.1"}}
+	resp, err := metaapi.Join(ctx, srv.Addr(), caFile, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(resp.Name, "dn-") || !logs.has("datanode joined", "name="+resp.Name) {
+		t.Errorf("joined as %q; logs:\n%s", resp.Name, logs.String())
+	}
+	// The certificate works: the new datanode registers under it.
+	cp, kp, err := tlsconf.WritePair(t.TempDir(), resp.Name, []byte(resp.Cert), keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dnTLS, err := tlsconf.NewSettings(tlsconf.Files{Cert: cp, Key: kp, CA: caFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dn := clientAs(t, srv, dnTLS)
+	if _, err := dn.Heartbeat(ctx, &metaapi.Heartbeat{UUID: "00112233445566778899aabbccddeeff", Addr: "127.0.0.1:7001"}); err != nil {
+		t.Fatalf("heartbeat under the joined certificate: %v", err)
+	}
+	// Used, unknown, expired: refused.
+	if _, err := metaapi.Join(ctx, srv.Addr(), caFile, req); !errors.Is(err, metaapi.ErrForbidden) {
+		t.Errorf("the token a second time: %v, want 403", err)
+	}
+	req.Token = strings.Repeat("0", 32)
+	if _, err := metaapi.Join(ctx, srv.Addr(), caFile, req); !errors.Is(err, metaapi.ErrForbidden) {
+		t.Errorf("an unknown token: %v, want 403", err)
+	}
+	old, err := admin.CreateJoinToken(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute)
+	req.Token = old.Token
+	if _, err := metaapi.Join(ctx, srv.Addr(), caFile, req); !errors.Is(err, metaapi.ErrForbidden) {
+		t.Errorf("an expired token: %v, want 403", err)
+	}
+	if len(logs.lines("join refused")) != 3 {
+		t.Errorf("%d join refusals logged, want 3", len(logs.lines("join refused")))
+	}
+	// Without a certificate: the join route only.
+	tc, err := tlsconf.JoinClientConfig(caFile, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 10 * time.Second}
+	defer hc.CloseIdleConnections()
+	for _, path := range []string{"/v1/nodes", "/v1/buckets"} {
+		r, err := hc.Get("https://" + srv.Addr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != http.StatusForbidden {
+			t.Errorf("GET %s without a certificate: %d, want 403", path, r.StatusCode)
+		}
+	}
+	tc2 := tc.Clone()
+	tc2.NextProtos = nil
+	c, err := tls.Dial("tcp", srv.Addr(), tc2)
+	if err == nil {
+		// TLS 1.3: the server's refusal arrives with the first read.
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+		c.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("a connection without certificate nor join ALPN: %v, want the handshake refused", err)
 	}
 }

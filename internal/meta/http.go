@@ -122,7 +122,8 @@ func (s *Service) Handler() http.Handler {
 		return st, http.StatusOK, err
 	})
 	s.routeS3(route)
-	s.routeOps(route) // ops.go
+	s.routeOps(route)  // ops.go
+	s.routeJoin(route) // join.go
 	mux.Handle("GET /metrics", s.guard("metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})))
 	mux.Handle("GET /v1/admin/backup", s.guard("backup", s.backupHandler())) // backup.go
 	s.raftRoutes(mux)
@@ -367,7 +368,11 @@ func Start(cfg Config) (*Server, error) {
 	}
 	// Addr stays the TCP listener's; every connection it accepts must
 	// complete a mutual TLS handshake before a request is read.
-	ln = cfg.TLS.Listener(ln)
+	tlsSettings := cfg.TLS
+	if cfg.JoinCA != nil {
+		tlsSettings = tlsSettings.WithJoin() // join.go: a joining datanode has no certificate yet
+	}
+	ln = tlsSettings.Listener(ln)
 	s := &Server{svc: svc, ln: ln, stop: make(chan struct{}), served: make(chan error, 1),
 		srv: &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}}
 	s.wg.Add(1)

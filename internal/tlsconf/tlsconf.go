@@ -38,6 +38,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -182,12 +183,33 @@ func (ca *CA) Issue(req IssueRequest) (certPEM, keyPEM []byte, err error) {
 	if !validRole(req.Role) {
 		return nil, nil, fmt.Errorf("tlsconf: role %q: want one of %v", req.Role, Roles)
 	}
-	if req.Validity <= 0 {
-		req.Validity = DefaultCertValidity
-	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tlsconf: key: %w", err)
+	}
+	certPEM, err = ca.IssueFor(req, key.Public())
+	if err != nil {
+		return nil, nil, err
+	}
+	keyPEM, err = encodeKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return certPEM, keyPEM, nil
+}
+
+// IssueFor signs a certificate for req with the public key pub (from a
+// certificate request: the holder keeps its private key) and returns it
+// in PEM.
+func (ca *CA) IssueFor(req IssueRequest, pub crypto.PublicKey) (certPEM []byte, err error) {
+	if req.Name == "" || strings.ContainsAny(req.Name, "/\x00") {
+		return nil, fmt.Errorf("tlsconf: certificate name %q: want a non-empty name without '/'", req.Name)
+	}
+	if !validRole(req.Role) {
+		return nil, fmt.Errorf("tlsconf: role %q: want one of %v", req.Role, Roles)
+	}
+	if req.Validity <= 0 {
+		req.Validity = DefaultCertValidity
 	}
 	roleURI, _ := url.Parse(roleURIPrefix + string(req.Role))
 	now := time.Now()
@@ -210,15 +232,46 @@ func (ca *CA) Issue(req IssueRequest) (certPEM, keyPEM []byte, err error) {
 	if tmpl.NotAfter.After(ca.Cert.NotAfter) {
 		tmpl.NotAfter = ca.Cert.NotAfter
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("tlsconf: certificate for %s: %w", req.Name, err)
+		return nil, fmt.Errorf("tlsconf: certificate for %s: %w", req.Name, err)
 	}
-	keyPEM, err = encodeKey(key)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
+
+// NewKeyRequest makes an ECDSA P-256 key and a certificate request signed
+// by it (what a joining datanode sends; the CA sets name, role and hosts)
+// and returns both in PEM.
+func NewKeyRequest() (csrPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
+		return nil, nil, fmt.Errorf("tlsconf: key: %w", err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "joining"}}, key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tlsconf: certificate request: %w", err)
+	}
+	if keyPEM, err = encodeKey(key); err != nil {
 		return nil, nil, err
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, nil
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), keyPEM, nil
+}
+
+// RequestKey is the public key of a PEM certificate request whose
+// signature checks (its holder has the private key).
+func RequestKey(csrPEM []byte) (crypto.PublicKey, error) {
+	blk, _ := pem.Decode(csrPEM)
+	if blk == nil || blk.Type != "CERTIFICATE REQUEST" {
+		return nil, errors.New("tlsconf: not a PEM certificate request")
+	}
+	csr, err := x509.ParseCertificateRequest(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("tlsconf: certificate request: %w", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("tlsconf: certificate request: %w", err)
+	}
+	return csr.PublicKey, nil
 }
 
 // WritePair writes an issued pair as dir/name.crt (0644) and dir/name.key
@@ -369,19 +422,52 @@ func (r *Reloader) current() (*tls.Certificate, *x509.CertPool) {
 
 // ServerConfig is a TLS 1.3 server configuration that presents the current
 // certificate and requires a client certificate verified by the current CA.
-func (r *Reloader) ServerConfig() *tls.Config {
+func (r *Reloader) ServerConfig() *tls.Config { return r.serverConfig(false) }
+
+// serverConfig is ServerConfig; with join, a client offering JoinALPN
+// (a datanode with a join token, no certificate yet) may handshake
+// without a client certificate: the server then serves it as an
+// unauthenticated caller (the meta service only its join route).
+func (r *Reloader) serverConfig(join bool) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 			cert, pool := r.current()
+			auth := tls.RequireAndVerifyClientCert
+			if join && slices.Contains(hello.SupportedProtos, JoinALPN) {
+				auth = tls.VerifyClientCertIfGiven
+			}
 			return &tls.Config{
 				MinVersion:   tls.VersionTLS13,
 				Certificates: []tls.Certificate{*cert},
-				ClientAuth:   tls.RequireAndVerifyClientCert,
+				ClientAuth:   auth,
 				ClientCAs:    pool,
 			}, nil
 		},
 	}
+}
+
+// JoinALPN is the ALPN protocol a joining datanode offers: a server whose
+// Settings allow joins (WithJoin) then lets it handshake without a client
+// certificate. Every other connection still needs one.
+const JoinALPN = "spindle-join/1"
+
+// JoinClientConfig is the TLS configuration of a datanode joining with a
+// token: no certificate of its own yet, the server verified by the CA in
+// caFile, JoinALPN offered.
+func JoinClientConfig(caFile, serverName string) (*tls.Config, error) {
+	caPEM, err := readPEM(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("tlsconf: %s holds no certificate", caFile)
+	}
+	if h, _, err := net.SplitHostPort(serverName); err == nil {
+		serverName = h
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: serverName, NextProtos: []string{JoinALPN}}, nil
 }
 
 // ClientConfig is a TLS 1.3 client configuration for a server named
@@ -473,10 +559,12 @@ func (p Peer) Is(roles ...Role) bool {
 	return false
 }
 
-// PeerOfState is the Peer of a TLS connection state (nil: plaintext, the
-// zero Peer); an error when the verified certificate carries no role.
+// PeerOfState is the Peer of a TLS connection state: the zero Peer over
+// plaintext (nil) or when the peer presented no certificate (a joining
+// datanode, Settings.WithJoin); an error when its certificate carries no
+// role.
 func PeerOfState(cs *tls.ConnectionState) (Peer, error) {
-	if cs == nil {
+	if cs == nil || len(cs.PeerCertificates) == 0 && len(cs.VerifiedChains) == 0 {
 		return Peer{}, nil
 	}
 	name, role, err := PeerIdentity(*cs)
