@@ -356,3 +356,95 @@ func metricValue(t *testing.T, sec *tlsconf.Settings, url, sample string) int {
 	}
 	return 0
 }
+
+// A datanode joins a default server with a one-time token: `spindle admin
+// join-token` (the admin profile) prints it; a datanode process started
+// with it, the CA's certificate and paths for a certificate that does not
+// exist yet gets its certificate (key 0600, a name the meta service drew),
+// registers and turns HEALTHY; a second datanode with the same token is
+// refused (exit, "forbidden") and never registers.
+func TestDatanodeJoinsWithToken(t *testing.T) {
+	srv, srvDir, logs := startLogged(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tok, stderr, err := runIn(t, nil, "admin", "join-token", "--meta", srv.MetaAddr())
+	if err != nil {
+		t.Fatalf("admin join-token: %v: %s", err, stderr)
+	}
+	tok = strings.TrimSpace(tok)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(srvDir, tlsconf.LocalDir, "ca", tlsconf.CACertFile)
+	start := func() (*exec.Cmd, *lockedBuffer, tlsconf.Files) {
+		d := t.TempDir()
+		f := tlsconf.Files{Cert: filepath.Join(d, "node.crt"), Key: filepath.Join(d, "node.key"), CA: caFile}
+		out := &lockedBuffer{}
+		cmd := exec.Command(exe, append([]string{"datanode", "--meta", srv.MetaAddr(), "--listen", "127.0.0.1:0",
+			"--data-dir", filepath.Join(d, "data"), "--log-dir", filepath.Join(d, "log"), "--metrics-listen", "",
+			"--join-token", tok}, f.Args()...)...)
+		cmd.Env = append(os.Environ(), asSpindleEnv+"=1")
+		cmd.Stdout, cmd.Stderr = out, out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd, out, f
+	}
+	cmd, out, f := start()
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	mc, err := metaapi.NewClient(srv.MetaAddr(), metaapi.ClientOptions{TLS: srv.ClientTLS()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the joined datanode HEALTHY", func() bool {
+		ns, err := mc.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		healthy := 0
+		for _, n := range ns {
+			if n.Health == metaapi.HealthHealthy {
+				healthy++
+			}
+		}
+		return len(ns) == 4 && healthy == 4
+	})
+	if st, err := os.Stat(f.Key); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the joined key: %v, %v; want mode 0600", st, err)
+	}
+	if !logs.has("datanode joined", "name=dn-") || !logs.has("datanode registered", "certificate=datanode:dn-") {
+		t.Errorf("no log of the join and the registration under the new certificate:\n%s\n%s", logs.String(), out.String())
+	}
+	// The token is spent.
+	cmd2, out2, f2 := start()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd2.Wait() }()
+	select {
+	case err := <-exited:
+		if err == nil || !strings.Contains(out2.String(), "forbidden") {
+			t.Errorf("a second datanode with the same token: %v: %s", err, out2.String())
+		}
+	case <-time.After(60 * time.Second):
+		cmd2.Process.Kill()
+		<-exited
+		t.Fatalf("a second datanode with the same token still runs: %s", out2.String())
+	}
+	if _, err := os.Stat(f2.Cert); err == nil {
+		t.Error("a certificate was written for the spent token")
+	}
+	if ns, err := mc.Nodes(ctx); err != nil || len(ns) != 4 {
+		t.Errorf("nodes after the refused join: %d, %v; want 4", len(ns), err)
+	}
+}

@@ -713,11 +713,11 @@ func newAdminCmd() *cobra.Command {
 	var env keyEnv
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|damaged|datanode",
+		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|damaged|datanode|join-token",
 		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode, the meta service's members, S3 users, damaged blocks and keys; back up the meta store; decommission datanodes",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|damaged|datanode"))
+			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|damaged|datanode|join-token"))
 		},
 	}
 	env.addFlags(cmd.PersistentFlags())
@@ -808,6 +808,7 @@ func newAdminCmd() *cobra.Command {
 	cmd.AddCommand(newAdminMetaCmd(&env, &asJSON))
 	cmd.AddCommand(newAdminContainerGetCmd(&env))
 	cmd.AddCommand(newAdminUserCmd(&env, &asJSON))
+	cmd.AddCommand(newAdminJoinTokenCmd(&env, &asJSON))
 	cmd.AddCommand(newAdminOpsCmds(&env, &asJSON)...)
 	return cmd
 }

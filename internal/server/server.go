@@ -216,6 +216,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		mcfg.Dir = filepath.Join(cfg.Dir, "meta")
 		mcfg.Listen = cfg.MetaListen
 		mcfg.TLS = metaTLS
+		if !cfg.Insecure && mcfg.JoinCA == nil {
+			// The local CA admits datanodes that join with a token
+			// (spindle admin join-token).
+			if mcfg.JoinCA, err = tlsconf.LoadCA(filepath.Dir(s.pki.CA)); err != nil {
+				return nil, fmt.Errorf("server: %w", err)
+			}
+		}
 		if mcfg.Logger == nil {
 			mcfg.Logger = cfg.Logger
 		}

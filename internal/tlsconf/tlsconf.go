@@ -290,6 +290,19 @@ func WritePair(dir, name string, certPEM, keyPEM []byte) (certPath, keyPath stri
 	return certPath, keyPath, nil
 }
 
+// WriteCertKey writes a pair to the paths of f: the key (0600) first,
+// then the certificate (0644), each atomically and durably; their
+// directory must exist.
+func WriteCertKey(f Files, certPEM, keyPEM []byte) error {
+	if err := vfs.WriteFileAtomicPerm(vfs.Default, f.Key, keyPEM, 0o600); err != nil {
+		return fmt.Errorf("tlsconf: %w", err)
+	}
+	if err := vfs.WriteFileAtomicPerm(vfs.Default, f.Cert, certPEM, 0o644); err != nil {
+		return fmt.Errorf("tlsconf: %w", err)
+	}
+	return nil
+}
+
 // IdentityOf is the name and role a verified certificate carries.
 func IdentityOf(cert *x509.Certificate) (name string, role Role, err error) {
 	for _, u := range cert.URIs {
