@@ -15,7 +15,12 @@
 // readable by others).
 //
 // Invariants: TLS 1.3 only; a server configuration requires and verifies a
-// client certificate from the cluster CA; keys are ECDSA P-256.
+// client certificate from the cluster CA — except, on a server whose
+// Settings allow joins (WithJoin), for a client that offers JoinALPN: it
+// may handshake without one and is then the unauthenticated zero Peer,
+// which its server must confine (the meta service: to its join route);
+// keys are ECDSA P-256. Peer, PeerOfState and PeerOfConn give a connection's
+// verified identity; CheckKeyPrivate refuses a key others may read.
 //
 // Concurrency: a Reloader is safe for concurrent handshakes; it re-reads its
 // files at most once per ReloadCheckInterval, under its own lock.
