@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/datanode"
+	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/server"
 	"github.com/spindle-store/spindle/internal/tlsconf"
@@ -446,5 +447,41 @@ func TestDatanodeJoinsWithToken(t *testing.T) {
 	}
 	if ns, err := mc.Nodes(ctx); err != nil || len(ns) != 4 {
 		t.Errorf("nodes after the refused join: %d, %v; want 4", len(ns), err)
+	}
+}
+
+// On a plaintext (--insecure) meta service started with an admin token,
+// the command line's deletion exits 6 without --admin-token-file and
+// works with it; a token file others may read is refused.
+func TestInsecureAdminTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	tokFile := filepath.Join(dir, "admin-token")
+	if err := os.WriteFile(tokFile, []byte("s3cr3t-admin-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := readAdminToken(tokFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := meta.Start(meta.Config{Dir: filepath.Join(dir, "meta"), Listen: "127.0.0.1:0", TickInterval: -1, Logger: quietLogger(), AdminToken: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	base := []string{"--meta", srv.Addr(), "--insecure"}
+	if _, stderr, err := runIn(t, nil, append([]string{"bucket", "create", "bkt"}, base...)...); err != nil {
+		t.Fatalf("bucket create: %v: %s", err, stderr)
+	}
+	if _, _, err := runIn(t, nil, append([]string{"bucket", "rm", "bkt"}, base...)...); exitCode(err) != exitForbidden {
+		t.Errorf("bucket rm without the token: exit %d (%v), want %d", exitCode(err), err, exitForbidden)
+	}
+	if _, stderr, err := runIn(t, nil, append([]string{"bucket", "rm", "bkt", "--admin-token-file", tokFile}, base...)...); err != nil {
+		t.Errorf("bucket rm with the token: %v: %s", err, stderr)
+	}
+	if err := os.Chmod(tokFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runIn(t, nil, append([]string{"bucket", "ls", "--admin-token-file", tokFile}, base...)...); exitCode(err) != exitUsage || !strings.Contains(fmt.Sprint(err), "chmod 600") {
+		t.Errorf("a token file of mode 0644: exit %d (%v), want %d and chmod 600", exitCode(err), err, exitUsage)
 	}
 }

@@ -35,11 +35,14 @@ const defaultMetaAddr = "127.0.0.1:9860"
 type keyEnv struct {
 	meta string
 	tls  tlsFlags
+	// adminTokenFile: the admin bearer token of a plaintext cluster.
+	adminTokenFile string
 }
 
 func (e *keyEnv) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&e.meta, "meta", defaultMetaAddr, "address of the meta service, host:port, or of every member of a replicated one, comma-separated (env SPINDLE_META)")
 	e.tls.add(f)
+	f.StringVar(&e.adminTokenFile, "admin-token-file", "", adminTokenHelp)
 }
 
 // clientTLS is the TLS settings of the command's connections (meta service
@@ -65,6 +68,11 @@ func (e *keyEnv) metaClientAt(addr string, o metaapi.ClientOptions) (*metaapi.Cl
 		return nil, err
 	}
 	o.TLS = sec
+	if e.adminTokenFile != "" && !sec.Enabled() {
+		if o.AdminToken, err = readAdminToken(e.adminTokenFile); err != nil {
+			return nil, err
+		}
+	}
 	mc, err := metaapi.NewClient(addr, o)
 	if err != nil {
 		return nil, usageErr(fmt.Errorf("--meta: %w", err))

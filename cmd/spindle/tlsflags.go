@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -109,3 +111,27 @@ func (t *tlsFlags) client(meta string) (*tlsconf.Settings, error) {
 	}
 	return s, nil
 }
+
+// readAdminToken reads the admin bearer token of a plaintext (--insecure)
+// cluster from path: a file only its owner may read (0600), holding at
+// least minAdminTokenBytes printable bytes (surrounding space trimmed).
+func readAdminToken(path string) (string, error) {
+	if err := tlsconf.CheckKeyPrivate(path); err != nil {
+		return "", usageErr(fmt.Errorf("--admin-token-file: %w", err))
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", usageErr(fmt.Errorf("--admin-token-file: %w", err))
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < minAdminTokenBytes || strings.ContainsAny(tok, " \t\r\n") {
+		return "", usageErr(fmt.Errorf("--admin-token-file %s: want one token of at least %d characters without spaces", path, minAdminTokenBytes))
+	}
+	return tok, nil
+}
+
+// minAdminTokenBytes is the shortest admin token accepted.
+const minAdminTokenBytes = 16
+
+// adminTokenHelp is --admin-token-file's help (meta service and clients).
+const adminTokenHelp = "file (0600) holding the admin bearer token of a plaintext (--insecure) cluster: the meta service then requires it for administration and deletions; ignored with TLS (the admin credential is an admin certificate)"

@@ -1,8 +1,10 @@
 package meta
 
 import (
+	"crypto/subtle"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
@@ -21,7 +23,9 @@ import (
 //
 // With --insecure (no TLS) nobody is authenticated: every call is allowed,
 // the audit lines say "unauthenticated", and Start logs at WARN that
-// nothing is authenticated.
+// nothing is authenticated — unless Config.AdminToken is set: then the
+// calls of the admin classes need it as a bearer token (a shared secret
+// sent in plaintext: it keeps mistakes out, not an eavesdropper).
 
 // accessClass is who may call a route.
 type accessClass struct {
@@ -30,6 +34,9 @@ type accessClass struct {
 	// anyone: unauthenticated callers too (a joining datanode, which
 	// proves itself with its token instead).
 	anyone bool
+	// admin: without TLS, the bearer token of Config.AdminToken (when
+	// set) stands for the admin certificate.
+	admin bool
 }
 
 var (
@@ -45,10 +52,10 @@ var (
 	// an administrator, or the gateway on behalf of the S3 request whose
 	// signature it checked (versitygw lets only its root user manage
 	// users); audited.
-	accessAdminOrGateway = accessClass{roles: []tlsconf.Role{tlsconf.RoleS3, tlsconf.RoleAdmin}, audit: true}
+	accessAdminOrGateway = accessClass{roles: []tlsconf.Role{tlsconf.RoleS3, tlsconf.RoleAdmin}, audit: true, admin: true}
 	// accessAdmin: administration (safe mode, node operations, meta
 	// members, backups); audited.
-	accessAdmin = accessClass{roles: []tlsconf.Role{tlsconf.RoleAdmin}, audit: true}
+	accessAdmin = accessClass{roles: []tlsconf.Role{tlsconf.RoleAdmin}, audit: true, admin: true}
 	// accessDatanode: heartbeats (registration): datanodes only; which
 	// datanode a certificate may speak for is checked by Heartbeat
 	// (nodeRecord.CertName).
@@ -116,6 +123,13 @@ var routeAccess = map[string]accessClass{
 // plaintext).
 func callerOf(r *http.Request) (tlsconf.Peer, error) { return tlsconf.PeerOfState(r.TLS) }
 
+// bearerMatches says r carries "Authorization: Bearer token" (compared in
+// constant time).
+func bearerMatches(r *http.Request, token string) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
 // guard serves h only to callers of route's class: 403 (metaapi
 // CodeForbidden) and a log line otherwise; audited classes log every call.
 // Over plaintext (no TLS configured) every caller is let through.
@@ -130,6 +144,14 @@ func (s *Service) guard(route string, h http.Handler) http.Handler {
 		allowed := err == nil && (!tlsOn || class.anyone || p.Is(class.roles...))
 		if tlsOn && r.TLS == nil {
 			allowed, err = false, fmt.Errorf("not a TLS connection")
+		}
+		if !tlsOn && class.admin && s.cfg.AdminToken != "" {
+			// Plaintext with an admin token: the token is the credential.
+			if bearerMatches(r, s.cfg.AdminToken) {
+				p = tlsconf.Peer{Name: "bearer-token", Role: tlsconf.RoleAdmin}
+			} else {
+				allowed, err = false, fmt.Errorf("no valid admin token (Authorization: Bearer)")
+			}
 		}
 		if !allowed {
 			why := fmt.Sprintf("role %q may not call %s (allowed: %v)", p.Role, route, class.roles)

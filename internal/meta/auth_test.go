@@ -414,3 +414,52 @@ func TestJoinToken(t *testing.T) {
 		t.Errorf("a connection without certificate nor join ALPN: %v, want the handshake refused", err)
 	}
 }
+
+// TestAdminTokenWithoutTLS: a plaintext meta service with an admin token
+// refuses the admin classes' calls without it (403 and a log line) and
+// serves them with it (audited as the token's); data calls need none; a
+// plaintext service without a token lets everything through. Fails
+// without the token check: the deletion without it succeeds.
+func TestAdminTokenWithoutTLS(t *testing.T) {
+	const token = "s3cr3t-admin-token-0123456789"
+	logs := &logBuffer{}
+	srv, err := Start(Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", TickInterval: -1,
+		Logger: slog.New(slog.NewTextHandler(logs, nil)), AdminToken: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ctx := context.Background()
+	plain := must[*metaapi.Client](t)(metaapi.NewClient(srv.Addr(), metaapi.ClientOptions{Attempts: 1}))
+	wrong := must[*metaapi.Client](t)(metaapi.NewClient(srv.Addr(), metaapi.ClientOptions{Attempts: 1, AdminToken: "not-the-token-0123456789"}))
+	admin := must[*metaapi.Client](t)(metaapi.NewClient(srv.Addr(), metaapi.ClientOptions{Attempts: 1, AdminToken: token}))
+	must[metaapi.Bucket](t)(plain.CreateBucket(ctx, "bkt"))
+	for _, c := range []*metaapi.Client{plain, wrong} {
+		if err := c.DeleteBucket(ctx, "bkt"); !errors.Is(err, metaapi.ErrForbidden) {
+			t.Errorf("delete bucket without the admin token: %v, want 403", err)
+		}
+		if _, err := c.ExitSafeMode(ctx); !errors.Is(err, metaapi.ErrForbidden) {
+			t.Errorf("safe-mode exit without the admin token: %v, want 403", err)
+		}
+	}
+	if len(logs.lines("request refused", "route=delete_bucket", "no valid admin token")) != 2 {
+		t.Errorf("refusals not logged:\n%s", logs.String())
+	}
+	if err := admin.DeleteBucket(ctx, "bkt"); err != nil {
+		t.Fatalf("delete bucket with the admin token: %v", err)
+	}
+	if !logs.has("audit: allowed", "route=delete_bucket", "caller=admin:bearer-token") {
+		t.Error("the token's deletion not audited")
+	}
+	// Without a token configured, plaintext is open (as --insecure says).
+	open, err := Start(Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", TickInterval: -1, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { open.Close() })
+	oc := must[*metaapi.Client](t)(metaapi.NewClient(open.Addr(), metaapi.ClientOptions{Attempts: 1}))
+	must[metaapi.Bucket](t)(oc.CreateBucket(ctx, "bkt"))
+	if err := oc.DeleteBucket(ctx, "bkt"); err != nil {
+		t.Errorf("delete bucket on a plaintext service without a token: %v", err)
+	}
+}

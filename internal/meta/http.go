@@ -389,7 +389,7 @@ func Start(cfg Config) (*Server, error) {
 		go s.tick(cfg.TickInterval)
 	}
 	if !cfg.TLS.Enabled() {
-		svc.log.Warn("meta service serving WITHOUT TLS (--insecure): nobody is authenticated: anyone who reaches its address can call its API, administration and deletions included (no role is checked)", "addr", s.Addr())
+		svc.log.Warn("meta service serving WITHOUT TLS (--insecure): nobody is authenticated: anyone who reaches its address can call its API, administration and deletions included (no role is checked; with --admin-token-file, administration and deletions need its bearer token)", "addr", s.Addr(), "admin_token", cfg.AdminToken != "")
 	}
 	svc.log.Info("meta service serving", "addr", s.Addr(), "dir", cfg.Dir, "tls", cfg.TLS.Mode())
 	return s, nil

@@ -158,6 +158,11 @@ type Config struct {
 	// peer presents a certificate of the cluster CA) and the raft messages
 	// and snapshots it sends to its peers; nil: plaintext (--insecure).
 	TLS *tlsconf.Settings
+	// AdminToken, without TLS (--insecure), is the admin credential: the
+	// calls of the admin classes (auth.go) need "Authorization: Bearer
+	// AdminToken". Empty: none (plaintext: every call allowed). Ignored
+	// with TLS, where the credential is an admin certificate.
+	AdminToken string
 	// JoinCA, with TLS, lets datanodes join with a one-time token (join.go):
 	// it signs their certificates. Nil: no joins.
 	JoinCA *tlsconf.CA
