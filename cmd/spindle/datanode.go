@@ -39,7 +39,7 @@ const logInlineHelp = "chunks of at most this size travel with their bytes in th
 func newDatanodeCmd() *cobra.Command {
 	var cfg datanode.Config
 	var pipelines []string
-	var metaAddr string
+	var metaAddr, joinToken string
 	var tf tlsFlags
 	clientBudget := units.ByteSize(pipeline.DefaultMaxInflightPayloadBytes)
 	raftBudget := units.ByteSize(pipeline.DefaultMaxInflightRaftPayloadBytes)
@@ -66,6 +66,15 @@ SIGTERM or SIGINT stops it cleanly.`,
 					return err
 				}
 				cfg.Pipelines = append(cfg.Pipelines, p)
+			}
+			if joinToken != "" {
+				host := cfg.AdvertiseAddr
+				if host == "" {
+					host = cfg.ListenAddr
+				}
+				if err := joinCluster(cmd.Context(), metaAddr, joinToken, &tf, host); err != nil {
+					return err
+				}
 			}
 			sec, err := tf.server("datanode")
 			if err != nil {
@@ -113,6 +122,7 @@ SIGTERM or SIGINT stops it cleanly.`,
 	}
 	f := cmd.Flags()
 	tf.add(f)
+	f.StringVar(&joinToken, "join-token", "", "a one-time token (spindle admin join-token): when --tls-cert does not exist yet, get this datanode's certificate from the meta service with it (written to --tls-cert and --tls-key)")
 	f.Uint64Var(&cfg.ID, "id", 0, "this datanode's raft ID (1..65535), the same in every pipeline (with --meta: assigned by the meta service)")
 	f.StringVar(&metaAddr, "meta", "", "meta service address (host:port), or every member of a replicated one, comma-separated: register, heartbeat, and serve the pipelines it assigns")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", metaapi.DefaultHeartbeatInterval, "heartbeat period (with --meta)")

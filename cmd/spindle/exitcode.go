@@ -16,6 +16,7 @@ const (
 	exitNotFound    = 3 // no such key, bucket or file
 	exitUnavailable = 4 // meta service unreachable, no healthy pipeline, datanodes down
 	exitCorrupt     = 5 // data read back did not match its checksums
+	exitForbidden   = 6 // the certificate's role may not make the call
 )
 
 const exitCodesHelp = `Exit status:
@@ -27,7 +28,9 @@ const exitCodesHelp = `Exit status:
     --force, an input that does not match put --size
   3 not found: key, bucket or input file
   4 unavailable: meta service unreachable, no healthy pipeline, datanodes down
-  5 corrupt data: checksums did not match on every replica`
+  5 corrupt data: checksums did not match on every replica
+  6 forbidden: the certificate's role may not do this (deleting keys and
+    buckets and administration need an admin certificate)`
 
 // exitError is an error with the exit status it gives.
 type exitError struct {
@@ -48,6 +51,9 @@ func exitCode(err error) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
+	}
+	if errors.Is(err, metaapi.ErrForbidden) {
+		return exitForbidden
 	}
 	// cobra's own: unknown command, bad flag or argument count.
 	msg := err.Error()

@@ -35,11 +35,14 @@ const defaultMetaAddr = "127.0.0.1:9860"
 type keyEnv struct {
 	meta string
 	tls  tlsFlags
+	// adminTokenFile: the admin bearer token of a plaintext cluster.
+	adminTokenFile string
 }
 
 func (e *keyEnv) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&e.meta, "meta", defaultMetaAddr, "address of the meta service, host:port, or of every member of a replicated one, comma-separated (env SPINDLE_META)")
 	e.tls.add(f)
+	f.StringVar(&e.adminTokenFile, "admin-token-file", "", adminTokenHelp)
 }
 
 // clientTLS is the TLS settings of the command's connections (meta service
@@ -65,6 +68,11 @@ func (e *keyEnv) metaClientAt(addr string, o metaapi.ClientOptions) (*metaapi.Cl
 		return nil, err
 	}
 	o.TLS = sec
+	if e.adminTokenFile != "" && !sec.Enabled() {
+		if o.AdminToken, err = readAdminToken(e.adminTokenFile); err != nil {
+			return nil, err
+		}
+	}
 	mc, err := metaapi.NewClient(addr, o)
 	if err != nil {
 		return nil, usageErr(fmt.Errorf("--meta: %w", err))
@@ -713,11 +721,11 @@ func newAdminCmd() *cobra.Command {
 	var env keyEnv
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|damaged|datanode",
+		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|damaged|datanode|join-token",
 		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode, the meta service's members, S3 users, damaged blocks and keys; back up the meta store; decommission datanodes",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|damaged|datanode"))
+			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|damaged|datanode|join-token"))
 		},
 	}
 	env.addFlags(cmd.PersistentFlags())
@@ -808,6 +816,7 @@ func newAdminCmd() *cobra.Command {
 	cmd.AddCommand(newAdminMetaCmd(&env, &asJSON))
 	cmd.AddCommand(newAdminContainerGetCmd(&env))
 	cmd.AddCommand(newAdminUserCmd(&env, &asJSON))
+	cmd.AddCommand(newAdminJoinTokenCmd(&env, &asJSON))
 	cmd.AddCommand(newAdminOpsCmds(&env, &asJSON)...)
 	return cmd
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/units"
 )
 
@@ -22,6 +23,7 @@ func newMetaCmd() *cobra.Command {
 	var checkReplication func() error
 	var peers string
 	var tf tlsFlags
+	var joinCADir, adminTokenFile string
 	cmd := &cobra.Command{
 		Use:   "meta",
 		Short: "Run the meta service: datanode registry, pipelines, containers, buckets and keys",
@@ -75,6 +77,22 @@ on an empty --dir.`,
 				return err
 			}
 			cfg.TLS = sec
+			if adminTokenFile != "" {
+				if sec.Enabled() {
+					return usageErr(errors.New("--admin-token-file is for --insecure: with TLS the admin credential is an admin certificate"))
+				}
+				if cfg.AdminToken, err = readAdminToken(adminTokenFile); err != nil {
+					return err
+				}
+			}
+			if joinCADir != "" {
+				if !sec.Enabled() {
+					return usageErr(errors.New("--join-ca-dir with --insecure: joins hand out certificates, there are none without TLS"))
+				}
+				if cfg.JoinCA, err = tlsconf.LoadCA(joinCADir); err != nil {
+					return usageErr(fmt.Errorf("--join-ca-dir: %w", err))
+				}
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return meta.Run(ctx, cfg)
@@ -82,6 +100,8 @@ on an empty --dir.`,
 	}
 	f := cmd.Flags()
 	tf.add(f)
+	f.StringVar(&adminTokenFile, "admin-token-file", "", adminTokenHelp)
+	f.StringVar(&joinCADir, "join-ca-dir", "", "the cluster CA's directory (ca.crt and ca.key, spindle cert init): datanodes may then join with a one-time token (spindle admin join-token) and get a certificate signed by it")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:9860", "HTTP address of the meta service")
 	f.StringVar(&cfg.Dir, "dir", "", "directory of the meta service's store (required)")
 	f.StringVar(&cfg.ReadyFile, "ready-file", "", "write ADDR and PID here once serving")

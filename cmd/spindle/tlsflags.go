@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -17,16 +19,19 @@ import (
 //
 // A process that serves (meta, datanode, s3) needs the three files or
 // --insecure; a client (put, get, admin, ...) takes, in this order, the
-// flags, else the client profile a local `spindle server` wrote for the
-// meta address (tlsconf.LoadClientProfile), else refuses.
+// flags (or their environment variables SPINDLE_TLS_CERT, SPINDLE_TLS_KEY,
+// SPINDLE_TLS_CA, config.go), else the client profile a local `spindle server` wrote
+// for the meta address (tlsconf.LoadClientProfile), else refuses. A
+// client's key is its credential (an admin certificate may administer
+// the cluster): it must not be readable by group or others (0600).
 type tlsFlags struct {
 	cert, key, ca string
 	insecure      bool
 }
 
 func (t *tlsFlags) add(f *pflag.FlagSet) {
-	f.StringVar(&t.cert, tlsconf.FlagCert, "", "this process's certificate (PEM; spindle cert issue), for mutual TLS 1.3; re-read when it changes")
-	f.StringVar(&t.key, tlsconf.FlagKey, "", "the certificate's private key (PEM, 0600)")
+	f.StringVar(&t.cert, tlsconf.FlagCert, "", "this process's certificate (PEM; spindle cert issue), for mutual TLS 1.3; re-read when it changes; its role decides what the process may do (admin: administration)")
+	f.StringVar(&t.key, tlsconf.FlagKey, "", "the certificate's private key (PEM, 0600: a client refuses a key others may read)")
 	f.StringVar(&t.ca, tlsconf.FlagCA, "", "the cluster CA's certificate (ca.crt) that verifies every peer")
 	f.BoolVar(&t.insecure, tlsconf.FlagInsecure, false, "plaintext connections, no TLS: anyone who reaches a port can use it")
 }
@@ -74,6 +79,11 @@ func (t *tlsFlags) server(what string) (*tlsconf.Settings, error) {
 // client is the settings of a client of the meta service at meta (one
 // address or a comma-separated list).
 func (t *tlsFlags) client(meta string) (*tlsconf.Settings, error) {
+	if f := t.files(); f.Key != "" && !t.insecure {
+		if err := tlsconf.CheckKeyPrivate(f.Key); err != nil {
+			return nil, usageErr(err)
+		}
+	}
 	s, given, err := t.explicit()
 	if err != nil || given {
 		return s, err
@@ -92,9 +102,36 @@ func (t *tlsFlags) client(meta string) (*tlsconf.Settings, error) {
 	if p.Insecure {
 		return nil, nil
 	}
+	if err := tlsconf.CheckKeyPrivate(p.Key); err != nil {
+		return nil, fmt.Errorf("client profile %s: %w", path, err)
+	}
 	s, err = tlsconf.NewSettings(tlsconf.Files{Cert: p.Cert, Key: p.Key, CA: p.CA})
 	if err != nil {
 		return nil, fmt.Errorf("client profile %s (written by spindle server; remove it if that server is gone): %w", path, err)
 	}
 	return s, nil
 }
+
+// readAdminToken reads the admin bearer token of a plaintext (--insecure)
+// cluster from path: a file only its owner may read (0600), holding at
+// least minAdminTokenBytes printable bytes (surrounding space trimmed).
+func readAdminToken(path string) (string, error) {
+	if err := tlsconf.CheckKeyPrivate(path); err != nil {
+		return "", usageErr(fmt.Errorf("--admin-token-file: %w", err))
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", usageErr(fmt.Errorf("--admin-token-file: %w", err))
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < minAdminTokenBytes || strings.ContainsAny(tok, " \t\r\n") {
+		return "", usageErr(fmt.Errorf("--admin-token-file %s: want one token of at least %d characters without spaces", path, minAdminTokenBytes))
+	}
+	return tok, nil
+}
+
+// minAdminTokenBytes is the shortest admin token accepted.
+const minAdminTokenBytes = 16
+
+// adminTokenHelp is --admin-token-file's help (meta service and clients).
+const adminTokenHelp = "file (0600) holding the admin bearer token of a plaintext (--insecure) cluster: the meta service then requires it for administration and deletions; ignored with TLS (the admin credential is an admin certificate)"

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -518,6 +519,19 @@ func TestCopyOverTLS(t *testing.T) {
 	}
 	if _, err := fetch(foreign); err == nil {
 		t.Fatal("a fetch with another CA's certificate succeeded")
+	}
+
+	// Refused: a certificate of the cluster whose role may not fetch
+	// containers (the gateway's, a meta member's); without
+	// authorizeExport they would get the container.
+	for _, r := range []tlsconf.Role{tlsconf.RoleS3, tlsconf.RoleMeta} {
+		sec, err := pki.Settings(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fetch(sec); err == nil || !strings.Contains(err.Error(), "forbidden") {
+			t.Fatalf("a fetch with the %s certificate: %v, want forbidden", r, err)
+		}
 	}
 
 	// Accepted: the cluster's certificate.

@@ -17,6 +17,9 @@
 // is closed. Go's TLS has no kernel TLS, so the source's block bytes then
 // go through user space (read, encrypt, write: io.Copy's 32 KiB buffer)
 // instead of sendfile; Stats.Sendfile says which path the last block took.
+// Only a peer whose certificate has one of ExportRoles (datanode, admin)
+// may fetch a container; any other gets status ERROR ("forbidden") and
+// a log line.
 //
 // # Wire format (integers little-endian, CRC32C Castagnoli)
 //

@@ -134,6 +134,24 @@ func (s *Server) refuse(w *bufio.Writer, status byte, msg string) error {
 	return w.Flush()
 }
 
+// ExportRoles may fetch containers over TLS: datanodes (re-replication)
+// and administrators.
+var ExportRoles = []tlsconf.Role{tlsconf.RoleDatanode, tlsconf.RoleAdmin}
+
+// authorizeExport says whether conn's peer may fetch a container: over
+// TLS its verified certificate's role must be one of ExportRoles; over
+// plaintext (--insecure) nobody is authenticated and everybody may.
+func authorizeExport(conn net.Conn) error {
+	p, err := tlsconf.PeerOfConn(conn)
+	if err != nil {
+		return fmt.Errorf("forbidden: %w", err)
+	}
+	if p.Authenticated() && !p.Is(ExportRoles...) {
+		return fmt.Errorf("forbidden: certificate %s may not fetch containers (roles %v may)", p, ExportRoles)
+	}
+	return nil
+}
+
 func (s *Server) serve(conn net.Conn) error {
 	TuneSender(conn)
 	conn.SetReadDeadline(time.Now().Add(RequestTimeout))
@@ -146,6 +164,10 @@ func (s *Server) serve(conn net.Conn) error {
 	req, err := decodeRequest(rb[:])
 	if err != nil {
 		return s.refuse(w, StatusBadReq, err.Error())
+	}
+	if err := authorizeExport(conn); err != nil {
+		s.log.Warn("bulk: export refused", "remote", conn.RemoteAddr().String(), "container", req.container, "err", err)
+		return s.refuse(w, StatusError, err.Error())
 	}
 	select {
 	case s.sema <- struct{}{}:

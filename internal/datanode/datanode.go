@@ -317,7 +317,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	node, err := pipeline.Start(pipeline.Config{
 		ID: cfg.ID, Listener: dm, Engine: eng, Log: wl, Pipelines: pipelines, Metrics: reg,
 		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
-		DiskStallThreshold:      cfg.DiskStallThreshold,
+		DiskStallThreshold: cfg.DiskStallThreshold,
+		// Run by the meta service, every member's certificate comes with
+		// its pipelines and peers (heartbeats): none is taken on trust.
+		RequirePeerCertNames:    cfg.Meta != nil && cfg.TLS.Enabled(),
 		LogInlineMaxBytes:       cfg.LogInlineMaxBytes,
 		MaxInflightPayloadBytes: cfg.MaxClientPayloadBytes, MaxInflightRaftPayloadBytes: cfg.MaxRaftPayloadBytes,
 		Conn:          transport.ConnConfig{IdleTimeout: cfg.IdleTimeout, ReadTimeout: cfg.ReadTimeout, TLS: cfg.TLS},
@@ -344,7 +347,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		metricsURL = cfg.TLS.Scheme() + "://" + mln.Addr().String() + "/metrics"
 	}
 	if !cfg.TLS.Enabled() {
-		log.Warn("datanode serving WITHOUT TLS (--insecure): anyone who reaches its address can inject raft messages and read containers", "addr", node.Addr())
+		log.Warn("datanode serving WITHOUT TLS (--insecure): nobody is authenticated: anyone who reaches its address can inject raft messages and read containers (no role or membership is checked)", "addr", node.Addr())
 	}
 	log.Info("datanode serving", "id", cfg.ID, "addr", node.Addr(), "tls", cfg.TLS.Mode(), "data_dirs", cfg.DataDirs, "log_dir", cfg.LogDir, "pipelines", len(pipelines), "metrics", metricsURL)
 	if cfg.ReadyFile != "" {
@@ -409,7 +412,7 @@ func registerBulkMetrics(reg *prometheus.Registry, s *bulk.Server) {
 			Help: "Whole-container reads started and not finished."},
 			func() float64 { return float64(s.Stats().ExportsFailed) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_exports_refused_total",
-			Help: "Whole-container read requests refused (busy, not found, not closed, malformed)."},
+			Help: "Whole-container read requests refused (busy, not found, not closed, malformed, forbidden to the caller's certificate)."},
 			func() float64 { return float64(s.Stats().Refused) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_datanode_exports_running",
 			Help: "Whole-container reads being served now."},

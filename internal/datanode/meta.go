@@ -145,10 +145,10 @@ type heartbeater struct {
 	// blocks counts the containers' blocks for the reports (blockcount.go).
 	blocks *blockCounter
 	// savedChanges is node.PipelinesChanged() when the pipeline list was
-	// last saved; peerAddrs the peers' addresses last handed to the node
+	// last saved; peerAddrs the peers (addresses, certificates) last handed to the node
 	// (heartbeat goroutine only).
 	savedChanges uint64
-	peerAddrs    map[uint64]string
+	peerAddrs    map[uint64]metaapi.Member
 	// scrub is the scrubber (its progress goes in the reports), repair
 	// runs repair_blocks; bg tracks their goroutines, bgCtx ends them.
 	scrub  *scrubber
@@ -435,7 +435,7 @@ func (h *heartbeater) deleteReplica(c metaapi.Command) {
 func (h *heartbeater) updatePeers(ctx context.Context, peers []metaapi.Member) {
 	changed := false
 	for _, m := range peers {
-		if h.peerAddrs[m.NodeID] != m.Addr {
+		if h.peerAddrs[m.NodeID] != m {
 			changed = true
 		}
 	}
@@ -444,17 +444,17 @@ func (h *heartbeater) updatePeers(ctx context.Context, peers []metaapi.Member) {
 	}
 	ms := make([]pipeline.Member, 0, len(peers))
 	for _, m := range peers {
-		ms = append(ms, pipeline.Member{ID: m.NodeID, Addr: m.Addr})
+		ms = append(ms, toMember(m))
 	}
 	if err := h.node.UpdatePeers(ctx, ms); err != nil {
 		h.log.Warn("updating peer addresses", "err", err)
 		return
 	}
 	if h.peerAddrs == nil {
-		h.peerAddrs = map[uint64]string{}
+		h.peerAddrs = map[uint64]metaapi.Member{}
 	}
 	for _, m := range peers {
-		h.peerAddrs[m.NodeID] = m.Addr
+		h.peerAddrs[m.NodeID] = m
 	}
 	// The saved pipeline list carries the members' addresses.
 	if err := h.savePipelines(); err != nil {
@@ -473,9 +473,16 @@ func (h *heartbeater) savePipelines() error {
 func toPipelineConfig(p *metaapi.Pipeline) pipeline.PipelineConfig {
 	pc := pipeline.PipelineConfig{ID: p.ID}
 	for _, m := range p.Members {
-		pc.Members = append(pc.Members, pipeline.Member{ID: m.NodeID, Addr: m.Addr})
+		pc.Members = append(pc.Members, toMember(m))
 	}
 	return pc
+}
+
+// toMember is a pipeline member as the meta service describes it: its
+// address and the certificate it is bound to (raft messages from it are
+// accepted under that certificate only).
+func toMember(m metaapi.Member) pipeline.Member {
+	return pipeline.Member{ID: m.NodeID, Addr: m.Addr, CertName: m.CertName}
 }
 
 // loadPipelines reads the pipelines saved by an earlier run.

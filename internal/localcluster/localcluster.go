@@ -120,6 +120,10 @@ type Config struct {
 	// TLS is the members' certificate, key and CA (--tls-cert, --tls-key,
 	// --tls-ca); zero: plaintext (--insecure).
 	TLS tlsconf.Files
+	// NodeTLS, when it has an entry for member i (1-based, index i-1),
+	// gives that member its own certificate instead of TLS (a datanode's
+	// identity is its certificate).
+	NodeTLS []tlsconf.Files
 }
 
 // Node is one member.
@@ -290,7 +294,11 @@ func (c *Cluster) args(n *Node) []string {
 		"--log-dir", n.LogDir,
 		"--ready-file", n.readyPath,
 	}
-	args = append(args, c.cfg.TLS.Args()...)
+	tf := c.cfg.TLS
+	if n.ID >= 1 && n.ID <= len(c.cfg.NodeTLS) {
+		tf = c.cfg.NodeTLS[n.ID-1]
+	}
+	args = append(args, tf.Args()...)
 	if c.cfg.MetaAddr != "" {
 		args = append(args, "--meta", c.cfg.MetaAddr)
 	} else {

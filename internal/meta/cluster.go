@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // full says whether n reported too little space for new data (a node
@@ -99,25 +100,50 @@ func (s *Service) pipelineView(p *pipelineState, now time.Time) *metaapi.Pipelin
 		v.State = metaapi.PipelineClosed
 	}
 	for _, m := range p.rec.Members {
-		v.Members = append(v.Members, metaapi.Member{NodeID: m, Addr: s.nodes[m].rec.Addr})
+		v.Members = append(v.Members, s.memberOf(m))
 	}
 	return v
+}
+
+// memberOf is node id as a pipeline member: its address and the
+// certificate it is bound to (its peers accept raft messages for the
+// pipeline only under that certificate).
+func (s *Service) memberOf(id uint64) metaapi.Member {
+	return metaapi.Member{NodeID: id, Addr: s.nodes[id].rec.Addr, CertName: s.nodes[id].rec.CertName}
 }
 
 // Heartbeat registers a datanode (NodeID 0) or records its heartbeat, and
 // returns its node ID and the commands for it. A malformed heartbeat is
 // refused (ErrInvalid) and changes nothing.
 func (s *Service) Heartbeat(hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, error) {
+	return s.HeartbeatFrom(tlsconf.Peer{}, hb)
+}
+
+// HeartbeatFrom is Heartbeat from caller, the verified certificate of the
+// connection it came on (the zero Peer: plaintext or in-process, trusted).
+// An authenticated caller speaks for the datanode whose UUID its
+// certificate registered or first heartbeat under (nodeRecord.CertName);
+// a heartbeat for that UUID under another certificate is refused
+// (ErrForbidden) and changes nothing: a stolen UUID does not let another
+// datanode take over the node's identity or address.
+func (s *Service) HeartbeatFrom(caller tlsconf.Peer, hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, error) {
 	if err := hb.Validate(); err != nil {
 		return nil, err
 	}
-	return mutate(s, func() (*metaapi.HeartbeatResponse, *pebble.Batch, error) { return s.heartbeatLocked(hb) })
+	return mutate(s, func() (*metaapi.HeartbeatResponse, *pebble.Batch, error) { return s.heartbeatLocked(caller, hb) })
 }
 
 // heartbeatLocked is Heartbeat, validated, under s.mu.
-func (s *Service) heartbeatLocked(hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, *pebble.Batch, error) {
+func (s *Service) heartbeatLocked(caller tlsconf.Peer, hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, *pebble.Batch, error) {
 	now := s.cfg.Now()
 	id, known := s.byUUID[hb.UUID]
+	if known && caller.Authenticated() {
+		if bound := s.nodes[id].rec.CertName; bound != "" && bound != caller.Name {
+			s.log.Warn("heartbeat refused: the datanode is bound to another certificate", "node", id, "uuid", hb.UUID,
+				"bound_to", bound, "caller", caller.String(), "claimed_addr", hb.Addr)
+			return nil, nil, fmt.Errorf("%w: datanode %s (node %d) is bound to certificate %q, not %q", metaapi.ErrForbidden, hb.UUID, id, bound, caller.Name)
+		}
+	}
 	switch {
 	case hb.NodeID == 0 && !known:
 		if s.ctr.NextNode > MaxNodeID {
@@ -135,15 +161,22 @@ func (s *Service) heartbeatLocked(hb *metaapi.Heartbeat) (*metaapi.HeartbeatResp
 	if !known {
 		id = s.ctr.NextNode
 		s.ctr.NextNode++
-		rec := nodeRecord{ID: id, Registered: now, UUID: hb.UUID, Addr: hb.Addr, MetricsURL: hb.MetricsURL}
+		rec := nodeRecord{ID: id, Registered: now, UUID: hb.UUID, Addr: hb.Addr, MetricsURL: hb.MetricsURL, CertName: caller.Name}
 		s.nodes[id] = &node{rec: rec, health: metaapi.HealthHealthy}
 		s.byUUID[hb.UUID] = id
 		set(b, counterKey(), s.ctr.encode())
 		set(b, u64key(prefixNode, id), rec.encode())
 		s.metrics.registrations.Inc()
-		s.log.Info("datanode registered", "node", id, "uuid", hb.UUID, "addr", hb.Addr)
+		s.log.Info("datanode registered", "node", id, "uuid", hb.UUID, "addr", hb.Addr, "certificate", caller.String())
 	}
 	n := s.nodes[id]
+	if known && caller.Authenticated() && n.rec.CertName == "" {
+		// Registered before its certificate was known (plaintext, or a
+		// version without bindings): bound by its first heartbeat over TLS.
+		s.log.Info("datanode bound to its certificate", "node", id, "uuid", hb.UUID, "certificate", caller.String())
+		n.rec.CertName = caller.Name
+		set(b, u64key(prefixNode, id), n.rec.encode())
+	}
 	if n.rec.Addr != hb.Addr || n.rec.MetricsURL != hb.MetricsURL {
 		if n.rec.Addr != hb.Addr && known {
 			s.log.Warn("datanode address changed; its peers learn the new one from their next heartbeat", "node", id, "old", n.rec.Addr, "new", hb.Addr)
@@ -240,7 +273,7 @@ func (s *Service) peersOf(n *node) []metaapi.Member {
 		for _, m := range p.rec.Members {
 			if !seen[m] {
 				seen[m] = true
-				out = append(out, metaapi.Member{NodeID: m, Addr: s.nodes[m].rec.Addr})
+				out = append(out, s.memberOf(m))
 			}
 		}
 	}

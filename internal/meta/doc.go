@@ -7,6 +7,11 @@
 // Config.TLS is set, its raft messages and snapshots to its peers too;
 // plaintext otherwise (--insecure, logged at WARN).
 //
+// With TLS every route is served only to the certificate roles of its
+// access class, and administrative calls and deletions are audited
+// (auth.go); a datanode's UUID is bound to the certificate it registered
+// under, and a heartbeat for it under another is refused (FORBIDDEN).
+//
 // # Cluster manager
 //
 // A datanode registers with its first heartbeat (node ID 0, a UUID): it

@@ -27,14 +27,18 @@ const ShutdownTimeout = 5 * time.Second
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	route := func(pattern, name string, h func(w http.ResponseWriter, r *http.Request) (any, int, error)) {
-		mux.Handle(pattern, s.instrument(name, h))
+		mux.Handle(pattern, s.guardInstrumented(name, h))
 	}
 	route("POST /v1/heartbeat", "heartbeat", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var hb metaapi.Heartbeat
 		if err := decodeBody(w, r, &hb); err != nil {
 			return nil, 0, err
 		}
-		resp, err := s.Heartbeat(&hb)
+		caller, err := callerOf(r)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: %v", metaapi.ErrForbidden, err)
+		}
+		resp, err := s.HeartbeatFrom(caller, &hb)
 		return resp, http.StatusOK, err
 	})
 	route("PUT /v1/buckets/{bucket}", "create_bucket", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -118,11 +122,12 @@ func (s *Service) Handler() http.Handler {
 		return st, http.StatusOK, err
 	})
 	s.routeS3(route)
-	s.routeOps(route) // ops.go
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	mux.Handle("GET /v1/admin/backup", s.backupHandler()) // backup.go
+	s.routeOps(route)  // ops.go
+	s.routeJoin(route) // join.go
+	mux.Handle("GET /metrics", s.guard("metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})))
+	mux.Handle("GET /v1/admin/backup", s.guard("backup", s.backupHandler())) // backup.go
 	s.raftRoutes(mux)
-	commitKey := s.instrument("commit_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	commitKey := s.guardInstrumented("commit_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		bucket, key, err := keyPath(r)
 		if err != nil {
 			return nil, 0, err
@@ -139,7 +144,7 @@ func (s *Service) Handler() http.Handler {
 		ki, err := s.CommitKey(bucket, key, &ck)
 		return ki, http.StatusOK, err
 	})
-	getKey := s.instrument("get_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	getKey := s.guardInstrumented("get_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		bucket, key, err := keyPath(r)
 		if err != nil {
 			return nil, 0, err
@@ -152,7 +157,7 @@ func (s *Service) Handler() http.Handler {
 		}
 		return ki, http.StatusOK, err
 	})
-	deleteKey := s.instrument("delete_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	deleteKey := s.guardInstrumented("delete_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		bucket, key, err := keyPath(r)
 		if err != nil {
 			return nil, 0, err
@@ -197,6 +202,12 @@ func keyPath(r *http.Request) (bucket, key string, err error) {
 		return "", "", fmt.Errorf("%w: bad escaping in %s: %v", metaapi.ErrInvalid, r.URL.EscapedPath(), err)
 	}
 	return bucket, key, nil
+}
+
+// guardInstrumented is instrument behind guard (auth.go), under one
+// route name.
+func (s *Service) guardInstrumented(route string, h func(w http.ResponseWriter, r *http.Request) (any, int, error)) http.Handler {
+	return s.guard(route, s.instrument(route, h))
 }
 
 // instrument turns a handler returning (body, status, error) into an
@@ -357,7 +368,11 @@ func Start(cfg Config) (*Server, error) {
 	}
 	// Addr stays the TCP listener's; every connection it accepts must
 	// complete a mutual TLS handshake before a request is read.
-	ln = cfg.TLS.Listener(ln)
+	tlsSettings := cfg.TLS
+	if cfg.JoinCA != nil {
+		tlsSettings = tlsSettings.WithJoin() // join.go: a joining datanode has no certificate yet
+	}
+	ln = tlsSettings.Listener(ln)
 	s := &Server{svc: svc, ln: ln, stop: make(chan struct{}), served: make(chan error, 1),
 		srv: &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}}
 	if svc.rep != nil {
@@ -379,7 +394,7 @@ func Start(cfg Config) (*Server, error) {
 		go s.tick(cfg.TickInterval)
 	}
 	if !cfg.TLS.Enabled() {
-		svc.log.Warn("meta service serving WITHOUT TLS (--insecure): anyone who reaches its address can call its API", "addr", s.Addr())
+		svc.log.Warn("meta service serving WITHOUT TLS (--insecure): nobody is authenticated: anyone who reaches its address can call its API, administration and deletions included (no role is checked; with --admin-token-file, administration and deletions need its bearer token)", "addr", s.Addr(), "admin_token", cfg.AdminToken != "")
 	}
 	svc.log.Info("meta service serving", "addr", s.Addr(), "dir", cfg.Dir, "tls", cfg.TLS.Mode())
 	return s, nil

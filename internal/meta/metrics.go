@@ -26,6 +26,7 @@ type metrics struct {
 	deletesAcked        prometheus.Counter
 	deletesDropped      prometheus.Counter
 	requests            *prometheus.HistogramVec
+	refused             *prometheus.CounterVec
 }
 
 func newMetrics(s *Service) *metrics {
@@ -58,12 +59,14 @@ func newMetrics(s *Service) *metrics {
 		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "spindle_meta_request_seconds",
 			Help:    "Latency of the meta service's HTTP requests, by route and status code.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18)}, []string{"route", "code"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spindle_meta_requests_refused_total",
+			Help: "Requests refused with 403 because the caller's certificate does not allow them (auth.go), by route."}, []string{"route"}),
 	}
 	for _, r := range []string{"replaced", "deleted", "expired"} {
 		m.deletesScheduled.WithLabelValues(r)
 	}
 	m.reg.MustRegister(m.heartbeats, m.replicaFailures, m.membersBehind, m.degradedAllocations, m.registrations, m.allocations, m.commits, m.commands,
-		m.deletesScheduled, m.deletesDelivered, m.deletesAcked, m.deletesDropped, m.requests,
+		m.deletesScheduled, m.deletesDelivered, m.deletesAcked, m.deletesDropped, m.requests, m.refused,
 		stateCollector{s},
 		opsCollector{s}, // ops_metrics.go
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -372,15 +372,15 @@ func decodeRaftMessages(body []byte) ([]*pb.Message, error) {
 // raftRoutes adds the routes of a replicated member: raft messages in,
 // and the member's status (served by every member, leader or not).
 func (s *Service) raftRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET "+metaapi.MetaStatusRoute, func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("GET "+metaapi.MetaStatusRoute, s.guard("meta_status", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.MetaStatus())
-	})
+	})))
 	if s.rep == nil {
 		return
 	}
-	mux.HandleFunc("POST "+raftStreamRoute, s.rep.streamHandler)
-	mux.HandleFunc("GET "+snapshotRoute, s.snapshotHandler) // snapshot.go
-	mux.Handle("POST "+metaapi.MetaMembersRoute, s.instrument("meta_members", s.membersHandler))
+	mux.Handle("POST "+raftStreamRoute, s.guard("meta_raft", http.HandlerFunc(s.rep.streamHandler)))
+	mux.Handle("GET "+snapshotRoute, s.guard("meta_snapshot", http.HandlerFunc(s.snapshotHandler))) // snapshot.go
+	mux.Handle("POST "+metaapi.MetaMembersRoute, s.guardInstrumented("meta_members", s.membersHandler))
 }
 
 // streamHandler receives a stream of raft messages from a peer (see the

@@ -41,6 +41,8 @@ const (
 	maxUUIDBytes = 64
 	maxAddrBytes = 255
 	maxURLBytes  = 1024
+	// maxCertNameBytes bounds a certificate name (nodeRecord.CertName).
+	maxCertNameBytes = 255
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -275,6 +277,12 @@ type nodeRecord struct {
 	UUID       string
 	Addr       string
 	MetricsURL string
+	// CertName is the name of the datanode certificate this node is
+	// bound to (issue 17): set by its first heartbeat over mutual TLS;
+	// a heartbeat for this UUID under another certificate is refused.
+	// Empty: never heard over TLS. A trailing field: records written
+	// before it decode with it empty.
+	CertName string
 }
 
 func (n nodeRecord) encode() []byte {
@@ -284,12 +292,18 @@ func (n nodeRecord) encode() []byte {
 	e.str(n.UUID)
 	e.str(n.Addr)
 	e.str(n.MetricsURL)
+	if n.CertName != "" {
+		e.str(n.CertName)
+	}
 	return e.finish()
 }
 
 func decodeNode(v []byte) (nodeRecord, error) {
 	d := newDec("node", v)
 	n := nodeRecord{ID: d.u64(), Registered: d.tm(), UUID: d.str(maxUUIDBytes), Addr: d.str(maxAddrBytes), MetricsURL: d.str(maxURLBytes)}
+	if d.err == nil && len(d.b) > 0 {
+		n.CertName = d.str(maxCertNameBytes)
+	}
 	if err := d.done(); err != nil {
 		return n, err
 	}

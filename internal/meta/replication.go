@@ -880,7 +880,7 @@ func (s *Service) readMembers(cid uint64, p *pipelineState, now time.Time) []met
 	}
 	for _, id := range healthy {
 		if !slices.Contains(p.rec.Members, id) {
-			ms = append(ms, metaapi.Member{NodeID: id, Addr: s.nodes[id].rec.Addr})
+			ms = append(ms, s.memberOf(id))
 		}
 	}
 	if len(ms) == 0 {

@@ -158,6 +158,14 @@ type Config struct {
 	// peer presents a certificate of the cluster CA) and the raft messages
 	// and snapshots it sends to its peers; nil: plaintext (--insecure).
 	TLS *tlsconf.Settings
+	// AdminToken, without TLS (--insecure), is the admin credential: the
+	// calls of the admin classes (auth.go) need "Authorization: Bearer
+	// AdminToken". Empty: none (plaintext: every call allowed). Ignored
+	// with TLS, where the credential is an admin certificate.
+	AdminToken string
+	// JoinCA, with TLS, lets datanodes join with a one-time token (join.go):
+	// it signs their certificates. Nil: no joins.
+	JoinCA *tlsconf.CA
 }
 
 func (c *Config) setDefaults() {
@@ -318,6 +326,7 @@ type blockRef struct{ container, local uint64 }
 type Service struct {
 	cfg     Config
 	log     *slog.Logger
+	joins   joinTokens // join.go
 	db      *store
 	started time.Time
 	// rep replicates the store (nil: a group of one, raft.go).

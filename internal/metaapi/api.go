@@ -459,6 +459,11 @@ type Pipeline struct {
 type Member struct {
 	NodeID uint64 `json:"node_id"`
 	Addr   string `json:"addr"`
+	// CertName is the name of the datanode certificate the node is bound
+	// to (its first heartbeat over mutual TLS); empty when not known.
+	// Pipeline peers accept the member's raft messages only from a
+	// connection with that certificate.
+	CertName string `json:"cert_name,omitempty"`
 }
 
 // Bucket is a namespace of keys.
@@ -763,6 +768,8 @@ func errorOf(code string) error {
 		return ErrInternal
 	case CodePrecondition:
 		return ErrPrecondition
+	case CodeForbidden:
+		return ErrForbidden
 	}
 	return nil
 }
@@ -785,6 +792,8 @@ func CodeOf(err error) (code string, status int) {
 		return CodeUnavailable, 503
 	case errors.Is(err, ErrPrecondition):
 		return CodePrecondition, 412
+	case errors.Is(err, ErrForbidden):
+		return CodeForbidden, 403
 	}
 	return CodeInternal, 500
 }
@@ -800,6 +809,9 @@ const (
 	CodeInternal    = "INTERNAL"    // 500
 	// CodePrecondition: 412, a commit's Conditions do not hold.
 	CodePrecondition = "PRECONDITION_FAILED"
+	// CodeForbidden: 403, the caller's certificate (its role, or the
+	// datanode it may speak for) does not allow the call.
+	CodeForbidden = "FORBIDDEN"
 )
 
 // Errors a Client returns (wrapped with the server's message); test with
@@ -814,6 +826,7 @@ var (
 	ErrInternal    = errors.New("meta service internal error")
 	// ErrPrecondition: a commit's Conditions did not hold.
 	ErrPrecondition = errors.New("precondition failed")
+	ErrForbidden    = errors.New("forbidden")
 )
 
 // ValidBucket checks a bucket name: 3..63 bytes of lower-case letters,

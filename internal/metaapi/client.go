@@ -74,6 +74,11 @@ type ClientOptions struct {
 	// TLS secures the requests (mutual TLS 1.3, https; nil: plaintext
 	// http). Ignored with HTTPClient, which brings its own transport.
 	TLS *tlsconf.Settings
+	// AdminToken, when set, goes with every request as "Authorization:
+	// Bearer TOKEN": the admin credential of a plaintext (--insecure) meta
+	// service that has one (meta.Config.AdminToken). With TLS the admin
+	// credential is an admin certificate.
+	AdminToken string
 }
 
 // Client calls a meta service. It is safe for concurrent use.
@@ -123,6 +128,7 @@ type Client struct {
 	cur      atomic.Int32 // index of the address taken for the leader
 	hc       *http.Client
 	tls      *tlsconf.Settings
+	token    string // ClientOptions.AdminToken
 	timeout  time.Duration
 	attempts int
 	backoff  time.Duration
@@ -167,7 +173,7 @@ func parseAddrs(baseURL, scheme string) ([]*url.URL, error) {
 // "http://host:port" or just "host:port", or a comma-separated list of
 // them (the members of a replicated meta service).
 func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
-	c := &Client{hc: opts.HTTPClient, tls: opts.TLS, timeout: opts.Timeout, attempts: opts.Attempts, backoff: opts.Backoff, failover: opts.FailoverTimeout, noBatch: opts.NoBatching}
+	c := &Client{hc: opts.HTTPClient, tls: opts.TLS, token: opts.AdminToken, timeout: opts.Timeout, attempts: opts.Attempts, backoff: opts.Backoff, failover: opts.FailoverTimeout, noBatch: opts.NoBatching}
 	c.initBatchers()
 	if opts.PreAllocate < 0 || opts.PreAllocate > MaxPreAllocate {
 		return nil, fmt.Errorf("meta client: pre-allocate %d blocks: want 0..%d", opts.PreAllocate, MaxPreAllocate)
@@ -447,6 +453,7 @@ func (c *Client) Backup(ctx context.Context) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf("meta GET %s: %v", path, err)}
 	}
+	c.authorize(req)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -569,6 +576,7 @@ func (c *Client) once(ctx context.Context, i int, method, path string, body []by
 	if body != nil {
 		req.Header.Set("Content-Type", contentType)
 	}
+	c.authorize(req)
 	ki, wantsInline := out.(*KeyInfo)
 	gets, isGets := out.(*[]GetResult)
 	if wantsInline {
@@ -637,6 +645,13 @@ func (c *Client) errorOf(i int, method, path string, resp *http.Response) error 
 		snippet = snippet[:200] + "…"
 	}
 	return &Error{Code: code, Message: fmt.Sprintf("meta at %s: %s %s: HTTP %d: %s", c.hosts[i], method, path, resp.StatusCode, snippet)}
+}
+
+// authorize adds the admin token (ClientOptions.AdminToken), if any.
+func (c *Client) authorize(req *http.Request) {
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 }
 
 // unwrapURLError drops the *url.Error wrapper (it repeats method and URL).

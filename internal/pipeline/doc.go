@@ -99,6 +99,11 @@
 // it, so every client write commits (or fails) and releases its bytes.
 // Frames without payload (heartbeats, responses, votes) take no budget.
 //
+// With TLS, a raft message is taken only from the certificate its sender
+// member is bound to (Member.CertName), and client requests only from
+// roles that may use the data path (auth.go); a refused raft message is
+// dropped on the connection's goroutine before it reaches the loop.
+//
 // See docs/ARCHITECTURE.md §12 for the design; the entry data format is
 // drawn in command.go.
 package pipeline

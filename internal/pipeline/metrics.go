@@ -25,6 +25,9 @@ type metrics struct {
 	// commands refused as on every replica (by kind).
 	replicaFailures *prometheus.CounterVec
 	refusals        *prometheus.CounterVec
+	// authRefused counts frames refused for their sender's certificate
+	// (auth.go), by what: "raft message" or "request".
+	authRefused *prometheus.CounterVec
 	// staleRaftPayloads counts MsgApp frames of an older term whose
 	// payload was dropped unread.
 	staleRaftPayloads prometheus.Counter
@@ -67,6 +70,8 @@ func newMetrics(n *Node, reg prometheus.Registerer) *metrics {
 			Help: "MsgApp frames of a term older than their group's, dropped unread (raft rejects them)."}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spindle_datanode_refusals_total",
 			Help: "Replicated commands refused as on every replica (checksum mismatch, invalid, hole, full or closed container), by kind."}, []string{"kind"}),
+		authRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spindle_datanode_refused_total",
+			Help: "Frames refused for their sender's certificate (its role, or a raft message from a non-member or under another member's certificate), by what."}, []string{"what"}),
 		replyOverflows: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_reply_overflows_total",
 			Help: "Client connections closed because they did not read their responses (reply queue full)."}),
 		chunkReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_chunk_reads_total",
@@ -81,7 +86,7 @@ func newMetrics(n *Node, reg prometheus.Registerer) *metrics {
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.chunkWrites, m.chunkBytes, m.appendRounds, m.appendBatch, m.appendSeconds, m.leaderChanges, m.proposals, m.requestSeconds, m.applied, m.replicaFailures, m.refusals, m.replyOverflows, m.staleRaftPayloads, m.readBackMisses, m.chunkReads, m.chunkReadBytes, m.readErrors)
+	reg.MustRegister(m.chunkWrites, m.chunkBytes, m.appendRounds, m.appendBatch, m.appendSeconds, m.leaderChanges, m.proposals, m.requestSeconds, m.applied, m.replicaFailures, m.refusals, m.authRefused, m.replyOverflows, m.staleRaftPayloads, m.readBackMisses, m.chunkReads, m.chunkReadBytes, m.readErrors)
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_datanode_pipelines", Help: "Pipelines served."},
 			func() float64 { return float64(len(n.Pipelines())) }),

@@ -97,6 +97,11 @@ var ErrDiskStall = errors.New("pipeline: disk stalled")
 type Member struct {
 	ID   uint64
 	Addr string
+	// CertName is the name of the datanode certificate the member is
+	// bound to (the meta service's binding, metaapi.Member.CertName);
+	// with TLS, its raft messages are accepted only from a connection
+	// with that certificate (auth.go). Empty: not known.
+	CertName string `json:",omitempty"`
 }
 
 // PipelineConfig declares one pipeline: a raft group and its members.
@@ -115,6 +120,11 @@ type Config struct {
 	Log      *wal.Log
 	// Pipelines this datanode is a member of.
 	Pipelines []PipelineConfig
+	// RequirePeerCertNames (with TLS): a raft message from a member whose
+	// certificate name (Member.CertName) is not known is dropped (auth.go).
+	// A datanode run by the meta service sets it: every member's binding
+	// comes with its pipelines and peers.
+	RequirePeerCertNames bool
 	// TickInterval is raft's tick; ElectionTicks and HeartbeatTicks count
 	// ticks.
 	TickInterval   time.Duration
@@ -252,22 +262,29 @@ type Node struct {
 	groups   map[uint64]*group
 	order    []*group
 
-	events   chan event
-	appendq  *queue[*appendJob]
-	applyq   *queue[*applyJob]
-	replies  replies
-	peersMu  sync.Mutex
-	peers    map[uint64]*peer
-	addrs    map[uint64]string
-	stop     chan struct{}
-	stopOnce sync.Once
-	wg       sync.WaitGroup
-	propSeq  uint64      // loop-owned
-	inflight *byteBudget // the client budget
-	raftBuf  *byteBudget // the raft budget
-	metrics  *metrics
-	failed   atomic.Pointer[error]
-	serveErr chan error
+	events  chan event
+	appendq *queue[*appendJob]
+	applyq  *queue[*applyJob]
+	replies replies
+	peersMu sync.Mutex
+	peers   map[uint64]*peer
+	addrs   map[uint64]string
+	// certNames: each peer's certificate name (Member.CertName), under
+	// certMu (read by every raft frame's check, auth.go); raft messages
+	// from a peer are accepted only under it.
+	certMu    sync.RWMutex
+	certNames map[uint64]string
+	// authLogAt: when a refused frame was last logged (auth.go), unix ns.
+	authLogAt atomic.Int64
+	stop      chan struct{}
+	stopOnce  sync.Once
+	wg        sync.WaitGroup
+	propSeq   uint64      // loop-owned
+	inflight  *byteBudget // the client budget
+	raftBuf   *byteBudget // the raft budget
+	metrics   *metrics
+	failed    atomic.Pointer[error]
+	serveErr  chan error
 	// failedGroups are the pipelines stopped after a replica failure
 	// (written by the loop under groupsMu; at most
 	// MaxFailedPipelinesKept).
@@ -394,21 +411,22 @@ func Start(c Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg:      cfg,
-		log:      cfg.Logger.With("node", cfg.ID),
-		eng:      cfg.Engine,
-		wal:      cfg.Log,
-		groups:   map[uint64]*group{},
-		events:   make(chan event, eventQueueCap),
-		appendq:  newQueue[*appendJob](),
-		applyq:   newQueue[*applyJob](),
-		replies:  replies{conns: map[*transport.Conn]*connReplies{}},
-		peers:    map[uint64]*peer{},
-		addrs:    map[uint64]string{},
-		stop:     make(chan struct{}),
-		serveErr: make(chan error, 1),
-		inflight: newByteBudget(cfg.MaxInflightPayloadBytes),
-		raftBuf:  newByteBudget(cfg.MaxInflightRaftPayloadBytes),
+		cfg:       cfg,
+		log:       cfg.Logger.With("node", cfg.ID),
+		eng:       cfg.Engine,
+		wal:       cfg.Log,
+		groups:    map[uint64]*group{},
+		events:    make(chan event, eventQueueCap),
+		appendq:   newQueue[*appendJob](),
+		applyq:    newQueue[*applyJob](),
+		replies:   replies{conns: map[*transport.Conn]*connReplies{}},
+		peers:     map[uint64]*peer{},
+		addrs:     map[uint64]string{},
+		certNames: map[uint64]string{},
+		stop:      make(chan struct{}),
+		serveErr:  make(chan error, 1),
+		inflight:  newByteBudget(cfg.MaxInflightPayloadBytes),
+		raftBuf:   newByteBudget(cfg.MaxInflightRaftPayloadBytes),
 
 		failedGroups: map[uint64]PipelineFailure{},
 		opening:      map[uint64]bool{},
@@ -531,11 +549,22 @@ func (n *Node) Budgets() BudgetStats {
 	return s
 }
 
-// setPeerAddrs records the members' addresses. A peer has one address for
+// setPeerAddrs records the members' addresses (and certificate names,
+// when given). A peer has one address for
 // all pipelines: the newest one given wins (a datanode restarted on
 // another port is reached there from then on); a peer whose address
 // changed redials it before its next send.
 func (n *Node) setPeerAddrs(ms []Member) {
+	n.certMu.Lock()
+	for _, m := range ms {
+		if m.CertName != "" && m.ID != n.cfg.ID && n.certNames[m.ID] != m.CertName {
+			if old, ok := n.certNames[m.ID]; ok {
+				n.log.Info("peer certificate changed", "peer", m.ID, "old", old, "new", m.CertName)
+			}
+			n.certNames[m.ID] = m.CertName
+		}
+	}
+	n.certMu.Unlock()
 	n.peersMu.Lock()
 	defer n.peersMu.Unlock()
 	for _, m := range ms {
@@ -763,9 +792,11 @@ func (n *Node) Pipelines() []PipelineStatus {
 		if b := g.behind.Load(); b != nil {
 			st.Behind = slices.Clone(*b)
 		}
+		n.certMu.RLock()
 		for id, addr := range g.members {
-			st.Members = append(st.Members, Member{ID: id, Addr: addr})
+			st.Members = append(st.Members, Member{ID: id, Addr: addr, CertName: n.certNames[id]})
 		}
+		n.certMu.RUnlock()
 		sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].ID < st.Members[j].ID })
 		out = append(out, st)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/transport"
 	"github.com/spindle-store/spindle/internal/vfs"
 	"github.com/spindle-store/spindle/internal/wal"
@@ -39,6 +40,11 @@ type testNode struct {
 	inline    int   // Config.LogInlineMaxBytes (0: never)
 	// fs is the engine's filesystem (nil: the OS's).
 	fs vfs.FS
+	// tls: mutual TLS on its listener and peer connections (nil:
+	// plaintext); requireNames is Config.RequirePeerCertNames.
+	tls          *tlsconf.Settings
+	requireNames bool
+	certName     string // Member.CertName (startClusterWith)
 	// moved: listen found tn.addr taken and moved the node to a new port
 	// that the other nodes have not been told yet (announceMoved).
 	moved bool
@@ -55,8 +61,9 @@ func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := tn.listen(t)
+	ln := tn.tls.Listener(tn.listen(t))
 	tn.node, err = Start(Config{ID: tn.id, Listener: ln, Engine: tn.eng, Log: tn.log, Pipelines: pcs,
+		Conn: transport.ConnConfig{TLS: tn.tls}, RequirePeerCertNames: tn.requireNames,
 		TickInterval: 20 * time.Millisecond, Logger: quiet, RetainEntries: tn.retain, CompactEveryEntries: tn.every, MaxRetainEntries: tn.maxRetain,
 		MaxInflightPayloadBytes: tn.budget, MaxInflightRaftPayloadBytes: tn.budget, LogInlineMaxBytes: tn.inline})
 	if err != nil {
@@ -150,10 +157,13 @@ func startClusterWith(t testing.TB, set func(*testNode)) ([]*testNode, PipelineC
 		nodes = append(nodes, &testNode{id: i, addr: addr, dataDir: dir + "/data", logDir: dir + "/log"})
 		pc.Members = append(pc.Members, Member{ID: i, Addr: addr})
 	}
-	for _, tn := range nodes {
+	for i, tn := range nodes {
 		if set != nil {
 			set(tn)
 		}
+		pc.Members[i].CertName = tn.certName
+	}
+	for _, tn := range nodes {
 		tn.start(t, pc)
 	}
 	announceMoved(t, nodes)

@@ -370,6 +370,16 @@ func (n *Node) replyResult(p *proposal, err error) {
 
 // handle serves one frame from a peer or a client.
 func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame) (transport.Message, []byte) {
+	if f.Type != transport.TypeRaftMessage {
+		if err := n.authorizeClient(c); err != nil {
+			if f.Release != nil {
+				f.Release()
+			}
+			n.refuse(c, "request", err)
+			c.Close() // a caller whose role may not use the data path
+			return nil, nil
+		}
+	}
 	if f.Skipped > 0 {
 		return n.handleSkipped(f)
 	}
@@ -384,6 +394,11 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 			lease.release()
 			n.log.Warn("bad raft frame", "remote", c.RemoteAddr(), "err", err)
 			c.Close()
+			return nil, nil
+		}
+		if err := n.authorizeRaft(c, rm.GroupID, rm.Message.GetFrom()); err != nil {
+			lease.release()
+			n.refuse(c, "raft message", err)
 			return nil, nil
 		}
 		segs, _ := rm.Segments(f.Payload, nil)

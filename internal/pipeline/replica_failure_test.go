@@ -187,7 +187,7 @@ func TestFollowerNeverAcknowledgesAChunkItFailedToStore(t *testing.T) {
 					t.Fatalf("replica failures (%s) counted %v, want 1", tc.op, got)
 				}
 				// It does not take the pipeline back.
-				err = f.node.AddPipeline(ctx, PipelineConfig{ID: 1, Members: []Member{{1, nodes[0].addr}, {2, nodes[1].addr}, {3, nodes[2].addr}}})
+				err = f.node.AddPipeline(ctx, PipelineConfig{ID: 1, Members: []Member{{ID: 1, Addr: nodes[0].addr}, {ID: 2, Addr: nodes[1].addr}, {ID: 3, Addr: nodes[2].addr}}})
 				if err == nil {
 					t.Fatal("the failed replica joined its pipeline again")
 				}
@@ -311,7 +311,7 @@ func TestDiskStallFailsTheNode(t *testing.T) {
 	defer close(release)
 	ln := f.listen(t)
 	var err error
-	f.node, err = Start(Config{ID: f.id, Listener: ln, Engine: f.eng, Log: f.log, Pipelines: []PipelineConfig{{ID: 1, Members: []Member{{1, nodes[0].addr}, {2, nodes[1].addr}, {3, nodes[2].addr}}}},
+	f.node, err = Start(Config{ID: f.id, Listener: ln, Engine: f.eng, Log: f.log, Pipelines: []PipelineConfig{{ID: 1, Members: []Member{{ID: 1, Addr: nodes[0].addr}, {ID: 2, Addr: nodes[1].addr}, {ID: 3, Addr: nodes[2].addr}}}},
 		TickInterval: 20 * time.Millisecond, Logger: quiet, DiskStallThreshold: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -515,7 +515,7 @@ func TestFollowerRefusesBytesItsLeaderDidNotVerify(t *testing.T) {
 	}()
 	addr := sink.Addr().String()
 	n := startLone(t, Config{TickInterval: 10 * time.Millisecond,
-		Pipelines: []PipelineConfig{{ID: 1, Members: []Member{{1, addr}, {2, addr}, {3, addr}}}}}, false)
+		Pipelines: []PipelineConfig{{ID: 1, Members: []Member{{ID: 1, Addr: addr}, {ID: 2, Addr: addr}, {ID: 3, Addr: addr}}}}}, false)
 	tn := &testNode{id: 1, node: n}
 	good := chunkData(1, 0, 4096)
 	bad := slices.Clone(good)

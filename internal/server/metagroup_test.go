@@ -3,13 +3,16 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // metaLeaderID asks every member of s's meta group which one serves as
@@ -53,6 +56,33 @@ func TestServerWithMetaReplicas(t *testing.T) {
 	}
 	if _, err := s.Meta().CreateBucket(ctx, "replicas"); err != nil {
 		t.Fatal(err)
+	}
+	// Adding or removing a meta member is an admin's call: a client
+	// certificate of the cluster's CA is refused (403), on the leader.
+	ca, err := tlsconf.LoadCA(filepath.Join(dir, tlsconf.LocalDir, "ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, ck, err := ca.Issue(tlsconf.IssueRequest{Name: "mallory", Role: tlsconf.RoleClient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, kp, err := tlsconf.WritePair(t.TempDir(), "mallory", cc, ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientTLS, err := tlsconf.NewSettings(tlsconf.Files{Cert: cp, Key: kp, CA: filepath.Join(dir, tlsconf.LocalDir, "ca", tlsconf.CACertFile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mallory, err := metaapi.NewClient(s.MetaAddr(), metaapi.ClientOptions{TLS: clientTLS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []metaapi.MemberChange{{Op: "add", ID: 9, Addr: "127.0.0.1:1"}, {Op: "remove", ID: 3}} {
+		if _, err := mallory.ChangeMembers(ctx, ch); !errors.Is(err, metaapi.ErrForbidden) {
+			t.Fatalf("meta members %s with a client certificate: %v, want 403", ch.Op, err)
+		}
 	}
 	kc := keyClient(t, s)
 	put := func(key string, seed int) {

@@ -192,7 +192,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: %w", err)
 		}
 	} else {
-		cfg.Logger.Warn("spindle server running WITHOUT TLS (--insecure): every port accepts plaintext connections from anyone who reaches it")
+		cfg.Logger.Warn("spindle server running WITHOUT TLS (--insecure): every port accepts plaintext connections from anyone who reaches it, and nobody is authenticated: no role is checked, administration included")
 	}
 	if cfg.MetaReplicas > 1 {
 		newAddrs := len(st.MetaAddrs) == 0
@@ -216,6 +216,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		mcfg.Dir = filepath.Join(cfg.Dir, "meta")
 		mcfg.Listen = cfg.MetaListen
 		mcfg.TLS = metaTLS
+		if !cfg.Insecure && mcfg.JoinCA == nil {
+			// The local CA admits datanodes that join with a token
+			// (spindle admin join-token).
+			if mcfg.JoinCA, err = tlsconf.LoadCA(filepath.Dir(s.pki.CA)); err != nil {
+				return nil, fmt.Errorf("server: %w", err)
+			}
+		}
 		if mcfg.Logger == nil {
 			mcfg.Logger = cfg.Logger
 		}
@@ -228,6 +235,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		s.closeMeta()
 		return nil, err
+	}
+	// Each datanode has a certificate of its own: the meta service binds
+	// it to the datanode's UUID, its pipeline peers to its member ID.
+	var nodeTLS []tlsconf.Files
+	if !cfg.Insecure {
+		if nodeTLS, err = s.pki.EnsureDatanodes(cfg.Datanodes, localHosts(cfg)); err != nil {
+			s.closeMeta()
+			return nil, fmt.Errorf("server: %w", err)
+		}
 	}
 	dn := filepath.Join(cfg.Dir, "datanodes")
 	s.cluster, err = localcluster.Start(ctx, localcluster.Config{
@@ -242,6 +258,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		OnLaunch:  cfg.DatanodeOnLaunch,
 		Env:       cfg.DatanodeEnv,
 		TLS:       s.files(tlsconf.RoleDatanode),
+		NodeTLS:   nodeTLS,
 	})
 	if err != nil {
 		s.closeMeta()

@@ -68,11 +68,45 @@ func EnsureLocal(dir string, hosts []string) (Local, error) {
 	return l, nil
 }
 
-// Files are the certificate, key and CA of role r.
-func (l Local) Files(r Role) Files {
-	name := LocalName(r)
+// DatanodeName is the certificate name of a local server's datanode
+// member i (1-based): each has a pair of its own (EnsureDatanodes), so
+// that the meta service binds each datanode to its own certificate and
+// its pipeline peers tell them apart.
+func DatanodeName(i int) string { return fmt.Sprintf("%s-%d", LocalName(RoleDatanode), i) }
+
+// EnsureDatanodes makes (or, when it does not cover hosts, issues again)
+// the pairs of datanode members 1..n (DatanodeName), with the CA of l,
+// and returns their files in member order.
+func (l Local) EnsureDatanodes(n int, hosts []string) ([]Files, error) {
+	ca, err := LoadCA(filepath.Join(l.Dir, "ca"))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Files, 0, n)
+	for i := 1; i <= n; i++ {
+		name := DatanodeName(i)
+		f := l.named(name)
+		if !pairCovers(f, ca, hosts) {
+			c, k, err := ca.Issue(IssueRequest{Name: name, Role: RoleDatanode, Hosts: hosts})
+			if err != nil {
+				return nil, err
+			}
+			if _, _, err := WritePair(l.Dir, name, c, k); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// named are the files of the pair called name.
+func (l Local) named(name string) Files {
 	return Files{Cert: filepath.Join(l.Dir, name+".crt"), Key: filepath.Join(l.Dir, name+".key"), CA: l.CA}
 }
+
+// Files are the certificate, key and CA of role r.
+func (l Local) Files(r Role) Files { return l.named(LocalName(r)) }
 
 // Settings loads role r's mutual TLS settings.
 func (l Local) Settings(r Role) (*Settings, error) { return NewSettings(l.Files(r)) }

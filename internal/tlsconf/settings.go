@@ -38,6 +38,20 @@ func (f Files) Args() []string {
 // to start a process without certificates unless --insecure says so.
 type Settings struct {
 	r *Reloader
+	// join: a client offering JoinALPN may handshake without a
+	// certificate (WithJoin).
+	join bool
+}
+
+// WithJoin is s for a server that admits joining datanodes: a client
+// offering JoinALPN may complete the handshake without a certificate (it
+// is then an unauthenticated caller, PeerOfState's zero Peer); every
+// other client still needs one. Plaintext: s.
+func (s *Settings) WithJoin() *Settings {
+	if !s.Enabled() {
+		return s
+	}
+	return &Settings{r: s.r, join: true}
 }
 
 // NewSettings loads f (certificate, key, CA) for mutual TLS.
@@ -89,7 +103,7 @@ func (s *Settings) ServerConfig() *tls.Config {
 	if !s.Enabled() {
 		return nil
 	}
-	return s.r.ServerConfig()
+	return s.r.serverConfig(s.join)
 }
 
 // ClientConfig is the client configuration for a server at addr

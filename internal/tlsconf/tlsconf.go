@@ -15,7 +15,12 @@
 // readable by others).
 //
 // Invariants: TLS 1.3 only; a server configuration requires and verifies a
-// client certificate from the cluster CA; keys are ECDSA P-256.
+// client certificate from the cluster CA — except, on a server whose
+// Settings allow joins (WithJoin), for a client that offers JoinALPN: it
+// may handshake without one and is then the unauthenticated zero Peer,
+// which its server must confine (the meta service: to its join route);
+// keys are ECDSA P-256. Peer, PeerOfState and PeerOfConn give a connection's
+// verified identity; CheckKeyPrivate refuses a key others may read.
 //
 // Concurrency: a Reloader is safe for concurrent handshakes; it re-reads its
 // files at most once per ReloadCheckInterval, under its own lock.
@@ -38,6 +43,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -182,12 +188,33 @@ func (ca *CA) Issue(req IssueRequest) (certPEM, keyPEM []byte, err error) {
 	if !validRole(req.Role) {
 		return nil, nil, fmt.Errorf("tlsconf: role %q: want one of %v", req.Role, Roles)
 	}
-	if req.Validity <= 0 {
-		req.Validity = DefaultCertValidity
-	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tlsconf: key: %w", err)
+	}
+	certPEM, err = ca.IssueFor(req, key.Public())
+	if err != nil {
+		return nil, nil, err
+	}
+	keyPEM, err = encodeKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return certPEM, keyPEM, nil
+}
+
+// IssueFor signs a certificate for req with the public key pub (from a
+// certificate request: the holder keeps its private key) and returns it
+// in PEM.
+func (ca *CA) IssueFor(req IssueRequest, pub crypto.PublicKey) (certPEM []byte, err error) {
+	if req.Name == "" || strings.ContainsAny(req.Name, "/\x00") {
+		return nil, fmt.Errorf("tlsconf: certificate name %q: want a non-empty name without '/'", req.Name)
+	}
+	if !validRole(req.Role) {
+		return nil, fmt.Errorf("tlsconf: role %q: want one of %v", req.Role, Roles)
+	}
+	if req.Validity <= 0 {
+		req.Validity = DefaultCertValidity
 	}
 	roleURI, _ := url.Parse(roleURIPrefix + string(req.Role))
 	now := time.Now()
@@ -210,15 +237,46 @@ func (ca *CA) Issue(req IssueRequest) (certPEM, keyPEM []byte, err error) {
 	if tmpl.NotAfter.After(ca.Cert.NotAfter) {
 		tmpl.NotAfter = ca.Cert.NotAfter
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("tlsconf: certificate for %s: %w", req.Name, err)
+		return nil, fmt.Errorf("tlsconf: certificate for %s: %w", req.Name, err)
 	}
-	keyPEM, err = encodeKey(key)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
+
+// NewKeyRequest makes an ECDSA P-256 key and a certificate request signed
+// by it (what a joining datanode sends; the CA sets name, role and hosts)
+// and returns both in PEM.
+func NewKeyRequest() (csrPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
+		return nil, nil, fmt.Errorf("tlsconf: key: %w", err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "joining"}}, key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tlsconf: certificate request: %w", err)
+	}
+	if keyPEM, err = encodeKey(key); err != nil {
 		return nil, nil, err
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, nil
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), keyPEM, nil
+}
+
+// RequestKey is the public key of a PEM certificate request whose
+// signature checks (its holder has the private key).
+func RequestKey(csrPEM []byte) (crypto.PublicKey, error) {
+	blk, _ := pem.Decode(csrPEM)
+	if blk == nil || blk.Type != "CERTIFICATE REQUEST" {
+		return nil, errors.New("tlsconf: not a PEM certificate request")
+	}
+	csr, err := x509.ParseCertificateRequest(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("tlsconf: certificate request: %w", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("tlsconf: certificate request: %w", err)
+	}
+	return csr.PublicKey, nil
 }
 
 // WritePair writes an issued pair as dir/name.crt (0644) and dir/name.key
@@ -235,6 +293,19 @@ func WritePair(dir, name string, certPEM, keyPEM []byte) (certPath, keyPath stri
 		return "", "", fmt.Errorf("tlsconf: %w", err)
 	}
 	return certPath, keyPath, nil
+}
+
+// WriteCertKey writes a pair to the paths of f: the key (0600) first,
+// then the certificate (0644), each atomically and durably; their
+// directory must exist.
+func WriteCertKey(f Files, certPEM, keyPEM []byte) error {
+	if err := vfs.WriteFileAtomicPerm(vfs.Default, f.Key, keyPEM, 0o600); err != nil {
+		return fmt.Errorf("tlsconf: %w", err)
+	}
+	if err := vfs.WriteFileAtomicPerm(vfs.Default, f.Cert, certPEM, 0o644); err != nil {
+		return fmt.Errorf("tlsconf: %w", err)
+	}
+	return nil
 }
 
 // IdentityOf is the name and role a verified certificate carries.
@@ -256,6 +327,20 @@ func PeerIdentity(cs tls.ConnectionState) (name string, role Role, err error) {
 		return "", "", errors.New("tlsconf: no verified peer certificate")
 	}
 	return IdentityOf(cs.VerifiedChains[0][0])
+}
+
+// CheckKeyPrivate refuses a key file that group or others may read or
+// write: a client's key is its credential (an admin key administers the
+// cluster). A missing file is left to the loader's error.
+func CheckKeyPrivate(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil
+	}
+	if m := st.Mode().Perm(); m&0o077 != 0 {
+		return fmt.Errorf("tlsconf: key %s is accessible to group or others (mode %04o): chmod 600 it, it is a credential", path, m)
+	}
+	return nil
 }
 
 // Files names a certificate, its key and the CA that verifies peers.
@@ -355,19 +440,52 @@ func (r *Reloader) current() (*tls.Certificate, *x509.CertPool) {
 
 // ServerConfig is a TLS 1.3 server configuration that presents the current
 // certificate and requires a client certificate verified by the current CA.
-func (r *Reloader) ServerConfig() *tls.Config {
+func (r *Reloader) ServerConfig() *tls.Config { return r.serverConfig(false) }
+
+// serverConfig is ServerConfig; with join, a client offering JoinALPN
+// (a datanode with a join token, no certificate yet) may handshake
+// without a client certificate: the server then serves it as an
+// unauthenticated caller (the meta service only its join route).
+func (r *Reloader) serverConfig(join bool) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 			cert, pool := r.current()
+			auth := tls.RequireAndVerifyClientCert
+			if join && slices.Contains(hello.SupportedProtos, JoinALPN) {
+				auth = tls.VerifyClientCertIfGiven
+			}
 			return &tls.Config{
 				MinVersion:   tls.VersionTLS13,
 				Certificates: []tls.Certificate{*cert},
-				ClientAuth:   tls.RequireAndVerifyClientCert,
+				ClientAuth:   auth,
 				ClientCAs:    pool,
 			}, nil
 		},
 	}
+}
+
+// JoinALPN is the ALPN protocol a joining datanode offers: a server whose
+// Settings allow joins (WithJoin) then lets it handshake without a client
+// certificate. Every other connection still needs one.
+const JoinALPN = "spindle-join/1"
+
+// JoinClientConfig is the TLS configuration of a datanode joining with a
+// token: no certificate of its own yet, the server verified by the CA in
+// caFile, JoinALPN offered.
+func JoinClientConfig(caFile, serverName string) (*tls.Config, error) {
+	caPEM, err := readPEM(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("tlsconf: %s holds no certificate", caFile)
+	}
+	if h, _, err := net.SplitHostPort(serverName); err == nil {
+		serverName = h
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: serverName, NextProtos: []string{JoinALPN}}, nil
 }
 
 // ClientConfig is a TLS 1.3 client configuration for a server named
@@ -427,4 +545,60 @@ func readPEM(path string) ([]byte, error) {
 		return nil, fmt.Errorf("tlsconf: %s: larger than %d bytes", path, maxPEMBytes)
 	}
 	return b, nil
+}
+
+// Peer is who is at the other end of a connection: the name and role of
+// its verified certificate. The zero Peer is an unauthenticated caller
+// (plaintext, --insecure).
+type Peer struct {
+	Name string
+	Role Role
+}
+
+// Authenticated says the peer presented a verified certificate with a
+// Spindle role.
+func (p Peer) Authenticated() bool { return p.Role != "" }
+
+// String is "role:name", or "unauthenticated".
+func (p Peer) String() string {
+	if !p.Authenticated() {
+		return "unauthenticated"
+	}
+	return string(p.Role) + ":" + p.Name
+}
+
+// Is says the peer holds one of roles.
+func (p Peer) Is(roles ...Role) bool {
+	for _, r := range roles {
+		if p.Role == r {
+			return true
+		}
+	}
+	return false
+}
+
+// PeerOfState is the Peer of a TLS connection state: the zero Peer over
+// plaintext (nil) or when the peer presented no certificate (a joining
+// datanode, Settings.WithJoin); an error when its certificate carries no
+// role.
+func PeerOfState(cs *tls.ConnectionState) (Peer, error) {
+	if cs == nil || len(cs.PeerCertificates) == 0 && len(cs.VerifiedChains) == 0 {
+		return Peer{}, nil
+	}
+	name, role, err := PeerIdentity(*cs)
+	if err != nil {
+		return Peer{}, err
+	}
+	return Peer{Name: name, Role: role}, nil
+}
+
+// PeerOfConn is the Peer of a connection: a TLS connection's verified
+// certificate (c or what it wraps has ConnectionState), else the zero Peer.
+func PeerOfConn(c net.Conn) (Peer, error) {
+	tc, ok := c.(interface{ ConnectionState() tls.ConnectionState })
+	if !ok {
+		return Peer{}, nil
+	}
+	cs := tc.ConnectionState()
+	return PeerOfState(&cs)
 }

@@ -345,6 +345,23 @@ type Conn struct {
 	// (PayloadWasted), paced by the Server before the next frame. Owned
 	// by the reading goroutine.
 	wastedBytes int
+	// peer, peerErr: the verified identity of the TLS peer (Peer),
+	// computed at its first use. Owned by the reading goroutine.
+	peerKnown bool
+	peer      tlsconf.Peer
+	peerErr   error
+}
+
+// Peer is the verified identity (certificate name and role) of the peer
+// of a TLS connection, the zero Peer over plaintext; an error when its
+// certificate carries no Spindle role. Looked up once per connection.
+// Only from the Handler (the reading goroutine).
+func (c *Conn) Peer() (tlsconf.Peer, error) {
+	if !c.peerKnown {
+		c.peer, c.peerErr = tlsconf.PeerOfConn(c.nc)
+		c.peerKnown = true
+	}
+	return c.peer, c.peerErr
 }
 
 // PayloadWasted tells the Server that the frame being handled carried n
