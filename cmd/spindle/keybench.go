@@ -223,11 +223,14 @@ get: writes them first (untimed), then GETs each once and compares every byte.
 ops are objects; latency is per request.
 
 By default starts an embedded spindle server in --dir (or uses the cluster at
---meta) and an S3 gateway for it in this process; then, as the baseline, the
+--meta) and an S3 gateway for it in this process; and, as the baseline, the
 same operations through the key client on the same cluster (key-write or
 key-read of the same size and concurrency): ratio_to_baseline is what the S3
-layer costs. --endpoint measures any S3 server instead (with --access-key and
---secret-key; no baseline).`,
+layer costs. The objects go in --rounds rounds, each timed through S3 and
+through the key client one after the other, the order alternating, so that
+the two are compared on the same machine state (a first run against a
+later one drifted by ±20 % on a shared 2-core VM). --endpoint measures any
+S3 server instead (with --access-key and --secret-key; no baseline).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Endpoint == "" {
@@ -260,6 +263,7 @@ layer costs. --endpoint measures any S3 server instead (with --access-key and
 	f.StringVar(&cfg.Bucket, "bucket", scenario.DefaultKeyBenchBucket, "bucket of the objects (created when missing)")
 	f.StringVar(&cfg.Prefix, "prefix", "", "object name prefix (default s3-DATE-TIME-PID/)")
 	f.BoolVar(&cfg.NoBaseline, "no-baseline", false, "skip the key client's baseline run")
-	f.StringVar(&cfg.CPUProfileDir, "cpuprofile-dir", "", "write CPU profiles of this process (client, gateway, meta service) over the timed loops here: s3.pprof and baseline.pprof")
+	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds over the objects, each through S3 and the key client in alternating order (1: S3, then the baseline)")
+	f.StringVar(&cfg.CPUProfileDir, "cpuprofile-dir", "", "write CPU profiles of this process (client, gateway, meta service) over the timed loops of the first round here: s3.pprof and baseline.pprof")
 	return cmd
 }

@@ -120,6 +120,19 @@ func TestKeyBenchesOnRunningCluster(t *testing.T) {
 	if m["scenario"] != "key-read" || num(t, m, "ops") != 10 || num(t, m, "bytes") != 0 || num2map(t, m, "extra")["verified"] != true {
 		t.Errorf("key-read: %v", m)
 	}
+	// bench s3 in rounds: every object of the S3 run and of the baseline
+	// done once, split over the rounds.
+	for _, op := range []string{"put", "get"} {
+		out, stderr, err = run(t, []string{"bench", "s3", "--op", op, "--objects", "7", "--size", "3KiB", "--concurrency", "2", "--rounds", "3",
+			"--meta", s.MetaAddr(), "--json"})
+		if err != nil {
+			t.Fatalf("bench s3 --op %s: %v\n%s", op, err, stderr)
+		}
+		m = lastJSON(t, out)
+		if m["scenario"] != "s3-"+op || num(t, m, "ops") != 7 || num(t, num2map(t, m, "baseline"), "ops") != 7 || num(t, num2map(t, m, "params"), "rounds") != 3 {
+			t.Errorf("bench s3 --op %s: %v", op, m)
+		}
+	}
 	for _, b := range []string{"teragen", "bench"} {
 		kl, err := s.Meta().ListKeys(ctx, b, "", "", 100)
 		if err != nil || len(kl.Keys) != 0 {

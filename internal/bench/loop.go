@@ -55,6 +55,26 @@ type Stats struct {
 	CPU *CPUUse
 }
 
+// Add sums two loops of one measurement (rounds, phases): operations,
+// bytes and elapsed time add up, the latencies merge, the CPU adds (nil
+// when either is unmeasured). The zero Stats is the identity.
+func (s Stats) Add(o Stats) Stats {
+	if s.Ops == 0 && s.Elapsed == 0 && s.Latency == nil && s.CPU == nil {
+		return o
+	}
+	out := Stats{Workers: max(s.Workers, o.Workers), Ops: s.Ops + o.Ops, Bytes: s.Bytes + o.Bytes, Elapsed: s.Elapsed + o.Elapsed, Latency: NewLatency()}
+	for _, l := range []*Latency{s.Latency, o.Latency} {
+		if l != nil {
+			out.Latency.Merge(l)
+		}
+	}
+	if s.CPU != nil && o.CPU != nil {
+		c := s.CPU.Add(*o.CPU, out.Ops, out.Bytes)
+		out.CPU = &c
+	}
+	return out
+}
+
 // Seconds returns the elapsed wall time in seconds.
 func (s Stats) Seconds() float64 { return s.Elapsed.Seconds() }
 

@@ -173,3 +173,30 @@ func TestProgressLines(t *testing.T) {
 		t.Errorf("progress %q does not erase its line at the end", out)
 	}
 }
+
+// Stats.Add sums two loops: ops, bytes and time add up, the latencies
+// merge, the CPU adds with its rates recomputed; the zero Stats adds
+// nothing.
+func TestStatsAdd(t *testing.T) {
+	mk := func(ops, bytes int64, d time.Duration, cpu float64) Stats {
+		l := NewLatency()
+		for range ops {
+			l.Record(d / time.Duration(ops))
+		}
+		return Stats{Workers: 2, Ops: ops, Bytes: bytes, Elapsed: d, Latency: l, CPU: &CPUUse{CPUSeconds: cpu, CPUByProcess: map[string]float64{"bench": cpu}}}
+	}
+	a, b := mk(10, 1000, time.Second, 0.5), mk(30, 3000, 3*time.Second, 1.5)
+	sum := Stats{}.Add(a).Add(b)
+	if sum.Ops != 40 || sum.Bytes != 4000 || sum.Elapsed != 4*time.Second || sum.Latency.Count() != 40 {
+		t.Fatalf("sum %+v (latency count %d)", sum, sum.Latency.Count())
+	}
+	if sum.CPU == nil || sum.CPU.CPUSeconds != 2 || sum.CPU.CPUUsPerOp != 50000 || sum.CPU.CPUByProcess["bench"] != 2 {
+		t.Fatalf("cpu %+v", sum.CPU)
+	}
+	if a.Latency.Count() != 10 {
+		t.Fatalf("Add changed its operand: %d", a.Latency.Count())
+	}
+	if got := a.Add(Stats{Ops: 1, Elapsed: time.Second}); got.CPU != nil {
+		t.Fatalf("cpu of a sum with an unmeasured loop: %+v, want nil", got.CPU)
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/meta"
+	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3gw"
 	"github.com/spindle-store/spindle/internal/units"
 )
@@ -34,6 +35,9 @@ const (
 	// MaxS3BenchBufferBytes bounds Concurrency × SizeBytes: each PUT
 	// worker holds one object's bytes (the SDK signs a seekable body).
 	MaxS3BenchBufferBytes = 4 << 30
+	// defaultS3BenchRounds and maxS3BenchRounds: S3BenchConfig.Rounds.
+	defaultS3BenchRounds = 3
+	maxS3BenchRounds     = 100
 	// s3GatewayStartWait bounds the wait for the embedded gateway.
 	s3GatewayStartWait = 10 * time.Second
 )
@@ -62,9 +66,16 @@ type S3BenchConfig struct {
 	Bucket, Prefix string
 	// NoBaseline skips the key client's run of the same operations.
 	NoBaseline bool
+	// Rounds splits the objects into this many rounds, each timed through
+	// S3 and through the key client one after the other, in alternating
+	// order (S3 first in the odd rounds): the ratio compares the two on
+	// the same machine state, not a first run against a later one
+	// (default 3; 1: S3, then the baseline, once).
+	Rounds int
 	// CPUProfileDir, when set, receives CPU profiles of this process (S3
 	// client, gateway and, embedded, the meta service) over the timed
-	// loops: s3.pprof, and baseline.pprof for the key client's run.
+	// loops of the first round: s3.pprof, and baseline.pprof for the key
+	// client's.
 	CPUProfileDir string
 	Progress      io.Writer
 	Logger        *slog.Logger
@@ -105,6 +116,13 @@ func (c *S3BenchConfig) defaults() error {
 	if c.Duration < 0 {
 		return errors.New("negative duration")
 	}
+	if c.Rounds == 0 {
+		c.Rounds = defaultS3BenchRounds
+	}
+	if c.Rounds < 1 || c.Rounds > maxS3BenchRounds {
+		return fmt.Errorf("rounds %d not in [1, %d]", c.Rounds, maxS3BenchRounds)
+	}
+	c.Rounds = min(c.Rounds, c.Objects)
 	if c.Bucket == "" {
 		c.Bucket = DefaultKeyBenchBucket
 	}
@@ -125,9 +143,10 @@ func (c *S3BenchConfig) defaults() error {
 
 func (c *S3BenchConfig) objectName(i int) string { return fmt.Sprintf("%sk%08d", c.Prefix, i) }
 
-// startGateway runs an S3 gateway for the cluster on a free loopback port
-// with a generated root user; stop ends it.
-func startGateway(ctx context.Context, metaAddr string, log *slog.Logger) (endpoint, access, secret string, stop func(), err error) {
+// startGateway runs an S3 gateway for the cluster of mc (its address, and
+// its TLS settings for the gateway's connections to the cluster) on a free
+// loopback port with a generated root user; stop ends it.
+func startGateway(ctx context.Context, mc *metaapi.Client, log *slog.Logger) (endpoint, access, secret string, stop func(), err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", "", "", nil, err
@@ -138,7 +157,7 @@ func startGateway(ctx context.Context, metaAddr string, log *slog.Logger) (endpo
 	gctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- s3gw.Run(gctx, s3gw.Config{Meta: metaAddr, Listen: addr, AccessKey: access, SecretKey: secret, Logger: log})
+		done <- s3gw.Run(gctx, s3gw.Config{Meta: mc.Addr(), TLS: mc.TLS(), Listen: addr, AccessKey: access, SecretKey: secret, Logger: log})
 	}()
 	stop = func() { cancel(); <-done }
 	deadline := time.Now().Add(s3GatewayStartWait)
@@ -178,9 +197,10 @@ func s3Client(endpoint, access, secret, region string, conns int) *s3.Client {
 // RunS3 runs `spindle bench s3`: Objects PUTs (or GETs, of objects written
 // first) of SizeBytes, Concurrency at a time, through an S3 gateway —
 // Endpoint, or one started in this process for the embedded server (or
-// the cluster at Meta). Then, unless NoBaseline or Endpoint is given, the
-// same operations through the key client on the same cluster, as the
-// baseline: the ratio is what the S3 layer costs.
+// the cluster at Meta). Unless NoBaseline or Endpoint is given, the same
+// operations through the key client on the same cluster are the baseline,
+// in Rounds rounds alternating with the S3 ones: the ratio is what the S3
+// layer costs.
 func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error) {
 	if err := cfg.defaults(); err != nil {
 		return out, fmt.Errorf("s3: %w", err)
@@ -199,7 +219,7 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 			}
 		}()
 		var stop func()
-		if endpoint, access, secret, stop, err = startGateway(ctx, cl.meta.Addr(), cfg.Logger); err != nil {
+		if endpoint, access, secret, stop, err = startGateway(ctx, cl.meta, cfg.Logger); err != nil {
 			return out, fmt.Errorf("s3: %w", err)
 		}
 		defer stop()
@@ -239,16 +259,16 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 		}
 		return nil
 	}
-	loop := func(label string, n int, d time.Duration, op func(context.Context, int, int) error) (bench.Stats, error) {
+	loop := func(label string, lo, hi int, d time.Duration, op func(context.Context, int, int) error) (bench.Stats, error) {
 		var next atomic.Int64
 		var procs func() []bench.Proc
 		if cl != nil {
 			procs = cl.procs
 		}
-		return bench.Loop(ctx, bench.LoopConfig{Workers: cfg.Concurrency, Duration: d, MaxOps: int64(n), Label: label, Progress: cfg.Progress, Processes: procs},
+		return bench.Loop(ctx, bench.LoopConfig{Workers: cfg.Concurrency, Duration: d, MaxOps: int64(hi - lo), Label: label, Progress: cfg.Progress, Processes: procs},
 			func(ctx context.Context, worker int, _ int64) (int, error) {
-				i := int(next.Add(1) - 1)
-				if i >= n {
+				i := lo + int(next.Add(1)-1)
+				if i >= hi {
 					panic("scenario: s3 bench issued more operations than objects")
 				}
 				return int(cfg.SizeBytes), op(ctx, worker, i)
@@ -257,7 +277,7 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 	n := cfg.Objects
 	if cfg.Op == "get" {
 		progress("writing %d objects of %s first", n, units.FormatBytes(cfg.SizeBytes))
-		if _, err := loop(name+" (writing)", n, 0, put); err != nil {
+		if _, err := loop(name+" (writing)", 0, n, 0, put); err != nil {
 			return out, fmt.Errorf("s3: writing the objects: %w", err)
 		}
 		defer func() {
@@ -270,20 +290,63 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 	if cfg.Op == "get" {
 		op = get
 	}
-	stopProf, err := cfg.startProfile("s3.pprof")
-	if err != nil {
-		return out, fmt.Errorf("s3: %w", err)
+	var base *keyBaseline
+	if cl != nil && !cfg.NoBaseline {
+		if base, err = newKeyBaseline(ctx, cl, cfg, progress); err != nil {
+			return out, fmt.Errorf("s3: baseline: %w", err)
+		}
+		defer base.close()
 	}
-	stats, err := loop(name, n, cfg.Duration, op)
-	stopProf()
-	if err != nil {
-		return out, fmt.Errorf("s3: %w", err)
+	// The timed phase: Rounds rounds over the objects, each through S3
+	// and through the key client, the order alternating.
+	rounds := cfg.Rounds
+	if base == nil {
+		rounds = 1
+	}
+	var stats, baseStats bench.Stats
+	roundDur := cfg.Duration / time.Duration(rounds)
+	for r := range rounds {
+		lo, hi := r*n/rounds, (r+1)*n/rounds
+		runS3 := func() error {
+			stopProf := func() {}
+			if r == 0 {
+				var perr error
+				if stopProf, perr = cfg.startProfile("s3.pprof"); perr != nil {
+					return perr
+				}
+			}
+			st, err := loop(fmt.Sprintf("%s %d/%d", name, r+1, rounds), lo, hi, roundDur, op)
+			stopProf()
+			stats = stats.Add(st)
+			return err
+		}
+		runBase := func() error {
+			if base == nil {
+				return nil
+			}
+			st, err := base.run(ctx, r, rounds, lo, hi, roundDur)
+			baseStats = baseStats.Add(st)
+			if err != nil {
+				return fmt.Errorf("baseline: %w", err)
+			}
+			return nil
+		}
+		first, second := runS3, runBase
+		if r%2 == 1 {
+			first, second = runBase, runS3
+		}
+		if err := first(); err != nil {
+			return out, fmt.Errorf("s3: %w", err)
+		}
+		if err := second(); err != nil {
+			return out, fmt.Errorf("s3: %w", err)
+		}
 	}
 	if stats.Ops == 0 {
 		return out, errors.New("s3: no operation completed in the time given")
 	}
 	if cfg.Op == "put" && (cfg.Endpoint != "" || (cl != nil && !cl.embedded && !cfg.Keep)) {
-		deleteObjects(ctx, c, cfg, int(stats.Ops))
+		deleteObjects(ctx, c, cfg, n)
 	}
 	res := stats.Result(name)
 	res.SetParam("op", cfg.Op)
@@ -292,6 +355,7 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 	res.SetParam("concurrency", cfg.Concurrency)
 	res.SetParam("bucket", cfg.Bucket)
 	res.SetParam("prefix", cfg.Prefix)
+	res.SetParam("rounds", rounds)
 	if stats.Ops < int64(n) {
 		res.AddNote("stopped by --duration after %d of %d objects", stats.Ops, n)
 	}
@@ -305,23 +369,23 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 		res.AddNote("every byte read was compared with the byte written")
 	}
 	out = S3BenchResult{Result: res, Op: cfg.Op, Objects: int(stats.Ops), SizeBytes: cfg.SizeBytes, Concurrency: cfg.Concurrency, Endpoint: endpoint}
-	if cl == nil || cfg.NoBaseline {
+	if base == nil {
 		if cl == nil {
 			out.AddNote("no baseline: an external endpoint")
 		}
 		return out, nil
 	}
-	base, baseCPU, err := keyBaseline(ctx, cl, cfg, int(stats.Ops), progress)
-	if err != nil {
+	if err := base.cleanup(ctx); err != nil {
 		return out, fmt.Errorf("s3: baseline: %w", err)
 	}
-	out.SetBaseline(base)
-	if baseCPU != nil && stats.CPU != nil {
-		out.AddNote("baseline cpu: %.0f µs/op, %.2f s (%s); the S3 run: %.0f µs/op", baseCPU.CPUUsPerOp, baseCPU.CPUSeconds,
-			cpuByProcess(baseCPU), stats.CPU.CPUUsPerOp)
+	out.SetBaseline(bench.Baseline{OpsPerS: baseStats.OpsPerS(), MBPerS: baseStats.MBPerS(), Ops: baseStats.Ops, Bytes: baseStats.Bytes,
+		Seconds: baseStats.Seconds(), LatencyUs: baseStats.Latency.Summary(), Writers: cfg.Concurrency, ChunkSizeBytes: cfg.SizeBytes})
+	if baseStats.CPU != nil && stats.CPU != nil {
+		out.AddNote("baseline cpu: %.0f µs/op, %.2f s (%s); the S3 run: %.0f µs/op", baseStats.CPU.CPUUsPerOp, baseStats.CPU.CPUSeconds,
+			cpuByProcess(baseStats.CPU), stats.CPU.CPUUsPerOp)
 	}
-	out.AddNote("baseline: key-%s of the same %d objects of %s, %d at once, through the key client (default options, the size as SizeHintBytes as the gateway passes Content-Length) on the same cluster, after the S3 run",
-		map[string]string{"put": "write", "get": "read"}[cfg.Op], stats.Ops, units.FormatBytes(cfg.SizeBytes), cfg.Concurrency)
+	out.AddNote("baseline: key-%s of the same %d objects of %s, %d at once, through the key client (default options, the size as SizeHintBytes as the gateway passes Content-Length) on the same cluster, in %d rounds alternating with the S3 run's (S3 first in rounds 1, 3, ...)",
+		map[string]string{"put": "write", "get": "read"}[cfg.Op], baseStats.Ops, units.FormatBytes(cfg.SizeBytes), cfg.Concurrency, rounds)
 	return out, nil
 }
 
@@ -343,70 +407,89 @@ func cpuByProcess(u *bench.CPUUse) string {
 	return strings.Join(kv, " ")
 }
 
-// keyBaseline runs the same operations through the key client; the CPU use
-// is the timed loop's (nil when not measured).
-func keyBaseline(ctx context.Context, cl *keyCluster, cfg S3BenchConfig, n int, progress func(string, ...any)) (bench.Baseline, *bench.CPUUse, error) {
+// keyBaseline runs the S3 bench's operations through the key client, on
+// the same objects' indexes under its own prefix.
+type keyBaseline struct {
+	kc   *keyclient.Client
+	cfg  S3BenchConfig
+	cl   *keyCluster
+	name func(int) string
+	put  func(context.Context, int) error
+	get  func(context.Context, int) error
+}
+
+// newKeyBaseline makes the key client; for gets it writes every key first
+// (untimed).
+func newKeyBaseline(ctx context.Context, cl *keyCluster, cfg S3BenchConfig, progress func(string, ...any)) (*keyBaseline, error) {
 	kc, err := keyclient.New(cl.meta, keyclient.Options{Logger: cfg.Logger})
 	if err != nil {
-		return bench.Baseline{}, nil, err
+		return nil, err
 	}
-	defer kc.Close()
 	prefix := cfg.Prefix + "baseline/"
-	name := func(i int) string { return fmt.Sprintf("%sk%08d", prefix, i) }
-	put := func(ctx context.Context, i int) error {
-		_, err := kc.Put(ctx, cfg.Bucket, name(i), newValueReader(i, cfg.SizeBytes), keyclient.PutOptions{SizeHintBytes: cfg.SizeBytes})
+	b := &keyBaseline{kc: kc, cfg: cfg, cl: cl, name: func(i int) string { return fmt.Sprintf("%sk%08d", prefix, i) }}
+	b.put = func(ctx context.Context, i int) error {
+		_, err := kc.Put(ctx, cfg.Bucket, b.name(i), newValueReader(i, cfg.SizeBytes), keyclient.PutOptions{SizeHintBytes: cfg.SizeBytes})
 		return err
 	}
-	get := func(ctx context.Context, i int) error {
+	b.get = func(ctx context.Context, i int) error {
 		chk := newValueChecker(i)
-		if _, err := kc.Get(ctx, cfg.Bucket, name(i), chk, keyclient.GetOptions{}); err != nil {
+		if _, err := kc.Get(ctx, cfg.Bucket, b.name(i), chk, keyclient.GetOptions{}); err != nil {
 			return err
 		}
 		if chk.n != cfg.SizeBytes {
-			return fmt.Errorf("get %s: %d bytes", name(i), chk.n)
+			return fmt.Errorf("get %s: %d bytes", b.name(i), chk.n)
 		}
 		return nil
 	}
-	loop := func(label string, op func(context.Context, int) error) (bench.Stats, error) {
-		var next atomic.Int64
-		return bench.Loop(ctx, bench.LoopConfig{Workers: cfg.Concurrency, MaxOps: int64(n), Label: label, Progress: cfg.Progress, Processes: cl.procs},
-			func(ctx context.Context, _ int, _ int64) (int, error) {
-				return int(cfg.SizeBytes), op(ctx, int(next.Add(1)-1))
-			})
-	}
-	var stats bench.Stats
-	if cfg.Op == "put" {
-		progress("baseline: key-write of %d objects", n)
-		stopProf, perr := cfg.startProfile("baseline.pprof")
-		if perr != nil {
-			return bench.Baseline{}, nil, perr
-		}
-		stats, err = loop("baseline key-write", put)
-		stopProf()
-	} else {
-		progress("baseline: writing %d keys, then key-read", n)
-		if _, err = loop("baseline (writing)", put); err == nil {
-			stopProf, perr := cfg.startProfile("baseline.pprof")
-			if perr != nil {
-				return bench.Baseline{}, nil, perr
-			}
-			stats, err = loop("baseline key-read", get)
-			stopProf()
+	if cfg.Op == "get" {
+		progress("baseline: writing %d keys first", cfg.Objects)
+		if _, err := b.loop(ctx, "baseline (writing)", 0, cfg.Objects, 0, b.put); err != nil {
+			kc.Close()
+			return nil, err
 		}
 	}
-	if err == nil && !cl.embedded && !cfg.Keep {
-		names := make([]string, n)
-		for i := range names {
-			names[i] = name(i)
-		}
-		err = deleteKeys(ctx, kc, cfg.Bucket, names)
-	}
-	if err != nil {
-		return bench.Baseline{}, nil, err
-	}
-	return bench.Baseline{OpsPerS: stats.OpsPerS(), MBPerS: stats.MBPerS(), Ops: stats.Ops, Bytes: stats.Bytes,
-		Seconds: stats.Seconds(), LatencyUs: stats.Latency.Summary(), Writers: cfg.Concurrency, ChunkSizeBytes: cfg.SizeBytes}, stats.CPU, nil
+	return b, nil
 }
+
+func (b *keyBaseline) loop(ctx context.Context, label string, lo, hi int, d time.Duration, op func(context.Context, int) error) (bench.Stats, error) {
+	var next atomic.Int64
+	return bench.Loop(ctx, bench.LoopConfig{Workers: b.cfg.Concurrency, Duration: d, MaxOps: int64(hi - lo), Label: label, Progress: b.cfg.Progress, Processes: b.cl.procs},
+		func(ctx context.Context, _ int, _ int64) (int, error) {
+			return int(b.cfg.SizeBytes), op(ctx, lo+int(next.Add(1)-1))
+		})
+}
+
+// run times round r of rounds: the objects [lo, hi) (profiled in round 0).
+func (b *keyBaseline) run(ctx context.Context, r, rounds, lo, hi int, d time.Duration) (bench.Stats, error) {
+	stopProf := func() {}
+	if r == 0 {
+		var err error
+		if stopProf, err = b.cfg.startProfile("baseline.pprof"); err != nil {
+			return bench.Stats{}, err
+		}
+	}
+	defer stopProf()
+	op, kind := b.put, "key-write"
+	if b.cfg.Op == "get" {
+		op, kind = b.get, "key-read"
+	}
+	return b.loop(ctx, fmt.Sprintf("baseline %s %d/%d", kind, r+1, rounds), lo, hi, d, op)
+}
+
+// cleanup deletes the baseline's keys on a cluster the bench did not
+// start (unless Keep).
+func (b *keyBaseline) cleanup(ctx context.Context) error {
+	if b.cl.embedded || b.cfg.Keep {
+		return nil
+	}
+	names := make([]string, b.cfg.Objects)
+	for i := range names {
+		names[i] = b.name(i)
+	}
+	return deleteKeys(ctx, b.kc, b.cfg.Bucket, names)
+}
+
+func (b *keyBaseline) close() { b.kc.Close() }
 
 // deleteObjects deletes the bench's objects on a server it did not start
 // (bounded by cleanupWait; errors are ignored: the run is measured).
