@@ -28,6 +28,7 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3gw"
 	"github.com/spindle-store/spindle/internal/units"
+	"github.com/spindle-store/spindle/internal/vfs"
 )
 
 // Limits of the S3 bench.
@@ -143,6 +144,28 @@ func (c *S3BenchConfig) defaults() error {
 
 func (c *S3BenchConfig) objectName(i int) string { return fmt.Sprintf("%sk%08d", c.Prefix, i) }
 
+// checkS3BenchRoom refuses a run whose objects (3 replicas each, and as
+// many again for the baseline) would not fit in the free space of the
+// embedded server's filesystem: on /dev/shm that space is memory, and a
+// run past it ends with the machine out of memory, not with a figure.
+func checkS3BenchRoom(root string, cfg S3BenchConfig) error {
+	du, err := vfs.Default.GetDiskUsage(root)
+	if err != nil {
+		return err
+	}
+	copies := int64(3)
+	if !cfg.NoBaseline {
+		copies *= 2
+	}
+	need := int64(cfg.Objects) * cfg.SizeBytes * copies
+	if need > 0 && uint64(need) > du.AvailBytes {
+		return fmt.Errorf("%d objects of %s need %s (3 replicas%s) in %s, which has %s free: fewer --objects, a smaller --size, or another --dir",
+			cfg.Objects, units.FormatBytes(cfg.SizeBytes), units.FormatBytes(need), map[bool]string{true: "", false: ", and as many for the baseline"}[cfg.NoBaseline],
+			root, units.FormatBytes(int64(du.AvailBytes)))
+	}
+	return nil
+}
+
 // startGateway runs an S3 gateway for the cluster of mc (its address, and
 // its TLS settings for the gateway's connections to the cluster) on a free
 // loopback port with a generated root user; stop ends it.
@@ -212,6 +235,12 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 	if endpoint == "" {
 		if cl, err = openKeyCluster(ctx, cfg.ClusterConfig, cfg.Logger, progress); err != nil {
 			return out, fmt.Errorf("s3: %w", err)
+		}
+		if cl.embedded {
+			if err := checkS3BenchRoom(cl.root, cfg); err != nil {
+				cl.cleanup()
+				return out, fmt.Errorf("s3: %w", err)
+			}
 		}
 		defer func() {
 			if cerr := cl.cleanup(); cerr != nil && err == nil {
