@@ -1,6 +1,7 @@
 package backoff
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -21,5 +22,18 @@ func TestJitterRange(t *testing.T) {
 	}
 	if Jitter(0) != 0 || Jitter(-1) != -1 {
 		t.Fatal("Jitter of a non-positive pause changed it")
+	}
+}
+
+// Sleep ends with the pause (true), or at once when its context has
+// ended (false), however long the pause.
+func TestSleep(t *testing.T) {
+	if !Sleep(context.Background(), 0) {
+		t.Fatal("a pause of 0 under a live context: false")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if Sleep(ctx, time.Hour) {
+		t.Fatal("an hour's pause under an ended context: true")
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"golang.org/x/sys/unix"
 
+	"github.com/spindle-store/spindle/internal/backoff"
 	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -411,16 +412,7 @@ func (r *run) nemesis(ctx context.Context, end time.Time) []error {
 	rng := rand.New(rand.NewPCG(uint64(r.cfg.Seed), 0xfa17))
 	scale := holdScale(r.cfg.Duration)
 	var errs []error
-	sleep := func(d time.Duration) bool {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		}
-	}
+	sleep := func(d time.Duration) bool { return backoff.Sleep(ctx, d) }
 	if !sleep(time.Duration(float64(r.cfg.Duration) * warmupFraction)) {
 		return errs
 	}

@@ -517,7 +517,7 @@ func (c *Client) do(ctx context.Context, name string, t target, op call) error {
 		}
 		c.log.Debug("client: retrying", "op", name, "attempt", attempt, "failed_at", at.addr, "next", m.addr, "err", err)
 		if wait {
-			if !sleep(ctx, min(backoff.Jitter(delay), left)) {
+			if !backoff.Sleep(ctx, min(backoff.Jitter(delay), left)) {
 				return fmt.Errorf("client: %s: %w (last error at %s: %w)", name, ctx.Err(), at.addr, err)
 			}
 			delay = min(2*delay, c.opts.MaxBackoff)
@@ -556,18 +556,6 @@ func (c *Client) attempt(ctx context.Context, m *member, t target, op call) erro
 		c.drop(m, tc)
 	}
 	return err
-}
-
-// sleep waits d or until ctx ends; false means ctx ended.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // WriteChunk writes data at offset of block b through the pipeline, with

@@ -434,11 +434,7 @@ func (s *putStream) allocate() (metaapi.AllocateResponse, error) {
 		if !errors.Is(err, metaapi.ErrNoPipeline) || left <= 0 {
 			return ar, err
 		}
-		t := time.NewTimer(min(backoff.Jitter(delay), left))
-		select {
-		case <-t.C:
-		case <-s.ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(s.ctx, min(backoff.Jitter(delay), left)) {
 			return ar, fmt.Errorf("%w (waiting %v for a pipeline after: %w)", s.ctx.Err(), time.Since(start).Round(time.Millisecond), err)
 		}
 		delay = min(2*delay, noPipelineMaxBackoff)

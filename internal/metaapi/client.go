@@ -514,12 +514,8 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, idemp
 			}
 		}
 		if pause > 0 {
-			t := time.NewTimer(pause)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !backoff.Sleep(ctx, pause) {
 				return fmt.Errorf("meta %s %s: %w (after: %v)", method, path, ctx.Err(), err)
-			case <-t.C:
 			}
 			if multi {
 				delay = min(2*delay, failoverMaxBackoff)
