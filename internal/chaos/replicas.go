@@ -62,7 +62,7 @@ func (r *run) checkReplicas(ctx context.Context) (replicaCheck, error) {
 	healthy := map[uint64][]uint64{} // container → nodes of its healthy replicas
 	for _, c := range cs {
 		for _, rd := range c.ReplicaDetails {
-			if (rd.State == "OPEN" || rd.State == "CLOSED") && !rd.Behind {
+			if healthyReplica(rd) { // run.go
 				healthy[c.ID] = append(healthy[c.ID], rd.Node)
 			}
 		}

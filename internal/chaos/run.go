@@ -587,6 +587,12 @@ func (r *run) unsettled(ctx context.Context, healed time.Time) string {
 	return unreplicated(cs, st.ReplicationFactor)
 }
 
+// healthyReplica: a replica the meta service counts healthy (OPEN or
+// CLOSED, not behind its container's BCSID).
+func healthyReplica(rd metaapi.ReplicaInfo) bool {
+	return (rd.State == "OPEN" || rd.State == "CLOSED") && !rd.Behind
+}
+
 // unreplicated says which container has fewer than rf healthy replicas
 // (OPEN or CLOSED, not behind), "" when none has.
 func unreplicated(cs []metaapi.ContainerInfo, rf int) string {
@@ -599,7 +605,7 @@ func unreplicated(cs []metaapi.ContainerInfo, rf int) string {
 		}
 		good := 0
 		for _, rd := range c.ReplicaDetails {
-			if (rd.State == "OPEN" || rd.State == "CLOSED") && !rd.Behind {
+			if healthyReplica(rd) {
 				good++
 			}
 		}
