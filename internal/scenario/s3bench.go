@@ -288,20 +288,12 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 		}
 		return nil
 	}
+	var procs func() []bench.Proc
+	if cl != nil {
+		procs = cl.procs
+	}
 	loop := func(label string, lo, hi int, d time.Duration, op func(context.Context, int, int) error) (bench.Stats, error) {
-		var next atomic.Int64
-		var procs func() []bench.Proc
-		if cl != nil {
-			procs = cl.procs
-		}
-		return bench.Loop(ctx, bench.LoopConfig{Workers: cfg.Concurrency, Duration: d, MaxOps: int64(hi - lo), Label: label, Progress: cfg.Progress, Processes: procs},
-			func(ctx context.Context, worker int, _ int64) (int, error) {
-				i := lo + int(next.Add(1)-1)
-				if i >= hi {
-					panic("scenario: s3 bench issued more operations than objects")
-				}
-				return int(cfg.SizeBytes), op(ctx, worker, i)
-			})
+		return cfg.loop(ctx, procs, label, lo, hi, d, op)
 	}
 	n := cfg.Objects
 	if cfg.Op == "get" {
@@ -481,10 +473,20 @@ func newKeyBaseline(ctx context.Context, cl *keyCluster, cfg S3BenchConfig, prog
 }
 
 func (b *keyBaseline) loop(ctx context.Context, label string, lo, hi int, d time.Duration, op func(context.Context, int) error) (bench.Stats, error) {
+	return b.cfg.loop(ctx, b.cl.procs, label, lo, hi, d, func(ctx context.Context, _, i int) error { return op(ctx, i) })
+}
+
+// loop times op on the objects [lo, hi), Concurrency at a time, bounded
+// by d (0: none): the S3 run's loops and the baseline's alike.
+func (c *S3BenchConfig) loop(ctx context.Context, procs func() []bench.Proc, label string, lo, hi int, d time.Duration, op func(ctx context.Context, worker, i int) error) (bench.Stats, error) {
 	var next atomic.Int64
-	return bench.Loop(ctx, bench.LoopConfig{Workers: b.cfg.Concurrency, Duration: d, MaxOps: int64(hi - lo), Label: label, Progress: b.cfg.Progress, Processes: b.cl.procs},
-		func(ctx context.Context, _ int, _ int64) (int, error) {
-			return int(b.cfg.SizeBytes), op(ctx, lo+int(next.Add(1)-1))
+	return bench.Loop(ctx, bench.LoopConfig{Workers: c.Concurrency, Duration: d, MaxOps: int64(hi - lo), Label: label, Progress: c.Progress, Processes: procs},
+		func(ctx context.Context, worker int, _ int64) (int, error) {
+			i := lo + int(next.Add(1)-1)
+			if i >= hi {
+				panic("scenario: s3 bench issued more operations than objects")
+			}
+			return int(c.SizeBytes), op(ctx, worker, i)
 		})
 }
 
