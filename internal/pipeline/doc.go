@@ -52,7 +52,10 @@
 //
 // Chunk bytes arriving in a frame are admitted against a byte budget
 // before their buffer is allocated (Node.payloadAlloc, the transport
-// Server's PayloadAlloc hook, called once the frame's header is read): a
+// Server's PayloadAlloc hook, called once the frame's header is read;
+// the buffer comes from transport.NewPayload, which reuses a buffer only
+// once the garbage collector found nothing referencing it, so no path
+// that holds chunk bytes has to give them back explicitly): a
 // connection whose payload does not fit waits, unread, so TCP pushes back
 // on its sender, until the bytes fit or the connection or the node closes.
 // Every admission is released exactly once, on every path: a client write

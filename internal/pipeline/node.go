@@ -501,7 +501,7 @@ func (n *Node) payloadAlloc(ctx context.Context, t transport.MsgType, header []b
 	if err := b.acquire(ctx, int64(size)); err != nil {
 		return nil, nil, fmt.Errorf("pipeline: admitting %d payload bytes: %w", size, err)
 	}
-	return make([]byte, size), b.releaser(int64(size)), nil
+	return transport.NewPayload(size), b.releaser(int64(size)), nil
 }
 
 // framePayloadBytes bounds the chunk bytes of one RaftMessage frame (and

@@ -100,6 +100,9 @@
 //   - No allocation per frame in steady state on send (the prefix and
 //     header buffer and the iovec slice are reused) or on receive (header
 //     and payload buffers are reused; larger payloads come from a pool).
+//     NewPayload (a server's PayloadAlloc hands its buffers to handlers
+//     that keep them) reuses a buffer only after the garbage collector
+//     found it unreferenced (a finalizer files it on a free list).
 //   - Decoders accept any protobuf encoding (any field order, unknown
 //     fields skipped, packed or unpacked repeated scalars); encoders write
 //     the canonical one (field order, zero scalars omitted, packed). A
