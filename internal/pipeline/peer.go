@@ -342,7 +342,7 @@ func (p *proposal) releasePayload() {
 
 func (n *Node) replyErr(p *proposal, st transport.Status, msg, leader string) {
 	p.releasePayload()
-	n.metrics.answered(p, st.String())
+	n.metrics.answered(p, st)
 	if p.done != nil {
 		if st == transport.StatusNotLeader {
 			p.done <- fmt.Errorf("%w: %s", ErrNotLeader, msg)
@@ -356,7 +356,7 @@ func (n *Node) replyErr(p *proposal, st transport.Status, msg, leader string) {
 
 func (n *Node) replyResult(p *proposal, err error) {
 	p.releasePayload()
-	n.metrics.answered(p, statusOf(err).String())
+	n.metrics.answered(p, statusOf(err))
 	if p.done != nil {
 		p.done <- err
 		return
