@@ -27,7 +27,7 @@ type metrics struct {
 	// hashes them and takes the vector's lock, 4 % of a leader's CPU at
 	// 1 KiB writes, once per request.
 	answeredBy [answerKinds][answerStatuses]atomic.Pointer[answerMetrics]
-	applied        prometheus.Counter
+	applied    prometheus.Counter
 	// replicaFailures counts local failures that made this replica leave
 	// a pipeline (by op: write_chunk, put_block); refusals counts
 	// commands refused as on every replica (by kind).
