@@ -33,7 +33,7 @@ GO_FILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*
 
 comma := ,
 
-.PHONY: help deps build test test-race vet fmt fmt-check demo fuzz bench report clean check-full-disk check-crash check-chaos soak-meta accept-meta-ha test-s3 test-s3-full test-s3-suite
+.PHONY: help deps build test test-race vet fmt fmt-check demo fuzz bench report clean check-full-disk check-crash check-chaos soak-meta accept-meta-ha test-s3 test-s3-full test-s3-suite bench-s3-versitygw
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -84,6 +84,9 @@ test-s3: ## the S3 gateway: Go tests with aws-sdk-go-v2, then aws-cli, boto3, rc
 
 test-s3-full: ## issue 13's S3 acceptance at full size: aws-cli (PyPI and Debian), boto3, rclone, minio-go with 0 B..1 GiB objects, 10,000-key listings, 1,000-file rclone sync, kill -9 of a datanode during a 1 GiB multipart upload (needs ~8 GiB of /dev/shm; 5-15 minutes)
 	scripts/s3-acceptance.sh
+
+bench-s3-versitygw: ## spindle bench s3 against versitygw's own posix gateway on /dev/shm, then against the embedded server with its key-client baseline (SIZES, OBJECTS, CONCURRENCY)
+	scripts/s3-bench-versitygw.sh
 
 test-s3-suite: ## versitygw's own integration suite (its S3 object, bucket, listing, multipart, checksum and SigV4 groups) against the gateway, test by test; fails on a failure not listed in scripts/s3-versitygw-known-failures.txt (about 10 minutes)
 	scripts/s3-versitygw-suite.sh
