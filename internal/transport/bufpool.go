@@ -65,8 +65,8 @@ func putBuf(p *[]byte) {
 // it), 0.2-0.4 CPU-s per GB on the 2-core VM.
 //
 // Size classes: four per power of two (waste ≤ 25 %), from
-// recycleMinBytes (below it an allocation reuses the heap's warm spans)
-// to MaxPayloadBytes. The free lists hold at most recycleMaxFreeBytes in
+// recycleMinBytes (Go allocates larger objects page by page; smaller
+// ones come from warm spans) to MaxPayloadBytes. The free lists hold at most recycleMaxFreeBytes in
 // all; a buffer that does not fit is left to the collector.
 //
 // Why NewPayload starts collections. Buffers come back only when a
@@ -81,7 +81,7 @@ func putBuf(p *[]byte) {
 // most five a second, each cheap (payload buffers hold no pointers; a
 // datanode's pointerful heap is small).
 const (
-	recycleMinBytes     = 64 << 10
+	recycleMinBytes     = 32 << 10
 	recycleMaxFreeBytes = 128 << 20
 	recycleGCBytes      = recycleMaxFreeBytes / 2
 )
