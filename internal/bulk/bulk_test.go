@@ -464,7 +464,9 @@ func TestDemuxSurvivesEMFILE(t *testing.T) {
 // arrives whole (by read, encrypt, write: Stats.Sendfile is false), a
 // data-path connection comes out of Accept with its first bytes intact,
 // and a plaintext fetch or one with another CA's certificate is refused
-// while the demux keeps serving.
+// while the demux keeps serving. The source's TLS records go out gathered
+// (tlsconf.RecordConn): about 200 records of 16 KiB in one write per
+// tlsconf.MaxBatchBytes, not one per record.
 func TestCopyOverTLS(t *testing.T) {
 	pkiDir := t.TempDir()
 	pki, err := tlsconf.EnsureLocal(pkiDir, []string{"127.0.0.1"})
@@ -482,7 +484,8 @@ func TestCopyOverTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := NewServer(src, 0, quiet)
-	d := NewDemux(ln, srvTLS, s.Handle, 0)
+	cl := &writeCountingListener{Listener: ln}
+	d := NewDemux(cl, srvTLS, s.Handle, 0)
 	t.Cleanup(func() { d.Close(); d.Wait(); s.Close() })
 	addr := d.Addr().String()
 
@@ -539,12 +542,18 @@ func TestCopyOverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := cl.writes.Load()
 	res, err := fetch(peer)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Blocks != 3 || s.Stats().Sendfile {
 		t.Fatalf("fetched %d blocks, sendfile %v: want 3 blocks, not by sendfile", res.Blocks, s.Stats().Sendfile)
+	}
+	// The handshake's few writes, then the stream in batches.
+	records, batches := res.Bytes/(16<<10), res.Bytes/tlsconf.MaxBatchBytes+1
+	if n := uint64(cl.writes.Load() - before); n > batches+4 {
+		t.Fatalf("the source wrote %d bytes (%d records) in %d writes, want at most %d", res.Bytes, records, n, batches+4)
 	}
 	for local, data := range want {
 		got, err := dst.ReadChunk(engine.BlockID{Container: 7, Local: local}, 0, uint64(len(data)), nil)
@@ -574,4 +583,28 @@ func TestCopyOverTLS(t *testing.T) {
 	if err != nil || string(b) != "SWdata-path" {
 		t.Fatalf("data-path connection read %q, %v", b, err)
 	}
+}
+
+// writeCountingListener counts the writes on every connection it accepted.
+type writeCountingListener struct {
+	net.Listener
+	writes atomic.Int64
+}
+
+func (l *writeCountingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &writeCountingConn{Conn: c, writes: &l.writes}, nil
+}
+
+type writeCountingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c *writeCountingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
 }

@@ -15,8 +15,11 @@
 // Demux completes each connection's handshake (within the first bytes
 // timeout) before it reads the two bytes, and a connection that fails it
 // is closed. Go's TLS has no kernel TLS, so the source's block bytes then
-// go through user space (read, encrypt, write: io.Copy's 32 KiB buffer)
-// instead of sendfile; Stats.Sendfile says which path the last block took.
+// go through user space (read into a 256 KiB buffer, encrypt, write)
+// instead of sendfile; the stream's TLS records are gathered beneath
+// crypto/tls (tlsconf.RecordConn: one write syscall per 1 MiB, not per
+// 16 KiB record), and the target reads them through a 256 KiB buffer
+// beneath crypto/tls. Stats.Sendfile says which path the last block took.
 // Only a peer whose certificate has one of ExportRoles (datanode, admin)
 // may fetch a container; any other gets status ERROR ("forbidden") and
 // a log line.
@@ -52,8 +55,9 @@
 // # Invariants
 //
 //   - Memory is bounded whatever the container size: the source holds one
-//     block record at a time (block bytes never enter user space); the
-//     target one read buffer and the importer's buffer.
+//     block record at a time (block bytes never enter user space; over TLS
+//     a 256 KiB copy buffer and at most tlsconf.MaxBatchBytes of records);
+//     the target one read buffer (two over TLS) and the importer's buffer.
 //   - Nothing the target received becomes visible unless every block
 //     verified and the end record matched (the importer commits only then;
 //     the caller aborts otherwise).

@@ -44,6 +44,10 @@ const (
 	// headerBufBytes is the buffer of small writes (status, records); the
 	// block bytes bypass it (sendfile).
 	headerBufBytes = 64 << 10
+	// tlsCopyBufBytes is the buffer a TLS source reads block files into
+	// and encrypts from (no sendfile): 16 TLS records per file read and
+	// per write to crypto/tls.
+	tlsCopyBufBytes = 256 << 10
 )
 
 // ServerStats counts what a Server did.
@@ -203,8 +207,22 @@ func (s *Server) serve(conn net.Conn) error {
 // stream writes the OK status, the container header, every block and the
 // end record. Block bytes go from the block file to the connection by
 // io.Copy of an *os.File (inside an io.LimitedReader) to the *net.TCPConn,
-// which Go turns into sendfile(2): no copy through user space.
+// which Go turns into sendfile(2): no copy through user space. Over TLS
+// (a tlsconf.RecordConn beneath crypto/tls) they are read tlsCopyBufBytes
+// at a time, encrypted, and the whole stream is one record batch: written
+// tlsconf.MaxBatchBytes per write syscall instead of one per 16 KiB record,
+// the rest at its end.
 func (s *Server) stream(conn net.Conn, w *bufio.Writer, x *engine.Export) (blocks, n uint64, err error) {
+	var copyBuf []byte
+	if rc := tlsconf.RecordConnOf(conn); rc != nil {
+		copyBuf = make([]byte, tlsCopyBufBytes)
+		rc.BeginBatch()
+		defer func() {
+			if ferr := rc.FlushBatch(); err == nil {
+				err = ferr
+			}
+		}()
+	}
 	info := x.Info()
 	b := appendStatus(nil, StatusOK, "")
 	b = ContainerHeader{MaxSizeBytes: info.MaxSizeBytes, UsedBytes: info.UsedBytes, BCSID: info.BCSID}.appendTo(b)
@@ -239,8 +257,9 @@ func (s *Server) stream(conn net.Conn, w *bufio.Writer, x *engine.Export) (block
 		_, tcp := conn.(*net.TCPConn)
 		s.sendfile.Store(ok && tcp) // TLS: read, encrypt, write instead
 		// io.Copy to the connection itself (not a wrapper): *net.TCPConn's
-		// ReadFrom recognises *io.LimitedReader over *os.File.
-		c, err := io.Copy(conn, &io.LimitedReader{R: src, N: int64(bd.Length)})
+		// ReadFrom recognises *io.LimitedReader over *os.File. (TLS: no
+		// ReadFrom, so io.CopyBuffer uses copyBuf.)
+		c, err := io.CopyBuffer(conn, &io.LimitedReader{R: src, N: int64(bd.Length)}, copyBuf)
 		f.Close()
 		n += uint64(c)
 		s.bytes.Add(uint64(c))
@@ -289,16 +308,26 @@ func Dial(ctx context.Context, sec *tlsconf.Settings, addr string) (net.Conn, er
 		return nil, fmt.Errorf("bulk: %w", err)
 	}
 	TuneReceiver(raw)
+	if rc := tlsconf.RecordConnOf(c); rc != nil {
+		// crypto/tls reads about one 16 KiB record per read: through
+		// this buffer one read syscall brings in every record that
+		// arrived.
+		rc.BufferReads(fetchBufBytes)
+	}
 	return c, nil
 }
 
 // TuneSender sets the socket options of a source's connection
-// (SO_SNDBUF = SocketBufBytes); TuneReceiver those of a target's
+// (SO_SNDBUF = SocketBufBytes; over TLS on the TCP connection beneath
+// crypto/tls's tlsconf.RecordConn); TuneReceiver those of a target's
 // (SO_RCVBUF = SocketBufBytes, SO_RCVLOWAT = 256 KiB). Connections that
 // are not TCP are left alone. The copy limit's loopback measurement
 // (bench.MeasureCopyLimits) tunes its connection with the same two, so
 // that it measures the network as the copies use it.
 func TuneSender(c net.Conn) {
+	if rc := tlsconf.RecordConnOf(c); rc != nil {
+		c = rc.Conn
+	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetWriteBuffer(SocketBufBytes)
 	}

@@ -122,22 +122,22 @@ func (s *Settings) ClientConfig(addr string) *tls.Config {
 
 // Listener wraps ln so that every accepted connection is a TLS server
 // connection requiring a client certificate (the handshake runs on the
-// first read or write, in the server's goroutine for that connection);
-// plaintext: ln itself.
+// first read or write, in the server's goroutine for that connection),
+// over a RecordConn; plaintext: ln itself.
 func (s *Settings) Listener(ln net.Listener) net.Listener {
 	if !s.Enabled() {
 		return ln
 	}
-	return tls.NewListener(ln, s.ServerConfig())
+	return recordListener{Listener: ln, cfg: s.ServerConfig()}
 }
 
-// Server returns c as a TLS server connection, its handshake done within
-// ctx; plaintext: c. On error c is closed.
+// Server returns c as a TLS server connection over a RecordConn, its
+// handshake done within ctx; plaintext: c. On error c is closed.
 func (s *Settings) Server(ctx context.Context, c net.Conn) (net.Conn, error) {
 	if !s.Enabled() {
 		return c, nil
 	}
-	tc := tls.Server(c, s.ServerConfig())
+	tc := tls.Server(NewRecordConn(c), s.ServerConfig())
 	if err := tc.HandshakeContext(ctx); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("tls handshake with %s: %w", c.RemoteAddr(), err)
@@ -145,13 +145,14 @@ func (s *Settings) Server(ctx context.Context, c net.Conn) (net.Conn, error) {
 	return tc, nil
 }
 
-// Client returns c, connected to addr, as a TLS client connection, its
-// handshake done within ctx; plaintext: c. On error c is closed.
+// Client returns c, connected to addr, as a TLS client connection over a
+// RecordConn, its handshake done within ctx; plaintext: c. On error c is
+// closed.
 func (s *Settings) Client(ctx context.Context, c net.Conn, addr string) (net.Conn, error) {
 	if !s.Enabled() {
 		return c, nil
 	}
-	tc := tls.Client(c, s.ClientConfig(addr))
+	tc := tls.Client(NewRecordConn(c), s.ClientConfig(addr))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("tls handshake with %s: %w", addr, err)

@@ -19,11 +19,18 @@
 // Settings allow joins (WithJoin), for a client that offers JoinALPN: it
 // may handshake without one and is then the unauthenticated zero Peer,
 // which its server must confine (the meta service: to its join route);
-// keys are ECDSA P-256. Peer, PeerOfState and PeerOfConn give a connection's
+// keys are ECDSA P-256; records are always full-size
+// (DynamicRecordSizingDisabled: no 1 KiB records at a connection's start,
+// which only help a browser render early). Peer, PeerOfState and PeerOfConn give a connection's
 // verified identity; CheckKeyPrivate refuses a key others may read.
 //
+// Every TLS connection Settings makes runs over a RecordConn, which lets
+// the data path write a batch of records with one syscall and read many
+// records per syscall (see RecordConn).
+//
 // Concurrency: a Reloader is safe for concurrent handshakes; it re-reads its
-// files at most once per ReloadCheckInterval, under its own lock.
+// files at most once per ReloadCheckInterval, under its own lock. See
+// RecordConn for its own contract.
 package tlsconf
 
 import (
@@ -456,10 +463,11 @@ func (r *Reloader) serverConfig(join bool) *tls.Config {
 				auth = tls.VerifyClientCertIfGiven
 			}
 			return &tls.Config{
-				MinVersion:   tls.VersionTLS13,
-				Certificates: []tls.Certificate{*cert},
-				ClientAuth:   auth,
-				ClientCAs:    pool,
+				MinVersion:                  tls.VersionTLS13,
+				Certificates:                []tls.Certificate{*cert},
+				ClientAuth:                  auth,
+				ClientCAs:                   pool,
+				DynamicRecordSizingDisabled: true,
 			}, nil
 		},
 	}
@@ -485,7 +493,8 @@ func JoinClientConfig(caFile, serverName string) (*tls.Config, error) {
 	if h, _, err := net.SplitHostPort(serverName); err == nil {
 		serverName = h
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: serverName, NextProtos: []string{JoinALPN}}, nil
+	return &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: serverName, NextProtos: []string{JoinALPN},
+		DynamicRecordSizingDisabled: true}, nil
 }
 
 // ClientConfig is a TLS 1.3 client configuration for a server named
@@ -501,7 +510,8 @@ func (r *Reloader) ClientConfig(serverName string) *tls.Config {
 			c, _ := r.current()
 			return c, nil
 		},
-		Certificates: []tls.Certificate{*cert},
+		Certificates:                []tls.Certificate{*cert},
+		DynamicRecordSizingDisabled: true,
 	}
 }
 

@@ -337,6 +337,11 @@ type Conn struct {
 	// syscall of its own; copied into one buffer, small frames share
 	// records. Payloads larger than the buffer go straight through.
 	wbuf *bufio.Writer
+	// rc, on a TLS connection made by tlsconf.Settings, is the connection
+	// beneath crypto/tls: each gathered write is one batch of records
+	// (BeginBatch…FlushBatch), written with one syscall per
+	// tlsconf.MaxBatchBytes instead of one per 16 KiB record.
+	rc *tlsconf.RecordConn
 
 	closed atomic.Bool
 
@@ -402,6 +407,9 @@ func NewConn(nc net.Conn, cfg ConnConfig) *Conn {
 	c := &Conn{Reader: NewReader(nc, cfg), nc: nc, wtimeout: cfg.WriteTimeout}
 	if _, ok := nc.(interface{ ConnectionState() tls.ConnectionState }); ok {
 		c.wbuf = bufio.NewWriterSize(nc, TLSWriteBufferBytes)
+		if c.rc = tlsconf.RecordConnOf(nc); c.rc != nil {
+			c.rc.BufferReads(TLSReadBufferBytes)
+		}
 	}
 	return c
 }
@@ -409,6 +417,12 @@ func NewConn(nc net.Conn, cfg ConnConfig) *Conn {
 // TLSWriteBufferBytes is the buffer a TLS connection's gathered writes are
 // copied into (see Conn.wbuf): four TLS records of 16 KiB.
 const TLSWriteBufferBytes = 64 << 10
+
+// TLSReadBufferBytes is the read buffer beneath crypto/tls on a TLS
+// connection (tlsconf.RecordConn.BufferReads): crypto/tls reads about one
+// 16 KiB record per read; through this buffer one read syscall brings in
+// every record that has arrived, up to 16 of them.
+const TLSReadBufferBytes = 256 << 10
 
 // DialConn connects to addr over TCP (and TLS when cfg.TLS says so).
 func DialConn(ctx context.Context, addr string, cfg ConnConfig) (*Conn, error) {
@@ -465,6 +479,9 @@ func (c *Conn) writeLocked(e *Encoder) error {
 	c.wnb = e.Buffers()
 	var err error
 	if c.wbuf != nil {
+		if c.rc != nil {
+			c.rc.BeginBatch()
+		}
 		for _, b := range c.wnb {
 			if _, err = c.wbuf.Write(b); err != nil {
 				break
@@ -472,6 +489,11 @@ func (c *Conn) writeLocked(e *Encoder) error {
 		}
 		if err == nil {
 			err = c.wbuf.Flush()
+		}
+		if c.rc != nil {
+			if ferr := c.rc.FlushBatch(); err == nil {
+				err = ferr
+			}
 		}
 	} else {
 		_, err = c.wnb.WriteTo(c.nc)

@@ -94,9 +94,14 @@
 //     mutual TLS 1.3) there is no writev: the buffers are copied into one
 //     TLSWriteBufferBytes (64 KiB) buffer and flushed per batch, payloads
 //     larger than it written straight through, so that small frames share
-//     TLS records and write syscalls. On receive they are copied only out of
+//     TLS records and write syscalls; and each batch's records, which
+//     crypto/tls writes one 16 KiB record at a time, are gathered beneath it
+//     (tlsconf.RecordConn, BeginBatch…FlushBatch) into one write per
+//     tlsconf.MaxBatchBytes (1 MiB). On receive they are copied only out of
 //     the read buffer's look-ahead; the rest goes from the socket straight
-//     into the payload buffer.
+//     into the payload buffer (over TLS: from crypto/tls, which reads its
+//     records through a TLSReadBufferBytes buffer beneath it, many records
+//     per read syscall).
 //   - No allocation per frame in steady state on send (the prefix and
 //     header buffer and the iovec slice are reused) or on receive (header
 //     and payload buffers are reused; larger payloads come from a pool).

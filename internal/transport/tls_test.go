@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/spindle-store/spindle/internal/tlsconf"
@@ -97,4 +98,81 @@ func TestClientServerOverTLS(t *testing.T) {
 	if _, err := pc.Call(ctx, &GetBlock{ContainerID: 1, LocalID: 1}); err == nil {
 		t.Fatal("a plaintext call to a TLS server answered")
 	}
+}
+
+// writeCounter counts the writes that reach the socket beneath TLS.
+type writeCounter struct {
+	net.Conn
+	writes atomic.Int64
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) {
+	w.writes.Add(1)
+	return w.Conn.Write(p)
+}
+
+// A frame's TLS records leave as one batch (tlsconf.RecordConn): a 4 MiB
+// WriteChunk, 256 records of 16 KiB, reaches the client's socket in one
+// write per tlsconf.MaxBatchBytes (crypto/tls alone writes each record),
+// arrives intact through the server's read buffer, and the server's reply
+// (a Conn over the Listener's RecordConn) comes back.
+func TestTLSFrameRecordsBatched(t *testing.T) {
+	pki, err := tlsconf.EnsureLocal(t.TempDir(), []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvTLS, err := pki.Settings(tlsconf.RoleDatanode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliTLS, err := pki.Settings(tlsconf.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &storeHandler{chunks: map[[3]uint64][]byte{}}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(ServerConfig{Handler: h.handle, Logger: quietLogger})
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(srvTLS.Listener(l)) }()
+	t.Cleanup(func() {
+		s.Close()
+		if err := <-done; !errors.Is(err, ErrServerClosed) {
+			t.Errorf("Serve = %v", err)
+		}
+	})
+	addr := l.Addr().String()
+	raw, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := &writeCounter{Conn: raw}
+	ctx := context.Background()
+	nc, err := cliTLS.Client(ctx, wc, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := NewClient(nc, ClientConfig{})
+	t.Cleanup(func() { cl.Close() })
+	if cl.conn.rc == nil {
+		t.Fatal("a TLS connection from tlsconf.Settings without its RecordConn")
+	}
+	const size = 4 << 20
+	big := bytes.Repeat([]byte{1, 2, 3, 4, 5, 6, 7}, size/7+1)[:size]
+	before := wc.writes.Load()
+	res, err := cl.Call(ctx, &WriteChunk{ContainerID: 1, LocalID: 3, Length: size, Checksums: []uint32{crcOf(big)}}, big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Release()
+	if n, limit := wc.writes.Load()-before, int64(size/tlsconf.MaxBatchBytes+1); n > limit {
+		t.Fatalf("a %d-byte frame (%d records) reached the socket in %d writes, want at most %d", size, size/(16<<10), n, limit)
+	}
+	res, err = cl.Call(ctx, &ReadChunk{ContainerID: 1, LocalID: 3, Length: size})
+	if err != nil || !bytes.Equal(res.Payload, big) {
+		t.Fatalf("4 MiB chunk read back: %v", err)
+	}
+	res.Release()
 }
