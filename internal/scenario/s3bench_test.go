@@ -1,8 +1,21 @@
 package scenario
 
 import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"hash/crc32"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
 // A bench s3 whose objects (3 replicas, and as many for the baseline)
@@ -18,4 +31,43 @@ func TestS3BenchRefusesRunsPastFreeSpace(t *testing.T) {
 	if err := checkS3BenchRoom(dir, S3BenchConfig{Objects: 10, SizeBytes: 1 << 10}); err != nil {
 		t.Fatalf("10 objects of 1 KiB: %v", err)
 	}
+}
+
+// The bench's S3 client GETs as a default aws-sdk-go-v2 does: it asks for
+// the object's checksum (x-amz-checksum-mode: ENABLED) and verifies the
+// body against the CRC32C answered, so a body that does not match it
+// fails the read.
+func TestS3BenchClientVerifiesGetChecksums(t *testing.T) {
+	body := []byte("the bytes of an object")
+	good := base64.StdEncoding.EncodeToString(binary.BigEndian.AppendUint32(nil, crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli))))
+	var answer atomic.Value
+	modes := make(chan string, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		modes <- r.Header.Get("X-Amz-Checksum-Mode")
+		w.Header().Set("X-Amz-Checksum-Crc32c", answer.Load().(string))
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.Write(body)
+	}))
+	defer srv.Close()
+	c := s3Client(srv.URL, "AKIAEXAMPLE000000001", "example-secret", "us-east-1", 1)
+	get := func() ([]byte, error) {
+		o, err := c.GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String("b"), Key: aws.String("k")})
+		if err != nil {
+			return nil, err
+		}
+		defer o.Body.Close()
+		return io.ReadAll(o.Body)
+	}
+	answer.Store(good)
+	if got, err := get(); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("GET with the right CRC32C: %q, %v", got, err)
+	}
+	if m := <-modes; m != "ENABLED" {
+		t.Errorf("x-amz-checksum-mode %q, want ENABLED", m)
+	}
+	answer.Store(base64.StdEncoding.EncodeToString([]byte{0, 0, 0, 0}))
+	if _, err := get(); err == nil || !strings.Contains(strings.ToLower(err.Error()), "checksum") {
+		t.Errorf("GET whose body does not match its CRC32C: %v, want a checksum error", err)
+	}
+	<-modes
 }
