@@ -7,11 +7,14 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -70,4 +73,51 @@ func TestS3BenchClientVerifiesGetChecksums(t *testing.T) {
 		t.Errorf("GET whose body does not match its CRC32C: %v, want a checksum error", err)
 	}
 	<-modes
+}
+
+// The bench's S3 client connections have s3ClientRcvBufBytes receive
+// buffers (the kernel reports twice what was set, capped at
+// net.core.rmem_max), not the kernel's autotuned default.
+func TestS3BenchClientReceiveBuffer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	c := s3Client("http://"+ln.Addr().String(), "AKIAEXAMPLE000000001", "example-secret", "us-east-1", 1)
+	dial := c.Options().HTTPClient.(*http.Client).Transport.(*http.Transport).DialContext
+	if dial == nil { // http.Transport's default dialer
+		dial = (&net.Dialer{}).DialContext
+	}
+	conn, err := dial(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	raw, err := conn.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got int
+	var gerr error
+	raw.Control(func(fd uintptr) { got, gerr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF) })
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	b, err := os.ReadFile("/proc/sys/net/core/rmem_max")
+	if err != nil {
+		t.Skipf("no rmem_max: %v", err)
+	}
+	rmemMax, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 * min(s3ClientRcvBufBytes, rmemMax); got != want {
+		t.Errorf("SO_RCVBUF %d, want %d (2 × min(%d, rmem_max %d))", got, want, s3ClientRcvBufBytes, rmemMax)
+	}
 }
