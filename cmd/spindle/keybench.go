@@ -219,7 +219,9 @@ func newBenchS3Cmd() *cobra.Command {
 		Short: "S3 PUTs or GETs of many objects through the S3 gateway (or any S3 --endpoint), with the key client's run of the same as baseline",
 		Long: `--op put: PUTs --objects objects of --size bytes, --concurrency at a time,
 with aws-sdk-go-v2 (path style, UNSIGNED-PAYLOAD, no request checksums). --op
-get: writes them first (untimed), then GETs each once and compares every byte.
+get: writes them first (untimed), then GETs each once and compares every byte;
+the GETs are a default SDK's (ChecksumMode ENABLED: the SDK verifies the
+CRC32C the server answers).
 ops are objects; latency is per request.
 
 By default starts an embedded spindle server in --dir (or uses the cluster at

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -203,16 +204,41 @@ func startGateway(ctx context.Context, mc *metaapi.Client, log *slog.Logger) (en
 	}
 }
 
+// s3ClientRcvBufBytes is the receive buffer (SO_RCVBUF, capped by the
+// kernel at net.core.rmem_max) of the S3 client's connections. The
+// kernel's autotuned buffer (128 KiB at first, about 1 MiB after a while
+// on loopback) holds less than a 1 MiB response: the gateway's write
+// stops when the window is full, and the rest crosses in pieces pushed
+// from the client's reads (each read's window update makes the kernel
+// send the next piece on the reader's time), so both ends pay more
+// segments and wakeups per object. A window that holds the whole
+// response lets the gateway's one write send it (S3.md: 150 µs less CPU
+// per 1 MiB GET). PUTs are unchanged (the client sends).
+const s3ClientRcvBufBytes = 4 << 20
+
 // s3Client is an SDK client that sends UNSIGNED-PAYLOAD and no request
-// checksums, so that the client's hashing does not cap the figures.
+// checksums, so that the client's hashing does not cap the PUT figures.
+// GETs are what a default aws-sdk-go-v2 does (ResponseChecksumValidation
+// WhenSupported): ChecksumMode ENABLED, and the SDK verifies the CRC32C
+// the gateway answers (from the object's record) as the body streams.
+// Its connections have s3ClientRcvBufBytes receive buffers.
 func s3Client(endpoint, access, secret, region string, conns int) *s3.Client {
-	tr := &http.Transport{Proxy: nil, MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: 90 * time.Second}
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, s3ClientRcvBufBytes)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	tr := &http.Transport{Proxy: nil, DialContext: dialer.DialContext, MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: 90 * time.Second}
 	return s3.New(s3.Options{
 		BaseEndpoint: aws.String(endpoint), Region: region, UsePathStyle: true,
 		Credentials:                credentials.NewStaticCredentialsProvider(access, secret, ""),
 		HTTPClient:                 &http.Client{Transport: tr},
 		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
-		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
+		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenSupported,
 		APIOptions:                 []func(*middleware.Stack) error{v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware},
 	})
 }
@@ -385,7 +411,7 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 	} else if n := cl.cpuNote(); n != "" {
 		res.AddNote("%s", n)
 	}
-	res.AddNote("client: aws-sdk-go-v2, path style, UNSIGNED-PAYLOAD, no request checksums; %d connections", cfg.Concurrency)
+	res.AddNote("client: aws-sdk-go-v2, path style, UNSIGNED-PAYLOAD, no request checksums; GETs verify the CRC32C answered (ChecksumMode ENABLED, the SDK's default); %d connections with %s receive buffers", cfg.Concurrency, units.FormatBytes(s3ClientRcvBufBytes))
 	if cfg.Op == "get" {
 		res.AddNote("every byte read was compared with the byte written")
 	}

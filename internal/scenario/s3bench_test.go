@@ -1,8 +1,24 @@
 package scenario
 
 import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"hash/crc32"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
 // A bench s3 whose objects (3 replicas, and as many for the baseline)
@@ -17,5 +33,91 @@ func TestS3BenchRefusesRunsPastFreeSpace(t *testing.T) {
 	}
 	if err := checkS3BenchRoom(dir, S3BenchConfig{Objects: 10, SizeBytes: 1 << 10}); err != nil {
 		t.Fatalf("10 objects of 1 KiB: %v", err)
+	}
+}
+
+// The bench's S3 client GETs as a default aws-sdk-go-v2 does: it asks for
+// the object's checksum (x-amz-checksum-mode: ENABLED) and verifies the
+// body against the CRC32C answered, so a body that does not match it
+// fails the read.
+func TestS3BenchClientVerifiesGetChecksums(t *testing.T) {
+	body := []byte("the bytes of an object")
+	good := base64.StdEncoding.EncodeToString(binary.BigEndian.AppendUint32(nil, crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli))))
+	var answer atomic.Value
+	modes := make(chan string, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		modes <- r.Header.Get("X-Amz-Checksum-Mode")
+		w.Header().Set("X-Amz-Checksum-Crc32c", answer.Load().(string))
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.Write(body)
+	}))
+	defer srv.Close()
+	c := s3Client(srv.URL, "AKIAEXAMPLE000000001", "example-secret", "us-east-1", 1)
+	get := func() ([]byte, error) {
+		o, err := c.GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String("b"), Key: aws.String("k")})
+		if err != nil {
+			return nil, err
+		}
+		defer o.Body.Close()
+		return io.ReadAll(o.Body)
+	}
+	answer.Store(good)
+	if got, err := get(); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("GET with the right CRC32C: %q, %v", got, err)
+	}
+	if m := <-modes; m != "ENABLED" {
+		t.Errorf("x-amz-checksum-mode %q, want ENABLED", m)
+	}
+	answer.Store(base64.StdEncoding.EncodeToString([]byte{0, 0, 0, 0}))
+	if _, err := get(); err == nil || !strings.Contains(strings.ToLower(err.Error()), "checksum") {
+		t.Errorf("GET whose body does not match its CRC32C: %v, want a checksum error", err)
+	}
+	<-modes
+}
+
+// The bench's S3 client connections have s3ClientRcvBufBytes receive
+// buffers (the kernel reports twice what was set, capped at
+// net.core.rmem_max), not the kernel's autotuned default.
+func TestS3BenchClientReceiveBuffer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	c := s3Client("http://"+ln.Addr().String(), "AKIAEXAMPLE000000001", "example-secret", "us-east-1", 1)
+	dial := c.Options().HTTPClient.(*http.Client).Transport.(*http.Transport).DialContext
+	if dial == nil { // http.Transport's default dialer
+		dial = (&net.Dialer{}).DialContext
+	}
+	conn, err := dial(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	raw, err := conn.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got int
+	var gerr error
+	raw.Control(func(fd uintptr) { got, gerr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF) })
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	b, err := os.ReadFile("/proc/sys/net/core/rmem_max")
+	if err != nil {
+		t.Skipf("no rmem_max: %v", err)
+	}
+	rmemMax, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 * min(s3ClientRcvBufBytes, rmemMax); got != want {
+		t.Errorf("SO_RCVBUF %d, want %d (2 × min(%d, rmem_max %d))", got, want, s3ClientRcvBufBytes, rmemMax)
 	}
 }
