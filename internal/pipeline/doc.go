@@ -55,7 +55,9 @@
 // Server's PayloadAlloc hook, called once the frame's header is read;
 // the buffer comes from transport.NewPayload, which reuses a buffer only
 // once the garbage collector found nothing referencing it, so no path
-// that holds chunk bytes has to give them back explicitly): a
+// that holds chunk bytes has to give them back explicitly; the buffers
+// it keeps free for reuse are at most a quarter of the two budgets
+// below, capped at 128 MiB, memory beyond what the budgets admit): a
 // connection whose payload does not fit waits, unread, so TCP pushes back
 // on its sender, until the bytes fit or the connection or the node closes.
 // Every admission is released exactly once, on every path: a client write

@@ -441,6 +441,9 @@ func Start(c Config) (*Node, error) {
 		n.groups[p.ID] = g
 		n.order = append(n.order, g)
 	}
+	// The payload buffers kept for reuse (transport.NewPayload) count
+	// beyond the budgets: a quarter of them at most.
+	transport.SetPayloadRecycleLimit((cfg.MaxInflightPayloadBytes + cfg.MaxInflightRaftPayloadBytes) / 4)
 	n.server = transport.NewServer(transport.ServerConfig{
 		Handler:      n.handle,
 		PayloadAlloc: n.payloadAlloc,

@@ -75,15 +75,14 @@ func putBuf(p *[]byte) {
 // buffers let go meanwhile wait unrecycled, the list runs dry and every
 // payload is a fresh allocation again until the heap has grown enough
 // for the next collection (half the payloads were, measured). So when the
-// free lists fall under a quarter of their bound, once recycleGCBytes
-// have been handed out since the last one, a collection is started in
+// free lists fall under a quarter of their bound, once half their bound
+// has been handed out since the last one, a collection is started in
 // the background (one at a time): at 300 MB/s of payloads that is at
 // most five a second, each cheap (payload buffers hold no pointers; a
 // datanode's pointerful heap is small).
 const (
 	recycleMinBytes     = 32 << 10
 	recycleMaxFreeBytes = 128 << 20
-	recycleGCBytes      = recycleMaxFreeBytes / 2
 )
 
 var recycled recycler
@@ -98,6 +97,9 @@ type recycler struct {
 	// started; collecting: one is running.
 	sinceGC    int
 	collecting bool
+	// maxFreeBytes (SetPayloadRecycleLimit; 0: recycleMaxFreeBytes)
+	// bounds the free lists.
+	maxFreeBytes int
 	// created (tests only, nil otherwise): each buffer's class when it was
 	// allocated, by address (not a pointer: it must not keep buffers
 	// alive); NewPayload panics on a free-list buffer filed under
@@ -152,7 +154,7 @@ func NewPayload(n int) []byte {
 	}
 	fin := r.finalizerOf(c)
 	r.sinceGC += c
-	if r.freeBytes < recycleMaxFreeBytes/4 && r.sinceGC >= recycleGCBytes && !r.collecting {
+	if limit := r.limit(); r.freeBytes < limit/4 && r.sinceGC >= limit/2 && !r.collecting {
 		r.collecting, r.sinceGC = true, 0
 		go collect()
 	}
@@ -183,6 +185,25 @@ func (r *recycler) finalizerOf(c int) func(*byte) {
 	return fin
 }
 
+// limit is the free lists' bound (r.mu held).
+func (r *recycler) limit() int {
+	if r.maxFreeBytes > 0 {
+		return r.maxFreeBytes
+	}
+	return recycleMaxFreeBytes
+}
+
+// SetPayloadRecycleLimit bounds the bytes of free payload buffers this
+// process keeps for reuse (at most recycleMaxFreeBytes, 128 MiB): memory
+// held beyond what the payloads in use take. A datanode sets a quarter of
+// its payload budgets, so that a flood that fills them leaves at most that
+// much more behind.
+func SetPayloadRecycleLimit(n int64) {
+	recycled.mu.Lock()
+	recycled.maxFreeBytes = int(max(recycleMinBytes, min(n, recycleMaxFreeBytes)))
+	recycled.mu.Unlock()
+}
+
 // collect runs a collection, whose finalizers refill the free lists.
 func collect() {
 	runtime.GC()
@@ -200,6 +221,9 @@ func recycle(c int, p *byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	limit := recycleMaxFreeBytes
+	if l := r.maxFreeBytes; l > 0 {
+		limit = l
+	}
 	if r.created != nil {
 		limit = 1 << 40 // tests: every buffer comes back (they check where)
 	}
