@@ -11,33 +11,23 @@ cd "$(dirname "$0")/.."
 SIZES=${SIZES:-"1MiB 4KiB"}
 OBJECTS=${OBJECTS:-300}
 CONCURRENCY=${CONCURRENCY:-16}
-ver=$(awk '$1=="github.com/versity/versitygw"{print $2}' go.mod)
-cache=${XDG_CACHE_HOME:-$HOME/.cache}/spindle/versitygw-$ver
+source scripts/versitygw.sh
 WORK=$(mktemp -d /tmp/spindle-vgw-bench.XXXXXX)
 SHM=$(mktemp -d /dev/shm/spindle-vgw-bench.XXXXXX)
 VGW=""
 cleanup() {
   rc=$?
-  if [[ -n "$VGW" ]]; then
-    kill -TERM -- -"$VGW" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$VGW" 2>/dev/null || break; sleep 0.2; done
-    kill -9 -- -"$VGW" 2>/dev/null || true
-  fi
+  stop_group "$VGW"
   rm -rf "$WORK" "$SHM"
   exit $rc
 }
 trap cleanup EXIT
-if [[ ! -x "$cache/versitygw" ]]; then
-  echo "building versitygw $ver into $cache (once; a few minutes)"
-  mkdir -p "$cache"
-  (cd "$WORK" && GOFLAGS=-mod=mod GOBIN="$cache" go install "github.com/versity/versitygw/cmd/versitygw@$ver") >"$WORK/build.log" 2>&1 ||
-    { tail -5 "$WORK/build.log"; echo "s3-bench-versitygw: could not build versitygw $ver"; exit 1; }
-fi
+versitygw_ensure "$WORK" s3-bench-versitygw
 go build -o "$WORK/spindle" ./cmd/spindle
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 AK=AKIAVERSITYGWBENCH01 SK=versitygw-bench-secret-0123456789abcdef
 mkdir -p "$SHM/posix"
-setsid env -u AWS_CA_BUNDLE "$cache/versitygw" --port "127.0.0.1:$PORT" --access "$AK" --secret "$SK" posix "$SHM/posix" >"$WORK/vgw.log" 2>&1 &
+setsid env -u AWS_CA_BUNDLE "$VGW_BIN" --port "127.0.0.1:$PORT" --access "$AK" --secret "$SK" posix "$SHM/posix" >"$WORK/vgw.log" 2>&1 &
 VGW=$!
 EP="http://127.0.0.1:$PORT"
 for _ in $(seq 60); do
@@ -45,7 +35,7 @@ for _ in $(seq 60); do
   kill -0 "$VGW" 2>/dev/null || { tail -5 "$WORK/vgw.log"; echo "s3-bench-versitygw: versitygw ended"; exit 1; }
   sleep 0.5
 done
-echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); versitygw $ver posix on /dev/shm vs spindle bench s3 (embedded, 3 replicas, /dev/shm)"
+echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); versitygw ($VGW_BIN) posix on /dev/shm vs spindle bench s3 (embedded, 3 replicas, /dev/shm)"
 for size in $SIZES; do
   for op in put get; do
     echo "## $op $size, $OBJECTS objects, concurrency $CONCURRENCY"

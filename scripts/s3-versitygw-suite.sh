@@ -10,28 +10,19 @@
 #   VGW_TESTS='PutObject_*' ...   only the tests matching that glob
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ver=$(awk '$1=="github.com/versity/versitygw"{print $2}' go.mod)
-cache=${XDG_CACHE_HOME:-$HOME/.cache}/spindle/versitygw-$ver
+source scripts/versitygw.sh
 WORK=$(mktemp -d /tmp/spindle-vgw-suite.XXXXXX)
 SHM=$(mktemp -d /dev/shm/spindle-vgw-suite.XXXXXX)
 SRV=""
 cleanup() {
   rc=$?
-  if [[ -n "$SRV" ]]; then
-    kill -TERM -- -"$SRV" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$SRV" 2>/dev/null || break; sleep 0.2; done
-    kill -9 -- -"$SRV" 2>/dev/null || true
-  fi
+  stop_group "$SRV"
   rm -rf "$WORK" "$SHM"
   exit $rc
 }
 trap cleanup EXIT
-if [[ ! -x "$cache/versitygw" ]]; then
-  echo "building versitygw $ver's test command into $cache (once; a few minutes)"
-  mkdir -p "$cache"
-  (cd "$WORK" && GOFLAGS=-mod=mod GOBIN="$cache" go install "github.com/versity/versitygw/cmd/versitygw@$ver") >"$WORK/build.log" 2>&1 ||
-    { tail -5 "$WORK/build.log"; echo "s3-versitygw-suite: could not build versitygw $ver"; exit 1; }
-fi
+versitygw_ensure "$WORK" s3-versitygw-suite
+cache=$(dirname "$VGW_BIN")
 go build -o "$WORK/spindle" ./cmd/spindle
 read -r META_PORT S3_PORT <<<"$(python3 -c 'import socket
 s=[socket.socket() for _ in range(2)]
@@ -71,7 +62,7 @@ while read -r t; do
 done <"$WORK/tests"
 cp "$WORK/results" "${VGW_RESULTS:-/dev/null}"
 awk '{split($2,a,"_"); g[a[1]]++; if($1=="PASS")p[a[1]]++} END{for(k in g) printf "  %-34s %3d/%3d\n", k, p[k], g[k]}' "$WORK/results" | sort
-echo "s3-versitygw-suite: $pass/$total of versitygw $ver's tests passed against Spindle's gateway;" \
+echo "s3-versitygw-suite: $pass/$total of versitygw $VGW_VERSION's tests passed against Spindle's gateway;" \
   "${#new[@]} failed that are not known failures${new:+ (${new[*]})}"
 (( ${#fixed[@]} == 0 )) || echo "known failures that now pass (take them off $known): ${fixed[*]}"
 (( ${#new[@]} == 0 ))

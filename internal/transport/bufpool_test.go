@@ -19,14 +19,7 @@ import (
 // finalizer filing it under a larger one hands out bytes past its end).
 func TestNewPayloadNeverHandsOutALiveBuffer(t *testing.T) {
 	const workers, rounds = 4, 400
-	recycled.mu.Lock()
-	recycled.created = map[uintptr]int{}
-	recycled.mu.Unlock()
-	t.Cleanup(func() {
-		recycled.mu.Lock()
-		recycled.created = nil
-		recycled.mu.Unlock()
-	})
+	trackClasses(t)
 	var wg sync.WaitGroup
 	errs := make(chan string, workers)
 	for w := 0; w < workers; w++ {
@@ -73,14 +66,11 @@ func TestNewPayloadNeverHandsOutALiveBuffer(t *testing.T) {
 	t.Logf("reused %d buffers", reused)
 }
 
-// resetRecycler empties the free lists and forgets the finalizers made so
-// far, and records each new buffer's class (recycler.created; with it,
-// every recycled buffer is kept).
-func resetRecycler(t *testing.T) {
+// trackClasses makes NewPayload record each new buffer's class
+// (recycler.created; with it, every recycled buffer is kept) until the
+// test ends.
+func trackClasses(t *testing.T) {
 	recycled.mu.Lock()
-	recycled.free = map[int][]*byte{}
-	recycled.finalizer = map[int]func(*byte){}
-	recycled.freeBytes = 0
 	recycled.created = map[uintptr]int{}
 	recycled.mu.Unlock()
 	t.Cleanup(func() {
@@ -88,6 +78,17 @@ func resetRecycler(t *testing.T) {
 		recycled.created = nil
 		recycled.mu.Unlock()
 	})
+}
+
+// resetRecycler empties the free lists, forgets the finalizers made so
+// far, and tracks classes (trackClasses).
+func resetRecycler(t *testing.T) {
+	recycled.mu.Lock()
+	recycled.free = map[int][]*byte{}
+	recycled.finalizer = map[int]func(*byte){}
+	recycled.freeBytes = 0
+	recycled.mu.Unlock()
+	trackClasses(t)
 }
 
 // waitFree collects until the free list of class c holds at least want

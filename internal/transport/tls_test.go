@@ -18,33 +18,7 @@ import (
 // (Conn.wbuf) and a 16 MiB payload written past the buffer; a plaintext
 // client gets no answer.
 func TestClientServerOverTLS(t *testing.T) {
-	pki, err := tlsconf.EnsureLocal(t.TempDir(), []string{"127.0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvTLS, err := pki.Settings(tlsconf.RoleDatanode)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cliTLS, err := pki.Settings(tlsconf.RoleAdmin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &storeHandler{chunks: map[[3]uint64][]byte{}}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := NewServer(ServerConfig{Handler: h.handle, Logger: quietLogger})
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(srvTLS.Listener(l)) }()
-	t.Cleanup(func() {
-		s.Close()
-		if err := <-done; !errors.Is(err, ErrServerClosed) {
-			t.Errorf("Serve = %v", err)
-		}
-	})
-	addr := l.Addr().String()
+	cliTLS, addr := startTLSServer(t)
 	cl := dial(t, addr, ClientConfig{Conn: ConnConfig{TLS: cliTLS}})
 	if cl.conn.wbuf == nil {
 		t.Fatal("a TLS connection without its write buffer")
@@ -117,33 +91,7 @@ func (w *writeCounter) Write(p []byte) (int, error) {
 // arrives intact through the server's read buffer, and the server's reply
 // (a Conn over the Listener's RecordConn) comes back.
 func TestTLSFrameRecordsBatched(t *testing.T) {
-	pki, err := tlsconf.EnsureLocal(t.TempDir(), []string{"127.0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvTLS, err := pki.Settings(tlsconf.RoleDatanode)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cliTLS, err := pki.Settings(tlsconf.RoleAdmin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &storeHandler{chunks: map[[3]uint64][]byte{}}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := NewServer(ServerConfig{Handler: h.handle, Logger: quietLogger})
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(srvTLS.Listener(l)) }()
-	t.Cleanup(func() {
-		s.Close()
-		if err := <-done; !errors.Is(err, ErrServerClosed) {
-			t.Errorf("Serve = %v", err)
-		}
-	})
-	addr := l.Addr().String()
+	cliTLS, addr := startTLSServer(t)
 	raw, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -175,4 +123,38 @@ func TestTLSFrameRecordsBatched(t *testing.T) {
 		t.Fatalf("4 MiB chunk read back: %v", err)
 	}
 	res.Release()
+}
+
+// startTLSServer serves a storeHandler over mutual TLS (the local PKI's
+// datanode certificate) on 127.0.0.1 until the test ends, and returns the
+// settings of a client with the admin certificate and the address.
+func startTLSServer(t *testing.T) (*tlsconf.Settings, string) {
+	t.Helper()
+	pki, err := tlsconf.EnsureLocal(t.TempDir(), []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvTLS, err := pki.Settings(tlsconf.RoleDatanode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliTLS, err := pki.Settings(tlsconf.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &storeHandler{chunks: map[[3]uint64][]byte{}}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(ServerConfig{Handler: h.handle, Logger: quietLogger})
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(srvTLS.Listener(l)) }()
+	t.Cleanup(func() {
+		s.Close()
+		if err := <-done; !errors.Is(err, ErrServerClosed) {
+			t.Errorf("Serve = %v", err)
+		}
+	})
+	return cliTLS, l.Addr().String()
 }
