@@ -250,17 +250,7 @@ func TestStolenDatanodeIdentityRefused(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
-			cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				cmd.Process.Kill()
-				<-done
-			}
-		})
+		stopAtEnd(t, cmd)
 		return out
 	}
 	victimAddr := func() string {
@@ -394,17 +384,7 @@ func TestDatanodeJoinsWithToken(t *testing.T) {
 		return cmd, out, f
 	}
 	cmd, out, f := start()
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
+	stopAtEnd(t, cmd)
 	mc, err := metaapi.NewClient(srv.MetaAddr(), metaapi.ClientOptions{TLS: srv.ClientTLS()})
 	if err != nil {
 		t.Fatal(err)

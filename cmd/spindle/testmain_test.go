@@ -2,7 +2,10 @@ package main
 
 import (
 	"os"
+	"os/exec"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
@@ -28,4 +31,22 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// stopAtEnd reaps cmd (started; the test must not Wait for it) and stops
+// it when the test ends: SIGTERM, then SIGKILL if it has not exited
+// within 30 s. The channel is closed once cmd has exited.
+func stopAtEnd(t *testing.T, cmd *exec.Cmd) <-chan struct{} {
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	return done
 }

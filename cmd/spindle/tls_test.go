@@ -53,19 +53,7 @@ func TestDefaultServerRefusesConnectionsWithoutValidCert(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				cmd.Process.Kill()
-				<-done
-			}
-		}
-	})
+	exited := stopAtEnd(t, cmd)
 	var metaAddr string
 	for i := 0; metaAddr == ""; i++ {
 		if b, err := os.ReadFile(ready); err == nil && bytes.Count(b, []byte("\n")) >= 2 {
@@ -185,8 +173,10 @@ func TestDefaultServerRefusesConnectionsWithoutValidCert(t *testing.T) {
 	if err != nil || got != string(value) {
 		t.Fatalf("get after the probes: %v (%d bytes, want %d)", err, len(got), len(value))
 	}
-	if cmd.ProcessState != nil {
+	select {
+	case <-exited:
 		t.Fatalf("the server exited: %s", stderr.String())
+	default:
 	}
 	if after := listeningAddrs(t, cmd.Process.Pid); !slices.Equal(after, listening) {
 		t.Errorf("listening addresses after the probes %v, before %v", after, listening)
