@@ -66,8 +66,9 @@ func putBuf(p *[]byte) {
 //
 // Size classes: four per power of two (waste ≤ 25 %), from
 // recycleMinBytes (Go allocates larger objects page by page; smaller
-// ones come from warm spans) to MaxPayloadBytes. The free lists hold at most recycleMaxFreeBytes in
-// all; a buffer that does not fit is left to the collector.
+// ones come from warm spans) to MaxPayloadBytes. The free lists hold at
+// most their bound in all (SetPayloadRecycleLimit, recycleMaxFreeBytes
+// at most); a buffer that does not fit is left to the collector.
 //
 // Why NewPayload starts collections. Buffers come back only when a
 // collection runs, and the collector paces itself by new allocation: a
@@ -85,14 +86,14 @@ const (
 	recycleMaxFreeBytes = 128 << 20
 )
 
-var recycled recycler
+var recycled = recycler{free: map[int][]*byte{}, finalizer: map[int]func(*byte){}}
 
 type recycler struct {
 	mu        sync.Mutex
 	free      map[int][]*byte // capacity → first bytes of free buffers
 	freeBytes int
 	finalizer map[int]func(*byte)
-	reused    uint64 // buffers handed out again (tests, metrics)
+	reused    uint64 // buffers handed out again (tests)
 	// sinceGC: bytes handed out since the last collection NewPayload
 	// started; collecting: one is running.
 	sinceGC    int
@@ -128,10 +129,6 @@ func NewPayload(n int) []byte {
 	c := recycleClass(n)
 	r := &recycled
 	r.mu.Lock()
-	if r.free == nil {
-		r.free = map[int][]*byte{}
-		r.finalizer = map[int]func(*byte){}
-	}
 	var p *byte
 	// The smallest free buffer of this class or of the next four (at
 	// most twice the size: a follower's frames batch a varying number of
@@ -220,10 +217,7 @@ func recycle(c int, p *byte) {
 	r := &recycled
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	limit := recycleMaxFreeBytes
-	if l := r.maxFreeBytes; l > 0 {
-		limit = l
-	}
+	limit := r.limit()
 	if r.created != nil {
 		limit = 1 << 40 // tests: every buffer comes back (they check where)
 	}
