@@ -199,7 +199,10 @@ func (e *Engine) verifyPutLocked(c *container, bd *BlockData) (*blockState, uint
 	}
 	var seq uint64
 	for j := 0; i < len(bd.Chunks); i, j = i+1, j+1 {
-		if j >= len(bs.pending) || !sameChunk(&bd.Chunks[i], &bs.pending[j].ChunkInfo) {
+		if j >= len(bs.pending) {
+			return nil, 0, fmt.Errorf("%w: chunk %d at offset %d does not match the chunk written there", ErrInvalid, i, bd.Chunks[i].Offset)
+		}
+		if written := bs.pendingInfo(j); !sameChunk(&bd.Chunks[i], &written) {
 			return nil, 0, fmt.Errorf("%w: chunk %d at offset %d does not match the chunk written there", ErrInvalid, i, bd.Chunks[i].Offset)
 		}
 		if !bs.pending[j].done {
@@ -279,7 +282,7 @@ func (e *Engine) advanceLocked(c *container, bcsid uint64) error {
 // a logged write. c.mu must be held.
 func loggedUpTo(bs *blockState, length uint64) bool {
 	for i := range bs.pending {
-		if bs.pending[i].Offset >= length {
+		if bs.pending[i].offset >= length {
 			break
 		}
 		if bs.pending[i].logged {
@@ -315,10 +318,10 @@ func (e *Engine) commitPutLocked(c *container, bs *blockState, bd *BlockData, bc
 	e.commit.markVolume(c.vol)
 	e.records.put(rec)
 	n := 0
-	for n < len(bs.pending) && bs.pending[n].Offset < bd.Length {
+	for n < len(bs.pending) && bs.pending[n].offset < bd.Length {
 		n++
 	}
-	bs.pending = slices.Delete(bs.pending, 0, n)
+	bs.trimPending(n)
 	bs.committedLen = bd.Length
 	if len(bs.pending) == 0 {
 		// Nothing beyond the record: the state can be rebuilt from it, so
@@ -587,7 +590,7 @@ func (e *Engine) readableChunks(c *container, b BlockID) ([]ChunkInfo, uint32, e
 			if !bs.pending[i].done {
 				break
 			}
-			chunks = append(chunks, bs.pending[i].ChunkInfo)
+			chunks = append(chunks, bs.pendingInfo(i))
 			bpc = bs.bpc
 		}
 	}

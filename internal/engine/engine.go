@@ -96,17 +96,67 @@ type blockState struct {
 	committedLen uint64
 	bpc          uint32 // bytes per checksum of every chunk of the block; 0 until the first
 	nextOffset   uint64
-	pending      []pendingChunk
-	broken       error // a write to the file failed: the block takes no more puts
+	// pending are the chunks written past committedLen, in offset order,
+	// and sums their checksums, one after another (pendingChunk.sumsAt).
+	// Neither holds a pointer, so the collector never scans them: a 64
+	// MiB block of 1 KiB chunks queues 65,536 of them, and a slice of
+	// ChunkInfo (one checksum slice allocated per chunk) cost a small
+	// allocation per write and a scan of every entry in every GC cycle.
+	// sums is only ever appended to, or replaced by a copy when committed
+	// chunks are trimmed (commitPutLocked): the checksum slices handed
+	// out (pendingSums, capped at their length) stay valid and unchanged.
+	pending []pendingChunk
+	sums    []uint32
+	broken  error // a write to the file failed: the block takes no more puts
 }
 
 type pendingChunk struct {
-	ChunkInfo
-	done bool   // pwrite completed
-	seq  uint64 // committer sequence of the write, valid when done (0 for a logged one)
+	offset, length uint64
+	seq            uint64 // committer sequence of the write, valid when done (0 for a logged one)
+	sumsAt, nsums  uint32 // its checksums: blockState.sums[sumsAt:sumsAt+nsums]
+	done           bool   // pwrite completed
 	// logged: written by WriteLoggedChunk (its file is synced when
 	// promoted, not by the round of seq).
 	logged bool
+}
+
+// pendingSums returns the checksums of bs.pending[i], capped at their
+// length (an append by the caller copies them).
+func (bs *blockState) pendingSums(i int) []uint32 {
+	p := &bs.pending[i]
+	return bs.sums[p.sumsAt : p.sumsAt+p.nsums : p.sumsAt+p.nsums]
+}
+
+// pendingInfo returns bs.pending[i] as a ChunkInfo (its checksums shared,
+// see pendingSums).
+func (bs *blockState) pendingInfo(i int) ChunkInfo {
+	p := &bs.pending[i]
+	return ChunkInfo{Offset: p.offset, Length: p.length, Checksums: bs.pendingSums(i)}
+}
+
+// addPending queues a chunk written at offset.
+func (bs *blockState) addPending(offset, length uint64, checksums []uint32, logged bool) {
+	bs.pending = append(bs.pending, pendingChunk{offset: offset, length: length,
+		sumsAt: uint32(len(bs.sums)), nsums: uint32(len(checksums)), logged: logged})
+	bs.sums = append(bs.sums, checksums...)
+}
+
+// trimPending drops the first n pending chunks (committed). The remaining
+// checksums move to a new array: the old one may be shared (pendingSums).
+func (bs *blockState) trimPending(n int) {
+	if n == 0 {
+		return
+	}
+	if n == len(bs.pending) {
+		bs.pending, bs.sums = bs.pending[:0], nil
+		return
+	}
+	at := bs.pending[n].sumsAt
+	bs.pending = slices.Delete(bs.pending, 0, n)
+	for i := range bs.pending {
+		bs.pending[i].sumsAt -= at
+	}
+	bs.sums = slices.Clone(bs.sums[at:])
 }
 
 // Open opens the engine over cfg.DataDirs, formatting new volumes, loading
@@ -950,7 +1000,7 @@ func (e *Engine) writeChunk(b BlockID, offset uint64, data []byte, bytesPerCheck
 			return blockOffErr("write chunk", b, offset, err)
 		}
 	}
-	bs.pending = append(bs.pending, pendingChunk{ChunkInfo: ChunkInfo{Offset: offset, Length: length, Checksums: slices.Clone(checksums)}, logged: logged})
+	bs.addPending(offset, length, checksums, logged)
 	bs.nextOffset += length
 	bs.bpc = bytesPerChecksum
 	c.usedBytes += length
@@ -980,7 +1030,7 @@ func (e *Engine) writeChunk(b BlockID, offset uint64, data []byte, bytesPerCheck
 	idx := -1
 	if cur := c.blocks[b.Local]; cur == bs {
 		for j := len(bs.pending) - 1; j >= 0; j-- {
-			if bs.pending[j].Offset == offset {
+			if bs.pending[j].offset == offset {
 				idx = j
 				break
 			}
@@ -1029,11 +1079,12 @@ func (e *Engine) replayLocked(c *container, b BlockID, bs *blockState, offset, l
 	var have *ChunkInfo
 	if offset >= bs.committedLen {
 		for i := range bs.pending {
-			if bs.pending[i].Offset == offset {
+			if bs.pending[i].offset == offset {
 				if !bs.pending[i].done {
 					return fmt.Errorf("%w: the same chunk is being written", ErrOverlap)
 				}
-				have = &bs.pending[i].ChunkInfo
+				ci := bs.pendingInfo(i)
+				have = &ci
 				break
 			}
 		}
