@@ -134,8 +134,17 @@ func (bs *blockState) pendingInfo(i int) ChunkInfo {
 	return ChunkInfo{Offset: p.offset, Length: p.length, Checksums: bs.pendingSums(i)}
 }
 
-// addPending queues a chunk written at offset.
+// addPending queues a chunk written at offset. Both slices double when
+// full: append grows a large slice by a quarter, which copied a block's
+// list of small chunks about five times over as it grew (2 % of a
+// datanode's CPU at 1 KiB writes).
 func (bs *blockState) addPending(offset, length uint64, checksums []uint32, logged bool) {
+	if len(bs.pending) == cap(bs.pending) {
+		bs.pending = slices.Grow(bs.pending, max(len(bs.pending), 16))
+	}
+	if len(bs.sums)+len(checksums) > cap(bs.sums) {
+		bs.sums = slices.Grow(bs.sums, max(len(bs.sums), len(checksums), 16))
+	}
 	bs.pending = append(bs.pending, pendingChunk{offset: offset, length: length,
 		sumsAt: uint32(len(bs.sums)), nsums: uint32(len(checksums)), logged: logged})
 	bs.sums = append(bs.sums, checksums...)
