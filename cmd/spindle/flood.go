@@ -27,8 +27,9 @@ pipeline client for --phase (quiet), then again for --phase while the
 leader holds --idle-conns idle connections (each sent one request, then
 nothing) and --peers connections send it maximum-size frames (never reading
 the answers), at most --frames each: half WriteChunks of the pipeline of
-64 MiB with wrong checksums (admitted against the client budget, replicated,
-refused by every replica's engine), half 68 MiB RaftMessages of its group
+64 MiB with wrong checksums (admitted against the client budget, refused by
+the leader at their first bad piece as they arrive, the rest of each read and
+dropped at the connection's skip rate), half 68 MiB RaftMessages of its group
 from a non-member at a stale term (admitted against the raft budget, then
 ignored by raft). With --refused the frames are ones a datanode refuses from
 their header (68 MiB WriteChunks, RaftMessages of a group it does not serve):

@@ -69,11 +69,18 @@
 // (unknown or failed group, bad payload, rejected or duplicate entries, no
 // append in the next Ready), or when its group is removed; a payload not
 // read in full (the connection closed or broke mid-frame) by the transport
-// Server. A payload refused whatever its bytes (a write to a pipeline not
-// served or not led here, a raft message of a group not served here) is
-// not admitted at all: it is read through the connection's buffer and
-// dropped (transport.ErrSkipPayload), so a flood of them costs CPU, not
-// memory. Two budgets, each a Config limit:
+// Server; a client write whose CRC32C pieces fail as they arrive (they are
+// verified a step of whole pieces at a time, ≤ 256 KiB, by the check
+// payloadAlloc gives the Server: chunkCheck) by the Server too, at its
+// first bad piece, before the rest of it is read. A payload refused
+// whatever its bytes (a write to a pipeline not served or not led here, a
+// raft message of a group not served here) is not admitted at all: it is
+// read through the connection's buffer and dropped
+// (transport.ErrSkipPayload), so a flood of them costs CPU, not memory;
+// the rest of a write refused at a bad piece is dropped the same way.
+// Both are read at the connection's skip rate
+// (transport.DefaultSkipBytesPerSecond past a first burst). Two budgets,
+// each a Config limit:
 //
 //   - the client budget (MaxInflightPayloadBytes, 512 MiB): WriteChunk
 //     payloads, from arrival until answered;

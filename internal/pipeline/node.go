@@ -478,33 +478,61 @@ func Start(c Config) (*Node, error) {
 // is not read meanwhile) until the bytes fit or the connection or the node
 // closes. A payload that will be refused whatever its bytes — a write to a
 // pipeline not served or not led here, a raft message of a group not
-// served here, a header that does not decode — is skipped: read and
-// dropped, nothing allocated (see handleSkipped). No other frame carries a
-// payload a datanode takes.
-func (n *Node) payloadAlloc(ctx context.Context, t transport.MsgType, header []byte, size int) ([]byte, func(), error) {
+// served here, a header that does not decode or does not match its
+// payload's length — is skipped: read and dropped, nothing allocated (see
+// handleSkipped). A chunk's CRC32C pieces are checked as they arrive
+// (chunkCheck); one that fails is refused there (handleRefused). No other
+// frame carries a payload a datanode takes.
+func (n *Node) payloadAlloc(ctx context.Context, t transport.MsgType, header []byte, size int) (transport.Payload, error) {
 	var b *byteBudget
+	var check transport.PayloadCheck
 	switch t {
 	case transport.TypeWriteChunk:
-		var wc transport.WriteChunk
-		if err := wc.Unmarshal(header); err != nil || engine.CheckChunkArgs(wc.Length, wc.BytesPerChecksum, wc.Checksums) != nil {
-			return nil, nil, transport.ErrSkipPayload
+		wc := &transport.WriteChunk{}
+		if err := wc.Unmarshal(header); err != nil || wc.Length != uint64(size) || engine.CheckChunkArgs(wc.Length, wc.BytesPerChecksum, wc.Checksums) != nil {
+			return transport.Payload{}, transport.ErrSkipPayload
 		}
 		if g := n.group(wc.PipelineID); g == nil || g.leader.Load() != n.cfg.ID {
-			return nil, nil, transport.ErrSkipPayload
+			return transport.Payload{}, transport.ErrSkipPayload
 		}
 		b = n.inflight
+		check = chunkCheck(wc)
 	case transport.TypeRaftMessage:
 		if !n.raftRoutable(header) {
-			return nil, nil, transport.ErrSkipPayload
+			return transport.Payload{}, transport.ErrSkipPayload
 		}
 		b = n.raftBuf
 	default:
-		return nil, nil, fmt.Errorf("pipeline: a %v frame with a payload is not served by a datanode", t)
+		return transport.Payload{}, fmt.Errorf("pipeline: a %v frame with a payload is not served by a datanode", t)
 	}
 	if err := b.acquire(ctx, int64(size)); err != nil {
-		return nil, nil, fmt.Errorf("pipeline: admitting %d payload bytes: %w", size, err)
+		return transport.Payload{}, fmt.Errorf("pipeline: admitting %d payload bytes: %w", size, err)
 	}
-	return transport.NewPayload(size), b.releaser(int64(size)), nil
+	return transport.Payload{Buf: transport.NewPayload(size), Release: b.releaser(int64(size)), Check: check}, nil
+}
+
+// chunkCheck verifies a chunk's CRC32C pieces as its payload arrives, on
+// the connection's goroutine (transport.PayloadCheck): every replica would
+// refuse a chunk whose bytes do not match their checksums, so the leader
+// refuses it before it is proposed, at its first bad piece, without
+// reading the rest into a buffer. wc has passed CheckChunkArgs for a
+// payload of wc.Length bytes: one checksum per piece.
+func chunkCheck(wc *transport.WriteChunk) transport.PayloadCheck {
+	bpc := int(wc.BytesPerChecksum)
+	return transport.PayloadCheck{PieceBytes: bpc, Check: func(off int, span []byte) error {
+		if bad := engine.VerifyPieces(span, wc.Checksums[off/bpc:], wc.BytesPerChecksum); bad >= 0 {
+			return &pieceMismatch{offsetBytes: uint64(off) + uint64(bad)*uint64(bpc)}
+		}
+		return nil
+	}}
+}
+
+// pieceMismatch is chunkCheck's refusal: the piece at offsetBytes into the
+// chunk does not match its checksum.
+type pieceMismatch struct{ offsetBytes uint64 }
+
+func (e *pieceMismatch) Error() string {
+	return fmt.Sprintf("checksum mismatch at offset %d of the chunk", e.offsetBytes)
 }
 
 // framePayloadBytes bounds the chunk bytes of one RaftMessage frame (and

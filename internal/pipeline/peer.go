@@ -380,6 +380,9 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 			return nil, nil
 		}
 	}
+	if f.CheckErr != nil {
+		return n.handleRefused(f)
+	}
 	if f.Skipped > 0 {
 		return n.handleSkipped(f)
 	}
@@ -416,23 +419,16 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 			return badRequest(0, err)
 		}
 		p.reqID = wc.RequestID
-		// Every replica would refuse a chunk whose bytes do not match
-		// their checksums: refused here, it costs one CRC pass on this
-		// connection's goroutine instead of a proposal, a log entry and
-		// its replication to the followers. A chunk that passes is
-		// written by this leader's append without a second pass
-		// (proposal.verified); each follower's engine verifies the bytes
+		// Its pieces were verified as they arrived (payloadAlloc's
+		// chunkCheck, on this connection's goroutine): a mismatch is
+		// answered at once and never gets here (handleRefused). A chunk
+		// that passed (f.Checked) is written by this leader's append
+		// without a second pass (proposal.verified); one that was not
+		// checked (none is: every admitted chunk is) would be verified
+		// by the engine there. Each follower's engine verifies the bytes
 		// it received.
-		if engine.CheckChunkArgs(uint64(len(f.Payload)), wc.BytesPerChecksum, wc.Checksums) != nil {
-			// malformed: refused by the engine as ErrInvalid, as before
-		} else if bad := engine.VerifyPieces(f.Payload, wc.Checksums, wc.BytesPerChecksum); bad < 0 {
-			p.verified = true // the append writes it without a second pass
-		} else {
-			c.PayloadWasted(len(f.Payload))
-			p.releasePayload()
-			n.metrics.refusals.WithLabelValues(KindWriteChunk.String()).Inc()
-			return &transport.Response{RequestID: wc.RequestID, Status: transport.StatusChecksumMismatch,
-				Message: fmt.Sprintf("chunk %d/%d@%d: checksum mismatch at offset %d", wc.ContainerID, wc.LocalID, wc.Offset, wc.Offset+uint64(bad)*uint64(wc.BytesPerChecksum))}, nil
+		if f.Checked && engine.CheckChunkArgs(uint64(len(f.Payload)), wc.BytesPerChecksum, wc.Checksums) == nil {
+			p.verified = true
 		}
 		if !n.post(event{kind: evPropose, group: wc.PipelineID, prop: p}) {
 			p.releasePayload()
@@ -510,6 +506,31 @@ func readErrorKind(err error) string {
 		return "invalid"
 	}
 	return "other"
+}
+
+// handleRefused answers a frame whose payload its check refused as it
+// arrived (chunkCheck): a WriteChunk with a piece that does not match its
+// checksum, answered CHECKSUM_MISMATCH, never proposed. The transport
+// Server has already given its admission back and dropped the rest of its
+// bytes.
+func (n *Node) handleRefused(f transport.Frame) (transport.Message, []byte) {
+	wc := &transport.WriteChunk{}
+	if err := f.Decode(wc); err != nil {
+		return badRequest(0, err)
+	}
+	var pm *pieceMismatch
+	if !errors.As(f.CheckErr, &pm) {
+		return &transport.Response{RequestID: wc.RequestID, Status: transport.StatusInternal, Message: f.CheckErr.Error()}, nil
+	}
+	return n.refuseChunk(wc, pm.offsetBytes)
+}
+
+// refuseChunk answers a WriteChunk whose piece at offsetBytes into the
+// chunk does not match its checksum.
+func (n *Node) refuseChunk(wc *transport.WriteChunk, offsetBytes uint64) (transport.Message, []byte) {
+	n.metrics.refusals.WithLabelValues(KindWriteChunk.String()).Inc()
+	return &transport.Response{RequestID: wc.RequestID, Status: transport.StatusChecksumMismatch,
+		Message: fmt.Sprintf("chunk %d/%d@%d: checksum mismatch at offset %d", wc.ContainerID, wc.LocalID, wc.Offset, wc.Offset+offsetBytes)}, nil
 }
 
 // handleSkipped answers a frame whose payload payloadAlloc skipped: a

@@ -69,8 +69,10 @@ type FloodConfig struct {
 	// WriteChunks and half RaftMessages, of the kind Refused says.
 	// Admitted (false): WriteChunks of the pipeline of the largest chunk
 	// (engine.MaxChunkSizeBytes) with a well-formed header but wrong
-	// checksums (admitted against the leader's client budget, replicated,
-	// refused by every replica's engine), and RaftMessages of the
+	// checksums (admitted against the leader's client budget, refused by
+	// the leader at their first bad piece as they arrive, the rest of
+	// each read and dropped at the connection's skip rate:
+	// transport.PayloadCheck), and RaftMessages of the
 	// pipeline's group of transport.MaxPayloadBytes from a non-member at
 	// a stale term (admitted against the raft budget, then ignored by
 	// raft). Refused (true): frames refused from their header (WriteChunks

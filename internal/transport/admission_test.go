@@ -16,12 +16,12 @@ func TestServerPayloadAdmission(t *testing.T) {
 	released := make(chan struct{}, 4)
 	admitted := make(chan int, 4)
 	_, addr := startServer(t, ServerConfig{
-		PayloadAlloc: func(_ context.Context, mt MsgType, _ []byte, n int) ([]byte, func(), error) {
+		PayloadAlloc: func(_ context.Context, mt MsgType, _ []byte, n int) (Payload, error) {
 			if n > 5000 {
-				return nil, nil, errors.New("over budget")
+				return Payload{}, errors.New("over budget")
 			}
 			admitted <- n
-			return make([]byte, n), func() { released <- struct{}{} }, nil
+			return Payload{Buf: make([]byte, n), Release: func() { released <- struct{}{} }}, nil
 		},
 		Handler: func(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
 			t.Errorf("handler called for a frame whose payload never arrived in full")
@@ -139,11 +139,11 @@ func halfFrame(t *testing.T) []byte {
 // decodes; the next frame on the connection is read as usual.
 func TestServerSkipPayload(t *testing.T) {
 	_, addr := startServer(t, ServerConfig{
-		PayloadAlloc: func(_ context.Context, mt MsgType, _ []byte, n int) ([]byte, func(), error) {
+		PayloadAlloc: func(_ context.Context, mt MsgType, _ []byte, n int) (Payload, error) {
 			if n > 1000 {
-				return nil, nil, ErrSkipPayload
+				return Payload{}, ErrSkipPayload
 			}
-			return make([]byte, n), nil, nil
+			return Payload{Buf: make([]byte, n)}, nil
 		},
 		Handler: func(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
 			var wc WriteChunk

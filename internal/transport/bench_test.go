@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"hash/crc32"
 	"net"
 	"runtime"
 	"syscall"
@@ -250,4 +251,83 @@ func BenchmarkRaftMessage10x1MiB(b *testing.B) {
 			}
 		}
 	})
+}
+
+// 1 MiB WriteChunk payloads one way over loopback, read into one of 64
+// rotating buffers (as a datanode's fresh payload buffers: not in cache)
+// and their CRC32C pieces of 16 KiB verified: "steps" with a PayloadCheck
+// (each CheckStepBytes step verified right after it is read, in cache),
+// "whole" read in full, then verified. Reports the CPU seconds of the
+// whole process (both ends) per GB and the verification's own speed.
+func BenchmarkReadPayloadVerified(b *testing.B) {
+	const size, piece, bufs = 1 << 20, 16 << 10, 64
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	wc := benchWriteChunk(size)
+	for i := range wc.Checksums {
+		wc.Checksums[i] = crc32.Checksum(payload[i*piece:min((i+1)*piece, size)], castagnoli)
+	}
+	var verifying time.Duration // in verify, all calls
+	verify := func(off int, span []byte) error {
+		t0 := time.Now()
+		defer func() { verifying += time.Since(t0) }()
+		for p := 0; p < len(span); p += piece {
+			if crc32.Checksum(span[p:min(p+piece, len(span))], castagnoli) != wc.Checksums[(off+p)/piece] {
+				return fmt.Errorf("piece at %d", off+p)
+			}
+		}
+		return nil
+	}
+	dst := make([][]byte, bufs)
+	for i := range dst {
+		dst[i] = make([]byte, size)
+	}
+	for _, mode := range []string{"steps", "whole"} {
+		b.Run(mode, func(b *testing.B) {
+			a, c := tcpPair(b)
+			sc, rc := NewConn(a, ConnConfig{}), NewConn(c, ConnConfig{})
+			b.SetBytes(size)
+			errc := make(chan error, 1)
+			b.ResetTimer()
+			cpu0 := processCPU(b)
+			verifying = 0
+			go func() {
+				for range b.N {
+					if err := sc.Send(wc, payload); err != nil {
+						errc <- err
+						return
+					}
+				}
+				errc <- nil
+			}()
+			for i := range b.N {
+				if _, _, _, err := rc.ReadHeader(); err != nil {
+					b.Fatal(err)
+				}
+				buf := dst[i%bufs]
+				if mode == "steps" {
+					if _, bad, err := rc.readPayload(buf, PayloadCheck{PieceBytes: piece, Check: verify}); err != nil || bad != nil {
+						b.Fatal(err, bad)
+					}
+				} else {
+					p, err := rc.ReadPayload(buf)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := verify(0, p); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			if err := <-errc; err != nil {
+				b.Fatal(err)
+			}
+			cpu := processCPU(b) - cpu0
+			b.ReportMetric(cpu.Seconds()/(float64(b.N)*size/1e9), "cpu-s/GB")
+			b.ReportMetric(float64(b.N)*size/1e9/verifying.Seconds(), "verify-GB/s")
+		})
+	}
 }

@@ -431,8 +431,8 @@ func TestServerPayloadAlloc(t *testing.T) {
 	var kept [][]byte
 	var mu sync.Mutex
 	_, addr := startServer(t, ServerConfig{
-		PayloadAlloc: func(_ context.Context, t MsgType, header []byte, n int) ([]byte, func(), error) {
-			return make([]byte, n), nil, nil
+		PayloadAlloc: func(_ context.Context, t MsgType, header []byte, n int) (Payload, error) {
+			return Payload{Buf: make([]byte, n)}, nil
 		},
 		Handler: func(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
 			var wc WriteChunk

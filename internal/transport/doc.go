@@ -131,6 +131,7 @@
 //	| DefaultRequestTimeout     | 30 s                | a Call whose context has no deadline      |
 //	| DefaultMaxConns           | 1024                | a Server's connections                    |
 //	| DefaultSkipBytesPerSecond | 32 MiB/s            | a connection's skipped payloads, past a MaxPayloadBytes burst |
+//	| CheckStepBytes            | 256 KiB             | a checked payload's read-and-check step (whole pieces) |
 //
 // # Concurrency
 //
@@ -143,7 +144,13 @@
 // Server admits a frame's payload (ServerConfig.PayloadAlloc) before
 // reading or allocating it, or skips it (ErrSkipPayload: read through the
 // connection's buffer and dropped, nothing allocated, at a paced rate per
-// connection: SkipBytesPerSecond).
+// connection: SkipBytesPerSecond). An admitted payload may come with a
+// PayloadCheck, which the connection's goroutine calls as the payload
+// arrives, one step of whole pieces (≤ CheckStepBytes) after another,
+// before the Handler; the first error stops the read into the buffer,
+// gives the admission and the buffer back, and drops the rest of the
+// payload as a skipped one (paced alike); the Handler then gets the frame
+// with Frame.CheckErr set (see PayloadCheck).
 //
 // A Conn's reads (ReadHeader, ReadPayload, ReadFrame) come from one
 // goroutine at a time; its writes (Send, SendBatch) may come from any

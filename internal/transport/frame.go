@@ -158,8 +158,16 @@ type Frame struct {
 	// when it no longer holds the bytes, or hands it on with them.
 	Release func()
 	// Skipped is the length of a payload a Server read and dropped
-	// (PayloadAlloc answered ErrSkipPayload); Payload is then nil.
+	// (PayloadAlloc answered ErrSkipPayload, or the payload's check
+	// refused it: CheckErr); Payload is then nil.
 	Skipped int
+	// CheckErr is the error of the PayloadCheck that refused the payload
+	// (see PayloadCheck): Payload and Release are nil, Skipped is the
+	// payload's length, the admission is already given back.
+	CheckErr error
+	// Checked: the payload passed its PayloadCheck in full; the handler
+	// need not check its bytes again.
+	Checked bool
 }
 
 // ErrSkipPayload is PayloadAlloc's answer for a payload the handler will

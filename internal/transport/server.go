@@ -31,7 +31,8 @@ var ErrServerClosed = errors.New("transport: server closed")
 // connection's frames are handled one at a time, in order, and the next
 // frame is not read until it returns. f.Header is valid only until it
 // returns; so is f.Payload, unless ServerConfig.PayloadAlloc supplied its
-// buffer (then the handler owns it).
+// buffer (then the handler owns it). A frame whose payload was skipped or
+// refused by its check (f.CheckErr) comes without one (f.Skipped).
 //
 // It returns the reply to send on c (reply nil: none — a one-way message
 // such as a RaftMessage, or a reply the handler will send later with
@@ -50,28 +51,79 @@ type ServerConfig struct {
 	Conn    ConnConfig
 	// PayloadAlloc, if set, gives the buffer a frame's payload is read
 	// into (or ErrSkipPayload: the payload is dropped unread, see
-	// Frame.Skipped), called after the header is read, with the payload length n ≥
-	// 1, before any of the payload is read or a buffer allocated for it:
-	// the place to admit the bytes against a memory budget. It may wait
+	// Frame.Skipped; the Payload returned with it is ignored), called
+	// after the header is read, with the payload length n ≥ 1, before
+	// any of the payload is read or a buffer allocated for it: the place
+	// to admit the bytes against a memory budget, and to say how to check
+	// them as they arrive (Payload.Check, see PayloadCheck). It may wait
 	// (the connection is not read meanwhile, so TCP pushes back on its
 	// sender) until ctx ends (the connection or the server closes). An
-	// error closes the connection. release (nil: none) gives the
-	// admission back: the Server calls it if the payload is not read in
-	// full, else hands it to the handler in Frame.Release. A buffer
-	// shorter than n is ignored and the connection's own buffer used.
-	// The handler owns the buffer: the way to keep chunk bytes past the
-	// handler's return without copying them.
-	PayloadAlloc func(ctx context.Context, t MsgType, header []byte, n int) (buf []byte, release func(), err error)
+	// error closes the connection. Payload.Release
+	// (nil: none) gives the admission back: the Server calls it if the
+	// payload is not read in full or its check refuses it, else hands it
+	// to the handler in Frame.Release. A buffer shorter than n is ignored
+	// and the connection's own buffer used. The handler owns the buffer:
+	// the way to keep chunk bytes past the handler's return without
+	// copying them.
+	PayloadAlloc func(ctx context.Context, t MsgType, header []byte, n int) (Payload, error)
 	// SkipBytesPerSecond bounds the rate at which one connection's
-	// skipped payloads are read (DefaultSkipBytesPerSecond; negative:
-	// none): beyond a burst of MaxPayloadBytes, the connection's reader
-	// waits before skipping more.
+	// skipped payloads, and the payloads their check refused, are read
+	// (DefaultSkipBytesPerSecond; negative: none): beyond a burst of
+	// MaxPayloadBytes, the connection's reader waits before skipping
+	// more.
 	SkipBytesPerSecond int64
 	// MaxConns bounds the connections served at once; Accept waits while
 	// it is reached.
 	MaxConns int
 	// Logger receives connection errors; slog.Default() when nil.
 	Logger *slog.Logger
+
+	// skipPaced (tests only; nil: none) is called with the bytes of each
+	// payload charged to its connection's skip pacing, before they are
+	// dropped.
+	skipPaced func(n int)
+}
+
+// Payload is PayloadAlloc's answer for a payload it admits.
+type Payload struct {
+	// Buf is the buffer the payload is read into (see PayloadAlloc).
+	Buf []byte
+	// Release gives the payload's admission back (nil: none).
+	Release func()
+	// Check, if its Check is set, checks the payload as it arrives.
+	Check PayloadCheck
+}
+
+// PayloadCheck checks a payload as it arrives, a step at a time, so that
+// each step is checked while it is still in the CPU's cache and a payload
+// that fails is not read any further into its buffer.
+//
+// Contract. The Server's connection goroutine (the one that called
+// PayloadAlloc and then calls the Handler) reads the payload in steps of
+// the largest whole number of PieceBytes pieces within CheckStepBytes (one
+// piece when a piece is larger) and calls Check once per step, right after
+// reading it, with the step's offset in the payload and its bytes: every
+// byte once, in order, each span starting on a piece boundary and holding
+// whole pieces, the last one ending with the payload (its last piece may
+// be short). A step not read in full (a read error, which closes the
+// connection) is not checked. span is part of the payload's buffer: Check
+// must not write it, nor keep it once it returns an error. While Check
+// runs, its connection is not read (other connections are).
+//
+// If every call returns nil, the handler gets the payload as usual with
+// Frame.Checked set: it need not check the bytes again. The first error
+// stops the read: nothing more is read into the buffer or checked; the
+// Server calls Payload.Release at once and lets go of the buffer, reads
+// the rest of the payload through the connection's buffer and drops it,
+// paced as a skipped payload (the whole payload's length is charged to
+// SkipBytesPerSecond), so the connection stays in step with its frames;
+// then it calls the Handler with Frame.CheckErr set to the error,
+// Frame.Skipped to the payload's length, no Payload and no Release.
+type PayloadCheck struct {
+	// PieceBytes is the unit of the check (≥ 1; less is taken as 1).
+	PieceBytes int
+	// Check checks span, the payload's bytes [off, off+len(span)).
+	Check func(off int, span []byte) error
 }
 
 // Server accepts connections and serves frames with one goroutine per
@@ -206,14 +258,15 @@ func (s *Server) serveConn(c *Conn) {
 			return
 		}
 		var payload []byte
-		var release func()
+		var pl Payload
+		var checkErr error
 		skipped := 0
 		if n > 0 {
-			var dst []byte
 			if s.cfg.PayloadAlloc != nil {
-				dst, release, err = s.cfg.PayloadAlloc(ctx, t, h, n)
+				pl, err = s.cfg.PayloadAlloc(ctx, t, h, n)
 				if errors.Is(err, ErrSkipPayload) {
-					if !skips.wait(ctx, s.quit, n) {
+					pl = Payload{}
+					if !s.paceSkip(ctx, &skips, n) {
 						return
 					}
 					if err := c.SkipPayload(); err != nil {
@@ -227,16 +280,34 @@ func (s *Server) serveConn(c *Conn) {
 				}
 			}
 			if skipped == 0 {
-				if payload, err = c.ReadPayload(dst); err != nil {
-					if release != nil {
-						release()
+				if payload, checkErr, err = c.readPayload(pl.Buf, pl.Check); err != nil {
+					if pl.Release != nil {
+						pl.Release()
 					}
 					s.logReadErr(c, err)
 					return
 				}
+				if checkErr != nil {
+					// Refused for its content: its admission and
+					// buffer go at once, the rest of it is dropped
+					// as a skipped payload is.
+					if pl.Release != nil {
+						pl.Release()
+					}
+					pl = Payload{}
+					if !s.paceSkip(ctx, &skips, n) {
+						return
+					}
+					if err := c.SkipPayload(); err != nil {
+						s.logReadErr(c, err)
+						return
+					}
+					skipped = n
+				}
 			}
 		}
-		reply, rp := s.cfg.Handler(ctx, c, Frame{Type: t, Header: h, Payload: payload, Release: release, Skipped: skipped})
+		checked := n > 0 && skipped == 0 && pl.Check.Check != nil
+		reply, rp := s.cfg.Handler(ctx, c, Frame{Type: t, Header: h, Payload: payload, Release: pl.Release, Skipped: skipped, CheckErr: checkErr, Checked: checked})
 		if reply != nil {
 			if err := c.Send(reply, rp); err != nil {
 				log.Warn("transport: reply failed, closing connection", "remote", c.RemoteAddr(), "type", reply.Type(), "err", err)
@@ -245,13 +316,16 @@ func (s *Server) serveConn(c *Conn) {
 			}
 		}
 		c.ReleaseScratch() // the reply is written: the handler's scratch is free
-		if w := c.wastedBytes; w > 0 {
-			c.wastedBytes = 0
-			if !skips.wait(ctx, s.quit, w) {
-				return
-			}
-		}
 	}
+}
+
+// paceSkip waits as the connection's skip pacing says before n payload
+// bytes are dropped. False when the connection or the server closes first.
+func (s *Server) paceSkip(ctx context.Context, b *skipBucket, n int) bool {
+	if s.cfg.skipPaced != nil {
+		s.cfg.skipPaced(n)
+	}
+	return b.wait(ctx, s.quit, n)
 }
 
 func (s *Server) logAdmitErr(c *Conn, t MsgType, n int, err error) {
