@@ -30,8 +30,9 @@ the answers), at most --frames each: half WriteChunks of the pipeline of
 64 MiB with wrong checksums (admitted against the client budget, refused by
 the leader at their first bad piece as they arrive, the rest of each read and
 dropped at the connection's skip rate), half 68 MiB RaftMessages of its group
-from a non-member at a stale term (admitted against the raft budget, then
-ignored by raft). With --refused the frames are ones a datanode refuses from
+from a non-member at a stale term (MsgApps older than the group's term,
+which raft would reject whatever they carry: refused from their header and
+dropped at the skip rate, never admitted). With --refused the frames are ones a datanode refuses from
 their header (68 MiB WriteChunks, RaftMessages of a group it does not serve):
 their payloads are read and dropped, never held.
 

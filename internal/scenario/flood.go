@@ -74,8 +74,9 @@ type FloodConfig struct {
 	// each read and dropped at the connection's skip rate:
 	// transport.PayloadCheck), and RaftMessages of the
 	// pipeline's group of transport.MaxPayloadBytes from a non-member at
-	// a stale term (admitted against the raft budget, then ignored by
-	// raft). Refused (true): frames refused from their header (WriteChunks
+	// a stale term (MsgApps older than the group's term: refused from
+	// their header by the datanode's raftRoutable, their payloads dropped
+	// at the skip rate). Refused (true): frames refused from their header (WriteChunks
 	// of transport.MaxPayloadBytes, longer than a chunk may be;
 	// RaftMessages of a group not served), whose payloads are skipped.
 	Peers         int
