@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 
@@ -20,12 +22,18 @@ import (
 	"github.com/spindle-store/spindle/internal/wal"
 )
 
-// allTmpfs says whether every directory is on tmpfs (an unreadable one
-// is not).
+// allTmpfs says whether every directory is on tmpfs: the directory, or
+// the nearest of its parents that exists (a datanode creates its
+// directories). One that cannot be read is not.
 func allTmpfs(dirs []string) bool {
 	for _, d := range dirs {
 		var st unix.Statfs_t
-		if err := unix.Statfs(d, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+		err := unix.Statfs(d, &st)
+		for p := filepath.Clean(d); errors.Is(err, unix.ENOENT) && filepath.Dir(p) != p; {
+			p = filepath.Dir(p)
+			err = unix.Statfs(p, &st)
+		}
+		if err != nil || st.Type != unix.TMPFS_MAGIC {
 			return false
 		}
 	}
@@ -90,6 +98,9 @@ SIGTERM or SIGINT stops it cleanly.`,
 			}
 			cfg.MaxClientPayloadBytes, cfg.MaxRaftPayloadBytes = clientBudget.Int64(), raftBudget.Int64()
 			cfg.LogSegmentSizeBytes = logSegment.Int64()
+			// On tmpfs a preallocated segment has no unwritten extents
+			// for zeros written ahead to convert (wal.Config.SkipZeroAhead).
+			cfg.LogSkipZeroAhead = allTmpfs([]string{cfg.LogDir})
 			if logInline.Int64() < 0 || logInline.Int64() > pipeline.MaxLogInlineBytesLimit {
 				return usageErr(fmt.Errorf("--log-inline-max-bytes %d: want 0 .. %d", logInline.Int64(), pipeline.MaxLogInlineBytesLimit))
 			}

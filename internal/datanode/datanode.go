@@ -65,6 +65,10 @@ type Config struct {
 	// preallocated (0: wal.DefaultSegmentSizeBytes, 64 MiB); a small log
 	// volume needs smaller ones.
 	LogSegmentSizeBytes int64
+	// LogSkipZeroAhead: the raft log writes no zeros ahead of its records
+	// (wal.Config.SkipZeroAhead: set when the log directory is on tmpfs,
+	// where they are only one more copy of every byte logged).
+	LogSkipZeroAhead bool
 	// LogInlineMaxBytes: chunks of at most this many bytes travel with
 	// their bytes in the raft log, their block files synced at PutBlock or
 	// at a checkpoint (pipeline.Config.LogInlineMaxBytes; 0: never).
@@ -223,7 +227,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// A datanode that holds containers has written its log before: an
 	// empty log directory now is a lost or wrong --log-dir.
 	mustExist := len(eng.ListContainers()) > 0
-	wl, err := wal.Open(wal.Config{Dir: cfg.LogDir, MustExist: mustExist, Logger: log, SegmentSizeBytes: cfg.LogSegmentSizeBytes})
+	wl, err := wal.Open(wal.Config{Dir: cfg.LogDir, MustExist: mustExist, Logger: log, SegmentSizeBytes: cfg.LogSegmentSizeBytes, SkipZeroAhead: cfg.LogSkipZeroAhead})
 	if err != nil {
 		if errors.Is(err, wal.ErrNoLog) {
 			return fmt.Errorf("datanode: --log-dir %s holds no log, but the data directories hold containers: refusing to start with an empty log (it would forget acknowledged entries and votes)", cfg.LogDir)

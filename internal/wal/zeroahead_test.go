@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -13,8 +14,19 @@ import (
 // crash image that keeps any subset of the unsynced writes opens with every
 // durable record, and the log goes on after it.
 func TestZeroAheadKeepsContent(t *testing.T) {
+	for _, skip := range []bool{false, true} {
+		t.Run(fmt.Sprintf("SkipZeroAhead=%v", skip), func(t *testing.T) { testZeroAhead(t, skip) })
+	}
+}
+
+// testZeroAhead: with or without zeros written ahead (SkipZeroAhead, on
+// tmpfs), the segment holds zeros after the records, the log reopens on it
+// with every record, and goes on across a roll. The zero-ahead run
+// switches it off at the reopen (the same log moved to tmpfs reads the
+// same), the other switches it on.
+func testZeroAhead(t *testing.T, skip bool) {
 	fs := vfs.NewMem()
-	cfg := Config{Dir: testDir, FS: fs, SegmentSizeBytes: 512 << 10, MaxRecordBytes: 4096, Logger: quietLogger}
+	cfg := Config{Dir: testDir, FS: fs, SegmentSizeBytes: 512 << 10, MaxRecordBytes: 4096, SkipZeroAhead: skip, Logger: quietLogger}
 	l := mustOpen(t, cfg)
 	w := &writer{l: l}
 	seq, err := w.append(entries(1, 1, 1, 20, 3000)...)
@@ -22,9 +34,10 @@ func TestZeroAheadKeepsContent(t *testing.T) {
 		t.Fatalf("append: %v", err)
 	}
 	st := l.Stats()
-	if st.ZeroBytesWritten == 0 {
-		t.Fatal("no zeros written ahead of the records")
+	if zeros := st.ZeroBytesWritten; (zeros == 0) != skip {
+		t.Fatalf("%d zero bytes written ahead of the records with SkipZeroAhead %v", zeros, skip)
 	}
+	cfg.SkipZeroAhead = !skip
 	f, err := fs.Open(testDir + "/" + segmentName(1))
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +69,7 @@ func TestZeroAheadKeepsContent(t *testing.T) {
 	if l2.Stats().Rolls == 0 {
 		t.Fatal("no roll")
 	}
-	img := mustOpen(t, Config{Dir: testDir, FS: fs.CrashClone(0, nil), SegmentSizeBytes: cfg.SegmentSizeBytes, MaxRecordBytes: cfg.MaxRecordBytes, Logger: quietLogger})
+	img := mustOpen(t, Config{Dir: testDir, FS: fs.CrashClone(0, nil), SegmentSizeBytes: cfg.SegmentSizeBytes, MaxRecordBytes: cfg.MaxRecordBytes, SkipZeroAhead: skip, Logger: quietLogger})
 	defer img.Close()
 	if err := checkAgainst(img, modelAt(w2.ops, math.MaxUint64)); err != nil {
 		t.Fatalf("crash image after the roll: %v", err)
