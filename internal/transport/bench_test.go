@@ -37,17 +37,8 @@ func BenchmarkWriteChunkLoopback(b *testing.B) {
 			payload := make([]byte, s.n)
 			b.SetBytes(int64(s.n))
 			b.ReportAllocs()
-			errc := make(chan error, 1)
 			b.ResetTimer()
-			go func() {
-				for range b.N {
-					if err := snd.Send(wc, payload); err != nil {
-						errc <- err
-						return
-					}
-				}
-				errc <- nil
-			}()
+			errc := sendFrames(b.N, snd, wc, payload)
 			var got WriteChunk
 			for range b.N {
 				f, err := rcv.ReadFrame()
@@ -119,18 +110,9 @@ func BenchmarkWriteChunk1MiBLoopbackCPU(b *testing.B) {
 			payload := make([]byte, size)
 			dst := make([]byte, size)
 			b.SetBytes(size)
-			errc := make(chan error, 1)
 			b.ResetTimer()
 			cpu0 := processCPU(b)
-			go func() {
-				for range b.N {
-					if err := sc.Send(wc, payload); err != nil {
-						errc <- err
-						return
-					}
-				}
-				errc <- nil
-			}()
+			errc := sendFrames(b.N, sc, wc, payload)
 			for range b.N {
 				if _, _, _, err := rc.ReadHeader(); err != nil {
 					b.Fatal(err)
@@ -290,19 +272,10 @@ func BenchmarkReadPayloadVerified(b *testing.B) {
 			a, c := tcpPair(b)
 			sc, rc := NewConn(a, ConnConfig{}), NewConn(c, ConnConfig{})
 			b.SetBytes(size)
-			errc := make(chan error, 1)
 			b.ResetTimer()
 			cpu0 := processCPU(b)
 			verifying = 0
-			go func() {
-				for range b.N {
-					if err := sc.Send(wc, payload); err != nil {
-						errc <- err
-						return
-					}
-				}
-				errc <- nil
-			}()
+			errc := sendFrames(b.N, sc, wc, payload)
 			for i := range b.N {
 				if _, _, _, err := rc.ReadHeader(); err != nil {
 					b.Fatal(err)
@@ -330,4 +303,21 @@ func BenchmarkReadPayloadVerified(b *testing.B) {
 			b.ReportMetric(float64(b.N)*size/1e9/verifying.Seconds(), "verify-GB/s")
 		})
 	}
+}
+
+// sendFrames sends the WriteChunk wc with payload n times on c from a
+// goroutine of its own; the channel gets the first error, or nil once all
+// are sent.
+func sendFrames(n int, c *Conn, wc *WriteChunk, payload []byte) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		for range n {
+			if err := c.Send(wc, payload); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	return errc
 }

@@ -266,11 +266,7 @@ func (s *Server) serveConn(c *Conn) {
 				pl, err = s.cfg.PayloadAlloc(ctx, t, h, n)
 				if errors.Is(err, ErrSkipPayload) {
 					pl = Payload{}
-					if !s.paceSkip(ctx, &skips, n) {
-						return
-					}
-					if err := c.SkipPayload(); err != nil {
-						s.logReadErr(c, err)
+					if !s.dropPayload(ctx, c, &skips, n) {
 						return
 					}
 					skipped = n
@@ -295,11 +291,7 @@ func (s *Server) serveConn(c *Conn) {
 						pl.Release()
 					}
 					pl = Payload{}
-					if !s.paceSkip(ctx, &skips, n) {
-						return
-					}
-					if err := c.SkipPayload(); err != nil {
-						s.logReadErr(c, err)
+					if !s.dropPayload(ctx, c, &skips, n) {
 						return
 					}
 					skipped = n
@@ -319,13 +311,22 @@ func (s *Server) serveConn(c *Conn) {
 	}
 }
 
-// paceSkip waits as the connection's skip pacing says before n payload
-// bytes are dropped. False when the connection or the server closes first.
-func (s *Server) paceSkip(ctx context.Context, b *skipBucket, n int) bool {
+// dropPayload drops the n-byte payload of the frame being read (skipped,
+// or refused by its check) through the connection's buffer, once the
+// connection's skip pacing lets it. False when the connection or the
+// server closes first, or the read fails (logged): the connection is done.
+func (s *Server) dropPayload(ctx context.Context, c *Conn, b *skipBucket, n int) bool {
 	if s.cfg.skipPaced != nil {
 		s.cfg.skipPaced(n)
 	}
-	return b.wait(ctx, s.quit, n)
+	if !b.wait(ctx, s.quit, n) {
+		return false
+	}
+	if err := c.SkipPayload(); err != nil {
+		s.logReadErr(c, err)
+		return false
+	}
+	return true
 }
 
 func (s *Server) logAdmitErr(c *Conn, t MsgType, n int, err error) {
