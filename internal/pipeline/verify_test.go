@@ -48,13 +48,10 @@ func TestCorruptChunkRefusedAsItArrives(t *testing.T) {
 	if _, err := nc.Write(f1[:cut]); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for st := n.Budgets(); st.ClientPeakBytes != size || st.ClientBytes != 0; st = n.Budgets() {
-		if time.Now().After(deadline) {
-			t.Fatalf("budgets %+v: the corrupt chunk's admission is still held before the rest of it arrives", st)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(t, "the corrupt chunk's admission given back before the rest of it arrives", func() bool {
+		st := n.Budgets()
+		return st.ClientPeakBytes == size && st.ClientBytes == 0
+	})
 	if _, err := nc.Write(append(f1[cut:], frame(2, good)...)); err != nil {
 		t.Fatal(err)
 	}
@@ -95,10 +92,5 @@ func TestCorruptChunkRefusedAsItArrives(t *testing.T) {
 	if err != nil || !bytes.Equal(got, good) {
 		t.Fatalf("the chunk stored is not the good one (%v)", err)
 	}
-	for st := n.Budgets(); st.ClientBytes != 0; st = n.Budgets() {
-		if time.Now().After(deadline) {
-			t.Fatalf("budgets %+v after both writes were answered", st)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(t, "the client budget back to 0 after both writes were answered", func() bool { return n.Budgets().ClientBytes == 0 })
 }
