@@ -486,9 +486,13 @@ func Start(c Config) (*Node, error) {
 func (n *Node) payloadAlloc(ctx context.Context, t transport.MsgType, header []byte, size int) (transport.Payload, error) {
 	var b *byteBudget
 	var check transport.PayloadCheck
+	var prop *proposal
 	switch t {
 	case transport.TypeWriteChunk:
-		wc := &transport.WriteChunk{}
+		// The proposal the write becomes, its header decoded in place
+		// once: the handler takes it from Frame.Decoded.
+		prop = &proposal{kind: KindWriteChunk}
+		wc := &prop.wc
 		if err := wc.Unmarshal(header); err != nil || wc.Length != uint64(size) || engine.CheckChunkArgs(wc.Length, wc.BytesPerChecksum, wc.Checksums) != nil {
 			return transport.Payload{}, transport.ErrSkipPayload
 		}
@@ -508,7 +512,11 @@ func (n *Node) payloadAlloc(ctx context.Context, t transport.MsgType, header []b
 	if err := b.acquire(ctx, int64(size)); err != nil {
 		return transport.Payload{}, fmt.Errorf("pipeline: admitting %d payload bytes: %w", size, err)
 	}
-	return transport.Payload{Buf: transport.NewPayload(size), Release: b.releaser(int64(size)), Check: check}, nil
+	out := transport.Payload{Buf: transport.NewPayload(size), Release: b.releaser(int64(size)), Check: check}
+	if prop != nil {
+		out.Decoded = prop
+	}
+	return out, nil
 }
 
 // chunkCheck verifies a chunk's CRC32C pieces as its payload arrives, on

@@ -412,12 +412,20 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 	case transport.TypeWriteChunk:
 		// The payload was admitted against the client budget before it
 		// was read (payloadAlloc); the proposal holds it until answered.
-		p := &proposal{kind: KindWriteChunk, payload: f.Payload, release: f.Release, conn: c, arrived: time.Now()}
-		wc := &p.wc // decoded in place: no copy per chunk
-		if err := f.Decode(wc); err != nil {
-			p.releasePayload()
-			return badRequest(0, err)
+		// payloadAlloc made the proposal and decoded the header into it
+		// (Frame.Decoded); decoded here only for a frame it did not see.
+		p, _ := f.Decoded.(*proposal)
+		if p == nil {
+			p = &proposal{kind: KindWriteChunk}
+			if err := f.Decode(&p.wc); err != nil { // in place: no copy per chunk
+				if f.Release != nil {
+					f.Release()
+				}
+				return badRequest(0, err)
+			}
 		}
+		p.payload, p.release, p.conn, p.arrived = f.Payload, f.Release, c, time.Now()
+		wc := &p.wc
 		p.reqID = wc.RequestID
 		// Its pieces were verified as they arrived (payloadAlloc's
 		// chunkCheck, on this connection's goroutine): a mismatch is

@@ -168,6 +168,9 @@ type Frame struct {
 	// Checked: the payload passed its PayloadCheck in full; the handler
 	// need not check its bytes again.
 	Checked bool
+	// Decoded is Payload.Decoded of the frame's admitted payload (nil
+	// otherwise): its header as PayloadAlloc decoded it.
+	Decoded any
 }
 
 // ErrSkipPayload is PayloadAlloc's answer for a payload the handler will

@@ -92,6 +92,11 @@ type Payload struct {
 	Release func()
 	// Check, if its Check is set, checks the payload as it arrives.
 	Check PayloadCheck
+	// Decoded (nil: none) is what PayloadAlloc made of the header, handed
+	// to the handler in Frame.Decoded, so that it need not decode the
+	// header a second time. Not handed on when the payload is not read
+	// in full or its check refuses it.
+	Decoded any
 }
 
 // PayloadCheck checks a payload as it arrives, a step at a time, so that
@@ -299,7 +304,7 @@ func (s *Server) serveConn(c *Conn) {
 			}
 		}
 		checked := n > 0 && skipped == 0 && pl.Check.Check != nil
-		reply, rp := s.cfg.Handler(ctx, c, Frame{Type: t, Header: h, Payload: payload, Release: pl.Release, Skipped: skipped, CheckErr: checkErr, Checked: checked})
+		reply, rp := s.cfg.Handler(ctx, c, Frame{Type: t, Header: h, Payload: payload, Release: pl.Release, Skipped: skipped, CheckErr: checkErr, Checked: checked, Decoded: pl.Decoded})
 		if reply != nil {
 			if err := c.Send(reply, rp); err != nil {
 				log.Warn("transport: reply failed, closing connection", "remote", c.RemoteAddr(), "type", reply.Type(), "err", err)
