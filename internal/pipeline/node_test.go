@@ -506,6 +506,9 @@ func TestSeveralPipelinesPerDatanode(t *testing.T) {
 	nodes[1].start(t, p1, p2)
 	nodes[2].start(t, p1, p2)
 	nodes[3].start(t, p2)
+	// A port picked above may have been taken since (listen): the
+	// others must be told where such a node listens now.
+	announceMoved(t, nodes)
 	t.Cleanup(func() {
 		for _, tn := range nodes {
 			tn.stop(t)
