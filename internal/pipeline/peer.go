@@ -414,18 +414,18 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 		// was read (payloadAlloc); the proposal holds it until answered.
 		// payloadAlloc made the proposal and decoded the header into it
 		// (Frame.Decoded); decoded here only for a frame it did not see.
-		p, _ := f.Decoded.(*proposal)
-		if p == nil {
+		p, decoded := f.Decoded.(*proposal)
+		if !decoded {
 			p = &proposal{kind: KindWriteChunk}
-			if err := f.Decode(&p.wc); err != nil { // in place: no copy per chunk
-				if f.Release != nil {
-					f.Release()
-				}
-				return badRequest(0, err)
-			}
 		}
 		p.payload, p.release, p.conn, p.arrived = f.Payload, f.Release, c, time.Now()
 		wc := &p.wc
+		if !decoded {
+			if err := f.Decode(wc); err != nil { // in place: no copy per chunk
+				p.releasePayload()
+				return badRequest(0, err)
+			}
+		}
 		p.reqID = wc.RequestID
 		// Its pieces were verified as they arrived (payloadAlloc's
 		// chunkCheck, on this connection's goroutine): a mismatch is
@@ -530,15 +530,9 @@ func (n *Node) handleRefused(f transport.Frame) (transport.Message, []byte) {
 	if !errors.As(f.CheckErr, &pm) {
 		return &transport.Response{RequestID: wc.RequestID, Status: transport.StatusInternal, Message: f.CheckErr.Error()}, nil
 	}
-	return n.refuseChunk(wc, pm.offsetBytes)
-}
-
-// refuseChunk answers a WriteChunk whose piece at offsetBytes into the
-// chunk does not match its checksum.
-func (n *Node) refuseChunk(wc *transport.WriteChunk, offsetBytes uint64) (transport.Message, []byte) {
 	n.metrics.refusals.WithLabelValues(KindWriteChunk.String()).Inc()
 	return &transport.Response{RequestID: wc.RequestID, Status: transport.StatusChecksumMismatch,
-		Message: fmt.Sprintf("chunk %d/%d@%d: checksum mismatch at offset %d", wc.ContainerID, wc.LocalID, wc.Offset, wc.Offset+offsetBytes)}, nil
+		Message: fmt.Sprintf("chunk %d/%d@%d: checksum mismatch at offset %d", wc.ContainerID, wc.LocalID, wc.Offset, wc.Offset+pm.offsetBytes)}, nil
 }
 
 // handleSkipped answers a frame whose payload payloadAlloc skipped: a

@@ -281,10 +281,11 @@ func (s *Server) serveConn(c *Conn) {
 				}
 			}
 			if skipped == 0 {
-				if payload, checkErr, err = c.readPayload(pl.Buf, pl.Check); err != nil {
-					if pl.Release != nil {
-						pl.Release()
-					}
+				payload, checkErr, err = c.readPayload(pl.Buf, pl.Check)
+				if (err != nil || checkErr != nil) && pl.Release != nil {
+					pl.Release() // not read in full, or refused
+				}
+				if err != nil {
 					s.logReadErr(c, err)
 					return
 				}
@@ -292,9 +293,6 @@ func (s *Server) serveConn(c *Conn) {
 					// Refused for its content: its admission and
 					// buffer go at once, the rest of it is dropped
 					// as a skipped payload is.
-					if pl.Release != nil {
-						pl.Release()
-					}
 					pl = Payload{}
 					if !s.dropPayload(ctx, c, &skips, n) {
 						return
