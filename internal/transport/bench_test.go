@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spindle-store/spindle/internal/tlsconf"
-
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -73,23 +71,12 @@ func processCPU(b *testing.B) time.Duration {
 // the figure TLS adds to: its encryption and decryption, crypto/tls's
 // copies, and the syscalls of its records.
 func BenchmarkWriteChunk1MiBLoopbackCPU(b *testing.B) {
-	pki, err := tlsconf.EnsureLocal(b.TempDir(), []string{"127.0.0.1"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	srvSet, cliSet := localTLS(b)
 	for _, mode := range []string{"plain", "tls"} {
 		b.Run(mode, func(b *testing.B) {
 			a, c := tcpPair(b)
 			var snd, rcv net.Conn = a, c
 			if mode == "tls" {
-				srvSet, err := pki.Settings(tlsconf.RoleDatanode)
-				if err != nil {
-					b.Fatal(err)
-				}
-				cliSet, err := pki.Settings(tlsconf.RoleAdmin)
-				if err != nil {
-					b.Fatal(err)
-				}
 				ctx := context.Background()
 				errc := make(chan error, 1)
 				go func() {
@@ -97,6 +84,7 @@ func BenchmarkWriteChunk1MiBLoopbackCPU(b *testing.B) {
 					rcv, err = srvSet.Server(ctx, c)
 					errc <- err
 				}()
+				var err error
 				if snd, err = cliSet.Client(ctx, a, "127.0.0.1"); err != nil {
 					b.Fatal(err)
 				}

@@ -125,23 +125,29 @@ func TestTLSFrameRecordsBatched(t *testing.T) {
 	res.Release()
 }
 
+// localTLS makes a local PKI for 127.0.0.1 and returns the settings of a
+// datanode (server) and of an admin (client).
+func localTLS(tb testing.TB) (srv, cli *tlsconf.Settings) {
+	tb.Helper()
+	pki, err := tlsconf.EnsureLocal(tb.TempDir(), []string{"127.0.0.1"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if srv, err = pki.Settings(tlsconf.RoleDatanode); err != nil {
+		tb.Fatal(err)
+	}
+	if cli, err = pki.Settings(tlsconf.RoleAdmin); err != nil {
+		tb.Fatal(err)
+	}
+	return srv, cli
+}
+
 // startTLSServer serves a storeHandler over mutual TLS (the local PKI's
 // datanode certificate) on 127.0.0.1 until the test ends, and returns the
 // settings of a client with the admin certificate and the address.
 func startTLSServer(t *testing.T) (*tlsconf.Settings, string) {
 	t.Helper()
-	pki, err := tlsconf.EnsureLocal(t.TempDir(), []string{"127.0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvTLS, err := pki.Settings(tlsconf.RoleDatanode)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cliTLS, err := pki.Settings(tlsconf.RoleAdmin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srvTLS, cliTLS := localTLS(t)
 	h := &storeHandler{chunks: map[[3]uint64][]byte{}}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
