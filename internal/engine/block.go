@@ -535,6 +535,9 @@ func readVerified(bf *blockFile, chunks []ChunkInfo, bpc uint32, offset, end uin
 	start := fc.Offset + (offset-fc.Offset)/uint64(bpc)*uint64(bpc)
 	stop := min(lc.Offset+((end-1-lc.Offset)/uint64(bpc)+1)*uint64(bpc), lc.Offset+lc.Length)
 	n := int(stop - start)
+	if err := bf.flushWriteBehind(false, false); err != nil {
+		return nil, start, err
+	}
 	var buf []byte
 	if cap(dst) >= n {
 		buf = dst[:n]

@@ -33,7 +33,11 @@
 //     also in the caller's durable log) is not covered by Sync: it is
 //     durable once SyncLogged, SyncLoggedBlocks naming its block, a
 //     PutBlock covering it, or Close returns. Until then its file holds a
-//     reference (LoggedFiles counts them).
+//     reference (LoggedFiles counts them). Small logged chunks that extend
+//     a block's bytes are gathered in memory and reach the file in one
+//     pwrite (write-behind, writebehind.go): before any read of the file,
+//     any sync of it, and its leaving the file cache; a failed gathered
+//     write fails that sync.
 //   - Every record on disk carries a CRC32C and its own identity (container
 //     and block IDs), checked on decode.
 //   - A container's BCSID (block commit sequence ID, ContainerInfo.BCSID)

@@ -186,7 +186,12 @@ func Open(cfg Config) (*Engine, error) {
 		importing:  make(map[ContainerID]struct{}),
 	}
 	e.commit = newCommitter(cfg.SyncWorkers,
-		func(bf *blockFile) error { return bf.f.SyncData() },
+		func(bf *blockFile) error {
+			if err := bf.flushWriteBehind(true, false); err != nil {
+				return err
+			}
+			return bf.f.SyncData()
+		},
 		e.dirs.sync,
 		func(v *volume) error { return v.db.LogData(nil, pebble.Sync) })
 	seen := map[[16]byte]string{}
@@ -874,6 +879,10 @@ func (e *Engine) AdoptChunk(b BlockID, offset, length uint64, bytesPerChecksum u
 	if err != nil {
 		return blockOffErr("adopt chunk", b, offset, fmt.Errorf("%w: block file: %v", ErrNotFound, err))
 	}
+	if err := bf.flushWriteBehind(false, false); err != nil {
+		bf.release()
+		return blockOffErr("adopt chunk", b, offset, err)
+	}
 	data := make([]byte, length)
 	n, rerr := bf.f.ReadAt(data, int64(offset))
 	bf.release()
@@ -1018,7 +1027,12 @@ func (e *Engine) writeChunk(b BlockID, offset uint64, data []byte, bytesPerCheck
 		e.commit.markDir(c.dir)
 	}
 
-	_, werr := bf.f.WriteAt(data, int64(offset))
+	var werr error
+	if logged {
+		werr = bf.writeLogged(data, int64(offset))
+	} else {
+		_, werr = bf.f.WriteAt(data, int64(offset))
+	}
 	var seq uint64
 	if werr == nil {
 		if logged {

@@ -21,6 +21,14 @@ type blockFile struct {
 	f    vfs.File
 	refs atomic.Int32
 	elem *list.Element // position in the LRU; guarded by fileCache.mu
+
+	// Write-behind of logged writes (writebehind.go), guarded by wbMu.
+	wb       *wbBudget // the cache's
+	wbMu     sync.Mutex
+	wbOff    int64  // file offset of wbBuf[0]
+	wbBuf    []byte // nil, or wbFileMaxBytes of capacity taken from wb
+	wbClosed bool   // out of the cache: logged writes go straight to the file
+	wbErr    error  // a failed flush, sticky
 }
 
 func (b *blockFile) release() {
@@ -29,6 +37,9 @@ func (b *blockFile) release() {
 		panic(fmt.Sprintf("engine: block file %s released more than acquired", b.path))
 	}
 	if n == 0 {
+		if len(b.wbBuf) > 0 {
+			panic(fmt.Sprintf("engine: block file %s closed with %d bytes of write-behind unwritten", b.path, len(b.wbBuf)))
+		}
 		_ = b.f.Close() // read-only or fully synced by now: nothing to lose
 	}
 }
@@ -38,6 +49,7 @@ func (b *blockFile) release() {
 type fileCache struct {
 	fs       vfs.FS
 	maxFiles int
+	wb       wbBudget
 
 	mu    sync.Mutex
 	files map[BlockID]*blockFile
@@ -45,7 +57,9 @@ type fileCache struct {
 }
 
 func newFileCache(fs vfs.FS, maxFiles int) *fileCache {
-	return &fileCache{fs: fs, maxFiles: maxFiles, files: make(map[BlockID]*blockFile)}
+	c := &fileCache{fs: fs, maxFiles: maxFiles, files: make(map[BlockID]*blockFile)}
+	c.wb.maxBytes = defaultWriteBehindBudgetBytes
+	return c
 }
 
 // cached returns block id's file with a reference if the cache holds it,
@@ -94,7 +108,7 @@ func (c *fileCache) acquire(id BlockID, path string, create bool) (bf *blockFile
 	if err != nil {
 		return nil, false, err
 	}
-	bf = &blockFile{id: id, path: path, f: f}
+	bf = &blockFile{id: id, path: path, f: f, wb: &c.wb}
 	bf.refs.Store(2) // the cache's and the caller's
 	bf.elem = c.lru.PushFront(bf)
 	c.files[id] = bf
@@ -104,7 +118,12 @@ func (c *fileCache) acquire(id BlockID, path string, create bool) (bf *blockFile
 	return bf, created, nil
 }
 
+// evictLocked takes bf out of the cache. Its write-behind is written
+// first (a later user of the block opens a blockFile of its own, which must
+// find the bytes in the file); a failure stays with bf (wbErr) and fails
+// the sync that covers its logged writes.
 func (c *fileCache) evictLocked(bf *blockFile) {
+	_ = bf.flushWriteBehind(false, true)
 	c.lru.Remove(bf.elem)
 	delete(c.files, bf.id)
 	bf.release()
