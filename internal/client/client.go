@@ -33,8 +33,17 @@ const (
 	// frees the writers of the second before the replacement exists.
 	DefaultLeaderlessTimeout = 4 * time.Second
 	DefaultDialTimeout       = 2 * time.Second
-	DefaultMinBackoff        = 2 * time.Millisecond
-	DefaultMaxBackoff        = 250 * time.Millisecond
+	// DefaultProbeAfter and DefaultProbeTimeout: see Options.ProbeAfter.
+	// A member that answers none of its requests for a second is asked
+	// whether it runs at all; one that cannot answer that within a
+	// second more (a stopped or frozen process, whose kernel still
+	// accepts connections and buffers requests) has its requests failed
+	// and retried elsewhere: about 2-2.5 s instead of AttemptTimeout,
+	// by when the rest of a pipeline has elected another leader (1-2 s).
+	DefaultProbeAfter   = 1 * time.Second
+	DefaultProbeTimeout = 1 * time.Second
+	DefaultMinBackoff   = 2 * time.Millisecond
+	DefaultMaxBackoff   = 250 * time.Millisecond
 	// MaxMembers bounds the addresses a Client keeps connections to: the
 	// members it was given plus leaders it was redirected to.
 	MaxMembers = 64
@@ -51,6 +60,10 @@ var (
 	// ErrCorrupt marks data read back that does not match its checksums
 	// (or a response that does not describe what was asked).
 	ErrCorrupt = errors.New("client: corrupt read")
+	// ErrUnresponsive marks an attempt failed because its member answered
+	// neither its requests nor a probe (Options.ProbeAfter); it is
+	// retried on the next member like a broken connection.
+	ErrUnresponsive = errors.New("client: member unresponsive")
 )
 
 // Options configures a Client. Zero fields take the defaults above.
@@ -82,6 +95,17 @@ type Options struct {
 	LeaderlessTimeout time.Duration
 	// DialTimeout bounds one dial (default DefaultDialTimeout).
 	DialTimeout time.Duration
+	// ProbeAfter: a member with requests outstanding on a connection
+	// that has read no response for about this long is probed: a Ping
+	// on a connection of its own, answered by the datanode's transport
+	// server whatever its pipelines are doing. ProbeTimeout bounds the
+	// probe (dial included); a member that does not answer it is
+	// unresponsive: its connections are failed (ErrUnresponsive), it is
+	// forgotten as the leader, and attempts on it fail at once, each
+	// starting a probe, until one is answered. Defaults
+	// DefaultProbeAfter and DefaultProbeTimeout; a negative ProbeAfter
+	// turns probing off (attempts then wait up to AttemptTimeout).
+	ProbeAfter, ProbeTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the pause between attempts that
 	// found no leader (defaults DefaultMinBackoff, DefaultMaxBackoff).
 	MinBackoff, MaxBackoff time.Duration
@@ -123,6 +147,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = DefaultDialTimeout
 	}
+	if o.ProbeAfter == 0 {
+		o.ProbeAfter = DefaultProbeAfter
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = DefaultProbeTimeout
+	}
 	if o.MinBackoff <= 0 {
 		o.MinBackoff = DefaultMinBackoff
 	}
@@ -163,6 +193,10 @@ type Stats struct {
 	Timeouts    uint64 // attempts that timed out
 	ConnErrors  uint64 // attempts failed by a broken connection or a dial
 	Dials       uint64 // connections dialled (successfully)
+	// Probes counts Pings sent to members whose requests went
+	// unanswered; Unresponsive, the probes unanswered (each failed the
+	// member's connections and made it skipped until a probe answered).
+	Probes, Unresponsive uint64
 	// Batches is the number of gathered writes of the connections open
 	// now (requests per batch = how well callers share a connection).
 	Batches uint64
@@ -181,6 +215,12 @@ type Client struct {
 	leader atomic.Pointer[member] // last member known to lead; nil: unknown
 
 	ops, attempts, redirects, noLeader, unavailable, timeouts, connErrors, dials atomic.Uint64
+	probes, unresponsive                                                         atomic.Uint64
+
+	// watching: the probe monitor (probe.go) runs; it stops itself once
+	// no connection has had requests outstanding for a while, and the
+	// next attempt starts it again.
+	watching atomic.Bool
 }
 
 // member is one datanode address and its connection slots.
@@ -189,6 +229,11 @@ type member struct {
 	index int
 	rr    atomic.Uint32
 	slots []connSlot
+
+	// Liveness (probe.go). probing: a probe of this member runs (at most
+	// one); unresponsive: the last probe went unanswered.
+	probing      atomic.Bool
+	unresponsive atomic.Bool
 }
 
 // connSlot is one lazily dialled connection. mu serialises dials; the
@@ -196,6 +241,13 @@ type member struct {
 type connSlot struct {
 	mu sync.Mutex
 	c  atomic.Pointer[transport.Client]
+
+	// Owned by the probe monitor: the connection it watched at its
+	// last tick, the responses it had read then, and for how many
+	// ticks in a row it had requests outstanding and read none.
+	watched    *transport.Client
+	seenRecv   uint64
+	quietTicks int
 }
 
 // New returns a Client of the pipeline pipelineID whose members listen at
@@ -307,6 +359,7 @@ func (c *Client) Stats() Stats {
 		Ops: c.ops.Load(), Attempts: c.attempts.Load(), Redirects: c.redirects.Load(),
 		NoLeader: c.noLeader.Load(), Unavailable: c.unavailable.Load(), Timeouts: c.timeouts.Load(),
 		ConnErrors: c.connErrors.Load(), Dials: c.dials.Load(),
+		Probes: c.probes.Load(), Unresponsive: c.unresponsive.Load(),
 	}
 }
 
@@ -332,6 +385,13 @@ func (c *Client) Close() error {
 		}
 	}
 	return nil
+}
+
+// memberList returns the members known now.
+func (c *Client) memberList() []*member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.members)
 }
 
 func (c *Client) isClosed() bool {
@@ -490,6 +550,11 @@ func (c *Client) do(ctx context.Context, name string, t target, op call) error {
 		case errors.Is(err, transport.ErrTooLarge), errors.Is(err, transport.ErrInvalid),
 			errors.Is(err, ErrClosed), errors.Is(err, ErrCorrupt):
 			return fmt.Errorf("client: %s at %s: %w", name, m.addr, err)
+		case errors.Is(err, ErrUnresponsive) && t.addr != "":
+			// Addressed to this member only: its caller (a reader of
+			// one replica) goes on to another one sooner than retries
+			// here would.
+			return fmt.Errorf("client: %s at %s: %w", name, m.addr, err)
 		default: // dial failure, broken connection, attempt timeout
 			if errors.Is(err, context.DeadlineExceeded) {
 				c.timeouts.Add(1)
@@ -538,6 +603,15 @@ func (c *Client) forgetLeader(m *member) { c.leader.CompareAndSwap(m, nil) }
 
 // attempt makes one attempt on m.
 func (c *Client) attempt(ctx context.Context, m *member, t target, op call) error {
+	if c.opts.ProbeAfter > 0 {
+		if m.unresponsive.Load() {
+			c.startProbe(m)
+			return fmt.Errorf("%w: %s answered no probe within %v", ErrUnresponsive, m.addr, c.opts.ProbeTimeout)
+		}
+		if !c.watching.Load() {
+			c.startWatching()
+		}
+	}
 	tc, err := c.conn(ctx, m, t)
 	if err != nil {
 		return err

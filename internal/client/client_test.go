@@ -696,3 +696,103 @@ func TestIdleConnectionClosedByServerIsRedialled(t *testing.T) {
 		t.Fatalf("stats %+v, want 2 dials and no failed attempt", st)
 	}
 }
+
+// frozenMember listens on 127.0.0.1 and accepts connections but never
+// reads or answers them: a stopped process (SIGSTOP), whose kernel still
+// completes handshakes and buffers requests. It returns the address.
+func frozenMember(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// TestFrozenLeaderIsProbedAndLeft: writes to a member that takes
+// connections and answers nothing (a stopped leader) are failed once it
+// also leaves a probe unanswered, and go to the member that leads now;
+// while it stays silent no attempt waits on it again. With probing off
+// (ProbeAfter < 0) the first write waits out its AttemptTimeout (an hour
+// here) and fails with the test's context instead.
+func TestFrozenLeaderIsProbedAndLeft(t *testing.T) {
+	p := newFakePipeline(t, 2)
+	p.setLeader(1)
+	frozen := frozenMember(t)
+	o := quietOptions()
+	o.AttemptTimeout, o.RetryTimeout = time.Hour, time.Hour
+	o.ProbeAfter, o.ProbeTimeout = 40*time.Millisecond, 40*time.Millisecond
+	c := newTestClient(t, append([]string{frozen}, p.addrs()...), o)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 { // writers waiting on the frozen member together
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.WriteChunk(ctx, BlockID{1, uint64(i)}, 0, []byte("x")); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("write with a frozen first member: %v", err)
+	}
+	if got := c.Leader(); got != p.nodes[1].addr {
+		t.Fatalf("leader %q, want %q", got, p.nodes[1].addr)
+	}
+	st := c.Stats()
+	if st.Unresponsive == 0 || st.Probes == 0 {
+		t.Fatalf("stats %+v: want the frozen member probed and found unresponsive", st)
+	}
+	// An operation addressed to the frozen member fails at once now.
+	if _, err := c.ReadChunk(ctx, frozen, BlockID{1, 0}, 0, 1); !errors.Is(err, ErrUnresponsive) {
+		t.Fatalf("read addressed to the frozen member: %v, want ErrUnresponsive", err)
+	}
+}
+
+// TestSlowMemberAnswersProbes: a member whose process runs but leaves a
+// request unanswered (here: for good) is probed and answers the probe
+// (its transport server does, whatever its handler does), so it is not
+// taken for a stopped one: the attempt waits out its AttemptTimeout as
+// before, and the write then goes on to the leader.
+func TestSlowMemberAnswersProbes(t *testing.T) {
+	p := newFakePipeline(t, 3)
+	p.nodes[0].silent.Store(true)
+	p.setLeader(1)
+	o := quietOptions()
+	o.AttemptTimeout = 400 * time.Millisecond
+	o.ProbeAfter, o.ProbeTimeout = 20*time.Millisecond, 5*time.Second
+	c := newTestClient(t, p.addrs(), o)
+	if _, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	st := c.Stats()
+	if st.Probes == 0 || st.Unresponsive != 0 || st.Timeouts != 1 {
+		t.Fatalf("stats %+v: want the silent member probed, answering, and the attempt timed out", st)
+	}
+}

@@ -24,6 +24,11 @@
 // Client sleeps a backoff doubling from Options.MinBackoff to
 // Options.MaxBackoff (jittered, never past the operation's deadline).
 // A redirect to a named leader is followed at once, without backoff.
+// A member that leaves requests unanswered for Options.ProbeAfter is
+// probed (a transport Ping on a connection of its own, probe.go); one that
+// leaves the probe unanswered too (a stopped or frozen process) has its
+// requests failed with ErrUnresponsive and retried on the next member, and
+// is skipped until a probe is answered.
 // A status other than NotLeader and Unavailable (Invalid, Overlap,
 // ChecksumMismatch, ...) is final and returned as is (a
 // *transport.StatusError in the chain). Retrying a write is safe: the

@@ -73,8 +73,9 @@ type Client struct {
 	wclosed bool          // no more batches: writeLoop has exited
 	wdone   chan struct{} // closed when writeLoop has exited
 
-	late    atomic.Uint64
-	batches atomic.Uint64
+	late     atomic.Uint64
+	batches  atomic.Uint64
+	received atomic.Uint64 // response frames read
 }
 
 // sendBatch is frames written together; done is closed once they are
@@ -383,6 +384,7 @@ func (c *Client) readLoop() {
 			c.fail(badFrame("unexpected %s frame from a server", t))
 			return
 		}
+		c.received.Add(1)
 		if err := scratch.Unmarshal(h); err != nil {
 			c.fail(err)
 			return
@@ -447,6 +449,16 @@ func (c *Client) Outstanding() int {
 	defer c.mu.Unlock()
 	return len(c.pending)
 }
+
+// Received counts the response frames read from the server so far: a
+// prober that sees it unchanged while requests are outstanding knows the
+// server has answered nothing meanwhile.
+func (c *Client) Received() uint64 { return c.received.Load() }
+
+// Abort breaks the client with err, as a connection error does: every
+// outstanding request and every later Call fails with it, and the
+// connection is closed. Close still has to be called.
+func (c *Client) Abort(err error) { c.fail(err) }
 
 // LateResponses counts responses that arrived for requests whose callers
 // had given up.

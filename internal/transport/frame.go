@@ -40,8 +40,10 @@ const (
 // header holds.
 type MsgType uint8
 
-// Message types. 0 is never valid; types above TypeRaftMessage are reserved
-// and refused (ErrBadFrame) by this version.
+// Message types. 0 is never valid; types above TypePing are reserved and
+// refused (ErrBadFrame) by this version. A server older than TypePing
+// refuses a Ping the same way and closes the connection: a prober reads
+// that as an answer (the process is running), not as silence.
 const (
 	TypeWriteChunk  MsgType = 1 // header WriteChunk; payload the chunk bytes
 	TypePutBlock    MsgType = 2 // header PutBlock; no payload
@@ -49,7 +51,8 @@ const (
 	TypeGetBlock    MsgType = 4 // header GetBlock; no payload
 	TypeResponse    MsgType = 5 // header Response; payload the data read, if any
 	TypeRaftMessage MsgType = 6 // header RaftMessage; payload the chunk segments
-	maxType                 = TypeRaftMessage
+	TypePing        MsgType = 7 // header Ping; no payload; answered by the Server itself
+	maxType                 = TypePing
 )
 
 var typeNames = [...]string{
@@ -59,6 +62,7 @@ var typeNames = [...]string{
 	TypeGetBlock:    "GetBlock",
 	TypeResponse:    "Response",
 	TypeRaftMessage: "RaftMessage",
+	TypePing:        "Ping",
 }
 
 func (t MsgType) String() string {

@@ -285,7 +285,7 @@ func TestReaderMalformed(t *testing.T) {
 		{"version 0", prefixBytes('S', 'W', 0, TypeResponse, 0, 0)},
 		{"version 2", prefixBytes('S', 'W', 2, TypeResponse, 0, 0)},
 		{"type 0", prefixBytes('S', 'W', 1, 0, 0, 0)},
-		{"type 7", prefixBytes('S', 'W', 1, 7, 0, 0)},
+		{"type 8", prefixBytes('S', 'W', 1, 8, 0, 0)},
 		{"type 255", prefixBytes('S', 'W', 1, 255, 0, 0)},
 		{"header length over the limit", prefixBytes('S', 'W', 1, TypeResponse, MaxHeaderBytes+1, 0)},
 		{"header length 4 GiB", prefixBytes('S', 'W', 1, TypeResponse, 0xffffffff, 0)},

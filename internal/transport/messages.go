@@ -446,6 +446,47 @@ func (m *GetBlock) checkPayload(n int) error              { return noPayload(Typ
 func (m *GetBlock) requestID() uint64                     { return m.RequestID }
 func (m *GetBlock) setRequestID(id uint64)                { m.RequestID = id }
 
+// Ping asks a Server whether the process behind a connection is running:
+// the Server answers it with an OK Response from the connection's reader,
+// without the handler, the engine or any admission (pipeline clients send
+// it, on a connection of its own, when their requests to a member go
+// unanswered: client.Options.ProbeAfter). Field numbers: 1 request_id.
+type Ping struct {
+	RequestID uint64
+}
+
+// Type returns TypePing.
+func (*Ping) Type() MsgType { return TypePing }
+
+// AppendMarshal appends m's canonical protobuf encoding to b.
+func (m *Ping) AppendMarshal(b []byte) []byte { return appendUint64(b, 1, m.RequestID) }
+
+// Unmarshal decodes b into m (see Message).
+func (m *Ping) Unmarshal(b []byte) error {
+	*m = Ping{}
+	d := decoder{msg: "Ping", b: b}
+	for {
+		ok, err := d.next()
+		if !ok || err != nil {
+			return err
+		}
+		switch d.num {
+		case 1:
+			m.RequestID, err = d.uint64()
+		default:
+			err = d.skip()
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (m *Ping) appendHeader(b []byte) ([]byte, error) { return m.AppendMarshal(b), nil }
+func (m *Ping) checkPayload(n int) error              { return noPayload(TypePing, n) }
+func (m *Ping) requestID() uint64                     { return m.RequestID }
+func (m *Ping) setRequestID(id uint64)                { m.RequestID = id }
+
 func noPayload(t MsgType, n int) error {
 	if n != 0 {
 		return badFrame("%s with a payload (%d bytes)", t, n)

@@ -262,6 +262,19 @@ func (s *Server) serveConn(c *Conn) {
 			s.logReadErr(c, err)
 			return
 		}
+		if t == TypePing {
+			// Answered here, whatever the handler and the budgets are
+			// doing: it asks whether the process runs, nothing more.
+			var ping Ping
+			if err := ping.Unmarshal(h); err != nil {
+				s.logReadErr(c, err)
+				return
+			}
+			if err := c.Send(&Response{RequestID: ping.RequestID, Status: StatusOK}); err != nil {
+				return
+			}
+			continue
+		}
 		var payload []byte
 		var pl Payload
 		var checkErr error
