@@ -758,3 +758,39 @@ func TestCallQueuedChainsArriveInOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestPingAnsweredWhileHandlerBlocks: the Server answers a Ping itself, on
+// any connection, while its handler is stuck on another connection's
+// request: a prober learns that the process runs, not that its pipelines
+// are fast. A Ping reaches no handler.
+func TestPingAnsweredWhileHandlerBlocks(t *testing.T) {
+	stuck := make(chan struct{})
+	defer close(stuck)
+	var handled atomic.Int64
+	entered := make(chan struct{}, 1)
+	_, addr := startServer(t, ServerConfig{Handler: func(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
+		handled.Add(1)
+		entered <- struct{}{}
+		select {
+		case <-stuck:
+		case <-ctx.Done():
+		}
+		return &Response{Status: StatusUnavailable}, nil
+	}})
+	busy := dial(t, addr, ClientConfig{RequestTimeout: -1})
+	go busy.Call(context.Background(), &GetBlock{ContainerID: 1, LocalID: 1})
+	<-entered // the handler holds the request
+	prober := dial(t, addr, ClientConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 3 {
+		res, err := prober.Call(ctx, &Ping{})
+		if err != nil {
+			t.Fatalf("ping while the handler is stuck: %v", err)
+		}
+		res.Release()
+	}
+	if n := handled.Load(); n != 1 {
+		t.Fatalf("handler called %d times, want 1 (pings never reach it)", n)
+	}
+}

@@ -54,6 +54,8 @@ func newMessage(t MsgType) Message {
 		return new(Response)
 	case TypeRaftMessage:
 		return new(RaftMessage)
+	case TypePing:
+		return new(Ping)
 	}
 	return nil
 }
@@ -210,6 +212,7 @@ func sampleFrames() []struct {
 		{sampleResponse(), [][]byte{bytes.Repeat([]byte{'r'}, 588)}},
 		{&Response{RequestID: 12}, nil},
 		{raft, rp},
+		{&Ping{RequestID: 77}, nil},
 	}
 }
 
