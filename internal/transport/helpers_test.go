@@ -106,6 +106,9 @@ func normalize(m Message) Message {
 	case *GetBlock:
 		c := *m
 		return &c
+	case *Ping:
+		c := *m
+		return &c
 	case *Response:
 		c := *m
 		c.Block = block(c.Block)
