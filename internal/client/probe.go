@@ -67,13 +67,27 @@ func (c *Client) monitor() {
 			continue
 		}
 		// Stop, unless a request went out meanwhile whose attempt saw
-		// the monitor running and so did not start it.
+		// the monitor running and so did not start it. (The check
+		// changes no slot: once watching is false, a new monitor may
+		// own them.)
 		c.watching.Store(false)
-		if !c.watchTick() || !c.watching.CompareAndSwap(false, true) {
+		if !c.anyOutstanding() || !c.watching.CompareAndSwap(false, true) {
 			return
 		}
 		idle = 0
 	}
+}
+
+// anyOutstanding reports whether any connection has requests outstanding.
+func (c *Client) anyOutstanding() bool {
+	for _, m := range c.memberList() {
+		for i := range m.slots {
+			if tc := m.slots[i].c.Load(); tc != nil && tc.Err() == nil && tc.Outstanding() > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // watchTick checks every connection once and starts the probes due. It
