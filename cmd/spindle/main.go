@@ -17,6 +17,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -89,6 +90,20 @@ line wins over the environment, which wins over the file.
 		},
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
+	// Help goes out in one write: cobra's template writes it piecewise,
+	// and a reader that stops early (spindle server --help | grep -q
+	// --insecure, as the scripted checks do under pipefail) made a later
+	// piece hit a closed pipe: spindle died of SIGPIPE (exit 141) and the
+	// pipeline failed although grep had matched.
+	defaultHelp := root.HelpFunc()
+	root.SetHelpFunc(func(c *cobra.Command, args []string) {
+		out := c.OutOrStdout()
+		var buf bytes.Buffer
+		c.SetOut(&buf)
+		defaultHelp(c, args)
+		c.SetOut(out)
+		_, _ = out.Write(buf.Bytes())
+	})
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
 	root.PersistentFlags().StringVar(&opts.configPath, configFlag, "", "JSON config file: {\"bench chunk-write\": {\"chunk-size\": \"1MiB\"}, ...}")
 	root.PersistentFlags().StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -260,5 +261,44 @@ func TestLogLevel(t *testing.T) {
 	}
 	if _, stderr, _ = run(t, []string{"version"}); strings.Contains(stderr, "DEBUG") {
 		t.Errorf("debug lines at the default level: %q", stderr)
+	}
+}
+
+// writeCounter counts the writes made to it.
+type writeCounter struct {
+	bytes.Buffer
+	writes int
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) {
+	w.writes++
+	return w.Buffer.Write(p)
+}
+
+// TestHelpIsOneWrite: a command's help reaches stdout in one write, so
+// that `spindle server --help | grep -q -- --insecure` under pipefail
+// cannot kill spindle with SIGPIPE on a later piece once grep has matched
+// and gone (cobra's template wrote three pieces; the scripted checks'
+// insecure() then saw a failed pipeline and started the server with TLS).
+func TestHelpIsOneWrite(t *testing.T) {
+	for _, args := range [][]string{{"server", "--help"}, {"--help"}, {"bench", "chunk-write", "--help"}} {
+		root := newRootCmd()
+		var out writeCounter
+		root.SetOut(&out)
+		root.SetErr(io.Discard)
+		root.SetArgs(args)
+		if err := root.ExecuteContext(context.Background()); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if out.writes != 1 || out.Len() < 100 {
+			t.Fatalf("%v: help in %d writes (%d bytes), want one", args, out.writes, out.Len())
+		}
+	}
+	root := newRootCmd()
+	var out writeCounter
+	root.SetOut(&out)
+	root.SetArgs([]string{"server", "--help"})
+	if err := root.ExecuteContext(context.Background()); err != nil || !strings.Contains(out.String(), "--insecure") {
+		t.Fatalf("server --help: %v, no --insecure in it", err)
 	}
 }
