@@ -35,8 +35,8 @@ import (
 // Invariants: at most one probe per member at a time (member.probing); at
 // most one monitor per Client (Client.watching); the monitor owns the
 // slots' watched/seenRecv/quietTicks fields; a probe never waits longer
-// than ProbeTimeout; probing costs the hot path one atomic load per
-// attempt.
+// than ProbeTimeout; probing costs the hot path two atomic loads per
+// attempt and the transport one atomic add per response.
 
 // monitorIdleTicks: ticks with no request outstanding anywhere after which
 // the monitor stops (the next attempt starts it again).
@@ -51,7 +51,7 @@ func (c *Client) startWatching() {
 
 // monitor watches the connections for requests left unanswered (see above).
 func (c *Client) monitor() {
-	tick := time.NewTicker(c.opts.ProbeAfter / 2)
+	tick := time.NewTicker(max(c.opts.ProbeAfter/2, time.Millisecond)) // a ticker needs > 0
 	defer tick.Stop()
 	idle := 0
 	for range tick.C {
