@@ -115,6 +115,36 @@ type Command struct {
 	Ref      transport.GetBlock
 }
 
+// CommandBytes is the number of bytes AppendCommand appends for c (not
+// counting the version byte that starts an entry): the loop sizes an
+// entry exactly before building it.
+func CommandBytes(c *Command) int {
+	var body, inline int
+	switch c.Kind {
+	case KindWriteChunk:
+		body = c.WriteChunk.Size()
+		if c.Inline != nil {
+			inline = uvarintLen(uint64(len(c.Inline))) + len(c.Inline)
+		}
+	case KindPutBlock:
+		body = c.PutBlock.Size()
+	default:
+		body = c.Ref.Size()
+	}
+	return commandHeaderBytes + uvarintLen(uint64(body)) + body + inline
+}
+
+// commandHeaderBytes: a command's kind byte and proposal ID.
+const commandHeaderBytes = 1 + 8
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for ; x >= 0x80; x >>= 7 {
+		n++
+	}
+	return n
+}
+
 // AppendCommand appends c to entry data dst, starting a new entry (the
 // version byte) when dst is empty.
 func AppendCommand(dst []byte, c *Command) []byte {

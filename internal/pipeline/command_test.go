@@ -207,3 +207,29 @@ func TestMsgAppSplit(t *testing.T) {
 		prevIndex, prevTerm = i, 3
 	}
 }
+
+// TestCommandBytesIsWhatAppendCommandAppends: the loop sizes each entry
+// with CommandBytes and builds it in exactly that room (it panics on a
+// mismatch), so the two must agree for every kind and size.
+func TestCommandBytesIsWhatAppendCommandAppends(t *testing.T) {
+	wc := transport.WriteChunk{PipelineID: 3, ContainerID: 1 << 40, LocalID: 7, Offset: 1 << 33, Length: 4096, BytesPerChecksum: 16 << 10, Checksums: []uint32{1, 2, 3}}
+	cmds := []Command{
+		{Kind: KindWriteChunk, ProposalID: 1, WriteChunk: wc},
+		{Kind: KindPutBlock, ProposalID: 1 << 60, PutBlock: transport.PutBlock{PipelineID: 9, Block: transport.BlockData{ContainerID: 5, LocalID: 6, Length: 1 << 20}}},
+		{Kind: KindDeleteBlock, ProposalID: 2, Ref: transport.GetBlock{ContainerID: 5, LocalID: 6}},
+		{Kind: KindCloseContainer, ProposalID: 3, Ref: transport.GetBlock{ContainerID: 5}},
+		{Kind: KindWriteChunk, ProposalID: 4},
+	}
+	for _, n := range []int{0, 1, 127, 128, 1024, 16383, 16384, 256 << 10} {
+		c := Command{Kind: KindWriteChunk, ProposalID: 5, WriteChunk: wc, Inline: make([]byte, n)}
+		cmds = append(cmds, c)
+	}
+	for i := range cmds {
+		if got, want := len(AppendCommand(nil, &cmds[i])), 1+CommandBytes(&cmds[i]); got != want {
+			t.Errorf("command %d (%v, %d inline bytes): AppendCommand wrote %d bytes, CommandBytes+1 says %d", i, cmds[i].Kind, len(cmds[i].Inline), got, want)
+		}
+		if got, want := len(AppendCommand([]byte{entryVersion}, &cmds[i])), 1+CommandBytes(&cmds[i]); got != want {
+			t.Errorf("command %d appended to an entry: %d bytes, want %d", i, got, want)
+		}
+	}
+}

@@ -312,6 +312,7 @@ type group struct {
 	isLeader     bool
 	pending      map[uint64]*proposal
 	queue        []*proposal
+	cmds         []Command               // flushProposals' scratch (cleared after each entry)
 	cache        map[uint64]*cachedEntry // by index: decoded entries and their chunk bytes
 	snapWarnedAt time.Time               // last "needs a container copy" warning (rate limit)
 	// eagerTicks: ticks left in which this member, the one a new
@@ -1313,12 +1314,23 @@ func (n *Node) flushProposals(g *group) {
 		}
 		return
 	}
-	var data []byte
+	// The batch's commands are collected first and the entry built at
+	// its exact size: appended to a growing slice, the copies of its
+	// growth were 14 % of a leader's CPU at 4 KiB inline chunks.
+	cmds := g.cmds[:0]
 	var batch []*proposal
-	payload := 0 // chunk bytes of the batch
+	entryBytes := 0 // the entry's size so far: version byte and commands
+	payload := 0    // chunk bytes of the batch's payload segments
 	propose := func() {
 		if len(batch) == 0 {
 			return
+		}
+		data := make([]byte, 0, entryBytes)
+		for i := range cmds {
+			data = AppendCommand(data, &cmds[i])
+		}
+		if len(data) != entryBytes {
+			panic(fmt.Sprintf("pipeline: entry of %d bytes, sized at %d", len(data), entryBytes))
 		}
 		if err := g.rn.Propose(data); err != nil {
 			for _, p := range batch {
@@ -1326,7 +1338,8 @@ func (n *Node) flushProposals(g *group) {
 				n.replyErr(p, transport.StatusUnavailable, "proposal dropped: "+err.Error(), "")
 			}
 		}
-		data, batch, payload = nil, nil, 0
+		clear(cmds) // the chunks' bytes are the entry's now, or dropped
+		cmds, batch, entryBytes, payload = cmds[:0], nil, 0, 0
 	}
 	entryMax := n.entryBytesMax()
 	for _, p := range q {
@@ -1338,7 +1351,7 @@ func (n *Node) flushProposals(g *group) {
 		inline := false
 		if p.kind == KindWriteChunk && len(p.payload) > 0 && len(p.payload) <= n.cfg.LogInlineMaxBytes {
 			size := inlineCommandBytes(&p.wc, len(p.payload))
-			if inline = 1+size <= entryMax; inline && len(batch) > 0 && len(data)+size > entryMax {
+			if inline = 1+size <= entryMax; inline && len(batch) > 0 && entryBytes+size > entryMax {
 				propose()
 			}
 		}
@@ -1364,14 +1377,19 @@ func (n *Node) flushProposals(g *group) {
 		case KindDeleteBlock, KindCloseContainer:
 			c.Ref = p.ref
 		}
-		data = AppendCommand(data, &c)
+		if len(batch) == 0 {
+			entryBytes = 1 // the version byte
+		}
+		entryBytes += CommandBytes(&c)
+		cmds = append(cmds, c)
 		g.pending[p.id] = p
 		batch = append(batch, p)
-		if len(data) >= maxEntryBytes || len(batch) >= MaxCommandsPerEntry {
+		if entryBytes >= maxEntryBytes || len(batch) >= MaxCommandsPerEntry {
 			propose()
 		}
 	}
 	propose()
+	g.cmds = cmds
 }
 
 // inlineCommandBytes is the size of the kind-5 command of a WriteChunk
@@ -1380,15 +1398,7 @@ func inlineCommandBytes(wc *transport.WriteChunk, n int) int {
 	h := *wc
 	h.RequestID = 0
 	hs := h.Size()
-	return 9 + uvarintLen(uint64(hs)) + hs + uvarintLen(uint64(n)) + n
-}
-
-func uvarintLen(x uint64) int {
-	n := 1
-	for ; x >= 0x80; x >>= 7 {
-		n++
-	}
-	return n
+	return commandHeaderBytes + uvarintLen(uint64(hs)) + hs + uvarintLen(uint64(n)) + n
 }
 
 // entryBytesMax bounds the data of an entry into which this leader puts a
