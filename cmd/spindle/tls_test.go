@@ -9,7 +9,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/bulk"
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
@@ -221,7 +221,7 @@ func probePort(addr, kind string, cfg *tls.Config) probeResult {
 		req = make([]byte, 24)
 		req[0], req[1], req[2], req[3] = bulk.Magic0, bulk.Magic1, bulk.Version, 1
 		binary.LittleEndian.PutUint64(req[8:], 1)
-		binary.LittleEndian.PutUint32(req[20:], crc32.Checksum(req[:20], crc32.MakeTable(crc32.Castagnoli)))
+		binary.LittleEndian.PutUint32(req[20:], crc32c.Checksum(req[:20]))
 	}
 	if _, err := c.Write(req); err != nil {
 		return probeResult("write: " + err.Error())

@@ -4,8 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
+
+	"github.com/spindle-store/spindle/internal/crc32c"
 )
 
 // Values are never kept in memory: value (seed, key, version) of n bytes
@@ -25,8 +26,6 @@ const (
 	MinValueBytes = 1 << 10
 	MaxValueBytes = 4 << 20
 )
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // valueID names one value.
 type valueID struct {
@@ -98,7 +97,7 @@ func (r *valueReader) Read(p []byte) (int, error) {
 		p = p[:left]
 	}
 	r.g.fill(p)
-	r.crc = crc32.Update(r.crc, castagnoli, p)
+	r.crc = crc32c.Update(r.crc, p)
 	return len(p), nil
 }
 
@@ -120,7 +119,7 @@ type valueChecker struct {
 func newValueChecker(seed int64) *valueChecker { return &valueChecker{seed: seed, badAt: -1} }
 
 func (c *valueChecker) Write(p []byte) (int, error) {
-	c.crc = crc32.Update(c.crc, castagnoli, p)
+	c.crc = crc32c.Update(c.crc, p)
 	total := len(p)
 	for len(p) > 0 && c.n < headerBytes {
 		k := copy(c.head[c.n:], p)

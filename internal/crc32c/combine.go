@@ -1,4 +1,5 @@
-// Package crc32c combines CRC32C (Castagnoli) checksums without the bytes:
+// Package crc32c is Spindle's one CRC32C (Castagnoli): the table, Checksum
+// and Update (checksum.go), and the combination of checksums without the bytes:
 // crc(A‖B) from crc(A), crc(B) and len(B) (zlib's crc32_combine, for the
 // Castagnoli polynomial). Spindle's generator uses it to make a block's CRC
 // from its pieces' checksums, and the meta service to make a multipart

@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/spindle-store/spindle/internal/bench"
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/scenario"
@@ -34,8 +34,6 @@ const (
 // fileSizes are the files put and got: empty, one byte, one chunk, inside
 // a block, exactly a block, and many blocks.
 var fileSizes = []int64{0, 1, fileChunkBytes, 200<<10 + 7, fileBlockBytes, 1<<20 + 13, 5<<20 + 3}
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // runCluster is part 2 and the benches that need a running cluster.
 func (d *demo) runCluster(ctx context.Context) (err error) {
@@ -130,10 +128,10 @@ func (d *demo) putGetFiles(ctx context.Context, kc *keyclient.Client) error {
 			minBlocks = 0
 			inline++
 		}
-		if int64(res.Key.Size) != size || int64(ki.Size) != size || ki.CRC32C != crc32.Checksum(want, castagnoli) || len(ki.Blocks) < minBlocks ||
+		if int64(res.Key.Size) != size || int64(ki.Size) != size || ki.CRC32C != crc32c.Checksum(want) || len(ki.Blocks) < minBlocks ||
 			(res.Inline && len(ki.Blocks) != 0) {
 			return fmt.Errorf("demo: %s/%s: size %d (stat %d), CRC32C %08x, %d blocks; wrote %d bytes, CRC32C %08x, at least %d blocks",
-				demoBucket, key, res.Key.Size, ki.Size, ki.CRC32C, len(ki.Blocks), size, crc32.Checksum(want, castagnoli), minBlocks)
+				demoBucket, key, res.Key.Size, ki.Size, ki.CRC32C, len(ki.Blocks), size, crc32c.Checksum(want), minBlocks)
 		}
 		maxBlocks = max(maxBlocks, len(ki.Blocks))
 		out := filepath.Join(fdir, fmt.Sprintf("out-%d", size))

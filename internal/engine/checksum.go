@@ -2,10 +2,9 @@ package engine
 
 import (
 	"fmt"
-	"hash/crc32"
-)
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+	"github.com/spindle-store/spindle/internal/crc32c"
+)
 
 // Checksum limits. A checksum covers one piece of BytesPerChecksum bytes of a
 // chunk (the last piece may be shorter); pieces start at the chunk's first
@@ -20,7 +19,7 @@ const (
 )
 
 // CRC32C returns the CRC32C (Castagnoli) of p.
-func CRC32C(p []byte) uint32 { return crc32.Checksum(p, castagnoli) }
+func CRC32C(p []byte) uint32 { return crc32c.Checksum(p) }
 
 // PieceCount is the number of checksums of a chunk of lengthBytes.
 func PieceCount(lengthBytes uint64, bytesPerChecksum uint32) int {

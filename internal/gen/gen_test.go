@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"log/slog"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/wal"
@@ -165,8 +165,8 @@ func TestRunWritesAReadableCluster(t *testing.T) {
 		}
 		want := make([]byte, min(5*testMiB, 48*testMiB-k*5*testMiB))
 		Content(cfg.Seed, k, 0, want)
-		if ki.Size != uint64(len(want)) || ki.CRC32C != crc32.Checksum(want, crc32.MakeTable(crc32.Castagnoli)) {
-			t.Fatalf("key %d: size %d crc %08x, want %d %08x", k, ki.Size, ki.CRC32C, len(want), crc32.Checksum(want, crc32.MakeTable(crc32.Castagnoli)))
+		if ki.Size != uint64(len(want)) || ki.CRC32C != crc32c.Checksum(want) {
+			t.Fatalf("key %d: size %d crc %08x, want %d %08x", k, ki.Size, ki.CRC32C, len(want), crc32c.Checksum(want))
 		}
 		var off uint64
 		for _, b := range ki.Blocks {

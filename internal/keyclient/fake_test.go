@@ -3,7 +3,6 @@ package keyclient_test
 import (
 	"bytes"
 	"context"
-	"hash/crc32"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/client"
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/transport"
@@ -336,4 +336,4 @@ func fastPipelineOptions() client.Options {
 	}
 }
 
-func crc(b []byte) uint32 { return crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)) }
+func crc(b []byte) uint32 { return crc32c.Checksum(b) }

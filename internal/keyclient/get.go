@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"strings"
 	"sync/atomic"
 
 	"github.com/spindle-store/spindle/internal/client"
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/transport"
 )
@@ -162,7 +162,7 @@ func readInline(ki metaapi.KeyInfo, offset, length int64, w io.Writer, opts GetO
 	if uint64(len(ki.Inline)) != ki.Size {
 		return fmt.Errorf("%w: key metadata: %d bytes inline, size is %d", ErrCorrupt, len(ki.Inline), ki.Size)
 	}
-	if sum := crc32.Checksum(ki.Inline, castagnoli); sum != ki.CRC32C {
+	if sum := crc32c.Checksum(ki.Inline); sum != ki.CRC32C {
 		return fmt.Errorf("%w: inline value's crc32c %08x, key records %08x", ErrCorrupt, sum, ki.CRC32C)
 	}
 	n, err := w.Write(ki.Inline[offset : offset+length])
@@ -253,7 +253,7 @@ func (g *getStream) run(ctx context.Context, offset, length uint64) error {
 				// ReadChunk, combined: no second pass over the bytes.
 				g.crc = appendPieceCRCs(g.crc, g.c.pieceShift, int(r.bpc), r.sums, len(r.data))
 			} else {
-				g.crc = crc32.Update(g.crc, castagnoli, r.data)
+				g.crc = crc32c.Update(g.crc, r.data)
 			}
 		}
 		if _, err := g.w.Write(r.data); err != nil {

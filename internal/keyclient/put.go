@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"slices"
 	"time"
@@ -17,9 +16,6 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/transport"
 )
-
-// castagnoli is the CRC32C table of whole-value checksums.
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // PutOptions are the settings of one Put.
 type PutOptions struct {
@@ -136,7 +132,7 @@ const readHeadStartBytes = 8 << 10
 // putInline commits value, whole, inline in its key's record: one
 // request to the meta service, durable as the record is.
 func (c *Client) putInline(ctx context.Context, bucket, key string, value []byte, opts PutOptions) (PutResult, error) {
-	ck := metaapi.CommitKey{Size: uint64(len(value)), CRC32C: crc32.Checksum(value, castagnoli), Inline: value}
+	ck := metaapi.CommitKey{Size: uint64(len(value)), CRC32C: crc32c.Checksum(value), Inline: value}
 	if len(value) == 0 {
 		ck.Inline = nil // an empty value: no blocks, nothing inline
 	}

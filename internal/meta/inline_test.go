@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"math/rand"
 	"net/http"
 	"path/filepath"
@@ -14,12 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
 )
 
 func inlineCommit(v []byte) *metaapi.CommitKey {
-	return &metaapi.CommitKey{Size: uint64(len(v)), CRC32C: crc32.Checksum(v, crcTable), Inline: v}
+	return &metaapi.CommitKey{Size: uint64(len(v)), CRC32C: crc32c.Checksum(v), Inline: v}
 }
 
 func inlineValue(seed int64, n int) []byte {
@@ -41,7 +41,7 @@ func TestInlineKey(t *testing.T) {
 		t.Fatalf("commit answered %d bytes inline, %d blocks, size %d; want no value back, no block, 4096", len(ki.Inline), len(ki.Blocks), ki.Size)
 	}
 	got := must[*metaapi.KeyInfo](t)(s.GetKey("bkt", "small"))
-	if !bytes.Equal(got.Inline, v) || got.CRC32C != crc32.Checksum(v, crcTable) {
+	if !bytes.Equal(got.Inline, v) || got.CRC32C != crc32c.Checksum(v) {
 		t.Fatalf("get: %d bytes inline, crc %08x", len(got.Inline), got.CRC32C)
 	}
 	must[*metaapi.KeyInfo](t)(s.CommitKey("bkt", "small", inlineCommit(v))) // a retry
@@ -54,10 +54,10 @@ func TestInlineKey(t *testing.T) {
 	allocs := len(s.allocs)
 
 	bad := map[string]*metaapi.CommitKey{
-		"inline and blocks": {Size: 3, CRC32C: crc32.Checksum([]byte("abc"), crcTable), Inline: []byte("abc"),
+		"inline and blocks": {Size: 3, CRC32C: crc32c.Checksum([]byte("abc")), Inline: []byte("abc"),
 			Blocks: []metaapi.KeyBlock{{BlockRef: metaapi.BlockRef{Container: 1, Local: 1}, Length: 3}}},
 		"wrong crc":  {Size: 3, CRC32C: 1, Inline: []byte("abc")},
-		"wrong size": {Size: 4, CRC32C: crc32.Checksum([]byte("abc"), crcTable), Inline: []byte("abc")},
+		"wrong size": {Size: 4, CRC32C: crc32c.Checksum([]byte("abc")), Inline: []byte("abc")},
 		"too large":  inlineCommit(make([]byte, metaapi.MaxInlineBytes+1)),
 	}
 	for what, ck := range bad {
@@ -154,7 +154,7 @@ func TestInlineCommitsCrash(t *testing.T) {
 			l := must[*metaapi.KeyList](t)(s2.List("bkt", ListOptions{Limit: metaapi.MaxListLimit}))
 			for _, e := range l.Keys {
 				ki, err := s2.GetKey("bkt", e.Key)
-				if err != nil || uint64(len(ki.Inline)) != ki.Size || crc32.Checksum(ki.Inline, crcTable) != ki.CRC32C {
+				if err != nil || uint64(len(ki.Inline)) != ki.Size || crc32c.Checksum(ki.Inline) != ki.CRC32C {
 					t.Fatalf("%s after the crash: %v, not whole", e.Key, err)
 				}
 			}

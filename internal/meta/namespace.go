@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"maps"
 	"slices"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -580,7 +580,7 @@ func checkInline(ck *metaapi.CommitKey) error {
 	if ck.Size != uint64(len(ck.Inline)) {
 		return fmt.Errorf("%w: inline value of %d bytes, size says %d", metaapi.ErrInvalid, len(ck.Inline), ck.Size)
 	}
-	if sum := crc32.Checksum(ck.Inline, crcTable); sum != ck.CRC32C {
+	if sum := crc32c.Checksum(ck.Inline); sum != ck.CRC32C {
 		return fmt.Errorf("%w: inline value's CRC32C is %08x, the commit says %08x", metaapi.ErrInvalid, sum, ck.CRC32C)
 	}
 	return nil

@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"log/slog"
 	"maps"
@@ -27,6 +26,7 @@ import (
 	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/wal"
 )
@@ -96,7 +96,7 @@ func encodeEntry(first, last uint64, repr []byte) []byte {
 	b = binary.LittleEndian.AppendUint64(b, first)
 	b = binary.LittleEndian.AppendUint64(b, last)
 	b = append(b, repr...)
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+	return binary.LittleEndian.AppendUint32(b, crc32c.Checksum(b))
 }
 
 // decodeEntry checks and splits an entry's data, of either version (a
@@ -106,7 +106,7 @@ func decodeEntry(data []byte) (first, last uint64, repr []byte, err error) {
 		return 0, 0, nil, fmt.Errorf("%w: meta log entry of %d bytes", ErrCorrupt, len(data))
 	}
 	body, sum := data[:len(data)-4], binary.LittleEndian.Uint32(data[len(data)-4:])
-	if got := crc32.Checksum(body, crcTable); got != sum {
+	if got := crc32c.Checksum(body); got != sum {
 		return 0, 0, nil, fmt.Errorf("%w: meta log entry: crc %08x, want %08x", ErrCorrupt, got, sum)
 	}
 	switch body[0] {
@@ -146,14 +146,14 @@ func (a appliedState) encode() []byte {
 	b = binary.LittleEndian.AppendUint64(b, a.Index)
 	b = binary.LittleEndian.AppendUint64(b, a.Term)
 	b = binary.LittleEndian.AppendUint64(b, a.Seq)
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+	return binary.LittleEndian.AppendUint32(b, crc32c.Checksum(b))
 }
 
 func decodeAppliedState(v []byte) (appliedState, error) {
 	if len(v) != appliedStateBytes || v[0] != recordVersion {
 		return appliedState{}, fmt.Errorf("%w: applied state of %d bytes", ErrCorrupt, len(v))
 	}
-	if got, want := crc32.Checksum(v[:len(v)-4], crcTable), binary.LittleEndian.Uint32(v[len(v)-4:]); got != want {
+	if got, want := crc32c.Checksum(v[:len(v)-4]), binary.LittleEndian.Uint32(v[len(v)-4:]); got != want {
 		return appliedState{}, fmt.Errorf("%w: applied state crc %08x, want %08x", ErrCorrupt, got, want)
 	}
 	return appliedState{Index: binary.LittleEndian.Uint64(v[1:]), Term: binary.LittleEndian.Uint64(v[9:]), Seq: binary.LittleEndian.Uint64(v[17:])}, nil

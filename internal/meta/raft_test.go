@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"net"
 	"os"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
 	"github.com/spindle-store/spindle/internal/wal"
@@ -356,7 +356,7 @@ func TestMetaLogEntryEncoding(t *testing.T) {
 	// Version 1: 01 | seq u64 | batch | crc (FORMAT.md's example layout).
 	v1 := []byte{1, 5, 0, 0, 0, 0, 0, 0, 0}
 	v1 = append(v1, "batch"...)
-	v1 = binary.LittleEndian.AppendUint32(v1, crc32.Checksum(v1, crcTable))
+	v1 = binary.LittleEndian.AppendUint32(v1, crc32c.Checksum(v1))
 	if first, last, repr, err := decodeEntry(v1); err != nil || first != 5 || last != 5 || string(repr) != "batch" {
 		t.Fatalf("version 1: %d..%d %q %v", first, last, repr, err)
 	}

@@ -15,7 +15,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -28,6 +27,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/wal"
@@ -57,7 +57,7 @@ func encodeMembers(m map[uint64]string) []byte {
 		b = binary.LittleEndian.AppendUint16(b, uint16(len(m[id])))
 		b = append(b, m[id]...)
 	}
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+	return binary.LittleEndian.AppendUint32(b, crc32c.Checksum(b))
 }
 
 func decodeMembers(v []byte) (map[uint64]string, error) {
@@ -65,7 +65,7 @@ func decodeMembers(v []byte) (map[uint64]string, error) {
 	if len(v) < 1+4+4 || v[0] != recordVersion {
 		return nil, bad(fmt.Sprintf("%d bytes", len(v)))
 	}
-	if got, want := crc32.Checksum(v[:len(v)-4], crcTable), binary.LittleEndian.Uint32(v[len(v)-4:]); got != want {
+	if got, want := crc32c.Checksum(v[:len(v)-4]), binary.LittleEndian.Uint32(v[len(v)-4:]); got != want {
 		return nil, bad(fmt.Sprintf("crc %08x, want %08x", got, want))
 	}
 	n := binary.LittleEndian.Uint32(v[1:])

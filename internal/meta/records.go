@@ -4,12 +4,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"maps"
 	"math"
 	"slices"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -44,8 +44,6 @@ const (
 	// maxCertNameBytes bounds a certificate name (nodeRecord.CertName).
 	maxCertNameBytes = 255
 )
-
-var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 // ---- keys ----
 
@@ -120,7 +118,7 @@ func (e *enc) str(s string) {
 	e.b = append(e.b, s...)
 }
 func (e *enc) finish() []byte {
-	return binary.LittleEndian.AppendUint32(e.b, crc32.Checksum(e.b, crcTable))
+	return binary.LittleEndian.AppendUint32(e.b, crc32c.Checksum(e.b))
 }
 
 // dec decodes one value; the first error sticks.
@@ -137,7 +135,7 @@ func newDec(what string, v []byte) *dec {
 		return d
 	}
 	body, sum := v[:len(v)-4], binary.LittleEndian.Uint32(v[len(v)-4:])
-	if got := crc32.Checksum(body, crcTable); got != sum {
+	if got := crc32c.Checksum(body); got != sum {
 		d.err = fmt.Errorf("%w: %s: CRC32C %08x, stored %08x", ErrCorrupt, what, got, sum)
 		return d
 	}

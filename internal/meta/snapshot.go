@@ -56,6 +56,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
 	"github.com/spindle-store/spindle/internal/wal"
@@ -359,7 +360,7 @@ func writeSnapshotStream(w io.Writer, fs vfs.FS, dir string, index uint64) (int6
 		}
 		files = append(files, file{n, st.Size()})
 	}
-	cw := &crcWriter{w: w, h: crc32.New(crcTable)}
+	cw := &crcWriter{w: w, h: crc32.New(crc32c.Table)}
 	hdr := append([]byte(snapshotMagic), snapshotFormat)
 	hdr = binary.LittleEndian.AppendUint64(hdr, index)
 	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(files)))
@@ -398,7 +399,7 @@ func writeSnapshotStream(w io.Writer, fs vfs.FS, dir string, index uint64) (int6
 // fsynced, then dest), verifies its checksum and returns its index, which
 // must be at least min. On error dest may hold a partial copy.
 func readSnapshotStream(body io.Reader, fs vfs.FS, dest string, min uint64) (uint64, error) {
-	cr := &crcReader{r: body, h: crc32.New(crcTable)}
+	cr := &crcReader{r: body, h: crc32.New(crc32c.Table)}
 	hdr := make([]byte, len(snapshotMagic)+1+8+4)
 	if _, err := io.ReadFull(cr, hdr); err != nil {
 		return 0, fmt.Errorf("snapshot header: %w", err)

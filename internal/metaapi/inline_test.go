@@ -5,13 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"hash/crc32"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/spindle-store/spindle/internal/crc32c"
 )
 
 func TestInlineBody(t *testing.T) {
@@ -88,7 +89,7 @@ func TestBatchItemUnavailableRetriedAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	ki, err := cl.CommitKey(ctx, "bkt", "lost", CommitKey{Size: 1, CRC32C: crc32.Checksum([]byte("x"), crc32.MakeTable(crc32.Castagnoli)), Inline: []byte("x")})
+	ki, err := cl.CommitKey(ctx, "bkt", "lost", CommitKey{Size: 1, CRC32C: crc32c.Checksum([]byte("x")), Inline: []byte("x")})
 	if err != nil || ki.Key != "lost" || alone.Load() != 1 {
 		t.Fatalf("commit answered UNAVAILABLE in its batch: %+v, %v, %d tries alone; want it committed alone once", ki, err, alone.Load())
 	}

@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -32,6 +31,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3gw"
@@ -180,7 +180,7 @@ func apiCode(err error) string {
 }
 
 func crcB64(b []byte) string {
-	return base64.StdEncoding.EncodeToString(binary.BigEndian.AppendUint32(nil, crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli))))
+	return base64.StdEncoding.EncodeToString(binary.BigEndian.AppendUint32(nil, crc32c.Checksum(b)))
 }
 
 // TestConcurrentPutETags: PUTs at once (the gateway hashes their ETags

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
-	"hash/crc32"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +18,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/spindle-store/spindle/internal/crc32c"
 )
 
 // A bench s3 whose objects (3 replicas, and as many for the baseline)
@@ -42,7 +43,7 @@ func TestS3BenchRefusesRunsPastFreeSpace(t *testing.T) {
 // fails the read.
 func TestS3BenchClientVerifiesGetChecksums(t *testing.T) {
 	body := []byte("the bytes of an object")
-	good := base64.StdEncoding.EncodeToString(binary.BigEndian.AppendUint32(nil, crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli))))
+	good := base64.StdEncoding.EncodeToString(binary.BigEndian.AppendUint32(nil, crc32c.Checksum(body)))
 	var answer atomic.Value
 	modes := make(chan string, 2)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

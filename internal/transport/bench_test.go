@@ -3,7 +3,6 @@ package transport
 import (
 	"context"
 	"fmt"
-	"hash/crc32"
 	"net"
 	"runtime"
 	"syscall"
@@ -12,6 +11,8 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/spindle-store/spindle/internal/crc32c"
 )
 
 var benchSizes = []struct {
@@ -231,21 +232,20 @@ func BenchmarkRaftMessage10x1MiB(b *testing.B) {
 // whole process (both ends) per GB and the verification's own speed.
 func BenchmarkReadPayloadVerified(b *testing.B) {
 	const size, piece, bufs = 1 << 20, 16 << 10, 64
-	castagnoli := crc32.MakeTable(crc32.Castagnoli)
 	payload := make([]byte, size)
 	for i := range payload {
 		payload[i] = byte(i * 7)
 	}
 	wc := benchWriteChunk(size)
 	for i := range wc.Checksums {
-		wc.Checksums[i] = crc32.Checksum(payload[i*piece:min((i+1)*piece, size)], castagnoli)
+		wc.Checksums[i] = crc32c.Checksum(payload[i*piece : min((i+1)*piece, size)])
 	}
 	var verifying time.Duration // in verify, all calls
 	verify := func(off int, span []byte) error {
 		t0 := time.Now()
 		defer func() { verifying += time.Since(t0) }()
 		for p := 0; p < len(span); p += piece {
-			if crc32.Checksum(span[p:min(p+piece, len(span))], castagnoli) != wc.Checksums[(off+p)/piece] {
+			if crc32c.Checksum(span[p:min(p+piece, len(span))]) != wc.Checksums[(off+p)/piece] {
 				return fmt.Errorf("piece at %d", off+p)
 			}
 		}

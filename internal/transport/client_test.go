@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"hash/crc32"
 	"io"
 	"log/slog"
 	"net"
@@ -12,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/spindle-store/spindle/internal/crc32c"
 )
 
 var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -64,7 +65,7 @@ func (s *storeHandler) handle(ctx context.Context, c *Conn, f Frame) (Message, [
 		if err := f.Decode(&wc); err != nil {
 			return &Response{Status: StatusInvalid, Message: err.Error()}, nil
 		}
-		if crc32.Checksum(f.Payload, crc32.MakeTable(crc32.Castagnoli)) != wc.Checksums[0] {
+		if crc32c.Checksum(f.Payload) != wc.Checksums[0] {
 			return &Response{RequestID: wc.RequestID, Status: StatusChecksumMismatch}, nil
 		}
 		s.mu.Lock()
@@ -83,7 +84,7 @@ func (s *storeHandler) handle(ctx context.Context, c *Conn, f Frame) (Message, [
 			return &Response{RequestID: rc.RequestID, Status: StatusNotFound, Message: "no such chunk"}, nil
 		}
 		return &Response{RequestID: rc.RequestID, Offset: rc.Offset, BytesPerChecksum: uint32(len(data)),
-			Checksums: []uint32{crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli))}}, data
+			Checksums: []uint32{crc32c.Checksum(data)}}, data
 	case TypeGetBlock:
 		var gb GetBlock
 		f.Decode(&gb)
@@ -96,7 +97,7 @@ func (s *storeHandler) handle(ctx context.Context, c *Conn, f Frame) (Message, [
 	return &Response{Status: StatusUnsupported}, nil
 }
 
-func crcOf(b []byte) uint32 { return crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)) }
+func crcOf(b []byte) uint32 { return crc32c.Checksum(b) }
 
 func TestClientServerRequests(t *testing.T) {
 	h := &storeHandler{chunks: map[[3]uint64][]byte{}}

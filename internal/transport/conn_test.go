@@ -3,7 +3,6 @@ package transport
 import (
 	"bytes"
 	"errors"
-	"hash/crc32"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/spindle-store/spindle/internal/crc32c"
 )
 
 // Every message type through a real TCP connection on 127.0.0.1, both
@@ -94,7 +95,7 @@ func TestConnLargePayload(t *testing.T) {
 			payload[i+j] = byte(v >> (8 * j))
 		}
 	}
-	sum := crc32.Checksum(payload, crc32.MakeTable(crc32.Castagnoli))
+	sum := crc32c.Checksum(payload)
 	wc := &WriteChunk{RequestID: 1, Length: size, BytesPerChecksum: 16 << 20, Checksums: []uint32{sum}}
 	errc := make(chan error, 1)
 	go func() {
@@ -114,7 +115,7 @@ func TestConnLargePayload(t *testing.T) {
 		if err := f.Decode(&got); err != nil {
 			t.Fatal(err)
 		}
-		if crc32.Checksum(f.Payload, crc32.MakeTable(crc32.Castagnoli)) != got.Checksums[0] || !bytes.Equal(f.Payload, payload) {
+		if crc32c.Checksum(f.Payload) != got.Checksums[0] || !bytes.Equal(f.Payload, payload) {
 			t.Fatal("16 MiB payload corrupted")
 		}
 	}

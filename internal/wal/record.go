@@ -4,7 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
+
+	"github.com/spindle-store/spindle/internal/crc32c"
 )
 
 // RecordType is the kind of a log record (byte 8 of its header).
@@ -76,8 +77,6 @@ const (
 // segmentMagic opens every segment file.
 var segmentMagic = [8]byte{'S', 'P', 'N', 'D', 'L', 'W', 'A', 'L'}
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // recordHeader is a decoded record header.
 type recordHeader struct {
 	typ        RecordType
@@ -112,7 +111,7 @@ func appendRecord(b []byte, h *recordHeader, payload []byte) []byte {
 	binary.LittleEndian.PutUint64(hdr[40:], h.index)
 	b = append(b, hdr[:]...)
 	b = append(b, payload...)
-	crc := crc32.Checksum(b[start+4:], castagnoli)
+	crc := crc32c.Checksum(b[start+4:])
 	binary.LittleEndian.PutUint32(b[start:], crc)
 	return b
 }
@@ -151,7 +150,7 @@ func decodeRecord(b []byte) (recordHeader, []byte, error) {
 		return h, nil, errShort
 	}
 	n := recordHeaderSize + int(h.payloadLen)
-	if crc32.Checksum(b[4:n], castagnoli) != binary.LittleEndian.Uint32(b) {
+	if crc32c.Checksum(b[4:n]) != binary.LittleEndian.Uint32(b) {
 		return h, nil, errChecksum
 	}
 	h.batchPos = binary.LittleEndian.Uint32(b[12:])
@@ -177,7 +176,7 @@ func encodeSegmentHeader(h segmentHeader) []byte {
 	binary.LittleEndian.PutUint32(b[8:], formatVersion)
 	binary.LittleEndian.PutUint64(b[12:], h.logID)
 	binary.LittleEndian.PutUint64(b[20:], h.firstSeq)
-	binary.LittleEndian.PutUint32(b[28:], crc32.Checksum(b[:28], castagnoli))
+	binary.LittleEndian.PutUint32(b[28:], crc32c.Checksum(b[:28]))
 	return b
 }
 
@@ -189,7 +188,7 @@ func decodeSegmentHeader(b []byte) (segmentHeader, error) {
 	if [8]byte(b[:8]) != segmentMagic {
 		return h, fmt.Errorf("segment header: bad magic %q", b[:8])
 	}
-	if crc32.Checksum(b[:28], castagnoli) != binary.LittleEndian.Uint32(b[28:]) {
+	if crc32c.Checksum(b[:28]) != binary.LittleEndian.Uint32(b[28:]) {
 		return h, errors.New("segment header: checksum mismatch")
 	}
 	if v := binary.LittleEndian.Uint32(b[8:]); v != formatVersion {

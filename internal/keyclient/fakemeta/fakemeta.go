@@ -16,13 +16,13 @@ package fakemeta
 import (
 	"context"
 	"fmt"
-	"hash/crc32"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -184,7 +184,7 @@ func (m *Meta) CommitKey(_ context.Context, bucketName, key string, ck metaapi.C
 	}
 	var total uint64
 	if len(ck.Inline) > 0 {
-		if len(ck.Blocks) > 0 || len(ck.Inline) > metaapi.MaxInlineBytes || crc32.Checksum(ck.Inline, crc32.MakeTable(crc32.Castagnoli)) != ck.CRC32C {
+		if len(ck.Blocks) > 0 || len(ck.Inline) > metaapi.MaxInlineBytes || crc32c.Checksum(ck.Inline) != ck.CRC32C {
 			return metaapi.KeyInfo{}, fmt.Errorf("%w: inline value of %d bytes with %d blocks or a wrong CRC32C", metaapi.ErrInvalid, len(ck.Inline), len(ck.Blocks))
 		}
 		total = uint64(len(ck.Inline))
