@@ -17,7 +17,7 @@ func TestBenchChunkWriteReplicated(t *testing.T) {
 	const count = 600
 	out, stderr, err := run(t, []string{"bench", "chunk-write", "--chunk-size", "1KiB", "--clients", "4",
 		"--count", "600", "--duration", "0", "--block-size", "16KiB",
-		"--data-dir", data, "--log-dir", logDir, "--json"})
+		"--data-dir", data, "--log-dir", logDir, "--floor", "--json"})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
 	}
@@ -52,6 +52,14 @@ func TestBenchChunkWriteReplicated(t *testing.T) {
 	if num(num2map(t, m, "extra"), "blocks_committed") < 4 {
 		t.Errorf("extra %v", m["extra"])
 	}
+	// --floor: the same 600 writes with none of Spindle's code, and
+	// Spindle's CPU per GB over the floor's.
+	if fl := num2map(t, num2map(t, m, "extra"), "floor"); num(fl, "ops") != count || num(fl, "cpu_seconds_per_gb") <= 0 {
+		t.Errorf("floor %v", fl)
+	}
+	if num(num2map(t, m, "extra"), "cpu_per_gb_over_floor") <= 0 {
+		t.Errorf("extra %v", m["extra"])
+	}
 	// Both directories were created by the run, so both are gone.
 	for _, d := range []string{data, logDir} {
 		if _, err := os.Stat(d); !os.IsNotExist(err) {
@@ -84,6 +92,7 @@ func TestBenchChunkWritePlacementsMistakes(t *testing.T) {
 		{[]string{"--placements", "tmpfs:tmpfs", "--data-dir", "/tmp/x"}, "takes neither --local, --data-dir nor --log-dir"},
 		{[]string{"--placements", "tmpfs:tmpfs", "--local"}, "takes neither"},
 		{[]string{"--dir", "/tmp"}, "--dir and --tmpfs-dir are for --placements"},
+		{[]string{"--floor", "--local"}, "--floor measures three replicas; --local has one"},
 		{[]string{"--placements", "disk:tmpfs", "--dir", "/nonexistent/spindle-dir"}, "/nonexistent/spindle-dir is not a directory"},
 	} {
 		_, _, err := run(t, append([]string{"bench", "chunk-write", "--count", "1", "--duration", "0"}, c.args...))

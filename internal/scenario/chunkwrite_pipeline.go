@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -99,6 +100,11 @@ type ChunkWritePipelineConfig struct {
 	CPUProfileDir string
 	// NoBaseline skips the raw baseline.
 	NoBaseline bool
+	// Floor also measures the replication floor (bench.RunReplicationFloor)
+	// in the data directory, with the run's clients, chunk size and bounds:
+	// the least work of a three-replica write on this machine, beside
+	// Spindle's (extra.floor, extra.cpu_per_gb_over_floor).
+	Floor bool
 	// TLS runs every connection (the writers' and the raft messages
 	// between datanodes) with mutual TLS 1.3, as spindle server does by
 	// default, with a PKI made for the run (tlsconf.EnsureLocal in a
@@ -508,6 +514,26 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 		}
 		out.Result.SetBaseline(b)
 		out.Result.AddNote("baseline: one replica's raw writes (pwrite + fdatasync per write, on the data dir); the pipeline writes each chunk three times, plus a log record per entry batch")
+	}
+	if cfg.Floor {
+		progress("floor: three replicas' least work (receive, check, pwrite, forward) on %s", dataDir)
+		f, err := bench.RunReplicationFloor(ctx, bench.FloorConfig{
+			Dir: dataDir, Clients: cfg.Clients, ChunkSizeBytes: cfg.ChunkSizeBytes,
+			BytesPerChecksum: int(cfg.BytesPerChecksum), Duration: cfg.Duration, MaxOps: maxOps,
+			MaxBytesPerReplica: cfg.MaxBytes,
+		})
+		if err != nil {
+			return out, fmt.Errorf("chunk-write: floor: %w", err)
+		}
+		out.Result.Extra["floor"] = f
+		over := ""
+		if u := out.Result.CPUUse; u != nil && u.CPUSecondsPerGB > 0 {
+			r := math.Round(u.CPUSecondsPerGB/f.CPUSecondsPerGB*100) / 100
+			out.Result.Extra["cpu_per_gb_over_floor"] = r
+			over = fmt.Sprintf("; Spindle's %.2f CPU-s per GB is %.2f x the floor's", u.CPUSecondsPerGB, r)
+		}
+		out.Result.AddNote("floor: the same writes with none of Spindle's code (loopback TCP to a leader that checks the CRC32C pieces, pwrites and forwards to two followers that check and pwrite; no log, no fsync): %.0f writes/s, %.1f MB/s, %.2f CPU-s per GB, %.0f CPU-us per write%s",
+			f.OpsPerS, f.MBPerS, f.CPUSecondsPerGB, f.CPUUsPerOp, over)
 	}
 	return out, nil
 }
