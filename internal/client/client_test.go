@@ -631,6 +631,49 @@ func TestReadVerifiesChecksums(t *testing.T) {
 	}
 }
 
+// ReadChunkLent: the same verified bytes as ReadChunk, lent until
+// released; a ReadChunk after the release gets its own copy, which the
+// lent buffer's next use does not change; a corrupt answer is refused.
+func TestReadChunkLent(t *testing.T) {
+	p := newFakePipeline(t, 3)
+	c := newTestClient(t, p.addrs(), quietOptions())
+	ctx := testCtx(t)
+	data := bytes.Repeat([]byte("abcdefghij"), 300)
+	other := bytes.Repeat([]byte("ABCDEFGHIJ"), 300)
+	if _, err := c.WriteChunk(ctx, BlockID{3, 4}, 0, data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WriteChunk(ctx, BlockID{3, 6}, 0, other); err != nil {
+		t.Fatal(err)
+	}
+	ch, release, err := c.ReadChunkLent(ctx, "", BlockID{3, 4}, 0, uint64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(ch.Data, data) || len(ch.Checksums) != 6 || ch.BytesPerChecksum != 512 {
+		t.Fatalf("chunk %d bytes, %d checksums, bpc %d", len(ch.Data), len(ch.Checksums), ch.BytesPerChecksum)
+	}
+	release()
+	kept, err := c.ReadChunk(ctx, "", BlockID{3, 4}, 0, uint64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 { // the pooled buffers go round
+		ch, release, err := c.ReadChunkLent(ctx, "", BlockID{3, 6}, 0, uint64(len(other)))
+		if err != nil || !bytes.Equal(ch.Data, other) {
+			t.Fatalf("read of the other block: %v", err)
+		}
+		release()
+	}
+	if !bytes.Equal(kept.Data, data) {
+		t.Fatal("ReadChunk's bytes changed after later reads: they were not its own copy")
+	}
+	p.set(func() { p.corruptRead = true })
+	if _, release, err := c.ReadChunkLent(ctx, p.nodes[2].addr, BlockID{3, 4}, 0, uint64(len(data))); !errors.Is(err, ErrCorrupt) || release != nil {
+		t.Fatalf("err %v (release %v), want ErrCorrupt and nothing to release", err, release != nil)
+	}
+}
+
 func TestClosedClientRefuses(t *testing.T) {
 	p := newFakePipeline(t, 1)
 	c := newTestClient(t, p.addrs(), quietOptions())

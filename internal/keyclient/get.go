@@ -197,6 +197,7 @@ type readReq struct {
 	data     []byte
 	sums     []uint32 // CRC32C of each piece of data (bpc bytes), verified
 	bpc      uint32
+	release  func() // gives data back to the transport's pool (nil: nothing to give)
 	err      error
 }
 
@@ -256,10 +257,16 @@ func (g *getStream) run(ctx context.Context, offset, length uint64) error {
 				g.crc = crc32c.Update(g.crc, r.data)
 			}
 		}
-		if _, err := g.w.Write(r.data); err != nil {
+		_, err := g.w.Write(r.data)
+		n := len(r.data)
+		if r.release != nil {
+			r.data = nil // Write keeps no reference (io.Writer's contract)
+			r.release()
+		}
+		if err != nil {
 			return fmt.Errorf("writing the value: %w", err)
 		}
-		g.written += int64(len(r.data))
+		g.written += int64(n)
 		if g.progress != nil {
 			g.progress(g.written)
 		}
@@ -282,7 +289,7 @@ func (g *getStream) start(ctx context.Context, r *readReq) error {
 	go func() {
 		defer close(r.done)
 		var ch client.Chunk
-		ch, r.err = readReplicas(ctx, pc.c, kb, pref, r.off, r.len)
+		ch, r.release, r.err = readReplicas(ctx, pc.c, kb, pref, r.off, r.len)
 		r.data, r.sums, r.bpc = ch.Data, ch.Checksums, ch.BytesPerChecksum
 	}()
 	return nil
@@ -292,19 +299,22 @@ func (g *getStream) start(ctx context.Context, r *readReq) error {
 // the preferred one, until one answers with verified bytes (and their
 // pieces' checksums). A replica that fails makes the next one preferred for
 // later reads of the block.
-func readReplicas(ctx context.Context, cl *client.Client, kb *metaapi.KeyBlock, pref *atomic.Int32, off, n uint64) (client.Chunk, error) {
+//
+// The chunk's bytes are lent (client.ReadChunkLent): release gives them
+// back once written on.
+func readReplicas(ctx context.Context, cl *client.Client, kb *metaapi.KeyBlock, pref *atomic.Int32, off, n uint64) (client.Chunk, func(), error) {
 	id := client.BlockID{Container: kb.Container, Local: kb.Local}
 	members := kb.Members
 	start := int(pref.Load())
 	var errs replicaErrors
 	for i := range members {
 		k := (start + i) % len(members)
-		ch, err := cl.ReadChunk(ctx, members[k].Addr, id, off, n)
+		ch, release, err := cl.ReadChunkLent(ctx, members[k].Addr, id, off, n)
 		if err == nil {
-			return ch, nil
+			return ch, release, nil
 		}
 		if ctx.Err() != nil {
-			return client.Chunk{}, ctx.Err()
+			return client.Chunk{}, nil, ctx.Err()
 		}
 		var se *transport.StatusError
 		if errors.As(err, &se) && se.Status == transport.StatusCorrupt {
@@ -313,7 +323,7 @@ func readReplicas(ctx context.Context, cl *client.Client, kb *metaapi.KeyBlock, 
 		errs = append(errs, fmt.Errorf("%s: %w", members[k].Addr, err))
 		pref.CompareAndSwap(int32(k), int32((k+1)%len(members)))
 	}
-	return client.Chunk{}, fmt.Errorf("read %d bytes at %d of block %s (pipeline %d): every replica failed: %w", n, off, id, kb.Pipeline, errs)
+	return client.Chunk{}, nil, fmt.Errorf("read %d bytes at %d of block %s (pipeline %d): every replica failed: %w", n, off, id, kb.Pipeline, errs)
 }
 
 // replicaErrors are the errors of every replica of a read, on one line;
