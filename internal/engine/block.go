@@ -483,20 +483,71 @@ func (e *Engine) DeleteBlock(b BlockID) error {
 // naming container, block and offset, and marks the container UNHEALTHY;
 // wrong bytes are never returned.
 func (e *Engine) ReadChunk(b BlockID, offset, length uint64, dst []byte) ([]byte, error) {
+	data, _, _, err := e.ReadChunkSums(b, offset, length, dst, nil)
+	return data, err
+}
+
+// ReadChunkSums is ReadChunk that also returns the stored CRC32C of each
+// piece of the bytes read, when the range lies on the pieces' grid (it
+// starts on a piece boundary and every chunk it crosses ends on one, or
+// the range ends with it): bpc bytes each from offset, the last one
+// shorter when the range ends within a short last piece. A reader that
+// answers with checksums (the datanode) then need not compute them over
+// the bytes a second time. Off the grid, sums is nil and bpc 0. The sums
+// are appended to sumsDst.
+func (e *Engine) ReadChunkSums(b BlockID, offset, length uint64, dst []byte, sumsDst []uint32) (data []byte, sums []uint32, bpc uint32, err error) {
+	data, chunks, bpc, err := e.readChunk(b, offset, length, dst)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if sums, ok := storedSums(chunks, bpc, offset, offset+length, sumsDst); ok {
+		return data, sums, bpc, nil
+	}
+	return data, nil, 0, nil
+}
+
+// storedSums returns the stored checksums of [offset, end) of a block
+// laid out as chunks, appended to dst, when the range lies on the
+// pieces' grid (see ReadChunkSums); else false. chunks cover the range.
+func storedSums(chunks []ChunkInfo, bpc uint32, offset, end uint64, dst []uint32) ([]uint32, bool) {
+	p := uint64(bpc)
+	first, last := findChunk(chunks, offset), findChunk(chunks, end-1)
+	if p == 0 || first < 0 || last < 0 {
+		return nil, false
+	}
+	for i := first; i <= last; i++ {
+		ch := &chunks[i]
+		lo, hi := max(offset, ch.Offset), min(end, ch.Offset+ch.Length)
+		if (lo-ch.Offset)%p != 0 {
+			return nil, false
+		}
+		// Whole pieces, or the chunk's own (short) last piece where the
+		// range ends.
+		if (hi-ch.Offset)%p != 0 && !(i == last && hi == ch.Offset+ch.Length) {
+			return nil, false
+		}
+		dst = append(dst, ch.Checksums[(lo-ch.Offset)/p:(hi-ch.Offset+p-1)/p]...)
+	}
+	return dst, true
+}
+
+// readChunk reads and verifies [offset, offset+length) of block b (see
+// ReadChunk) and returns the layout it read from.
+func (e *Engine) readChunk(b BlockID, offset, length uint64, dst []byte) ([]byte, []ChunkInfo, uint32, error) {
 	if e.closed.Load() {
-		return nil, blockOffErr("read chunk", b, offset, ErrClosed)
+		return nil, nil, 0, blockOffErr("read chunk", b, offset, ErrClosed)
 	}
 	if length == 0 || length > MaxChunkSizeBytes {
-		return nil, blockOffErr("read chunk", b, offset, fmt.Errorf("%w: read length %d not in [1, %d]", ErrInvalid, length, MaxChunkSizeBytes))
+		return nil, nil, 0, blockOffErr("read chunk", b, offset, fmt.Errorf("%w: read length %d not in [1, %d]", ErrInvalid, length, MaxChunkSizeBytes))
 	}
 	c, err := e.lookup(b.Container)
 	if err != nil {
-		return nil, blockOffErr("read chunk", b, offset, err)
+		return nil, nil, 0, blockOffErr("read chunk", b, offset, err)
 	}
 	chunks, bpc, err := e.readableChunks(c, b)
 	if err != nil {
 		e.noteCorruption(c, err)
-		return nil, blockOffErr("read chunk", b, offset, err)
+		return nil, nil, 0, blockOffErr("read chunk", b, offset, err)
 	}
 	end := offset + length
 	var readable uint64
@@ -504,22 +555,22 @@ func (e *Engine) ReadChunk(b BlockID, offset, length uint64, dst []byte) ([]byte
 		readable = chunks[n-1].Offset + chunks[n-1].Length
 	}
 	if end < offset || end > readable {
-		return nil, blockOffErr("read chunk", b, offset, fmt.Errorf("%w: range of %d bytes beyond the %d readable bytes", ErrNotFound, length, readable))
+		return nil, nil, 0, blockOffErr("read chunk", b, offset, fmt.Errorf("%w: range of %d bytes beyond the %d readable bytes", ErrNotFound, length, readable))
 	}
 	bf, _, err := e.files.acquire(b, e.blockPath(c, b.Local), false)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			err = e.missingFile(c, b, err)
 		}
-		return nil, blockOffErr("read chunk", b, offset, err)
+		return nil, nil, 0, blockOffErr("read chunk", b, offset, err)
 	}
 	defer bf.release()
 	out, badOff, err := readVerified(bf, chunks, bpc, offset, end, dst)
 	if err != nil {
 		e.noteBlockDamage(c, b, blockOffErr("read chunk", b, badOff, err))
-		return nil, blockOffErr("read chunk", b, badOff, err)
+		return nil, nil, 0, blockOffErr("read chunk", b, badOff, err)
 	}
-	return out, nil
+	return out, chunks, bpc, nil
 }
 
 // readVerified reads [offset, end) of a block whose layout is chunks,
