@@ -279,12 +279,16 @@ type Node struct {
 	stop      chan struct{}
 	stopOnce  sync.Once
 	wg        sync.WaitGroup
-	propSeq   uint64      // loop-owned
-	inflight  *byteBudget // the client budget
-	raftBuf   *byteBudget // the raft budget
-	metrics   *metrics
-	failed    atomic.Pointer[error]
-	serveErr  chan error
+	propSeq   uint64 // loop-owned
+	// cmds is flushProposals' scratch (loop-owned; cleared after each
+	// entry, so that it keeps no chunk alive; one per node, not per
+	// group: it grows to the largest batch, up to MaxCommandsPerEntry).
+	cmds     []Command
+	inflight *byteBudget // the client budget
+	raftBuf  *byteBudget // the raft budget
+	metrics  *metrics
+	failed   atomic.Pointer[error]
+	serveErr chan error
 	// failedGroups are the pipelines stopped after a replica failure
 	// (written by the loop under groupsMu; at most
 	// MaxFailedPipelinesKept).
@@ -312,7 +316,6 @@ type group struct {
 	isLeader     bool
 	pending      map[uint64]*proposal
 	queue        []*proposal
-	cmds         []Command               // flushProposals' scratch (cleared after each entry)
 	cache        map[uint64]*cachedEntry // by index: decoded entries and their chunk bytes
 	snapWarnedAt time.Time               // last "needs a container copy" warning (rate limit)
 	// eagerTicks: ticks left in which this member, the one a new
@@ -1317,7 +1320,7 @@ func (n *Node) flushProposals(g *group) {
 	// The batch's commands are collected first and the entry built at
 	// its exact size: appended to a growing slice, the copies of its
 	// growth were 14 % of a leader's CPU at 4 KiB inline chunks.
-	cmds := g.cmds[:0]
+	cmds := n.cmds[:0]
 	var batch []*proposal
 	entryBytes := 0 // the entry's size so far: version byte and commands
 	payload := 0    // chunk bytes of the batch's payload segments
@@ -1389,7 +1392,7 @@ func (n *Node) flushProposals(g *group) {
 		}
 	}
 	propose()
-	g.cmds = cmds
+	n.cmds = cmds
 }
 
 // inlineCommandBytes is the size of the kind-5 command of a WriteChunk
