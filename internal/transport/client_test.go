@@ -795,3 +795,93 @@ func TestPingAnsweredWhileHandlerBlocks(t *testing.T) {
 		t.Fatalf("handler called %d times, want 1 (pings never reach it)", n)
 	}
 }
+
+// At MaxConns a new connection is parked: its Pings are answered (a
+// client probing whether the process runs is not misled by the limit),
+// and its first request waits, unread, until a served connection goes.
+// Without parking the Ping waited in the listen backlog until the test's
+// bound ran out.
+func TestParkedConnectionAtTheLimit(t *testing.T) {
+	waiting := make(chan struct{}, 1)
+	var firstClosed, servedEarly atomic.Bool
+	_, addr := startServer(t, ServerConfig{MaxConns: 1, parkedWaiting: func() { waiting <- struct{}{} },
+		Handler: func(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
+			var gb GetBlock
+			if err := f.Decode(&gb); err != nil {
+				return &Response{Status: StatusInvalid, Message: err.Error()}, nil
+			}
+			if gb.ContainerID == 2 && !firstClosed.Load() {
+				servedEarly.Store(true)
+			}
+			return &Response{RequestID: gb.RequestID, Status: StatusOK}, nil
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first := dial(t, addr, ClientConfig{})
+	res, err := first.Call(ctx, &GetBlock{ContainerID: 1, LocalID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Release() // first is served: it holds the one place
+	second := dial(t, addr, ClientConfig{})
+	for range 3 {
+		res, err := second.Call(ctx, &Ping{})
+		if err != nil {
+			t.Fatalf("ping at the connection limit: %v", err)
+		}
+		res.Release()
+	}
+	done := make(chan error, 1)
+	go func() {
+		res, err := second.Call(ctx, &GetBlock{ContainerID: 2, LocalID: 1})
+		if err == nil {
+			res.Release()
+		}
+		done <- err
+	}()
+	<-waiting // the request waits for a place
+	firstClosed.Store(true)
+	first.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("the parked connection's request, once a place was free: %v", err)
+	}
+	if servedEarly.Load() {
+		t.Fatal("the parked connection's request was served while the limit was reached")
+	}
+}
+
+// Close ends a parked connection that waits for a place: its request
+// fails, Close returns.
+func TestCloseEndsParkedConnections(t *testing.T) {
+	waiting := make(chan struct{}, 1)
+	srv, addr := startServer(t, ServerConfig{MaxConns: 1, parkedWaiting: func() { waiting <- struct{}{} },
+		Handler: func(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
+			var gb GetBlock
+			if err := f.Decode(&gb); err != nil {
+				return &Response{Status: StatusInvalid, Message: err.Error()}, nil
+			}
+			return &Response{RequestID: gb.RequestID, Status: StatusOK}, nil
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first := dial(t, addr, ClientConfig{})
+	res, err := first.Call(ctx, &GetBlock{ContainerID: 1, LocalID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Release()
+	second := dial(t, addr, ClientConfig{})
+	done := make(chan error, 1)
+	go func() {
+		res, err := second.Call(ctx, &GetBlock{ContainerID: 2, LocalID: 1})
+		if err == nil {
+			res.Release()
+		}
+		done <- err
+	}()
+	<-waiting
+	srv.Close()
+	if err := <-done; err == nil {
+		t.Fatal("a parked request was answered by a closed server")
+	}
+}

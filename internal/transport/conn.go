@@ -194,45 +194,14 @@ func (r *Reader) fail(what string, err error) error {
 // MaxPayloadBytes); the caller then calls ReadPayload (unless the length
 // is 0).
 func (r *Reader) ReadHeader() (MsgType, []byte, int, error) {
-	if r.err != nil {
-		return 0, nil, 0, r.err
-	}
-	if r.big != nil {
-		putBuf(r.big)
-		r.big = nil
-	}
-	if r.left > 0 {
-		if _, err := r.br.Discard(r.left); err != nil {
-			return 0, nil, 0, r.fail("skipped payload", err)
-		}
-		r.left = 0
-	}
-	r.inPay = false
-	// Between frames the idle timeout applies, once a frame has begun
-	// the read timeout.
-	if r.br.Buffered() == 0 {
-		r.setTimeout(r.idle)
-	} else {
-		r.setTimeout(r.inTim)
-	}
-	p, err := r.br.Peek(PrefixBytes)
-	if err != nil {
-		if err == io.EOF && len(p) == 0 {
-			r.err = io.EOF
-			return 0, nil, 0, io.EOF
-		}
-		if len(p) == 0 && errors.Is(err, os.ErrDeadlineExceeded) && (r.dl == nil || !r.dl.interrupted.Load()) {
-			r.err = fmt.Errorf("%w: no frame within %v", ErrIdle, r.idle)
-			return 0, nil, 0, r.err
-		}
-		return 0, nil, 0, r.fail("frame prefix", err)
-	}
-	r.setTimeout(r.inTim)
-	pf, err := parsePrefix(p)
-	if err != nil {
-		r.err = err
+	if err := r.endFrame(); err != nil {
 		return 0, nil, 0, err
 	}
+	pf, err := r.peekPrefix()
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	r.setTimeout(r.inTim)
 	r.br.Discard(PrefixBytes) // cannot fail: the bytes are buffered
 	if pf.headerLen > cap(r.hdr) {
 		r.hdr = make([]byte, pf.headerLen) // bounded by MaxHeaderBytes
@@ -243,6 +212,66 @@ func (r *Reader) ReadHeader() (MsgType, []byte, int, error) {
 	}
 	r.typ, r.left, r.inPay = pf.typ, pf.payloadLen, true
 	return pf.typ, h, pf.payloadLen, nil
+}
+
+// endFrame finishes the previous frame: its big buffer back to the pool,
+// its unread payload skipped.
+func (r *Reader) endFrame() error {
+	if r.err != nil {
+		return r.err
+	}
+	if r.big != nil {
+		putBuf(r.big)
+		r.big = nil
+	}
+	if r.left > 0 {
+		if _, err := r.br.Discard(r.left); err != nil {
+			return r.fail("skipped payload", err)
+		}
+		r.left = 0
+	}
+	r.inPay = false
+	return nil
+}
+
+// peekPrefix waits for the next frame's prefix (between frames the idle
+// timeout applies, once a frame has begun the read timeout) and parses
+// it, consuming nothing. r is at a frame boundary.
+func (r *Reader) peekPrefix() (prefix, error) {
+	if r.br.Buffered() == 0 {
+		r.setTimeout(r.idle)
+	} else {
+		r.setTimeout(r.inTim)
+	}
+	p, err := r.br.Peek(PrefixBytes)
+	if err != nil {
+		if err == io.EOF && len(p) == 0 {
+			r.err = io.EOF
+			return prefix{}, io.EOF
+		}
+		if len(p) == 0 && errors.Is(err, os.ErrDeadlineExceeded) && (r.dl == nil || !r.dl.interrupted.Load()) {
+			r.err = fmt.Errorf("%w: no frame within %v", ErrIdle, r.idle)
+			return prefix{}, r.err
+		}
+		return prefix{}, r.fail("frame prefix", err)
+	}
+	pf, err := parsePrefix(p)
+	if err != nil {
+		r.err = err
+		return prefix{}, err
+	}
+	return pf, nil
+}
+
+// PeekType returns the type of the next frame without reading it (see
+// ReadHeader for the timeouts and errors, and for the previous frame's
+// unread payload, skipped); the next ReadHeader reads it.
+func (r *Reader) PeekType() (MsgType, error) {
+	if err := r.endFrame(); err != nil {
+		return 0, err
+	}
+	pf, err := r.peekPrefix()
+	return pf.typ, err
 }
 
 // ReadPayload reads the payload of the frame whose header ReadHeader just

@@ -22,6 +22,9 @@ const (
 	DefaultSkipBytesPerSecond = 32 << 20
 	// maxAcceptBackoff bounds the pause after a failed Accept (EMFILE…).
 	maxAcceptBackoff = time.Second
+	// MaxParkedConns bounds the connections accepted beyond MaxConns
+	// (see ServerConfig.MaxConns).
+	MaxParkedConns = 64
 )
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
@@ -72,11 +75,20 @@ type ServerConfig struct {
 	// MaxPayloadBytes, the connection's reader waits before skipping
 	// more.
 	SkipBytesPerSecond int64
-	// MaxConns bounds the connections served at once; Accept waits while
-	// it is reached.
+	// MaxConns bounds the connections served at once. Beyond it up to
+	// MaxParkedConns more are accepted and parked: a parked connection's
+	// Pings are answered (a client probing whether this process runs,
+	// client.Options.ProbeAfter, gets its answer at the limit too), and
+	// its first other frame waits, unread, for a place among the served
+	// ones. With that many parked too, Accept waits.
 	MaxConns int
 	// Logger receives connection errors; slog.Default() when nil.
 	Logger *slog.Logger
+
+	// parkedWaiting (tests only; nil: none) is called when a parked
+	// connection's first frame that is not a Ping starts to wait for a
+	// place among the served connections.
+	parkedWaiting func()
 
 	// skipPaced (tests only; nil: none) is called with the bytes of each
 	// payload charged to its connection's skip pacing, before they are
@@ -138,6 +150,7 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	slots  chan struct{}
+	parked chan struct{} // places for connections beyond MaxConns (MaxParkedConns)
 	quit   chan struct{} // closed when shutdown starts
 
 	mu        sync.Mutex
@@ -168,6 +181,7 @@ func NewServer(cfg ServerConfig) *Server {
 		ctx:       ctx,
 		cancel:    cancel,
 		slots:     make(chan struct{}, cfg.MaxConns),
+		parked:    make(chan struct{}, MaxParkedConns),
 		quit:      make(chan struct{}),
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*Conn]struct{}),
@@ -197,14 +211,29 @@ func (s *Server) Serve(l net.Listener) error {
 
 	var backoff time.Duration
 	for {
+		// A place among the served connections, else a parked one.
+		served := true
 		select {
 		case s.slots <- struct{}{}:
-		case <-s.quit:
-			return ErrServerClosed
+		default:
+			select {
+			case s.slots <- struct{}{}:
+			case s.parked <- struct{}{}:
+				served = false
+			case <-s.quit:
+				return ErrServerClosed
+			}
+		}
+		release := func() {
+			if served {
+				<-s.slots
+			} else {
+				<-s.parked
+			}
 		}
 		nc, err := l.Accept()
 		if err != nil {
-			<-s.slots
+			release()
 			select {
 			case <-s.quit:
 				return ErrServerClosed
@@ -228,14 +257,81 @@ func (s *Server) Serve(l net.Listener) error {
 		if s.draining {
 			s.mu.Unlock()
 			nc.Close()
-			<-s.slots
+			release()
 			return ErrServerClosed
 		}
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go s.serveConn(c)
+		if served {
+			go s.serveConn(c)
+		} else {
+			go s.serveParked(c)
+		}
 	}
+}
+
+// serveParked serves a connection accepted beyond MaxConns: it answers
+// its Pings and, at its first other frame (left unread), waits for a
+// place among the served connections and serves it from there on. The
+// connection keeps its idle timeout while it waits for a frame; none
+// while it waits for a place (as before parking existed, a client at
+// the limit waits: its own timeouts bound it).
+func (s *Server) serveParked(c *Conn) {
+	promoted := false
+	defer func() {
+		if !promoted {
+			c.Close()
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+			<-s.parked
+			s.wg.Done()
+		}
+	}()
+	for {
+		select {
+		case <-s.quit:
+			return
+		default:
+		}
+		t, err := c.PeekType()
+		if err != nil {
+			s.logReadErr(c, err)
+			return
+		}
+		if t != TypePing {
+			break
+		}
+		if _, h, _, err := c.ReadHeader(); err != nil || !s.answerPing(c, h) {
+			if err != nil {
+				s.logReadErr(c, err)
+			}
+			return
+		}
+	}
+	if s.cfg.parkedWaiting != nil {
+		s.cfg.parkedWaiting()
+	}
+	select {
+	case s.slots <- struct{}{}:
+	case <-s.quit:
+		return
+	}
+	<-s.parked
+	promoted = true
+	s.serveConn(c) // gives the slot back, and the rest
+}
+
+// answerPing answers a Ping whose header is h (see serveConn); false: the
+// connection is to be closed.
+func (s *Server) answerPing(c *Conn, h []byte) bool {
+	var ping Ping
+	if err := ping.Unmarshal(h); err != nil {
+		s.logReadErr(c, err)
+		return false
+	}
+	return c.Send(&Response{RequestID: ping.RequestID, Status: StatusOK}) == nil
 }
 
 func (s *Server) serveConn(c *Conn) {
@@ -265,12 +361,7 @@ func (s *Server) serveConn(c *Conn) {
 		if t == TypePing {
 			// Answered here, whatever the handler and the budgets are
 			// doing: it asks whether the process runs, nothing more.
-			var ping Ping
-			if err := ping.Unmarshal(h); err != nil {
-				s.logReadErr(c, err)
-				return
-			}
-			if err := c.Send(&Response{RequestID: ping.RequestID, Status: StatusOK}); err != nil {
+			if !s.answerPing(c, h) {
 				return
 			}
 			continue
