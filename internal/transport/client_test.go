@@ -801,28 +801,43 @@ func TestPingAnsweredWhileHandlerBlocks(t *testing.T) {
 // and its first request waits, unread, until a served connection goes.
 // Without parking the Ping waited in the listen backlog until the test's
 // bound ran out.
-func TestParkedConnectionAtTheLimit(t *testing.T) {
-	waiting := make(chan struct{}, 1)
-	var firstClosed, servedEarly atomic.Bool
-	_, addr := startServer(t, ServerConfig{MaxConns: 1, parkedWaiting: func() { waiting <- struct{}{} },
+// limitServer starts a server of one served connection that answers
+// GetBlocks OK (seen, when set, is told each one's container) and says on
+// waiting when a parked connection's request waits for a place; it
+// returns the server, a context for the test's calls and a served
+// connection that holds the one place.
+func limitServer(t *testing.T, waiting chan<- struct{}, seen func(container uint64)) (*Server, context.Context, *Client, string) {
+	t.Helper()
+	srv, addr := startServer(t, ServerConfig{MaxConns: 1, parkedWaiting: func() { waiting <- struct{}{} },
 		Handler: func(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
 			var gb GetBlock
 			if err := f.Decode(&gb); err != nil {
 				return &Response{Status: StatusInvalid, Message: err.Error()}, nil
 			}
-			if gb.ContainerID == 2 && !firstClosed.Load() {
-				servedEarly.Store(true)
+			if seen != nil {
+				seen(gb.ContainerID)
 			}
 			return &Response{RequestID: gb.RequestID, Status: StatusOK}, nil
 		}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	first := dial(t, addr, ClientConfig{})
 	res, err := first.Call(ctx, &GetBlock{ContainerID: 1, LocalID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Release() // first is served: it holds the one place
+	return srv, ctx, first, addr
+}
+
+func TestParkedConnectionAtTheLimit(t *testing.T) {
+	waiting := make(chan struct{}, 1)
+	var firstClosed, servedEarly atomic.Bool
+	_, ctx, first, addr := limitServer(t, waiting, func(container uint64) {
+		if container == 2 && !firstClosed.Load() {
+			servedEarly.Store(true)
+		}
+	})
 	second := dial(t, addr, ClientConfig{})
 	for range 3 {
 		res, err := second.Call(ctx, &Ping{})
@@ -854,22 +869,7 @@ func TestParkedConnectionAtTheLimit(t *testing.T) {
 // fails, Close returns.
 func TestCloseEndsParkedConnections(t *testing.T) {
 	waiting := make(chan struct{}, 1)
-	srv, addr := startServer(t, ServerConfig{MaxConns: 1, parkedWaiting: func() { waiting <- struct{}{} },
-		Handler: func(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
-			var gb GetBlock
-			if err := f.Decode(&gb); err != nil {
-				return &Response{Status: StatusInvalid, Message: err.Error()}, nil
-			}
-			return &Response{RequestID: gb.RequestID, Status: StatusOK}, nil
-		}})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	first := dial(t, addr, ClientConfig{})
-	res, err := first.Call(ctx, &GetBlock{ContainerID: 1, LocalID: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Release()
+	srv, ctx, _, addr := limitServer(t, waiting, nil)
 	second := dial(t, addr, ClientConfig{})
 	done := make(chan error, 1)
 	go func() {
