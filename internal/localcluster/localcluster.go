@@ -102,8 +102,9 @@ type Config struct {
 	// Addrs, when set, are the members' listen addresses (one per member;
 	// a restarted cluster must keep them: pipelines name them). Without
 	// Addrs free ports are picked, and a member that dies before it is
-	// ready (a port taken meanwhile) makes Start begin afresh; with Addrs
-	// Start fails instead, and never removes a directory.
+	// ready (a port taken meanwhile) makes Start begin afresh, removing
+	// only the directories it created (never one that held data before);
+	// with Addrs Start fails instead, and never removes a directory.
 	Addrs []string
 	// ProcessGroup starts each member in a process group of its own
 	// (Setpgid), signalled as a group by Kill, Pause and Resume.
@@ -170,6 +171,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if len(cfg.Addrs) > 0 && len(cfg.Addrs) != cfg.Members {
 		return nil, fmt.Errorf("localcluster: %d addresses for %d members", len(cfg.Addrs), cfg.Members)
 	}
+	// What a member's directories held before this Start is never
+	// removed: a retry begins afresh only what an attempt created. (The
+	// embedded server starts on `spindle gen`'s output, or on a directory
+	// whose addresses it no longer knows, with free ports too: before
+	// this, a port race there removed every datanode's data.)
+	held := heldDirs(cfg)
 	var lastErr error
 	for attempt := 1; attempt <= startAttempts; attempt++ {
 		c := &Cluster{cfg: cfg}
@@ -185,13 +192,37 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 		// A member died before it was ready: most likely its port was
 		// taken between our probe and its bind. Start afresh.
-		for _, n := range c.nodes {
-			os.RemoveAll(n.DataDir)
-			os.RemoveAll(n.LogDir)
-			os.Remove(n.readyPath)
-		}
+		removeCreated(c.nodes, held)
 	}
 	return nil, lastErr
+}
+
+// heldDirs returns the members' data and log directories that exist and
+// are not empty.
+func heldDirs(cfg Config) map[string]bool {
+	held := map[string]bool{}
+	for id := 1; id <= cfg.Members; id++ {
+		for _, d := range []string{filepath.Join(cfg.DataDir, fmt.Sprintf("dn%d", id)), filepath.Join(cfg.LogDir, fmt.Sprintf("dn%d", id))} {
+			if ents, err := os.ReadDir(d); err == nil && len(ents) > 0 {
+				held[d] = true
+			}
+		}
+	}
+	return held
+}
+
+// removeCreated removes what a failed start attempt made of the members'
+// directories, except those in held (they had data before the start), and
+// their ready files.
+func removeCreated(nodes []*Node, held map[string]bool) {
+	for _, n := range nodes {
+		for _, d := range []string{n.DataDir, n.LogDir} {
+			if !held[d] {
+				os.RemoveAll(d)
+			}
+		}
+		os.Remove(n.readyPath)
+	}
 }
 
 func (c *Cluster) start(ctx context.Context) error {
