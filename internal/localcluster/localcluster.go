@@ -212,10 +212,16 @@ func heldDirs(cfg Config) map[string]bool {
 }
 
 // removeCreated removes what a failed start attempt made of the members'
-// directories, except those in held (they had data before the start), and
-// their ready files.
+// directories, except those in held (they had data before the start) and
+// those of a member that registered with the meta service in the attempt
+// (removed, it would come back as a new node and leave its first one
+// registered for good, DEAD), and their ready files.
 func removeCreated(nodes []*Node, held map[string]bool) {
 	for _, n := range nodes {
+		if registered(n) {
+			os.Remove(n.readyPath)
+			continue
+		}
 		for _, d := range []string{n.DataDir, n.LogDir} {
 			if !held[d] {
 				os.RemoveAll(d)
