@@ -202,13 +202,19 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 func heldDirs(cfg Config) map[string]bool {
 	held := map[string]bool{}
 	for id := 1; id <= cfg.Members; id++ {
-		for _, d := range []string{filepath.Join(cfg.DataDir, fmt.Sprintf("dn%d", id)), filepath.Join(cfg.LogDir, fmt.Sprintf("dn%d", id))} {
+		data, log := memberDirs(cfg, id)
+		for _, d := range []string{data, log} {
 			if ents, err := os.ReadDir(d); err == nil && len(ents) > 0 {
 				held[d] = true
 			}
 		}
 	}
 	return held
+}
+
+// memberDirs are member id's data and log directories.
+func memberDirs(cfg Config, id int) (data, log string) {
+	return filepath.Join(cfg.DataDir, fmt.Sprintf("dn%d", id)), filepath.Join(cfg.LogDir, fmt.Sprintf("dn%d", id))
 }
 
 // removeCreated removes what a failed start attempt made of the members'
@@ -244,11 +250,12 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	for i := range c.cfg.Members {
 		id := i + 1
+		dataDir, logDir := memberDirs(c.cfg, id)
 		n := &Node{
 			ID:        id,
 			Addr:      addrs[i],
-			DataDir:   filepath.Join(c.cfg.DataDir, fmt.Sprintf("dn%d", id)),
-			LogDir:    filepath.Join(c.cfg.LogDir, fmt.Sprintf("dn%d", id)),
+			DataDir:   dataDir,
+			LogDir:    logDir,
 			LogPath:   filepath.Join(c.cfg.DataDir, fmt.Sprintf("dn%d.log", id)),
 			readyPath: filepath.Join(c.cfg.DataDir, fmt.Sprintf("dn%d.ready", id)),
 		}
