@@ -5,7 +5,7 @@ package wal
 // Records not yet durable are never evicted: until their round has written
 // them, memory is the only place they can be read from. Guarded by Log.mu.
 type entryCache struct {
-	bytes   int64 // payload bytes + cacheOverheadBytes per cached entry
+	bytes   int64 // cost of every cached entry
 	entries int   // cached entries
 	// fifo holds a reference to every cached entry in append order (so in
 	// sequence order) from head on, plus stale references to entries since
@@ -25,11 +25,14 @@ type cacheRef struct {
 // references than cached entries (and twice as many).
 const cacheStaleSlack = 1024
 
-func cost(n int) int64 { return int64(n) + cacheOverheadBytes }
+// cost is what a cached entry's payload holds of memory: its array (the
+// capacity: a copy made by append is rounded up to a size class) and
+// cacheOverheadBytes. add, drop and evict count with it alike.
+func cost(data []byte) int64 { return int64(cap(data)) + cacheOverheadBytes }
 
-// add accounts for a newly cached entry of n payload bytes.
-func (c *entryCache) add(g *group, index, seq uint64, n int) {
-	c.bytes += cost(n)
+// add accounts for a newly cached entry whose payload is data.
+func (c *entryCache) add(g *group, index, seq uint64, data []byte) {
+	c.bytes += cost(data)
 	c.entries++
 	c.fifo = append(c.fifo, cacheRef{g: g, index: index, seq: seq})
 	if live := len(c.fifo) - c.head; live > 2*c.entries+cacheStaleSlack {
@@ -40,7 +43,7 @@ func (c *entryCache) add(g *group, index, seq uint64, n int) {
 // drop accounts for a cached entry being removed from its group.
 func (c *entryCache) drop(e *entryMeta) {
 	if e.data != nil {
-		c.bytes -= cost(len(e.data))
+		c.bytes -= cost(e.data)
 		c.entries--
 	}
 }
@@ -68,7 +71,7 @@ func (c *entryCache) evict(limitBytes int64, durableSeq uint64) {
 			if c.bytes <= limitBytes || ref.seq > durableSeq {
 				break
 			}
-			c.bytes -= cost(len(e.data))
+			c.bytes -= cost(e.data)
 			c.entries--
 			e.data = nil
 		}

@@ -347,7 +347,7 @@ func (l *Log) appendLocked(r *Record) uint64 {
 		panic(fmt.Sprintf("wal: record %d of group %d passed validation but does not apply: %v", seq, r.Group, err))
 	}
 	if r.Type == TypeEntry {
-		l.cache.add(g, r.Index, seq, cap(payload)) // what it holds: append rounds up to a size class
+		l.cache.add(g, r.Index, seq, payload)
 	}
 	l.pending = append(l.pending, pendingRec{h: h, payload: payload, segFirst: l.tailSeg, off: off})
 	l.pendingBytes += n
