@@ -483,7 +483,7 @@ func (e *Engine) DeleteBlock(b BlockID) error {
 // naming container, block and offset, and marks the container UNHEALTHY;
 // wrong bytes are never returned.
 func (e *Engine) ReadChunk(b BlockID, offset, length uint64, dst []byte) ([]byte, error) {
-	data, _, _, err := e.ReadChunkSums(b, offset, length, dst, nil)
+	data, _, _, err := e.readChunk(b, offset, length, dst)
 	return data, err
 }
 
@@ -493,23 +493,23 @@ func (e *Engine) ReadChunk(b BlockID, offset, length uint64, dst []byte) ([]byte
 // the range ends with it): bpc bytes each from offset, the last one
 // shorter when the range ends within a short last piece. A reader that
 // answers with checksums (the datanode) then need not compute them over
-// the bytes a second time. Off the grid, sums is nil and bpc 0. The sums
-// are appended to sumsDst.
-func (e *Engine) ReadChunkSums(b BlockID, offset, length uint64, dst []byte, sumsDst []uint32) (data []byte, sums []uint32, bpc uint32, err error) {
+// the bytes a second time. Off the grid, sums is nil and bpc 0.
+func (e *Engine) ReadChunkSums(b BlockID, offset, length uint64, dst []byte) (data []byte, sums []uint32, bpc uint32, err error) {
 	data, chunks, bpc, err := e.readChunk(b, offset, length, dst)
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	if sums, ok := storedSums(chunks, bpc, offset, offset+length, sumsDst); ok {
+	if sums, ok := storedSums(chunks, bpc, offset, offset+length); ok {
 		return data, sums, bpc, nil
 	}
 	return data, nil, 0, nil
 }
 
 // storedSums returns the stored checksums of [offset, end) of a block
-// laid out as chunks, appended to dst, when the range lies on the
-// pieces' grid (see ReadChunkSums); else false. chunks cover the range.
-func storedSums(chunks []ChunkInfo, bpc uint32, offset, end uint64, dst []uint32) ([]uint32, bool) {
+// laid out as chunks when the range lies on the pieces' grid (see
+// ReadChunkSums); else false. chunks cover the range.
+func storedSums(chunks []ChunkInfo, bpc uint32, offset, end uint64) ([]uint32, bool) {
+	var sums []uint32
 	p := uint64(bpc)
 	first, last := findChunk(chunks, offset), findChunk(chunks, end-1)
 	if p == 0 || first < 0 || last < 0 {
@@ -526,9 +526,9 @@ func storedSums(chunks []ChunkInfo, bpc uint32, offset, end uint64, dst []uint32
 		if (hi-ch.Offset)%p != 0 && !(i == last && hi == ch.Offset+ch.Length) {
 			return nil, false
 		}
-		dst = append(dst, ch.Checksums[(lo-ch.Offset)/p:(hi-ch.Offset+p-1)/p]...)
+		sums = append(sums, ch.Checksums[(lo-ch.Offset)/p:(hi-ch.Offset+p-1)/p]...)
 	}
-	return dst, true
+	return sums, true
 }
 
 // readChunk reads and verifies [offset, offset+length) of block b (see

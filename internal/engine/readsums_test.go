@@ -39,7 +39,7 @@ func TestStoredSumsOnlyOnTheGrid(t *testing.T) {
 		{whole, 1024, 2048, []uint32{0xd0, 0xe0}}, // ends on e's first boundary
 		{whole, 1024, 2000, nil},                  // ends inside e's second piece
 	} {
-		got, ok := storedSums(c.chunks, 512, c.off, c.end, nil)
+		got, ok := storedSums(c.chunks, 512, c.off, c.end)
 		if ok != (c.want != nil) || !slices.Equal(got, c.want) {
 			t.Errorf("[%d,%d): %x (%v), want %x", c.off, c.end, got, ok, c.want)
 		}
@@ -56,13 +56,13 @@ func TestReadChunkSumsMatchTheBytes(t *testing.T) {
 	bd := writeBlock(t, e, b, 4*testBPC, 2*testBPC+100)
 	mustNo(t, e.PutBlock(bd, 0))
 	for _, r := range [][2]uint64{{0, 4 * testBPC}, {testBPC, 5 * testBPC}, {0, bd.Length}, {4 * testBPC, 2*testBPC + 100}} {
-		data, sums, bpc, err := e.ReadChunkSums(b, r[0], r[1], nil, nil)
+		data, sums, bpc, err := e.ReadChunkSums(b, r[0], r[1], nil)
 		mustNo(t, err)
 		if bpc != testBPC || !slices.Equal(sums, ComputeChecksums(nil, data, testBPC)) || string(data) != string(content(b, r[0], int(r[1]))) {
 			t.Errorf("range %v: bpc %d, %d sums, want the bytes' own", r, bpc, len(sums))
 		}
 	}
-	data, sums, bpc, err := e.ReadChunkSums(b, 1, testBPC, nil, nil)
+	data, sums, bpc, err := e.ReadChunkSums(b, 1, testBPC, nil)
 	mustNo(t, err)
 	if sums != nil || bpc != 0 || string(data) != string(content(b, 1, testBPC)) {
 		t.Errorf("off the grid: %d sums, bpc %d", len(sums), bpc)

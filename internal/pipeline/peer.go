@@ -481,7 +481,7 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 		// the read has just verified the bytes against, when the range
 		// lies on their grid; else computed over the bytes (a second pass,
 		// ~50 µs per MiB here: the bytes are still in cache).
-		data, sums, bpc, err := n.eng.ReadChunkSums(b, rc.Offset, rc.Length, dst, nil)
+		data, sums, bpc, err := n.eng.ReadChunkSums(b, rc.Offset, rc.Length, dst)
 		if err != nil {
 			n.metrics.readErrors.WithLabelValues(readErrorKind(err)).Inc()
 			return &transport.Response{RequestID: rc.RequestID, Status: statusOf(err), Message: err.Error()}, nil
