@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/encoding/protowire"
+
 	"github.com/spindle-store/spindle/internal/transport"
 )
 
@@ -124,26 +126,18 @@ func CommandBytes(c *Command) int {
 	case KindWriteChunk:
 		body = c.WriteChunk.Size()
 		if c.Inline != nil {
-			inline = uvarintLen(uint64(len(c.Inline))) + len(c.Inline)
+			inline = protowire.SizeBytes(len(c.Inline))
 		}
 	case KindPutBlock:
 		body = c.PutBlock.Size()
 	default:
 		body = c.Ref.Size()
 	}
-	return commandHeaderBytes + uvarintLen(uint64(body)) + body + inline
+	return commandHeaderBytes + protowire.SizeBytes(body) + inline
 }
 
 // commandHeaderBytes: a command's kind byte and proposal ID.
 const commandHeaderBytes = 1 + 8
-
-func uvarintLen(x uint64) int {
-	n := 1
-	for ; x >= 0x80; x >>= 7 {
-		n++
-	}
-	return n
-}
 
 // AppendCommand appends c to entry data dst, starting a new entry (the
 // version byte) when dst is empty.

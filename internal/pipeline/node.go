@@ -1351,27 +1351,12 @@ func (n *Node) flushProposals(g *group) {
 		// frame header. Other chunks travel as payload segments; an
 		// entry's segments fit one RaftMessage frame, so that a MsgApp
 		// can always be split between entries.
-		inline := false
-		if p.kind == KindWriteChunk && len(p.payload) > 0 && len(p.payload) <= n.cfg.LogInlineMaxBytes {
-			size := inlineCommandBytes(&p.wc, len(p.payload))
-			if inline = 1+size <= entryMax; inline && len(batch) > 0 && entryBytes+size > entryMax {
-				propose()
-			}
-		}
-		if !inline {
-			if len(batch) > 0 && payload+len(p.payload) > n.framePayloadBytes() {
-				propose()
-			}
-			payload += len(p.payload)
-		}
-		n.propSeq++
-		p.id = n.cfg.ID<<48 | n.propSeq&(1<<48-1)
-		c := Command{Kind: p.kind, ProposalID: p.id}
+		c := Command{Kind: p.kind} // its ProposalID (fixed size) is set below
 		switch p.kind {
 		case KindWriteChunk:
 			c.WriteChunk = p.wc
 			c.WriteChunk.RequestID = 0
-			if inline {
+			if len(p.payload) > 0 && len(p.payload) <= n.cfg.LogInlineMaxBytes {
 				c.Inline = p.payload
 			}
 		case KindPutBlock:
@@ -1380,10 +1365,28 @@ func (n *Node) flushProposals(g *group) {
 		case KindDeleteBlock, KindCloseContainer:
 			c.Ref = p.ref
 		}
+		size := CommandBytes(&c)
+		if c.Inline != nil && 1+size > entryMax {
+			c.Inline = nil // too large for an entry of its own: a payload segment
+			size = CommandBytes(&c)
+		}
+		if c.Inline != nil {
+			if len(batch) > 0 && entryBytes+size > entryMax {
+				propose()
+			}
+		} else {
+			if len(batch) > 0 && payload+len(p.payload) > n.framePayloadBytes() {
+				propose()
+			}
+			payload += len(p.payload)
+		}
+		n.propSeq++
+		p.id = n.cfg.ID<<48 | n.propSeq&(1<<48-1)
+		c.ProposalID = p.id
 		if len(batch) == 0 {
 			entryBytes = 1 // the version byte
 		}
-		entryBytes += CommandBytes(&c)
+		entryBytes += size
 		cmds = append(cmds, c)
 		g.pending[p.id] = p
 		batch = append(batch, p)
@@ -1393,15 +1396,6 @@ func (n *Node) flushProposals(g *group) {
 	}
 	propose()
 	n.cmds = cmds
-}
-
-// inlineCommandBytes is the size of the kind-5 command of a WriteChunk
-// wc (its request ID zeroed, as proposed) carrying n bytes.
-func inlineCommandBytes(wc *transport.WriteChunk, n int) int {
-	h := *wc
-	h.RequestID = 0
-	hs := h.Size()
-	return commandHeaderBytes + uvarintLen(uint64(hs)) + hs + uvarintLen(uint64(n)) + n
 }
 
 // entryBytesMax bounds the data of an entry into which this leader puts a
