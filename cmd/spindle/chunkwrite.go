@@ -154,7 +154,7 @@ baseline.`,
 	f.Var(&retain, "retain", "--local: data kept on disk; past it each writer deletes its oldest blocks (bounds disk use)")
 	f.IntVar(&cfg.SyncWorkers, "sync-workers", 0, "--local: group commit: sync rounds in flight and parallel fdatasyncs per round (0: engine default)")
 	f.BoolVar(&cfg.NoBaseline, "no-baseline", false, "skip the raw baselines")
-	f.BoolVar(&pcfg.Floor, "floor", false, "replicated: also measure the replication floor (the same writes through three replicas with none of Spindle's code: receive, CRC32C check, pwrite, forward; no log, no fsync) and report Spindle's CPU per GB over it")
+	f.BoolVar(&pcfg.Floor, "floor", false, "replicated: also measure the replication floor (the same writes through three replicas with none of Spindle's protocol, log or bookkeeping: receive, CRC32C check, pwrite, forward; no log, no fsync) and report Spindle's CPU per GB over it")
 	f.BoolVar(&pcfg.TLS, "tls", false, "replicated form: mutual TLS 1.3 on every connection, as spindle server runs by default (default plaintext: the storage path alone)")
 	f.BoolVar(&cfg.NoOverwriteBaseline, "no-overwrite-baseline", false, "--local: skip the second (overwrite in place) baseline")
 	f.Var(&maxBytes, "max-bytes", "replicated: stop after writing this many bytes (each replica holds them all), whatever --duration says")

@@ -52,7 +52,7 @@ func TestBenchChunkWriteReplicated(t *testing.T) {
 	if num(num2map(t, m, "extra"), "blocks_committed") < 4 {
 		t.Errorf("extra %v", m["extra"])
 	}
-	// --floor: the same 600 writes with none of Spindle's code, and
+	// --floor: the same 600 writes with none of Spindle's protocol, log or bookkeeping, and
 	// Spindle's CPU per GB over the floor's.
 	if fl := num2map(t, num2map(t, m, "extra"), "floor"); num(fl, "ops") != count || num(fl, "cpu_seconds_per_gb") <= 0 {
 		t.Errorf("floor %v", fl)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spindle-store/spindle/internal/engine"
 )
 
 // A bounded floor run does exactly its writes, measures CPU and leaves
@@ -20,7 +22,7 @@ func TestReplicationFloorRunsItsWritesAndCleansUp(t *testing.T) {
 	if f.Ops != 50 || f.Bytes != 50*40<<10 {
 		t.Fatalf("ops %d bytes %d, want 50 and %d", f.Ops, f.Bytes, 50*40<<10)
 	}
-	if f.Seconds <= 0 || f.OpsPerS <= 0 || f.MBPerS <= 0 || f.CPUSeconds <= 0 || f.CPUSecondsPerGB <= 0 || f.CPUUsPerOp <= 0 {
+	if f.Seconds <= 0 || f.OpsPerS <= 0 || f.MBPerS <= 0 || f.CPUUse == nil || f.CPUSeconds <= 0 || f.CPUSecondsPerGB <= 0 || f.CPUUsPerOp <= 0 {
 		t.Fatalf("rates and CPU not measured: %+v", f)
 	}
 	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
@@ -46,7 +48,7 @@ func TestReplicationFloorBoundsItsFiles(t *testing.T) {
 	defer f.Close()
 	data := make([]byte, cfg.ChunkSizeBytes)
 	FillPseudoRandom(data, 3)
-	r := &floorReplica{cfg: &cfg, conn: b, file: f, fileMax: 16 << 10, sums: checksumsOf(data, cfg.BytesPerChecksum)}
+	r := &floorReplica{cfg: &cfg, conn: b, file: f, fileMax: 16 << 10, sums: engine.ComputeChecksums(nil, data, cfg.BytesPerChecksum)}
 	done := make(chan error, 1)
 	go func() { done <- r.serve() }()
 	var ack [1]byte
@@ -80,7 +82,7 @@ func TestReplicationFloorReplicaChecksPieces(t *testing.T) {
 	}
 	defer f.Close()
 	data := make([]byte, cfg.ChunkSizeBytes)
-	r := &floorReplica{cfg: &cfg, conn: b, file: f, fileMax: 1 << 20, sums: checksumsOf(data, cfg.BytesPerChecksum)}
+	r := &floorReplica{cfg: &cfg, conn: b, file: f, fileMax: 1 << 20, sums: engine.ComputeChecksums(nil, data, cfg.BytesPerChecksum)}
 	done := make(chan error, 1)
 	go func() { done <- r.serve() }()
 	data[20<<10] ^= 1 // the second piece
@@ -96,7 +98,7 @@ func TestReplicationFloorRefusesBadConfigs(t *testing.T) {
 	for _, c := range []FloorConfig{
 		{Clients: 1, ChunkSizeBytes: 1, MaxOps: 1},
 		{Dir: "x", Clients: 0, ChunkSizeBytes: 1, MaxOps: 1},
-		{Dir: "x", Clients: MaxFloorClients + 1, ChunkSizeBytes: 1, MaxOps: 1},
+		{Dir: "x", Clients: MaxWorkers + 1, ChunkSizeBytes: 1, MaxOps: 1},
 		{Dir: "x", Clients: 1, ChunkSizeBytes: 0, MaxOps: 1},
 		{Dir: "x", Clients: 1, ChunkSizeBytes: MaxFloorChunkBytes + 1, MaxOps: 1},
 		{Dir: "x", Clients: 1, ChunkSizeBytes: 1},

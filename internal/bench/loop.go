@@ -160,15 +160,25 @@ type worker struct {
 type body func(ctx context.Context, w *worker, op int64) (int, error)
 type flushFunc func(ctx context.Context, w *worker) error
 
-func runLoop(ctx context.Context, cfg LoopConfig, do body, flush flushFunc) (Stats, error) {
+// check says what is wrong with cfg's workers and bounds (nil: nothing):
+// a loop refuses them, and so does a bench that sets up per worker
+// before its loop, ahead of that work.
+func (cfg LoopConfig) check() error {
 	if cfg.Workers < 1 || cfg.Workers > MaxWorkers {
-		return Stats{}, fmt.Errorf("bench: %d workers, want 1..%d", cfg.Workers, MaxWorkers)
+		return fmt.Errorf("%d workers, want 1..%d", cfg.Workers, MaxWorkers)
 	}
 	if cfg.Duration < 0 || cfg.MaxOps < 0 {
-		return Stats{}, fmt.Errorf("bench: negative bound (duration %v, max ops %d)", cfg.Duration, cfg.MaxOps)
+		return fmt.Errorf("negative bound (duration %v, max ops %d)", cfg.Duration, cfg.MaxOps)
 	}
 	if cfg.Duration == 0 && cfg.MaxOps == 0 {
-		return Stats{}, errors.New("bench: unbounded loop: set a duration, a maximum number of ops, or both")
+		return errors.New("unbounded loop: set a duration, a maximum number of ops, or both")
+	}
+	return nil
+}
+
+func runLoop(ctx context.Context, cfg LoopConfig, do body, flush flushFunc) (Stats, error) {
+	if err := cfg.check(); err != nil {
+		return Stats{}, fmt.Errorf("bench: %w", err)
 	}
 	progress := cfg.Progress
 	if progress == nil {

@@ -519,11 +519,14 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 		progress("floor: three replicas' least work (receive, check, pwrite, forward) on %s", dataDir)
 		f, err := bench.RunReplicationFloor(ctx, bench.FloorConfig{
 			Dir: dataDir, Clients: cfg.Clients, ChunkSizeBytes: cfg.ChunkSizeBytes,
-			BytesPerChecksum: int(cfg.BytesPerChecksum), Duration: cfg.Duration, MaxOps: maxOps,
-			MaxBytesPerReplica: cfg.MaxBytes,
+			BytesPerChecksum: cfg.BytesPerChecksum, Duration: cfg.Duration, MaxOps: maxOps,
+			MaxBytesPerReplica: cfg.MaxBytes, Progress: cfg.Progress,
 		})
 		if err != nil {
 			return out, fmt.Errorf("chunk-write: floor: %w", err)
+		}
+		if f.CPUUse == nil || f.CPUSecondsPerGB <= 0 {
+			return out, errors.New("chunk-write: floor: its CPU was not measured")
 		}
 		out.Result.Extra["floor"] = f
 		over := ""
@@ -532,7 +535,7 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 			out.Result.Extra["cpu_per_gb_over_floor"] = r
 			over = fmt.Sprintf("; Spindle's %.2f CPU-s per GB is %.2f x the floor's", u.CPUSecondsPerGB, r)
 		}
-		out.Result.AddNote("floor: the same writes with none of Spindle's code (loopback TCP to a leader that checks the CRC32C pieces, pwrites and forwards to two followers that check and pwrite; no log, no fsync): %.0f writes/s, %.1f MB/s, %.2f CPU-s per GB, %.0f CPU-us per write%s",
+		out.Result.AddNote("floor: the same writes with none of Spindle's protocol, log or bookkeeping (loopback TCP to a leader that checks the CRC32C pieces, pwrites and forwards to two followers that check and pwrite; no log, no fsync): %.0f writes/s, %.1f MB/s, %.2f CPU-s per GB, %.0f CPU-us per write%s",
 			f.OpsPerS, f.MBPerS, f.CPUSecondsPerGB, f.CPUUsPerOp, over)
 	}
 	return out, nil
