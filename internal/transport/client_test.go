@@ -830,6 +830,22 @@ func limitServer(t *testing.T, waiting chan<- struct{}, seen func(container uint
 	return srv, ctx, first, addr
 }
 
+// parkRequest sends a GetBlock of container 2 on c from a goroutine and
+// returns once the server says it waits for a place (waiting); the call's
+// outcome comes on the channel.
+func parkRequest(ctx context.Context, c *Client, waiting <-chan struct{}) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		res, err := c.Call(ctx, &GetBlock{ContainerID: 2, LocalID: 1})
+		if err == nil {
+			res.Release()
+		}
+		done <- err
+	}()
+	<-waiting
+	return done
+}
+
 func TestParkedConnectionAtTheLimit(t *testing.T) {
 	waiting := make(chan struct{}, 1)
 	var firstClosed, servedEarly atomic.Bool
@@ -846,15 +862,7 @@ func TestParkedConnectionAtTheLimit(t *testing.T) {
 		}
 		res.Release()
 	}
-	done := make(chan error, 1)
-	go func() {
-		res, err := second.Call(ctx, &GetBlock{ContainerID: 2, LocalID: 1})
-		if err == nil {
-			res.Release()
-		}
-		done <- err
-	}()
-	<-waiting // the request waits for a place
+	done := parkRequest(ctx, second, waiting)
 	firstClosed.Store(true)
 	first.Close()
 	if err := <-done; err != nil {
@@ -871,15 +879,7 @@ func TestCloseEndsParkedConnections(t *testing.T) {
 	waiting := make(chan struct{}, 1)
 	srv, ctx, _, addr := limitServer(t, waiting, nil)
 	second := dial(t, addr, ClientConfig{})
-	done := make(chan error, 1)
-	go func() {
-		res, err := second.Call(ctx, &GetBlock{ContainerID: 2, LocalID: 1})
-		if err == nil {
-			res.Release()
-		}
-		done <- err
-	}()
-	<-waiting
+	done := parkRequest(ctx, second, waiting)
 	srv.Close()
 	if err := <-done; err == nil {
 		t.Fatal("a parked request was answered by a closed server")
