@@ -769,17 +769,12 @@ func (c *Client) ReadChunkLent(ctx context.Context, addr string, b BlockID, offs
 			res.Release()
 			return fmt.Errorf("ReadChunk %s@%d+%d from %s: %w", b, offset, length, tc.RemoteAddr(), err)
 		}
-		if release != nil {
-			release() // an earlier attempt's, superseded (do returns after success)
-		}
+		// The one success: do returns at once after it.
 		ch = Chunk{Offset: r.Offset, Data: res.Payload, BytesPerChecksum: r.BytesPerChecksum, Checksums: slices.Clone(r.Checksums)}
 		release = res.Release
 		return nil
 	})
 	if err != nil {
-		if release != nil {
-			release()
-		}
 		return Chunk{}, nil, err
 	}
 	if ch.Data == nil {
