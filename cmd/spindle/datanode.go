@@ -40,30 +40,9 @@ func allTmpfs(dirs []string) bool {
 	return len(dirs) > 0
 }
 
-// tmpfsLogInlineMaxBytes is --log-inline-max-bytes unset on a datanode
-// whose every data directory is on tmpfs. Chunks travel in the log to
-// spare the block files' fsync of every round, which on tmpfs costs
-// little; what is left to spare is the per-chunk pwrite (the log's
-// chunks are gathered into one per 64 KiB of a block) and the sync round.
-// The bytes in the entries cost copies on the leader and each follower,
-// in proportion to their size. bench chunk-write × 64 on /dev/shm
-// (ARCHITECTURE §12.6): at 1 KiB, 45,665-58,700 writes/s in the log
-// against 39,703-57,302 without (7 of 8 alternating pairs, +15 %); at
-// 2 KiB even; at 4 KiB 24,243-24,908 against 31,344-32,856.
-const tmpfsLogInlineMaxBytes = 1 << 10
-
-// defaultLogInlineMaxBytes is --log-inline-max-bytes unset, for a
-// datanode with these data directories.
-func defaultLogInlineMaxBytes(dataDirs []string) int {
-	if allTmpfs(dataDirs) {
-		return tmpfsLogInlineMaxBytes
-	}
-	return pipeline.DefaultLogInlineMaxBytes
-}
-
 // logInlineHelp is the help of --log-inline-max-bytes (datanode, server,
 // bench chunk-write).
-const logInlineHelp = "chunks of at most this size travel with their bytes in the raft log (one log fsync per round makes them durable; their block files are synced at PutBlock or before the log is compacted past them); larger chunks are written and fsynced in their block files; 0: never, at most 256KiB; unset: 64KiB, or 1KiB when every data directory is on tmpfs (no block-file fsync to spare: only the per-chunk pwrite)"
+const logInlineHelp = "chunks of at most this size travel with their bytes in the raft log (one log fsync per round makes them durable; their block files are synced at PutBlock or before the log is compacted past them); larger chunks are written and fsynced in their block files; 0: never, at most 256KiB; unset: 64KiB, or 0 when every data directory is on tmpfs (no block-file fsync to spare)"
 
 func newDatanodeCmd() *cobra.Command {
 	var cfg datanode.Config
@@ -126,8 +105,14 @@ SIGTERM or SIGINT stops it cleanly.`,
 				return usageErr(fmt.Errorf("--log-inline-max-bytes %d: want 0 .. %d", logInline.Int64(), pipeline.MaxLogInlineBytesLimit))
 			}
 			cfg.LogInlineMaxBytes = int(logInline.Int64())
-			if !cmd.Flags().Changed("log-inline-max-bytes") {
-				cfg.LogInlineMaxBytes = defaultLogInlineMaxBytes(cfg.DataDirs)
+			if !cmd.Flags().Changed("log-inline-max-bytes") && allTmpfs(cfg.DataDirs) {
+				// Chunks travel in the log to spare the block files'
+				// fsync of every round; on tmpfs that fsync costs nothing,
+				// and the bytes in the entries cost the leader and each
+				// follower copies (at 1 KiB the log is 15 % ahead, at
+				// 4 KiB 25 % behind: ARCHITECTURE §12.6, which says why
+				// 1 KiB is not the default either).
+				cfg.LogInlineMaxBytes = 0
 			}
 			if scrubRateMB < 0 {
 				return usageErr(fmt.Errorf("--scrub-rate %g: want MB/s ≥ 0 (0: no scrubber)", scrubRateMB))
