@@ -52,6 +52,18 @@ func (e *Engine) PutBlock(bd *BlockData, bcsid uint64) error {
 	}
 	for attempt := 0; attempt < putBlockAttemptsMax; attempt++ {
 		c.mu.Lock()
+		if c.goneBelowLocked(b.Local, bcsid) {
+			// A put of a block that a committed DeleteBlock later in the
+			// log deletes, and whose chunks this replica was excused
+			// from storing (gone.go): applied as the delete will leave
+			// it, only the sequence moves.
+			err := e.advanceLocked(c, bcsid)
+			c.mu.Unlock()
+			if err != nil {
+				return blockErr("put block", b, err)
+			}
+			return nil
+		}
 		if bcsid < c.bcsid {
 			cur := c.bcsid
 			err := e.replayedPutLocked(c, bd, bcsid)
@@ -428,8 +440,23 @@ func (e *Engine) DeleteBlock(b BlockID) error {
 		length = bd.Length
 	case errors.Is(lerr, ErrNotFound) && bs != nil:
 	case errors.Is(lerr, ErrNotFound):
+		// Nothing of the block here; a gone mark (gone.go) was waiting
+		// for this delete: it is done.
+		marked, err := e.dropGoneLocked(c, b)
+		if !marked {
+			c.mu.Unlock()
+			return blockErr("delete block", b, lerr)
+		}
+		if err != nil {
+			c.mu.Unlock()
+			return blockErr("delete block", b, err)
+		}
+		seq := e.commit.markVolume(c.vol)
 		c.mu.Unlock()
-		return blockErr("delete block", b, lerr)
+		if err := e.commit.sync(seq); err != nil {
+			return blockErr("delete block", b, err)
+		}
+		return nil
 	case errors.Is(lerr, ErrCorrupt):
 		// A damaged record can still be deleted; its length is unknown.
 	default:
@@ -440,6 +467,10 @@ func (e *Engine) DeleteBlock(b BlockID) error {
 		length = bs.nextOffset
 	}
 	if err := c.vol.db.Delete(blockKey(b), pebble.NoSync); err != nil {
+		c.mu.Unlock()
+		return blockErr("delete block", b, err)
+	}
+	if _, err := e.dropGoneLocked(c, b); err != nil {
 		c.mu.Unlock()
 		return blockErr("delete block", b, err)
 	}

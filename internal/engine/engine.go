@@ -64,6 +64,10 @@ type container struct {
 	// checksums, with the first error (damage.go; also in the volume's
 	// store, advisory).
 	damaged map[uint64]string
+	// gone: blocks a committed DeleteBlock not applied here yet will
+	// delete, by the index of that entry (gone.go; also in the volume's
+	// store, synced).
+	gone map[uint64]uint64
 }
 
 // writableLocked says whether c takes writes and puts. c.mu must be held.
@@ -326,6 +330,9 @@ func (e *Engine) loadVolume(v *volume) error {
 		c.usedBytes = used
 	}
 	if err := e.loadMarks(v); err != nil { // damage.go
+		return err
+	}
+	if err := e.loadGone(v); err != nil { // gone.go
 		return err
 	}
 	for _, c := range deleting {
@@ -661,12 +668,11 @@ func (e *Engine) finishDelete(c *container) error {
 	if err := b.DeleteRange(lo, hi, nil); err != nil {
 		return containerErr("delete", c.id, err)
 	}
-	dlo, dhi := damageKey(BlockID{Container: c.id}), damageKey(BlockID{Container: c.id + 1})
-	if c.id == ^ContainerID(0) {
-		dhi = []byte{keyPrefixDamage + 1}
-	}
-	if err := b.DeleteRange(dlo, dhi, nil); err != nil {
-		return containerErr("delete", c.id, err)
+	for _, prefix := range []byte{keyPrefixDamage, keyPrefixGone} {
+		mlo, mhi := markKeyRange(prefix, c.id)
+		if err := b.DeleteRange(mlo, mhi, nil); err != nil {
+			return containerErr("delete", c.id, err)
+		}
 	}
 	if err := b.Delete(containerKey(c.id), nil); err != nil {
 		return containerErr("delete", c.id, err)

@@ -21,6 +21,7 @@ const (
 	keyPrefixContainer = 'C' // 'C' | containerID u64 BE
 	keyPrefixBlock     = 'B' // 'B' | containerID u64 BE | localID u64 BE
 	keyPrefixDamage    = 'X' // 'X' | containerID u64 BE | localID u64 BE: a damage mark (damage.go)
+	keyPrefixGone      = 'G' // 'G' | containerID u64 BE | localID u64 BE: a gone mark (gone.go)
 
 	containerRecordSize   = 38 // version 2
 	containerRecordSizeV1 = 30 // version 1: no BCSID (it reads as 0)
@@ -99,6 +100,19 @@ func blockKeyRange(id ContainerID) (lo, hi []byte) {
 	if uint64(id) == ^uint64(0) {
 		hi = []byte{keyPrefixBlock + 1}
 	}
+	return lo, hi
+}
+
+// markKeyRange returns [lo, hi) covering every per-block mark of container
+// id under prefix (keyPrefixDamage, keyPrefixGone): keys laid out as block
+// keys.
+func markKeyRange(prefix byte, id ContainerID) (lo, hi []byte) {
+	lo, hi = blockKeyRange(id)
+	lo[0] = prefix
+	if len(hi) == 1 {
+		return lo, []byte{prefix + 1}
+	}
+	hi[0] = prefix
 	return lo, hi
 }
 

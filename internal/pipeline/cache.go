@@ -21,7 +21,11 @@ type cachedEntry struct {
 	// verified[i]: segs[i] is this leader's own proposal's payload,
 	// verified against its checksums when it arrived (nil: none is).
 	verified []bool
-	err      error // the data does not decode
+	// gone[i], when set, is the index of the committed DeleteBlock of the
+	// i-th WriteChunk's block, which its leader sent instead of the bytes
+	// it could not read back (gone.go); nil: none.
+	gone []uint64
+	err  error // the data does not decode
 	// lease is the raft budget of the received frame the bytes came in
 	// (nil: a leader's own proposal's, or none).
 	lease *rxLease
@@ -30,6 +34,14 @@ type cachedEntry struct {
 // verifiedAt reports whether the i-th WriteChunk's bytes were verified
 // when they arrived here.
 func (ce *cachedEntry) verifiedAt(i int) bool { return i < len(ce.verified) && ce.verified[i] }
+
+// goneAt returns gone[i] (0: none).
+func (ce *cachedEntry) goneAt(i int) uint64 {
+	if i < len(ce.gone) {
+		return ce.gone[i]
+	}
+	return 0
+}
 
 // hasBytes reports whether every WriteChunk's bytes are in memory.
 func (ce *cachedEntry) hasBytes() bool {

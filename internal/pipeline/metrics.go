@@ -45,6 +45,9 @@ type metrics struct {
 	// readBackMisses counts chunks a leader could not read back for a
 	// follower's catch-up (sent without bytes, see peer.readBack).
 	readBackMisses prometheus.Counter
+	// goneChunks counts chunks a follower was sent without bytes because
+	// their block is deleted later in the log, and did not store (gone.go).
+	goneChunks prometheus.Counter
 	// chunkReads, chunkReadBytes: client reads served (ReadChunk);
 	// readErrors: those refused, by kind (readErrorKind).
 	chunkReads     prometheus.Counter
@@ -90,11 +93,13 @@ func newMetrics(n *Node, reg prometheus.Registerer) *metrics {
 			Help: "Client chunk reads refused, by kind: checksum (the bytes on disk failed their CRC32C; the container is marked UNHEALTHY), not_found, invalid, other."}, []string{"kind"}),
 		readBackMisses: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_read_back_misses_total",
 			Help: "Chunks this leader could not read back from its engine for a follower's catch-up (deleted, refused everywhere, or damaged here): sent without bytes."}),
+		goneChunks: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_gone_chunks_total",
+			Help: "Chunks a caught-up follower did not store because their block is deleted by a committed entry later in the log (its leader said so): a gone mark was written instead."}),
 	}
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.chunkWrites, m.chunkBytes, m.appendRounds, m.appendBatch, m.appendSeconds, m.leaderChanges, m.proposals, m.requestSeconds, m.applied, m.replicaFailures, m.refusals, m.authRefused, m.replyOverflows, m.staleRaftPayloads, m.readBackMisses, m.chunkReads, m.chunkReadBytes, m.readErrors)
+	reg.MustRegister(m.chunkWrites, m.chunkBytes, m.appendRounds, m.appendBatch, m.appendSeconds, m.leaderChanges, m.proposals, m.requestSeconds, m.applied, m.replicaFailures, m.refusals, m.authRefused, m.replyOverflows, m.staleRaftPayloads, m.readBackMisses, m.goneChunks, m.chunkReads, m.chunkReadBytes, m.readErrors)
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_datanode_pipelines", Help: "Pipelines served."},
 			func() float64 { return float64(len(n.Pipelines())) }),

@@ -345,6 +345,9 @@ type group struct {
 	// what the group appends or applies: from then on nothing of the
 	// group is appended, acknowledged or applied here.
 	failed atomic.Bool
+	// gone: the blocks whose DeleteBlock this node applied, for the
+	// catch-ups that cannot read their chunks back (gone.go).
+	gone goneBlocks
 }
 
 // proposal is a client request waiting for its entry to commit and apply.
@@ -392,6 +395,7 @@ type event struct {
 	group   uint64
 	msg     *raftpb.Message
 	segs    [][]byte
+	gone    []uint64 // evRaft: the frame's GoneAt
 	lease   *rxLease // evRaft: the frame's raft budget, if it had a payload
 	prop    *proposal
 	appends []*appendJob
@@ -1076,7 +1080,7 @@ func (n *Node) onEvent(ev event) {
 		m := ev.msg
 		stashed := false
 		if m.GetType() == raftpb.MessageType_MsgApp && len(m.GetEntries()) > 0 {
-			if err := g.stashPayloads(m, ev.segs, ev.lease); err != nil {
+			if err := g.stashPayloads(m, ev.segs, ev.gone, ev.lease); err != nil {
 				n.log.Warn("raft message dropped", "pipeline", g.id, "from", m.GetFrom(), "err", err)
 				ev.lease.release()
 				return
@@ -1246,7 +1250,7 @@ func (n *Node) deliver(g *group, m *raftpb.Message) {
 // for this node's own MsgApps should it become leader before they are
 // durable here), marked with the frame's lease. An entry cached already
 // with its bytes (same index and term: the same entry) is kept.
-func (g *group) stashPayloads(m *raftpb.Message, segs [][]byte, l *rxLease) error {
+func (g *group) stashPayloads(m *raftpb.Message, segs [][]byte, gone []uint64, l *rxLease) error {
 	k := 0
 	for i, e := range m.GetEntries() {
 		if i > 0 && e.GetIndex() != m.GetEntries()[i-1].GetIndex()+1 {
@@ -1277,8 +1281,15 @@ func (g *group) stashPayloads(m *raftpb.Message, segs [][]byte, l *rxLease) erro
 				return fmt.Errorf("entry %d: WriteChunk %d has no payload segment", e.GetIndex(), w)
 			case len(segs[k]) == 0:
 				// The leader could not read the bytes back (peer.readBack):
-				// none rather than wrong ones (writeMissing).
+				// none rather than wrong ones (writeMissing), with the
+				// index of the block's delete if it knows one (gone.go).
 				ce.segs[w] = nil
+				if k < len(gone) && gone[k] != 0 {
+					if ce.gone == nil {
+						ce.gone = make([]uint64, len(ce.segs))
+					}
+					ce.gone[w] = gone[k]
+				}
 			case uint64(len(segs[k])) != c.WriteChunk.Length:
 				return fmt.Errorf("entry %d: WriteChunk %d has a payload segment of %d bytes, want %d", e.GetIndex(), w, len(segs[k]), c.WriteChunk.Length)
 			default:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -22,6 +23,9 @@ type outMsg struct {
 	msg   *raftpb.Message
 	segs  [][]byte
 	miss  []missing
+	// gone is the group's record of applied deletes, for the missing
+	// chunks that cannot be read back (gone.go).
+	gone *goneBlocks
 	// perEntry[i] is the number of segments of msg.Entries[i] (a MsgApp's),
 	// from the decoded entries: what a split needs, without decoding again.
 	perEntry []int
@@ -47,7 +51,7 @@ func (n *Node) send(g *group, m *raftpb.Message) {
 		g.rn.ReportSnapshot(to, raft.SnapshotFailure)
 		return
 	}
-	om := outMsg{group: g.id, msg: m}
+	om := outMsg{group: g.id, msg: m, gone: &g.gone}
 	if m.GetType() == raftpb.MessageType_MsgApp {
 		for _, e := range m.GetEntries() {
 			ce := g.entry(e, true)
@@ -275,8 +279,16 @@ func (p *peer) encode(enc *transport.Encoder, om *outMsg, flush func() error) er
 				end++
 			}
 		}
+		var gone []uint64 // the part's GoneAt, if any segment has one
 		for len(miss) > 0 && miss[0].seg < segEnd {
-			om.segs[miss[0].seg] = p.readBack(&miss[0].wc)
+			data, d := p.readBack(&miss[0].wc, om.gone)
+			om.segs[miss[0].seg] = data
+			if d != 0 {
+				if gone == nil {
+					gone = make([]uint64, segEnd-segAt)
+				}
+				gone[miss[0].seg-segAt] = d
+			}
 			miss = miss[1:]
 		}
 		part := m
@@ -288,7 +300,7 @@ func (p *peer) encode(enc *transport.Encoder, om *outMsg, flush func() error) er
 			}
 		}
 		segs := om.segs[segAt:segEnd]
-		rm := &transport.RaftMessage{GroupID: om.group, Message: part}
+		rm := &transport.RaftMessage{GroupID: om.group, Message: part, GoneAt: gone}
 		rm.SetPayloads(segs)
 		err := enc.Append(rm, segs...)
 		// enc holds the bytes now (until flushed): om lets go of them.
@@ -315,20 +327,31 @@ func (p *peer) encode(enc *transport.Encoder, om *outMsg, flush func() error) er
 // every replica, or this replica's copy is damaged or lost) it returns nil
 // and the chunk goes out with no bytes: never invented ones, which a
 // follower could not tell from a refused write. The follower decides
-// whether it can do without them (writeMissing).
-func (p *peer) readBack(w *transport.WriteChunk) []byte {
+// whether it can do without them (writeMissing): deleteIndex, when gone
+// remembers the block's delete, tells it that it can (gone.go).
+func (p *peer) readBack(w *transport.WriteChunk, gone *goneBlocks) (data []byte, deleteIndex uint64) {
+	var err error
 	if p.read != nil {
-		return p.read(w)
+		data = p.read(w)
+	} else {
+		b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
+		data, err = p.n.eng.ReadChunk(b, w.Offset, w.Length, nil)
 	}
-	b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
-	data, err := p.n.eng.ReadChunk(b, w.Offset, w.Length, nil)
-	if err != nil || uint64(len(data)) != w.Length {
-		p.n.metrics.readBackMisses.Inc()
-		p.n.log.Warn("chunk not read back for a follower: sent without its bytes", "peer", p.id,
-			"container", w.ContainerID, "block", w.LocalID, "offset", w.Offset, "length", w.Length, "err", err)
-		return nil
+	if err == nil && uint64(len(data)) == w.Length {
+		return data, 0
 	}
-	return data
+	deleteIndex = gone.deletedAt(w.ContainerID, w.LocalID)
+	if p.n == nil {
+		return nil, deleteIndex
+	}
+	p.n.metrics.readBackMisses.Inc()
+	level := slog.LevelWarn
+	if deleteIndex != 0 {
+		level = slog.LevelDebug // the expected case: a block deleted since
+	}
+	p.n.log.Log(context.Background(), level, "chunk not read back for a follower: sent without its bytes", "peer", p.id,
+		"container", w.ContainerID, "block", w.LocalID, "offset", w.Offset, "length", w.Length, "deleted_at", deleteIndex, "err", err)
+	return nil, deleteIndex
 }
 
 // releasePayload gives a proposal's payload admission back (the client
@@ -405,7 +428,7 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 			return nil, nil
 		}
 		segs, _ := rm.Segments(f.Payload, nil)
-		if !n.post(event{kind: evRaft, group: rm.GroupID, msg: rm.Message, segs: segs, lease: lease}) {
+		if !n.post(event{kind: evRaft, group: rm.GroupID, msg: rm.Message, segs: segs, gone: rm.GoneAt, lease: lease}) {
 			lease.release()
 		}
 		return nil, nil

@@ -229,7 +229,12 @@ func (n *Node) writeChunks(j *appendJob, chunks int, wrote bool) (int, bool, boo
 			if c.Kind != KindWriteChunk {
 				continue
 			}
-			err := n.writeChunk(&c.WriteChunk, ce.segs[w], ce.verifiedAt(w), c.Inline != nil)
+			var err error
+			if d := ce.goneAt(w); ce.segs[w] == nil && d > e.GetIndex() {
+				err = n.excuseGone(&c.WriteChunk, d)
+			} else {
+				err = n.writeChunk(&c.WriteChunk, ce.segs[w], ce.verifiedAt(w), c.Inline != nil)
+			}
 			w++
 			// A chunk carried in its entry is durable with the log
 			// record: its file is not synced in this round.
@@ -392,6 +397,11 @@ func (n *Node) applyWorker() {
 					case KindDeleteBlock:
 						err = n.eng.DeleteBlock(engine.BlockID{Container: engine.ContainerID(c.Ref.ContainerID), Local: c.Ref.LocalID})
 						ob.deleted(c.Ref.ContainerID, c.Ref.LocalID)
+						if err == nil || errors.Is(err, engine.ErrNotFound) {
+							// The block is not here from this index on,
+							// nor on any replica that applies it.
+							j.g.gone.note(c.Ref.ContainerID, c.Ref.LocalID, e.GetIndex())
+						}
 					case KindCloseContainer:
 						err = n.eng.CloseContainer(engine.ContainerID(c.Ref.ContainerID))
 					}
@@ -488,6 +498,7 @@ func (n *Node) maybeCompact(g *group, applied uint64, ob *openBlocks, compacted 
 		return
 	}
 	compacted[g.id] = to
+	g.gone.prune(to)
 }
 
 // openBlocks tracks, per block, the WriteChunk entries whose chunks no

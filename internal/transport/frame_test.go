@@ -121,6 +121,38 @@ func TestUnmarshalNonCanonical(t *testing.T) {
 	}
 }
 
+// TestRaftMessageGoneAt: gone_at round-trips, one value per segment, and
+// a message without it leaves GoneAt empty also when decoded into a
+// message that had it (Unmarshal reuses the slices).
+func TestRaftMessageGoneAt(t *testing.T) {
+	in := &RaftMessage{GroupID: 3, Message: &raftpb.Message{Type: raftpb.MsgApp.Enum()}, PayloadLengths: []uint64{0, 7, 0}, GoneAt: []uint64{41, 0, 0}}
+	b, err := in.AppendMarshal(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Field 4, packed: tag 0x22, 3 bytes, 41 0 0.
+	if !bytes.HasSuffix(b, []byte{0x22, 3, 41, 0, 0}) {
+		t.Fatalf("encoding ends % x, want field 4 packed (22 03 29 00 00)", b[max(0, len(b)-8):])
+	}
+	var out RaftMessage
+	if err := out.Unmarshal(b); err != nil {
+		t.Fatal(err)
+	}
+	if !equalMessages(in, &out) {
+		t.Fatalf("got %+v, want %+v", out, in)
+	}
+	in.GoneAt = nil
+	if b, err = in.AppendMarshal(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Unmarshal(b); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.GoneAt) != 0 {
+		t.Fatalf("GoneAt %v from a message without it", out.GoneAt)
+	}
+}
+
 func TestUnmarshalErrors(t *testing.T) {
 	tag := func(num protowire.Number, typ protowire.Type) []byte { return protowire.AppendTag(nil, num, typ) }
 	cat := func(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
@@ -146,6 +178,8 @@ func TestUnmarshalErrors(t *testing.T) {
 		{"raft without message", new(RaftMessage), cat(tag(1, protowire.VarintType), []byte{1})},
 		{"raft message does not decode", new(RaftMessage), cat(tag(2, protowire.BytesType), []byte{2, 0x08, 0x80})},
 		{"raft truncated packed lengths", new(RaftMessage), cat(tag(2, protowire.BytesType), []byte{0}, tag(3, protowire.BytesType), []byte{1, 0x80})},
+		{"raft gone_at not one per segment", new(RaftMessage), cat(tag(2, protowire.BytesType), []byte{0}, tag(3, protowire.BytesType), []byte{2, 0, 0}, tag(4, protowire.BytesType), []byte{1, 9})},
+		{"raft gone_at on a segment with bytes", new(RaftMessage), cat(tag(2, protowire.BytesType), []byte{0}, tag(3, protowire.BytesType), []byte{2, 0, 5}, tag(4, protowire.BytesType), []byte{2, 0, 9})},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

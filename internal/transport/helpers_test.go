@@ -119,6 +119,9 @@ func normalize(m Message) Message {
 		if len(c.PayloadLengths) == 0 {
 			c.PayloadLengths = nil
 		}
+		if len(c.GoneAt) == 0 {
+			c.GoneAt = nil
+		}
 		return &c
 	}
 	panic("unknown message")
@@ -134,7 +137,7 @@ func equalMessages(a, b Message) bool {
 		}
 		na, nb := normalize(ra).(*RaftMessage), normalize(rb).(*RaftMessage)
 		return na.GroupID == nb.GroupID && reflect.DeepEqual(na.PayloadLengths, nb.PayloadLengths) &&
-			proto.Equal(na.Message, nb.Message)
+			reflect.DeepEqual(na.GoneAt, nb.GoneAt) && proto.Equal(na.Message, nb.Message)
 	}
 	return reflect.DeepEqual(normalize(a), normalize(b))
 }

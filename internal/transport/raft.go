@@ -19,6 +19,7 @@ import (
 //	  uint64 group_id = 1;
 //	  raftpb.Message message = 2;
 //	  repeated uint64 payload_lengths = 3 [packed = true];
+//	  repeated uint64 gone_at = 4 [packed = true];
 //	}
 //
 // ). Its entries carry WriteChunk headers only; the chunk bytes are the
@@ -27,6 +28,14 @@ import (
 // order within an entry). The lengths must add up to the payload length.
 // The transport checks only that; matching segments to WriteChunk records
 // (and their lengths) is the Raft layer's job.
+//
+// A catch-up may send a chunk without its bytes (an empty segment: its
+// leader could not read them back). GoneAt, absent or one value per
+// segment, then says for such a segment the log index of the committed
+// DeleteBlock of the chunk's block that the leader applied (0: no such
+// delete known), so that the follower knows it need not store the chunk.
+// A non-zero value on a non-empty segment is refused. A reader that does
+// not know field 4 skips it (and treats the chunk as lost).
 type RaftMessage struct {
 	GroupID uint64
 	// Message is the raft message. Unmarshal decodes into it when it is
@@ -34,6 +43,7 @@ type RaftMessage struct {
 	// alias the frame.
 	Message        *raftpb.Message
 	PayloadLengths []uint64
+	GoneAt         []uint64
 }
 
 // Type returns TypeRaftMessage.
@@ -84,13 +94,17 @@ func (m *RaftMessage) AppendMarshal(b []byte) ([]byte, error) {
 	if len(b)-start != size {
 		return b, fmt.Errorf("transport: raft message changed while being marshalled (%d bytes, sized %d)", len(b)-start, size)
 	}
-	return appendPackedVarint(b, 3, m.PayloadLengths), nil
+	b = appendPackedVarint(b, 3, m.PayloadLengths)
+	if len(m.GoneAt) > 0 {
+		b = appendPackedVarint(b, 4, m.GoneAt)
+	}
+	return b, nil
 }
 
 // Unmarshal decodes b into m (see Message). The message field is
 // required.
 func (m *RaftMessage) Unmarshal(b []byte) error {
-	lens, msg := m.PayloadLengths[:0], m.Message
+	lens, gone, msg := m.PayloadLengths[:0], m.GoneAt[:0], m.Message
 	if n := countElements(b, 3, true); n > cap(lens) {
 		lens = make([]uint64, 0, n)
 	}
@@ -114,6 +128,8 @@ func (m *RaftMessage) Unmarshal(b []byte) error {
 			seen = true
 		case 3:
 			lens, err = d.varints(lens)
+		case 4:
+			gone, err = d.varints(gone) // rare (catch-ups over deleted blocks): append sizes it
 		default:
 			err = d.skip()
 		}
@@ -133,7 +149,17 @@ func (m *RaftMessage) Unmarshal(b []byte) error {
 	if err := proto.Unmarshal(raw, msg); err != nil {
 		return d.errf("raft message: %v", err)
 	}
-	m.Message, m.PayloadLengths = msg, lens
+	if len(gone) > 0 {
+		if len(gone) != len(lens) {
+			return d.errf("%d gone_at values for %d payload segments", len(gone), len(lens))
+		}
+		for i, g := range gone {
+			if g != 0 && lens[i] != 0 {
+				return d.errf("gone_at %d on payload segment %d of %d bytes", g, i, lens[i])
+			}
+		}
+	}
+	m.Message, m.PayloadLengths, m.GoneAt = msg, lens, gone
 	return nil
 }
 
