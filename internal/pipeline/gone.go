@@ -79,11 +79,11 @@ func (gb *goneBlocks) prune(compacted uint64) {
 // its block is deleted by the committed entry at deleteIndex > index: the
 // engine records that durably (creating the container, as a write would)
 // and the chunk is not stored.
-func (n *Node) excuseGone(w *transport.WriteChunk, deleteIndex uint64) error {
+func (n *Node) excuseGone(g *group, w *transport.WriteChunk, deleteIndex uint64) error {
 	b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
 	err := n.eng.MarkGone(b, deleteIndex)
 	if errors.Is(err, engine.ErrNotFound) {
-		if cerr := n.eng.CreateContainer(b.Container); cerr != nil && !errors.Is(cerr, engine.ErrExists) {
+		if cerr := n.createFor(g, b.Container); cerr != nil {
 			return cerr
 		}
 		err = n.eng.MarkGone(b, deleteIndex)

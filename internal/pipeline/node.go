@@ -1202,6 +1202,10 @@ func (n *Node) removeGroup(id uint64) error {
 	if g == nil {
 		return nil
 	}
+	// Nothing more of it is appended or applied here: an append job
+	// queued or running stops at its next entry and creates no container
+	// (createFor).
+	g.failed.Store(true)
 	n.failPending(g, "pipeline closed")
 	n.releaseLeases(g, g.leases)
 	g.leases = nil

@@ -552,3 +552,38 @@ func dropQueued(n *Node, id uint64) {
 	p.q = p.q[:0]
 	p.mu.Unlock()
 }
+
+// TestRemovedPipelineCreatesNoContainer: once a pipeline is removed here,
+// an append job of it still running creates no container for a chunk
+// whose container is not here (it would bring back a replica the meta
+// service had deleted since: bench chaos found one reported again after
+// its trim). Fails without the check in createFor (the container is
+// created), or without removeGroup marking the group.
+func TestRemovedPipelineCreatesNoContainer(t *testing.T) {
+	nodes, _ := memCluster(t)
+	tn := waitLeader(t, nodes)
+	g := tn.node.group(1)
+	if g == nil {
+		t.Fatal("node serves no pipeline 1")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tn.node.RemovePipeline(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	data := chunkData(1, 0, 3000)
+	w := &transport.WriteChunk{ContainerID: 77, LocalID: 1, Length: 3000, BytesPerChecksum: bpc, Checksums: engine.ComputeChecksums(nil, data, bpc)}
+	if err := tn.node.writeChunk(g, w, data, false, false); !errors.Is(err, errGroupGone) {
+		t.Fatalf("write for a removed pipeline: %v, want %v", err, errGroupGone)
+	}
+	if _, err := tn.eng.Container(77); !errors.Is(err, engine.ErrNotFound) {
+		t.Fatalf("container 77 after the removed pipeline's write: %v, want not found", err)
+	}
+	live := &group{id: 2}
+	if err := tn.node.writeChunk(live, w, data, false, false); err != nil {
+		t.Fatalf("write for a served pipeline: %v", err)
+	}
+	if _, err := tn.eng.Container(77); err != nil {
+		t.Fatalf("container 77 not created for a served pipeline: %v", err)
+	}
+}

@@ -215,6 +215,9 @@ func (n *Node) appendWorker() {
 // the proposal's result, answered to the client by the leader.
 func (n *Node) writeChunks(j *appendJob, chunks int, wrote bool) (int, bool, bool) {
 	for i, e := range j.msg.GetEntries() {
+		if j.g.failed.Load() {
+			return chunks, wrote, false // removed or failed meanwhile: nothing more of it here
+		}
 		ce := j.ents[i]
 		if ce.err != nil {
 			// The leader encoded it: a bug or damage. The entry's
@@ -231,9 +234,9 @@ func (n *Node) writeChunks(j *appendJob, chunks int, wrote bool) (int, bool, boo
 			}
 			var err error
 			if d := ce.goneAt(w); ce.segs[w] == nil && d > e.GetIndex() {
-				err = n.excuseGone(&c.WriteChunk, d)
+				err = n.excuseGone(j.g, &c.WriteChunk, d)
 			} else {
-				err = n.writeChunk(&c.WriteChunk, ce.segs[w], ce.verifiedAt(w), c.Inline != nil)
+				err = n.writeChunk(j.g, &c.WriteChunk, ce.segs[w], ce.verifiedAt(w), c.Inline != nil)
 			}
 			w++
 			// A chunk carried in its entry is durable with the log
@@ -246,6 +249,8 @@ func (n *Node) writeChunks(j *appendJob, chunks int, wrote bool) (int, bool, boo
 				}
 				n.metrics.chunkWrites.Inc()
 				n.metrics.chunkBytes.Add(float64(c.WriteChunk.Length))
+			} else if errors.Is(err, errGroupGone) {
+				return chunks, wrote, false // removed meanwhile: not a failure of this replica
 			} else {
 				switch n.classifyWrite(err, c.WriteChunk.ContainerID, c.ProposalID>>48 == n.cfg.ID) {
 				case nodeLost:
@@ -274,7 +279,8 @@ func (n *Node) writeChunks(j *appendJob, chunks int, wrote bool) (int, bool, boo
 // follower's, from its leader's frame) is verified by the engine. logged:
 // the entry carries the bytes, so the write is a logged one
 // (engine.WriteLoggedChunk: synced at its PutBlock or at a checkpoint).
-func (n *Node) writeChunk(w *transport.WriteChunk, data []byte, verified, logged bool) error {
+// A group removed or failed meanwhile creates no container (createFor).
+func (n *Node) writeChunk(g *group, w *transport.WriteChunk, data []byte, verified, logged bool) error {
 	b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
 	if data == nil {
 		return n.writeMissing(b, w)
@@ -293,12 +299,34 @@ func (n *Node) writeChunk(w *transport.WriteChunk, data []byte, verified, logged
 	}
 	err := write(b, w.Offset, data, w.BytesPerChecksum, w.Checksums)
 	if errors.Is(err, engine.ErrNotFound) {
-		if cerr := n.eng.CreateContainer(b.Container); cerr != nil && !errors.Is(cerr, engine.ErrExists) {
+		if cerr := n.createFor(g, b.Container); cerr != nil {
 			return cerr
 		}
 		err = write(b, w.Offset, data, w.BytesPerChecksum, w.Checksums)
 	}
 	return err
+}
+
+// errGroupGone: a group's append reached a container this node does not
+// have after the group was removed or failed here; the container is not
+// created.
+var errGroupGone = errors.New("pipeline: removed or failed here: no container is created for it")
+
+// createFor creates container id for a write of group g: containers are
+// implicit in a pipeline. Not once g is removed or failed: an append job
+// still running for a removed pipeline must not bring back a container
+// that the meta service has had deleted here since (a replica it counts
+// as gone, which would then be reported again, empty or short: found by
+// bench chaos, a datanode caught up for seconds over a large log when
+// the pipeline was closed and its replica trimmed).
+func (n *Node) createFor(g *group, id engine.ContainerID) error {
+	if g.failed.Load() {
+		return fmt.Errorf("%w: container %d, pipeline %d", errGroupGone, id, g.id)
+	}
+	if err := n.eng.CreateContainer(id); err != nil && !errors.Is(err, engine.ErrExists) {
+		return err
+	}
+	return nil
 }
 
 // errPayloadUnavailable: a replicated chunk came without its bytes (its
