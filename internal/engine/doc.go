@@ -56,6 +56,13 @@
 //
 //	'C' | containerID u64                 → container record
 //	'B' | containerID u64 | localID u64   → block record
+//	'G' | containerID u64 | localID u64   → gone mark: D u64 LE | CRC32C u32 LE (gone.go)
+//	'X' | containerID u64 | localID u64   → damage mark: the error, UTF-8 (damage.go)
+//
+// A gone mark says that the block is deleted by the committed DeleteBlock at
+// pipeline log index D, not applied here yet: until then PutBlock of it below
+// D only moves the BCSID (MarkGone; synced before it returns, deleted with
+// the block or the container).
 //
 // Container record (38 bytes, little-endian):
 //
