@@ -436,6 +436,11 @@ func (n *Node) applyWorker() {
 					if p := j.reqs[c.ProposalID]; p != nil {
 						delete(j.reqs, c.ProposalID)
 						n.replyResult(p, err)
+					} else if c.Kind == KindDeleteBlock && errors.Is(err, engine.ErrNotFound) {
+						// A delete applied again (raft re-applies the log
+						// after a restart), or of a block never stored: the
+						// block is not here, as the delete wants.
+						n.log.Debug("delete of a block not here", "pipeline", j.g.id, "index", e.GetIndex(), "err", err)
 					} else if err != nil && !lost {
 						n.metrics.refusals.WithLabelValues(c.Kind.String()).Inc()
 						n.log.Info("committed command refused here, as on every replica", "pipeline", j.g.id, "index", e.GetIndex(), "kind", c.Kind, "err", err)
