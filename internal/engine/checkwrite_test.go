@@ -32,8 +32,12 @@ func TestCheckWrite(t *testing.T) {
 	wantErr(t, err, ErrOverlap)
 	_, err = e.CheckWrite(b, 1024, 1024, 1024, ComputeChecksums(nil, content(b, 1024, 1024), 1024))
 	wantErr(t, err, ErrInvalid)
-	_, err = e.CheckWrite(b, 1024, 8192, testBPC, sums(1024, 8192))
-	wantErr(t, err, ErrContainerFull)
+	// The room is not CheckWrite's to judge (WriteReplicatedChunk does
+	// not check it): CheckRoom does, for the leader.
+	if _, err = e.CheckWrite(b, 1024, 8192, testBPC, sums(1024, 8192)); err != nil {
+		t.Fatalf("a chunk past the room: %v; CheckWrite does not judge the room", err)
+	}
+	wantErr(t, e.CheckRoom(1, 8192), ErrContainerFull)
 	_, err = e.CheckWrite(BlockID{Container: 2, Local: 1}, 0, 1024, testBPC, sums(0, 1024))
 	wantErr(t, err, ErrNotFound)
 
@@ -61,5 +65,44 @@ func TestBlockFilePath(t *testing.T) {
 	got, err := os.ReadFile(BlockFilePath(dir, b))
 	if err != nil || !bytes.Equal(got, content(b, 0, 1000)) {
 		t.Fatalf("BlockFilePath(%s, %v): %d bytes (%v), want the block's 1000", dir, b, len(got), err)
+	}
+}
+
+// TestReplicatedWriteIgnoresTheRoom: WriteReplicatedChunk stores a chunk
+// past the container's maximum size (its log's leader decided the room,
+// CheckRoom), where WriteChunk refuses it; CheckRoom then refuses more;
+// the block commits, and a chunk past the room adopted after a reopen is
+// adopted (it was written).
+func TestReplicatedWriteIgnoresTheRoom(t *testing.T) {
+	fs := vfs.NewMem()
+	cfg := func(c *Config) { c.MaxContainerSizeBytes = 4096 }
+	e := openMem(t, fs, cfg)
+	mustNo(t, e.CreateContainer(1))
+	b := BlockID{Container: 1, Local: 1}
+	bd := writeBlock(t, e, b, 3072)
+	mustNo(t, e.CheckRoom(1, 1024))
+	wantErr(t, e.CheckRoom(1, 2048), ErrContainerFull)
+	mustNo(t, e.CheckRoom(9, 1<<40)) // not here: a pipeline's first write creates it
+	data := content(b, 3072, 2048)
+	sums := ComputeChecksums(nil, data, testBPC)
+	wantErr(t, e.WriteChunk(b, 3072, data, testBPC, sums), ErrContainerFull)
+	mustNo(t, e.WriteReplicatedChunk(b, 3072, data, testBPC, sums, false, false))
+	bd.Chunks = append(bd.Chunks, ChunkInfo{Offset: 3072, Length: 2048, Checksums: sums})
+	bd.Length += 2048
+	mustNo(t, e.PutBlock(bd, 4))
+	wantErr(t, e.CheckRoom(1, 1), ErrContainerFull)
+
+	// A chunk past the room, durable, not committed: adopted after a reopen.
+	more := content(b, 5120, 1024)
+	moreSums := ComputeChecksums(nil, more, testBPC)
+	mustNo(t, e.WriteReplicatedChunk(b, 5120, more, testBPC, moreSums, false, false))
+	mustNo(t, e.Sync())
+	mustNo(t, e.Close())
+	e = openMem(t, fs, cfg)
+	defer e.Close()
+	mustNo(t, e.AdoptChunk(b, 5120, 1024, testBPC, moreSums))
+	got, err := e.ReadChunk(b, 5120, 1024, nil)
+	if err != nil || !bytes.Equal(got, more) {
+		t.Fatalf("adopted chunk read back: %v", err)
 	}
 }

@@ -819,6 +819,23 @@ func (e *Engine) WriteLoggedChunk(b BlockID, offset uint64, data []byte, bytesPe
 	return e.writeChunk(b, offset, data, bytesPerChecksum, checksums, mode|writeLogged)
 }
 
+// WriteReplicatedChunk is WriteChunk for a chunk a pipeline's log holds
+// (WriteVerifiedChunk when verified, WriteLoggedChunk when logged) with
+// one difference: the container's maximum size is not checked. Its log's
+// leader decided there is room (CheckRoom) before proposing it, and every
+// replica stores what the log says; the volume's free space is still
+// checked (a full disk is this replica's failure, not the log's).
+func (e *Engine) WriteReplicatedChunk(b BlockID, offset uint64, data []byte, bytesPerChecksum uint32, checksums []uint32, verified, logged bool) error {
+	mode := writeNew
+	if verified {
+		mode = writeVerified
+	}
+	if logged {
+		mode |= writeLogged
+	}
+	return e.writeChunk(b, offset, data, bytesPerChecksum, checksums, mode|writeAnyRoom)
+}
+
 // ReplayLoggedChunk writes again, after a restart, a chunk a log holds with
 // its bytes (WriteLoggedChunk before the restart): whatever survived of the
 // first write is overwritten with the log's bytes (verified here), as a
@@ -844,6 +861,10 @@ const (
 	// writeLogged (a flag on the modes above): a durable log holds the
 	// bytes; their file is synced when promoted, not by Sync.
 	writeLogged writeMode = 0x80
+	// writeAnyRoom (a flag): the container's maximum size is not checked
+	// (a replicated chunk: its log's leader decided, CheckRoom). Adopted
+	// and replayed chunks are never checked either: they were written.
+	writeAnyRoom writeMode = 0x40
 )
 
 // AdoptChunk registers a chunk whose bytes are already in the block file at
@@ -898,16 +919,16 @@ func (e *Engine) AdoptChunk(b BlockID, offset, length uint64, bytesPerChecksum u
 	return e.writeChunk(b, offset, data, bytesPerChecksum, checksums, writeAdopt)
 }
 
-// CheckWrite answers, without the chunk's bytes, what WriteChunk of this
-// chunk would do now: stored is true when an identical chunk is already at
-// offset (WriteChunk would accept it as a replay without writing); err is
-// the refusal WriteChunk would return for a reason that does not depend on
-// the bytes (an invalid request, a container not OPEN or not found, a
-// hole, an overlap, a full container, a broken block); (false, nil) means
-// WriteChunk would write it. A pipeline follower asks it for a replicated
-// chunk whose bytes its leader could not send (see pipeline's
-// writeMissing). Nothing is written; like a WriteChunk, it may load the
-// block's state into memory.
+// CheckWrite answers, without the chunk's bytes, what WriteReplicatedChunk
+// of this chunk would do now: stored is true when an identical chunk is
+// already at offset (it would accept it as a replay without writing); err
+// is the refusal it would return for a reason that does not depend on the
+// bytes (an invalid request, a container not OPEN or not found, a hole, an
+// overlap, a broken block; not the container's room, which is its log
+// leader's decision); (false, nil) means it would write it. A pipeline
+// follower asks it for a replicated chunk whose bytes its leader could not
+// send (see pipeline's writeMissing). Nothing is written; like a
+// WriteChunk, it may load the block's state into memory.
 func (e *Engine) CheckWrite(b BlockID, offset, length uint64, bytesPerChecksum uint32, checksums []uint32) (stored bool, err error) {
 	if err := e.check(); err != nil {
 		return false, blockOffErr("check write", b, offset, err)
@@ -940,10 +961,31 @@ func (e *Engine) CheckWrite(b BlockID, offset, length uint64, bytesPerChecksum u
 		}
 		return true, nil
 	}
-	if c.usedBytes+length > c.maxSizeBytes {
-		return false, blockOffErr("check write", b, offset, fmt.Errorf("%w: %d bytes used + %d > max %d", ErrContainerFull, c.usedBytes, length, c.maxSizeBytes))
-	}
 	return false, nil
+}
+
+// CheckRoom says whether length more bytes fit in container id now
+// (ErrContainerFull if not; nil for a container not here, which a
+// pipeline's first write creates). A pipeline's leader asks it before it
+// proposes a chunk, and is the only one to decide: its replicas write
+// what the log says without checking the room (WriteReplicatedChunk),
+// since their counts of the container's bytes can differ (chunks never
+// committed are forgotten by a replica that restarted), and a replica
+// refusing a chunk the others store would acknowledge an entry it does
+// not hold. The chunks in flight when it answers are not counted: a
+// container can pass its maximum size by what a pipeline has in flight
+// (bounded by its leader's client payload budget).
+func (e *Engine) CheckRoom(id ContainerID, length uint64) error {
+	c, err := e.lookup(id)
+	if err != nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.usedBytes+length > c.maxSizeBytes {
+		return containerErr("check room", id, fmt.Errorf("%w: %d bytes used + %d > max %d", ErrContainerFull, c.usedBytes, length, c.maxSizeBytes))
+	}
+	return nil
 }
 
 func (e *Engine) writeChunk(b BlockID, offset uint64, data []byte, bytesPerChecksum uint32, checksums []uint32, mode writeMode) error {
@@ -953,14 +995,15 @@ func (e *Engine) writeChunk(b BlockID, offset uint64, data []byte, bytesPerCheck
 	if err := checkChunkArgs(uint64(len(data)), bytesPerChecksum, checksums); err != nil {
 		return blockOffErr("write chunk", b, offset, err)
 	}
-	logged := mode&writeLogged != 0
-	mode &^= writeLogged
+	logged, anyRoom := mode&writeLogged != 0, mode&writeAnyRoom != 0
+	mode &^= writeLogged | writeAnyRoom
 	if mode != writeVerified {
 		if bad := VerifyPieces(data, checksums, bytesPerChecksum); bad >= 0 {
 			return blockOffErr("write chunk", b, offset+uint64(bad)*uint64(bytesPerChecksum), ErrChecksumMismatch)
 		}
 	}
 	adopt := mode == writeAdopt || mode == writeReplay
+	anyRoom = anyRoom || adopt
 	c, err := e.lookup(b.Container)
 	if err != nil {
 		return blockOffErr("write chunk", b, offset, err)
@@ -999,7 +1042,7 @@ func (e *Engine) writeChunk(b BlockID, offset uint64, data []byte, bytesPerCheck
 		}
 		return nil
 	}
-	if c.usedBytes+length > c.maxSizeBytes {
+	if !anyRoom && c.usedBytes+length > c.maxSizeBytes {
 		used, max := c.usedBytes, c.maxSizeBytes
 		c.mu.Unlock()
 		return blockOffErr("write chunk", b, offset, fmt.Errorf("%w: %d bytes used + %d > max %d", ErrContainerFull, used, length, max))

@@ -80,7 +80,7 @@ func newMetrics(n *Node, reg prometheus.Registerer) *metrics {
 		staleRaftPayloads: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_stale_raft_payloads_total",
 			Help: "MsgApp frames of a term older than their group's, dropped unread (raft rejects them)."}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spindle_datanode_refusals_total",
-			Help: "Replicated commands refused as on every replica (checksum mismatch, invalid, hole, full or closed container), by kind."}, []string{"kind"}),
+			Help: "Replicated commands refused as on every replica (checksum mismatch, invalid, hole, closed container; a chunk past the container's room, refused by the leader before it is proposed), by kind."}, []string{"kind"}),
 		authRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spindle_datanode_refused_total",
 			Help: "Frames refused for their sender's certificate (its role, or a raft message from a non-member or under another member's certificate), by what."}, []string{"what"}),
 		replyOverflows: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_datanode_reply_overflows_total",

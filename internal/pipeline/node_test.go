@@ -40,6 +40,8 @@ type testNode struct {
 	inline    int   // Config.LogInlineMaxBytes (0: never)
 	// fs is the engine's filesystem (nil: the OS's).
 	fs vfs.FS
+	// containerMax is the engine's MaxContainerSizeBytes (0: default).
+	containerMax uint64
 	// tls: mutual TLS on its listener and peer connections (nil:
 	// plaintext); requireNames is Config.RequirePeerCertNames.
 	tls          *tlsconf.Settings
@@ -53,7 +55,7 @@ type testNode struct {
 func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
 	t.Helper()
 	var err error
-	tn.eng, err = engine.Open(engine.Config{DataDirs: []string{tn.dataDir}, FS: tn.fs, Logger: quiet})
+	tn.eng, err = engine.Open(engine.Config{DataDirs: []string{tn.dataDir}, FS: tn.fs, Logger: quiet, MaxContainerSizeBytes: tn.containerMax})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -461,6 +461,18 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 		if f.Checked && engine.CheckChunkArgs(uint64(len(f.Payload)), wc.BytesPerChecksum, wc.Checksums) == nil {
 			p.verified = true
 		}
+		// The room in the container is the leader's decision alone, made
+		// here before the chunk is proposed: the replicas write what the
+		// log says without checking it (writeChunk), since their counts
+		// of the container's bytes may differ, and one refusing a chunk
+		// the others store would acknowledge an entry it does not hold.
+		if g := n.group(wc.PipelineID); g != nil && g.leader.Load() == n.cfg.ID {
+			if err := n.eng.CheckRoom(engine.ContainerID(wc.ContainerID), wc.Length); err != nil {
+				p.releasePayload()
+				n.metrics.refusals.WithLabelValues(KindWriteChunk.String()).Inc()
+				return &transport.Response{RequestID: wc.RequestID, Status: statusOf(err), Message: err.Error()}, nil
+			}
+		}
 		if !n.post(event{kind: evPropose, group: wc.PipelineID, prop: p}) {
 			p.releasePayload()
 			return unavailable(wc.RequestID)

@@ -23,7 +23,7 @@ import (
 // memCluster starts a 3-member pipeline whose engines keep their block
 // files and metadata on one MemFS each (so faults can be injected into one
 // replica's storage); the logs are on real directories.
-func memCluster(t *testing.T) ([]*testNode, []*vfs.MemFS) {
+func memCluster(t *testing.T, opts ...func(*testNode)) ([]*testNode, []*vfs.MemFS) {
 	t.Helper()
 	pc := PipelineConfig{ID: 1}
 	var nodes []*testNode
@@ -35,6 +35,9 @@ func memCluster(t *testing.T) ([]*testNode, []*vfs.MemFS) {
 		}
 		fs := vfs.NewMem()
 		nodes = append(nodes, &testNode{id: i, addr: ln.Addr().String(), dataDir: "/data", fs: fs, logDir: t.TempDir()})
+		for _, o := range opts {
+			o(nodes[i-1])
+		}
 		ln.Close()
 		fss = append(fss, fs)
 		pc.Members = append(pc.Members, Member{ID: i, Addr: nodes[i-1].addr})
@@ -585,5 +588,69 @@ func TestRemovedPipelineCreatesNoContainer(t *testing.T) {
 	}
 	if _, err := tn.eng.Container(77); err != nil {
 		t.Fatalf("container 77 not created for a served pipeline: %v", err)
+	}
+}
+
+// TestRoomIsTheLeadersDecision: the replicas' counts of a container's
+// bytes differ (here a follower holds 4,000 bytes of an uncommitted block
+// the others never saw, as after a restart the counts can differ the
+// other way); a chunk that fits by the leader's count but not by the
+// follower's is stored on every replica, and its block committed
+// everywhere, the follower staying in the pipeline. A chunk that does not
+// fit by the leader's count is refused by the leader with CONTAINER_FULL
+// before it is proposed. Before, the follower refused the chunk as a
+// refusal every replica shares and acknowledged its entry without it,
+// counting towards a quorum that did not hold the chunk; this test then
+// failed at FailedPipelines (the follower left at the block's PutBlock).
+func TestRoomIsTheLeadersDecision(t *testing.T) {
+	nodes, _ := memCluster(t, func(tn *testNode) { tn.containerMax = 10000 })
+	leader := waitLeader(t, nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := dial(t, leader.addr)
+	put := func(local uint64, chunks []transport.ChunkInfo, length uint64) {
+		t.Helper()
+		if _, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 5, LocalID: local, Length: length, BytesPerChecksum: bpc, Chunks: chunks}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(1, writeChunks(t, cl, 1, 0, 1, 3000), 3000)
+	var f *testNode
+	for _, tn := range nodes {
+		if tn != leader {
+			f = tn
+			break
+		}
+	}
+	waitUntil(t, "the follower committed block 1", func() bool {
+		bd, err := f.eng.GetBlock(engine.BlockID{Container: 5, Local: 1})
+		return err == nil && bd.Length == 3000
+	})
+	extra := chunkData(99, 0, 4000)
+	if err := f.eng.WriteChunk(engine.BlockID{Container: 5, Local: 99}, 0, extra, bpc, engine.ComputeChecksums(nil, extra, bpc)); err != nil {
+		t.Fatal(err)
+	}
+
+	put(2, writeChunks(t, cl, 2, 0, 1, 4000), 4000) // 7,000 of 10,000 by the leader's count, 11,000 by the follower's
+	waitUntil(t, "the follower committed block 2 or left", func() bool {
+		bd, err := f.eng.GetBlock(engine.BlockID{Container: 5, Local: 2})
+		return (err == nil && bd.Length == 4000) || len(f.node.FailedPipelines()) != 0
+	})
+	if fails := f.node.FailedPipelines(); len(fails) != 0 {
+		t.Fatalf("the follower left the pipeline: %+v", fails)
+	}
+	readBack(t, f, 2, 4000)
+
+	before, err := leader.log.LastIndex(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := chunkData(3, 0, 4000) // 11,000 by the leader's count
+	_, err = cl.Call(ctx, &transport.WriteChunk{PipelineID: 1, ContainerID: 5, LocalID: 3, Length: 4000, BytesPerChecksum: bpc, Checksums: engine.ComputeChecksums(nil, data, bpc)}, data)
+	if err == nil || !strings.Contains(err.Error(), transport.StatusContainerFull.String()) {
+		t.Fatalf("a chunk past the leader's room: %v, want %s", err, transport.StatusContainerFull)
+	}
+	if after, err := leader.log.LastIndex(1); err != nil || after != before {
+		t.Fatalf("log went from index %d to %d (%v): the refused chunk was proposed", before, after, err)
 	}
 }

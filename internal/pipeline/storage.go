@@ -277,9 +277,12 @@ func (n *Node) writeChunks(j *appendJob, chunks int, wrote bool) (int, bool, boo
 // is this leader's own proposal's payload, verified when it arrived
 // (handle), so the engine does not verify it again; every other chunk (a
 // follower's, from its leader's frame) is verified by the engine. logged:
-// the entry carries the bytes, so the write is a logged one
-// (engine.WriteLoggedChunk: synced at its PutBlock or at a checkpoint).
-// A group removed or failed meanwhile creates no container (createFor).
+// the entry carries the bytes, so the write is a logged one (synced at
+// its PutBlock or at a checkpoint). The container's room is not checked
+// here (engine.WriteReplicatedChunk): the leader decided it before
+// proposing the chunk (handle, engine.CheckRoom), so that every replica
+// stores what the log says. A group removed or failed meanwhile creates
+// no container (createFor).
 func (n *Node) writeChunk(g *group, w *transport.WriteChunk, data []byte, verified, logged bool) error {
 	b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
 	if data == nil {
@@ -288,21 +291,15 @@ func (n *Node) writeChunk(g *group, w *transport.WriteChunk, data []byte, verifi
 	if uint64(len(data)) != w.Length {
 		return fmt.Errorf("%w: payload of WriteChunk %d/%d@%d has %d bytes, want %d", engine.ErrInvalid, w.ContainerID, w.LocalID, w.Offset, len(data), w.Length)
 	}
-	write := n.eng.WriteChunk
-	switch {
-	case logged:
-		write = func(b engine.BlockID, off uint64, data []byte, bpc uint32, sums []uint32) error {
-			return n.eng.WriteLoggedChunk(b, off, data, bpc, sums, verified)
-		}
-	case verified:
-		write = n.eng.WriteVerifiedChunk
+	write := func() error {
+		return n.eng.WriteReplicatedChunk(b, w.Offset, data, w.BytesPerChecksum, w.Checksums, verified, logged)
 	}
-	err := write(b, w.Offset, data, w.BytesPerChecksum, w.Checksums)
+	err := write()
 	if errors.Is(err, engine.ErrNotFound) {
 		if cerr := n.createFor(g, b.Container); cerr != nil {
 			return cerr
 		}
-		err = write(b, w.Offset, data, w.BytesPerChecksum, w.Checksums)
+		err = write()
 	}
 	return err
 }
@@ -341,7 +338,7 @@ var errPayloadUnavailable = errors.New("pipeline: chunk bytes unavailable from t
 // copy is damaged or lost). The leader sends no bytes rather than
 // invented ones. The entry is acknowledged only if this replica needs no
 // bytes for it: an identical chunk is stored here already, or the engine
-// refuses it for a reason every replica shares (a hole, a full or closed
+// refuses it for a reason every replica shares (a hole, a closed
 // container: the write was refused everywhere, and nothing of it is
 // claimed stored). Otherwise errPayloadUnavailable: this replica cannot
 // hold what the others hold, so it leaves the pipeline and the container
