@@ -3,6 +3,7 @@ package bulk
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -362,6 +363,23 @@ func TestDownloadContainer(t *testing.T) {
 	}
 	if _, err := os.Stat(dir2); !os.IsNotExist(err) {
 		t.Fatalf("a failed download left %s", dir2)
+	}
+	// A source that sends more than it announced (here: a header saying
+	// 1 MiB, used and maximum) is refused before the disk fills.
+	liar := fakeSource(t, src, 5, func(b []byte) []byte {
+		out := bytes.Clone(b)
+		h := out[8 : 8+containerHdrBytes]
+		binary.LittleEndian.PutUint64(h[0:], 1<<20)
+		binary.LittleEndian.PutUint64(h[8:], 1<<20)
+		binary.LittleEndian.PutUint32(h[24:], engine.CRC32C(h[:24]))
+		return out
+	})
+	dir3 := filepath.Join(t.TempDir(), "liar")
+	if _, err := DownloadContainer(context.Background(), nil, liar, 5, dir3); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("download of more than announced: %v, want ErrProtocol", err)
+	}
+	if _, err := os.Stat(dir3); !os.IsNotExist(err) {
+		t.Fatalf("a refused download left %s", dir3)
 	}
 	// An existing directory is refused.
 	if _, err := DownloadContainer(context.Background(), nil, d.Addr().String(), 5, dir); err == nil {

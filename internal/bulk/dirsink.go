@@ -36,6 +36,10 @@ type DirSink struct {
 	dir string
 	buf []byte
 	m   Manifest
+	// limit is what the source said the container holds at most (the
+	// larger of its maximum size and its bytes used): a source that sends
+	// more is refused before the disk fills. got counts the blocks' bytes.
+	limit, got uint64
 }
 
 // DownloadContainer reads container id from the datanode at addr into dir
@@ -51,6 +55,7 @@ func DownloadContainer(ctx context.Context, sec *tlsconf.Settings, addr string, 
 	s := &DirSink{dir: dir, buf: make([]byte, engine.ImportBufferBytes), m: Manifest{Container: id, Source: addr}}
 	res, err := Fetch(ctx, sec, addr, id, func(h ContainerHeader) (Sink, error) {
 		s.m.MaxSizeBytes, s.m.BCSID = h.MaxSizeBytes, h.BCSID
+		s.limit = max(h.MaxSizeBytes, h.UsedBytes)
 		return s, nil
 	})
 	if err == nil {
@@ -66,6 +71,10 @@ func DownloadContainer(ctx context.Context, sec *tlsconf.Settings, addr string, 
 
 // AddBlock verifies and writes one block.
 func (s *DirSink) AddBlock(bd *engine.BlockData, r io.Reader) error {
+	if bd.Length > s.limit-s.got {
+		return fmt.Errorf("%w: block %d of %d bytes after %d: more than the %d bytes the source announced", ErrProtocol, bd.ID.Local, bd.Length, s.got, s.limit)
+	}
+	s.got += bd.Length
 	f, err := os.Create(filepath.Join(s.dir, fmt.Sprintf("%016x.blk", bd.ID.Local)))
 	if err != nil {
 		return err
