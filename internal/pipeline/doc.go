@@ -43,10 +43,12 @@
 // The loop goroutine owns every group's RawNode, payload cache, pending
 // proposals and member list (the latter written under groupsMu, which
 // Pipelines reads under); workers receive jobs that carry *group and may
-// touch only its immutable fields (id) and atomics (applied, minMatch,
-// failed, behind). One append worker, one apply worker, one reply writer,
-// one writer per peer, one reader per connection, one stall watchdog; none
-// per message or per group.
+// touch only its immutable fields (id), its atomics (applied, minMatch,
+// failed, behind) and its mutex-guarded record of applied deletes (gone).
+// One append worker, one apply worker, one writer per peer, one reader and
+// one reply writer per connection, one stall watchdog; none per message or
+// per group. A group removed from the node is marked failed: its workers'
+// jobs stop at their next entry and create no container.
 //
 // # Memory: payloads admitted before they are allocated
 //

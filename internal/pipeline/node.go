@@ -970,8 +970,8 @@ func (n *Node) Close() error {
 	return n.Err()
 }
 
-// Failed returns a channel closed when the node stops on its own (a storage
-// failure).
+// Stopped returns a channel closed when the node stops on its own (a
+// storage failure).
 func (n *Node) Stopped() <-chan struct{} { return n.stop }
 
 // fail records a storage failure and stops the node: after a failed

@@ -427,7 +427,13 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 			n.refuse(c, "raft message", err)
 			return nil, nil
 		}
-		segs, _ := rm.Segments(f.Payload, nil)
+		segs, err := rm.Segments(f.Payload, nil)
+		if err != nil { // Decode checked the lengths already: a bug if it fails
+			lease.release()
+			n.log.Warn("bad raft frame", "remote", c.RemoteAddr(), "err", err)
+			c.Close()
+			return nil, nil
+		}
 		if !n.post(event{kind: evRaft, group: rm.GroupID, msg: rm.Message, segs: segs, gone: rm.GoneAt, lease: lease}) {
 			lease.release()
 		}
