@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	jitter "github.com/spindle-store/spindle/internal/backoff"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/pipeline"
@@ -112,10 +113,10 @@ func register(ctx context.Context, mc MetaClient, logDir string, id *identity, a
 			return fmt.Errorf("datanode: registration refused: %w", err)
 		}
 		log.Warn("meta service not reachable yet; retrying", "attempt", attempt, "err", err)
-		select {
-		case <-ctx.Done():
+		// Jittered: datanodes waiting for a restarted meta service do
+		// not all call it in step.
+		if !jitter.Sleep(ctx, jitter.Jitter(backoff)) {
 			return ctx.Err()
-		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}

@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	jitter "github.com/spindle-store/spindle/internal/backoff"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/transport"
 )
@@ -190,11 +191,15 @@ func (p *peer) run() {
 			if err != nil {
 				p.n.log.Debug("peer unreachable", "peer", p.id, "addr", addr, "err", err)
 				p.n.post(event{kind: evUnreachable, peer: p.id})
+				// Jittered: the peers of a restarted node do not redial
+				// it in step.
+				pause := time.NewTimer(jitter.Jitter(backoff))
 				select {
-				case <-time.After(backoff):
+				case <-pause.C:
 				case <-p.done:
 				case <-p.n.stop:
 				}
+				pause.Stop()
 				backoff = min(2*backoff, time.Second)
 				continue
 			}
