@@ -634,3 +634,63 @@ func TestWriteVerifiedChunk(t *testing.T) {
 	c2 := content(b, 1000, 1000)
 	mustNo(t, e.WriteVerifiedChunk(b, 1000, c2, testBPC, bad))
 }
+
+// TestFailedPwriteBreaksTheBlock: a chunk whose pwrite fails is not
+// written, and its block takes no more writes and no put (the file may
+// hold part of it): the error names the failed write. Other blocks go on.
+func TestFailedPwriteBreaksTheBlock(t *testing.T) {
+	fs := vfs.NewMem()
+	e := openMem(t, fs)
+	defer e.Close()
+	mustNo(t, e.CreateContainer(1))
+	b := BlockID{Container: 1, Local: 1}
+	bd := writeBlock(t, e, b, 1000)
+	fs.InjectErrors(func(op vfs.Op) error {
+		if op.Kind == vfs.OpWrite && strings.HasSuffix(op.Path, ".blk") {
+			return vfs.ErrInjected
+		}
+		return nil
+	})
+	_, err := writeChunk(e, b, 1000, 1000)
+	wantErr(t, err, vfs.ErrInjected)
+	fs.InjectErrors(nil)
+	_, err = writeChunk(e, b, 1000, 1000)
+	if err == nil || !strings.Contains(err.Error(), "earlier write at offset 1000 failed") {
+		t.Fatalf("a write after the failed one: %v, want the block broken", err)
+	}
+	wantErr(t, e.PutBlock(bd, 3), vfs.ErrInjected)
+	if _, err := e.CheckWrite(b, 1000, 1000, testBPC, ComputeChecksums(nil, content(b, 1000, 1000), testBPC)); err == nil {
+		t.Fatal("CheckWrite of a broken block: nil")
+	}
+	other := writeBlock(t, e, BlockID{Container: 1, Local: 2}, 500)
+	mustNo(t, e.PutBlock(other, 4))
+}
+
+// TestFailedPreadIsAnError: a read whose pread fails returns the error,
+// not bytes, and nothing is marked.
+func TestFailedPreadIsAnError(t *testing.T) {
+	fs := vfs.NewMem()
+	e := openMem(t, fs)
+	defer e.Close()
+	mustNo(t, e.CreateContainer(1))
+	b := BlockID{Container: 1, Local: 1}
+	mustNo(t, e.PutBlock(writeBlock(t, e, b, 1000), 2))
+	mustNo(t, e.Sync())
+	fs.InjectErrors(func(op vfs.Op) error {
+		if op.Kind == vfs.OpRead && strings.HasSuffix(op.Path, ".blk") {
+			return vfs.ErrInjected
+		}
+		return nil
+	})
+	if data, err := e.ReadChunk(b, 0, 1000, nil); err == nil {
+		t.Fatalf("a failed pread returned %d bytes", len(data))
+	}
+	fs.InjectErrors(nil)
+	got, err := e.ReadChunk(b, 0, 1000, nil)
+	if err != nil || !bytes.Equal(got, content(b, 0, 1000)) {
+		t.Fatalf("read after the fault: %v", err)
+	}
+	if ci, _ := e.Container(1); ci.State != StateOpen {
+		t.Fatalf("container %s after a failed read, want OPEN (an I/O error is not damage)", ci.State)
+	}
+}
