@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/transport"
@@ -652,5 +654,47 @@ func TestRoomIsTheLeadersDecision(t *testing.T) {
 	}
 	if after, err := leader.log.LastIndex(1); err != nil || after != before {
 		t.Fatalf("log went from index %d to %d (%v): the refused chunk was proposed", before, after, err)
+	}
+}
+
+// TestReceivedRaftSnapshotStopsTheNode: Spindle's leaders never send raft
+// snapshots (a follower behind the compacted log is replaced by a
+// container copy); a follower that receives one anyway (from its leader,
+// at its term, past its log) would be told to drop its log for a state it
+// cannot install, so its node stops with the reason rather than go on
+// without the entries (the review's 3.4#4: this path had no test).
+func TestReceivedRaftSnapshotStopsTheNode(t *testing.T) {
+	nodes, _ := memCluster(t)
+	leader := waitLeader(t, nodes)
+	var f *testNode
+	for _, tn := range nodes {
+		if tn != leader {
+			f = tn
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	writeChunks(t, dial(t, leader.addr), 1, 0, 1, 1000)
+	_, term := f.node.Leader(1)
+	last, err := f.log.LastIndex(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := transport.DialConn(ctx, f.addr, transport.ConnConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	snap := &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
+		ConfState: &raftpb.ConfState{Voters: []uint64{1, 2, 3}}, Index: proto.Uint64(last + 1000), Term: proto.Uint64(term)}}
+	m := &raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), From: proto.Uint64(leader.id), To: proto.Uint64(f.id),
+		Term: proto.Uint64(term), Snapshot: snap}
+	if err := c.Send(&transport.RaftMessage{GroupID: 1, Message: m}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the follower stopped", func() bool { return f.node.Err() != nil })
+	if err := f.node.Err(); !strings.Contains(err.Error(), "raft snapshot") {
+		t.Fatalf("the follower stopped with %v, want the raft snapshot named", err)
 	}
 }
