@@ -481,7 +481,10 @@ func TestAttemptTimeoutMovesOn(t *testing.T) {
 	p.nodes[0].silent.Store(true)
 	p.setLeader(1)
 	o := quietOptions()
-	o.AttemptTimeout = 50 * time.Millisecond
+	// Long enough that the answering leader never times out under a
+	// loaded CI machine (the count below must be exactly the silent
+	// node's one), short enough to keep the test quick.
+	o.AttemptTimeout = 500 * time.Millisecond
 	c := newTestClient(t, p.addrs(), o)
 	// No deadline on the context: the transport's request timeout bounds
 	// the attempt.

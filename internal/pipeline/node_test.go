@@ -282,10 +282,7 @@ func TestPipelineReplicatesWrites(t *testing.T) {
 	// Every replica holds every block once it has applied.
 	want := leader.node.Applied(1)
 	for _, tn := range nodes {
-		deadline := time.Now().Add(10 * time.Second)
-		for tn.node.Applied(1) < want && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitUntil(t, fmt.Sprintf("node %d applied index %d", tn.id, want), func() bool { return tn.node.Applied(1) >= want })
 		for b := uint64(1); b <= blocks; b++ {
 			id := engine.BlockID{Container: 5, Local: b}
 			bd, err := tn.eng.GetBlock(id)
