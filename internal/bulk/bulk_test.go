@@ -626,3 +626,99 @@ func (c *writeCountingConn) Write(p []byte) (int, error) {
 	c.writes.Add(1)
 	return c.Conn.Write(p)
 }
+
+// TestDemuxEvictsTheOldestSilentConnection: with every slot held by a
+// connection that sends nothing, a new connection that sends at once is
+// still served: the one waiting longest is closed to make room. Before,
+// the new connection was closed at once (silent connections could lock
+// out every raft peer and client for the first bytes timeout).
+func TestDemuxEvictsTheOldestSilentConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDemux(ln, nil, func(c net.Conn) { c.Close() }, time.Minute, 4)
+	t.Cleanup(func() { d.Close(); d.Wait() })
+	held := func() int { d.mu.Lock(); defer d.mu.Unlock(); return len(d.peeking) }
+	var silent []net.Conn
+	for i := range 4 {
+		c, err := net.Dial("tcp", d.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		silent = append(silent, c)
+		for deadline := time.Now().Add(10 * time.Second); held() < i+1; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the demux holds %d connections, want %d", held(), i+1)
+			}
+		}
+	}
+	c, err := net.Dial("tcp", d.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("data-path bytes")); err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if got, err := d.Accept(); err == nil {
+			accepted <- got
+		}
+	}()
+	select {
+	case got := <-accepted:
+		got.Close()
+	case <-time.After(10 * time.Second): // the test's own bound
+		t.Fatal("a connection that sent at once was not served while silent ones held every slot")
+	}
+	silent[0].SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := silent[0].Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("oldest silent connection: read %d, %v; want EOF (evicted)", n, err)
+	}
+	d.mu.Lock()
+	evicted := d.evicted
+	d.mu.Unlock()
+	if evicted != 1 {
+		t.Fatalf("%d connections evicted, want 1", evicted)
+	}
+}
+
+// TestDemuxBoundsTheWaitForTheServer: a data-path connection the server
+// does not take (it is at its connection limit) is closed after the first
+// bytes timeout and frees its slot, instead of holding a descriptor and a
+// goroutine for ever.
+func TestDemuxBoundsTheWaitForTheServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDemux(ln, nil, func(c net.Conn) { c.Close() }, 100*time.Millisecond, 4)
+	t.Cleanup(func() { d.Close(); d.Wait() })
+	c, err := net.Dial("tcp", d.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("data-path bytes")); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second)) // the test's own bound
+	// Closed with its bytes unread: a reset, or an end of file.
+	if n, err := c.Read(make([]byte, 1)); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("a connection never taken: read %d, %v; want it closed", n, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		d.mu.Lock()
+		n := len(d.peeking) + len(d.waiting)
+		d.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries left after the connection was closed", n)
+		}
+	}
+}

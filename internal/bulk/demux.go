@@ -17,8 +17,12 @@ import (
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
-// MaxPeeking bounds the accepted connections whose first bytes have not
-// arrived yet; beyond it new connections are closed at once.
+// MaxPeeking bounds the accepted connections the demux holds: those whose
+// first bytes have not arrived yet and those classified as data-path
+// connections that the server has not taken yet. When it is reached, the
+// connection waiting longest for its first bytes is closed to make room:
+// silent connections (stuck or hostile) cannot lock out the peers and
+// clients that send at once.
 const MaxPeeking = 4096
 
 // DefaultFirstBytesTimeout: a connection whose first two bytes have not
@@ -36,8 +40,10 @@ const DefaultFirstBytesTimeout = time.Minute
 // other one from Accept.
 //
 // Concurrency: one goroutine accepts; one goroutine per connection waits
-// for its first bytes (bounded by MaxPeeking, and in time by the first
-// bytes timeout). Close closes ln, every connection still being peeked,
+// for its first bytes and, for a data-path connection, for the server to
+// take it (at most MaxPeeking such connections, the one waiting longest for
+// its first bytes closed to make room; each wait bounded in time by the
+// first bytes timeout). Close closes ln, every connection still being peeked,
 // and ends Accept with net.ErrClosed.
 type Demux struct {
 	ln         net.Listener
@@ -47,11 +53,17 @@ type Demux struct {
 	done       chan struct{}
 	firstBytes time.Duration
 
-	mu      sync.Mutex
-	peeking map[net.Conn]struct{}
-	closed  bool
-	err     error
-	wg      sync.WaitGroup
+	mu sync.Mutex
+	// peeking holds every connection the demux holds (MaxPeeking), by the
+	// time it was accepted; a classified one (waiting for Accept) is in
+	// waiting too, and is never evicted.
+	peeking    map[net.Conn]time.Time
+	waiting    map[net.Conn]struct{}
+	maxPeeking int
+	evicted    int // connections closed to make room (tests)
+	closed     bool
+	err        error
+	wg         sync.WaitGroup
 }
 
 // NewDemux starts demultiplexing ln. A connection whose first two bytes
@@ -59,10 +71,15 @@ type Demux struct {
 // firstBytesTimeout (0: DefaultFirstBytesTimeout) is closed. sec nil:
 // plaintext.
 func NewDemux(ln net.Listener, sec *tlsconf.Settings, bulk func(net.Conn), firstBytesTimeout time.Duration) *Demux {
+	return newDemux(ln, sec, bulk, firstBytesTimeout, MaxPeeking)
+}
+
+func newDemux(ln net.Listener, sec *tlsconf.Settings, bulk func(net.Conn), firstBytesTimeout time.Duration, maxPeeking int) *Demux {
 	if firstBytesTimeout <= 0 {
 		firstBytesTimeout = DefaultFirstBytesTimeout
 	}
-	d := &Demux{ln: ln, tls: sec, bulk: bulk, out: make(chan net.Conn), done: make(chan struct{}), peeking: map[net.Conn]struct{}{},
+	d := &Demux{ln: ln, tls: sec, bulk: bulk, out: make(chan net.Conn), done: make(chan struct{}),
+		peeking: map[net.Conn]time.Time{}, waiting: map[net.Conn]struct{}{}, maxPeeking: maxPeeking,
 		firstBytes: firstBytesTimeout}
 	d.wg.Add(1)
 	go d.acceptLoop()
@@ -101,16 +118,42 @@ func (d *Demux) acceptLoop() {
 		}
 		backoff = 0
 		d.mu.Lock()
-		if d.closed || len(d.peeking) >= MaxPeeking {
+		if !d.closed && len(d.peeking) >= d.maxPeeking {
+			d.evictLocked()
+		}
+		if d.closed || len(d.peeking) >= d.maxPeeking {
 			d.mu.Unlock()
 			c.Close()
 			continue
 		}
-		d.peeking[c] = struct{}{}
+		d.peeking[c] = time.Now()
 		d.wg.Add(1)
 		d.mu.Unlock()
 		go d.classify(c)
 	}
+}
+
+// evictLocked closes the connection that has waited longest for its first
+// bytes (not one classified already): its classifier then fails and frees
+// the slot. Its entry goes at once, so the new connection takes the slot.
+// A scan of the table, only when it is full. d.mu must be held.
+func (d *Demux) evictLocked() {
+	var oldest net.Conn
+	var at time.Time
+	for c, t := range d.peeking {
+		if _, ok := d.waiting[c]; ok {
+			continue
+		}
+		if oldest == nil || t.Before(at) {
+			oldest, at = c, t
+		}
+	}
+	if oldest == nil {
+		return // every slot holds a classified connection the server has not taken
+	}
+	delete(d.peeking, oldest)
+	d.evicted++
+	oldest.Close()
 }
 
 func (d *Demux) classify(raw net.Conn) {
@@ -125,10 +168,15 @@ func (d *Demux) classify(raw net.Conn) {
 		isBulk, err = peekBulk(c, d.firstBytes)
 	}
 	d.mu.Lock()
-	delete(d.peeking, raw)
+	_, held := d.peeking[raw] // not evicted meanwhile
 	closed := d.closed
+	if err != nil || closed || !held || isBulk {
+		delete(d.peeking, raw)
+	} else {
+		d.waiting[raw] = struct{}{}
+	}
 	d.mu.Unlock()
-	if err != nil || closed {
+	if err != nil || closed || !held {
 		raw.Close()
 		return
 	}
@@ -136,11 +184,23 @@ func (d *Demux) classify(raw net.Conn) {
 		d.bulk(c)
 		return
 	}
+	// The server takes it when it has room (transport.MaxConns and its
+	// parked connections); until then it holds a slot, for at most the
+	// first bytes timeout.
+	wait := time.NewTimer(d.firstBytes)
+	defer wait.Stop()
 	select {
 	case d.out <- c:
 	case <-d.done:
 		c.Close()
+	case <-wait.C:
+		slog.Debug("bulk: connection not taken by the server in time; closed", "remote", raw.RemoteAddr())
+		c.Close()
 	}
+	d.mu.Lock()
+	delete(d.peeking, raw)
+	delete(d.waiting, raw)
+	d.mu.Unlock()
 }
 
 // classifyTLS completes raw's server handshake and reads its first two
