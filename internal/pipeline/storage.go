@@ -233,22 +233,26 @@ func (n *Node) writeChunks(j *appendJob, chunks int, wrote bool) (int, bool, boo
 				continue
 			}
 			var err error
-			if d := ce.goneAt(w); ce.segs[w] == nil && d > e.GetIndex() {
-				err = n.excuseGone(j.g, &c.WriteChunk, d)
+			excused := ce.segs[w] == nil && ce.goneAt(w) > e.GetIndex()
+			if excused {
+				err = n.excuseGone(j.g, &c.WriteChunk, ce.goneAt(w))
 			} else {
 				err = n.writeChunk(j.g, &c.WriteChunk, ce.segs[w], ce.verifiedAt(w), c.Inline != nil)
 			}
 			w++
 			// A chunk carried in its entry is durable with the log
-			// record: its file is not synced in this round.
-			wrote = wrote || c.Inline == nil
+			// record: its file is not synced in this round. (An excused
+			// one's mark is synced by MarkGone.)
+			wrote = wrote || (c.Inline == nil && !excused)
 			chunks++
 			if err == nil {
-				if c.Inline != nil {
-					n.inlineWrites.Add(1)
+				if !excused { // (an excused chunk is counted by excuseGone)
+					if c.Inline != nil {
+						n.inlineWrites.Add(1)
+					}
+					n.metrics.chunkWrites.Inc()
+					n.metrics.chunkBytes.Add(float64(c.WriteChunk.Length))
 				}
-				n.metrics.chunkWrites.Inc()
-				n.metrics.chunkBytes.Add(float64(c.WriteChunk.Length))
 			} else if errors.Is(err, errGroupGone) {
 				return chunks, wrote, false // removed meanwhile: not a failure of this replica
 			} else {
