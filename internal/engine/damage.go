@@ -250,9 +250,29 @@ func (e *Engine) persistMark(c *container, b BlockID, reason string) {
 // mark of a block or container gone, or of a container not CLOSED, is
 // deleted.
 func (e *Engine) loadMarks(v *volume) error {
-	it, err := v.db.NewIter(&pebble.IterOptions{LowerBound: []byte{keyPrefixDamage}, UpperBound: []byte{keyPrefixDamage + 1}})
+	return e.loadBlockMarks(v, keyPrefixDamage, "damage marks", func(c *container, b BlockID, value []byte) bool {
+		if c.state != StateClosed {
+			return false
+		}
+		if _, err := e.loadBlock(c, b); err != nil {
+			return false
+		}
+		if c.damaged == nil {
+			c.damaged = map[uint64]string{}
+		}
+		c.damaged[b.Local] = string(value)
+		return true
+	})
+}
+
+// loadBlockMarks calls keep for each per-block mark of volume v under
+// prefix (keys laid out as block keys) whose container is on v; a mark
+// keep refuses, or of a container not on v, is deleted (NoSync). what
+// names the marks in errors.
+func (e *Engine) loadBlockMarks(v *volume, prefix byte, what string, keep func(c *container, b BlockID, value []byte) bool) error {
+	it, err := v.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefix}, UpperBound: []byte{prefix + 1}})
 	if err != nil {
-		return fmt.Errorf("engine: volume %s: damage marks: %w", v.dir, err)
+		return fmt.Errorf("engine: volume %s: %s: %w", v.dir, what, err)
 	}
 	defer it.Close()
 	var stale [][]byte
@@ -262,25 +282,16 @@ func (e *Engine) loadMarks(v *volume) error {
 		kb[0] = keyPrefixBlock
 		b, ok := decodeBlockKey(kb)
 		c := e.containers[b.Container]
-		if !ok || c == nil || c.vol != v || c.state != StateClosed {
+		if !ok || c == nil || c.vol != v || !keep(c, b, it.Value()) {
 			stale = append(stale, k)
-			continue
 		}
-		if _, err := e.loadBlock(c, b); err != nil {
-			stale = append(stale, k)
-			continue
-		}
-		if c.damaged == nil {
-			c.damaged = map[uint64]string{}
-		}
-		c.damaged[b.Local] = string(it.Value())
 	}
 	if err := it.Error(); err != nil {
-		return fmt.Errorf("engine: volume %s: damage marks: %w", v.dir, err)
+		return fmt.Errorf("engine: volume %s: %s: %w", v.dir, what, err)
 	}
 	for _, k := range stale {
 		if err := v.db.Delete(k, pebble.NoSync); err != nil {
-			return fmt.Errorf("engine: volume %s: damage marks: %w", v.dir, err)
+			return fmt.Errorf("engine: volume %s: %s: %w", v.dir, what, err)
 		}
 	}
 	return nil

@@ -3,7 +3,6 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
-	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -132,40 +131,19 @@ func (e *Engine) dropGoneLocked(c *container, b BlockID) (bool, error) {
 // refused as one of chunks this replica lacks, and the pipeline replaces
 // the replica (safe, only slower).
 func (e *Engine) loadGone(v *volume) error {
-	it, err := v.db.NewIter(&pebble.IterOptions{LowerBound: []byte{keyPrefixGone}, UpperBound: []byte{keyPrefixGone + 1}})
-	if err != nil {
-		return fmt.Errorf("engine: volume %s: gone marks: %w", v.dir, err)
-	}
-	defer it.Close()
-	var stale [][]byte
-	for it.First(); it.Valid(); it.Next() {
-		k := slices.Clone(it.Key())
-		kb := slices.Clone(k)
-		kb[0] = keyPrefixBlock
-		b, ok := decodeBlockKey(kb)
-		c := e.containers[b.Container]
-		if !ok || c == nil || c.vol != v || c.state == StateDeleting {
-			stale = append(stale, k)
-			continue
+	return e.loadBlockMarks(v, keyPrefixGone, "gone marks", func(c *container, b BlockID, value []byte) bool {
+		if c.state == StateDeleting {
+			return false
 		}
-		d, err := decodeGoneValue(it.Value())
+		d, err := decodeGoneValue(value)
 		if err != nil {
 			e.log.Error("engine: gone mark dropped", "container", b.Container, "block", b.Local, "err", err)
-			stale = append(stale, k)
-			continue
+			return false
 		}
 		if c.gone == nil {
 			c.gone = map[uint64]uint64{}
 		}
 		c.gone[b.Local] = d
-	}
-	if err := it.Error(); err != nil {
-		return fmt.Errorf("engine: volume %s: gone marks: %w", v.dir, err)
-	}
-	for _, k := range stale {
-		if err := v.db.Delete(k, pebble.NoSync); err != nil {
-			return fmt.Errorf("engine: volume %s: gone marks: %w", v.dir, err)
-		}
-	}
-	return nil
+		return true
+	})
 }
