@@ -26,32 +26,13 @@ func TestFollowerCaughtUpOverADeletedBlockStays(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl := dial(t, leader.addr)
-	put := func(local uint64, chunks []transport.ChunkInfo, length uint64) {
-		t.Helper()
-		if _, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 5, LocalID: local, Length: length, BytesPerChecksum: bpc, Chunks: chunks}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	put(1, writeChunks(t, cl, 1, 0, 1, 3000), 3000)
-	pc := PipelineConfig{ID: 1}
-	var f *testNode
-	for _, tn := range nodes {
-		pc.Members = append(pc.Members, Member{ID: tn.id, Addr: tn.addr})
-		if tn != leader && f == nil {
-			f = tn
-		}
-	}
-	waitUntil(t, "the follower committed block 1", func() bool {
-		bd, err := f.eng.GetBlock(engine.BlockID{Container: 5, Local: 1})
-		return err == nil && bd.Length == 3000
-	})
-	f.stop(t)
+	pc, f := commitThenStopFollower(t, nodes, leader, cl)
 
-	put(2, writeChunks(t, cl, 2, 0, 2, 3000), 6000)
+	putBlock(t, cl, 2, writeChunks(t, cl, 2, 0, 2, 3000))
 	if err := leader.node.Propose(ctx, 1, []Command{{Kind: KindDeleteBlock, Ref: transport.GetBlock{ContainerID: 5, LocalID: 2}}}); err != nil {
 		t.Fatal(err)
 	}
-	put(3, writeChunks(t, cl, 3, 0, 1, 3000), 3000)
+	putBlock(t, cl, 3, writeChunks(t, cl, 3, 0, 1, 3000))
 	last, err := leader.log.LastIndex(1)
 	if err != nil {
 		t.Fatal(err)

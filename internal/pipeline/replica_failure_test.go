@@ -429,23 +429,7 @@ func TestFollowerNeverAcknowledgesAChunkItsLeaderCouldNotSend(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl := dial(t, leader.addr)
-	b1 := writeChunks(t, cl, 1, 0, 1, 3000)
-	if _, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 5, LocalID: 1, Length: 3000, BytesPerChecksum: bpc, Chunks: b1}}); err != nil {
-		t.Fatal(err)
-	}
-	pc := PipelineConfig{ID: 1}
-	var f *testNode
-	for _, tn := range nodes {
-		pc.Members = append(pc.Members, Member{ID: tn.id, Addr: tn.addr})
-		if tn != leader && f == nil {
-			f = tn
-		}
-	}
-	waitUntil(t, "the follower committed block 1", func() bool {
-		bd, err := f.eng.GetBlock(engine.BlockID{Container: 5, Local: 1})
-		return err == nil && bd.Length == 3000
-	})
-	f.stop(t)
+	pc, f := commitThenStopFollower(t, nodes, leader, cl)
 
 	hole := chunkData(2, 3000, 3000)
 	if _, err := cl.Call(ctx, &transport.WriteChunk{PipelineID: 1, ContainerID: 5, LocalID: 2, Offset: 3000, Length: 3000,
@@ -610,20 +594,8 @@ func TestRoomIsTheLeadersDecision(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl := dial(t, leader.addr)
-	put := func(local uint64, chunks []transport.ChunkInfo, length uint64) {
-		t.Helper()
-		if _, err := cl.Call(ctx, &transport.PutBlock{PipelineID: 1, Block: transport.BlockData{ContainerID: 5, LocalID: local, Length: length, BytesPerChecksum: bpc, Chunks: chunks}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	put(1, writeChunks(t, cl, 1, 0, 1, 3000), 3000)
-	var f *testNode
-	for _, tn := range nodes {
-		if tn != leader {
-			f = tn
-			break
-		}
-	}
+	putBlock(t, cl, 1, writeChunks(t, cl, 1, 0, 1, 3000))
+	f := firstFollower(nodes, leader)
 	waitUntil(t, "the follower committed block 1", func() bool {
 		bd, err := f.eng.GetBlock(engine.BlockID{Container: 5, Local: 1})
 		return err == nil && bd.Length == 3000
@@ -633,7 +605,7 @@ func TestRoomIsTheLeadersDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	put(2, writeChunks(t, cl, 2, 0, 1, 4000), 4000) // 7,000 of 10,000 by the leader's count, 11,000 by the follower's
+	putBlock(t, cl, 2, writeChunks(t, cl, 2, 0, 1, 4000)) // 7,000 of 10,000 by the leader's count, 11,000 by the follower's
 	waitUntil(t, "the follower committed block 2 or left", func() bool {
 		bd, err := f.eng.GetBlock(engine.BlockID{Container: 5, Local: 2})
 		return (err == nil && bd.Length == 4000) || len(f.node.FailedPipelines()) != 0
@@ -666,13 +638,7 @@ func TestRoomIsTheLeadersDecision(t *testing.T) {
 func TestReceivedRaftSnapshotStopsTheNode(t *testing.T) {
 	nodes, _ := memCluster(t)
 	leader := waitLeader(t, nodes)
-	var f *testNode
-	for _, tn := range nodes {
-		if tn != leader {
-			f = tn
-			break
-		}
-	}
+	f := firstFollower(nodes, leader)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	writeChunks(t, dial(t, leader.addr), 1, 0, 1, 1000)
@@ -697,4 +663,33 @@ func TestReceivedRaftSnapshotStopsTheNode(t *testing.T) {
 	if err := f.node.Err(); !strings.Contains(err.Error(), "raft snapshot") {
 		t.Fatalf("the follower stopped with %v, want the raft snapshot named", err)
 	}
+}
+
+// firstFollower returns the first node of nodes that is not leader.
+func firstFollower(nodes []*testNode, leader *testNode) *testNode {
+	for _, tn := range nodes {
+		if tn != leader {
+			return tn
+		}
+	}
+	return nil
+}
+
+// commitThenStopFollower commits block 1 of container 5 (one chunk of
+// 3,000 bytes) through cl, waits until the first follower holds it, stops
+// that follower and returns it with the pipeline's config (to restart it).
+func commitThenStopFollower(t *testing.T, nodes []*testNode, leader *testNode, cl *transport.Client) (PipelineConfig, *testNode) {
+	t.Helper()
+	putBlock(t, cl, 1, writeChunks(t, cl, 1, 0, 1, 3000))
+	pc := PipelineConfig{ID: 1}
+	for _, tn := range nodes {
+		pc.Members = append(pc.Members, Member{ID: tn.id, Addr: tn.addr})
+	}
+	f := firstFollower(nodes, leader)
+	waitUntil(t, "the follower committed block 1", func() bool {
+		bd, err := f.eng.GetBlock(engine.BlockID{Container: 5, Local: 1})
+		return err == nil && bd.Length == 3000
+	})
+	f.stop(t)
+	return pc, f
 }
