@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/vfs"
 )
 
 // The replication floor: the least work a three-replica write does on
@@ -41,7 +42,8 @@ type FloorConfig struct {
 	Duration time.Duration
 	MaxOps   int64
 	// MaxBytesPerReplica bounds the bytes each replica keeps (default
-	// 8 GiB; a tmpfs Dir is memory): past it, a replica's files are
+	// 8 GiB, at most a quarter of the room on Dir's filesystem: a tmpfs
+	// Dir is memory): past it, a replica's files are
 	// written again from their start (then the floor is lower still: the
 	// pages exist).
 	MaxBytesPerReplica int64
@@ -52,9 +54,19 @@ type FloorConfig struct {
 // Floor limits.
 const (
 	MaxFloorChunkBytes = 64 << 20
-	// floorDefaultMaxBytes bounds a replica's bytes when the config does not.
+	// floorDefaultMaxBytes bounds a replica's bytes when the config does
+	// not, and the room of Dir allows it (floorMaxBytes).
 	floorDefaultMaxBytes = 8 << 30
 )
+
+// floorMaxBytes is the default bound of a replica's bytes: at most
+// floorDefaultMaxBytes, and a quarter of the room on Dir's filesystem, so
+// that the three replicas leave a quarter free. On /dev/shm the room is
+// memory: three replicas of 8 GiB, which a fast machine writes in a 15 s
+// run, would take all of a 24 GiB machine's tmpfs.
+func floorMaxBytes(availBytes uint64) int64 {
+	return int64(min(floorDefaultMaxBytes, availBytes/4))
+}
 
 // loop is the clients' loop configuration.
 func (c FloorConfig) loop() LoopConfig {
@@ -65,8 +77,19 @@ func (c FloorConfig) withDefaults() (FloorConfig, error) {
 	if c.BytesPerChecksum == 0 {
 		c.BytesPerChecksum = engine.DefaultBytesPerChecksum
 	}
-	if c.MaxBytesPerReplica == 0 {
-		c.MaxBytesPerReplica = floorDefaultMaxBytes
+	if c.MaxBytesPerReplica == 0 && c.Dir != "" {
+		// Dir may not exist yet: the room is its nearest existing
+		// ancestor's filesystem's.
+		dir := filepath.Clean(c.Dir)
+		du, err := vfs.Default.GetDiskUsage(dir)
+		for err != nil && errors.Is(err, os.ErrNotExist) && filepath.Dir(dir) != dir {
+			dir = filepath.Dir(dir)
+			du, err = vfs.Default.GetDiskUsage(dir)
+		}
+		if err != nil {
+			return c, fmt.Errorf("bench: floor: room on %s: %w", c.Dir, err)
+		}
+		c.MaxBytesPerReplica = floorMaxBytes(du.AvailBytes)
 	}
 	if err := c.loop().check(); err != nil {
 		return c, fmt.Errorf("bench: floor: %w", err)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/vfs"
 )
 
 // A bounded floor run does exactly its writes, measures CPU and leaves
@@ -117,4 +119,29 @@ func pipePair(t *testing.T) (net.Conn, net.Conn) {
 	a, b := net.Pipe()
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a, b
+}
+
+// TestFloorBoundFollowsTheRoom: a replica's default bound is 8 GiB at
+// most, and a quarter of the room on the directory's filesystem, so that
+// three replicas on tmpfs (memory) leave a quarter of it free; a directory
+// not made yet is measured on its nearest existing ancestor.
+func TestFloorBoundFollowsTheRoom(t *testing.T) {
+	if got := floorMaxBytes(24 << 30); got != 6<<30 {
+		t.Fatalf("24 GiB of room: %d bytes per replica, want 6 GiB", got)
+	}
+	if got := floorMaxBytes(1 << 40); got != floorDefaultMaxBytes {
+		t.Fatalf("1 TiB of room: %d bytes per replica, want %d", got, floorDefaultMaxBytes)
+	}
+	dir := t.TempDir()
+	c, err := FloorConfig{Dir: filepath.Join(dir, "not", "yet"), Clients: 1, ChunkSizeBytes: 1, MaxOps: 1}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	du, err := vfs.Default.GetDiskUsage(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxBytesPerReplica <= 0 || c.MaxBytesPerReplica > int64(du.AvailBytes/4)+(1<<20) {
+		t.Fatalf("default bound %d with %d bytes of room", c.MaxBytesPerReplica, du.AvailBytes)
+	}
 }
