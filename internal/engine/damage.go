@@ -223,11 +223,7 @@ func (e *Engine) ScrubBlock(bd *BlockData, pace func(n uint64) error) error {
 // maxMarkBytes bounds the error kept with a persisted damage mark.
 const maxMarkBytes = 512
 
-func damageKey(b BlockID) []byte {
-	k := blockKey(b)
-	k[0] = keyPrefixDamage
-	return k
-}
+func damageKey(b BlockID) []byte { return markKey(keyPrefixDamage, b) }
 
 // persistMark writes (reason != "") or deletes block b's damage mark in
 // c's volume store, NoSync (made durable by the next sync round; see

@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
-
-	"github.com/spindle-store/spindle/internal/crc32c"
 )
 
 // Gone marks. A pipeline follower being caught up can be sent a chunk
@@ -30,23 +28,20 @@ import (
 // goneValueSize: D u64 LE | CRC32C of the 8 bytes before, u32 LE.
 const goneValueSize = 12
 
-func goneKey(b BlockID) []byte {
-	k := blockKey(b)
-	k[0] = keyPrefixGone
-	return k
-}
+func goneKey(b BlockID) []byte { return markKey(keyPrefixGone, b) }
 
 func encodeGoneValue(deleteIndex uint64) []byte {
-	v := binary.LittleEndian.AppendUint64(make([]byte, 0, goneValueSize), deleteIndex)
-	return binary.LittleEndian.AppendUint32(v, crc32c.Checksum(v))
+	v := make([]byte, goneValueSize)
+	binary.LittleEndian.PutUint64(v, deleteIndex)
+	return sealRecord(v[:8], v)
 }
 
 func decodeGoneValue(v []byte) (uint64, error) {
 	if len(v) != goneValueSize {
 		return 0, fmt.Errorf("%w: gone mark of %d bytes, want %d", ErrCorrupt, len(v), goneValueSize)
 	}
-	if got, want := crc32c.Checksum(v[:8]), binary.LittleEndian.Uint32(v[8:]); got != want {
-		return 0, fmt.Errorf("%w: gone mark checksum %08x, stored %08x", ErrCorrupt, got, want)
+	if err := checkSeal(v); err != nil {
+		return 0, fmt.Errorf("gone mark: %w", err)
 	}
 	return binary.LittleEndian.Uint64(v), nil
 }

@@ -103,6 +103,14 @@ func blockKeyRange(id ContainerID) (lo, hi []byte) {
 	return lo, hi
 }
 
+// markKey is block b's key under prefix (keyPrefixDamage, keyPrefixGone):
+// laid out as its block key.
+func markKey(prefix byte, b BlockID) []byte {
+	k := blockKey(b)
+	k[0] = prefix
+	return k
+}
+
 // markKeyRange returns [lo, hi) covering every per-block mark of container
 // id under prefix (keyPrefixDamage, keyPrefixGone): keys laid out as block
 // keys.
@@ -148,7 +156,9 @@ func sealRecord(body, full []byte) []byte {
 	return full
 }
 
-func checkRecordCRC(b []byte, version byte) error {
+// checkSeal checks the CRC32C that sealRecord wrote in the last 4 bytes
+// of b (at least 5 bytes long).
+func checkSeal(b []byte) error {
 	if len(b) < 5 {
 		return fmt.Errorf("%w: record of %d bytes is too short", ErrCorrupt, len(b))
 	}
@@ -157,7 +167,14 @@ func checkRecordCRC(b []byte, version byte) error {
 	if got := CRC32C(body); got != want {
 		return fmt.Errorf("%w: record crc32c %08x, stored %08x", ErrCorrupt, got, want)
 	}
-	if body[0] != version {
+	return nil
+}
+
+func checkRecordCRC(b []byte, version byte) error {
+	if err := checkSeal(b); err != nil {
+		return err
+	}
+	if body := b[:len(b)-4]; body[0] != version {
 		return fmt.Errorf("%w: record version %d, want %d", ErrCorrupt, body[0], version)
 	}
 	return nil
