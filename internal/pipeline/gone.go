@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"errors"
 	"sync"
 
 	"github.com/spindle-store/spindle/internal/engine"
@@ -81,13 +80,7 @@ func (gb *goneBlocks) prune(compacted uint64) {
 // and the chunk is not stored.
 func (n *Node) excuseGone(g *group, w *transport.WriteChunk, deleteIndex uint64) error {
 	b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
-	err := n.eng.MarkGone(b, deleteIndex)
-	if errors.Is(err, engine.ErrNotFound) {
-		if cerr := n.createFor(g, b.Container); cerr != nil {
-			return cerr
-		}
-		err = n.eng.MarkGone(b, deleteIndex)
-	}
+	err := n.inContainer(g, b.Container, func() error { return n.eng.MarkGone(b, deleteIndex) })
 	if err == nil {
 		n.metrics.goneChunks.Inc()
 	}

@@ -1204,7 +1204,7 @@ func (n *Node) removeGroup(id uint64) error {
 	}
 	// Nothing more of it is appended or applied here: an append job
 	// queued or running stops at its next entry and creates no container
-	// (createFor).
+	// (inContainer).
 	g.failed.Store(true)
 	n.failPending(g, "pipeline closed")
 	n.releaseLeases(g, g.leases)

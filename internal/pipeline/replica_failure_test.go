@@ -546,7 +546,7 @@ func dropQueued(n *Node, id uint64) {
 // an append job of it still running creates no container for a chunk
 // whose container is not here (it would bring back a replica the meta
 // service had deleted since: bench chaos found one reported again after
-// its trim). Fails without the check in createFor (the container is
+// its trim). Fails without the check in inContainer (the container is
 // created), or without removeGroup marking the group.
 func TestRemovedPipelineCreatesNoContainer(t *testing.T) {
 	nodes, _ := memCluster(t)

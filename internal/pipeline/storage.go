@@ -233,9 +233,10 @@ func (n *Node) writeChunks(j *appendJob, chunks int, wrote bool) (int, bool, boo
 				continue
 			}
 			var err error
-			excused := ce.segs[w] == nil && ce.goneAt(w) > e.GetIndex()
+			deleteIndex := ce.goneAt(w)
+			excused := ce.segs[w] == nil && deleteIndex > e.GetIndex()
 			if excused {
-				err = n.excuseGone(j.g, &c.WriteChunk, ce.goneAt(w))
+				err = n.excuseGone(j.g, &c.WriteChunk, deleteIndex)
 			} else {
 				err = n.writeChunk(j.g, &c.WriteChunk, ce.segs[w], ce.verifiedAt(w), c.Inline != nil)
 			}
@@ -286,7 +287,7 @@ func (n *Node) writeChunks(j *appendJob, chunks int, wrote bool) (int, bool, boo
 // here (engine.WriteReplicatedChunk): the leader decided it before
 // proposing the chunk (handle, engine.CheckRoom), so that every replica
 // stores what the log says. A group removed or failed meanwhile creates
-// no container (createFor).
+// no container (inContainer).
 func (n *Node) writeChunk(g *group, w *transport.WriteChunk, data []byte, verified, logged bool) error {
 	b := engine.BlockID{Container: engine.ContainerID(w.ContainerID), Local: w.LocalID}
 	if data == nil {
@@ -295,17 +296,9 @@ func (n *Node) writeChunk(g *group, w *transport.WriteChunk, data []byte, verifi
 	if uint64(len(data)) != w.Length {
 		return fmt.Errorf("%w: payload of WriteChunk %d/%d@%d has %d bytes, want %d", engine.ErrInvalid, w.ContainerID, w.LocalID, w.Offset, len(data), w.Length)
 	}
-	write := func() error {
+	return n.inContainer(g, b.Container, func() error {
 		return n.eng.WriteReplicatedChunk(b, w.Offset, data, w.BytesPerChecksum, w.Checksums, verified, logged)
-	}
-	err := write()
-	if errors.Is(err, engine.ErrNotFound) {
-		if cerr := n.createFor(g, b.Container); cerr != nil {
-			return cerr
-		}
-		err = write()
-	}
-	return err
+	})
 }
 
 // errGroupGone: a group's append reached a container this node does not
@@ -313,21 +306,26 @@ func (n *Node) writeChunk(g *group, w *transport.WriteChunk, data []byte, verifi
 // created.
 var errGroupGone = errors.New("pipeline: removed or failed here: no container is created for it")
 
-// createFor creates container id for a write of group g: containers are
-// implicit in a pipeline. Not once g is removed or failed: an append job
-// still running for a removed pipeline must not bring back a container
-// that the meta service has had deleted here since (a replica it counts
-// as gone, which would then be reported again, empty or short: found by
-// bench chaos, a datanode caught up for seconds over a large log when
-// the pipeline was closed and its replica trimmed).
-func (n *Node) createFor(g *group, id engine.ContainerID) error {
+// inContainer runs op, a write of group g into container id, and runs it
+// again after creating the container when op did not find it: containers
+// are implicit in a pipeline. Not once g is removed or failed
+// (errGroupGone): an append job still running for a removed pipeline must
+// not bring back a container that the meta service has had deleted here
+// since (a replica it counts as gone, which would then be reported again,
+// empty or short: found by bench chaos, a datanode caught up for seconds
+// over a large log when the pipeline was closed and its replica trimmed).
+func (n *Node) inContainer(g *group, id engine.ContainerID, op func() error) error {
+	err := op()
+	if !errors.Is(err, engine.ErrNotFound) {
+		return err
+	}
 	if g.failed.Load() {
 		return fmt.Errorf("%w: container %d, pipeline %d", errGroupGone, id, g.id)
 	}
 	if err := n.eng.CreateContainer(id); err != nil && !errors.Is(err, engine.ErrExists) {
 		return err
 	}
-	return nil
+	return op()
 }
 
 // errPayloadUnavailable: a replicated chunk came without its bytes (its
