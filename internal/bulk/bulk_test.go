@@ -712,7 +712,7 @@ func TestDemuxBoundsTheWaitForTheServer(t *testing.T) {
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		d.mu.Lock()
-		n := len(d.peeking) + len(d.waiting)
+		n := len(d.peeking)
 		d.mu.Unlock()
 		if n == 0 {
 			break

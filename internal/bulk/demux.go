@@ -54,16 +54,20 @@ type Demux struct {
 	firstBytes time.Duration
 
 	mu sync.Mutex
-	// peeking holds every connection the demux holds (MaxPeeking), by the
-	// time it was accepted; a classified one (waiting for Accept) is in
-	// waiting too, and is never evicted.
-	peeking    map[net.Conn]time.Time
-	waiting    map[net.Conn]struct{}
+	// peeking holds every connection the demux holds (MaxPeeking).
+	peeking    map[net.Conn]held
 	maxPeeking int
 	evicted    int // connections closed to make room (tests)
 	closed     bool
 	err        error
 	wg         sync.WaitGroup
+}
+
+// held is a connection the demux holds: accepted then, and classified as
+// a data-path connection the server has not taken yet (never evicted).
+type held struct {
+	accepted   time.Time
+	classified bool
 }
 
 // NewDemux starts demultiplexing ln. A connection whose first two bytes
@@ -79,7 +83,7 @@ func newDemux(ln net.Listener, sec *tlsconf.Settings, bulk func(net.Conn), first
 		firstBytesTimeout = DefaultFirstBytesTimeout
 	}
 	d := &Demux{ln: ln, tls: sec, bulk: bulk, out: make(chan net.Conn), done: make(chan struct{}),
-		peeking: map[net.Conn]time.Time{}, waiting: map[net.Conn]struct{}{}, maxPeeking: maxPeeking,
+		peeking: map[net.Conn]held{}, maxPeeking: maxPeeking,
 		firstBytes: firstBytesTimeout}
 	d.wg.Add(1)
 	go d.acceptLoop()
@@ -126,7 +130,7 @@ func (d *Demux) acceptLoop() {
 			c.Close()
 			continue
 		}
-		d.peeking[c] = time.Now()
+		d.peeking[c] = held{accepted: time.Now()}
 		d.wg.Add(1)
 		d.mu.Unlock()
 		go d.classify(c)
@@ -140,12 +144,12 @@ func (d *Demux) acceptLoop() {
 func (d *Demux) evictLocked() {
 	var oldest net.Conn
 	var at time.Time
-	for c, t := range d.peeking {
-		if _, ok := d.waiting[c]; ok {
+	for c, h := range d.peeking {
+		if h.classified {
 			continue
 		}
-		if oldest == nil || t.Before(at) {
-			oldest, at = c, t
+		if oldest == nil || h.accepted.Before(at) {
+			oldest, at = c, h.accepted
 		}
 	}
 	if oldest == nil {
@@ -168,15 +172,16 @@ func (d *Demux) classify(raw net.Conn) {
 		isBulk, err = peekBulk(c, d.firstBytes)
 	}
 	d.mu.Lock()
-	_, held := d.peeking[raw] // not evicted meanwhile
+	h, kept := d.peeking[raw] // not evicted meanwhile
 	closed := d.closed
-	if err != nil || closed || !held || isBulk {
+	if err != nil || closed || !kept || isBulk {
 		delete(d.peeking, raw)
 	} else {
-		d.waiting[raw] = struct{}{}
+		h.classified = true
+		d.peeking[raw] = h
 	}
 	d.mu.Unlock()
-	if err != nil || closed || !held {
+	if err != nil || closed || !kept {
 		raw.Close()
 		return
 	}
@@ -199,7 +204,6 @@ func (d *Demux) classify(raw net.Conn) {
 	}
 	d.mu.Lock()
 	delete(d.peeking, raw)
-	delete(d.waiting, raw)
 	d.mu.Unlock()
 }
 
