@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime/debug"
 	"syscall"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/spindle-store/spindle/internal/pipeline"
 	"github.com/spindle-store/spindle/internal/transport"
 	"github.com/spindle-store/spindle/internal/units"
+	"github.com/spindle-store/spindle/internal/vfs"
 	"github.com/spindle-store/spindle/internal/wal"
 )
 
@@ -28,12 +27,7 @@ import (
 func allTmpfs(dirs []string) bool {
 	for _, d := range dirs {
 		var st unix.Statfs_t
-		err := unix.Statfs(d, &st)
-		for p := filepath.Clean(d); errors.Is(err, unix.ENOENT) && filepath.Dir(p) != p; {
-			p = filepath.Dir(p)
-			err = unix.Statfs(p, &st)
-		}
-		if err != nil || st.Type != unix.TMPFS_MAGIC {
+		if err := unix.Statfs(vfs.NearestExisting(d), &st); err != nil || st.Type != unix.TMPFS_MAGIC {
 			return false
 		}
 	}

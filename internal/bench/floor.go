@@ -80,12 +80,7 @@ func (c FloorConfig) withDefaults() (FloorConfig, error) {
 	if c.MaxBytesPerReplica == 0 && c.Dir != "" {
 		// Dir may not exist yet: the room is its nearest existing
 		// ancestor's filesystem's.
-		dir := filepath.Clean(c.Dir)
-		du, err := vfs.Default.GetDiskUsage(dir)
-		for err != nil && errors.Is(err, os.ErrNotExist) && filepath.Dir(dir) != dir {
-			dir = filepath.Dir(dir)
-			du, err = vfs.Default.GetDiskUsage(dir)
-		}
+		du, err := vfs.Default.GetDiskUsage(vfs.NearestExisting(c.Dir))
 		if err != nil {
 			return c, fmt.Errorf("bench: floor: room on %s: %w", c.Dir, err)
 		}

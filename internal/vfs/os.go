@@ -1,9 +1,11 @@
 package vfs
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"sync"
 
@@ -87,6 +89,19 @@ func (osFS) List(dir string) ([]string, error) {
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// NearestExisting returns path if it exists, else the nearest of its
+// parents that does (on the OS's filesystem): where a directory not made
+// yet will be, for a question about its filesystem (its type, its room).
+func NearestExisting(path string) string {
+	p := filepath.Clean(path)
+	for {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) || filepath.Dir(p) == p {
+			return p
+		}
+		p = filepath.Dir(p)
+	}
 }
 
 func (osFS) GetDiskUsage(path string) (DiskUsage, error) {
