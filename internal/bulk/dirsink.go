@@ -36,9 +36,9 @@ type DirSink struct {
 	dir string
 	buf []byte
 	m   Manifest
-	// limit is what the source said the container holds at most (the
-	// larger of its maximum size and its bytes used): a source that sends
-	// more is refused before the disk fills. got counts the blocks' bytes.
+	// limit is what the source said the container holds at most
+	// (ContainerHeader.CopyBytes): a source that sends more is refused
+	// before the disk fills. got counts the blocks' bytes.
 	limit, got uint64
 }
 
@@ -55,7 +55,7 @@ func DownloadContainer(ctx context.Context, sec *tlsconf.Settings, addr string, 
 	s := &DirSink{dir: dir, buf: make([]byte, engine.ImportBufferBytes), m: Manifest{Container: id, Source: addr}}
 	res, err := Fetch(ctx, sec, addr, id, func(h ContainerHeader) (Sink, error) {
 		s.m.MaxSizeBytes, s.m.BCSID = h.MaxSizeBytes, h.BCSID
-		s.limit = max(h.MaxSizeBytes, h.UsedBytes)
+		s.limit = h.CopyBytes()
 		return s, nil
 	})
 	if err == nil {

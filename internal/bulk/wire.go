@@ -163,6 +163,12 @@ type ContainerHeader struct {
 	BCSID        uint64 // its block commit sequence ID (engine.ContainerInfo.BCSID)
 }
 
+// CopyBytes bounds what a copy of the container holds: the larger of its
+// maximum size and its bytes used. A pipeline's container can pass its
+// maximum size by what its leader had in flight (the leader alone decides
+// the room, engine.CheckRoom), and its copy must still fit.
+func (h ContainerHeader) CopyBytes() uint64 { return max(h.MaxSizeBytes, h.UsedBytes) }
+
 func (h ContainerHeader) appendTo(b []byte) []byte {
 	s := len(b)
 	b = binary.LittleEndian.AppendUint64(b, h.MaxSizeBytes)

@@ -204,10 +204,7 @@ func (r *replicator) copyFrom(id uint64, src metaapi.Member) error {
 	start := time.Now()
 	res, err := bulk.Fetch(r.ctx, r.tls, src.Addr, id, func(h bulk.ContainerHeader) (bulk.Sink, error) {
 		var err error
-		// A pipeline's container can hold more than its maximum size
-		// (its leader decides the room without counting the chunks in
-		// flight, engine.CheckRoom): the copy takes what it holds.
-		im, err = r.eng.ImportContainer(engine.ContainerID(id), max(h.MaxSizeBytes, h.UsedBytes), h.BCSID)
+		im, err = r.eng.ImportContainer(engine.ContainerID(id), h.CopyBytes(), h.BCSID)
 		if err != nil {
 			return nil, err
 		}
