@@ -94,6 +94,19 @@ func serve(t testing.TB, e *engine.Engine, maxExports int) (*Server, *Demux) {
 	return s, d
 }
 
+// bulkClosingDemux is a plaintext demux on a new loopback listener whose
+// bulk connections are closed at once, stopped at the end of the test.
+func bulkClosingDemux(t *testing.T, firstBytes time.Duration, maxPeeking int) *Demux {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDemux(ln, nil, func(c net.Conn) { c.Close() }, firstBytes, maxPeeking)
+	t.Cleanup(func() { d.Close(); d.Wait() })
+	return d
+}
+
 func importFrom(ctx context.Context, dst *engine.Engine, addr string, id uint64) (FetchResult, error) {
 	var im *engine.Importer
 	res, err := Fetch(ctx, nil, addr, id, func(h ContainerHeader) (Sink, error) {
@@ -391,13 +404,8 @@ func TestDownloadContainer(t *testing.T) {
 // passes (its MaxPeeking slot freed); one that sent its first bytes keeps
 // no deadline from the demux.
 func TestDemuxFirstBytesTimeout(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const timeout = 100 * time.Millisecond
-	d := NewDemux(ln, nil, func(c net.Conn) { c.Close() }, timeout)
-	t.Cleanup(func() { d.Close(); d.Wait() })
+	d := bulkClosingDemux(t, timeout, MaxPeeking)
 
 	silent, err := net.Dial("tcp", d.Addr().String())
 	if err != nil {
@@ -633,12 +641,7 @@ func (c *writeCountingConn) Write(p []byte) (int, error) {
 // the new connection was closed at once (silent connections could lock
 // out every raft peer and client for the first bytes timeout).
 func TestDemuxEvictsTheOldestSilentConnection(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := newDemux(ln, nil, func(c net.Conn) { c.Close() }, time.Minute, 4)
-	t.Cleanup(func() { d.Close(); d.Wait() })
+	d := bulkClosingDemux(t, time.Minute, 4)
 	held := func() int { d.mu.Lock(); defer d.mu.Unlock(); return len(d.peeking) }
 	var silent []net.Conn
 	for i := range 4 {
@@ -691,12 +694,7 @@ func TestDemuxEvictsTheOldestSilentConnection(t *testing.T) {
 // bytes timeout and frees its slot, instead of holding a descriptor and a
 // goroutine for ever.
 func TestDemuxBoundsTheWaitForTheServer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := newDemux(ln, nil, func(c net.Conn) { c.Close() }, 100*time.Millisecond, 4)
-	t.Cleanup(func() { d.Close(); d.Wait() })
+	d := bulkClosingDemux(t, 100*time.Millisecond, 4)
 	c, err := net.Dial("tcp", d.Addr().String())
 	if err != nil {
 		t.Fatal(err)
