@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -35,13 +34,6 @@ const (
 	maxErrorBytes = 512
 )
 
-// copyPauseEnv names a test hook, an "arm" file ARM: while ARM exists, a
-// copy that has received its first block creates ARM.paused.<pid>.<container>
-// and waits until that marker or ARM is removed (once per container and
-// process). Integration tests use it to kill -9 a source or a target in the
-// middle of a copy, deterministically.
-const copyPauseEnv = "SPINDLE_TEST_COPY_PAUSE"
-
 // replicator carries out replicate_container commands: it pulls CLOSED
 // containers from their sources by bulk streaming into an engine importer,
 // which verifies every checksum and makes the container visible atomically.
@@ -52,13 +44,13 @@ const copyPauseEnv = "SPINDLE_TEST_COPY_PAUSE"
 // goroutine; each copy runs in its own goroutine (at most maxQueuedCopies,
 // of which maxActive copy at a time). stop cancels them and waits.
 type replicator struct {
-	eng       *engine.Engine
-	tls       *tlsconf.Settings // the copies' connections (nil: plaintext)
-	self      uint64
-	log       *slog.Logger
-	sema      chan struct{}
-	wake      chan struct{}
-	pausePath string
+	eng   *engine.Engine
+	tls   *tlsconf.Settings // the copies' connections (nil: plaintext)
+	self  uint64
+	log   *slog.Logger
+	sema  chan struct{}
+	wake  chan struct{}
+	pause *copyPause // a test hook (copypause_hook.go); nothing in a release build
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -70,7 +62,6 @@ type replicator struct {
 
 	mu     sync.Mutex
 	active map[uint64]bool // accepted: copying or waiting for a slot
-	paused map[uint64]bool // containers the test hook paused once
 
 	bytes, ok, failed atomic.Uint64
 	running           atomic.Int64
@@ -82,7 +73,7 @@ func newReplicator(eng *engine.Engine, sec *tlsconf.Settings, self uint64, maxAc
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &replicator{eng: eng, tls: sec, self: self, log: log, sema: make(chan struct{}, maxActive), wake: make(chan struct{}, 1),
-		pausePath: os.Getenv(copyPauseEnv), ctx: ctx, cancel: cancel, active: map[uint64]bool{},
+		pause: newCopyPause(), ctx: ctx, cancel: cancel, active: map[uint64]bool{},
 		failures: newReportQueue[metaapi.CopyFailure](maxPendingFailures)}
 }
 
@@ -245,44 +236,8 @@ func (s *countingSink) AddBlock(bd *engine.BlockData, rd io.Reader) error {
 func (s *countingSink) added(bd *engine.BlockData) error {
 	s.r.bytes.Add(bd.Length)
 	s.blocks++
-	if s.blocks == 1 && s.r.pausePath != "" {
-		s.r.pause(uint64(bd.ID.Container))
+	if s.blocks == 1 {
+		s.r.pause.wait(s.r.ctx, s.r.log, uint64(bd.ID.Container))
 	}
 	return nil
-}
-
-// pause implements copyPauseEnv for container id.
-func (r *replicator) pause(id uint64) {
-	if _, err := os.Stat(r.pausePath); err != nil {
-		return // not armed
-	}
-	r.mu.Lock()
-	if r.paused == nil {
-		r.paused = map[uint64]bool{}
-	}
-	again := r.paused[id]
-	r.paused[id] = true
-	r.mu.Unlock()
-	if again {
-		return
-	}
-	marker := fmt.Sprintf("%s.paused.%d.%d", r.pausePath, os.Getpid(), id)
-	if err := os.WriteFile(marker, nil, 0o644); err != nil {
-		return
-	}
-	r.log.Info("container copy paused (test hook)", "container", id, "marker", marker)
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for {
-		_, merr := os.Stat(marker)
-		_, aerr := os.Stat(r.pausePath)
-		if errors.Is(merr, os.ErrNotExist) || errors.Is(aerr, os.ErrNotExist) {
-			return
-		}
-		select {
-		case <-r.ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }

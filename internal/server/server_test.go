@@ -27,7 +27,9 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	spindleBin = filepath.Join(dir, "spindle")
 	// go test puts its own GOROOT/bin first on the PATH of the tests.
-	cmd := exec.Command("go", "build", "-o", spindleBin, "github.com/spindle-store/spindle/cmd/spindle")
+	// The tag compiles in the datanode's test hooks (the copy pause of
+	// rereplicate_test.go), which a release build leaves out.
+	cmd := exec.Command("go", "build", "-tags", "spindle_testhooks", "-o", spindleBin, "github.com/spindle-store/spindle/cmd/spindle")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "building spindle: %v\n", err)
