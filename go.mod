@@ -20,6 +20,7 @@ require (
 	github.com/versity/versitygw v1.8.0
 	go.etcd.io/raft/v3 v3.7.0
 	golang.org/x/image v0.30.0
+	golang.org/x/sync v0.22.0
 	golang.org/x/sys v0.49.0
 	gonum.org/v1/plot v0.17.0
 	google.golang.org/protobuf v1.36.11
@@ -118,7 +119,6 @@ require (
 	golang.org/x/crypto v0.55.0 // indirect
 	golang.org/x/exp v0.0.0-20230626212559-97b1e661b5df // indirect
 	golang.org/x/net v0.58.0 // indirect
-	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 )

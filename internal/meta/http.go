@@ -215,7 +215,13 @@ func (s *Service) guardInstrumented(route string, h func(w http.ResponseWriter, 
 func (s *Service) instrument(route string, h func(w http.ResponseWriter, r *http.Request) (any, int, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		body, status, err := h(w, r)
+		var body any
+		var status int
+		release, err := s.bodies.admit(w, r)
+		if err == nil {
+			body, status, err = h(w, r)
+			release()
+		}
 		if err != nil {
 			var code string
 			code, status = metaapi.CodeOf(err)

@@ -69,6 +69,9 @@ func newMetrics(s *Service) *metrics {
 		m.deletesScheduled, m.deletesDelivered, m.deletesAcked, m.deletesDropped, m.requests, m.refused,
 		stateCollector{s},
 		opsCollector{s}, // ops_metrics.go
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_meta_request_body_bytes_in_flight",
+			Help: "Bytes of request bodies admitted now (admission.go; at most MaxBodyBytesInFlight, then requests wait and are refused BUSY)."},
+			func() float64 { return float64(s.bodies.inFlightBytes.Load()) }),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

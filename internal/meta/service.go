@@ -76,6 +76,13 @@ const (
 type Config struct {
 	// Dir holds the Pebble store (created if missing).
 	Dir string
+	// BodyReadTimeout, MaxBodyBytesInFlight and BodyAdmitWait bound the
+	// request bodies being read (admission.go; defaults
+	// DefaultBodyReadTimeout, DefaultMaxBodyBytesInFlight and
+	// DefaultBodyAdmitWait).
+	BodyReadTimeout      time.Duration
+	MaxBodyBytesInFlight int64
+	BodyAdmitWait        time.Duration
 	// FS is the filesystem of the store (default vfs.Default, the OS);
 	// tests give a vfs.MemFS to crash it or inject faults.
 	FS vfs.FS
@@ -241,6 +248,17 @@ func (c *Config) setDefaults() {
 	if c.FS == nil {
 		c.FS = vfs.Default
 	}
+	if c.BodyReadTimeout <= 0 {
+		c.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if c.MaxBodyBytesInFlight <= 0 {
+		c.MaxBodyBytesInFlight = DefaultMaxBodyBytesInFlight
+	}
+	// One body of the largest size must always fit.
+	c.MaxBodyBytesInFlight = max(c.MaxBodyBytesInFlight, MaxRequestBytes)
+	if c.BodyAdmitWait <= 0 {
+		c.BodyAdmitWait = DefaultBodyAdmitWait
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -332,6 +350,7 @@ type Service struct {
 	// rep replicates the store (nil: a group of one, raft.go).
 	rep     *replicator
 	metrics *metrics
+	bodies  *bodyGate // admission.go
 
 	// awaitHook, when set (tests, before any request), is called by every
 	// request once it has released s.mu and before it waits for
@@ -383,7 +402,7 @@ func Open(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("meta: %w", err)
 	}
-	s := &Service{cfg: cfg, log: log, db: &store{DB: db}, started: cfg.Now()}
+	s := &Service{cfg: cfg, log: log, db: &store{DB: db}, started: cfg.Now(), bodies: newBodyGate(&cfg)}
 	s.initMemory()
 	s.dur.init()
 	if err := s.load(); err != nil {

@@ -764,6 +764,8 @@ func errorOf(code string) error {
 		return ErrNoPipeline
 	case CodeUnavailable:
 		return ErrUnavailable
+	case CodeBusy:
+		return ErrBusy
 	case CodeInternal:
 		return ErrInternal
 	case CodePrecondition:
@@ -788,6 +790,8 @@ func CodeOf(err error) (code string, status int) {
 		return CodeNotEmpty, 409
 	case errors.Is(err, ErrNoPipeline):
 		return CodeNoPipeline, 503
+	case errors.Is(err, ErrBusy): // before ErrUnavailable, which it wraps
+		return CodeBusy, 503
 	case errors.Is(err, ErrUnavailable):
 		return CodeUnavailable, 503
 	case errors.Is(err, ErrPrecondition):
@@ -806,7 +810,11 @@ const (
 	CodeNotEmpty    = "NOT_EMPTY"   // 409: bucket has keys
 	CodeNoPipeline  = "NO_PIPELINE" // 503: no healthy pipeline to allocate from
 	CodeUnavailable = "UNAVAILABLE" // 503
-	CodeInternal    = "INTERNAL"    // 500
+	// CodeBusy: 503, the request was refused before its body was read
+	// (the request bodies in flight at their bound): nothing was done,
+	// and any call may be tried again.
+	CodeBusy     = "BUSY"
+	CodeInternal = "INTERNAL" // 500
 	// CodePrecondition: 412, a commit's Conditions do not hold.
 	CodePrecondition = "PRECONDITION_FAILED"
 	// CodeForbidden: 403, the caller's certificate (its role, or the
@@ -823,7 +831,9 @@ var (
 	ErrNotEmpty    = errors.New("bucket not empty")
 	ErrNoPipeline  = errors.New("no healthy pipeline")
 	ErrUnavailable = errors.New("meta service unavailable")
-	ErrInternal    = errors.New("meta service internal error")
+	// ErrBusy (an ErrUnavailable): refused before anything was done.
+	ErrBusy     = fmt.Errorf("%w: busy", ErrUnavailable)
+	ErrInternal = errors.New("meta service internal error")
 	// ErrPrecondition: a commit's Conditions did not hold.
 	ErrPrecondition = errors.New("precondition failed")
 	ErrForbidden    = errors.New("forbidden")

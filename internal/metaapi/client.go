@@ -502,7 +502,11 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, idemp
 		if err == nil || ctx.Err() != nil || !retryable(err) || (!idempotent && !didNothing(err)) {
 			break
 		}
-		if attempt >= attempts || (multi && time.Now().After(deadline)) {
+		limit := attempts
+		if didNothing(err) {
+			limit = max(limit, c.attempts) // a refusal that did nothing (BUSY) may be tried again
+		}
+		if attempt >= limit || (multi && time.Now().After(deadline)) {
 			break
 		}
 		pause := delay
@@ -547,13 +551,13 @@ func (c *Client) follow(i int, err error) bool {
 // by a member that is not the leader), so any call may be tried again.
 func didNothing(err error) bool {
 	var e *Error
-	return errors.As(err, &e) && (e.NotLeader || e.notSent)
+	return errors.As(err, &e) && (e.NotLeader || e.notSent || e.Code == CodeBusy)
 }
 
 // retryable: the meta service was unreachable or said UNAVAILABLE.
 func retryable(err error) bool {
 	var e *Error
-	return errors.As(err, &e) && e.Code == CodeUnavailable
+	return errors.As(err, &e) && (e.Code == CodeUnavailable || e.Code == CodeBusy)
 }
 
 // once runs one HTTP exchange with the member at address i. A *KeyInfo

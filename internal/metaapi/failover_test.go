@@ -22,6 +22,8 @@ type member struct {
 	calls      atomic.Int64
 	// unknown: answer UNAVAILABLE without not_leader (outcome unknown).
 	unknown atomic.Bool
+	// busy: refuse this many more requests BUSY (nothing done).
+	busy atomic.Int64
 }
 
 func newMember(t *testing.T) *member {
@@ -31,6 +33,9 @@ func newMember(t *testing.T) *member {
 		m.calls.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		switch {
+		case m.busy.Add(-1) >= 0:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			json.NewEncoder(w).Encode(Error{Code: CodeBusy, Message: "request bodies in flight at their bound"})
 		case m.unknown.Load():
 			w.WriteHeader(http.StatusServiceUnavailable)
 			json.NewEncoder(w).Encode(Error{Code: CodeUnavailable, Message: "leadership lost, outcome unknown"})
@@ -113,5 +118,21 @@ func TestClientDoesNotRepeatAnUnknownOutcome(t *testing.T) {
 	_, err = c.ListBuckets(context.Background())
 	if !errors.Is(err, ErrUnavailable) || a.calls.Load()+b.calls.Load() < 3 || a.calls.Load()+b.calls.Load() > 1+MaxFailoverAttempts {
 		t.Fatalf("list: %v after %d calls, want UNAVAILABLE after retries within the bound", err, a.calls.Load()+b.calls.Load()-1)
+	}
+}
+
+// TestClientRetriesBusy: a BUSY refusal did nothing, so a non-idempotent
+// call is tried again on the same member (one address) until it is
+// served; UNAVAILABLE without that promise is not repeated (above).
+func TestClientRetriesBusy(t *testing.T) {
+	m := newMember(t)
+	m.serving.Store(true)
+	m.busy.Store(2)
+	c, err := NewClient(m.addr(), ClientOptions{Backoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateBucket(context.Background(), "b01"); err != nil || m.calls.Load() != 3 {
+		t.Fatalf("create: %v after %d calls; want served on the third", err, m.calls.Load())
 	}
 }
