@@ -25,7 +25,6 @@ import (
 	"image/color"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -39,6 +38,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/spindle-store/spindle/internal/vfs"
 )
 
 // Limits of one chart.
@@ -178,12 +179,7 @@ func (b *Bars) WriteFile(path string) error {
 	if err := b.Render(&buf, format); err != nil {
 		return fmt.Errorf("%w (%s)", err, path)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("chart: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	if err := vfs.WriteFileAtomic(vfs.Default, path, buf.Bytes()); err != nil {
 		return fmt.Errorf("chart: %w", err)
 	}
 	return nil

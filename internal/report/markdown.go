@@ -3,13 +3,13 @@ package report
 import (
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/spindle-store/spindle/internal/chart"
+	"github.com/spindle-store/spindle/internal/vfs"
 )
 
 // mdTable is a Markdown table; numeric columns are right-aligned.
@@ -166,15 +166,10 @@ func writeCharts(dir string, charts []chartFile, png bool) (map[string]string, e
 	return refs, nil
 }
 
-// writeFileAtomic writes data to path through a temporary file and a
-// rename.
+// writeFileAtomic writes data to path whole or not at all (vfs.WriteFileAtomic:
+// the report's files are replaced like any other state file).
 func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("report: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	if err := vfs.WriteFileAtomic(vfs.Default, path, data); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
 	return nil

@@ -100,6 +100,7 @@ import (
 	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/buildinfo"
 	"github.com/spindle-store/spindle/internal/syscallprof"
+	"github.com/spindle-store/spindle/internal/vfs"
 )
 
 // Schema and file names.
@@ -452,12 +453,7 @@ func Save(dir string, r Run, replace bool) (err error) {
 }
 
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("report: sync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := vfs.Default.SyncDir(dir); err != nil {
 		return fmt.Errorf("report: sync %s: %w", dir, err)
 	}
 	return nil
