@@ -69,7 +69,7 @@ func TestBodiesInFlightAreBounded(t *testing.T) {
 
 	// A holds all the room: announced MaxRequestBytes, sent one byte.
 	holder := rawPost(t, srv.Addr(), "/v1/allocate", MaxRequestBytes, "{")
-	waitUntil(t, "the first body admitted", func() bool { return srv.svc.bodies.inFlightBytes.Load() == MaxRequestBytes })
+	waitFor(t, "the first body admitted", func() bool { return srv.svc.bodies.inFlightBytes.Load() == MaxRequestBytes })
 
 	c := rawPost(t, srv.Addr(), "/v1/allocate", 2, "{}")
 	if status, body := answer(t, c); status != http.StatusServiceUnavailable || !strings.Contains(body, metaapi.CodeBusy) {
@@ -85,22 +85,9 @@ func TestBodiesInFlightAreBounded(t *testing.T) {
 	}
 
 	holder.Close() // its body ends short: INVALID, and the room is given back
-	waitUntil(t, "the first body's room given back", func() bool { return srv.svc.bodies.inFlightBytes.Load() == 0 })
+	waitFor(t, "the first body's room given back", func() bool { return srv.svc.bodies.inFlightBytes.Load() == 0 })
 	c = rawPost(t, srv.Addr(), "/v1/allocate", 2, "{}")
 	if status, body := answer(t, c); status == http.StatusServiceUnavailable {
 		t.Fatalf("a body after the room was given back answered %d %s", status, body)
-	}
-}
-
-// waitUntil polls cond (every 5 ms, at most 30 s) for a state another
-// goroutine of the service reaches.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30 s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
