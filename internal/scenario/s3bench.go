@@ -428,8 +428,8 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 	out.SetBaseline(bench.Baseline{OpsPerS: baseStats.OpsPerS(), MBPerS: baseStats.MBPerS(), Ops: baseStats.Ops, Bytes: baseStats.Bytes,
 		Seconds: baseStats.Seconds(), LatencyUs: baseStats.Latency.Summary(), Writers: cfg.Concurrency, ChunkSizeBytes: cfg.SizeBytes})
 	if baseStats.CPU != nil && stats.CPU != nil {
-		out.AddNote("baseline cpu: %.0f µs/op, %.2f s (%s); the S3 run: %.0f µs/op", baseStats.CPU.CPUUsPerOp, baseStats.CPU.CPUSeconds,
-			cpuByProcess(baseStats.CPU), stats.CPU.CPUUsPerOp)
+		out.AddNote("baseline cpu: %.0f µs/op, %.2f s (%s); the S3 run: %.0f µs/op, %.2f s (%s)", baseStats.CPU.CPUUsPerOp, baseStats.CPU.CPUSeconds,
+			cpuByProcess(baseStats.CPU), stats.CPU.CPUUsPerOp, stats.CPU.CPUSeconds, cpuByProcess(stats.CPU))
 	}
 	out.AddNote("baseline: key-%s of the same %d objects of %s, %d at once, through the key client (default options, the size as SizeHintBytes as the gateway passes Content-Length) on the same cluster, in %d rounds alternating with the S3 run's (S3 first in rounds 1, 3, ...)",
 		map[string]string{"put": "write", "get": "read"}[cfg.Op], baseStats.Ops, units.FormatBytes(cfg.SizeBytes), cfg.Concurrency, rounds)
