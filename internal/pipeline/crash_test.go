@@ -1201,12 +1201,23 @@ func TestFailedLogFailsTheNode(t *testing.T) {
 			}
 			f.disk.mem.InjectErrors(nil)
 			f.stop()
-			if err := c.connect(false); err != nil {
-				t.Fatal(err)
+			// The two others elect a leader. On a loaded machine the
+			// first one elected can be overturned right after (a write
+			// to a leader that steps down fails), so a write is tried on
+			// the leader of the moment, a fresh block each time (a
+			// failed write's block is given up), at most len(crashPlan)
+			// times.
+			for try := range crashPlan {
+				if err := c.connect(try > 0); err != nil {
+					t.Fatal(err)
+				}
+				c.do(crashOp{block: try, chunk: 0})
+				if c.writes == 1 {
+					break
+				}
 			}
-			c.do(crashOp{block: 0, chunk: 0})
-			if c.failed != 0 || c.writes != 1 {
-				t.Fatal("the two others do not go on")
+			if c.writes != 1 {
+				t.Fatalf("the two others do not go on: %d writes failed (%s)", c.failed, c.describe())
 			}
 		})
 	}
