@@ -116,14 +116,6 @@ func wantOf(ki *metaapi.KeyInfo, inline []byte) keyWant {
 	return w
 }
 
-func sameObject(a, b *metaapi.ObjectMeta) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.ETag == b.ETag && a.ContentType == b.ContentType && a.ChecksumType == b.ChecksumType && a.Parts == b.Parts &&
-		maps.Equal(a.Headers, b.Headers) && maps.Equal(a.UserMeta, b.UserMeta) && maps.Equal(a.Checksums, b.Checksums)
-}
-
 func sameBlock(a, b metaapi.KeyBlock) bool {
 	return a.BlockRef == b.BlockRef && a.Pipeline == b.Pipeline && a.Length == b.Length
 }
@@ -157,7 +149,7 @@ func nsDiff(got, want nsState) []string {
 			case !wok:
 				d = append(d, fmt.Sprintf("key %s/%s there, not expected: %v", name, key, gk))
 			case gk.Size != wk.Size || gk.CRC32C != wk.CRC32C || gk.Created != wk.Created || string(gk.Inline) != string(wk.Inline) ||
-				!slices.EqualFunc(gk.Blocks, wk.Blocks, sameBlock) || !sameObject(gk.Object, wk.Object):
+				!slices.EqualFunc(gk.Blocks, wk.Blocks, sameBlock) || !sameObjectMeta(gk.Object, wk.Object):
 				d = append(d, fmt.Sprintf("key %s/%s is %v, want %v", name, key, gk, wk))
 			}
 		}
