@@ -52,8 +52,9 @@ const (
 type ClientOptions struct {
 	// Timeout bounds one attempt (DefaultClientTimeout).
 	Timeout time.Duration
-	// Attempts bounds the tries of an idempotent request
-	// (DefaultClientAttempts); 1 disables retries.
+	// Attempts bounds the tries of a request (DefaultClientAttempts); a
+	// non-idempotent one is tried again only after a refusal that did
+	// nothing (BUSY, or NOT_LEADER). 1 disables retries.
 	Attempts int
 	// Backoff is the wait before the first retry (DefaultClientBackoff).
 	Backoff time.Duration
@@ -468,9 +469,9 @@ func (c *Client) Backup(ctx context.Context) (io.ReadCloser, error) {
 	return resp.Body, nil
 }
 
-// do runs one call: up to c.attempts tries when idempotent, one otherwise
-// (plus the tries that certainly did nothing); across the members of a
-// replicated meta service, until c.failover.
+// do runs one call: up to c.attempts tries, where a non-idempotent call
+// is tried again only after a try that certainly did nothing; across the
+// members of a replicated meta service, until c.failover.
 func (c *Client) do(ctx context.Context, method, path string, in, out any, idempotent bool) error {
 	var body []byte
 	contentType := "application/json"
@@ -483,10 +484,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, idemp
 		}
 	}
 	multi := len(c.bases) > 1
-	attempts := 1
-	if idempotent {
-		attempts = c.attempts
-	}
+	// A non-idempotent call is tried again only after a try that did
+	// nothing (the break below), within the same bound.
+	attempts := c.attempts
 	if multi {
 		attempts = MaxFailoverAttempts
 	}
@@ -502,11 +502,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, idemp
 		if err == nil || ctx.Err() != nil || !retryable(err) || (!idempotent && !didNothing(err)) {
 			break
 		}
-		limit := attempts
-		if didNothing(err) {
-			limit = max(limit, c.attempts) // a refusal that did nothing (BUSY) may be tried again
-		}
-		if attempt >= limit || (multi && time.Now().After(deadline)) {
+		if attempt >= attempts || (multi && time.Now().After(deadline)) {
 			break
 		}
 		pause := delay
