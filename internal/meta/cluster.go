@@ -15,12 +15,12 @@ import (
 
 // full says whether n reported too little space for new data (a node
 // that reports no capacity is not judged).
-func (s *Service) full(n *node) bool {
+func (s *Cluster) full(n *node) bool {
 	return n.capacity > 0 && n.available < s.cfg.MinAvailableBytes
 }
 
 // healthOf is n's health at now, from its last heartbeat.
-func (s *Service) healthOf(n *node, now time.Time) string {
+func (s *Cluster) healthOf(n *node, now time.Time) string {
 	switch d := now.Sub(n.last); {
 	case d >= s.cfg.DeadAfter:
 		return metaapi.HealthDead
@@ -31,14 +31,14 @@ func (s *Service) healthOf(n *node, now time.Time) string {
 }
 
 // live: not DEAD.
-func (s *Service) live(id uint64, now time.Time) bool {
+func (s *Cluster) live(id uint64, now time.Time) bool {
 	n := s.nodes[id]
 	return n != nil && s.healthOf(n, now) != metaapi.HealthDead
 }
 
 // reports says whether node id's last heartbeat (since the start) lists
 // pipeline pid.
-func (s *Service) reports(id, pid uint64) bool {
+func (s *Cluster) reports(id, pid uint64) bool {
 	n := s.nodes[id]
 	if n == nil || !n.seen {
 		return false
@@ -48,7 +48,7 @@ func (s *Service) reports(id, pid uint64) bool {
 }
 
 // served: a live member reports the pipeline (its raft group runs).
-func (s *Service) served(p *pipelineState, now time.Time) bool {
+func (s *Cluster) served(p *pipelineState, now time.Time) bool {
 	for _, m := range p.rec.Members {
 		if s.live(m, now) && s.reports(m, p.rec.ID) {
 			return true
@@ -60,7 +60,7 @@ func (s *Service) served(p *pipelineState, now time.Time) bool {
 // leaderOf is the pipeline's leader as the live members' reports name it
 // (the one of the highest term), or 0. The leader must itself be a live
 // member that reports the pipeline.
-func (s *Service) leaderOf(p *pipelineState, now time.Time) uint64 {
+func (s *Cluster) leaderOf(p *pipelineState, now time.Time) uint64 {
 	var leader, term uint64
 	for _, m := range p.rec.Members {
 		if !s.live(m, now) || !s.reports(m, p.rec.ID) {
@@ -79,7 +79,7 @@ func (s *Service) leaderOf(p *pipelineState, now time.Time) uint64 {
 
 // reportedOpen lists the live members of c's pipeline whose last report
 // has c OPEN.
-func (s *Service) reportedOpen(c *containerState, now time.Time) []uint64 {
+func (s *Cluster) reportedOpen(c *containerState, now time.Time) []uint64 {
 	var ids []uint64
 	for _, m := range s.pipelines[c.rec.Pipeline].rec.Members {
 		n := s.nodes[m]
@@ -94,7 +94,7 @@ func (s *Service) reportedOpen(c *containerState, now time.Time) []uint64 {
 }
 
 // pipelineView is the API form of a pipeline.
-func (s *Service) pipelineView(p *pipelineState, now time.Time) *metaapi.Pipeline {
+func (s *Cluster) pipelineView(p *pipelineState, now time.Time) *metaapi.Pipeline {
 	v := &metaapi.Pipeline{ID: p.rec.ID, State: metaapi.PipelineOpen, Leader: s.leaderOf(p, now)}
 	if p.rec.State == pipelineClosed {
 		v.State = metaapi.PipelineClosed
@@ -108,7 +108,7 @@ func (s *Service) pipelineView(p *pipelineState, now time.Time) *metaapi.Pipelin
 // memberOf is node id as a pipeline member: its address and the
 // certificate it is bound to (its peers accept raft messages for the
 // pipeline only under that certificate).
-func (s *Service) memberOf(id uint64) metaapi.Member {
+func (s *Cluster) memberOf(id uint64) metaapi.Member {
 	return metaapi.Member{NodeID: id, Addr: s.nodes[id].rec.Addr, CertName: s.nodes[id].rec.CertName}
 }
 
@@ -130,7 +130,7 @@ func (s *Service) HeartbeatFrom(caller tlsconf.Peer, hb *metaapi.Heartbeat) (*me
 	if err := hb.Validate(); err != nil {
 		return nil, err
 	}
-	return mutate(s, func() (*metaapi.HeartbeatResponse, *pebble.Batch, error) { return s.heartbeatLocked(caller, hb) })
+	return mutate(s.State, func() (*metaapi.HeartbeatResponse, *pebble.Batch, error) { return s.heartbeatLocked(caller, hb) })
 }
 
 // heartbeatLocked is Heartbeat, validated, under s.mu.
@@ -262,7 +262,7 @@ func (s *Service) heartbeatLocked(caller tlsconf.Peer, hb *metaapi.Heartbeat) (*
 
 // peersOf lists the current address of every other member of the
 // pipelines n reports serving, by node ID.
-func (s *Service) peersOf(n *node) []metaapi.Member {
+func (s *Cluster) peersOf(n *node) []metaapi.Member {
 	seen := map[uint64]bool{n.rec.ID: true}
 	var out []metaapi.Member
 	for _, pid := range slices.Sorted(maps.Keys(n.pipelines)) {
@@ -283,7 +283,7 @@ func (s *Service) peersOf(n *node) []metaapi.Member {
 
 // startClose moves an OPEN container to CLOSING (no more allocations;
 // close commands until its replicas are closed).
-func (s *Service) startClose(b *pebble.Batch, c *containerState, why string) {
+func (s *Cluster) startClose(b *pebble.Batch, c *containerState, why string) {
 	if c.rec.State != containerOpen {
 		return
 	}
@@ -362,7 +362,7 @@ func (s *Service) commandsFor(n *node, now time.Time) []metaapi.Command {
 }
 
 // anyOpenReplica: a live member reports a container of p OPEN.
-func (s *Service) anyOpenReplica(p *pipelineState, now time.Time) bool {
+func (s *Cluster) anyOpenReplica(p *pipelineState, now time.Time) bool {
 	for _, cid := range p.containers {
 		if len(s.reportedOpen(s.containers[cid], now)) > 0 {
 			return true
@@ -371,7 +371,7 @@ func (s *Service) anyOpenReplica(p *pipelineState, now time.Time) bool {
 	return false
 }
 
-func (s *Service) sortedPipelines() []uint64 {
+func (s *Cluster) sortedPipelines() []uint64 {
 	ids := make([]uint64, 0, len(s.pipelines))
 	for id := range s.pipelines {
 		ids = append(ids, id)
@@ -380,7 +380,7 @@ func (s *Service) sortedPipelines() []uint64 {
 	return ids
 }
 
-func (s *Service) sortedNodes() []uint64 {
+func (s *Cluster) sortedNodes() []uint64 {
 	ids := make([]uint64, 0, len(s.nodes))
 	for id := range s.nodes {
 		ids = append(ids, id)
@@ -390,7 +390,7 @@ func (s *Service) sortedNodes() []uint64 {
 }
 
 // openPipelineCounts is the number of OPEN pipelines of every node.
-func (s *Service) openPipelineCounts() map[uint64]int {
+func (s *Cluster) openPipelineCounts() map[uint64]int {
 	counts := make(map[uint64]int, len(s.nodes))
 	for _, p := range s.pipelines {
 		if p.rec.State == pipelineOpen {
@@ -405,7 +405,7 @@ func (s *Service) openPipelineCounts() map[uint64]int {
 // createPipelines creates pipelines from HEALTHY datanodes heard from since
 // the start, PipelineSize each, while PipelineSize of them are in fewer than
 // PipelinesPerNode OPEN pipelines; the members are those with the fewest.
-func (s *Service) createPipelines(b *pebble.Batch, now time.Time) {
+func (s *Cluster) createPipelines(b *pebble.Batch, now time.Time) {
 	counts := s.openPipelineCounts()
 	// Each pass adds a pipeline or stops: bounded by the free slots.
 	for range len(s.nodes)*s.cfg.PipelinesPerNode/PipelineSize + 1 {
@@ -444,7 +444,7 @@ func (s *Service) createPipelines(b *pebble.Batch, now time.Time) {
 // mode, copies settled and scheduled). Start runs it every TickInterval;
 // tests call it.
 func (s *Service) Tick() error {
-	_, err := mutate(s, func() (struct{}, *pebble.Batch, error) { return struct{}{}, s.tickLocked(), nil })
+	_, err := mutate(s.State, func() (struct{}, *pebble.Batch, error) { return struct{}{}, s.tickLocked(), nil })
 	return err
 }
 
@@ -505,7 +505,7 @@ func (s *Service) tickLocked() *pebble.Batch {
 }
 
 // closePipeline marks p CLOSED and its OPEN containers CLOSING.
-func (s *Service) closePipeline(b *pebble.Batch, p *pipelineState, now time.Time, why string) {
+func (s *Cluster) closePipeline(b *pebble.Batch, p *pipelineState, now time.Time, why string) {
 	p.rec.State, p.rec.Closed = pipelineClosed, now
 	set(b, u64key(prefixPipeline, p.rec.ID), p.rec.encode())
 	s.log.Warn("pipeline closed", "pipeline", p.rec.ID, "members", p.rec.Members, "why", why)
@@ -517,7 +517,7 @@ func (s *Service) closePipeline(b *pebble.Batch, p *pipelineState, now time.Time
 // settleContainers marks CLOSED every CLOSING container that no live
 // replica reports OPEN, once every live member has reported since the
 // start (before that, reports are missing, not empty).
-func (s *Service) settleContainers(b *pebble.Batch, now time.Time) {
+func (s *Cluster) settleContainers(b *pebble.Batch, now time.Time) {
 	for _, pid := range s.sortedPipelines() {
 		p := s.pipelines[pid]
 		ready := true

@@ -119,7 +119,7 @@ type pending struct {
 
 // frontier is what an answer that made no change waits for: everything
 // it may have seen. Callers hold s.mu (either mode).
-func (s *Service) frontier() pending {
+func (s *State) frontier() pending {
 	if s.rep != nil {
 		seq := s.proposed
 		if s.staged != nil {
@@ -133,7 +133,7 @@ func (s *Service) frontier() pending {
 // apply puts b (possibly empty) into the store in s.mu order and returns
 // what the answer must wait for. Callers hold s.mu for writing and have
 // already changed memory: a failure fails the service (sticky).
-func (s *Service) apply(b *pebble.Batch) (pending, error) {
+func (s *State) apply(b *pebble.Batch) (pending, error) {
 	if b == nil || b.Empty() {
 		if b != nil {
 			b.Close()
@@ -160,7 +160,7 @@ func (s *Service) apply(b *pebble.Batch) (pending, error) {
 // batch is one proposal and one log entry (an item still sees the
 // earlier ones through the overlay). A group of one applies each item's
 // batch to the store at once (a later item reads the store).
-func (s *Service) applyStaged(b *pebble.Batch) (pending, error) {
+func (s *State) applyStaged(b *pebble.Batch) (pending, error) {
 	if s.rep == nil || b == nil || b.Empty() {
 		return s.apply(b)
 	}
@@ -169,7 +169,7 @@ func (s *Service) applyStaged(b *pebble.Batch) (pending, error) {
 
 // await waits, outside s.mu, until p is durable: it collects the sync of
 // p's own batch, then waits for every earlier one.
-func (s *Service) await(p pending) error {
+func (s *State) await(p pending) error {
 	if s.awaitHook != nil {
 		s.awaitHook(p.b != nil)
 	}
@@ -196,7 +196,7 @@ func (s *Service) await(p pending) error {
 // on error it must have changed nothing. The batch is applied under the
 // lock, and the answer is returned once it, and every change fn may have
 // seen, is durable.
-func mutate[T any](s *Service, fn func() (T, *pebble.Batch, error)) (T, error) {
+func mutate[T any](s *State, fn func() (T, *pebble.Batch, error)) (T, error) {
 	var zero T
 	s.mu.Lock()
 	if err := s.usable(); err != nil {
@@ -226,7 +226,7 @@ func mutate[T any](s *Service, fn func() (T, *pebble.Batch, error)) (T, error) {
 
 // read runs fn under s.mu for reading and returns its answer once every
 // change fn may have seen is durable.
-func read[T any](s *Service, fn func() (T, error)) (T, error) {
+func read[T any](s *State, fn func() (T, error)) (T, error) {
 	var zero T
 	s.mu.RLock()
 	if err := s.usable(); err != nil {

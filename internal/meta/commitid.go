@@ -65,7 +65,7 @@ func recordCommitID(b *pebble.Batch, id, bucket, key string, rec keyRecord) {
 
 // committedByID returns the version commit id made (found false: no
 // commit with that ID is remembered). Under s.mu.
-func (s *Service) committedByID(id, bucket, key string) (keyRecord, bool, error) {
+func (s *Namespace) committedByID(id, bucket, key string) (keyRecord, bool, error) {
 	v, closer, err := s.db.Get(commitIDKey(id))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return keyRecord{}, false, nil
@@ -102,7 +102,7 @@ func (s *Service) committedByID(id, bucket, key string) (keyRecord, bool, error)
 // because of itself) is answered with what it committed; anything else
 // gets err. The lookup is only made on this path: a first try, the usual
 // case, costs no read. Under s.mu.
-func (s *Service) retriedCommit(bucket, key string, ck *metaapi.CommitKey, now time.Time, err error) (*metaapi.KeyInfo, *pebble.Batch, error) {
+func (s *Namespace) retriedCommit(bucket, key string, ck *metaapi.CommitKey, now time.Time, err error) (*metaapi.KeyInfo, *pebble.Batch, error) {
 	if ck.CommitID == "" {
 		return nil, nil, err
 	}
@@ -119,7 +119,7 @@ func (s *Service) retriedCommit(bucket, key string, ck *metaapi.CommitKey, now t
 // expireCommitIDs forgets, in b, the commit IDs older than
 // CommitIDRetention (the oldest first, at most maxCommitIDExpiriesPerTick).
 // Under s.mu, from Tick.
-func (s *Service) expireCommitIDs(b *pebble.Batch, now time.Time) error {
+func (s *Namespace) expireCommitIDs(b *pebble.Batch, now time.Time) error {
 	upper := binary.BigEndian.AppendUint64(bytes.Clone(commitIDExpPrefix), uint64(now.Add(-CommitIDRetention).UnixNano()))
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: commitIDExpPrefix, UpperBound: upper})
 	if err != nil {

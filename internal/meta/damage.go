@@ -62,7 +62,7 @@ func newDamageState() damageState {
 
 // damagedOn lists node id's damaged blocks of container cid (as its last
 // report says).
-func (s *Service) damagedOn(id, cid uint64) []uint64 {
+func (s *Cluster) damagedOn(id, cid uint64) []uint64 {
 	return s.nodes[id].containers[cid].DamagedBlocks
 }
 
@@ -72,7 +72,7 @@ func (s *Service) damagedOn(id, cid uint64) []uint64 {
 // known; they do not make a replica worse than the others), a replica
 // damaged beyond them is not healthy — it is repaired block by block, or
 // replaced by a copy.
-func (s *Service) dropDamaged(cid uint64, ids []uint64) []uint64 {
+func (s *Cluster) dropDamaged(cid uint64, ids []uint64) []uint64 {
 	if !slices.ContainsFunc(ids, func(id uint64) bool { return len(s.damagedOn(id, cid)) > 0 }) {
 		return ids
 	}
@@ -81,7 +81,7 @@ func (s *Service) dropDamaged(cid uint64, ids []uint64) []uint64 {
 }
 
 // lostAmong is the blocks of cid damaged on every replica of ids.
-func (s *Service) lostAmong(cid uint64, ids []uint64) []uint64 {
+func (s *Cluster) lostAmong(cid uint64, ids []uint64) []uint64 {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -113,17 +113,17 @@ type damagedReplica struct {
 }
 
 // damagedReplicas lists them, by container then node.
-func (s *Service) damagedReplicas(now time.Time) []damagedReplica {
-	idx, top := s.closedIndex(now)
+func (s *Damage) damagedReplicas(now time.Time) []damagedReplica {
+	idx, top := s.cl.closedIndex(now)
 	var out []damagedReplica
 	for _, cid := range slices.Sorted(maps.Keys(idx)) {
-		ids := slices.DeleteFunc(slices.Clone(idx[cid]), func(id uint64) bool { return s.behind(id, cid, top[cid]) })
-		if !slices.ContainsFunc(ids, func(id uint64) bool { return len(s.damagedOn(id, cid)) > 0 }) {
+		ids := slices.DeleteFunc(slices.Clone(idx[cid]), func(id uint64) bool { return s.cl.behind(id, cid, top[cid]) })
+		if !slices.ContainsFunc(ids, func(id uint64) bool { return len(s.cl.damagedOn(id, cid)) > 0 }) {
 			continue
 		}
-		lost := s.lostAmong(cid, ids)
+		lost := s.cl.lostAmong(cid, ids)
 		for _, id := range ids {
-			if b := beyond(s.damagedOn(id, cid), lost); len(b) > 0 {
+			if b := beyond(s.cl.damagedOn(id, cid), lost); len(b) > 0 {
 				out = append(out, damagedReplica{container: cid, node: id, blocks: b, totalBlocks: s.nodes[id].containers[cid].Blocks})
 			}
 		}
@@ -134,13 +134,13 @@ func (s *Service) damagedReplicas(now time.Time) []damagedReplica {
 // byBlock says whether damaged replica d is repaired block by block
 // (cheaper than a whole copy: at most MaxRepairBlocks blocks and at most
 // half of the replica's) rather than replaced, and has attempts left.
-func (s *Service) byBlock(d damagedReplica) bool {
+func (s *Damage) byBlock(d damagedReplica) bool {
 	small := len(d.blocks) <= metaapi.MaxRepairBlocks && (d.totalBlocks == 0 || uint64(len(d.blocks))*2 <= d.totalBlocks)
 	return small && s.repl.damage.attempts[repairKey{d.container, d.node}] < maxRepairAttempts
 }
 
 // repairing counts the replicas of cid with a block repair in flight.
-func (s *Service) repairing(cid uint64) int {
+func (s *Damage) repairing(cid uint64) int {
 	n := 0
 	for k := range s.repl.damage.repairs {
 		if k.container == cid {
@@ -152,7 +152,7 @@ func (s *Service) repairing(cid uint64) int {
 
 // underRepair: node id's replica of cid is (to be) repaired block by
 // block; it is neither replaced nor deleted meanwhile.
-func (s *Service) underRepair(cid, id uint64) bool {
+func (s *Damage) underRepair(cid, id uint64) bool {
 	return s.repl.damage.repairs[repairKey{cid, id}] != nil
 }
 
@@ -160,7 +160,7 @@ func (s *Service) underRepair(cid, id uint64) bool {
 // damaged (done), whose node is DEAD or no longer holds the replica
 // CLOSED, or whose damage every replica shares now (dropped: nothing to
 // repair from), or that made no progress for CopyStartTimeout (failed).
-func (s *Service) settleRepairs(now time.Time) {
+func (s *Damage) settleRepairs(now time.Time) {
 	st := &s.repl.damage
 	if len(st.repairs) == 0 {
 		return
@@ -180,7 +180,7 @@ func (s *Service) settleRepairs(now time.Time) {
 			}
 		}
 		switch {
-		case s.healthOf(n, now) == metaapi.HealthDead || !holds || r.State != metaapi.ContainerClosed:
+		case s.cl.healthOf(n, now) == metaapi.HealthDead || !holds || r.State != metaapi.ContainerClosed:
 			delete(st.repairs, k)
 		case left > 0 && !damaged[k]:
 			// Its damage turned out to be on every replica: lost, no
@@ -210,17 +210,17 @@ func cmpRepairKey(a, b repairKey) int {
 // scheduleRepairs decides the block repairs of the damaged replicas on
 // HEALTHY nodes that byBlock picks, when a good replica on a HEALTHY node
 // exists to read from, within MaxRepairs.
-func (s *Service) scheduleRepairs(idx map[uint64][]uint64, now time.Time) {
+func (s *Damage) scheduleRepairs(idx map[uint64][]uint64, now time.Time) {
 	st := &s.repl.damage
 	for _, d := range s.damagedReplicas(now) {
 		k := repairKey{d.container, d.node}
 		if len(st.repairs) >= MaxRepairs {
 			return
 		}
-		if st.repairs[k] != nil || !s.byBlock(d) || s.healthOf(s.nodes[d.node], now) != metaapi.HealthHealthy || s.repl.trims[d.container] != nil {
+		if st.repairs[k] != nil || !s.byBlock(d) || s.cl.healthOf(s.nodes[d.node], now) != metaapi.HealthHealthy || s.repl.trims[d.container] != nil {
 			continue
 		}
-		if !slices.ContainsFunc(idx[d.container], func(id uint64) bool { return s.healthOf(s.nodes[id], now) == metaapi.HealthHealthy }) {
+		if !slices.ContainsFunc(idx[d.container], func(id uint64) bool { return s.cl.healthOf(s.nodes[id], now) == metaapi.HealthHealthy }) {
 			continue
 		}
 		st.attempts[k]++
@@ -233,15 +233,15 @@ func (s *Service) scheduleRepairs(idx map[uint64][]uint64, now time.Time) {
 
 // repairCommands appends a repair_blocks for every repair in flight on
 // node id: Sources are the good replicas on HEALTHY nodes.
-func (s *Service) repairCommands(cmds []metaapi.Command, id uint64, now time.Time) []metaapi.Command {
+func (s *Damage) repairCommands(cmds []metaapi.Command, id uint64, now time.Time) []metaapi.Command {
 	for _, k := range slices.SortedFunc(maps.Keys(s.repl.damage.repairs), cmpRepairKey) {
 		t := s.repl.damage.repairs[k]
 		if t.node != id || len(cmds) >= MaxCommandsPerHeartbeat {
 			continue
 		}
 		cmd := metaapi.Command{Kind: metaapi.CmdRepairBlocks, Container: t.container, Blocks: t.blocks}
-		for _, r := range s.replicasOf(t.container, now) {
-			if s.healthOf(s.nodes[r], now) == metaapi.HealthHealthy {
+		for _, r := range s.cl.replicasOf(t.container, now) {
+			if s.cl.healthOf(s.nodes[r], now) == metaapi.HealthHealthy {
 				cmd.Sources = append(cmd.Sources, metaapi.Member{NodeID: r, Addr: s.nodes[r].rec.Addr})
 			}
 		}
@@ -250,7 +250,7 @@ func (s *Service) repairCommands(cmds []metaapi.Command, id uint64, now time.Tim
 		}
 		if c := s.containers[t.container]; c != nil {
 			if p := s.pipelines[c.rec.Pipeline]; p != nil {
-				cmd.Pipeline = s.pipelineView(p, now)
+				cmd.Pipeline = s.cl.pipelineView(p, now)
 			}
 		}
 		cmds = append(cmds, cmd)
@@ -260,15 +260,15 @@ func (s *Service) repairCommands(cmds []metaapi.Command, id uint64, now time.Tim
 
 // lostBlocks lists the blocks damaged on every healthy replica of their
 // CLOSED container (idx: replicaIndex), by container and block.
-func (s *Service) lostBlocks(idx map[uint64][]uint64) []metaapi.DamagedBlock {
+func (s *Damage) lostBlocks(idx map[uint64][]uint64) []metaapi.DamagedBlock {
 	var out []metaapi.DamagedBlock
 	for _, cid := range slices.Sorted(maps.Keys(idx)) {
 		ids := idx[cid]
-		if len(ids) == 0 || len(s.damagedOn(ids[0], cid)) == 0 {
+		if len(ids) == 0 || len(s.cl.damagedOn(ids[0], cid)) == 0 {
 			continue
 		}
 		// A healthy replica's damage is exactly the lost blocks.
-		for _, b := range s.damagedOn(ids[0], cid) {
+		for _, b := range s.cl.damagedOn(ids[0], cid) {
 			out = append(out, metaapi.DamagedBlock{Container: cid, Local: b, Nodes: slices.Clone(ids)})
 		}
 	}
@@ -277,8 +277,8 @@ func (s *Service) lostBlocks(idx map[uint64][]uint64) []metaapi.DamagedBlock {
 
 // damageStatus is GET /v1/damaged. The keys holding a lost block are
 // found by a scan of the namespace (only when a block is lost).
-func (s *Service) damageStatus(now time.Time) (*metaapi.DamageStatus, error) {
-	idx := s.replicaIndex(now)
+func (s *Damage) damageStatus(now time.Time) (*metaapi.DamageStatus, error) {
+	idx := s.cl.replicaIndex(now)
 	st := &metaapi.DamageStatus{Lost: s.lostBlocks(idx), Keys: []metaapi.DamagedKey{}, Repairable: []metaapi.DamagedBlock{},
 		Repairs: len(s.repl.damage.repairs), RepairedBlocks: s.repl.damage.repairedBlocks, FailedRepairs: s.repl.damage.failedRepairs,
 		Scrub: []metaapi.NodeScrub{}}
@@ -307,7 +307,7 @@ func (s *Service) damageStatus(now time.Time) (*metaapi.DamageStatus, error) {
 
 // keysHolding scans every key of every bucket for the blocks of lost, at
 // most metaapi.MaxDamagedKeys keys.
-func (s *Service) keysHolding(lost map[metaapi.BlockRef]bool) ([]metaapi.DamagedKey, bool, error) {
+func (s *Damage) keysHolding(lost map[metaapi.BlockRef]bool) ([]metaapi.DamagedKey, bool, error) {
 	out := []metaapi.DamagedKey{}
 	lo := []byte{prefixKey}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
@@ -340,6 +340,6 @@ func (s *Service) keysHolding(lost map[metaapi.BlockRef]bool) ([]metaapi.Damaged
 }
 
 // Damaged is GET /v1/damaged.
-func (s *Service) Damaged() (*metaapi.DamageStatus, error) {
-	return read(s, func() (*metaapi.DamageStatus, error) { return s.damageStatus(s.cfg.Now()) })
+func (s *Damage) Damaged() (*metaapi.DamageStatus, error) {
+	return read(s.State, func() (*metaapi.DamageStatus, error) { return s.damageStatus(s.cfg.Now()) })
 }

@@ -32,10 +32,10 @@ import (
 
 // holders lists the live nodes (members of its pipeline or not: copies
 // made by re-replication) whose last report holds container c, by node ID.
-func (s *Service) holders(c *containerState, now time.Time) []uint64 {
+func (s *BlockGC) holders(c *containerState, now time.Time) []uint64 {
 	var ids []uint64
 	for id, n := range s.nodes {
-		if _, ok := n.containers[c.rec.ID]; ok && n.seen && s.live(id, now) {
+		if _, ok := n.containers[c.rec.ID]; ok && n.seen && s.cl.live(id, now) {
 			ids = append(ids, id)
 		}
 	}
@@ -63,14 +63,14 @@ type deleteMode struct {
 	holders []uint64 // live nodes whose report holds the container
 }
 
-func (s *Service) deleteModeOf(c *containerState, now time.Time) deleteMode {
+func (s *BlockGC) deleteModeOf(c *containerState, now time.Time) deleteMode {
 	p := s.pipelines[c.rec.Pipeline]
-	m := deleteMode{served: s.served(p, now), ready: true, holders: s.holders(c, now)}
+	m := deleteMode{served: s.cl.served(p, now), ready: true, holders: s.holders(c, now)}
 	m.replica = !m.served && p.rec.State == pipelineClosed
 	// Any node may hold a copy: until every live one has reported, a
 	// holder may be missing from the list.
 	for id, n := range s.nodes {
-		if !n.seen && s.live(id, now) {
+		if !n.seen && s.cl.live(id, now) {
 			m.ready = false
 			break
 		}
@@ -114,7 +114,7 @@ func (m deleteMode) exhausted(pd *pendingDelete, maxTries int, redeliver time.Du
 
 // deleteCommands appends the delete_blocks commands due for node id: at
 // most MaxDeleteBlocksPerHeartbeat blocks, one command per container.
-func (s *Service) deleteCommands(cmds []metaapi.Command, id uint64, now time.Time) []metaapi.Command {
+func (s *BlockGC) deleteCommands(cmds []metaapi.Command, id uint64, now time.Time) []metaapi.Command {
 	budget := MaxDeleteBlocksPerHeartbeat
 	for _, cid := range slices.Sorted(maps.Keys(s.deletes)) {
 		if budget == 0 || len(cmds) >= MaxCommandsPerHeartbeat {
@@ -128,7 +128,7 @@ func (s *Service) deleteCommands(cmds []metaapi.Command, id uint64, now time.Tim
 		mode := s.deleteModeOf(c, now)
 		served := mode.served
 		switch {
-		case served && s.leaderOf(p, now) != id:
+		case served && s.cl.leaderOf(p, now) != id:
 			continue
 		case !served && (!mode.replica || !slices.Contains(mode.holders, id)):
 			continue
@@ -166,14 +166,14 @@ func (s *Service) deleteCommands(cmds []metaapi.Command, id uint64, now time.Tim
 		}
 		budget -= len(locals)
 		s.metrics.deletesDelivered.Add(float64(len(locals)))
-		cmds = append(cmds, metaapi.Command{Kind: metaapi.CmdDeleteBlocks, Pipeline: s.pipelineView(p, now), Container: cid, Blocks: locals})
+		cmds = append(cmds, metaapi.Command{Kind: metaapi.CmdDeleteBlocks, Pipeline: s.cl.pipelineView(p, now), Container: cid, Blocks: locals})
 	}
 	return cmds
 }
 
 // ackDeletes records node id's acknowledgements and removes the deletions
 // they complete.
-func (s *Service) ackDeletes(b *pebble.Batch, id uint64, acks []metaapi.BlockRef, now time.Time) {
+func (s *BlockGC) ackDeletes(b *pebble.Batch, id uint64, acks []metaapi.BlockRef, now time.Time) {
 	for _, r := range acks {
 		pd := s.deletes[r.Container][r.Local]
 		if pd == nil {
@@ -199,7 +199,7 @@ func (s *Service) ackDeletes(b *pebble.Batch, id uint64, acks []metaapi.BlockRef
 // dropExhaustedDeletes removes the deletions that completed meanwhile (in
 // replica mode: a holder died or no live member holds the container) and
 // those that ran out of attempts.
-func (s *Service) dropExhaustedDeletes(b *pebble.Batch, now time.Time) {
+func (s *BlockGC) dropExhaustedDeletes(b *pebble.Batch, now time.Time) {
 	for _, cid := range slices.Sorted(maps.Keys(s.deletes)) {
 		mode := s.deleteModeOf(s.containers[cid], now)
 		if !mode.served && !mode.replica {
@@ -224,7 +224,7 @@ func (s *Service) dropExhaustedDeletes(b *pebble.Batch, now time.Time) {
 }
 
 // scheduleDelete adds a pending deletion of block ref to b and memory.
-func (s *Service) scheduleDelete(b *pebble.Batch, ref blockRef, reason uint8, now time.Time) {
+func (s *BlockGC) scheduleDelete(b *pebble.Batch, ref blockRef, reason uint8, now time.Time) {
 	rec := deleteRecord{Scheduled: now, Reason: reason}
 	set(b, blockKey(prefixDelete, ref.container, ref.local), rec.encode())
 	s.addDelete(ref, rec)
@@ -233,7 +233,7 @@ func (s *Service) scheduleDelete(b *pebble.Batch, ref blockRef, reason uint8, no
 
 // expireAllocations turns allocations older than AllocationGrace (an
 // interrupted put) into pending deletions, at most MaxExpiredPerTick.
-func (s *Service) expireAllocations(b *pebble.Batch, now time.Time) {
+func (s *BlockGC) expireAllocations(b *pebble.Batch, now time.Time) {
 	var expired []blockRef
 	for ref, a := range s.allocs {
 		if now.Sub(a.Allocated) >= s.cfg.AllocationGrace {

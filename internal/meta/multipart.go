@@ -35,7 +35,7 @@ func newUploadID() string {
 }
 
 // getUpload reads an upload record (ok false: none).
-func (s *Service) getUpload(ref metaapi.UploadRef) (uploadRecord, bool, error) {
+func (s *Multipart) getUpload(ref metaapi.UploadRef) (uploadRecord, bool, error) {
 	v, closer, err := s.db.Get(uploadKey(ref.Bucket, ref.Key, ref.UploadID))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return uploadRecord{}, false, nil
@@ -52,7 +52,7 @@ func (s *Service) getUpload(ref metaapi.UploadRef) (uploadRecord, bool, error) {
 }
 
 // uploadOf checks the names and that the upload exists.
-func (s *Service) uploadOf(ref metaapi.UploadRef) (bucketRecord, uploadRecord, error) {
+func (s *Multipart) uploadOf(ref metaapi.UploadRef) (bucketRecord, uploadRecord, error) {
 	brec, err := s.bucketOf(ref.Bucket, ref.Key)
 	if err != nil {
 		return brec, uploadRecord{}, err
@@ -72,7 +72,7 @@ func (s *Service) uploadOf(ref metaapi.UploadRef) (bucketRecord, uploadRecord, e
 
 // parts calls fn for the upload's parts numbered above after, in order,
 // until fn returns false.
-func (s *Service) parts(ref metaapi.UploadRef, after uint32, fn func(n uint32, p partRecord) bool) error {
+func (s *Multipart) parts(ref metaapi.UploadRef, after uint32, fn func(n uint32, p partRecord) bool) error {
 	if after == ^uint32(0) {
 		return nil
 	}
@@ -107,7 +107,7 @@ func partView(n uint32, p partRecord) metaapi.Part {
 }
 
 // CreateUpload starts a multipart upload of bucket/key.
-func (s *Service) CreateUpload(req *metaapi.CreateUpload) (*metaapi.Upload, error) {
+func (s *Multipart) CreateUpload(req *metaapi.CreateUpload) (*metaapi.Upload, error) {
 	if req.Object != nil {
 		if err := req.Object.Validate(); err != nil {
 			return nil, err
@@ -117,7 +117,7 @@ func (s *Service) CreateUpload(req *metaapi.CreateUpload) (*metaapi.Upload, erro
 		return nil, fmt.Errorf("%w: owner of %d bytes", metaapi.ErrInvalid, len(req.Owner))
 	}
 	ref := metaapi.UploadRef{Bucket: req.Bucket, Key: req.Key, UploadID: newUploadID()}
-	return mutate(s, func() (*metaapi.Upload, *pebble.Batch, error) {
+	return mutate(s.State, func() (*metaapi.Upload, *pebble.Batch, error) {
 		if _, err := s.bucketOf(req.Bucket, req.Key); err != nil {
 			return nil, nil, err
 		}
@@ -130,8 +130,8 @@ func (s *Service) CreateUpload(req *metaapi.CreateUpload) (*metaapi.Upload, erro
 }
 
 // GetUpload returns an upload in progress.
-func (s *Service) GetUpload(ref metaapi.UploadRef) (*metaapi.Upload, error) {
-	return read(s, func() (*metaapi.Upload, error) {
+func (s *Multipart) GetUpload(ref metaapi.UploadRef) (*metaapi.Upload, error) {
+	return read(s.State, func() (*metaapi.Upload, error) {
 		_, up, err := s.uploadOf(ref)
 		if err != nil {
 			return nil, err
@@ -144,17 +144,17 @@ func (s *Service) GetUpload(ref metaapi.UploadRef) (*metaapi.Upload, error) {
 // CommitPart makes the blocks part req.Number of the upload, replacing an
 // older part of that number (its blocks scheduled for deletion). The same
 // part committed again (a retry) succeeds and changes nothing.
-func (s *Service) CommitPart(req *metaapi.CommitPart) (*metaapi.Part, error) {
+func (s *Multipart) CommitPart(req *metaapi.CommitPart) (*metaapi.Part, error) {
 	if req.Number < 1 || req.Number > metaapi.MaxParts {
 		return nil, fmt.Errorf("%w: part number %d: want 1..%d", metaapi.ErrInvalid, req.Number, metaapi.MaxParts)
 	}
-	if err := s.checkBlockList(req.Blocks, req.Size); err != nil {
+	if err := s.ns.checkBlockList(req.Blocks, req.Size); err != nil {
 		return nil, err
 	}
 	if len(req.ETag) > 64 || len(req.Checksums) > 8 {
 		return nil, fmt.Errorf("%w: part ETag or checksums too long", metaapi.ErrInvalid)
 	}
-	return mutate(s, func() (*metaapi.Part, *pebble.Batch, error) {
+	return mutate(s.State, func() (*metaapi.Part, *pebble.Batch, error) {
 		if _, _, err := s.uploadOf(req.UploadRef); err != nil {
 			return nil, nil, err
 		}
@@ -177,7 +177,7 @@ func (s *Service) CommitPart(req *metaapi.CommitPart) (*metaapi.Part, error) {
 			pv := partView(req.Number, *old)
 			return &pv, nil, nil
 		}
-		blocks, err := s.claimable(req.Bucket, req.Key, req.Blocks)
+		blocks, err := s.ns.claimable(req.Bucket, req.Key, req.Blocks)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -185,10 +185,10 @@ func (s *Service) CommitPart(req *metaapi.CommitPart) (*metaapi.Part, error) {
 		rec := partRecord{keyRecord: keyRecord{Size: req.Size, CRC32C: req.CRC32C, Created: now, Blocks: blocks}, ETag: req.ETag, Checksums: req.Checksums}
 		b := s.db.NewBatch()
 		set(b, pk, rec.encode())
-		s.claim(b, blocks)
+		s.ns.claim(b, blocks)
 		if old != nil {
 			for _, sb := range old.Blocks {
-				s.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonReplaced, now)
+				s.gc.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonReplaced, now)
 			}
 		}
 		pv := partView(req.Number, rec)
@@ -197,12 +197,12 @@ func (s *Service) CommitPart(req *metaapi.CommitPart) (*metaapi.Part, error) {
 }
 
 // ListParts returns the upload's parts numbered above req.After.
-func (s *Service) ListParts(req *metaapi.ListParts) (*metaapi.PartList, error) {
+func (s *Multipart) ListParts(req *metaapi.ListParts) (*metaapi.PartList, error) {
 	limit := req.Limit
 	if limit <= 0 || limit > metaapi.MaxUploadPage {
 		limit = metaapi.MaxUploadPage
 	}
-	return read(s, func() (*metaapi.PartList, error) {
+	return read(s.State, func() (*metaapi.PartList, error) {
 		_, up, err := s.uploadOf(req.UploadRef)
 		if err != nil {
 			return nil, err
@@ -222,21 +222,21 @@ func (s *Service) ListParts(req *metaapi.ListParts) (*metaapi.PartList, error) {
 
 // dropUpload deletes the upload's records in b and schedules the blocks
 // of its parts for deletion, except those of the parts in keep.
-func (s *Service) dropUpload(b *pebble.Batch, ref metaapi.UploadRef, all map[uint32]partRecord, keep map[uint32]bool, now time.Time) {
+func (s *Multipart) dropUpload(b *pebble.Batch, ref metaapi.UploadRef, all map[uint32]partRecord, keep map[uint32]bool, now time.Time) {
 	for n, p := range all {
 		del(b, partKey(ref.Bucket, ref.Key, ref.UploadID, n))
 		if keep[n] {
 			continue
 		}
 		for _, sb := range p.Blocks {
-			s.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonDeleted, now)
+			s.gc.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonDeleted, now)
 		}
 	}
 	del(b, uploadKey(ref.Bucket, ref.Key, ref.UploadID))
 }
 
 // allParts reads every part of an upload (at most MaxParts).
-func (s *Service) allParts(ref metaapi.UploadRef) (map[uint32]partRecord, error) {
+func (s *Multipart) allParts(ref metaapi.UploadRef) (map[uint32]partRecord, error) {
 	all := map[uint32]partRecord{}
 	err := s.parts(ref, 0, func(n uint32, p partRecord) bool {
 		all[n] = p
@@ -246,8 +246,8 @@ func (s *Service) allParts(ref metaapi.UploadRef) (map[uint32]partRecord, error)
 }
 
 // AbortUpload drops an upload; its parts' blocks are scheduled for deletion.
-func (s *Service) AbortUpload(ref metaapi.UploadRef) error {
-	_, err := mutate(s, func() (struct{}, *pebble.Batch, error) {
+func (s *Multipart) AbortUpload(ref metaapi.UploadRef) error {
+	_, err := mutate(s.State, func() (struct{}, *pebble.Batch, error) {
 		if _, _, err := s.uploadOf(ref); err != nil {
 			return struct{}{}, nil, err
 		}
@@ -263,7 +263,7 @@ func (s *Service) AbortUpload(ref metaapi.UploadRef) error {
 }
 
 // CompleteUpload makes the key from the listed parts (see metaapi).
-func (s *Service) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInfo, error) {
+func (s *Multipart) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInfo, error) {
 	if len(req.Parts) == 0 || len(req.Parts) > metaapi.MaxParts {
 		return nil, fmt.Errorf("%w: %d parts: want 1..%d", metaapi.ErrInvalid, len(req.Parts), metaapi.MaxParts)
 	}
@@ -272,7 +272,7 @@ func (s *Service) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInfo,
 			return nil, fmt.Errorf("%w: part %d after part %d: %w", metaapi.ErrInvalid, p.Number, req.Parts[i-1].Number, ErrPartOrder)
 		}
 	}
-	return mutate(s, func() (*metaapi.KeyInfo, *pebble.Batch, error) {
+	return mutate(s.State, func() (*metaapi.KeyInfo, *pebble.Batch, error) {
 		brec, up, err := s.uploadOf(req.UploadRef)
 		if err != nil {
 			return nil, nil, err
@@ -302,7 +302,7 @@ func (s *Service) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInfo,
 		if len(rec.Blocks) > maxBlocksPerKey {
 			return nil, nil, fmt.Errorf("%w: %d blocks, at most %d", metaapi.ErrInvalid, len(rec.Blocks), maxBlocksPerKey)
 		}
-		old, exists, err := s.getKey(req.Bucket, req.Key)
+		old, exists, err := s.ns.getKey(req.Bucket, req.Key)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -325,7 +325,7 @@ func (s *Service) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInfo,
 		s.dropUpload(b, req.UploadRef, all, keep, now)
 		if exists {
 			for _, sb := range old.Blocks {
-				s.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonReplaced, now)
+				s.gc.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonReplaced, now)
 			}
 			brec.Bytes -= old.Size
 		} else {
@@ -334,7 +334,7 @@ func (s *Service) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInfo,
 		brec.Bytes += rec.Size
 		set(b, bucketKey(req.Bucket), brec.encode())
 		s.buckets[req.Bucket] = brec
-		return s.keyInfo(req.Bucket, req.Key, rec, now), b, nil
+		return s.ns.keyInfo(req.Bucket, req.Key, rec, now), b, nil
 	})
 }
 
@@ -353,7 +353,7 @@ func base64CRC(c uint32) string {
 
 // ListUploads returns a page of a bucket's uploads whose key starts with
 // req.Prefix, after (KeyMarker, UploadIDMarker).
-func (s *Service) ListUploads(req *metaapi.ListUploads) (*metaapi.UploadList, error) {
+func (s *Multipart) ListUploads(req *metaapi.ListUploads) (*metaapi.UploadList, error) {
 	if err := metaapi.ValidBucket(req.Bucket); err != nil {
 		return nil, err
 	}
@@ -361,7 +361,7 @@ func (s *Service) ListUploads(req *metaapi.ListUploads) (*metaapi.UploadList, er
 	if limit <= 0 || limit > metaapi.MaxUploadPage {
 		limit = metaapi.MaxUploadPage
 	}
-	return read(s, func() (*metaapi.UploadList, error) {
+	return read(s.State, func() (*metaapi.UploadList, error) {
 		if _, ok := s.buckets[req.Bucket]; !ok {
 			return nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, req.Bucket)
 		}
@@ -417,7 +417,7 @@ const (
 // dropBucketUploads aborts, in b, every multipart upload in progress in
 // bucket, as S3 does when the bucket is deleted: their records go, their
 // parts' blocks are scheduled for deletion.
-func (s *Service) dropBucketUploads(b *pebble.Batch, bucket string, now time.Time) error {
+func (s *Multipart) dropBucketUploads(b *pebble.Batch, bucket string, now time.Time) error {
 	up := uploadPrefix(bucket)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: up, UpperBound: prefixEnd(up)})
 	if err != nil {

@@ -17,11 +17,11 @@ import (
 )
 
 // CreateBucket creates an empty bucket (ErrExists if it exists).
-func (s *Service) CreateBucket(name string) (*metaapi.Bucket, error) {
+func (s *Namespace) CreateBucket(name string) (*metaapi.Bucket, error) {
 	if err := metaapi.ValidBucket(name); err != nil {
 		return nil, err
 	}
-	return mutate(s, func() (*metaapi.Bucket, *pebble.Batch, error) {
+	return mutate(s.State, func() (*metaapi.Bucket, *pebble.Batch, error) {
 		if _, ok := s.buckets[name]; ok {
 			return nil, nil, fmt.Errorf("%w: bucket %s", metaapi.ErrExists, name)
 		}
@@ -38,8 +38,8 @@ func bucketView(name string, r bucketRecord) *metaapi.Bucket {
 }
 
 // ListBuckets lists every bucket by name.
-func (s *Service) ListBuckets() (*metaapi.BucketList, error) {
-	return read(s, func() (*metaapi.BucketList, error) {
+func (s *Namespace) ListBuckets() (*metaapi.BucketList, error) {
+	return read(s.State, func() (*metaapi.BucketList, error) {
 		l := &metaapi.BucketList{Buckets: []metaapi.Bucket{}}
 		for _, name := range slices.Sorted(maps.Keys(s.buckets)) {
 			l.Buckets = append(l.Buckets, *bucketView(name, s.buckets[name]))
@@ -50,11 +50,11 @@ func (s *Service) ListBuckets() (*metaapi.BucketList, error) {
 
 // DeleteBucket deletes a bucket without keys (ErrNotEmpty if it has any);
 // its multipart uploads in progress are aborted with it, as in S3.
-func (s *Service) DeleteBucket(name string) error {
+func (s *Namespace) DeleteBucket(name string) error {
 	if err := metaapi.ValidBucket(name); err != nil {
 		return err
 	}
-	_, err := mutate(s, func() (struct{}, *pebble.Batch, error) {
+	_, err := mutate(s.State, func() (struct{}, *pebble.Batch, error) {
 		rec, ok := s.buckets[name]
 		if !ok {
 			return struct{}{}, nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, name)
@@ -72,7 +72,7 @@ func (s *Service) DeleteBucket(name string) error {
 			panic(fmt.Sprintf("meta: bucket %s counts 0 keys but holds key %q", name, first))
 		}
 		b := s.db.NewBatch()
-		if err := s.dropBucketUploads(b, name, s.cfg.Now()); err != nil {
+		if err := s.mp.dropBucketUploads(b, name, s.cfg.Now()); err != nil {
 			b.Close()
 			return struct{}{}, nil, err
 		}
@@ -83,7 +83,7 @@ func (s *Service) DeleteBucket(name string) error {
 	return err
 }
 
-func (s *Service) firstKey(bucket string) (string, error) {
+func (s *Namespace) firstKey(bucket string) (string, error) {
 	p := keyPrefix(bucket)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 	if err != nil {
@@ -97,7 +97,7 @@ func (s *Service) firstKey(bucket string) (string, error) {
 }
 
 // bucketOf checks the names and returns the bucket's record.
-func (s *Service) bucketOf(bucket, key string) (bucketRecord, error) {
+func (s *State) bucketOf(bucket, key string) (bucketRecord, error) {
 	if err := metaapi.ValidBucket(bucket); err != nil {
 		return bucketRecord{}, err
 	}
@@ -113,13 +113,13 @@ func (s *Service) bucketOf(bucket, key string) (bucketRecord, error) {
 
 // allocatable: OPEN, every member HEALTHY and serving it (or not heard
 // from since the start: presumed to serve it as before).
-func (s *Service) allocatable(p *pipelineState, now time.Time) bool {
+func (s *Allocator) allocatable(p *pipelineState, now time.Time) bool {
 	if p.rec.State != pipelineOpen {
 		return false
 	}
 	for _, m := range p.rec.Members {
 		n := s.nodes[m]
-		if s.healthOf(n, now) != metaapi.HealthHealthy || (n.seen && !s.reports(m, p.rec.ID)) {
+		if s.cl.healthOf(n, now) != metaapi.HealthHealthy || (n.seen && !s.cl.reports(m, p.rec.ID)) {
 			return false
 		}
 	}
@@ -137,14 +137,14 @@ const leaderGrace = 3 * metaapi.DefaultHeartbeatInterval
 // out there would wait for the election or fail, so p is not handed out
 // until a report names a leader again: after two datanodes of five died,
 // puts went to their pipelines for the 5 s until STALE.
-func (s *Service) leaderless(p *pipelineState, now time.Time) bool {
+func (s *Allocator) leaderless(p *pipelineState, now time.Time) bool {
 	if now.Sub(p.rec.Created) < leaderGrace {
 		return false
 	}
 	var newest time.Time
 	lead, found := uint64(0), false
 	for _, m := range p.rec.Members {
-		if !s.live(m, now) || !s.reports(m, p.rec.ID) {
+		if !s.cl.live(m, now) || !s.cl.reports(m, p.rec.ID) {
 			continue
 		}
 		if n := s.nodes[m]; !found || n.last.After(newest) {
@@ -160,17 +160,17 @@ func (s *Service) leaderless(p *pipelineState, now time.Time) bool {
 // raft's quorum has it; used only when no pipeline is allocatable, so that
 // puts go on through the seconds between a datanode's death and its
 // pipelines' closing (with 3 datanodes every pipeline holds each of them).
-func (s *Service) degradedAllocatable(p *pipelineState, now time.Time) bool {
+func (s *Allocator) degradedAllocatable(p *pipelineState, now time.Time) bool {
 	if p.rec.State != pipelineOpen {
 		return false
 	}
 	ok := 0
 	for _, m := range p.rec.Members {
 		n := s.nodes[m]
-		switch h := s.healthOf(n, now); {
+		switch h := s.cl.healthOf(n, now); {
 		case h == metaapi.HealthDead:
 			return false
-		case h == metaapi.HealthHealthy && (!n.seen || s.reports(m, p.rec.ID)):
+		case h == metaapi.HealthHealthy && (!n.seen || s.cl.reports(m, p.rec.ID)):
 			ok++
 		}
 	}
@@ -182,8 +182,8 @@ func (s *Service) degradedAllocatable(p *pipelineState, now time.Time) bool {
 // there is none, of a pipeline with a majority of HEALTHY members),
 // recorded with its time so that it can be committed once, or deleted
 // after AllocationGrace.
-func (s *Service) Allocate(req *metaapi.AllocateRequest) (*metaapi.AllocateResponse, error) {
-	resp, err := mutate(s, func() (*metaapi.AllocateResponse, *pebble.Batch, error) { return s.allocateLocked(req) })
+func (s *Allocator) Allocate(req *metaapi.AllocateRequest) (*metaapi.AllocateResponse, error) {
+	resp, err := mutate(s.State, func() (*metaapi.AllocateResponse, *pebble.Batch, error) { return s.allocateLocked(req) })
 	if err == nil {
 		s.metrics.allocations.Inc()
 	}
@@ -196,11 +196,11 @@ func (s *Service) Allocate(req *metaapi.AllocateRequest) (*metaapi.AllocateRespo
 // raft round for the batch). One result per request; a refusal
 // (NO_PIPELINE, an unknown bucket) does not affect the others. A service
 // that does not serve refuses the whole batch.
-func (s *Service) AllocateMany(reqs []metaapi.AllocateRequest) ([]metaapi.AllocateResult, error) {
+func (s *Allocator) AllocateMany(reqs []metaapi.AllocateRequest) ([]metaapi.AllocateResult, error) {
 	if len(reqs) > metaapi.MaxCommitBatch {
 		return nil, fmt.Errorf("%w: %d allocations in a batch, at most %d", metaapi.ErrInvalid, len(reqs), metaapi.MaxCommitBatch)
 	}
-	got, errs, werr, err := applyEach(s, make([]error, len(reqs)), func(i int) (*metaapi.AllocateResponse, *pebble.Batch, error) {
+	got, errs, werr, err := applyEach(s.State, make([]error, len(reqs)), func(i int) (*metaapi.AllocateResponse, *pebble.Batch, error) {
 		return s.allocateLocked(&reqs[i])
 	})
 	if err != nil {
@@ -230,7 +230,7 @@ func (s *Service) AllocateMany(reqs []metaapi.AllocateRequest) ([]metaapi.Alloca
 // once every applied item is durable: per item its value (the zero value
 // when refused) and error, and the wait's error. A service that does not
 // serve refuses the whole batch (the last error).
-func applyEach[T any](s *Service, pre []error, fn func(i int) (T, *pebble.Batch, error)) (vals []T, errs []error, werr, err error) {
+func applyEach[T any](s *State, pre []error, fn func(i int) (T, *pebble.Batch, error)) (vals []T, errs []error, werr, err error) {
 	vals, errs = make([]T, len(pre)), pre
 	s.mu.Lock()
 	if err := s.usable(); err != nil {
@@ -275,7 +275,7 @@ func applyEach[T any](s *Service, pre []error, fn func(i int) (T, *pebble.Batch,
 // awaitAll waits for a batch's own pendings, and, when some request was
 // refused (a refusal may rest on what it saw), for the frontier; the
 // first failure.
-func (s *Service) awaitAll(own []pending, refused bool, front pending) error {
+func (s *State) awaitAll(own []pending, refused bool, front pending) error {
 	var werr error
 	for _, p := range own {
 		if err := s.await(p); err != nil && werr == nil {
@@ -295,7 +295,7 @@ func apiError(what string, err error) *metaapi.Error {
 }
 
 // allocateLocked is Allocate under s.mu.
-func (s *Service) allocateLocked(req *metaapi.AllocateRequest) (*metaapi.AllocateResponse, *pebble.Batch, error) {
+func (s *Allocator) allocateLocked(req *metaapi.AllocateRequest) (*metaapi.AllocateResponse, *pebble.Batch, error) {
 	if req.AnyKey {
 		if req.Key != "" {
 			return nil, nil, fmt.Errorf("%w: an allocation for any key names key %q", metaapi.ErrInvalid, req.Key)
@@ -308,13 +308,13 @@ func (s *Service) allocateLocked(req *metaapi.AllocateRequest) (*metaapi.Allocat
 	}
 	now := s.cfg.Now()
 	var cands []*pipelineState
-	for _, pid := range s.sortedPipelines() {
+	for _, pid := range s.cl.sortedPipelines() {
 		if p := s.pipelines[pid]; s.allocatable(p, now) && !slices.Contains(req.ExcludePipelines, pid) {
 			cands = append(cands, p)
 		}
 	}
 	if len(cands) == 0 {
-		for _, pid := range s.sortedPipelines() {
+		for _, pid := range s.cl.sortedPipelines() {
 			if p := s.pipelines[pid]; s.degradedAllocatable(p, now) && !slices.Contains(req.ExcludePipelines, pid) {
 				cands = append(cands, p)
 			}
@@ -327,9 +327,9 @@ func (s *Service) allocateLocked(req *metaapi.AllocateRequest) (*metaapi.Allocat
 		healthy := 0
 		var full []string
 		for _, n := range s.nodes {
-			if s.healthOf(n, now) == metaapi.HealthHealthy {
+			if s.cl.healthOf(n, now) == metaapi.HealthHealthy {
 				healthy++
-				if s.full(n) {
+				if s.cl.full(n) {
 					full = append(full, fmt.Sprintf("node %d has %d MiB", n.rec.ID, n.available>>20))
 				}
 			}
@@ -359,7 +359,7 @@ func (s *Service) allocateLocked(req *metaapi.AllocateRequest) (*metaapi.Allocat
 			continue
 		}
 		if c.rec.Committed >= s.fullBytes() {
-			s.startClose(b, c, fmt.Sprintf("%d bytes committed", c.rec.Committed))
+			s.cl.startClose(b, c, fmt.Sprintf("%d bytes committed", c.rec.Committed))
 			continue
 		}
 		open = append(open, c)
@@ -383,12 +383,12 @@ func (s *Service) allocateLocked(req *metaapi.AllocateRequest) (*metaapi.Allocat
 	s.allocs[ref] = a
 	return &metaapi.AllocateResponse{
 		Block:    metaapi.BlockRef{Container: ref.container, Local: ref.local},
-		Pipeline: *s.pipelineView(p, now),
+		Pipeline: *s.cl.pipelineView(p, now),
 	}, b, nil
 }
 
 // getKey reads a key record (ok false: no such key).
-func (s *Service) getKey(bucket, key string) (keyRecord, bool, error) {
+func (s *Namespace) getKey(bucket, key string) (keyRecord, bool, error) {
 	v, closer, err := s.db.Get(objectKey(bucket, key))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return keyRecord{}, false, nil
@@ -407,11 +407,11 @@ func (s *Service) getKey(bucket, key string) (keyRecord, bool, error) {
 // CommitKey makes bucket/key the given blocks, atomically (one synced
 // batch), replacing an older version whose blocks are scheduled for
 // deletion. See the metaapi package comment for the rules.
-func (s *Service) CommitKey(bucket, key string, ck *metaapi.CommitKey) (*metaapi.KeyInfo, error) {
+func (s *Namespace) CommitKey(bucket, key string, ck *metaapi.CommitKey) (*metaapi.KeyInfo, error) {
 	if err := s.checkCommit(ck); err != nil {
 		return nil, err
 	}
-	ki, err := mutate(s, func() (*metaapi.KeyInfo, *pebble.Batch, error) { return s.commitKeyLocked(bucket, key, ck) })
+	ki, err := mutate(s.State, func() (*metaapi.KeyInfo, *pebble.Batch, error) { return s.commitKeyLocked(bucket, key, ck) })
 	if err == nil {
 		s.metrics.commits.Inc()
 		ki.Inline = nil // the committer has the value: the answer does not carry it back
@@ -420,7 +420,7 @@ func (s *Service) CommitKey(bucket, key string, ck *metaapi.CommitKey) (*metaapi
 }
 
 // checkCommit is CommitKey's validation of a commit's shape, before s.mu.
-func (s *Service) checkCommit(ck *metaapi.CommitKey) error {
+func (s *Namespace) checkCommit(ck *metaapi.CommitKey) error {
 	if len(ck.Inline) > 0 {
 		if err := checkInline(ck); err != nil {
 			return err
@@ -441,7 +441,7 @@ func (s *Service) checkCommit(ck *metaapi.CommitKey) error {
 // the sync, or the raft round). One result per commit: a refused commit
 // changes nothing and does not affect the others. A service that does
 // not serve (closed, failed, not the leader) refuses the whole batch.
-func (s *Service) CommitKeys(items []metaapi.BatchedCommit) ([]metaapi.CommitResult, error) {
+func (s *Namespace) CommitKeys(items []metaapi.BatchedCommit) ([]metaapi.CommitResult, error) {
 	if len(items) > metaapi.MaxCommitBatch {
 		return nil, fmt.Errorf("%w: %d commits in a batch, at most %d", metaapi.ErrInvalid, len(items), metaapi.MaxCommitBatch)
 	}
@@ -449,7 +449,7 @@ func (s *Service) CommitKeys(items []metaapi.BatchedCommit) ([]metaapi.CommitRes
 	for i := range items {
 		pre[i] = s.checkCommit(&items[i].CommitKey)
 	}
-	kis, errs, werr, err := applyEach(s, pre, func(i int) (*metaapi.KeyInfo, *pebble.Batch, error) {
+	kis, errs, werr, err := applyEach(s.State, pre, func(i int) (*metaapi.KeyInfo, *pebble.Batch, error) {
 		it := &items[i]
 		return s.commitKeyLocked(it.Bucket, it.Key, &it.CommitKey)
 	})
@@ -470,7 +470,7 @@ func (s *Service) CommitKeys(items []metaapi.BatchedCommit) ([]metaapi.CommitRes
 }
 
 // commitKeyLocked is CommitKey, validated, under s.mu.
-func (s *Service) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (*metaapi.KeyInfo, *pebble.Batch, error) {
+func (s *Namespace) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (*metaapi.KeyInfo, *pebble.Batch, error) {
 	brec, err := s.bucketOf(bucket, key)
 	if err != nil {
 		return nil, nil, err
@@ -511,7 +511,7 @@ func (s *Service) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (*m
 	s.claim(b, rec.Blocks)
 	if exists {
 		for _, sb := range old.Blocks {
-			s.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonReplaced, now)
+			s.gc.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonReplaced, now)
 		}
 		brec.Bytes -= old.Size
 	} else {
@@ -528,7 +528,7 @@ func (s *Service) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (*m
 
 // claimable checks that every block was allocated for bucket/key and not
 // committed since, and returns them as stored (with their pipelines).
-func (s *Service) claimable(bucket, key string, kbs []metaapi.KeyBlock) ([]storedBlock, error) {
+func (s *Namespace) claimable(bucket, key string, kbs []metaapi.KeyBlock) ([]storedBlock, error) {
 	blocks := make([]storedBlock, 0, len(kbs))
 	for _, kb := range kbs {
 		ref := blockRef{kb.Container, kb.Local}
@@ -550,7 +550,7 @@ func (s *Service) claimable(bucket, key string, kbs []metaapi.KeyBlock) ([]store
 
 // claim consumes the allocations of claimable blocks in b and counts
 // their bytes in their containers (closing the full ones).
-func (s *Service) claim(b *pebble.Batch, blocks []storedBlock) {
+func (s *Namespace) claim(b *pebble.Batch, blocks []storedBlock) {
 	touched := map[uint64]bool{}
 	for _, sb := range blocks {
 		del(b, blockKey(prefixAlloc, sb.Container, sb.Local))
@@ -563,7 +563,7 @@ func (s *Service) claim(b *pebble.Batch, blocks []storedBlock) {
 		c := s.containers[cid]
 		set(b, u64key(prefixContainer, cid), c.rec.encode())
 		if c.rec.Committed >= s.fullBytes() {
-			s.startClose(b, c, fmt.Sprintf("%d bytes committed", c.rec.Committed))
+			s.cl.startClose(b, c, fmt.Sprintf("%d bytes committed", c.rec.Committed))
 		}
 	}
 }
@@ -588,7 +588,7 @@ func checkInline(ck *metaapi.CommitKey) error {
 
 // checkBlockList checks a block list's shape: at most MaxBlocksPerKey, no
 // block twice, none empty or absurd, lengths adding up to size.
-func (s *Service) checkBlockList(kbs []metaapi.KeyBlock, size uint64) error {
+func (s *Namespace) checkBlockList(kbs []metaapi.KeyBlock, size uint64) error {
 	if len(kbs) > maxBlocksPerKey {
 		return fmt.Errorf("%w: %d blocks, at most %d", metaapi.ErrInvalid, len(kbs), maxBlocksPerKey)
 	}
@@ -648,7 +648,7 @@ func sameObjectMeta(a, b *metaapi.ObjectMeta) bool {
 }
 
 // keyInfo is the API form of a key, with its blocks' replicas.
-func (s *Service) keyInfo(bucket, key string, rec keyRecord, now time.Time) *metaapi.KeyInfo {
+func (s *Namespace) keyInfo(bucket, key string, rec keyRecord, now time.Time) *metaapi.KeyInfo {
 	ki := &metaapi.KeyInfo{Bucket: bucket, Key: key, Size: rec.Size, CRC32C: rec.CRC32C, Created: rec.Created, Blocks: make([]metaapi.KeyBlock, 0, len(rec.Blocks)), Inline: rec.Inline, Object: rec.Object}
 	members := map[uint64][]metaapi.Member{} // by container: most keys have many blocks in few containers
 	for _, sb := range rec.Blocks {
@@ -656,7 +656,7 @@ func (s *Service) keyInfo(bucket, key string, rec keyRecord, now time.Time) *met
 		if p := s.pipelines[sb.Pipeline]; p != nil {
 			ms, ok := members[sb.Container]
 			if !ok {
-				ms = s.readMembers(sb.Container, p, now)
+				ms = s.cl.readMembers(sb.Container, p, now)
 				members[sb.Container] = ms
 			}
 			kb.Members = slices.Clone(ms)
@@ -667,8 +667,8 @@ func (s *Service) keyInfo(bucket, key string, rec keyRecord, now time.Time) *met
 }
 
 // GetKey returns a committed key with its blocks and their replicas.
-func (s *Service) GetKey(bucket, key string) (*metaapi.KeyInfo, error) {
-	return read(s, func() (*metaapi.KeyInfo, error) {
+func (s *Namespace) GetKey(bucket, key string) (*metaapi.KeyInfo, error) {
+	return read(s.State, func() (*metaapi.KeyInfo, error) {
 		if _, err := s.bucketOf(bucket, key); err != nil {
 			return nil, err
 		}
@@ -688,11 +688,11 @@ func (s *Service) GetKey(bucket, key string) (*metaapi.KeyInfo, error) {
 // they may have seen is durable (one wait, or one ReadIndex round, for
 // the batch). One result per key; a service that does not serve refuses
 // the whole batch.
-func (s *Service) GetKeys(names []metaapi.KeyName) ([]metaapi.GetResult, error) {
+func (s *Namespace) GetKeys(names []metaapi.KeyName) ([]metaapi.GetResult, error) {
 	if len(names) > metaapi.MaxCommitBatch {
 		return nil, fmt.Errorf("%w: %d keys in a batch, at most %d", metaapi.ErrInvalid, len(names), metaapi.MaxCommitBatch)
 	}
-	return read(s, func() ([]metaapi.GetResult, error) {
+	return read(s.State, func() ([]metaapi.GetResult, error) {
 		now := s.cfg.Now()
 		res := make([]metaapi.GetResult, len(names))
 		for i, n := range names {
@@ -716,8 +716,8 @@ func (s *Service) GetKeys(names []metaapi.KeyName) ([]metaapi.GetResult, error) 
 }
 
 // DeleteKey removes a key; its blocks are scheduled for deletion.
-func (s *Service) DeleteKey(bucket, key string) error {
-	_, err := mutate(s, func() (struct{}, *pebble.Batch, error) {
+func (s *Namespace) DeleteKey(bucket, key string) error {
+	_, err := mutate(s.State, func() (struct{}, *pebble.Batch, error) {
 		brec, err := s.bucketOf(bucket, key)
 		if err != nil {
 			return struct{}{}, nil, err
@@ -733,7 +733,7 @@ func (s *Service) DeleteKey(bucket, key string) error {
 		b := s.db.NewBatch()
 		del(b, objectKey(bucket, key))
 		for _, sb := range rec.Blocks {
-			s.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonDeleted, now)
+			s.gc.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonDeleted, now)
 		}
 		brec.Keys--
 		brec.Bytes -= rec.Size
@@ -757,7 +757,7 @@ type ListOptions struct {
 // List returns up to Limit keys of bucket that start with Prefix and come
 // after StartAfter, in byte order, without their blocks; Next is set when
 // more follow.
-func (s *Service) List(bucket string, o ListOptions) (*metaapi.KeyList, error) {
+func (s *Namespace) List(bucket string, o ListOptions) (*metaapi.KeyList, error) {
 	if err := metaapi.ValidBucket(bucket); err != nil {
 		return nil, err
 	}
@@ -770,11 +770,11 @@ func (s *Service) List(bucket string, o ListOptions) (*metaapi.KeyList, error) {
 	if len(o.Prefix) > maxKeyBytes || len(o.StartAfter) > maxKeyBytes || len(o.Delimiter) > maxKeyBytes {
 		return nil, fmt.Errorf("%w: prefix or start_after longer than %d bytes", metaapi.ErrInvalid, maxKeyBytes)
 	}
-	return read(s, func() (*metaapi.KeyList, error) { return s.listLocked(bucket, o) })
+	return read(s.State, func() (*metaapi.KeyList, error) { return s.listLocked(bucket, o) })
 }
 
 // listLocked is List, validated, under s.mu.
-func (s *Service) listLocked(bucket string, o ListOptions) (*metaapi.KeyList, error) {
+func (s *Namespace) listLocked(bucket string, o ListOptions) (*metaapi.KeyList, error) {
 	if _, ok := s.buckets[bucket]; !ok {
 		return nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, bucket)
 	}

@@ -355,7 +355,7 @@ func TestDeleteDelivery(t *testing.T) {
 	// as 2,500 allocations would cost as many syncs) take 3 heartbeats.
 	leader.noAck = false
 	cid := ki.Blocks[0].Container
-	_, err := mutate(c.s, func() (struct{}, *pebble.Batch, error) {
+	_, err := mutate(c.s.State, func() (struct{}, *pebble.Batch, error) {
 		b := c.s.db.NewBatch()
 		for l := uint64(1000); l < 3500; l++ {
 			c.s.scheduleDelete(b, blockRef{cid, l}, reasonDeleted, c.clk.Now())

@@ -77,7 +77,7 @@ func decodeOpState(v []byte) (opState, error) {
 }
 
 // loadOps reads the operational states (called by load).
-func (s *Service) loadOps() error {
+func (s *State) loadOps() error {
 	s.repl.ops = map[uint64]opState{}
 	return s.scan(prefixOps, func(k, v []byte) error {
 		id, ok := parseU64Key(k)
@@ -95,22 +95,22 @@ func (s *Service) loadOps() error {
 
 // decommissioned: node id is DECOMMISSIONING or DECOMMISSIONED; its
 // replicas are not counted.
-func (s *Service) decommissioned(id uint64) bool {
+func (s *Cluster) decommissioned(id uint64) bool {
 	st := s.repl.ops[id].state
 	return st == opDecommissioning || st == opDecommissioned
 }
 
 // inMaintenance: node id is IN_MAINTENANCE and its deadline has not come.
-func (s *Service) inMaintenance(id uint64, now time.Time) bool {
+func (s *Cluster) inMaintenance(id uint64, now time.Time) bool {
 	o := s.repl.ops[id]
 	return o.state == opMaintenance && now.Before(o.until)
 }
 
 // inService: node id takes new pipelines and copies.
-func (s *Service) inService(id uint64) bool { return s.repl.ops[id].state == opInService }
+func (s *Cluster) inService(id uint64) bool { return s.repl.ops[id].state == opInService }
 
 // setOp records node id's new state in b and memory.
-func (s *Service) setOp(b *pebble.Batch, id uint64, o opState) {
+func (s *Ops) setOp(b *pebble.Batch, id uint64, o opState) {
 	if o.state == opInService {
 		delete(s.repl.ops, id)
 		if err := b.Delete(u64key(prefixOps, id), nil); err != nil {
@@ -123,15 +123,15 @@ func (s *Service) setOp(b *pebble.Batch, id uint64, o opState) {
 }
 
 // closeOpPipelines closes the OPEN pipelines of the nodes not IN_SERVICE.
-func (s *Service) closeOpPipelines(b *pebble.Batch, now time.Time) {
-	for _, pid := range s.sortedPipelines() {
+func (s *Ops) closeOpPipelines(b *pebble.Batch, now time.Time) {
+	for _, pid := range s.cl.sortedPipelines() {
 		p := s.pipelines[pid]
 		if p.rec.State != pipelineOpen {
 			continue
 		}
 		for _, m := range p.rec.Members {
-			if !s.inService(m) {
-				s.closePipeline(b, p, now, fmt.Sprintf("member %d is %s", m, s.repl.ops[m].name()))
+			if !s.cl.inService(m) {
+				s.cl.closePipeline(b, p, now, fmt.Sprintf("member %d is %s", m, s.repl.ops[m].name()))
 				break
 			}
 		}
@@ -139,7 +139,7 @@ func (s *Service) closeOpPipelines(b *pebble.Batch, now time.Time) {
 }
 
 // decommissionProgress is how far node id's decommission is.
-func (s *Service) decommissionProgress(id uint64, idx map[uint64][]uint64) *metaapi.DecommissionProgress {
+func (s *Ops) decommissionProgress(id uint64, idx map[uint64][]uint64) *metaapi.DecommissionProgress {
 	p := &metaapi.DecommissionProgress{}
 	for _, cid := range slices.Sorted(maps.Keys(s.nodes[id].containers)) {
 		c := s.containers[cid]
@@ -163,7 +163,7 @@ func (s *Service) decommissionProgress(id uint64, idx map[uint64][]uint64) *meta
 // opsTick is the operations' part of a Tick: pipelines of nodes not IN
 // SERVICE closed, maintenances past their deadline ended, decommissions
 // complete marked DECOMMISSIONED.
-func (s *Service) opsTick(b *pebble.Batch, now time.Time) {
+func (s *Ops) opsTick(b *pebble.Batch, now time.Time) {
 	if len(s.repl.ops) == 0 {
 		return
 	}
@@ -176,14 +176,14 @@ func (s *Service) opsTick(b *pebble.Batch, now time.Time) {
 			if !now.Before(o.until) {
 				s.setOp(b, id, opState{state: opInService, since: now})
 				s.log.Warn("maintenance over: the node is IN_SERVICE again; if it is still down its replicas are copied", "node", id,
-					"health", s.healthOf(s.nodes[id], now))
+					"health", s.cl.healthOf(s.nodes[id], now))
 			}
 		case opDecommissioning:
-			if s.repl.safeMode || !s.nodes[id].seen && s.healthOf(s.nodes[id], now) != metaapi.HealthDead {
+			if s.repl.safeMode || !s.nodes[id].seen && s.cl.healthOf(s.nodes[id], now) != metaapi.HealthDead {
 				continue // its report is not known yet
 			}
 			if idx == nil {
-				idx = s.replicaIndex(now)
+				idx = s.cl.replicaIndex(now)
 			}
 			if p := s.decommissionProgress(id, idx); p.Replicated == p.Containers {
 				s.setOp(b, id, opState{state: opDecommissioned, since: now})
@@ -196,8 +196,8 @@ func (s *Service) opsTick(b *pebble.Batch, now time.Time) {
 
 // NodeOp runs an operator's operation on node id (metaapi.OpDecommission,
 // OpMaintenance for d, OpRecommission) and returns the node's view.
-func (s *Service) NodeOp(id uint64, op string, d time.Duration) (*metaapi.NodeInfo, error) {
-	return mutate(s, func() (*metaapi.NodeInfo, *pebble.Batch, error) {
+func (s *Ops) NodeOp(id uint64, op string, d time.Duration) (*metaapi.NodeInfo, error) {
+	return mutate(s.State, func() (*metaapi.NodeInfo, *pebble.Batch, error) {
 		now := s.cfg.Now()
 		if s.nodes[id] == nil {
 			return nil, nil, fmt.Errorf("%w: datanode %d", metaapi.ErrNotFound, id)
@@ -239,12 +239,12 @@ func (s *Service) NodeOp(id uint64, op string, d time.Duration) (*metaapi.NodeIn
 }
 
 // nodeInfo is the admin view of node id.
-func (s *Service) nodeInfo(id uint64, now time.Time) metaapi.NodeInfo {
+func (s *Ops) nodeInfo(id uint64, now time.Time) metaapi.NodeInfo {
 	n := s.nodes[id]
-	ni := metaapi.NodeInfo{NodeID: id, UUID: n.rec.UUID, Addr: n.rec.Addr, Health: s.healthOf(n, now),
+	ni := metaapi.NodeInfo{NodeID: id, UUID: n.rec.UUID, Addr: n.rec.Addr, Health: s.cl.healthOf(n, now),
 		LastHeartbeat: n.last, Pipelines: []uint64{}, Containers: len(n.containers), UsedBytes: n.used,
-		CapacityBytes: n.capacity, AvailableBytes: n.available, Full: s.full(n), MetricsURL: n.rec.MetricsURL}
-	for _, pid := range s.sortedPipelines() {
+		CapacityBytes: n.capacity, AvailableBytes: n.available, Full: s.cl.full(n), MetricsURL: n.rec.MetricsURL}
+	for _, pid := range s.cl.sortedPipelines() {
 		p := s.pipelines[pid]
 		if p.rec.State == pipelineOpen && slices.Contains(p.rec.Members, id) {
 			ni.Pipelines = append(ni.Pipelines, pid)
@@ -256,7 +256,7 @@ func (s *Service) nodeInfo(id uint64, now time.Time) metaapi.NodeInfo {
 
 // opsNodeInfo adds the node's failed volumes and operational state to its
 // admin view.
-func (s *Service) opsNodeInfo(ni *metaapi.NodeInfo, now time.Time) {
+func (s *Ops) opsNodeInfo(ni *metaapi.NodeInfo, now time.Time) {
 	ni.FailedVolumes = slices.Clone(s.repl.damage.volumes[ni.NodeID])
 	o := s.repl.ops[ni.NodeID]
 	ni.OpState, ni.OpSince = o.name(), o.since
@@ -264,7 +264,7 @@ func (s *Service) opsNodeInfo(ni *metaapi.NodeInfo, now time.Time) {
 		ni.MaintenanceUntil = o.until
 	}
 	if o.state == opDecommissioning || o.state == opDecommissioned {
-		ni.Decommission = s.decommissionProgress(ni.NodeID, s.replicaIndex(now))
+		ni.Decommission = s.decommissionProgress(ni.NodeID, s.cl.replicaIndex(now))
 	}
 }
 
@@ -296,17 +296,17 @@ func (s *Service) routeOps(route func(pattern, name string, h func(w http.Respon
 // container of theirs may have had its replica on the lost volume, and
 // would otherwise fail only at its next write there; closed, it is closed
 // on the other members and copied like any CLOSED container.
-func (s *Service) volumesFailed(b *pebble.Batch, n *node, failed []metaapi.FailedVolume, now time.Time) {
+func (s *Ops) volumesFailed(b *pebble.Batch, n *node, failed []metaapi.FailedVolume, now time.Time) {
 	id := n.rec.ID
 	prev, known := s.repl.damage.volumes[id]
 	s.repl.damage.volumes[id] = failed
 	if !known || len(failed) <= len(prev) {
 		return // (the first report since the start is not news)
 	}
-	for _, pid := range s.sortedPipelines() {
+	for _, pid := range s.cl.sortedPipelines() {
 		p := s.pipelines[pid]
 		if p.rec.State == pipelineOpen && slices.Contains(p.rec.Members, id) {
-			s.closePipeline(b, p, now, fmt.Sprintf("member %d lost a volume: %s", id, failed[len(failed)-1].Dir))
+			s.cl.closePipeline(b, p, now, fmt.Sprintf("member %d lost a volume: %s", id, failed[len(failed)-1].Dir))
 		}
 	}
 }

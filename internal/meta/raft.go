@@ -220,7 +220,7 @@ type readReq struct {
 
 // replicator runs the meta raft group of one member.
 type replicator struct {
-	s    *Service
+	s    *State
 	id   uint64
 	log  *slog.Logger
 	wal  *wal.Log
@@ -336,7 +336,7 @@ type replicator struct {
 // openReplicator opens the meta raft log in dir/raft (bootstrapping the
 // membership when new) and the raft node, reading the applied state from
 // the store. Start with run.
-func openReplicator(s *Service, db *pebble.DB) (*replicator, error) {
+func openReplicator(s *State, db *pebble.DB) (*replicator, error) {
 	cfg := &s.cfg
 	if _, ok := cfg.Peers[cfg.ID]; !ok {
 		return nil, fmt.Errorf("meta: --id %d is not one of --peers", cfg.ID)
@@ -1298,7 +1298,7 @@ func (r *replicator) endStint(why error) {
 }
 
 // endStintLocked is endStint under s.mu.
-func (s *Service) endStintLocked(why error) {
+func (s *State) endStintLocked(why error) {
 	r := s.rep
 	if s.stint != 0 {
 		s.log.Warn("meta leader stops serving", "term", s.stint, "why", why)
@@ -1319,7 +1319,7 @@ func (s *Service) endStintLocked(why error) {
 // propose replaces apply on a replicated service: under s.mu, b goes
 // into the overlay and, as the stint's next proposal, to the raft
 // goroutine (in s.mu order: the log's order is memory's).
-func (s *Service) propose(b *pebble.Batch) (pending, error) {
+func (s *State) propose(b *pebble.Batch) (pending, error) {
 	p, err := s.stage(b)
 	if err == nil {
 		s.flushStaged()
@@ -1333,7 +1333,7 @@ func (s *Service) propose(b *pebble.Batch) (pending, error) {
 // proposal, one entry). A staged batch past maxFoldedEntryBytes is
 // flushed first. Under s.mu for writing; a failure ends the stint
 // (memory is ahead of the log), dropping what was staged.
-func (s *Service) stage(b *pebble.Batch) (pending, error) {
+func (s *State) stage(b *pebble.Batch) (pending, error) {
 	defer b.Close()
 	repr := b.Repr()
 	if len(repr)+entryFoldedOverheadBytes+64 > maxRaftRecordBytes {
@@ -1362,7 +1362,7 @@ func (s *Service) stage(b *pebble.Batch) (pending, error) {
 
 // flushStaged makes the staged batch the stint's next proposal (none
 // staged: nothing). Under s.mu for writing.
-func (s *Service) flushStaged() {
+func (s *State) flushStaged() {
 	if s.staged == nil {
 		return
 	}
@@ -1380,7 +1380,7 @@ func (s *Service) flushStaged() {
 
 // maybeRebuildOverlay replaces a large overlay with one of the proposals
 // still in flight (those applied are in the store). Under s.mu.
-func (s *Service) maybeRebuildOverlay() {
+func (s *State) maybeRebuildOverlay() {
 	r := s.rep
 	r.wmu.Lock()
 	applied := r.appliedSeq

@@ -121,7 +121,7 @@ func newReplication(cfg *Config) replication {
 // node ID — a node in maintenance's OPEN replicas included (ops.go) —,
 // and gives the highest BCSID among the CLOSED reports of each (one pass
 // over the live nodes' reports).
-func (s *Service) closedIndex(now time.Time) (idx map[uint64][]uint64, top map[uint64]uint64) {
+func (s *Cluster) closedIndex(now time.Time) (idx map[uint64][]uint64, top map[uint64]uint64) {
 	idx, top = map[uint64][]uint64{}, map[uint64]uint64{}
 	for _, id := range s.sortedNodes() {
 		if !s.reportsCount(id, now) {
@@ -147,14 +147,14 @@ func (s *Service) closedIndex(now time.Time) (idx map[uint64][]uint64, top map[u
 // reportsCount: node id has heartbeated since the start and is not DEAD
 // (or is IN_MAINTENANCE: ops.go), so its last report says where replicas
 // are.
-func (s *Service) reportsCount(id uint64, now time.Time) bool {
+func (s *Cluster) reportsCount(id uint64, now time.Time) bool {
 	n := s.nodes[id]
 	return n != nil && n.seen && (s.healthOf(n, now) != metaapi.HealthDead || s.inMaintenance(id, now))
 }
 
 // behind: node id's replica of container cid has a BCSID below top (the
 // highest reported for it).
-func (s *Service) behind(id, cid, top uint64) bool { return s.nodes[id].containers[cid].BCSID < top }
+func (s *Cluster) behind(id, cid, top uint64) bool { return s.nodes[id].containers[cid].BCSID < top }
 
 // replicaIndex maps every container some healthy replica holds to those
 // replicas, by node ID: a healthy replica is a live node's CLOSED replica
@@ -165,7 +165,7 @@ func (s *Service) behind(id, cid, top uint64) bool { return s.nodes[id].containe
 // read, not copied from, and deleted like an UNHEALTHY one. A damaged
 // replica is not counted, not read first, not copied from; it is repaired
 // block by block or deleted like an UNHEALTHY one (damage.go).
-func (s *Service) replicaIndex(now time.Time) map[uint64][]uint64 {
+func (s *Cluster) replicaIndex(now time.Time) map[uint64][]uint64 {
 	idx, top := s.closedIndex(now)
 	for cid, ids := range idx {
 		ids = s.dropDamaged(cid, slices.DeleteFunc(ids, func(id uint64) bool { return s.behind(id, cid, top[cid]) && !s.inMaintenance(id, now) }))
@@ -178,7 +178,7 @@ func (s *Service) replicaIndex(now time.Time) map[uint64][]uint64 {
 
 // behindReplicas counts the CLOSED replicas of CLOSED containers on live
 // nodes whose BCSID is below the highest reported for their container.
-func (s *Service) behindReplicas(now time.Time) int {
+func (s *Cluster) behindReplicas(now time.Time) int {
 	idx, top := s.closedIndex(now)
 	n := 0
 	for cid, ids := range idx {
@@ -196,7 +196,7 @@ func (s *Service) behindReplicas(now time.Time) int {
 // replicasOf lists the healthy replicas of container cid (see
 // replicaIndex), by node ID, those on decommissioning nodes included
 // (sources of copies, read).
-func (s *Service) replicasOf(cid uint64, now time.Time) []uint64 {
+func (s *Cluster) replicasOf(cid uint64, now time.Time) []uint64 {
 	var ids []uint64
 	var top uint64
 	for _, id := range s.sortedNodes() {
@@ -210,7 +210,7 @@ func (s *Service) replicasOf(cid uint64, now time.Time) []uint64 {
 
 // containerSize is the bytes of container c: the largest any of holders
 // reports, else the committed bytes.
-func (s *Service) containerSize(c *containerState, holders []uint64) uint64 {
+func (s *Cluster) containerSize(c *containerState, holders []uint64) uint64 {
 	var size uint64
 	for _, id := range holders {
 		size = max(size, s.nodes[id].containers[c.rec.ID].UsedBytes)
@@ -223,7 +223,7 @@ func (s *Service) containerSize(c *containerState, holders []uint64) uint64 {
 
 // safeModeMinNodes is the datanodes that must report before safe mode
 // ends.
-func (s *Service) safeModeMinNodes() int {
+func (s *Rerepl) safeModeMinNodes() int {
 	if s.cfg.SafeModeMinNodes > 0 {
 		return s.cfg.SafeModeMinNodes
 	}
@@ -232,7 +232,7 @@ func (s *Service) safeModeMinNodes() int {
 
 // safeModeReason says which condition to leave safe mode is missing,
 // with numbers; "" when both hold.
-func (s *Service) safeModeReason(idx map[uint64][]uint64) string {
+func (s *Rerepl) safeModeReason(idx map[uint64][]uint64) string {
 	var missing []string
 	seen, want := 0, s.safeModeMinNodes()
 	for _, n := range s.nodes {
@@ -264,8 +264,8 @@ func (s *Service) safeModeReason(idx map[uint64][]uint64) string {
 // mode when its conditions hold, settle the copies in flight (complete,
 // failed, lost), then schedule copies of the under-replicated CLOSED
 // containers. Memory only.
-func (s *Service) replicate(now time.Time) {
-	idx := s.replicaIndex(now)
+func (s *Rerepl) replicate(now time.Time) {
+	idx := s.cl.replicaIndex(now)
 	if s.repl.safeMode {
 		why := s.safeModeReason(idx)
 		if why != "" {
@@ -276,8 +276,8 @@ func (s *Service) replicate(now time.Time) {
 			"datanodes", len(s.nodes), "containers", len(s.containers))
 	}
 	s.settleCopies(idx, now)
-	s.settleRepairs(now)
-	s.scheduleRepairs(idx, now)
+	s.dmg.settleRepairs(now)
+	s.dmg.scheduleRepairs(idx, now)
 	for k, t := range s.repl.failed {
 		if now.Sub(t) >= s.cfg.CopyRetryAfter {
 			delete(s.repl.failed, k)
@@ -290,7 +290,7 @@ func (s *Service) replicate(now time.Time) {
 
 // overReplicated lists, in ID order, the CLOSED containers with more
 // healthy replicas than wanted.
-func (s *Service) overReplicated(idx map[uint64][]uint64) []uint64 {
+func (s *Rerepl) overReplicated(idx map[uint64][]uint64) []uint64 {
 	var over []uint64
 	for cid, c := range s.containers {
 		if c.rec.State == containerClosed && len(idx[cid]) > s.cfg.ReplicationFactor {
@@ -325,7 +325,7 @@ func (s *Service) overReplicated(idx map[uint64][]uint64) []uint64 {
 // node. When the replica first in that order is on a node serving the
 // pipeline, nothing is deleted (yet). After the deletion the container
 // still has ReplicationFactor healthy replicas.
-func (s *Service) scheduleTrims(idx map[uint64][]uint64, now time.Time) {
+func (s *Rerepl) scheduleTrims(idx map[uint64][]uint64, now time.Time) {
 	s.trimUncounted(idx, now)
 	for _, cid := range s.overReplicated(idx) {
 		if len(s.repl.trims) >= MaxTrims {
@@ -342,7 +342,7 @@ func (s *Service) scheduleTrims(idx map[uint64][]uint64, now time.Time) {
 				victim = id
 			}
 		}
-		if s.reports(victim, c.rec.Pipeline) {
+		if s.cl.reports(victim, c.rec.Pipeline) {
 			continue // the replica to go is served by a raft group: wait
 		}
 		s.repl.trims[cid] = &trimTask{container: cid, node: victim, decided: now}
@@ -352,16 +352,16 @@ func (s *Service) scheduleTrims(idx map[uint64][]uint64, now time.Time) {
 
 // trimUncounted decides the deletions of UNHEALTHY and behind replicas
 // (see scheduleTrims).
-func (s *Service) trimUncounted(idx map[uint64][]uint64, now time.Time) {
+func (s *Rerepl) trimUncounted(idx map[uint64][]uint64, now time.Time) {
 	type replica struct {
 		container, node, bcsid uint64
 		unhealthy              bool
 	}
-	_, top := s.closedIndex(now)
+	_, top := s.cl.closedIndex(now)
 	var uncounted []replica
-	for _, id := range s.sortedNodes() {
+	for _, id := range s.cl.sortedNodes() {
 		n := s.nodes[id]
-		if !n.seen || s.healthOf(n, now) != metaapi.HealthHealthy {
+		if !n.seen || s.cl.healthOf(n, now) != metaapi.HealthHealthy {
 			continue
 		}
 		for cid, r := range n.containers {
@@ -372,8 +372,8 @@ func (s *Service) trimUncounted(idx map[uint64][]uint64, now time.Time) {
 	}
 	// A damaged replica not repaired block by block goes like an
 	// UNHEALTHY one (damage.go).
-	for _, d := range s.damagedReplicas(now) {
-		if !s.underRepair(d.container, d.node) && !s.byBlock(d) && s.healthOf(s.nodes[d.node], now) == metaapi.HealthHealthy {
+	for _, d := range s.dmg.damagedReplicas(now) {
+		if !s.dmg.underRepair(d.container, d.node) && !s.dmg.byBlock(d) && s.cl.healthOf(s.nodes[d.node], now) == metaapi.HealthHealthy {
 			uncounted = append(uncounted, replica{d.container, d.node, top[d.container], true})
 		}
 	}
@@ -381,13 +381,13 @@ func (s *Service) trimUncounted(idx map[uint64][]uint64, now time.Time) {
 		return cmp.Or(cmp.Compare(a.container, b.container), cmp.Compare(a.bcsid, b.bcsid),
 			-cmp.Compare(btoi(a.unhealthy), btoi(b.unhealthy)), cmp.Compare(a.node, b.node))
 	})
-	nodes := s.sortedNodes()
+	nodes := s.cl.sortedNodes()
 	for _, u := range uncounted {
 		if len(s.repl.trims) >= MaxTrims {
 			return
 		}
 		c := s.containers[u.container]
-		if c == nil || c.rec.State != containerClosed || !s.trimmable(c, idx[u.container], now) || s.reports(u.node, c.rec.Pipeline) {
+		if c == nil || c.rec.State != containerClosed || !s.trimmable(c, idx[u.container], now) || s.cl.reports(u.node, c.rec.Pipeline) {
 			continue
 		}
 		healthy := len(idx[u.container])
@@ -421,11 +421,11 @@ func btoi(b bool) int {
 // complete one goes; replicas only lagging on block deletions differ the
 // same way and lose nothing by going first —, then one on a node not
 // serving c's pipeline, then the fullest node, then the highest ID.
-func (s *Service) trimOrder(c *containerState, a, b uint64) int {
+func (s *Rerepl) trimOrder(c *containerState, a, b uint64) int {
 	na, nb := s.nodes[a], s.nodes[b]
 	ra, rb := na.containers[c.rec.ID], nb.containers[c.rec.ID]
 	serves := func(id uint64) int {
-		if s.reports(id, c.rec.Pipeline) {
+		if s.cl.reports(id, c.rec.Pipeline) {
 			return 1
 		}
 		return 0
@@ -439,13 +439,13 @@ func (s *Service) trimOrder(c *containerState, a, b uint64) int {
 // and no deletion of it in flight, no member of its pipeline undecided,
 // and every holder HEALTHY (reported within StaleAfter: a STALE holder's
 // report may be old).
-func (s *Service) trimmable(c *containerState, holders []uint64, now time.Time) bool {
+func (s *Rerepl) trimmable(c *containerState, holders []uint64, now time.Time) bool {
 	cid := c.rec.ID
 	if s.repl.tasks[cid] != nil || s.repl.trims[cid] != nil || s.undecided(c, now) {
 		return false
 	}
 	for _, id := range holders {
-		if s.healthOf(s.nodes[id], now) != metaapi.HealthHealthy {
+		if s.cl.healthOf(s.nodes[id], now) != metaapi.HealthHealthy {
 			return false
 		}
 	}
@@ -454,7 +454,7 @@ func (s *Service) trimmable(c *containerState, holders []uint64, now time.Time) 
 
 // settleTrims ends the deletions whose node's report lacks the container
 // (done), whose node is DEAD, or that timed out (decided again later).
-func (s *Service) settleTrims(now time.Time) {
+func (s *Rerepl) settleTrims(now time.Time) {
 	for _, cid := range slices.Sorted(maps.Keys(s.repl.trims)) {
 		t := s.repl.trims[cid]
 		n := s.nodes[t.node]
@@ -468,7 +468,7 @@ func (s *Service) settleTrims(now time.Time) {
 			delete(s.repl.trims, cid)
 			s.repl.trimmed++
 			s.log.Info("extra replica deleted", "container", cid, "node", t.node)
-		case s.healthOf(n, now) == metaapi.HealthDead:
+		case s.cl.healthOf(n, now) == metaapi.HealthDead:
 			delete(s.repl.trims, cid)
 		case now.Sub(since) >= s.cfg.CopyStartTimeout:
 			delete(s.repl.trims, cid)
@@ -480,7 +480,7 @@ func (s *Service) settleTrims(now time.Time) {
 
 // trimCommands appends a delete_container for each deletion decided for
 // node id and not sent yet.
-func (s *Service) trimCommands(cmds []metaapi.Command, id uint64, now time.Time) []metaapi.Command {
+func (s *Rerepl) trimCommands(cmds []metaapi.Command, id uint64, now time.Time) []metaapi.Command {
 	for _, cid := range slices.Sorted(maps.Keys(s.repl.trims)) {
 		t := s.repl.trims[cid]
 		if t.node != id || !t.delivered.IsZero() || len(cmds) >= MaxCommandsPerHeartbeat {
@@ -488,7 +488,7 @@ func (s *Service) trimCommands(cmds []metaapi.Command, id uint64, now time.Time)
 		}
 		cmd := metaapi.Command{Kind: metaapi.CmdDeleteContainer, Container: cid}
 		if p := s.pipelines[s.containers[cid].rec.Pipeline]; p != nil {
-			cmd.Pipeline = s.pipelineView(p, now)
+			cmd.Pipeline = s.cl.pipelineView(p, now)
 		}
 		t.delivered = now
 		cmds = append(cmds, cmd)
@@ -499,20 +499,20 @@ func (s *Service) trimCommands(cmds []metaapi.Command, id uint64, now time.Time)
 // settleCopies ends the copies in flight that completed, whose target is
 // DEAD or reports the container in another state, that have no healthy
 // source left, or that timed out.
-func (s *Service) settleCopies(idx map[uint64][]uint64, now time.Time) {
+func (s *Rerepl) settleCopies(idx map[uint64][]uint64, now time.Time) {
 	for _, cid := range slices.Sorted(maps.Keys(s.repl.tasks)) {
 		t := s.repl.tasks[cid]
 		n := s.nodes[t.target]
 		r, holds := n.containers[cid]
 		limit := max(s.cfg.CopyTimeoutMin, time.Duration(float64(t.sizeBytes)/MinCopyBytesPerS*float64(time.Second)))
 		switch {
-		case holds && r.State == metaapi.ContainerClosed && s.healthOf(n, now) != metaapi.HealthDead:
+		case holds && r.State == metaapi.ContainerClosed && s.cl.healthOf(n, now) != metaapi.HealthDead:
 			s.copyDone(t, now)
-		case s.healthOf(n, now) == metaapi.HealthDead:
+		case s.cl.healthOf(n, now) == metaapi.HealthDead:
 			s.copyFailed(t, "the target is DEAD")
 		case holds:
 			s.copyFailed(t, fmt.Sprintf("the target reports the container %s", r.State))
-		case len(s.replicasOf(cid, now)) == 0:
+		case len(s.cl.replicasOf(cid, now)) == 0:
 			s.copyFailed(t, "no healthy replica is left to copy from")
 		case now.Sub(t.alive) >= s.cfg.CopyStartTimeout:
 			s.copyFailed(t, fmt.Sprintf("the target has not reported the copy under way for %s", now.Sub(t.alive).Round(time.Millisecond)))
@@ -523,7 +523,7 @@ func (s *Service) settleCopies(idx map[uint64][]uint64, now time.Time) {
 }
 
 // copyDone records a completed copy.
-func (s *Service) copyDone(t *copyTask, now time.Time) {
+func (s *Rerepl) copyDone(t *copyTask, now time.Time) {
 	delete(s.repl.tasks, t.container)
 	delete(s.repl.attempts, t.container)
 	s.repl.copiedContainers++
@@ -539,7 +539,7 @@ func (s *Service) copyDone(t *copyTask, now time.Time) {
 }
 
 // copyFailed drops a copy in flight; the next Tick schedules it again.
-func (s *Service) copyFailed(t *copyTask, why string) {
+func (s *Rerepl) copyFailed(t *copyTask, why string) {
 	delete(s.repl.tasks, t.container)
 	s.repl.failedCopies++
 	s.log.Warn("container copy failed; it will be scheduled again", "container", t.container, "source", t.source,
@@ -549,14 +549,14 @@ func (s *Service) copyFailed(t *copyTask, why string) {
 // scheduleCopies schedules one copy for each CLOSED container with fewer
 // healthy replicas than wanted (and at least one), in container ID
 // order, within the limits.
-func (s *Service) scheduleCopies(idx map[uint64][]uint64, now time.Time) {
+func (s *Rerepl) scheduleCopies(idx map[uint64][]uint64, now time.Time) {
 	if len(s.repl.tasks) >= s.cfg.MaxInflightCopies {
 		return
 	}
 	var under []uint64
 	for cid, c := range s.containers {
-		if h := len(idx[cid]); c.rec.State == containerClosed && h+s.repairing(cid) < s.cfg.ReplicationFactor && s.repl.tasks[cid] == nil &&
-			(h > 0 || len(s.replicasOf(cid, now)) > 0) && !s.undecided(c, now) {
+		if h := len(idx[cid]); c.rec.State == containerClosed && h+s.dmg.repairing(cid) < s.cfg.ReplicationFactor && s.repl.tasks[cid] == nil &&
+			(h > 0 || len(s.cl.replicasOf(cid, now)) > 0) && !s.undecided(c, now) {
 			under = append(under, cid)
 		}
 	}
@@ -569,7 +569,7 @@ func (s *Service) scheduleCopies(idx map[uint64][]uint64, now time.Time) {
 		asSource[t.source]++
 		asTarget[t.target]++
 	}
-	nodes := s.sortedNodes()
+	nodes := s.cl.sortedNodes()
 	for _, cid := range under {
 		if len(s.repl.tasks) >= s.cfg.MaxInflightCopies {
 			return
@@ -578,13 +578,13 @@ func (s *Service) scheduleCopies(idx map[uint64][]uint64, now time.Time) {
 		if target == 0 {
 			continue
 		}
-		source := s.chooseSource(cid, s.replicasOf(cid, now), asSource, now)
+		source := s.chooseSource(cid, s.cl.replicasOf(cid, now), asSource, now)
 		if source == 0 {
 			continue
 		}
 		c := s.containers[cid]
 		s.repl.attempts[cid]++
-		t := &copyTask{container: cid, source: source, target: target, sizeBytes: s.containerSize(c, idx[cid]),
+		t := &copyTask{container: cid, source: source, target: target, sizeBytes: s.cl.containerSize(c, idx[cid]),
 			started: now, alive: now, attempt: s.repl.attempts[cid]}
 		s.repl.tasks[cid] = t
 		asSource[source]++
@@ -602,13 +602,13 @@ func (s *Service) scheduleCopies(idx map[uint64][]uint64, now time.Time) {
 // the pipeline wrote it), so no copy is decided before its first report or
 // its death (unless an operator forced safe mode off). Without this, a cold start copies every container of the
 // datanodes that report last (safe mode ends on a fraction of them).
-func (s *Service) undecided(c *containerState, now time.Time) bool {
+func (s *Rerepl) undecided(c *containerState, now time.Time) bool {
 	p := s.pipelines[c.rec.Pipeline]
 	if p == nil || s.repl.forced {
 		return false
 	}
 	for _, m := range p.rec.Members {
-		if n := s.nodes[m]; n != nil && !n.seen && s.live(m, now) {
+		if n := s.nodes[m]; n != nil && !n.seen && s.cl.live(m, now) {
 			return true
 		}
 	}
@@ -621,11 +621,11 @@ func (s *Service) undecided(c *containerState, now time.Time) bool {
 // containers, then the lowest ID. 0: none. A node still copying the
 // container (a copy timed out here but going on there) may be chosen
 // again: it ignores the repeated command and its copy counts when done.
-func (s *Service) chooseTarget(cid uint64, nodes []uint64, asTarget map[uint64]int, now time.Time) uint64 {
+func (s *Rerepl) chooseTarget(cid uint64, nodes []uint64, asTarget map[uint64]int, now time.Time) uint64 {
 	var best uint64
 	for _, id := range nodes {
 		n := s.nodes[id]
-		if !n.seen || s.healthOf(n, now) != metaapi.HealthHealthy || asTarget[id] >= s.cfg.MaxCopiesPerTarget || !s.inService(id) {
+		if !n.seen || s.cl.healthOf(n, now) != metaapi.HealthHealthy || asTarget[id] >= s.cfg.MaxCopiesPerTarget || !s.cl.inService(id) {
 			continue
 		}
 		if _, holds := n.containers[cid]; holds {
@@ -639,7 +639,7 @@ func (s *Service) chooseTarget(cid uint64, nodes []uint64, asTarget map[uint64]i
 }
 
 // recentlyFailed: a copy of cid from source failed within CopyRetryAfter.
-func (s *Service) recentlyFailed(cid, source uint64, now time.Time) bool {
+func (s *Rerepl) recentlyFailed(cid, source uint64, now time.Time) bool {
 	t, ok := s.repl.failed[sourceFailure{cid, source}]
 	return ok && now.Sub(t) < s.cfg.CopyRetryAfter
 }
@@ -649,10 +649,10 @@ func (s *Service) recentlyFailed(cid, source uint64, now time.Time) bool {
 // in flight from it, then the lowest ID. Replicas a copy of cid failed
 // from within CopyRetryAfter are skipped while another HEALTHY replica
 // exists (even a busy one: the copy then waits for it). 0: none.
-func (s *Service) chooseSource(cid uint64, replicas []uint64, asSource map[uint64]int, now time.Time) uint64 {
+func (s *Rerepl) chooseSource(cid uint64, replicas []uint64, asSource map[uint64]int, now time.Time) uint64 {
 	var fresh, failed []uint64
 	for _, id := range replicas {
-		if s.healthOf(s.nodes[id], now) != metaapi.HealthHealthy {
+		if s.cl.healthOf(s.nodes[id], now) != metaapi.HealthHealthy {
 			continue
 		}
 		if s.recentlyFailed(cid, id, now) {
@@ -686,12 +686,12 @@ func (s *Service) chooseSource(cid uint64, replicas []uint64, asSource map[uint6
 // held are given out at once (outside safe mode), so that this
 // heartbeat's response can carry the next copy instead of waiting for a
 // Tick.
-func (s *Service) copyReports(n *node, hb *metaapi.Heartbeat, now time.Time) {
+func (s *Rerepl) copyReports(n *node, hb *metaapi.Heartbeat, now time.Time) {
 	id := n.rec.ID
 	before := s.repl.copiedContainers + s.repl.failedCopies
 	defer func() {
 		if s.repl.copiedContainers+s.repl.failedCopies != before && !s.repl.safeMode {
-			s.scheduleCopies(s.replicaIndex(now), now)
+			s.scheduleCopies(s.cl.replicaIndex(now), now)
 		}
 	}()
 	for _, cid := range hb.Copying {
@@ -719,13 +719,13 @@ func (s *Service) copyReports(n *node, hb *metaapi.Heartbeat, now time.Time) {
 // flight to node id: Sources are the chosen source, then the other
 // healthy replicas (those a copy recently failed from last). A copy with
 // no healthy source left is not sent (the next Tick drops it).
-func (s *Service) replicateCommands(cmds []metaapi.Command, id uint64, now time.Time) []metaapi.Command {
+func (s *Rerepl) replicateCommands(cmds []metaapi.Command, id uint64, now time.Time) []metaapi.Command {
 	for _, cid := range slices.Sorted(maps.Keys(s.repl.tasks)) {
 		t := s.repl.tasks[cid]
 		if t.target != id || len(cmds) >= MaxCommandsPerHeartbeat {
 			continue
 		}
-		replicas := s.replicasOf(cid, now)
+		replicas := s.cl.replicasOf(cid, now)
 		slices.SortStableFunc(replicas, func(a, b uint64) int {
 			ka, kb := sourceRank(a, t.source, s.recentlyFailed(cid, a, now)), sourceRank(b, t.source, s.recentlyFailed(cid, b, now))
 			return ka - kb
@@ -733,9 +733,9 @@ func (s *Service) replicateCommands(cmds []metaapi.Command, id uint64, now time.
 		if len(replicas) == 0 {
 			continue
 		}
-		cmd := metaapi.Command{Kind: metaapi.CmdReplicateContainer, Container: cid, SizeBytes: s.containerSize(s.containers[cid], replicas)}
+		cmd := metaapi.Command{Kind: metaapi.CmdReplicateContainer, Container: cid, SizeBytes: s.cl.containerSize(s.containers[cid], replicas)}
 		if p := s.pipelines[s.containers[cid].rec.Pipeline]; p != nil {
-			cmd.Pipeline = s.pipelineView(p, now)
+			cmd.Pipeline = s.cl.pipelineView(p, now)
 		}
 		for _, r := range replicas {
 			cmd.Sources = append(cmd.Sources, metaapi.Member{NodeID: r, Addr: s.nodes[r].rec.Addr})
@@ -762,8 +762,8 @@ func sourceRank(id, chosen uint64, failed bool) int {
 
 // replicationStatus is the API form of the replication manager's state.
 // Callers hold s.mu.
-func (s *Service) replicationStatus(now time.Time) *metaapi.ReplicationStatus {
-	idx := s.replicaIndex(now)
+func (s *Rerepl) replicationStatus(now time.Time) *metaapi.ReplicationStatus {
+	idx := s.cl.replicaIndex(now)
 	st := &metaapi.ReplicationStatus{SafeMode: s.repl.safeMode, ReplicationFactor: s.cfg.ReplicationFactor,
 		Inflight: []metaapi.CopyTask{}, CopiedContainers: s.repl.copiedContainers, CopiedBytes: s.repl.copiedBytes,
 		FailedCopies: s.repl.failedCopies, FirstScheduled: s.repl.firstScheduled, LastCompleted: s.repl.lastCompleted,
@@ -781,7 +781,7 @@ func (s *Service) replicationStatus(now time.Time) *metaapi.ReplicationStatus {
 	st.UnderReplicated, st.Unrecoverable, st.PendingBytes = s.underReplicated(idx)
 	st.AtRisk = s.atRisk(idx, now)
 	st.OverReplicated, st.Trimming, st.TrimmedReplicas = len(s.overReplicated(idx)), len(s.repl.trims), s.repl.trimmed
-	st.BehindReplicas = s.behindReplicas(now)
+	st.BehindReplicas = s.cl.behindReplicas(now)
 	for _, cid := range slices.Sorted(maps.Keys(s.repl.tasks)) {
 		t := s.repl.tasks[cid]
 		st.Inflight = append(st.Inflight, metaapi.CopyTask{Container: cid, Source: t.source, Target: t.target,
@@ -795,7 +795,7 @@ func (s *Service) replicationStatus(now time.Time) *metaapi.ReplicationStatus {
 
 // underReplicated counts the CLOSED containers with fewer healthy
 // replicas than wanted, those with none, and the bytes still to copy.
-func (s *Service) underReplicated(idx map[uint64][]uint64) (under, unrecoverable int, pending uint64) {
+func (s *Rerepl) underReplicated(idx map[uint64][]uint64) (under, unrecoverable int, pending uint64) {
 	for cid, c := range s.containers {
 		h := len(idx[cid])
 		if c.rec.State != containerClosed || h >= s.cfg.ReplicationFactor || (h == 0 && c.rec.Committed == 0) {
@@ -804,10 +804,10 @@ func (s *Service) underReplicated(idx map[uint64][]uint64) (under, unrecoverable
 			continue
 		}
 		under++
-		if h == 0 && len(s.replicasOf(cid, s.cfg.Now())) == 0 {
+		if h == 0 && len(s.cl.replicasOf(cid, s.cfg.Now())) == 0 {
 			unrecoverable++ // (a decommissioning node's replica is one)
 		}
-		pending += s.containerSize(c, idx[cid]) * uint64(s.cfg.ReplicationFactor-h)
+		pending += s.cl.containerSize(c, idx[cid]) * uint64(s.cfg.ReplicationFactor-h)
 	}
 	return under, unrecoverable, pending
 }
@@ -817,10 +817,10 @@ func (s *Service) underReplicated(idx map[uint64][]uint64) (under, unrecoverable
 // members. A STALE node still counts as holding its replicas (it may be
 // paused or slow), so nothing is copied until it is DEAD; meanwhile the
 // status says those containers are one failure closer to loss.
-func (s *Service) atRisk(idx map[uint64][]uint64, now time.Time) int {
+func (s *Rerepl) atRisk(idx map[uint64][]uint64, now time.Time) int {
 	stale := func(id uint64) bool {
 		n := s.nodes[id]
-		return n != nil && s.healthOf(n, now) == metaapi.HealthStale
+		return n != nil && s.cl.healthOf(n, now) == metaapi.HealthStale
 	}
 	risk := 0
 	for cid, c := range s.containers {
@@ -841,18 +841,18 @@ func (s *Service) atRisk(idx map[uint64][]uint64, now time.Time) int {
 }
 
 // Replication is the replication manager's state (GET /v1/replication).
-func (s *Service) Replication() (*metaapi.ReplicationStatus, error) {
-	return read(s, func() (*metaapi.ReplicationStatus, error) { return s.replicationStatus(s.cfg.Now()), nil })
+func (s *Rerepl) Replication() (*metaapi.ReplicationStatus, error) {
+	return read(s.State, func() (*metaapi.ReplicationStatus, error) { return s.replicationStatus(s.cfg.Now()), nil })
 }
 
 // ExitSafeMode leaves safe mode now, whatever the reports (an operator's
 // decision, logged); replication decisions start at the next Tick. Once
 // out of safe mode the service stays out until it restarts.
-func (s *Service) ExitSafeMode() (*metaapi.ReplicationStatus, error) {
-	return mutate(s, func() (*metaapi.ReplicationStatus, *pebble.Batch, error) {
+func (s *Rerepl) ExitSafeMode() (*metaapi.ReplicationStatus, error) {
+	return mutate(s.State, func() (*metaapi.ReplicationStatus, *pebble.Batch, error) {
 		now := s.cfg.Now()
 		if s.repl.safeMode {
-			why := s.safeModeReason(s.replicaIndex(now))
+			why := s.safeModeReason(s.cl.replicaIndex(now))
 			s.repl.safeMode, s.repl.forced = false, true
 			s.log.Warn("safe mode exited by the operator; replication decisions start", "was_waiting_for", why)
 		}
@@ -865,7 +865,7 @@ func (s *Service) ExitSafeMode() (*metaapi.ReplicationStatus, error) {
 // healthy replicas, p's members first, then the members not heard from
 // since the start (their replicas are unknown yet); no healthy replica
 // reported at all (as right after a restart): p's members.
-func (s *Service) readMembers(cid uint64, p *pipelineState, now time.Time) []metaapi.Member {
+func (s *Cluster) readMembers(cid uint64, p *pipelineState, now time.Time) []metaapi.Member {
 	all := s.pipelineView(p, now).Members
 	c := s.containers[cid]
 	if c == nil || c.rec.State != containerClosed {

@@ -338,19 +338,19 @@ type pendingDelete struct {
 // blockRef is a block's identity as a map key.
 type blockRef struct{ container, local uint64 }
 
-// Service is the meta service's state: the cluster manager and the
-// namespace over one Pebble store. See the package comment for its
-// invariants and concurrency contract.
-type Service struct {
+// State is the meta service's replicated state machine: the Pebble
+// store, the memory built from it, and the commit pipeline (commit.go).
+// Every concern (the cluster manager, the namespace, re-replication...)
+// embeds it and reads and changes it under mu. See the package comment
+// for its invariants and concurrency contract.
+type State struct {
 	cfg     Config
 	log     *slog.Logger
-	joins   joinTokens // join.go
 	db      *store
 	started time.Time
 	// rep replicates the store (nil: a group of one, raft.go).
 	rep     *replicator
 	metrics *metrics
-	bodies  *bodyGate // admission.go
 
 	// awaitHook, when set (tests, before any request), is called by every
 	// request once it has released s.mu and before it waits for
@@ -390,6 +390,94 @@ type Service struct {
 	staged *pebble.Batch
 }
 
+// Service is the meta service: the concerns over one State, composed.
+type Service struct {
+	*State
+	*Cluster
+	*BlockGC
+	*Allocator
+	*Damage
+	*Ops
+	*Rerepl
+	*Namespace
+	*Multipart
+	*S3Users
+
+	joins  joinTokens // join.go
+	bodies *bodyGate  // admission.go
+}
+
+// Cluster is the cluster manager: datanodes, pipelines, containers and their replicas.
+type Cluster struct{ *State }
+
+// BlockGC schedules and delivers block deletions.
+type BlockGC struct {
+	*State
+	cl *Cluster
+}
+
+// Allocator hands out blocks in containers of open pipelines.
+type Allocator struct {
+	*State
+	cl *Cluster
+}
+
+// Damage tracks scrubber findings and block repairs.
+type Damage struct {
+	*State
+	cl *Cluster
+}
+
+// Ops is the operational state of datanodes: decommission, maintenance.
+type Ops struct {
+	*State
+	cl  *Cluster
+	dmg *Damage
+}
+
+// Rerepl is the re-replication manager of closed containers.
+type Rerepl struct {
+	*State
+	cl  *Cluster
+	dmg *Damage
+	ops *Ops
+}
+
+// Namespace holds buckets and keys.
+type Namespace struct {
+	*State
+	cl    *Cluster
+	alloc *Allocator
+	gc    *BlockGC
+	mp    *Multipart
+}
+
+// Multipart holds the S3 multipart uploads.
+type Multipart struct {
+	*State
+	ns *Namespace
+	gc *BlockGC
+}
+
+// S3Users holds the S3 users.
+type S3Users struct{ *State }
+
+// compose builds the concerns over st.
+func compose(st *State) *Service {
+	s := &Service{State: st}
+	s.Cluster = &Cluster{st}
+	s.BlockGC = &BlockGC{st, s.Cluster}
+	s.Allocator = &Allocator{st, s.Cluster}
+	s.Damage = &Damage{st, s.Cluster}
+	s.Ops = &Ops{st, s.Cluster, s.Damage}
+	s.Rerepl = &Rerepl{st, s.Cluster, s.Damage, s.Ops}
+	s.Multipart = &Multipart{State: st, gc: s.BlockGC}
+	s.Namespace = &Namespace{st, s.Cluster, s.Allocator, s.BlockGC, s.Multipart}
+	s.Multipart.ns = s.Namespace
+	s.S3Users = &S3Users{st}
+	return s
+}
+
 // Open opens (creating if needed) the meta service's store in cfg.Dir and
 // loads its state.
 func Open(cfg Config) (*Service, error) {
@@ -402,7 +490,8 @@ func Open(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("meta: %w", err)
 	}
-	s := &Service{cfg: cfg, log: log, db: &store{DB: db}, started: cfg.Now(), bodies: newBodyGate(&cfg)}
+	s := compose(&State{cfg: cfg, log: log, db: &store{DB: db}, started: cfg.Now()})
+	s.bodies = newBodyGate(&s.cfg)
 	s.initMemory()
 	s.dur.init()
 	if err := s.load(); err != nil {
@@ -410,7 +499,7 @@ func Open(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("meta: load %s: %w", cfg.Dir, err)
 	}
 	if len(cfg.Peers) > 0 {
-		if s.rep, err = openReplicator(s, db); err != nil {
+		if s.rep, err = openReplicator(s.State, db); err != nil {
 			db.Close()
 			return nil, err
 		}
@@ -429,7 +518,7 @@ func Open(cfg Config) (*Service, error) {
 
 // initMemory empties the in-memory state (Open, and a replicated
 // member before it loads the store to serve as leader).
-func (s *Service) initMemory() {
+func (s *State) initMemory() {
 	s.ctr = counters{}
 	s.nodes, s.byUUID = map[uint64]*node{}, map[string]uint64{}
 	s.pipelines, s.containers = map[uint64]*pipelineState{}, map[uint64]*containerState{}
@@ -468,7 +557,7 @@ func (s *Service) Close() error {
 }
 
 // scan calls fn for every key/value with the given one-byte prefix.
-func (s *Service) scan(prefix byte, fn func(k, v []byte) error) error {
+func (s *State) scan(prefix byte, fn func(k, v []byte) error) error {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefix}, UpperBound: []byte{prefix + 1}})
 	if err != nil {
 		return err
@@ -486,7 +575,7 @@ func (s *Service) scan(prefix byte, fn func(k, v []byte) error) error {
 	return it.Close()
 }
 
-func (s *Service) load() error {
+func (s *State) load() error {
 	v, closer, err := s.db.Get(counterKey())
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
@@ -600,7 +689,7 @@ func (s *Service) load() error {
 	})
 }
 
-func (s *Service) addDelete(ref blockRef, rec deleteRecord) {
+func (s *State) addDelete(ref blockRef, rec deleteRecord) {
 	m := s.deletes[ref.container]
 	if m == nil {
 		m = map[uint64]*pendingDelete{}
@@ -612,7 +701,7 @@ func (s *Service) addDelete(ref blockRef, rec deleteRecord) {
 	m[ref.local] = &pendingDelete{rec: rec}
 }
 
-func (s *Service) removeDelete(ref blockRef) {
+func (s *State) removeDelete(ref blockRef) {
 	m := s.deletes[ref.container]
 	if _, ok := m[ref.local]; !ok {
 		return
@@ -626,7 +715,7 @@ func (s *Service) removeDelete(ref blockRef) {
 
 // usable returns an error when the service cannot take requests. Callers
 // hold s.mu (either mode).
-func (s *Service) usable() error {
+func (s *State) usable() error {
 	if s.closed {
 		return fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable)
 	}
@@ -761,7 +850,7 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 // bytes short of its size would otherwise stay OPEN while refusing every
 // new block with CONTAINER_FULL. The margin leaves room for the blocks in
 // flight when it closes.
-func (s *Service) fullBytes() uint64 {
+func (s *State) fullBytes() uint64 {
 	return s.cfg.ContainerSizeBytes - s.cfg.ContainerSizeBytes/10
 }
 

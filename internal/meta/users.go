@@ -22,7 +22,7 @@ type s3State struct {
 	byAccess map[string]string     // access key → name
 }
 
-func (s *Service) loadS3() error {
+func (s *State) loadS3() error {
 	s.s3 = s3State{users: map[string]userRecord{}, byAccess: map[string]string{}}
 	return s.scan(prefixUser, func(k, v []byte) error {
 		rec, err := decodeUser(v)
@@ -101,7 +101,7 @@ func base32NoPad(b []byte) string {
 
 // CreateUser creates an S3 user; empty keys are generated. ErrExists when
 // the name or the access key is taken.
-func (s *Service) CreateUser(req *metaapi.CreateUser) (*metaapi.User, error) {
+func (s *S3Users) CreateUser(req *metaapi.CreateUser) (*metaapi.User, error) {
 	if err := validUserName(req.Name); err != nil {
 		return nil, err
 	}
@@ -118,7 +118,7 @@ func (s *Service) CreateUser(req *metaapi.CreateUser) (*metaapi.User, error) {
 	if err := validKeys(access, secret); err != nil {
 		return nil, err
 	}
-	return mutate(s, func() (*metaapi.User, *pebble.Batch, error) {
+	return mutate(s.State, func() (*metaapi.User, *pebble.Batch, error) {
 		if _, ok := s.s3.users[req.Name]; ok {
 			return nil, nil, fmt.Errorf("%w: user %s", metaapi.ErrExists, req.Name)
 		}
@@ -135,8 +135,8 @@ func (s *Service) CreateUser(req *metaapi.CreateUser) (*metaapi.User, error) {
 }
 
 // Users lists the users by name, without secrets.
-func (s *Service) Users() (*metaapi.UserList, error) {
-	return read(s, func() (*metaapi.UserList, error) {
+func (s *S3Users) Users() (*metaapi.UserList, error) {
+	return read(s.State, func() (*metaapi.UserList, error) {
 		l := &metaapi.UserList{Users: []metaapi.User{}}
 		for _, name := range slices.Sorted(maps.Keys(s.s3.users)) {
 			u := s.s3.users[name]
@@ -147,8 +147,8 @@ func (s *Service) Users() (*metaapi.UserList, error) {
 }
 
 // DeleteUser deletes a user (its buckets keep their owner's access key).
-func (s *Service) DeleteUser(name string) error {
-	_, err := mutate(s, func() (struct{}, *pebble.Batch, error) {
+func (s *S3Users) DeleteUser(name string) error {
+	_, err := mutate(s.State, func() (struct{}, *pebble.Batch, error) {
 		u, ok := s.s3.users[name]
 		if !ok {
 			return struct{}{}, nil, fmt.Errorf("%w: user %s", metaapi.ErrNotFound, name)
@@ -163,8 +163,8 @@ func (s *Service) DeleteUser(name string) error {
 }
 
 // UserByAccessKey returns the user of an access key, with its secret.
-func (s *Service) UserByAccessKey(access string) (*metaapi.User, error) {
-	return read(s, func() (*metaapi.User, error) {
+func (s *S3Users) UserByAccessKey(access string) (*metaapi.User, error) {
+	return read(s.State, func() (*metaapi.User, error) {
 		name, ok := s.s3.byAccess[access]
 		if !ok {
 			return nil, fmt.Errorf("%w: access key %s", metaapi.ErrNotFound, access)
@@ -176,14 +176,14 @@ func (s *Service) UserByAccessKey(access string) (*metaapi.User, error) {
 
 // CreateS3Bucket creates an empty bucket owned by req.Owner with its ACL
 // document (ErrExists if it exists).
-func (s *Service) CreateS3Bucket(name string, req *metaapi.CreateS3Bucket) (*metaapi.Bucket, error) {
+func (s *S3Users) CreateS3Bucket(name string, req *metaapi.CreateS3Bucket) (*metaapi.Bucket, error) {
 	if err := metaapi.ValidBucket(name); err != nil {
 		return nil, err
 	}
 	if req.Owner == "" || len(req.Owner) > metaapi.MaxAccessKeyBytes || len(req.ACL) > metaapi.MaxACLBytes {
 		return nil, fmt.Errorf("%w: bucket %s: owner of 1..%d bytes and ACL of at most %d bytes", metaapi.ErrInvalid, name, metaapi.MaxAccessKeyBytes, metaapi.MaxACLBytes)
 	}
-	return mutate(s, func() (*metaapi.Bucket, *pebble.Batch, error) {
+	return mutate(s.State, func() (*metaapi.Bucket, *pebble.Batch, error) {
 		if _, ok := s.buckets[name]; ok {
 			return nil, nil, fmt.Errorf("%w: bucket %s", metaapi.ErrExists, name)
 		}
@@ -198,11 +198,11 @@ func (s *Service) CreateS3Bucket(name string, req *metaapi.CreateS3Bucket) (*met
 }
 
 // GetBucket returns a bucket with its owner and ACL document.
-func (s *Service) GetBucket(name string) (*metaapi.Bucket, error) {
+func (s *S3Users) GetBucket(name string) (*metaapi.Bucket, error) {
 	if err := metaapi.ValidBucket(name); err != nil {
 		return nil, err
 	}
-	return read(s, func() (*metaapi.Bucket, error) {
+	return read(s.State, func() (*metaapi.Bucket, error) {
 		rec, ok := s.buckets[name]
 		if !ok {
 			return nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, name)
@@ -216,14 +216,14 @@ func (s *Service) GetBucket(name string) (*metaapi.Bucket, error) {
 }
 
 // PutBucketACL replaces a bucket's ACL document.
-func (s *Service) PutBucketACL(name string, acl []byte) error {
+func (s *S3Users) PutBucketACL(name string, acl []byte) error {
 	if err := metaapi.ValidBucket(name); err != nil {
 		return err
 	}
 	if len(acl) > metaapi.MaxACLBytes {
 		return fmt.Errorf("%w: ACL of %d bytes, at most %d", metaapi.ErrInvalid, len(acl), metaapi.MaxACLBytes)
 	}
-	_, err := mutate(s, func() (struct{}, *pebble.Batch, error) {
+	_, err := mutate(s.State, func() (struct{}, *pebble.Batch, error) {
 		rec, ok := s.buckets[name]
 		if !ok {
 			return struct{}{}, nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, name)

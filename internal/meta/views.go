@@ -8,7 +8,7 @@ import (
 
 // Nodes is the admin view of every registered datanode, by node ID.
 func (s *Service) Nodes() (*metaapi.NodeList, error) {
-	return read(s, func() (*metaapi.NodeList, error) {
+	return read(s.State, func() (*metaapi.NodeList, error) {
 		now := s.cfg.Now()
 		l := &metaapi.NodeList{Nodes: []metaapi.NodeInfo{}}
 		for _, id := range s.sortedNodes() {
@@ -20,7 +20,7 @@ func (s *Service) Nodes() (*metaapi.NodeList, error) {
 
 // Pipelines is the admin view of every pipeline, open and closed, by ID.
 func (s *Service) Pipelines() (*metaapi.PipelineList, error) {
-	return read(s, func() (*metaapi.PipelineList, error) {
+	return read(s.State, func() (*metaapi.PipelineList, error) {
 		now := s.cfg.Now()
 		l := &metaapi.PipelineList{Pipelines: []metaapi.Pipeline{}}
 		for _, pid := range s.sortedPipelines() {
@@ -38,7 +38,7 @@ func (s *Service) Pipelines() (*metaapi.PipelineList, error) {
 // ReplicaDetails each one's state, bytes and BCSID; BCSID is the highest
 // a CLOSED replica reports (any replica's when none is CLOSED).
 func (s *Service) Containers() (*metaapi.ContainerList, error) {
-	return read(s, func() (*metaapi.ContainerList, error) {
+	return read(s.State, func() (*metaapi.ContainerList, error) {
 		now := s.cfg.Now()
 		ids := make([]uint64, 0, len(s.containers))
 		for id := range s.containers {
