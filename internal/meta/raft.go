@@ -9,13 +9,11 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,12 +55,6 @@ const (
 	// more are dropped (raft resends).
 	maxInboundRaftMsgs = 4096
 )
-
-// maxOverlayBytes: the leader's overlay of proposed, not yet applied
-// batches is rebuilt from the batches still in flight once it holds more
-// than this (and more than twice what is in flight). A variable: a test
-// rebuilds it at every proposal.
-var maxOverlayBytes = 8 << 20
 
 // Meta log entry versions (the first byte of an entry's data): version 1
 // holds one proposal, version 2 the proposals first..last of a stint
@@ -169,47 +161,6 @@ func (a appliedState) follows(term, seq uint64) bool {
 		return seq == a.Seq+1
 	}
 	return term > a.Term && seq == 1
-}
-
-// store is the Pebble store as the service's code reads it: on the
-// serving leader, Get and NewIter see the overlay (an indexed batch of
-// the mutations proposed and not yet applied) over the store, so that a
-// mutation validates against memory's state, not the committed one.
-// ov is set and replaced under s.mu for writing and read under s.mu.
-type store struct {
-	*pebble.DB
-	ov *pebble.Batch
-}
-
-// Get reads k through the overlay.
-func (st *store) Get(k []byte) ([]byte, io.Closer, error) {
-	if st.ov != nil {
-		return st.ov.Get(k)
-	}
-	return st.DB.Get(k)
-}
-
-// NewIter iterates through the overlay.
-func (st *store) NewIter(o *pebble.IterOptions) (*pebble.Iterator, error) {
-	if st.ov != nil {
-		return st.ov.NewIter(o)
-	}
-	return st.DB.NewIter(o)
-}
-
-// inflight is a proposal of the current stint not known applied yet: the
-// leader rebuilds its overlay from them.
-type inflight struct {
-	seq  uint64
-	repr []byte
-}
-
-// proposal is queued by flushStaged (in s.mu order) for the raft
-// goroutine: the stint's proposal seq, its Pebble batch (read-only: the
-// same bytes are the proposal's inflight record).
-type proposal struct {
-	stint, seq uint64
-	repr       []byte
 }
 
 // readReq is a read barrier waiting for a ReadIndex confirmation.
@@ -1297,18 +1248,9 @@ func (r *replicator) endStint(why error) {
 	r.failReads(fmt.Errorf("%w: meta leadership lost: %v", metaapi.ErrUnavailable, why))
 }
 
-// endStintLocked is endStint under s.mu.
-func (s *State) endStintLocked(why error) {
-	r := s.rep
-	if s.stint != 0 {
-		s.log.Warn("meta leader stops serving", "term", s.stint, "why", why)
-	}
-	s.stint, s.proposed, s.inflight, s.staged = 0, 0, nil, nil
-	s.initMemory() // it may be ahead of the log; a follower keeps none
-	if s.db.ov != nil {
-		s.db.ov.Close()
-		s.db.ov = nil
-	}
+// stintEnded records that the serving stint ended (State.endStintLocked,
+// under s.mu): it never resumes in its term; the waiters are woken.
+func (r *replicator) stintEnded() {
 	r.wmu.Lock()
 	r.endedTerm = max(r.endedTerm, r.stint)
 	r.stint = 0
@@ -1316,101 +1258,20 @@ func (s *State) endStintLocked(why error) {
 	r.wmu.Unlock()
 }
 
-// propose replaces apply on a replicated service: under s.mu, b goes
-// into the overlay and, as the stint's next proposal, to the raft
-// goroutine (in s.mu order: the log's order is memory's).
-func (s *State) propose(b *pebble.Batch) (pending, error) {
-	p, err := s.stage(b)
-	if err == nil {
-		s.flushStaged()
-	}
-	return p, err
-}
-
-// stage puts b into the overlay and into the staged batch: the stint's
-// next proposal, which flushStaged makes (before s.mu is released) with
-// every batch staged since the last (the items of a batch request: one
-// proposal, one entry). A staged batch past maxFoldedEntryBytes is
-// flushed first. Under s.mu for writing; a failure ends the stint
-// (memory is ahead of the log), dropping what was staged.
-func (s *State) stage(b *pebble.Batch) (pending, error) {
-	defer b.Close()
-	repr := b.Repr()
-	if len(repr)+entryFoldedOverheadBytes+64 > maxRaftRecordBytes {
-		err := fmt.Errorf("meta: a change of %d bytes is over the meta log's record limit", len(repr))
-		s.endStintLocked(err)
-		return pending{}, err
-	}
-	if s.staged != nil && s.staged.Len()+len(repr) > maxFoldedEntryBytes {
-		s.flushStaged()
-	}
-	if err := s.db.ov.Apply(b, nil); err != nil {
-		err = fmt.Errorf("meta: overlay: %w", err)
-		s.endStintLocked(err)
-		return pending{}, err
-	}
-	if s.staged == nil {
-		s.staged = new(pebble.Batch) // of no store: its bytes are only proposed
-	}
-	if err := s.staged.Apply(b, nil); err != nil {
-		err = fmt.Errorf("meta: stage a proposal: %w", err)
-		s.endStintLocked(err)
-		return pending{}, err
-	}
-	return pending{stint: s.stint, seq: s.proposed + 1}, nil
-}
-
-// flushStaged makes the staged batch the stint's next proposal (none
-// staged: nothing). Under s.mu for writing.
-func (s *State) flushStaged() {
-	if s.staged == nil {
-		return
-	}
-	repr := s.staged.Repr()
-	s.staged = nil // never closed: repr is the proposal's now
-	s.proposed++
-	s.inflight = append(s.inflight, inflight{seq: s.proposed, repr: repr})
-	r := s.rep
+// propose hands p to the raft goroutine (State.flushStaged, under s.mu:
+// in s.mu order, so that the log's order is memory's).
+func (r *replicator) propose(p proposal) {
 	r.in.mu.Lock()
-	r.in.props = append(r.in.props, proposal{stint: s.stint, seq: s.proposed, repr: repr})
+	r.in.props = append(r.in.props, p)
 	r.in.mu.Unlock()
 	r.wake()
-	s.maybeRebuildOverlay()
 }
 
-// maybeRebuildOverlay replaces a large overlay with one of the proposals
-// still in flight (those applied are in the store). Under s.mu.
-func (s *State) maybeRebuildOverlay() {
-	r := s.rep
+// appliedSeqNow is the last proposal of the stint applied to the store.
+func (r *replicator) appliedSeqNow() uint64 {
 	r.wmu.Lock()
-	applied := r.appliedSeq
-	r.wmu.Unlock()
-	k := sort.Search(len(s.inflight), func(i int) bool { return s.inflight[i].seq > applied })
-	s.inflight = s.inflight[k:]
-	if len(s.db.ov.Repr()) <= maxOverlayBytes {
-		return
-	}
-	var n int
-	for _, f := range s.inflight {
-		n += len(f.repr)
-	}
-	if len(s.db.ov.Repr()) <= 2*n {
-		return
-	}
-	ov := r.db.NewIndexedBatch()
-	for _, f := range s.inflight {
-		eb := r.db.NewBatch()
-		// A copy: the batch takes ownership of what SetRepr gets, and
-		// Close gives it back to Pebble for reuse — f.repr is the
-		// proposal's own entry, still on its way through raft.
-		if err := eb.SetRepr(slices.Clone(f.repr)); err == nil {
-			err = ov.Apply(eb, nil)
-		}
-		eb.Close()
-	}
-	s.db.ov.Close()
-	s.db.ov = ov
-	s.inflight = append([]inflight(nil), s.inflight...)
+	defer r.wmu.Unlock()
+	return r.appliedSeq
 }
 
 // status is this member's view of the group.

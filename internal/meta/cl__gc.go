@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -41,18 +40,6 @@ func (s *BlockGC) holders(c *containerState, now time.Time) []uint64 {
 	}
 	slices.Sort(ids)
 	return ids
-}
-
-func (pd *pendingDelete) totals() (tries int, last time.Time) {
-	for _, k := range pd.tries {
-		tries += k
-	}
-	for _, t := range pd.last {
-		if t.After(last) {
-			last = t
-		}
-	}
-	return tries, last
 }
 
 // deleteMode is how the deletions of one container are delivered now.
@@ -267,4 +254,10 @@ func cmpU64(a, b uint64) int {
 		return 1
 	}
 	return 0
+}
+
+// BlockGC schedules and delivers block deletions.
+type BlockGC struct {
+	*State
+	cl *Cluster
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -27,82 +26,6 @@ const (
 	// cluster.
 	MaxRepairs = 64
 )
-
-// repairKey names one replica: a container on a node.
-type repairKey struct{ container, node uint64 }
-
-// repairTask is the block repair of one damaged replica in flight: sent
-// in every heartbeat response to node until the node's reports no longer
-// list those blocks damaged (done), the node is DEAD or drops the
-// replica (dropped), or CopyStartTimeout passes without a block repaired
-// (failed: tried again, up to maxRepairAttempts, then the replica is
-// replaced whole).
-type repairTask struct {
-	container, node uint64
-	blocks          []uint64
-	decided, alive  time.Time
-	left            int // blocks of the task still damaged at the last look
-}
-
-// damageState is the damage part of the replication manager's state.
-type damageState struct {
-	repairs  map[repairKey]*repairTask
-	attempts map[repairKey]int
-	// scrub: each node's scrubber report (Heartbeat.Scrub), by node ID.
-	scrub map[uint64]metaapi.ScrubReport
-	// volumes: each node's failed volumes (Heartbeat.FailedVolumes).
-	volumes                       map[uint64][]metaapi.FailedVolume
-	repairedBlocks, failedRepairs uint64
-}
-
-func newDamageState() damageState {
-	return damageState{repairs: map[repairKey]*repairTask{}, attempts: map[repairKey]int{}, scrub: map[uint64]metaapi.ScrubReport{},
-		volumes: map[uint64][]metaapi.FailedVolume{}}
-}
-
-// damagedOn lists node id's damaged blocks of container cid (as its last
-// report says).
-func (s *Cluster) damagedOn(id, cid uint64) []uint64 {
-	return s.nodes[id].containers[cid].DamagedBlocks
-}
-
-// dropDamaged removes from ids (CLOSED replicas of cid at the highest
-// BCSID on live nodes) those with damage a good replica does not share:
-// the blocks damaged on every one of ids are lost (no good copy is
-// known; they do not make a replica worse than the others), a replica
-// damaged beyond them is not healthy — it is repaired block by block, or
-// replaced by a copy.
-func (s *Cluster) dropDamaged(cid uint64, ids []uint64) []uint64 {
-	if !slices.ContainsFunc(ids, func(id uint64) bool { return len(s.damagedOn(id, cid)) > 0 }) {
-		return ids
-	}
-	lost := s.lostAmong(cid, ids)
-	return slices.DeleteFunc(ids, func(id uint64) bool { return len(beyond(s.damagedOn(id, cid), lost)) > 0 })
-}
-
-// lostAmong is the blocks of cid damaged on every replica of ids.
-func (s *Cluster) lostAmong(cid uint64, ids []uint64) []uint64 {
-	if len(ids) == 0 {
-		return nil
-	}
-	lost := slices.Clone(s.damagedOn(ids[0], cid))
-	for _, id := range ids[1:] {
-		d := s.damagedOn(id, cid)
-		lost = slices.DeleteFunc(lost, func(b uint64) bool { _, ok := slices.BinarySearch(d, b); return !ok })
-	}
-	return lost
-}
-
-// beyond lists the blocks of d (ascending) not in lost (ascending).
-func beyond(d, lost []uint64) []uint64 {
-	var out []uint64
-	for _, b := range d {
-		if _, ok := slices.BinarySearch(lost, b); !ok {
-			out = append(out, b)
-		}
-	}
-	return out
-}
 
 // damagedReplica is a CLOSED replica at the highest BCSID on a live node
 // with damage a good replica does not share.
@@ -342,4 +265,10 @@ func (s *Damage) keysHolding(lost map[metaapi.BlockRef]bool) ([]metaapi.DamagedK
 // Damaged is GET /v1/damaged.
 func (s *Damage) Damaged() (*metaapi.DamageStatus, error) {
 	return read(s.State, func() (*metaapi.DamageStatus, error) { return s.damageStatus(s.cfg.Now()) })
+}
+
+// Damage tracks scrubber findings and block repairs.
+type Damage struct {
+	*State
+	cl *Cluster
 }

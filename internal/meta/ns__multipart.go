@@ -454,3 +454,10 @@ func (s *Multipart) dropBucketUploads(b *pebble.Batch, bucket string, now time.T
 	}
 	return nil
 }
+
+// Multipart holds the S3 multipart uploads.
+type Multipart struct {
+	*State
+	ns *Namespace
+	gc *BlockGC
+}

@@ -2,9 +2,12 @@ package meta
 
 import (
 	"fmt"
+	"slices"
+	"sort"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
 // The commit pipeline (see "Concurrency" in the package comment).
@@ -243,4 +246,205 @@ func read[T any](s *State, fn func() (T, error)) (T, error) {
 		return zero, err
 	}
 	return v, nil
+}
+
+// maxOverlayBytes: the leader's overlay of proposed, not yet applied
+// batches is rebuilt from the batches still in flight once it holds more
+// than this (and more than twice what is in flight). A variable: a test
+// rebuilds it at every proposal.
+var maxOverlayBytes = 8 << 20
+
+// inflight is a proposal of the current stint not known applied yet: the
+// leader rebuilds its overlay from them.
+type inflight struct {
+	seq  uint64
+	repr []byte
+}
+
+// proposal is queued by flushStaged (in s.mu order) for the raft
+// goroutine: the stint's proposal seq, its Pebble batch (read-only: the
+// same bytes are the proposal's inflight record).
+type proposal struct {
+	stint, seq uint64
+	repr       []byte
+}
+
+// endStintLocked is endStint under s.mu.
+func (s *State) endStintLocked(why error) {
+	if s.stint != 0 {
+		s.log.Warn("meta leader stops serving", "term", s.stint, "why", why)
+	}
+	s.stint, s.proposed, s.inflight, s.staged = 0, 0, nil, nil
+	s.initMemory() // it may be ahead of the log; a follower keeps none
+	if s.db.ov != nil {
+		s.db.ov.Close()
+		s.db.ov = nil
+	}
+	s.rep.stintEnded()
+}
+
+// propose replaces apply on a replicated service: under s.mu, b goes
+// into the overlay and, as the stint's next proposal, to the raft
+// goroutine (in s.mu order: the log's order is memory's).
+func (s *State) propose(b *pebble.Batch) (pending, error) {
+	p, err := s.stage(b)
+	if err == nil {
+		s.flushStaged()
+	}
+	return p, err
+}
+
+// stage puts b into the overlay and into the staged batch: the stint's
+// next proposal, which flushStaged makes (before s.mu is released) with
+// every batch staged since the last (the items of a batch request: one
+// proposal, one entry). A staged batch past maxFoldedEntryBytes is
+// flushed first. Under s.mu for writing; a failure ends the stint
+// (memory is ahead of the log), dropping what was staged.
+func (s *State) stage(b *pebble.Batch) (pending, error) {
+	defer b.Close()
+	repr := b.Repr()
+	if len(repr)+entryFoldedOverheadBytes+64 > maxRaftRecordBytes {
+		err := fmt.Errorf("meta: a change of %d bytes is over the meta log's record limit", len(repr))
+		s.endStintLocked(err)
+		return pending{}, err
+	}
+	if s.staged != nil && s.staged.Len()+len(repr) > maxFoldedEntryBytes {
+		s.flushStaged()
+	}
+	if err := s.db.ov.Apply(b, nil); err != nil {
+		err = fmt.Errorf("meta: overlay: %w", err)
+		s.endStintLocked(err)
+		return pending{}, err
+	}
+	if s.staged == nil {
+		s.staged = new(pebble.Batch) // of no store: its bytes are only proposed
+	}
+	if err := s.staged.Apply(b, nil); err != nil {
+		err = fmt.Errorf("meta: stage a proposal: %w", err)
+		s.endStintLocked(err)
+		return pending{}, err
+	}
+	return pending{stint: s.stint, seq: s.proposed + 1}, nil
+}
+
+// flushStaged makes the staged batch the stint's next proposal (none
+// staged: nothing). Under s.mu for writing.
+func (s *State) flushStaged() {
+	if s.staged == nil {
+		return
+	}
+	repr := s.staged.Repr()
+	s.staged = nil // never closed: repr is the proposal's now
+	s.proposed++
+	s.inflight = append(s.inflight, inflight{seq: s.proposed, repr: repr})
+	s.rep.propose(proposal{stint: s.stint, seq: s.proposed, repr: repr})
+	s.maybeRebuildOverlay()
+}
+
+// maybeRebuildOverlay replaces a large overlay with one of the proposals
+// still in flight (those applied are in the store). Under s.mu.
+func (s *State) maybeRebuildOverlay() {
+	applied := s.rep.appliedSeqNow()
+	k := sort.Search(len(s.inflight), func(i int) bool { return s.inflight[i].seq > applied })
+	s.inflight = s.inflight[k:]
+	if len(s.db.ov.Repr()) <= maxOverlayBytes {
+		return
+	}
+	var n int
+	for _, f := range s.inflight {
+		n += len(f.repr)
+	}
+	if len(s.db.ov.Repr()) <= 2*n {
+		return
+	}
+	ov := s.db.DB.NewIndexedBatch()
+	for _, f := range s.inflight {
+		eb := s.db.DB.NewBatch()
+		// A copy: the batch takes ownership of what SetRepr gets, and
+		// Close gives it back to Pebble for reuse — f.repr is the
+		// proposal's own entry, still on its way through raft.
+		if err := eb.SetRepr(slices.Clone(f.repr)); err == nil {
+			err = ov.Apply(eb, nil)
+		}
+		eb.Close()
+	}
+	s.db.ov.Close()
+	s.db.ov = ov
+	s.inflight = append([]inflight(nil), s.inflight...)
+}
+
+// applyEach is a batch's mutations, one per item, in order under one hold
+// of s.mu, each its own store batch made by fn(i) as the single request
+// would make it (an item whose pre[i] is set was refused beforehand and is
+// not run). On a replicated service the applied items' batches are staged
+// and proposed together (applyStaged): one proposal, one log entry,
+// applied atomically on every member. A refusal changes nothing and does
+// not affect the others; a failed apply is sticky: it and every later
+// item fail with it (and so do the earlier items staged with it, whose
+// outcome is unknown once the stint ended). It answers
+// once every applied item is durable: per item its value (the zero value
+// when refused) and error, and the wait's error. A service that does not
+// serve refuses the whole batch (the last error).
+func applyEach[T any](s *State, pre []error, fn func(i int) (T, *pebble.Batch, error)) (vals []T, errs []error, werr, err error) {
+	vals, errs = make([]T, len(pre)), pre
+	s.mu.Lock()
+	if err := s.usable(); err != nil {
+		s.mu.Unlock()
+		return nil, nil, nil, err
+	}
+	var own []pending
+	refused := false
+	for i := range pre {
+		if errs[i] != nil {
+			refused = true
+			continue
+		}
+		v, b, err := fn(i)
+		if err != nil {
+			if b != nil {
+				b.Close()
+			}
+			errs[i], refused = err, true
+			continue
+		}
+		p, err := s.applyStaged(b)
+		if err != nil { // sticky: this one and every later one fail
+			for j := i; j < len(errs); j++ {
+				if errs[j] == nil {
+					errs[j] = err
+				}
+			}
+			break
+		}
+		if len(own) == 0 || own[len(own)-1] != p {
+			own = append(own, p) // staged items share their proposal
+		}
+		vals[i] = v
+	}
+	s.flushStaged()
+	front := s.frontier()
+	s.mu.Unlock()
+	return vals, errs, s.awaitAll(own, refused, front), nil
+}
+
+// awaitAll waits for a batch's own pendings, and, when some request was
+// refused (a refusal may rest on what it saw), for the frontier; the
+// first failure.
+func (s *State) awaitAll(own []pending, refused bool, front pending) error {
+	var werr error
+	for _, p := range own {
+		if err := s.await(p); err != nil && werr == nil {
+			werr = err
+		}
+	}
+	if refused && werr == nil {
+		werr = s.await(front)
+	}
+	return werr
+}
+
+// apiError is err as one result of a batch.
+func apiError(what string, err error) *metaapi.Error {
+	code, _ := metaapi.CodeOf(err)
+	return &metaapi.Error{Code: code, Message: fmt.Sprintf("%s: %v", what, err)}
 }

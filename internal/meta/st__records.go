@@ -788,3 +788,9 @@ func decodePart(v []byte) (partRecord, error) {
 	}
 	return p, nil
 }
+
+const (
+	maxBlocksPerKey = metaapi.MaxBlocksPerKey
+	maxBucketBytes  = metaapi.MaxBucketBytes
+	maxKeyBytes     = metaapi.MaxKeyBytes
+)

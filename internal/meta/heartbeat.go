@@ -1,9 +1,7 @@
 package meta
 
 import (
-	"cmp"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -12,105 +10,6 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
-
-// full says whether n reported too little space for new data (a node
-// that reports no capacity is not judged).
-func (s *Cluster) full(n *node) bool {
-	return n.capacity > 0 && n.available < s.cfg.MinAvailableBytes
-}
-
-// healthOf is n's health at now, from its last heartbeat.
-func (s *Cluster) healthOf(n *node, now time.Time) string {
-	switch d := now.Sub(n.last); {
-	case d >= s.cfg.DeadAfter:
-		return metaapi.HealthDead
-	case d >= s.cfg.StaleAfter:
-		return metaapi.HealthStale
-	}
-	return metaapi.HealthHealthy
-}
-
-// live: not DEAD.
-func (s *Cluster) live(id uint64, now time.Time) bool {
-	n := s.nodes[id]
-	return n != nil && s.healthOf(n, now) != metaapi.HealthDead
-}
-
-// reports says whether node id's last heartbeat (since the start) lists
-// pipeline pid.
-func (s *Cluster) reports(id, pid uint64) bool {
-	n := s.nodes[id]
-	if n == nil || !n.seen {
-		return false
-	}
-	_, ok := n.pipelines[pid]
-	return ok
-}
-
-// served: a live member reports the pipeline (its raft group runs).
-func (s *Cluster) served(p *pipelineState, now time.Time) bool {
-	for _, m := range p.rec.Members {
-		if s.live(m, now) && s.reports(m, p.rec.ID) {
-			return true
-		}
-	}
-	return false
-}
-
-// leaderOf is the pipeline's leader as the live members' reports name it
-// (the one of the highest term), or 0. The leader must itself be a live
-// member that reports the pipeline.
-func (s *Cluster) leaderOf(p *pipelineState, now time.Time) uint64 {
-	var leader, term uint64
-	for _, m := range p.rec.Members {
-		if !s.live(m, now) || !s.reports(m, p.rec.ID) {
-			continue
-		}
-		r := s.nodes[m].pipelines[p.rec.ID]
-		if r.LeaderID != 0 && (leader == 0 || r.Term > term) {
-			leader, term = r.LeaderID, r.Term
-		}
-	}
-	if leader == 0 || !slices.Contains(p.rec.Members, leader) || !s.live(leader, now) || !s.reports(leader, p.rec.ID) {
-		return 0
-	}
-	return leader
-}
-
-// reportedOpen lists the live members of c's pipeline whose last report
-// has c OPEN.
-func (s *Cluster) reportedOpen(c *containerState, now time.Time) []uint64 {
-	var ids []uint64
-	for _, m := range s.pipelines[c.rec.Pipeline].rec.Members {
-		n := s.nodes[m]
-		if !n.seen || !s.live(m, now) {
-			continue
-		}
-		if r, ok := n.containers[c.rec.ID]; ok && r.State == metaapi.ContainerOpen {
-			ids = append(ids, m)
-		}
-	}
-	return ids
-}
-
-// pipelineView is the API form of a pipeline.
-func (s *Cluster) pipelineView(p *pipelineState, now time.Time) *metaapi.Pipeline {
-	v := &metaapi.Pipeline{ID: p.rec.ID, State: metaapi.PipelineOpen, Leader: s.leaderOf(p, now)}
-	if p.rec.State == pipelineClosed {
-		v.State = metaapi.PipelineClosed
-	}
-	for _, m := range p.rec.Members {
-		v.Members = append(v.Members, s.memberOf(m))
-	}
-	return v
-}
-
-// memberOf is node id as a pipeline member: its address and the
-// certificate it is bound to (its peers accept raft messages for the
-// pipeline only under that certificate).
-func (s *Cluster) memberOf(id uint64) metaapi.Member {
-	return metaapi.Member{NodeID: id, Addr: s.nodes[id].rec.Addr, CertName: s.nodes[id].rec.CertName}
-}
 
 // Heartbeat registers a datanode (NodeID 0) or records its heartbeat, and
 // returns its node ID and the commands for it. A malformed heartbeat is
@@ -260,38 +159,6 @@ func (s *Service) heartbeatLocked(caller tlsconf.Peer, hb *metaapi.Heartbeat) (*
 	return &metaapi.HeartbeatResponse{NodeID: id, Commands: s.commandsFor(n, now), Peers: s.peersOf(n)}, b, nil
 }
 
-// peersOf lists the current address of every other member of the
-// pipelines n reports serving, by node ID.
-func (s *Cluster) peersOf(n *node) []metaapi.Member {
-	seen := map[uint64]bool{n.rec.ID: true}
-	var out []metaapi.Member
-	for _, pid := range slices.Sorted(maps.Keys(n.pipelines)) {
-		p := s.pipelines[pid]
-		if p == nil {
-			continue
-		}
-		for _, m := range p.rec.Members {
-			if !seen[m] {
-				seen[m] = true
-				out = append(out, s.memberOf(m))
-			}
-		}
-	}
-	slices.SortFunc(out, func(a, b metaapi.Member) int { return cmp.Compare(a.NodeID, b.NodeID) })
-	return out
-}
-
-// startClose moves an OPEN container to CLOSING (no more allocations;
-// close commands until its replicas are closed).
-func (s *Cluster) startClose(b *pebble.Batch, c *containerState, why string) {
-	if c.rec.State != containerOpen {
-		return
-	}
-	c.rec.State = containerClosing
-	set(b, u64key(prefixContainer, c.rec.ID), c.rec.encode())
-	s.log.Info("closing container", "container", c.rec.ID, "pipeline", c.rec.Pipeline, "why", why)
-}
-
 // commandsFor builds the commands for node n (its heartbeat was just
 // applied): joins, closes, copies, deletes, leaves, at most
 // MaxCommandsPerHeartbeat.
@@ -359,79 +226,6 @@ func (s *Service) commandsFor(n *node, now time.Time) []metaapi.Command {
 	}
 	s.metrics.commands.Add(float64(len(cmds)))
 	return cmds
-}
-
-// anyOpenReplica: a live member reports a container of p OPEN.
-func (s *Cluster) anyOpenReplica(p *pipelineState, now time.Time) bool {
-	for _, cid := range p.containers {
-		if len(s.reportedOpen(s.containers[cid], now)) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-func (s *Cluster) sortedPipelines() []uint64 {
-	ids := make([]uint64, 0, len(s.pipelines))
-	for id := range s.pipelines {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
-
-func (s *Cluster) sortedNodes() []uint64 {
-	ids := make([]uint64, 0, len(s.nodes))
-	for id := range s.nodes {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
-
-// openPipelineCounts is the number of OPEN pipelines of every node.
-func (s *Cluster) openPipelineCounts() map[uint64]int {
-	counts := make(map[uint64]int, len(s.nodes))
-	for _, p := range s.pipelines {
-		if p.rec.State == pipelineOpen {
-			for _, m := range p.rec.Members {
-				counts[m]++
-			}
-		}
-	}
-	return counts
-}
-
-// createPipelines creates pipelines from HEALTHY datanodes heard from since
-// the start, PipelineSize each, while PipelineSize of them are in fewer than
-// PipelinesPerNode OPEN pipelines; the members are those with the fewest.
-func (s *Cluster) createPipelines(b *pebble.Batch, now time.Time) {
-	counts := s.openPipelineCounts()
-	// Each pass adds a pipeline or stops: bounded by the free slots.
-	for range len(s.nodes)*s.cfg.PipelinesPerNode/PipelineSize + 1 {
-		var cands []uint64
-		for _, id := range s.sortedNodes() {
-			n := s.nodes[id]
-			if n.seen && s.healthOf(n, now) == metaapi.HealthHealthy && counts[id] < s.cfg.PipelinesPerNode && !s.full(n) && s.inService(id) {
-				cands = append(cands, id)
-			}
-		}
-		if len(cands) < PipelineSize {
-			return
-		}
-		slices.SortStableFunc(cands, func(a, b uint64) int { return counts[a] - counts[b] })
-		members := slices.Clone(cands[:PipelineSize])
-		slices.Sort(members)
-		rec := pipelineRecord{ID: s.ctr.NextPipeline, State: pipelineOpen, Created: now, Members: members}
-		s.ctr.NextPipeline++
-		s.pipelines[rec.ID] = &pipelineState{rec: rec}
-		for _, m := range members {
-			counts[m]++
-		}
-		set(b, counterKey(), s.ctr.encode())
-		set(b, u64key(prefixPipeline, rec.ID), rec.encode())
-		s.log.Info("pipeline created", "pipeline", rec.ID, "members", members)
-	}
 }
 
 // Tick runs one round of the cluster manager at the clock's time: health
@@ -502,40 +296,4 @@ func (s *Service) tickLocked() *pebble.Batch {
 	}
 	s.replicate(now)
 	return b
-}
-
-// closePipeline marks p CLOSED and its OPEN containers CLOSING.
-func (s *Cluster) closePipeline(b *pebble.Batch, p *pipelineState, now time.Time, why string) {
-	p.rec.State, p.rec.Closed = pipelineClosed, now
-	set(b, u64key(prefixPipeline, p.rec.ID), p.rec.encode())
-	s.log.Warn("pipeline closed", "pipeline", p.rec.ID, "members", p.rec.Members, "why", why)
-	for _, cid := range p.containers {
-		s.startClose(b, s.containers[cid], fmt.Sprintf("pipeline %d closed", p.rec.ID))
-	}
-}
-
-// settleContainers marks CLOSED every CLOSING container that no live
-// replica reports OPEN, once every live member has reported since the
-// start (before that, reports are missing, not empty).
-func (s *Cluster) settleContainers(b *pebble.Batch, now time.Time) {
-	for _, pid := range s.sortedPipelines() {
-		p := s.pipelines[pid]
-		ready := true
-		for _, m := range p.rec.Members {
-			if s.live(m, now) && !s.nodes[m].seen {
-				ready = false
-			}
-		}
-		if !ready {
-			continue
-		}
-		for _, cid := range p.containers {
-			c := s.containers[cid]
-			if c.rec.State == containerClosing && len(s.reportedOpen(c, now)) == 0 {
-				c.rec.State = containerClosed
-				set(b, u64key(prefixContainer, cid), c.rec.encode())
-				s.log.Info("container closed", "container", cid, "pipeline", pid)
-			}
-		}
-	}
 }

@@ -16,29 +16,6 @@ import (
 // records 'U'|name, all held in memory (s.s3) and indexed by access key;
 // every change goes through mutate (commit.go), like every other record.
 
-// s3State is the S3 part of the service's memory, under s.mu.
-type s3State struct {
-	users    map[string]userRecord // by name
-	byAccess map[string]string     // access key → name
-}
-
-func (s *State) loadS3() error {
-	s.s3 = s3State{users: map[string]userRecord{}, byAccess: map[string]string{}}
-	return s.scan(prefixUser, func(k, v []byte) error {
-		rec, err := decodeUser(v)
-		if err != nil {
-			return fmt.Errorf("user %q: %w", k[1:], err)
-		}
-		name := string(k[1:])
-		if _, dup := s.s3.byAccess[rec.AccessKey]; dup {
-			return fmt.Errorf("%w: user %q: access key held by another user", ErrCorrupt, name)
-		}
-		s.s3.users[name] = rec
-		s.s3.byAccess[rec.AccessKey] = name
-		return nil
-	})
-}
-
 // validUserName: 1..MaxUserNameBytes of letters, digits, '-', '_', '.', '@'.
 func validUserName(name string) error {
 	if len(name) == 0 || len(name) > metaapi.MaxUserNameBytes {
@@ -236,3 +213,6 @@ func (s *S3Users) PutBucketACL(name string, acl []byte) error {
 	})
 	return err
 }
+
+// S3Users holds the S3 users.
+type S3Users struct{ *State }
