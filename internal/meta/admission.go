@@ -8,33 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/semaphore"
-
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
-)
-
-// Request bodies are admitted against two bounds, so that clients that
-// send slowly or all at once cannot hold the service's memory and
-// goroutines without limit (a slowloris behind the mutual TLS, or a burst
-// of large inline commits):
-//
-//   - time: a body must arrive within BodyReadTimeout of its admission
-//     (MaxRequestBytes at 0.5 MB/s); a read past it fails, the request is
-//     refused INVALID and its connection closed by net/http;
-//   - bytes: the bodies admitted at once weigh at most MaxBodyBytesInFlight
-//     (each its Content-Length, MaxRequestBytes when it has none), held
-//     until its handler returns. A request finding no room waits up to
-//     BodyAdmitWait and is then refused BUSY (503) before a byte of its
-//     body is read: nothing was done, and the client retries it
-//     (metaapi.ErrBusy), POSTs included.
-//
-// Requests without a body (GETs, most DELETEs) are not counted. The raft
-// stream and snapshot routes (raftnet.go) are not under these bounds:
-// they are long-lived by design and served only to meta members.
-const (
-	DefaultBodyReadTimeout      = 60 * time.Second
-	DefaultMaxBodyBytesInFlight = 256 << 20
-	DefaultBodyAdmitWait        = 10 * time.Second
+	"golang.org/x/sync/semaphore"
 )
 
 // bodyGate admits request bodies (see above). Safe for concurrent use.
@@ -48,7 +24,7 @@ type bodyGate struct {
 	inFlightBytes atomic.Int64
 }
 
-func newBodyGate(c *Config) *bodyGate {
+func newBodyGate(c *state.Config) *bodyGate {
 	return &bodyGate{sem: semaphore.NewWeighted(c.MaxBodyBytesInFlight), readTimeout: c.BodyReadTimeout,
 		admitWait: c.BodyAdmitWait, limitBytes: c.MaxBodyBytesInFlight}
 }
@@ -59,7 +35,7 @@ func (g *bodyGate) admit(w http.ResponseWriter, r *http.Request) (release func()
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return func() {}, nil
 	}
-	weight := int64(MaxRequestBytes)
+	weight := int64(state.MaxRequestBytes)
 	if r.ContentLength > 0 && r.ContentLength < weight {
 		weight = r.ContentLength
 	}

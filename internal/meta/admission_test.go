@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -61,15 +62,15 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 // held the room ends, bodies are admitted again.
 func TestBodiesInFlightAreBounded(t *testing.T) {
 	cfg := testConfig(t.TempDir(), newClock())
-	cfg.MaxBodyBytesInFlight = MaxRequestBytes
+	cfg.MaxBodyBytesInFlight = state.MaxRequestBytes
 	cfg.BodyAdmitWait = 50 * time.Millisecond
 	srv, cl := serve(t, cfg)
 	ctx := context.Background()
 	must[metaapi.Bucket](t)(cl.CreateBucket(ctx, "bkt"))
 
 	// A holds all the room: announced MaxRequestBytes, sent one byte.
-	holder := rawPost(t, srv.Addr(), "/v1/allocate", MaxRequestBytes, "{")
-	waitFor(t, "the first body admitted", func() bool { return srv.svc.bodies.inFlightBytes.Load() == MaxRequestBytes })
+	holder := rawPost(t, srv.Addr(), "/v1/allocate", state.MaxRequestBytes, "{")
+	waitFor(t, "the first body admitted", func() bool { return srv.svc.bodies.inFlightBytes.Load() == state.MaxRequestBytes })
 
 	c := rawPost(t, srv.Addr(), "/v1/allocate", 2, "{}")
 	if status, body := answer(t, c); status != http.StatusServiceUnavailable || !strings.Contains(body, metaapi.CodeBusy) {

@@ -138,16 +138,16 @@ func (s *Service) guard(route string, h http.Handler) http.Handler {
 	if !ok {
 		panic(fmt.Sprintf("meta: route %q has no access class (auth.go routeAccess)", route))
 	}
-	tlsOn := s.cfg.TLS.Enabled()
+	tlsOn := s.Cfg.TLS.Enabled()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := callerOf(r)
 		allowed := err == nil && (!tlsOn || class.anyone || p.Is(class.roles...))
 		if tlsOn && r.TLS == nil {
 			allowed, err = false, fmt.Errorf("not a TLS connection")
 		}
-		if !tlsOn && class.admin && s.cfg.AdminToken != "" {
+		if !tlsOn && class.admin && s.Cfg.AdminToken != "" {
 			// Plaintext with an admin token: the token is the credential.
-			if bearerMatches(r, s.cfg.AdminToken) {
+			if bearerMatches(r, s.Cfg.AdminToken) {
 				p = tlsconf.Peer{Name: "bearer-token", Role: tlsconf.RoleAdmin}
 			} else {
 				allowed, err = false, fmt.Errorf("no valid admin token (Authorization: Bearer)")
@@ -158,14 +158,14 @@ func (s *Service) guard(route string, h http.Handler) http.Handler {
 			if err != nil {
 				why = err.Error()
 			}
-			s.log.Warn("request refused", "audit", class.audit, "route", route, "method", r.Method, "path", r.URL.EscapedPath(),
+			s.Log.Warn("request refused", "audit", class.audit, "route", route, "method", r.Method, "path", r.URL.EscapedPath(),
 				"caller", p.String(), "remote", r.RemoteAddr, "reason", why)
-			s.metrics.refused.WithLabelValues(route).Inc()
+			s.Metrics.Refused.WithLabelValues(route).Inc()
 			writeError(w, http.StatusForbidden, metaapi.CodeForbidden, "forbidden: "+why)
 			return
 		}
 		if class.audit {
-			s.log.Info("audit: allowed", "route", route, "method", r.Method, "path", r.URL.EscapedPath(),
+			s.Log.Info("audit: allowed", "route", route, "method", r.Method, "path", r.URL.EscapedPath(),
 				"caller", p.String(), "remote", r.RemoteAddr)
 		}
 		h.ServeHTTP(w, r)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
@@ -113,7 +114,7 @@ func (l *logBuffer) lines(words ...string) []string {
 func serveTLS(t *testing.T, pki *testPKI) (*Server, *logBuffer) {
 	t.Helper()
 	logs := &logBuffer{}
-	srv, err := Start(Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", TickInterval: -1,
+	srv, err := Start(state.Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", TickInterval: -1,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), TLS: pki.settings("meta-1", tlsconf.RoleMeta)})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +137,7 @@ func clientAs(t *testing.T, srv *Server, s *tlsconf.Settings) *metaapi.Client {
 // made by hand; a connection without TLS on a TLS service is refused too.
 func TestGuardRoles(t *testing.T) {
 	pki := newTestPKI(t)
-	s := open(t, Config{Dir: t.TempDir(), TickInterval: -1, Logger: quiet, TLS: pki.settings("meta-1", tlsconf.RoleMeta)})
+	s := open(t, state.Config{Dir: t.TempDir(), TickInterval: -1, Logger: quiet, TLS: pki.settings("meta-1", tlsconf.RoleMeta)})
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
 	allowed := map[string][]tlsconf.Role{
 		"heartbeat":     {tlsconf.RoleDatanode},
@@ -178,7 +179,7 @@ func TestGuardRoles(t *testing.T) {
 		}
 	}
 	// Over plaintext (--insecure) nothing is authenticated: let through.
-	plain := open(t, Config{Dir: t.TempDir(), TickInterval: -1, Logger: quiet})
+	plain := open(t, state.Config{Dir: t.TempDir(), TickInterval: -1, Logger: quiet})
 	w := httptest.NewRecorder()
 	plain.guard("safemode_exit", ok).ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/x", nil))
 	if w.Code != http.StatusTeapot {
@@ -322,7 +323,7 @@ func TestJoinToken(t *testing.T) {
 	pki := newTestPKI(t)
 	clk := newClock()
 	logs := &logBuffer{}
-	srv, err := Start(Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", TickInterval: -1, Now: clk.Now,
+	srv, err := Start(state.Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", TickInterval: -1, Now: clk.Now,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), TLS: pki.settings("meta-1", tlsconf.RoleMeta), JoinCA: pki.ca})
 	if err != nil {
 		t.Fatal(err)
@@ -423,7 +424,7 @@ func TestJoinToken(t *testing.T) {
 func TestAdminTokenWithoutTLS(t *testing.T) {
 	const token = "s3cr3t-admin-token-0123456789"
 	logs := &logBuffer{}
-	srv, err := Start(Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", TickInterval: -1,
+	srv, err := Start(state.Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", TickInterval: -1,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), AdminToken: token})
 	if err != nil {
 		t.Fatal(err)
@@ -452,7 +453,7 @@ func TestAdminTokenWithoutTLS(t *testing.T) {
 		t.Error("the token's deletion not audited")
 	}
 	// Without a token configured, plaintext is open (as --insecure says).
-	open, err := Start(Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", TickInterval: -1, Logger: quiet})
+	open, err := Start(state.Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", TickInterval: -1, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,7 @@ func (s *Service) backupHandler() http.Handler {
 		start := time.Now()
 		status := http.StatusOK
 		defer func() {
-			s.metrics.requests.WithLabelValues("backup", fmt.Sprint(status)).Observe(time.Since(start).Seconds())
+			s.Metrics.Requests.WithLabelValues("backup", fmt.Sprint(status)).Observe(time.Since(start).Seconds())
 		}()
 		select {
 		case backupSlots <- struct{}{}:
@@ -81,15 +81,15 @@ func (s *Service) backupHandler() http.Handler {
 		dir, files, err := s.checkpoint()
 		if dir != "" {
 			defer func() {
-				if err := s.cfg.FS.RemoveAll(dir); err != nil {
-					s.log.Warn("backup: removing the checkpoint", "dir", dir, "err", err)
+				if err := s.Cfg.FS.RemoveAll(dir); err != nil {
+					s.Log.Warn("backup: removing the checkpoint", "dir", dir, "err", err)
 				}
 			}()
 		}
 		if err != nil {
 			var code string
 			code, status = metaapi.CodeOf(err)
-			s.log.Error("backup failed", "err", err)
+			s.Log.Error("backup failed", "err", err)
 			writeError(w, status, code, err.Error())
 			return
 		}
@@ -97,10 +97,10 @@ func (s *Service) backupHandler() http.Handler {
 		w.WriteHeader(http.StatusOK)
 		n, err := s.writeBackup(w, dir, files)
 		if err != nil {
-			s.log.Error("backup: streaming the checkpoint failed", "err", err)
+			s.Log.Error("backup: streaming the checkpoint failed", "err", err)
 			panic(http.ErrAbortHandler) // the client sees a truncated stream
 		}
-		s.log.Info("backup streamed", "files", len(files), "bytes", n, "seconds", time.Since(start).Seconds())
+		s.Log.Info("backup streamed", "files", len(files), "bytes", n, "seconds", time.Since(start).Seconds())
 	})
 }
 
@@ -108,18 +108,18 @@ func (s *Service) backupHandler() http.Handler {
 // under Dir and lists its files. dir is set whenever something may have
 // been created, for the caller to remove.
 func (s *Service) checkpoint() (dir string, files []string, err error) {
-	dir = filepath.Join(s.cfg.Dir, fmt.Sprintf(".backup-%d", time.Now().UnixNano()))
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
+	dir = filepath.Join(s.Cfg.Dir, fmt.Sprintf(".backup-%d", time.Now().UnixNano()))
+	s.Mu.RLock()
+	if s.Closed {
+		s.Mu.RUnlock()
 		return "", nil, fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable)
 	}
-	err = s.db.Checkpoint(dir, pebble.WithFlushedWAL())
-	s.mu.RUnlock()
+	err = s.Store.Checkpoint(dir, pebble.WithFlushedWAL())
+	s.Mu.RUnlock()
 	if err != nil {
 		return dir, nil, fmt.Errorf("meta: backup: checkpoint into %s: %w", dir, err)
 	}
-	files, err = s.cfg.FS.List(dir)
+	files, err = s.Cfg.FS.List(dir)
 	if err != nil {
 		return dir, nil, fmt.Errorf("meta: backup: list %s: %w", dir, err)
 	}
@@ -133,7 +133,7 @@ func (s *Service) writeBackup(w io.Writer, dir string, files []string) (int64, e
 	var total int64
 	for _, name := range files {
 		p := filepath.Join(dir, name)
-		st, err := s.cfg.FS.Stat(p)
+		st, err := s.Cfg.FS.Stat(p)
 		if err != nil {
 			return total, fmt.Errorf("stat %s: %w", p, err)
 		}
@@ -144,7 +144,7 @@ func (s *Service) writeBackup(w io.Writer, dir string, files []string) (int64, e
 		if err := tw.WriteHeader(hdr); err != nil {
 			return total, err
 		}
-		f, err := s.cfg.FS.Open(p)
+		f, err := s.Cfg.FS.Open(p)
 		if err != nil {
 			return total, fmt.Errorf("open %s: %w", p, err)
 		}

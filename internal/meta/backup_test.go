@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -20,7 +21,7 @@ import (
 // whole stream unpacks into a store that Open opens with the bucket that
 // was committed before the backup.
 func TestBackupUnpackWholeOrNothing(t *testing.T) {
-	s, err := Start(Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", Logger: quiet})
+	s, err := Start(state.Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestBackupUnpackWholeOrNothing(t *testing.T) {
 	if _, _, err := UnpackBackup(bytes.NewReader(stream), dir); err != nil {
 		t.Fatal(err)
 	}
-	restored, err := Open(Config{Dir: dir, Logger: quiet})
+	restored, err := Open(state.Config{Dir: dir, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

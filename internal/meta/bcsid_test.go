@@ -19,7 +19,7 @@ func setBCSID(cid, bcsid uint64, nodes ...*fakeDN) {
 }
 
 // replicaDetail is node id's replica in the admin view of container cid.
-func (c *cluster) replicaDetail(cid, id uint64) metaapi.ReplicaInfo {
+func (c *fakeCluster) replicaDetail(cid, id uint64) metaapi.ReplicaInfo {
 	c.t.Helper()
 	for _, r := range c.containers()[cid].ReplicaDetails {
 		if r.Node == id {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	metacluster "github.com/spindle-store/spindle/internal/meta/cluster"
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -55,7 +57,7 @@ func TestHealthTransitions(t *testing.T) {
 	clk := newClock()
 	cfg := testConfig(t.TempDir(), clk)
 	cfg.StaleAfter, cfg.DeadAfter = 5*time.Second, 30*time.Second
-	c := &cluster{t: t, s: open(t, cfg), clk: clk}
+	c := &fakeCluster{t: t, s: open(t, cfg), clk: clk}
 	a, b := c.add(), c.add()
 	check := func(wa, wb string) {
 		t.Helper()
@@ -101,7 +103,7 @@ func TestPipelineCreationAndSpread(t *testing.T) {
 			}
 			per := map[uint64]int{}
 			for _, p := range ps {
-				if len(p.Members) != PipelineSize || p.State != metaapi.PipelineOpen {
+				if len(p.Members) != state.PipelineSize || p.State != metaapi.PipelineOpen {
 					t.Fatalf("pipeline %+v", p)
 				}
 				ids := map[uint64]bool{}
@@ -112,7 +114,7 @@ func TestPipelineCreationAndSpread(t *testing.T) {
 						t.Fatalf("member %d address %q", m.NodeID, m.Addr)
 					}
 				}
-				if len(ids) != PipelineSize {
+				if len(ids) != state.PipelineSize {
 					t.Fatalf("pipeline %d has a node twice: %+v", p.ID, p.Members)
 				}
 			}
@@ -139,7 +141,7 @@ func TestJoinRepeatedUntilReported(t *testing.T) {
 	clk := newClock()
 	cfg := testConfig(t.TempDir(), clk)
 	cfg.PipelinesPerNode = 1
-	c := &cluster{t: t, s: open(t, cfg), clk: clk}
+	c := &fakeCluster{t: t, s: open(t, cfg), clk: clk}
 	for range 3 {
 		c.add()
 	}
@@ -410,7 +412,7 @@ func TestRestartKeepsNodesPresumedHealthy(t *testing.T) {
 func TestPipelineAllocatableOnceItsMembersReportIt(t *testing.T) {
 	clk := newClock()
 	cfg := testConfig(t.TempDir(), clk)
-	c := &cluster{t: t, s: open(t, cfg), clk: clk}
+	c := &fakeCluster{t: t, s: open(t, cfg), clk: clk}
 	for range 3 {
 		c.add()
 	}
@@ -514,7 +516,7 @@ func TestFullNodeGetsNoPipeline(t *testing.T) {
 	old := c.pipelines()[0]
 	f := c.node(old.Members[0].NodeID)
 	f.used = 1 << 20
-	f.full = 1e12 - f.used - (DefaultMinAvailableBytes - 1)
+	f.full = 1e12 - f.used - (state.DefaultMinAvailableBytes - 1)
 	for _, n := range c.nodes {
 		if n != f {
 			n.used = 1 << 20
@@ -556,7 +558,7 @@ func TestNoPipelineNamesTheFullNodes(t *testing.T) {
 	for _, n := range c.nodes {
 		n.used = 1 << 20
 	}
-	f.full = 1e12 - f.used - (DefaultMinAvailableBytes - 1)
+	f.full = 1e12 - f.used - (state.DefaultMinAvailableBytes - 1)
 	for range 3 {
 		clk.Advance(time.Second)
 		c.settle()
@@ -571,7 +573,7 @@ func TestNoPipelineNamesTheFullNodes(t *testing.T) {
 	}
 	// spindle admin nodes shows which one, with its space.
 	for _, ni := range must[*metaapi.NodeList](t)(c.s.Nodes()).Nodes {
-		if full := ni.NodeID == f.id; ni.Full != full || ni.CapacityBytes != 1e12 || (full && ni.AvailableBytes >= DefaultMinAvailableBytes) {
+		if full := ni.NodeID == f.id; ni.Full != full || ni.CapacityBytes != 1e12 || (full && ni.AvailableBytes >= state.DefaultMinAvailableBytes) {
 			t.Fatalf("node %d listed as %+v: want capacity 1 TB, full %v", ni.NodeID, ni, full)
 		}
 	}
@@ -721,7 +723,7 @@ func TestLeaderlessPipelineNotHandedOut(t *testing.T) {
 	last.leaderless = true
 	c.round(c.nodes...)
 	must[*metaapi.AllocateResponse](t)(c.s.Allocate(&metaapi.AllocateRequest{Bucket: "bkt", Key: "k"}))
-	clk.Advance(leaderGrace)
+	clk.Advance(metacluster.LeaderGrace)
 	c.round(c.nodes...)
 	clk.Advance(time.Millisecond)
 	last.beat() // the newest report names no leader

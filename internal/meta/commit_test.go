@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
 )
@@ -19,7 +20,7 @@ func walSync(op vfs.Op) bool {
 
 // memCluster is a cluster of three fake datanodes around a Service whose
 // store is on a MemFS, with a key committed.
-func memCluster(t *testing.T, hook func(own bool)) (*cluster, *vfs.MemFS, Config) {
+func memCluster(t *testing.T, hook func(own bool)) (*fakeCluster, *vfs.MemFS, state.Config) {
 	t.Helper()
 	fs := vfs.NewMem()
 	clk := newClock()
@@ -30,9 +31,9 @@ func memCluster(t *testing.T, hook func(own bool)) (*cluster, *vfs.MemFS, Config
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.awaitHook = hook // before any request
+	s.AwaitHook = hook // before any request
 	t.Cleanup(func() { s.Close() })
-	c := &cluster{t: t, s: s, clk: clk}
+	c := &fakeCluster{t: t, s: s, clk: clk}
 	for range 3 {
 		c.add()
 	}

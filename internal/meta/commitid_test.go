@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/meta/namespace"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -27,7 +28,7 @@ func TestRetriedCommitAnswersTheFirstResult(t *testing.T) {
 	ki := must[*metaapi.KeyInfo](t)(s.CommitKey("bkt", "k", &first))
 	// Another client replaces the key.
 	other := must[*metaapi.KeyInfo](t)(s.CommitKey("bkt", "k", &metaapi.CommitKey{Size: 100, CRC32C: 2, Blocks: []metaapi.KeyBlock{alloc("k")}, CommitID: "id-2"}))
-	deletes := s.nDeletes
+	deletes := s.NDeletes
 	retry := first
 	again, err := s.CommitKey("bkt", "k", &retry)
 	if err != nil {
@@ -36,8 +37,8 @@ func TestRetriedCommitAnswersTheFirstResult(t *testing.T) {
 	if again.CRC32C != 1 || again.Blocks[0].BlockRef != first.Blocks[0].BlockRef || !again.Created.Equal(ki.Created) {
 		t.Fatalf("retried commit answered %+v, want the first commit's version %+v", again, ki)
 	}
-	if now := must[*metaapi.KeyInfo](t)(s.GetKey("bkt", "k")); now.CRC32C != other.CRC32C || s.nDeletes != deletes {
-		t.Fatalf("the retry changed the key (%+v) or scheduled deletions (%d, was %d)", now, s.nDeletes, deletes)
+	if now := must[*metaapi.KeyInfo](t)(s.GetKey("bkt", "k")); now.CRC32C != other.CRC32C || s.NDeletes != deletes {
+		t.Fatalf("the retry changed the key (%+v) or scheduled deletions (%d, was %d)", now, s.NDeletes, deletes)
 	}
 	// After a delete too.
 	mustNo(t, s.DeleteKey("bkt", "k"))
@@ -53,7 +54,7 @@ func TestRetriedCommitAnswersTheFirstResult(t *testing.T) {
 	must[*metaapi.KeyInfo](t)(s.CommitKey("bkt", "k2", &metaapi.CommitKey{Size: 100, Blocks: []metaapi.KeyBlock{alloc("k2")}, CommitID: "id-3"}))
 	// Forgotten after CommitIDRetention: the retry is then refused as
 	// any commit of consumed blocks.
-	clk.Advance(CommitIDRetention + time.Second)
+	clk.Advance(namespace.CommitIDRetention + time.Second)
 	mustNo(t, s.Tick())
 	_, err = s.CommitKey("bkt", "k", &retry)
 	wantErr(t, err, metaapi.ErrInvalid, "a commit retried after its ID expired")
@@ -79,7 +80,7 @@ func TestCommitOutcomeUnknownAfterFailover(t *testing.T) {
 	var fired atomic.Bool
 	// The commit is the only request the leader gets from here on (own
 	// says a batch to sync: false on a replicated member).
-	g.srvs[ld].Service().awaitHook = func(bool) {
+	g.srvs[ld].Service().AwaitHook = func(bool) {
 		if !fired.CompareAndSwap(false, true) {
 			return
 		}
@@ -90,7 +91,7 @@ func TestCommitOutcomeUnknownAfterFailover(t *testing.T) {
 				if i == ld {
 					continue
 				}
-				if _, closer, err := s.Service().rep.db.Get(commitIDKey(id)); err != nil {
+				if _, closer, err := s.Service().rep.db.Get(namespace.CommitIDKey(id)); err != nil {
 					return false
 				} else {
 					closer.Close()

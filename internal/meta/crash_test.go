@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/meta/namespace"
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
 )
@@ -86,19 +88,19 @@ func (st nsState) clone() nsState {
 }
 
 // referenced is every block a key or a part of st holds.
-func (st nsState) referenced() map[blockRef]metaapi.KeyBlock {
-	m := map[blockRef]metaapi.KeyBlock{}
+func (st nsState) referenced() map[state.BlockRef]metaapi.KeyBlock {
+	m := map[state.BlockRef]metaapi.KeyBlock{}
 	for _, b := range st.Buckets {
 		for _, k := range b.Keys {
 			for _, kb := range k.Blocks {
-				m[blockRef{kb.Container, kb.Local}] = kb
+				m[state.BlockRef{Container: kb.Container, Local: kb.Local}] = kb
 			}
 		}
 	}
 	for _, parts := range st.Uploads {
 		for _, p := range parts {
 			for _, kb := range p.blocks {
-				m[blockRef{kb.Container, kb.Local}] = kb
+				m[state.BlockRef{Container: kb.Container, Local: kb.Local}] = kb
 			}
 		}
 	}
@@ -149,7 +151,7 @@ func nsDiff(got, want nsState) []string {
 			case !wok:
 				d = append(d, fmt.Sprintf("key %s/%s there, not expected: %v", name, key, gk))
 			case gk.Size != wk.Size || gk.CRC32C != wk.CRC32C || gk.Created != wk.Created || string(gk.Inline) != string(wk.Inline) ||
-				!slices.EqualFunc(gk.Blocks, wk.Blocks, sameBlock) || !sameObjectMeta(gk.Object, wk.Object):
+				!slices.EqualFunc(gk.Blocks, wk.Blocks, sameBlock) || !namespace.SameObjectMeta(gk.Object, wk.Object):
 				d = append(d, fmt.Sprintf("key %s/%s is %v, want %v", name, key, gk, wk))
 			}
 		}
@@ -202,7 +204,7 @@ func readNS(s *Service) (nsState, error) {
 	}
 	for _, b := range bl.Buckets {
 		bw := bucketWant{Created: b.Created.UnixMilli(), Keys: map[string]keyWant{}}
-		l, err := s.List(b.Name, ListOptions{Limit: metaapi.MaxListLimit})
+		l, err := s.List(b.Name, namespace.ListOptions{Limit: metaapi.MaxListLimit})
 		if err != nil {
 			return st, err
 		}
@@ -260,7 +262,7 @@ type crashRun struct {
 	t   *testing.T
 	k   int64
 	s   *Service
-	c   *cluster
+	c   *fakeCluster
 	clk *clock
 	// fs is the MemFS armed to crash (nil: nothing armed, every answer
 	// acknowledged).
@@ -276,11 +278,11 @@ type crashRun struct {
 
 	// What acknowledged answers handed out, promised never to be handed
 	// out again (doc.go: "IDs … are never handed out twice").
-	nodes      map[string]uint64   // UUID → node ID
-	handed     map[string]uint64   // UUID → node ID, every answer (acknowledged or not)
-	blocks     map[blockRef]bool   // allocated blocks
-	containers map[uint64]uint64   // container → its pipeline
-	pipelines  map[uint64][]uint64 // pipeline → its members
+	nodes      map[string]uint64       // UUID → node ID
+	handed     map[string]uint64       // UUID → node ID, every answer (acknowledged or not)
+	blocks     map[state.BlockRef]bool // allocated blocks
+	containers map[uint64]uint64       // container → its pipeline
+	pipelines  map[uint64][]uint64     // pipeline → its members
 	// commitIDs: acknowledged commits naming a commit ID, to be retried.
 	commitIDs map[string]idCommit
 }
@@ -292,9 +294,9 @@ type idCommit struct {
 }
 
 func newCrashRun(t *testing.T, k int64, s *Service, clk *clock, fs *vfs.MemFS, start nsState) *crashRun {
-	return &crashRun{t: t, k: k, s: s, c: &cluster{t: t, s: s, clk: clk}, clk: clk, fs: fs,
+	return &crashRun{t: t, k: k, s: s, c: &fakeCluster{t: t, s: s, clk: clk}, clk: clk, fs: fs,
 		cur: start, snaps: []nsState{start}, ops: []string{"start"},
-		nodes: map[string]uint64{}, handed: map[string]uint64{}, blocks: map[blockRef]bool{},
+		nodes: map[string]uint64{}, handed: map[string]uint64{}, blocks: map[state.BlockRef]bool{},
 		containers: map[uint64]uint64{}, pipelines: map[uint64][]uint64{}, commitIDs: map[string]idCommit{}}
 }
 
@@ -376,7 +378,7 @@ func (r *crashRun) alloc(bucket, key string, length uint64) metaapi.KeyBlock {
 		return err
 	})
 	if acked {
-		r.blocks[blockRef{a.Block.Container, a.Block.Local}] = true
+		r.blocks[state.BlockRef{Container: a.Block.Container, Local: a.Block.Local}] = true
 		r.containers[a.Block.Container] = a.Pipeline.ID
 		var members []uint64
 		for _, m := range a.Pipeline.Members {
@@ -576,7 +578,7 @@ func (r *crashRun) firstLife() {
 		}
 		return nil
 	})
-	r.cl("flush", r.s.db.Flush)
+	r.cl("flush", r.s.Store.Flush)
 	r.inline("alpha", "hot", 8, 600, "crash-commit-id-2")
 	r.put("beta", "b0", 8, 8, 8) // replaces 2 blocks
 	r.put("beta", "b2", 8, 8)    // 64 MiB committed: the container closes
@@ -625,45 +627,45 @@ func (r *crashRun) firstLife() {
 // and no longer referenced is pending deletion (the datanodes acknowledge
 // none); each container's committed bytes are those of every block ever
 // committed into it.
-func checkBlocks(s *Service, st nsState, history []nsState, acked map[blockRef]bool) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+func checkBlocks(s *Service, st nsState, history []nsState, acked map[state.BlockRef]bool) error {
+	s.Mu.RLock()
+	defer s.Mu.RUnlock()
 	ref := st.referenced()
-	pendingDelete := func(b blockRef) bool { return s.deletes[b.container][b.local] != nil }
+	pendingDelete := func(b state.BlockRef) bool { return s.Deletes[b.Container][b.Local] != nil }
 	for b := range ref {
-		if _, ok := s.allocs[b]; ok {
+		if _, ok := s.Allocs[b]; ok {
 			return fmt.Errorf("block %v is committed and still a pending allocation", b)
 		}
 		if pendingDelete(b) {
 			return fmt.Errorf("block %v is committed and scheduled for deletion", b)
 		}
 	}
-	for b := range s.allocs {
+	for b := range s.Allocs {
 		if pendingDelete(b) {
 			return fmt.Errorf("block %v is a pending allocation and scheduled for deletion", b)
 		}
 	}
 	for b := range acked {
 		if _, ok := ref[b]; !ok && !pendingDelete(b) {
-			if _, ok := s.allocs[b]; !ok {
+			if _, ok := s.Allocs[b]; !ok {
 				return fmt.Errorf("acknowledged allocation of block %v: neither committed, pending nor scheduled for deletion", b)
 			}
 		}
 	}
-	ever := map[blockRef]metaapi.KeyBlock{}
+	ever := map[state.BlockRef]metaapi.KeyBlock{}
 	for _, h := range history {
 		maps.Copy(ever, h.referenced())
 	}
 	committed := map[uint64]uint64{}
 	for b, kb := range ever {
-		committed[b.container] += kb.Length
+		committed[b.Container] += kb.Length
 		if _, ok := ref[b]; !ok && !pendingDelete(b) {
 			return fmt.Errorf("block %v, committed and no longer referenced, is not scheduled for deletion", b)
 		}
 	}
-	for id, c := range s.containers {
-		if c.rec.Committed != committed[id] {
-			return fmt.Errorf("container %d counts %d committed bytes, its committed blocks hold %d", id, c.rec.Committed, committed[id])
+	for id, c := range s.ContainerByID {
+		if c.Rec.Committed != committed[id] {
+			return fmt.Errorf("container %d counts %d committed bytes, its committed blocks hold %d", id, c.Rec.Committed, committed[id])
 		}
 	}
 	return nil
@@ -740,7 +742,7 @@ func (r *crashRun) checkRecovered(s *Service) int {
 // the crash are retried, new changes are made; no ID acknowledged before
 // the crash is handed out again. Then a second crash (strict model):
 // everything of the second life is back.
-func (r *crashRun) secondLife(s2 *Service, img *vfs.MemFS, cfg Config, j int) {
+func (r *crashRun) secondLife(s2 *Service, img *vfs.MemFS, cfg state.Config, j int) {
 	r.t.Helper()
 	r2 := newCrashRun(r.t, r.k, s2, r.clk, nil, r.snaps[j].clone())
 	maps.Copy(r2.handed, r.handed)
@@ -751,20 +753,20 @@ func (r *crashRun) secondLife(s2 *Service, img *vfs.MemFS, cfg Config, j int) {
 	for b := range r.snaps[j].referenced() {
 		known[b] = true
 	}
-	s2.mu.RLock()
-	for b := range s2.allocs {
+	s2.Mu.RLock()
+	for b := range s2.Allocs {
 		known[b] = true
 	}
-	for cid, m := range s2.deletes {
+	for cid, m := range s2.Deletes {
 		for local := range m {
-			known[blockRef{cid, local}] = true
+			known[state.BlockRef{Container: cid, Local: local}] = true
 		}
 	}
 	before := map[uint64]bool{}
-	for id := range s2.containers {
+	for id := range s2.ContainerByID {
 		before[id] = true
 	}
-	s2.mu.RUnlock()
+	s2.Mu.RUnlock()
 	ackedIDs := map[uint64]string{}
 	for uuid, id := range r.nodes {
 		ackedIDs[id] = uuid
@@ -853,7 +855,7 @@ func (r *crashRun) secondLife(s2 *Service, img *vfs.MemFS, cfg Config, j int) {
 // crashConfig: a container holds 8 blocks of 8 MiB of the workload
 // before it closes; datanodes never go STALE (the clock moves a second a
 // change); a deletion is delivered once and never given up on.
-func crashConfig(clk *clock, fs *vfs.MemFS) Config {
+func crashConfig(clk *clock, fs *vfs.MemFS) state.Config {
 	cfg := testConfig("/meta", clk)
 	cfg.FS = fs
 	cfg.PipelinesPerNode = 1

@@ -7,10 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
-func (c *cluster) damage() *metaapi.DamageStatus {
+func (c *fakeCluster) damage() *metaapi.DamageStatus {
 	return must[*metaapi.DamageStatus](c.t)(c.s.Damaged())
 }
 
@@ -28,7 +29,7 @@ func repairCmd(cmds []metaapi.Command, cid uint64) *metaapi.Command {
 // replaced by a copy; damage on every replica is lost and names its key,
 // without the container being under-replicated or unrecoverable.
 func TestDamagedBlocks(t *testing.T) {
-	c, cids := replCluster(t, 4, 1, func(cfg *Config) { cfg.DisableSafeMode = true })
+	c, cids := replCluster(t, 4, 1, func(cfg *state.Config) { cfg.DisableSafeMode = true })
 	cid := cids[0]
 	ki := must[*metaapi.KeyInfo](t)(c.s.GetKey("bkt", "k0"))
 	b := ki.Blocks[0].Local

@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
+	"github.com/spindle-store/spindle/internal/meta/state"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/spindle-store/spindle/internal/datanode"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -39,7 +40,7 @@ func TestEndToEndWithDatanodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three datanodes")
 	}
-	cfg := Config{Dir: filepath.Join(t.TempDir(), "meta"), Logger: quiet, PipelinesPerNode: 1,
+	cfg := state.Config{Dir: filepath.Join(t.TempDir(), "meta"), Logger: quiet, PipelinesPerNode: 1,
 		HeartbeatInterval: 50 * time.Millisecond, StaleAfter: 2 * time.Second, DeadAfter: 10 * time.Second,
 		DeleteRedeliverAfter: time.Second}
 	srv, mc := serve(t, cfg)
@@ -106,9 +107,9 @@ func TestEndToEndWithDatanodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	pending := func() int {
-		svc.mu.RLock()
-		defer svc.mu.RUnlock()
-		return svc.nDeletes
+		svc.Mu.RLock()
+		defer svc.Mu.RUnlock()
+		return svc.NDeletes
 	}
 	// v1's 3 blocks and other's 3.
 	if n := pending(); n == 0 {
@@ -117,7 +118,7 @@ func TestEndToEndWithDatanodes(t *testing.T) {
 	waitFor(t, "every scheduled deletion acknowledged by the datanodes", func() bool { return pending() == 0 })
 	// Acknowledged, not given up.
 	var m dto.Metric
-	if err := svc.metrics.deletesDropped.Write(&m); err != nil || m.GetCounter().GetValue() != 0 {
+	if err := svc.Metrics.DeletesDropped.Write(&m); err != nil || m.GetCounter().GetValue() != 0 {
 		t.Fatalf("%v deletions dropped (%v)", m.GetCounter().GetValue(), err)
 	}
 	got.Reset()

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
@@ -29,24 +29,24 @@ func (s *Service) HeartbeatFrom(caller tlsconf.Peer, hb *metaapi.Heartbeat) (*me
 	if err := hb.Validate(); err != nil {
 		return nil, err
 	}
-	return mutate(s.State, func() (*metaapi.HeartbeatResponse, *pebble.Batch, error) { return s.heartbeatLocked(caller, hb) })
+	return state.Mutate(s.State, func() (*metaapi.HeartbeatResponse, *pebble.Batch, error) { return s.heartbeatLocked(caller, hb) })
 }
 
 // heartbeatLocked is Heartbeat, validated, under s.mu.
 func (s *Service) heartbeatLocked(caller tlsconf.Peer, hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, *pebble.Batch, error) {
-	now := s.cfg.Now()
-	id, known := s.byUUID[hb.UUID]
+	now := s.Cfg.Now()
+	id, known := s.NodeByUUID[hb.UUID]
 	if known && caller.Authenticated() {
-		if bound := s.nodes[id].rec.CertName; bound != "" && bound != caller.Name {
-			s.log.Warn("heartbeat refused: the datanode is bound to another certificate", "node", id, "uuid", hb.UUID,
+		if bound := s.NodeByID[id].Rec.CertName; bound != "" && bound != caller.Name {
+			s.Log.Warn("heartbeat refused: the datanode is bound to another certificate", "node", id, "uuid", hb.UUID,
 				"bound_to", bound, "caller", caller.String(), "claimed_addr", hb.Addr)
 			return nil, nil, fmt.Errorf("%w: datanode %s (node %d) is bound to certificate %q, not %q", metaapi.ErrForbidden, hb.UUID, id, bound, caller.Name)
 		}
 	}
 	switch {
 	case hb.NodeID == 0 && !known:
-		if s.ctr.NextNode > MaxNodeID {
-			return nil, nil, fmt.Errorf("meta: cannot register datanode %s: all %d node IDs are taken", hb.UUID, MaxNodeID)
+		if s.Ctr.NextNode > state.MaxNodeID {
+			return nil, nil, fmt.Errorf("meta: cannot register datanode %s: all %d node IDs are taken", hb.UUID, state.MaxNodeID)
 		}
 	case hb.NodeID == 0:
 		// A known UUID always gets its ID back.
@@ -56,76 +56,76 @@ func (s *Service) heartbeatLocked(caller tlsconf.Peer, hb *metaapi.Heartbeat) (*
 		return nil, nil, fmt.Errorf("%w: datanode %s claims node ID %d, but it is registered as node %d", metaapi.ErrInvalid, hb.UUID, hb.NodeID, id)
 	}
 	// Valid: from here on the heartbeat is applied.
-	b := s.db.NewBatch()
+	b := s.Store.NewBatch()
 	if !known {
-		id = s.ctr.NextNode
-		s.ctr.NextNode++
-		rec := nodeRecord{ID: id, Registered: now, UUID: hb.UUID, Addr: hb.Addr, MetricsURL: hb.MetricsURL, CertName: caller.Name}
-		s.nodes[id] = &node{rec: rec, health: metaapi.HealthHealthy}
-		s.byUUID[hb.UUID] = id
-		set(b, counterKey(), s.ctr.encode())
-		set(b, u64key(prefixNode, id), rec.encode())
-		s.metrics.registrations.Inc()
-		s.log.Info("datanode registered", "node", id, "uuid", hb.UUID, "addr", hb.Addr, "certificate", caller.String())
+		id = s.Ctr.NextNode
+		s.Ctr.NextNode++
+		rec := state.NodeRecord{ID: id, Registered: now, UUID: hb.UUID, Addr: hb.Addr, MetricsURL: hb.MetricsURL, CertName: caller.Name}
+		s.NodeByID[id] = &state.Node{Rec: rec, Health: metaapi.HealthHealthy}
+		s.NodeByUUID[hb.UUID] = id
+		state.Set(b, state.CounterKey(), s.Ctr.Encode())
+		state.Set(b, state.U64Key(state.PrefixNode, id), rec.Encode())
+		s.Metrics.Registrations.Inc()
+		s.Log.Info("datanode registered", "node", id, "uuid", hb.UUID, "addr", hb.Addr, "certificate", caller.String())
 	}
-	n := s.nodes[id]
-	if known && caller.Authenticated() && n.rec.CertName == "" {
+	n := s.NodeByID[id]
+	if known && caller.Authenticated() && n.Rec.CertName == "" {
 		// Registered before its certificate was known (plaintext, or a
 		// version without bindings): bound by its first heartbeat over TLS.
-		s.log.Info("datanode bound to its certificate", "node", id, "uuid", hb.UUID, "certificate", caller.String())
-		n.rec.CertName = caller.Name
-		set(b, u64key(prefixNode, id), n.rec.encode())
+		s.Log.Info("datanode bound to its certificate", "node", id, "uuid", hb.UUID, "certificate", caller.String())
+		n.Rec.CertName = caller.Name
+		state.Set(b, state.U64Key(state.PrefixNode, id), n.Rec.Encode())
 	}
-	if n.rec.Addr != hb.Addr || n.rec.MetricsURL != hb.MetricsURL {
-		if n.rec.Addr != hb.Addr && known {
-			s.log.Warn("datanode address changed; its peers learn the new one from their next heartbeat", "node", id, "old", n.rec.Addr, "new", hb.Addr)
+	if n.Rec.Addr != hb.Addr || n.Rec.MetricsURL != hb.MetricsURL {
+		if n.Rec.Addr != hb.Addr && known {
+			s.Log.Warn("datanode address changed; its peers learn the new one from their next heartbeat", "node", id, "old", n.Rec.Addr, "new", hb.Addr)
 		}
-		n.rec.Addr, n.rec.MetricsURL = hb.Addr, hb.MetricsURL
-		set(b, u64key(prefixNode, id), n.rec.encode())
+		n.Rec.Addr, n.Rec.MetricsURL = hb.Addr, hb.MetricsURL
+		state.Set(b, state.U64Key(state.PrefixNode, id), n.Rec.Encode())
 	}
-	if n.health != metaapi.HealthHealthy {
-		s.log.Info("datanode healthy again", "node", id, "was", n.health)
+	if n.Health != metaapi.HealthHealthy {
+		s.Log.Info("datanode healthy again", "node", id, "was", n.Health)
 	}
-	n.last, n.seen, n.health = now, true, metaapi.HealthHealthy
-	n.capacity, n.used, n.available = hb.Capacity, hb.Used, hb.Available
-	n.containers = make(map[uint64]metaapi.ContainerReport, len(hb.Containers))
+	n.Last, n.Seen, n.Health = now, true, metaapi.HealthHealthy
+	n.Capacity, n.Used, n.Available = hb.Capacity, hb.Used, hb.Available
+	n.Containers = make(map[uint64]metaapi.ContainerReport, len(hb.Containers))
 	for _, c := range hb.Containers {
-		n.containers[c.ID] = c
+		n.Containers[c.ID] = c
 	}
-	n.pipelines = make(map[uint64]metaapi.PipelineReport, len(hb.Pipelines))
+	n.Pipelines = make(map[uint64]metaapi.PipelineReport, len(hb.Pipelines))
 	for _, p := range hb.Pipelines {
-		n.pipelines[p.ID] = p
+		n.Pipelines[p.ID] = p
 	}
-	n.copying = make(map[uint64]bool, len(hb.Copying))
+	n.Copying = make(map[uint64]bool, len(hb.Copying))
 	for _, cid := range hb.Copying {
-		n.copying[cid] = true
+		n.Copying[cid] = true
 	}
-	s.copyReports(n, hb, now)
+	s.CopyReports(n, hb, now)
 	if hb.Scrub != nil {
-		s.repl.damage.scrub[id] = *hb.Scrub
+		s.Repair.Damage.Scrub[id] = *hb.Scrub
 	}
-	s.volumesFailed(b, n, hb.FailedVolumes, now) // ops.go
+	s.VolumesFailed(b, n, hb.FailedVolumes, now) // ops.go
 	// A leader that can no longer catch a member up from its log (it is
 	// behind the compacted log): the pipeline cannot give that replica
 	// what it misses, so it is closed; the member leaves at once, closes
 	// its replica by itself, and the replica (behind by its BCSID) is
 	// replaced by a copy of a complete one.
 	for _, pr := range hb.Pipelines {
-		p := s.pipelines[pr.ID]
+		p := s.PipelineByID[pr.ID]
 		if p == nil || len(pr.Behind) == 0 || pr.LeaderID != id {
 			continue
 		}
 		for _, m := range pr.Behind {
-			if !slices.Contains(p.rec.Members, m) || m == id || p.behind[m] {
+			if !slices.Contains(p.Rec.Members, m) || m == id || p.Behind[m] {
 				continue
 			}
-			if p.behind == nil {
-				p.behind = map[uint64]bool{}
+			if p.Behind == nil {
+				p.Behind = map[uint64]bool{}
 			}
-			p.behind[m] = true
-			s.metrics.membersBehind.Inc()
-			if p.rec.State == pipelineOpen {
-				s.closePipeline(b, p, now, fmt.Sprintf("member %d is behind leader %d's compacted log: it needs a container copy", m, id))
+			p.Behind[m] = true
+			s.Metrics.MembersBehind.Inc()
+			if p.Rec.State == state.PipelineOpen {
+				s.ClosePipeline(b, p, now, fmt.Sprintf("member %d is behind leader %d's compacted log: it needs a container copy", m, id))
 			}
 		}
 	}
@@ -133,98 +133,98 @@ func (s *Service) heartbeatLocked(caller tlsconf.Peer, hb *metaapi.Heartbeat) (*
 	// acknowledging: the pipeline goes on with fewer replicas than it
 	// claims, so it is closed (its containers are copied once CLOSED).
 	for _, f := range hb.FailedPipelines {
-		p := s.pipelines[f.ID]
-		if p == nil || p.rec.State != pipelineOpen || !slices.Contains(p.rec.Members, id) {
+		p := s.PipelineByID[f.ID]
+		if p == nil || p.Rec.State != state.PipelineOpen || !slices.Contains(p.Rec.Members, id) {
 			continue
 		}
-		s.metrics.replicaFailures.Inc()
-		s.closePipeline(b, p, now, fmt.Sprintf("member %d's replica failed (container %d): %s", id, f.Container, f.Reason))
+		s.Metrics.ReplicaFailures.Inc()
+		s.ClosePipeline(b, p, now, fmt.Sprintf("member %d's replica failed (container %d): %s", id, f.Container, f.Reason))
 	}
-	s.metrics.heartbeats.Inc()
+	s.Metrics.Heartbeats.Inc()
 	// Containers the reports say are full, closed or damaged stop taking
 	// blocks.
 	for _, r := range hb.Containers {
-		c := s.containers[r.ID]
-		if c == nil || c.rec.State != containerOpen {
+		c := s.ContainerByID[r.ID]
+		if c == nil || c.Rec.State != state.ContainerOpen {
 			continue
 		}
 		switch {
 		case r.State != metaapi.ContainerOpen:
-			s.startClose(b, c, fmt.Sprintf("node %d reports it %s", id, r.State))
-		case r.UsedBytes >= s.fullBytes():
-			s.startClose(b, c, fmt.Sprintf("node %d reports %d bytes used", id, r.UsedBytes))
+			s.StartClose(b, c, fmt.Sprintf("node %d reports it %s", id, r.State))
+		case r.UsedBytes >= s.FullBytes():
+			s.StartClose(b, c, fmt.Sprintf("node %d reports %d bytes used", id, r.UsedBytes))
 		}
 	}
-	s.ackDeletes(b, id, hb.DeletedBlocks, now)
-	return &metaapi.HeartbeatResponse{NodeID: id, Commands: s.commandsFor(n, now), Peers: s.peersOf(n)}, b, nil
+	s.AckDeletes(b, id, hb.DeletedBlocks, now)
+	return &metaapi.HeartbeatResponse{NodeID: id, Commands: s.commandsFor(n, now), Peers: s.PeersOf(n)}, b, nil
 }
 
 // commandsFor builds the commands for node n (its heartbeat was just
 // applied): joins, closes, copies, deletes, leaves, at most
 // MaxCommandsPerHeartbeat.
-func (s *Service) commandsFor(n *node, now time.Time) []metaapi.Command {
-	id := n.rec.ID
+func (s *Service) commandsFor(n *state.Node, now time.Time) []metaapi.Command {
+	id := n.Rec.ID
 	var cmds []metaapi.Command
-	full := func() bool { return len(cmds) >= MaxCommandsPerHeartbeat }
-	pids := s.sortedPipelines()
+	full := func() bool { return len(cmds) >= state.MaxCommandsPerHeartbeat }
+	pids := s.SortedPipelines()
 	// Join the OPEN pipelines it is a member of and does not serve.
 	for _, pid := range pids {
-		p := s.pipelines[pid]
-		if p.rec.State == pipelineOpen && slices.Contains(p.rec.Members, id) && !s.reports(id, pid) && !full() {
-			cmds = append(cmds, metaapi.Command{Kind: metaapi.CmdJoinPipeline, Pipeline: s.pipelineView(p, now)})
+		p := s.PipelineByID[pid]
+		if p.Rec.State == state.PipelineOpen && slices.Contains(p.Rec.Members, id) && !s.Reports(id, pid) && !full() {
+			cmds = append(cmds, metaapi.Command{Kind: metaapi.CmdJoinPipeline, Pipeline: s.PipelineView(p, now)})
 		}
 	}
 	// Close containers that are CLOSING or CLOSED in the meta service and
 	// still OPEN on a live replica: through the leader, or every such
 	// replica when no leader is known.
 	for _, pid := range pids {
-		p := s.pipelines[pid]
-		if !slices.Contains(p.rec.Members, id) {
+		p := s.PipelineByID[pid]
+		if !slices.Contains(p.Rec.Members, id) {
 			continue
 		}
 		// A member that no longer serves the pipeline (it left, or was
 		// behind) cannot get the close through raft: it closes its own
 		// replica.
-		leader, serving := s.leaderOf(p, now), s.reports(id, pid)
+		leader, serving := s.LeaderOf(p, now), s.Reports(id, pid)
 		if leader != 0 && leader != id && serving {
 			continue
 		}
-		for _, cid := range p.containers {
-			c := s.containers[cid]
-			if c.rec.State == containerOpen || full() {
+		for _, cid := range p.Containers {
+			c := s.ContainerByID[cid]
+			if c.Rec.State == state.ContainerOpen || full() {
 				continue
 			}
-			open := s.reportedOpen(c, now)
+			open := s.ReportedOpen(c, now)
 			if len(open) == 0 || ((leader == 0 || !serving) && !slices.Contains(open, id)) {
 				continue
 			}
-			if t, ok := c.lastClose[id]; ok && now.Sub(t) < s.cfg.CloseResendAfter {
+			if t, ok := c.LastClose[id]; ok && now.Sub(t) < s.Cfg.CloseResendAfter {
 				continue
 			}
-			if c.lastClose == nil {
-				c.lastClose = map[uint64]time.Time{}
+			if c.LastClose == nil {
+				c.LastClose = map[uint64]time.Time{}
 			}
-			c.lastClose[id] = now
-			cmds = append(cmds, metaapi.Command{Kind: metaapi.CmdCloseContainer, Pipeline: s.pipelineView(p, now), Container: cid})
+			c.LastClose[id] = now
+			cmds = append(cmds, metaapi.Command{Kind: metaapi.CmdCloseContainer, Pipeline: s.PipelineView(p, now), Container: cid})
 		}
 	}
-	cmds = s.replicateCommands(cmds, id, now)
-	cmds = s.repairCommands(cmds, id, now)
-	cmds = s.trimCommands(cmds, id, now)
-	cmds = s.deleteCommands(cmds, id, now)
+	cmds = s.ReplicateCommands(cmds, id, now)
+	cmds = s.RepairCommands(cmds, id, now)
+	cmds = s.TrimCommands(cmds, id, now)
+	cmds = s.DeleteCommands(cmds, id, now)
 	// Leave the CLOSED pipelines it still serves, once none of their
 	// containers is OPEN on a live replica (or after LeaveTimeout).
 	for _, pid := range pids {
-		p := s.pipelines[pid]
-		if p.rec.State != pipelineClosed || !s.reports(id, pid) || full() {
+		p := s.PipelineByID[pid]
+		if p.Rec.State != state.PipelineClosed || !s.Reports(id, pid) || full() {
 			continue
 		}
-		if now.Sub(p.rec.Closed) < s.cfg.LeaveTimeout && s.anyOpenReplica(p, now) && !p.behind[id] {
+		if now.Sub(p.Rec.Closed) < s.Cfg.LeaveTimeout && s.AnyOpenReplica(p, now) && !p.Behind[id] {
 			continue
 		}
-		cmds = append(cmds, metaapi.Command{Kind: metaapi.CmdLeavePipeline, Pipeline: s.pipelineView(p, now)})
+		cmds = append(cmds, metaapi.Command{Kind: metaapi.CmdLeavePipeline, Pipeline: s.PipelineView(p, now)})
 	}
-	s.metrics.commands.Add(float64(len(cmds)))
+	s.Metrics.Commands.Add(float64(len(cmds)))
 	return cmds
 }
 
@@ -238,62 +238,62 @@ func (s *Service) commandsFor(n *node, now time.Time) []metaapi.Command {
 // mode, copies settled and scheduled). Start runs it every TickInterval;
 // tests call it.
 func (s *Service) Tick() error {
-	_, err := mutate(s.State, func() (struct{}, *pebble.Batch, error) { return struct{}{}, s.tickLocked(), nil })
+	_, err := state.Mutate(s.State, func() (struct{}, *pebble.Batch, error) { return struct{}{}, s.tickLocked(), nil })
 	return err
 }
 
 // tickLocked is Tick under s.mu; it returns the batch of its changes.
 func (s *Service) tickLocked() *pebble.Batch {
-	now := s.cfg.Now()
-	b := s.db.NewBatch()
-	for _, id := range s.sortedNodes() {
-		n := s.nodes[id]
-		if h := s.healthOf(n, now); h != n.health {
-			s.log.Info("datanode health changed", "node", id, "from", n.health, "to", h, "last_heartbeat", n.last)
-			n.health = h
+	now := s.Cfg.Now()
+	b := s.Store.NewBatch()
+	for _, id := range s.SortedNodes() {
+		n := s.NodeByID[id]
+		if h := s.HealthOf(n, now); h != n.Health {
+			s.Log.Info("datanode health changed", "node", id, "from", n.Health, "to", h, "last_heartbeat", n.Last)
+			n.Health = h
 		}
 	}
-	for _, pid := range s.sortedPipelines() {
-		p := s.pipelines[pid]
-		if p.rec.State != pipelineOpen {
+	for _, pid := range s.SortedPipelines() {
+		p := s.PipelineByID[pid]
+		if p.Rec.State != state.PipelineOpen {
 			continue
 		}
 		var silent []uint64 // STALE or DEAD members
-		for _, m := range p.rec.Members {
-			if s.healthOf(s.nodes[m], now) != metaapi.HealthHealthy {
+		for _, m := range p.Rec.Members {
+			if s.HealthOf(s.NodeByID[m], now) != metaapi.HealthHealthy {
 				silent = append(silent, m)
 			}
 		}
-		if len(silent) > len(p.rec.Members)/2 {
+		if len(silent) > len(p.Rec.Members)/2 {
 			// A raft majority silent: nothing commits on it until they
 			// return. Closing it now, not when they are DEAD, frees the
 			// live members' slots for a pipeline that can write (with two
 			// of five datanodes killed, the three others make one within
 			// StaleAfter instead of DeadAfter). Its containers close as
 			// for a DEAD member's.
-			s.closePipeline(b, p, now, fmt.Sprintf("members %v of %v silent (STALE or DEAD): a raft majority lost", silent, p.rec.Members))
+			s.ClosePipeline(b, p, now, fmt.Sprintf("members %v of %v silent (STALE or DEAD): a raft majority lost", silent, p.Rec.Members))
 			continue
 		}
-		for _, m := range p.rec.Members {
-			n := s.nodes[m]
-			if s.healthOf(n, now) == metaapi.HealthDead {
-				s.closePipeline(b, p, now, fmt.Sprintf("member %d is DEAD", m))
+		for _, m := range p.Rec.Members {
+			n := s.NodeByID[m]
+			if s.HealthOf(n, now) == metaapi.HealthDead {
+				s.ClosePipeline(b, p, now, fmt.Sprintf("member %d is DEAD", m))
 				break
 			}
-			if s.full(n) {
-				s.closePipeline(b, p, now, fmt.Sprintf("member %d is full: %d bytes available, below %d", m, n.available, s.cfg.MinAvailableBytes))
+			if s.Full(n) {
+				s.ClosePipeline(b, p, now, fmt.Sprintf("member %d is full: %d bytes available, below %d", m, n.Available, s.Cfg.MinAvailableBytes))
 				break
 			}
 		}
 	}
-	s.opsTick(b, now) // ops.go
-	s.createPipelines(b, now)
-	s.settleContainers(b, now)
-	s.expireAllocations(b, now)
-	s.dropExhaustedDeletes(b, now)
-	if err := s.expireCommitIDs(b, now); err != nil { // commitid.go
-		s.log.Error("forgetting old commit IDs", "err", err)
+	s.OpsTick(b, now) // ops.go
+	s.CreatePipelines(b, now)
+	s.SettleContainers(b, now)
+	s.ExpireAllocations(b, now)
+	s.DropExhaustedDeletes(b, now)
+	if err := s.ExpireCommitIDs(b, now); err != nil { // commitid.go
+		s.Log.Error("forgetting old commit IDs", "err", err)
 	}
-	s.replicate(now)
+	s.Replicate(now)
 	return b
 }

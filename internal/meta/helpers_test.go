@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -38,11 +39,11 @@ func (c *clock) Advance(d time.Duration) {
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // testConfig: defaults, the given clock, no background ticker.
-func testConfig(dir string, clk *clock) Config {
-	return Config{Dir: dir, Now: clk.Now, TickInterval: -1, Logger: quiet}
+func testConfig(dir string, clk *clock) state.Config {
+	return state.Config{Dir: dir, Now: clk.Now, TickInterval: -1, Logger: quiet}
 }
 
-func open(t *testing.T, cfg Config) *Service {
+func open(t *testing.T, cfg state.Config) *Service {
 	t.Helper()
 	s, err := Open(cfg)
 	if err != nil {
@@ -81,7 +82,7 @@ func wantErr(t *testing.T, err, target error, what string) {
 // closing and deleting through a pipeline applies on every member, as
 // raft would) and acknowledges deletions.
 type fakeDN struct {
-	c         *cluster
+	c         *fakeCluster
 	uuid      string
 	id        uint64
 	addr      string
@@ -120,15 +121,15 @@ const (
 	copyFail                   // report a failure from the first source
 )
 
-// cluster is a set of fake datanodes around one Service.
-type cluster struct {
+// fakeCluster is a set of fake datanodes around one Service.
+type fakeCluster struct {
 	t     *testing.T
 	s     *Service
 	clk   *clock
 	nodes []*fakeDN
 }
 
-func (c *cluster) add() *fakeDN {
+func (c *fakeCluster) add() *fakeDN {
 	n := &fakeDN{c: c, uuid: fmt.Sprintf("uuid-%d", len(c.nodes)+1), addr: fmt.Sprintf("127.0.0.1:%d", 20001+len(c.nodes)),
 		pipelines: map[uint64]*metaapi.Pipeline{}, conts: map[uint64]*metaapi.ContainerReport{}}
 	c.nodes = append(c.nodes, n)
@@ -136,7 +137,7 @@ func (c *cluster) add() *fakeDN {
 	return n
 }
 
-func (c *cluster) node(id uint64) *fakeDN {
+func (c *fakeCluster) node(id uint64) *fakeDN {
 	for _, n := range c.nodes {
 		if n.id == id {
 			return n
@@ -278,7 +279,7 @@ func (n *fakeDN) finishCopies() {
 	}
 }
 
-func (c *cluster) nodeOrNil(id uint64) *fakeDN {
+func (c *fakeCluster) nodeOrNil(id uint64) *fakeDN {
 	for _, n := range c.nodes {
 		if n.id == id {
 			return n
@@ -289,7 +290,7 @@ func (c *cluster) nodeOrNil(id uint64) *fakeDN {
 
 // write pretends a block was written to container cid on every member of
 // pipeline p: the container appears in their reports.
-func (c *cluster) write(p metaapi.Pipeline, cid, bytes uint64) {
+func (c *fakeCluster) write(p metaapi.Pipeline, cid, bytes uint64) {
 	for _, m := range p.Members {
 		n := c.node(m.NodeID)
 		r := n.conts[cid]
@@ -303,7 +304,7 @@ func (c *cluster) write(p metaapi.Pipeline, cid, bytes uint64) {
 }
 
 // round: every listed node beats, then a tick.
-func (c *cluster) round(nodes ...*fakeDN) {
+func (c *fakeCluster) round(nodes ...*fakeDN) {
 	c.t.Helper()
 	for _, n := range nodes {
 		n.beat()
@@ -313,7 +314,7 @@ func (c *cluster) round(nodes ...*fakeDN) {
 
 // settle runs rounds of the given nodes (default all) until no command
 // is sent (bounded).
-func (c *cluster) settle(nodes ...*fakeDN) {
+func (c *fakeCluster) settle(nodes ...*fakeDN) {
 	c.t.Helper()
 	if len(nodes) == 0 {
 		nodes = c.nodes
@@ -331,8 +332,8 @@ func (c *cluster) settle(nodes ...*fakeDN) {
 	c.t.Fatal("the cluster keeps sending commands after 20 rounds")
 }
 
-func newCluster(t *testing.T, cfg Config, clk *clock, nodes int) *cluster {
-	c := &cluster{t: t, s: open(t, cfg), clk: clk}
+func newCluster(t *testing.T, cfg state.Config, clk *clock, nodes int) *fakeCluster {
+	c := &fakeCluster{t: t, s: open(t, cfg), clk: clk}
 	for range nodes {
 		c.add()
 	}
@@ -341,11 +342,11 @@ func newCluster(t *testing.T, cfg Config, clk *clock, nodes int) *cluster {
 	return c
 }
 
-func (c *cluster) pipelines() []metaapi.Pipeline {
+func (c *fakeCluster) pipelines() []metaapi.Pipeline {
 	return must[*metaapi.PipelineList](c.t)(c.s.Pipelines()).Pipelines
 }
 
-func (c *cluster) containers() map[uint64]metaapi.ContainerInfo {
+func (c *fakeCluster) containers() map[uint64]metaapi.ContainerInfo {
 	m := map[uint64]metaapi.ContainerInfo{}
 	for _, ci := range must[*metaapi.ContainerList](c.t)(c.s.Containers()).Containers {
 		m[ci.ID] = ci
@@ -353,7 +354,7 @@ func (c *cluster) containers() map[uint64]metaapi.ContainerInfo {
 	return m
 }
 
-func (c *cluster) health() map[uint64]string {
+func (c *fakeCluster) health() map[uint64]string {
 	m := map[uint64]string{}
 	for _, n := range must[*metaapi.NodeList](c.t)(c.s.Nodes()).Nodes {
 		m[n.NodeID] = n.Health
@@ -363,7 +364,7 @@ func (c *cluster) health() map[uint64]string {
 
 // put allocates n blocks of size each for bucket/key, "writes" them and
 // commits the key.
-func (c *cluster) put(bucket, key string, n int, size uint64) *metaapi.KeyInfo {
+func (c *fakeCluster) put(bucket, key string, n int, size uint64) *metaapi.KeyInfo {
 	c.t.Helper()
 	ck := &metaapi.CommitKey{CRC32C: 7}
 	for range n {

@@ -15,7 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
+	"github.com/spindle-store/spindle/internal/meta/namespace"
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/readyfile"
 )
@@ -90,7 +91,7 @@ func (s *Service) Handler() http.Handler {
 	})
 	route("GET /v1/list/{bucket}", "list_keys", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		q := r.URL.Query()
-		o := ListOptions{Prefix: q.Get("prefix"), StartAfter: q.Get("start_after"), Delimiter: q.Get("delimiter")}
+		o := namespace.ListOptions{Prefix: q.Get("prefix"), StartAfter: q.Get("start_after"), Delimiter: q.Get("delimiter")}
 		if v := q.Get("limit"); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil {
@@ -124,7 +125,7 @@ func (s *Service) Handler() http.Handler {
 	s.routeS3(route)
 	s.routeOps(route)  // ops.go
 	s.routeJoin(route) // join.go
-	mux.Handle("GET /metrics", s.guard("metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})))
+	mux.Handle("GET /metrics", s.guard("metrics", promhttp.HandlerFor(s.Metrics.Reg, promhttp.HandlerOpts{})))
 	mux.Handle("GET /v1/admin/backup", s.guard("backup", s.backupHandler())) // backup.go
 	s.raftRoutes(mux)
 	commitKey := s.guardInstrumented("commit_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -226,7 +227,7 @@ func (s *Service) instrument(route string, h func(w http.ResponseWriter, r *http
 			var code string
 			code, status = metaapi.CodeOf(err)
 			if status == http.StatusInternalServerError {
-				s.log.Error("request failed", "route", route, "err", err)
+				s.Log.Error("request failed", "route", route, "err", err)
 			}
 			var nl *metaapi.NotLeaderError
 			if errors.As(err, &nl) {
@@ -237,7 +238,7 @@ func (s *Service) instrument(route string, h func(w http.ResponseWriter, r *http
 		} else {
 			writeJSON(w, status, body)
 		}
-		s.metrics.requests.WithLabelValues(route, strconv.Itoa(status)).Observe(time.Since(start).Seconds())
+		s.Metrics.Requests.WithLabelValues(route, strconv.Itoa(status)).Observe(time.Since(start).Seconds())
 	})
 }
 
@@ -300,11 +301,11 @@ func writeErrorBody(w http.ResponseWriter, status int, e metaapi.Error) {
 
 // decodeBody reads one JSON value of at most MaxRequestBytes.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, state.MaxRequestBytes))
 	if err := dec.Decode(v); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return fmt.Errorf("%w: body over %d bytes", metaapi.ErrInvalid, MaxRequestBytes)
+			return fmt.Errorf("%w: body over %d bytes", metaapi.ErrInvalid, state.MaxRequestBytes)
 		}
 		return fmt.Errorf("%w: bad JSON body: %v", metaapi.ErrInvalid, err)
 	}
@@ -316,11 +317,11 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 
 // readBody reads a whole body of at most MaxRequestBytes.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, state.MaxRequestBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return nil, fmt.Errorf("%w: body over %d bytes", metaapi.ErrInvalid, MaxRequestBytes)
+			return nil, fmt.Errorf("%w: body over %d bytes", metaapi.ErrInvalid, state.MaxRequestBytes)
 		}
 		return nil, fmt.Errorf("%w: reading the body: %v", metaapi.ErrInvalid, err)
 	}
@@ -359,12 +360,12 @@ type Server struct {
 }
 
 // Start opens the service in cfg.Dir, listens on cfg.Listen and serves.
-func Start(cfg Config) (*Server, error) {
+func Start(cfg state.Config) (*Server, error) {
 	svc, err := Open(cfg)
 	if err != nil {
 		return nil, err
 	}
-	cfg = svc.cfg
+	cfg = svc.Cfg
 	ln := cfg.Listener
 	if ln == nil {
 		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
@@ -400,9 +401,9 @@ func Start(cfg Config) (*Server, error) {
 		go s.tick(cfg.TickInterval)
 	}
 	if !cfg.TLS.Enabled() {
-		svc.log.Warn("meta service serving WITHOUT TLS (--insecure): nobody is authenticated: anyone who reaches its address can call its API, administration and deletions included (no role is checked; with --admin-token-file, administration and deletions need its bearer token)", "addr", s.Addr(), "admin_token", cfg.AdminToken != "")
+		svc.Log.Warn("meta service serving WITHOUT TLS (--insecure): nobody is authenticated: anyone who reaches its address can call its API, administration and deletions included (no role is checked; with --admin-token-file, administration and deletions need its bearer token)", "addr", s.Addr(), "admin_token", cfg.AdminToken != "")
 	}
-	svc.log.Info("meta service serving", "addr", s.Addr(), "dir", cfg.Dir, "tls", cfg.TLS.Mode())
+	svc.Log.Info("meta service serving", "addr", s.Addr(), "dir", cfg.Dir, "tls", cfg.TLS.Mode())
 	return s, nil
 }
 
@@ -419,7 +420,7 @@ func (s *Server) tick(every time.Duration) {
 				continue // a replicated member ticks only while it serves as leader
 			}
 			if err := s.svc.Tick(); err != nil {
-				s.svc.log.Error("cluster manager tick", "err", err)
+				s.svc.Log.Error("cluster manager tick", "err", err)
 			}
 		}
 	}
@@ -450,7 +451,7 @@ func (s *Server) Close() error {
 
 // Run serves until ctx ends (a clean stop: nil) or serving fails. Once
 // serving it writes "ADDR\nPID\n" to cfg.ReadyFile (atomically).
-func Run(ctx context.Context, cfg Config) error {
+func Run(ctx context.Context, cfg state.Config) error {
 	s, err := Start(cfg)
 	if err != nil {
 		return err
@@ -473,7 +474,7 @@ func Run(ctx context.Context, cfg Config) error {
 		serr = cerr
 	}
 	if serr == nil {
-		s.svc.log.Info("meta service stopped")
+		s.svc.Log.Info("meta service stopped")
 	}
 	return serr
 }

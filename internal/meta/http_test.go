@@ -15,11 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
 // serve starts a Server on 127.0.0.1 and a client of it.
-func serve(t *testing.T, cfg Config) (*Server, *metaapi.Client) {
+func serve(t *testing.T, cfg state.Config) (*Server, *metaapi.Client) {
 	t.Helper()
 	cfg.Listen = "127.0.0.1:0"
 	srv, err := Start(cfg)
@@ -78,7 +79,7 @@ func TestMalformedHeartbeatsRefusedAndChangeNothing(t *testing.T) {
 	cfg := testConfig(t.TempDir(), clk)
 	cfg.PipelinesPerNode = 1
 	srv, cl := serve(t, cfg)
-	c := &cluster{t: t, s: srv.Service(), clk: clk}
+	c := &fakeCluster{t: t, s: srv.Service(), clk: clk}
 	for range 3 {
 		c.add()
 	}
@@ -168,7 +169,7 @@ func TestClientErrorsAndKeyNames(t *testing.T) {
 	cfg := testConfig(t.TempDir(), clk)
 	cfg.PipelinesPerNode = 1
 	srv, cl := serve(t, cfg)
-	c := &cluster{t: t, s: srv.Service(), clk: clk}
+	c := &fakeCluster{t: t, s: srv.Service(), clk: clk}
 	for range 3 {
 		c.add()
 	}
@@ -317,7 +318,7 @@ func TestRestartIntact(t *testing.T) {
 	cfg.PipelinesPerNode = 2
 	cfg.ContainerSizeBytes = 1000
 	srv, cl := serve(t, cfg)
-	c := &cluster{t: t, s: srv.Service(), clk: clk}
+	c := &fakeCluster{t: t, s: srv.Service(), clk: clk}
 	for range 4 {
 		c.add()
 	}
@@ -338,7 +339,7 @@ func TestRestartIntact(t *testing.T) {
 	pending := must[metaapi.AllocateResponse](t)(cl.Allocate(bg, metaapi.AllocateRequest{Bucket: "beta", Key: "later"}))
 	c.settle()
 	before := snapshot(t, cl)
-	ctr, nDel, nAlloc := c.s.ctr, c.s.nDeletes, len(c.s.allocs)
+	ctr, nDel, nAlloc := c.s.Ctr, c.s.NDeletes, len(c.s.Allocs)
 	if nDel == 0 || nAlloc != 1 {
 		t.Fatalf("setup: %d deletions, %d allocations", nDel, nAlloc)
 	}
@@ -352,8 +353,8 @@ func TestRestartIntact(t *testing.T) {
 		n.beat()
 	}
 	sameSnapshot(t, "across a restart", before, snapshot(t, cl))
-	if c.s.ctr != ctr || c.s.nDeletes != nDel || len(c.s.allocs) != nAlloc {
-		t.Fatalf("counters %+v/%+v, deletions %d/%d, allocations %d/%d", c.s.ctr, ctr, c.s.nDeletes, nDel, len(c.s.allocs), nAlloc)
+	if c.s.Ctr != ctr || c.s.NDeletes != nDel || len(c.s.Allocs) != nAlloc {
+		t.Fatalf("counters %+v/%+v, deletions %d/%d, allocations %d/%d", c.s.Ctr, ctr, c.s.NDeletes, nDel, len(c.s.Allocs), nAlloc)
 	}
 	// The pending allocation can still be committed.
 	must[metaapi.KeyInfo](t)(cl.CommitKey(bg, "beta", "later", metaapi.CommitKey{Size: 5, Blocks: []metaapi.KeyBlock{{BlockRef: pending.Block, Length: 5}}}))
@@ -365,7 +366,7 @@ func TestRunReadyFileAndStop(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Config{Dir: filepath.Join(dir, "meta"), Listen: "127.0.0.1:0", ReadyFile: ready, Logger: quiet})
+		done <- Run(ctx, state.Config{Dir: filepath.Join(dir, "meta"), Listen: "127.0.0.1:0", ReadyFile: ready, Logger: quiet})
 	}()
 	var addr string
 	deadline := time.Now().Add(10 * time.Second)
@@ -400,7 +401,7 @@ func TestConcurrentPutsOverHTTP(t *testing.T) {
 	cfg := testConfig(t.TempDir(), clk)
 	cfg.PipelinesPerNode = 2
 	srv, cl := serve(t, cfg)
-	c := &cluster{t: t, s: srv.Service(), clk: clk}
+	c := &fakeCluster{t: t, s: srv.Service(), clk: clk}
 	for range 3 {
 		c.add()
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/crc32c"
+	"github.com/spindle-store/spindle/internal/meta/namespace"
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
 )
@@ -45,13 +47,13 @@ func TestInlineKey(t *testing.T) {
 		t.Fatalf("get: %d bytes inline, crc %08x", len(got.Inline), got.CRC32C)
 	}
 	must[*metaapi.KeyInfo](t)(s.CommitKey("bkt", "small", inlineCommit(v))) // a retry
-	l := must[*metaapi.KeyList](t)(s.List("bkt", ListOptions{Limit: 10}))
+	l := must[*metaapi.KeyList](t)(s.List("bkt", namespace.ListOptions{Limit: 10}))
 	for _, k := range l.Keys {
 		if k.Inline != nil {
 			t.Fatalf("listing carries %s's value", k.Key)
 		}
 	}
-	allocs := len(s.allocs)
+	allocs := len(s.Allocs)
 
 	bad := map[string]*metaapi.CommitKey{
 		"inline and blocks": {Size: 3, CRC32C: crc32c.Checksum([]byte("abc")), Inline: []byte("abc"),
@@ -66,24 +68,24 @@ func TestInlineKey(t *testing.T) {
 	wantErr(t, ignore(s.GetKey("bkt", "bad")), metaapi.ErrNotFound, "a refused inline commit")
 
 	// Inline → blocks → inline: only the blocks' version leaves deletions.
-	deletes := s.nDeletes
+	deletes := s.NDeletes
 	v2 := inlineValue(2, 100)
 	must[*metaapi.KeyInfo](t)(s.CommitKey("bkt", "small", inlineCommit(v2)))
-	if s.nDeletes != deletes {
-		t.Fatalf("replacing an inline version scheduled %d deletions", s.nDeletes-deletes)
+	if s.NDeletes != deletes {
+		t.Fatalf("replacing an inline version scheduled %d deletions", s.NDeletes-deletes)
 	}
 	c.put("bkt", "small", 2, 10)
-	if s.nDeletes != deletes {
-		t.Fatalf("replacing an inline version by blocks scheduled %d deletions", s.nDeletes-deletes)
+	if s.NDeletes != deletes {
+		t.Fatalf("replacing an inline version by blocks scheduled %d deletions", s.NDeletes-deletes)
 	}
 	must[*metaapi.KeyInfo](t)(s.CommitKey("bkt", "small", inlineCommit(v)))
-	if s.nDeletes != deletes+2 {
-		t.Fatalf("replacing 2 blocks by a value inline scheduled %d deletions, want 2", s.nDeletes-deletes)
+	if s.NDeletes != deletes+2 {
+		t.Fatalf("replacing 2 blocks by a value inline scheduled %d deletions, want 2", s.NDeletes-deletes)
 	}
-	if len(s.allocs) != allocs {
-		t.Fatalf("pending allocations %d, want %d: an inline commit allocates nothing", len(s.allocs), allocs)
+	if len(s.Allocs) != allocs {
+		t.Fatalf("pending allocations %d, want %d: an inline commit allocates nothing", len(s.Allocs), allocs)
 	}
-	b := s.buckets["bkt"]
+	b := s.Buckets["bkt"]
 
 	mustNo(t, s.Close())
 	s2 := open(t, cfg)
@@ -91,7 +93,7 @@ func TestInlineKey(t *testing.T) {
 	if !bytes.Equal(got.Inline, v) {
 		t.Fatalf("after a restart: %d bytes inline, want the 4096 committed", len(got.Inline))
 	}
-	if b2 := s2.buckets["bkt"]; b2.Keys != b.Keys || b2.Bytes != b.Bytes {
+	if b2 := s2.Buckets["bkt"]; b2.Keys != b.Keys || b2.Bytes != b.Bytes {
 		t.Fatalf("bucket counts %d keys %d bytes after a restart, %d %d before", b2.Keys, b2.Bytes, b.Keys, b.Bytes)
 	}
 }
@@ -151,7 +153,7 @@ func TestInlineCommitsCrash(t *testing.T) {
 					t.Fatalf("acknowledged %s after the crash: %d bytes, want the %d committed", name, len(ki.Inline), len(v))
 				}
 			}
-			l := must[*metaapi.KeyList](t)(s2.List("bkt", ListOptions{Limit: metaapi.MaxListLimit}))
+			l := must[*metaapi.KeyList](t)(s2.List("bkt", namespace.ListOptions{Limit: metaapi.MaxListLimit}))
 			for _, e := range l.Keys {
 				ki, err := s2.GetKey("bkt", e.Key)
 				if err != nil || uint64(len(ki.Inline)) != ki.Size || crc32c.Checksum(ki.Inline) != ki.CRC32C {
@@ -223,7 +225,7 @@ func TestCommitBatch(t *testing.T) {
 	c, _, _ := memCluster(t, nil)
 	s := c.s
 	v1, v2 := inlineValue(1, 1000), inlineValue(2, 2000)
-	keys := s.buckets["bkt"].Keys
+	keys := s.Buckets["bkt"].Keys
 	bad := inlineCommit(v1)
 	bad.CRC32C++
 	cond := inlineCommit(v1)
@@ -251,7 +253,7 @@ func TestCommitBatch(t *testing.T) {
 		t.Fatalf("a holds %d bytes, want the later commit's 2000", len(got.Inline))
 	}
 	wantErr(t, ignore(s.GetKey("bkt", "b")), metaapi.ErrNotFound, "a refused commit of the batch")
-	if n := s.buckets["bkt"].Keys - keys; n != 2 {
+	if n := s.Buckets["bkt"].Keys - keys; n != 2 {
 		t.Fatalf("the batch added %d keys, want 2 (a, d)", n)
 	}
 	_, err := s.CommitKeys(make([]metaapi.BatchedCommit, metaapi.MaxCommitBatch+1))
@@ -360,7 +362,7 @@ func TestAllocateMany(t *testing.T) {
 // and, never committed (its client died, or dropped it), it is deleted
 // after the allocation grace like an interrupted put's.
 func TestAnyKeyAllocation(t *testing.T) {
-	c := threeNodes(t, func(cfg *Config) { cfg.AllocationGrace = time.Hour })
+	c := threeNodes(t, func(cfg *state.Config) { cfg.AllocationGrace = time.Hour })
 	mustNo(t, ignore(c.s.CreateBucket("other")))
 	wantErr(t, ignore(c.s.Allocate(&metaapi.AllocateRequest{Bucket: "bkt", Key: "k", AnyKey: true})), metaapi.ErrInvalid, "any key with a key")
 	wantErr(t, ignore(c.s.Allocate(&metaapi.AllocateRequest{Bucket: "nope", AnyKey: true})), metaapi.ErrNotFound, "any key of a missing bucket")
@@ -377,8 +379,8 @@ func TestAnyKeyAllocation(t *testing.T) {
 	c.clk.Advance(time.Hour)
 	c.round(c.nodes...)
 	b := res[2].Block.Block
-	if pd := c.s.deletes[b.Container][b.Local]; pd == nil || pd.rec.Reason != reasonExpired || len(c.s.allocs) != 0 {
-		t.Fatalf("an unused pre-allocated block after the grace period: deletion %+v, %d allocations left", pd, len(c.s.allocs))
+	if pd := c.s.Deletes[b.Container][b.Local]; pd == nil || pd.Rec.Reason != state.ReasonExpired || len(c.s.Allocs) != 0 {
+		t.Fatalf("an unused pre-allocated block after the grace period: deletion %+v, %d allocations left", pd, len(c.s.Allocs))
 	}
 	wantErr(t, commit("bkt", "z", res[2].Block), metaapi.ErrInvalid, "commit of an expired pre-allocation")
 }
@@ -389,7 +391,7 @@ func TestClientPreAllocates(t *testing.T) {
 	clk := newClock()
 	cfg := testConfig(t.TempDir(), clk)
 	srv, _ := serve(t, cfg)
-	c := &cluster{t: t, s: srv.Service(), clk: clk}
+	c := &fakeCluster{t: t, s: srv.Service(), clk: clk}
 	for range 3 {
 		c.add()
 	}
@@ -418,8 +420,8 @@ func TestClientPreAllocates(t *testing.T) {
 	if a.Pipeline.ID == p {
 		t.Fatalf("a failover's allocation came from the pool, on the excluded pipeline %d", p)
 	}
-	if len(c.s.allocs) != 4 { // 3 left in the pool, 1 of the failover
-		t.Fatalf("%d allocations pending, want 4", len(c.s.allocs))
+	if len(c.s.Allocs) != 4 { // 3 left in the pool, 1 of the failover
+		t.Fatalf("%d allocations pending, want 4", len(c.s.Allocs))
 	}
 }
 
@@ -464,12 +466,12 @@ func TestReplicatedInlineValues(t *testing.T) {
 	})
 	for m := range g.srvs {
 		g.stop(m)
-		svc, err := Open(Config{Dir: g.dirs[m], Logger: quiet, TickInterval: -1, DisableSafeMode: true, ID: uint64(m + 1), Peers: g.peers})
+		svc, err := Open(state.Config{Dir: g.dirs[m], Logger: quiet, TickInterval: -1, DisableSafeMode: true, ID: uint64(m + 1), Peers: g.peers})
 		mustNo(t, err)
 		for i := range n {
-			v, closer, err := svc.db.Get(objectKey("inl", fmt.Sprintf("k%02d", i)))
+			v, closer, err := svc.Store.Get(state.ObjectKey("inl", fmt.Sprintf("k%02d", i)))
 			mustNo(t, err)
-			rec, err := decodeKey(v)
+			rec, err := state.DecodeKey(v)
 			closer.Close()
 			mustNo(t, err)
 			if !bytes.Equal(rec.Inline, inlineValue(int64(i), 500+100*i)) {
@@ -546,10 +548,10 @@ func TestInlineValuesInBlobFiles(t *testing.T) {
 	vals := map[string][]byte{}
 	for i := range 200 {
 		name := fmt.Sprintf("k%03d", i)
-		vals[name] = inlineValue(int64(i), storeBlobMinBytes+i*37)
+		vals[name] = inlineValue(int64(i), state.StoreBlobMinBytes+i*37)
 		must[*metaapi.KeyInfo](t)(s.CommitKey("bkt", name, inlineCommit(vals[name])))
 	}
-	mustNo(t, s.db.Flush())
+	mustNo(t, s.Store.Flush())
 	names, err := fs.List("/meta/pebble")
 	mustNo(t, err)
 	blobs := 0
@@ -584,7 +586,7 @@ func TestInlineValuesInBlobFiles(t *testing.T) {
 	restoredDir := filepath.Join(t.TempDir(), "restored")
 	_, _, err = UnpackBackup(&backup, restoredDir)
 	mustNo(t, err)
-	restored, err := Open(Config{Dir: restoredDir, Logger: quiet})
+	restored, err := Open(state.Config{Dir: restoredDir, Logger: quiet})
 	mustNo(t, err)
 	defer restored.Close()
 	check("a backup", restored)

@@ -94,7 +94,7 @@ func (s *Service) routeJoin(route func(pattern, name string, h func(w http.Respo
 
 // CreateJoinToken makes a one-time join token valid ttl (0: the default).
 func (s *Service) CreateJoinToken(ttl time.Duration) (metaapi.JoinToken, error) {
-	if s.cfg.JoinCA == nil {
+	if s.Cfg.JoinCA == nil {
 		return metaapi.JoinToken{}, fmt.Errorf("%w: this meta service admits no joins (it has no CA key: spindle meta --join-ca-dir)", metaapi.ErrInvalid)
 	}
 	if ttl == 0 {
@@ -103,7 +103,7 @@ func (s *Service) CreateJoinToken(ttl time.Duration) (metaapi.JoinToken, error) 
 	if ttl < time.Second || ttl > metaapi.MaxJoinTokenTTL {
 		return metaapi.JoinToken{}, fmt.Errorf("%w: join token TTL %v: want 1s..%v", metaapi.ErrInvalid, ttl, metaapi.MaxJoinTokenTTL)
 	}
-	now := s.cfg.Now()
+	now := s.Cfg.Now()
 	tok, err := s.joins.create(now, now.Add(ttl))
 	if err != nil {
 		return metaapi.JoinToken{}, err
@@ -115,7 +115,7 @@ func (s *Service) CreateJoinToken(ttl time.Duration) (metaapi.JoinToken, error) 
 // the request's key as a new datanode certificate. An unknown, used or
 // expired token is refused (ErrForbidden) and logged.
 func (s *Service) Join(req *metaapi.JoinRequest, remote string) (*metaapi.JoinResponse, error) {
-	if s.cfg.JoinCA == nil {
+	if s.Cfg.JoinCA == nil {
 		return nil, fmt.Errorf("%w: this meta service admits no joins", metaapi.ErrInvalid)
 	}
 	if len(req.Hosts) == 0 || len(req.Hosts) > metaapi.MaxJoinHosts {
@@ -130,8 +130,8 @@ func (s *Service) Join(req *metaapi.JoinRequest, remote string) (*metaapi.JoinRe
 	if err != nil {
 		return nil, fmt.Errorf("%w: join: %v", metaapi.ErrInvalid, err)
 	}
-	if !s.joins.use(req.Token, s.cfg.Now()) {
-		s.log.Warn("join refused: unknown, used or expired token", "remote", remote)
+	if !s.joins.use(req.Token, s.Cfg.Now()) {
+		s.Log.Warn("join refused: unknown, used or expired token", "remote", remote)
 		return nil, fmt.Errorf("%w: join token unknown, used or expired", metaapi.ErrForbidden)
 	}
 	var b [6]byte
@@ -139,12 +139,12 @@ func (s *Service) Join(req *metaapi.JoinRequest, remote string) (*metaapi.JoinRe
 		return nil, fmt.Errorf("meta: join: %w", err)
 	}
 	name := "dn-" + hex.EncodeToString(b[:])
-	cert, err := s.cfg.JoinCA.IssueFor(tlsconf.IssueRequest{Name: name, Role: tlsconf.RoleDatanode, Hosts: req.Hosts}, pub)
+	cert, err := s.Cfg.JoinCA.IssueFor(tlsconf.IssueRequest{Name: name, Role: tlsconf.RoleDatanode, Hosts: req.Hosts}, pub)
 	if err != nil {
 		return nil, fmt.Errorf("meta: join: %w", err)
 	}
-	s.log.Info("datanode joined: certificate issued", "name", name, "hosts", req.Hosts, "remote", remote)
-	return &metaapi.JoinResponse{Name: name, Cert: string(cert), CA: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.cfg.JoinCA.Cert.Raw}))}, nil
+	s.Log.Info("datanode joined: certificate issued", "name", name, "hosts", req.Hosts, "remote", remote)
+	return &metaapi.JoinResponse{Name: name, Cert: string(cert), CA: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Cfg.JoinCA.Cert.Raw}))}, nil
 }
 
 // validDNSName says h looks like a DNS name: 1..253 bytes of letters,

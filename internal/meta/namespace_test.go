@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/spindle-store/spindle/internal/meta/namespace"
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
-func threeNodes(t *testing.T, mod func(*Config)) *cluster {
+func threeNodes(t *testing.T, mod func(*state.Config)) *fakeCluster {
 	clk := newClock()
 	cfg := testConfig(t.TempDir(), clk)
 	cfg.PipelinesPerNode = 1
@@ -101,7 +102,7 @@ func TestCommitValidation(t *testing.T) {
 			t.Fatalf("key %q exists after refused commits", k)
 		}
 	}
-	if l := must[*metaapi.KeyList](t)(s.List("bkt", ListOptions{})); len(l.Keys) != 0 {
+	if l := must[*metaapi.KeyList](t)(s.List("bkt", namespace.ListOptions{})); len(l.Keys) != 0 {
 		t.Fatalf("keys after refused commits: %+v", l.Keys)
 	}
 	ki := must[*metaapi.KeyInfo](t)(s.CommitKey("bkt", "k", &metaapi.CommitKey{Size: 200, CRC32C: 42, Blocks: []metaapi.KeyBlock{b1, b2}}))
@@ -113,8 +114,8 @@ func TestCommitValidation(t *testing.T) {
 	wantErr(t, err, metaapi.ErrInvalid, "commit of an already committed block")
 	// ...but the identical commit (a retry) succeeds and changes nothing.
 	again := must[*metaapi.KeyInfo](t)(s.CommitKey("bkt", "k", &metaapi.CommitKey{Size: 200, CRC32C: 42, Blocks: []metaapi.KeyBlock{b1, b2}}))
-	if !again.Created.Equal(ki.Created) || s.nDeletes != 0 {
-		t.Fatalf("retried commit changed the key (%v vs %v) or scheduled deletions (%d)", again.Created, ki.Created, s.nDeletes)
+	if !again.Created.Equal(ki.Created) || s.NDeletes != 0 {
+		t.Fatalf("retried commit changed the key (%v vs %v) or scheduled deletions (%d)", again.Created, ki.Created, s.NDeletes)
 	}
 	// An empty key has no blocks.
 	must[*metaapi.KeyInfo](t)(s.CommitKey("bkt", "empty", &metaapi.CommitKey{}))
@@ -135,9 +136,9 @@ func TestReplaceAndDeleteScheduleBlocks(t *testing.T) {
 	}
 	pending := func() map[metaapi.BlockRef]uint8 {
 		m := map[metaapi.BlockRef]uint8{}
-		for cid, ls := range s.deletes {
+		for cid, ls := range s.Deletes {
 			for l, pd := range ls {
-				m[metaapi.BlockRef{Container: cid, Local: l}] = pd.rec.Reason
+				m[metaapi.BlockRef{Container: cid, Local: l}] = pd.Rec.Reason
 			}
 		}
 		return m
@@ -147,14 +148,14 @@ func TestReplaceAndDeleteScheduleBlocks(t *testing.T) {
 		t.Fatalf("pending deletions %v, want v1's 3 blocks", p)
 	}
 	for _, b := range v1.Blocks {
-		if p[b.BlockRef] != reasonReplaced {
+		if p[b.BlockRef] != state.ReasonReplaced {
 			t.Fatalf("block %v of the replaced version: %v", b.BlockRef, p)
 		}
 	}
 	mustNo(t, s.DeleteKey("bkt", "k"))
 	wantErr(t, s.DeleteKey("bkt", "k"), metaapi.ErrNotFound, "delete twice")
 	p = pending()
-	if len(p) != 4 || p[v2.Blocks[0].BlockRef] != reasonDeleted {
+	if len(p) != 4 || p[v2.Blocks[0].BlockRef] != state.ReasonDeleted {
 		t.Fatalf("pending deletions %v after delete", p)
 	}
 	if b := must[*metaapi.BucketList](t)(s.ListBuckets()).Buckets[0]; b.Keys != 0 || b.Bytes != 0 {
@@ -176,7 +177,7 @@ func TestListPagination(t *testing.T) {
 	mustNo(t, ignore(s.CreateBucket("bkt2")))
 	must[*metaapi.KeyInfo](t)(s.CommitKey("bkt2", "dir/00", &metaapi.CommitKey{}))
 
-	pages := func(o ListOptions) ([]string, int) {
+	pages := func(o namespace.ListOptions) ([]string, int) {
 		var got []string
 		n := 0
 		for {
@@ -200,7 +201,7 @@ func TestListPagination(t *testing.T) {
 			o.StartAfter = l.Next
 		}
 	}
-	got, n := pages(ListOptions{Prefix: "dir/", Limit: 10})
+	got, n := pages(namespace.ListOptions{Prefix: "dir/", Limit: 10})
 	want := []string{"dir/"}
 	want = append(want, "dir//x")
 	for i := range 25 {
@@ -209,7 +210,7 @@ func TestListPagination(t *testing.T) {
 	if strings.Join(got, "|") != strings.Join(want, "|") || n != 3 {
 		t.Fatalf("prefix dir/ in pages of 10: %d pages %q, want 3 pages %q", n, got, want)
 	}
-	got, _ = pages(ListOptions{Limit: 7})
+	got, _ = pages(namespace.ListOptions{Limit: 7})
 	if len(got) != len(all) {
 		t.Fatalf("whole bucket: %d keys, want %d: %q", len(got), len(all), got)
 	}
@@ -218,25 +219,25 @@ func TestListPagination(t *testing.T) {
 			t.Fatalf("not in byte order: %q", got)
 		}
 	}
-	got, _ = pages(ListOptions{Prefix: "dir/", StartAfter: "dir/22"})
+	got, _ = pages(namespace.ListOptions{Prefix: "dir/", StartAfter: "dir/22"})
 	if strings.Join(got, "|") != "dir/23|dir/24" {
 		t.Fatalf("start_after dir/22: %q", got)
 	}
 	// A page exactly full: Next is set, the next page is empty.
-	l := must[*metaapi.KeyList](t)(s.List("bkt", ListOptions{Prefix: "zz", Limit: 1}))
+	l := must[*metaapi.KeyList](t)(s.List("bkt", namespace.ListOptions{Prefix: "zz", Limit: 1}))
 	if len(l.Keys) != 1 || l.Next != "" {
 		t.Fatalf("the only key under zz with limit 1: %+v", l)
 	}
-	for _, o := range []ListOptions{{Limit: -1}, {Limit: metaapi.MaxListLimit + 1}, {Prefix: strings.Repeat("x", 1025)}} {
+	for _, o := range []namespace.ListOptions{{Limit: -1}, {Limit: metaapi.MaxListLimit + 1}, {Prefix: strings.Repeat("x", 1025)}} {
 		_, err := s.List("bkt", o)
 		wantErr(t, err, metaapi.ErrInvalid, fmt.Sprintf("list %+v", o))
 	}
-	_, err := s.List("nobucket", ListOptions{})
+	_, err := s.List("nobucket", namespace.ListOptions{})
 	wantErr(t, err, metaapi.ErrNotFound, "list a missing bucket")
 }
 
 func TestAllocationsUniqueAcrossRestart(t *testing.T) {
-	c := threeNodes(t, func(cfg *Config) { cfg.ContainerSizeBytes = 250 })
+	c := threeNodes(t, func(cfg *state.Config) { cfg.ContainerSizeBytes = 250 })
 	seen := map[metaapi.BlockRef]bool{}
 	lastLocal := map[uint64]uint64{}
 	allocate := func(n int) {
@@ -257,7 +258,7 @@ func TestAllocationsUniqueAcrossRestart(t *testing.T) {
 		}
 	}
 	allocate(20)
-	cfg := c.s.cfg
+	cfg := c.s.Cfg
 	mustNo(t, c.s.Close())
 	c.s = open(t, cfg)
 	allocate(20)
@@ -271,24 +272,24 @@ func TestAllocationsUniqueAcrossRestart(t *testing.T) {
 }
 
 func TestExpiredAllocationsAreDeleted(t *testing.T) {
-	c := threeNodes(t, func(cfg *Config) { cfg.AllocationGrace = time.Hour })
+	c := threeNodes(t, func(cfg *state.Config) { cfg.AllocationGrace = time.Hour })
 	a := must[*metaapi.AllocateResponse](t)(c.s.Allocate(&metaapi.AllocateRequest{Bucket: "bkt", Key: "k"}))
 	c.clk.Advance(59 * time.Minute)
 	c.round(c.nodes...)
-	if c.s.nDeletes != 0 || len(c.s.allocs) != 1 {
-		t.Fatalf("before the grace period: %d deletions, %d allocations", c.s.nDeletes, len(c.s.allocs))
+	if c.s.NDeletes != 0 || len(c.s.Allocs) != 1 {
+		t.Fatalf("before the grace period: %d deletions, %d allocations", c.s.NDeletes, len(c.s.Allocs))
 	}
 	c.clk.Advance(time.Minute)
 	c.round(c.nodes...)
-	if pd := c.s.deletes[a.Block.Container][a.Block.Local]; pd == nil || pd.rec.Reason != reasonExpired || len(c.s.allocs) != 0 {
-		t.Fatalf("after the grace period: deletion %+v, %d allocations", pd, len(c.s.allocs))
+	if pd := c.s.Deletes[a.Block.Container][a.Block.Local]; pd == nil || pd.Rec.Reason != state.ReasonExpired || len(c.s.Allocs) != 0 {
+		t.Fatalf("after the grace period: deletion %+v, %d allocations", pd, len(c.s.Allocs))
 	}
 	_, err := c.s.CommitKey("bkt", "k", &metaapi.CommitKey{Size: 1, Blocks: []metaapi.KeyBlock{{BlockRef: a.Block, Length: 1}}})
 	wantErr(t, err, metaapi.ErrInvalid, "commit of an expired allocation")
 }
 
 func TestDeleteDelivery(t *testing.T) {
-	c := threeNodes(t, func(cfg *Config) {
+	c := threeNodes(t, func(cfg *state.Config) {
 		cfg.DeleteRedeliverAfter = 10 * time.Second
 		cfg.MaxDeleteAttempts = 3
 	})
@@ -323,12 +324,12 @@ func TestDeleteDelivery(t *testing.T) {
 	c.clk.Advance(10 * time.Second)
 	c.round(follower, other(c, leader, follower))
 	leader.beat() // redelivered; the fake acknowledges at its next beat
-	if c.s.nDeletes != 3 {
-		t.Fatalf("%d pending deletions before the acknowledgement", c.s.nDeletes)
+	if c.s.NDeletes != 3 {
+		t.Fatalf("%d pending deletions before the acknowledgement", c.s.NDeletes)
 	}
 	leader.beat()
-	if c.s.nDeletes != 0 {
-		t.Fatalf("%d pending deletions after the acknowledgement", c.s.nDeletes)
+	if c.s.NDeletes != 0 {
+		t.Fatalf("%d pending deletions after the acknowledgement", c.s.NDeletes)
 	}
 
 	// Never acknowledged: MaxDeleteAttempts deliveries, then dropped.
@@ -347,38 +348,38 @@ func TestDeleteDelivery(t *testing.T) {
 			deliveries++
 		}
 	}
-	if deliveries != 3 || c.s.nDeletes != 0 {
-		t.Fatalf("%d deliveries (want 3), %d still pending (want 0)", deliveries, c.s.nDeletes)
+	if deliveries != 3 || c.s.NDeletes != 0 {
+		t.Fatalf("%d deliveries (want 3), %d still pending (want 0)", deliveries, c.s.NDeletes)
 	}
 
 	// Bounded per heartbeat: 2,500 pending deletions (scheduled directly,
 	// as 2,500 allocations would cost as many syncs) take 3 heartbeats.
 	leader.noAck = false
 	cid := ki.Blocks[0].Container
-	_, err := mutate(c.s.State, func() (struct{}, *pebble.Batch, error) {
-		b := c.s.db.NewBatch()
+	_, err := state.Mutate(c.s.State, func() (struct{}, *pebble.Batch, error) {
+		b := c.s.Store.NewBatch()
 		for l := uint64(1000); l < 3500; l++ {
-			c.s.scheduleDelete(b, blockRef{cid, l}, reasonDeleted, c.clk.Now())
+			c.s.ScheduleDelete(b, state.BlockRef{Container: cid, Local: l}, state.ReasonDeleted, c.clk.Now())
 		}
 		return struct{}{}, b, nil
 	})
 	mustNo(t, err)
-	for round := 0; c.s.nDeletes > 0; round++ {
+	for round := 0; c.s.NDeletes > 0; round++ {
 		if round > 3 {
-			t.Fatalf("%d deletions left after %d heartbeats", c.s.nDeletes, round)
+			t.Fatalf("%d deletions left after %d heartbeats", c.s.NDeletes, round)
 		}
 		n := 0
 		for _, cmd := range leader.beat() {
 			n += len(cmd.Blocks)
 		}
-		if n > MaxDeleteBlocksPerHeartbeat {
+		if n > state.MaxDeleteBlocksPerHeartbeat {
 			t.Fatalf("%d blocks in one heartbeat response", n)
 		}
 	}
 }
 
 // other is the node of c that is neither a nor b.
-func other(c *cluster, a, b *fakeDN) *fakeDN {
+func other(c *fakeCluster, a, b *fakeDN) *fakeDN {
 	for _, n := range c.nodes {
 		if n != a && n != b {
 			return n
@@ -431,11 +432,11 @@ func TestDeleteOnClosedPipelinePerReplica(t *testing.T) {
 	}
 	for i, n := range holders {
 		n.beat()
-		if want := 1; i < 2 && c.s.nDeletes != want {
+		if want := 1; i < 2 && c.s.NDeletes != want {
 			t.Fatalf("deletion complete with %d replicas of 3 acknowledged", i+1)
 		}
 	}
-	if c.s.nDeletes != 0 {
+	if c.s.NDeletes != 0 {
 		t.Fatalf("deletion pending after the 3 replicas acknowledged")
 	}
 }

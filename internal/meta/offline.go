@@ -41,7 +41,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
 )
@@ -69,15 +69,15 @@ type OfflineWriter struct {
 	// every later call fails.
 	failed error
 
-	ctr        counters
+	ctr        state.Counters
 	nodes      map[uint64]bool
 	uuids      map[string]bool
 	pipelines  map[uint64]bool
 	containers map[uint64]*offlineContainer
-	buckets    map[string]*bucketRecord
+	buckets    map[string]*state.BucketRecord
 	bucketList []string // in the order added
 	keys       map[string]bool
-	blocks     map[blockRef]bool
+	blocks     map[state.BlockRef]bool
 }
 
 // CreateOffline creates a new meta store in dir (the Config.Dir of Open;
@@ -89,7 +89,7 @@ func CreateOffline(dir string) (*OfflineWriter, error) {
 	if dir == "" {
 		return nil, errors.New("meta: offline: no directory")
 	}
-	db, err := openStore(vfs.Default, dir, slog.Default())
+	db, err := state.OpenStore(vfs.Default, dir, slog.Default())
 	if err != nil {
 		return nil, fmt.Errorf("meta: offline: %w", err)
 	}
@@ -109,10 +109,10 @@ func CreateOffline(dir string) (*OfflineWriter, error) {
 	}
 	return &OfflineWriter{
 		dir: dir, db: db, b: db.NewBatch(), now: time.Now().UTC(),
-		ctr:   counters{NextNode: 1, NextPipeline: 1, NextContainer: 1},
+		ctr:   state.Counters{NextNode: 1, NextPipeline: 1, NextContainer: 1},
 		nodes: map[uint64]bool{}, uuids: map[string]bool{}, pipelines: map[uint64]bool{},
-		containers: map[uint64]*offlineContainer{}, buckets: map[string]*bucketRecord{},
-		keys: map[string]bool{}, blocks: map[blockRef]bool{},
+		containers: map[uint64]*offlineContainer{}, buckets: map[string]*state.BucketRecord{},
+		keys: map[string]bool{}, blocks: map[state.BlockRef]bool{},
 	}, nil
 }
 
@@ -133,7 +133,7 @@ func offlineInvalid(format string, args ...any) error {
 // put adds k → v to the current batch and commits it (unsynced) once it
 // holds offlineBatchBytes.
 func (w *OfflineWriter) put(k, v []byte) error {
-	set(w.b, k, v)
+	state.Set(w.b, k, v)
 	if w.b.Len() < offlineBatchBytes {
 		return nil
 	}
@@ -153,8 +153,8 @@ func (w *OfflineWriter) AddNode(nodeID uint64, uuid, addr string) error {
 	if err := w.usable(); err != nil {
 		return err
 	}
-	if nodeID == 0 || nodeID > MaxNodeID {
-		return offlineInvalid("node ID %d not in [1, %d]", nodeID, MaxNodeID)
+	if nodeID == 0 || nodeID > state.MaxNodeID {
+		return offlineInvalid("node ID %d not in [1, %d]", nodeID, state.MaxNodeID)
 	}
 	hb := metaapi.Heartbeat{UUID: uuid, NodeID: nodeID, Addr: addr}
 	if err := hb.Validate(); err != nil {
@@ -166,8 +166,8 @@ func (w *OfflineWriter) AddNode(nodeID uint64, uuid, addr string) error {
 	if w.uuids[uuid] {
 		return fmt.Errorf("meta: offline: %w: a node with UUID %s", metaapi.ErrExists, uuid)
 	}
-	rec := nodeRecord{ID: nodeID, Registered: w.now, UUID: uuid, Addr: addr}
-	if err := w.put(u64key(prefixNode, nodeID), rec.encode()); err != nil {
+	rec := state.NodeRecord{ID: nodeID, Registered: w.now, UUID: uuid, Addr: addr}
+	if err := w.put(state.U64Key(state.PrefixNode, nodeID), rec.Encode()); err != nil {
 		return err
 	}
 	w.nodes[nodeID], w.uuids[uuid] = true, true
@@ -187,8 +187,8 @@ func (w *OfflineWriter) AddPipeline(id uint64, members []uint64) error {
 	if w.pipelines[id] {
 		return fmt.Errorf("meta: offline: %w: pipeline %d", metaapi.ErrExists, id)
 	}
-	if len(members) != PipelineSize {
-		return offlineInvalid("pipeline %d: %d members, want %d", id, len(members), PipelineSize)
+	if len(members) != state.PipelineSize {
+		return offlineInvalid("pipeline %d: %d members, want %d", id, len(members), state.PipelineSize)
 	}
 	for i, m := range members {
 		if !w.nodes[m] {
@@ -198,8 +198,8 @@ func (w *OfflineWriter) AddPipeline(id uint64, members []uint64) error {
 			return offlineInvalid("pipeline %d: member %d twice", id, m)
 		}
 	}
-	rec := pipelineRecord{ID: id, State: pipelineClosed, Created: w.now, Closed: w.now, Members: slices.Clone(members)}
-	if err := w.put(u64key(prefixPipeline, id), rec.encode()); err != nil {
+	rec := state.PipelineRecord{ID: id, State: state.PipelineClosed, Created: w.now, Closed: w.now, Members: slices.Clone(members)}
+	if err := w.put(state.U64Key(state.PrefixPipeline, id), rec.Encode()); err != nil {
 		return err
 	}
 	w.pipelines[id] = true
@@ -223,8 +223,8 @@ func (w *OfflineWriter) AddContainer(id, pipeline uint64, committedBytes, nextLo
 	case nextLocal == 0:
 		return offlineInvalid("container %d: next local ID 0 (local IDs start at 1)", id)
 	}
-	rec := containerRecord{ID: id, Pipeline: pipeline, State: containerClosed, Created: w.now, NextLocal: nextLocal, Committed: committedBytes}
-	if err := w.put(u64key(prefixContainer, id), rec.encode()); err != nil {
+	rec := state.ContainerRecord{ID: id, Pipeline: pipeline, State: state.ContainerClosed, Created: w.now, NextLocal: nextLocal, Committed: committedBytes}
+	if err := w.put(state.U64Key(state.PrefixContainer, id), rec.Encode()); err != nil {
 		return err
 	}
 	w.containers[id] = &offlineContainer{pipeline: pipeline, nextLocal: nextLocal, committed: committedBytes}
@@ -244,7 +244,7 @@ func (w *OfflineWriter) AddBucket(name string) error {
 	if w.buckets[name] != nil {
 		return fmt.Errorf("meta: offline: %w: bucket %s", metaapi.ErrExists, name)
 	}
-	w.buckets[name] = &bucketRecord{Created: w.now}
+	w.buckets[name] = &state.BucketRecord{Created: w.now}
 	w.bucketList = append(w.bucketList, name)
 	return nil
 }
@@ -268,19 +268,19 @@ func (w *OfflineWriter) AddKey(bucket, key string, size uint64, crc uint32, bloc
 	if brec == nil {
 		return fmt.Errorf("meta: offline: %w: bucket %s", metaapi.ErrNotFound, bucket)
 	}
-	ok := string(objectKey(bucket, key))
+	ok := string(state.ObjectKey(bucket, key))
 	if w.keys[ok] {
 		return fmt.Errorf("meta: offline: %w: key %s/%s", metaapi.ErrExists, bucket, key)
 	}
-	if len(blocks) > maxBlocksPerKey {
-		return offlineInvalid("key %s/%s: %d blocks, at most %d", bucket, key, len(blocks), maxBlocksPerKey)
+	if len(blocks) > state.MaxBlocksPerKey {
+		return offlineInvalid("key %s/%s: %d blocks, at most %d", bucket, key, len(blocks), state.MaxBlocksPerKey)
 	}
-	rec := keyRecord{Size: size, CRC32C: crc, Created: w.now, Blocks: make([]storedBlock, 0, len(blocks))}
-	seen := make(map[blockRef]bool, len(blocks))
+	rec := state.KeyRecord{Size: size, CRC32C: crc, Created: w.now, Blocks: make([]state.StoredBlock, 0, len(blocks))}
+	seen := make(map[state.BlockRef]bool, len(blocks))
 	adds := map[uint64]uint64{} // container → bytes this key adds to it
 	var sum uint64
 	for i, kb := range blocks {
-		ref := blockRef{kb.Container, kb.Local}
+		ref := state.BlockRef{Container: kb.Container, Local: kb.Local}
 		c := w.containers[kb.Container]
 		switch {
 		case c == nil:
@@ -301,7 +301,7 @@ func (w *OfflineWriter) AddKey(bucket, key string, size uint64, crc uint32, bloc
 		seen[ref] = true
 		adds[kb.Container] += kb.Length
 		sum += kb.Length
-		rec.Blocks = append(rec.Blocks, storedBlock{Container: kb.Container, Local: kb.Local, Pipeline: c.pipeline, Length: kb.Length})
+		rec.Blocks = append(rec.Blocks, state.StoredBlock{Container: kb.Container, Local: kb.Local, Pipeline: c.pipeline, Length: kb.Length})
 	}
 	if sum != size {
 		return offlineInvalid("key %s/%s: the blocks hold %d bytes, size says %d", bucket, key, sum, size)
@@ -309,7 +309,7 @@ func (w *OfflineWriter) AddKey(bucket, key string, size uint64, crc uint32, bloc
 	if brec.Bytes+size < brec.Bytes {
 		return offlineInvalid("bucket %s: byte count overflows", bucket)
 	}
-	if err := w.put([]byte(ok), rec.encode()); err != nil {
+	if err := w.put([]byte(ok), rec.Encode()); err != nil {
 		return err
 	}
 	w.keys[ok] = true
@@ -337,9 +337,9 @@ func (w *OfflineWriter) Close() error {
 		return errors.Join(fmt.Errorf("meta: offline: store incomplete: %w", w.failed), w.db.Close())
 	}
 	for _, name := range w.bucketList {
-		set(w.b, bucketKey(name), w.buckets[name].encode())
+		state.Set(w.b, state.BucketKey(name), w.buckets[name].Encode())
 	}
-	set(w.b, counterKey(), w.ctr.encode())
+	state.Set(w.b, state.CounterKey(), w.ctr.Encode())
 	if err := w.b.Commit(pebble.Sync); err != nil {
 		return errors.Join(fmt.Errorf("meta: offline: final commit in %s: %w", w.dir, err), w.db.Close())
 	}

@@ -9,7 +9,8 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/spindle-store/spindle/internal/meta/namespace"
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -62,7 +63,7 @@ func TestOfflineWriterStoreOpens(t *testing.T) {
 		t.Fatalf("CreateOffline over a store: %v, want ErrExists", err)
 	}
 
-	s, err := Open(Config{Dir: dir, TickInterval: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s, err := Open(state.Config{Dir: dir, TickInterval: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func TestOfflineWriterStoreOpens(t *testing.T) {
 			t.Fatalf("key a block %d: %+v", i, b)
 		}
 	}
-	kl, err := s.List("gen", ListOptions{})
+	kl, err := s.List("gen", namespace.ListOptions{})
 	if err != nil || len(kl.Keys) != 2 || kl.Keys[1].Key != "b" || kl.Keys[1].Size != 100 || kl.Keys[1].CRC32C != 7 {
 		t.Fatalf("list %+v %v", kl, err)
 	}
@@ -158,7 +159,7 @@ func TestOfflineWriterRefusesBadInput(t *testing.T) {
 		want error
 	}{
 		{"node ID 0", w.AddNode(0, offlineUUID(5), "127.0.0.1:1"), metaapi.ErrInvalid},
-		{"node ID too large", w.AddNode(MaxNodeID+1, offlineUUID(5), "127.0.0.1:1"), metaapi.ErrInvalid},
+		{"node ID too large", w.AddNode(state.MaxNodeID+1, offlineUUID(5), "127.0.0.1:1"), metaapi.ErrInvalid},
 		{"bad UUID", w.AddNode(5, "not a uuid!", "127.0.0.1:1"), metaapi.ErrInvalid},
 		{"bad address", w.AddNode(5, offlineUUID(5), "nowhere"), metaapi.ErrInvalid},
 		{"node twice", w.AddNode(1, offlineUUID(5), "127.0.0.1:1"), metaapi.ErrExists},
@@ -228,12 +229,12 @@ func TestOfflineWriterIncompleteStoreRefused(t *testing.T) {
 	if err := w.db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(Config{Dir: dir, TickInterval: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s, err := Open(state.Config{Dir: dir, TickInterval: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err == nil {
 		s.Close()
 		t.Fatal("Open accepted a store without counters")
 	}
-	if !errors.Is(err, ErrCorrupt) {
+	if !errors.Is(err, state.ErrCorrupt) {
 		t.Fatalf("Open: %v, want ErrCorrupt", err)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -33,42 +33,42 @@ import (
 // NodeOp runs an operator's operation on node id (metaapi.OpDecommission,
 // OpMaintenance for d, OpRecommission) and returns the node's view.
 func (s *Service) NodeOp(id uint64, op string, d time.Duration) (*metaapi.NodeInfo, error) {
-	return mutate(s.State, func() (*metaapi.NodeInfo, *pebble.Batch, error) {
-		now := s.cfg.Now()
-		if s.nodes[id] == nil {
+	return state.Mutate(s.State, func() (*metaapi.NodeInfo, *pebble.Batch, error) {
+		now := s.Cfg.Now()
+		if s.NodeByID[id] == nil {
 			return nil, nil, fmt.Errorf("%w: datanode %d", metaapi.ErrNotFound, id)
 		}
-		cur := s.repl.ops[id]
-		b := s.db.NewBatch()
+		cur := s.Repair.Ops[id]
+		b := s.Store.NewBatch()
 		switch op {
 		case metaapi.OpDecommission:
-			if cur.state == opDecommissioning || cur.state == opDecommissioned {
+			if cur.State == state.OpDecommissioning || cur.State == state.OpDecommissioned {
 				break // already
 			}
-			s.setOp(b, id, opState{state: opDecommissioning, since: now})
-			s.log.Warn("datanode DECOMMISSIONING: its containers are copied to other nodes", "node", id, "was", cur.name())
+			s.SetOp(b, id, state.OpState{State: state.OpDecommissioning, Since: now})
+			s.Log.Warn("datanode DECOMMISSIONING: its containers are copied to other nodes", "node", id, "was", cur.Name())
 		case metaapi.OpMaintenance:
 			if d <= 0 || d > metaapi.MaxMaintenance {
 				b.Close()
 				return nil, nil, fmt.Errorf("%w: maintenance of %s: want (0, %s]", metaapi.ErrInvalid, d, metaapi.MaxMaintenance)
 			}
-			if cur.state == opDecommissioning || cur.state == opDecommissioned {
+			if cur.State == state.OpDecommissioning || cur.State == state.OpDecommissioned {
 				b.Close()
-				return nil, nil, fmt.Errorf("%w: datanode %d is %s: recommission it first", metaapi.ErrInvalid, id, cur.name())
+				return nil, nil, fmt.Errorf("%w: datanode %d is %s: recommission it first", metaapi.ErrInvalid, id, cur.Name())
 			}
-			s.setOp(b, id, opState{state: opMaintenance, since: now, until: now.Add(d)})
-			s.log.Warn("datanode IN_MAINTENANCE: its replicas are not copied while it is down", "node", id, "until", now.Add(d))
+			s.SetOp(b, id, state.OpState{State: state.OpMaintenance, Since: now, Until: now.Add(d)})
+			s.Log.Warn("datanode IN_MAINTENANCE: its replicas are not copied while it is down", "node", id, "until", now.Add(d))
 		case metaapi.OpRecommission:
-			if cur.state != opInService {
-				s.setOp(b, id, opState{state: opInService, since: now})
-				s.log.Warn("datanode recommissioned: IN_SERVICE again", "node", id, "was", cur.name())
+			if cur.State != state.OpInService {
+				s.SetOp(b, id, state.OpState{State: state.OpInService, Since: now})
+				s.Log.Warn("datanode recommissioned: IN_SERVICE again", "node", id, "was", cur.Name())
 			}
 		default:
 			b.Close()
 			return nil, nil, fmt.Errorf("%w: unknown operation %q (want %s, %s or %s)", metaapi.ErrInvalid, op,
 				metaapi.OpDecommission, metaapi.OpMaintenance, metaapi.OpRecommission)
 		}
-		s.closeOpPipelines(b, now)
+		s.CloseOpPipelines(b, now)
 		ni := s.nodeInfo(id, now)
 		return &ni, b, nil
 	})
@@ -76,13 +76,13 @@ func (s *Service) NodeOp(id uint64, op string, d time.Duration) (*metaapi.NodeIn
 
 // nodeInfo is the admin view of node id.
 func (s *Service) nodeInfo(id uint64, now time.Time) metaapi.NodeInfo {
-	n := s.nodes[id]
-	ni := metaapi.NodeInfo{NodeID: id, UUID: n.rec.UUID, Addr: n.rec.Addr, Health: s.healthOf(n, now),
-		LastHeartbeat: n.last, Pipelines: []uint64{}, Containers: len(n.containers), UsedBytes: n.used,
-		CapacityBytes: n.capacity, AvailableBytes: n.available, Full: s.full(n), MetricsURL: n.rec.MetricsURL}
-	for _, pid := range s.sortedPipelines() {
-		p := s.pipelines[pid]
-		if p.rec.State == pipelineOpen && slices.Contains(p.rec.Members, id) {
+	n := s.NodeByID[id]
+	ni := metaapi.NodeInfo{NodeID: id, UUID: n.Rec.UUID, Addr: n.Rec.Addr, Health: s.HealthOf(n, now),
+		LastHeartbeat: n.Last, Pipelines: []uint64{}, Containers: len(n.Containers), UsedBytes: n.Used,
+		CapacityBytes: n.Capacity, AvailableBytes: n.Available, Full: s.Full(n), MetricsURL: n.Rec.MetricsURL}
+	for _, pid := range s.SortedPipelines() {
+		p := s.PipelineByID[pid]
+		if p.Rec.State == state.PipelineOpen && slices.Contains(p.Rec.Members, id) {
 			ni.Pipelines = append(ni.Pipelines, pid)
 		}
 	}
@@ -93,14 +93,14 @@ func (s *Service) nodeInfo(id uint64, now time.Time) metaapi.NodeInfo {
 // opsNodeInfo adds the node's failed volumes and operational state to its
 // admin view.
 func (s *Service) opsNodeInfo(ni *metaapi.NodeInfo, now time.Time) {
-	ni.FailedVolumes = slices.Clone(s.repl.damage.volumes[ni.NodeID])
-	o := s.repl.ops[ni.NodeID]
-	ni.OpState, ni.OpSince = o.name(), o.since
-	if o.state == opMaintenance {
-		ni.MaintenanceUntil = o.until
+	ni.FailedVolumes = slices.Clone(s.Repair.Damage.Volumes[ni.NodeID])
+	o := s.Repair.Ops[ni.NodeID]
+	ni.OpState, ni.OpSince = o.Name(), o.Since
+	if o.State == state.OpMaintenance {
+		ni.MaintenanceUntil = o.Until
 	}
-	if o.state == opDecommissioning || o.state == opDecommissioned {
-		ni.Decommission = s.decommissionProgress(ni.NodeID, s.replicaIndex(now))
+	if o.State == state.OpDecommissioning || o.State == state.OpDecommissioned {
+		ni.Decommission = s.DecommissionProgress(ni.NodeID, s.ReplicaIndex(now))
 	}
 }
 

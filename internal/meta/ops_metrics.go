@@ -28,27 +28,27 @@ func (c opsCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c opsCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
+	s.Mu.RLock()
+	defer s.Mu.RUnlock()
+	if s.Closed {
 		return
 	}
-	now := s.cfg.Now()
+	now := s.Cfg.Now()
 	repairable := 0
-	for _, d := range s.damagedReplicas(now) {
-		repairable += len(d.blocks)
+	for _, d := range s.DamagedReplicas(now) {
+		repairable += len(d.Blocks)
 	}
 	states := map[string]int{metaapi.NodeInService: 0, metaapi.NodeDecommissioning: 0, metaapi.NodeDecommissioned: 0, metaapi.NodeInMaintenance: 0}
 	failed := 0
-	for id := range s.nodes {
-		states[s.repl.ops[id].name()]++
-		failed += len(s.repl.damage.volumes[id])
+	for id := range s.NodeByID {
+		states[s.Repair.Ops[id].Name()]++
+		failed += len(s.Repair.Damage.Volumes[id])
 	}
-	ch <- prometheus.MustNewConstMetric(descLostBlocks, prometheus.GaugeValue, float64(len(s.lostBlocks(s.replicaIndex(now)))))
+	ch <- prometheus.MustNewConstMetric(descLostBlocks, prometheus.GaugeValue, float64(len(s.LostBlocks(s.ReplicaIndex(now)))))
 	ch <- prometheus.MustNewConstMetric(descRepairableBlocks, prometheus.GaugeValue, float64(repairable))
-	ch <- prometheus.MustNewConstMetric(descRepairs, prometheus.GaugeValue, float64(len(s.repl.damage.repairs)))
-	ch <- prometheus.MustNewConstMetric(descRepaired, prometheus.CounterValue, float64(s.repl.damage.repairedBlocks))
-	ch <- prometheus.MustNewConstMetric(descRepairFailed, prometheus.CounterValue, float64(s.repl.damage.failedRepairs))
+	ch <- prometheus.MustNewConstMetric(descRepairs, prometheus.GaugeValue, float64(len(s.Repair.Damage.Repairs)))
+	ch <- prometheus.MustNewConstMetric(descRepaired, prometheus.CounterValue, float64(s.Repair.Damage.RepairedBlocks))
+	ch <- prometheus.MustNewConstMetric(descRepairFailed, prometheus.CounterValue, float64(s.Repair.Damage.FailedRepairs))
 	for st, k := range states {
 		ch <- prometheus.MustNewConstMetric(descOpNodes, prometheus.GaugeValue, float64(k), st)
 	}

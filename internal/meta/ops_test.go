@@ -5,10 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
-func (c *cluster) nodeView(id uint64) metaapi.NodeInfo {
+func (c *fakeCluster) nodeView(id uint64) metaapi.NodeInfo {
 	c.t.Helper()
 	l := must[*metaapi.NodeList](c.t)(c.s.Nodes())
 	for _, n := range l.Nodes {
@@ -36,7 +37,7 @@ func TestDecommission(t *testing.T) {
 		t.Fatalf("status %+v: want the container under-replicated (node 1 not counted), not unrecoverable", st)
 	}
 	// The state survives a restart (it is in the store).
-	c.restart(func(cfg *Config) { cfg.DisableSafeMode = true })
+	c.restart(func(cfg *state.Config) { cfg.DisableSafeMode = true })
 	if got := c.nodeView(1).OpState; got != metaapi.NodeDecommissioning {
 		t.Fatalf("after a restart: %s, want DECOMMISSIONING", got)
 	}
@@ -73,14 +74,14 @@ func TestDecommission(t *testing.T) {
 // A node in maintenance that goes down has its replicas counted until
 // the deadline: nothing is copied; after it, they are copied as usual.
 func TestMaintenance(t *testing.T) {
-	c, cids := replCluster(t, 4, 1, func(cfg *Config) { cfg.DisableSafeMode = true })
+	c, cids := replCluster(t, 4, 1, func(cfg *state.Config) { cfg.DisableSafeMode = true })
 	cid := cids[0]
 	if _, err := c.s.NodeOp(2, metaapi.OpMaintenance, 0); err == nil {
 		t.Fatal("maintenance without a duration accepted")
 	}
 	must[*metaapi.NodeInfo](t)(c.s.NodeOp(2, metaapi.OpMaintenance, time.Hour))
 	up := c.except(c.node(2))
-	c.clk.Advance(c.s.cfg.DeadAfter + time.Second)
+	c.clk.Advance(c.s.Cfg.DeadAfter + time.Second)
 	c.round(up...)
 	if h := c.health()[2]; h != metaapi.HealthDead {
 		t.Fatalf("node 2 is %s, want DEAD", h)

@@ -19,104 +19,35 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"go.etcd.io/raft/v3"
-	pb "go.etcd.io/raft/v3/raftpb"
-	"go.etcd.io/raft/v3/tracker"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/wal"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+	"google.golang.org/protobuf/proto"
 )
 
 // Raft settings and bounds of a replicated meta service.
 const (
 	// raftGroup is the meta raft log's group in its wal.Log.
-	raftGroup = 1
-	// DefaultRaftTickInterval is one raft tick; DefaultElectionTicks of
-	// them without a leader's heartbeat start an election (1 s), a leader
-	// heartbeats every raftHeartbeatTicks.
-	DefaultRaftTickInterval = 100 * time.Millisecond
-	DefaultElectionTicks    = 10
-	raftHeartbeatTicks      = 1
-	// maxRaftMsgBytes bounds the entries of one append message;
-	// maxRaftCommittedBytes the committed entries applied per Ready.
-	maxRaftMsgBytes       = 1 << 20
+	raftGroup          = 1
+	raftHeartbeatTicks = 1
+	// maxRaftCommittedBytes bounds the committed entries applied per
+	// Ready (maxRaftMsgBytes, the entries of one append message, is with
+	// the meta log entry's format).
 	maxRaftCommittedBytes = 8 << 20
 	// maxRaftUncommittedBytes bounds the leader's proposals not yet
 	// committed (raft drops a proposal beyond it: the leader's stint
 	// ends, see propose).
 	maxRaftUncommittedBytes = 64 << 20
 	maxRaftInflightMsgs     = 256
-	// maxRaftRecordBytes bounds one meta log record (an entry: a
-	// mutation's Pebble batch; a key of MaxBlocksPerKey blocks is ~2 MiB).
-	maxRaftRecordBytes = wal.MaxRecordBytesLimit
 	// maxInboundRaftMsgs bounds the received messages not yet stepped;
 	// more are dropped (raft resends).
 	maxInboundRaftMsgs = 4096
 )
-
-// Meta log entry versions (the first byte of an entry's data): version 1
-// holds one proposal, version 2 the proposals first..last of a stint
-// folded into one entry (one Pebble batch, applied atomically). Members
-// write version 2 and read both.
-const (
-	entryVersionOne    = 1
-	entryVersionFolded = 2
-)
-
-// Entry overheads: version u8 | sequence u64 | … | crc u32 (version 1),
-// version u8 | first u64 | last u64 | … | crc u32 (version 2).
-const (
-	entryOneOverheadBytes    = 1 + 8 + 4
-	entryFoldedOverheadBytes = 1 + 8 + 8 + 4
-)
-
-// maxFoldedEntryBytes bounds the Pebble batch of a folded entry: a batch
-// request's items, and the proposals queued together for the raft
-// goroutine, go into one entry up to this size (a proposal alone may be
-// larger, up to maxRaftRecordBytes). One append message's worth, so that
-// a folded entry never needs a message of its own.
-const maxFoldedEntryBytes = maxRaftMsgBytes
-
-// encodeEntry is a meta log entry (version 2): the stint sequences first
-// ..last of the proposals folded in it and their Pebble batch
-// (docs/FORMAT.md, meta log entry).
-func encodeEntry(first, last uint64, repr []byte) []byte {
-	b := make([]byte, 0, entryFoldedOverheadBytes+len(repr))
-	b = append(b, entryVersionFolded)
-	b = binary.LittleEndian.AppendUint64(b, first)
-	b = binary.LittleEndian.AppendUint64(b, last)
-	b = append(b, repr...)
-	return binary.LittleEndian.AppendUint32(b, crc32c.Checksum(b))
-}
-
-// decodeEntry checks and splits an entry's data, of either version (a
-// version 1 entry is one proposal: first = last).
-func decodeEntry(data []byte) (first, last uint64, repr []byte, err error) {
-	if len(data) < entryOneOverheadBytes {
-		return 0, 0, nil, fmt.Errorf("%w: meta log entry of %d bytes", ErrCorrupt, len(data))
-	}
-	body, sum := data[:len(data)-4], binary.LittleEndian.Uint32(data[len(data)-4:])
-	if got := crc32c.Checksum(body); got != sum {
-		return 0, 0, nil, fmt.Errorf("%w: meta log entry: crc %08x, want %08x", ErrCorrupt, got, sum)
-	}
-	switch body[0] {
-	case entryVersionOne:
-		seq := binary.LittleEndian.Uint64(body[1:9])
-		return seq, seq, body[9:], nil
-	case entryVersionFolded:
-		if len(data) < entryFoldedOverheadBytes {
-			return 0, 0, nil, fmt.Errorf("%w: meta log entry of %d bytes", ErrCorrupt, len(data))
-		}
-		first, last = binary.LittleEndian.Uint64(body[1:9]), binary.LittleEndian.Uint64(body[9:17])
-		if first == 0 || last < first {
-			return 0, 0, nil, fmt.Errorf("%w: meta log entry of proposals %d..%d", ErrCorrupt, first, last)
-		}
-		return first, last, body[17:], nil
-	}
-	return 0, 0, nil, fmt.Errorf("%w: meta log entry version %d", ErrCorrupt, body[0])
-}
 
 // appliedKey holds the applied state in the Pebble store of a replicated
 // meta service (0x00 sorts before every record prefix).
@@ -134,7 +65,7 @@ const appliedStateBytes = 1 + 8 + 8 + 8 + 4
 
 func (a appliedState) encode() []byte {
 	b := make([]byte, 0, appliedStateBytes)
-	b = append(b, recordVersion)
+	b = append(b, state.RecordVersion)
 	b = binary.LittleEndian.AppendUint64(b, a.Index)
 	b = binary.LittleEndian.AppendUint64(b, a.Term)
 	b = binary.LittleEndian.AppendUint64(b, a.Seq)
@@ -142,11 +73,11 @@ func (a appliedState) encode() []byte {
 }
 
 func decodeAppliedState(v []byte) (appliedState, error) {
-	if len(v) != appliedStateBytes || v[0] != recordVersion {
-		return appliedState{}, fmt.Errorf("%w: applied state of %d bytes", ErrCorrupt, len(v))
+	if len(v) != appliedStateBytes || v[0] != state.RecordVersion {
+		return appliedState{}, fmt.Errorf("%w: applied state of %d bytes", state.ErrCorrupt, len(v))
 	}
 	if got, want := crc32c.Checksum(v[:len(v)-4]), binary.LittleEndian.Uint32(v[len(v)-4:]); got != want {
-		return appliedState{}, fmt.Errorf("%w: applied state crc %08x, want %08x", ErrCorrupt, got, want)
+		return appliedState{}, fmt.Errorf("%w: applied state crc %08x, want %08x", state.ErrCorrupt, got, want)
 	}
 	return appliedState{Index: binary.LittleEndian.Uint64(v[1:]), Term: binary.LittleEndian.Uint64(v[9:]), Seq: binary.LittleEndian.Uint64(v[17:])}, nil
 }
@@ -171,7 +102,7 @@ type readReq struct {
 
 // replicator runs the meta raft group of one member.
 type replicator struct {
-	s    *State
+	s    *state.State
 	id   uint64
 	log  *slog.Logger
 	wal  *wal.Log
@@ -227,7 +158,7 @@ type replicator struct {
 	// in is what other goroutines hand to the run goroutine.
 	in struct {
 		mu          sync.Mutex
-		props       []proposal
+		props       []state.Proposal
 		msgs        []*pb.Message
 		reads       []readReq
 		unreachable map[uint64]bool
@@ -287,12 +218,12 @@ type replicator struct {
 // openReplicator opens the meta raft log in dir/raft (bootstrapping the
 // membership when new) and the raft node, reading the applied state from
 // the store. Start with run.
-func openReplicator(s *State, db *pebble.DB) (*replicator, error) {
-	cfg := &s.cfg
+func openReplicator(s *state.State, db *pebble.DB) (*replicator, error) {
+	cfg := &s.Cfg
 	if _, ok := cfg.Peers[cfg.ID]; !ok {
 		return nil, fmt.Errorf("meta: --id %d is not one of --peers", cfg.ID)
 	}
-	r := &replicator{s: s, id: cfg.ID, log: s.log.With("member", cfg.ID), db: db,
+	r := &replicator{s: s, id: cfg.ID, log: s.Log.With("member", cfg.ID), db: db,
 		tick: cfg.RaftTickInterval, notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		readBatches: map[uint64][]readReq{}}
 	r.appendq.wake = make(chan struct{}, 1)
@@ -342,7 +273,7 @@ func openReplicator(s *State, db *pebble.DB) (*replicator, error) {
 	}
 	r.snapIndex.Store(r.ckpts.latest())
 	r.sinceSnap = int(r.st.Index - min(r.st.Index, r.ckpts.latest()))
-	l, err := wal.Open(wal.Config{Dir: filepath.Join(cfg.Dir, "raft"), FS: cfg.FS, MaxRecordBytes: maxRaftRecordBytes, Logger: s.log})
+	l, err := wal.Open(wal.Config{Dir: filepath.Join(cfg.Dir, "raft"), FS: cfg.FS, MaxRecordBytes: state.MaxRaftRecordBytes, Logger: s.Log})
 	if err != nil {
 		return nil, fmt.Errorf("meta: open raft log: %w", err)
 	}
@@ -364,13 +295,13 @@ func (r *replicator) openRaft() error {
 	if err != nil {
 		return err
 	}
-	if last == 0 && !hasSnap && !r.s.cfg.Join {
+	if last == 0 && !hasSnap && !r.s.Cfg.Join {
 		// Bootstrap: every member starts from the same snapshot at (1, 1)
 		// holding the membership (as a pipeline does).
 		if r.st.Index > 1 {
 			return fmt.Errorf("meta: the store has applied the meta log to %d but the raft log is empty", r.st.Index)
 		}
-		voters := slices.Sorted(maps.Keys(r.s.cfg.Peers))
+		voters := slices.Sorted(maps.Keys(r.s.Cfg.Peers))
 		cs, err := proto.Marshal(&pb.ConfState{Voters: voters})
 		if err != nil {
 			return err
@@ -380,7 +311,7 @@ func (r *replicator) openRaft() error {
 		// votes again in a term its lost self may have voted in, and the
 		// leader, deposed by the higher term, forgets how far it had
 		// replicated to it (raftconf.go, rejoinTerm).
-		term := max(1, rejoinTerm(r.s.cfg.Peers, r.s.cfg.TLS, r.id, r.log))
+		term := max(1, rejoinTerm(r.s.Cfg.Peers, r.s.Cfg.TLS, r.id, r.log))
 		seq, err := r.wal.Append(wal.SnapshotRecord(raftGroup, 1, 1, cs), wal.HardStateRecord(raftGroup, wal.HardState{Term: term, Commit: 1}))
 		if err == nil {
 			err = r.wal.WaitDurable(seq)
@@ -409,12 +340,12 @@ func (r *replicator) openRaft() error {
 	r.hsDurable = wal.HardState{Term: hs.Term, Vote: hs.Vote}
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        r.id,
-		ElectionTick:              r.s.cfg.ElectionTicks,
+		ElectionTick:              r.s.Cfg.ElectionTicks,
 		HeartbeatTick:             raftHeartbeatTicks,
 		Storage:                   raftStorage{RaftStorage: r.wal.RaftStorage(raftGroup), r: r},
 		Applied:                   applied,
 		AsyncStorageWrites:        true,
-		MaxSizePerMsg:             maxRaftMsgBytes,
+		MaxSizePerMsg:             state.MaxRaftMsgBytes,
 		MaxCommittedSizePerReady:  maxRaftCommittedBytes,
 		MaxUncommittedEntriesSize: maxRaftUncommittedBytes,
 		MaxInflightMsgs:           maxRaftInflightMsgs,
@@ -511,7 +442,7 @@ func (r *replicator) leaderAddr() (uint64, string) {
 }
 
 // notLeader is the error of a member that does not serve.
-func (r *replicator) notLeader() error {
+func (r *replicator) NotLeader() error {
 	r.wmu.Lock()
 	failed := r.failed
 	r.wmu.Unlock()
@@ -531,9 +462,9 @@ func (r *replicator) notLeader() error {
 // for an answer that made no proposal of its own, until a ReadIndex round
 // confirms that this member was still the leader after the request
 // looked at the state.
-func (r *replicator) await(p pending) error {
-	if p.read {
-		if err := r.readBarrier(p.stint); err != nil {
+func (r *replicator) Await(p state.Pending) error {
+	if p.Read {
+		if err := r.readBarrier(p.Stint); err != nil {
 			return err
 		}
 	}
@@ -543,10 +474,10 @@ func (r *replicator) await(p pending) error {
 		if r.failed != nil {
 			return r.failed
 		}
-		if r.stint != p.stint {
-			return fmt.Errorf("%w: meta leadership of term %d lost before the change was known committed: its outcome is unknown", metaapi.ErrUnavailable, p.stint)
+		if r.stint != p.Stint {
+			return fmt.Errorf("%w: meta leadership of term %d lost before the change was known committed: its outcome is unknown", metaapi.ErrUnavailable, p.Stint)
 		}
-		if max(r.appliedSeq, r.committedSeq) >= p.seq {
+		if max(r.appliedSeq, r.committedSeq) >= p.Seq {
 			return nil
 		}
 		r.wcond.Wait()
@@ -649,7 +580,7 @@ func (r *replicator) run() {
 		for _, f := range foldProposals(props, stint) {
 			err := f.err
 			if err == nil {
-				err = r.rn.Propose(encodeEntry(f.first, f.last, f.repr))
+				err = r.rn.Propose(state.EncodeEntry(f.first, f.last, f.repr))
 			}
 			if err != nil {
 				// Memory is ahead of the log now: end the stint, and
@@ -690,19 +621,19 @@ type folded struct {
 // sequence order; those of another stint are dropped: their waiters have
 // their answer) into entries, consecutive proposals together while their
 // batches stay within maxFoldedEntryBytes.
-func foldProposals(props []proposal, stint uint64) []folded {
+func foldProposals(props []state.Proposal, stint uint64) []folded {
 	var out []folded
 	for i := 0; i < len(props); {
-		if props[i].stint != stint || stint == 0 {
+		if props[i].Stint != stint || stint == 0 {
 			i++
 			continue
 		}
-		j, n := i+1, len(props[i].repr)
-		for j < len(props) && props[j].stint == stint && n+len(props[j].repr) <= maxFoldedEntryBytes {
-			n += len(props[j].repr)
+		j, n := i+1, len(props[i].Repr)
+		for j < len(props) && props[j].Stint == stint && n+len(props[j].Repr) <= state.MaxFoldedEntryBytes {
+			n += len(props[j].Repr)
 			j++
 		}
-		f := folded{first: props[i].seq, last: props[j-1].seq, repr: props[i].repr}
+		f := folded{first: props[i].Seq, last: props[j-1].Seq, repr: props[i].Repr}
 		if j > i+1 {
 			f.repr, f.err = joinBatches(props[i:j])
 		}
@@ -715,15 +646,15 @@ func foldProposals(props []proposal, stint uint64) []folded {
 // joinBatches is the Pebble batch of the proposals' batches in order
 // (Pebble's own Batch.Apply, on batches of no store: no copy of the
 // proposals' read-only bytes is changed).
-func joinBatches(props []proposal) ([]byte, error) {
+func joinBatches(props []state.Proposal) ([]byte, error) {
 	acc := new(pebble.Batch)
 	for _, p := range props {
 		var eb pebble.Batch
-		if err := eb.SetRepr(p.repr); err != nil {
-			return nil, fmt.Errorf("proposal %d: %w", p.seq, err)
+		if err := eb.SetRepr(p.Repr); err != nil {
+			return nil, fmt.Errorf("proposal %d: %w", p.Seq, err)
 		}
 		if err := acc.Apply(&eb, nil); err != nil {
-			return nil, fmt.Errorf("proposal %d: %w", p.seq, err)
+			return nil, fmt.Errorf("proposal %d: %w", p.Seq, err)
 		}
 	}
 	return acc.Repr(), nil
@@ -1054,9 +985,9 @@ func (r *replicator) noteCommitted(ents []*pb.Entry) {
 // its header only (the apply worker checks the whole entry).
 func entryLastSeq(data []byte) (uint64, bool) {
 	switch {
-	case len(data) >= entryFoldedOverheadBytes && data[0] == entryVersionFolded:
+	case len(data) >= state.EntryFoldedOverheadBytes && data[0] == state.EntryVersionFolded:
 		return binary.LittleEndian.Uint64(data[9:17]), true
-	case len(data) >= entryOneOverheadBytes && data[0] == entryVersionOne:
+	case len(data) >= state.EntryOneOverheadBytes && data[0] == state.EntryVersionOne:
 		return binary.LittleEndian.Uint64(data[1:9]), true
 	}
 	return 0, false
@@ -1093,7 +1024,7 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 			if e.GetType() == pb.EntryType_EntryConfChange && e.GetIndex() > r.raftCfgIndex {
 				cc := &pb.ConfChange{}
 				if err := proto.Unmarshal(e.GetData(), cc); err != nil {
-					return fmt.Errorf("%w: entry %d: membership change: %v", ErrCorrupt, e.GetIndex(), err)
+					return fmt.Errorf("%w: entry %d: membership change: %v", state.ErrCorrupt, e.GetIndex(), err)
 				}
 				confs = append(confs, cc)
 				r.raftCfgIndex = e.GetIndex()
@@ -1111,7 +1042,7 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 			if len(e.GetData()) == 0 {
 				continue // a new leader's empty entry
 			}
-			first, last, repr, err := decodeEntry(e.GetData())
+			first, last, repr, err := state.DecodeEntry(e.GetData())
 			if err != nil {
 				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
 			}
@@ -1123,16 +1054,16 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 			// to Pebble) reads the entry's bytes in place; b copies them.
 			var eb pebble.Batch
 			if err := eb.SetRepr(repr); err != nil {
-				return fmt.Errorf("%w: entry %d: %v", ErrCorrupt, e.GetIndex(), err)
+				return fmt.Errorf("%w: entry %d: %v", state.ErrCorrupt, e.GetIndex(), err)
 			}
 			if err := b.Apply(&eb, nil); err != nil {
-				return fmt.Errorf("%w: entry %d: %v", ErrCorrupt, e.GetIndex(), err)
+				return fmt.Errorf("%w: entry %d: %v", state.ErrCorrupt, e.GetIndex(), err)
 			}
 			st.Term, st.Seq = e.GetTerm(), last
 		case pb.EntryType_EntryConfChange:
 			cc := &pb.ConfChange{}
 			if err := proto.Unmarshal(e.GetData(), cc); err != nil {
-				return fmt.Errorf("%w: entry %d: membership change: %v", ErrCorrupt, e.GetIndex(), err)
+				return fmt.Errorf("%w: entry %d: membership change: %v", state.ErrCorrupt, e.GetIndex(), err)
 			}
 			if members == nil {
 				members = r.memberSet()
@@ -1146,9 +1077,9 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 			return fmt.Errorf("entry %d: joint membership changes are not supported", e.GetIndex())
 		}
 	}
-	set(b, appliedKey, st.encode())
+	state.Set(b, appliedKey, st.encode())
 	if members != nil {
-		set(b, membersKey, encodeMembers(members))
+		state.Set(b, membersKey, encodeMembers(members))
 	}
 	// NoSync: the log holds every applied entry durably; after a crash
 	// the store is a prefix of what was applied (batches are atomic) and
@@ -1189,7 +1120,7 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 	if startTerm != 0 {
 		r.startStint(startTerm)
 	}
-	if lastTerm != 0 && r.sinceSnap >= r.s.cfg.SnapshotEntries {
+	if lastTerm != 0 && r.sinceSnap >= r.s.Cfg.SnapshotEntries {
 		if err := r.takeCheckpoint(lastTerm); err != nil {
 			// The log keeps growing until a checkpoint succeeds; the
 			// member still serves.
@@ -1211,14 +1142,14 @@ func (r *replicator) startStint(term uint64) {
 		return
 	}
 	s := r.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	if s.Closed {
 		return
 	}
-	s.initMemory()
-	s.started = s.cfg.Now()
-	if err := s.load(); err != nil {
+	s.InitMemory()
+	s.Started = s.Cfg.Now()
+	if err := s.Load(); err != nil {
 		r.log.Error("meta leader cannot load the store; not serving", "err", err)
 		r.fail(fmt.Errorf("meta member %d: load the store: %w", r.id, err))
 		return
@@ -1231,26 +1162,26 @@ func (r *replicator) startStint(term uint64) {
 	if r.leaderTerm.Load() != term || r.stint != 0 || r.failed != nil || term <= r.endedTerm {
 		return
 	}
-	s.db.ov = r.db.NewIndexedBatch()
-	s.stint, s.proposed, s.inflight, s.staged = term, 0, nil, nil
+	s.Store.Overlay = r.db.NewIndexedBatch()
+	s.Stint, s.Proposed, s.Inflight, s.Staged = term, 0, nil, nil
 	r.stint, r.appliedSeq, r.committedSeq = term, 0, 0
 	r.wcond.Broadcast()
-	r.log.Info("meta leader serving", "term", term, "applied", r.st.Index, "nodes", len(s.nodes), "buckets", len(s.buckets))
+	r.log.Info("meta leader serving", "term", term, "applied", r.st.Index, "nodes", len(s.NodeByID), "buckets", len(s.Buckets))
 }
 
 // endStint stops serving: memory may be ahead of the log (proposals not
 // committed), so it is dropped; the waiters get UNAVAILABLE.
 func (r *replicator) endStint(why error) {
 	s := r.s
-	s.mu.Lock()
-	s.endStintLocked(why)
-	s.mu.Unlock()
+	s.Mu.Lock()
+	s.EndStintLocked(why)
+	s.Mu.Unlock()
 	r.failReads(fmt.Errorf("%w: meta leadership lost: %v", metaapi.ErrUnavailable, why))
 }
 
 // stintEnded records that the serving stint ended (State.endStintLocked,
 // under s.mu): it never resumes in its term; the waiters are woken.
-func (r *replicator) stintEnded() {
+func (r *replicator) StintEnded() {
 	r.wmu.Lock()
 	r.endedTerm = max(r.endedTerm, r.stint)
 	r.stint = 0
@@ -1260,7 +1191,7 @@ func (r *replicator) stintEnded() {
 
 // propose hands p to the raft goroutine (State.flushStaged, under s.mu:
 // in s.mu order, so that the log's order is memory's).
-func (r *replicator) propose(p proposal) {
+func (r *replicator) Propose(p state.Proposal) {
 	r.in.mu.Lock()
 	r.in.props = append(r.in.props, p)
 	r.in.mu.Unlock()
@@ -1268,7 +1199,7 @@ func (r *replicator) propose(p proposal) {
 }
 
 // appliedSeqNow is the last proposal of the stint applied to the store.
-func (r *replicator) appliedSeqNow() uint64 {
+func (r *replicator) AppliedSeqNow() uint64 {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
 	return r.appliedSeq

@@ -17,14 +17,16 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/spindle-store/spindle/internal/meta/state"
+
 	pebblevfs "github.com/cockroachdb/pebble/v2/vfs"
-	pb "go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
 	"github.com/spindle-store/spindle/internal/wal"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // rgroup is a replicated meta service of len(addrs) members in this
@@ -37,12 +39,12 @@ type rgroup struct {
 	srvs  []*Server // nil: stopped
 	cl    *metaapi.Client
 	// tweak, when set, changes each member's Config before it starts.
-	tweak func(*Config)
+	tweak func(*state.Config)
 }
 
 func newRGroup(t *testing.T, n int) *rgroup { return newRGroupWith(t, n, nil) }
 
-func newRGroupWith(t *testing.T, n int, tweak func(*Config)) *rgroup {
+func newRGroupWith(t *testing.T, n int, tweak func(*state.Config)) *rgroup {
 	t.Helper()
 	g := &rgroup{t: t, peers: map[uint64]string{}, srvs: make([]*Server, n), tweak: tweak}
 	lns := make([]net.Listener, n)
@@ -73,7 +75,7 @@ func newRGroupWith(t *testing.T, n int, tweak func(*Config)) *rgroup {
 
 func (g *rgroup) start(i int, ln net.Listener) {
 	g.t.Helper()
-	cfg := Config{Dir: g.dirs[i], Logger: quiet, ID: uint64(i + 1), Peers: g.peers, TickInterval: -1, DisableSafeMode: true,
+	cfg := state.Config{Dir: g.dirs[i], Logger: quiet, ID: uint64(i + 1), Peers: g.peers, TickInterval: -1, DisableSafeMode: true,
 		RaftTickInterval: 20 * time.Millisecond, Listener: ln}
 	if g.tweak != nil {
 		g.tweak(&cfg)
@@ -126,7 +128,7 @@ func (g *rgroup) dns() []*testDN {
 	g.t.Helper()
 	ctx := context.Background()
 	var dns []*testDN
-	for i := range PipelineSize {
+	for i := range state.PipelineSize {
 		d := &testDN{uuid: fmt.Sprintf("dn-%d", i+1), addr: fmt.Sprintf("127.0.0.1:%d", 1+i), pipelines: map[uint64]bool{}}
 		mustNo(g.t, d.beat(ctx, g.cl))
 		dns = append(dns, d)
@@ -214,9 +216,9 @@ func TestReplicatedFollowerRedirects(t *testing.T) {
 	})
 	for i := range g.srvs {
 		g.stop(i)
-		svc, err := Open(Config{Dir: g.dirs[i], Logger: quiet, TickInterval: -1, DisableSafeMode: true, ID: uint64(i + 1), Peers: g.peers})
+		svc, err := Open(state.Config{Dir: g.dirs[i], Logger: quiet, TickInterval: -1, DisableSafeMode: true, ID: uint64(i + 1), Peers: g.peers})
 		mustNo(t, err)
-		_, closer, err := svc.db.Get(bucketKey("via-follower"))
+		_, closer, err := svc.Store.Get(state.BucketKey("via-follower"))
 		ok := err == nil
 		if ok {
 			closer.Close()
@@ -322,10 +324,10 @@ func TestReplicatedLeaderLossKeepsAcknowledgedKeys(t *testing.T) {
 	var lists []string
 	for i := range g.srvs {
 		g.stop(i)
-		svc, err := Open(Config{Dir: g.dirs[i], Logger: quiet, TickInterval: -1, DisableSafeMode: true, ID: uint64(i + 1), Peers: g.peers})
+		svc, err := Open(state.Config{Dir: g.dirs[i], Logger: quiet, TickInterval: -1, DisableSafeMode: true, ID: uint64(i + 1), Peers: g.peers})
 		mustNo(t, err)
 		var keys []string
-		mustNo(t, svc.scan(prefixKey, func(k, v []byte) error { keys = append(keys, string(k)); return nil }))
+		mustNo(t, svc.Scan(state.PrefixKey, func(k, v []byte) error { keys = append(keys, string(k)); return nil }))
 		svc.Close()
 		lists = append(lists, strings.Join(keys, ","))
 	}
@@ -341,15 +343,15 @@ func TestReplicatedLeaderLossKeepsAcknowledgedKeys(t *testing.T) {
 // every flipped byte is caught; a version 1 entry (one proposal, written
 // before proposals were folded) still decodes as proposals seq..seq.
 func TestMetaLogEntryEncoding(t *testing.T) {
-	data := encodeEntry(7, 9, []byte("batch"))
-	first, last, repr, err := decodeEntry(data)
+	data := state.EncodeEntry(7, 9, []byte("batch"))
+	first, last, repr, err := state.DecodeEntry(data)
 	if err != nil || first != 7 || last != 9 || string(repr) != "batch" {
 		t.Fatalf("decode: %d..%d %q %v", first, last, repr, err)
 	}
 	for i := range data {
 		bad := append([]byte(nil), data...)
 		bad[i] ^= 1
-		if _, _, _, err := decodeEntry(bad); !errors.Is(err, ErrCorrupt) {
+		if _, _, _, err := state.DecodeEntry(bad); !errors.Is(err, state.ErrCorrupt) {
 			t.Fatalf("byte %d flipped: %v, want ErrCorrupt", i, err)
 		}
 	}
@@ -357,11 +359,11 @@ func TestMetaLogEntryEncoding(t *testing.T) {
 	v1 := []byte{1, 5, 0, 0, 0, 0, 0, 0, 0}
 	v1 = append(v1, "batch"...)
 	v1 = binary.LittleEndian.AppendUint32(v1, crc32c.Checksum(v1))
-	if first, last, repr, err := decodeEntry(v1); err != nil || first != 5 || last != 5 || string(repr) != "batch" {
+	if first, last, repr, err := state.DecodeEntry(v1); err != nil || first != 5 || last != 5 || string(repr) != "batch" {
 		t.Fatalf("version 1: %d..%d %q %v", first, last, repr, err)
 	}
 	for _, fl := range [][2]uint64{{0, 0}, {4, 3}} {
-		if _, _, _, err := decodeEntry(encodeEntry(fl[0], fl[1], nil)); !errors.Is(err, ErrCorrupt) {
+		if _, _, _, err := state.DecodeEntry(state.EncodeEntry(fl[0], fl[1], nil)); !errors.Is(err, state.ErrCorrupt) {
 			t.Fatalf("proposals %d..%d: %v, want ErrCorrupt", fl[0], fl[1], err)
 		}
 	}
@@ -391,12 +393,12 @@ func TestAppliedStateFollows(t *testing.T) {
 // service is not silently made a member.
 func TestReplicatedRefusesSingleStore(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "m")
-	svc, err := Open(Config{Dir: dir, Logger: quiet, TickInterval: -1})
+	svc, err := Open(state.Config{Dir: dir, Logger: quiet, TickInterval: -1})
 	mustNo(t, err)
 	_, err = svc.CreateBucket("b01")
 	mustNo(t, err)
 	mustNo(t, svc.Close())
-	_, err = Open(Config{Dir: dir, Logger: quiet, TickInterval: -1, ID: 1, Peers: map[uint64]string{1: "127.0.0.1:1", 2: "127.0.0.1:2", 3: "127.0.0.1:3"}})
+	_, err = Open(state.Config{Dir: dir, Logger: quiet, TickInterval: -1, ID: 1, Peers: map[uint64]string{1: "127.0.0.1:1", 2: "127.0.0.1:2", 3: "127.0.0.1:3"}})
 	if err == nil || !strings.Contains(err.Error(), "single meta service") {
 		t.Fatalf("open as a member: %v", err)
 	}
@@ -413,18 +415,18 @@ func TestReplicatedRefusesSingleStore(t *testing.T) {
 func TestRestartWithStoreAheadOfCommitIndex(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "m1")
 	peers := map[uint64]string{1: "127.0.0.1:1", 2: "127.0.0.1:2", 3: "127.0.0.1:3"}
-	cfg := Config{Dir: dir, Logger: quiet, TickInterval: -1, ID: 1, Peers: peers}
+	cfg := state.Config{Dir: dir, Logger: quiet, TickInterval: -1, ID: 1, Peers: peers}
 	svc, err := Open(cfg)
 	mustNo(t, err)
 	mustNo(t, svc.Close())
-	l, err := wal.Open(wal.Config{Dir: filepath.Join(dir, "raft"), MaxRecordBytes: maxRaftRecordBytes, Logger: quiet})
+	l, err := wal.Open(wal.Config{Dir: filepath.Join(dir, "raft"), MaxRecordBytes: state.MaxRaftRecordBytes, Logger: quiet})
 	mustNo(t, err)
 	seq, err := l.Append(wal.EntryRecord(raftGroup, 2, 2, 0, nil), wal.EntryRecord(raftGroup, 2, 3, 0, nil),
 		wal.HardStateRecord(raftGroup, wal.HardState{Term: 2, Vote: 1, Commit: 1}))
 	mustNo(t, err)
 	mustNo(t, l.WaitDurable(seq))
 	mustNo(t, l.Close())
-	db, err := openStore(vfs.Default, dir, quiet)
+	db, err := state.OpenStore(vfs.Default, dir, quiet)
 	mustNo(t, err)
 	mustNo(t, db.Set(appliedKey, appliedState{Index: 3}.encode(), pebble.Sync))
 	mustNo(t, db.Close())
@@ -495,7 +497,7 @@ func TestPartitionedLeaderAcknowledgesNothing(t *testing.T) {
 	var dumps []string
 	for i := range g.srvs {
 		var b strings.Builder
-		it, err := g.srvs[i].Service().db.DB.NewIter(&pebble.IterOptions{LowerBound: []byte{'A'}})
+		it, err := g.srvs[i].Service().Store.DB.NewIter(&pebble.IterOptions{LowerBound: []byte{'A'}})
 		mustNo(t, err)
 		for ok := it.First(); ok; ok = it.Next() {
 			fmt.Fprintf(&b, "%x=%x\n", it.Key(), it.Value())
@@ -574,9 +576,9 @@ func TestReplicatedConcurrentReadsThroughTheOverlay(t *testing.T) {
 // under it — a follower (or the leader) failed with "meta log entry: crc
 // …, want …" (seen in bench meta --replicas 3).
 func TestOverlayRebuildKeepsProposalsIntact(t *testing.T) {
-	old := maxOverlayBytes
-	maxOverlayBytes = 0
-	t.Cleanup(func() { maxOverlayBytes = old })
+	old := state.MaxOverlayBytes
+	state.MaxOverlayBytes = 0
+	t.Cleanup(func() { state.MaxOverlayBytes = old })
 	g := newRGroup(t, 3)
 	g.dns()
 	if _, err := g.cl.CreateBucket(bg, "b01"); err != nil {
@@ -673,7 +675,7 @@ func TestReplicatedBatchIsOneEntry(t *testing.T) {
 	if err != nil || len(ents) != 1 {
 		t.Fatalf("entry %d: %d entries, %v", after, len(ents), err)
 	}
-	first, last, _, err := decodeEntry(ents[0].Data)
+	first, last, _, err := state.DecodeEntry(ents[0].Data)
 	if err != nil || first != last {
 		t.Fatalf("entry %d: proposals %d..%d, %v; want one", after, first, last, err)
 	}
@@ -685,7 +687,7 @@ func TestReplicatedBatchIsOneEntry(t *testing.T) {
 			key  string
 			want []byte
 		}{{"a", v2}, {"d", v1}, {"b", nil}} {
-			v, c, err := s.rep.db.Get(objectKey("bkt", k.key))
+			v, c, err := s.rep.db.Get(state.ObjectKey("bkt", k.key))
 			if k.want == nil {
 				if !errors.Is(err, pebble.ErrNotFound) {
 					t.Fatalf("member %d: refused key %s: %v, want not found", i+1, k.key, err)
@@ -695,7 +697,7 @@ func TestReplicatedBatchIsOneEntry(t *testing.T) {
 			if err != nil {
 				t.Fatalf("member %d: key %s: %v", i+1, k.key, err)
 			}
-			kr, err := decodeKey(v)
+			kr, err := state.DecodeKey(v)
 			c.Close()
 			if err != nil || !bytes.Equal(kr.Inline, k.want) {
 				t.Fatalf("member %d: key %s: %v, %d bytes inline, want %d", i+1, k.key, err, len(kr.Inline), len(k.want))
@@ -717,26 +719,26 @@ func TestReplicatedBatchIsOneEntry(t *testing.T) {
 // the Pebble batch of all its proposals' operations; proposals of an
 // ended stint are left out.
 func TestFoldProposals(t *testing.T) {
-	db, err := pebble.Open("", &pebble.Options{FS: pebblevfs.NewMem(), Logger: pebbleLogger{quiet}})
+	db, err := pebble.Open("", &pebble.Options{FS: pebblevfs.NewMem(), Logger: state.PebbleLogger{L: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	prop := func(stint, seq uint64, valBytes int) proposal {
+	prop := func(stint, seq uint64, valBytes int) state.Proposal {
 		b := db.NewBatch()
-		set(b, fmt.Appendf(nil, "k%d", seq), make([]byte, valBytes))
-		set(b, fmt.Appendf(nil, "k%d-2", seq), nil)
-		return proposal{stint: stint, seq: seq, repr: slices.Clone(b.Repr())}
+		state.Set(b, fmt.Appendf(nil, "k%d", seq), make([]byte, valBytes))
+		state.Set(b, fmt.Appendf(nil, "k%d-2", seq), nil)
+		return state.Proposal{Stint: stint, Seq: seq, Repr: slices.Clone(b.Repr())}
 	}
-	big := maxFoldedEntryBytes / 2
-	props := []proposal{prop(2, 9, 10), prop(3, 1, 10), prop(3, 2, 10), prop(3, 3, big), prop(3, 4, big), prop(3, 5, 10)}
+	big := state.MaxFoldedEntryBytes / 2
+	props := []state.Proposal{prop(2, 9, 10), prop(3, 1, 10), prop(3, 2, 10), prop(3, 3, big), prop(3, 4, big), prop(3, 5, 10)}
 	got := foldProposals(props, 3)
 	want := [][2]uint64{{1, 3}, {4, 5}}
 	if len(got) != len(want) {
 		t.Fatalf("%d entries, want %d", len(got), len(want))
 	}
 	for i, f := range got {
-		if f.err != nil || f.first != want[i][0] || f.last != want[i][1] || len(f.repr) > maxFoldedEntryBytes+64 {
+		if f.err != nil || f.first != want[i][0] || f.last != want[i][1] || len(f.repr) > state.MaxFoldedEntryBytes+64 {
 			t.Fatalf("entry %d: proposals %d..%d (%d bytes), %v; want %d..%d", i, f.first, f.last, len(f.repr), f.err, want[i][0], want[i][1])
 		}
 		var eb pebble.Batch
@@ -791,7 +793,7 @@ func TestReplicatedAnswersOnceCommitted(t *testing.T) {
 	if _, err := g.cl.CommitKey(ctx, "bkt", "k", *inlineCommit(v)); err != nil {
 		t.Fatalf("commit with the leader's store apply held: %v", err)
 	}
-	if _, c, err := ld.rep.db.Get(objectKey("bkt", "k")); !errors.Is(err, pebble.ErrNotFound) {
+	if _, c, err := ld.rep.db.Get(state.ObjectKey("bkt", "k")); !errors.Is(err, pebble.ErrNotFound) {
 		if c != nil {
 			c.Close()
 		}
@@ -804,7 +806,7 @@ func TestReplicatedAnswersOnceCommitted(t *testing.T) {
 	ld.rep.storeMu.Unlock()
 	held = false
 	waitFor(t, "the leader's store applies the key", func() bool {
-		_, c, err := ld.rep.db.Get(objectKey("bkt", "k"))
+		_, c, err := ld.rep.db.Get(state.ObjectKey("bkt", "k"))
 		if err == nil {
 			c.Close()
 		}

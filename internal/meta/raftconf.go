@@ -24,13 +24,14 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	pb "go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
+	"github.com/spindle-store/spindle/internal/meta/state"
 
 	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/wal"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // membersKey holds the member set (0x00 sorts before every record prefix).
@@ -50,7 +51,7 @@ const maxMemberAddrBytes = 255
 // encodeMembers: version u8 | n u32 | n × (id u64 | addr length u16 | addr) | crc u32.
 func encodeMembers(m map[uint64]string) []byte {
 	ids := slices.Sorted(maps.Keys(m))
-	b := []byte{recordVersion}
+	b := []byte{state.RecordVersion}
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(ids)))
 	for _, id := range ids {
 		b = binary.LittleEndian.AppendUint64(b, id)
@@ -61,8 +62,8 @@ func encodeMembers(m map[uint64]string) []byte {
 }
 
 func decodeMembers(v []byte) (map[uint64]string, error) {
-	bad := func(what string) error { return fmt.Errorf("%w: member set: %s", ErrCorrupt, what) }
-	if len(v) < 1+4+4 || v[0] != recordVersion {
+	bad := func(what string) error { return fmt.Errorf("%w: member set: %s", state.ErrCorrupt, what) }
+	if len(v) < 1+4+4 || v[0] != state.RecordVersion {
 		return nil, bad(fmt.Sprintf("%d bytes", len(v)))
 	}
 	if got, want := crc32c.Checksum(v[:len(v)-4]), binary.LittleEndian.Uint32(v[len(v)-4:]); got != want {
@@ -123,7 +124,7 @@ func (r *replicator) setMembers(m map[uint64]string) {
 	r.members = maps.Clone(m)
 	addrs := maps.Clone(m)
 	if _, ok := addrs[r.id]; !ok {
-		addrs[r.id] = r.s.cfg.Peers[r.id]
+		addrs[r.id] = r.s.Cfg.Peers[r.id]
 	}
 	r.addrs = addrs
 	r.pmu.Unlock()
@@ -205,9 +206,9 @@ func (s *Service) ChangeMembers(add bool, id uint64, addr string) (metaapi.MetaS
 	if id == 0 || (add && (addr == "" || len(addr) > maxMemberAddrBytes)) {
 		return metaapi.MetaStatus{}, fmt.Errorf("%w: member %d at %q", metaapi.ErrInvalid, id, addr)
 	}
-	s.mu.RLock()
-	err := s.usable()
-	s.mu.RUnlock()
+	s.Mu.RLock()
+	err := s.Usable()
+	s.Mu.RUnlock()
 	if err != nil {
 		return metaapi.MetaStatus{}, err
 	}

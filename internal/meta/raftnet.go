@@ -13,10 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	pb "go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
+	"github.com/spindle-store/spindle/internal/meta/state"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // The transport between meta members: HTTP on each member's API address.
@@ -40,7 +41,7 @@ const (
 	maxQueuedRaftMsgs = 4096
 	// maxRaftFrameBytes bounds one frame (a message is at most
 	// maxRaftMsgBytes of entries, or one entry of maxRaftRecordBytes).
-	maxRaftFrameBytes = 4 * maxRaftRecordBytes
+	maxRaftFrameBytes = 4 * state.MaxRaftRecordBytes
 	// raftWriteTimeout bounds the write of one frame (a peer that stops
 	// reading: the stream is closed and the peer reported unreachable).
 	raftWriteTimeout = 5 * time.Second
@@ -84,8 +85,8 @@ type raftPeer struct {
 
 func newRaftNet(r *replicator) *raftNet {
 	n := &raftNet{r: r, peers: map[uint64]*raftPeer{}, stop: make(chan struct{}),
-		hc:         &http.Client{Transport: r.s.cfg.TLS.HTTPTransport(&http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2})},
-		snapClient: &http.Client{Transport: r.s.cfg.TLS.HTTPTransport(&http.Transport{Proxy: nil})}}
+		hc:         &http.Client{Transport: r.s.Cfg.TLS.HTTPTransport(&http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2})},
+		snapClient: &http.Client{Transport: r.s.Cfg.TLS.HTTPTransport(&http.Transport{Proxy: nil})}}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	r.pmu.RLock()
 	addrs := maps.Clone(r.addrs)
@@ -100,7 +101,7 @@ func (n *raftNet) setPeers(addrs map[uint64]string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for id, p := range n.peers {
-		if a, ok := addrs[id]; !ok || n.r.s.cfg.TLS.Scheme()+"://"+a+raftStreamRoute != p.url {
+		if a, ok := addrs[id]; !ok || n.r.s.Cfg.TLS.Scheme()+"://"+a+raftStreamRoute != p.url {
 			close(p.quit)
 			delete(n.peers, id)
 		}
@@ -109,7 +110,7 @@ func (n *raftNet) setPeers(addrs map[uint64]string) {
 		if id == n.r.id || n.peers[id] != nil {
 			continue
 		}
-		p := &raftPeer{id: id, url: n.r.s.cfg.TLS.Scheme() + "://" + a + raftStreamRoute, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+		p := &raftPeer{id: id, url: n.r.s.Cfg.TLS.Scheme() + "://" + a + raftStreamRoute, wake: make(chan struct{}, 1), quit: make(chan struct{})}
 		n.peers[id] = p
 		if n.started {
 			n.wg.Add(1)
@@ -477,6 +478,6 @@ func (s *Service) MetaStatus() metaapi.MetaStatus {
 	} else {
 		st = metaapi.MetaStatus{ID: 1, LeaderID: 1, Role: "leader", Serving: s.Serving(), Members: []metaapi.MetaMember{{ID: 1}}}
 	}
-	st.TLS = s.cfg.TLS.Mode()
+	st.TLS = s.Cfg.TLS.Mode()
 	return st
 }

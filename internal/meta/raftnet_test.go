@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/meta/state"
+
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -101,7 +103,7 @@ func TestRaftStreamEndsWhenMemberStops(t *testing.T) {
 // bareReplicator is just enough of a member for one end of a raft
 // stream: the sender's or the receiver's.
 func bareReplicator(id uint64, addrs map[uint64]string) *replicator {
-	r := &replicator{s: &State{}, id: id, log: quiet, notify: make(chan struct{}, 1), addrs: addrs}
+	r := &replicator{s: &state.State{}, id: id, log: quiet, notify: make(chan struct{}, 1), addrs: addrs}
 	r.in.unreachable = map[uint64]bool{}
 	r.in.snapSent = map[uint64]bool{}
 	r.streamsCtx, r.streamsStop = context.WithCancel(context.Background())

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -22,7 +23,7 @@ const (
 // replCluster is n fake datanodes (one pipeline, of nodes 1, 2, 3) and k
 // keys k0..k(k-1), each in a CLOSED container of its own; it returns the
 // containers in key order.
-func replCluster(t *testing.T, n, k int, mod func(*Config)) (*cluster, []uint64) {
+func replCluster(t *testing.T, n, k int, mod func(*state.Config)) (*fakeCluster, []uint64) {
 	t.Helper()
 	clk := newClock()
 	cfg := testConfig(t.TempDir(), clk)
@@ -62,7 +63,7 @@ func memberIDs(ms []metaapi.Member) []uint64 {
 }
 
 // except is every node of c but those given.
-func (c *cluster) except(gone ...*fakeDN) []*fakeDN {
+func (c *fakeCluster) except(gone ...*fakeDN) []*fakeDN {
 	var ns []*fakeDN
 	for _, n := range c.nodes {
 		if !slices.Contains(gone, n) {
@@ -73,7 +74,7 @@ func (c *cluster) except(gone ...*fakeDN) []*fakeDN {
 }
 
 // kill makes the given nodes DEAD: the others beat through DeadAfter.
-func (c *cluster) kill(gone ...*fakeDN) {
+func (c *fakeCluster) kill(gone ...*fakeDN) {
 	c.t.Helper()
 	alive := c.except(gone...)
 	for range 7 {
@@ -87,12 +88,12 @@ func (c *cluster) kill(gone ...*fakeDN) {
 	}
 }
 
-func (c *cluster) repl() *metaapi.ReplicationStatus {
+func (c *fakeCluster) repl() *metaapi.ReplicationStatus {
 	return must[*metaapi.ReplicationStatus](c.t)(c.s.Replication())
 }
 
 // tasks is the copies in flight as "container:source->target".
-func (c *cluster) tasks() []string {
+func (c *fakeCluster) tasks() []string {
 	var ts []string
 	for _, t := range c.repl().Inflight {
 		ts = append(ts, fmt.Sprintf("%d:%d->%d", t.Container, t.Source, t.Target))
@@ -100,7 +101,7 @@ func (c *cluster) tasks() []string {
 	return ts
 }
 
-func (c *cluster) readMembers(key string) []uint64 {
+func (c *fakeCluster) readMembers(key string) []uint64 {
 	ki := must[*metaapi.KeyInfo](c.t)(c.s.GetKey("bkt", key))
 	return memberIDs(ki.Blocks[0].Members)
 }
@@ -116,7 +117,7 @@ func replicateCmd(cmds []metaapi.Command, cid uint64) *metaapi.Command {
 }
 
 func TestDeadNodeContainersCopiedToTheRightTarget(t *testing.T) {
-	c, cids := replCluster(t, 4, 3, func(cfg *Config) { cfg.MaxCopiesPerTarget = 2 })
+	c, cids := replCluster(t, 4, 3, func(cfg *state.Config) { cfg.MaxCopiesPerTarget = 2 })
 	n1, n3, n4 := c.node(1), c.node(3), c.node(4)
 	n4.copy = copyHold
 	if st := c.repl(); st.SafeMode || st.UnderReplicated != 0 || len(st.Inflight) != 0 {
@@ -198,14 +199,14 @@ func TestDeadNodeContainersCopiedToTheRightTarget(t *testing.T) {
 func TestCopiesSpreadWithinSourceAndClusterLimits(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		mod  func(*Config)
+		mod  func(*state.Config)
 		want string // copies in flight, containers numbered 0..3
 	}{
 		{"defaults: spread over sources and targets", nil, "0:1->4 1:2->5 2:1->4 3:2->5"},
-		{"one copy per source", func(cfg *Config) { cfg.MaxCopiesPerSource = 1 }, "0:1->4 1:2->5"},
-		{"one copy per target", func(cfg *Config) { cfg.MaxCopiesPerTarget = 1 }, "0:1->4 1:2->5"},
-		{"two copies in the cluster", func(cfg *Config) { cfg.MaxInflightCopies = 2 }, "0:1->4 1:2->5"},
-		{"one copy in the cluster", func(cfg *Config) { cfg.MaxInflightCopies = 1 }, "0:1->4"},
+		{"one copy per source", func(cfg *state.Config) { cfg.MaxCopiesPerSource = 1 }, "0:1->4 1:2->5"},
+		{"one copy per target", func(cfg *state.Config) { cfg.MaxCopiesPerTarget = 1 }, "0:1->4 1:2->5"},
+		{"two copies in the cluster", func(cfg *state.Config) { cfg.MaxInflightCopies = 2 }, "0:1->4 1:2->5"},
+		{"one copy in the cluster", func(cfg *state.Config) { cfg.MaxInflightCopies = 1 }, "0:1->4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, cids := replCluster(t, 5, 4, tc.mod)
@@ -269,9 +270,9 @@ func TestCopyFailureTriesAnotherSource(t *testing.T) {
 		c.clk.Advance(5 * time.Second)
 		c.round(c.except(n3)...)
 	}
-	c.s.mu.RLock()
-	left := len(c.s.repl.failed)
-	c.s.mu.RUnlock()
+	c.s.Mu.RLock()
+	left := len(c.s.Repair.Failed)
+	c.s.Mu.RUnlock()
 	if left != 0 {
 		t.Fatalf("%d source failures remembered after CopyRetryAfter", left)
 	}
@@ -282,16 +283,16 @@ func TestCopyTimeouts(t *testing.T) {
 		name     string
 		mode     copyMode
 		size     uint64
-		mod      func(*Config)
+		mod      func(*state.Config)
 		dropped  time.Duration // after scheduling (the target's last heartbeat when it dies), within a second
 		deadNode bool
 	}{
-		{name: "never reported under way", mode: copyIgnore, size: replBlockBytes, dropped: 3*time.Second + copyStartSlack},
-		{name: "under way too long", mode: copyHold, size: replBlockBytes, mod: func(cfg *Config) { cfg.CopyTimeoutMin = 20 * time.Second },
+		{name: "never reported under way", mode: copyIgnore, size: replBlockBytes, dropped: 3*time.Second + state.CopyStartSlack},
+		{name: "under way too long", mode: copyHold, size: replBlockBytes, mod: func(cfg *state.Config) { cfg.CopyTimeoutMin = 20 * time.Second },
 			dropped: 20 * time.Second},
-		{name: "large, under way too long", mode: copyHold, size: 1e9, mod: func(cfg *Config) { cfg.CopyTimeoutMin = 20 * time.Second },
+		{name: "large, under way too long", mode: copyHold, size: 1e9, mod: func(cfg *state.Config) { cfg.CopyTimeoutMin = 20 * time.Second },
 			dropped: 50 * time.Second}, // 1 GB at MinCopyBytesPerS
-		{name: "target DEAD", mode: copyHold, size: replBlockBytes, mod: func(cfg *Config) { cfg.CopyStartTimeout = time.Hour },
+		{name: "target DEAD", mode: copyHold, size: replBlockBytes, mod: func(cfg *state.Config) { cfg.CopyStartTimeout = time.Hour },
 			dropped: metaapi.DefaultDeadAfter, deadNode: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -375,7 +376,7 @@ func TestReadsSkipANodeReplacedAtItsAddress(t *testing.T) {
 	if st := c.repl(); len(st.Inflight) != 0 || st.CopiedContainers != 0 {
 		t.Fatalf("status %+v: a copy decided before node 3 reported or died", st)
 	}
-	c.clk.Advance(c.s.cfg.DeadAfter)
+	c.clk.Advance(c.s.Cfg.DeadAfter)
 	for range 3 {
 		c.round(c.except(n3)...)
 	}
@@ -390,9 +391,9 @@ func TestReadsSkipANodeReplacedAtItsAddress(t *testing.T) {
 
 // restart closes c's service and opens it again on the same store (the
 // fake datanodes keep their state).
-func (c *cluster) restart(mod func(*Config)) {
+func (c *fakeCluster) restart(mod func(*state.Config)) {
 	c.t.Helper()
-	cfg := c.s.cfg
+	cfg := c.s.Cfg
 	mustNo(c.t, c.s.Close())
 	if mod != nil {
 		mod(&cfg)
@@ -481,7 +482,7 @@ func TestSafeMode(t *testing.T) {
 	})
 	t.Run("explicit minimum and fraction", func(t *testing.T) {
 		c, cids := replCluster(t, 4, 3, nil)
-		c.restart(func(cfg *Config) { cfg.SafeModeMinNodes, cfg.SafeModeContainerFraction = 4, 0.5 })
+		c.restart(func(cfg *state.Config) { cfg.SafeModeMinNodes, cfg.SafeModeContainerFraction = 4, 0.5 })
 		delete(c.node(1).conts, cids[0])
 		delete(c.node(1).conts, cids[1])
 		c.round(c.node(1), c.node(4))
@@ -528,10 +529,10 @@ func TestReplicationOverHTTP(t *testing.T) {
 	clk := newClock()
 	cfg := testConfig(t.TempDir(), clk)
 	srv, cl := serve(t, cfg)
-	c := &cluster{t: t, s: srv.Service(), clk: clk}
+	c := &fakeCluster{t: t, s: srv.Service(), clk: clk}
 	c.add()
 	st := must[*metaapi.ReplicationStatus](t)(cl.Replication(bg))
-	if !st.SafeMode || st.ReplicationFactor != DefaultReplicationFactor || st.Inflight == nil {
+	if !st.SafeMode || st.ReplicationFactor != state.DefaultReplicationFactor || st.Inflight == nil {
 		t.Fatalf("GET /v1/replication: %+v", st)
 	}
 	st = must[*metaapi.ReplicationStatus](t)(cl.ExitSafeMode(bg))
@@ -578,7 +579,7 @@ func deleteCmds(n *fakeDN) []uint64 {
 }
 
 // holders lists the nodes of c whose reports hold container cid.
-func (c *cluster) holders(cid uint64) []uint64 {
+func (c *fakeCluster) holders(cid uint64) []uint64 {
 	var ids []uint64
 	for _, n := range c.nodes {
 		if n.conts[cid] != nil {
@@ -660,7 +661,7 @@ func TestOverReplicationTrimRules(t *testing.T) {
 	// 4 is STALE: nothing yet.
 	n2.conts[cid].State = metaapi.ContainerClosed
 	c.node(3).used, n4.used = 9e9, 1e9
-	c.clk.Advance(c.s.cfg.StaleAfter)
+	c.clk.Advance(c.s.Cfg.StaleAfter)
 	c.round(c.except(n4)...)
 	c.round(c.except(n4)...)
 	if st := c.repl(); st.OverReplicated != 1 || st.Trimming != 0 || len(deleteCmds(n4)) != 0 {
@@ -678,7 +679,7 @@ func TestOverReplicationTrimRules(t *testing.T) {
 		t.Fatalf("deletes to node 4: %v, status %+v: want the deletion pending, not sent again yet", got, c.repl())
 	}
 	n4.noTrim = false
-	c.clk.Advance(c.s.cfg.CopyStartTimeout)
+	c.clk.Advance(c.s.Cfg.CopyStartTimeout)
 	for range 4 {
 		c.round(c.nodes...) // timed out, decided again, sent, reported
 	}
@@ -697,7 +698,7 @@ func TestOverReplicationTrimRules(t *testing.T) {
 	// Safe mode: 4 replicas again, the service restarted in safe mode
 	// (which the 4 reports end): nothing is deleted before it ends.
 	n4.conts[cid] = &metaapi.ContainerReport{ID: cid, State: metaapi.ContainerClosed, UsedBytes: replBlockBytes, Blocks: 1}
-	c.restart(func(cfg *Config) { cfg.SafeModeMinNodes = 5 })
+	c.restart(func(cfg *state.Config) { cfg.SafeModeMinNodes = 5 })
 	c.round(c.nodes...)
 	c.round(c.nodes...)
 	if st := c.repl(); !st.SafeMode || st.Trimming != 0 || len(deleteCmds(n4)) != 2 {
@@ -759,12 +760,12 @@ func TestStaleReplicaIsAtRisk(t *testing.T) {
 		t.Fatalf("status %+v: want nothing at risk with every node heard", st)
 	}
 	n2 := c.node(2)
-	c.clk.Advance(c.s.cfg.StaleAfter)
+	c.clk.Advance(c.s.Cfg.StaleAfter)
 	c.round(c.except(n2)...)
 	if st := c.repl(); st.AtRisk != 1 || st.UnderReplicated != 0 {
 		t.Fatalf("status %+v with node 2 STALE: want 1 container at risk, none under-replicated", st)
 	}
-	c.clk.Advance(c.s.cfg.DeadAfter)
+	c.clk.Advance(c.s.Cfg.DeadAfter)
 	c.round(c.except(n2)...)
 	if st := c.repl(); st.AtRisk != 0 || st.UnderReplicated+len(st.Inflight) == 0 {
 		t.Fatalf("status %+v with node 2 DEAD: want it under-replicated (or being copied), not at risk", st)

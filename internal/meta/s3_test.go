@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/spindle-store/spindle/internal/crc32c"
+	"github.com/spindle-store/spindle/internal/meta/namespace"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -22,7 +23,7 @@ func TestListDelimiter(t *testing.T) {
 	var got []string
 	after := ""
 	for range 10 {
-		l := must[*metaapi.KeyList](t)(c.s.List("bkt", ListOptions{Delimiter: "/", StartAfter: after, Limit: 2}))
+		l := must[*metaapi.KeyList](t)(c.s.List("bkt", namespace.ListOptions{Delimiter: "/", StartAfter: after, Limit: 2}))
 		for _, k := range l.Keys {
 			got = append(got, k.Key)
 		}
@@ -40,7 +41,7 @@ func TestListDelimiter(t *testing.T) {
 	if strings.Join(sortedByPage(got), ",") != want {
 		t.Fatalf("listed %v, want %s", got, want)
 	}
-	l := must[*metaapi.KeyList](t)(c.s.List("bkt", ListOptions{Prefix: "c/", Delimiter: "/"}))
+	l := must[*metaapi.KeyList](t)(c.s.List("bkt", namespace.ListOptions{Prefix: "c/", Delimiter: "/"}))
 	if len(l.Keys) != 1 || l.Keys[0].Key != "c/y" || len(l.CommonPrefixes) != 1 || l.CommonPrefixes[0] != "c/x/" {
 		t.Fatalf("prefix c/: %+v", l)
 	}
@@ -77,7 +78,7 @@ func TestObjectMetaAndConditions(t *testing.T) {
 	_, err = commit("k", "e2", metaapi.Conditions{IfMatch: `"other"`})
 	wantErr(t, err, metaapi.ErrPrecondition, "If-Match of another ETag")
 	must[*metaapi.KeyInfo](t)(commit("k", "e2", metaapi.Conditions{IfMatch: `"e1"`}))
-	cfg := c.s.cfg
+	cfg := c.s.Cfg
 	mustNo(t, c.s.Close())
 	c.s = open(t, cfg)
 	ki := must[*metaapi.KeyInfo](t)(c.s.GetKey("bkt", "k"))
@@ -85,7 +86,7 @@ func TestObjectMetaAndConditions(t *testing.T) {
 		o.Headers["Cache-Control"] != "no-cache" || o.Checksums["CRC32"] != "AAAAAA==" {
 		t.Fatalf("after reopen: %+v", ki.Object)
 	}
-	l := must[*metaapi.KeyList](t)(c.s.List("bkt", ListOptions{}))
+	l := must[*metaapi.KeyList](t)(c.s.List("bkt", namespace.ListOptions{}))
 	if len(l.Keys) != 1 || l.Keys[0].Object == nil || l.Keys[0].Object.ETag != "e2" {
 		t.Fatalf("listing: %+v", l.Keys)
 	}
@@ -120,9 +121,9 @@ func TestMultipartCommit(t *testing.T) {
 		parts []metaapi.CompletePart
 		why   error
 	}{
-		{[]metaapi.CompletePart{{Number: 1, ETag: "nope"}, {Number: 2, ETag: etag(2)}}, ErrInvalidPart},
-		{[]metaapi.CompletePart{{Number: 3, ETag: etag(3)}, {Number: 2, ETag: etag(2)}}, ErrPartOrder},
-		{[]metaapi.CompletePart{{Number: 1, ETag: etag(1)}, {Number: 4, ETag: etag(4)}}, ErrInvalidPart},
+		{[]metaapi.CompletePart{{Number: 1, ETag: "nope"}, {Number: 2, ETag: etag(2)}}, namespace.ErrInvalidPart},
+		{[]metaapi.CompletePart{{Number: 3, ETag: etag(3)}, {Number: 2, ETag: etag(2)}}, namespace.ErrPartOrder},
+		{[]metaapi.CompletePart{{Number: 1, ETag: etag(1)}, {Number: 4, ETag: etag(4)}}, namespace.ErrInvalidPart},
 	} {
 		_, err := c.s.CompleteUpload(&metaapi.CompleteUpload{UploadRef: ref, Parts: bad.parts})
 		wantErr(t, err, bad.why, fmt.Sprintf("complete %v", bad.parts))
@@ -134,13 +135,13 @@ func TestMultipartCommit(t *testing.T) {
 		must[*metaapi.Part](t)(c.s.CommitPart(&metaapi.CommitPart{UploadRef: small.UploadRef, Number: n, Size: 3, Blocks: []metaapi.KeyBlock{{BlockRef: a.Block, Length: 3}}, ETag: etag(n)}))
 	}
 	_, err := c.s.CompleteUpload(&metaapi.CompleteUpload{UploadRef: small.UploadRef, Parts: []metaapi.CompletePart{{Number: 1, ETag: etag(1)}, {Number: 2, ETag: etag(2)}}})
-	wantErr(t, err, ErrPartTooSmall, "a 3-byte first part")
+	wantErr(t, err, namespace.ErrPartTooSmall, "a 3-byte first part")
 	mustNo(t, c.s.AbortUpload(small.UploadRef))
 	if _, err := c.s.GetKey("bkt", "obj"); err == nil {
 		t.Fatal("refused completions made a key")
 	}
 
-	deletesBefore := c.s.nDeletes
+	deletesBefore := c.s.NDeletes
 	ki := must[*metaapi.KeyInfo](t)(c.s.CompleteUpload(&metaapi.CompleteUpload{UploadRef: ref,
 		Parts: []metaapi.CompletePart{{Number: 1, ETag: etag(1)}, {Number: 3, ETag: `"` + etag(3) + `"`}}}))
 	h := md5.New()
@@ -157,8 +158,8 @@ func TestMultipartCommit(t *testing.T) {
 	if len(ki.Blocks) != 2 || ki.Blocks[0].BlockRef != parts[1].BlockRef || ki.Blocks[1].BlockRef != parts[3].BlockRef {
 		t.Fatalf("completed key's blocks %+v", ki.Blocks)
 	}
-	if c.s.deletes[parts[2].Container][parts[2].Local] == nil || c.s.nDeletes != deletesBefore+1 {
-		t.Fatalf("the unlisted part's block is not scheduled for deletion (%d → %d deletions)", deletesBefore, c.s.nDeletes)
+	if c.s.Deletes[parts[2].Container][parts[2].Local] == nil || c.s.NDeletes != deletesBefore+1 {
+		t.Fatalf("the unlisted part's block is not scheduled for deletion (%d → %d deletions)", deletesBefore, c.s.NDeletes)
 	}
 	_, err = c.s.GetUpload(ref)
 	wantErr(t, err, metaapi.ErrNotFound, "the upload after completion")
@@ -178,10 +179,10 @@ func TestDeleteBucketAbortsUploads(t *testing.T) {
 	a := must[*metaapi.AllocateResponse](t)(c.s.Allocate(&metaapi.AllocateRequest{Bucket: "bkt", Key: "obj"}))
 	must[*metaapi.Part](t)(c.s.CommitPart(&metaapi.CommitPart{UploadRef: up.UploadRef, Number: 1, Size: 3,
 		Blocks: []metaapi.KeyBlock{{BlockRef: a.Block, Pipeline: a.Pipeline.ID, Length: 3}}, ETag: "e"}))
-	deletesBefore := c.s.nDeletes
+	deletesBefore := c.s.NDeletes
 	mustNo(t, c.s.DeleteBucket("bkt"))
-	if c.s.deletes[a.Block.Container][a.Block.Local] == nil || c.s.nDeletes != deletesBefore+1 {
-		t.Fatalf("the aborted upload's block is not scheduled for deletion (%d → %d deletions)", deletesBefore, c.s.nDeletes)
+	if c.s.Deletes[a.Block.Container][a.Block.Local] == nil || c.s.NDeletes != deletesBefore+1 {
+		t.Fatalf("the aborted upload's block is not scheduled for deletion (%d → %d deletions)", deletesBefore, c.s.NDeletes)
 	}
 	mustNo(t, ignore(c.s.CreateBucket("bkt")))
 	_, err := c.s.GetUpload(up.UploadRef)
@@ -206,7 +207,7 @@ func TestUsersAndBucketOwners(t *testing.T) {
 	_, err = c.s.CreateUser(&metaapi.CreateUser{Name: "bob", AccessKey: "short", SecretKey: "0123456789abcdef0"})
 	wantErr(t, err, metaapi.ErrInvalid, "a short access key")
 	must[*metaapi.Bucket](t)(c.s.CreateS3Bucket("owned", &metaapi.CreateS3Bucket{Owner: u.AccessKey, ACL: []byte(`{"Owner":"x"}`)}))
-	cfg := c.s.cfg
+	cfg := c.s.Cfg
 	mustNo(t, c.s.Close())
 	c.s = open(t, cfg)
 	got := must[*metaapi.User](t)(c.s.UserByAccessKey(u.AccessKey))

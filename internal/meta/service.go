@@ -4,23 +4,27 @@ import (
 	"errors"
 	"fmt"
 
-	dto "github.com/prometheus/client_model/go"
+	"github.com/spindle-store/spindle/internal/meta/cluster"
+	"github.com/spindle-store/spindle/internal/meta/namespace"
+	"github.com/spindle-store/spindle/internal/meta/repair"
+	"github.com/spindle-store/spindle/internal/meta/state"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
 // Service is the meta service: the concerns over one State, composed.
 type Service struct {
-	*State
-	*Cluster
-	*BlockGC
-	*Allocator
-	*Damage
-	*Ops
-	*Rerepl
-	*Namespace
-	*Multipart
-	*S3Users
+	*state.State
+	*cluster.Cluster
+	*cluster.BlockGC
+	*cluster.Allocator
+	*repair.Damage
+	*cluster.Ops
+	*repair.Rerepl
+	*namespace.Namespace
+	*namespace.Multipart
+	*namespace.S3Users
 
 	// rep is the meta raft group's member (nil: a group of one); State.rep
 	// is the same member as the state machine sees it.
@@ -30,38 +34,36 @@ type Service struct {
 }
 
 // compose builds the concerns over st.
-func compose(st *State) *Service {
+func compose(st *state.State) *Service {
 	s := &Service{State: st}
-	s.Cluster = &Cluster{st}
-	s.BlockGC = &BlockGC{st, s.Cluster}
-	s.Allocator = &Allocator{st, s.Cluster}
-	s.Damage = &Damage{st, s.Cluster}
-	s.Ops = &Ops{st, s.Cluster, s.Damage}
-	s.Rerepl = &Rerepl{st, s.Cluster, s.Damage, s.Ops}
-	s.Multipart = &Multipart{State: st, gc: s.BlockGC}
-	s.Namespace = &Namespace{st, s.Cluster, s.Allocator, s.BlockGC, s.Multipart}
-	s.Multipart.ns = s.Namespace
-	s.S3Users = &S3Users{st}
+	s.Cluster = cluster.New(st)
+	s.BlockGC = cluster.NewBlockGC(st, s.Cluster)
+	s.Allocator = cluster.NewAllocator(st, s.Cluster)
+	s.Damage = repair.NewDamage(st, s.Cluster)
+	s.Ops = cluster.NewOps(st, s.Cluster)
+	s.Rerepl = repair.NewRerepl(st, s.Cluster, s.Damage, s.Ops)
+	s.Namespace, s.Multipart = namespace.New(st, s.Cluster, s.Allocator, s.BlockGC)
+	s.S3Users = namespace.NewS3Users(st)
 	return s
 }
 
 // Open opens (creating if needed) the meta service's store in cfg.Dir and
 // loads its state.
-func Open(cfg Config) (*Service, error) {
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+func Open(cfg state.Config) (*Service, error) {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "meta")
-	db, err := openStore(cfg.FS, cfg.Dir, log)
+	db, err := state.OpenStore(cfg.FS, cfg.Dir, log)
 	if err != nil {
 		return nil, fmt.Errorf("meta: %w", err)
 	}
-	s := compose(&State{cfg: cfg, log: log, db: &store{DB: db}, started: cfg.Now()})
-	s.bodies = newBodyGate(&s.cfg)
-	s.initMemory()
-	s.dur.init()
-	if err := s.load(); err != nil {
+	s := compose(&state.State{Cfg: cfg, Log: log, Store: &state.Store{DB: db}, Started: cfg.Now()})
+	s.bodies = newBodyGate(&s.Cfg)
+	s.InitMemory()
+	s.Dur.Init()
+	if err := s.Load(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("meta: load %s: %w", cfg.Dir, err)
 	}
@@ -70,17 +72,17 @@ func Open(cfg Config) (*Service, error) {
 			db.Close()
 			return nil, err
 		}
-		s.State.rep = s.rep
+		s.State.Rep = s.rep
 		// The load checked the store; a member holds memory only while
 		// it serves as leader (it loads again then).
-		s.initMemory()
+		s.InitMemory()
 	}
-	s.metrics = newMetrics(s)
+	s.Metrics = newMetrics(s)
 	if s.rep != nil {
 		s.rep.start()
 	}
-	log.Info("meta store opened", "dir", cfg.Dir, "nodes", len(s.nodes), "pipelines", len(s.pipelines),
-		"containers", len(s.containers), "buckets", len(s.buckets), "pending_allocations", len(s.allocs), "pending_deletes", s.nDeletes)
+	log.Info("meta store opened", "dir", cfg.Dir, "nodes", len(s.NodeByID), "pipelines", len(s.PipelineByID),
+		"containers", len(s.ContainerByID), "buckets", len(s.Buckets), "pending_allocations", len(s.Allocs), "pending_deletes", s.NDeletes)
 	return s, nil
 }
 
@@ -91,20 +93,20 @@ func (s *Service) Close() error {
 		// Before s.mu: the raft goroutine takes it.
 		rerr = s.rep.close()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	if s.Closed {
 		return nil
 	}
-	s.closed = true
+	s.Closed = true
 	// Batches applied and not yet synced belong to requests waiting
 	// outside s.mu; their syncs end (or fail) without it.
-	_ = s.dur.wait(s.applied)
-	if s.db.ov != nil {
-		s.db.ov.Close()
-		s.db.ov = nil
+	_ = s.Dur.Wait(s.Applied)
+	if s.Store.Overlay != nil {
+		s.Store.Overlay.Close()
+		s.Store.Overlay = nil
 	}
-	if err := s.db.Close(); err != nil {
+	if err := s.Store.Close(); err != nil {
 		return fmt.Errorf("meta: close store: %w", err)
 	}
 	if rerr != nil {
@@ -116,9 +118,9 @@ func (s *Service) Close() error {
 // Serving says whether the service takes requests: always for a group of
 // one, only while it serves as leader for a replicated member.
 func (s *Service) Serving() bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return !s.closed && (s.rep == nil || s.stint != 0)
+	s.Mu.RLock()
+	defer s.Mu.RUnlock()
+	return !s.Closed && (s.rep == nil || s.Stint != 0)
 }
 
 // WALSyncs is the number of syncs of the store's write-ahead log since
@@ -127,9 +129,9 @@ func (s *Service) Serving() bool {
 // a sync (Pebble's group commit), so commits per sync says how well
 // commits are grouped.
 func (s *Service) WALSyncs() (syncs uint64, seconds float64, err error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
+	s.Mu.RLock()
+	defer s.Mu.RUnlock()
+	if s.Closed {
 		return 0, 0, fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable)
 	}
 	if s.rep != nil {
@@ -137,7 +139,7 @@ func (s *Service) WALSyncs() (syncs uint64, seconds float64, err error) {
 		// ones (their time is not measured: seconds 0).
 		return s.rep.wal.Stats().SyncDatas, 0, nil
 	}
-	h := s.db.Metrics().LogWriter.FsyncLatency
+	h := s.Store.Metrics().LogWriter.FsyncLatency
 	if h == nil {
 		return 0, 0, errors.New("meta: the store reports no WAL sync histogram")
 	}

@@ -44,7 +44,6 @@ import (
 	"hash/crc32"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -53,32 +52,20 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	pb "go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
+	"github.com/spindle-store/spindle/internal/meta/state"
 
 	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
 	"github.com/spindle-store/spindle/internal/wal"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // Snapshot settings and bounds.
 const (
-	// DefaultSnapshotEntries: a member checkpoints its store once this
-	// many entries were applied since its last checkpoint.
-	DefaultSnapshotEntries = 100000
-	// DefaultLogRetainEntries: entries kept in the raft log behind the
-	// latest checkpoint, so that a follower a little behind catches up
-	// from the log rather than from a snapshot.
-	DefaultLogRetainEntries = 10000
-
-	snapshotRoute = "/v1/raft/snapshot"
-	// Names under Config.Dir.
-	storeDirName   = "pebble"
-	storeNewName   = "pebble.new"
-	storeOldName   = "pebble.old"
+	snapshotRoute  = "/v1/raft/snapshot"
 	snapDirName    = "snap"
-	recvDirName    = "snap-recv"
 	snapTmpPrefix  = "tmp-"
 	snapshotMagic  = "SPNDSNAP"
 	snapshotFormat = 1
@@ -218,7 +205,7 @@ func (r *replicator) takeCheckpoint(term uint64) error {
 		return fmt.Errorf("snapshot %d: raft log: %w", idx, err)
 	}
 	r.sinceSnap = 0
-	if retain := uint64(r.s.cfg.LogRetainEntries); idx > retain {
+	if retain := uint64(r.s.Cfg.LogRetainEntries); idx > retain {
 		to := idx - retain
 		if last, err := r.wal.LastIndex(raftGroup); err == nil && to <= last {
 			if err := r.wal.Compact(raftGroup, to); err != nil {
@@ -239,7 +226,7 @@ func (r *replicator) checkpointStore() error {
 		return nil // taken already (and maybe being streamed)
 	}
 	tmp := filepath.Join(c.dir, snapTmpPrefix+ckptName(idx))
-	fs := r.s.cfg.FS
+	fs := r.s.Cfg.FS
 	if err := fs.RemoveAll(tmp); err != nil {
 		return fmt.Errorf("snapshot %d: %w", idx, err)
 	}
@@ -305,7 +292,7 @@ func (s *Service) snapshotHandler(w http.ResponseWriter, req *http.Request) {
 	}
 	defer release()
 	w.Header().Set("Content-Type", "application/octet-stream")
-	n, err := writeSnapshotStream(w, s.cfg.FS, r.ckpts.path(idx), idx)
+	n, err := writeSnapshotStream(w, s.Cfg.FS, r.ckpts.path(idx), idx)
 	if err != nil {
 		r.log.Error("snapshot stream failed", "index", idx, "err", err)
 		panic(http.ErrAbortHandler) // the receiver sees a truncated stream
@@ -405,7 +392,7 @@ func readSnapshotStream(body io.Reader, fs vfs.FS, dest string, min uint64) (uin
 		return 0, fmt.Errorf("snapshot header: %w", err)
 	}
 	if string(hdr[:len(snapshotMagic)]) != snapshotMagic || hdr[len(snapshotMagic)] != snapshotFormat {
-		return 0, fmt.Errorf("%w: not a snapshot stream of format %d", ErrCorrupt, snapshotFormat)
+		return 0, fmt.Errorf("%w: not a snapshot stream of format %d", state.ErrCorrupt, snapshotFormat)
 	}
 	p := hdr[len(snapshotMagic)+1:]
 	index, nfiles := binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint32(p[8:])
@@ -413,7 +400,7 @@ func readSnapshotStream(body io.Reader, fs vfs.FS, dest string, min uint64) (uin
 		return 0, fmt.Errorf("snapshot at %d, want one at or past %d", index, min)
 	}
 	if nfiles > maxSnapshotFiles {
-		return 0, fmt.Errorf("%w: snapshot of %d files (at most %d)", ErrCorrupt, nfiles, maxSnapshotFiles)
+		return 0, fmt.Errorf("%w: snapshot of %d files (at most %d)", state.ErrCorrupt, nfiles, maxSnapshotFiles)
 	}
 	if err := fs.MkdirAll(dest, 0o755); err != nil {
 		return 0, err
@@ -427,7 +414,7 @@ func readSnapshotStream(body io.Reader, fs vfs.FS, dest string, min uint64) (uin
 		}
 		n := int(binary.LittleEndian.Uint16(l[:]))
 		if n == 0 || n > maxSnapshotNameBytes {
-			return 0, fmt.Errorf("%w: snapshot file name of %d bytes", ErrCorrupt, n)
+			return 0, fmt.Errorf("%w: snapshot file name of %d bytes", state.ErrCorrupt, n)
 		}
 		nb := make([]byte, n+8)
 		if _, err := io.ReadFull(cr, nb); err != nil {
@@ -435,7 +422,7 @@ func readSnapshotStream(body io.Reader, fs vfs.FS, dest string, min uint64) (uin
 		}
 		name, size := string(nb[:n]), int64(binary.LittleEndian.Uint64(nb[n:]))
 		if strings.ContainsAny(name, `/\`) || name == "." || name == ".." || seen[name] || size < 0 {
-			return 0, fmt.Errorf("%w: snapshot file %q (%d bytes)", ErrCorrupt, name, size)
+			return 0, fmt.Errorf("%w: snapshot file %q (%d bytes)", state.ErrCorrupt, name, size)
 		}
 		seen[name] = true
 		f, err := fs.Create(filepath.Join(dest, name))
@@ -462,99 +449,12 @@ func readSnapshotStream(body io.Reader, fs vfs.FS, dest string, min uint64) (uin
 		return 0, fmt.Errorf("snapshot trailer: %w", err)
 	}
 	if got := binary.LittleEndian.Uint32(sum[:]); got != want {
-		return 0, fmt.Errorf("%w: snapshot stream crc %08x, trailer says %08x", ErrCorrupt, want, got)
+		return 0, fmt.Errorf("%w: snapshot stream crc %08x, trailer says %08x", state.ErrCorrupt, want, got)
 	}
 	if err := fs.SyncDir(dest); err != nil {
 		return 0, err
 	}
 	return index, nil
-}
-
-// installStore replaces DIR/pebble by DIR/pebble.new (complete and
-// synced), the store closed. See finishStoreInstall for a crash.
-func installStore(fs vfs.FS, dir string) error {
-	cur, next, old := filepath.Join(dir, storeDirName), filepath.Join(dir, storeNewName), filepath.Join(dir, storeOldName)
-	if err := fs.RemoveAll(old); err != nil {
-		return err
-	}
-	if err := fs.Rename(cur, old); err != nil {
-		return err
-	}
-	if err := fs.SyncDir(dir); err != nil {
-		return err
-	}
-	if err := fs.Rename(next, cur); err != nil {
-		return err
-	}
-	if err := fs.SyncDir(dir); err != nil {
-		return err
-	}
-	if err := fs.RemoveAll(old); err != nil {
-		return err
-	}
-	return fs.SyncDir(dir)
-}
-
-// finishStoreInstall, before the store is opened, settles an install a
-// crash interrupted: DIR/pebble.new beside DIR/pebble is dropped (the
-// install had not started: the old store stays), DIR/pebble.new without
-// DIR/pebble is renamed into place (the old store was already moved: the
-// new one wins), DIR/pebble.old and a partial DIR/snap-recv are removed.
-func finishStoreInstall(fs vfs.FS, dir string) error {
-	exists := func(p string) (bool, error) {
-		_, err := fs.Stat(p)
-		if err == nil {
-			return true, nil
-		}
-		if errors.Is(err, os.ErrNotExist) {
-			return false, nil
-		}
-		return false, err
-	}
-	cur, next, old := filepath.Join(dir, storeDirName), filepath.Join(dir, storeNewName), filepath.Join(dir, storeOldName)
-	hasCur, err := exists(cur)
-	if err != nil {
-		return err
-	}
-	hasNext, err := exists(next)
-	if err != nil {
-		return err
-	}
-	hasOld, err := exists(old)
-	if err != nil {
-		return err
-	}
-	hasRecv, err := exists(filepath.Join(dir, recvDirName))
-	if err != nil {
-		return err
-	}
-	if !hasNext && !hasOld && !hasRecv {
-		return nil
-	}
-	switch {
-	case hasNext && !hasCur && hasOld:
-		if err := fs.Rename(next, cur); err != nil {
-			return fmt.Errorf("finish a snapshot install: %w", err)
-		}
-	case hasNext:
-		if err := fs.RemoveAll(next); err != nil {
-			return fmt.Errorf("undo a snapshot install: %w", err)
-		}
-	}
-	if err := fs.SyncDir(dir); err != nil {
-		return err
-	}
-	if hasOld {
-		if err := fs.RemoveAll(old); err != nil {
-			return err
-		}
-	}
-	if hasRecv {
-		if err := fs.RemoveAll(filepath.Join(dir, recvDirName)); err != nil {
-			return err
-		}
-	}
-	return fs.SyncDir(dir)
 }
 
 // installSnapshot makes the store hold the state at md's index or later
@@ -573,7 +473,7 @@ func (r *replicator) installSnapshot(md *pb.SnapshotMetadata) error {
 	if have >= idx {
 		return nil
 	}
-	fs, dir := r.s.cfg.FS, r.s.cfg.Dir
+	fs, dir := r.s.Cfg.FS, r.s.Cfg.Dir
 	var got uint64
 	var lastErr error
 	for attempt := 0; attempt < maxSnapshotFetchAttempts && got == 0; attempt++ {
@@ -601,26 +501,26 @@ func (r *replicator) installSnapshot(md *pb.SnapshotMetadata) error {
 	r.storeMu.Lock()
 	defer r.storeMu.Unlock()
 	s := r.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.endStintLocked(errors.New("installing a snapshot"))
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	s.EndStintLocked(errors.New("installing a snapshot"))
 	if err := r.db.Close(); err != nil {
 		r.log.Warn("closing the store before a snapshot install", "err", err)
 	}
-	if err := installStore(fs, dir); err != nil {
+	if err := state.InstallStore(fs, dir); err != nil {
 		return fmt.Errorf("install snapshot %d: %w", got, err)
 	}
-	db, err := openStore(fs, dir, s.log)
+	db, err := state.OpenStore(fs, dir, s.Log)
 	if err != nil {
 		return fmt.Errorf("install snapshot %d: %w", got, err)
 	}
-	r.db, s.db.DB = db, db
+	r.db, s.Store.DB = db, db
 	st, members, err := readRaftState(db)
 	if err != nil {
 		return fmt.Errorf("install snapshot %d: %w", got, err)
 	}
 	if st.Index != got {
-		return fmt.Errorf("%w: snapshot stream at %d holds a store applied to %d", ErrCorrupt, got, st.Index)
+		return fmt.Errorf("%w: snapshot stream at %d holds a store applied to %d", state.ErrCorrupt, got, st.Index)
 	}
 	r.st = st
 	r.raftCfgIndex = idx // raft restores md's ConfState
@@ -666,8 +566,8 @@ func (r *replicator) fetchSnapshot(m, min uint64) (uint64, error) {
 	if addr == "" {
 		return 0, fmt.Errorf("member %d: no address", m)
 	}
-	fs, dir := r.s.cfg.FS, r.s.cfg.Dir
-	recv, next := filepath.Join(dir, recvDirName), filepath.Join(dir, storeNewName)
+	fs, dir := r.s.Cfg.FS, r.s.Cfg.Dir
+	recv, next := filepath.Join(dir, state.RecvDirName), filepath.Join(dir, state.StoreNewName)
 	for _, p := range []string{recv, next} {
 		if err := fs.RemoveAll(p); err != nil {
 			return 0, err
@@ -682,7 +582,7 @@ func (r *replicator) fetchSnapshot(m, min uint64) (uint64, error) {
 		case <-ctx.Done():
 		}
 	}()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s://%s%s?min=%d", r.s.cfg.TLS.Scheme(), addr, snapshotRoute, min), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s://%s%s?min=%d", r.s.Cfg.TLS.Scheme(), addr, snapshotRoute, min), nil)
 	if err != nil {
 		return 0, err
 	}

@@ -15,14 +15,14 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
 )
 
 // smallSnapshots makes members checkpoint every 16 entries and keep 4
 // behind: a few dozen puts compact the log.
-func smallSnapshots(c *Config) {
+func smallSnapshots(c *state.Config) {
 	if os.Getenv("METALOG") != "" {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
@@ -68,7 +68,7 @@ func (g *rgroup) addMemberOn(ln net.Listener, dir string) int {
 		g.t.Fatalf("add member %d: %v", id, err)
 	}
 	prev := g.tweak
-	g.tweak = func(c *Config) {
+	g.tweak = func(c *state.Config) {
 		if prev != nil {
 			prev(c)
 		}
@@ -225,16 +225,16 @@ func TestSnapshotInstallCrashLeavesOldOrNew(t *testing.T) {
 	stream := snapshotStreamOf(t, vfs.NewMem(), 9)
 	const dir = "/m"
 	install := func(fs *vfs.MemFS) error {
-		if _, err := readSnapshotStream(bytes.NewReader(stream), fs, filepath.Join(dir, recvDirName), 0); err != nil {
+		if _, err := readSnapshotStream(bytes.NewReader(stream), fs, filepath.Join(dir, state.RecvDirName), 0); err != nil {
 			return err
 		}
-		if err := fs.Rename(filepath.Join(dir, recvDirName), filepath.Join(dir, storeNewName)); err != nil {
+		if err := fs.Rename(filepath.Join(dir, state.RecvDirName), filepath.Join(dir, state.StoreNewName)); err != nil {
 			return err
 		}
 		if err := fs.SyncDir(dir); err != nil {
 			return err
 		}
-		return installStore(fs, dir)
+		return state.InstallStore(fs, dir)
 	}
 	crashes := 0
 	for k := int64(1); ; k++ {
@@ -263,7 +263,7 @@ func TestSnapshotInstallCrashLeavesOldOrNew(t *testing.T) {
 // synced, closed.
 func writeApplied(t *testing.T, fs vfs.FS, dir string, index uint64) {
 	t.Helper()
-	db, err := openStore(fs, dir, quiet)
+	db, err := state.OpenStore(fs, dir, quiet)
 	mustNo(t, err)
 	mustNo(t, db.Set(appliedKey, appliedState{Index: index, Term: 2, Seq: 3}.encode(), pebble.Sync))
 	mustNo(t, db.Set([]byte("bfiller"), bytes.Repeat([]byte{7}, 10000), pebble.Sync))
@@ -274,7 +274,7 @@ func writeApplied(t *testing.T, fs vfs.FS, dir string, index uint64) {
 // (opened as Open does: an interrupted install settled first).
 func appliedIndexOf(t *testing.T, fs vfs.FS, dir string) uint64 {
 	t.Helper()
-	db, err := openStore(fs, dir, quiet)
+	db, err := state.OpenStore(fs, dir, quiet)
 	mustNo(t, err)
 	defer db.Close()
 	st, _, err := readRaftState(db)
@@ -285,7 +285,7 @@ func appliedIndexOf(t *testing.T, fs vfs.FS, dir string) uint64 {
 // appliedIndexAt reads the applied index of the Pebble store in dbDir.
 func appliedIndexAt(t *testing.T, fs vfs.FS, dbDir string) uint64 {
 	t.Helper()
-	db, err := pebble.Open(dbDir, &pebble.Options{FS: vfs.ToPebble(fs), Logger: pebbleLogger{quiet}})
+	db, err := pebble.Open(dbDir, &pebble.Options{FS: vfs.ToPebble(fs), Logger: state.PebbleLogger{L: quiet}})
 	mustNo(t, err)
 	defer db.Close()
 	st, _, err := readRaftState(db)
@@ -298,7 +298,7 @@ func appliedIndexAt(t *testing.T, fs vfs.FS, dbDir string) uint64 {
 func snapshotStreamOf(t *testing.T, fs vfs.FS, index uint64) []byte {
 	t.Helper()
 	writeApplied(t, fs, "/src", index)
-	db, err := openStore(fs, "/src", quiet)
+	db, err := state.OpenStore(fs, "/src", quiet)
 	mustNo(t, err)
 	mustNo(t, db.Checkpoint("/ckpt", pebble.WithFlushedWAL()))
 	mustNo(t, db.Close())

@@ -3,15 +3,16 @@ package meta
 import (
 	"slices"
 
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
 // Nodes is the admin view of every registered datanode, by node ID.
 func (s *Service) Nodes() (*metaapi.NodeList, error) {
-	return read(s.State, func() (*metaapi.NodeList, error) {
-		now := s.cfg.Now()
+	return state.Read(s.State, func() (*metaapi.NodeList, error) {
+		now := s.Cfg.Now()
 		l := &metaapi.NodeList{Nodes: []metaapi.NodeInfo{}}
-		for _, id := range s.sortedNodes() {
+		for _, id := range s.SortedNodes() {
 			l.Nodes = append(l.Nodes, s.nodeInfo(id, now)) // ops.go
 		}
 		return l, nil
@@ -20,12 +21,12 @@ func (s *Service) Nodes() (*metaapi.NodeList, error) {
 
 // Pipelines is the admin view of every pipeline, open and closed, by ID.
 func (s *Service) Pipelines() (*metaapi.PipelineList, error) {
-	return read(s.State, func() (*metaapi.PipelineList, error) {
-		now := s.cfg.Now()
+	return state.Read(s.State, func() (*metaapi.PipelineList, error) {
+		now := s.Cfg.Now()
 		l := &metaapi.PipelineList{Pipelines: []metaapi.Pipeline{}}
-		for _, pid := range s.sortedPipelines() {
-			v := s.pipelineView(s.pipelines[pid], now)
-			v.Allocatable = s.allocatable(s.pipelines[pid], now)
+		for _, pid := range s.SortedPipelines() {
+			v := s.PipelineView(s.PipelineByID[pid], now)
+			v.Allocatable = s.Allocatable(s.PipelineByID[pid], now)
 			l.Pipelines = append(l.Pipelines, *v)
 		}
 		return l, nil
@@ -38,31 +39,31 @@ func (s *Service) Pipelines() (*metaapi.PipelineList, error) {
 // ReplicaDetails each one's state, bytes and BCSID; BCSID is the highest
 // a CLOSED replica reports (any replica's when none is CLOSED).
 func (s *Service) Containers() (*metaapi.ContainerList, error) {
-	return read(s.State, func() (*metaapi.ContainerList, error) {
-		now := s.cfg.Now()
-		ids := make([]uint64, 0, len(s.containers))
-		for id := range s.containers {
+	return state.Read(s.State, func() (*metaapi.ContainerList, error) {
+		now := s.Cfg.Now()
+		ids := make([]uint64, 0, len(s.ContainerByID))
+		for id := range s.ContainerByID {
 			ids = append(ids, id)
 		}
 		slices.Sort(ids)
 		holders := map[uint64][]uint64{} // container → live nodes reporting it, by node ID
-		for _, nid := range s.sortedNodes() {
-			n := s.nodes[nid]
-			if !n.seen || !s.live(nid, now) {
+		for _, nid := range s.SortedNodes() {
+			n := s.NodeByID[nid]
+			if !n.Seen || !s.Live(nid, now) {
 				continue
 			}
-			for cid := range n.containers {
+			for cid := range n.Containers {
 				holders[cid] = append(holders[cid], nid)
 			}
 		}
-		_, top := s.closedIndex(now)
+		_, top := s.ClosedIndex(now)
 		l := &metaapi.ContainerList{Containers: []metaapi.ContainerInfo{}}
 		for _, id := range ids {
-			c := s.containers[id]
-			ci := metaapi.ContainerInfo{ID: id, Pipeline: c.rec.Pipeline, State: containerStateName(c.rec.State), BCSID: top[id],
-				CommittedBytes: c.rec.Committed}
+			c := s.ContainerByID[id]
+			ci := metaapi.ContainerInfo{ID: id, Pipeline: c.Rec.Pipeline, State: state.ContainerStateName(c.Rec.State), BCSID: top[id],
+				CommittedBytes: c.Rec.Committed}
 			for _, m := range holders[id] {
-				r := s.nodes[m].containers[id]
+				r := s.NodeByID[m].Containers[id]
 				ci.UsedBytes = max(ci.UsedBytes, r.UsedBytes)
 				ci.Blocks = max(ci.Blocks, r.Blocks)
 				ci.Replicas = append(ci.Replicas, m)
@@ -70,7 +71,7 @@ func (s *Service) Containers() (*metaapi.ContainerList, error) {
 					ci.BCSID = max(ci.BCSID, r.BCSID)
 				}
 				ci.ReplicaDetails = append(ci.ReplicaDetails, metaapi.ReplicaInfo{Node: m, State: r.State, UsedBytes: r.UsedBytes, BCSID: r.BCSID,
-					Behind: c.rec.State == containerClosed && r.State == metaapi.ContainerClosed && s.behind(m, id, top[id])})
+					Behind: c.Rec.State == state.ContainerClosed && r.State == metaapi.ContainerClosed && s.Behind(m, id, top[id])})
 			}
 			l.Containers = append(l.Containers, ci)
 		}

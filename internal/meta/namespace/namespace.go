@@ -1,4 +1,4 @@
-package meta
+package namespace
 
 import (
 	"bytes"
@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/spindle-store/spindle/internal/crc32c"
+	"github.com/spindle-store/spindle/internal/meta/cluster"
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -21,28 +22,28 @@ func (s *Namespace) CreateBucket(name string) (*metaapi.Bucket, error) {
 	if err := metaapi.ValidBucket(name); err != nil {
 		return nil, err
 	}
-	return mutate(s.State, func() (*metaapi.Bucket, *pebble.Batch, error) {
-		if _, ok := s.buckets[name]; ok {
+	return state.Mutate(s.State, func() (*metaapi.Bucket, *pebble.Batch, error) {
+		if _, ok := s.Buckets[name]; ok {
 			return nil, nil, fmt.Errorf("%w: bucket %s", metaapi.ErrExists, name)
 		}
-		rec := bucketRecord{Created: s.cfg.Now()}
-		b := s.db.NewBatch()
-		set(b, bucketKey(name), rec.encode())
-		s.buckets[name] = rec
+		rec := state.BucketRecord{Created: s.Cfg.Now()}
+		b := s.Store.NewBatch()
+		state.Set(b, state.BucketKey(name), rec.Encode())
+		s.Buckets[name] = rec
 		return bucketView(name, rec), b, nil
 	})
 }
 
-func bucketView(name string, r bucketRecord) *metaapi.Bucket {
+func bucketView(name string, r state.BucketRecord) *metaapi.Bucket {
 	return &metaapi.Bucket{Name: name, Created: r.Created, Keys: r.Keys, Bytes: r.Bytes, Owner: r.Owner}
 }
 
 // ListBuckets lists every bucket by name.
 func (s *Namespace) ListBuckets() (*metaapi.BucketList, error) {
-	return read(s.State, func() (*metaapi.BucketList, error) {
+	return state.Read(s.State, func() (*metaapi.BucketList, error) {
 		l := &metaapi.BucketList{Buckets: []metaapi.Bucket{}}
-		for _, name := range slices.Sorted(maps.Keys(s.buckets)) {
-			l.Buckets = append(l.Buckets, *bucketView(name, s.buckets[name]))
+		for _, name := range slices.Sorted(maps.Keys(s.Buckets)) {
+			l.Buckets = append(l.Buckets, *bucketView(name, s.Buckets[name]))
 		}
 		return l, nil
 	})
@@ -54,8 +55,8 @@ func (s *Namespace) DeleteBucket(name string) error {
 	if err := metaapi.ValidBucket(name); err != nil {
 		return err
 	}
-	_, err := mutate(s.State, func() (struct{}, *pebble.Batch, error) {
-		rec, ok := s.buckets[name]
+	_, err := state.Mutate(s.State, func() (struct{}, *pebble.Batch, error) {
+		rec, ok := s.Buckets[name]
 		if !ok {
 			return struct{}{}, nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, name)
 		}
@@ -71,21 +72,21 @@ func (s *Namespace) DeleteBucket(name string) error {
 		if first != "" {
 			panic(fmt.Sprintf("meta: bucket %s counts 0 keys but holds key %q", name, first))
 		}
-		b := s.db.NewBatch()
-		if err := s.mp.dropBucketUploads(b, name, s.cfg.Now()); err != nil {
+		b := s.Store.NewBatch()
+		if err := s.mp.dropBucketUploads(b, name, s.Cfg.Now()); err != nil {
 			b.Close()
 			return struct{}{}, nil, err
 		}
-		del(b, bucketKey(name))
-		delete(s.buckets, name)
+		state.Del(b, state.BucketKey(name))
+		delete(s.Buckets, name)
 		return struct{}{}, b, nil
 	})
 	return err
 }
 
 func (s *Namespace) firstKey(bucket string) (string, error) {
-	p := keyPrefix(bucket)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	p := state.KeyPrefix(bucket)
+	it, err := s.Store.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: state.PrefixEnd(p)})
 	if err != nil {
 		return "", err
 	}
@@ -97,16 +98,16 @@ func (s *Namespace) firstKey(bucket string) (string, error) {
 }
 
 // getKey reads a key record (ok false: no such key).
-func (s *Namespace) getKey(bucket, key string) (keyRecord, bool, error) {
-	v, closer, err := s.db.Get(objectKey(bucket, key))
+func (s *Namespace) getKey(bucket, key string) (state.KeyRecord, bool, error) {
+	v, closer, err := s.Store.Get(state.ObjectKey(bucket, key))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return keyRecord{}, false, nil
+		return state.KeyRecord{}, false, nil
 	}
 	if err != nil {
-		return keyRecord{}, false, fmt.Errorf("meta: read key %s/%s: %w", bucket, key, err)
+		return state.KeyRecord{}, false, fmt.Errorf("meta: read key %s/%s: %w", bucket, key, err)
 	}
 	defer closer.Close()
-	rec, err := decodeKey(v)
+	rec, err := state.DecodeKey(v)
 	if err != nil {
 		return rec, false, fmt.Errorf("meta: key %s/%s: %w", bucket, key, err)
 	}
@@ -120,9 +121,9 @@ func (s *Namespace) CommitKey(bucket, key string, ck *metaapi.CommitKey) (*metaa
 	if err := s.checkCommit(ck); err != nil {
 		return nil, err
 	}
-	ki, err := mutate(s.State, func() (*metaapi.KeyInfo, *pebble.Batch, error) { return s.commitKeyLocked(bucket, key, ck) })
+	ki, err := state.Mutate(s.State, func() (*metaapi.KeyInfo, *pebble.Batch, error) { return s.commitKeyLocked(bucket, key, ck) })
 	if err == nil {
-		s.metrics.commits.Inc()
+		s.Metrics.Commits.Inc()
 		ki.Inline = nil // the committer has the value: the answer does not carry it back
 	}
 	return ki, err
@@ -158,7 +159,7 @@ func (s *Namespace) CommitKeys(items []metaapi.BatchedCommit) ([]metaapi.CommitR
 	for i := range items {
 		pre[i] = s.checkCommit(&items[i].CommitKey)
 	}
-	kis, errs, werr, err := applyEach(s.State, pre, func(i int) (*metaapi.KeyInfo, *pebble.Batch, error) {
+	kis, errs, werr, err := state.ApplyEach(s.State, pre, func(i int) (*metaapi.KeyInfo, *pebble.Batch, error) {
 		it := &items[i]
 		return s.commitKeyLocked(it.Bucket, it.Key, &it.CommitKey)
 	})
@@ -168,19 +169,19 @@ func (s *Namespace) CommitKeys(items []metaapi.BatchedCommit) ([]metaapi.CommitR
 	res := make([]metaapi.CommitResult, len(items))
 	for i := range items {
 		if err := cmp.Or(errs[i], werr); err != nil && (errs[i] != nil || kis[i] != nil) {
-			res[i].Error = apiError(fmt.Sprintf("commit %s/%s", items[i].Bucket, items[i].Key), err)
+			res[i].Error = state.APIError(fmt.Sprintf("commit %s/%s", items[i].Bucket, items[i].Key), err)
 			continue
 		}
 		kis[i].Inline = nil // the committer has the value
 		res[i].Key = kis[i]
-		s.metrics.commits.Inc()
+		s.Metrics.Commits.Inc()
 	}
 	return res, nil
 }
 
 // commitKeyLocked is CommitKey, validated, under s.mu.
 func (s *Namespace) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (*metaapi.KeyInfo, *pebble.Batch, error) {
-	brec, err := s.bucketOf(bucket, key)
+	brec, err := s.BucketOf(bucket, key)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -188,7 +189,7 @@ func (s *Namespace) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (
 	if err != nil {
 		return nil, nil, err
 	}
-	now := s.cfg.Now()
+	now := s.Cfg.Now()
 	if exists && sameVersion(old, ck) {
 		return s.keyInfo(bucket, key, old, now), nil, nil // a retried commit
 	}
@@ -212,23 +213,23 @@ func (s *Namespace) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (
 	if err != nil {
 		return s.retriedCommit(bucket, key, ck, now, err)
 	}
-	rec := keyRecord{Size: ck.Size, CRC32C: ck.CRC32C, Created: now, Blocks: blocks, Inline: ck.Inline, Object: ck.Object}
+	rec := state.KeyRecord{Size: ck.Size, CRC32C: ck.CRC32C, Created: now, Blocks: blocks, Inline: ck.Inline, Object: ck.Object}
 	// Valid: one batch makes the key visible, consumes the allocations,
 	// schedules the old blocks' deletion and updates the counts.
-	b := s.db.NewBatch()
-	set(b, objectKey(bucket, key), rec.encode())
+	b := s.Store.NewBatch()
+	state.Set(b, state.ObjectKey(bucket, key), rec.Encode())
 	s.claim(b, rec.Blocks)
 	if exists {
 		for _, sb := range old.Blocks {
-			s.gc.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonReplaced, now)
+			s.gc.ScheduleDelete(b, state.BlockRef{Container: sb.Container, Local: sb.Local}, state.ReasonReplaced, now)
 		}
 		brec.Bytes -= old.Size
 	} else {
 		brec.Keys++
 	}
 	brec.Bytes += rec.Size
-	set(b, bucketKey(bucket), brec.encode())
-	s.buckets[bucket] = brec
+	state.Set(b, state.BucketKey(bucket), brec.Encode())
+	s.Buckets[bucket] = brec
 	if ck.CommitID != "" {
 		recordCommitID(b, ck.CommitID, bucket, key, rec)
 	}
@@ -237,42 +238,42 @@ func (s *Namespace) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (
 
 // claimable checks that every block was allocated for bucket/key and not
 // committed since, and returns them as stored (with their pipelines).
-func (s *Namespace) claimable(bucket, key string, kbs []metaapi.KeyBlock) ([]storedBlock, error) {
-	blocks := make([]storedBlock, 0, len(kbs))
+func (s *Namespace) claimable(bucket, key string, kbs []metaapi.KeyBlock) ([]state.StoredBlock, error) {
+	blocks := make([]state.StoredBlock, 0, len(kbs))
 	for _, kb := range kbs {
-		ref := blockRef{kb.Container, kb.Local}
-		a, ok := s.allocs[ref]
+		ref := state.BlockRef{Container: kb.Container, Local: kb.Local}
+		a, ok := s.Allocs[ref]
 		if !ok {
 			return nil, fmt.Errorf("%w: block %d/%d was not allocated by this meta service, or was committed already, or its allocation expired", metaapi.ErrInvalid, kb.Container, kb.Local)
 		}
 		if a.Bucket != bucket || (a.Key != "" && a.Key != key) { // "": allocated for any key of the bucket
 			return nil, fmt.Errorf("%w: block %d/%d was allocated for %s/%s, not %s/%s", metaapi.ErrInvalid, kb.Container, kb.Local, a.Bucket, a.Key, bucket, key)
 		}
-		c := s.containers[kb.Container]
-		if kb.Pipeline != 0 && kb.Pipeline != c.rec.Pipeline {
-			return nil, fmt.Errorf("%w: block %d/%d is in pipeline %d, not %d", metaapi.ErrInvalid, kb.Container, kb.Local, c.rec.Pipeline, kb.Pipeline)
+		c := s.ContainerByID[kb.Container]
+		if kb.Pipeline != 0 && kb.Pipeline != c.Rec.Pipeline {
+			return nil, fmt.Errorf("%w: block %d/%d is in pipeline %d, not %d", metaapi.ErrInvalid, kb.Container, kb.Local, c.Rec.Pipeline, kb.Pipeline)
 		}
-		blocks = append(blocks, storedBlock{Container: kb.Container, Local: kb.Local, Pipeline: c.rec.Pipeline, Length: kb.Length})
+		blocks = append(blocks, state.StoredBlock{Container: kb.Container, Local: kb.Local, Pipeline: c.Rec.Pipeline, Length: kb.Length})
 	}
 	return blocks, nil
 }
 
 // claim consumes the allocations of claimable blocks in b and counts
 // their bytes in their containers (closing the full ones).
-func (s *Namespace) claim(b *pebble.Batch, blocks []storedBlock) {
+func (s *Namespace) claim(b *pebble.Batch, blocks []state.StoredBlock) {
 	touched := map[uint64]bool{}
 	for _, sb := range blocks {
-		del(b, blockKey(prefixAlloc, sb.Container, sb.Local))
-		delete(s.allocs, blockRef{sb.Container, sb.Local})
-		c := s.containers[sb.Container]
-		c.rec.Committed += sb.Length
+		state.Del(b, state.BlockKey(state.PrefixAlloc, sb.Container, sb.Local))
+		delete(s.Allocs, state.BlockRef{Container: sb.Container, Local: sb.Local})
+		c := s.ContainerByID[sb.Container]
+		c.Rec.Committed += sb.Length
 		touched[sb.Container] = true
 	}
 	for _, cid := range slices.Sorted(maps.Keys(touched)) {
-		c := s.containers[cid]
-		set(b, u64key(prefixContainer, cid), c.rec.encode())
-		if c.rec.Committed >= s.fullBytes() {
-			s.cl.startClose(b, c, fmt.Sprintf("%d bytes committed", c.rec.Committed))
+		c := s.ContainerByID[cid]
+		state.Set(b, state.U64Key(state.PrefixContainer, cid), c.Rec.Encode())
+		if c.Rec.Committed >= s.FullBytes() {
+			s.cl.StartClose(b, c, fmt.Sprintf("%d bytes committed", c.Rec.Committed))
 		}
 	}
 }
@@ -298,13 +299,13 @@ func checkInline(ck *metaapi.CommitKey) error {
 // checkBlockList checks a block list's shape: at most MaxBlocksPerKey, no
 // block twice, none empty or absurd, lengths adding up to size.
 func (s *Namespace) checkBlockList(kbs []metaapi.KeyBlock, size uint64) error {
-	if len(kbs) > maxBlocksPerKey {
-		return fmt.Errorf("%w: %d blocks, at most %d", metaapi.ErrInvalid, len(kbs), maxBlocksPerKey)
+	if len(kbs) > state.MaxBlocksPerKey {
+		return fmt.Errorf("%w: %d blocks, at most %d", metaapi.ErrInvalid, len(kbs), state.MaxBlocksPerKey)
 	}
 	var sum uint64
-	seen := make(map[blockRef]bool, len(kbs))
+	seen := make(map[state.BlockRef]bool, len(kbs))
 	for i, kb := range kbs {
-		ref := blockRef{kb.Container, kb.Local}
+		ref := state.BlockRef{Container: kb.Container, Local: kb.Local}
 		if seen[ref] {
 			return fmt.Errorf("%w: block %d/%d appears twice", metaapi.ErrInvalid, kb.Container, kb.Local)
 		}
@@ -312,7 +313,7 @@ func (s *Namespace) checkBlockList(kbs []metaapi.KeyBlock, size uint64) error {
 		if kb.Length == 0 {
 			return fmt.Errorf("%w: block %d (%d/%d) has length 0", metaapi.ErrInvalid, i, kb.Container, kb.Local)
 		}
-		if kb.Length > s.cfg.ContainerSizeBytes || sum+kb.Length < sum {
+		if kb.Length > s.Cfg.ContainerSizeBytes || sum+kb.Length < sum {
 			return fmt.Errorf("%w: block %d (%d/%d): length %d is absurd", metaapi.ErrInvalid, i, kb.Container, kb.Local, kb.Length)
 		}
 		sum += kb.Length
@@ -323,11 +324,11 @@ func (s *Namespace) checkBlockList(kbs []metaapi.KeyBlock, size uint64) error {
 	return nil
 }
 
-func sameVersion(old keyRecord, ck *metaapi.CommitKey) bool {
+func sameVersion(old state.KeyRecord, ck *metaapi.CommitKey) bool {
 	if (old.Object == nil) != (ck.Object == nil) || (old.Object != nil && old.Object.ETag != ck.Object.ETag) {
 		return false
 	}
-	if len(ck.Blocks) == 0 && !sameObjectMeta(old.Object, ck.Object) {
+	if len(ck.Blocks) == 0 && !SameObjectMeta(old.Object, ck.Object) {
 		// Without blocks (an inline or empty value) the bytes do not name
 		// the put that wrote them: a new put of the same bytes with other
 		// metadata (a copy onto itself with new metadata, a new
@@ -348,7 +349,7 @@ func sameVersion(old keyRecord, ck *metaapi.CommitKey) bool {
 
 // sameObjectMeta says whether two S3 metadata sets are equal (a nil map
 // and an empty one alike).
-func sameObjectMeta(a, b *metaapi.ObjectMeta) bool {
+func SameObjectMeta(a, b *metaapi.ObjectMeta) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
@@ -357,15 +358,15 @@ func sameObjectMeta(a, b *metaapi.ObjectMeta) bool {
 }
 
 // keyInfo is the API form of a key, with its blocks' replicas.
-func (s *Namespace) keyInfo(bucket, key string, rec keyRecord, now time.Time) *metaapi.KeyInfo {
+func (s *Namespace) keyInfo(bucket, key string, rec state.KeyRecord, now time.Time) *metaapi.KeyInfo {
 	ki := &metaapi.KeyInfo{Bucket: bucket, Key: key, Size: rec.Size, CRC32C: rec.CRC32C, Created: rec.Created, Blocks: make([]metaapi.KeyBlock, 0, len(rec.Blocks)), Inline: rec.Inline, Object: rec.Object}
 	members := map[uint64][]metaapi.Member{} // by container: most keys have many blocks in few containers
 	for _, sb := range rec.Blocks {
 		kb := metaapi.KeyBlock{BlockRef: metaapi.BlockRef{Container: sb.Container, Local: sb.Local}, Pipeline: sb.Pipeline, Length: sb.Length}
-		if p := s.pipelines[sb.Pipeline]; p != nil {
+		if p := s.PipelineByID[sb.Pipeline]; p != nil {
 			ms, ok := members[sb.Container]
 			if !ok {
-				ms = s.cl.readMembers(sb.Container, p, now)
+				ms = s.cl.ReadMembers(sb.Container, p, now)
 				members[sb.Container] = ms
 			}
 			kb.Members = slices.Clone(ms)
@@ -377,8 +378,8 @@ func (s *Namespace) keyInfo(bucket, key string, rec keyRecord, now time.Time) *m
 
 // GetKey returns a committed key with its blocks and their replicas.
 func (s *Namespace) GetKey(bucket, key string) (*metaapi.KeyInfo, error) {
-	return read(s.State, func() (*metaapi.KeyInfo, error) {
-		if _, err := s.bucketOf(bucket, key); err != nil {
+	return state.Read(s.State, func() (*metaapi.KeyInfo, error) {
+		if _, err := s.BucketOf(bucket, key); err != nil {
 			return nil, err
 		}
 		rec, ok, err := s.getKey(bucket, key)
@@ -388,7 +389,7 @@ func (s *Namespace) GetKey(bucket, key string) (*metaapi.KeyInfo, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: key %s/%s", metaapi.ErrNotFound, bucket, key)
 		}
-		return s.keyInfo(bucket, key, rec, s.cfg.Now()), nil
+		return s.keyInfo(bucket, key, rec, s.Cfg.Now()), nil
 	})
 }
 
@@ -401,13 +402,13 @@ func (s *Namespace) GetKeys(names []metaapi.KeyName) ([]metaapi.GetResult, error
 	if len(names) > metaapi.MaxCommitBatch {
 		return nil, fmt.Errorf("%w: %d keys in a batch, at most %d", metaapi.ErrInvalid, len(names), metaapi.MaxCommitBatch)
 	}
-	return read(s.State, func() ([]metaapi.GetResult, error) {
-		now := s.cfg.Now()
+	return state.Read(s.State, func() ([]metaapi.GetResult, error) {
+		now := s.Cfg.Now()
 		res := make([]metaapi.GetResult, len(names))
 		for i, n := range names {
 			what := fmt.Sprintf("get %s/%s", n.Bucket, n.Key)
-			if _, err := s.bucketOf(n.Bucket, n.Key); err != nil {
-				res[i].Error = apiError(what, err)
+			if _, err := s.BucketOf(n.Bucket, n.Key); err != nil {
+				res[i].Error = state.APIError(what, err)
 				continue
 			}
 			rec, ok, err := s.getKey(n.Bucket, n.Key)
@@ -415,7 +416,7 @@ func (s *Namespace) GetKeys(names []metaapi.KeyName) ([]metaapi.GetResult, error
 				err = fmt.Errorf("%w: key %s/%s", metaapi.ErrNotFound, n.Bucket, n.Key)
 			}
 			if err != nil {
-				res[i].Error = apiError(what, err)
+				res[i].Error = state.APIError(what, err)
 				continue
 			}
 			res[i].Key = s.keyInfo(n.Bucket, n.Key, rec, now)
@@ -426,8 +427,8 @@ func (s *Namespace) GetKeys(names []metaapi.KeyName) ([]metaapi.GetResult, error
 
 // DeleteKey removes a key; its blocks are scheduled for deletion.
 func (s *Namespace) DeleteKey(bucket, key string) error {
-	_, err := mutate(s.State, func() (struct{}, *pebble.Batch, error) {
-		brec, err := s.bucketOf(bucket, key)
+	_, err := state.Mutate(s.State, func() (struct{}, *pebble.Batch, error) {
+		brec, err := s.BucketOf(bucket, key)
 		if err != nil {
 			return struct{}{}, nil, err
 		}
@@ -438,16 +439,16 @@ func (s *Namespace) DeleteKey(bucket, key string) error {
 		if !ok {
 			return struct{}{}, nil, fmt.Errorf("%w: key %s/%s", metaapi.ErrNotFound, bucket, key)
 		}
-		now := s.cfg.Now()
-		b := s.db.NewBatch()
-		del(b, objectKey(bucket, key))
+		now := s.Cfg.Now()
+		b := s.Store.NewBatch()
+		state.Del(b, state.ObjectKey(bucket, key))
 		for _, sb := range rec.Blocks {
-			s.gc.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonDeleted, now)
+			s.gc.ScheduleDelete(b, state.BlockRef{Container: sb.Container, Local: sb.Local}, state.ReasonDeleted, now)
 		}
 		brec.Keys--
 		brec.Bytes -= rec.Size
-		set(b, bucketKey(bucket), brec.encode())
-		s.buckets[bucket] = brec
+		state.Set(b, state.BucketKey(bucket), brec.Encode())
+		s.Buckets[bucket] = brec
 		return struct{}{}, b, nil
 	})
 	return err
@@ -476,24 +477,24 @@ func (s *Namespace) List(bucket string, o ListOptions) (*metaapi.KeyList, error)
 	if o.Limit == 0 {
 		o.Limit = metaapi.MaxListLimit
 	}
-	if len(o.Prefix) > maxKeyBytes || len(o.StartAfter) > maxKeyBytes || len(o.Delimiter) > maxKeyBytes {
-		return nil, fmt.Errorf("%w: prefix or start_after longer than %d bytes", metaapi.ErrInvalid, maxKeyBytes)
+	if len(o.Prefix) > state.MaxKeyBytes || len(o.StartAfter) > state.MaxKeyBytes || len(o.Delimiter) > state.MaxKeyBytes {
+		return nil, fmt.Errorf("%w: prefix or start_after longer than %d bytes", metaapi.ErrInvalid, state.MaxKeyBytes)
 	}
-	return read(s.State, func() (*metaapi.KeyList, error) { return s.listLocked(bucket, o) })
+	return state.Read(s.State, func() (*metaapi.KeyList, error) { return s.listLocked(bucket, o) })
 }
 
 // listLocked is List, validated, under s.mu.
 func (s *Namespace) listLocked(bucket string, o ListOptions) (*metaapi.KeyList, error) {
-	if _, ok := s.buckets[bucket]; !ok {
+	if _, ok := s.Buckets[bucket]; !ok {
 		return nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, bucket)
 	}
-	kp := keyPrefix(bucket)
+	kp := state.KeyPrefix(bucket)
 	lo := append(slices.Clone(kp), o.Prefix...)
-	hi := prefixEnd(lo)
+	hi := state.PrefixEnd(lo)
 	if o.Prefix == "" {
-		hi = prefixEnd(kp)
+		hi = state.PrefixEnd(kp)
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := s.Store.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return nil, fmt.Errorf("meta: list %s: %w", bucket, err)
 	}
@@ -522,7 +523,7 @@ func (s *Namespace) listLocked(bucket string, o ListOptions) (*metaapi.KeyList, 
 					l.CommonPrefixes = append(l.CommonPrefixes, cp)
 					last = cp
 				}
-				end := prefixEnd(append(slices.Clone(kp), cp...))
+				end := state.PrefixEnd(append(slices.Clone(kp), cp...))
 				if end == nil {
 					break
 				}
@@ -534,7 +535,7 @@ func (s *Namespace) listLocked(bucket string, o ListOptions) (*metaapi.KeyList, 
 			l.Next = last
 			break
 		}
-		rec, err := decodeKey(it.Value())
+		rec, err := state.DecodeKey(it.Value())
 		if err != nil {
 			return nil, fmt.Errorf("meta: key %s/%s: %w", bucket, name, err)
 		}
@@ -550,7 +551,7 @@ func (s *Namespace) listLocked(bucket string, o ListOptions) (*metaapi.KeyList, 
 
 // checkConditions checks a commit's S3 conditions against the key's
 // current version (exists false: none).
-func checkConditions(bucket, key string, cur keyRecord, exists bool, c metaapi.Conditions) error {
+func checkConditions(bucket, key string, cur state.KeyRecord, exists bool, c metaapi.Conditions) error {
 	etag := ""
 	if exists && cur.Object != nil {
 		etag = cur.Object.ETag
@@ -568,9 +569,17 @@ func trimETag(s string) string { return strings.Trim(s, "\"") }
 
 // Namespace holds buckets and keys.
 type Namespace struct {
-	*State
-	cl    *Cluster
-	alloc *Allocator
-	gc    *BlockGC
+	*state.State
+	cl    *cluster.Cluster
+	alloc *cluster.Allocator
+	gc    *cluster.BlockGC
 	mp    *Multipart
+}
+
+// New is the namespace over st, and its multipart uploads: blocks come
+// from alloc in cl's pipelines, and go to gc when no key holds them.
+func New(st *state.State, cl *cluster.Cluster, alloc *cluster.Allocator, gc *cluster.BlockGC) (*Namespace, *Multipart) {
+	ns := &Namespace{State: st, cl: cl, alloc: alloc, gc: gc}
+	ns.mp = &Multipart{State: st, ns: ns, gc: gc}
+	return ns, ns.mp
 }

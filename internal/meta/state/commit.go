@@ -1,4 +1,4 @@
-package meta
+package state
 
 import (
 	"fmt"
@@ -50,7 +50,7 @@ type durability struct {
 	err error
 }
 
-func (d *durability) init() {
+func (d *durability) Init() {
 	d.cond.L = &d.mu
 	d.synced = map[uint64]bool{}
 }
@@ -97,7 +97,7 @@ func (d *durability) failure() error {
 
 // wait returns once every batch up to seq is durable (nil), or once a
 // batch up to seq can no longer be (the failure).
-func (d *durability) wait(seq uint64) error {
+func (d *durability) Wait(seq uint64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for d.durable < seq {
@@ -113,48 +113,48 @@ func (d *durability) wait(seq uint64) error {
 // not nil, is the request's own batch, whose sync the request collects.
 // On a replicated service (raft.go): the proposals of stint up to seq
 // applied, and, for read (no proposal of its own), a ReadIndex round.
-type pending struct {
-	seq   uint64
+type Pending struct {
+	Seq   uint64
 	b     *pebble.Batch
-	stint uint64
-	read  bool
+	Stint uint64
+	Read  bool
 }
 
 // frontier is what an answer that made no change waits for: everything
 // it may have seen. Callers hold s.mu (either mode).
-func (s *State) frontier() pending {
-	if s.rep != nil {
-		seq := s.proposed
-		if s.staged != nil {
+func (s *State) frontier() Pending {
+	if s.Rep != nil {
+		seq := s.Proposed
+		if s.Staged != nil {
 			seq++ // the staged proposal, made before s.mu is released
 		}
-		return pending{stint: s.stint, seq: seq, read: true}
+		return Pending{Stint: s.Stint, Seq: seq, Read: true}
 	}
-	return pending{seq: s.applied}
+	return Pending{Seq: s.Applied}
 }
 
 // apply puts b (possibly empty) into the store in s.mu order and returns
 // what the answer must wait for. Callers hold s.mu for writing and have
 // already changed memory: a failure fails the service (sticky).
-func (s *State) apply(b *pebble.Batch) (pending, error) {
+func (s *State) apply(b *pebble.Batch) (Pending, error) {
 	if b == nil || b.Empty() {
 		if b != nil {
 			b.Close()
 		}
 		return s.frontier(), nil
 	}
-	if s.rep != nil {
+	if s.Rep != nil {
 		return s.propose(b)
 	}
-	if err := s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+	if err := s.Store.ApplyNoSyncWait(b, pebble.Sync); err != nil {
 		b.Close()
 		err = fmt.Errorf("meta: store commit: %w", err)
-		s.dur.fail(err)
-		s.log.Error("meta store commit failed; refusing every later request", "err", err)
-		return pending{}, err
+		s.Dur.fail(err)
+		s.Log.Error("meta store commit failed; refusing every later request", "err", err)
+		return Pending{}, err
 	}
-	s.applied++
-	return pending{seq: s.applied, b: b}, nil
+	s.Applied++
+	return Pending{Seq: s.Applied, b: b}, nil
 }
 
 // applyStaged is apply for one item of a batch request (applyEach): on a
@@ -163,8 +163,8 @@ func (s *State) apply(b *pebble.Batch) (pending, error) {
 // batch is one proposal and one log entry (an item still sees the
 // earlier ones through the overlay). A group of one applies each item's
 // batch to the store at once (a later item reads the store).
-func (s *State) applyStaged(b *pebble.Batch) (pending, error) {
-	if s.rep == nil || b == nil || b.Empty() {
+func (s *State) applyStaged(b *pebble.Batch) (Pending, error) {
+	if s.Rep == nil || b == nil || b.Empty() {
 		return s.apply(b)
 	}
 	return s.stage(b)
@@ -172,23 +172,23 @@ func (s *State) applyStaged(b *pebble.Batch) (pending, error) {
 
 // await waits, outside s.mu, until p is durable: it collects the sync of
 // p's own batch, then waits for every earlier one.
-func (s *State) await(p pending) error {
-	if s.awaitHook != nil {
-		s.awaitHook(p.b != nil)
+func (s *State) await(p Pending) error {
+	if s.AwaitHook != nil {
+		s.AwaitHook(p.b != nil)
 	}
-	if s.rep != nil {
-		return s.rep.await(p)
+	if s.Rep != nil {
+		return s.Rep.Await(p)
 	}
 	if p.b != nil {
 		err := p.b.SyncWait()
 		p.b.Close()
 		if err != nil {
 			err = fmt.Errorf("meta: store sync: %w", err)
-			s.log.Error("meta store sync failed; refusing every later request", "err", err)
+			s.Log.Error("meta store sync failed; refusing every later request", "err", err)
 		}
-		s.dur.complete(p.seq, err)
+		s.Dur.complete(p.Seq, err)
 	}
-	if err := s.dur.wait(p.seq); err != nil {
+	if err := s.Dur.Wait(p.Seq); err != nil {
 		return fmt.Errorf("meta: store failed, the change is not durable: %w", err)
 	}
 	return nil
@@ -199,25 +199,25 @@ func (s *State) await(p pending) error {
 // on error it must have changed nothing. The batch is applied under the
 // lock, and the answer is returned once it, and every change fn may have
 // seen, is durable.
-func mutate[T any](s *State, fn func() (T, *pebble.Batch, error)) (T, error) {
+func Mutate[T any](s *State, fn func() (T, *pebble.Batch, error)) (T, error) {
 	var zero T
-	s.mu.Lock()
-	if err := s.usable(); err != nil {
-		s.mu.Unlock()
+	s.Mu.Lock()
+	if err := s.Usable(); err != nil {
+		s.Mu.Unlock()
 		return zero, err
 	}
 	v, b, err := fn()
-	var p pending
+	var p Pending
 	if err != nil {
 		if b != nil {
 			b.Close()
 		}
 		p = s.frontier()
 	} else if p, err = s.apply(b); err != nil {
-		s.mu.Unlock()
+		s.Mu.Unlock()
 		return zero, err
 	}
-	s.mu.Unlock()
+	s.Mu.Unlock()
 	if werr := s.await(p); werr != nil {
 		return zero, werr
 	}
@@ -229,16 +229,16 @@ func mutate[T any](s *State, fn func() (T, *pebble.Batch, error)) (T, error) {
 
 // read runs fn under s.mu for reading and returns its answer once every
 // change fn may have seen is durable.
-func read[T any](s *State, fn func() (T, error)) (T, error) {
+func Read[T any](s *State, fn func() (T, error)) (T, error) {
 	var zero T
-	s.mu.RLock()
-	if err := s.usable(); err != nil {
-		s.mu.RUnlock()
+	s.Mu.RLock()
+	if err := s.Usable(); err != nil {
+		s.Mu.RUnlock()
 		return zero, err
 	}
 	v, err := fn()
 	p := s.frontier()
-	s.mu.RUnlock()
+	s.Mu.RUnlock()
 	if werr := s.await(p); werr != nil {
 		return zero, werr
 	}
@@ -252,7 +252,7 @@ func read[T any](s *State, fn func() (T, error)) (T, error) {
 // batches is rebuilt from the batches still in flight once it holds more
 // than this (and more than twice what is in flight). A variable: a test
 // rebuilds it at every proposal.
-var maxOverlayBytes = 8 << 20
+var MaxOverlayBytes = 8 << 20
 
 // inflight is a proposal of the current stint not known applied yet: the
 // leader rebuilds its overlay from them.
@@ -264,29 +264,29 @@ type inflight struct {
 // proposal is queued by flushStaged (in s.mu order) for the raft
 // goroutine: the stint's proposal seq, its Pebble batch (read-only: the
 // same bytes are the proposal's inflight record).
-type proposal struct {
-	stint, seq uint64
-	repr       []byte
+type Proposal struct {
+	Stint, Seq uint64
+	Repr       []byte
 }
 
 // endStintLocked is endStint under s.mu.
-func (s *State) endStintLocked(why error) {
-	if s.stint != 0 {
-		s.log.Warn("meta leader stops serving", "term", s.stint, "why", why)
+func (s *State) EndStintLocked(why error) {
+	if s.Stint != 0 {
+		s.Log.Warn("meta leader stops serving", "term", s.Stint, "why", why)
 	}
-	s.stint, s.proposed, s.inflight, s.staged = 0, 0, nil, nil
-	s.initMemory() // it may be ahead of the log; a follower keeps none
-	if s.db.ov != nil {
-		s.db.ov.Close()
-		s.db.ov = nil
+	s.Stint, s.Proposed, s.Inflight, s.Staged = 0, 0, nil, nil
+	s.InitMemory() // it may be ahead of the log; a follower keeps none
+	if s.Store.Overlay != nil {
+		s.Store.Overlay.Close()
+		s.Store.Overlay = nil
 	}
-	s.rep.stintEnded()
+	s.Rep.StintEnded()
 }
 
 // propose replaces apply on a replicated service: under s.mu, b goes
 // into the overlay and, as the stint's next proposal, to the raft
 // goroutine (in s.mu order: the log's order is memory's).
-func (s *State) propose(b *pebble.Batch) (pending, error) {
+func (s *State) propose(b *pebble.Batch) (Pending, error) {
 	p, err := s.stage(b)
 	if err == nil {
 		s.flushStaged()
@@ -300,66 +300,66 @@ func (s *State) propose(b *pebble.Batch) (pending, error) {
 // proposal, one entry). A staged batch past maxFoldedEntryBytes is
 // flushed first. Under s.mu for writing; a failure ends the stint
 // (memory is ahead of the log), dropping what was staged.
-func (s *State) stage(b *pebble.Batch) (pending, error) {
+func (s *State) stage(b *pebble.Batch) (Pending, error) {
 	defer b.Close()
 	repr := b.Repr()
-	if len(repr)+entryFoldedOverheadBytes+64 > maxRaftRecordBytes {
+	if len(repr)+EntryFoldedOverheadBytes+64 > MaxRaftRecordBytes {
 		err := fmt.Errorf("meta: a change of %d bytes is over the meta log's record limit", len(repr))
-		s.endStintLocked(err)
-		return pending{}, err
+		s.EndStintLocked(err)
+		return Pending{}, err
 	}
-	if s.staged != nil && s.staged.Len()+len(repr) > maxFoldedEntryBytes {
+	if s.Staged != nil && s.Staged.Len()+len(repr) > MaxFoldedEntryBytes {
 		s.flushStaged()
 	}
-	if err := s.db.ov.Apply(b, nil); err != nil {
+	if err := s.Store.Overlay.Apply(b, nil); err != nil {
 		err = fmt.Errorf("meta: overlay: %w", err)
-		s.endStintLocked(err)
-		return pending{}, err
+		s.EndStintLocked(err)
+		return Pending{}, err
 	}
-	if s.staged == nil {
-		s.staged = new(pebble.Batch) // of no store: its bytes are only proposed
+	if s.Staged == nil {
+		s.Staged = new(pebble.Batch) // of no store: its bytes are only proposed
 	}
-	if err := s.staged.Apply(b, nil); err != nil {
+	if err := s.Staged.Apply(b, nil); err != nil {
 		err = fmt.Errorf("meta: stage a proposal: %w", err)
-		s.endStintLocked(err)
-		return pending{}, err
+		s.EndStintLocked(err)
+		return Pending{}, err
 	}
-	return pending{stint: s.stint, seq: s.proposed + 1}, nil
+	return Pending{Stint: s.Stint, Seq: s.Proposed + 1}, nil
 }
 
 // flushStaged makes the staged batch the stint's next proposal (none
 // staged: nothing). Under s.mu for writing.
 func (s *State) flushStaged() {
-	if s.staged == nil {
+	if s.Staged == nil {
 		return
 	}
-	repr := s.staged.Repr()
-	s.staged = nil // never closed: repr is the proposal's now
-	s.proposed++
-	s.inflight = append(s.inflight, inflight{seq: s.proposed, repr: repr})
-	s.rep.propose(proposal{stint: s.stint, seq: s.proposed, repr: repr})
+	repr := s.Staged.Repr()
+	s.Staged = nil // never closed: repr is the proposal's now
+	s.Proposed++
+	s.Inflight = append(s.Inflight, inflight{seq: s.Proposed, repr: repr})
+	s.Rep.Propose(Proposal{Stint: s.Stint, Seq: s.Proposed, Repr: repr})
 	s.maybeRebuildOverlay()
 }
 
 // maybeRebuildOverlay replaces a large overlay with one of the proposals
 // still in flight (those applied are in the store). Under s.mu.
 func (s *State) maybeRebuildOverlay() {
-	applied := s.rep.appliedSeqNow()
-	k := sort.Search(len(s.inflight), func(i int) bool { return s.inflight[i].seq > applied })
-	s.inflight = s.inflight[k:]
-	if len(s.db.ov.Repr()) <= maxOverlayBytes {
+	applied := s.Rep.AppliedSeqNow()
+	k := sort.Search(len(s.Inflight), func(i int) bool { return s.Inflight[i].seq > applied })
+	s.Inflight = s.Inflight[k:]
+	if len(s.Store.Overlay.Repr()) <= MaxOverlayBytes {
 		return
 	}
 	var n int
-	for _, f := range s.inflight {
+	for _, f := range s.Inflight {
 		n += len(f.repr)
 	}
-	if len(s.db.ov.Repr()) <= 2*n {
+	if len(s.Store.Overlay.Repr()) <= 2*n {
 		return
 	}
-	ov := s.db.DB.NewIndexedBatch()
-	for _, f := range s.inflight {
-		eb := s.db.DB.NewBatch()
+	ov := s.Store.DB.NewIndexedBatch()
+	for _, f := range s.Inflight {
+		eb := s.Store.DB.NewBatch()
 		// A copy: the batch takes ownership of what SetRepr gets, and
 		// Close gives it back to Pebble for reuse — f.repr is the
 		// proposal's own entry, still on its way through raft.
@@ -368,9 +368,9 @@ func (s *State) maybeRebuildOverlay() {
 		}
 		eb.Close()
 	}
-	s.db.ov.Close()
-	s.db.ov = ov
-	s.inflight = append([]inflight(nil), s.inflight...)
+	s.Store.Overlay.Close()
+	s.Store.Overlay = ov
+	s.Inflight = append([]inflight(nil), s.Inflight...)
 }
 
 // applyEach is a batch's mutations, one per item, in order under one hold
@@ -385,14 +385,14 @@ func (s *State) maybeRebuildOverlay() {
 // once every applied item is durable: per item its value (the zero value
 // when refused) and error, and the wait's error. A service that does not
 // serve refuses the whole batch (the last error).
-func applyEach[T any](s *State, pre []error, fn func(i int) (T, *pebble.Batch, error)) (vals []T, errs []error, werr, err error) {
+func ApplyEach[T any](s *State, pre []error, fn func(i int) (T, *pebble.Batch, error)) (vals []T, errs []error, werr, err error) {
 	vals, errs = make([]T, len(pre)), pre
-	s.mu.Lock()
-	if err := s.usable(); err != nil {
-		s.mu.Unlock()
+	s.Mu.Lock()
+	if err := s.Usable(); err != nil {
+		s.Mu.Unlock()
 		return nil, nil, nil, err
 	}
-	var own []pending
+	var own []Pending
 	refused := false
 	for i := range pre {
 		if errs[i] != nil {
@@ -423,14 +423,14 @@ func applyEach[T any](s *State, pre []error, fn func(i int) (T, *pebble.Batch, e
 	}
 	s.flushStaged()
 	front := s.frontier()
-	s.mu.Unlock()
+	s.Mu.Unlock()
 	return vals, errs, s.awaitAll(own, refused, front), nil
 }
 
 // awaitAll waits for a batch's own pendings, and, when some request was
 // refused (a refusal may rest on what it saw), for the frontier; the
 // first failure.
-func (s *State) awaitAll(own []pending, refused bool, front pending) error {
+func (s *State) awaitAll(own []Pending, refused bool, front Pending) error {
 	var werr error
 	for _, p := range own {
 		if err := s.await(p); err != nil && werr == nil {
@@ -444,7 +444,7 @@ func (s *State) awaitAll(own []pending, refused bool, front pending) error {
 }
 
 // apiError is err as one result of a batch.
-func apiError(what string, err error) *metaapi.Error {
+func APIError(what string, err error) *metaapi.Error {
 	code, _ := metaapi.CodeOf(err)
 	return &metaapi.Error{Code: code, Message: fmt.Sprintf("%s: %v", what, err)}
 }

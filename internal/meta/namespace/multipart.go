@@ -1,4 +1,4 @@
-package meta
+package namespace
 
 import (
 	"bytes"
@@ -12,8 +12,9 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/spindle-store/spindle/internal/crc32c"
+	"github.com/spindle-store/spindle/internal/meta/cluster"
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -35,16 +36,16 @@ func newUploadID() string {
 }
 
 // getUpload reads an upload record (ok false: none).
-func (s *Multipart) getUpload(ref metaapi.UploadRef) (uploadRecord, bool, error) {
-	v, closer, err := s.db.Get(uploadKey(ref.Bucket, ref.Key, ref.UploadID))
+func (s *Multipart) getUpload(ref metaapi.UploadRef) (state.UploadRecord, bool, error) {
+	v, closer, err := s.Store.Get(state.UploadKey(ref.Bucket, ref.Key, ref.UploadID))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return uploadRecord{}, false, nil
+		return state.UploadRecord{}, false, nil
 	}
 	if err != nil {
-		return uploadRecord{}, false, fmt.Errorf("meta: read upload %s: %w", ref.UploadID, err)
+		return state.UploadRecord{}, false, fmt.Errorf("meta: read upload %s: %w", ref.UploadID, err)
 	}
 	defer closer.Close()
-	rec, err := decodeUpload(v)
+	rec, err := state.DecodeUpload(v)
 	if err != nil {
 		return rec, false, fmt.Errorf("meta: upload %s/%s %s: %w", ref.Bucket, ref.Key, ref.UploadID, err)
 	}
@@ -52,13 +53,13 @@ func (s *Multipart) getUpload(ref metaapi.UploadRef) (uploadRecord, bool, error)
 }
 
 // uploadOf checks the names and that the upload exists.
-func (s *Multipart) uploadOf(ref metaapi.UploadRef) (bucketRecord, uploadRecord, error) {
-	brec, err := s.bucketOf(ref.Bucket, ref.Key)
+func (s *Multipart) uploadOf(ref metaapi.UploadRef) (state.BucketRecord, state.UploadRecord, error) {
+	brec, err := s.BucketOf(ref.Bucket, ref.Key)
 	if err != nil {
-		return brec, uploadRecord{}, err
+		return brec, state.UploadRecord{}, err
 	}
 	if ref.UploadID == "" || len(ref.UploadID) > 64 {
-		return brec, uploadRecord{}, fmt.Errorf("%w: upload %q of %s/%s", metaapi.ErrNotFound, ref.UploadID, ref.Bucket, ref.Key)
+		return brec, state.UploadRecord{}, fmt.Errorf("%w: upload %q of %s/%s", metaapi.ErrNotFound, ref.UploadID, ref.Bucket, ref.Key)
 	}
 	up, ok, err := s.getUpload(ref)
 	if err != nil {
@@ -72,12 +73,12 @@ func (s *Multipart) uploadOf(ref metaapi.UploadRef) (bucketRecord, uploadRecord,
 
 // parts calls fn for the upload's parts numbered above after, in order,
 // until fn returns false.
-func (s *Multipart) parts(ref metaapi.UploadRef, after uint32, fn func(n uint32, p partRecord) bool) error {
+func (s *Multipart) parts(ref metaapi.UploadRef, after uint32, fn func(n uint32, p state.PartRecord) bool) error {
 	if after == ^uint32(0) {
 		return nil
 	}
-	pp := partPrefix(ref.Bucket, ref.Key, ref.UploadID)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: binary.BigEndian.AppendUint32(slices.Clone(pp), after+1), UpperBound: prefixEnd(pp)})
+	pp := state.PartPrefix(ref.Bucket, ref.Key, ref.UploadID)
+	it, err := s.Store.NewIter(&pebble.IterOptions{LowerBound: binary.BigEndian.AppendUint32(slices.Clone(pp), after+1), UpperBound: state.PrefixEnd(pp)})
 	if err != nil {
 		return fmt.Errorf("meta: parts of %s: %w", ref.UploadID, err)
 	}
@@ -85,9 +86,9 @@ func (s *Multipart) parts(ref metaapi.UploadRef, after uint32, fn func(n uint32,
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
 		if len(k) != len(pp)+4 {
-			return fmt.Errorf("%w: part key %x", ErrCorrupt, k)
+			return fmt.Errorf("%w: part key %x", state.ErrCorrupt, k)
 		}
-		p, err := decodePart(it.Value())
+		p, err := state.DecodePart(it.Value())
 		if err != nil {
 			return fmt.Errorf("meta: upload %s part: %w", ref.UploadID, err)
 		}
@@ -98,11 +99,11 @@ func (s *Multipart) parts(ref metaapi.UploadRef, after uint32, fn func(n uint32,
 	return it.Error()
 }
 
-func uploadView(ref metaapi.UploadRef, u uploadRecord) metaapi.Upload {
+func uploadView(ref metaapi.UploadRef, u state.UploadRecord) metaapi.Upload {
 	return metaapi.Upload{UploadRef: ref, Owner: u.Owner, Initiated: u.Initiated, Object: u.Object}
 }
 
-func partView(n uint32, p partRecord) metaapi.Part {
+func partView(n uint32, p state.PartRecord) metaapi.Part {
 	return metaapi.Part{Number: n, Size: p.Size, ETag: p.ETag, CRC32C: p.CRC32C, Checksums: p.Checksums, Modified: p.Created}
 }
 
@@ -117,13 +118,13 @@ func (s *Multipart) CreateUpload(req *metaapi.CreateUpload) (*metaapi.Upload, er
 		return nil, fmt.Errorf("%w: owner of %d bytes", metaapi.ErrInvalid, len(req.Owner))
 	}
 	ref := metaapi.UploadRef{Bucket: req.Bucket, Key: req.Key, UploadID: newUploadID()}
-	return mutate(s.State, func() (*metaapi.Upload, *pebble.Batch, error) {
-		if _, err := s.bucketOf(req.Bucket, req.Key); err != nil {
+	return state.Mutate(s.State, func() (*metaapi.Upload, *pebble.Batch, error) {
+		if _, err := s.BucketOf(req.Bucket, req.Key); err != nil {
 			return nil, nil, err
 		}
-		rec := uploadRecord{Initiated: s.cfg.Now(), Owner: req.Owner, Object: req.Object}
-		b := s.db.NewBatch()
-		set(b, uploadKey(ref.Bucket, ref.Key, ref.UploadID), rec.encode())
+		rec := state.UploadRecord{Initiated: s.Cfg.Now(), Owner: req.Owner, Object: req.Object}
+		b := s.Store.NewBatch()
+		state.Set(b, state.UploadKey(ref.Bucket, ref.Key, ref.UploadID), rec.Encode())
 		v := uploadView(ref, rec)
 		return &v, b, nil
 	})
@@ -131,7 +132,7 @@ func (s *Multipart) CreateUpload(req *metaapi.CreateUpload) (*metaapi.Upload, er
 
 // GetUpload returns an upload in progress.
 func (s *Multipart) GetUpload(ref metaapi.UploadRef) (*metaapi.Upload, error) {
-	return read(s.State, func() (*metaapi.Upload, error) {
+	return state.Read(s.State, func() (*metaapi.Upload, error) {
 		_, up, err := s.uploadOf(ref)
 		if err != nil {
 			return nil, err
@@ -154,26 +155,26 @@ func (s *Multipart) CommitPart(req *metaapi.CommitPart) (*metaapi.Part, error) {
 	if len(req.ETag) > 64 || len(req.Checksums) > 8 {
 		return nil, fmt.Errorf("%w: part ETag or checksums too long", metaapi.ErrInvalid)
 	}
-	return mutate(s.State, func() (*metaapi.Part, *pebble.Batch, error) {
+	return state.Mutate(s.State, func() (*metaapi.Part, *pebble.Batch, error) {
 		if _, _, err := s.uploadOf(req.UploadRef); err != nil {
 			return nil, nil, err
 		}
-		pk := partKey(req.Bucket, req.Key, req.UploadID, req.Number)
-		var old *partRecord
-		v, closer, err := s.db.Get(pk)
+		pk := state.PartKey(req.Bucket, req.Key, req.UploadID, req.Number)
+		var old *state.PartRecord
+		v, closer, err := s.Store.Get(pk)
 		switch {
 		case errors.Is(err, pebble.ErrNotFound):
 		case err != nil:
 			return nil, nil, fmt.Errorf("meta: read part %d of %s: %w", req.Number, req.UploadID, err)
 		default:
-			p, derr := decodePart(v)
+			p, derr := state.DecodePart(v)
 			closer.Close()
 			if derr != nil {
 				return nil, nil, derr
 			}
 			old = &p
 		}
-		if old != nil && old.ETag == req.ETag && sameVersion(old.keyRecord, &metaapi.CommitKey{Size: req.Size, CRC32C: req.CRC32C, Blocks: req.Blocks}) {
+		if old != nil && old.ETag == req.ETag && sameVersion(old.KeyRecord, &metaapi.CommitKey{Size: req.Size, CRC32C: req.CRC32C, Blocks: req.Blocks}) {
 			pv := partView(req.Number, *old)
 			return &pv, nil, nil
 		}
@@ -181,14 +182,14 @@ func (s *Multipart) CommitPart(req *metaapi.CommitPart) (*metaapi.Part, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		now := s.cfg.Now()
-		rec := partRecord{keyRecord: keyRecord{Size: req.Size, CRC32C: req.CRC32C, Created: now, Blocks: blocks}, ETag: req.ETag, Checksums: req.Checksums}
-		b := s.db.NewBatch()
-		set(b, pk, rec.encode())
+		now := s.Cfg.Now()
+		rec := state.PartRecord{KeyRecord: state.KeyRecord{Size: req.Size, CRC32C: req.CRC32C, Created: now, Blocks: blocks}, ETag: req.ETag, Checksums: req.Checksums}
+		b := s.Store.NewBatch()
+		state.Set(b, pk, rec.Encode())
 		s.ns.claim(b, blocks)
 		if old != nil {
 			for _, sb := range old.Blocks {
-				s.gc.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonReplaced, now)
+				s.gc.ScheduleDelete(b, state.BlockRef{Container: sb.Container, Local: sb.Local}, state.ReasonReplaced, now)
 			}
 		}
 		pv := partView(req.Number, rec)
@@ -202,13 +203,13 @@ func (s *Multipart) ListParts(req *metaapi.ListParts) (*metaapi.PartList, error)
 	if limit <= 0 || limit > metaapi.MaxUploadPage {
 		limit = metaapi.MaxUploadPage
 	}
-	return read(s.State, func() (*metaapi.PartList, error) {
+	return state.Read(s.State, func() (*metaapi.PartList, error) {
 		_, up, err := s.uploadOf(req.UploadRef)
 		if err != nil {
 			return nil, err
 		}
 		l := &metaapi.PartList{Upload: uploadView(req.UploadRef, up), Parts: []metaapi.Part{}}
-		err = s.parts(req.UploadRef, req.After, func(n uint32, p partRecord) bool {
+		err = s.parts(req.UploadRef, req.After, func(n uint32, p state.PartRecord) bool {
 			if len(l.Parts) == limit {
 				l.Next = l.Parts[len(l.Parts)-1].Number
 				return false
@@ -222,23 +223,23 @@ func (s *Multipart) ListParts(req *metaapi.ListParts) (*metaapi.PartList, error)
 
 // dropUpload deletes the upload's records in b and schedules the blocks
 // of its parts for deletion, except those of the parts in keep.
-func (s *Multipart) dropUpload(b *pebble.Batch, ref metaapi.UploadRef, all map[uint32]partRecord, keep map[uint32]bool, now time.Time) {
+func (s *Multipart) dropUpload(b *pebble.Batch, ref metaapi.UploadRef, all map[uint32]state.PartRecord, keep map[uint32]bool, now time.Time) {
 	for n, p := range all {
-		del(b, partKey(ref.Bucket, ref.Key, ref.UploadID, n))
+		state.Del(b, state.PartKey(ref.Bucket, ref.Key, ref.UploadID, n))
 		if keep[n] {
 			continue
 		}
 		for _, sb := range p.Blocks {
-			s.gc.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonDeleted, now)
+			s.gc.ScheduleDelete(b, state.BlockRef{Container: sb.Container, Local: sb.Local}, state.ReasonDeleted, now)
 		}
 	}
-	del(b, uploadKey(ref.Bucket, ref.Key, ref.UploadID))
+	state.Del(b, state.UploadKey(ref.Bucket, ref.Key, ref.UploadID))
 }
 
 // allParts reads every part of an upload (at most MaxParts).
-func (s *Multipart) allParts(ref metaapi.UploadRef) (map[uint32]partRecord, error) {
-	all := map[uint32]partRecord{}
-	err := s.parts(ref, 0, func(n uint32, p partRecord) bool {
+func (s *Multipart) allParts(ref metaapi.UploadRef) (map[uint32]state.PartRecord, error) {
+	all := map[uint32]state.PartRecord{}
+	err := s.parts(ref, 0, func(n uint32, p state.PartRecord) bool {
 		all[n] = p
 		return true
 	})
@@ -247,7 +248,7 @@ func (s *Multipart) allParts(ref metaapi.UploadRef) (map[uint32]partRecord, erro
 
 // AbortUpload drops an upload; its parts' blocks are scheduled for deletion.
 func (s *Multipart) AbortUpload(ref metaapi.UploadRef) error {
-	_, err := mutate(s.State, func() (struct{}, *pebble.Batch, error) {
+	_, err := state.Mutate(s.State, func() (struct{}, *pebble.Batch, error) {
 		if _, _, err := s.uploadOf(ref); err != nil {
 			return struct{}{}, nil, err
 		}
@@ -255,8 +256,8 @@ func (s *Multipart) AbortUpload(ref metaapi.UploadRef) error {
 		if err != nil {
 			return struct{}{}, nil, err
 		}
-		b := s.db.NewBatch()
-		s.dropUpload(b, ref, all, nil, s.cfg.Now())
+		b := s.Store.NewBatch()
+		s.dropUpload(b, ref, all, nil, s.Cfg.Now())
 		return struct{}{}, b, nil
 	})
 	return err
@@ -272,7 +273,7 @@ func (s *Multipart) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInf
 			return nil, fmt.Errorf("%w: part %d after part %d: %w", metaapi.ErrInvalid, p.Number, req.Parts[i-1].Number, ErrPartOrder)
 		}
 	}
-	return mutate(s.State, func() (*metaapi.KeyInfo, *pebble.Batch, error) {
+	return state.Mutate(s.State, func() (*metaapi.KeyInfo, *pebble.Batch, error) {
 		brec, up, err := s.uploadOf(req.UploadRef)
 		if err != nil {
 			return nil, nil, err
@@ -281,8 +282,8 @@ func (s *Multipart) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInf
 		if err != nil {
 			return nil, nil, err
 		}
-		now := s.cfg.Now()
-		rec := keyRecord{Created: now}
+		now := s.Cfg.Now()
+		rec := state.KeyRecord{Created: now}
 		etags := make([]string, 0, len(req.Parts))
 		keep := map[uint32]bool{}
 		for i, cp := range req.Parts {
@@ -299,8 +300,8 @@ func (s *Multipart) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInf
 			rec.Blocks = append(rec.Blocks, p.Blocks...)
 			keep[cp.Number] = true
 		}
-		if len(rec.Blocks) > maxBlocksPerKey {
-			return nil, nil, fmt.Errorf("%w: %d blocks, at most %d", metaapi.ErrInvalid, len(rec.Blocks), maxBlocksPerKey)
+		if len(rec.Blocks) > state.MaxBlocksPerKey {
+			return nil, nil, fmt.Errorf("%w: %d blocks, at most %d", metaapi.ErrInvalid, len(rec.Blocks), state.MaxBlocksPerKey)
 		}
 		old, exists, err := s.ns.getKey(req.Bucket, req.Key)
 		if err != nil {
@@ -314,26 +315,26 @@ func (s *Multipart) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInf
 			om = *up.Object
 		}
 		if om.ETag, err = metaapi.MultipartETag(etags); err != nil {
-			return nil, nil, fmt.Errorf("%w: a stored part ETag: %v", ErrCorrupt, err)
+			return nil, nil, fmt.Errorf("%w: a stored part ETag: %v", state.ErrCorrupt, err)
 		}
 		om.Parts = uint32(len(req.Parts))
 		om.Checksums = map[string]string{"CRC32C": base64CRC(rec.CRC32C)}
 		om.ChecksumType = "FULL_OBJECT"
 		rec.Object = &om
-		b := s.db.NewBatch()
-		set(b, objectKey(req.Bucket, req.Key), rec.encode())
+		b := s.Store.NewBatch()
+		state.Set(b, state.ObjectKey(req.Bucket, req.Key), rec.Encode())
 		s.dropUpload(b, req.UploadRef, all, keep, now)
 		if exists {
 			for _, sb := range old.Blocks {
-				s.gc.scheduleDelete(b, blockRef{sb.Container, sb.Local}, reasonReplaced, now)
+				s.gc.ScheduleDelete(b, state.BlockRef{Container: sb.Container, Local: sb.Local}, state.ReasonReplaced, now)
 			}
 			brec.Bytes -= old.Size
 		} else {
 			brec.Keys++
 		}
 		brec.Bytes += rec.Size
-		set(b, bucketKey(req.Bucket), brec.encode())
-		s.buckets[req.Bucket] = brec
+		state.Set(b, state.BucketKey(req.Bucket), brec.Encode())
+		s.Buckets[req.Bucket] = brec
 		return s.ns.keyInfo(req.Bucket, req.Key, rec, now), b, nil
 	})
 }
@@ -361,13 +362,13 @@ func (s *Multipart) ListUploads(req *metaapi.ListUploads) (*metaapi.UploadList, 
 	if limit <= 0 || limit > metaapi.MaxUploadPage {
 		limit = metaapi.MaxUploadPage
 	}
-	return read(s.State, func() (*metaapi.UploadList, error) {
-		if _, ok := s.buckets[req.Bucket]; !ok {
+	return state.Read(s.State, func() (*metaapi.UploadList, error) {
+		if _, ok := s.Buckets[req.Bucket]; !ok {
 			return nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, req.Bucket)
 		}
-		up := uploadPrefix(req.Bucket)
+		up := state.UploadPrefix(req.Bucket)
 		lo := append(slices.Clone(up), req.Prefix...)
-		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+		it, err := s.Store.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: state.PrefixEnd(lo)})
 		if err != nil {
 			return nil, fmt.Errorf("meta: uploads of %s: %w", req.Bucket, err)
 		}
@@ -378,7 +379,7 @@ func (s *Multipart) ListUploads(req *metaapi.ListUploads) (*metaapi.UploadList, 
 			if req.UploadIDMarker != "" {
 				seek = append(append(seek, req.UploadIDMarker...), 0)
 			} else {
-				seek = prefixEnd(seek)
+				seek = state.PrefixEnd(seek)
 			}
 			if bytes.Compare(seek, lo) > 0 {
 				ok = it.SeekGE(seek)
@@ -388,13 +389,13 @@ func (s *Multipart) ListUploads(req *metaapi.ListUploads) (*metaapi.UploadList, 
 		for ; ok; ok = it.Next() {
 			key, id, found := bytes.Cut(it.Key()[len(up):], []byte{0})
 			if !found {
-				return nil, fmt.Errorf("%w: upload key %x", ErrCorrupt, it.Key())
+				return nil, fmt.Errorf("%w: upload key %x", state.ErrCorrupt, it.Key())
 			}
 			if len(l.Uploads) == limit {
 				l.Truncated = true
 				break
 			}
-			rec, err := decodeUpload(it.Value())
+			rec, err := state.DecodeUpload(it.Value())
 			if err != nil {
 				return nil, err
 			}
@@ -418,8 +419,8 @@ const (
 // bucket, as S3 does when the bucket is deleted: their records go, their
 // parts' blocks are scheduled for deletion.
 func (s *Multipart) dropBucketUploads(b *pebble.Batch, bucket string, now time.Time) error {
-	up := uploadPrefix(bucket)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: up, UpperBound: prefixEnd(up)})
+	up := state.UploadPrefix(bucket)
+	it, err := s.Store.NewIter(&pebble.IterOptions{LowerBound: up, UpperBound: state.PrefixEnd(up)})
 	if err != nil {
 		return fmt.Errorf("meta: uploads of %s: %w", bucket, err)
 	}
@@ -428,7 +429,7 @@ func (s *Multipart) dropBucketUploads(b *pebble.Batch, bucket string, now time.T
 		key, id, found := bytes.Cut(it.Key()[len(up):], []byte{0})
 		if !found {
 			it.Close()
-			return fmt.Errorf("%w: upload key %x", ErrCorrupt, it.Key())
+			return fmt.Errorf("%w: upload key %x", state.ErrCorrupt, it.Key())
 		}
 		if len(refs) == MaxUploadsDroppedWithBucket {
 			it.Close()
@@ -457,7 +458,7 @@ func (s *Multipart) dropBucketUploads(b *pebble.Batch, bucket string, now time.T
 
 // Multipart holds the S3 multipart uploads.
 type Multipart struct {
-	*State
+	*state.State
 	ns *Namespace
-	gc *BlockGC
+	gc *cluster.BlockGC
 }

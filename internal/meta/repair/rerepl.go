@@ -1,4 +1,4 @@
-package meta
+package repair
 
 import (
 	"cmp"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/spindle-store/spindle/internal/meta/cluster"
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -21,10 +23,10 @@ import (
 // safeModeMinNodes is the datanodes that must report before safe mode
 // ends.
 func (s *Rerepl) safeModeMinNodes() int {
-	if s.cfg.SafeModeMinNodes > 0 {
-		return s.cfg.SafeModeMinNodes
+	if s.Cfg.SafeModeMinNodes > 0 {
+		return s.Cfg.SafeModeMinNodes
 	}
-	return min(DefaultSafeModeMinNodes, len(s.nodes))
+	return min(state.DefaultSafeModeMinNodes, len(s.NodeByID))
 }
 
 // safeModeReason says which condition to leave safe mode is missing,
@@ -32,8 +34,8 @@ func (s *Rerepl) safeModeMinNodes() int {
 func (s *Rerepl) safeModeReason(idx map[uint64][]uint64) string {
 	var missing []string
 	seen, want := 0, s.safeModeMinNodes()
-	for _, n := range s.nodes {
-		if n.seen {
+	for _, n := range s.NodeByID {
+		if n.Seen {
 			seen++
 		}
 	}
@@ -41,8 +43,8 @@ func (s *Rerepl) safeModeReason(idx map[uint64][]uint64) string {
 		missing = append(missing, fmt.Sprintf("%d/%d datanodes reported", seen, want))
 	}
 	closed, with := 0, 0
-	for cid, c := range s.containers {
-		if c.rec.State == containerClosed && (c.rec.Committed > 0 || len(idx[cid]) > 0) {
+	for cid, c := range s.ContainerByID {
+		if c.Rec.State == state.ContainerClosed && (c.Rec.Committed > 0 || len(idx[cid]) > 0) {
 			// (a container no key used, without replicas, holds
 			// nothing to wait for)
 			closed++
@@ -51,7 +53,7 @@ func (s *Rerepl) safeModeReason(idx map[uint64][]uint64) string {
 			}
 		}
 	}
-	if need := int(math.Ceil(s.cfg.SafeModeContainerFraction*float64(closed) - 1e-9)); with < need {
+	if need := int(math.Ceil(s.Cfg.SafeModeContainerFraction*float64(closed) - 1e-9)); with < need {
 		missing = append(missing, fmt.Sprintf("%d/%d containers have a replica (%d needed)", with, closed, need))
 	}
 	return strings.Join(missing, "; ")
@@ -61,23 +63,23 @@ func (s *Rerepl) safeModeReason(idx map[uint64][]uint64) string {
 // mode when its conditions hold, settle the copies in flight (complete,
 // failed, lost), then schedule copies of the under-replicated CLOSED
 // containers. Memory only.
-func (s *Rerepl) replicate(now time.Time) {
-	idx := s.cl.replicaIndex(now)
-	if s.repl.safeMode {
+func (s *Rerepl) Replicate(now time.Time) {
+	idx := s.cl.ReplicaIndex(now)
+	if s.Repair.SafeMode {
 		why := s.safeModeReason(idx)
 		if why != "" {
 			return
 		}
-		s.repl.safeMode = false
-		s.log.Info("safe mode over: enough datanodes and containers reported; replication decisions start",
-			"datanodes", len(s.nodes), "containers", len(s.containers))
+		s.Repair.SafeMode = false
+		s.Log.Info("safe mode over: enough datanodes and containers reported; replication decisions start",
+			"datanodes", len(s.NodeByID), "containers", len(s.ContainerByID))
 	}
 	s.settleCopies(idx, now)
 	s.dmg.settleRepairs(now)
 	s.dmg.scheduleRepairs(idx, now)
-	for k, t := range s.repl.failed {
-		if now.Sub(t) >= s.cfg.CopyRetryAfter {
-			delete(s.repl.failed, k)
+	for k, t := range s.Repair.Failed {
+		if now.Sub(t) >= s.Cfg.CopyRetryAfter {
+			delete(s.Repair.Failed, k)
 		}
 	}
 	s.scheduleCopies(idx, now)
@@ -87,10 +89,10 @@ func (s *Rerepl) replicate(now time.Time) {
 
 // overReplicated lists, in ID order, the CLOSED containers with more
 // healthy replicas than wanted.
-func (s *Rerepl) overReplicated(idx map[uint64][]uint64) []uint64 {
+func (s *Rerepl) OverReplicated(idx map[uint64][]uint64) []uint64 {
 	var over []uint64
-	for cid, c := range s.containers {
-		if c.rec.State == containerClosed && len(idx[cid]) > s.cfg.ReplicationFactor {
+	for cid, c := range s.ContainerByID {
+		if c.Rec.State == state.ContainerClosed && len(idx[cid]) > s.Cfg.ReplicationFactor {
 			over = append(over, cid)
 		}
 	}
@@ -124,11 +126,11 @@ func (s *Rerepl) overReplicated(idx map[uint64][]uint64) []uint64 {
 // still has ReplicationFactor healthy replicas.
 func (s *Rerepl) scheduleTrims(idx map[uint64][]uint64, now time.Time) {
 	s.trimUncounted(idx, now)
-	for _, cid := range s.overReplicated(idx) {
-		if len(s.repl.trims) >= MaxTrims {
+	for _, cid := range s.OverReplicated(idx) {
+		if len(s.Repair.Trims) >= state.MaxTrims {
 			return
 		}
-		c := s.containers[cid]
+		c := s.ContainerByID[cid]
 		holders := idx[cid]
 		if !s.trimmable(c, holders, now) {
 			continue
@@ -139,11 +141,11 @@ func (s *Rerepl) scheduleTrims(idx map[uint64][]uint64, now time.Time) {
 				victim = id
 			}
 		}
-		if s.cl.reports(victim, c.rec.Pipeline) {
+		if s.cl.Reports(victim, c.Rec.Pipeline) {
 			continue // the replica to go is served by a raft group: wait
 		}
-		s.repl.trims[cid] = &trimTask{container: cid, node: victim, decided: now}
-		s.log.Info("extra replica to delete", "container", cid, "node", victim, "replicas", holders, "wanted", s.cfg.ReplicationFactor)
+		s.Repair.Trims[cid] = &state.TrimTask{Container: cid, Node: victim, Decided: now}
+		s.Log.Info("extra replica to delete", "container", cid, "node", victim, "replicas", holders, "wanted", s.Cfg.ReplicationFactor)
 	}
 }
 
@@ -154,14 +156,14 @@ func (s *Rerepl) trimUncounted(idx map[uint64][]uint64, now time.Time) {
 		container, node, bcsid uint64
 		unhealthy              bool
 	}
-	_, top := s.cl.closedIndex(now)
+	_, top := s.cl.ClosedIndex(now)
 	var uncounted []replica
-	for _, id := range s.cl.sortedNodes() {
-		n := s.nodes[id]
-		if !n.seen || s.cl.healthOf(n, now) != metaapi.HealthHealthy {
+	for _, id := range s.cl.SortedNodes() {
+		n := s.NodeByID[id]
+		if !n.Seen || s.cl.HealthOf(n, now) != metaapi.HealthHealthy {
 			continue
 		}
-		for cid, r := range n.containers {
+		for cid, r := range n.Containers {
 			if r.State == metaapi.ContainerUnhealthy || (r.State == metaapi.ContainerClosed && r.BCSID < top[cid]) {
 				uncounted = append(uncounted, replica{cid, id, r.BCSID, r.State == metaapi.ContainerUnhealthy})
 			}
@@ -169,8 +171,8 @@ func (s *Rerepl) trimUncounted(idx map[uint64][]uint64, now time.Time) {
 	}
 	// A damaged replica not repaired block by block goes like an
 	// UNHEALTHY one (damage.go).
-	for _, d := range s.dmg.damagedReplicas(now) {
-		if !s.dmg.underRepair(d.container, d.node) && !s.dmg.byBlock(d) && s.cl.healthOf(s.nodes[d.node], now) == metaapi.HealthHealthy {
+	for _, d := range s.dmg.DamagedReplicas(now) {
+		if !s.dmg.underRepair(d.container, d.node) && !s.dmg.byBlock(d) && s.cl.HealthOf(s.NodeByID[d.node], now) == metaapi.HealthHealthy {
 			uncounted = append(uncounted, replica{d.container, d.node, top[d.container], true})
 		}
 	}
@@ -178,26 +180,26 @@ func (s *Rerepl) trimUncounted(idx map[uint64][]uint64, now time.Time) {
 		return cmp.Or(cmp.Compare(a.container, b.container), cmp.Compare(a.bcsid, b.bcsid),
 			-cmp.Compare(btoi(a.unhealthy), btoi(b.unhealthy)), cmp.Compare(a.node, b.node))
 	})
-	nodes := s.cl.sortedNodes()
+	nodes := s.cl.SortedNodes()
 	for _, u := range uncounted {
-		if len(s.repl.trims) >= MaxTrims {
+		if len(s.Repair.Trims) >= state.MaxTrims {
 			return
 		}
-		c := s.containers[u.container]
-		if c == nil || c.rec.State != containerClosed || !s.trimmable(c, idx[u.container], now) || s.cl.reports(u.node, c.rec.Pipeline) {
+		c := s.ContainerByID[u.container]
+		if c == nil || c.Rec.State != state.ContainerClosed || !s.trimmable(c, idx[u.container], now) || s.cl.Reports(u.node, c.Rec.Pipeline) {
 			continue
 		}
 		healthy := len(idx[u.container])
-		makeRoom := healthy > 0 && healthy < s.cfg.ReplicationFactor && s.chooseTarget(u.container, nodes, nil, now) == 0
-		if healthy < s.cfg.ReplicationFactor && !makeRoom {
+		makeRoom := healthy > 0 && healthy < s.Cfg.ReplicationFactor && s.chooseTarget(u.container, nodes, nil, now) == 0
+		if healthy < s.Cfg.ReplicationFactor && !makeRoom {
 			continue
 		}
-		s.repl.trims[u.container] = &trimTask{container: u.container, node: u.node, decided: now}
+		s.Repair.Trims[u.container] = &state.TrimTask{Container: u.container, Node: u.node, Decided: now}
 		what := "behind"
 		if u.unhealthy {
 			what = "UNHEALTHY"
 		}
-		s.log.Info("replica to delete", "container", u.container, "node", u.node, "replica", what, "bcsid", u.bcsid,
+		s.Log.Info("replica to delete", "container", u.container, "node", u.node, "replica", what, "bcsid", u.bcsid,
 			"highest_bcsid", top[u.container], "healthy replicas", idx[u.container], "to make room", makeRoom)
 	}
 }
@@ -218,17 +220,17 @@ func btoi(b bool) int {
 // complete one goes; replicas only lagging on block deletions differ the
 // same way and lose nothing by going first —, then one on a node not
 // serving c's pipeline, then the fullest node, then the highest ID.
-func (s *Rerepl) trimOrder(c *containerState, a, b uint64) int {
-	na, nb := s.nodes[a], s.nodes[b]
-	ra, rb := na.containers[c.rec.ID], nb.containers[c.rec.ID]
+func (s *Rerepl) trimOrder(c *state.ContainerState, a, b uint64) int {
+	na, nb := s.NodeByID[a], s.NodeByID[b]
+	ra, rb := na.Containers[c.Rec.ID], nb.Containers[c.Rec.ID]
 	serves := func(id uint64) int {
-		if s.cl.reports(id, c.rec.Pipeline) {
+		if s.cl.Reports(id, c.Rec.Pipeline) {
 			return 1
 		}
 		return 0
 	}
 	return cmp.Or(cmp.Compare(ra.UsedBytes, rb.UsedBytes), cmp.Compare(ra.Blocks, rb.Blocks),
-		cmp.Compare(serves(a), serves(b)), cmp.Compare(nb.used, na.used), cmp.Compare(b, a))
+		cmp.Compare(serves(a), serves(b)), cmp.Compare(nb.Used, na.Used), cmp.Compare(b, a))
 }
 
 // trimmable says whether a replica of container c, whose healthy replicas
@@ -236,13 +238,13 @@ func (s *Rerepl) trimOrder(c *containerState, a, b uint64) int {
 // and no deletion of it in flight, no member of its pipeline undecided,
 // and every holder HEALTHY (reported within StaleAfter: a STALE holder's
 // report may be old).
-func (s *Rerepl) trimmable(c *containerState, holders []uint64, now time.Time) bool {
-	cid := c.rec.ID
-	if s.repl.tasks[cid] != nil || s.repl.trims[cid] != nil || s.undecided(c, now) {
+func (s *Rerepl) trimmable(c *state.ContainerState, holders []uint64, now time.Time) bool {
+	cid := c.Rec.ID
+	if s.Repair.Tasks[cid] != nil || s.Repair.Trims[cid] != nil || s.undecided(c, now) {
 		return false
 	}
 	for _, id := range holders {
-		if s.cl.healthOf(s.nodes[id], now) != metaapi.HealthHealthy {
+		if s.cl.HealthOf(s.NodeByID[id], now) != metaapi.HealthHealthy {
 			return false
 		}
 	}
@@ -252,24 +254,24 @@ func (s *Rerepl) trimmable(c *containerState, holders []uint64, now time.Time) b
 // settleTrims ends the deletions whose node's report lacks the container
 // (done), whose node is DEAD, or that timed out (decided again later).
 func (s *Rerepl) settleTrims(now time.Time) {
-	for _, cid := range slices.Sorted(maps.Keys(s.repl.trims)) {
-		t := s.repl.trims[cid]
-		n := s.nodes[t.node]
-		_, holds := n.containers[cid]
-		since := t.decided
-		if !t.delivered.IsZero() {
-			since = t.delivered
+	for _, cid := range slices.Sorted(maps.Keys(s.Repair.Trims)) {
+		t := s.Repair.Trims[cid]
+		n := s.NodeByID[t.Node]
+		_, holds := n.Containers[cid]
+		since := t.Decided
+		if !t.Delivered.IsZero() {
+			since = t.Delivered
 		}
 		switch {
-		case !holds && !t.delivered.IsZero():
-			delete(s.repl.trims, cid)
-			s.repl.trimmed++
-			s.log.Info("extra replica deleted", "container", cid, "node", t.node)
-		case s.cl.healthOf(n, now) == metaapi.HealthDead:
-			delete(s.repl.trims, cid)
-		case now.Sub(since) >= s.cfg.CopyStartTimeout:
-			delete(s.repl.trims, cid)
-			s.log.Warn("extra replica not deleted in time; deciding again", "container", cid, "node", t.node,
+		case !holds && !t.Delivered.IsZero():
+			delete(s.Repair.Trims, cid)
+			s.Repair.Trimmed++
+			s.Log.Info("extra replica deleted", "container", cid, "node", t.Node)
+		case s.cl.HealthOf(n, now) == metaapi.HealthDead:
+			delete(s.Repair.Trims, cid)
+		case now.Sub(since) >= s.Cfg.CopyStartTimeout:
+			delete(s.Repair.Trims, cid)
+			s.Log.Warn("extra replica not deleted in time; deciding again", "container", cid, "node", t.Node,
 				"waited", now.Sub(since).Round(time.Millisecond))
 		}
 	}
@@ -277,17 +279,17 @@ func (s *Rerepl) settleTrims(now time.Time) {
 
 // trimCommands appends a delete_container for each deletion decided for
 // node id and not sent yet.
-func (s *Rerepl) trimCommands(cmds []metaapi.Command, id uint64, now time.Time) []metaapi.Command {
-	for _, cid := range slices.Sorted(maps.Keys(s.repl.trims)) {
-		t := s.repl.trims[cid]
-		if t.node != id || !t.delivered.IsZero() || len(cmds) >= MaxCommandsPerHeartbeat {
+func (s *Rerepl) TrimCommands(cmds []metaapi.Command, id uint64, now time.Time) []metaapi.Command {
+	for _, cid := range slices.Sorted(maps.Keys(s.Repair.Trims)) {
+		t := s.Repair.Trims[cid]
+		if t.Node != id || !t.Delivered.IsZero() || len(cmds) >= state.MaxCommandsPerHeartbeat {
 			continue
 		}
 		cmd := metaapi.Command{Kind: metaapi.CmdDeleteContainer, Container: cid}
-		if p := s.pipelines[s.containers[cid].rec.Pipeline]; p != nil {
-			cmd.Pipeline = s.cl.pipelineView(p, now)
+		if p := s.PipelineByID[s.ContainerByID[cid].Rec.Pipeline]; p != nil {
+			cmd.Pipeline = s.cl.PipelineView(p, now)
 		}
-		t.delivered = now
+		t.Delivered = now
 		cmds = append(cmds, cmd)
 	}
 	return cmds
@@ -297,63 +299,63 @@ func (s *Rerepl) trimCommands(cmds []metaapi.Command, id uint64, now time.Time) 
 // DEAD or reports the container in another state, that have no healthy
 // source left, or that timed out.
 func (s *Rerepl) settleCopies(idx map[uint64][]uint64, now time.Time) {
-	for _, cid := range slices.Sorted(maps.Keys(s.repl.tasks)) {
-		t := s.repl.tasks[cid]
-		n := s.nodes[t.target]
-		r, holds := n.containers[cid]
-		limit := max(s.cfg.CopyTimeoutMin, time.Duration(float64(t.sizeBytes)/MinCopyBytesPerS*float64(time.Second)))
+	for _, cid := range slices.Sorted(maps.Keys(s.Repair.Tasks)) {
+		t := s.Repair.Tasks[cid]
+		n := s.NodeByID[t.Target]
+		r, holds := n.Containers[cid]
+		limit := max(s.Cfg.CopyTimeoutMin, time.Duration(float64(t.SizeBytes)/state.MinCopyBytesPerS*float64(time.Second)))
 		switch {
-		case holds && r.State == metaapi.ContainerClosed && s.cl.healthOf(n, now) != metaapi.HealthDead:
+		case holds && r.State == metaapi.ContainerClosed && s.cl.HealthOf(n, now) != metaapi.HealthDead:
 			s.copyDone(t, now)
-		case s.cl.healthOf(n, now) == metaapi.HealthDead:
+		case s.cl.HealthOf(n, now) == metaapi.HealthDead:
 			s.copyFailed(t, "the target is DEAD")
 		case holds:
 			s.copyFailed(t, fmt.Sprintf("the target reports the container %s", r.State))
-		case len(s.cl.replicasOf(cid, now)) == 0:
+		case len(s.cl.ReplicasOf(cid, now)) == 0:
 			s.copyFailed(t, "no healthy replica is left to copy from")
-		case now.Sub(t.alive) >= s.cfg.CopyStartTimeout:
-			s.copyFailed(t, fmt.Sprintf("the target has not reported the copy under way for %s", now.Sub(t.alive).Round(time.Millisecond)))
-		case now.Sub(t.started) >= limit:
-			s.copyFailed(t, fmt.Sprintf("not complete after %s (limit %s)", now.Sub(t.started).Round(time.Millisecond), limit))
+		case now.Sub(t.Alive) >= s.Cfg.CopyStartTimeout:
+			s.copyFailed(t, fmt.Sprintf("the target has not reported the copy under way for %s", now.Sub(t.Alive).Round(time.Millisecond)))
+		case now.Sub(t.Started) >= limit:
+			s.copyFailed(t, fmt.Sprintf("not complete after %s (limit %s)", now.Sub(t.Started).Round(time.Millisecond), limit))
 		}
 	}
 }
 
 // copyDone records a completed copy.
-func (s *Rerepl) copyDone(t *copyTask, now time.Time) {
-	delete(s.repl.tasks, t.container)
-	delete(s.repl.attempts, t.container)
-	s.repl.copiedContainers++
-	s.repl.copiedBytes += t.sizeBytes
-	s.repl.lastCompleted = now
-	d := now.Sub(t.started)
+func (s *Rerepl) copyDone(t *state.CopyTask, now time.Time) {
+	delete(s.Repair.Tasks, t.Container)
+	delete(s.Repair.Attempts, t.Container)
+	s.Repair.CopiedContainers++
+	s.Repair.CopiedBytes += t.SizeBytes
+	s.Repair.LastCompleted = now
+	d := now.Sub(t.Started)
 	mbps := 0.0
 	if d > 0 {
-		mbps = float64(t.sizeBytes) / 1e6 / d.Seconds()
+		mbps = float64(t.SizeBytes) / 1e6 / d.Seconds()
 	}
-	s.log.Info("container copied", "container", t.container, "source", t.source, "target", t.target,
-		"bytes", t.sizeBytes, "took", d.Round(time.Millisecond), "mb_per_s", math.Round(mbps*10)/10, "attempt", t.attempt)
+	s.Log.Info("container copied", "container", t.Container, "source", t.Source, "target", t.Target,
+		"bytes", t.SizeBytes, "took", d.Round(time.Millisecond), "mb_per_s", math.Round(mbps*10)/10, "attempt", t.Attempt)
 }
 
 // copyFailed drops a copy in flight; the next Tick schedules it again.
-func (s *Rerepl) copyFailed(t *copyTask, why string) {
-	delete(s.repl.tasks, t.container)
-	s.repl.failedCopies++
-	s.log.Warn("container copy failed; it will be scheduled again", "container", t.container, "source", t.source,
-		"target", t.target, "attempt", t.attempt, "why", why)
+func (s *Rerepl) copyFailed(t *state.CopyTask, why string) {
+	delete(s.Repair.Tasks, t.Container)
+	s.Repair.FailedCopies++
+	s.Log.Warn("container copy failed; it will be scheduled again", "container", t.Container, "source", t.Source,
+		"target", t.Target, "attempt", t.Attempt, "why", why)
 }
 
 // scheduleCopies schedules one copy for each CLOSED container with fewer
 // healthy replicas than wanted (and at least one), in container ID
 // order, within the limits.
 func (s *Rerepl) scheduleCopies(idx map[uint64][]uint64, now time.Time) {
-	if len(s.repl.tasks) >= s.cfg.MaxInflightCopies {
+	if len(s.Repair.Tasks) >= s.Cfg.MaxInflightCopies {
 		return
 	}
 	var under []uint64
-	for cid, c := range s.containers {
-		if h := len(idx[cid]); c.rec.State == containerClosed && h+s.dmg.repairing(cid) < s.cfg.ReplicationFactor && s.repl.tasks[cid] == nil &&
-			(h > 0 || len(s.cl.replicasOf(cid, now)) > 0) && !s.undecided(c, now) {
+	for cid, c := range s.ContainerByID {
+		if h := len(idx[cid]); c.Rec.State == state.ContainerClosed && h+s.dmg.repairing(cid) < s.Cfg.ReplicationFactor && s.Repair.Tasks[cid] == nil &&
+			(h > 0 || len(s.cl.ReplicasOf(cid, now)) > 0) && !s.undecided(c, now) {
 			under = append(under, cid)
 		}
 	}
@@ -362,35 +364,35 @@ func (s *Rerepl) scheduleCopies(idx map[uint64][]uint64, now time.Time) {
 	}
 	slices.Sort(under)
 	asSource, asTarget := map[uint64]int{}, map[uint64]int{}
-	for _, t := range s.repl.tasks {
-		asSource[t.source]++
-		asTarget[t.target]++
+	for _, t := range s.Repair.Tasks {
+		asSource[t.Source]++
+		asTarget[t.Target]++
 	}
-	nodes := s.cl.sortedNodes()
+	nodes := s.cl.SortedNodes()
 	for _, cid := range under {
-		if len(s.repl.tasks) >= s.cfg.MaxInflightCopies {
+		if len(s.Repair.Tasks) >= s.Cfg.MaxInflightCopies {
 			return
 		}
 		target := s.chooseTarget(cid, nodes, asTarget, now)
 		if target == 0 {
 			continue
 		}
-		source := s.chooseSource(cid, s.cl.replicasOf(cid, now), asSource, now)
+		source := s.chooseSource(cid, s.cl.ReplicasOf(cid, now), asSource, now)
 		if source == 0 {
 			continue
 		}
-		c := s.containers[cid]
-		s.repl.attempts[cid]++
-		t := &copyTask{container: cid, source: source, target: target, sizeBytes: s.cl.containerSize(c, idx[cid]),
-			started: now, alive: now, attempt: s.repl.attempts[cid]}
-		s.repl.tasks[cid] = t
+		c := s.ContainerByID[cid]
+		s.Repair.Attempts[cid]++
+		t := &state.CopyTask{Container: cid, Source: source, Target: target, SizeBytes: s.cl.ContainerSize(c, idx[cid]),
+			Started: now, Alive: now, Attempt: s.Repair.Attempts[cid]}
+		s.Repair.Tasks[cid] = t
 		asSource[source]++
 		asTarget[target]++
-		if s.repl.firstScheduled.IsZero() {
-			s.repl.firstScheduled = now
+		if s.Repair.FirstScheduled.IsZero() {
+			s.Repair.FirstScheduled = now
 		}
-		s.log.Info("container copy scheduled", "container", cid, "source", source, "target", target,
-			"bytes", t.sizeBytes, "replicas", idx[cid], "attempt", t.attempt)
+		s.Log.Info("container copy scheduled", "container", cid, "source", source, "target", target,
+			"bytes", t.SizeBytes, "replicas", idx[cid], "attempt", t.Attempt)
 	}
 }
 
@@ -399,13 +401,13 @@ func (s *Rerepl) scheduleCopies(idx map[uint64][]uint64, now time.Time) {
 // the pipeline wrote it), so no copy is decided before its first report or
 // its death (unless an operator forced safe mode off). Without this, a cold start copies every container of the
 // datanodes that report last (safe mode ends on a fraction of them).
-func (s *Rerepl) undecided(c *containerState, now time.Time) bool {
-	p := s.pipelines[c.rec.Pipeline]
-	if p == nil || s.repl.forced {
+func (s *Rerepl) undecided(c *state.ContainerState, now time.Time) bool {
+	p := s.PipelineByID[c.Rec.Pipeline]
+	if p == nil || s.Repair.Forced {
 		return false
 	}
-	for _, m := range p.rec.Members {
-		if n := s.nodes[m]; n != nil && !n.seen && s.cl.live(m, now) {
+	for _, m := range p.Rec.Members {
+		if n := s.NodeByID[m]; n != nil && !n.Seen && s.cl.Live(m, now) {
 			return true
 		}
 	}
@@ -421,14 +423,14 @@ func (s *Rerepl) undecided(c *containerState, now time.Time) bool {
 func (s *Rerepl) chooseTarget(cid uint64, nodes []uint64, asTarget map[uint64]int, now time.Time) uint64 {
 	var best uint64
 	for _, id := range nodes {
-		n := s.nodes[id]
-		if !n.seen || s.cl.healthOf(n, now) != metaapi.HealthHealthy || asTarget[id] >= s.cfg.MaxCopiesPerTarget || !s.cl.inService(id) {
+		n := s.NodeByID[id]
+		if !n.Seen || s.cl.HealthOf(n, now) != metaapi.HealthHealthy || asTarget[id] >= s.Cfg.MaxCopiesPerTarget || !s.cl.InService(id) {
 			continue
 		}
-		if _, holds := n.containers[cid]; holds {
+		if _, holds := n.Containers[cid]; holds {
 			continue
 		}
-		if best == 0 || cmp.Or(cmp.Compare(asTarget[id], asTarget[best]), cmp.Compare(len(n.containers), len(s.nodes[best].containers))) < 0 {
+		if best == 0 || cmp.Or(cmp.Compare(asTarget[id], asTarget[best]), cmp.Compare(len(n.Containers), len(s.NodeByID[best].Containers))) < 0 {
 			best = id
 		}
 	}
@@ -437,8 +439,8 @@ func (s *Rerepl) chooseTarget(cid uint64, nodes []uint64, asTarget map[uint64]in
 
 // recentlyFailed: a copy of cid from source failed within CopyRetryAfter.
 func (s *Rerepl) recentlyFailed(cid, source uint64, now time.Time) bool {
-	t, ok := s.repl.failed[sourceFailure{cid, source}]
-	return ok && now.Sub(t) < s.cfg.CopyRetryAfter
+	t, ok := s.Repair.Failed[state.SourceFailure{Container: cid, Source: source}]
+	return ok && now.Sub(t) < s.Cfg.CopyRetryAfter
 }
 
 // chooseSource picks the replica to copy container cid from, among its
@@ -449,7 +451,7 @@ func (s *Rerepl) recentlyFailed(cid, source uint64, now time.Time) bool {
 func (s *Rerepl) chooseSource(cid uint64, replicas []uint64, asSource map[uint64]int, now time.Time) uint64 {
 	var fresh, failed []uint64
 	for _, id := range replicas {
-		if s.cl.healthOf(s.nodes[id], now) != metaapi.HealthHealthy {
+		if s.cl.HealthOf(s.NodeByID[id], now) != metaapi.HealthHealthy {
 			continue
 		}
 		if s.recentlyFailed(cid, id, now) {
@@ -464,7 +466,7 @@ func (s *Rerepl) chooseSource(cid uint64, replicas []uint64, asSource map[uint64
 	}
 	var best uint64
 	for _, id := range cands {
-		if asSource[id] >= s.cfg.MaxCopiesPerSource {
+		if asSource[id] >= s.Cfg.MaxCopiesPerSource {
 			continue
 		}
 		if best == 0 || asSource[id] < asSource[best] {
@@ -483,30 +485,30 @@ func (s *Rerepl) chooseSource(cid uint64, replicas []uint64, asSource map[uint64
 // held are given out at once (outside safe mode), so that this
 // heartbeat's response can carry the next copy instead of waiting for a
 // Tick.
-func (s *Rerepl) copyReports(n *node, hb *metaapi.Heartbeat, now time.Time) {
-	id := n.rec.ID
-	before := s.repl.copiedContainers + s.repl.failedCopies
+func (s *Rerepl) CopyReports(n *state.Node, hb *metaapi.Heartbeat, now time.Time) {
+	id := n.Rec.ID
+	before := s.Repair.CopiedContainers + s.Repair.FailedCopies
 	defer func() {
-		if s.repl.copiedContainers+s.repl.failedCopies != before && !s.repl.safeMode {
-			s.scheduleCopies(s.cl.replicaIndex(now), now)
+		if s.Repair.CopiedContainers+s.Repair.FailedCopies != before && !s.Repair.SafeMode {
+			s.scheduleCopies(s.cl.ReplicaIndex(now), now)
 		}
 	}()
 	for _, cid := range hb.Copying {
-		if t := s.repl.tasks[cid]; t != nil && t.target == id {
-			t.alive = now
+		if t := s.Repair.Tasks[cid]; t != nil && t.Target == id {
+			t.Alive = now
 		}
 	}
 	for _, f := range hb.CopyFailures {
 		if f.Source != 0 {
-			s.repl.failed[sourceFailure{f.Container, f.Source}] = now
+			s.Repair.Failed[state.SourceFailure{Container: f.Container, Source: f.Source}] = now
 		}
-		if t := s.repl.tasks[f.Container]; t != nil && t.target == id && !n.copying[f.Container] {
+		if t := s.Repair.Tasks[f.Container]; t != nil && t.Target == id && !n.Copying[f.Container] {
 			s.copyFailed(t, fmt.Sprintf("the target reports: from node %d: %s", f.Source, f.Error))
 		}
 	}
-	for _, cid := range slices.Sorted(maps.Keys(s.repl.tasks)) {
-		t := s.repl.tasks[cid]
-		if r, ok := n.containers[cid]; ok && t.target == id && r.State == metaapi.ContainerClosed {
+	for _, cid := range slices.Sorted(maps.Keys(s.Repair.Tasks)) {
+		t := s.Repair.Tasks[cid]
+		if r, ok := n.Containers[cid]; ok && t.Target == id && r.State == metaapi.ContainerClosed {
 			s.copyDone(t, now)
 		}
 	}
@@ -516,29 +518,29 @@ func (s *Rerepl) copyReports(n *node, hb *metaapi.Heartbeat, now time.Time) {
 // flight to node id: Sources are the chosen source, then the other
 // healthy replicas (those a copy recently failed from last). A copy with
 // no healthy source left is not sent (the next Tick drops it).
-func (s *Rerepl) replicateCommands(cmds []metaapi.Command, id uint64, now time.Time) []metaapi.Command {
-	for _, cid := range slices.Sorted(maps.Keys(s.repl.tasks)) {
-		t := s.repl.tasks[cid]
-		if t.target != id || len(cmds) >= MaxCommandsPerHeartbeat {
+func (s *Rerepl) ReplicateCommands(cmds []metaapi.Command, id uint64, now time.Time) []metaapi.Command {
+	for _, cid := range slices.Sorted(maps.Keys(s.Repair.Tasks)) {
+		t := s.Repair.Tasks[cid]
+		if t.Target != id || len(cmds) >= state.MaxCommandsPerHeartbeat {
 			continue
 		}
-		replicas := s.cl.replicasOf(cid, now)
+		replicas := s.cl.ReplicasOf(cid, now)
 		slices.SortStableFunc(replicas, func(a, b uint64) int {
-			ka, kb := sourceRank(a, t.source, s.recentlyFailed(cid, a, now)), sourceRank(b, t.source, s.recentlyFailed(cid, b, now))
+			ka, kb := sourceRank(a, t.Source, s.recentlyFailed(cid, a, now)), sourceRank(b, t.Source, s.recentlyFailed(cid, b, now))
 			return ka - kb
 		})
 		if len(replicas) == 0 {
 			continue
 		}
-		cmd := metaapi.Command{Kind: metaapi.CmdReplicateContainer, Container: cid, SizeBytes: s.cl.containerSize(s.containers[cid], replicas)}
-		if p := s.pipelines[s.containers[cid].rec.Pipeline]; p != nil {
-			cmd.Pipeline = s.cl.pipelineView(p, now)
+		cmd := metaapi.Command{Kind: metaapi.CmdReplicateContainer, Container: cid, SizeBytes: s.cl.ContainerSize(s.ContainerByID[cid], replicas)}
+		if p := s.PipelineByID[s.ContainerByID[cid].Rec.Pipeline]; p != nil {
+			cmd.Pipeline = s.cl.PipelineView(p, now)
 		}
 		for _, r := range replicas {
-			cmd.Sources = append(cmd.Sources, metaapi.Member{NodeID: r, Addr: s.nodes[r].rec.Addr})
+			cmd.Sources = append(cmd.Sources, metaapi.Member{NodeID: r, Addr: s.NodeByID[r].Rec.Addr})
 		}
-		if s.repl.firstDelivered.IsZero() {
-			s.repl.firstDelivered = now
+		if s.Repair.FirstDelivered.IsZero() {
+			s.Repair.FirstDelivered = now
 		}
 		cmds = append(cmds, cmd)
 	}
@@ -560,29 +562,29 @@ func sourceRank(id, chosen uint64, failed bool) int {
 // replicationStatus is the API form of the replication manager's state.
 // Callers hold s.mu.
 func (s *Rerepl) replicationStatus(now time.Time) *metaapi.ReplicationStatus {
-	idx := s.cl.replicaIndex(now)
-	st := &metaapi.ReplicationStatus{SafeMode: s.repl.safeMode, ReplicationFactor: s.cfg.ReplicationFactor,
-		Inflight: []metaapi.CopyTask{}, CopiedContainers: s.repl.copiedContainers, CopiedBytes: s.repl.copiedBytes,
-		FailedCopies: s.repl.failedCopies, FirstScheduled: s.repl.firstScheduled, LastCompleted: s.repl.lastCompleted,
-		FirstDelivered: s.repl.firstDelivered,
-		Limits: metaapi.ReplicationLimits{MaxCopiesPerSource: s.cfg.MaxCopiesPerSource, MaxCopiesPerTarget: s.cfg.MaxCopiesPerTarget,
-			MaxInflightCopies: s.cfg.MaxInflightCopies, CopyRetryAfterMs: s.cfg.CopyRetryAfter.Milliseconds(),
-			CopyTimeoutMinMs: s.cfg.CopyTimeoutMin.Milliseconds(), SafeModeMinNodes: s.cfg.SafeModeMinNodes,
-			SafeModeContainerFraction: s.cfg.SafeModeContainerFraction}}
+	idx := s.cl.ReplicaIndex(now)
+	st := &metaapi.ReplicationStatus{SafeMode: s.Repair.SafeMode, ReplicationFactor: s.Cfg.ReplicationFactor,
+		Inflight: []metaapi.CopyTask{}, CopiedContainers: s.Repair.CopiedContainers, CopiedBytes: s.Repair.CopiedBytes,
+		FailedCopies: s.Repair.FailedCopies, FirstScheduled: s.Repair.FirstScheduled, LastCompleted: s.Repair.LastCompleted,
+		FirstDelivered: s.Repair.FirstDelivered,
+		Limits: metaapi.ReplicationLimits{MaxCopiesPerSource: s.Cfg.MaxCopiesPerSource, MaxCopiesPerTarget: s.Cfg.MaxCopiesPerTarget,
+			MaxInflightCopies: s.Cfg.MaxInflightCopies, CopyRetryAfterMs: s.Cfg.CopyRetryAfter.Milliseconds(),
+			CopyTimeoutMinMs: s.Cfg.CopyTimeoutMin.Milliseconds(), SafeModeMinNodes: s.Cfg.SafeModeMinNodes,
+			SafeModeContainerFraction: s.Cfg.SafeModeContainerFraction}}
 	if st.SafeMode {
 		st.SafeModeReason = s.safeModeReason(idx)
 		if st.SafeModeReason == "" {
 			st.SafeModeReason = "conditions met; leaving at the next tick"
 		}
 	}
-	st.UnderReplicated, st.Unrecoverable, st.PendingBytes = s.underReplicated(idx)
+	st.UnderReplicated, st.Unrecoverable, st.PendingBytes = s.UnderReplicated(idx)
 	st.AtRisk = s.atRisk(idx, now)
-	st.OverReplicated, st.Trimming, st.TrimmedReplicas = len(s.overReplicated(idx)), len(s.repl.trims), s.repl.trimmed
-	st.BehindReplicas = s.cl.behindReplicas(now)
-	for _, cid := range slices.Sorted(maps.Keys(s.repl.tasks)) {
-		t := s.repl.tasks[cid]
-		st.Inflight = append(st.Inflight, metaapi.CopyTask{Container: cid, Source: t.source, Target: t.target,
-			SizeBytes: t.sizeBytes, Started: t.started, Attempt: t.attempt})
+	st.OverReplicated, st.Trimming, st.TrimmedReplicas = len(s.OverReplicated(idx)), len(s.Repair.Trims), s.Repair.Trimmed
+	st.BehindReplicas = s.cl.BehindReplicas(now)
+	for _, cid := range slices.Sorted(maps.Keys(s.Repair.Tasks)) {
+		t := s.Repair.Tasks[cid]
+		st.Inflight = append(st.Inflight, metaapi.CopyTask{Container: cid, Source: t.Source, Target: t.Target,
+			SizeBytes: t.SizeBytes, Started: t.Started, Attempt: t.Attempt})
 	}
 	if d := st.LastCompleted.Sub(st.FirstScheduled); d > 0 && !st.FirstScheduled.IsZero() {
 		st.RateBytesPerS = float64(st.CopiedBytes) / d.Seconds()
@@ -592,19 +594,19 @@ func (s *Rerepl) replicationStatus(now time.Time) *metaapi.ReplicationStatus {
 
 // underReplicated counts the CLOSED containers with fewer healthy
 // replicas than wanted, those with none, and the bytes still to copy.
-func (s *Rerepl) underReplicated(idx map[uint64][]uint64) (under, unrecoverable int, pending uint64) {
-	for cid, c := range s.containers {
+func (s *Rerepl) UnderReplicated(idx map[uint64][]uint64) (under, unrecoverable int, pending uint64) {
+	for cid, c := range s.ContainerByID {
 		h := len(idx[cid])
-		if c.rec.State != containerClosed || h >= s.cfg.ReplicationFactor || (h == 0 && c.rec.Committed == 0) {
+		if c.Rec.State != state.ContainerClosed || h >= s.Cfg.ReplicationFactor || (h == 0 && c.Rec.Committed == 0) {
 			// (no replica of a container no key ever used: nothing
 			// to lose — its pipeline closed before a write reached it)
 			continue
 		}
 		under++
-		if h == 0 && len(s.cl.replicasOf(cid, s.cfg.Now())) == 0 {
+		if h == 0 && len(s.cl.ReplicasOf(cid, s.Cfg.Now())) == 0 {
 			unrecoverable++ // (a decommissioning node's replica is one)
 		}
-		pending += s.cl.containerSize(c, idx[cid]) * uint64(s.cfg.ReplicationFactor-h)
+		pending += s.cl.ContainerSize(c, idx[cid]) * uint64(s.Cfg.ReplicationFactor-h)
 	}
 	return under, unrecoverable, pending
 }
@@ -616,18 +618,18 @@ func (s *Rerepl) underReplicated(idx map[uint64][]uint64) (under, unrecoverable 
 // status says those containers are one failure closer to loss.
 func (s *Rerepl) atRisk(idx map[uint64][]uint64, now time.Time) int {
 	stale := func(id uint64) bool {
-		n := s.nodes[id]
-		return n != nil && s.cl.healthOf(n, now) == metaapi.HealthStale
+		n := s.NodeByID[id]
+		return n != nil && s.cl.HealthOf(n, now) == metaapi.HealthStale
 	}
 	risk := 0
-	for cid, c := range s.containers {
+	for cid, c := range s.ContainerByID {
 		var replicas []uint64
-		switch c.rec.State {
-		case containerClosed:
+		switch c.Rec.State {
+		case state.ContainerClosed:
 			replicas = idx[cid]
-		case containerOpen, containerClosing:
-			if p := s.pipelines[c.rec.Pipeline]; p != nil {
-				replicas = p.rec.Members
+		case state.ContainerOpen, state.ContainerClosing:
+			if p := s.PipelineByID[c.Rec.Pipeline]; p != nil {
+				replicas = p.Rec.Members
 			}
 		}
 		if slices.ContainsFunc(replicas, stale) {
@@ -639,19 +641,19 @@ func (s *Rerepl) atRisk(idx map[uint64][]uint64, now time.Time) int {
 
 // Replication is the replication manager's state (GET /v1/replication).
 func (s *Rerepl) Replication() (*metaapi.ReplicationStatus, error) {
-	return read(s.State, func() (*metaapi.ReplicationStatus, error) { return s.replicationStatus(s.cfg.Now()), nil })
+	return state.Read(s.State, func() (*metaapi.ReplicationStatus, error) { return s.replicationStatus(s.Cfg.Now()), nil })
 }
 
 // ExitSafeMode leaves safe mode now, whatever the reports (an operator's
 // decision, logged); replication decisions start at the next Tick. Once
 // out of safe mode the service stays out until it restarts.
 func (s *Rerepl) ExitSafeMode() (*metaapi.ReplicationStatus, error) {
-	return mutate(s.State, func() (*metaapi.ReplicationStatus, *pebble.Batch, error) {
-		now := s.cfg.Now()
-		if s.repl.safeMode {
-			why := s.safeModeReason(s.cl.replicaIndex(now))
-			s.repl.safeMode, s.repl.forced = false, true
-			s.log.Warn("safe mode exited by the operator; replication decisions start", "was_waiting_for", why)
+	return state.Mutate(s.State, func() (*metaapi.ReplicationStatus, *pebble.Batch, error) {
+		now := s.Cfg.Now()
+		if s.Repair.SafeMode {
+			why := s.safeModeReason(s.cl.ReplicaIndex(now))
+			s.Repair.SafeMode, s.Repair.Forced = false, true
+			s.Log.Warn("safe mode exited by the operator; replication decisions start", "was_waiting_for", why)
 		}
 		return s.replicationStatus(now), nil, nil
 	})
@@ -659,8 +661,13 @@ func (s *Rerepl) ExitSafeMode() (*metaapi.ReplicationStatus, error) {
 
 // Rerepl is the re-replication manager of closed containers.
 type Rerepl struct {
-	*State
-	cl  *Cluster
+	*state.State
+	cl  *cluster.Cluster
 	dmg *Damage
-	ops *Ops
+	ops *cluster.Ops
+}
+
+// NewRerepl is the re-replication manager of cl's closed containers.
+func NewRerepl(st *state.State, cl *cluster.Cluster, dmg *Damage, ops *cluster.Ops) *Rerepl {
+	return &Rerepl{st, cl, dmg, ops}
 }

@@ -1,4 +1,4 @@
-package meta
+package state
 
 import (
 	"encoding/binary"
@@ -18,18 +18,18 @@ import (
 var ErrCorrupt = errors.New("meta: corrupt record")
 
 // recordVersion is the first byte of every value.
-const recordVersion = 1
+const RecordVersion = 1
 
 // Key prefixes (the first byte of every Pebble key).
 const (
 	prefixCounters  = 'M'
-	prefixNode      = 'N'
-	prefixPipeline  = 'P'
-	prefixContainer = 'C'
+	PrefixNode      = 'N'
+	PrefixPipeline  = 'P'
+	PrefixContainer = 'C'
 	prefixBucket    = 'B'
-	prefixKey       = 'K'
-	prefixAlloc     = 'A'
-	prefixDelete    = 'D'
+	PrefixKey       = 'K'
+	PrefixAlloc     = 'A'
+	PrefixDelete    = 'D'
 	// The S3 gateway's records (users.go, multipart.go).
 	prefixUser   = 'U'
 	prefixUpload = 'W'
@@ -47,14 +47,14 @@ const (
 
 // ---- keys ----
 
-func u64key(prefix byte, id uint64) []byte {
+func U64Key(prefix byte, id uint64) []byte {
 	k := make([]byte, 9)
 	k[0] = prefix
 	binary.BigEndian.PutUint64(k[1:], id)
 	return k
 }
 
-func blockKey(prefix byte, container, local uint64) []byte {
+func BlockKey(prefix byte, container, local uint64) []byte {
 	k := make([]byte, 17)
 	k[0] = prefix
 	binary.BigEndian.PutUint64(k[1:], container)
@@ -76,24 +76,24 @@ func parseBlockKey(k []byte) (container, local uint64, ok bool) {
 	return binary.BigEndian.Uint64(k[1:]), binary.BigEndian.Uint64(k[9:]), true
 }
 
-func counterKey() []byte { return []byte{prefixCounters} }
+func CounterKey() []byte { return []byte{prefixCounters} }
 
-func bucketKey(name string) []byte { return append([]byte{prefixBucket}, name...) }
+func BucketKey(name string) []byte { return append([]byte{prefixBucket}, name...) }
 
 // keyPrefix is 'K' | bucket | 0x00: every key of the bucket starts with it
 // (bucket names hold no 0x00, key names neither).
-func keyPrefix(bucket string) []byte {
+func KeyPrefix(bucket string) []byte {
 	k := make([]byte, 0, len(bucket)+2)
-	k = append(k, prefixKey)
+	k = append(k, PrefixKey)
 	k = append(k, bucket...)
 	return append(k, 0)
 }
 
-func objectKey(bucket, key string) []byte { return append(keyPrefix(bucket), key...) }
+func ObjectKey(bucket, key string) []byte { return append(KeyPrefix(bucket), key...) }
 
 // prefixEnd is the smallest key greater than every key starting with p
 // (nil: no bound).
-func prefixEnd(p []byte) []byte {
+func PrefixEnd(p []byte) []byte {
 	end := append([]byte(nil), p...)
 	for i := len(end) - 1; i >= 0; i-- {
 		if end[i] < 0xff {
@@ -108,7 +108,7 @@ func prefixEnd(p []byte) []byte {
 
 type enc struct{ b []byte }
 
-func newEnc() *enc { return &enc{b: []byte{recordVersion}} }
+func newEnc() *enc { return &enc{b: []byte{RecordVersion}} }
 
 func (e *enc) u8(v uint8)   { e.b = append(e.b, v) }
 func (e *enc) u32(v uint32) { e.b = binary.LittleEndian.AppendUint32(e.b, v) }
@@ -139,7 +139,7 @@ func newDec(what string, v []byte) *dec {
 		d.err = fmt.Errorf("%w: %s: CRC32C %08x, stored %08x", ErrCorrupt, what, got, sum)
 		return d
 	}
-	if body[0] != recordVersion {
+	if body[0] != RecordVersion {
 		d.err = fmt.Errorf("%w: %s: record version %d", ErrCorrupt, what, body[0])
 		return d
 	}
@@ -242,13 +242,13 @@ func fromMS(v uint64) time.Time {
 // ---- records ----
 
 // counters are the next IDs to hand out; never decremented.
-type counters struct {
+type Counters struct {
 	NextNode      uint64
 	NextPipeline  uint64
 	NextContainer uint64
 }
 
-func (c counters) encode() []byte {
+func (c Counters) Encode() []byte {
 	e := newEnc()
 	e.u64(c.NextNode)
 	e.u64(c.NextPipeline)
@@ -256,9 +256,9 @@ func (c counters) encode() []byte {
 	return e.finish()
 }
 
-func decodeCounters(v []byte) (counters, error) {
+func DecodeCounters(v []byte) (Counters, error) {
 	d := newDec("counters", v)
-	c := counters{NextNode: d.u64(), NextPipeline: d.u64(), NextContainer: d.u64()}
+	c := Counters{NextNode: d.u64(), NextPipeline: d.u64(), NextContainer: d.u64()}
 	if err := d.done(); err != nil {
 		return c, err
 	}
@@ -269,7 +269,7 @@ func decodeCounters(v []byte) (counters, error) {
 }
 
 // nodeRecord is a registered datanode.
-type nodeRecord struct {
+type NodeRecord struct {
 	ID         uint64
 	Registered time.Time
 	UUID       string
@@ -283,7 +283,7 @@ type nodeRecord struct {
 	CertName string
 }
 
-func (n nodeRecord) encode() []byte {
+func (n NodeRecord) Encode() []byte {
 	e := newEnc()
 	e.u64(n.ID)
 	e.u64(ms(n.Registered))
@@ -296,9 +296,9 @@ func (n nodeRecord) encode() []byte {
 	return e.finish()
 }
 
-func decodeNode(v []byte) (nodeRecord, error) {
+func DecodeNode(v []byte) (NodeRecord, error) {
 	d := newDec("node", v)
-	n := nodeRecord{ID: d.u64(), Registered: d.tm(), UUID: d.str(maxUUIDBytes), Addr: d.str(maxAddrBytes), MetricsURL: d.str(maxURLBytes)}
+	n := NodeRecord{ID: d.u64(), Registered: d.tm(), UUID: d.str(maxUUIDBytes), Addr: d.str(maxAddrBytes), MetricsURL: d.str(maxURLBytes)}
 	if d.err == nil && len(d.b) > 0 {
 		n.CertName = d.str(maxCertNameBytes)
 	}
@@ -313,12 +313,12 @@ func decodeNode(v []byte) (nodeRecord, error) {
 
 // Pipeline states as stored.
 const (
-	pipelineOpen   = 1
-	pipelineClosed = 2
+	PipelineOpen   = 1
+	PipelineClosed = 2
 )
 
 // pipelineRecord is a pipeline the meta service created.
-type pipelineRecord struct {
+type PipelineRecord struct {
 	ID      uint64
 	State   uint8
 	Created time.Time
@@ -329,7 +329,7 @@ type pipelineRecord struct {
 // pipelineMaxMembers bounds a stored member list.
 const pipelineMaxMembers = 16
 
-func (p pipelineRecord) encode() []byte {
+func (p PipelineRecord) Encode() []byte {
 	e := newEnc()
 	e.u64(p.ID)
 	e.u8(p.State)
@@ -342,9 +342,9 @@ func (p pipelineRecord) encode() []byte {
 	return e.finish()
 }
 
-func decodePipeline(v []byte) (pipelineRecord, error) {
+func DecodePipeline(v []byte) (PipelineRecord, error) {
 	d := newDec("pipeline", v)
-	p := pipelineRecord{ID: d.u64(), State: d.u8(), Created: d.tm(), Closed: d.tm()}
+	p := PipelineRecord{ID: d.u64(), State: d.u8(), Created: d.tm(), Closed: d.tm()}
 	n := int(d.u8())
 	if n == 0 || n > pipelineMaxMembers {
 		d.fail("%d members", n)
@@ -355,7 +355,7 @@ func decodePipeline(v []byte) (pipelineRecord, error) {
 	if err := d.done(); err != nil {
 		return p, err
 	}
-	if p.ID == 0 || (p.State != pipelineOpen && p.State != pipelineClosed) {
+	if p.ID == 0 || (p.State != PipelineOpen && p.State != PipelineClosed) {
 		return p, fmt.Errorf("%w: pipeline %d: state %d", ErrCorrupt, p.ID, p.State)
 	}
 	return p, nil
@@ -363,25 +363,25 @@ func decodePipeline(v []byte) (pipelineRecord, error) {
 
 // Container states as stored.
 const (
-	containerOpen    = 1
-	containerClosing = 2
-	containerClosed  = 3
+	ContainerOpen    = 1
+	ContainerClosing = 2
+	ContainerClosed  = 3
 )
 
-func containerStateName(s uint8) string {
+func ContainerStateName(s uint8) string {
 	switch s {
-	case containerOpen:
+	case ContainerOpen:
 		return "OPEN"
-	case containerClosing:
+	case ContainerClosing:
 		return "CLOSING"
-	case containerClosed:
+	case ContainerClosed:
 		return "CLOSED"
 	}
 	return fmt.Sprintf("state(%d)", s)
 }
 
 // containerRecord is a container the meta service allocated.
-type containerRecord struct {
+type ContainerRecord struct {
 	ID        uint64
 	Pipeline  uint64
 	State     uint8
@@ -390,7 +390,7 @@ type containerRecord struct {
 	Committed uint64 // bytes of committed key blocks ever placed in it
 }
 
-func (c containerRecord) encode() []byte {
+func (c ContainerRecord) Encode() []byte {
 	e := newEnc()
 	e.u64(c.ID)
 	e.u64(c.Pipeline)
@@ -401,13 +401,13 @@ func (c containerRecord) encode() []byte {
 	return e.finish()
 }
 
-func decodeContainer(v []byte) (containerRecord, error) {
+func DecodeContainer(v []byte) (ContainerRecord, error) {
 	d := newDec("container", v)
-	c := containerRecord{ID: d.u64(), Pipeline: d.u64(), State: d.u8(), Created: d.tm(), NextLocal: d.u64(), Committed: d.u64()}
+	c := ContainerRecord{ID: d.u64(), Pipeline: d.u64(), State: d.u8(), Created: d.tm(), NextLocal: d.u64(), Committed: d.u64()}
 	if err := d.done(); err != nil {
 		return c, err
 	}
-	if c.ID == 0 || c.Pipeline == 0 || c.NextLocal == 0 || c.State < containerOpen || c.State > containerClosed {
+	if c.ID == 0 || c.Pipeline == 0 || c.NextLocal == 0 || c.State < ContainerOpen || c.State > ContainerClosed {
 		return c, fmt.Errorf("%w: container %d: pipeline %d, state %d, next local %d", ErrCorrupt, c.ID, c.Pipeline, c.State, c.NextLocal)
 	}
 	return c, nil
@@ -416,7 +416,7 @@ func decodeContainer(v []byte) (containerRecord, error) {
 // bucketRecord is a bucket; its name is in the Pebble key. Owner and ACL
 // (S3 buckets) are an optional trailing section: a record without them
 // ends after Bytes.
-type bucketRecord struct {
+type BucketRecord struct {
 	Created time.Time
 	Keys    uint64
 	Bytes   uint64
@@ -424,7 +424,7 @@ type bucketRecord struct {
 	ACL     string
 }
 
-func (b bucketRecord) encode() []byte {
+func (b BucketRecord) Encode() []byte {
 	e := newEnc()
 	e.u64(ms(b.Created))
 	e.u64(b.Keys)
@@ -436,9 +436,9 @@ func (b bucketRecord) encode() []byte {
 	return e.finish()
 }
 
-func decodeBucket(v []byte) (bucketRecord, error) {
+func DecodeBucket(v []byte) (BucketRecord, error) {
 	d := newDec("bucket", v)
-	b := bucketRecord{Created: d.tm(), Keys: d.u64(), Bytes: d.u64()}
+	b := BucketRecord{Created: d.tm(), Keys: d.u64(), Bytes: d.u64()}
 	if d.err == nil && len(d.b) > 0 {
 		b.Owner = d.str(metaapi.MaxAccessKeyBytes)
 		b.ACL = d.str(metaapi.MaxACLBytes)
@@ -457,21 +457,21 @@ const keyBlockBytes = 32
 // A key without blocks holds its value inline (Size bytes right after the
 // block count, none for an empty value): a small value is stored in the
 // record itself (metaapi.MaxInlineBytes).
-type keyRecord struct {
+type KeyRecord struct {
 	Size    uint64
 	CRC32C  uint32
 	Created time.Time
-	Blocks  []storedBlock
+	Blocks  []StoredBlock
 	Inline  []byte // the value when Blocks is empty (len Size)
 	Object  *metaapi.ObjectMeta
 }
 
 // storedBlock is one block of a key as stored.
-type storedBlock struct {
+type StoredBlock struct {
 	Container, Local, Pipeline, Length uint64
 }
 
-func (k keyRecord) encode() []byte {
+func (k KeyRecord) Encode() []byte {
 	e := newEnc()
 	e.u64(k.Size)
 	e.u32(k.CRC32C)
@@ -493,16 +493,16 @@ func (k keyRecord) encode() []byte {
 }
 
 // decodeKey decodes a key record; Inline is a copy (v may be Pebble's).
-func decodeKey(v []byte) (keyRecord, error) {
+func DecodeKey(v []byte) (KeyRecord, error) {
 	d := newDec("key", v)
-	k := keyRecord{Size: d.u64(), CRC32C: d.u32(), Created: d.tm()}
+	k := KeyRecord{Size: d.u64(), CRC32C: d.u32(), Created: d.tm()}
 	n := d.u32()
-	if d.err == nil && (n > maxBlocksPerKey || uint64(len(d.b)) < uint64(n)*keyBlockBytes) {
+	if d.err == nil && (n > MaxBlocksPerKey || uint64(len(d.b)) < uint64(n)*keyBlockBytes) {
 		d.fail("%d blocks in %d bytes", n, len(d.b))
 	}
 	var sum uint64
 	for i := uint32(0); i < n && d.err == nil; i++ {
-		b := storedBlock{Container: d.u64(), Local: d.u64(), Pipeline: d.u64(), Length: d.u64()}
+		b := StoredBlock{Container: d.u64(), Local: d.u64(), Pipeline: d.u64(), Length: d.u64()}
 		sum += b.Length
 		k.Blocks = append(k.Blocks, b)
 	}
@@ -528,13 +528,13 @@ func decodeKey(v []byte) (keyRecord, error) {
 }
 
 // allocRecord is a block handed out by Allocate and not committed yet.
-type allocRecord struct {
+type AllocRecord struct {
 	Allocated time.Time
 	Bucket    string
 	Key       string
 }
 
-func (a allocRecord) encode() []byte {
+func (a AllocRecord) Encode() []byte {
 	e := newEnc()
 	e.u64(ms(a.Allocated))
 	e.str(a.Bucket)
@@ -542,51 +542,51 @@ func (a allocRecord) encode() []byte {
 	return e.finish()
 }
 
-func decodeAlloc(v []byte) (allocRecord, error) {
+func DecodeAlloc(v []byte) (AllocRecord, error) {
 	d := newDec("allocation", v)
-	a := allocRecord{Allocated: d.tm(), Bucket: d.str(maxBucketBytes), Key: d.str(maxKeyBytes)}
+	a := AllocRecord{Allocated: d.tm(), Bucket: d.str(maxBucketBytes), Key: d.str(MaxKeyBytes)}
 	return a, d.done()
 }
 
 // Reasons a block is scheduled for deletion.
 const (
-	reasonReplaced = 1 // its key was replaced by a newer version
-	reasonDeleted  = 2 // its key was deleted
-	reasonExpired  = 3 // allocated, never committed within the grace period
+	ReasonReplaced = 1 // its key was replaced by a newer version
+	ReasonDeleted  = 2 // its key was deleted
+	ReasonExpired  = 3 // allocated, never committed within the grace period
 )
 
-func reasonName(r uint8) string {
+func ReasonName(r uint8) string {
 	switch r {
-	case reasonReplaced:
+	case ReasonReplaced:
 		return "replaced"
-	case reasonDeleted:
+	case ReasonDeleted:
 		return "deleted"
-	case reasonExpired:
+	case ReasonExpired:
 		return "expired"
 	}
 	return fmt.Sprintf("reason(%d)", r)
 }
 
 // deleteRecord is a block to delete on the datanodes.
-type deleteRecord struct {
+type DeleteRecord struct {
 	Scheduled time.Time
 	Reason    uint8
 }
 
-func (r deleteRecord) encode() []byte {
+func (r DeleteRecord) Encode() []byte {
 	e := newEnc()
 	e.u64(ms(r.Scheduled))
 	e.u8(r.Reason)
 	return e.finish()
 }
 
-func decodeDelete(v []byte) (deleteRecord, error) {
+func DecodeDelete(v []byte) (DeleteRecord, error) {
 	d := newDec("pending delete", v)
-	r := deleteRecord{Scheduled: d.tm(), Reason: d.u8()}
+	r := DeleteRecord{Scheduled: d.tm(), Reason: d.u8()}
 	if err := d.done(); err != nil {
 		return r, err
 	}
-	if r.Reason < reasonReplaced || r.Reason > reasonExpired {
+	if r.Reason < ReasonReplaced || r.Reason > ReasonExpired {
 		return r, fmt.Errorf("%w: pending delete: reason %d", ErrCorrupt, r.Reason)
 	}
 	return r, nil
@@ -658,13 +658,13 @@ func (d *dec) objectMeta() *metaapi.ObjectMeta {
 }
 
 // userRecord is an S3 user; its name is in the Pebble key.
-type userRecord struct {
+type UserRecord struct {
 	Created   time.Time
 	AccessKey string
 	SecretKey string
 }
 
-func (u userRecord) encode() []byte {
+func (u UserRecord) Encode() []byte {
 	e := newEnc()
 	e.u64(ms(u.Created))
 	e.str(u.AccessKey)
@@ -672,9 +672,9 @@ func (u userRecord) encode() []byte {
 	return e.finish()
 }
 
-func decodeUser(v []byte) (userRecord, error) {
+func DecodeUser(v []byte) (UserRecord, error) {
 	d := newDec("user", v)
-	u := userRecord{Created: d.tm(), AccessKey: d.str(metaapi.MaxAccessKeyBytes), SecretKey: d.str(metaapi.MaxSecretKeyBytes)}
+	u := UserRecord{Created: d.tm(), AccessKey: d.str(metaapi.MaxAccessKeyBytes), SecretKey: d.str(metaapi.MaxSecretKeyBytes)}
 	if err := d.done(); err != nil {
 		return u, err
 	}
@@ -684,23 +684,23 @@ func decodeUser(v []byte) (userRecord, error) {
 	return u, nil
 }
 
-func userKey(name string) []byte { return append([]byte{prefixUser}, name...) }
+func UserKey(name string) []byte { return append([]byte{prefixUser}, name...) }
 
 // uploadPrefix is 'W' | bucket | 0x00: the uploads of a bucket, by key then
 // upload ID.
-func uploadPrefix(bucket string) []byte {
+func UploadPrefix(bucket string) []byte {
 	return append(append([]byte{prefixUpload}, bucket...), 0)
 }
 
-func uploadKey(bucket, key, id string) []byte {
-	k := append(uploadPrefix(bucket), key...)
+func UploadKey(bucket, key, id string) []byte {
+	k := append(UploadPrefix(bucket), key...)
 	k = append(k, 0)
 	return append(k, id...)
 }
 
 // partPrefix is 'X' | bucket | 0x00 | key | 0x00 | upload ID | 0x00: the
 // parts of an upload, by number (u32 BE after it).
-func partPrefix(bucket, key, id string) []byte {
+func PartPrefix(bucket, key, id string) []byte {
 	k := append([]byte{prefixPart}, bucket...)
 	k = append(k, 0)
 	k = append(k, key...)
@@ -709,19 +709,19 @@ func partPrefix(bucket, key, id string) []byte {
 	return append(k, 0)
 }
 
-func partKey(bucket, key, id string, n uint32) []byte {
-	return binary.BigEndian.AppendUint32(partPrefix(bucket, key, id), n)
+func PartKey(bucket, key, id string, n uint32) []byte {
+	return binary.BigEndian.AppendUint32(PartPrefix(bucket, key, id), n)
 }
 
 // uploadRecord is a multipart upload in progress; bucket, key and ID are
 // in the Pebble key. Object is what the completed object will carry.
-type uploadRecord struct {
+type UploadRecord struct {
 	Initiated time.Time
 	Owner     string
 	Object    *metaapi.ObjectMeta
 }
 
-func (u uploadRecord) encode() []byte {
+func (u UploadRecord) Encode() []byte {
 	e := newEnc()
 	e.u64(ms(u.Initiated))
 	e.str(u.Owner)
@@ -731,9 +731,9 @@ func (u uploadRecord) encode() []byte {
 	return e.finish()
 }
 
-func decodeUpload(v []byte) (uploadRecord, error) {
+func DecodeUpload(v []byte) (UploadRecord, error) {
 	d := newDec("upload", v)
-	u := uploadRecord{Initiated: d.tm(), Owner: d.str(metaapi.MaxAccessKeyBytes)}
+	u := UploadRecord{Initiated: d.tm(), Owner: d.str(metaapi.MaxAccessKeyBytes)}
 	if d.err == nil && len(d.b) > 0 {
 		u.Object = d.objectMeta()
 	}
@@ -742,13 +742,13 @@ func decodeUpload(v []byte) (uploadRecord, error) {
 
 // partRecord is a committed part of an upload: the key record's layout
 // (size, CRC32C, time, blocks) followed by ETag and checksums.
-type partRecord struct {
-	keyRecord
+type PartRecord struct {
+	KeyRecord
 	ETag      string
 	Checksums map[string]string
 }
 
-func (p partRecord) encode() []byte {
+func (p PartRecord) Encode() []byte {
 	e := newEnc()
 	e.u64(p.Size)
 	e.u32(p.CRC32C)
@@ -765,16 +765,16 @@ func (p partRecord) encode() []byte {
 	return e.finish()
 }
 
-func decodePart(v []byte) (partRecord, error) {
+func DecodePart(v []byte) (PartRecord, error) {
 	d := newDec("part", v)
-	p := partRecord{keyRecord: keyRecord{Size: d.u64(), CRC32C: d.u32(), Created: d.tm()}}
+	p := PartRecord{KeyRecord: KeyRecord{Size: d.u64(), CRC32C: d.u32(), Created: d.tm()}}
 	n := d.u32()
-	if d.err == nil && (n > maxBlocksPerKey || uint64(len(d.b)) < uint64(n)*keyBlockBytes) {
+	if d.err == nil && (n > MaxBlocksPerKey || uint64(len(d.b)) < uint64(n)*keyBlockBytes) {
 		d.fail("%d blocks in %d bytes", n, len(d.b))
 	}
 	var sum uint64
 	for i := uint32(0); i < n && d.err == nil; i++ {
-		b := storedBlock{Container: d.u64(), Local: d.u64(), Pipeline: d.u64(), Length: d.u64()}
+		b := StoredBlock{Container: d.u64(), Local: d.u64(), Pipeline: d.u64(), Length: d.u64()}
 		sum += b.Length
 		p.Blocks = append(p.Blocks, b)
 	}
@@ -790,7 +790,69 @@ func decodePart(v []byte) (partRecord, error) {
 }
 
 const (
-	maxBlocksPerKey = metaapi.MaxBlocksPerKey
+	MaxBlocksPerKey = metaapi.MaxBlocksPerKey
 	maxBucketBytes  = metaapi.MaxBucketBytes
-	maxKeyBytes     = metaapi.MaxKeyBytes
+	MaxKeyBytes     = metaapi.MaxKeyBytes
 )
+
+// Meta log entry versions (the first byte of an entry's data): version 1
+// holds one proposal, version 2 the proposals first..last of a stint
+// folded into one entry (one Pebble batch, applied atomically). Members
+// write version 2 and read both.
+const (
+	EntryVersionOne    = 1
+	EntryVersionFolded = 2
+)
+
+// Entry overheads: version u8 | sequence u64 | … | crc u32 (version 1),
+// version u8 | first u64 | last u64 | … | crc u32 (version 2).
+const (
+	EntryOneOverheadBytes    = 1 + 8 + 4
+	EntryFoldedOverheadBytes = 1 + 8 + 8 + 4
+)
+
+// maxFoldedEntryBytes bounds the Pebble batch of a folded entry: a batch
+// request's items, and the proposals queued together for the raft
+// goroutine, go into one entry up to this size (a proposal alone may be
+// larger, up to maxRaftRecordBytes). One append message's worth, so that
+// a folded entry never needs a message of its own.
+const MaxFoldedEntryBytes = MaxRaftMsgBytes
+
+// encodeEntry is a meta log entry (version 2): the stint sequences first
+// ..last of the proposals folded in it and their Pebble batch
+// (docs/FORMAT.md, meta log entry).
+func EncodeEntry(first, last uint64, repr []byte) []byte {
+	b := make([]byte, 0, EntryFoldedOverheadBytes+len(repr))
+	b = append(b, EntryVersionFolded)
+	b = binary.LittleEndian.AppendUint64(b, first)
+	b = binary.LittleEndian.AppendUint64(b, last)
+	b = append(b, repr...)
+	return binary.LittleEndian.AppendUint32(b, crc32c.Checksum(b))
+}
+
+// decodeEntry checks and splits an entry's data, of either version (a
+// version 1 entry is one proposal: first = last).
+func DecodeEntry(data []byte) (first, last uint64, repr []byte, err error) {
+	if len(data) < EntryOneOverheadBytes {
+		return 0, 0, nil, fmt.Errorf("%w: meta log entry of %d bytes", ErrCorrupt, len(data))
+	}
+	body, sum := data[:len(data)-4], binary.LittleEndian.Uint32(data[len(data)-4:])
+	if got := crc32c.Checksum(body); got != sum {
+		return 0, 0, nil, fmt.Errorf("%w: meta log entry: crc %08x, want %08x", ErrCorrupt, got, sum)
+	}
+	switch body[0] {
+	case EntryVersionOne:
+		seq := binary.LittleEndian.Uint64(body[1:9])
+		return seq, seq, body[9:], nil
+	case EntryVersionFolded:
+		if len(data) < EntryFoldedOverheadBytes {
+			return 0, 0, nil, fmt.Errorf("%w: meta log entry of %d bytes", ErrCorrupt, len(data))
+		}
+		first, last = binary.LittleEndian.Uint64(body[1:9]), binary.LittleEndian.Uint64(body[9:17])
+		if first == 0 || last < first {
+			return 0, 0, nil, fmt.Errorf("%w: meta log entry of proposals %d..%d", ErrCorrupt, first, last)
+		}
+		return first, last, body[17:], nil
+	}
+	return 0, 0, nil, fmt.Errorf("%w: meta log entry version %d", ErrCorrupt, body[0])
+}

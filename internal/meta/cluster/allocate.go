@@ -1,4 +1,4 @@
-package meta
+package cluster
 
 import (
 	"cmp"
@@ -8,18 +8,19 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
 // allocatable: OPEN, every member HEALTHY and serving it (or not heard
 // from since the start: presumed to serve it as before).
-func (s *Allocator) allocatable(p *pipelineState, now time.Time) bool {
-	if p.rec.State != pipelineOpen {
+func (s *Allocator) Allocatable(p *state.PipelineState, now time.Time) bool {
+	if p.Rec.State != state.PipelineOpen {
 		return false
 	}
-	for _, m := range p.rec.Members {
-		n := s.nodes[m]
-		if s.cl.healthOf(n, now) != metaapi.HealthHealthy || (n.seen && !s.cl.reports(m, p.rec.ID)) {
+	for _, m := range p.Rec.Members {
+		n := s.NodeByID[m]
+		if s.cl.HealthOf(n, now) != metaapi.HealthHealthy || (n.Seen && !s.cl.Reports(m, p.Rec.ID)) {
 			return false
 		}
 	}
@@ -28,7 +29,7 @@ func (s *Allocator) allocatable(p *pipelineState, now time.Time) bool {
 
 // leaderGrace: a pipeline younger than this is not called leaderless (its
 // members report it before its first election ends).
-const leaderGrace = 3 * metaapi.DefaultHeartbeatInterval
+const LeaderGrace = 3 * metaapi.DefaultHeartbeatInterval
 
 // leaderless: the newest report of p (of the live members that report it)
 // names no leader, and p is older than leaderGrace. Its members have lost
@@ -37,18 +38,18 @@ const leaderGrace = 3 * metaapi.DefaultHeartbeatInterval
 // out there would wait for the election or fail, so p is not handed out
 // until a report names a leader again: after two datanodes of five died,
 // puts went to their pipelines for the 5 s until STALE.
-func (s *Allocator) leaderless(p *pipelineState, now time.Time) bool {
-	if now.Sub(p.rec.Created) < leaderGrace {
+func (s *Allocator) leaderless(p *state.PipelineState, now time.Time) bool {
+	if now.Sub(p.Rec.Created) < LeaderGrace {
 		return false
 	}
 	var newest time.Time
 	lead, found := uint64(0), false
-	for _, m := range p.rec.Members {
-		if !s.cl.live(m, now) || !s.cl.reports(m, p.rec.ID) {
+	for _, m := range p.Rec.Members {
+		if !s.cl.Live(m, now) || !s.cl.Reports(m, p.Rec.ID) {
 			continue
 		}
-		if n := s.nodes[m]; !found || n.last.After(newest) {
-			newest, lead, found = n.last, n.pipelines[p.rec.ID].LeaderID, true
+		if n := s.NodeByID[m]; !found || n.Last.After(newest) {
+			newest, lead, found = n.Last, n.Pipelines[p.Rec.ID].LeaderID, true
 		}
 	}
 	return found && lead == 0
@@ -60,21 +61,21 @@ func (s *Allocator) leaderless(p *pipelineState, now time.Time) bool {
 // raft's quorum has it; used only when no pipeline is allocatable, so that
 // puts go on through the seconds between a datanode's death and its
 // pipelines' closing (with 3 datanodes every pipeline holds each of them).
-func (s *Allocator) degradedAllocatable(p *pipelineState, now time.Time) bool {
-	if p.rec.State != pipelineOpen {
+func (s *Allocator) degradedAllocatable(p *state.PipelineState, now time.Time) bool {
+	if p.Rec.State != state.PipelineOpen {
 		return false
 	}
 	ok := 0
-	for _, m := range p.rec.Members {
-		n := s.nodes[m]
-		switch h := s.cl.healthOf(n, now); {
+	for _, m := range p.Rec.Members {
+		n := s.NodeByID[m]
+		switch h := s.cl.HealthOf(n, now); {
 		case h == metaapi.HealthDead:
 			return false
-		case h == metaapi.HealthHealthy && (!n.seen || s.cl.reports(m, p.rec.ID)):
+		case h == metaapi.HealthHealthy && (!n.Seen || s.cl.Reports(m, p.Rec.ID)):
 			ok++
 		}
 	}
-	return ok > len(p.rec.Members)/2 && !s.leaderless(p, now)
+	return ok > len(p.Rec.Members)/2 && !s.leaderless(p, now)
 }
 
 // Allocate hands out a new block for bucket/key: a fresh local ID in an
@@ -83,9 +84,9 @@ func (s *Allocator) degradedAllocatable(p *pipelineState, now time.Time) bool {
 // recorded with its time so that it can be committed once, or deleted
 // after AllocationGrace.
 func (s *Allocator) Allocate(req *metaapi.AllocateRequest) (*metaapi.AllocateResponse, error) {
-	resp, err := mutate(s.State, func() (*metaapi.AllocateResponse, *pebble.Batch, error) { return s.allocateLocked(req) })
+	resp, err := state.Mutate(s.State, func() (*metaapi.AllocateResponse, *pebble.Batch, error) { return s.allocateLocked(req) })
 	if err == nil {
-		s.metrics.allocations.Inc()
+		s.Metrics.Allocations.Inc()
 	}
 	return resp, err
 }
@@ -100,7 +101,7 @@ func (s *Allocator) AllocateMany(reqs []metaapi.AllocateRequest) ([]metaapi.Allo
 	if len(reqs) > metaapi.MaxCommitBatch {
 		return nil, fmt.Errorf("%w: %d allocations in a batch, at most %d", metaapi.ErrInvalid, len(reqs), metaapi.MaxCommitBatch)
 	}
-	got, errs, werr, err := applyEach(s.State, make([]error, len(reqs)), func(i int) (*metaapi.AllocateResponse, *pebble.Batch, error) {
+	got, errs, werr, err := state.ApplyEach(s.State, make([]error, len(reqs)), func(i int) (*metaapi.AllocateResponse, *pebble.Batch, error) {
 		return s.allocateLocked(&reqs[i])
 	})
 	if err != nil {
@@ -109,11 +110,11 @@ func (s *Allocator) AllocateMany(reqs []metaapi.AllocateRequest) ([]metaapi.Allo
 	res := make([]metaapi.AllocateResult, len(reqs))
 	for i := range reqs {
 		if err := cmp.Or(errs[i], werr); err != nil && (errs[i] != nil || got[i] != nil) {
-			res[i].Error = apiError(fmt.Sprintf("allocate for %s/%s", reqs[i].Bucket, reqs[i].Key), err)
+			res[i].Error = state.APIError(fmt.Sprintf("allocate for %s/%s", reqs[i].Bucket, reqs[i].Key), err)
 			continue
 		}
 		res[i].Block = got[i]
-		s.metrics.allocations.Inc()
+		s.Metrics.Allocations.Inc()
 	}
 	return res, nil
 }
@@ -124,43 +125,43 @@ func (s *Allocator) allocateLocked(req *metaapi.AllocateRequest) (*metaapi.Alloc
 		if req.Key != "" {
 			return nil, nil, fmt.Errorf("%w: an allocation for any key names key %q", metaapi.ErrInvalid, req.Key)
 		}
-		if _, err := s.bucketOf(req.Bucket, "x"); err != nil { // the bucket's checks only
+		if _, err := s.BucketOf(req.Bucket, "x"); err != nil { // the bucket's checks only
 			return nil, nil, err
 		}
-	} else if _, err := s.bucketOf(req.Bucket, req.Key); err != nil {
+	} else if _, err := s.BucketOf(req.Bucket, req.Key); err != nil {
 		return nil, nil, err
 	}
-	now := s.cfg.Now()
-	var cands []*pipelineState
-	for _, pid := range s.cl.sortedPipelines() {
-		if p := s.pipelines[pid]; s.allocatable(p, now) && !slices.Contains(req.ExcludePipelines, pid) {
+	now := s.Cfg.Now()
+	var cands []*state.PipelineState
+	for _, pid := range s.cl.SortedPipelines() {
+		if p := s.PipelineByID[pid]; s.Allocatable(p, now) && !slices.Contains(req.ExcludePipelines, pid) {
 			cands = append(cands, p)
 		}
 	}
 	if len(cands) == 0 {
-		for _, pid := range s.cl.sortedPipelines() {
-			if p := s.pipelines[pid]; s.degradedAllocatable(p, now) && !slices.Contains(req.ExcludePipelines, pid) {
+		for _, pid := range s.cl.SortedPipelines() {
+			if p := s.PipelineByID[pid]; s.degradedAllocatable(p, now) && !slices.Contains(req.ExcludePipelines, pid) {
 				cands = append(cands, p)
 			}
 		}
 		if len(cands) > 0 {
-			s.metrics.degradedAllocations.Inc()
+			s.Metrics.DegradedAllocations.Inc()
 		}
 	}
 	if len(cands) == 0 {
 		healthy := 0
 		var full []string
-		for _, n := range s.nodes {
-			if s.cl.healthOf(n, now) == metaapi.HealthHealthy {
+		for _, n := range s.NodeByID {
+			if s.cl.HealthOf(n, now) == metaapi.HealthHealthy {
 				healthy++
-				if s.cl.full(n) {
-					full = append(full, fmt.Sprintf("node %d has %d MiB", n.rec.ID, n.available>>20))
+				if s.cl.Full(n) {
+					full = append(full, fmt.Sprintf("node %d has %d MiB", n.Rec.ID, n.Available>>20))
 				}
 			}
 		}
 		open := 0
-		for _, p := range s.pipelines {
-			if p.rec.State == pipelineOpen {
+		for _, p := range s.PipelineByID {
+			if p.Rec.State == state.PipelineOpen {
 				open++
 			}
 		}
@@ -168,51 +169,54 @@ func (s *Allocator) allocateLocked(req *metaapi.AllocateRequest) (*metaapi.Alloc
 		if len(full) > 0 {
 			// A full node gets no pipeline: say so, or "3 healthy
 			// datanodes" reads as if a pipeline could be made.
-			fullNote = fmt.Sprintf(" (%d of them full, below %d MiB available: %s)", len(full), s.cfg.MinAvailableBytes>>20, strings.Join(full, ", "))
+			fullNote = fmt.Sprintf(" (%d of them full, below %d MiB available: %s)", len(full), s.Cfg.MinAvailableBytes>>20, strings.Join(full, ", "))
 		}
 		return nil, nil, fmt.Errorf("%w: %d healthy datanodes%s, %d needed for a pipeline; %d open pipelines, %d excluded by the client",
-			metaapi.ErrNoPipeline, healthy, fullNote, PipelineSize, open, len(req.ExcludePipelines))
+			metaapi.ErrNoPipeline, healthy, fullNote, state.PipelineSize, open, len(req.ExcludePipelines))
 	}
-	p := cands[s.rr%uint64(len(cands))]
-	s.rr++
-	b := s.db.NewBatch()
-	var open []*containerState
-	for _, cid := range p.containers {
-		c := s.containers[cid]
-		if c.rec.State != containerOpen {
+	p := cands[s.RR%uint64(len(cands))]
+	s.RR++
+	b := s.Store.NewBatch()
+	var open []*state.ContainerState
+	for _, cid := range p.Containers {
+		c := s.ContainerByID[cid]
+		if c.Rec.State != state.ContainerOpen {
 			continue
 		}
-		if c.rec.Committed >= s.fullBytes() {
-			s.cl.startClose(b, c, fmt.Sprintf("%d bytes committed", c.rec.Committed))
+		if c.Rec.Committed >= s.FullBytes() {
+			s.cl.StartClose(b, c, fmt.Sprintf("%d bytes committed", c.Rec.Committed))
 			continue
 		}
 		open = append(open, c)
 	}
-	for len(open) < s.cfg.ContainersPerPipeline {
-		c := &containerState{rec: containerRecord{ID: s.ctr.NextContainer, Pipeline: p.rec.ID, State: containerOpen, Created: now, NextLocal: 1}}
-		s.ctr.NextContainer++
-		s.containers[c.rec.ID] = c
-		p.containers = append(p.containers, c.rec.ID)
+	for len(open) < s.Cfg.ContainersPerPipeline {
+		c := &state.ContainerState{Rec: state.ContainerRecord{ID: s.Ctr.NextContainer, Pipeline: p.Rec.ID, State: state.ContainerOpen, Created: now, NextLocal: 1}}
+		s.Ctr.NextContainer++
+		s.ContainerByID[c.Rec.ID] = c
+		p.Containers = append(p.Containers, c.Rec.ID)
 		open = append(open, c)
-		set(b, counterKey(), s.ctr.encode())
-		s.log.Info("container created", "container", c.rec.ID, "pipeline", p.rec.ID)
+		state.Set(b, state.CounterKey(), s.Ctr.Encode())
+		s.Log.Info("container created", "container", c.Rec.ID, "pipeline", p.Rec.ID)
 	}
-	c := open[p.rr%uint64(len(open))]
-	p.rr++
-	ref := blockRef{c.rec.ID, c.rec.NextLocal}
-	c.rec.NextLocal++
-	set(b, u64key(prefixContainer, c.rec.ID), c.rec.encode())
-	a := allocRecord{Allocated: now, Bucket: req.Bucket, Key: req.Key}
-	set(b, blockKey(prefixAlloc, ref.container, ref.local), a.encode())
-	s.allocs[ref] = a
+	c := open[p.RR%uint64(len(open))]
+	p.RR++
+	ref := state.BlockRef{Container: c.Rec.ID, Local: c.Rec.NextLocal}
+	c.Rec.NextLocal++
+	state.Set(b, state.U64Key(state.PrefixContainer, c.Rec.ID), c.Rec.Encode())
+	a := state.AllocRecord{Allocated: now, Bucket: req.Bucket, Key: req.Key}
+	state.Set(b, state.BlockKey(state.PrefixAlloc, ref.Container, ref.Local), a.Encode())
+	s.Allocs[ref] = a
 	return &metaapi.AllocateResponse{
-		Block:    metaapi.BlockRef{Container: ref.container, Local: ref.local},
-		Pipeline: *s.cl.pipelineView(p, now),
+		Block:    metaapi.BlockRef{Container: ref.Container, Local: ref.Local},
+		Pipeline: *s.cl.PipelineView(p, now),
 	}, b, nil
 }
 
 // Allocator hands out blocks in containers of open pipelines.
 type Allocator struct {
-	*State
+	*state.State
 	cl *Cluster
 }
+
+// NewAllocator allocates blocks in cl's pipelines.
+func NewAllocator(st *state.State, cl *Cluster) *Allocator { return &Allocator{st, cl} }

@@ -1,4 +1,4 @@
-package meta
+package namespace
 
 // Commit IDs: a CommitKey may carry a client-chosen ID (metaapi.CommitKey
 // CommitID; metaapi.Client sets a random one and sends the same on every
@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -43,7 +43,7 @@ var (
 	commitIDExpPrefix = []byte("\x00cidx/")
 )
 
-func commitIDKey(id string) []byte { return append(bytes.Clone(commitIDPrefix), id...) }
+func CommitIDKey(id string) []byte { return append(bytes.Clone(commitIDPrefix), id...) }
 
 func commitIDExpKey(created time.Time, id string) []byte {
 	k := binary.BigEndian.AppendUint64(bytes.Clone(commitIDExpPrefix), uint64(created.UnixNano()))
@@ -52,47 +52,47 @@ func commitIDExpKey(created time.Time, id string) []byte {
 
 // recordCommitID adds, to a commit's batch, that commit id made rec the
 // version of bucket/key.
-func recordCommitID(b *pebble.Batch, id, bucket, key string, rec keyRecord) {
+func recordCommitID(b *pebble.Batch, id, bucket, key string, rec state.KeyRecord) {
 	v := binary.BigEndian.AppendUint64(nil, uint64(rec.Created.UnixNano()))
 	v = binary.LittleEndian.AppendUint16(v, uint16(len(bucket)))
 	v = append(v, bucket...)
 	v = binary.LittleEndian.AppendUint16(v, uint16(len(key)))
 	v = append(v, key...)
-	v = append(v, rec.encode()...)
-	set(b, commitIDKey(id), v)
-	set(b, commitIDExpKey(rec.Created, id), nil)
+	v = append(v, rec.Encode()...)
+	state.Set(b, CommitIDKey(id), v)
+	state.Set(b, commitIDExpKey(rec.Created, id), nil)
 }
 
 // committedByID returns the version commit id made (found false: no
 // commit with that ID is remembered). Under s.mu.
-func (s *Namespace) committedByID(id, bucket, key string) (keyRecord, bool, error) {
-	v, closer, err := s.db.Get(commitIDKey(id))
+func (s *Namespace) committedByID(id, bucket, key string) (state.KeyRecord, bool, error) {
+	v, closer, err := s.Store.Get(CommitIDKey(id))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return keyRecord{}, false, nil
+		return state.KeyRecord{}, false, nil
 	}
 	if err != nil {
-		return keyRecord{}, false, err
+		return state.KeyRecord{}, false, err
 	}
 	defer closer.Close()
-	bad := fmt.Errorf("%w: commit ID record %q", ErrCorrupt, id)
+	bad := fmt.Errorf("%w: commit ID record %q", state.ErrCorrupt, id)
 	if len(v) < 8+2 {
-		return keyRecord{}, false, bad
+		return state.KeyRecord{}, false, bad
 	}
 	p := v[8:]
 	var names [2]string
 	for i := range names {
 		if len(p) < 2 || len(p) < 2+int(binary.LittleEndian.Uint16(p)) {
-			return keyRecord{}, false, bad
+			return state.KeyRecord{}, false, bad
 		}
 		n := int(binary.LittleEndian.Uint16(p))
 		names[i], p = string(p[2:2+n]), p[2+n:]
 	}
 	if names[0] != bucket || names[1] != key {
-		return keyRecord{}, false, fmt.Errorf("%w: commit ID %q was used for %s/%s, not %s/%s", metaapi.ErrInvalid, id, names[0], names[1], bucket, key)
+		return state.KeyRecord{}, false, fmt.Errorf("%w: commit ID %q was used for %s/%s, not %s/%s", metaapi.ErrInvalid, id, names[0], names[1], bucket, key)
 	}
-	rec, err := decodeKey(p)
+	rec, err := state.DecodeKey(p)
 	if err != nil {
-		return keyRecord{}, false, err
+		return state.KeyRecord{}, false, err
 	}
 	return rec, true, nil
 }
@@ -119,9 +119,9 @@ func (s *Namespace) retriedCommit(bucket, key string, ck *metaapi.CommitKey, now
 // expireCommitIDs forgets, in b, the commit IDs older than
 // CommitIDRetention (the oldest first, at most maxCommitIDExpiriesPerTick).
 // Under s.mu, from Tick.
-func (s *Namespace) expireCommitIDs(b *pebble.Batch, now time.Time) error {
+func (s *Namespace) ExpireCommitIDs(b *pebble.Batch, now time.Time) error {
 	upper := binary.BigEndian.AppendUint64(bytes.Clone(commitIDExpPrefix), uint64(now.Add(-CommitIDRetention).UnixNano()))
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: commitIDExpPrefix, UpperBound: upper})
+	it, err := s.Store.NewIter(&pebble.IterOptions{LowerBound: commitIDExpPrefix, UpperBound: upper})
 	if err != nil {
 		return err
 	}
@@ -131,8 +131,8 @@ func (s *Namespace) expireCommitIDs(b *pebble.Batch, now time.Time) error {
 		if len(k) < len(commitIDExpPrefix)+8 {
 			continue
 		}
-		del(b, bytes.Clone(k))
-		del(b, commitIDKey(string(k[len(commitIDExpPrefix)+8:])))
+		state.Del(b, bytes.Clone(k))
+		state.Del(b, CommitIDKey(string(k[len(commitIDExpPrefix)+8:])))
 		n++
 	}
 	if err := it.Error(); err != nil {

@@ -1,4 +1,4 @@
-package meta
+package namespace
 
 import (
 	"crypto/rand"
@@ -8,7 +8,7 @@ import (
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -95,28 +95,28 @@ func (s *S3Users) CreateUser(req *metaapi.CreateUser) (*metaapi.User, error) {
 	if err := validKeys(access, secret); err != nil {
 		return nil, err
 	}
-	return mutate(s.State, func() (*metaapi.User, *pebble.Batch, error) {
-		if _, ok := s.s3.users[req.Name]; ok {
+	return state.Mutate(s.State, func() (*metaapi.User, *pebble.Batch, error) {
+		if _, ok := s.S3.Users[req.Name]; ok {
 			return nil, nil, fmt.Errorf("%w: user %s", metaapi.ErrExists, req.Name)
 		}
-		if other, ok := s.s3.byAccess[access]; ok {
+		if other, ok := s.S3.ByAccess[access]; ok {
 			return nil, nil, fmt.Errorf("%w: access key %s belongs to user %s", metaapi.ErrExists, access, other)
 		}
-		rec := userRecord{Created: s.cfg.Now(), AccessKey: access, SecretKey: secret}
-		b := s.db.NewBatch()
-		set(b, userKey(req.Name), rec.encode())
-		s.s3.users[req.Name] = rec
-		s.s3.byAccess[access] = req.Name
+		rec := state.UserRecord{Created: s.Cfg.Now(), AccessKey: access, SecretKey: secret}
+		b := s.Store.NewBatch()
+		state.Set(b, state.UserKey(req.Name), rec.Encode())
+		s.S3.Users[req.Name] = rec
+		s.S3.ByAccess[access] = req.Name
 		return &metaapi.User{Name: req.Name, AccessKey: access, SecretKey: secret, Created: rec.Created}, b, nil
 	})
 }
 
 // Users lists the users by name, without secrets.
 func (s *S3Users) Users() (*metaapi.UserList, error) {
-	return read(s.State, func() (*metaapi.UserList, error) {
+	return state.Read(s.State, func() (*metaapi.UserList, error) {
 		l := &metaapi.UserList{Users: []metaapi.User{}}
-		for _, name := range slices.Sorted(maps.Keys(s.s3.users)) {
-			u := s.s3.users[name]
+		for _, name := range slices.Sorted(maps.Keys(s.S3.Users)) {
+			u := s.S3.Users[name]
 			l.Users = append(l.Users, metaapi.User{Name: name, AccessKey: u.AccessKey, Created: u.Created})
 		}
 		return l, nil
@@ -125,15 +125,15 @@ func (s *S3Users) Users() (*metaapi.UserList, error) {
 
 // DeleteUser deletes a user (its buckets keep their owner's access key).
 func (s *S3Users) DeleteUser(name string) error {
-	_, err := mutate(s.State, func() (struct{}, *pebble.Batch, error) {
-		u, ok := s.s3.users[name]
+	_, err := state.Mutate(s.State, func() (struct{}, *pebble.Batch, error) {
+		u, ok := s.S3.Users[name]
 		if !ok {
 			return struct{}{}, nil, fmt.Errorf("%w: user %s", metaapi.ErrNotFound, name)
 		}
-		b := s.db.NewBatch()
-		del(b, userKey(name))
-		delete(s.s3.users, name)
-		delete(s.s3.byAccess, u.AccessKey)
+		b := s.Store.NewBatch()
+		state.Del(b, state.UserKey(name))
+		delete(s.S3.Users, name)
+		delete(s.S3.ByAccess, u.AccessKey)
 		return struct{}{}, b, nil
 	})
 	return err
@@ -141,12 +141,12 @@ func (s *S3Users) DeleteUser(name string) error {
 
 // UserByAccessKey returns the user of an access key, with its secret.
 func (s *S3Users) UserByAccessKey(access string) (*metaapi.User, error) {
-	return read(s.State, func() (*metaapi.User, error) {
-		name, ok := s.s3.byAccess[access]
+	return state.Read(s.State, func() (*metaapi.User, error) {
+		name, ok := s.S3.ByAccess[access]
 		if !ok {
 			return nil, fmt.Errorf("%w: access key %s", metaapi.ErrNotFound, access)
 		}
-		u := s.s3.users[name]
+		u := s.S3.Users[name]
 		return &metaapi.User{Name: name, AccessKey: u.AccessKey, SecretKey: u.SecretKey, Created: u.Created}, nil
 	})
 }
@@ -160,14 +160,14 @@ func (s *S3Users) CreateS3Bucket(name string, req *metaapi.CreateS3Bucket) (*met
 	if req.Owner == "" || len(req.Owner) > metaapi.MaxAccessKeyBytes || len(req.ACL) > metaapi.MaxACLBytes {
 		return nil, fmt.Errorf("%w: bucket %s: owner of 1..%d bytes and ACL of at most %d bytes", metaapi.ErrInvalid, name, metaapi.MaxAccessKeyBytes, metaapi.MaxACLBytes)
 	}
-	return mutate(s.State, func() (*metaapi.Bucket, *pebble.Batch, error) {
-		if _, ok := s.buckets[name]; ok {
+	return state.Mutate(s.State, func() (*metaapi.Bucket, *pebble.Batch, error) {
+		if _, ok := s.Buckets[name]; ok {
 			return nil, nil, fmt.Errorf("%w: bucket %s", metaapi.ErrExists, name)
 		}
-		rec := bucketRecord{Created: s.cfg.Now(), Owner: req.Owner, ACL: string(req.ACL)}
-		b := s.db.NewBatch()
-		set(b, bucketKey(name), rec.encode())
-		s.buckets[name] = rec
+		rec := state.BucketRecord{Created: s.Cfg.Now(), Owner: req.Owner, ACL: string(req.ACL)}
+		b := s.Store.NewBatch()
+		state.Set(b, state.BucketKey(name), rec.Encode())
+		s.Buckets[name] = rec
 		v := bucketView(name, rec)
 		v.ACL = []byte(rec.ACL)
 		return v, b, nil
@@ -179,8 +179,8 @@ func (s *S3Users) GetBucket(name string) (*metaapi.Bucket, error) {
 	if err := metaapi.ValidBucket(name); err != nil {
 		return nil, err
 	}
-	return read(s.State, func() (*metaapi.Bucket, error) {
-		rec, ok := s.buckets[name]
+	return state.Read(s.State, func() (*metaapi.Bucket, error) {
+		rec, ok := s.Buckets[name]
 		if !ok {
 			return nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, name)
 		}
@@ -200,19 +200,22 @@ func (s *S3Users) PutBucketACL(name string, acl []byte) error {
 	if len(acl) > metaapi.MaxACLBytes {
 		return fmt.Errorf("%w: ACL of %d bytes, at most %d", metaapi.ErrInvalid, len(acl), metaapi.MaxACLBytes)
 	}
-	_, err := mutate(s.State, func() (struct{}, *pebble.Batch, error) {
-		rec, ok := s.buckets[name]
+	_, err := state.Mutate(s.State, func() (struct{}, *pebble.Batch, error) {
+		rec, ok := s.Buckets[name]
 		if !ok {
 			return struct{}{}, nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, name)
 		}
 		rec.ACL = string(acl)
-		b := s.db.NewBatch()
-		set(b, bucketKey(name), rec.encode())
-		s.buckets[name] = rec
+		b := s.Store.NewBatch()
+		state.Set(b, state.BucketKey(name), rec.Encode())
+		s.Buckets[name] = rec
 		return struct{}{}, b, nil
 	})
 	return err
 }
 
 // S3Users holds the S3 users.
-type S3Users struct{ *State }
+type S3Users struct{ *state.State }
+
+// NewS3Users is the S3 users over st.
+func NewS3Users(st *state.State) *S3Users { return &S3Users{st} }

@@ -1,4 +1,4 @@
-package meta
+package state
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/vfs"
+	"github.com/spindle-store/spindle/internal/wal"
 )
 
 // PipelineSize is the number of datanodes in a pipeline.
@@ -163,7 +164,7 @@ type Config struct {
 	JoinCA *tlsconf.CA
 }
 
-func (c *Config) setDefaults() {
+func (c *Config) SetDefaults() {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:0"
 	}
@@ -219,7 +220,7 @@ func (c *Config) setDefaults() {
 		c.MaxInflightCopies = DefaultMaxInflightCopies
 	}
 	if c.CopyStartTimeout <= 0 {
-		c.CopyStartTimeout = 3*c.HeartbeatInterval + copyStartSlack
+		c.CopyStartTimeout = 3*c.HeartbeatInterval + CopyStartSlack
 	}
 	if c.CopyTimeoutMin <= 0 {
 		c.CopyTimeoutMin = DefaultCopyTimeoutMin
@@ -266,7 +267,7 @@ func (c *Config) setDefaults() {
 	}
 }
 
-func (c *Config) validate() error {
+func (c *Config) Validate() error {
 	if c.Dir == "" {
 		return errors.New("meta: --dir is required")
 	}
@@ -307,8 +308,58 @@ const (
 	MinCopyBytesPerS = 20_000_000
 	// copyStartSlack is added to three heartbeat intervals for the
 	// default CopyStartTimeout.
-	copyStartSlack = 10 * time.Second
+	CopyStartSlack = 10 * time.Second
 	// MaxTrims bounds the replica deletions (over-replication) in flight
 	// in the cluster.
 	MaxTrims = 64
+)
+
+// Raft defaults and bounds of a replicated meta service (the meta raft
+// group, raft.go).
+const (
+	// DefaultRaftTickInterval is one raft tick; DefaultElectionTicks of
+	// them without a leader's heartbeat start an election (1 s), a leader
+	// heartbeats every raftHeartbeatTicks.
+	DefaultRaftTickInterval = 100 * time.Millisecond
+	DefaultElectionTicks    = 10
+	// maxRaftRecordBytes bounds one meta log record (an entry: a
+	// mutation's Pebble batch; a key of MaxBlocksPerKey blocks is ~2 MiB).
+	MaxRaftRecordBytes = wal.MaxRecordBytesLimit
+	// maxRaftMsgBytes bounds the entries of one append message.
+	MaxRaftMsgBytes = 1 << 20
+)
+
+// Checkpoints of a replicated member (snapshot.go).
+const (
+	// DefaultSnapshotEntries: a member checkpoints its store once this
+	// many entries were applied since its last checkpoint.
+	DefaultSnapshotEntries = 100000
+	// DefaultLogRetainEntries: entries kept in the raft log behind the
+	// latest checkpoint, so that a follower a little behind catches up
+	// from the log rather than from a snapshot.
+	DefaultLogRetainEntries = 10000
+)
+
+// Request bodies are admitted against two bounds, so that clients that
+// send slowly or all at once cannot hold the service's memory and
+// goroutines without limit (a slowloris behind the mutual TLS, or a burst
+// of large inline commits):
+//
+//   - time: a body must arrive within BodyReadTimeout of its admission
+//     (MaxRequestBytes at 0.5 MB/s); a read past it fails, the request is
+//     refused INVALID and its connection closed by net/http;
+//   - bytes: the bodies admitted at once weigh at most MaxBodyBytesInFlight
+//     (each its Content-Length, MaxRequestBytes when it has none), held
+//     until its handler returns. A request finding no room waits up to
+//     BodyAdmitWait and is then refused BUSY (503) before a byte of its
+//     body is read: nothing was done, and the client retries it
+//     (metaapi.ErrBusy), POSTs included.
+//
+// Requests without a body (GETs, most DELETEs) are not counted. The raft
+// stream and snapshot routes (raftnet.go) are not under these bounds:
+// they are long-lived by design and served only to meta members.
+const (
+	DefaultBodyReadTimeout      = 60 * time.Second
+	DefaultMaxBodyBytesInFlight = 256 << 20
+	DefaultBodyAdmitWait        = 10 * time.Second
 )
