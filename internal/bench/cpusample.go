@@ -117,11 +117,7 @@ func (s *CPUSampler) sample() error {
 	s.mu.Unlock()
 	c.procsOK, c.ntracked = len(pids) > 0, len(pids)
 	for _, pid := range pids {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		var v float64
-		if err == nil {
-			v, err = parseProcStatCPU(string(b))
-		}
+		v, err := procStatCPU(pid)
 		if err != nil {
 			c.procsOK = false
 			break

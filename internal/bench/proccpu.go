@@ -1,12 +1,16 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/prometheus/procfs"
 )
 
 // CPU charged to Spindle: every bench reports the CPU time (user + system,
@@ -172,74 +176,52 @@ func (u CPUUse) Add(v CPUUse, ops, bytes int64) CPUUse {
 // SetCPU attaches a loop's CPU use to r.
 func (r *Result) SetCPU(u CPUUse) { r.CPUUse = &u }
 
+// procFS is /proc, read through procfs (github.com/prometheus/procfs).
+var procFS = sync.OnceValues(func() (procfs.FS, error) { return procfs.NewFS(procfs.DefaultMountPoint) })
+
+// procStatCPU returns a process's utime + stime of /proc/<pid>/stat in
+// seconds (procfs's ProcStat.CPUTime: the same ticks over USER_HZ as the
+// hand parser it replaced; TestProcfsSameFigures).
+func procStatCPU(pid int) (float64, error) {
+	fs, err := procFS()
+	if err != nil {
+		return 0, fmt.Errorf("bench: cpu of process %d: %w", pid, err)
+	}
+	p, err := fs.Proc(pid)
+	if err != nil {
+		return 0, fmt.Errorf("bench: cpu of process %d: %w", pid, err)
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("bench: cpu of process %d: %w", pid, err)
+	}
+	return st.CPUTime(), nil
+}
+
 // procCPUSeconds reads a process's CPU time both ways (see procCPU).
 func procCPUSeconds(pid int) (procCPU, error) {
-	dir := "/proc/" + strconv.Itoa(pid)
-	b, err := os.ReadFile(dir + "/stat")
-	if err != nil {
-		return procCPU{}, fmt.Errorf("bench: cpu of process %d: %w", pid, err)
-	}
-	ticks, err := parseProcStatCPU(string(b))
+	ticks, err := procStatCPU(pid)
 	if err != nil {
 		return procCPU{}, err
 	}
 	r := procCPU{ticks: ticks, precise: -1, ok: true}
-	tasks, err := os.ReadDir(dir + "/task")
+	fs, _ := procFS() // procStatCPU succeeded: it is there
+	threads, err := fs.AllThreads(pid)
 	if err != nil {
 		return r, nil // the ticks alone
 	}
 	var ns uint64
-	for _, t := range tasks {
-		s, err := os.ReadFile(dir + "/task/" + t.Name() + "/schedstat")
-		if err != nil {
+	for _, t := range threads {
+		ss, err := t.Schedstat() // /proc/<pid>/task/<tid>/schedstat
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 			continue // exited meanwhile: the ticks will say so
 		}
-		v, err := parseSchedstat(string(s))
 		if err != nil {
-			return r, nil
+			return r, nil // unreadable: the ticks alone
 		}
-		ns += v
+		ns += ss.RunningNanoseconds
 		r.threads++
 	}
 	r.precise = float64(ns) / 1e9
 	return r, nil
-}
-
-// parseSchedstat returns the first field of a schedstat line: the task's
-// time on a CPU, in nanoseconds.
-func parseSchedstat(line string) (uint64, error) {
-	f := strings.Fields(line)
-	if len(f) == 0 {
-		return 0, fmt.Errorf("bench: empty schedstat line")
-	}
-	v, err := strconv.ParseUint(f[0], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("bench: schedstat: %w", err)
-	}
-	return v, nil
-}
-
-// parseProcStatCPU returns (utime + stime) / USER_HZ of one
-// /proc/<pid>/stat line. The command name (field 2) is in parentheses and
-// may hold spaces and parentheses itself, so fields are counted after its
-// last ')': state is field 3, utime field 14, stime field 15.
-func parseProcStatCPU(line string) (float64, error) {
-	i := strings.LastIndexByte(line, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("bench: /proc stat line without a command name: %.60q", line)
-	}
-	f := strings.Fields(line[i+1:])
-	const utime, stime = 14 - 3, 15 - 3
-	if len(f) <= stime {
-		return 0, fmt.Errorf("bench: /proc stat line with %d fields after the command name, want > %d", len(f), stime)
-	}
-	u, err := strconv.ParseUint(f[utime], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("bench: /proc stat utime: %w", err)
-	}
-	s, err := strconv.ParseUint(f[stime], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("bench: /proc stat stime: %w", err)
-	}
-	return float64(u+s) / userHz, nil
 }

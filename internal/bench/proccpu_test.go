@@ -35,9 +35,6 @@ func TestProcCPUSince(t *testing.T) {
 	if _, ok := (procCPU{}).since(a); ok {
 		t.Error("an unreadable process accepted")
 	}
-	if v, err := parseSchedstat("216732393 206464336 894\n"); err != nil || v != 216732393 {
-		t.Errorf("parseSchedstat = %v, %v", v, err)
-	}
 }
 
 // This process's reading is precise: a CPU-bound loop of a few ms shows.
@@ -56,21 +53,6 @@ func TestProcCPUSecondsSelf(t *testing.T) {
 	}
 	if d, ok := b.since(a); !ok || d <= 0 {
 		t.Fatalf("%d: %v s, %v after a busy loop", x&1, d, ok)
-	}
-}
-
-func TestParseProcStatCPU(t *testing.T) {
-	// A command name with spaces and a ')' of its own: fields are counted
-	// after the last ')'. utime 250, stime 50 ticks = 3 s.
-	line := "4242 (spin dle) x)) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 7 0 100 0 0\n"
-	got, err := parseProcStatCPU(line)
-	if err != nil || got != 3 {
-		t.Fatalf("parseProcStatCPU = %v, %v; want 3 s", got, err)
-	}
-	for _, bad := range []string{"", "1 (x) S 1 2", "1 (x) S 1 2 3 4 5 6 7 8 9 10 u 5 0"} {
-		if _, err := parseProcStatCPU(bad); err == nil {
-			t.Errorf("parseProcStatCPU(%q): no error", bad)
-		}
 	}
 }
 

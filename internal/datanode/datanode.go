@@ -304,9 +304,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	dm := bulk.NewDemux(ln, cfg.TLS, bsrv.Handle, 0)
 	defer dm.Wait()
 	defer dm.Close()
-	repl := newReplicator(eng, cfg.TLS, cfg.ID, cfg.MaxCopies, log)
-	defer repl.stop()
-	repl.register(reg)
+	copier := newContainerCopier(eng, cfg.TLS, cfg.ID, cfg.MaxCopies, log)
+	defer copier.stop()
+	copier.register(reg)
 	scrub := newScrubber(eng, cfg.ScrubRateBytesPerS, cfg.ScrubInterval, log)
 	scrub.register(reg)
 	repair := newRepairer(eng, cfg.TLS, scrub, log)
@@ -367,7 +367,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			interval = metaapi.DefaultHeartbeatInterval
 		}
 		h := &heartbeater{mc: cfg.Meta, id: id, addr: advertise, metricsURL: metricsURL, logDir: cfg.LogDir, eng: eng, node: node, log: log,
-			interval: interval, proposals: make(chan struct{}, maxConcurrentProposals), repl: repl, deleted: newReportQueue[metaapi.BlockRef](maxPendingAcks), blocks: newBlockCounter(),
+			interval: interval, proposals: make(chan struct{}, maxConcurrentProposals), copier: copier, deleted: newReportQueue[metaapi.BlockRef](maxPendingAcks), blocks: newBlockCounter(),
 			scrub: scrub, repair: repair, bg: &bg, bgCtx: bgCtx, volFound: vols.found}
 		go func() { defer close(hbDone); h.run(bgCtx) }()
 	} else {

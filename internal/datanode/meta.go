@@ -136,9 +136,9 @@ type heartbeater struct {
 	// proposals bounds the commands run in the background at once
 	// (inBackground: proposals, replica deletions).
 	proposals chan struct{}
-	// repl runs replicate_container commands; its wake channel makes the
-	// next heartbeat come at once when a copy ends.
-	repl *replicator
+	// copier runs replicate_container commands (container copies); its
+	// wake channel makes the next heartbeat come at once when a copy ends.
+	copier *containerCopier
 
 	// deleted holds the acknowledgements for the next heartbeats (at most
 	// maxPendingAcks).
@@ -193,7 +193,7 @@ func (h *heartbeater) run(ctx context.Context) {
 		case <-h.node.Stopped():
 			return
 		case <-t.C:
-		case <-h.repl.wake:
+		case <-h.copier.wake:
 		case <-h.scrub.found:
 		case <-h.repair.wake:
 		case <-h.volFound:
@@ -217,7 +217,7 @@ func (h *heartbeater) report() *metaapi.Heartbeat {
 	for _, p := range h.node.Pipelines() {
 		hb.Pipelines = append(hb.Pipelines, metaapi.PipelineReport{ID: p.ID, LeaderID: p.Leader, Term: p.Term, Applied: p.Applied, Behind: p.Behind})
 	}
-	hb.Copying = h.repl.copying()
+	hb.Copying = h.copier.copying()
 	hb.Scrub = h.scrub.progress()
 	hb.FailedVolumes = failedVolumeReports(h.eng)
 	for _, f := range h.node.FailedPipelines() {
@@ -240,11 +240,11 @@ func (h *heartbeater) beat(ctx context.Context) bool {
 	defer cancel()
 	hb := h.report()
 	hb.DeletedBlocks = h.deleted.take(metaapi.MaxDeletedBlocksReport)
-	hb.CopyFailures = h.repl.failures.take(metaapi.MaxCopyFailuresReport)
+	hb.CopyFailures = h.copier.failures.take(metaapi.MaxCopyFailuresReport)
 	resp, err := h.mc.Heartbeat(cctx, hb)
 	if err != nil {
 		h.deleted.putBack(hb.DeletedBlocks)
-		h.repl.failures.putBack(hb.CopyFailures)
+		h.copier.failures.putBack(hb.CopyFailures)
 		h.log.Warn("heartbeat failed", "err", err)
 		return false
 	}
@@ -278,7 +278,7 @@ func (h *heartbeater) beat(ctx context.Context) bool {
 		case metaapi.CmdCloseContainer, metaapi.CmdDeleteBlocks:
 			h.propose(ctx, c)
 		case metaapi.CmdReplicateContainer:
-			h.repl.submit(c)
+			h.copier.submit(c)
 		case metaapi.CmdDeleteContainer:
 			h.deleteReplica(c)
 		case metaapi.CmdRepairBlocks:

@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/raftqueue"
 	"github.com/spindle-store/spindle/internal/transport"
 	"github.com/spindle-store/spindle/internal/wal"
 )
@@ -259,9 +260,11 @@ type Node struct {
 	groups   map[uint64]*group
 	order    []*group
 
-	events  chan event
-	appendq *queue[*appendJob]
-	applyq  *queue[*applyJob]
+	events chan event
+	// appendq and applyq feed the append and apply workers (storage.go):
+	// the loop pushes without blocking, raft's flow control bounds them.
+	appendq *raftqueue.Queue[*appendJob]
+	applyq  *raftqueue.Queue[*applyJob]
 	replies replies
 	peersMu sync.Mutex
 	peers   map[uint64]*peer
@@ -422,8 +425,8 @@ func Start(c Config) (*Node, error) {
 		wal:       cfg.Log,
 		groups:    map[uint64]*group{},
 		events:    make(chan event, eventQueueCap),
-		appendq:   newQueue[*appendJob](),
-		applyq:    newQueue[*applyJob](),
+		appendq:   raftqueue.New[*appendJob](),
+		applyq:    raftqueue.New[*applyJob](),
 		replies:   replies{conns: map[*transport.Conn]*connReplies{}},
 		peers:     map[uint64]*peer{},
 		addrs:     map[uint64]string{},

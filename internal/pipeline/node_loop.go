@@ -429,13 +429,13 @@ func (n *Node) onReady(g *group) {
 		g.leases = nil
 	}
 	for _, j := range appends {
-		n.appendq.push(j)
+		n.appendq.Push(j)
 	}
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case raft.LocalAppendThread:
 		case raft.LocalApplyThread:
-			n.applyq.push(n.newApplyJob(g, m))
+			n.applyq.Push(n.newApplyJob(g, m))
 		default:
 			n.send(g, m)
 		}

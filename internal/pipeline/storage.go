@@ -126,7 +126,7 @@ func (n *Node) appendWorker() {
 	var popped []*appendJob
 	var recs []wal.Record
 	for {
-		popped = n.appendq.popAll(popped[:0], n.stop)
+		popped = n.appendq.PopAll(popped[:0], n.stop)
 		if popped == nil {
 			return
 		}
@@ -370,7 +370,7 @@ func (n *Node) applyWorker() {
 	open := map[uint64]*openBlocks{}
 	compacted := map[uint64]uint64{}
 	for {
-		jobs = n.applyq.popAll(jobs[:0], n.stop)
+		jobs = n.applyq.PopAll(jobs[:0], n.stop)
 		if jobs == nil {
 			return
 		}

@@ -1,7 +1,6 @@
 package scenario
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,11 +9,11 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
@@ -345,29 +344,25 @@ type procMem struct {
 }
 
 func procMemory(pid int) (procMem, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return procMem{}, fmt.Errorf("reading the datanode's memory: %w", err)
 	}
-	defer f.Close()
-	var m procMem
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok || (k != "VmRSS" && k != "VmHWM") {
-			continue
-		}
-		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		if err != nil {
-			return m, fmt.Errorf("/proc/%d/status %s: %w", pid, k, err)
-		}
-		if k == "VmRSS" {
-			m.RSS = kb << 10
-		} else {
-			m.HWM = kb << 10
-		}
+	return procMemoryIn(fs, pid)
+}
+
+// procMemoryIn reads VmRSS and VmHWM of PID/status under fs through
+// procfs (kB × 1024, as the hand parser it replaced: TestProcMemorySameFigures).
+func procMemoryIn(fs procfs.FS, pid int) (procMem, error) {
+	p, err := fs.Proc(pid)
+	if err != nil {
+		return procMem{}, fmt.Errorf("reading the datanode's memory: %w", err)
 	}
-	return m, sc.Err()
+	st, err := p.NewStatus()
+	if err != nil {
+		return procMem{}, fmt.Errorf("reading the datanode's memory: %w", err)
+	}
+	return procMem{RSS: int64(st.VmRSS), HWM: int64(st.VmHWM)}, nil
 }
 
 // openIdleConns opens n connections to addr, each sending one request

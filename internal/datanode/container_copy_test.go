@@ -56,9 +56,9 @@ func TestCopyOfAContainerPastItsMaximumSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dst.Close()
-	r := newReplicator(dst, nil, 2, 1, quiet)
-	defer r.cancel()
-	if err := r.copyFrom(3, metaapi.Member{NodeID: 1, Addr: ln.Addr().String()}); err != nil {
+	cc := newContainerCopier(dst, nil, 2, 1, quiet)
+	defer cc.cancel()
+	if err := cc.copyFrom(3, metaapi.Member{NodeID: 1, Addr: ln.Addr().String()}); err != nil {
 		t.Fatalf("copy of a container holding 6,000 bytes of a 4,096-byte maximum: %v", err)
 	}
 	got, err := dst.ReadChunk(b, 0, 6000, nil)

@@ -19,7 +19,7 @@ import (
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
-// Limits of the replicator (the target side of re-replication).
+// Limits of the container copier (the target side of re-replication).
 const (
 	// DefaultMaxCopies bounds the container copies a node runs at once.
 	DefaultMaxCopies = 4
@@ -34,7 +34,8 @@ const (
 	maxErrorBytes = 512
 )
 
-// replicator carries out replicate_container commands: it pulls CLOSED
+// containerCopier carries out replicate_container commands (re-replication:
+// this node is the target of a container copy): it pulls CLOSED
 // containers from their sources by bulk streaming into an engine importer,
 // which verifies every checksum and makes the container visible atomically.
 // A copy that fails from every source listed is reported in the next
@@ -43,7 +44,7 @@ const (
 // Concurrency: submit, copying and failures may be used from any
 // goroutine; each copy runs in its own goroutine (at most maxQueuedCopies,
 // of which maxActive copy at a time). stop cancels them and waits.
-type replicator struct {
+type containerCopier struct {
 	eng   *engine.Engine
 	tls   *tlsconf.Settings // the copies' connections (nil: plaintext)
 	self  uint64
@@ -67,61 +68,61 @@ type replicator struct {
 	running           atomic.Int64
 }
 
-func newReplicator(eng *engine.Engine, sec *tlsconf.Settings, self uint64, maxActive int, log *slog.Logger) *replicator {
+func newContainerCopier(eng *engine.Engine, sec *tlsconf.Settings, self uint64, maxActive int, log *slog.Logger) *containerCopier {
 	if maxActive <= 0 {
 		maxActive = DefaultMaxCopies
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &replicator{eng: eng, tls: sec, self: self, log: log, sema: make(chan struct{}, maxActive), wake: make(chan struct{}, 1),
+	return &containerCopier{eng: eng, tls: sec, self: self, log: log, sema: make(chan struct{}, maxActive), wake: make(chan struct{}, 1),
 		pause: newCopyPause(), ctx: ctx, cancel: cancel, active: map[uint64]bool{},
 		failures: newReportQueue[metaapi.CopyFailure](maxPendingFailures)}
 }
 
-// register exports the replicator's metrics.
-func (r *replicator) register(reg *prometheus.Registry) {
+// register exports the container copier's metrics.
+func (cc *containerCopier) register(reg *prometheus.Registry) {
 	reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_copy_bytes_total",
 			Help: "Block bytes received by container copies (re-replication targets), completed or not."},
-			func() float64 { return float64(r.bytes.Load()) }),
+			func() float64 { return float64(cc.bytes.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_copies_completed_total",
 			Help: "Container copies completed (verified and visible)."},
-			func() float64 { return float64(r.ok.Load()) }),
+			func() float64 { return float64(cc.ok.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spindle_datanode_copies_failed_total",
 			Help: "Container copies that failed from every source offered."},
-			func() float64 { return float64(r.failed.Load()) }),
+			func() float64 { return float64(cc.failed.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_datanode_copies_running",
 			Help: "Container copies receiving now."},
-			func() float64 { return float64(r.running.Load()) }),
+			func() float64 { return float64(cc.running.Load()) }),
 	)
 }
 
 // submit accepts a replicate_container command unless the container is
 // here already, being copied, or the queue is full.
-func (r *replicator) submit(c metaapi.Command) {
+func (cc *containerCopier) submit(c metaapi.Command) {
 	id := c.Container
 	if id == 0 || len(c.Sources) == 0 {
-		r.log.Warn("replicate_container without a container or sources", "container", id)
+		cc.log.Warn("replicate_container without a container or sources", "container", id)
 		return
 	}
-	if _, err := r.eng.Container(engine.ContainerID(id)); err == nil {
+	if _, err := cc.eng.Container(engine.ContainerID(id)); err == nil {
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.active[id] || len(r.active) >= maxQueuedCopies || r.ctx.Err() != nil {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.active[id] || len(cc.active) >= maxQueuedCopies || cc.ctx.Err() != nil {
 		return
 	}
-	r.active[id] = true
-	r.wg.Add(1)
-	go r.run(c)
+	cc.active[id] = true
+	cc.wg.Add(1)
+	go cc.run(c)
 }
 
 // copying lists the containers accepted and not finished, in ID order.
-func (r *replicator) copying() []uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]uint64, 0, len(r.active))
-	for id := range r.active {
+func (cc *containerCopier) copying() []uint64 {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	out := make([]uint64, 0, len(cc.active))
+	for id := range cc.active {
 		out = append(out, id)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
@@ -131,75 +132,75 @@ func (r *replicator) copying() []uint64 {
 	return out
 }
 
-func (r *replicator) stop() {
-	r.cancel()
-	r.wg.Wait()
+func (cc *containerCopier) stop() {
+	cc.cancel()
+	cc.wg.Wait()
 }
 
-func (r *replicator) notify() {
+func (cc *containerCopier) notify() {
 	select {
-	case r.wake <- struct{}{}:
+	case cc.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (r *replicator) run(c metaapi.Command) {
-	defer r.wg.Done()
+func (cc *containerCopier) run(c metaapi.Command) {
+	defer cc.wg.Done()
 	defer func() {
-		r.mu.Lock()
-		delete(r.active, c.Container)
-		r.mu.Unlock()
-		r.notify()
+		cc.mu.Lock()
+		delete(cc.active, c.Container)
+		cc.mu.Unlock()
+		cc.notify()
 	}()
 	select {
-	case r.sema <- struct{}{}:
-		defer func() { <-r.sema }()
-	case <-r.ctx.Done():
+	case cc.sema <- struct{}{}:
+		defer func() { <-cc.sema }()
+	case <-cc.ctx.Done():
 		return
 	}
-	r.running.Add(1)
-	defer r.running.Add(-1)
+	cc.running.Add(1)
+	defer cc.running.Add(-1)
 	var lastErr error
 	for _, src := range c.Sources {
-		if src.NodeID == r.self {
+		if src.NodeID == cc.self {
 			continue
 		}
-		err := r.copyFrom(c.Container, src)
+		err := cc.copyFrom(c.Container, src)
 		if err == nil || errors.Is(err, engine.ErrExists) {
 			if err != nil {
-				r.log.Info("container copy: already here", "container", c.Container)
+				cc.log.Info("container copy: already here", "container", c.Container)
 			}
 			return
 		}
 		lastErr = err
-		if r.ctx.Err() != nil {
+		if cc.ctx.Err() != nil {
 			return // stopping: not a failure of the source
 		}
-		r.log.Warn("container copy failed", "container", c.Container, "source", src.NodeID, "addr", src.Addr, "err", err)
+		cc.log.Warn("container copy failed", "container", c.Container, "source", src.NodeID, "addr", src.Addr, "err", err)
 	}
 	if lastErr == nil {
 		lastErr = errors.New("no source other than this node")
 	}
-	r.failed.Add(1)
+	cc.failed.Add(1)
 	msg := lastErr.Error()
 	if len(msg) > maxErrorBytes {
 		msg = msg[:maxErrorBytes]
 	}
-	r.failures.add(metaapi.CopyFailure{Container: c.Container, Source: c.Sources[0].NodeID, Error: msg})
+	cc.failures.add(metaapi.CopyFailure{Container: c.Container, Source: c.Sources[0].NodeID, Error: msg})
 }
 
 // copyFrom pulls container id from src into an importer; on any error the
 // importer is aborted (nothing becomes visible).
-func (r *replicator) copyFrom(id uint64, src metaapi.Member) error {
+func (cc *containerCopier) copyFrom(id uint64, src metaapi.Member) error {
 	var im *engine.Importer
 	start := time.Now()
-	res, err := bulk.Fetch(r.ctx, r.tls, src.Addr, id, func(h bulk.ContainerHeader) (bulk.Sink, error) {
+	res, err := bulk.Fetch(cc.ctx, cc.tls, src.Addr, id, func(h bulk.ContainerHeader) (bulk.Sink, error) {
 		var err error
-		im, err = r.eng.ImportContainer(engine.ContainerID(id), h.CopyBytes(), h.BCSID)
+		im, err = cc.eng.ImportContainer(engine.ContainerID(id), h.CopyBytes(), h.BCSID)
 		if err != nil {
 			return nil, err
 		}
-		return &countingSink{im: im, r: r}, nil
+		return &countingSink{im: im, cc: cc}, nil
 	})
 	if err == nil {
 		err = im.Commit()
@@ -207,14 +208,14 @@ func (r *replicator) copyFrom(id uint64, src metaapi.Member) error {
 	if err != nil {
 		if im != nil {
 			if aerr := im.Abort(); aerr != nil {
-				r.log.Error("container copy: abort", "container", id, "err", aerr)
+				cc.log.Error("container copy: abort", "container", id, "err", aerr)
 			}
 		}
 		return err
 	}
-	r.ok.Add(1)
+	cc.ok.Add(1)
 	secs := time.Since(start).Seconds()
-	r.log.Info("container copied", "container", id, "source", src.NodeID, "blocks", res.Blocks, "bytes", res.Bytes,
+	cc.log.Info("container copied", "container", id, "source", src.NodeID, "blocks", res.Blocks, "bytes", res.Bytes,
 		"seconds", fmt.Sprintf("%.3f", secs), "mb_per_s", fmt.Sprintf("%.0f", float64(res.Bytes)/1e6/max(secs, 1e-9)))
 	return nil
 }
@@ -222,7 +223,7 @@ func (r *replicator) copyFrom(id uint64, src metaapi.Member) error {
 // countingSink counts received bytes and runs the test pause hook.
 type countingSink struct {
 	im     *engine.Importer
-	r      *replicator
+	cc     *containerCopier
 	blocks int
 }
 
@@ -234,10 +235,10 @@ func (s *countingSink) AddBlock(bd *engine.BlockData, rd io.Reader) error {
 }
 
 func (s *countingSink) added(bd *engine.BlockData) error {
-	s.r.bytes.Add(bd.Length)
+	s.cc.bytes.Add(bd.Length)
 	s.blocks++
 	if s.blocks == 1 {
-		s.r.pause.wait(s.r.ctx, s.r.log, uint64(bd.ID.Container))
+		s.cc.pause.wait(s.cc.ctx, s.cc.log, uint64(bd.ID.Container))
 	}
 	return nil
 }
