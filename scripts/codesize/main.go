@@ -301,7 +301,15 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+func run(args []string, stdoutW, stderrW io.Writer) (code int) {
+	// Both buffered: a write error is kept and returned by Flush, which
+	// turns a clean exit into 2 (a report not written is no pass).
+	stdout, stderr := bufio.NewWriter(stdoutW), bufio.NewWriter(stderrW)
+	defer func() {
+		if err := errors.Join(stdout.Flush(), stderr.Flush()); err != nil && code == 0 {
+			code = 2
+		}
+	}()
 	fl := flag.NewFlagSet("codesize", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	root := fl.String("root", ".", "module root to walk")
@@ -334,10 +342,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	lim := Limits{MaxLines: *maxLines, MaxMethods: *maxMethods}
 	verdicts, stale := Check(pkgs, types, lim, base, skip)
-	if err := report(stdout, pkgs, types, *top, lim, verdicts, skip); err != nil {
-		fmt.Fprintf(stderr, "codesize: %v\n", err)
-		return 2
-	}
+	report(stdout, pkgs, types, *top, lim, verdicts, skip)
 
 	var problems []string
 	for key, v := range verdicts {
@@ -360,8 +365,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // report prints the two tables: packages with their lines, then the top
 // largest method sets (and any type beyond them that is over its bound).
-func report(w io.Writer, pkgs []Package, types []Type, top int, lim Limits, verdicts map[string]Verdict, skip []string) error {
-	bw := bufio.NewWriter(w)
+// Write errors are bw's, for its Flush.
+func report(bw *bufio.Writer, pkgs []Package, types []Type, top int, lim Limits, verdicts map[string]Verdict, skip []string) {
 	status := func(key string) string {
 		v, ok := verdicts[key]
 		switch {
@@ -405,5 +410,4 @@ func report(w io.Writer, pkgs []Package, types []Type, top int, lim Limits, verd
 	for _, t := range shown {
 		fmt.Fprintf(bw, "%-*s  %7d  %s\n", width, t.Key(), t.Methods, status("type "+t.Key()))
 	}
-	return bw.Flush()
 }
