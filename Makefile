@@ -35,7 +35,20 @@ GO_FILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*
 
 comma := ,
 
-.PHONY: help deps build test test-race vet fmt fmt-check demo fuzz bench report clean check-full-disk check-crash check-chaos soak-meta accept-meta-ha test-s3 test-s3-full test-s3-suite bench-s3-versitygw
+# codesize leaves out these package prefixes. internal/meta is being split
+# into sub-packages: CODESIZE_SKIP goes when that split lands, and its
+# packages are then held to the bounds like the rest (not baselined).
+CODESIZE_SKIP ?= internal/meta
+
+# make lint's packages: the module less LINT_EXCLUDE (an extended regexp on
+# import paths). internal/meta is being split into sub-packages by another
+# change and is not linted until then: LINT_EXCLUDE goes when the split
+# lands, and its findings are fixed then. (Anchored: internal/metaapi is
+# linted.)
+LINT_EXCLUDE ?= /internal/meta(/|$$)
+LINT_PKGS = $(shell $(GO) list ./... | grep -v -E '$(LINT_EXCLUDE)')
+
+.PHONY: help deps build test test-race vet lint codesize fmt fmt-check demo fuzz bench report clean check-full-disk check-crash check-chaos soak-meta accept-meta-ha test-s3 test-s3-full test-s3-suite bench-s3-versitygw
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -57,7 +70,13 @@ fmt: ## gofmt -w all sources
 vet: ## go vet ./...
 	$(GO) vet ./...
 
-test: deps fmt-check vet ## gofmt check, go vet, all tests, then the concurrent packages under -race -short
+lint: ## staticcheck (staticcheck.conf) and errcheck, pinned Go tools, over LINT_PKGS; errcheck's not yet fixed findings are held by scripts/lint/errcheck-known.txt
+	GO=$(GO) scripts/lint/lint.sh $(LINT_PKGS)
+
+codesize: ## lines of Go by package, the largest method sets; fails past 3,000 non-test lines a package or 40 methods a type, beyond scripts/codesize/baseline.txt
+	$(GO) run ./scripts/codesize$(foreach p,$(CODESIZE_SKIP), -skip $(p))
+
+test: deps fmt-check vet lint codesize ## gofmt check, go vet, lint, code size bounds, all tests, then the concurrent packages under -race -short
 	GO=$(GO) scripts/gotest.sh -count=1 ./...
 	GO=$(GO) scripts/gotest.sh -count=1 -race -short $(RACE_TEST_PKGS)
 

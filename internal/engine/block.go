@@ -394,7 +394,9 @@ func (e *Engine) ListBlocks(id ContainerID, startAfter uint64, first bool, limit
 	if err != nil {
 		return nil, containerErr("list blocks", id, err)
 	}
-	defer it.Close()
+	// Close returns the iteration's error, which it.Error() below already
+	// returned: nothing more to report.
+	defer func() { _ = it.Close() }()
 	var out []*BlockData
 	for it.First(); it.Valid() && len(out) < limit; it.Next() {
 		bid, _ := decodeBlockKey(it.Key())

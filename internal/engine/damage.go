@@ -114,11 +114,15 @@ func (e *Engine) RepairBlock(bd *BlockData, r io.Reader) error {
 	if err != nil {
 		return blockErr("repair block", b, err)
 	}
+	// dropTmp removes the temporary file of a repair that failed, best
+	// effort: the repair's own error is the one to report, and a leftover
+	// is truncated by the block's next repair (Create).
+	dropTmp := func() { _ = e.fs.Remove(tmp) }
 	done := false
 	defer func() {
 		if !done {
-			f.Close()
-			e.fs.Remove(tmp)
+			_ = f.Close() // the file is dropped: its Close has nothing to keep
+			dropTmp()
 		}
 	}()
 	step := max(scanBufferBytes/uint64(bd.BytesPerChecksum), 1) * uint64(bd.BytesPerChecksum)
@@ -144,7 +148,7 @@ func (e *Engine) RepairBlock(bd *BlockData, r io.Reader) error {
 	}
 	if err := f.Close(); err != nil {
 		done = true
-		e.fs.Remove(tmp)
+		dropTmp()
 		return blockErr("repair block", b, err)
 	}
 	done = true
@@ -160,12 +164,12 @@ func (e *Engine) RepairBlock(bd *BlockData, r io.Reader) error {
 	}
 	if deleting {
 		c.mu.Unlock()
-		e.fs.Remove(tmp)
+		dropTmp()
 		return blockErr("repair block", b, fmt.Errorf("%w: deleted during the repair", ErrNotFound))
 	}
 	if err := e.fs.Rename(tmp, path); err != nil {
 		c.mu.Unlock()
-		e.fs.Remove(tmp)
+		dropTmp()
 		return blockErr("repair block", b, err)
 	}
 	_, marked := c.damaged[b.Local]
@@ -270,7 +274,9 @@ func (e *Engine) loadBlockMarks(v *volume, prefix byte, what string, keep func(c
 	if err != nil {
 		return fmt.Errorf("engine: volume %s: %s: %w", v.dir, what, err)
 	}
-	defer it.Close()
+	// Close returns the iteration's error, which it.Error() below already
+	// returned: nothing more to report.
+	defer func() { _ = it.Close() }()
 	var stale [][]byte
 	for it.First(); it.Valid(); it.Next() {
 		k := slices.Clone(it.Key())

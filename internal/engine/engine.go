@@ -352,7 +352,9 @@ func (e *Engine) sumBlocks(c *container) (uint64, error) {
 	if err != nil {
 		return 0, containerErr("load", c.id, err)
 	}
-	defer it.Close()
+	// Close returns the iteration's error, which it.Error() below already
+	// returned: nothing more to report.
+	defer func() { _ = it.Close() }()
 	var used uint64
 	for it.First(); it.Valid(); it.Next() {
 		bid, _ := decodeBlockKey(it.Key())

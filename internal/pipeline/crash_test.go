@@ -284,16 +284,8 @@ var errCrashedMeanwhile = errors.New("a member crashed while the cluster caught 
 // crashWaves is the number of waves of crashPlan.
 const crashWaves = 3
 
-// crashOps returns the workload: wave by wave, the blocks' requests taken
+// crashWave returns one wave of the workload: its blocks' requests taken
 // round-robin, so that several blocks are open at once.
-func crashOps() []crashOp {
-	var out []crashOp
-	for wave := 0; wave < crashWaves; wave++ {
-		out = append(out, crashWave(wave)...)
-	}
-	return out
-}
-
 func crashWave(wave int) []crashOp {
 	var per [][]crashOp
 	for bi, b := range crashPlan {

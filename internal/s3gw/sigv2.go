@@ -103,11 +103,11 @@ func (s *sigV2) resign(ctx fiber.Ctx, access, sig, exp string) error {
 		return s3err.GetAPIError(s3err.ErrInvalidRequest)
 	}
 	var amz []string
-	ctx.Request().Header.VisitAll(func(k, v []byte) {
+	for k, v := range ctx.Request().Header.All() {
 		if name := strings.ToLower(string(k)); strings.HasPrefix(name, "x-amz-") {
 			amz = append(amz, name+":"+strings.TrimSpace(string(v)))
 		}
-	})
+	}
 	slices.Sort(amz)
 	resource := rawPath
 	var subs []string

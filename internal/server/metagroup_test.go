@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -129,7 +128,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal(fmt.Sprintf("timed out (30 s) waiting for %s", what))
+			t.Fatalf("timed out (30 s) waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

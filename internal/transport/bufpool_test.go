@@ -122,15 +122,13 @@ func TestRecycledBufferKeepsItsClass(t *testing.T) {
 	if cs == cl {
 		t.Fatal("test sizes share a class")
 	}
-	b := NewPayload(large)
-	b = nil
+	NewPayload(large) // dropped at once: the GC recycles it into its class
 	waitFree(t, cl, 1)
 	x := NewPayload(small) // the first of its class: takes the free large buffer
 	if cap(x) != small {
 		t.Fatalf("cap %d, want %d", cap(x), small)
 	}
-	y := NewPayload(small) // a new buffer of the small class
-	y = nil
+	NewPayload(small) // a new buffer of the small class, dropped at once
 	waitFree(t, cs, 1)
 	recycled.mu.Lock()
 	for c, l := range recycled.free {
@@ -142,5 +140,4 @@ func TestRecycledBufferKeepsItsClass(t *testing.T) {
 	}
 	recycled.mu.Unlock()
 	runtime.KeepAlive(x)
-	_, _ = b, y
 }

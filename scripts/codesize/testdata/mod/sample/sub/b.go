@@ -1,0 +1,5 @@
+package sub
+
+type U int
+
+func (U) A() {}

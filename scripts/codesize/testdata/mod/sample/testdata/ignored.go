@@ -1,0 +1,5 @@
+package ignored
+
+type I int
+
+func (I) A() {}

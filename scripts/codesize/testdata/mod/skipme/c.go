@@ -1,0 +1,5 @@
+package skipme
+
+type S int
+
+func (S) A() {}
