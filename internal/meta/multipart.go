@@ -58,14 +58,14 @@ func (s *Service) uploadOf(ref metaapi.UploadRef) (bucketRecord, uploadRecord, e
 		return brec, uploadRecord{}, err
 	}
 	if ref.UploadID == "" || len(ref.UploadID) > 64 {
-		return brec, uploadRecord{}, fmt.Errorf("%w: upload %q of %s/%s", metaapi.ErrNotFound, ref.UploadID, ref.Bucket, ref.Key)
+		return brec, uploadRecord{}, fmt.Errorf("%w %q of %s/%s", metaapi.ErrNoSuchUpload, ref.UploadID, ref.Bucket, ref.Key)
 	}
 	up, ok, err := s.getUpload(ref)
 	if err != nil {
 		return brec, up, err
 	}
 	if !ok {
-		return brec, up, fmt.Errorf("%w: upload %s of %s/%s", metaapi.ErrNotFound, ref.UploadID, ref.Bucket, ref.Key)
+		return brec, up, fmt.Errorf("%w %s of %s/%s", metaapi.ErrNoSuchUpload, ref.UploadID, ref.Bucket, ref.Key)
 	}
 	return brec, up, nil
 }
@@ -339,11 +339,11 @@ func (s *Service) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInfo,
 }
 
 // Reasons a completion is refused (with metaapi.ErrInvalid), for the
-// gateway's S3 error codes; the message carries them.
+// gateway's S3 error codes: metaapi's, which the answer's reason carries.
 var (
-	ErrPartOrder    = errors.New("InvalidPartOrder")
-	ErrInvalidPart  = errors.New("InvalidPart")
-	ErrPartTooSmall = errors.New("EntityTooSmall")
+	ErrPartOrder    = metaapi.ErrPartOrder
+	ErrInvalidPart  = metaapi.ErrInvalidPart
+	ErrPartTooSmall = metaapi.ErrPartTooSmall
 )
 
 // base64CRC is a CRC32C as S3 writes it: base64 of its 4 big-endian bytes.
@@ -363,7 +363,7 @@ func (s *Service) ListUploads(req *metaapi.ListUploads) (*metaapi.UploadList, er
 	}
 	return read(s, func() (*metaapi.UploadList, error) {
 		if _, ok := s.buckets[req.Bucket]; !ok {
-			return nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, req.Bucket)
+			return nil, fmt.Errorf("%w %s", metaapi.ErrNoSuchBucket, req.Bucket)
 		}
 		up := uploadPrefix(req.Bucket)
 		lo := append(slices.Clone(up), req.Prefix...)

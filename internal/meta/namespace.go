@@ -57,7 +57,7 @@ func (s *Service) DeleteBucket(name string) error {
 	_, err := mutate(s, func() (struct{}, *pebble.Batch, error) {
 		rec, ok := s.buckets[name]
 		if !ok {
-			return struct{}{}, nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, name)
+			return struct{}{}, nil, fmt.Errorf("%w %s", metaapi.ErrNoSuchBucket, name)
 		}
 		if rec.Keys > 0 {
 			return struct{}{}, nil, fmt.Errorf("%w: bucket %s holds %d keys", metaapi.ErrNotEmpty, name, rec.Keys)
@@ -106,7 +106,7 @@ func (s *Service) bucketOf(bucket, key string) (bucketRecord, error) {
 	}
 	rec, ok := s.buckets[bucket]
 	if !ok {
-		return rec, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, bucket)
+		return rec, fmt.Errorf("%w %s", metaapi.ErrNoSuchBucket, bucket)
 	}
 	return rec, nil
 }
@@ -291,7 +291,7 @@ func (s *Service) awaitAll(own []pending, refused bool, front pending) error {
 // apiError is err as one result of a batch.
 func apiError(what string, err error) *metaapi.Error {
 	code, _ := metaapi.CodeOf(err)
-	return &metaapi.Error{Code: code, Message: fmt.Sprintf("%s: %v", what, err)}
+	return &metaapi.Error{Code: code, Reason: metaapi.ReasonOf(err), Message: fmt.Sprintf("%s: %v", what, err)}
 }
 
 // allocateLocked is Allocate under s.mu.
@@ -677,7 +677,7 @@ func (s *Service) GetKey(bucket, key string) (*metaapi.KeyInfo, error) {
 			return nil, err
 		}
 		if !ok {
-			return nil, fmt.Errorf("%w: key %s/%s", metaapi.ErrNotFound, bucket, key)
+			return nil, fmt.Errorf("%w %s/%s", metaapi.ErrNoSuchKey, bucket, key)
 		}
 		return s.keyInfo(bucket, key, rec, s.cfg.Now()), nil
 	})
@@ -703,7 +703,7 @@ func (s *Service) GetKeys(names []metaapi.KeyName) ([]metaapi.GetResult, error) 
 			}
 			rec, ok, err := s.getKey(n.Bucket, n.Key)
 			if err == nil && !ok {
-				err = fmt.Errorf("%w: key %s/%s", metaapi.ErrNotFound, n.Bucket, n.Key)
+				err = fmt.Errorf("%w %s/%s", metaapi.ErrNoSuchKey, n.Bucket, n.Key)
 			}
 			if err != nil {
 				res[i].Error = apiError(what, err)
@@ -727,7 +727,7 @@ func (s *Service) DeleteKey(bucket, key string) error {
 			return struct{}{}, nil, err
 		}
 		if !ok {
-			return struct{}{}, nil, fmt.Errorf("%w: key %s/%s", metaapi.ErrNotFound, bucket, key)
+			return struct{}{}, nil, fmt.Errorf("%w %s/%s", metaapi.ErrNoSuchKey, bucket, key)
 		}
 		now := s.cfg.Now()
 		b := s.db.NewBatch()
@@ -776,7 +776,7 @@ func (s *Service) List(bucket string, o ListOptions) (*metaapi.KeyList, error) {
 // listLocked is List, validated, under s.mu.
 func (s *Service) listLocked(bucket string, o ListOptions) (*metaapi.KeyList, error) {
 	if _, ok := s.buckets[bucket]; !ok {
-		return nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, bucket)
+		return nil, fmt.Errorf("%w %s", metaapi.ErrNoSuchBucket, bucket)
 	}
 	kp := keyPrefix(bucket)
 	lo := append(slices.Clone(kp), o.Prefix...)

@@ -205,7 +205,7 @@ func (s *Service) GetBucket(name string) (*metaapi.Bucket, error) {
 	return read(s, func() (*metaapi.Bucket, error) {
 		rec, ok := s.buckets[name]
 		if !ok {
-			return nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, name)
+			return nil, fmt.Errorf("%w %s", metaapi.ErrNoSuchBucket, name)
 		}
 		v := bucketView(name, rec)
 		if rec.ACL != "" {
@@ -226,7 +226,7 @@ func (s *Service) PutBucketACL(name string, acl []byte) error {
 	_, err := mutate(s, func() (struct{}, *pebble.Batch, error) {
 		rec, ok := s.buckets[name]
 		if !ok {
-			return struct{}{}, nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, name)
+			return struct{}{}, nil, fmt.Errorf("%w %s", metaapi.ErrNoSuchBucket, name)
 		}
 		rec.ACL = string(acl)
 		b := s.db.NewBatch()
