@@ -5,7 +5,9 @@
 // admin commands. The data path (chunks) never goes through the meta
 // service: clients write to pipelines with internal/client.
 //
-// Routes (all bodies JSON; errors are an Error body with an HTTP status):
+// Routes (all bodies JSON; errors are an Error body with an HTTP status, a
+// code and, refining it, a reason that callers switch on with errors.Is:
+// errors.go):
 //
 //	POST   /v1/heartbeat                      Heartbeat → HeartbeatResponse
 //	PUT    /v1/buckets/{bucket}               → Bucket          (409 exists)
