@@ -75,7 +75,7 @@ func keyExit(err error, bucket, key string) error {
 	switch {
 	case errors.Is(err, metaapi.ErrNotFound):
 		switch {
-		case bucket != "" && strings.Contains(err.Error(), "bucket "+bucket):
+		case bucket != "" && errors.Is(err, metaapi.ErrNoSuchBucket):
 			return &exitError{exitNotFound, fmt.Errorf("unknown bucket %s", bucket)}
 		case key != "":
 			return &exitError{exitNotFound, fmt.Errorf("unknown key %s", what)}

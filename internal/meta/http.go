@@ -233,7 +233,7 @@ func (s *Service) instrument(route string, h func(w http.ResponseWriter, r *http
 			if errors.As(err, &nl) {
 				writeErrorBody(w, status, metaapi.Error{Code: code, Message: err.Error(), NotLeader: true, Leader: nl.LeaderAddr})
 			} else {
-				writeError(w, status, code, err.Error())
+				writeErrorBody(w, status, metaapi.ErrorFor(err))
 			}
 		} else {
 			writeJSON(w, status, body)

@@ -266,7 +266,7 @@ func (w *OfflineWriter) AddKey(bucket, key string, size uint64, crc uint32, bloc
 	}
 	brec := w.buckets[bucket]
 	if brec == nil {
-		return fmt.Errorf("meta: offline: %w: bucket %s", metaapi.ErrNotFound, bucket)
+		return fmt.Errorf("meta: offline: %w %s", metaapi.ErrNoSuchBucket, bucket)
 	}
 	ok := string(state.ObjectKey(bucket, key))
 	if w.keys[ok] {

@@ -5,7 +5,9 @@
 // admin commands. The data path (chunks) never goes through the meta
 // service: clients write to pipelines with internal/client.
 //
-// Routes (all bodies JSON; errors are an Error body with an HTTP status):
+// Routes (all bodies JSON; errors are an Error body with an HTTP status, a
+// code and, refining it, a reason that callers switch on with errors.Is:
+// errors.go):
 //
 //	POST   /v1/heartbeat                      Heartbeat → HeartbeatResponse
 //	PUT    /v1/buckets/{bucket}               → Bucket          (409 exists)
@@ -725,9 +727,15 @@ type CopyTask struct {
 
 // Error is the body of every non-2xx response. As an error (what Client
 // returns) it reads as its message and unwraps to the Err* value of its
-// code, so errors.Is(err, ErrNotFound) works.
+// reason when it has one (ErrNoSuchBucket, …, see errors.go), which wraps
+// that of its code, else to that of its code: errors.Is(err, ErrNotFound)
+// and errors.Is(err, ErrNoSuchBucket) both work.
 type Error struct {
-	Code    string `json:"code"` // one of the Code* constants
+	Code string `json:"code"` // one of the Code* constants
+	// Reason refines Code (one of the Reason* constants, or empty): which
+	// thing was not found, which rule a request broke. A client that does
+	// not know it goes by Code alone.
+	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message"`
 	// NotLeader: a member of a replicated meta service that does not
 	// serve refused the request before doing anything (code UNAVAILABLE);
@@ -746,8 +754,14 @@ func (e *Error) Error() string {
 	return e.Message
 }
 
-// Unwrap returns the Err* value of the code (nil for an unknown code).
-func (e *Error) Unwrap() error { return errorOf(e.Code) }
+// Unwrap returns the Err* value of the reason, when it is one of the
+// code's (errorOfReason), else that of the code (nil for an unknown code).
+func (e *Error) Unwrap() error {
+	if r := errorOfReason(e.Code, e.Reason); r != nil {
+		return r
+	}
+	return errorOf(e.Code)
+}
 
 // errorOf maps a code to its Err* value.
 func errorOf(code string) error {
@@ -805,7 +819,7 @@ func CodeOf(err error) (code string, status int) {
 // Error codes.
 const (
 	CodeInvalid     = "INVALID"     // 400: bad name or body
-	CodeNotFound    = "NOT_FOUND"   // 404: no such bucket or key
+	CodeNotFound    = "NOT_FOUND"   // 404: no such bucket, key, upload, user, …
 	CodeExists      = "EXISTS"      // 409
 	CodeNotEmpty    = "NOT_EMPTY"   // 409: bucket has keys
 	CodeNoPipeline  = "NO_PIPELINE" // 503: no healthy pipeline to allocate from
@@ -823,7 +837,7 @@ const (
 )
 
 // Errors a Client returns (wrapped with the server's message); test with
-// errors.Is.
+// errors.Is. The errors of a Reason (errors.go) refine them.
 var (
 	ErrInvalid     = errors.New("invalid request")
 	ErrNotFound    = errors.New("not found")
@@ -841,37 +855,39 @@ var (
 
 // ValidBucket checks a bucket name: 3..63 bytes of lower-case letters,
 // digits, '-' and '.', starting and ending with a letter or digit (as S3).
+// Its errors wrap ErrInvalidBucketName (an ErrInvalid).
 func ValidBucket(name string) error {
 	if len(name) < 3 || len(name) > MaxBucketBytes {
-		return fmt.Errorf("%w: bucket name %q: want 3..%d characters", ErrInvalid, name, MaxBucketBytes)
+		return fmt.Errorf("%w %q: want 3..%d characters", ErrInvalidBucketName, name, MaxBucketBytes)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || ((c == '-' || c == '.') && i > 0 && i < len(name)-1)
 		if !ok {
-			return fmt.Errorf("%w: bucket name %q: only a-z, 0-9, '-' and '.' (not first or last)", ErrInvalid, name)
+			return fmt.Errorf("%w %q: only a-z, 0-9, '-' and '.' (not first or last)", ErrInvalidBucketName, name)
 		}
 	}
 	return nil
 }
 
 // ValidKey checks a key name: 1..1024 bytes of UTF-8 without NUL or
-// control characters, not starting with '/', no "." or ".." segment.
+// control characters, not starting with '/', no "." or ".." segment. Its
+// errors wrap ErrInvalidKeyName (an ErrInvalid).
 func ValidKey(key string) error {
 	if len(key) == 0 || len(key) > MaxKeyBytes {
-		return fmt.Errorf("%w: key name: want 1..%d bytes, got %d", ErrInvalid, MaxKeyBytes, len(key))
+		return fmt.Errorf("%w: want 1..%d bytes, got %d", ErrInvalidKeyName, MaxKeyBytes, len(key))
 	}
 	if strings.HasPrefix(key, "/") {
-		return fmt.Errorf("%w: key %q starts with '/'", ErrInvalid, key)
+		return fmt.Errorf("%w %q: starts with '/'", ErrInvalidKeyName, key)
 	}
 	for _, r := range key {
 		if r < 0x20 || r == 0x7f || r == '\uFFFD' {
-			return fmt.Errorf("%w: key %q has a control character or invalid UTF-8", ErrInvalid, key)
+			return fmt.Errorf("%w %q: has a control character or invalid UTF-8", ErrInvalidKeyName, key)
 		}
 	}
 	for _, seg := range strings.Split(key, "/") {
 		if seg == "." || seg == ".." {
-			return fmt.Errorf("%w: key %q has a %q segment", ErrInvalid, key, seg)
+			return fmt.Errorf("%w %q: has a %q segment", ErrInvalidKeyName, key, seg)
 		}
 	}
 	return nil

@@ -2,12 +2,10 @@ package s3gw
 
 import (
 	"errors"
-	"strings"
 
 	"github.com/versity/versitygw/s3err"
 
 	"github.com/spindle-store/spindle/internal/keyclient"
-	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -18,11 +16,13 @@ type s3Error interface {
 }
 
 // toS3 turns an error of the meta service or the key client into the S3
-// error it means; notFound is the code of a NOT_FOUND that is not about a
-// bucket (NoSuchKey, NoSuchUpload). An S3 error found anywhere in the
-// chain (a checksum or signature failure of versitygw's body readers,
-// wrapped by the key client) is returned as is; anything else is an
-// internal error.
+// error it means, by the metaapi error it wraps (errors.Is; the reason of
+// a meta answer says which bucket, key, upload or part rule it is about).
+// notFound is the code of a NOT_FOUND without a reason (one that is not
+// about a bucket, key or upload, or from a meta service older than
+// reasons). An S3 error found anywhere in the chain (a checksum or
+// signature failure of versitygw's body readers, wrapped by the key
+// client) is returned as is; anything else is an internal error.
 func toS3(err error, notFound s3err.ErrorCode) error {
 	if err == nil {
 		return nil
@@ -35,12 +35,14 @@ func toS3(err error, notFound s3err.ErrorCode) error {
 	if errors.As(err, &ae) {
 		return ae
 	}
-	msg := err.Error()
 	switch {
+	case errors.Is(err, metaapi.ErrNoSuchBucket):
+		return s3err.GetAPIError(s3err.ErrNoSuchBucket)
+	case errors.Is(err, metaapi.ErrNoSuchKey):
+		return s3err.GetAPIError(s3err.ErrNoSuchKey)
+	case errors.Is(err, metaapi.ErrNoSuchUpload):
+		return s3err.GetAPIError(s3err.ErrNoSuchUpload)
 	case errors.Is(err, metaapi.ErrNotFound):
-		if strings.Contains(msg, "not found: bucket ") {
-			return s3err.GetAPIError(s3err.ErrNoSuchBucket)
-		}
 		return s3err.GetAPIError(notFound)
 	case errors.Is(err, metaapi.ErrPrecondition):
 		return s3err.GetAPIError(s3err.ErrPreconditionFailed)
@@ -48,17 +50,13 @@ func toS3(err error, notFound s3err.ErrorCode) error {
 		return s3err.GetAPIError(s3err.ErrBucketNotEmpty)
 	case errors.Is(err, keyclient.ErrRange):
 		return s3err.GetAPIError(s3err.ErrInvalidRange)
-	case errors.Is(err, metaapi.ErrInvalid):
-		switch {
-		case strings.Contains(msg, meta.ErrPartOrder.Error()):
-			return s3err.GetAPIError(s3err.ErrInvalidPartOrder)
-		case strings.Contains(msg, meta.ErrInvalidPart.Error()):
-			return s3err.GetAPIError(s3err.ErrInvalidPart)
-		case strings.Contains(msg, meta.ErrPartTooSmall.Error()):
-			return s3err.GetAPIError(s3err.ErrEntityTooSmall)
-		case strings.Contains(msg, "key name") || strings.Contains(msg, "key \""):
-			return s3err.GetAPIError(s3err.ErrInvalidRequest)
-		}
+	case errors.Is(err, metaapi.ErrPartOrder):
+		return s3err.GetAPIError(s3err.ErrInvalidPartOrder)
+	case errors.Is(err, metaapi.ErrInvalidPart):
+		return s3err.GetAPIError(s3err.ErrInvalidPart)
+	case errors.Is(err, metaapi.ErrPartTooSmall):
+		return s3err.GetAPIError(s3err.ErrEntityTooSmall)
+	case errors.Is(err, metaapi.ErrInvalid): // an invalid key name among them
 		return s3err.GetAPIError(s3err.ErrInvalidRequest)
 	case errors.Is(err, metaapi.ErrNoPipeline), errors.Is(err, metaapi.ErrUnavailable):
 		return s3err.GetAPIError(s3err.ErrSlowDown)

@@ -471,7 +471,7 @@ func (b *Backend) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput) (*
 		return &s3.DeleteObjectOutput{}, nil
 	}
 	err := b.meta.DeleteKey(ctx, bucket, key)
-	if err != nil && !(errors.Is(err, metaapi.ErrNotFound) && !strings.Contains(err.Error(), "not found: bucket ")) {
+	if err != nil && !(errors.Is(err, metaapi.ErrNotFound) && !errors.Is(err, metaapi.ErrNoSuchBucket)) {
 		return nil, toS3(err, s3err.ErrNoSuchKey)
 	}
 	return &s3.DeleteObjectOutput{}, nil

@@ -77,8 +77,14 @@ func (m *Meta) pipeline(id uint64) *metaapi.Pipeline {
 	return nil
 }
 
-func notFound(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", metaapi.ErrNotFound, fmt.Sprintf(format, args...))
+// noBucket and noKey are the meta service's NOT_FOUND errors, with their
+// reasons.
+func noBucket(name string) error {
+	return fmt.Errorf("%w %s", metaapi.ErrNoSuchBucket, name)
+}
+
+func noKey(bucket, key string) error {
+	return fmt.Errorf("%w %s/%s", metaapi.ErrNoSuchKey, bucket, key)
 }
 
 // CreateBucket implements keyclient.Meta.
@@ -126,7 +132,7 @@ func (m *Meta) DeleteBucket(_ context.Context, name string) error {
 	defer m.mu.Unlock()
 	b, ok := m.buckets[name]
 	if !ok {
-		return notFound("bucket %s", name)
+		return noBucket(name)
 	}
 	if len(b.keys) > 0 {
 		return fmt.Errorf("%w: bucket %s has %d keys", metaapi.ErrNotEmpty, name, len(b.keys))
@@ -152,7 +158,7 @@ func (m *Meta) Allocate(_ context.Context, req metaapi.AllocateRequest) (metaapi
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.buckets[req.Bucket]; !ok {
-		return metaapi.AllocateResponse{}, notFound("bucket %s", req.Bucket)
+		return metaapi.AllocateResponse{}, noBucket(req.Bucket)
 	}
 	for range m.pipelines {
 		p := m.pipelines[m.rr%len(m.pipelines)]
@@ -180,7 +186,7 @@ func (m *Meta) CommitKey(_ context.Context, bucketName, key string, ck metaapi.C
 	defer m.mu.Unlock()
 	b, ok := m.buckets[bucketName]
 	if !ok {
-		return metaapi.KeyInfo{}, notFound("bucket %s", bucketName)
+		return metaapi.KeyInfo{}, noBucket(bucketName)
 	}
 	var total uint64
 	if len(ck.Inline) > 0 {
@@ -227,11 +233,11 @@ func (m *Meta) GetKey(_ context.Context, bucketName, key string) (metaapi.KeyInf
 	defer m.mu.Unlock()
 	b, ok := m.buckets[bucketName]
 	if !ok {
-		return metaapi.KeyInfo{}, notFound("bucket %s", bucketName)
+		return metaapi.KeyInfo{}, noBucket(bucketName)
 	}
 	ki, ok := b.keys[key]
 	if !ok {
-		return metaapi.KeyInfo{}, notFound("key %s/%s", bucketName, key)
+		return metaapi.KeyInfo{}, noKey(bucketName, key)
 	}
 	return m.withMembers(ki), nil
 }
@@ -242,10 +248,10 @@ func (m *Meta) DeleteKey(_ context.Context, bucketName, key string) error {
 	defer m.mu.Unlock()
 	b, ok := m.buckets[bucketName]
 	if !ok {
-		return notFound("bucket %s", bucketName)
+		return noBucket(bucketName)
 	}
 	if _, ok := b.keys[key]; !ok {
-		return notFound("key %s/%s", bucketName, key)
+		return noKey(bucketName, key)
 	}
 	delete(b.keys, key)
 	return nil
@@ -260,7 +266,7 @@ func (m *Meta) ListKeys(_ context.Context, bucketName, prefix, startAfter string
 	defer m.mu.Unlock()
 	b, ok := m.buckets[bucketName]
 	if !ok {
-		return metaapi.KeyList{}, notFound("bucket %s", bucketName)
+		return metaapi.KeyList{}, noBucket(bucketName)
 	}
 	var names []string
 	for k := range b.keys {

@@ -59,14 +59,14 @@ func (s *Multipart) uploadOf(ref metaapi.UploadRef) (state.BucketRecord, state.U
 		return brec, state.UploadRecord{}, err
 	}
 	if ref.UploadID == "" || len(ref.UploadID) > 64 {
-		return brec, state.UploadRecord{}, fmt.Errorf("%w: upload %q of %s/%s", metaapi.ErrNotFound, ref.UploadID, ref.Bucket, ref.Key)
+		return brec, state.UploadRecord{}, fmt.Errorf("%w %q of %s/%s", metaapi.ErrNoSuchUpload, ref.UploadID, ref.Bucket, ref.Key)
 	}
 	up, ok, err := s.getUpload(ref)
 	if err != nil {
 		return brec, up, err
 	}
 	if !ok {
-		return brec, up, fmt.Errorf("%w: upload %s of %s/%s", metaapi.ErrNotFound, ref.UploadID, ref.Bucket, ref.Key)
+		return brec, up, fmt.Errorf("%w %s of %s/%s", metaapi.ErrNoSuchUpload, ref.UploadID, ref.Bucket, ref.Key)
 	}
 	return brec, up, nil
 }
@@ -340,11 +340,11 @@ func (s *Multipart) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInf
 }
 
 // Reasons a completion is refused (with metaapi.ErrInvalid), for the
-// gateway's S3 error codes; the message carries them.
+// gateway's S3 error codes: metaapi's, which the answer's reason carries.
 var (
-	ErrPartOrder    = errors.New("InvalidPartOrder")
-	ErrInvalidPart  = errors.New("InvalidPart")
-	ErrPartTooSmall = errors.New("EntityTooSmall")
+	ErrPartOrder    = metaapi.ErrPartOrder
+	ErrInvalidPart  = metaapi.ErrInvalidPart
+	ErrPartTooSmall = metaapi.ErrPartTooSmall
 )
 
 // base64CRC is a CRC32C as S3 writes it: base64 of its 4 big-endian bytes.
@@ -364,7 +364,7 @@ func (s *Multipart) ListUploads(req *metaapi.ListUploads) (*metaapi.UploadList, 
 	}
 	return state.Read(s.State, func() (*metaapi.UploadList, error) {
 		if _, ok := s.Buckets[req.Bucket]; !ok {
-			return nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, req.Bucket)
+			return nil, fmt.Errorf("%w %s", metaapi.ErrNoSuchBucket, req.Bucket)
 		}
 		up := state.UploadPrefix(req.Bucket)
 		lo := append(slices.Clone(up), req.Prefix...)

@@ -58,7 +58,7 @@ func (s *Namespace) DeleteBucket(name string) error {
 	_, err := state.Mutate(s.State, func() (struct{}, *pebble.Batch, error) {
 		rec, ok := s.Buckets[name]
 		if !ok {
-			return struct{}{}, nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, name)
+			return struct{}{}, nil, fmt.Errorf("%w %s", metaapi.ErrNoSuchBucket, name)
 		}
 		if rec.Keys > 0 {
 			return struct{}{}, nil, fmt.Errorf("%w: bucket %s holds %d keys", metaapi.ErrNotEmpty, name, rec.Keys)
@@ -387,7 +387,7 @@ func (s *Namespace) GetKey(bucket, key string) (*metaapi.KeyInfo, error) {
 			return nil, err
 		}
 		if !ok {
-			return nil, fmt.Errorf("%w: key %s/%s", metaapi.ErrNotFound, bucket, key)
+			return nil, fmt.Errorf("%w %s/%s", metaapi.ErrNoSuchKey, bucket, key)
 		}
 		return s.keyInfo(bucket, key, rec, s.Cfg.Now()), nil
 	})
@@ -413,7 +413,7 @@ func (s *Namespace) GetKeys(names []metaapi.KeyName) ([]metaapi.GetResult, error
 			}
 			rec, ok, err := s.getKey(n.Bucket, n.Key)
 			if err == nil && !ok {
-				err = fmt.Errorf("%w: key %s/%s", metaapi.ErrNotFound, n.Bucket, n.Key)
+				err = fmt.Errorf("%w %s/%s", metaapi.ErrNoSuchKey, n.Bucket, n.Key)
 			}
 			if err != nil {
 				res[i].Error = state.APIError(what, err)
@@ -437,7 +437,7 @@ func (s *Namespace) DeleteKey(bucket, key string) error {
 			return struct{}{}, nil, err
 		}
 		if !ok {
-			return struct{}{}, nil, fmt.Errorf("%w: key %s/%s", metaapi.ErrNotFound, bucket, key)
+			return struct{}{}, nil, fmt.Errorf("%w %s/%s", metaapi.ErrNoSuchKey, bucket, key)
 		}
 		now := s.Cfg.Now()
 		b := s.Store.NewBatch()
@@ -486,7 +486,7 @@ func (s *Namespace) List(bucket string, o ListOptions) (*metaapi.KeyList, error)
 // listLocked is List, validated, under s.mu.
 func (s *Namespace) listLocked(bucket string, o ListOptions) (*metaapi.KeyList, error) {
 	if _, ok := s.Buckets[bucket]; !ok {
-		return nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, bucket)
+		return nil, fmt.Errorf("%w %s", metaapi.ErrNoSuchBucket, bucket)
 	}
 	kp := state.KeyPrefix(bucket)
 	lo := append(slices.Clone(kp), o.Prefix...)

@@ -182,7 +182,7 @@ func (s *S3Users) GetBucket(name string) (*metaapi.Bucket, error) {
 	return state.Read(s.State, func() (*metaapi.Bucket, error) {
 		rec, ok := s.Buckets[name]
 		if !ok {
-			return nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, name)
+			return nil, fmt.Errorf("%w %s", metaapi.ErrNoSuchBucket, name)
 		}
 		v := bucketView(name, rec)
 		if rec.ACL != "" {
@@ -203,7 +203,7 @@ func (s *S3Users) PutBucketACL(name string, acl []byte) error {
 	_, err := state.Mutate(s.State, func() (struct{}, *pebble.Batch, error) {
 		rec, ok := s.Buckets[name]
 		if !ok {
-			return struct{}{}, nil, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, name)
+			return struct{}{}, nil, fmt.Errorf("%w %s", metaapi.ErrNoSuchBucket, name)
 		}
 		rec.ACL = string(acl)
 		b := s.Store.NewBatch()

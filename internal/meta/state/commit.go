@@ -446,5 +446,5 @@ func (s *State) awaitAll(own []Pending, refused bool, front Pending) error {
 // apiError is err as one result of a batch.
 func APIError(what string, err error) *metaapi.Error {
 	code, _ := metaapi.CodeOf(err)
-	return &metaapi.Error{Code: code, Message: fmt.Sprintf("%s: %v", what, err)}
+	return &metaapi.Error{Code: code, Reason: metaapi.ReasonOf(err), Message: fmt.Sprintf("%s: %v", what, err)}
 }

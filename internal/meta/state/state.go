@@ -512,7 +512,7 @@ func (s *State) BucketOf(bucket, key string) (BucketRecord, error) {
 	}
 	rec, ok := s.Buckets[bucket]
 	if !ok {
-		return rec, fmt.Errorf("%w: bucket %s", metaapi.ErrNotFound, bucket)
+		return rec, fmt.Errorf("%w %s", metaapi.ErrNoSuchBucket, bucket)
 	}
 	return rec, nil
 }
