@@ -161,7 +161,7 @@ func (s *Service) guard(route string, h http.Handler) http.Handler {
 			s.Log.Warn("request refused", "audit", class.audit, "route", route, "method", r.Method, "path", r.URL.EscapedPath(),
 				"caller", p.String(), "remote", r.RemoteAddr, "reason", why)
 			s.Metrics.Refused.WithLabelValues(route).Inc()
-			writeError(w, http.StatusForbidden, metaapi.CodeForbidden, "forbidden: "+why)
+			metaapi.WriteError(w, http.StatusForbidden, metaapi.CodeForbidden, "forbidden: "+why)
 			return
 		}
 		if class.audit {

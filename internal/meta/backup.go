@@ -75,7 +75,7 @@ func (s *Service) backupHandler() http.Handler {
 			defer func() { <-backupSlots }()
 		default:
 			status = http.StatusServiceUnavailable
-			writeError(w, status, metaapi.CodeUnavailable, fmt.Sprintf("meta: %d backup(s) already running", MaxConcurrentBackups))
+			metaapi.WriteError(w, status, metaapi.CodeUnavailable, fmt.Sprintf("meta: %d backup(s) already running", MaxConcurrentBackups))
 			return
 		}
 		dir, files, err := s.checkpoint()
@@ -90,7 +90,7 @@ func (s *Service) backupHandler() http.Handler {
 			var code string
 			code, status = metaapi.CodeOf(err)
 			s.Log.Error("backup failed", "err", err)
-			writeError(w, status, code, err.Error())
+			metaapi.WriteError(w, status, code, err.Error())
 			return
 		}
 		w.Header().Set("Content-Type", "application/x-tar")

@@ -181,7 +181,7 @@ func (s *Service) Handler() http.Handler {
 			deleteKey.ServeHTTP(w, r)
 		default:
 			w.Header().Set("Allow", "GET, POST, DELETE")
-			writeError(w, http.StatusMethodNotAllowed, metaapi.CodeInvalid, fmt.Sprintf("method %s not allowed on %s", r.Method, keyRoute))
+			metaapi.WriteError(w, http.StatusMethodNotAllowed, metaapi.CodeInvalid, fmt.Sprintf("method %s not allowed on %s", r.Method, keyRoute))
 		}
 	})
 }
@@ -231,9 +231,9 @@ func (s *Service) instrument(route string, h func(w http.ResponseWriter, r *http
 			}
 			var nl *metaapi.NotLeaderError
 			if errors.As(err, &nl) {
-				writeErrorBody(w, status, metaapi.Error{Code: code, Message: err.Error(), NotLeader: true, Leader: nl.LeaderAddr})
+				metaapi.WriteErrorBody(w, status, metaapi.Error{Code: code, Message: err.Error(), NotLeader: true, Leader: nl.LeaderAddr})
 			} else {
-				writeErrorBody(w, status, metaapi.ErrorFor(err))
+				metaapi.WriteErrorBody(w, status, metaapi.ErrorFor(err))
 			}
 		} else {
 			writeJSON(w, status, body)
@@ -259,7 +259,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if ga, ok := v.(getsAnswer); ok {
 		b, err := metaapi.EncodeGetBatchResult(ga)
 		if err != nil {
-			writeError(w, http.StatusInternalServerError, metaapi.CodeInternal, "encoding the response: "+err.Error())
+			metaapi.WriteError(w, http.StatusInternalServerError, metaapi.CodeInternal, "encoding the response: "+err.Error())
 			return
 		}
 		w.Header().Set("Content-Type", metaapi.InlineContentType)
@@ -270,7 +270,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if ia, ok := v.(inlineAnswer); ok {
 		b, err := metaapi.EncodeInline(ia.ki, ia.value)
 		if err != nil {
-			writeError(w, http.StatusInternalServerError, metaapi.CodeInternal, "encoding the response: "+err.Error())
+			metaapi.WriteError(w, http.StatusInternalServerError, metaapi.CodeInternal, "encoding the response: "+err.Error())
 			return
 		}
 		w.Header().Set("Content-Type", metaapi.InlineContentType)
@@ -280,20 +280,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, metaapi.CodeInternal, "encoding the response: "+err.Error())
+		metaapi.WriteError(w, http.StatusInternalServerError, metaapi.CodeInternal, "encoding the response: "+err.Error())
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
-}
-
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeErrorBody(w, status, metaapi.Error{Code: code, Message: msg})
-}
-
-func writeErrorBody(w http.ResponseWriter, status int, e metaapi.Error) {
-	b, _ := json.Marshal(e)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))

@@ -275,11 +275,11 @@ type flaky struct {
 func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.seen[r.Method+" "+r.URL.Path]++
 	if f.seen[r.Method+" "+r.URL.Path] <= f.fails {
-		writeError(w, 503, metaapi.CodeUnavailable, "not now")
+		metaapi.WriteError(w, 503, metaapi.CodeUnavailable, "not now")
 		return
 	}
 	if r.Method == http.MethodPut {
-		writeError(w, 503, metaapi.CodeUnavailable, "never for PUT")
+		metaapi.WriteError(w, 503, metaapi.CodeUnavailable, "never for PUT")
 		return
 	}
 	writeJSON(w, 200, metaapi.BucketList{Buckets: []metaapi.Bucket{{Name: "ok"}}})

@@ -100,6 +100,21 @@ type readReq struct {
 	done  chan error
 }
 
+// membership is the member set of the group as this member knows it.
+type membership struct {
+	// pmu guards members (the voters: ID → host:port, API and raft) and
+	// addrs (the members plus this one: where the transport sends).
+	// hasMembers: the store records a member set (raftStorage).
+	pmu        sync.RWMutex
+	members    map[uint64]string
+	addrs      map[uint64]string
+	hasMembers bool
+}
+
+// snapshots is the member's checkpoints as snapshots: taken, streamed to
+// the members that need one, fetched and installed (snapshot.go).
+type snapshots struct{ r *replicator }
+
 // replicator runs the meta raft group of one member.
 type replicator struct {
 	s    *state.State
@@ -110,13 +125,9 @@ type replicator struct {
 	tick time.Duration
 	net  *raftNet
 
-	// pmu guards members (the voters: ID → host:port, API and raft) and
-	// addrs (the members plus this one: where the transport sends).
-	// hasMembers: the store records a member set (raftStorage).
-	pmu        sync.RWMutex
-	members    map[uint64]string
-	addrs      map[uint64]string
-	hasMembers bool
+	membership
+	// snap ships and installs checkpoints (snapshot.go).
+	snap snapshots
 
 	// storeMu is held by the apply worker for each round and by a
 	// snapshot install (which replaces db); it guards db and st. Lock
@@ -226,6 +237,7 @@ func openReplicator(s *state.State, db *pebble.DB) (*replicator, error) {
 	r := &replicator{s: s, id: cfg.ID, log: s.Log.With("member", cfg.ID), db: db,
 		tick: cfg.RaftTickInterval, notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		readBatches: map[uint64][]readReq{}}
+	r.snap.r = r
 	r.appendq.wake = make(chan struct{}, 1)
 	r.applyq.wake = make(chan struct{}, 1)
 	r.wcond.L = &r.wmu
@@ -758,7 +770,7 @@ func (r *replicator) appendWorker() {
 				md := snap.GetMetadata()
 				err := flush()
 				if err == nil {
-					err = r.installSnapshot(md)
+					err = r.snap.installSnapshot(md)
 				}
 				var cs []byte
 				if err == nil {
@@ -1102,7 +1114,7 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 		// member a snapshot; one from before its addition is refused).
 		r.setMembers(members)
 		r.hasMembers = true
-		if err := r.takeCheckpoint(lastTerm); err != nil {
+		if err := r.snap.takeCheckpoint(lastTerm); err != nil {
 			return fmt.Errorf("snapshot after a membership change: %w", err)
 		}
 		r.in.mu.Lock()
@@ -1121,7 +1133,7 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 		r.startStint(startTerm)
 	}
 	if lastTerm != 0 && r.sinceSnap >= r.s.Cfg.SnapshotEntries {
-		if err := r.takeCheckpoint(lastTerm); err != nil {
+		if err := r.snap.takeCheckpoint(lastTerm); err != nil {
 			// The log keeps growing until a checkpoint succeeds; the
 			// member still serves.
 			r.log.Error("meta snapshot failed", "index", st.Index, "err", err)

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net/http"
 	"slices"
 	"sort"
 	"sync"
@@ -134,31 +133,31 @@ func (r *replicator) setMembers(m map[uint64]string) {
 }
 
 // peerAddr is member id's address ("" when unknown).
-func (r *replicator) peerAddr(id uint64) string {
-	r.pmu.RLock()
-	defer r.pmu.RUnlock()
-	return r.addrs[id]
+func (m *membership) peerAddr(id uint64) string {
+	m.pmu.RLock()
+	defer m.pmu.RUnlock()
+	return m.addrs[id]
 }
 
 // peerIDs lists the members with a known address, in ID order.
-func (r *replicator) peerIDs() []uint64 {
-	r.pmu.RLock()
-	defer r.pmu.RUnlock()
-	return slices.Sorted(maps.Keys(r.addrs))
+func (m *membership) peerIDs() []uint64 {
+	m.pmu.RLock()
+	defer m.pmu.RUnlock()
+	return slices.Sorted(maps.Keys(m.addrs))
 }
 
 // memberSet is a copy of the member set.
-func (r *replicator) memberSet() map[uint64]string {
-	r.pmu.RLock()
-	defer r.pmu.RUnlock()
-	return maps.Clone(r.members)
+func (m *membership) memberSet() map[uint64]string {
+	m.pmu.RLock()
+	defer m.pmu.RUnlock()
+	return maps.Clone(m.members)
 }
 
 // confState is the member set as raft's ConfState.
-func (r *replicator) confState() *pb.ConfState {
-	r.pmu.RLock()
-	defer r.pmu.RUnlock()
-	return &pb.ConfState{Voters: slices.Sorted(maps.Keys(r.members))}
+func (m *membership) confState() *pb.ConfState {
+	m.pmu.RLock()
+	defer m.pmu.RUnlock()
+	return &pb.ConfState{Voters: slices.Sorted(maps.Keys(m.members))}
 }
 
 // raftStorage is the log's raft.Storage, with the store's member set as
@@ -198,11 +197,8 @@ func applyConfChange(m map[uint64]string, cc *pb.ConfChange) error {
 // add), one change at a time, and returns once the leader applied it. A
 // change already in effect succeeds at once. Only the serving leader
 // takes it.
-func (s *Service) ChangeMembers(add bool, id uint64, addr string) (metaapi.MetaStatus, error) {
-	r := s.rep
-	if r == nil {
-		return metaapi.MetaStatus{}, fmt.Errorf("%w: a single meta service has no members to change (start members with --peers)", metaapi.ErrInvalid)
-	}
+func (r *replicator) ChangeMembers(add bool, id uint64, addr string) (metaapi.MetaStatus, error) {
+	s := r.s
 	if id == 0 || (add && (addr == "" || len(addr) > maxMemberAddrBytes)) {
 		return metaapi.MetaStatus{}, fmt.Errorf("%w: member %d at %q", metaapi.ErrInvalid, id, addr)
 	}
@@ -281,18 +277,6 @@ func (r *replicator) wcondWaitTimeout(d time.Duration) {
 	})
 	r.wcond.Wait()
 	t.Stop()
-}
-
-func (s *Service) membersHandler(w http.ResponseWriter, req *http.Request) (any, int, error) {
-	var body metaapi.MemberChange
-	if err := decodeBody(w, req, &body); err != nil {
-		return nil, 0, err
-	}
-	if body.Op != "add" && body.Op != "remove" {
-		return nil, 0, fmt.Errorf("%w: members: op %q: want add or remove", metaapi.ErrInvalid, body.Op)
-	}
-	st, err := s.ChangeMembers(body.Op == "add", body.ID, body.Addr)
-	return st, http.StatusOK, err
 }
 
 // sortedMembers lists a member set for MetaStatus.

@@ -15,7 +15,6 @@ import (
 
 	"github.com/spindle-store/spindle/internal/meta/state"
 
-	"github.com/spindle-store/spindle/internal/metaapi"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -370,20 +369,6 @@ func decodeRaftMessages(body []byte) ([]*pb.Message, error) {
 	return out, nil
 }
 
-// raftRoutes adds the routes of a replicated member: raft messages in,
-// and the member's status (served by every member, leader or not).
-func (s *Service) raftRoutes(mux *http.ServeMux) {
-	mux.Handle("GET "+metaapi.MetaStatusRoute, s.guard("meta_status", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, s.MetaStatus())
-	})))
-	if s.rep == nil {
-		return
-	}
-	mux.Handle("POST "+raftStreamRoute, s.guard("meta_raft", http.HandlerFunc(s.rep.streamHandler)))
-	mux.Handle("GET "+snapshotRoute, s.guard("meta_snapshot", http.HandlerFunc(s.snapshotHandler))) // snapshot.go
-	mux.Handle("POST "+metaapi.MetaMembersRoute, s.guardInstrumented("meta_members", s.membersHandler))
-}
-
 // streamHandler receives a stream of raft messages from a peer (see the
 // transport's comment above), until the body ends, it breaks, a frame is
 // refused, or the member stops (stopStreams). It answers 200 at once and
@@ -467,17 +452,4 @@ func (r *replicator) transferLeader(id uint64) {
 	r.in.transfer = id
 	r.in.mu.Unlock()
 	r.wake()
-}
-
-// MetaStatus is this member's view of the meta group (a group of one:
-// member 1, always the leader).
-func (s *Service) MetaStatus() metaapi.MetaStatus {
-	var st metaapi.MetaStatus
-	if s.rep != nil {
-		st = s.rep.status()
-	} else {
-		st = metaapi.MetaStatus{ID: 1, LeaderID: 1, Role: "leader", Serving: s.Serving(), Members: []metaapi.MetaMember{{ID: 1}}}
-	}
-	st.TLS = s.Cfg.TLS.Mode()
-	return st
 }

@@ -103,7 +103,8 @@ func TestRaftStreamEndsWhenMemberStops(t *testing.T) {
 // bareReplicator is just enough of a member for one end of a raft
 // stream: the sender's or the receiver's.
 func bareReplicator(id uint64, addrs map[uint64]string) *replicator {
-	r := &replicator{s: &state.State{}, id: id, log: quiet, notify: make(chan struct{}, 1), addrs: addrs}
+	r := &replicator{s: &state.State{}, id: id, log: quiet, notify: make(chan struct{}, 1), membership: membership{addrs: addrs}}
+	r.snap.r = r
 	r.in.unreachable = map[uint64]bool{}
 	r.in.snapSent = map[uint64]bool{}
 	r.streamsCtx, r.streamsStop = context.WithCancel(context.Background())

@@ -188,9 +188,10 @@ func (c *checkpoints) acquire(min uint64) (uint64, func(), error) {
 // takeCheckpoint checkpoints the store at its applied index (term: that
 // entry's term), records it in the raft log and compacts the log behind
 // it. Called by the apply worker between rounds (storeMu held).
-func (r *replicator) takeCheckpoint(term uint64) error {
+func (sn *snapshots) takeCheckpoint(term uint64) error {
+	r := sn.r
 	idx := r.st.Index
-	if err := r.checkpointStore(); err != nil {
+	if err := r.snap.checkpointStore(); err != nil {
 		return err
 	}
 	cs, err := proto.Marshal(r.confState())
@@ -219,7 +220,8 @@ func (r *replicator) takeCheckpoint(term uint64) error {
 
 // checkpointStore checkpoints the store (applied to r.st.Index, storeMu
 // held) into DIR/snap/<index> and makes it the latest.
-func (r *replicator) checkpointStore() error {
+func (sn *snapshots) checkpointStore() error {
+	r := sn.r
 	idx := r.st.Index
 	c := r.ckpts
 	if c.latest() == idx {
@@ -251,43 +253,45 @@ func (r *replicator) checkpointStore() error {
 
 // checkpointNow takes a checkpoint for a member that asks for a snapshot
 // this one has none of (a member joining before any was taken).
-func (r *replicator) checkpointNow(min uint64) error {
+func (sn *snapshots) checkpointNow(min uint64) error {
+	r := sn.r
 	r.storeMu.Lock()
 	defer r.storeMu.Unlock()
 	if r.st.Index < min {
 		return fmt.Errorf("%w: this member has applied %d, a snapshot at or past %d is asked for", metaapi.ErrNotFound, r.st.Index, min)
 	}
 	if r.stTerm == 0 {
-		return r.checkpointStore() // the log does not know the term: not recorded there
+		return r.snap.checkpointStore() // the log does not know the term: not recorded there
 	}
-	return r.takeCheckpoint(r.stTerm)
+	return r.snap.takeCheckpoint(r.stTerm)
 }
 
 // snapshotHandler serves GET /v1/raft/snapshot?min=INDEX: the stream of
 // this member's latest checkpoint, if its index is at least INDEX.
-func (s *Service) snapshotHandler(w http.ResponseWriter, req *http.Request) {
-	r := s.rep
+func (sn *snapshots) snapshotHandler(w http.ResponseWriter, req *http.Request) {
+	r := sn.r
+	s := r.s
 	min, err := strconv.ParseUint(req.URL.Query().Get("min"), 10, 64)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, metaapi.CodeInvalid, "snapshot: min: "+err.Error())
+		metaapi.WriteError(w, http.StatusBadRequest, metaapi.CodeInvalid, "snapshot: min: "+err.Error())
 		return
 	}
 	select {
 	case snapshotStreamSlots <- struct{}{}:
 		defer func() { <-snapshotStreamSlots }()
 	default:
-		writeError(w, http.StatusServiceUnavailable, metaapi.CodeUnavailable, fmt.Sprintf("snapshot: %d stream(s) already running", maxSnapshotStreams))
+		metaapi.WriteError(w, http.StatusServiceUnavailable, metaapi.CodeUnavailable, fmt.Sprintf("snapshot: %d stream(s) already running", maxSnapshotStreams))
 		return
 	}
 	idx, release, err := r.ckpts.acquire(min)
 	if errors.Is(err, metaapi.ErrNotFound) {
-		if err = r.checkpointNow(min); err == nil {
+		if err = r.snap.checkpointNow(min); err == nil {
 			idx, release, err = r.ckpts.acquire(min)
 		}
 	}
 	if err != nil {
 		code, status := metaapi.CodeOf(err)
-		writeError(w, status, code, err.Error())
+		metaapi.WriteError(w, status, code, err.Error())
 		return
 	}
 	defer release()
@@ -460,7 +464,8 @@ func readSnapshotStream(body io.Reader, fs vfs.FS, dest string, min uint64) (uin
 // installSnapshot makes the store hold the state at md's index or later
 // (fetched from another member), before the raft log records the
 // snapshot. Called by the append worker.
-func (r *replicator) installSnapshot(md *pb.SnapshotMetadata) error {
+func (sn *snapshots) installSnapshot(md *pb.SnapshotMetadata) error {
+	r := sn.r
 	idx := md.GetIndex()
 	r.storeMu.Lock()
 	have := r.st.Index
@@ -484,8 +489,8 @@ func (r *replicator) installSnapshot(md *pb.SnapshotMetadata) error {
 			case <-time.After(snapshotFetchPause):
 			}
 		}
-		for _, m := range r.fetchOrder() {
-			n, err := r.fetchSnapshot(m, idx)
+		for _, m := range r.snap.fetchOrder() {
+			n, err := r.snap.fetchSnapshot(m, idx)
 			if err == nil {
 				got = n
 				break
@@ -536,7 +541,7 @@ func (r *replicator) installSnapshot(md *pb.SnapshotMetadata) error {
 	r.sinceSnap = 0
 	// This member can send the state it got at once (a checkpoint of the
 	// new store; hard links).
-	if err := r.checkpointStore(); err != nil {
+	if err := r.snap.checkpointStore(); err != nil {
 		r.log.Warn("checkpoint of an installed snapshot", "err", err)
 	}
 	r.installed.Add(1)
@@ -545,7 +550,8 @@ func (r *replicator) installSnapshot(md *pb.SnapshotMetadata) error {
 }
 
 // fetchOrder is the members to fetch a snapshot from: the leader first.
-func (r *replicator) fetchOrder() []uint64 {
+func (sn *snapshots) fetchOrder() []uint64 {
+	r := sn.r
 	lead := r.leader.Load()
 	var out []uint64
 	if lead != 0 && lead != r.id {
@@ -561,7 +567,8 @@ func (r *replicator) fetchOrder() []uint64 {
 
 // fetchSnapshot receives member m's latest checkpoint (index ≥ min) into
 // DIR/pebble.new, verified and synced.
-func (r *replicator) fetchSnapshot(m, min uint64) (uint64, error) {
+func (sn *snapshots) fetchSnapshot(m, min uint64) (uint64, error) {
+	r := sn.r
 	addr := r.peerAddr(m)
 	if addr == "" {
 		return 0, fmt.Errorf("member %d: no address", m)

@@ -1,0 +1,47 @@
+package meta
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+func (s *Service) membersHandler(w http.ResponseWriter, req *http.Request) (any, int, error) {
+	var body metaapi.MemberChange
+	if err := decodeBody(w, req, &body); err != nil {
+		return nil, 0, err
+	}
+	if body.Op != "add" && body.Op != "remove" {
+		return nil, 0, fmt.Errorf("%w: members: op %q: want add or remove", metaapi.ErrInvalid, body.Op)
+	}
+	st, err := s.ChangeMembers(body.Op == "add", body.ID, body.Addr)
+	return st, http.StatusOK, err
+}
+
+// raftRoutes adds the routes of a replicated member: raft messages in,
+// and the member's status (served by every member, leader or not).
+func (s *Service) raftRoutes(mux *http.ServeMux) {
+	mux.Handle("GET "+metaapi.MetaStatusRoute, s.guard("meta_status", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.MetaStatus())
+	})))
+	if s.rep == nil {
+		return
+	}
+	mux.Handle("POST "+raftStreamRoute, s.guard("meta_raft", http.HandlerFunc(s.rep.streamHandler)))
+	mux.Handle("GET "+snapshotRoute, s.guard("meta_snapshot", http.HandlerFunc(s.rep.snap.snapshotHandler))) // snapshot.go
+	mux.Handle("POST "+metaapi.MetaMembersRoute, s.guardInstrumented("meta_members", s.membersHandler))
+}
+
+// MetaStatus is this member's view of the meta group (a group of one:
+// member 1, always the leader).
+func (s *Service) MetaStatus() metaapi.MetaStatus {
+	var st metaapi.MetaStatus
+	if s.rep != nil {
+		st = s.rep.status()
+	} else {
+		st = metaapi.MetaStatus{ID: 1, LeaderID: 1, Role: "leader", Serving: s.Serving(), Members: []metaapi.MetaMember{{ID: 1}}}
+	}
+	st.TLS = s.Cfg.TLS.Mode()
+	return st
+}
