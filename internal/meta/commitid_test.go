@@ -84,14 +84,14 @@ func TestCommitOutcomeUnknownAfterFailover(t *testing.T) {
 		if !fired.CompareAndSwap(false, true) {
 			return
 		}
-		lr.storeMu.Lock() // the leader applies nothing more
-		defer lr.storeMu.Unlock()
+		lr.StoreMu.Lock() // the leader applies nothing more
+		defer lr.StoreMu.Unlock()
 		waitFor(t, "the followers applied the commit", func() bool {
 			for i, s := range g.srvs {
 				if i == ld {
 					continue
 				}
-				if _, closer, err := s.Service().rep.db.Get(namespace.CommitIDKey(id)); err != nil {
+				if _, closer, err := s.Service().rep.DB.Get(namespace.CommitIDKey(id)); err != nil {
 					return false
 				} else {
 					closer.Close()
@@ -99,7 +99,7 @@ func TestCommitOutcomeUnknownAfterFailover(t *testing.T) {
 			}
 			return true
 		})
-		lr.isolated.Store(true)
+		lr.Isolated.Store(true)
 		nl := -1
 		waitFor(t, "a new leader", func() bool {
 			for i, s := range g.srvs {
@@ -127,7 +127,7 @@ func TestCommitOutcomeUnknownAfterFailover(t *testing.T) {
 	if !fired.Load() || ki.Size != 100 || ki.Blocks[0].BlockRef != a.Block {
 		t.Fatalf("commit answered %+v (hook fired %v), want the version it committed", ki, fired.Load())
 	}
-	lr.isolated.Store(false)
+	lr.Isolated.Store(false)
 	now, err := g.cl.GetKey(bg, "unknown", "k")
 	mustNo(t, err)
 	if now.Size != 50 {

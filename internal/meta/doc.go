@@ -7,6 +7,28 @@
 // Config.TLS is set, its raft messages and snapshots to its peers too;
 // plaintext otherwise (--insecure, logged at WARN).
 //
+// # Packages
+//
+//   - state: records, store, State (State.Mu), commit pipeline, overlay —
+//     a bug in a record's bytes or in what an answer waits for.
+//   - cluster: datanodes, health, pipelines, containers, replica views,
+//     Allocator, BlockGC, Ops — a bug in allocation (allocate.go).
+//   - repair: Rerepl (replication manager, safe mode), Damage — a bug in
+//     re-replication (rerepl.go; replica views: cluster/cluster.go).
+//   - namespace: buckets, keys, commit IDs, Multipart, S3Users — a bug in
+//     a listing (namespace.go List, multipart.go ListUploads, ListParts).
+//   - raftgroup: Member, the meta raft group's member — a bug in a leader
+//     change (member.go stints and waits; state.EndStintLocked).
+//   - meta: Service composing them, Open/Close, Heartbeat and Tick, admin
+//     views, HTTP API, auth, admission, backups, the offline writer.
+//
+// Files named below that moved: records.go, commit.go → state;
+// cluster.go, gc.go, ops.go → cluster; replication.go → repair/rerepl.go;
+// damage.go → repair; namespace.go, commitid.go, users.go, multipart.go
+// → namespace; raft.go → raftgroup/member.go; raftconf.go, raftnet.go,
+// snapshot.go → raftgroup. s.mu is state.State.Mu, s.db state.State.Store,
+// replicator raftgroup.Member.
+//
 // With TLS every route is served only to the certificate roles of its
 // access class, and administrative calls and deletions are audited
 // (auth.go); a datanode's UUID is bound to the certificate it registered

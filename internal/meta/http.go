@@ -374,7 +374,7 @@ func Start(cfg state.Config) (*Server, error) {
 	if svc.rep != nil {
 		// Shutdown waits for active connections: the raft streams this
 		// member receives end at once.
-		s.srv.RegisterOnShutdown(svc.rep.stopStreams)
+		s.srv.RegisterOnShutdown(svc.rep.StopStreams)
 	}
 	s.wg.Add(1)
 	go func() {

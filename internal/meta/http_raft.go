@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/spindle-store/spindle/internal/meta/raftgroup"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -28,8 +29,8 @@ func (s *Service) raftRoutes(mux *http.ServeMux) {
 	if s.rep == nil {
 		return
 	}
-	mux.Handle("POST "+raftStreamRoute, s.guard("meta_raft", http.HandlerFunc(s.rep.streamHandler)))
-	mux.Handle("GET "+snapshotRoute, s.guard("meta_snapshot", http.HandlerFunc(s.rep.snap.snapshotHandler))) // snapshot.go
+	mux.Handle("POST "+raftgroup.StreamRoute, s.guard("meta_raft", http.HandlerFunc(s.rep.StreamHandler)))
+	mux.Handle("GET "+raftgroup.SnapshotRoute, s.guard("meta_snapshot", http.HandlerFunc(s.rep.Snap.SnapshotHandler))) // snapshot.go
 	mux.Handle("POST "+metaapi.MetaMembersRoute, s.guardInstrumented("meta_members", s.membersHandler))
 }
 
@@ -38,7 +39,7 @@ func (s *Service) raftRoutes(mux *http.ServeMux) {
 func (s *Service) MetaStatus() metaapi.MetaStatus {
 	var st metaapi.MetaStatus
 	if s.rep != nil {
-		st = s.rep.status()
+		st = s.rep.Status()
 	} else {
 		st = metaapi.MetaStatus{ID: 1, LeaderID: 1, Role: "leader", Serving: s.Serving(), Members: []metaapi.MetaMember{{ID: 1}}}
 	}

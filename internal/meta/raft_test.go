@@ -17,14 +17,15 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/spindle-store/spindle/internal/meta/raftgroup"
 	"github.com/spindle-store/spindle/internal/meta/state"
 
 	pebblevfs "github.com/cockroachdb/pebble/v2/vfs"
-
 	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
 	"github.com/spindle-store/spindle/internal/wal"
+
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -367,8 +368,8 @@ func TestMetaLogEntryEncoding(t *testing.T) {
 			t.Fatalf("proposals %d..%d: %v, want ErrCorrupt", fl[0], fl[1], err)
 		}
 	}
-	a := appliedState{Index: 9, Term: 3, Seq: 4}
-	if got, err := decodeAppliedState(a.encode()); err != nil || got != a {
+	a := raftgroup.AppliedState{Index: 9, Term: 3, Seq: 4}
+	if got, err := raftgroup.DecodeAppliedState(a.Encode()); err != nil || got != a {
 		t.Fatalf("applied state: %+v %v", got, err)
 	}
 }
@@ -377,13 +378,13 @@ func TestMetaLogEntryEncoding(t *testing.T) {
 // its leader's stint without a gap (a dropped proposal ends the stint and
 // every member skips what its leader proposed after it).
 func TestAppliedStateFollows(t *testing.T) {
-	a := appliedState{Index: 10, Term: 3, Seq: 4}
+	a := raftgroup.AppliedState{Index: 10, Term: 3, Seq: 4}
 	cases := []struct {
 		term, seq uint64
 		want      bool
 	}{{3, 5, true}, {3, 6, false}, {3, 4, false}, {4, 1, true}, {4, 2, false}, {2, 1, false}}
 	for _, c := range cases {
-		if got := a.follows(c.term, c.seq); got != c.want {
+		if got := a.Follows(c.term, c.seq); got != c.want {
 			t.Errorf("follows(%d, %d) = %v, want %v", c.term, c.seq, got, c.want)
 		}
 	}
@@ -421,14 +422,14 @@ func TestRestartWithStoreAheadOfCommitIndex(t *testing.T) {
 	mustNo(t, svc.Close())
 	l, err := wal.Open(wal.Config{Dir: filepath.Join(dir, "raft"), MaxRecordBytes: state.MaxRaftRecordBytes, Logger: quiet})
 	mustNo(t, err)
-	seq, err := l.Append(wal.EntryRecord(raftGroup, 2, 2, 0, nil), wal.EntryRecord(raftGroup, 2, 3, 0, nil),
-		wal.HardStateRecord(raftGroup, wal.HardState{Term: 2, Vote: 1, Commit: 1}))
+	seq, err := l.Append(wal.EntryRecord(raftgroup.WALGroup, 2, 2, 0, nil), wal.EntryRecord(raftgroup.WALGroup, 2, 3, 0, nil),
+		wal.HardStateRecord(raftgroup.WALGroup, wal.HardState{Term: 2, Vote: 1, Commit: 1}))
 	mustNo(t, err)
 	mustNo(t, l.WaitDurable(seq))
 	mustNo(t, l.Close())
 	db, err := state.OpenStore(vfs.Default, dir, quiet)
 	mustNo(t, err)
-	mustNo(t, db.Set(appliedKey, appliedState{Index: 3}.encode(), pebble.Sync))
+	mustNo(t, db.Set(raftgroup.AppliedKey, raftgroup.AppliedState{Index: 3}.Encode(), pebble.Sync))
 	mustNo(t, db.Close())
 	svc, err = Open(cfg)
 	mustNo(t, err)
@@ -454,7 +455,7 @@ func TestPartitionedLeaderAcknowledgesNothing(t *testing.T) {
 	old := g.leader()
 	oc, err := metaapi.NewClient(g.addrs[old], metaapi.ClientOptions{Attempts: 1, Timeout: 20 * time.Second})
 	mustNo(t, err)
-	g.srvs[old].Service().rep.isolated.Store(true)
+	g.srvs[old].Service().rep.Isolated.Store(true)
 	// Sent before the leader can notice (CheckQuorum takes an election
 	// timeout): it still takes itself for the leader.
 	if _, err := oc.GetKey(bg, "b01", "before"); !errors.Is(err, metaapi.ErrUnavailable) {
@@ -469,12 +470,12 @@ func TestPartitionedLeaderAcknowledgesNothing(t *testing.T) {
 	second := g.leader()
 	sc, err := metaapi.NewClient(g.addrs[second], metaapi.ClientOptions{Attempts: 1, Timeout: 20 * time.Second})
 	mustNo(t, err)
-	g.srvs[second].Service().rep.isolated.Store(true)
+	g.srvs[second].Service().rep.Isolated.Store(true)
 	if _, err := sc.Allocate(bg, metaapi.AllocateRequest{Bucket: "b01", Key: "cut"}); !errors.Is(err, metaapi.ErrUnavailable) {
 		t.Fatalf("allocate on the partitioned leader: %v, want UNAVAILABLE", err)
 	}
-	g.srvs[second].Service().rep.isolated.Store(false)
-	g.srvs[old].Service().rep.isolated.Store(false)
+	g.srvs[second].Service().rep.Isolated.Store(false)
+	g.srvs[old].Service().rep.Isolated.Store(false)
 	var ld int
 	waitFor(t, "the old leader caught up", func() bool {
 		ld = -1
@@ -632,9 +633,9 @@ func TestReplicatedBatchIsOneEntry(t *testing.T) {
 		t.Helper()
 		var last uint64
 		waitFor(t, "every member applied the leader's log", func() bool {
-			last = ld.rep.last.Load()
+			last = ld.rep.Last.Load()
 			for _, s := range g.srvs {
-				if s.Service().rep.applied.Load() != last {
+				if s.Service().rep.Applied.Load() != last {
 					return false
 				}
 			}
@@ -671,7 +672,7 @@ func TestReplicatedBatchIsOneEntry(t *testing.T) {
 	if after != before+1 {
 		t.Fatalf("the batch took log entries %d..%d, want one", before+1, after)
 	}
-	ents, err := ld.rep.wal.Entries(raftGroup, after, after+1, 1<<30)
+	ents, err := ld.rep.WAL.Entries(raftgroup.WALGroup, after, after+1, 1<<30)
 	if err != nil || len(ents) != 1 {
 		t.Fatalf("entry %d: %d entries, %v", after, len(ents), err)
 	}
@@ -687,7 +688,7 @@ func TestReplicatedBatchIsOneEntry(t *testing.T) {
 			key  string
 			want []byte
 		}{{"a", v2}, {"d", v1}, {"b", nil}} {
-			v, c, err := s.rep.db.Get(state.ObjectKey("bkt", k.key))
+			v, c, err := s.rep.DB.Get(state.ObjectKey("bkt", k.key))
 			if k.want == nil {
 				if !errors.Is(err, pebble.ErrNotFound) {
 					t.Fatalf("member %d: refused key %s: %v, want not found", i+1, k.key, err)
@@ -732,19 +733,19 @@ func TestFoldProposals(t *testing.T) {
 	}
 	big := state.MaxFoldedEntryBytes / 2
 	props := []state.Proposal{prop(2, 9, 10), prop(3, 1, 10), prop(3, 2, 10), prop(3, 3, big), prop(3, 4, big), prop(3, 5, 10)}
-	got := foldProposals(props, 3)
+	got := raftgroup.FoldProposals(props, 3)
 	want := [][2]uint64{{1, 3}, {4, 5}}
 	if len(got) != len(want) {
 		t.Fatalf("%d entries, want %d", len(got), len(want))
 	}
 	for i, f := range got {
-		if f.err != nil || f.first != want[i][0] || f.last != want[i][1] || len(f.repr) > state.MaxFoldedEntryBytes+64 {
-			t.Fatalf("entry %d: proposals %d..%d (%d bytes), %v; want %d..%d", i, f.first, f.last, len(f.repr), f.err, want[i][0], want[i][1])
+		if f.Err != nil || f.First != want[i][0] || f.Last != want[i][1] || len(f.Repr) > state.MaxFoldedEntryBytes+64 {
+			t.Fatalf("entry %d: proposals %d..%d (%d bytes), %v; want %d..%d", i, f.First, f.Last, len(f.Repr), f.Err, want[i][0], want[i][1])
 		}
 		var eb pebble.Batch
-		mustNo(t, eb.SetRepr(f.repr))
-		if n := int(eb.Count()); n != 2*int(f.last-f.first+1) {
-			t.Fatalf("entry %d: %d operations, want %d", i, n, 2*(f.last-f.first+1))
+		mustNo(t, eb.SetRepr(f.Repr))
+		if n := int(eb.Count()); n != 2*int(f.Last-f.First+1) {
+			t.Fatalf("entry %d: %d operations, want %d", i, n, 2*(f.Last-f.First+1))
 		}
 		mustNo(t, db.Apply(&eb, pebble.NoSync))
 	}
@@ -764,7 +765,7 @@ func TestFoldProposals(t *testing.T) {
 		}
 		t.Fatalf("the ended stint's proposal: %v, want not found", err)
 	}
-	if got := foldProposals(props, 0); len(got) != 0 {
+	if got := raftgroup.FoldProposals(props, 0); len(got) != 0 {
 		t.Fatalf("not serving: %d entries", len(got))
 	}
 }
@@ -781,11 +782,11 @@ func TestReplicatedAnswersOnceCommitted(t *testing.T) {
 	}
 	ld := g.srvs[g.leader()].Service()
 	v := inlineValue(1, 100)
-	ld.rep.storeMu.Lock() // the apply worker waits for it
+	ld.rep.StoreMu.Lock() // the apply worker waits for it
 	held := true
 	defer func() {
 		if held {
-			ld.rep.storeMu.Unlock()
+			ld.rep.StoreMu.Unlock()
 		}
 	}()
 	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
@@ -793,7 +794,7 @@ func TestReplicatedAnswersOnceCommitted(t *testing.T) {
 	if _, err := g.cl.CommitKey(ctx, "bkt", "k", *inlineCommit(v)); err != nil {
 		t.Fatalf("commit with the leader's store apply held: %v", err)
 	}
-	if _, c, err := ld.rep.db.Get(state.ObjectKey("bkt", "k")); !errors.Is(err, pebble.ErrNotFound) {
+	if _, c, err := ld.rep.DB.Get(state.ObjectKey("bkt", "k")); !errors.Is(err, pebble.ErrNotFound) {
 		if c != nil {
 			c.Close()
 		}
@@ -803,10 +804,10 @@ func TestReplicatedAnswersOnceCommitted(t *testing.T) {
 	if err != nil || !bytes.Equal(ki.Inline, v) {
 		t.Fatalf("get after the answer: %v, %d bytes", err, len(ki.Inline))
 	}
-	ld.rep.storeMu.Unlock()
+	ld.rep.StoreMu.Unlock()
 	held = false
 	waitFor(t, "the leader's store applies the key", func() bool {
-		_, c, err := ld.rep.db.Get(state.ObjectKey("bkt", "k"))
+		_, c, err := ld.rep.DB.Get(state.ObjectKey("bkt", "k"))
 		if err == nil {
 			c.Close()
 		}
@@ -836,7 +837,7 @@ func TestCommitOnly(t *testing.T) {
 		{"new term", []*pb.Message{hs(6, 0, 8)}, false},
 		{"new vote", []*pb.Message{hs(5, 3, 8)}, false},
 	} {
-		if got := commitOnly(c.jobs, durable); got != c.want {
+		if got := raftgroup.CommitOnly(c.jobs, durable); got != c.want {
 			t.Errorf("%s: commitOnly %v, want %v", c.name, got, c.want)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/meta/cluster"
 	"github.com/spindle-store/spindle/internal/meta/namespace"
+	"github.com/spindle-store/spindle/internal/meta/raftgroup"
 	"github.com/spindle-store/spindle/internal/meta/repair"
 	"github.com/spindle-store/spindle/internal/meta/state"
 
@@ -28,7 +29,7 @@ type Service struct {
 
 	// rep is the meta raft group's member (nil: a group of one); State.rep
 	// is the same member as the state machine sees it.
-	rep    *replicator
+	rep    *raftgroup.Member
 	joins  joinTokens // join.go
 	bodies *bodyGate  // admission.go
 }
@@ -68,7 +69,7 @@ func Open(cfg state.Config) (*Service, error) {
 		return nil, fmt.Errorf("meta: load %s: %w", cfg.Dir, err)
 	}
 	if len(cfg.Peers) > 0 {
-		if s.rep, err = openReplicator(s.State, db); err != nil {
+		if s.rep, err = raftgroup.OpenMember(s.State, db); err != nil {
 			db.Close()
 			return nil, err
 		}
@@ -79,7 +80,7 @@ func Open(cfg state.Config) (*Service, error) {
 	}
 	s.Metrics = newMetrics(s)
 	if s.rep != nil {
-		s.rep.start()
+		s.rep.Start()
 	}
 	log.Info("meta store opened", "dir", cfg.Dir, "nodes", len(s.NodeByID), "pipelines", len(s.PipelineByID),
 		"containers", len(s.ContainerByID), "buckets", len(s.Buckets), "pending_allocations", len(s.Allocs), "pending_deletes", s.NDeletes)
@@ -91,7 +92,7 @@ func (s *Service) Close() error {
 	var rerr error
 	if s.rep != nil {
 		// Before s.mu: the raft goroutine takes it.
-		rerr = s.rep.close()
+		rerr = s.rep.Close()
 	}
 	s.Mu.Lock()
 	defer s.Mu.Unlock()
@@ -137,7 +138,7 @@ func (s *Service) WALSyncs() (syncs uint64, seconds float64, err error) {
 	if s.rep != nil {
 		// The store is written without syncs: the raft log's are the
 		// ones (their time is not measured: seconds 0).
-		return s.rep.wal.Stats().SyncDatas, 0, nil
+		return s.rep.WAL.Stats().SyncDatas, 0, nil
 	}
 	h := s.Store.Metrics().LogWriter.FsyncLatency
 	if h == nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/spindle-store/spindle/internal/meta/raftgroup"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
@@ -88,7 +89,7 @@ func (g *rgroup) handOver(i int) {
 		}
 		for _, s := range g.srvs {
 			if s != nil {
-				s.Service().rep.transferLeader(uint64(i + 1))
+				s.Service().rep.TransferLeader(uint64(i + 1))
 			}
 		}
 		return false
@@ -114,17 +115,17 @@ func TestEmptiedMemberCatchesUpFromSnapshot(t *testing.T) {
 	mustNo(t, os.RemoveAll(g.dirs[f]))
 	keys = append(keys, putKeys(t, g.cl, "snapb", "while-down-", 30)...)
 	lr := g.srvs[ld].Service().rep
-	first, err := lr.wal.FirstIndex(raftGroup)
+	first, err := lr.WAL.FirstIndex(raftgroup.WALGroup)
 	mustNo(t, err)
-	if first <= 2 || lr.snapIndex.Load() == 0 {
-		t.Fatalf("leader's log starts at %d, latest snapshot %d: want it compacted behind a snapshot", first, lr.snapIndex.Load())
+	if first <= 2 || lr.SnapIndex.Load() == 0 {
+		t.Fatalf("leader's log starts at %d, latest snapshot %d: want it compacted behind a snapshot", first, lr.SnapIndex.Load())
 	}
-	term := lr.term.Load()
+	term := lr.Term.Load()
 	g.restart(f)
 	fr := g.srvs[f].Service().rep
 	ld = g.leader()
 	waitFor(t, "the emptied member caught up", func() bool {
-		return fr.installed.Load() >= 1 && fr.applied.Load() >= g.srvs[ld].Service().rep.applied.Load()
+		return fr.Installed.Load() >= 1 && fr.Applied.Load() >= g.srvs[ld].Service().rep.Applied.Load()
 	})
 	if st := g.srvs[f].Service().MetaStatus(); st.Term <= term || st.SnapshotIndex == 0 {
 		t.Fatalf("emptied member's status %+v: want a term past %d and a snapshot", st, term)
@@ -161,15 +162,15 @@ func TestLostMemberRejoinsFromSnapshot(t *testing.T) {
 		t.Fatalf("remove member %d: %v", f+1, err)
 	}
 	lr := g.srvs[ld].Service().rep
-	first, err := lr.wal.FirstIndex(raftGroup)
+	first, err := lr.WAL.FirstIndex(raftgroup.WALGroup)
 	mustNo(t, err)
-	if first <= 2 || lr.snapIndex.Load() == 0 {
-		t.Fatalf("leader's log starts at %d, latest snapshot %d: want it compacted behind a snapshot", first, lr.snapIndex.Load())
+	if first <= 2 || lr.SnapIndex.Load() == 0 {
+		t.Fatalf("leader's log starts at %d, latest snapshot %d: want it compacted behind a snapshot", first, lr.SnapIndex.Load())
 	}
 	n := g.addMember(g.dirs[f])
 	nr := g.srvs[n].Service().rep
 	waitFor(t, "the new member caught up", func() bool {
-		return nr.installed.Load() >= 1 && nr.applied.Load() >= lr.applied.Load()
+		return nr.Installed.Load() >= 1 && nr.Applied.Load() >= lr.Applied.Load()
 	})
 	st := g.srvs[n].Service().MetaStatus()
 	if st.SnapshotIndex == 0 || len(st.Members) != 3 {
@@ -193,7 +194,7 @@ func TestLostMemberRejoinsFromSnapshot(t *testing.T) {
 func TestSnapshotStreamRoundTripAndCorruption(t *testing.T) {
 	fs := vfs.NewMem()
 	stream := snapshotStreamOf(t, fs, 9)
-	idx, err := readSnapshotStream(bytes.NewReader(stream), fs, "/recv", 5)
+	idx, err := raftgroup.ReadSnapshotStream(bytes.NewReader(stream), fs, "/recv", 5)
 	mustNo(t, err)
 	if idx != 9 {
 		t.Fatalf("stream index %d, want 9", idx)
@@ -201,17 +202,17 @@ func TestSnapshotStreamRoundTripAndCorruption(t *testing.T) {
 	if got := appliedIndexAt(t, fs, "/recv"); got != 9 {
 		t.Fatalf("received store applied to %d, want 9", got)
 	}
-	if _, err := readSnapshotStream(bytes.NewReader(stream), fs, "/recv-min", 10); err == nil {
+	if _, err := raftgroup.ReadSnapshotStream(bytes.NewReader(stream), fs, "/recv-min", 10); err == nil {
 		t.Fatal("a stream older than asked for was accepted")
 	}
 	for _, off := range []int{len(stream) / 3, len(stream) / 2, len(stream) - 6, len(stream) - 1} {
 		bad := bytes.Clone(stream)
 		bad[off] ^= 0x40
-		if _, err := readSnapshotStream(bytes.NewReader(bad), fs, fmt.Sprintf("/bad%d", off), 0); err == nil {
+		if _, err := raftgroup.ReadSnapshotStream(bytes.NewReader(bad), fs, fmt.Sprintf("/bad%d", off), 0); err == nil {
 			t.Fatalf("stream with byte %d of %d flipped accepted", off, len(stream))
 		}
 	}
-	if _, err := readSnapshotStream(bytes.NewReader(stream[:len(stream)-2]), fs, "/cut", 0); err == nil {
+	if _, err := raftgroup.ReadSnapshotStream(bytes.NewReader(stream[:len(stream)-2]), fs, "/cut", 0); err == nil {
 		t.Fatal("cut stream accepted")
 	}
 }
@@ -225,7 +226,7 @@ func TestSnapshotInstallCrashLeavesOldOrNew(t *testing.T) {
 	stream := snapshotStreamOf(t, vfs.NewMem(), 9)
 	const dir = "/m"
 	install := func(fs *vfs.MemFS) error {
-		if _, err := readSnapshotStream(bytes.NewReader(stream), fs, filepath.Join(dir, state.RecvDirName), 0); err != nil {
+		if _, err := raftgroup.ReadSnapshotStream(bytes.NewReader(stream), fs, filepath.Join(dir, state.RecvDirName), 0); err != nil {
 			return err
 		}
 		if err := fs.Rename(filepath.Join(dir, state.RecvDirName), filepath.Join(dir, state.StoreNewName)); err != nil {
@@ -265,7 +266,7 @@ func writeApplied(t *testing.T, fs vfs.FS, dir string, index uint64) {
 	t.Helper()
 	db, err := state.OpenStore(fs, dir, quiet)
 	mustNo(t, err)
-	mustNo(t, db.Set(appliedKey, appliedState{Index: index, Term: 2, Seq: 3}.encode(), pebble.Sync))
+	mustNo(t, db.Set(raftgroup.AppliedKey, raftgroup.AppliedState{Index: index, Term: 2, Seq: 3}.Encode(), pebble.Sync))
 	mustNo(t, db.Set([]byte("bfiller"), bytes.Repeat([]byte{7}, 10000), pebble.Sync))
 	mustNo(t, db.Close())
 }
@@ -277,7 +278,7 @@ func appliedIndexOf(t *testing.T, fs vfs.FS, dir string) uint64 {
 	db, err := state.OpenStore(fs, dir, quiet)
 	mustNo(t, err)
 	defer db.Close()
-	st, _, err := readRaftState(db)
+	st, _, err := raftgroup.ReadState(db)
 	mustNo(t, err)
 	return st.Index
 }
@@ -288,7 +289,7 @@ func appliedIndexAt(t *testing.T, fs vfs.FS, dbDir string) uint64 {
 	db, err := pebble.Open(dbDir, &pebble.Options{FS: vfs.ToPebble(fs), Logger: state.PebbleLogger{L: quiet}})
 	mustNo(t, err)
 	defer db.Close()
-	st, _, err := readRaftState(db)
+	st, _, err := raftgroup.ReadState(db)
 	mustNo(t, err)
 	return st.Index
 }
@@ -303,7 +304,7 @@ func snapshotStreamOf(t *testing.T, fs vfs.FS, index uint64) []byte {
 	mustNo(t, db.Checkpoint("/ckpt", pebble.WithFlushedWAL()))
 	mustNo(t, db.Close())
 	var buf bytes.Buffer
-	_, err = writeSnapshotStream(&buf, fs, "/ckpt", index)
+	_, err = raftgroup.WriteSnapshotStream(&buf, fs, "/ckpt", index)
 	mustNo(t, err)
 	return buf.Bytes()
 }
@@ -353,11 +354,11 @@ func TestMembersChangeWhileClientsPut(t *testing.T) {
 	// clients' puts: nothing else writes).
 	progress := func(what string) {
 		t.Helper()
-		before := int(g.srvs[g.leader()].Service().rep.applied.Load())
+		before := int(g.srvs[g.leader()].Service().rep.Applied.Load())
 		waitFor(t, what, func() bool {
 			for _, s := range g.srvs {
 				if s != nil && s.Service().Serving() {
-					return int(s.Service().rep.applied.Load()) >= before+40
+					return int(s.Service().rep.Applied.Load()) >= before+40
 				}
 			}
 			return false
@@ -368,7 +369,7 @@ func TestMembersChangeWhileClientsPut(t *testing.T) {
 	nr := g.srvs[n].Service().rep
 	waitFor(t, "member 4 caught up", func() bool {
 		l := g.srvs[g.leader()].Service().rep
-		return nr.applied.Load() > 0 && nr.applied.Load()+50 >= l.applied.Load()
+		return nr.Applied.Load() > 0 && nr.Applied.Load()+50 >= l.Applied.Load()
 	})
 	progress("puts with four members")
 	if _, err := g.cl.ChangeMembers(bg, metaapi.MemberChange{Op: "remove", ID: 1}); err != nil {

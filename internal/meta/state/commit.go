@@ -363,12 +363,28 @@ func (s *State) maybeRebuildOverlay() {
 		// A copy: the batch takes ownership of what SetRepr gets, and
 		// Close gives it back to Pebble for reuse — f.repr is the
 		// proposal's own entry, still on its way through raft.
-		if err := eb.SetRepr(slices.Clone(f.repr)); err == nil {
+		err := eb.SetRepr(slices.Clone(f.repr))
+		if err == nil {
 			err = ov.Apply(eb, nil)
 		}
-		eb.Close()
+		if cerr := eb.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			// The rebuild is only a trim: the old overlay holds every
+			// proposal in flight (and some applied), so it stays. A new
+			// one missing a proposal would let a mutation validate
+			// against a state without it.
+			s.Log.Warn("meta overlay not rebuilt; keeping the old one", "seq", f.seq, "err", err)
+			if cerr := ov.Close(); cerr != nil {
+				s.Log.Warn("closing the abandoned overlay", "err", cerr)
+			}
+			return
+		}
 	}
-	s.Store.Overlay.Close()
+	if err := s.Store.Overlay.Close(); err != nil {
+		s.Log.Warn("closing the replaced overlay", "err", err)
+	}
 	s.Store.Overlay = ov
 	s.Inflight = append([]inflight(nil), s.Inflight...)
 }

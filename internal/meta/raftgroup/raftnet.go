@@ -1,4 +1,4 @@
-package meta
+package raftgroup
 
 import (
 	"bufio"
@@ -35,12 +35,12 @@ import (
 // stream drops messages and reports the peer unreachable; the next batch
 // opens a new stream.
 const (
-	raftStreamRoute = "/v1/raft/stream"
+	StreamRoute = "/v1/raft/stream"
 	// maxQueuedRaftMsgs bounds the messages queued for one peer.
 	maxQueuedRaftMsgs = 4096
 	// maxRaftFrameBytes bounds one frame (a message is at most
 	// maxRaftMsgBytes of entries, or one entry of maxRaftRecordBytes).
-	maxRaftFrameBytes = 4 * state.MaxRaftRecordBytes
+	MaxRaftFrameBytes = 4 * state.MaxRaftRecordBytes
 	// raftWriteTimeout bounds the write of one frame (a peer that stops
 	// reading: the stream is closed and the peer reported unreachable).
 	raftWriteTimeout = 5 * time.Second
@@ -55,7 +55,7 @@ const (
 )
 
 type raftNet struct {
-	r *replicator
+	r *Member
 	// hc carries the streams (no overall timeout: a stream lasts); ctx
 	// is theirs, cancelled at close.
 	hc     *http.Client
@@ -82,7 +82,7 @@ type raftPeer struct {
 	quit chan struct{} // closed when the member is removed
 }
 
-func newRaftNet(r *replicator) *raftNet {
+func newRaftNet(r *Member) *raftNet {
 	n := &raftNet{r: r, peers: map[uint64]*raftPeer{}, stop: make(chan struct{}),
 		hc:         &http.Client{Transport: r.s.Cfg.TLS.HTTPTransport(&http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2})},
 		snapClient: &http.Client{Transport: r.s.Cfg.TLS.HTTPTransport(&http.Transport{Proxy: nil})}}
@@ -100,7 +100,7 @@ func (n *raftNet) setPeers(addrs map[uint64]string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for id, p := range n.peers {
-		if a, ok := addrs[id]; !ok || n.r.s.Cfg.TLS.Scheme()+"://"+a+raftStreamRoute != p.url {
+		if a, ok := addrs[id]; !ok || n.r.s.Cfg.TLS.Scheme()+"://"+a+StreamRoute != p.url {
 			close(p.quit)
 			delete(n.peers, id)
 		}
@@ -109,7 +109,7 @@ func (n *raftNet) setPeers(addrs map[uint64]string) {
 		if id == n.r.id || n.peers[id] != nil {
 			continue
 		}
-		p := &raftPeer{id: id, url: n.r.s.Cfg.TLS.Scheme() + "://" + a + raftStreamRoute, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+		p := &raftPeer{id: id, url: n.r.s.Cfg.TLS.Scheme() + "://" + a + StreamRoute, wake: make(chan struct{}, 1), quit: make(chan struct{})}
 		n.peers[id] = p
 		if n.started {
 			n.wg.Add(1)
@@ -141,7 +141,7 @@ func (n *raftNet) send(m *pb.Message) {
 	n.mu.Lock()
 	p := n.peers[m.GetTo()]
 	n.mu.Unlock()
-	if p == nil || n.r.isolated.Load() {
+	if p == nil || n.r.Isolated.Load() {
 		if m.GetType() == pb.MessageType_MsgSnap {
 			n.r.snapshotSent(m.GetTo(), false)
 		}
@@ -202,7 +202,7 @@ func (n *raftNet) sender(p *raftPeer) {
 				if err != nil {
 					continue
 				}
-				if k > 0 && len(buf)+4+len(b) > maxRaftFrameBytes {
+				if k > 0 && len(buf)+4+len(b) > MaxRaftFrameBytes {
 					break
 				}
 				buf = binary.LittleEndian.AppendUint32(buf, uint32(len(b)))
@@ -374,7 +374,7 @@ func decodeRaftMessages(body []byte) ([]*pb.Message, error) {
 // refused, or the member stops (stopStreams). It answers 200 at once and
 // writes nothing more (full duplex): the answer's body ends with the
 // stream, which is how the sender learns of the end.
-func (r *replicator) streamHandler(w http.ResponseWriter, req *http.Request) {
+func (r *Member) StreamHandler(w http.ResponseWriter, req *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.EnableFullDuplex() // HTTP/2 is full duplex without it
 	w.WriteHeader(http.StatusOK)
@@ -409,7 +409,7 @@ func (r *replicator) streamHandler(w http.ResponseWriter, req *http.Request) {
 			return // closed by the sender, broken or cut off
 		}
 		n := binary.LittleEndian.Uint32(hdr[:])
-		if n > maxRaftFrameBytes {
+		if n > MaxRaftFrameBytes {
 			refuse(fmt.Sprintf("frame of %d bytes", n))
 			return
 		}
@@ -428,7 +428,7 @@ func (r *replicator) streamHandler(w http.ResponseWriter, req *http.Request) {
 				ok = append(ok, m)
 			}
 		}
-		if !r.isolated.Load() {
+		if !r.Isolated.Load() {
 			r.deliver(ok)
 		}
 	}
@@ -436,10 +436,10 @@ func (r *replicator) streamHandler(w http.ResponseWriter, req *http.Request) {
 
 // stopStreams ends the streams this member receives (at its HTTP
 // server's shutdown, which waits for them otherwise, and at close).
-func (r *replicator) stopStreams() { r.streamsStop() }
+func (r *Member) StopStreams() { r.streamsStop() }
 
 // snapshotSent reports a MsgSnap to member id sent (or lost) to raft.
-func (r *replicator) snapshotSent(id uint64, ok bool) {
+func (r *Member) snapshotSent(id uint64, ok bool) {
 	r.in.mu.Lock()
 	r.in.snapSent[id] = ok
 	r.in.mu.Unlock()
@@ -447,7 +447,7 @@ func (r *replicator) snapshotSent(id uint64, ok bool) {
 }
 
 // transferLeader asks raft, on the leader, to hand the leadership to id.
-func (r *replicator) transferLeader(id uint64) {
+func (r *Member) TransferLeader(id uint64) {
 	r.in.mu.Lock()
 	r.in.transfer = id
 	r.in.mu.Unlock()

@@ -1,4 +1,4 @@
-package meta
+package raftgroup
 
 // Replication of the meta service over etcd raft (Config.Peers set): see
 // "Replication" in the package comment for the model; this file is the
@@ -20,6 +20,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/spindle-store/spindle/internal/meta/state"
+	"github.com/spindle-store/spindle/internal/raftqueue"
 	"go.etcd.io/raft/v3"
 
 	"github.com/spindle-store/spindle/internal/crc32c"
@@ -33,7 +34,7 @@ import (
 // Raft settings and bounds of a replicated meta service.
 const (
 	// raftGroup is the meta raft log's group in its wal.Log.
-	raftGroup          = 1
+	WALGroup           = 1
 	raftHeartbeatTicks = 1
 	// maxRaftCommittedBytes bounds the committed entries applied per
 	// Ready (maxRaftMsgBytes, the entries of one append message, is with
@@ -51,19 +52,19 @@ const (
 
 // appliedKey holds the applied state in the Pebble store of a replicated
 // meta service (0x00 sorts before every record prefix).
-var appliedKey = []byte("\x00raft-applied")
+var AppliedKey = []byte("\x00raft-applied")
 
 // appliedState is what the store has applied of the meta log: the index
 // of the last entry applied, and the (term, sequence) of the last
 // proposal applied. It is written in the batch of every applied round,
 // so that the store is always exactly the log's prefix up to index.
-type appliedState struct {
+type AppliedState struct {
 	Index, Term, Seq uint64
 }
 
 const appliedStateBytes = 1 + 8 + 8 + 8 + 4
 
-func (a appliedState) encode() []byte {
+func (a AppliedState) Encode() []byte {
 	b := make([]byte, 0, appliedStateBytes)
 	b = append(b, state.RecordVersion)
 	b = binary.LittleEndian.AppendUint64(b, a.Index)
@@ -72,14 +73,14 @@ func (a appliedState) encode() []byte {
 	return binary.LittleEndian.AppendUint32(b, crc32c.Checksum(b))
 }
 
-func decodeAppliedState(v []byte) (appliedState, error) {
+func DecodeAppliedState(v []byte) (AppliedState, error) {
 	if len(v) != appliedStateBytes || v[0] != state.RecordVersion {
-		return appliedState{}, fmt.Errorf("%w: applied state of %d bytes", state.ErrCorrupt, len(v))
+		return AppliedState{}, fmt.Errorf("%w: applied state of %d bytes", state.ErrCorrupt, len(v))
 	}
 	if got, want := crc32c.Checksum(v[:len(v)-4]), binary.LittleEndian.Uint32(v[len(v)-4:]); got != want {
-		return appliedState{}, fmt.Errorf("%w: applied state crc %08x, want %08x", state.ErrCorrupt, got, want)
+		return AppliedState{}, fmt.Errorf("%w: applied state crc %08x, want %08x", state.ErrCorrupt, got, want)
 	}
-	return appliedState{Index: binary.LittleEndian.Uint64(v[1:]), Term: binary.LittleEndian.Uint64(v[9:]), Seq: binary.LittleEndian.Uint64(v[17:])}, nil
+	return AppliedState{Index: binary.LittleEndian.Uint64(v[1:]), Term: binary.LittleEndian.Uint64(v[9:]), Seq: binary.LittleEndian.Uint64(v[17:])}, nil
 }
 
 // follows says whether a proposal (term, seq) continues the applied
@@ -87,7 +88,7 @@ func decodeAppliedState(v []byte) (appliedState, error) {
 // one. A proposal that does not was made by a leader that had one of its
 // proposals dropped; that leader's stint ended at the drop, and every
 // member skips the proposal the same way (it depends only on the log).
-func (a appliedState) follows(term, seq uint64) bool {
+func (a AppliedState) Follows(term, seq uint64) bool {
 	if term == a.Term {
 		return seq == a.Seq+1
 	}
@@ -113,33 +114,33 @@ type membership struct {
 
 // snapshots is the member's checkpoints as snapshots: taken, streamed to
 // the members that need one, fetched and installed (snapshot.go).
-type snapshots struct{ r *replicator }
+type snapshots struct{ r *Member }
 
 // replicator runs the meta raft group of one member.
-type replicator struct {
+type Member struct {
 	s    *state.State
 	id   uint64
 	log  *slog.Logger
-	wal  *wal.Log
-	db   *pebble.DB
+	WAL  *wal.Log
+	DB   *pebble.DB
 	tick time.Duration
 	net  *raftNet
 
 	membership
 	// snap ships and installs checkpoints (snapshot.go).
-	snap snapshots
+	Snap snapshots
 
 	// storeMu is held by the apply worker for each round and by a
 	// snapshot install (which replaces db); it guards db and st. Lock
 	// order: storeMu → s.mu.
-	storeMu sync.Mutex
+	StoreMu sync.Mutex
 	// ckpts are this member's checkpoints (snapshot.go); sinceSnap counts
 	// the entries applied since the latest (apply worker).
 	ckpts     *checkpoints
 	sinceSnap int
 	// snapIndex is the latest checkpoint's index, installed the
 	// snapshots received (status).
-	snapIndex, installed atomic.Uint64
+	SnapIndex, Installed atomic.Uint64
 
 	// Owned by the run goroutine.
 	rn          *raft.RawNode
@@ -148,7 +149,7 @@ type replicator struct {
 	readBatches map[uint64][]readReq
 	// st is the store's applied state, stTerm the term of the entry at
 	// st.Index (0: unknown) (guarded by storeMu).
-	st     appliedState
+	st     AppliedState
 	stTerm uint64
 	// raftCfgIndex: raft's configuration is the member set as of this
 	// index (the store's applied index at open, the snapshot's index
@@ -164,7 +165,7 @@ type replicator struct {
 	leaderTerm atomic.Uint64
 	// appendq and applyq feed the append and apply workers (raft's
 	// MsgStorageAppend and MsgStorageApply, in order).
-	appendq, applyq msgQueue
+	appendq, applyq *raftqueue.Queue[*pb.Message]
 
 	// in is what other goroutines hand to the run goroutine.
 	in struct {
@@ -215,10 +216,10 @@ type replicator struct {
 
 	// isolated (tests): the member drops every raft message it sends or
 	// receives, as if partitioned from the others.
-	isolated atomic.Bool
+	Isolated atomic.Bool
 
 	// Status (any goroutine).
-	leader, term, applied, commit, last atomic.Uint64
+	leader, Term, Applied, commit, Last atomic.Uint64
 	role                                atomic.Value // string
 	// match is the leader's progress (member → match index) as of its
 	// last tick, nil on a follower (map[uint64]uint64, never changed once
@@ -226,26 +227,25 @@ type replicator struct {
 	match atomic.Value
 }
 
-// openReplicator opens the meta raft log in dir/raft (bootstrapping the
+// OpenMember opens the meta raft log in dir/raft (bootstrapping the
 // membership when new) and the raft node, reading the applied state from
 // the store. Start with run.
-func openReplicator(s *state.State, db *pebble.DB) (*replicator, error) {
+func OpenMember(s *state.State, db *pebble.DB) (*Member, error) {
 	cfg := &s.Cfg
 	if _, ok := cfg.Peers[cfg.ID]; !ok {
 		return nil, fmt.Errorf("meta: --id %d is not one of --peers", cfg.ID)
 	}
-	r := &replicator{s: s, id: cfg.ID, log: s.Log.With("member", cfg.ID), db: db,
+	r := &Member{s: s, id: cfg.ID, log: s.Log.With("member", cfg.ID), DB: db,
 		tick: cfg.RaftTickInterval, notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		readBatches: map[uint64][]readReq{}}
-	r.snap.r = r
-	r.appendq.wake = make(chan struct{}, 1)
-	r.applyq.wake = make(chan struct{}, 1)
+	r.Snap.r = r
+	r.appendq, r.applyq = raftqueue.New[*pb.Message](), raftqueue.New[*pb.Message]()
 	r.wcond.L = &r.wmu
 	r.streamsCtx, r.streamsStop = context.WithCancel(context.Background())
 	r.in.unreachable = map[uint64]bool{}
 	r.in.snapSent = map[uint64]bool{}
 	r.role.Store("follower")
-	st, members, err := readRaftState(db)
+	st, members, err := ReadState(db)
 	if err != nil {
 		return nil, err
 	}
@@ -262,9 +262,9 @@ func openReplicator(s *state.State, db *pebble.DB) (*replicator, error) {
 	case st.Index == 0:
 		// A new store: the state of the bootstrap snapshot (index 1), or
 		// nothing yet for a member joining.
-		r.st = appliedState{Index: 1}
+		r.st = AppliedState{Index: 1}
 		if cfg.Join {
-			r.st = appliedState{}
+			r.st = AppliedState{}
 		}
 		it, err := db.NewIter(nil)
 		if err != nil {
@@ -283,13 +283,13 @@ func openReplicator(s *state.State, db *pebble.DB) (*replicator, error) {
 	if r.ckpts, err = openCheckpoints(cfg.FS, cfg.Dir); err != nil {
 		return nil, err
 	}
-	r.snapIndex.Store(r.ckpts.latest())
+	r.SnapIndex.Store(r.ckpts.latest())
 	r.sinceSnap = int(r.st.Index - min(r.st.Index, r.ckpts.latest()))
 	l, err := wal.Open(wal.Config{Dir: filepath.Join(cfg.Dir, "raft"), FS: cfg.FS, MaxRecordBytes: state.MaxRaftRecordBytes, Logger: s.Log})
 	if err != nil {
 		return nil, fmt.Errorf("meta: open raft log: %w", err)
 	}
-	r.wal = l
+	r.WAL = l
 	if err := r.openRaft(); err != nil {
 		l.Close()
 		return nil, err
@@ -298,12 +298,12 @@ func openReplicator(s *state.State, db *pebble.DB) (*replicator, error) {
 	return r, nil
 }
 
-func (r *replicator) openRaft() error {
-	last, err := r.wal.LastIndex(raftGroup)
+func (r *Member) openRaft() error {
+	last, err := r.WAL.LastIndex(WALGroup)
 	if err != nil {
 		return err
 	}
-	_, hasSnap, err := r.wal.Snapshot(raftGroup)
+	_, hasSnap, err := r.WAL.Snapshot(WALGroup)
 	if err != nil {
 		return err
 	}
@@ -324,16 +324,16 @@ func (r *replicator) openRaft() error {
 		// leader, deposed by the higher term, forgets how far it had
 		// replicated to it (raftconf.go, rejoinTerm).
 		term := max(1, rejoinTerm(r.s.Cfg.Peers, r.s.Cfg.TLS, r.id, r.log))
-		seq, err := r.wal.Append(wal.SnapshotRecord(raftGroup, 1, 1, cs), wal.HardStateRecord(raftGroup, wal.HardState{Term: term, Commit: 1}))
+		seq, err := r.WAL.Append(wal.SnapshotRecord(WALGroup, 1, 1, cs), wal.HardStateRecord(WALGroup, wal.HardState{Term: term, Commit: 1}))
 		if err == nil {
-			err = r.wal.WaitDurable(seq)
+			err = r.WAL.WaitDurable(seq)
 		}
 		if err != nil {
 			return fmt.Errorf("meta: bootstrap raft log: %w", err)
 		}
 		r.log.Info("meta raft group bootstrapped", "voters", voters, "term", term)
 	}
-	first, err := r.wal.FirstIndex(raftGroup)
+	first, err := r.WAL.FirstIndex(WALGroup)
 	if err != nil {
 		return err
 	}
@@ -344,7 +344,7 @@ func (r *replicator) openRaft() error {
 	// it is committed is durable (AsyncStorageWrites): raft must not be
 	// told more was applied than its log says is committed. The entries
 	// in between come back as committed and are skipped by index.
-	hs, err := r.wal.HardState(raftGroup)
+	hs, err := r.WAL.HardState(WALGroup)
 	if err != nil {
 		return err
 	}
@@ -354,7 +354,7 @@ func (r *replicator) openRaft() error {
 		ID:                        r.id,
 		ElectionTick:              r.s.Cfg.ElectionTicks,
 		HeartbeatTick:             raftHeartbeatTicks,
-		Storage:                   raftStorage{RaftStorage: r.wal.RaftStorage(raftGroup), r: r},
+		Storage:                   raftStorage{RaftStorage: r.WAL.RaftStorage(WALGroup), r: r},
 		Applied:                   applied,
 		AsyncStorageWrites:        true,
 		MaxSizePerMsg:             state.MaxRaftMsgBytes,
@@ -375,16 +375,16 @@ func (r *replicator) openRaft() error {
 		return fmt.Errorf("meta: raft: %w", err)
 	}
 	r.rn = rn
-	r.applied.Store(r.st.Index)
+	r.Applied.Store(r.st.Index)
 	r.raftCfgIndex = r.st.Index
-	if t, err := r.wal.Term(raftGroup, r.st.Index); err == nil {
+	if t, err := r.WAL.Term(WALGroup, r.st.Index); err == nil {
 		r.stTerm = t
 	}
 	return nil
 }
 
 // start runs the raft goroutine and the senders.
-func (r *replicator) start() {
+func (r *Member) Start() {
 	r.net.start()
 	r.wg.Add(2)
 	go r.appendWorker()
@@ -394,22 +394,22 @@ func (r *replicator) start() {
 
 // close stops the raft goroutine and the senders, fails every waiter and
 // closes the log. Callers do not hold s.mu (the raft goroutine takes it).
-func (r *replicator) close() error {
+func (r *Member) Close() error {
 	var err error
 	r.once.Do(func() {
-		r.stopStreams()
+		r.StopStreams()
 		close(r.stop)
 		<-r.done
 		r.wg.Wait()
 		r.net.close()
 		r.fail(fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable))
-		err = r.wal.Close()
+		err = r.WAL.Close()
 	})
 	return err
 }
 
 // fail stops serving for good.
-func (r *replicator) fail(err error) {
+func (r *Member) fail(err error) {
 	r.wmu.Lock()
 	if r.failed == nil {
 		r.failed = err
@@ -419,7 +419,7 @@ func (r *replicator) fail(err error) {
 	r.wmu.Unlock()
 }
 
-func (r *replicator) wake() {
+func (r *Member) wake() {
 	select {
 	case r.notify <- struct{}{}:
 	default:
@@ -428,7 +428,7 @@ func (r *replicator) wake() {
 
 // deliver hands received messages to the raft goroutine (dropped beyond
 // maxInboundRaftMsgs: raft resends).
-func (r *replicator) deliver(msgs []*pb.Message) {
+func (r *Member) deliver(msgs []*pb.Message) {
 	r.in.mu.Lock()
 	n := min(len(msgs), maxInboundRaftMsgs-len(r.in.msgs))
 	if n > 0 {
@@ -439,7 +439,7 @@ func (r *replicator) deliver(msgs []*pb.Message) {
 }
 
 // unreachable reports a failed send to a member.
-func (r *replicator) unreachable(id uint64) {
+func (r *Member) unreachable(id uint64) {
 	r.in.mu.Lock()
 	r.in.unreachable[id] = true
 	r.in.mu.Unlock()
@@ -448,13 +448,13 @@ func (r *replicator) unreachable(id uint64) {
 
 // leaderAddr is the address of the member this one takes for the leader
 // ("" when unknown).
-func (r *replicator) leaderAddr() (uint64, string) {
+func (r *Member) leaderAddr() (uint64, string) {
 	id := r.leader.Load()
 	return id, r.peerAddr(id)
 }
 
 // notLeader is the error of a member that does not serve.
-func (r *replicator) NotLeader() error {
+func (r *Member) NotLeader() error {
 	r.wmu.Lock()
 	failed := r.failed
 	r.wmu.Unlock()
@@ -474,7 +474,7 @@ func (r *replicator) NotLeader() error {
 // for an answer that made no proposal of its own, until a ReadIndex round
 // confirms that this member was still the leader after the request
 // looked at the state.
-func (r *replicator) Await(p state.Pending) error {
+func (r *Member) Await(p state.Pending) error {
 	if p.Read {
 		if err := r.readBarrier(p.Stint); err != nil {
 			return err
@@ -496,7 +496,7 @@ func (r *replicator) Await(p state.Pending) error {
 	}
 }
 
-func (r *replicator) readBarrier(stint uint64) error {
+func (r *Member) readBarrier(stint uint64) error {
 	req := readReq{stint: stint, done: make(chan error, 1)}
 	r.in.mu.Lock()
 	r.in.reads = append(r.in.reads, req)
@@ -511,7 +511,7 @@ func (r *replicator) readBarrier(stint uint64) error {
 }
 
 // run is the raft goroutine: it owns the RawNode.
-func (r *replicator) run() {
+func (r *Member) run() {
 	defer close(r.done)
 	t := time.NewTicker(r.tick)
 	defer t.Stop()
@@ -589,15 +589,15 @@ func (r *replicator) run() {
 		r.wmu.Unlock()
 		// Group commit: the proposals queued meanwhile go in as few
 		// entries as maxFoldedEntryBytes allows.
-		for _, f := range foldProposals(props, stint) {
-			err := f.err
+		for _, f := range FoldProposals(props, stint) {
+			err := f.Err
 			if err == nil {
-				err = r.rn.Propose(state.EncodeEntry(f.first, f.last, f.repr))
+				err = r.rn.Propose(state.EncodeEntry(f.First, f.Last, f.Repr))
 			}
 			if err != nil {
 				// Memory is ahead of the log now: end the stint, and
 				// drop the proposals queued after it.
-				r.endStint(fmt.Errorf("proposals %d..%d of term %d dropped by raft: %v", f.first, f.last, stint, err))
+				r.endStint(fmt.Errorf("proposals %d..%d of term %d dropped by raft: %v", f.First, f.Last, stint, err))
 				stint = 0
 				break
 			}
@@ -623,18 +623,18 @@ func (r *replicator) run() {
 
 // folded is one entry's worth of proposals: the stint sequences first..last
 // and their batches as one (err: they could not be joined).
-type folded struct {
-	first, last uint64
-	repr        []byte
-	err         error
+type Folded struct {
+	First, Last uint64
+	Repr        []byte
+	Err         error
 }
 
 // foldProposals joins the proposals of stint among props (queued in
 // sequence order; those of another stint are dropped: their waiters have
 // their answer) into entries, consecutive proposals together while their
 // batches stay within maxFoldedEntryBytes.
-func foldProposals(props []state.Proposal, stint uint64) []folded {
-	var out []folded
+func FoldProposals(props []state.Proposal, stint uint64) []Folded {
+	var out []Folded
 	for i := 0; i < len(props); {
 		if props[i].Stint != stint || stint == 0 {
 			i++
@@ -645,9 +645,9 @@ func foldProposals(props []state.Proposal, stint uint64) []folded {
 			n += len(props[j].Repr)
 			j++
 		}
-		f := folded{first: props[i].Seq, last: props[j-1].Seq, repr: props[i].Repr}
+		f := Folded{First: props[i].Seq, Last: props[j-1].Seq, Repr: props[i].Repr}
 		if j > i+1 {
-			f.repr, f.err = joinBatches(props[i:j])
+			f.Repr, f.Err = joinBatches(props[i:j])
 		}
 		out = append(out, f)
 		i = j
@@ -672,33 +672,8 @@ func joinBatches(props []state.Proposal) ([]byte, error) {
 	return acc.Repr(), nil
 }
 
-// msgQueue is a FIFO of raft messages for a worker.
-type msgQueue struct {
-	mu   sync.Mutex
-	q    []*pb.Message
-	wake chan struct{} // cap 1
-}
-
-func (q *msgQueue) push(m *pb.Message) {
-	q.mu.Lock()
-	q.q = append(q.q, m)
-	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (q *msgQueue) take() []*pb.Message {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	out := q.q
-	q.q = nil
-	return out
-}
-
 // local hands the workers' answers to the raft goroutine.
-func (r *replicator) local(msgs []*pb.Message) {
+func (r *Member) local(msgs []*pb.Message) {
 	r.in.mu.Lock()
 	r.in.local = append(r.in.local, msgs...)
 	r.in.mu.Unlock()
@@ -706,7 +681,7 @@ func (r *replicator) local(msgs []*pb.Message) {
 }
 
 // fatal reports a worker's failure to the raft goroutine.
-func (r *replicator) fatal(err error) {
+func (r *Member) fatal(err error) {
 	r.in.mu.Lock()
 	if r.in.fatal == nil {
 		r.in.fatal = err
@@ -716,7 +691,7 @@ func (r *replicator) fatal(err error) {
 }
 
 // respond delivers what raft attached to a storage message, once done.
-func (r *replicator) respond(m *pb.Message) {
+func (r *Member) respond(m *pb.Message) {
 	var mine []*pb.Message
 	for _, resp := range m.GetResponses() {
 		if resp.GetTo() == r.id {
@@ -735,27 +710,22 @@ func (r *replicator) respond(m *pb.Message) {
 // round that only moves the commit index (no entries, no snapshot, term
 // and vote as durable already) is written without its own fdatasync: see
 // commitOnly.
-func (r *replicator) appendWorker() {
+func (r *Member) appendWorker() {
 	defer r.wg.Done()
 	durable := r.hsDurable // term and vote the log holds durably
 	for {
-		select {
-		case <-r.stop:
+		jobs := r.appendq.PopAll(nil, r.stop)
+		if jobs == nil { // stopped
 			return
-		case <-r.appendq.wake:
-		}
-		jobs := r.appendq.take()
-		if len(jobs) == 0 {
-			continue
 		}
 		var recs []wal.Record
 		flush := func() error {
 			if len(recs) == 0 {
 				return nil
 			}
-			seq, err := r.wal.Append(recs...)
+			seq, err := r.WAL.Append(recs...)
 			if err == nil {
-				err = r.wal.WaitDurable(seq)
+				err = r.WAL.WaitDurable(seq)
 			}
 			recs = recs[:0]
 			if err != nil {
@@ -770,7 +740,7 @@ func (r *replicator) appendWorker() {
 				md := snap.GetMetadata()
 				err := flush()
 				if err == nil {
-					err = r.snap.installSnapshot(md)
+					err = r.Snap.installSnapshot(md)
 				}
 				var cs []byte
 				if err == nil {
@@ -780,23 +750,23 @@ func (r *replicator) appendWorker() {
 					r.fatal(fmt.Errorf("snapshot at %d: %w", md.GetIndex(), err))
 					return
 				}
-				recs = append(recs, wal.SnapshotRecord(raftGroup, md.GetIndex(), md.GetTerm(), cs))
-				r.last.Store(md.GetIndex())
+				recs = append(recs, wal.SnapshotRecord(WALGroup, md.GetIndex(), md.GetTerm(), cs))
+				r.Last.Store(md.GetIndex())
 			}
 			for _, e := range m.GetEntries() {
-				recs = append(recs, wal.EntryRecord(raftGroup, e.GetTerm(), e.GetIndex(), uint8(e.GetType()), e.GetData()))
+				recs = append(recs, wal.EntryRecord(WALGroup, e.GetTerm(), e.GetIndex(), uint8(e.GetType()), e.GetData()))
 			}
 			if m.Term != nil {
-				recs = append(recs, wal.HardStateRecord(raftGroup, wal.HardState{Term: m.GetTerm(), Vote: m.GetVote(), Commit: m.GetCommit()}))
+				recs = append(recs, wal.HardStateRecord(WALGroup, wal.HardState{Term: m.GetTerm(), Vote: m.GetVote(), Commit: m.GetCommit()}))
 				r.commit.Store(m.GetCommit())
 			}
 			if n := len(m.GetEntries()); n > 0 {
-				r.last.Store(m.GetEntries()[n-1].GetIndex())
+				r.Last.Store(m.GetEntries()[n-1].GetIndex())
 			}
 		}
-		if commitOnly(jobs, durable) {
+		if CommitOnly(jobs, durable) {
 			// Written, and made durable by the next round that syncs.
-			if _, err := r.wal.Append(recs...); err != nil {
+			if _, err := r.WAL.Append(recs...); err != nil {
 				r.fatal(fmt.Errorf("raft log: %w", err))
 				return
 			}
@@ -825,7 +795,7 @@ func (r *replicator) appendWorker() {
 // before, in rounds that synced) claim nothing the log does not hold
 // durably. The records go to the log and become durable with the next
 // round that syncs.
-func commitOnly(jobs []*pb.Message, durable wal.HardState) bool {
+func CommitOnly(jobs []*pb.Message, durable wal.HardState) bool {
 	for _, m := range jobs {
 		if len(m.GetEntries()) > 0 || (m.GetSnapshot() != nil && m.GetSnapshot().GetMetadata().GetIndex() > 0) {
 			return false
@@ -838,18 +808,17 @@ func commitOnly(jobs []*pb.Message, durable wal.HardState) bool {
 }
 
 // applyWorker applies committed entries to the store, in order.
-func (r *replicator) applyWorker() {
+func (r *Member) applyWorker() {
 	defer r.wg.Done()
 	for {
-		select {
-		case <-r.stop:
+		jobs := r.applyq.PopAll(nil, r.stop)
+		if jobs == nil { // stopped
 			return
-		case <-r.applyq.wake:
 		}
-		for _, m := range r.applyq.take() {
-			r.storeMu.Lock()
+		for _, m := range jobs {
+			r.StoreMu.Lock()
 			err := r.applyEntries(m.GetEntries())
-			r.storeMu.Unlock()
+			r.StoreMu.Unlock()
 			if err != nil {
 				r.fatal(err)
 				return
@@ -861,7 +830,7 @@ func (r *replicator) applyWorker() {
 
 // handOver transfers the leadership of a leader whose stint ended in its
 // term (a dropped proposal) to the most up-to-date other member.
-func (r *replicator) handOver() {
+func (r *Member) handOver() {
 	st := r.rn.BasicStatus()
 	r.wmu.Lock()
 	ended := r.endedTerm
@@ -882,7 +851,7 @@ func (r *replicator) handOver() {
 }
 
 // startRead starts a ReadIndex round for the reads of the current stint.
-func (r *replicator) startRead(reads []readReq, stint uint64) {
+func (r *Member) startRead(reads []readReq, stint uint64) {
 	var ok []readReq
 	for _, q := range reads {
 		if q.stint != stint || stint == 0 {
@@ -899,7 +868,7 @@ func (r *replicator) startRead(reads []readReq, stint uint64) {
 	r.rn.ReadIndex(binary.LittleEndian.AppendUint64(nil, r.readCtx))
 }
 
-func (r *replicator) failReads(err error) {
+func (r *Member) failReads(err error) {
 	for id, qs := range r.readBatches {
 		for _, q := range qs {
 			q.done <- err
@@ -918,7 +887,7 @@ func (r *replicator) failReads(err error) {
 // handleReady hands one Ready's appends and applies to the workers and
 // sends its messages (AsyncStorageWrites: what must wait for the log
 // write travels in the workers' responses).
-func (r *replicator) handleReady() {
+func (r *Member) handleReady() {
 	rd := r.rn.Ready()
 	if rd.SoftState != nil {
 		r.leader.Store(rd.SoftState.Lead)
@@ -930,7 +899,7 @@ func (r *replicator) handleReady() {
 		}
 	}
 	term := r.rn.BasicStatus().GetTerm()
-	r.term.Store(term)
+	r.Term.Store(term)
 	if r.leading {
 		r.leaderTerm.Store(term)
 	} else {
@@ -945,10 +914,10 @@ func (r *replicator) handleReady() {
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case raft.LocalAppendThread:
-			r.appendq.push(m)
+			r.appendq.Push(m)
 		case raft.LocalApplyThread:
 			r.noteCommitted(m.GetEntries())
-			r.applyq.push(m)
+			r.applyq.Push(m)
 		default:
 			r.net.send(m)
 		}
@@ -971,7 +940,7 @@ func (r *replicator) handleReady() {
 // term count: this leader's own proposals, from its memory, each
 // continuing the one before (a dropped proposal ends the stint before
 // any later one can commit).
-func (r *replicator) noteCommitted(ents []*pb.Entry) {
+func (r *Member) noteCommitted(ents []*pb.Entry) {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
 	if r.stint == 0 {
@@ -1020,8 +989,8 @@ func roleName(s raft.StateType) string {
 // applyEntries applies committed entries to the store in one batch with
 // the applied state, then lets the waiters of the stint's proposals go;
 // the leader starts serving once an entry of its own term is applied.
-func (r *replicator) applyEntries(ents []*pb.Entry) error {
-	b := r.db.NewBatch()
+func (r *Member) applyEntries(ents []*pb.Entry) error {
+	b := r.DB.NewBatch()
 	defer b.Close()
 	st := r.st
 	var startTerm, lastTerm uint64
@@ -1058,7 +1027,7 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 			if err != nil {
 				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
 			}
-			if !st.follows(e.GetTerm(), first) {
+			if !st.Follows(e.GetTerm(), first) {
 				r.log.Warn("meta log entry skipped: its leader's earlier proposal was dropped", "index", e.GetIndex(), "term", e.GetTerm(), "seq", first, "last_term", st.Term, "last_seq", st.Seq)
 				continue
 			}
@@ -1089,18 +1058,18 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 			return fmt.Errorf("entry %d: joint membership changes are not supported", e.GetIndex())
 		}
 	}
-	state.Set(b, appliedKey, st.encode())
+	state.Set(b, AppliedKey, st.Encode())
 	if members != nil {
 		state.Set(b, membersKey, encodeMembers(members))
 	}
 	// NoSync: the log holds every applied entry durably; after a crash
 	// the store is a prefix of what was applied (batches are atomic) and
 	// raft applies again from its applied state.
-	if err := r.db.Apply(b, pebble.NoSync); err != nil {
+	if err := r.DB.Apply(b, pebble.NoSync); err != nil {
 		return fmt.Errorf("store apply: %w", err)
 	}
 	r.st = st
-	r.applied.Store(st.Index)
+	r.Applied.Store(st.Index)
 	if members == nil && len(confs) > 0 {
 		// Only changes the installed store held before raft did.
 		r.in.mu.Lock()
@@ -1114,7 +1083,7 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 		// member a snapshot; one from before its addition is refused).
 		r.setMembers(members)
 		r.hasMembers = true
-		if err := r.snap.takeCheckpoint(lastTerm); err != nil {
+		if err := r.Snap.takeCheckpoint(lastTerm); err != nil {
 			return fmt.Errorf("snapshot after a membership change: %w", err)
 		}
 		r.in.mu.Lock()
@@ -1133,7 +1102,7 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 		r.startStint(startTerm)
 	}
 	if lastTerm != 0 && r.sinceSnap >= r.s.Cfg.SnapshotEntries {
-		if err := r.snap.takeCheckpoint(lastTerm); err != nil {
+		if err := r.Snap.takeCheckpoint(lastTerm); err != nil {
 			// The log keeps growing until a checkpoint succeeds; the
 			// member still serves.
 			r.log.Error("meta snapshot failed", "index", st.Index, "err", err)
@@ -1146,7 +1115,7 @@ func (r *replicator) applyEntries(ents []*pb.Entry) error {
 // startStint makes the leader serve: every entry before its term's first
 // is applied, so the store is the committed state; memory is loaded from
 // it (every datanode counts as heard at this start).
-func (r *replicator) startStint(term uint64) {
+func (r *Member) startStint(term uint64) {
 	r.wmu.Lock()
 	skip := r.stint != 0 || r.failed != nil || term <= r.endedTerm
 	r.wmu.Unlock()
@@ -1174,7 +1143,7 @@ func (r *replicator) startStint(term uint64) {
 	if r.leaderTerm.Load() != term || r.stint != 0 || r.failed != nil || term <= r.endedTerm {
 		return
 	}
-	s.Store.Overlay = r.db.NewIndexedBatch()
+	s.Store.Overlay = r.DB.NewIndexedBatch()
 	s.Stint, s.Proposed, s.Inflight, s.Staged = term, 0, nil, nil
 	r.stint, r.appliedSeq, r.committedSeq = term, 0, 0
 	r.wcond.Broadcast()
@@ -1183,7 +1152,7 @@ func (r *replicator) startStint(term uint64) {
 
 // endStint stops serving: memory may be ahead of the log (proposals not
 // committed), so it is dropped; the waiters get UNAVAILABLE.
-func (r *replicator) endStint(why error) {
+func (r *Member) endStint(why error) {
 	s := r.s
 	s.Mu.Lock()
 	s.EndStintLocked(why)
@@ -1193,7 +1162,7 @@ func (r *replicator) endStint(why error) {
 
 // stintEnded records that the serving stint ended (State.endStintLocked,
 // under s.mu): it never resumes in its term; the waiters are woken.
-func (r *replicator) StintEnded() {
+func (r *Member) StintEnded() {
 	r.wmu.Lock()
 	r.endedTerm = max(r.endedTerm, r.stint)
 	r.stint = 0
@@ -1203,7 +1172,7 @@ func (r *replicator) StintEnded() {
 
 // propose hands p to the raft goroutine (State.flushStaged, under s.mu:
 // in s.mu order, so that the log's order is memory's).
-func (r *replicator) Propose(p state.Proposal) {
+func (r *Member) Propose(p state.Proposal) {
 	r.in.mu.Lock()
 	r.in.props = append(r.in.props, p)
 	r.in.mu.Unlock()
@@ -1211,14 +1180,14 @@ func (r *replicator) Propose(p state.Proposal) {
 }
 
 // appliedSeqNow is the last proposal of the stint applied to the store.
-func (r *replicator) AppliedSeqNow() uint64 {
+func (r *Member) AppliedSeqNow() uint64 {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
 	return r.appliedSeq
 }
 
 // status is this member's view of the group.
-func (r *replicator) status() metaapi.MetaStatus {
+func (r *Member) Status() metaapi.MetaStatus {
 	r.wmu.Lock()
 	serving := r.stint != 0
 	r.wmu.Unlock()
@@ -1229,13 +1198,13 @@ func (r *replicator) status() metaapi.MetaStatus {
 		role = "removed" // it applied its own removal: stop its process
 	}
 	return metaapi.MetaStatus{ID: r.id, LeaderID: lead, LeaderAddr: r.peerAddr(lead), Role: role, Serving: serving,
-		Term: r.term.Load(), AppliedIndex: r.applied.Load(), CommitIndex: r.commit.Load(), LastIndex: r.last.Load(),
-		Members: sortedMembers(members), SnapshotIndex: r.snapIndex.Load(), SnapshotsInstalled: r.installed.Load(),
+		Term: r.Term.Load(), AppliedIndex: r.Applied.Load(), CommitIndex: r.commit.Load(), LastIndex: r.Last.Load(),
+		Members: sortedMembers(members), SnapshotIndex: r.SnapIndex.Load(), SnapshotsInstalled: r.Installed.Load(),
 		Match: r.matchMap()}
 }
 
 // matchMap is the leader's progress as of its last tick (nil: none).
-func (r *replicator) matchMap() map[uint64]uint64 {
+func (r *Member) matchMap() map[uint64]uint64 {
 	m, _ := r.match.Load().(map[uint64]uint64)
 	return m
 }

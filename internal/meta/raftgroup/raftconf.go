@@ -1,4 +1,4 @@
-package meta
+package raftgroup
 
 // Membership of a replicated meta service (docs/ARCHITECTURE.md §16):
 // the members and their addresses are replicated state, changed one at a
@@ -90,15 +90,15 @@ func decodeMembers(v []byte) (map[uint64]string, error) {
 
 // readRaftState reads a store's applied state (Index 0: none) and member
 // set (nil: none recorded).
-func readRaftState(db *pebble.DB) (appliedState, map[uint64]string, error) {
-	var st appliedState
-	v, closer, err := db.Get(appliedKey)
+func ReadState(db *pebble.DB) (AppliedState, map[uint64]string, error) {
+	var st AppliedState
+	v, closer, err := db.Get(AppliedKey)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
 	case err != nil:
 		return st, nil, fmt.Errorf("meta: read applied state: %w", err)
 	default:
-		st, err = decodeAppliedState(v)
+		st, err = DecodeAppliedState(v)
 		closer.Close()
 		if err != nil {
 			return st, nil, err
@@ -118,7 +118,7 @@ func readRaftState(db *pebble.DB) (appliedState, map[uint64]string, error) {
 
 // setMembers makes m the member set: the voters, and the addresses the
 // transport sends to (plus this member's own).
-func (r *replicator) setMembers(m map[uint64]string) {
+func (r *Member) setMembers(m map[uint64]string) {
 	r.pmu.Lock()
 	r.members = maps.Clone(m)
 	addrs := maps.Clone(m)
@@ -165,7 +165,7 @@ func (m *membership) confState() *pb.ConfState {
 // changes are applied to the store, not to the log's snapshot metadata).
 type raftStorage struct {
 	*wal.RaftStorage
-	r *replicator
+	r *Member
 }
 
 func (s raftStorage) InitialState() (*pb.HardState, *pb.ConfState, error) {
@@ -197,7 +197,7 @@ func applyConfChange(m map[uint64]string, cc *pb.ConfChange) error {
 // add), one change at a time, and returns once the leader applied it. A
 // change already in effect succeeds at once. Only the serving leader
 // takes it.
-func (r *replicator) ChangeMembers(add bool, id uint64, addr string) (metaapi.MetaStatus, error) {
+func (r *Member) ChangeMembers(add bool, id uint64, addr string) (metaapi.MetaStatus, error) {
 	s := r.s
 	if id == 0 || (add && (addr == "" || len(addr) > maxMemberAddrBytes)) {
 		return metaapi.MetaStatus{}, fmt.Errorf("%w: member %d at %q", metaapi.ErrInvalid, id, addr)
@@ -224,7 +224,7 @@ func (r *replicator) ChangeMembers(add bool, id uint64, addr string) (metaapi.Me
 		return false, nil
 	}
 	if ok, err := done(); ok || err != nil {
-		return r.status(), err
+		return r.Status(), err
 	}
 	t := pb.ConfChangeType_ConfChangeAddNode
 	if !add {
@@ -245,7 +245,7 @@ func (r *replicator) ChangeMembers(add bool, id uint64, addr string) (metaapi.Me
 	for {
 		if ok, err := done(); ok || err != nil {
 			r.wmu.Unlock()
-			st := r.status()
+			st := r.Status()
 			r.wmu.Lock()
 			return st, err
 		}
@@ -269,7 +269,7 @@ func (r *replicator) ChangeMembers(add bool, id uint64, addr string) (metaapi.Me
 }
 
 // wcondWaitTimeout waits on wcond (wmu held) for at most d.
-func (r *replicator) wcondWaitTimeout(d time.Duration) {
+func (r *Member) wcondWaitTimeout(d time.Duration) {
 	t := time.AfterFunc(d, func() {
 		r.wmu.Lock()
 		r.wcond.Broadcast()

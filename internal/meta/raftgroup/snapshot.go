@@ -1,4 +1,4 @@
-package meta
+package raftgroup
 
 // Snapshots of a replicated meta service (docs/ARCHITECTURE.md §16,
 // docs/CRASH_SAFETY.md "meta snapshot install").
@@ -64,7 +64,7 @@ import (
 
 // Snapshot settings and bounds.
 const (
-	snapshotRoute  = "/v1/raft/snapshot"
+	SnapshotRoute  = "/v1/raft/snapshot"
 	snapDirName    = "snap"
 	snapTmpPrefix  = "tmp-"
 	snapshotMagic  = "SPNDSNAP"
@@ -191,16 +191,16 @@ func (c *checkpoints) acquire(min uint64) (uint64, func(), error) {
 func (sn *snapshots) takeCheckpoint(term uint64) error {
 	r := sn.r
 	idx := r.st.Index
-	if err := r.snap.checkpointStore(); err != nil {
+	if err := r.Snap.checkpointStore(); err != nil {
 		return err
 	}
 	cs, err := proto.Marshal(r.confState())
 	if err != nil {
 		return err
 	}
-	seq, err := r.wal.Append(wal.SnapshotMetaRecord(raftGroup, idx, term, cs))
+	seq, err := r.WAL.Append(wal.SnapshotMetaRecord(WALGroup, idx, term, cs))
 	if err == nil {
-		err = r.wal.WaitDurable(seq)
+		err = r.WAL.WaitDurable(seq)
 	}
 	if err != nil {
 		return fmt.Errorf("snapshot %d: raft log: %w", idx, err)
@@ -208,8 +208,8 @@ func (sn *snapshots) takeCheckpoint(term uint64) error {
 	r.sinceSnap = 0
 	if retain := uint64(r.s.Cfg.LogRetainEntries); idx > retain {
 		to := idx - retain
-		if last, err := r.wal.LastIndex(raftGroup); err == nil && to <= last {
-			if err := r.wal.Compact(raftGroup, to); err != nil {
+		if last, err := r.WAL.LastIndex(WALGroup); err == nil && to <= last {
+			if err := r.WAL.Compact(WALGroup, to); err != nil {
 				return fmt.Errorf("snapshot %d: compact the raft log to %d: %w", idx, to, err)
 			}
 		}
@@ -234,7 +234,7 @@ func (sn *snapshots) checkpointStore() error {
 	}
 	// WithFlushedWAL syncs the store's WAL first: the store is durable at
 	// idx, so the log may be compacted up to it.
-	if err := r.db.Checkpoint(tmp, pebble.WithFlushedWAL()); err != nil {
+	if err := r.DB.Checkpoint(tmp, pebble.WithFlushedWAL()); err != nil {
 		return fmt.Errorf("snapshot %d: checkpoint: %w", idx, err)
 	}
 	if err := fs.RemoveAll(c.path(idx)); err != nil {
@@ -247,7 +247,7 @@ func (sn *snapshots) checkpointStore() error {
 		return fmt.Errorf("snapshot %d: %w", idx, err)
 	}
 	c.publish(idx)
-	r.snapIndex.Store(idx)
+	r.SnapIndex.Store(idx)
 	return nil
 }
 
@@ -255,20 +255,20 @@ func (sn *snapshots) checkpointStore() error {
 // this one has none of (a member joining before any was taken).
 func (sn *snapshots) checkpointNow(min uint64) error {
 	r := sn.r
-	r.storeMu.Lock()
-	defer r.storeMu.Unlock()
+	r.StoreMu.Lock()
+	defer r.StoreMu.Unlock()
 	if r.st.Index < min {
 		return fmt.Errorf("%w: this member has applied %d, a snapshot at or past %d is asked for", metaapi.ErrNotFound, r.st.Index, min)
 	}
 	if r.stTerm == 0 {
-		return r.snap.checkpointStore() // the log does not know the term: not recorded there
+		return r.Snap.checkpointStore() // the log does not know the term: not recorded there
 	}
-	return r.snap.takeCheckpoint(r.stTerm)
+	return r.Snap.takeCheckpoint(r.stTerm)
 }
 
 // snapshotHandler serves GET /v1/raft/snapshot?min=INDEX: the stream of
 // this member's latest checkpoint, if its index is at least INDEX.
-func (sn *snapshots) snapshotHandler(w http.ResponseWriter, req *http.Request) {
+func (sn *snapshots) SnapshotHandler(w http.ResponseWriter, req *http.Request) {
 	r := sn.r
 	s := r.s
 	min, err := strconv.ParseUint(req.URL.Query().Get("min"), 10, 64)
@@ -285,7 +285,7 @@ func (sn *snapshots) snapshotHandler(w http.ResponseWriter, req *http.Request) {
 	}
 	idx, release, err := r.ckpts.acquire(min)
 	if errors.Is(err, metaapi.ErrNotFound) {
-		if err = r.snap.checkpointNow(min); err == nil {
+		if err = r.Snap.checkpointNow(min); err == nil {
 			idx, release, err = r.ckpts.acquire(min)
 		}
 	}
@@ -296,7 +296,7 @@ func (sn *snapshots) snapshotHandler(w http.ResponseWriter, req *http.Request) {
 	}
 	defer release()
 	w.Header().Set("Content-Type", "application/octet-stream")
-	n, err := writeSnapshotStream(w, s.Cfg.FS, r.ckpts.path(idx), idx)
+	n, err := WriteSnapshotStream(w, s.Cfg.FS, r.ckpts.path(idx), idx)
 	if err != nil {
 		r.log.Error("snapshot stream failed", "index", idx, "err", err)
 		panic(http.ErrAbortHandler) // the receiver sees a truncated stream
@@ -331,7 +331,7 @@ func (c *crcReader) Read(p []byte) (int, error) {
 
 // writeSnapshotStream writes the checkpoint in dir (index) as a snapshot
 // stream and returns the bytes written.
-func writeSnapshotStream(w io.Writer, fs vfs.FS, dir string, index uint64) (int64, error) {
+func WriteSnapshotStream(w io.Writer, fs vfs.FS, dir string, index uint64) (int64, error) {
 	names, err := fs.List(dir)
 	if err != nil {
 		return 0, err
@@ -389,7 +389,7 @@ func writeSnapshotStream(w io.Writer, fs vfs.FS, dir string, index uint64) (int6
 // readSnapshotStream receives a stream into dest (created; each file
 // fsynced, then dest), verifies its checksum and returns its index, which
 // must be at least min. On error dest may hold a partial copy.
-func readSnapshotStream(body io.Reader, fs vfs.FS, dest string, min uint64) (uint64, error) {
+func ReadSnapshotStream(body io.Reader, fs vfs.FS, dest string, min uint64) (uint64, error) {
 	cr := &crcReader{r: body, h: crc32.New(crc32c.Table)}
 	hdr := make([]byte, len(snapshotMagic)+1+8+4)
 	if _, err := io.ReadFull(cr, hdr); err != nil {
@@ -467,14 +467,14 @@ func readSnapshotStream(body io.Reader, fs vfs.FS, dest string, min uint64) (uin
 func (sn *snapshots) installSnapshot(md *pb.SnapshotMetadata) error {
 	r := sn.r
 	idx := md.GetIndex()
-	r.storeMu.Lock()
+	r.StoreMu.Lock()
 	have := r.st.Index
 	if have >= idx {
 		// The store already holds it (an install before a crash); raft
 		// restores md's ConfState all the same.
 		r.raftCfgIndex = idx
 	}
-	r.storeMu.Unlock()
+	r.StoreMu.Unlock()
 	if have >= idx {
 		return nil
 	}
@@ -489,8 +489,8 @@ func (sn *snapshots) installSnapshot(md *pb.SnapshotMetadata) error {
 			case <-time.After(snapshotFetchPause):
 			}
 		}
-		for _, m := range r.snap.fetchOrder() {
-			n, err := r.snap.fetchSnapshot(m, idx)
+		for _, m := range r.Snap.fetchOrder() {
+			n, err := r.Snap.fetchSnapshot(m, idx)
 			if err == nil {
 				got = n
 				break
@@ -503,13 +503,13 @@ func (sn *snapshots) installSnapshot(md *pb.SnapshotMetadata) error {
 		return fmt.Errorf("snapshot at %d: no member sent it: %w", idx, lastErr)
 	}
 	// Swap the stores with the apply worker and the service held.
-	r.storeMu.Lock()
-	defer r.storeMu.Unlock()
+	r.StoreMu.Lock()
+	defer r.StoreMu.Unlock()
 	s := r.s
 	s.Mu.Lock()
 	defer s.Mu.Unlock()
 	s.EndStintLocked(errors.New("installing a snapshot"))
-	if err := r.db.Close(); err != nil {
+	if err := r.DB.Close(); err != nil {
 		r.log.Warn("closing the store before a snapshot install", "err", err)
 	}
 	if err := state.InstallStore(fs, dir); err != nil {
@@ -519,8 +519,8 @@ func (sn *snapshots) installSnapshot(md *pb.SnapshotMetadata) error {
 	if err != nil {
 		return fmt.Errorf("install snapshot %d: %w", got, err)
 	}
-	r.db, s.Store.DB = db, db
-	st, members, err := readRaftState(db)
+	r.DB, s.Store.DB = db, db
+	st, members, err := ReadState(db)
 	if err != nil {
 		return fmt.Errorf("install snapshot %d: %w", got, err)
 	}
@@ -533,7 +533,7 @@ func (sn *snapshots) installSnapshot(md *pb.SnapshotMetadata) error {
 	if st.Index == idx {
 		r.stTerm = md.GetTerm()
 	}
-	r.applied.Store(st.Index)
+	r.Applied.Store(st.Index)
 	if members != nil {
 		r.setMembers(members)
 		r.hasMembers = true
@@ -541,10 +541,10 @@ func (sn *snapshots) installSnapshot(md *pb.SnapshotMetadata) error {
 	r.sinceSnap = 0
 	// This member can send the state it got at once (a checkpoint of the
 	// new store; hard links).
-	if err := r.snap.checkpointStore(); err != nil {
+	if err := r.Snap.checkpointStore(); err != nil {
 		r.log.Warn("checkpoint of an installed snapshot", "err", err)
 	}
-	r.installed.Add(1)
+	r.Installed.Add(1)
 	r.log.Info("meta snapshot installed", "index", st.Index, "raft_index", idx)
 	return nil
 }
@@ -589,7 +589,7 @@ func (sn *snapshots) fetchSnapshot(m, min uint64) (uint64, error) {
 		case <-ctx.Done():
 		}
 	}()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s://%s%s?min=%d", r.s.Cfg.TLS.Scheme(), addr, snapshotRoute, min), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s://%s%s?min=%d", r.s.Cfg.TLS.Scheme(), addr, SnapshotRoute, min), nil)
 	if err != nil {
 		return 0, err
 	}
@@ -602,7 +602,7 @@ func (sn *snapshots) fetchSnapshot(m, min uint64) (uint64, error) {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
 		return 0, fmt.Errorf("member %d: HTTP %d: %s", m, resp.StatusCode, strings.TrimSpace(string(b)))
 	}
-	idx, err := readSnapshotStream(resp.Body, fs, recv, min)
+	idx, err := ReadSnapshotStream(resp.Body, fs, recv, min)
 	if err != nil {
 		return 0, err
 	}
