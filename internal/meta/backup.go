@@ -2,6 +2,7 @@ package meta
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -16,29 +17,35 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/spindle-store/spindle/internal/meta/checkpoint"
+	"github.com/spindle-store/spindle/internal/meta/raftgroup"
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
 )
 
 // Backups of the meta store (spindle admin meta backup).
 //
-// GET /v1/admin/backup answers a tar stream of a consistent Pebble
-// checkpoint of the store: every entry is "pebble/NAME", a regular file,
-// so that the directory the stream is unpacked into is a meta service
-// Dir (Config.Dir) as it was at the checkpoint, which Open opens as it
-// opens any store. The last entry is "backup.json" (backupSummary: when,
-// files, bytes): a stream without it, or whose files disagree with it, is
-// incomplete (a tar stream cut between two files looks whole otherwise). The checkpoint is taken under s.mu's read lock, after
-// a synced write to the store's WAL (pebble.WithFlushedWAL): it holds
-// every commit applied before it, synced, and none applied after it. It is
-// made with hard links in Dir/.backup-NANOS (created, streamed, removed;
-// a crash in between leaves that directory, which may be deleted at any
-// time), so it costs little space while streaming, whatever the store's
-// size.
+// GET /v1/admin/backup answers a consistent Pebble checkpoint of the
+// store as a checkpoint stream (package checkpoint: the same format as a
+// raft snapshot, CRC32C over every byte, so that a stream cut or changed
+// anywhere is refused), with the meta log index the store had applied
+// (0 for a single meta service). UnpackBackup writes it into DIR/pebble,
+// so that the directory is a meta service Dir (Config.Dir) as it was at
+// the checkpoint, which Open opens as it opens any store. Backups taken
+// before this format (a tar of "pebble/NAME" entries ending with
+// backup.json) are still unpacked.
+//
+// The checkpoint is taken under s.mu's read lock, after a synced write to
+// the store's WAL (pebble.WithFlushedWAL): it holds every commit applied
+// before it, synced, and none applied after it. It is made with hard links
+// in Dir/.backup-NANOS (created, streamed, removed; a crash in between
+// leaves that directory, which may be deleted at any time), so it costs
+// little space while streaming, whatever the store's size.
 //
 // An error before the first byte answers a JSON error; an error after it
-// aborts the response, so that a client sees a truncated tar stream
-// (io.ErrUnexpectedEOF), never a short one that looks complete.
+// aborts the response, so that a client sees a truncated stream, which
+// the trailer's checksum refuses.
 //
 // Concurrency: at most MaxConcurrentBackups backups run in this process
 // at once; another request answers UNAVAILABLE.
@@ -52,7 +59,8 @@ const backupPrefix = "pebble"
 
 var backupSlots = make(chan struct{}, MaxConcurrentBackups)
 
-// backupSummaryName is the last entry of a backup stream.
+// backupSummaryName is the last entry of a backup stream of the tar
+// format (before package checkpoint's).
 const backupSummaryName = "backup.json"
 
 // backupSummary is the content of backup.json.
@@ -78,7 +86,7 @@ func (s *Service) backupHandler() http.Handler {
 			metaapi.WriteError(w, status, metaapi.CodeUnavailable, fmt.Sprintf("meta: %d backup(s) already running", MaxConcurrentBackups))
 			return
 		}
-		dir, files, err := s.checkpoint()
+		dir, index, err := s.checkpoint()
 		if dir != "" {
 			defer func() {
 				if err := s.Cfg.FS.RemoveAll(dir); err != nil {
@@ -93,82 +101,50 @@ func (s *Service) backupHandler() http.Handler {
 			metaapi.WriteError(w, status, code, err.Error())
 			return
 		}
-		w.Header().Set("Content-Type", "application/x-tar")
+		w.Header().Set("Content-Type", "application/octet-stream")
 		w.WriteHeader(http.StatusOK)
-		n, err := s.writeBackup(w, dir, files)
+		n, err := checkpoint.Write(w, s.Cfg.FS, dir, index)
 		if err != nil {
 			s.Log.Error("backup: streaming the checkpoint failed", "err", err)
 			panic(http.ErrAbortHandler) // the client sees a truncated stream
 		}
-		s.Log.Info("backup streamed", "files", len(files), "bytes", n, "seconds", time.Since(start).Seconds())
+		s.Log.Info("backup streamed", "index", index, "bytes", n, "seconds", time.Since(start).Seconds())
 	})
 }
 
 // checkpoint makes a consistent checkpoint of the store in a new directory
-// under Dir and lists its files. dir is set whenever something may have
-// been created, for the caller to remove.
-func (s *Service) checkpoint() (dir string, files []string, err error) {
+// under Dir and returns the meta log index it holds (0: a single meta
+// service). dir is set whenever something may have been created, for the
+// caller to remove.
+func (s *Service) checkpoint() (dir string, index uint64, err error) {
 	dir = filepath.Join(s.Cfg.Dir, fmt.Sprintf(".backup-%d", time.Now().UnixNano()))
 	s.Mu.RLock()
 	if s.Closed {
 		s.Mu.RUnlock()
-		return "", nil, fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable)
+		return "", 0, fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable)
 	}
 	err = s.Store.Checkpoint(dir, pebble.WithFlushedWAL())
 	s.Mu.RUnlock()
 	if err != nil {
-		return dir, nil, fmt.Errorf("meta: backup: checkpoint into %s: %w", dir, err)
+		return dir, 0, fmt.Errorf("meta: backup: checkpoint into %s: %w", dir, err)
 	}
-	files, err = s.Cfg.FS.List(dir)
-	if err != nil {
-		return dir, nil, fmt.Errorf("meta: backup: list %s: %w", dir, err)
-	}
-	return dir, files, nil
-}
-
-// writeBackup writes dir's files to w as a tar stream of "pebble/NAME"
-// entries and returns the bytes of file data written.
-func (s *Service) writeBackup(w io.Writer, dir string, files []string) (int64, error) {
-	tw := tar.NewWriter(w)
-	var total int64
-	for _, name := range files {
-		p := filepath.Join(dir, name)
-		st, err := s.Cfg.FS.Stat(p)
+	if s.rep != nil {
+		// The applied state is in the checkpoint: read it there, not in
+		// the store, which the apply worker moves on meanwhile.
+		db, err := pebble.Open(dir, &pebble.Options{FS: vfs.ToPebble(s.Cfg.FS), Logger: state.PebbleLogger{L: s.Log}, ReadOnly: true})
 		if err != nil {
-			return total, fmt.Errorf("stat %s: %w", p, err)
+			return dir, 0, fmt.Errorf("meta: backup: open the checkpoint: %w", err)
 		}
-		if !st.Mode().IsRegular() {
-			return total, fmt.Errorf("%s: not a regular file in a checkpoint", p)
+		st, _, err := raftgroup.ReadState(db)
+		if cerr := db.Close(); err == nil {
+			err = cerr
 		}
-		hdr := &tar.Header{Name: path.Join(backupPrefix, name), Mode: 0o644, Size: st.Size(), ModTime: st.ModTime(), Typeflag: tar.TypeReg}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return total, err
-		}
-		f, err := s.Cfg.FS.Open(p)
 		if err != nil {
-			return total, fmt.Errorf("open %s: %w", p, err)
+			return dir, 0, fmt.Errorf("meta: backup: the checkpoint's applied state: %w", err)
 		}
-		n, err := io.Copy(tw, io.LimitReader(f, st.Size()))
-		f.Close()
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("read %s: %w", p, err)
-		}
-		if n != st.Size() {
-			return total, fmt.Errorf("read %s: %d of %d bytes", p, n, st.Size())
-		}
+		index = st.Index
 	}
-	sum, err := json.Marshal(backupSummary{Created: time.Now().UTC(), Files: len(files), Bytes: total})
-	if err != nil {
-		return total, err
-	}
-	if err := tw.WriteHeader(&tar.Header{Name: backupSummaryName, Mode: 0o644, Size: int64(len(sum)), ModTime: time.Now(), Typeflag: tar.TypeReg}); err != nil {
-		return total, err
-	}
-	if _, err := tw.Write(sum); err != nil {
-		return total, err
-	}
-	return total, tw.Close()
+	return dir, index, nil
 }
 
 // MaxBackupFiles bounds the entries UnpackBackup accepts (a checkpoint
@@ -200,6 +176,26 @@ func UnpackBackup(r io.Reader, dir string) (files int, total int64, err error) {
 	if err := vfs.MkdirAllDurable(vfs.Default, store); err != nil {
 		return 0, 0, err
 	}
+	br := bufio.NewReaderSize(r, checkpoint.CopyBufBytes)
+	if head, err := br.Peek(len(checkpoint.Magic)); err == nil && string(head) == checkpoint.Magic {
+		info, err := checkpoint.Read(br, vfs.Default, store, 0)
+		if err != nil {
+			return info.Files, info.Bytes, fmt.Errorf("backup stream: %w", err)
+		}
+		files, total = info.Files, info.Bytes
+	} else if files, total, err = unpackTar(br, tmp, store); err != nil {
+		return files, total, err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return files, total, err
+	}
+	return files, total, vfs.Default.SyncDir(filepath.Dir(dir))
+}
+
+// unpackTar unpacks a backup stream of the format before package
+// checkpoint's (a tar of "pebble/NAME" entries, then backup.json) into
+// store, under tmp.
+func unpackTar(r io.Reader, tmp, store string) (files int, total int64, err error) {
 	tr := tar.NewReader(r)
 	var sum *backupSummary
 	for {
@@ -249,13 +245,7 @@ func UnpackBackup(r io.Reader, dir string) (files int, total int64, err error) {
 	if sum.Files != files || sum.Bytes != total || files == 0 {
 		return files, total, fmt.Errorf("backup stream: %d files of %d bytes, its %s says %d files of %d bytes", files, total, backupSummaryName, sum.Files, sum.Bytes)
 	}
-	if err := vfs.Default.SyncDir(store); err != nil {
-		return files, total, err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return files, total, err
-	}
-	return files, total, vfs.Default.SyncDir(filepath.Dir(dir))
+	return files, total, vfs.Default.SyncDir(store)
 }
 
 // maxBackupSummaryBytes bounds backup.json.

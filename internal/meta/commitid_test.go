@@ -1,7 +1,6 @@
 package meta
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,79 +57,4 @@ func TestRetriedCommitAnswersTheFirstResult(t *testing.T) {
 	mustNo(t, s.Tick())
 	_, err = s.CommitKey("bkt", "k", &retry)
 	wantErr(t, err, metaapi.ErrInvalid, "a commit retried after its ID expired")
-}
-
-// TestCommitOutcomeUnknownAfterFailover: a commit is applied by the
-// followers but not by its leader (its apply worker held), the leader is
-// cut off and a new one elected, another client replaces the key there;
-// the first client's commit, whose outcome its leader cannot know, is
-// retried on the new leader with its commit ID and answered with what it
-// committed — once: the key keeps the other client's version. Without the
-// commit ID the retry is refused as INVALID (its blocks are consumed).
-func TestCommitOutcomeUnknownAfterFailover(t *testing.T) {
-	g := newRGroup(t, 3)
-	ld := g.leader()
-	g.dns()
-	_, err := g.cl.CreateBucket(bg, "unknown")
-	mustNo(t, err)
-	a, err := g.cl.Allocate(bg, metaapi.AllocateRequest{Bucket: "unknown", Key: "k"})
-	mustNo(t, err)
-	const id = "commit-unknown-1"
-	lr := g.srvs[ld].Service().rep
-	var fired atomic.Bool
-	// The commit is the only request the leader gets from here on (own
-	// says a batch to sync: false on a replicated member).
-	g.srvs[ld].Service().AwaitHook = func(bool) {
-		if !fired.CompareAndSwap(false, true) {
-			return
-		}
-		lr.StoreMu.Lock() // the leader applies nothing more
-		defer lr.StoreMu.Unlock()
-		waitFor(t, "the followers applied the commit", func() bool {
-			for i, s := range g.srvs {
-				if i == ld {
-					continue
-				}
-				if _, closer, err := s.Service().rep.DB.Get(namespace.CommitIDKey(id)); err != nil {
-					return false
-				} else {
-					closer.Close()
-				}
-			}
-			return true
-		})
-		lr.Isolated.Store(true)
-		nl := -1
-		waitFor(t, "a new leader", func() bool {
-			for i, s := range g.srvs {
-				if i != ld && s.Service().Serving() {
-					nl = i
-					return true
-				}
-			}
-			return false
-		})
-		// The cut-off leader steps down (CheckQuorum) before it may apply
-		// the entry: it never learns the outcome.
-		waitFor(t, "the old leader stopped serving", func() bool { return !g.srvs[ld].Service().Serving() })
-		oc, err := metaapi.NewClient(g.addrs[nl], metaapi.ClientOptions{})
-		mustNo(t, err)
-		if err := put(bg, oc, "unknown", "k", 50); err != nil {
-			t.Errorf("the other client's put: %v", err)
-		}
-	}
-	ki, err := g.cl.CommitKey(bg, "unknown", "k", metaapi.CommitKey{Size: 100, CommitID: id,
-		Blocks: []metaapi.KeyBlock{{BlockRef: a.Block, Pipeline: a.Pipeline.ID, Length: 100}}})
-	if err != nil {
-		t.Fatalf("commit whose outcome its leader lost: %v", err)
-	}
-	if !fired.Load() || ki.Size != 100 || ki.Blocks[0].BlockRef != a.Block {
-		t.Fatalf("commit answered %+v (hook fired %v), want the version it committed", ki, fired.Load())
-	}
-	lr.Isolated.Store(false)
-	now, err := g.cl.GetKey(bg, "unknown", "k")
-	mustNo(t, err)
-	if now.Size != 50 {
-		t.Fatalf("key is %+v, want the other client's later version (size 50)", now)
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/crc32c"
+	"github.com/spindle-store/spindle/internal/meta/checkpoint"
 	"github.com/spindle-store/spindle/internal/meta/namespace"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -578,10 +579,10 @@ func TestInlineValuesInBlobFiles(t *testing.T) {
 	img := open(t, cfgImg)
 	check("a power-loss image after the flush", img)
 
-	dir, files, err := s.checkpoint()
+	dir, index, err := s.checkpoint()
 	mustNo(t, err)
 	var backup bytes.Buffer
-	_, err = s.writeBackup(&backup, dir, files)
+	_, err = checkpoint.Write(&backup, cfg.FS, dir, index)
 	mustNo(t, err)
 	restoredDir := filepath.Join(t.TempDir(), "restored")
 	_, _, err = UnpackBackup(&backup, restoredDir)

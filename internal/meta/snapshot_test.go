@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/spindle-store/spindle/internal/meta/checkpoint"
 	"github.com/spindle-store/spindle/internal/meta/raftgroup"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -194,7 +195,8 @@ func TestLostMemberRejoinsFromSnapshot(t *testing.T) {
 func TestSnapshotStreamRoundTripAndCorruption(t *testing.T) {
 	fs := vfs.NewMem()
 	stream := snapshotStreamOf(t, fs, 9)
-	idx, err := raftgroup.ReadSnapshotStream(bytes.NewReader(stream), fs, "/recv", 5)
+	info, err := checkpoint.Read(bytes.NewReader(stream), fs, "/recv", 5)
+	idx := info.Index
 	mustNo(t, err)
 	if idx != 9 {
 		t.Fatalf("stream index %d, want 9", idx)
@@ -202,17 +204,17 @@ func TestSnapshotStreamRoundTripAndCorruption(t *testing.T) {
 	if got := appliedIndexAt(t, fs, "/recv"); got != 9 {
 		t.Fatalf("received store applied to %d, want 9", got)
 	}
-	if _, err := raftgroup.ReadSnapshotStream(bytes.NewReader(stream), fs, "/recv-min", 10); err == nil {
+	if _, err := checkpoint.Read(bytes.NewReader(stream), fs, "/recv-min", 10); err == nil {
 		t.Fatal("a stream older than asked for was accepted")
 	}
 	for _, off := range []int{len(stream) / 3, len(stream) / 2, len(stream) - 6, len(stream) - 1} {
 		bad := bytes.Clone(stream)
 		bad[off] ^= 0x40
-		if _, err := raftgroup.ReadSnapshotStream(bytes.NewReader(bad), fs, fmt.Sprintf("/bad%d", off), 0); err == nil {
+		if _, err := checkpoint.Read(bytes.NewReader(bad), fs, fmt.Sprintf("/bad%d", off), 0); err == nil {
 			t.Fatalf("stream with byte %d of %d flipped accepted", off, len(stream))
 		}
 	}
-	if _, err := raftgroup.ReadSnapshotStream(bytes.NewReader(stream[:len(stream)-2]), fs, "/cut", 0); err == nil {
+	if _, err := checkpoint.Read(bytes.NewReader(stream[:len(stream)-2]), fs, "/cut", 0); err == nil {
 		t.Fatal("cut stream accepted")
 	}
 }
@@ -226,7 +228,7 @@ func TestSnapshotInstallCrashLeavesOldOrNew(t *testing.T) {
 	stream := snapshotStreamOf(t, vfs.NewMem(), 9)
 	const dir = "/m"
 	install := func(fs *vfs.MemFS) error {
-		if _, err := raftgroup.ReadSnapshotStream(bytes.NewReader(stream), fs, filepath.Join(dir, state.RecvDirName), 0); err != nil {
+		if _, err := checkpoint.Read(bytes.NewReader(stream), fs, filepath.Join(dir, state.RecvDirName), 0); err != nil {
 			return err
 		}
 		if err := fs.Rename(filepath.Join(dir, state.RecvDirName), filepath.Join(dir, state.StoreNewName)); err != nil {
@@ -304,7 +306,7 @@ func snapshotStreamOf(t *testing.T, fs vfs.FS, index uint64) []byte {
 	mustNo(t, db.Checkpoint("/ckpt", pebble.WithFlushedWAL()))
 	mustNo(t, db.Close())
 	var buf bytes.Buffer
-	_, err = raftgroup.WriteSnapshotStream(&buf, fs, "/ckpt", index)
+	_, err = checkpoint.Write(&buf, fs, "/ckpt", index)
 	mustNo(t, err)
 	return buf.Bytes()
 }

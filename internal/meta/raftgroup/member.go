@@ -214,9 +214,10 @@ type Member struct {
 	streamsCtx  context.Context
 	streamsStop context.CancelFunc
 
-	// isolated (tests): the member drops every raft message it sends or
-	// receives, as if partitioned from the others.
-	Isolated atomic.Bool
+	// iso: with -tags spindle_testhooks, a test may cut the member off
+	// (isolation_hook.go); a release build's iso is empty and never
+	// drops a message (isolation_release.go).
+	iso isolation
 
 	// Status (any goroutine).
 	leader, Term, Applied, commit, Last atomic.Uint64

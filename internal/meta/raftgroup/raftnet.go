@@ -141,7 +141,7 @@ func (n *raftNet) send(m *pb.Message) {
 	n.mu.Lock()
 	p := n.peers[m.GetTo()]
 	n.mu.Unlock()
-	if p == nil || n.r.Isolated.Load() {
+	if p == nil || n.r.iso.isolated() {
 		if m.GetType() == pb.MessageType_MsgSnap {
 			n.r.snapshotSent(m.GetTo(), false)
 		}
@@ -428,7 +428,7 @@ func (r *Member) StreamHandler(w http.ResponseWriter, req *http.Request) {
 				ok = append(ok, m)
 			}
 		}
-		if !r.Isolated.Load() {
+		if !r.iso.isolated() {
 			r.deliver(ok)
 		}
 	}

@@ -19,10 +19,7 @@ package raftgroup
 // ahead of the snapshot's index is fine: the apply worker skips entries at
 // or below the store's applied index.
 //
-// Stream (FORMAT.md §13.6): "SPNDSNAP" | version u8 | index u64 | files
-// u32, then for each file: name length u16 | name | size u64 | bytes, then
-// the CRC32C (Castagnoli) u32 LE of every byte before it. Copied through a
-// fixed buffer both ways (bounded memory whatever the store's size).
+// Stream: package checkpoint's (FORMAT.md §13.6), the same as a backup's.
 //
 // Installing: the files go to DIR/snap-recv (each fsynced), the trailer's
 // checksum is verified, the directory is synced and renamed to
@@ -37,11 +34,8 @@ package raftgroup
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
-	"hash/crc32"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -52,9 +46,9 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/spindle-store/spindle/internal/meta/checkpoint"
 	"github.com/spindle-store/spindle/internal/meta/state"
 
-	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
 	"github.com/spindle-store/spindle/internal/wal"
@@ -64,19 +58,11 @@ import (
 
 // Snapshot settings and bounds.
 const (
-	SnapshotRoute  = "/v1/raft/snapshot"
-	snapDirName    = "snap"
-	snapTmpPrefix  = "tmp-"
-	snapshotMagic  = "SPNDSNAP"
-	snapshotFormat = 1
-	// maxSnapshotFiles and maxSnapshotNameBytes bound what a stream may
-	// announce (a checkpoint holds a few files per sstable level).
-	maxSnapshotFiles     = 1 << 16
-	maxSnapshotNameBytes = 255
+	SnapshotRoute = "/v1/raft/snapshot"
+	snapDirName   = "snap"
+	snapTmpPrefix = "tmp-"
 	// maxSnapshotStreams bounds the streams a member serves at once.
 	maxSnapshotStreams = 2
-	// snapshotCopyBufBytes is the copy buffer of a stream, each way.
-	snapshotCopyBufBytes = 256 << 10
 	// maxSnapshotFetchAttempts rounds over the members, snapshotFetchPause
 	// apart, before the member gives up (it stops serving; a restart tries
 	// again); snapshotFetchTimeout bounds one fetch.
@@ -296,169 +282,12 @@ func (sn *snapshots) SnapshotHandler(w http.ResponseWriter, req *http.Request) {
 	}
 	defer release()
 	w.Header().Set("Content-Type", "application/octet-stream")
-	n, err := WriteSnapshotStream(w, s.Cfg.FS, r.ckpts.path(idx), idx)
+	n, err := checkpoint.Write(w, s.Cfg.FS, r.ckpts.path(idx), idx)
 	if err != nil {
 		r.log.Error("snapshot stream failed", "index", idx, "err", err)
 		panic(http.ErrAbortHandler) // the receiver sees a truncated stream
 	}
 	r.log.Info("snapshot streamed", "index", idx, "bytes", n, "to", req.RemoteAddr)
-}
-
-// crcWriter and crcReader sum what passes through.
-type crcWriter struct {
-	w io.Writer
-	h hash.Hash32
-	n int64
-}
-
-func (c *crcWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.h.Write(p[:n])
-	c.n += int64(n)
-	return n, err
-}
-
-type crcReader struct {
-	r io.Reader
-	h hash.Hash32
-}
-
-func (c *crcReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.h.Write(p[:n])
-	return n, err
-}
-
-// writeSnapshotStream writes the checkpoint in dir (index) as a snapshot
-// stream and returns the bytes written.
-func WriteSnapshotStream(w io.Writer, fs vfs.FS, dir string, index uint64) (int64, error) {
-	names, err := fs.List(dir)
-	if err != nil {
-		return 0, err
-	}
-	type file struct {
-		name string
-		size int64
-	}
-	var files []file
-	for _, n := range names {
-		st, err := fs.Stat(filepath.Join(dir, n))
-		if err != nil {
-			return 0, err
-		}
-		if !st.Mode().IsRegular() {
-			return 0, fmt.Errorf("checkpoint %s: %s is not a regular file", dir, n)
-		}
-		files = append(files, file{n, st.Size()})
-	}
-	cw := &crcWriter{w: w, h: crc32.New(crc32c.Table)}
-	hdr := append([]byte(snapshotMagic), snapshotFormat)
-	hdr = binary.LittleEndian.AppendUint64(hdr, index)
-	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(files)))
-	if _, err := cw.Write(hdr); err != nil {
-		return cw.n, err
-	}
-	buf := make([]byte, snapshotCopyBufBytes)
-	for _, f := range files {
-		h := binary.LittleEndian.AppendUint16(nil, uint16(len(f.name)))
-		h = append(h, f.name...)
-		h = binary.LittleEndian.AppendUint64(h, uint64(f.size))
-		if _, err := cw.Write(h); err != nil {
-			return cw.n, err
-		}
-		src, err := fs.Open(filepath.Join(dir, f.name))
-		if err != nil {
-			return cw.n, err
-		}
-		n, err := io.CopyBuffer(cw, io.LimitReader(src, f.size), buf)
-		src.Close()
-		if err == nil && n != f.size {
-			err = fmt.Errorf("checkpoint file %s: %d bytes read, %d expected", f.name, n, f.size)
-		}
-		if err != nil {
-			return cw.n, err
-		}
-	}
-	sum := binary.LittleEndian.AppendUint32(nil, cw.h.Sum32())
-	if _, err := w.Write(sum); err != nil {
-		return cw.n, err
-	}
-	return cw.n + 4, nil
-}
-
-// readSnapshotStream receives a stream into dest (created; each file
-// fsynced, then dest), verifies its checksum and returns its index, which
-// must be at least min. On error dest may hold a partial copy.
-func ReadSnapshotStream(body io.Reader, fs vfs.FS, dest string, min uint64) (uint64, error) {
-	cr := &crcReader{r: body, h: crc32.New(crc32c.Table)}
-	hdr := make([]byte, len(snapshotMagic)+1+8+4)
-	if _, err := io.ReadFull(cr, hdr); err != nil {
-		return 0, fmt.Errorf("snapshot header: %w", err)
-	}
-	if string(hdr[:len(snapshotMagic)]) != snapshotMagic || hdr[len(snapshotMagic)] != snapshotFormat {
-		return 0, fmt.Errorf("%w: not a snapshot stream of format %d", state.ErrCorrupt, snapshotFormat)
-	}
-	p := hdr[len(snapshotMagic)+1:]
-	index, nfiles := binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint32(p[8:])
-	if index < min {
-		return 0, fmt.Errorf("snapshot at %d, want one at or past %d", index, min)
-	}
-	if nfiles > maxSnapshotFiles {
-		return 0, fmt.Errorf("%w: snapshot of %d files (at most %d)", state.ErrCorrupt, nfiles, maxSnapshotFiles)
-	}
-	if err := fs.MkdirAll(dest, 0o755); err != nil {
-		return 0, err
-	}
-	buf := make([]byte, snapshotCopyBufBytes)
-	seen := map[string]bool{}
-	for range nfiles {
-		var l [2]byte
-		if _, err := io.ReadFull(cr, l[:]); err != nil {
-			return 0, fmt.Errorf("snapshot file header: %w", err)
-		}
-		n := int(binary.LittleEndian.Uint16(l[:]))
-		if n == 0 || n > maxSnapshotNameBytes {
-			return 0, fmt.Errorf("%w: snapshot file name of %d bytes", state.ErrCorrupt, n)
-		}
-		nb := make([]byte, n+8)
-		if _, err := io.ReadFull(cr, nb); err != nil {
-			return 0, fmt.Errorf("snapshot file header: %w", err)
-		}
-		name, size := string(nb[:n]), int64(binary.LittleEndian.Uint64(nb[n:]))
-		if strings.ContainsAny(name, `/\`) || name == "." || name == ".." || seen[name] || size < 0 {
-			return 0, fmt.Errorf("%w: snapshot file %q (%d bytes)", state.ErrCorrupt, name, size)
-		}
-		seen[name] = true
-		f, err := fs.Create(filepath.Join(dest, name))
-		if err != nil {
-			return 0, err
-		}
-		got, err := io.CopyBuffer(f, io.LimitReader(cr, size), buf)
-		if err == nil && got != size {
-			err = fmt.Errorf("snapshot file %s: %w after %d of %d bytes", name, io.ErrUnexpectedEOF, got, size)
-		}
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return 0, err
-		}
-	}
-	want := cr.h.Sum32()
-	var sum [4]byte
-	if _, err := io.ReadFull(body, sum[:]); err != nil {
-		return 0, fmt.Errorf("snapshot trailer: %w", err)
-	}
-	if got := binary.LittleEndian.Uint32(sum[:]); got != want {
-		return 0, fmt.Errorf("%w: snapshot stream crc %08x, trailer says %08x", state.ErrCorrupt, want, got)
-	}
-	if err := fs.SyncDir(dest); err != nil {
-		return 0, err
-	}
-	return index, nil
 }
 
 // installSnapshot makes the store hold the state at md's index or later
@@ -602,10 +431,11 @@ func (sn *snapshots) fetchSnapshot(m, min uint64) (uint64, error) {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
 		return 0, fmt.Errorf("member %d: HTTP %d: %s", m, resp.StatusCode, strings.TrimSpace(string(b)))
 	}
-	idx, err := ReadSnapshotStream(resp.Body, fs, recv, min)
+	info, err := checkpoint.Read(resp.Body, fs, recv, min)
 	if err != nil {
 		return 0, err
 	}
+	idx := info.Index
 	if err := fs.Rename(recv, next); err != nil {
 		return 0, err
 	}

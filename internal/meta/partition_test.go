@@ -1,0 +1,169 @@
+//go:build spindle_testhooks
+
+// Tests that partition a meta member through raftgroup.Member.Isolate, a
+// test hook compiled only with -tags spindle_testhooks (make test sets it).
+
+package meta
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/spindle-store/spindle/internal/meta/namespace"
+	"github.com/spindle-store/spindle/internal/metaapi"
+)
+
+// TestPartitionedLeaderAcknowledgesNothing: a leader cut off from the
+// others answers neither a change nor a read (a read needs a ReadIndex
+// round, which a minority cannot confirm; without it the read is answered
+// and the test fails): both end UNAVAILABLE once it steps down; the others elect a leader that serves; once the partition
+// heals, the old leader's proposal is gone from every store and the
+// stores agree.
+func TestPartitionedLeaderAcknowledgesNothing(t *testing.T) {
+	g := newRGroup(t, 3)
+	g.dns()
+	if _, err := g.cl.CreateBucket(bg, "b01"); err != nil {
+		t.Fatal(err)
+	}
+	mustNo(t, put(bg, g.cl, "b01", "before", 10))
+	old := g.leader()
+	oc, err := metaapi.NewClient(g.addrs[old], metaapi.ClientOptions{Attempts: 1, Timeout: 20 * time.Second})
+	mustNo(t, err)
+	g.srvs[old].Service().rep.Isolate(true)
+	// Sent before the leader can notice (CheckQuorum takes an election
+	// timeout): it still takes itself for the leader.
+	if _, err := oc.GetKey(bg, "b01", "before"); !errors.Is(err, metaapi.ErrUnavailable) {
+		t.Fatalf("read on the partitioned leader: %v, want UNAVAILABLE", err)
+	}
+	others := metaapi.SplitAddrs(strings.Join(append(append([]string(nil), g.addrs[:old]...), g.addrs[old+1:]...), ","))
+	cl, err := metaapi.NewClient(strings.Join(others, ","), metaapi.ClientOptions{})
+	mustNo(t, err)
+	mustNo(t, put(bg, cl, "b01", "after", 20))
+	// The new leader, cut off in turn (with the old one still cut off):
+	// its change is not acknowledged.
+	second := g.leader()
+	sc, err := metaapi.NewClient(g.addrs[second], metaapi.ClientOptions{Attempts: 1, Timeout: 20 * time.Second})
+	mustNo(t, err)
+	g.srvs[second].Service().rep.Isolate(true)
+	if _, err := sc.Allocate(bg, metaapi.AllocateRequest{Bucket: "b01", Key: "cut"}); !errors.Is(err, metaapi.ErrUnavailable) {
+		t.Fatalf("allocate on the partitioned leader: %v, want UNAVAILABLE", err)
+	}
+	g.srvs[second].Service().rep.Isolate(false)
+	g.srvs[old].Service().rep.Isolate(false)
+	var ld int
+	waitFor(t, "the old leader caught up", func() bool {
+		ld = -1
+		for i, s := range g.srvs {
+			if s.Service().Serving() {
+				ld = i
+			}
+		}
+		if ld < 0 {
+			return false
+		}
+		want := g.srvs[ld].Service().MetaStatus().CommitIndex
+		for _, s := range g.srvs {
+			if s.Service().MetaStatus().AppliedIndex < want {
+				return false
+			}
+		}
+		return true
+	})
+	var dumps []string
+	for i := range g.srvs {
+		var b strings.Builder
+		it, err := g.srvs[i].Service().Store.DB.NewIter(&pebble.IterOptions{LowerBound: []byte{'A'}})
+		mustNo(t, err)
+		for ok := it.First(); ok; ok = it.Next() {
+			fmt.Fprintf(&b, "%x=%x\n", it.Key(), it.Value())
+		}
+		mustNo(t, it.Close())
+		dumps = append(dumps, b.String())
+	}
+	if dumps[0] != dumps[1] || dumps[1] != dumps[2] {
+		t.Fatalf("the stores differ after the partition healed")
+	}
+	if ki, err := cl.GetKey(bg, "b01", "after"); err != nil || ki.Size != 20 {
+		t.Fatalf("key after: %+v %v", ki, err)
+	}
+}
+
+// TestCommitOutcomeUnknownAfterFailover: a commit is applied by the
+// followers but not by its leader (its apply worker held), the leader is
+// cut off and a new one elected, another client replaces the key there;
+// the first client's commit, whose outcome its leader cannot know, is
+// retried on the new leader with its commit ID and answered with what it
+// committed — once: the key keeps the other client's version. Without the
+// commit ID the retry is refused as INVALID (its blocks are consumed).
+func TestCommitOutcomeUnknownAfterFailover(t *testing.T) {
+	g := newRGroup(t, 3)
+	ld := g.leader()
+	g.dns()
+	_, err := g.cl.CreateBucket(bg, "unknown")
+	mustNo(t, err)
+	a, err := g.cl.Allocate(bg, metaapi.AllocateRequest{Bucket: "unknown", Key: "k"})
+	mustNo(t, err)
+	const id = "commit-unknown-1"
+	lr := g.srvs[ld].Service().rep
+	var fired atomic.Bool
+	// The commit is the only request the leader gets from here on (own
+	// says a batch to sync: false on a replicated member).
+	g.srvs[ld].Service().AwaitHook = func(bool) {
+		if !fired.CompareAndSwap(false, true) {
+			return
+		}
+		lr.StoreMu.Lock() // the leader applies nothing more
+		defer lr.StoreMu.Unlock()
+		waitFor(t, "the followers applied the commit", func() bool {
+			for i, s := range g.srvs {
+				if i == ld {
+					continue
+				}
+				if _, closer, err := s.Service().rep.DB.Get(namespace.CommitIDKey(id)); err != nil {
+					return false
+				} else {
+					closer.Close()
+				}
+			}
+			return true
+		})
+		lr.Isolate(true)
+		nl := -1
+		waitFor(t, "a new leader", func() bool {
+			for i, s := range g.srvs {
+				if i != ld && s.Service().Serving() {
+					nl = i
+					return true
+				}
+			}
+			return false
+		})
+		// The cut-off leader steps down (CheckQuorum) before it may apply
+		// the entry: it never learns the outcome.
+		waitFor(t, "the old leader stopped serving", func() bool { return !g.srvs[ld].Service().Serving() })
+		oc, err := metaapi.NewClient(g.addrs[nl], metaapi.ClientOptions{})
+		mustNo(t, err)
+		if err := put(bg, oc, "unknown", "k", 50); err != nil {
+			t.Errorf("the other client's put: %v", err)
+		}
+	}
+	ki, err := g.cl.CommitKey(bg, "unknown", "k", metaapi.CommitKey{Size: 100, CommitID: id,
+		Blocks: []metaapi.KeyBlock{{BlockRef: a.Block, Pipeline: a.Pipeline.ID, Length: 100}}})
+	if err != nil {
+		t.Fatalf("commit whose outcome its leader lost: %v", err)
+	}
+	if !fired.Load() || ki.Size != 100 || ki.Blocks[0].BlockRef != a.Block {
+		t.Fatalf("commit answered %+v (hook fired %v), want the version it committed", ki, fired.Load())
+	}
+	lr.Isolate(false)
+	now, err := g.cl.GetKey(bg, "unknown", "k")
+	mustNo(t, err)
+	if now.Size != 50 {
+		t.Fatalf("key is %+v, want the other client's later version (size 50)", now)
+	}
+}
