@@ -127,7 +127,7 @@
 // until a deadline (its replicas count while it is down, its OPEN ones
 // too), or recommissions it. The state is an 'O' record in the store (it
 // survives restarts and failovers); a node not IN_SERVICE gets no pipeline
-// and no copy and its OPEN pipelines are closed (ops.go).
+// and no copy and its OPEN pipelines are closed (cluster/ops.go).
 //
 // # Safe mode
 //
@@ -201,8 +201,8 @@
 //	| 'K' | bucket name | 0x00 | key name       | ≤ 1089   | key record                     |
 //	| 'A' | container ID u64 | local ID u64     | 17       | allocation record              |
 //	| 'D' | container ID u64 | local ID u64     | 17       | pending deletion record        |
-//	| 'U' | user name                           | 2..65    | S3 user record (users.go)      |
-//	| 'W' | bucket | 0x00 | key | 0x00 | upload | ≤ 1155   | multipart upload (multipart.go)|
+//	| 'U' | user name                           | 2..65    | S3 user record                 |
+//	| 'W' | bucket | 0x00 | key | 0x00 | upload | ≤ 1155   | multipart upload               |
 //	| 'X' | 'W' key's fields | 0x00 | part u32  | ≤ 1160   | part record                    |
 //
 // Values: byte 0 is the record version (1), then the fields below
@@ -254,7 +254,7 @@
 //
 // # Concurrency
 //
-// A Service is safe for concurrent use. One RWMutex (s.mu) guards all
+// A Service is safe for concurrent use. One RWMutex (state.State.Mu, s.mu below) guards all
 // in-memory state; it is never held across an fsync. A change (heartbeat,
 // allocation, commit, deletion, Tick, leaving safe mode) holds it for
 // writing while it validates, changes memory and builds its batch, then,
@@ -266,7 +266,7 @@
 // N concurrent requests cost about one fsync, not N. Readers hold s.mu for
 // reading. Every response — a change's or a read's, an error included —
 // is sent only once every batch up to the sequence its request saw is
-// synced (a contiguous frontier, commit.go): a client never acts on state
+// synced (a contiguous frontier, state/commit.go): a client never acts on state
 // that a crash could undo. The /metrics gauges are the exception: they
 // may show a change whose sync is under way. A failed sync fails the
 // service (sticky, see Invariants). Close waits for the syncs under way.
@@ -295,8 +295,8 @@
 //
 // # Replication
 //
-// With Config.Peers the service is one member of a raft group (raft.go,
-// raftnet.go; docs/ARCHITECTURE.md §16). Only the serving leader takes
+// With Config.Peers the service is one member of a raft group (raftgroup/member.go,
+// raftgroup/raftnet.go; docs/ARCHITECTURE.md §16). Only the serving leader takes
 // requests; the others answer metaapi.NotLeaderError (UNAVAILABLE, with
 // the leader's address) having done nothing. Invariants:
 //
@@ -319,27 +319,27 @@
 //     in flight over Pebble; code reads records through s.db and writes
 //     them only in the batch of mutate.
 //   - Tick runs only on the serving leader.
-//   - Snapshots (snapshot.go): the raft log is compacted only behind a
+//   - Snapshots (raftgroup/snapshot.go, streams of package checkpoint): the raft log is compacted only behind a
 //     checkpoint of the store whose WAL was synced and whose record is in
 //     the log; an installed snapshot replaces the store before the log
 //     records it, atomically across a crash (finishStoreInstall at open).
-//   - Membership (raftconf.go): the member set is replicated state,
+//   - Membership (raftgroup/raftconf.go): the member set is replicated state,
 //     changed one ConfChange at a time, in the store with its entry's
 //     batch and checkpointed at once; raft restarts from the store's set.
-//   - Commit IDs (commitid.go): a commit named by its client is recorded
+//   - Commit IDs (namespace/commitid.go): a commit named by its client is recorded
 //     in its own batch; a commit refused on the usual path whose ID is
 //     known answers the recorded version and changes nothing.
 //
 // Concurrency: the raft goroutine owns the RawNode; an append worker
 // writes the log (group commit) and installs received snapshots, an apply
 // worker applies to the store and takes checkpoints; they hand each other
-// raft messages through locked queues. Lock order: replicator.storeMu
+// raft messages through locked queues. Lock order: Member.StoreMu
 // (held by the apply worker for a round, and by a snapshot install, which
-// replaces the store) → s.mu → replicator.wmu (the wait state),
-// replicator.in.mu (the raft goroutine's inbox) and replicator.pmu (the
+// replaces the store) → s.mu → Member.wmu (the wait state),
+// Member.in.mu (the raft goroutine's inbox) and Member.pmu (the
 // member set); the raft goroutine and the apply worker take s.mu (to
 // start or end a stint) and never hold wmu or in.mu while doing so; no
-// one holding s.mu waits for them. The transport (raftnet.go) runs one
+// one holding s.mu waits for them. The transport (raftgroup/raftnet.go) runs one
 // sender goroutine per peer, each writing to one open stream (whose
 // request runs in a goroutine of its own), and one HTTP handler per
 // stream received; they reach the raft goroutine through its inbox.
