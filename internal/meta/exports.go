@@ -2,6 +2,7 @@ package meta
 
 import (
 	"github.com/spindle-store/spindle/internal/meta/namespace"
+	"github.com/spindle-store/spindle/internal/meta/offline"
 	"github.com/spindle-store/spindle/internal/meta/state"
 )
 
@@ -42,3 +43,11 @@ var (
 
 // GenerateKeys makes an S3 access key and secret (namespace.GenerateKeys).
 func GenerateKeys() (access, secret string) { return namespace.GenerateKeys() }
+
+// OfflineWriter writes a meta store without a running service
+// (offline.OfflineWriter: spindle gen's closed containers and keys).
+type OfflineWriter = offline.OfflineWriter
+
+// CreateOffline starts a meta store in dir for an OfflineWriter
+// (offline.CreateOffline).
+func CreateOffline(dir string) (*OfflineWriter, error) { return offline.CreateOffline(dir) }

@@ -1,9 +1,7 @@
-package meta
-
-// Offline writer: a new meta store written directly, without a running
+// Package offline writes a new meta store directly, without a running
 // service (the offline data generator, internal/gen, uses it).
 //
-// It writes the same records as the service (records.go), in the same
+// It writes the same records as the service (package state, records.go), in the same
 // Pebble layout (Dir/pebble), so that Open loads the result as if the
 // service had made it: registered nodes, CLOSED pipelines, CLOSED
 // containers, buckets and committed keys. No allocation or pending
@@ -32,6 +30,7 @@ package meta
 //     never mistaken for a complete store.
 //
 // Concurrency: an OfflineWriter is used by one goroutine at a time.
+package offline
 
 import (
 	"errors"
@@ -95,17 +94,15 @@ func CreateOffline(dir string) (*OfflineWriter, error) {
 	}
 	it, err := db.NewIter(nil)
 	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("meta: offline: %s: %w", dir, err)
+		return nil, fmt.Errorf("meta: offline: %s: %w", dir, errors.Join(err, db.Close()))
 	}
 	found := it.First()
 	err = errors.Join(it.Error(), it.Close())
 	if err != nil || found {
-		db.Close()
 		if err == nil {
 			err = fmt.Errorf("%w: %s already holds a meta store: the offline writer only creates new ones", metaapi.ErrExists, dir)
 		}
-		return nil, fmt.Errorf("meta: offline: %w", err)
+		return nil, fmt.Errorf("meta: offline: %w", errors.Join(err, db.Close()))
 	}
 	return &OfflineWriter{
 		dir: dir, db: db, b: db.NewBatch(), now: time.Now().UTC(),
@@ -137,8 +134,7 @@ func (w *OfflineWriter) put(k, v []byte) error {
 	if w.b.Len() < offlineBatchBytes {
 		return nil
 	}
-	err := w.b.Commit(pebble.NoSync)
-	w.b.Close()
+	err := errors.Join(w.b.Commit(pebble.NoSync), w.b.Close())
 	w.b = w.db.NewBatch()
 	if err != nil {
 		w.failed = err
@@ -332,7 +328,9 @@ func (w *OfflineWriter) Close() error {
 		return nil
 	}
 	w.done = true
-	defer w.b.Close()
+	// The batch is done with whatever happens below; its Close only hands
+	// its memory back, and fails only on misuse (a second Close).
+	defer func() { _ = w.b.Close() }()
 	if w.failed != nil {
 		return errors.Join(fmt.Errorf("meta: offline: store incomplete: %w", w.failed), w.db.Close())
 	}
