@@ -87,13 +87,14 @@ func startSourceTrace(ctx context.Context, strace string, pid int, out string) (
 // is checked when parsed.
 func (t *straceTracer) stop() {
 	_ = t.cmd.Process.Signal(syscall.SIGINT)
+	var err error
 	select {
-	case err := <-t.done:
-		_ = err
+	case err = <-t.done:
 	case <-time.After(10 * time.Second):
 		_ = t.cmd.Process.Kill()
-		_ = <-t.done
+		err = <-t.done
 	}
+	_ = err
 }
 
 // straceLine matches "PID name(args) = RET" and "PID <... name resumed>...) = RET".

@@ -183,7 +183,12 @@ func startGateway(ctx context.Context, mc *metaapi.Client, log *slog.Logger) (en
 	go func() {
 		done <- s3gw.Run(gctx, s3gw.Config{Meta: mc.Addr(), TLS: mc.TLS(), Listen: addr, AccessKey: access, SecretKey: secret, Logger: log})
 	}()
-	stop = func() { cancel(); _ = <-done } // its end, once cancelled, says nothing of the run
+	stop = func() {
+		cancel()
+		if err := <-done; err != nil {
+			log.Warn("s3 gateway: stopped with an error", "err", err)
+		}
+	}
 	deadline := time.Now().Add(s3GatewayStartWait)
 	for {
 		select {
