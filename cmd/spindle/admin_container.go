@@ -36,8 +36,7 @@ corrupted download leaves nothing.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "container %d: %d blocks, %s, verified, in %s\n", m.Container, len(m.Blocks), units.FormatBytes(int64(m.Bytes)), out)
-			return nil
+			return printf(cmd.OutOrStdout(), "container %d: %d blocks, %s, verified, in %s\n", m.Container, len(m.Blocks), units.FormatBytes(int64(m.Bytes)), out)
 		},
 	}
 	f := cmd.Flags()

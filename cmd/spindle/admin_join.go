@@ -40,9 +40,10 @@ and forgotten by a restart of that member.`,
 			if *asJSON {
 				return json.NewEncoder(out).Encode(t)
 			}
-			fmt.Fprintf(out, "%s\n", t.Token)
-			fmt.Fprintf(cmd.ErrOrStderr(), "valid until %s, once: spindle datanode --meta %s --join-token TOKEN --tls-ca CA --tls-cert NEW.crt --tls-key NEW.key ...\n", t.ExpiresAt.Format(time.RFC3339), mc.Addr())
-			return nil
+			if err := printf(out, "%s\n", t.Token); err != nil {
+				return err
+			}
+			return printf(cmd.ErrOrStderr(), "valid until %s, once: spindle datanode --meta %s --join-token TOKEN --tls-ca CA --tls-cert NEW.crt --tls-key NEW.key ...\n", t.ExpiresAt.Format(time.RFC3339), mc.Addr())
 		},
 	}
 	cmd.Flags().DurationVar(&ttl, "ttl", ttl, fmt.Sprintf("how long the token is valid (at most %s)", metaapi.MaxJoinTokenTTL))

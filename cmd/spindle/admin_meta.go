@@ -162,8 +162,7 @@ lost rejoins this way under a new ID (after remove of the old one).`
 		for _, m := range st.Members {
 			ids = append(ids, fmt.Sprintf("%d=%s", m.ID, m.Addr))
 		}
-		fmt.Fprintf(out, "members: %s (leader %d, term %d)\n", strings.Join(ids, ","), st.LeaderID, st.Term)
-		return nil
+		return printf(out, "members: %s (leader %d, term %d)\n", strings.Join(ids, ","), st.LeaderID, st.Term)
 	}
 	return cmd
 }
@@ -215,13 +214,12 @@ over its --dir (see docs/OPERATIONS.md, "Backup and restore").`,
 			if err != nil {
 				return keyExit(err, "", "")
 			}
-			defer body.Close()
+			defer closeQuietly(body) // read to its end: UnpackBackup's error is the one
 			files, n, err := meta.UnpackBackup(body, dir)
 			if err != nil {
 				return keyExit(fmt.Errorf("backup of the meta service at %s into %s: %w", mc.Addr(), dir, err), "", "")
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s\t%d files\t%s\tin %.2fs\tfrom meta %s\n", dir, files, units.FormatBytes(n), time.Since(start).Seconds(), mc.Addr())
-			return nil
+			return printf(cmd.OutOrStdout(), "%s\t%d files\t%s\tin %.2fs\tfrom meta %s\n", dir, files, units.FormatBytes(n), time.Since(start).Seconds(), mc.Addr())
 		},
 	}
 }

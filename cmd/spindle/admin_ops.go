@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,7 +51,8 @@ scrubber progress. Exit status 0 whatever it finds.`,
 	return []*cobra.Command{damaged, newAdminDatanodeCmd(env, asJSON)}
 }
 
-func printDamage(out io.Writer, st *metaapi.DamageStatus) error {
+func printDamage(w io.Writer, st *metaapi.DamageStatus) error {
+	out := bufio.NewWriter(w) // its Flush, returned, has the first write error
 	fmt.Fprintf(out, "lost blocks (damaged on every replica): %d; keys holding them: %d", len(st.Lost), len(st.Keys))
 	if st.KeysTruncated {
 		fmt.Fprintf(out, " (first %d)", len(st.Keys))
@@ -84,7 +86,10 @@ func printDamage(out io.Writer, st *metaapi.DamageStatus) error {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%d\t%d\t%s\t%s\n", n.NodeID, rate, n.Passes, units.FormatBytes(int64(n.ScannedBytes)),
 			n.ScannedBlocks, n.DamageFound, n.RepairedBlocks, cur, last)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return out.Flush()
 }
 
 // nodeState is a node's operational state for `admin nodes`: the state,

@@ -112,7 +112,9 @@ func watchLoop(ctx context.Context, every time.Duration, show func() error, errO
 			if ctx.Err() != nil {
 				return nil
 			}
-			fmt.Fprintln(errOut, "spindle:", err)
+			if _, werr := fmt.Fprintln(errOut, "spindle:", err); werr != nil {
+				return errors.Join(err, werr) // no watch without its errors shown
+			}
 		}
 		select {
 		case <-ctx.Done():

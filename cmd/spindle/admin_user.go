@@ -41,8 +41,7 @@ func newAdminUserCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 			if *asJSON {
 				return json.NewEncoder(out).Encode(u)
 			}
-			fmt.Fprintf(out, "user %s\naccess key %s\nsecret key %s\n", u.Name, u.AccessKey, u.SecretKey)
-			return nil
+			return printf(out, "user %s\naccess key %s\nsecret key %s\n", u.Name, u.AccessKey, u.SecretKey)
 		},
 	}
 	create.Flags().StringVar(&req.AccessKey, "access-key", "", "access key (16..128 of A-Z, 0-9; default: generated)")

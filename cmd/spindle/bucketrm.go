@@ -49,7 +49,7 @@ first, and goes on only when the bucket's name is typed back.`,
 			if err != nil {
 				return err
 			}
-			defer kc.Close()
+			defer closeQuietly(kc)
 			ctx := cmd.Context()
 			if !force {
 				if err := kc.DeleteBucket(ctx, name); err != nil {
@@ -65,7 +65,9 @@ first, and goes on only when the bucket's name is typed back.`,
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "Delete bucket %s with its %d keys (%s)? Type its name to confirm: ", name, b.Keys, units.FormatBytes(int64(b.Bytes)))
+				if err := printf(cmd.ErrOrStderr(), "Delete bucket %s with its %d keys (%s)? Type its name to confirm: ", name, b.Keys, units.FormatBytes(int64(b.Bytes))); err != nil {
+					return err
+				}
 				line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
 				if strings.TrimSpace(line) != name {
 					return &exitError{exitFailure, fmt.Errorf("bucket %s not deleted: not confirmed", name)}
@@ -85,8 +87,7 @@ first, and goes on only when the bucket's name is typed back.`,
 				}
 				err := kc.DeleteBucket(ctx, name)
 				if err == nil {
-					fmt.Fprintf(cmd.OutOrStdout(), "deleted bucket %s and %d keys\n", name, deleted)
-					return nil
+					return printf(cmd.OutOrStdout(), "deleted bucket %s and %d keys\n", name, deleted)
 				}
 				if !errors.Is(err, metaapi.ErrNotEmpty) || round >= maxBucketDrainRounds {
 					return keyExit(fmt.Errorf("bucket rm --force %s: %d keys deleted, then: %w", name, deleted, err), name, "")

@@ -51,9 +51,8 @@ func newCertInitCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "CA %q valid until %s: %s, key %s (0600)\n", ca.Cert.Subject.CommonName,
+			return printf(cmd.OutOrStdout(), "CA %q valid until %s: %s, key %s (0600)\n", ca.Cert.Subject.CommonName,
 				ca.Cert.NotAfter.UTC().Format(time.DateOnly), filepath.Join(dir, tlsconf.CACertFile), filepath.Join(dir, tlsconf.CAKeyFile))
-			return nil
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "directory of the CA (created; refused when it holds one)")
@@ -89,8 +88,7 @@ func newCertIssueCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s (%s) for %s: %s, key %s (0600)\n", name, role, strings.Join(hosts, ","), cp, kp)
-			return nil
+			return printf(cmd.OutOrStdout(), "%s (%s) for %s: %s, key %s (0600)\n", name, role, strings.Join(hosts, ","), cp, kp)
 		},
 	}
 	cmd.Flags().StringVar(&caDir, "ca-dir", "", "directory of the CA (from cert init)")

@@ -104,7 +104,9 @@ baseline.`,
 						Pipeline: pcfg, Placements: specs, DiskDir: diskDir, TmpfsDir: tmpfsDir})
 					if err != nil {
 						if len(res.Runs) > 0 {
-							res.WriteTable(cmd.ErrOrStderr()) // the placements done
+							if werr := res.WriteTable(cmd.ErrOrStderr()); werr != nil { // the placements done
+								return errors.Join(err, werr)
+							}
 						}
 						return err
 					}

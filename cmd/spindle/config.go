@@ -127,7 +127,7 @@ func loadConfig(path string) (configFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	defer f.Close()
+	defer closeQuietly(f) // read-only
 	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)

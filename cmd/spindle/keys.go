@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -174,9 +175,8 @@ checking every key's name before the first put.`,
 					return keyExit(err, bucket, key)
 				}
 				took := time.Since(start)
-				fmt.Fprintf(cmd.OutOrStdout(), "%s/%s\t%d bytes\tcrc32c %08x\t%d blocks\t%s\n", bucket, key, res.Key.Size, res.Key.CRC32C,
+				return printf(cmd.OutOrStdout(), "%s/%s\t%d bytes\tcrc32c %08x\t%d blocks\t%s\n", bucket, key, res.Key.Size, res.Key.CRC32C,
 					len(res.Key.Blocks), rate(int64(res.Key.Size), took))
-				return nil
 			}
 			connect := func() (err error) {
 				kc, err = env.keyClient(keyclient.Options{ChunkSize: int(chunk), BlockSize: int64(block), InFlight: inflight})
@@ -195,7 +195,7 @@ checking every key's name before the first put.`,
 				if err := connect(); err != nil {
 					return err
 				}
-				defer kc.Close()
+				defer closeQuietly(kc)
 				return putTree(cmd, kc, bucket, prefix, args[1], put)
 			}
 			bucket, key, err := splitKey(args[0])
@@ -205,7 +205,7 @@ checking every key's name before the first put.`,
 			if err := connect(); err != nil {
 				return err
 			}
-			defer kc.Close()
+			defer closeQuietly(kc)
 			return put(bucket, key, args[1])
 		},
 	}
@@ -272,18 +272,18 @@ func openSource(cmd *cobra.Command, name string) (io.Reader, int64, func(), erro
 	}
 	st, err := f.Stat()
 	if err != nil {
-		f.Close()
+		closeQuietly(f) // read-only
 		return nil, 0, nil, err
 	}
 	if st.IsDir() {
-		f.Close()
+		closeQuietly(f)
 		return nil, 0, nil, usageErr(fmt.Errorf("%s is a directory: use --recursive to put the files under it", name))
 	}
 	total := int64(-1)
 	if st.Mode().IsRegular() {
 		total = st.Size()
 	}
-	return f, total, func() { f.Close() }, nil
+	return f, total, func() { closeQuietly(f) }, nil
 }
 
 func newGetCmd() *cobra.Command {
@@ -375,7 +375,7 @@ without --force.`,
 				if err := connect(); err != nil {
 					return err
 				}
-				defer kc.Close()
+				defer closeQuietly(kc)
 				return getTree(cmd, kc, bucket, prefix, args[1], replace, get)
 			}
 			bucket, key, err := splitKey(args[0])
@@ -392,7 +392,7 @@ without --force.`,
 			if err := connect(); err != nil {
 				return err
 			}
-			defer kc.Close()
+			defer closeQuietly(kc)
 			return get(bucket, key, dest)
 		},
 	}
@@ -461,7 +461,7 @@ func openDest(cmd *cobra.Command, name string, force bool) (w io.Writer, commit 
 	}
 	commit = func() error {
 		if err := f.Close(); err != nil {
-			os.Remove(f.Name())
+			_ = os.Remove(f.Name()) // best effort: err is the error
 			return err
 		}
 		if force {
@@ -475,12 +475,14 @@ func openDest(cmd *cobra.Command, name string, force bool) (w io.Writer, commit 
 				err = os.Rename(f.Name(), name)
 			}
 		}
-		os.Remove(f.Name()) // after a link or a failure; gone after a rename
+		// After a link or a failure; gone after a rename. Best effort: the
+		// output is in place (or err says why not), a temporary file stays.
+		_ = os.Remove(f.Name())
 		return err
 	}
-	abort = func() {
-		f.Close()
-		os.Remove(f.Name())
+	abort = func() { // after a failure, its error the one: best effort
+		_ = f.Close()
+		_ = os.Remove(f.Name())
 	}
 	return f, commit, abort, nil
 }
@@ -511,7 +513,7 @@ KEY lists the keys after KEY.`,
 			if err != nil {
 				return err
 			}
-			defer kc.Close()
+			defer closeQuietly(kc)
 			out := cmd.OutOrStdout()
 			enc := json.NewEncoder(out)
 			n, last, more, err := listKeys(cmd.Context(), kc, bucket, prefix, startAfter, maxKeys, func(ki metaapi.KeyInfo) error {
@@ -525,7 +527,7 @@ KEY lists the keys after KEY.`,
 				return keyExit(err, bucket, "")
 			}
 			if more {
-				fmt.Fprintf(cmd.ErrOrStderr(), "%d listed, more follow: spindle ls %s --max %d --start-after %q\n", n, args[0], maxKeys, last)
+				return printf(cmd.ErrOrStderr(), "%d listed, more follow: spindle ls %s --max %d --start-after %q\n", n, args[0], maxKeys, last)
 			}
 			return nil
 		},
@@ -587,7 +589,7 @@ func newRmCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer kc.Close()
+			defer closeQuietly(kc)
 			if err := kc.Delete(cmd.Context(), bucket, key); err != nil {
 				return keyExit(err, bucket, key)
 			}
@@ -614,7 +616,7 @@ func newStatCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer kc.Close()
+			defer closeQuietly(kc)
 			ki, err := kc.Stat(cmd.Context(), bucket, key)
 			if err != nil {
 				return keyExit(err, bucket, key)
@@ -625,12 +627,13 @@ func newStatCmd() *cobra.Command {
 			if asJSON {
 				return json.NewEncoder(out).Encode(ki)
 			}
-			fmt.Fprintf(out, "key:     %s/%s\nsize:    %d (%s)\ncrc32c:  %08x\ncreated: %s\nblocks:  %d\n",
+			bw := bufio.NewWriter(out) // Flush, returned, has the first write error
+			fmt.Fprintf(bw, "key:     %s/%s\nsize:    %d (%s)\ncrc32c:  %08x\ncreated: %s\nblocks:  %d\n",
 				ki.Bucket, ki.Key, ki.Size, units.FormatBytes(int64(ki.Size)), ki.CRC32C, ki.Created.UTC().Format(time.RFC3339Nano), len(ki.Blocks))
 			if inline {
-				fmt.Fprintln(out, "stored:  inline, in the key's record in the meta service")
+				fmt.Fprintln(bw, "stored:  inline, in the key's record in the meta service")
 			}
-			tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+			tw := tabwriter.NewWriter(bw, 0, 8, 2, ' ', 0)
 			if len(ki.Blocks) > 0 {
 				fmt.Fprintln(tw, "  #\tCONTAINER/BLOCK\tPIPELINE\tLENGTH\tREPLICAS")
 			}
@@ -641,7 +644,10 @@ func newStatCmd() *cobra.Command {
 				}
 				fmt.Fprintf(tw, "  %d\t%d/%d\t%d\t%d\t%s\n", i, b.Container, b.Local, b.Pipeline, b.Length, strings.Join(members, ","))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			return bw.Flush()
 		},
 	}
 	env.addFlags(cmd.Flags())
@@ -672,7 +678,7 @@ it holds no key, or with rm --force, which deletes its keys first.`,
 				if err != nil {
 					return err
 				}
-				defer kc.Close()
+				defer closeQuietly(kc)
 				if err := fn(cmd.Context(), kc, args[0], cmd.OutOrStdout()); err != nil {
 					return keyExit(err, args[0], "")
 				}
@@ -688,7 +694,7 @@ it holds no key, or with rm --force, which deletes its keys first.`,
 			if err != nil {
 				return err
 			}
-			defer kc.Close()
+			defer closeQuietly(kc)
 			bs, err := kc.ListBuckets(cmd.Context())
 			if err != nil {
 				return keyExit(err, "", "")
@@ -730,7 +736,7 @@ func newAdminCmd() *cobra.Command {
 	}
 	env.addFlags(cmd.PersistentFlags())
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
-	view := func(use, short string, fn func(ctx context.Context, mc *metaapi.Client, tw io.Writer) (any, error)) *cobra.Command {
+	view := func(use, short string, fn func(ctx context.Context, mc *metaapi.Client, tw *tabwriter.Writer) (any, error)) *cobra.Command {
 		return &cobra.Command{
 			Use: use, Short: short, Args: exactArgs(0),
 			RunE: func(cmd *cobra.Command, _ []string) error {
@@ -739,13 +745,15 @@ func newAdminCmd() *cobra.Command {
 					return err
 				}
 				if !mc.TLS().Enabled() {
-					fmt.Fprintf(cmd.ErrOrStderr(), "INSECURE: plaintext connection to the meta service at %s (--insecure, no TLS)\n", env.meta)
+					if err := printf(cmd.ErrOrStderr(), "INSECURE: plaintext connection to the meta service at %s (--insecure, no TLS)\n", env.meta); err != nil {
+						return err
+					}
 				}
 				out := cmd.OutOrStdout()
 				tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
-				var table io.Writer = tw
+				table := tw
 				if asJSON {
-					table = io.Discard
+					table = tabwriter.NewWriter(io.Discard, 0, 8, 2, ' ', 0)
 				}
 				v, err := fn(cmd.Context(), mc, table)
 				if err != nil {
@@ -760,7 +768,7 @@ func newAdminCmd() *cobra.Command {
 	}
 	cmd.AddCommand(
 		view("nodes", "Datanodes: ID, address, health, last heartbeat, pipelines, containers, bytes used",
-			func(ctx context.Context, mc *metaapi.Client, w io.Writer) (any, error) {
+			func(ctx context.Context, mc *metaapi.Client, w *tabwriter.Writer) (any, error) {
 				ns, err := mc.Nodes(ctx)
 				if err != nil {
 					return nil, err
@@ -783,7 +791,7 @@ func newAdminCmd() *cobra.Command {
 				return ns, nil
 			}),
 		view("pipelines", "Pipelines: ID, state, leader, members",
-			func(ctx context.Context, mc *metaapi.Client, w io.Writer) (any, error) {
+			func(ctx context.Context, mc *metaapi.Client, w *tabwriter.Writer) (any, error) {
 				ps, err := mc.Pipelines(ctx)
 				if err != nil {
 					return nil, err
@@ -799,7 +807,7 @@ func newAdminCmd() *cobra.Command {
 				return ps, nil
 			}),
 		view("containers", "Containers: ID, pipeline, state, bytes used, blocks, BCSID, replicas (node:state@BCSID)",
-			func(ctx context.Context, mc *metaapi.Client, w io.Writer) (any, error) {
+			func(ctx context.Context, mc *metaapi.Client, w *tabwriter.Writer) (any, error) {
 				cs, err := mc.Containers(ctx)
 				if err != nil {
 					return nil, err

@@ -50,8 +50,7 @@ func treeFiles(cmd *cobra.Command, dir, prefix string) (files, keys []string, er
 			return nil
 		}
 		if !d.Type().IsRegular() {
-			fmt.Fprintf(cmd.ErrOrStderr(), "skipped %s: not a regular file\n", p)
-			return nil
+			return printf(cmd.ErrOrStderr(), "skipped %s: not a regular file\n", p)
 		}
 		rel, err := filepath.Rel(dir, p)
 		if err != nil {

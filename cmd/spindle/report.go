@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 
@@ -54,13 +55,13 @@ bench's 30000 messages), adds per-operation figures.`,
 				return err
 			}
 			s := run.Syscalls
-			w := cmd.OutOrStdout()
+			w := bufio.NewWriter(cmd.OutOrStdout()) // Flush, returned, has the first write error
 			fmt.Fprintf(w, "%s: %d syscalls shown, total %d calls, %d errors, %.6f s -> %s\n",
 				run.Name, len(s.ByName), s.Total, s.Errors, s.Seconds, report.ResultsPath(out))
 			for _, n := range run.Notes {
 				fmt.Fprintf(w, "note: %s\n", n)
 			}
-			return nil
+			return w.Flush()
 		},
 	}
 	f := cmd.Flags()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -29,11 +30,12 @@ func newReportEnvCmd() *cobra.Command {
 				_, err = fmt.Fprintln(out, string(b))
 				return err
 			}
-			fmt.Fprintf(out, "cpu      %s, %d cores\n", env.CPUModel, env.Cores)
-			fmt.Fprintf(out, "memory   %s\n", units.FormatBytes(int64(env.MemoryBytes)))
-			fmt.Fprintf(out, "kernel   %s\n", env.Kernel)
-			fmt.Fprintf(out, "versions spindle %s (commit %s), %s\n", env.SpindleVersion, env.Commit, env.GoVersion)
-			fmt.Fprintf(out, "vm       %s\n", strings.Join(env.SortedVMDirty(), " "))
+			bw := bufio.NewWriter(out) // Flush, returned, has the first write error
+			fmt.Fprintf(bw, "cpu      %s, %d cores\n", env.CPUModel, env.Cores)
+			fmt.Fprintf(bw, "memory   %s\n", units.FormatBytes(int64(env.MemoryBytes)))
+			fmt.Fprintf(bw, "kernel   %s\n", env.Kernel)
+			fmt.Fprintf(bw, "versions spindle %s (commit %s), %s\n", env.SpindleVersion, env.Commit, env.GoVersion)
+			fmt.Fprintf(bw, "vm       %s\n", strings.Join(env.SortedVMDirty(), " "))
 			for _, d := range env.Dirs {
 				rot := "unknown"
 				if d.Rotational != nil {
@@ -43,12 +45,12 @@ func newReportEnvCmd() *cobra.Command {
 				if d.Journal != nil {
 					journal = map[bool]string{true: ", journaled", false: ", NO JOURNAL: namespace changes not ordered"}[*d.Journal]
 				}
-				fmt.Fprintf(out, "dir      %s: %s on %s (%s, device %s, %s%s) options %s\n", d.Path, d.FSType, d.MountPoint, d.Source, d.Device, rot, journal, d.Options)
+				fmt.Fprintf(bw, "dir      %s: %s on %s (%s, device %s, %s%s) options %s\n", d.Path, d.FSType, d.MountPoint, d.Source, d.Device, rot, journal, d.Options)
 			}
 			for _, m := range env.Missing {
-				fmt.Fprintf(out, "missing  %s\n", m)
+				fmt.Fprintf(bw, "missing  %s\n", m)
 			}
-			return nil
+			return bw.Flush()
 		},
 	}
 	cmd.Flags().StringSliceVar(&dirs, "dir", nil, "directory to describe (repeatable)")

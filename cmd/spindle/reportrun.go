@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,10 +51,11 @@ says which and why).`,
 				if err != nil {
 					return err
 				}
+				w := bufio.NewWriter(cmd.OutOrStdout())
 				for _, s := range steps {
-					fmt.Fprintln(cmd.OutOrStdout(), s)
+					fmt.Fprintln(w, s)
 				}
-				return nil
+				return w.Flush()
 			}
 			if opts.Out == "" {
 				opts.Out = "spindle-report-" + time.Now().Format("20060102-150405")
@@ -67,8 +71,10 @@ says which and why).`,
 						done++
 					}
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: %d of %d steps done in %.1f s -> %s, %s\n", run.Name, done, len(run.Steps), run.Seconds,
-					report.ResultsPath(opts.Out), filepath.Join(opts.Out, report.ReportFile))
+				if werr := printf(cmd.OutOrStdout(), "%s: %d of %d steps done in %.1f s -> %s, %s\n", run.Name, done, len(run.Steps), run.Seconds,
+					report.ResultsPath(opts.Out), filepath.Join(opts.Out, report.ReportFile)); werr != nil {
+					return errors.Join(err, werr)
+				}
 			}
 			return err
 		},
@@ -114,8 +120,7 @@ func newReportRenderCmd() *cobra.Command {
 			if err := report.WriteRunReport(args[0], run, opts); err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), filepath.Join(args[0], report.ReportFile))
-			return nil
+			return printf(cmd.OutOrStdout(), "%s\n", filepath.Join(args[0], report.ReportFile))
 		},
 	}
 	cmd.Flags().BoolVar(&opts.PNG, "png", false, "also write every chart as PNG")
@@ -169,10 +174,11 @@ Writes --out/compare.md and --out/*.svg, and prints the Markdown.`,
 				return err
 			}
 			if !quiet {
-				fmt.Fprint(cmd.OutOrStdout(), c.Markdown)
+				if _, err := io.WriteString(cmd.OutOrStdout(), c.Markdown); err != nil {
+					return err
+				}
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "compare: wrote %s and %d charts in %s\n", filepath.Join(out, report.CompareFile), len(c.Charts), out)
-			return nil
+			return printf(cmd.ErrOrStderr(), "compare: wrote %s and %d charts in %s\n", filepath.Join(out, report.CompareFile), len(c.Charts), out)
 		},
 	}
 	f := cmd.Flags()

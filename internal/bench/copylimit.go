@@ -185,7 +185,7 @@ func DiskReadRate(ctx context.Context, files []string, maxBytes int64) (Rate, er
 		}
 		for n < maxBytes {
 			if err := ctx.Err(); err != nil {
-				f.Close()
+				closeQuietly(f)
 				return Rate{}, err
 			}
 			k, err := f.Read(buf[:min(int64(len(buf)), maxBytes-n)])
@@ -194,11 +194,11 @@ func DiskReadRate(ctx context.Context, files []string, maxBytes int64) (Rate, er
 				break
 			}
 			if err != nil {
-				f.Close()
+				closeQuietly(f)
 				return Rate{}, fmt.Errorf("disk read limit: %w", err)
 			}
 		}
-		f.Close()
+		closeQuietly(f)
 	}
 	r := rateOf(n, time.Since(start))
 	r.CPUSeconds = selfCPUSeconds() - cpu0
@@ -215,7 +215,7 @@ func LoopbackRate(ctx context.Context, files []string, maxBytes int64, tune Sock
 	if err != nil {
 		return Rate{}, fmt.Errorf("loopback limit: %w", err)
 	}
-	defer ln.Close()
+	defer closeQuietly(ln)
 	got := make(chan int64, 1)
 	go func() {
 		c, err := ln.Accept()
@@ -223,7 +223,7 @@ func LoopbackRate(ctx context.Context, files []string, maxBytes int64, tune Sock
 			got <- -1
 			return
 		}
-		defer c.Close()
+		defer closeQuietly(c)
 		if tune.Receiver != nil {
 			tune.Receiver(c)
 		}
@@ -246,7 +246,7 @@ func LoopbackRate(ctx context.Context, files []string, maxBytes int64, tune Sock
 	if tune.Sender != nil {
 		tune.Sender(c)
 	}
-	stop := context.AfterFunc(ctx, func() { c.Close() })
+	stop := context.AfterFunc(ctx, func() { closeQuietly(c) })
 	defer stop()
 	start, cpu0 := time.Now(), selfCPUSeconds()
 	var sent int64
@@ -256,21 +256,24 @@ func LoopbackRate(ctx context.Context, files []string, maxBytes int64, tune Sock
 		}
 		f, err := os.Open(name)
 		if err != nil {
-			c.Close()
+			closeQuietly(c)
 			return Rate{}, fmt.Errorf("loopback limit: %w", err)
 		}
 		k, err := io.Copy(c, &io.LimitedReader{R: f, N: maxBytes - sent})
-		f.Close()
+		closeQuietly(f)
 		sent += k
 		if err != nil {
-			c.Close()
+			closeQuietly(c)
 			return Rate{}, fmt.Errorf("loopback limit: %w", err)
 		}
 	}
-	c.(*net.TCPConn).CloseWrite()
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		closeQuietly(c)
+		return Rate{}, fmt.Errorf("loopback limit: %w", err)
+	}
 	n := <-got
 	elapsed, cpu := time.Since(start), selfCPUSeconds()-cpu0
-	c.Close()
+	closeQuietly(c)
 	if n != sent {
 		return Rate{}, fmt.Errorf("loopback limit: sent %d bytes, received %d", sent, n)
 	}

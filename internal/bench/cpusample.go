@@ -68,11 +68,13 @@ func startCPUSampler(path string, interval time.Duration) (*CPUSampler, error) {
 		defer t.Stop()
 		for {
 			select {
+			// A sample that cannot be read is left out: the windows are
+			// made of those read (the first, by start, is checked).
 			case <-s.stop:
-				s.sample()
+				_ = s.sample()
 				return
 			case <-t.C:
-				s.sample()
+				_ = s.sample()
 			}
 		}
 	}()
@@ -192,7 +194,7 @@ func readProcStat(path string) (busy, total uint64, err error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("cpu sampler: %w", err)
 	}
-	defer f.Close()
+	defer closeQuietly(f)
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())

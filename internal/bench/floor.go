@@ -118,7 +118,7 @@ type floorReplica struct {
 func (r *floorReplica) serve() error {
 	defer func() {
 		for _, f := range r.fwd {
-			f.Close()
+			closeQuietly(f)
 		}
 	}()
 	buf := make([]byte, r.cfg.ChunkSizeBytes)
@@ -175,7 +175,7 @@ func RunReplicationFloor(ctx context.Context, cfg FloorConfig) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("bench: floor: %w", err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // best effort: a temporary directory (cfg.Dir)
 	data := make([]byte, cfg.ChunkSizeBytes)
 	FillPseudoRandom(data, 1)
 	sums := engine.ComputeChecksums(nil, data, cfg.BytesPerChecksum)
@@ -184,10 +184,10 @@ func RunReplicationFloor(ctx context.Context, cfg FloorConfig) (Result, error) {
 	var files []*os.File
 	defer func() {
 		for _, c := range conns {
-			c.Close()
+			closeQuietly(c)
 		}
 		for _, f := range files {
-			f.Close()
+			closeQuietly(f)
 		}
 	}()
 	// pair returns the two ends of a new loopback TCP connection.
@@ -195,7 +195,7 @@ func RunReplicationFloor(ctx context.Context, cfg FloorConfig) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("bench: floor: %w", err)
 	}
-	defer ln.Close()
+	defer closeQuietly(ln)
 	pair := func() (net.Conn, net.Conn, error) {
 		d := net.Dialer{Timeout: tcpDialTimeout}
 		a, err := d.DialContext(ctx, "tcp", ln.Addr().String())
@@ -268,7 +268,7 @@ func RunReplicationFloor(ctx context.Context, cfg FloorConfig) (Result, error) {
 		return len(data), nil
 	})
 	for _, c := range clientConns {
-		c.Close() // the replicas see EOF and end
+		closeQuietly(c) // the replicas see EOF and end
 	}
 	serving.Wait()
 	close(serveErrs)

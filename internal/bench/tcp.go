@@ -70,7 +70,7 @@ func RunLoopbackTCP(ctx context.Context, cfg TCPConfig) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("bench: tcp: listen on 127.0.0.1: %w", err)
 	}
-	defer ln.Close()
+	defer closeQuietly(ln)
 
 	// Accept exactly Streams connections; each receiver discards what it
 	// reads until the sender closes.
@@ -94,7 +94,7 @@ func RunLoopbackTCP(ctx context.Context, cfg TCPConfig) (Result, error) {
 	conns := make([]net.Conn, 0, cfg.Streams)
 	defer func() {
 		for _, c := range conns {
-			c.Close()
+			closeQuietly(c)
 		}
 	}()
 	d := net.Dialer{Timeout: tcpDialTimeout}
@@ -113,7 +113,7 @@ func RunLoopbackTCP(ctx context.Context, cfg TCPConfig) (Result, error) {
 		recvWG.Add(1)
 		go func() {
 			defer recvWG.Done()
-			defer rc.Close()
+			defer closeQuietly(rc)
 			buf := make([]byte, cfg.BufferBytes)
 			var n int64
 			for {
@@ -154,7 +154,12 @@ func RunLoopbackTCP(ctx context.Context, cfg TCPConfig) (Result, error) {
 	// clock stops when the last byte has been received.
 	for _, c := range conns {
 		if tc, ok := c.(*net.TCPConn); ok {
-			tc.CloseWrite()
+			if err := tc.CloseWrite(); err != nil {
+				closeQuietly(tc) // so that its receiver ends all the same
+				if loopErr == nil {
+					loopErr = err
+				}
+			}
 		}
 	}
 	recvWG.Wait()

@@ -117,7 +117,7 @@ func (d *Demux) acceptLoop() {
 				d.err = err
 			}
 			d.mu.Unlock()
-			d.Close()
+			closeQuietly(d)
 			return
 		}
 		backoff = 0
@@ -127,7 +127,7 @@ func (d *Demux) acceptLoop() {
 		}
 		if d.closed || len(d.peeking) >= d.maxPeeking {
 			d.mu.Unlock()
-			c.Close()
+			closeQuietly(c)
 			continue
 		}
 		d.peeking[c] = held{accepted: time.Now()}
@@ -157,7 +157,7 @@ func (d *Demux) evictLocked() {
 	}
 	delete(d.peeking, oldest)
 	d.evicted++
-	oldest.Close()
+	closeQuietly(oldest)
 }
 
 func (d *Demux) classify(raw net.Conn) {
@@ -182,7 +182,7 @@ func (d *Demux) classify(raw net.Conn) {
 	}
 	d.mu.Unlock()
 	if err != nil || closed || !kept {
-		raw.Close()
+		closeQuietly(raw)
 		return
 	}
 	if isBulk {
@@ -197,10 +197,10 @@ func (d *Demux) classify(raw net.Conn) {
 	select {
 	case d.out <- c:
 	case <-d.done:
-		c.Close()
+		closeQuietly(c)
 	case <-wait.C:
 		slog.Debug("bulk: connection not taken by the server in time; closed", "remote", raw.RemoteAddr())
-		c.Close()
+		closeQuietly(c)
 	}
 	d.mu.Lock()
 	delete(d.peeking, raw)
@@ -218,7 +218,9 @@ func (d *Demux) classifyTLS(raw net.Conn) (net.Conn, bool, error) {
 		return nil, false, err
 	}
 	tc := c.(*tls.Conn)
-	tc.SetReadDeadline(time.Now().Add(d.firstBytes))
+	if err := tc.SetReadDeadline(time.Now().Add(d.firstBytes)); err != nil {
+		return nil, false, err
+	}
 	var b [2]byte
 	if _, err := io.ReadFull(tc, b[:]); err != nil {
 		return nil, false, fmt.Errorf("first bytes: %w", err)
@@ -325,7 +327,7 @@ func (d *Demux) Close() error {
 	d.closed = true
 	close(d.done)
 	for c := range d.peeking {
-		c.Close()
+		closeQuietly(c)
 	}
 	d.mu.Unlock()
 	return d.ln.Close()

@@ -63,7 +63,9 @@ func DownloadContainer(ctx context.Context, sec *tlsconf.Settings, addr string, 
 		err = s.finish()
 	}
 	if err != nil {
-		os.RemoveAll(dir)
+		if rerr := os.RemoveAll(dir); rerr != nil {
+			err = fmt.Errorf("%w (and removing %s: %v)", err, dir, rerr)
+		}
 		return nil, err
 	}
 	return &s.m, nil

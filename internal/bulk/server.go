@@ -100,7 +100,7 @@ func (s *Server) Handle(conn net.Conn) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		conn.Close()
+		closeQuietly(conn)
 		return
 	}
 	s.conns[conn] = struct{}{}
@@ -112,7 +112,7 @@ func (s *Server) Handle(conn net.Conn) {
 			s.mu.Lock()
 			delete(s.conns, conn)
 			s.mu.Unlock()
-			conn.Close()
+			closeQuietly(conn)
 		}()
 		if err := s.serve(conn); err != nil {
 			s.log.Warn("bulk: export failed", "remote", conn.RemoteAddr().String(), "err", err)
@@ -126,7 +126,7 @@ func (s *Server) Close() {
 	s.mu.Lock()
 	s.closed = true
 	for c := range s.conns {
-		c.Close()
+		closeQuietly(c)
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
@@ -158,10 +158,14 @@ func authorizeExport(conn net.Conn) error {
 
 func (s *Server) serve(conn net.Conn) error {
 	TuneSender(conn)
-	conn.SetReadDeadline(time.Now().Add(RequestTimeout))
+	if err := conn.SetReadDeadline(time.Now().Add(RequestTimeout)); err != nil {
+		return fmt.Errorf("setting the request deadline: %w", err)
+	}
 	var rb [requestBytes]byte
 	w := bufio.NewWriterSize(conn, headerBufBytes)
-	conn.SetWriteDeadline(time.Now().Add(MinWriteTimeout))
+	if err := conn.SetWriteDeadline(time.Now().Add(MinWriteTimeout)); err != nil {
+		return fmt.Errorf("setting the reply deadline: %w", err)
+	}
 	if _, err := io.ReadFull(conn, rb[:]); err != nil {
 		return fmt.Errorf("reading the request: %w", err)
 	}
@@ -188,7 +192,7 @@ func (s *Server) serve(conn net.Conn) error {
 	case err != nil:
 		return s.refuse(w, StatusError, err.Error())
 	}
-	defer x.Close()
+	defer closeQuietly(x)
 	s.active.Add(1)
 	defer s.active.Add(-1)
 	start := time.Now()
@@ -236,17 +240,20 @@ func (s *Server) stream(conn net.Conn, w *bufio.Writer, x *engine.Export) (block
 			return blocks, n, err
 		}
 		if blockRecordSize(bd) > MaxBlockRecordBytes {
-			f.Close()
+			closeQuietly(f)
 			return blocks, n, fmt.Errorf("block %d: record of %d bytes over the wire limit %d", bd.ID.Local, blockRecordSize(bd), MaxBlockRecordBytes)
 		}
 		b = appendBlockRecord(b[:0], bd)
-		conn.SetWriteDeadline(time.Now().Add(MinWriteTimeout + time.Duration(bd.Length/MinRateBytesPerS)*time.Second))
+		if err := conn.SetWriteDeadline(time.Now().Add(MinWriteTimeout + time.Duration(bd.Length/MinRateBytesPerS)*time.Second)); err != nil {
+			closeQuietly(f)
+			return blocks, n, err
+		}
 		if _, err := w.Write(b); err != nil {
-			f.Close()
+			closeQuietly(f)
 			return blocks, n, err
 		}
 		if err := w.Flush(); err != nil {
-			f.Close()
+			closeQuietly(f)
 			return blocks, n, err
 		}
 		var src io.Reader = f
@@ -260,7 +267,7 @@ func (s *Server) stream(conn net.Conn, w *bufio.Writer, x *engine.Export) (block
 		// ReadFrom recognises *io.LimitedReader over *os.File. (TLS: no
 		// ReadFrom, so io.CopyBuffer uses copyBuf.)
 		c, err := io.CopyBuffer(conn, &io.LimitedReader{R: src, N: int64(bd.Length)}, copyBuf)
-		f.Close()
+		closeQuietly(f)
 		n += uint64(c)
 		s.bytes.Add(uint64(c))
 		if err != nil {
@@ -329,16 +336,17 @@ func TuneSender(c net.Conn) {
 		c = rc.Conn
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetWriteBuffer(SocketBufBytes)
+		_ = tc.SetWriteBuffer(SocketBufBytes) // tuning only: the defaults work, slower
 	}
 }
 
 // TuneReceiver: see TuneSender.
 func TuneReceiver(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetReadBuffer(SocketBufBytes)
+		// Tuning only, errors dropped: the defaults work, slower.
+		_ = tc.SetReadBuffer(SocketBufBytes)
 		if raw, err := tc.SyscallConn(); err == nil {
-			raw.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, rcvLowatBytes) })
+			_ = raw.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, rcvLowatBytes) })
 		}
 	}
 }
@@ -357,8 +365,8 @@ func Fetch(ctx context.Context, sec *tlsconf.Settings, addr string, id uint64, b
 	if err != nil {
 		return res, err
 	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer closeQuietly(conn)
+	stop := context.AfterFunc(ctx, func() { closeQuietly(conn) })
 	defer stop()
 	res, err = fetch(conn, id, begin)
 	res.Seconds = time.Since(start).Seconds()

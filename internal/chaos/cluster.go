@@ -71,13 +71,13 @@ func startCluster(ctx context.Context, bin, root string, datanodes int, metaArgs
 		return nil, fmt.Errorf("chaos: free port: %w", err)
 	}
 	addr := l.Addr().String()
-	l.Close()
+	_ = l.Close() // it only held the port free until now
 	c := &cluster{bin: bin, root: root, metaArgs: metaArgs, metaAddr: addr}
 	if err := c.startMeta(ctx); err != nil {
 		return nil, err
 	}
 	if c.meta, err = metaapi.NewClient(addr, metaapi.ClientOptions{Timeout: 10 * time.Second}); err != nil {
-		c.stop()
+		_ = c.stop() // best effort: err is the error
 		return nil, err
 	}
 	dn := filepath.Join(root, "datanodes")
@@ -94,7 +94,7 @@ func startCluster(ctx context.Context, bin, root string, datanodes int, metaArgs
 	}
 	c.dns, err = localcluster.Start(ctx, lc)
 	if err != nil {
-		c.stop()
+		_ = c.stop() // best effort: err is the error
 		return nil, fmt.Errorf("chaos: datanodes: %w", err)
 	}
 	return c, nil
@@ -117,24 +117,28 @@ func (c *cluster) launchMeta(ctx context.Context) error {
 	if err := os.MkdirAll(c.metaDir(), 0o755); err != nil {
 		return fmt.Errorf("chaos: %w", err)
 	}
-	os.Remove(c.metaReady())
+	if err := os.Remove(c.metaReady()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("chaos: %w", err)
+	}
 	logf, err := os.OpenFile(c.metaLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("chaos: %w", err)
 	}
-	defer logf.Close()
+	defer func() { _ = logf.Close() }() // the child has its own descriptor; the header's write is checked
 	// Plaintext, as its datanodes (localcluster without TLS): the chaos
 	// bench judges replication and recovery, not the transport.
 	args := append([]string{"meta", "--insecure", "--listen", c.metaAddr, "--dir", c.metaDir(), "--ready-file", c.metaReady()}, c.metaArgs...)
 	cmd := exec.Command(c.bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	fmt.Fprintf(logf, "=== chaos: %s %s\n", c.bin, strings.Join(args, " "))
+	if _, err := fmt.Fprintf(logf, "=== chaos: %s %s\n", c.bin, strings.Join(args, " ")); err != nil {
+		return fmt.Errorf("chaos: meta service log: %w", err)
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("chaos: start meta service: %w", err)
 	}
 	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
+	go func() { _ = cmd.Wait(); close(exited) }() // how it ended is in its log
 	c.mu.Lock()
 	c.metaProc, c.metaExited, c.metaPaused = cmd.Process, exited, false
 	c.mu.Unlock()
@@ -144,15 +148,13 @@ func (c *cluster) launchMeta(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			c.killMeta()
-			return fmt.Errorf("chaos: meta service not ready within %v (log %s)", processReadyTimeout, c.metaLog())
+			return errors.Join(fmt.Errorf("chaos: meta service not ready within %v (log %s)", processReadyTimeout, c.metaLog()), c.killMeta())
 		}
 		select {
 		case <-exited:
 			return fmt.Errorf("chaos: meta service exited before it was ready (log %s)", c.metaLog())
 		case <-ctx.Done():
-			c.killMeta()
-			return ctx.Err()
+			return errors.Join(ctx.Err(), c.killMeta())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -215,7 +217,7 @@ func (c *cluster) stop() error {
 	if c.dns != nil {
 		errs = append(errs, c.dns.Stop(processStopTimeout))
 	}
-	c.signalMeta(syscall.SIGCONT, 0)
+	_ = c.signalMeta(syscall.SIGCONT, 0) // SIGTERM's, just below, is reported
 	if err := c.signalMeta(syscall.SIGTERM, processStopTimeout); err != nil {
 		errs = append(errs, err, c.killMeta())
 	}

@@ -261,8 +261,7 @@ func injectPartition(ctx context.Context, r *run, rng *rand.Rand) (string, func(
 			continue
 		}
 		if err := r.lab.Partition(me, fmt.Sprintf("dn%d", n.ID)); err != nil {
-			r.lab.Heal()
-			return "", nil, err
+			return "", nil, errors.Join(err, r.lab.Heal())
 		}
 	}
 	return fmt.Sprintf("partition datanode %d (%s) from the other datanodes", id, role), func(context.Context) error {
@@ -291,8 +290,7 @@ func injectDelay(ctx context.Context, r *run, rng *rand.Rand) (string, func(cont
 	delay = delay.Round(time.Millisecond)
 	loss := float64(rng.IntN(maxLossPercent*10+1)) / 10
 	if err := r.lab.Delay(fmt.Sprintf("dn%d", id), delay, delay/4, loss); err != nil {
-		r.lab.Heal()
-		return "", nil, err
+		return "", nil, errors.Join(err, r.lab.Heal())
 	}
 	return fmt.Sprintf("delay %v ± %v, loss %.1f%% on what datanode %d sends (%s; %s)", delay, delay/4, loss, id, role, r.lab.Faults()), func(context.Context) error {
 		return r.lab.Heal()
@@ -336,7 +334,9 @@ func injectBitrot(ctx context.Context, r *run, rng *rand.Rand) (string, func(con
 		pick := files[rng.IntN(len(files))]
 		var id int
 		var path string
-		fmt.Sscanf(pick, "%d", &id)
+		if _, err := fmt.Sscanf(pick, "%d", &id); err != nil {
+			return "", nil, fmt.Errorf("chaos: bitrot: %q: %w", pick, err)
+		}
 		path = pick[strings.IndexByte(pick, 0)+1:]
 		off := rng.Int64N(int64(rec.blockLen))
 		if err := engine.FlipBlockByte(r.cl.dns.Nodes()[id-1].DataDir, b, off, byte(1+rng.IntN(255))); err != nil {
@@ -361,7 +361,7 @@ func (r *run) probeBitrot(ctx context.Context, rec coldRec, node int, off int64)
 	if err != nil {
 		return fmt.Sprintf("probe: %v", err)
 	}
-	defer pc.Close()
+	defer closeQuietly(pc)
 	start := uint64(off) - uint64(off)%bitrotProbeBytes
 	n := min(bitrotProbeBytes, rec.blockLen-start)
 	ch, err := pc.ReadChunk(ctx, addr, client.BlockID{Container: rec.container, Local: rec.local}, start, n)

@@ -74,7 +74,7 @@ func (r *run) checkReplicas(ctx context.Context) (replicaCheck, error) {
 	if err != nil {
 		return res, fmt.Errorf("replica check: %w", err)
 	}
-	defer pc.Close()
+	defer closeQuietly(pc)
 
 	w := r.w
 	w.mu.Lock()

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"maps"
@@ -230,7 +231,9 @@ func load1() float64 {
 		return 0
 	}
 	var l float64
-	fmt.Sscanf(string(b), "%f", &l)
+	if _, err := fmt.Sscanf(string(b), "%f", &l); err != nil {
+		return 0
+	}
 	return l
 }
 
@@ -240,7 +243,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := r.Result.WriteTable(w); err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	bw := bufio.NewWriter(w) // keeps the first write error, for Flush
+	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\nfault\tinjected\tops\tacked\tfailed\tlost\twrong reads\tlongest no put s\tsettle s\tunsettled\tfailed by class\t")
 	for _, s := range r.ByFault {
 		var cls []string
@@ -256,16 +260,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.ReplicationSettleSeconds >= 0 {
 		settle = fmt.Sprintf("%.1f s", r.ReplicationSettleSeconds)
 	}
-	fmt.Fprintf(w, "\nseed %d; keys %d; lost %d; unreadable %d; partial puts %d; block replicas missing %d of %d (%d keys); wrong reads %d; history (%d ops) linearizable: %s; longest without a put %.2f s; full replication after the heal: %s; bitrot probes: %d refused as corrupt, %d served, %d other; replicas that left a pipeline: %d; load %.2f\n",
+	fmt.Fprintf(bw, "\nseed %d; keys %d; lost %d; unreadable %d; partial puts %d; block replicas missing %d of %d (%d keys); wrong reads %d; history (%d ops) linearizable: %s; longest without a put %.2f s; full replication after the heal: %s; bitrot probes: %d refused as corrupt, %d served, %d other; replicas that left a pipeline: %d; load %.2f\n",
 		r.Seed, r.Keys, r.Lost, r.Unreadable, r.PartialPuts, r.ReplicasMissing, r.ReplicaBlocksChecked, r.ReplicaKeysChecked, r.WrongReads, r.HistoryOps, r.Linearizable, r.LongestNoPutSeconds, settle, r.BitrotDetected, r.BitrotServed, r.BitrotOther, r.ReplicaFailures, r.Load1)
 	for _, e := range r.Events {
-		fmt.Fprintf(w, "  event %s\n", e)
+		fmt.Fprintf(bw, "  event %s\n", e)
 	}
 	for _, k := range slices.Sorted(maps.Keys(r.ErrorSamples)) {
-		fmt.Fprintf(w, "  first %s: %s\n", k, r.ErrorSamples[k])
+		fmt.Fprintf(bw, "  first %s: %s\n", k, r.ErrorSamples[k])
 	}
 	for _, v := range r.Violations {
-		fmt.Fprintf(w, "  VIOLATION %s\n", v)
+		fmt.Fprintf(bw, "  VIOLATION %s\n", v)
 	}
-	return nil
+	return bw.Flush()
 }

@@ -211,7 +211,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	logf := func(format string, args ...any) {
 		if cfg.Progress != nil {
-			fmt.Fprintf(cfg.Progress, "chaos: "+format+"\n", args...)
+			_, _ = fmt.Fprintf(cfg.Progress, "chaos: "+format+"\n", args...) // progress only: no run fails for it
 		}
 	}
 	root, made, err := runDir(cfg.Dir)
@@ -223,7 +223,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		// A run that found a violation keeps its directory: the logs of
 		// every process, the data, the history's visualisation.
 		if !cfg.Keep && made != "" && (rep == nil || !rep.Failed()) {
-			os.RemoveAll(made)
+			warnIf("removing the run's directory", os.RemoveAll(made))
 		}
 	}()
 	var vols *volumes
@@ -237,7 +237,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			// A kept run keeps its volumes mounted: the datanodes' data
 			// is there (the report's note says how to unmount them).
 			if rep == nil || !(cfg.Keep || rep.Failed()) {
-				vols.Close()
+				warnIf("unmounting the data volumes", vols.Close())
 			}
 		}()
 		// The values stay within half of the volumes (×3 replicas),
@@ -273,7 +273,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if lab, err = netlab.New(names); err != nil {
 			return nil, fmt.Errorf("chaos: faults %s and %s need a network namespace per datanode: %w", FaultPartition, FaultDelay, err)
 		}
-		defer lab.Close()
+		defer func() { warnIf("removing the network namespaces", lab.Close()) }()
 		logf("datanodes in network namespaces: %v on bridge %s", names, lab.BridgeAddr())
 	}
 	cl, err := startCluster(ctx, cfg.Binary, root, cfg.Datanodes,
@@ -282,7 +282,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer cl.stop()
+	// The verdict is made before: a member killed or failing at the stop
+	// is no finding of the run.
+	defer func() { _ = cl.stop() }()
 	if err := cl.waitPipeline(ctx, processReadyTimeout); err != nil {
 		return nil, err
 	}
@@ -295,7 +297,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		defer f.Close()
+		defer func() { warnIf("closing client.log", f.Close()) }()
 		clientLog = f
 	}
 	level := slog.LevelInfo
@@ -306,7 +308,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer kc.Close()
+	defer func() { _ = kc.Close() }() // always nil (keyclient.Client.Close)
 	if _, err := kc.CreateBucket(ctx, bucket); err != nil && !errors.Is(err, metaapi.ErrExists) {
 		return nil, fmt.Errorf("chaos: create bucket: %w", err)
 	}

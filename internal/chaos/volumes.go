@@ -72,23 +72,19 @@ func mountVolumes(root string, datanodes int, sizeBytes int64) (*volumes, error)
 	for i := 1; i <= datanodes; i++ {
 		mnt := volumeDir(root, i)
 		if err := os.MkdirAll(mnt, 0o755); err != nil {
-			v.Close()
-			return nil, err
+			return nil, errors.Join(err, v.Close())
 		}
 		opts := fmt.Sprintf("size=%d,mode=0755", sizeBytes)
 		if err := unix.Mount("spindle-chaos", mnt, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-			v.Close()
-			return nil, fmt.Errorf("mount tmpfs on %s: %w", mnt, err)
+			return nil, errors.Join(fmt.Errorf("mount tmpfs on %s: %w", mnt, err), v.Close())
 		}
 		v.mounts = append(v.mounts, mnt)
 		data := filepath.Join(mnt, "data")
 		if err := os.Mkdir(data, 0o755); err != nil {
-			v.Close()
-			return nil, err
+			return nil, errors.Join(err, v.Close())
 		}
 		if err := os.Symlink(data, filepath.Join(dn, fmt.Sprintf("dn%d", i))); err != nil {
-			v.Close()
-			return nil, err
+			return nil, errors.Join(err, v.Close())
 		}
 	}
 	return v, nil
@@ -115,17 +111,15 @@ func (v *volumes) fill(id int) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // ballast: its space matters, not its bytes
 	var st unix.Statfs_t
 	if err := unix.Statfs(volumeDir(v.root, id), &st); err != nil {
-		os.Remove(path)
-		return 0, err
+		return 0, errors.Join(err, os.Remove(path))
 	}
 	size := int64(st.Bavail) * int64(st.Bsize)
 	if size > 0 {
 		if err := unix.Fallocate(int(f.Fd()), 0, 0, size); err != nil && !errors.Is(err, unix.ENOSPC) {
-			os.Remove(path)
-			return 0, fmt.Errorf("fallocate %d bytes: %w", size, err)
+			return 0, errors.Join(fmt.Errorf("fallocate %d bytes: %w", size, err), os.Remove(path))
 		}
 	}
 	// Whatever fallocate left (the datanode may have freed some
@@ -139,12 +133,10 @@ func (v *volumes) fill(id int) (int64, error) {
 			return off, nil
 		}
 		if err != nil {
-			os.Remove(path)
-			return 0, err
+			return 0, errors.Join(err, os.Remove(path))
 		}
 	}
-	os.Remove(path)
-	return 0, fmt.Errorf("no ENOSPC after %d bytes of ballast", off)
+	return 0, errors.Join(fmt.Errorf("no ENOSPC after %d bytes of ballast", off), os.Remove(path))
 }
 
 // free removes datanode id's ballast.

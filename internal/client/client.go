@@ -379,7 +379,7 @@ func (c *Client) Close() error {
 			s := &m.slots[i]
 			s.mu.Lock()
 			if tc := s.c.Swap(nil); tc != nil {
-				tc.Close()
+				closeQuietly(tc)
 			}
 			s.mu.Unlock()
 		}
@@ -422,7 +422,7 @@ func (c *Client) conn(ctx context.Context, m *member, t target) (*transport.Clie
 		// Broken while unused (the server closed it: idle timeout,
 		// restart): redialled here rather than failing an attempt.
 		if s.c.CompareAndSwap(tc, nil) {
-			tc.Close()
+			closeQuietly(tc)
 		}
 	}
 	if c.isClosed() {
@@ -441,7 +441,7 @@ func (c *Client) conn(ctx context.Context, m *member, t target) (*transport.Clie
 	s.c.Store(tc)
 	if c.isClosed() { // closed while dialling: Close may have missed it
 		if s.c.CompareAndSwap(tc, nil) {
-			tc.Close()
+			closeQuietly(tc)
 		}
 		return nil, ErrClosed
 	}
@@ -452,7 +452,7 @@ func (c *Client) conn(ctx context.Context, m *member, t target) (*transport.Clie
 func (c *Client) drop(m *member, tc *transport.Client) {
 	for i := range m.slots {
 		if m.slots[i].c.CompareAndSwap(tc, nil) {
-			tc.Close()
+			closeQuietly(tc)
 			c.log.Debug("client: connection dropped", "addr", m.addr, "err", tc.Err())
 			return
 		}

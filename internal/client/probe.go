@@ -161,7 +161,7 @@ func (c *Client) ping(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
-	defer tc.Close()
+	defer closeQuietly(tc)
 	res, err := tc.Call(ctx, &transport.Ping{})
 	if err != nil {
 		return err

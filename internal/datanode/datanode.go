@@ -202,10 +202,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return fmt.Errorf("datanode: --cpuprofile: %w", err)
 		}
 		if err := pprof.StartCPUProfile(f); err != nil {
-			f.Close()
+			closeQuietly(f) // nothing written
 			return fmt.Errorf("datanode: --cpuprofile: %w", err)
 		}
-		defer func() { pprof.StopCPUProfile(); f.Close() }()
+		defer func() {
+			pprof.StopCPUProfile()
+			if cerr := f.Close(); err == nil && cerr != nil { // the profile's last write
+				err = fmt.Errorf("datanode: --cpuprofile: %w", cerr)
+			}
+		}()
 	}
 	eng, err := engine.Open(engine.Config{DataDirs: cfg.DataDirs, Logger: log, FailedVolumesTolerated: cfg.FailedVolumesTolerated})
 	if err != nil {
@@ -255,31 +260,31 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	advertise, err := AdvertiseAddr(ln.Addr(), cfg.AdvertiseAddr)
 	if err != nil {
-		ln.Close()
+		closeQuietly(ln)
 		return err
 	}
 	var id identity
 	pipelines := cfg.Pipelines
 	if cfg.Meta != nil {
 		if id, err = loadIdentity(cfg.LogDir); err != nil {
-			ln.Close()
+			closeQuietly(ln)
 			return err
 		}
 		if id.NodeID == 0 {
 			if err := register(ctx, cfg.Meta, cfg.LogDir, &id, advertise, log); err != nil {
-				ln.Close()
+				closeQuietly(ln)
 				return err
 			}
 			log.Info("registered with the meta service", "uuid", id.UUID, "node_id", id.NodeID)
 		}
 		if cfg.ID != 0 && cfg.ID != id.NodeID {
-			ln.Close()
+			closeQuietly(ln)
 			return fmt.Errorf("datanode: --id %d, but the meta service knows this datanode as node %d", cfg.ID, id.NodeID)
 		}
 		cfg.ID = id.NodeID
 		saved, err := loadPipelines(cfg.LogDir)
 		if err != nil {
-			ln.Close()
+			closeQuietly(ln)
 			return err
 		}
 		static := map[uint64]bool{}
@@ -303,7 +308,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	reg.MustRegister(spaceCollector{eng: eng, log: log}) // space_metrics.go
 	dm := bulk.NewDemux(ln, cfg.TLS, bsrv.Handle, 0)
 	defer dm.Wait()
-	defer dm.Close()
+	defer closeQuietly(dm)
 	copier := newContainerCopier(eng, cfg.TLS, cfg.ID, cfg.MaxCopies, log)
 	defer copier.stop()
 	copier.register(reg)
@@ -333,21 +338,25 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Logger:              log,
 	})
 	if err != nil {
-		ln.Close()
+		closeQuietly(ln)
 		return fmt.Errorf("datanode: %w", err)
 	}
 	metricsURL := ""
 	if cfg.MetricsListen != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsListen)
 		if err != nil {
-			node.Close()
+			closeQuietly(node)
 			return fmt.Errorf("datanode: metrics listener: %w", err)
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go hs.Serve(cfg.TLS.Listener(mln))
-		defer hs.Close()
+		go func() {
+			if err := hs.Serve(cfg.TLS.Listener(mln)); !errors.Is(err, http.ErrServerClosed) {
+				log.Warn("datanode: metrics server failed", "err", err)
+			}
+		}()
+		defer closeQuietly(hs)
 		metricsURL = cfg.TLS.Scheme() + "://" + mln.Addr().String() + "/metrics"
 	}
 	if !cfg.TLS.Enabled() {
@@ -356,7 +365,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	log.Info("datanode serving", "id", cfg.ID, "addr", node.Addr(), "tls", cfg.TLS.Mode(), "data_dirs", cfg.DataDirs, "log_dir", cfg.LogDir, "pipelines", len(pipelines), "metrics", metricsURL)
 	if cfg.ReadyFile != "" {
 		if err := readyfile.Write(cfg.ReadyFile, advertise); err != nil { // what others dial
-			node.Close()
+			closeQuietly(node)
 			return err
 		}
 	}

@@ -132,7 +132,7 @@ func (r *repairer) repairFrom(ctx context.Context, pid uint64, addr string, b en
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
+	defer closeQuietly(cl)
 	rctx, cancel := context.WithTimeout(ctx, repairTimeout)
 	defer cancel()
 	return r.eng.RepairBlock(bd, &chunkReader{ctx: rctx, cl: cl, addr: addr, bd: bd})

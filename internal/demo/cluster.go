@@ -68,7 +68,7 @@ func (d *demo) runCluster(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	defer kc.Close()
+	defer func() { _ = kc.Close() }() // always nil (keyclient.Client.Close)
 	if err := d.putGetFiles(ctx, kc); err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func (d *demo) putGetFiles(ctx context.Context, kc *keyclient.Client) error {
 			return fmt.Errorf("demo: %w", err)
 		}
 		res, err := kc.Put(ctx, demoBucket, key, f, keyclient.PutOptions{})
-		f.Close()
+		_ = f.Close() // read-only: the put's error is the one
 		if err != nil {
 			return fmt.Errorf("demo: put %s: %w", in, err)
 		}

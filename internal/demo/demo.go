@@ -27,6 +27,8 @@
 package demo
 
 import (
+	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -80,9 +82,16 @@ type demo struct {
 	log     *slog.Logger
 	rows    []row
 	results []bench.Result
+	outErr  error // say's first write error
 }
 
-func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.out, format+"\n", args...) }
+// say prints a line of the demo's progress. The first write error is kept
+// in outErr, which Run returns: the demo goes on, its steps' errors first.
+func (d *demo) say(format string, args ...any) {
+	if _, err := fmt.Fprintf(d.out, format+"\n", args...); err != nil && d.outErr == nil {
+		d.outErr = err
+	}
+}
 
 func (d *demo) add(step, figures string) { d.rows = append(d.rows, row{step, figures, "ok"}) }
 
@@ -113,12 +122,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	defer os.RemoveAll(tmp)
+	defer func() {
+		if rerr := os.RemoveAll(tmp); rerr != nil && err == nil {
+			err = fmt.Errorf("demo: %w", rerr)
+		}
+	}()
 	d := &demo{cfg: cfg, tmp: tmp, out: cfg.Out, log: cfg.Logger}
 	start := time.Now()
 	d.say("spindle demo in %s", tmp)
 	defer func() {
-		d.summary(time.Since(start), err)
+		if serr := d.summary(time.Since(start), err); err == nil {
+			err = cmp.Or(d.outErr, serr)
+		}
 	}()
 
 	if err := d.runEngine(ctx); err != nil {
@@ -134,11 +149,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 }
 
 // summary prints the table of steps (those that ran) and the benches'
-// results.
-func (d *demo) summary(el time.Duration, err error) {
-	fmt.Fprintln(d.out)
-	fmt.Fprintln(d.out, "summary (figures measured in this run; MB = 10^6 bytes):")
-	tw := tabwriter.NewWriter(d.out, 2, 8, 2, ' ', 0)
+// results, and returns the error of writing them.
+func (d *demo) summary(el time.Duration, err error) error {
+	out := bufio.NewWriter(d.out)
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "summary (figures measured in this run; MB = 10^6 bytes):")
+	tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "  step\tfigures\tresult")
 	for _, r := range d.rows {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.step, r.figures, r.result)
@@ -146,17 +162,22 @@ func (d *demo) summary(el time.Duration, err error) {
 	if err != nil {
 		fmt.Fprintf(tw, "  FAILED\t%v\t\n", err)
 	}
-	tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
 	if len(d.results) > 0 {
-		fmt.Fprintln(d.out)
-		bench.WriteTable(d.out, d.results...)
+		fmt.Fprintln(out)
+		if err := bench.WriteTable(out, d.results...); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintln(d.out)
+	fmt.Fprintln(out)
 	if err != nil {
-		fmt.Fprintf(d.out, "spindle demo FAILED after %.1fs\n", el.Seconds())
-		return
+		fmt.Fprintf(out, "spindle demo FAILED after %.1fs\n", el.Seconds())
+	} else {
+		fmt.Fprintf(out, "spindle demo: every step ok in %.1fs; everything stopped and removed\n", el.Seconds())
 	}
-	fmt.Fprintf(d.out, "spindle demo: every step ok in %.1fs; everything stopped and removed\n", el.Seconds())
+	return out.Flush()
 }
 
 func ratioText(r *float64) string {

@@ -30,7 +30,7 @@ func (d *demo) runEngine(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	defer func() { e.Close() }()
+	defer func() { _ = e.Close() }() // on an early return, its error the one; the Closes below are checked
 
 	// Write.
 	blocks := int(max(cfg.DataBytes/demoBlockBytes, 1))

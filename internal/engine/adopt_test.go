@@ -28,7 +28,7 @@ func TestAdoptChunkAfterRestart(t *testing.T) {
 	mustNo(t, e.Close())
 
 	e = openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	if _, err := e.ReadChunk(b, 2500, 700, nil); err == nil {
 		t.Fatal("chunk past the last PutBlock readable before adoption")
 	}

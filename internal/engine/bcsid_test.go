@@ -50,7 +50,7 @@ func TestBCSIDAdvancesAndSurvivesReopen(t *testing.T) {
 	}
 	mustNo(t, e.Close())
 	e = openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	ci, err := e.Container(1)
 	mustNo(t, err)
 	if ci.BCSID != 9 || ci.State != StateClosed {
@@ -67,7 +67,7 @@ func TestBCSIDAdvancesAndSurvivesReopen(t *testing.T) {
 // ErrSequence and changes nothing.
 func TestBCSIDReplayIsIdempotent(t *testing.T) {
 	e := openMem(t, vfs.NewMem())
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	x := BlockID{Container: 1, Local: 1}
 	first := writeBlock(t, e, x, 1000)
@@ -148,7 +148,7 @@ func TestBCSIDReplayIsIdempotent(t *testing.T) {
 // one it is given, across a reopen.
 func TestBCSIDExportImport(t *testing.T) {
 	src := openMem(t, vfs.NewMem())
-	defer src.Close()
+	defer closeT(t, src)
 	mustNo(t, src.CreateContainer(3))
 	mustNo(t, src.PutBlock(writeBlock(t, src, BlockID{Container: 3, Local: 1}, 900), 41))
 	mustNo(t, src.CloseContainer(3))
@@ -157,7 +157,7 @@ func TestBCSIDExportImport(t *testing.T) {
 	if x.Info().BCSID != 41 {
 		t.Fatalf("export info %+v, want BCSID 41", x.Info())
 	}
-	x.Close()
+	closeT(t, x)
 	fs := vfs.NewMem()
 	dst := openMem(t, fs)
 	mustNo(t, copyContainer(src, dst, 3, 0, nil))
@@ -166,7 +166,7 @@ func TestBCSIDExportImport(t *testing.T) {
 	}
 	mustNo(t, dst.Close())
 	dst = openMem(t, fs)
-	defer dst.Close()
+	defer closeT(t, dst)
 	if got := bcsidOf(t, dst, 3); got != 41 {
 		t.Fatalf("imported BCSID after reopen %d, want 41", got)
 	}
@@ -242,7 +242,7 @@ func TestReplayOfDeletedBlockAfterFailedAdopt(t *testing.T) {
 	mustNo(t, e.Sync())
 	mustNo(t, e.Close())
 	e = openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	if err := e.AdoptChunk(gone.ID, 0, 200, testBPC, gone.Chunks[0].Checksums); err == nil {
 		t.Fatal("a chunk of a deleted block was adopted")
 	}

@@ -322,7 +322,7 @@ func (e *Engine) commitPutLocked(c *container, bs *blockState, bd *BlockData, bc
 	if err == nil {
 		err = batch.Commit(pebble.NoSync)
 	}
-	batch.Close()
+	_ = batch.Close() // frees the batch; its Set's or Commit's error is err
 	if err != nil {
 		return err
 	}

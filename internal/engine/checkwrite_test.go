@@ -12,7 +12,7 @@ import (
 // do — and the WriteChunk that follows agrees with it.
 func TestCheckWrite(t *testing.T) {
 	e := openMem(t, vfs.NewMem(), func(c *Config) { c.MaxContainerSizeBytes = 8192 })
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	b := BlockID{Container: 1, Local: 1}
 	first := writeBlock(t, e, b, 1024)
@@ -57,7 +57,7 @@ func TestBlockFilePath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close()
+	defer closeT(t, e)
 	b := BlockID{Container: 7, Local: 3}
 	mustNo(t, e.CreateContainer(b.Container))
 	bd := writeBlock(t, e, b, 1000)
@@ -99,7 +99,7 @@ func TestReplicatedWriteIgnoresTheRoom(t *testing.T) {
 	mustNo(t, e.Sync())
 	mustNo(t, e.Close())
 	e = openMem(t, fs, cfg)
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.AdoptChunk(b, 5120, 1024, testBPC, moreSums))
 	got, err := e.ReadChunk(b, 5120, 1024, nil)
 	if err != nil || !bytes.Equal(got, more) {

@@ -18,7 +18,7 @@ func flipMem(t *testing.T, fs *vfs.MemFS, e *Engine, b BlockID, at int64) {
 	mustNo(t, err)
 	f, err := fs.OpenReadWrite(filepath.Join(ci.Dir, blockFileName(b.Local)), false)
 	mustNo(t, err)
-	defer f.Close()
+	defer closeT(t, f)
 	var one [1]byte
 	_, err = f.ReadAt(one[:], at)
 	mustNo(t, err)
@@ -35,7 +35,7 @@ func flipMem(t *testing.T, fs *vfs.MemFS, e *Engine, b BlockID, at int64) {
 func TestClosedContainerDamageIsPerBlock(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	b1, b2, b3 := BlockID{1, 1}, BlockID{1, 2}, BlockID{1, 3}
 	bd1 := writeBlock(t, e, b1, 3000, 1000)
@@ -143,7 +143,7 @@ func TestDamageMarksPersist(t *testing.T) {
 	mustNo(t, err)
 	_, err = f.WriteAt(good, 0)
 	mustNo(t, err)
-	f.Close()
+	closeT(t, f)
 	mustNo(t, e.ScrubBlock(bd, nil))
 	if d, _ := e.DamagedBlocks(1); len(d) != 0 {
 		t.Fatalf("a whole block scrubbed: still damaged %v", d)
@@ -160,7 +160,7 @@ func TestDamageMarksPersist(t *testing.T) {
 	mustNo(t, e.DeleteContainer(1, false))
 	mustNo(t, e.Close())
 	e = openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	for _, v := range e.vols {
 		it, err := v.db.NewIter(&pebble.IterOptions{LowerBound: []byte{keyPrefixDamage}, UpperBound: []byte{keyPrefixDamage + 1}})
 		mustNo(t, err)

@@ -45,7 +45,7 @@ func (c *dirCache) sync(dir string) error {
 			h = &dirHandle{f: f, refs: 1}
 			c.dirs[dir] = h
 		} else {
-			defer f.Close()
+			defer func() { _ = f.Close() }() // a directory, synced through h.f
 		}
 	}
 	h.refs++
@@ -60,7 +60,7 @@ func (c *dirCache) sync(dir string) error {
 func (c *dirCache) releaseLocked(h *dirHandle) {
 	h.refs--
 	if h.refs == 0 {
-		h.f.Close()
+		_ = h.f.Close() // a directory: its Sync's error was returned
 	}
 }
 

@@ -239,7 +239,7 @@ func Open(cfg Config) (*Engine, error) {
 					}
 				}
 				e.mu.Unlock()
-				v.close()
+				_ = v.close() // best effort: the volume failed and is left out, as tolerate said
 				e.vols = slices.Delete(e.vols, i, i+1)
 				i--
 				continue
@@ -301,7 +301,7 @@ func (e *Engine) loadVolume(v *volume) error {
 			c.state, c.maxSizeBytes, c.created, c.bcsid = rec.State, rec.MaxSizeBytes, rec.CreatedUnixMs, rec.BCSID
 		}
 		if other := e.containers[id]; other != nil {
-			it.Close()
+			_ = it.Close() // the corruption is the error to report
 			return fmt.Errorf("engine: open: %w: container %d is on volumes %s and %s", ErrCorrupt, id, other.vol.dir, v.dir)
 		}
 		e.containers[id] = c
@@ -770,7 +770,7 @@ func (e *Engine) loadBlock(c *container, b BlockID) (*BlockData, error) {
 		return nil, err
 	}
 	bd, derr := decodeBlockRecord(val)
-	closer.Close()
+	_ = closer.Close() // releases val; a Get's closer has no error
 	if derr == nil && bd.ID != b {
 		derr = fmt.Errorf("%w: record of block %d/%d stored under key of %d/%d", ErrCorrupt, bd.ID.Container, bd.ID.Local, b.Container, b.Local)
 	}

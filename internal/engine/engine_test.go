@@ -64,7 +64,7 @@ func TestWriteReadReopen(t *testing.T) {
 			mustNo(t, e.Close())
 
 			e = open()
-			defer e.Close()
+			defer closeT(t, e)
 			got, err := e.GetBlock(b)
 			mustNo(t, err)
 			if got.Length != bd.Length || len(got.Chunks) != len(bd.Chunks) {
@@ -207,13 +207,13 @@ func TestCorruptMetadataRecord(t *testing.T) {
 	val, closer, err := db.Get(key)
 	mustNo(t, err)
 	damaged := append([]byte(nil), val...)
-	closer.Close()
+	closeT(t, closer)
 	damaged[25] ^= 0x40
 	mustNo(t, db.Set(key, damaged, pebble.Sync))
 	mustNo(t, db.Close())
 
 	e = openMem(t, fs, func(c *Config) { c.DataDirs = []string{"/vol1"} })
-	defer e.Close()
+	defer func() { closeT(t, e) }() // the engine reopened last
 	c1, _ := e.Container(1)
 	c2, _ := e.Container(2)
 	if c1.State != StateUnhealthy || !strings.Contains(c1.Reason, "block 2") {
@@ -241,7 +241,7 @@ func TestCorruptMetadataRecord(t *testing.T) {
 func TestCorruptDataDetected(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(5))
 	mustNo(t, e.CreateContainer(6))
 	b := BlockID{Container: 5, Local: 1}
@@ -256,7 +256,7 @@ func TestCorruptDataDetected(t *testing.T) {
 	mustNo(t, err)
 	_, err = f.WriteAt([]byte{0xFF ^ content(b, 2600, 1)[0]}, 2600)
 	mustNo(t, err)
-	f.Close()
+	closeT(t, f)
 
 	// Reads away from the damage succeed; reads over it fail naming the piece.
 	_, err = e.ReadChunk(b, 0, 2000, nil)
@@ -287,7 +287,7 @@ func TestCorruptDataDetected(t *testing.T) {
 	f, err = fs.OpenReadWrite(filepath.Join(ci.Dir, blockFileName(1)), false)
 	mustNo(t, err)
 	mustNo(t, f.Truncate(1000))
-	f.Close()
+	closeT(t, f)
 	_, err = e.ReadChunk(other, 0, 2000, nil)
 	wantErr(t, err, ErrCorrupt)
 }
@@ -295,7 +295,7 @@ func TestCorruptDataDetected(t *testing.T) {
 func TestListAndDeleteBlocks(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	for local := uint64(1); local <= 25; local++ {
 		mustNo(t, e.PutBlock(writeBlock(t, e, BlockID{Container: 1, Local: local}, int(local)), 0))
@@ -380,7 +380,7 @@ func TestConcurrentWritersGroupCommit(t *testing.T) {
 	crashed := fs.CrashClone(0, nil)
 	mustNo(t, e.Close())
 	e2 := openMem(t, crashed)
-	defer e2.Close()
+	defer closeT(t, e2)
 	for w := 0; w < writers; w++ {
 		checkBlock(t, e2, BlockID{Container: ContainerID(1 + w%2), Local: uint64(w)}, chunks*size)
 	}
@@ -391,7 +391,7 @@ func TestConcurrentWritersGroupCommit(t *testing.T) {
 func TestSyncFailureIsSticky(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs)
-	defer e.Close()
+	defer closeFailedT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	b := BlockID{Container: 1, Local: 1}
 	_, err := writeChunk(e, b, 0, 100)
@@ -415,7 +415,7 @@ func TestSyncFailureIsSticky(t *testing.T) {
 func TestFileCacheBounded(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs, func(c *Config) { c.OpenFilesMax = 4 })
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	for local := uint64(1); local <= 20; local++ {
 		mustNo(t, e.PutBlock(writeBlock(t, e, BlockID{Container: 1, Local: local}, 100), 0))
@@ -437,7 +437,7 @@ func TestVolumeChecks(t *testing.T) {
 	mustNo(t, fs.MkdirAll("/junk", 0o755))
 	f, err := fs.Create("/junk/file.txt")
 	mustNo(t, err)
-	f.Close()
+	closeT(t, f)
 	_, err = Open(Config{DataDirs: []string{"/junk"}, FS: fs, Logger: quietLogger})
 	if err == nil || !strings.Contains(err.Error(), "not a Spindle volume") {
 		t.Fatalf("open of a foreign directory: %v", err)
@@ -461,7 +461,7 @@ func TestVolumeChecks(t *testing.T) {
 	mustNo(t, err)
 	_, err = f.WriteAt([]byte{'X'}, 0)
 	mustNo(t, err)
-	f.Close()
+	closeT(t, f)
 	_, err = Open(Config{DataDirs: []string{"/v"}, FS: fs, Logger: quietLogger})
 	wantErr(t, err, ErrCorrupt)
 	_, err = Open(Config{FS: fs})
@@ -491,7 +491,7 @@ func ExampleEngine() {
 func TestEverySyncFailureIsSticky(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs)
-	defer e.Close()
+	defer closeFailedT(t, e)
 	fs.InjectErrors(func(op vfs.Op) error {
 		if op.Kind == vfs.OpSyncDir && strings.Contains(op.Path, "/containers/") {
 			return vfs.ErrInjected
@@ -511,7 +511,7 @@ func TestEverySyncFailureIsSticky(t *testing.T) {
 func TestCloseFailureLeavesContainerOpen(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs)
-	defer e.Close()
+	defer closeFailedT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	_, err := writeChunk(e, BlockID{Container: 1, Local: 1}, 0, 100)
 	mustNo(t, err)
@@ -533,7 +533,7 @@ func TestCloseFailureLeavesContainerOpen(t *testing.T) {
 func TestDeleteBlockBlocksUse(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	b := BlockID{Container: 1, Local: 1}
 	mustNo(t, e.PutBlock(writeBlock(t, e, b, 300), 0))
@@ -563,7 +563,7 @@ func TestDeleteBlockBlocksUse(t *testing.T) {
 func TestCloseKeepsUnhealthyVerdict(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	_, err := writeChunk(e, BlockID{Container: 1, Local: 1}, 0, 100)
 	mustNo(t, err)
@@ -588,7 +588,7 @@ func TestCloseKeepsUnhealthyVerdict(t *testing.T) {
 func TestMissingFileOfDeletedBlockIsNotDamage(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	gone, kept := BlockID{Container: 1, Local: 1}, BlockID{Container: 1, Local: 2}
 	mustNo(t, e.PutBlock(writeBlock(t, e, gone, 100), 0))
@@ -611,7 +611,7 @@ func TestMissingFileOfDeletedBlockIsNotDamage(t *testing.T) {
 func TestWriteVerifiedChunk(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	b := BlockID{Container: 1, Local: 1}
 	data := content(b, 0, 1000)
@@ -641,7 +641,7 @@ func TestWriteVerifiedChunk(t *testing.T) {
 func TestFailedPwriteBreaksTheBlock(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	b := BlockID{Container: 1, Local: 1}
 	bd := writeBlock(t, e, b, 1000)
@@ -671,7 +671,7 @@ func TestFailedPwriteBreaksTheBlock(t *testing.T) {
 func TestFailedPreadIsAnError(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	b := BlockID{Container: 1, Local: 1}
 	mustNo(t, e.PutBlock(writeBlock(t, e, b, 1000), 2))

@@ -123,17 +123,17 @@ func (x *Export) open(bd *BlockData) (vfs.File, error) {
 	}
 	fi, err := f.Stat()
 	if err != nil {
-		f.Close()
+		_ = f.Close() // read-only
 		return nil, blockErr("export", bd.ID, err)
 	}
 	// Checked after the open: a block deleted before the open has no
 	// record now; one deleted after it was still whole when opened.
 	if x.deleted(bd.ID) {
-		f.Close()
+		_ = f.Close() // read-only
 		return nil, errBlockGone
 	}
 	if size := uint64(fi.Size()); size < bd.Length {
-		f.Close()
+		_ = f.Close() // read-only
 		err := fmt.Errorf("%w: block file holds %d bytes, the block has %d", ErrCorrupt, size, bd.Length)
 		e.noteBlockDamage(c, bd.ID, err)
 		return nil, blockErr("export", bd.ID, err)

@@ -143,7 +143,7 @@ func sameContainer(src, dst *Engine, id ContainerID) error {
 func TestExportListsClosedContainer(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	want := buildClosed(t, e, 3)
 	x, err := e.ExportContainer(3)
 	mustNo(t, err)
@@ -193,17 +193,17 @@ func TestExportListsClosedContainer(t *testing.T) {
 func TestExportOnOSGivesOSFiles(t *testing.T) {
 	e, err := Open(Config{DataDirs: []string{t.TempDir()}, Logger: quietLogger})
 	mustNo(t, err)
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	bd := writeBlock(t, e, BlockID{Container: 1, Local: 1}, 4096)
 	mustNo(t, e.PutBlock(bd, 0))
 	mustNo(t, e.CloseContainer(1))
 	x, err := e.ExportContainer(1)
 	mustNo(t, err)
-	defer x.Close()
+	defer closeT(t, x)
 	_, f, err := x.Next()
 	mustNo(t, err)
-	defer f.Close()
+	defer closeT(t, f)
 	of, ok := vfs.OSFile(f)
 	if !ok {
 		t.Fatalf("block file of the OS filesystem is not an *os.File")
@@ -217,7 +217,7 @@ func TestExportOnOSGivesOSFiles(t *testing.T) {
 
 func TestExportRefusesOpenAndMissing(t *testing.T) {
 	e := openMem(t, vfs.NewMem())
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	_, err := e.ExportContainer(1)
 	wantErr(t, err, ErrNotClosed)
@@ -227,15 +227,15 @@ func TestExportRefusesOpenAndMissing(t *testing.T) {
 
 func TestExportSkipsDeletedBlocks(t *testing.T) {
 	e := openMem(t, vfs.NewMem())
-	defer e.Close()
+	defer closeT(t, e)
 	all := buildClosed(t, e, 5)
 	x, err := e.ExportContainer(5)
 	mustNo(t, err)
-	defer x.Close()
+	defer closeT(t, x)
 	x.pageSize = 2
 	bd, f, err := x.Next()
 	mustNo(t, err)
-	f.Close()
+	closeT(t, f)
 	if bd.ID.Local != all[0].ID.Local {
 		t.Fatalf("first block %v", bd.ID)
 	}
@@ -249,7 +249,7 @@ func TestExportSkipsDeletedBlocks(t *testing.T) {
 			break
 		}
 		mustNo(t, err)
-		f.Close()
+		closeT(t, f)
 		got = append(got, bd.ID.Local)
 	}
 	if want := []uint64{all[2].ID.Local, all[4].ID.Local}; !reflect.DeepEqual(got, want) {
@@ -268,14 +268,14 @@ func TestExportDamagedBlockFile(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			defer f.Close()
+			defer closeT(t, f)
 			return f.Truncate(100)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := vfs.NewMem()
 			e := openMem(t, fs)
-			defer e.Close()
+			defer closeT(t, e)
 			all := buildClosed(t, e, 6)
 			ci, err := e.Container(6)
 			mustNo(t, err)
@@ -283,10 +283,10 @@ func TestExportDamagedBlockFile(t *testing.T) {
 			mustNo(t, tc.damage(fs, filepath.Join(ci.Dir, blockFileName(victim.Local))))
 			x, err := e.ExportContainer(6)
 			mustNo(t, err)
-			defer x.Close()
+			defer closeT(t, x)
 			_, f, err := x.Next()
 			mustNo(t, err)
-			f.Close()
+			closeT(t, f)
 			_, _, err = x.Next()
 			wantErr(t, err, ErrCorrupt)
 			if !strings.Contains(err.Error(), fmt.Sprintf("container 6 block %d", victim.Local)) {

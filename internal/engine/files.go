@@ -97,7 +97,7 @@ func (c *fileCache) acquire(id BlockID, path string, create bool) (bf *blockFile
 		if err == nil {
 			var fi os.FileInfo
 			if fi, err = f.Stat(); err != nil {
-				f.Close()
+				_ = f.Close() // nothing written; Stat's error is err
 			} else {
 				created = fi.Size() == 0
 			}

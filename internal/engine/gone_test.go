@@ -24,7 +24,7 @@ func goneBlock(b BlockID) *BlockData {
 // would leave its pipeline: CHAOS_FINDINGS §1).
 func TestGoneMarkExcusesPutUntilDelete(t *testing.T) {
 	e := openMem(t, vfs.NewMem())
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	gone := goneBlock(BlockID{Container: 1, Local: 7})
 	wantErr(t, e.PutBlock(gone, 5), ErrNotFound)
@@ -57,7 +57,7 @@ func TestGoneMarkExcusesPutUntilDelete(t *testing.T) {
 // past D) is not written.
 func TestGoneMarkIgnoresPutsAtOrPastDelete(t *testing.T) {
 	e := openMem(t, vfs.NewMem())
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	gone := goneBlock(BlockID{Container: 1, Local: 7})
 	mustNo(t, e.MarkGone(gone.ID, 20))
@@ -88,7 +88,7 @@ func TestDeleteOfAPartBlockRemovesItsGoneMark(t *testing.T) {
 	}
 	mustNo(t, e.Close())
 	e = openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	if d := e.GoneAt(b); d != 0 {
 		t.Fatalf("GoneAt %d after the delete and a reopen", d)
 	}
@@ -106,7 +106,7 @@ func TestGoneMarksGoWithTheirContainer(t *testing.T) {
 	mustNo(t, e.DeleteContainer(1, true))
 	mustNo(t, e.Close())
 	e = openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	if d := e.GoneAt(BlockID{Container: 1, Local: 7}); d != 0 {
 		t.Fatalf("a deleted container's mark came back: GoneAt %d", d)

@@ -116,7 +116,7 @@ func syncTogether(t *testing.T, e *Engine, c *syncCounter, n int, hold func(vfs.
 func TestGroupCommitAmortises(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	counter := countSyncs(fs)
 	const writers, blocks, size = 16, 4, 600
@@ -190,7 +190,7 @@ func TestGroupCommitAmortises(t *testing.T) {
 
 	fs.InjectErrors(nil)
 	e2 := openMem(t, fs.CrashClone(0, nil))
-	defer e2.Close()
+	defer closeT(t, e2)
 	for _, bd := range bds {
 		checkBlock(t, e2, bd.ID, bd.Length)
 	}

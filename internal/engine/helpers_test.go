@@ -102,3 +102,20 @@ func skipCrashLoopIfShort(t *testing.T) {
 		t.Skip("crash loop: single-goroutine and long; runs without -short")
 	}
 }
+
+// closeT closes c and fails the test on an error: a Close that fails is a
+// bug of the code under test (make lint's errcheck).
+func closeT(t testing.TB, c io.Closer) {
+	t.Helper()
+	if err := c.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+// closeFailedT closes an engine a test made fail: its Close must say so.
+func closeFailedT(t testing.TB, e *Engine) {
+	t.Helper()
+	if err := e.Close(); !errors.Is(err, ErrFailed) {
+		t.Errorf("Close of the failed engine: %v, want ErrFailed", err)
+	}
+}

@@ -341,17 +341,17 @@ func (im *Importer) commit() error {
 	for i := range im.records {
 		rb := &im.records[i]
 		if err := batch.Set(blockKey(BlockID{Container: im.id, Local: rb.local}), rb.record, nil); err != nil {
-			batch.Close()
+			_ = batch.Close() // frees the batch; err is the error
 			return err
 		}
 	}
 	rec := containerRecord{ID: im.id, State: StateClosed, MaxSizeBytes: im.maxSizeBytes, CreatedUnixMs: im.created, BCSID: im.bcsid}
 	if err := batch.Set(containerKey(im.id), encodeContainerRecord(rec), nil); err != nil {
-		batch.Close()
+		_ = batch.Close() // frees the batch; err is the error
 		return err
 	}
 	err = batch.Commit(pebble.Sync)
-	batch.Close()
+	_ = batch.Close() // frees the batch; Commit's error is err
 	if err != nil {
 		// The batch may be durable or not: the directory stays, and Open
 		// decides by the records (no record: the directory is swept).

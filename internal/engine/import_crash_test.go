@@ -27,7 +27,7 @@ import (
 func TestCrashDuringImport(t *testing.T) {
 	skipCrashLoopIfShort(t)
 	src := openMem(t, vfs.NewMem())
-	defer src.Close()
+	defer closeT(t, src)
 	buildClosed(t, src, 9)
 
 	// A formatted target, copied afresh (all of it durable) for each k, so
@@ -59,7 +59,7 @@ func TestCrashDuringImport(t *testing.T) {
 				mustNo(t, err)
 				im.hookBeforeMetaCommit = func() { metaAt = fs.OpCount() - armedAt }
 				err = feedImport(x, im)
-				x.Close()
+				closeT(t, x)
 				if err != nil {
 					t.Fatalf("k=%d: import: %v", k, err)
 				}

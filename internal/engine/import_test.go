@@ -59,11 +59,11 @@ func TestImportRoundTrip(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := openMem(t, vfs.NewMem())
-			defer src.Close()
+			defer closeT(t, src)
 			buildClosed(t, src, 9)
 			dfs := vfs.NewMem()
 			dst := openMem(t, dfs)
-			defer dst.Close()
+			defer closeT(t, dst)
 			var vol string
 			err := copyContainer(src, dst, 9, 0, func(im *Importer) {
 				im.buf = make([]byte, tc.bufLen)
@@ -84,7 +84,7 @@ func TestImportRoundTrip(t *testing.T) {
 
 func TestImportPicksEmptierVolumeAndSurvivesCrash(t *testing.T) {
 	src := openMem(t, vfs.NewMem())
-	defer src.Close()
+	defer closeT(t, src)
 	buildClosed(t, src, 9)
 	dfs := vfs.NewMem()
 	dst := openMem(t, dfs)
@@ -98,7 +98,7 @@ func TestImportPicksEmptierVolumeAndSurvivesCrash(t *testing.T) {
 	img := dfs.CrashClone(0, nil)
 	mustNo(t, dst.Close())
 	again := openMem(t, img)
-	defer again.Close()
+	defer closeT(t, again)
 	checkSameContainer(t, src, again, 9)
 	mustNo(t, noLeftovers(again, img))
 	if ci, _ := again.Container(1); ci.State != StateOpen {
@@ -109,7 +109,7 @@ func TestImportPicksEmptierVolumeAndSurvivesCrash(t *testing.T) {
 func TestImportCorruptSourceByte(t *testing.T) {
 	sfs := vfs.NewMem()
 	src := openMem(t, sfs)
-	defer src.Close()
+	defer closeT(t, src)
 	all := buildClosed(t, src, 9)
 	victim := all[1] // chunks of 600001, 700003, 1536 bytes
 	ci, err := src.Container(9)
@@ -127,10 +127,10 @@ func TestImportCorruptSourceByte(t *testing.T) {
 
 	dfs := vfs.NewMem()
 	dst := openMem(t, dfs)
-	defer dst.Close()
+	defer closeT(t, dst)
 	x, err := src.ExportContainer(9) // the source does not verify
 	mustNo(t, err)
-	defer x.Close()
+	defer closeT(t, x)
 	im, err := dst.ImportContainer(9, 0, 0)
 	mustNo(t, err)
 	err = feedImport(x, im)
@@ -161,10 +161,10 @@ func TestImportCorruptSourceByte(t *testing.T) {
 
 func TestImportShortReader(t *testing.T) {
 	src := openMem(t, vfs.NewMem())
-	defer src.Close()
+	defer closeT(t, src)
 	all := buildClosed(t, src, 9)
 	dst := openMem(t, vfs.NewMem())
-	defer dst.Close()
+	defer closeT(t, dst)
 	for _, cut := range []int{0, 1, 700} {
 		im, err := dst.ImportContainer(9, 0, 0)
 		mustNo(t, err)
@@ -183,10 +183,10 @@ func TestImportShortReader(t *testing.T) {
 
 func TestImportExistingContainer(t *testing.T) {
 	src := openMem(t, vfs.NewMem())
-	defer src.Close()
+	defer closeT(t, src)
 	buildClosed(t, src, 9)
 	dst := openMem(t, vfs.NewMem())
-	defer dst.Close()
+	defer closeT(t, dst)
 	mustNo(t, dst.CreateContainer(5))
 	_, err := dst.ImportContainer(5, 0, 0)
 	wantErr(t, err, ErrExists)
@@ -199,7 +199,7 @@ func TestImportExistingContainer(t *testing.T) {
 func TestImportSameIDTwice(t *testing.T) {
 	dfs := vfs.NewMem()
 	dst := openMem(t, dfs)
-	defer dst.Close()
+	defer closeT(t, dst)
 	im, err := dst.ImportContainer(7, 0, 0)
 	mustNo(t, err)
 	_, err = dst.ImportContainer(7, 0, 0)
@@ -219,11 +219,11 @@ func TestImportSameIDTwice(t *testing.T) {
 
 func TestImportAbortIdempotent(t *testing.T) {
 	src := openMem(t, vfs.NewMem())
-	defer src.Close()
+	defer closeT(t, src)
 	all := buildClosed(t, src, 9)
 	dfs := vfs.NewMem()
 	dst := openMem(t, dfs)
-	defer dst.Close()
+	defer closeT(t, dst)
 	im, err := dst.ImportContainer(9, 0, 0)
 	mustNo(t, err)
 	mustNo(t, im.AddBlock(all[0], bytes.NewReader(content(all[0].ID, 0, int(all[0].Length)))))
@@ -235,7 +235,7 @@ func TestImportAbortIdempotent(t *testing.T) {
 	// After a successful Commit, Abort changes nothing.
 	x, err := src.ExportContainer(9)
 	mustNo(t, err)
-	defer x.Close()
+	defer closeT(t, x)
 	im, err = dst.ImportContainer(9, 0, x.Info().BCSID)
 	mustNo(t, err)
 	mustNo(t, feedImport(x, im))
@@ -248,10 +248,10 @@ func TestImportAbortIdempotent(t *testing.T) {
 
 func TestImportMaxSize(t *testing.T) {
 	src := openMem(t, vfs.NewMem())
-	defer src.Close()
+	defer closeT(t, src)
 	all := buildClosed(t, src, 9)
 	dst := openMem(t, vfs.NewMem())
-	defer dst.Close()
+	defer closeT(t, dst)
 	b0, b3 := all[0], all[3] // 2536 and 5000 bytes
 	im, err := dst.ImportContainer(9, b0.Length+b3.Length-1, 0)
 	mustNo(t, err)
@@ -274,7 +274,7 @@ func TestImportMaxSize(t *testing.T) {
 
 func TestImportRefusesBadBlocks(t *testing.T) {
 	dst := openMem(t, vfs.NewMem())
-	defer dst.Close()
+	defer closeT(t, dst)
 	mk := func(c ContainerID, local uint64, sizes ...int) (*BlockData, io.Reader) {
 		bd := &BlockData{ID: BlockID{Container: c, Local: local}, BytesPerChecksum: testBPC}
 		for _, n := range sizes {
@@ -327,7 +327,7 @@ func TestImportRefusesBadBlocks(t *testing.T) {
 
 func TestImportedContainerReopenAndDelete(t *testing.T) {
 	src := openMem(t, vfs.NewMem())
-	defer src.Close()
+	defer closeT(t, src)
 	buildClosed(t, src, 9)
 	dfs := vfs.NewMem()
 	dst := openMem(t, dfs)
@@ -345,7 +345,7 @@ func TestImportedContainerReopenAndDelete(t *testing.T) {
 	}
 	mustNo(t, dst.Close())
 	dst = openMem(t, dfs.CrashClone(0, nil))
-	defer dst.Close()
+	defer closeT(t, dst)
 	if n := len(dst.ListContainers()); n != 0 {
 		t.Fatalf("%d containers after the delete and a crash", n)
 	}
@@ -406,7 +406,7 @@ func TestOpenSweepsLeftovers(t *testing.T) {
 		}
 	}
 	e = openMem(t, img)
-	defer e.Close()
+	defer closeT(t, e)
 	checkBlock(t, e, bd.ID, bd.Length)
 }
 
@@ -415,14 +415,14 @@ func TestOpenSweepsLeftovers(t *testing.T) {
 func TestImportOnOS(t *testing.T) {
 	src, err := Open(Config{DataDirs: []string{t.TempDir()}, Logger: quietLogger})
 	mustNo(t, err)
-	defer src.Close()
+	defer closeT(t, src)
 	buildClosed(t, src, 9)
 	dst, err := Open(Config{DataDirs: []string{t.TempDir(), t.TempDir()}, Logger: quietLogger})
 	mustNo(t, err)
-	defer dst.Close()
+	defer closeT(t, dst)
 	x, err := src.ExportContainer(9)
 	mustNo(t, err)
-	defer x.Close()
+	defer closeT(t, x)
 	im, err := dst.ImportContainer(9, 0, x.Info().BCSID)
 	mustNo(t, err)
 	for {
@@ -438,7 +438,7 @@ func TestImportOnOS(t *testing.T) {
 			t.Fatalf("block %v: not an OS file", bd.ID)
 		}
 		mustNo(t, im.AddBlock(bd, r))
-		f.Close()
+		closeT(t, f)
 	}
 	mustNo(t, im.Commit())
 	checkSameContainer(t, src, dst, 9)
@@ -457,7 +457,7 @@ func BenchmarkImport(b *testing.B) {
 	)
 	e, err := Open(Config{DataDirs: []string{b.TempDir()}, Logger: quietLogger})
 	mustNo(b, err)
-	defer e.Close()
+	defer closeT(b, e)
 	data := make([]byte, blockBytes)
 	for i := range data {
 		data[i] = byte(i*7 + i>>11)
@@ -489,14 +489,14 @@ func BenchmarkImport(b *testing.B) {
 // before its Commit (run with -race).
 func TestConcurrentImports(t *testing.T) {
 	src := openMem(t, vfs.NewMem())
-	defer src.Close()
+	defer closeT(t, src)
 	ids := []ContainerID{10, 11, 12, 13}
 	for _, id := range ids {
 		buildClosed(t, src, id)
 	}
 	dfs := vfs.NewMem()
 	dst := openMem(t, dfs)
-	defer dst.Close()
+	defer closeT(t, dst)
 	stop := make(chan struct{})
 	listErr := make(chan error, 1)
 	go func() {

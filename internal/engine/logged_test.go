@@ -20,7 +20,7 @@ func loggedChunk(t testing.TB, e *Engine, b BlockID, off uint64, n int) ChunkInf
 func survives(t testing.TB, fs *vfs.MemFS, b BlockID, ch ChunkInfo) bool {
 	t.Helper()
 	e := openMem(t, fs.CrashClone(0, nil))
-	defer e.Close()
+	defer closeT(t, e)
 	return e.AdoptChunk(b, ch.Offset, ch.Length, testBPC, ch.Checksums) == nil
 }
 
@@ -31,7 +31,7 @@ func survives(t testing.TB, fs *vfs.MemFS, b BlockID, ch ChunkInfo) bool {
 func TestLoggedWritesDurableOnlyWhenPromoted(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	b1, b2, b3 := BlockID{Container: 1, Local: 1}, BlockID{Container: 1, Local: 2}, BlockID{Container: 1, Local: 3}
 	c1 := loggedChunk(t, e, b1, 0, 1000)
@@ -75,7 +75,7 @@ func TestLoggedWritesDurableOnlyWhenPromoted(t *testing.T) {
 	mustNo(t, e.PutBlock(bd, 0))
 	mustNo(t, e.Sync())
 	img := openMem(t, fs.CrashClone(0, nil))
-	defer img.Close()
+	defer closeT(t, img)
 	checkBlock(t, img, b4, bd.Length)
 }
 
@@ -98,7 +98,7 @@ func TestReplayLoggedChunkKeepsLaterChunks(t *testing.T) {
 	mustNo(t, e.Close())
 
 	e2 := openMem(t, img)
-	defer e2.Close()
+	defer closeT(t, e2)
 	mustNo(t, e2.ReplayLoggedChunk(b, 0, content(b, 0, 800), testBPC, c0.Checksums))
 	mustNo(t, e2.AdoptChunk(b, c1.Offset, c1.Length, testBPC, c1.Checksums))
 	if e2.AdoptChunk(lost, 0, cl.Length, testBPC, cl.Checksums) == nil {

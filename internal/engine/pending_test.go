@@ -15,7 +15,7 @@ import (
 // in place would hand the reader the next chunks' checksums.
 func TestPendingChecksumsHandedOutStayUnchanged(t *testing.T) {
 	e := openMem(t, vfs.NewMem())
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	b := BlockID{Container: 1, Local: 7}
 	bd := writeBlock(t, e, b, 1024, 2048, 1536)

@@ -25,7 +25,7 @@ func TestPutBlockDuringLaterChunkWrite(t *testing.T) {
 		t.Run(fmt.Sprintf("commit %d of %d", commit, written), func(t *testing.T) {
 			fs := vfs.NewMem()
 			e := openMem(t, fs)
-			defer e.Close()
+			defer closeT(t, e)
 			mustNo(t, e.CreateContainer(1))
 			b := BlockID{Container: 1, Local: 1}
 			sizes := make([]int, written)
@@ -64,7 +64,7 @@ func TestPutBlockDuringLaterChunkWrite(t *testing.T) {
 			mustNo(t, e.Sync())
 			checkBlock(t, e, b, bd.Length)
 			e2 := openMem(t, fs.CrashClone(0, nil))
-			defer e2.Close()
+			defer closeT(t, e2)
 			checkBlock(t, e2, b, bd.Length)
 		})
 	}

@@ -50,7 +50,7 @@ func TestStoredSumsOnlyOnTheGrid(t *testing.T) {
 // read (as ComputeChecksums finds them); off it, none.
 func TestReadChunkSumsMatchTheBytes(t *testing.T) {
 	e := openMem(t, vfs.NewMem())
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	b := BlockID{Container: 1, Local: 1}
 	bd := writeBlock(t, e, b, 4*testBPC, 2*testBPC+100)

@@ -17,7 +17,7 @@ func TestVolumeReserve(t *testing.T) {
 	const total, reserve = 200 << 20, 10 << 20
 	fs.SetDiskUsage(&vfs.DiskUsage{TotalBytes: total, AvailBytes: 100 << 20})
 	e := openMem(t, fs, func(c *Config) { c.DataDirs = []string{"/vol1"} })
-	defer e.Close()
+	defer closeT(t, e)
 	b := BlockID{Container: 1, Local: 1}
 	if err := e.CreateContainer(1); err != nil {
 		t.Fatal(err)

@@ -72,7 +72,7 @@ func openVolume(fs vfs.FS, dir string, logger *slog.Logger) (*volume, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			v.close()
+			_ = v.close() // best effort: the open's error is returned
 		}
 	}()
 	rec, err := readVolumeIdentity(fs, dir)
@@ -80,7 +80,7 @@ func openVolume(fs vfs.FS, dir string, logger *slog.Logger) (*volume, error) {
 		rec, err = formatVolume(fs, dir, logger)
 		if errors.Is(err, errForeignDir) && !lockExisted {
 			// Leave someone else's directory as we found it.
-			v.close()
+			_ = v.close() // best effort, as the Remove: err is returned
 			_ = fs.Remove(lockPath)
 		}
 	}
@@ -103,7 +103,7 @@ func readVolumeIdentity(fs vfs.FS, dir string) (volumeRecord, error) {
 	if err != nil {
 		return volumeRecord{}, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	buf := make([]byte, volumeRecordSize+1)
 	n, err := f.ReadAt(buf, 0)
 	if err != nil && err != io.EOF {
@@ -238,13 +238,17 @@ func BlockFilePath(dir string, b BlockID) string {
 // FlipBlockByte XORs the byte at off of block b's file on the volume in
 // dir with x (non-zero) and fsyncs it: bit rot on disk, behind the engine's
 // back, for the chaos bench and the tests of damage, scrubbing and repair.
-func FlipBlockByte(dir string, b BlockID, off int64, x byte) error {
+func FlipBlockByte(dir string, b BlockID, off int64, x byte) (err error) {
 	path := BlockFilePath(dir, b)
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return fmt.Errorf("engine: flip a byte: %w", err)
 	}
-	defer f.Close()
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("engine: flip a byte: %w", cerr)
+		}
+	}()
 	one := []byte{0}
 	if _, err := f.ReadAt(one, off); err != nil {
 		return fmt.Errorf("engine: flip a byte: read %s at %d: %w", path, off, err)

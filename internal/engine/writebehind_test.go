@@ -30,7 +30,7 @@ func countBlockWrites(fs *vfs.MemFS, fail *atomic.Bool) *atomic.Int64 {
 func TestLoggedWritesGatheredIntoOnePwrite(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs)
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	b := BlockID{Container: 1, Local: 1}
 	writes := countBlockWrites(fs, nil)
@@ -60,7 +60,7 @@ func TestLoggedWritesGatheredIntoOnePwrite(t *testing.T) {
 	mustNo(t, e.SyncLogged())
 	fs.InjectErrors(nil)
 	img := openMem(t, fs.CrashClone(0, nil))
-	defer img.Close()
+	defer closeT(t, img)
 	for _, ch := range all { // adopted in order, as a recovery does
 		if err := img.AdoptChunk(b, ch.Offset, ch.Length, testBPC, ch.Checksums); err != nil {
 			t.Fatalf("chunk at %d not durable after SyncLogged: %v", ch.Offset, err)
@@ -82,7 +82,7 @@ func TestLoggedWritesGatheredIntoOnePwrite(t *testing.T) {
 func TestWriteBehindFlushedWhenFileLeavesCache(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs, func(c *Config) { c.OpenFilesMax = 1 })
-	defer e.Close()
+	defer closeT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	b1, b2 := BlockID{Container: 1, Local: 1}, BlockID{Container: 1, Local: 2}
 	loggedChunk(t, e, b1, 0, 1000)
@@ -103,7 +103,7 @@ func TestWriteBehindFlushedWhenFileLeavesCache(t *testing.T) {
 func TestWriteBehindFailureFailsSync(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs)
-	defer e.Close()
+	defer closeFailedT(t, e)
 	mustNo(t, e.CreateContainer(1))
 	b := BlockID{Container: 1, Local: 1}
 	var fail atomic.Bool

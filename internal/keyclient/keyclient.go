@@ -457,7 +457,7 @@ func (p *pool) put(pc *pooled) {
 		return
 	}
 	if pc.stale || p.closed {
-		pc.c.Close()
+		_ = pc.c.Close() // always nil (client.Client.Close)
 		return
 	}
 	p.idle = append(p.idle, pc)
@@ -472,7 +472,7 @@ func (p *pool) evictLocked(pc *pooled) {
 	delete(p.m, pc.key)
 	p.idle = slices.DeleteFunc(p.idle, func(x *pooled) bool { return x == pc })
 	pc.stale = true
-	pc.c.Close()
+	_ = pc.c.Close() // always nil (client.Client.Close)
 }
 
 func (p *pool) close() {
@@ -481,7 +481,7 @@ func (p *pool) close() {
 	p.closed = true
 	for _, pc := range p.m {
 		pc.stale = true
-		pc.c.Close() // calls in flight fail; idempotent for the last put
+		_ = pc.c.Close() // always nil; calls in flight fail; idempotent for the last put
 	}
 	p.m = map[poolKey]*pooled{}
 	p.idle = nil

@@ -240,7 +240,7 @@ func prepareDirs(opts *Options, env *stepEnv) (func(), error) {
 	var made []string
 	cleanup := func() {
 		for i := len(made) - 1; i >= 0; i-- {
-			os.RemoveAll(made[i]) // created by this run: all ours
+			_ = os.RemoveAll(made[i]) // created by this run: all ours; best effort, after the run
 		}
 	}
 	mk := func(dir, what string) (string, error) {

@@ -49,14 +49,15 @@ func (e *eta) finished(i int, took time.Duration) {
 }
 
 // lineProgress prints one line when a step begins and one when it ends:
-// for logs and pipes, where a redrawn bar would be noise.
+// for logs and pipes, where a redrawn bar would be noise. Progress only:
+// its write errors are dropped, no run fails for a line lost.
 type lineProgress struct {
 	w     io.Writer
 	start time.Time
 }
 
 func (p *lineProgress) begin(i, n int, s step, left time.Duration) {
-	fmt.Fprintf(p.w, "report run: [%d/%d] %s: %s (about %s left in the run, %s elapsed)\n",
+	_, _ = fmt.Fprintf(p.w, "report run: [%d/%d] %s: %s (about %s left in the run, %s elapsed)\n",
 		i+1, n, s.name, s.what, roundDur(left), roundDur(time.Since(p.start)))
 }
 
@@ -65,7 +66,7 @@ func (p *lineProgress) end(i, n int, s step, status, reason string, took time.Du
 	if reason != "" {
 		msg += ": " + reason
 	}
-	fmt.Fprintln(p.w, msg)
+	_, _ = fmt.Fprintln(p.w, msg)
 }
 
 func (p *lineProgress) close() {}
@@ -154,7 +155,7 @@ func (b *barProgress) end(i, n int, s step, status, reason string, took time.Dur
 	if reason != "" {
 		msg += ": " + reason
 	}
-	fmt.Fprintln(b.p, msg)
+	_, _ = fmt.Fprintln(b.p, msg) // progress only, as lineProgress's
 }
 
 func (b *barProgress) close() {

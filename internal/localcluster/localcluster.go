@@ -184,7 +184,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if err == nil {
 			return c, nil
 		}
-		c.Stop(DefaultStopTimeout)
+		_ = c.Stop(DefaultStopTimeout) // best effort: err is the error (Stop's: members killed)
 		lastErr = err
 		var early *exitedEarlyError
 		if !errors.As(err, &early) || ctx.Err() != nil || len(cfg.Addrs) > 0 {
@@ -221,19 +221,21 @@ func memberDirs(cfg Config, id int) (data, log string) {
 // directories, except those in held (they had data before the start) and
 // those of a member that registered with the meta service in the attempt
 // (removed, it would come back as a new node and leave its first one
-// registered for good, DEAD), and their ready files.
+// registered for good, DEAD), and their ready files. Best effort, after
+// the attempt's error: what is left is reused by the next start (launch
+// removes a ready file itself, and checks).
 func removeCreated(nodes []*Node, held map[string]bool) {
 	for _, n := range nodes {
 		if registered(n) {
-			os.Remove(n.readyPath)
+			_ = os.Remove(n.readyPath)
 			continue
 		}
 		for _, d := range []string{n.DataDir, n.LogDir} {
 			if !held[d] {
-				os.RemoveAll(d)
+				_ = os.RemoveAll(d)
 			}
 		}
-		os.Remove(n.readyPath)
+		_ = os.Remove(n.readyPath)
 	}
 }
 
@@ -302,7 +304,7 @@ func freePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
-			l.Close()
+			_ = l.Close() // it only held the port free until now
 		}
 	}()
 	var ports []int
@@ -370,7 +372,8 @@ func (c *Cluster) launch(n *Node) error {
 	if err != nil {
 		return fmt.Errorf("localcluster: %w", err)
 	}
-	defer logf.Close() // the child has its own descriptor
+	// The child has its own descriptor; the write of the header is checked.
+	defer func() { _ = logf.Close() }()
 	argv := append([]string{c.cfg.Binary}, c.args(n)...)
 	if c.cfg.Wrap != nil {
 		argv = c.cfg.Wrap(n.ID, argv)
@@ -379,7 +382,9 @@ func (c *Cluster) launch(n *Node) error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), c.cfg.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: c.cfg.ProcessGroup}
-	fmt.Fprintf(logf, "=== localcluster: %s\n", strings.Join(argv, " "))
+	if _, err := fmt.Fprintf(logf, "=== localcluster: %s\n", strings.Join(argv, " ")); err != nil {
+		return fmt.Errorf("localcluster: member %d's log: %w", n.ID, err)
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("localcluster: start member %d: %w", n.ID, err)
 	}
@@ -389,7 +394,7 @@ func (c *Cluster) launch(n *Node) error {
 	exited := make(chan struct{})
 	n.proc, n.exited, n.state = cmd.Process, exited, nil
 	go func() {
-		cmd.Wait()
+		_ = cmd.Wait() // how it ended is cmd.ProcessState, kept below
 		c.mu.Lock()
 		if n.exited == exited {
 			n.state = cmd.ProcessState
@@ -670,8 +675,9 @@ func (c *Cluster) Stop(timeout time.Duration) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, n := range c.nodes {
-		c.signal(n, syscall.SIGCONT) // a paused member could not act on SIGTERM
-		c.signal(n, syscall.SIGTERM)
+		// Errors dropped: signalAndWait below signals again and reports.
+		_ = c.signal(n, syscall.SIGCONT) // a paused member could not act on SIGTERM
+		_ = c.signal(n, syscall.SIGTERM)
 	}
 	var errs []error
 	deadline := time.Now().Add(timeout)
@@ -708,13 +714,21 @@ func (c *Cluster) Logs() string {
 	return b.String()
 }
 
-// CopyLogs writes every member's whole log to w.
-func (c *Cluster) CopyLogs(w io.Writer) {
+// CopyLogs writes every member's whole log to w (a log that cannot be
+// opened is left out). It returns the first error of writing to w or
+// reading a log.
+func (c *Cluster) CopyLogs(w io.Writer) error {
 	for _, n := range c.nodes {
-		fmt.Fprintf(w, "--- member %d (%s):\n", n.ID, n.Addr)
+		if _, err := fmt.Fprintf(w, "--- member %d (%s):\n", n.ID, n.Addr); err != nil {
+			return fmt.Errorf("localcluster: copying the logs: %w", err)
+		}
 		if f, err := os.Open(n.LogPath); err == nil {
-			io.Copy(w, f)
-			f.Close()
+			_, err := io.Copy(w, f)
+			_ = f.Close() // read-only
+			if err != nil {
+				return fmt.Errorf("localcluster: copying member %d's log: %w", n.ID, err)
+			}
 		}
 	}
+	return nil
 }

@@ -463,7 +463,7 @@ func (c *Client) Backup(ctx context.Context) (io.ReadCloser, error) {
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("meta unreachable at %s: GET %s: %v", c.hosts[i], path, unwrapURLError(err))}
 	}
 	if resp.StatusCode != http.StatusOK {
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }() // read (errorOf): nothing to report of it
 		return nil, c.errorOf(i, http.MethodGet, path, resp)
 	}
 	return resp.Body, nil
@@ -587,12 +587,13 @@ func (c *Client) once(ctx context.Context, i int, method, path string, body []by
 		notSent := errors.As(err, &op) && op.Op == "dial"
 		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("meta unreachable at %s: %s %s: %v", c.hosts[i], method, path, unwrapURLError(err)), notSent: notSent}
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read below: its reads' errors are the ones
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return c.errorOf(i, method, path, resp)
 	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
-		io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBodyBytes))
+		// Drained for the connection's reuse; nothing of it is used.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBodyBytes))
 		return nil
 	}
 	if (wantsInline || isGets) && resp.Header.Get("Content-Type") == InlineContentType {

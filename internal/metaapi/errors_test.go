@@ -31,7 +31,9 @@ func errorServer(t *testing.T, serverErr *error) *Client {
 		_, status := CodeOf(*serverErr)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(ErrorFor(*serverErr))
+		if err := json.NewEncoder(w).Encode(ErrorFor(*serverErr)); err != nil {
+			t.Errorf("errorServer: writing the error body: %v", err)
+		}
 	}))
 	t.Cleanup(srv.Close)
 	c, err := NewClient(srv.URL, ClientOptions{Attempts: 1, NoBatching: true})

@@ -92,7 +92,7 @@ func Join(ctx context.Context, addr, caFile string, req JoinRequest) (JoinRespon
 	if err != nil {
 		return out, fmt.Errorf("join at %s: %w", addr, unwrapURLError(err))
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read below: ReadAll's error is the one
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return out, fmt.Errorf("join at %s: %w", addr, err)

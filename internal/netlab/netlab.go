@@ -24,6 +24,7 @@ package netlab
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -89,8 +90,7 @@ func New(names []string) (*Net, error) {
 		hosts: map[string]*Host{}, cut: map[[2]string]bool{}, delayed: map[string]netem{}, relays: map[string]*relay{},
 	}
 	if err := n.setup(tag, names); err != nil {
-		n.Close()
-		return nil, err
+		return nil, errors.Join(err, n.Close()) // what stays set up is said
 	}
 	return n, nil
 }
@@ -289,7 +289,7 @@ func (n *Net) applyLocked(names ...string) error {
 				continue
 			}
 			// Start from no route of ours: deleting a missing one fails harmlessly.
-			run("ip", "-n", h.NS, "route", "del", n.hosts[peer].Addr+"/32")
+			_ = run("ip", "-n", h.NS, "route", "del", n.hosts[peer].Addr+"/32")
 			if cutFrom[peer] {
 				if err := run("ip", "-n", h.NS, "route", "add", n.hosts[peer].Addr+"/32",
 					"via", fmt.Sprintf("%s.%d", n.subnet, blackholeHost), "dev", h.dev); err != nil {
@@ -297,7 +297,7 @@ func (n *Net) applyLocked(names ...string) error {
 				}
 			}
 		}
-		run("ip", "netns", "exec", h.NS, "tc", "qdisc", "del", "dev", h.dev, "root")
+		_ = run("ip", "netns", "exec", h.NS, "tc", "qdisc", "del", "dev", h.dev, "root") // none there: fails harmlessly
 		e, delayed := n.delayed[name]
 		if !delayed {
 			continue

@@ -99,7 +99,7 @@ func makeTUN(name string) (int, error) {
 	copy(req[:unix.IFNAMSIZ-1], name)
 	*(*uint16)(unsafe.Pointer(&req[unix.IFNAMSIZ])) = unix.IFF_TUN | unix.IFF_NO_PI
 	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETIFF, uintptr(unsafe.Pointer(&req[0]))); errno != 0 {
-		unix.Close(fd)
+		_ = unix.Close(fd) // TUNSETIFF's error is the one
 		return -1, fmt.Errorf("TUNSETIFF %s: %w", name, errno)
 	}
 	return fd, nil
@@ -127,14 +127,14 @@ func openTUN(ns, name string) (*os.File, error) {
 			ch <- result{-1, err}
 			return
 		}
-		defer home.Close()
+		defer func() { _ = home.Close() }() // a namespace handle, only read
 		nsf, err := os.Open("/run/netns/" + ns)
 		if err != nil {
 			runtime.UnlockOSThread()
 			ch <- result{-1, err}
 			return
 		}
-		defer nsf.Close()
+		defer func() { _ = nsf.Close() }() // likewise
 		if err := unix.Setns(int(nsf.Fd()), unix.CLONE_NEWNET); err != nil {
 			runtime.UnlockOSThread()
 			ch <- result{-1, fmt.Errorf("setns %s: %w", ns, err)}
@@ -145,7 +145,7 @@ func openTUN(ns, name string) (*os.File, error) {
 			// Stuck in the other namespace: keep the thread locked, so
 			// that no other goroutine runs there; it ends with this one.
 			if fd >= 0 {
-				unix.Close(fd)
+				_ = unix.Close(fd) // the setns error is the one
 			}
 			ch <- result{-1, fmt.Errorf("setns back from %s: %w", ns, err)}
 			return
@@ -158,7 +158,7 @@ func openTUN(ns, name string) (*os.File, error) {
 		return nil, r.err
 	}
 	if err := unix.SetNonblock(r.fd, true); err != nil {
-		unix.Close(r.fd)
+		_ = unix.Close(r.fd) // SetNonblock's error is the one
 		return nil, err
 	}
 	return os.NewFile(uintptr(r.fd), "tun:"+ns+"/"+name), nil
@@ -188,8 +188,7 @@ func (n *Net) startRelay(h *Host, e netem, dsts []string) (*relay, error) {
 	}
 	for _, c := range setup {
 		if err := run(c[0], c[1:]...); err != nil {
-			r.stop(h)
-			return nil, err
+			return nil, errors.Join(err, r.stop(h)) // what stays set up is said
 		}
 	}
 	r.wg.Add(2)
@@ -244,7 +243,7 @@ func (r *relay) release() {
 			}
 			p := heap.Pop(&r.queue).(heldPacket)
 			r.mu.Unlock()
-			r.tun.Write(p.data) // a packet the kernel refuses is lost, as on a wire
+			_, _ = r.tun.Write(p.data) // a packet the kernel refuses is lost, as on a wire
 			r.mu.Lock()
 		}
 		r.mu.Unlock()
@@ -273,7 +272,7 @@ func (r *relay) stop(h *Host) error {
 	}
 	r.wg.Wait()
 	// Missing ones (a setup that failed halfway) fail harmlessly.
-	run("ip", "-n", h.NS, "rule", "del", "pref", relayRulePref)
-	run("ip", "-n", h.NS, "route", "flush", "table", relayTable)
+	_ = run("ip", "-n", h.NS, "rule", "del", "pref", relayRulePref)
+	_ = run("ip", "-n", h.NS, "route", "flush", "table", relayTable)
 	return errors.Join(errs...)
 }

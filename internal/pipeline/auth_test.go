@@ -76,7 +76,7 @@ func TestRaftFromNonMemberDropped(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer cl.Close()
+		defer closeT(t, cl)
 		writeChunks(t, cl, b, 0, 1, 100)
 		for _, tn := range nodes {
 			readBack(t, tn, b, 100)
@@ -124,7 +124,7 @@ func TestRaftFromNonMemberDropped(t *testing.T) {
 		if err := f.Decode(&resp); err != nil || resp.RequestID != 7 {
 			t.Fatalf("%s: answer %+v (%v), want the read's", a.name, resp, err)
 		}
-		c.Close()
+		closeT(t, c)
 		if got := refused(); got != float64(i+1) {
 			t.Errorf("%s: %v raft messages refused, want %d", a.name, got, i+1)
 		}
@@ -149,7 +149,7 @@ func TestRaftFromNonMemberDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer closeT(t, c)
 	before := refused()
 	if err := c.Send(&transport.RaftMessage{GroupID: 1, Message: heartbeatFrom(2, target.id, termBefore+1000)}); err != nil {
 		t.Fatal(err)

@@ -71,7 +71,7 @@ func TestReplicasRecordTheCommitSequence(t *testing.T) {
 		return first
 	}
 	before := sequences(2, 2*size)
-	cl.Close()
+	closeT(t, cl)
 
 	for _, tn := range nodes {
 		tn.stop(t)

@@ -24,7 +24,7 @@ func BenchmarkPipelineWriteChunk1KiB(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer c.Close()
+		defer closeT(b, c)
 		conns = append(conns, c)
 	}
 	const writers = 64

@@ -379,7 +379,7 @@ func newCrashCluster(t *testing.T, smallLog bool) *crashCluster {
 			t.Fatal(err)
 		}
 		addr := ln.Addr().String()
-		ln.Close()
+		closeT(t, ln)
 		c.members = append(c.members, &crashMember{tn: &testNode{id: i, addr: addr}})
 		c.pc.Members = append(c.pc.Members, Member{ID: i, Addr: addr})
 	}

@@ -79,7 +79,7 @@ func TestInlineChunksReplicateRecoverAndCatchUp(t *testing.T) {
 			t.Fatalf("node %d wrote no chunk from its entry", tn.id)
 		}
 	}
-	cl.Close()
+	closeT(t, cl)
 
 	for _, tn := range nodes {
 		tn.stop(t)

@@ -132,8 +132,8 @@ func (tn *testNode) stop(t testing.TB) {
 	if err := tn.node.Close(); err != nil {
 		t.Errorf("node %d close: %v", tn.id, err)
 	}
-	tn.log.Close()
-	tn.eng.Close()
+	closeT(t, tn.log)
+	closeT(t, tn.eng)
 	tn.node = nil
 }
 
@@ -154,7 +154,7 @@ func startClusterWith(t testing.TB, set func(*testNode)) ([]*testNode, PipelineC
 			t.Fatal(err)
 		}
 		addr := ln.Addr().String()
-		ln.Close()
+		closeT(t, ln)
 		dir := t.TempDir()
 		nodes = append(nodes, &testNode{id: i, addr: addr, dataDir: dir + "/data", logDir: dir + "/log"})
 		pc.Members = append(pc.Members, Member{ID: i, Addr: addr})
@@ -223,7 +223,7 @@ func TestPipelineReplicatesWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	defer closeT(t, cl)
 
 	// Non-leader redirects.
 	for _, tn := range nodes {
@@ -240,7 +240,7 @@ func TestPipelineReplicatesWrites(t *testing.T) {
 		if !errors.As(err, &se) || se.Status != transport.StatusNotLeader || se.Leader != leader.addr {
 			t.Fatalf("write to follower: %v, want NOT_LEADER naming %s", err, leader.addr)
 		}
-		c2.Close()
+		closeT(t, c2)
 		break
 	}
 
@@ -316,7 +316,7 @@ func TestConnectionWritesProposedInArrivalOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	defer closeT(t, cl)
 	const blocks, chunks, size = 4, 150, 4096
 	errc := make(chan error, blocks*chunks)
 	var wg sync.WaitGroup
@@ -441,7 +441,7 @@ func TestPipelineRestartAndCatchUp(t *testing.T) {
 		readBack(t, tn, 1, 15*size)
 		readBack(t, tn, 2, 7*size)
 	}
-	cl.Close()
+	closeT(t, cl)
 
 	for _, tn := range nodes {
 		tn.stop(t)
@@ -494,7 +494,7 @@ func TestSeveralPipelinesPerDatanode(t *testing.T) {
 			t.Fatal(err)
 		}
 		addr := ln.Addr().String()
-		ln.Close()
+		closeT(t, ln)
 		dir := t.TempDir()
 		nodes = append(nodes, &testNode{id: i, addr: addr, dataDir: dir + "/data", logDir: dir + "/log"})
 	}
@@ -604,7 +604,7 @@ func TestCompactionKeepsWhatOnlyTheLogKnows(t *testing.T) {
 		cs = append(cs, transport.ChunkInfo{Offset: uint64(i * size), Length: size, Checksums: engine.ComputeChecksums(nil, d, bpc)})
 	}
 	// Before that, restart everything: block 1 is known only from the log.
-	cl.Close()
+	closeT(t, cl)
 	for _, tn := range nodes {
 		tn.stop(t)
 	}
@@ -773,7 +773,7 @@ func TestPeerRestartedOnANewAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	follower.addr = ln.Addr().String()
-	ln.Close()
+	closeT(t, ln)
 	// Its own pipeline list still names the others where they are.
 	follower.start(t, pc)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -807,12 +807,12 @@ func TestListenerDeathFailsTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer eng.Close()
+	defer closeT(t, eng)
 	wl, err := wal.Open(wal.Config{Dir: dir + "/log", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer wl.Close()
+	defer closeT(t, wl)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -822,7 +822,7 @@ func TestListenerDeathFailsTheNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	ln.Close()
+	closeT(t, ln)
 	select {
 	case <-n.Stopped():
 	case <-time.After(10 * time.Second):
@@ -879,5 +879,14 @@ func TestLeaderReportsAFollowerBehindItsCompactedLog(t *testing.T) {
 			t.Fatalf("leader status %+v: follower %d not reported behind", st, follower.id)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// closeT closes c and fails the test on an error: a Close that fails is a
+// bug of the code under test (make lint's errcheck).
+func closeT(t testing.TB, c io.Closer) {
+	t.Helper()
+	if err := c.Close(); err != nil {
+		t.Errorf("Close: %v", err)
 	}
 }

@@ -160,12 +160,12 @@ func (p *peer) run() {
 		case <-p.signal:
 		case <-p.done:
 			if p.conn != nil {
-				p.conn.Close()
+				closeQuietly(p.conn)
 			}
 			return
 		case <-p.n.stop:
 			if p.conn != nil {
-				p.conn.Close()
+				closeQuietly(p.conn)
 			}
 			return
 		}
@@ -177,7 +177,7 @@ func (p *peer) run() {
 		p.redial = false
 		p.mu.Unlock()
 		if redial && p.conn != nil {
-			p.conn.Close()
+			closeQuietly(p.conn)
 			p.conn = nil
 			backoff = 50 * time.Millisecond
 		}
@@ -228,7 +228,7 @@ func (p *peer) run() {
 		}
 		if flush() != nil {
 			p.n.log.Debug("peer write failed", "peer", p.id, "err", sendErr)
-			p.conn.Close()
+			closeQuietly(p.conn)
 			p.conn = nil
 			p.n.post(event{kind: evUnreachable, peer: p.id})
 		}
@@ -404,7 +404,7 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 				f.Release()
 			}
 			n.refuse(c, "request", err)
-			c.Close() // a caller whose role may not use the data path
+			closeQuietly(c) // a caller whose role may not use the data path
 			return nil, nil
 		}
 	}
@@ -424,7 +424,7 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 		if err := f.Decode(rm); err != nil {
 			lease.release()
 			n.log.Warn("bad raft frame", "remote", c.RemoteAddr(), "err", err)
-			c.Close()
+			closeQuietly(c)
 			return nil, nil
 		}
 		if err := n.authorizeRaft(c, rm.GroupID, rm.Message.GetFrom()); err != nil {
@@ -436,7 +436,7 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 		if err != nil { // Decode checked the lengths already: a bug if it fails
 			lease.release()
 			n.log.Warn("bad raft frame", "remote", c.RemoteAddr(), "err", err)
-			c.Close()
+			closeQuietly(c)
 			return nil, nil
 		}
 		if !n.post(event{kind: evRaft, group: rm.GroupID, msg: rm.Message, segs: segs, gone: rm.GoneAt, lease: lease}) {

@@ -40,7 +40,7 @@ func memCluster(t *testing.T, opts ...func(*testNode)) ([]*testNode, []*vfs.MemF
 		for _, o := range opts {
 			o(nodes[i-1])
 		}
-		ln.Close()
+		closeT(t, ln)
 		fss = append(fss, fs)
 		pc.Members = append(pc.Members, Member{ID: i, Addr: nodes[i-1].addr})
 	}
@@ -311,7 +311,7 @@ func TestDiskStallFailsTheNode(t *testing.T) {
 		}
 	}
 	// Restart f with a short threshold, on the same storage.
-	f.node.Close()
+	closeT(t, f.node)
 	release := make(chan struct{})
 	defer close(release)
 	ln := f.listen(t)
@@ -499,7 +499,7 @@ func TestFollowerRefusesBytesItsLeaderDidNotVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sink.Close()
+	defer closeT(t, sink)
 	go func() { // the fake leader's peers: accept and discard
 		for {
 			c, err := sink.Accept()
@@ -518,7 +518,7 @@ func TestFollowerRefusesBytesItsLeaderDidNotVerify(t *testing.T) {
 	bad[100] ^= 0x01
 	wc := transport.WriteChunk{ContainerID: 5, LocalID: 1, Length: 4096, BytesPerChecksum: bpc, Checksums: engine.ComputeChecksums(nil, good, bpc)}
 	c := sendMsgApp(t, n.Addr(), 5, 5, wc, 2, bad)
-	defer c.Close()
+	defer closeT(t, c)
 	if replica, node := waitFailed(t, tn); !replica || node {
 		t.Fatalf("replica failed %v, node failed %v (%v)", replica, node, n.Err())
 	}
@@ -651,7 +651,7 @@ func TestReceivedRaftSnapshotStopsTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer closeT(t, c)
 	snap := &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
 		ConfState: &raftpb.ConfState{Voters: []uint64{1, 2, 3}}, Index: proto.Uint64(last + 1000), Term: proto.Uint64(term)}}
 	m := &raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), From: proto.Uint64(leader.id), To: proto.Uint64(f.id),

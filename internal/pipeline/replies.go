@@ -60,7 +60,7 @@ func (n *Node) pushReply(r reply) {
 		rs.mu.Unlock()
 		n.log.Warn("client does not read its responses: closing its connection", "remote", r.conn.RemoteAddr(), "queued", maxQueuedRepliesPerConn)
 		n.metrics.replyOverflows.Inc()
-		r.conn.Close()
+		closeQuietly(r.conn)
 		return
 	}
 	cr.q = append(cr.q, r)

@@ -49,9 +49,9 @@ func startLone(t *testing.T, cfg Config, solo bool) *Node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		n.Close()
-		wl.Close()
-		eng.Close()
+		closeT(t, n)
+		closeT(t, wl)
+		closeT(t, eng)
 	})
 	if solo {
 		deadline := time.Now().Add(10 * time.Second)
@@ -298,7 +298,7 @@ func TestPayloadAdmittedBeforeAllocation(t *testing.T) {
 	}
 	// Every connection closes mid-frame: every admission is given back.
 	for _, c := range conns {
-		c.Close()
+		closeT(t, c)
 	}
 	for st := n.Budgets(); st.ClientBytes != 0 || st.RaftBytes != 0; st = n.Budgets() {
 		if time.Now().After(deadline) {
@@ -419,7 +419,7 @@ func TestStaleTermPayloadSkipped(t *testing.T) {
 	const frameBytes = 8 << 20
 	payload := make([]byte, frameBytes)
 	c := sendMsgApp(t, n.Addr(), term-1, 1, transport.WriteChunk{ContainerID: 1, LocalID: 1, Length: frameBytes}, 0, payload)
-	defer c.Close()
+	defer closeT(t, c)
 	for testCounter(t, n.metrics.staleRaftPayloads) != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the stale MsgApp's payload was not dropped")
@@ -452,7 +452,7 @@ func sendMsgApp(t *testing.T, addr string, term, entryTerm uint64, wc transport.
 	}
 	for _, b := range e.Buffers() {
 		if _, err := c.Write(b); err != nil {
-			c.Close()
+			closeT(t, c)
 			t.Fatal(err)
 		}
 	}

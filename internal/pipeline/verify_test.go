@@ -41,7 +41,7 @@ func TestCorruptChunkRefusedAsItArrives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	defer closeT(t, nc)
 	nc.SetDeadline(time.Now().Add(30 * time.Second))
 	f1 := frame(1, bad)
 	cut := len(f1) - size + transport.CheckStepBytes // the header and the first step

@@ -38,7 +38,7 @@ func Read(path string) (addr string, pid int, err error) {
 	if err != nil {
 		return "", 0, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	b, err := io.ReadAll(io.LimitReader(f, MaxBytes))
 	if err != nil {
 		return "", 0, fmt.Errorf("ready file %s: %w", path, err)

@@ -98,7 +98,7 @@ func CaptureEnvironment(dirs []string) Environment {
 	var mounts []mountInfo
 	if f, err := os.Open(filepath.Join(procRoot, "self", "mountinfo")); err == nil {
 		mounts, err = parseMountInfo(f)
-		f.Close()
+		_ = f.Close() // read-only
 		if err != nil {
 			missing("mounts: %v", err)
 		}

@@ -367,7 +367,7 @@ func Load(path string) (Run, error) {
 	if err != nil {
 		return Run{}, fmt.Errorf("report: load run: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	data, err := io.ReadAll(io.LimitReader(f, MaxResultsBytes+1))
 	if err != nil {
 		return Run{}, fmt.Errorf("report: load run %s: %w", file, err)

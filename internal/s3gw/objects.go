@@ -303,7 +303,7 @@ func (o *objectBody) Close() error {
 		pr, done := o.pr, o.done
 		o.mu.Unlock()
 		if pr != nil {
-			pr.Close()
+			_ = pr.Close() // always nil (io.PipeReader)
 			<-done
 		}
 	})
@@ -574,7 +574,7 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 func (b *Backend) copyInto(ctx context.Context, src metaapi.KeyInfo, offset, length int64, bucket, key string, noInline bool,
 	commit func(ctx context.Context, ck metaapi.CommitKey, etag string) (metaapi.KeyInfo, error)) (metaapi.KeyInfo, error) {
 	body := b.openBody(src, offset, length)
-	defer body.Close()
+	defer func() { _ = body.Close() }() // always nil (objectBody.Close)
 	h := b.md5s.NewDigest()
 	hr := &hashingReader{r: body, h: h}
 	defer hr.wait()

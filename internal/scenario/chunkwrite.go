@@ -196,13 +196,13 @@ func RunChunkWriteLocal(ctx context.Context, cfg ChunkWriteLocalConfig) (bench.R
 	var made []string // data dirs this run created, removed at the end
 	defer func() {
 		for _, d := range runDirs {
-			os.RemoveAll(d)
+			removeScratch(d)
 		}
 		for _, d := range made {
-			os.RemoveAll(d) // created by this run, parents included: all ours
+			removeScratch(d) // created by this run, parents included: all ours
 		}
 		if tmp != "" {
-			os.RemoveAll(tmp)
+			removeScratch(tmp)
 		}
 	}()
 	for _, d := range cfg.DataDirs {
@@ -228,7 +228,7 @@ func RunChunkWriteLocal(ctx context.Context, cfg ChunkWriteLocalConfig) (bench.R
 		return bench.Result{}, fmt.Errorf("chunk-write: %w", err)
 	}
 	closeOnce := sync.OnceValue(e.Close)
-	defer closeOnce()
+	defer func() { _ = closeOnce() }() // on an early return; the run's end checks it
 	for i := 1; i <= cfg.Containers; i++ {
 		if err := e.CreateContainer(engine.ContainerID(i)); err != nil {
 			return bench.Result{}, fmt.Errorf("chunk-write: %w", err)

@@ -277,12 +277,12 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 		return out, fmt.Errorf("chunk-write: %w", err)
 	}
 	progress := func(format string, args ...any) {
-		fmt.Fprintf(cfg.Progress, "chunk-write: "+format+"\n", args...)
+		progressf(cfg.Progress, "chunk-write: "+format+"\n", args...)
 	}
 	var cleanup []string // removed at the end, last first
 	defer func() {
 		for i := len(cleanup) - 1; i >= 0; i-- {
-			os.RemoveAll(cleanup[i])
+			removeScratch(cleanup[i])
 		}
 	}()
 	dataDir, made, err := benchDir(cfg.DataDir, "spindle-bench-data-")
@@ -376,7 +376,7 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 	if err != nil {
 		return out, fmt.Errorf("chunk-write: %w", err)
 	}
-	defer c.Close()
+	defer closeQuietly(c)
 
 	// The first leader: a probe chunk in a block of its own, retried by
 	// the client until a leader answers, before the clock starts.
@@ -444,7 +444,7 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 	stopProf()
 	after := c.Stats()
 	leader := c.Leader()
-	c.Close()
+	closeQuietly(c)
 	if err := stop(); err != nil {
 		return out, fmt.Errorf("chunk-write: stopping the datanodes: %w", err)
 	}
@@ -606,14 +606,16 @@ func startCPUProfile(path string) (func(), error) {
 		return nil, err
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
+		closeQuietly(f) // nothing written
 		return nil, err
 	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			pprof.StopCPUProfile()
-			f.Close()
+			if err := f.Close(); err != nil { // the profile's last write
+				slog.Warn("scenario: CPU profile may be incomplete", "path", path, "err", err)
+			}
 		})
 	}, nil
 }

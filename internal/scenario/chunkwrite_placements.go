@@ -170,7 +170,7 @@ func runPlacement(ctx context.Context, cfg PlacementsConfig, kinds map[string]st
 	var made []string
 	defer func() {
 		for _, d := range made {
-			os.RemoveAll(d)
+			removeScratch(d)
 		}
 	}()
 	dir := func(side, role string) (string, error) {

@@ -142,12 +142,12 @@ func RunFlood(ctx context.Context, cfg FloodConfig) (out FloodResult, err error)
 		return out, fmt.Errorf("flood: %w", err)
 	}
 	progress := func(format string, args ...any) {
-		fmt.Fprintf(cfg.Progress, "flood: "+format+"\n", args...)
+		progressf(cfg.Progress, "flood: "+format+"\n", args...)
 	}
 	var cleanup []string
 	defer func() {
 		for i := len(cleanup) - 1; i >= 0; i-- {
-			os.RemoveAll(cleanup[i])
+			removeScratch(cleanup[i])
 		}
 	}()
 	dataDir, made, err := benchDir(cfg.DataDir, "spindle-bench-data-")
@@ -192,7 +192,7 @@ func RunFlood(ctx context.Context, cfg FloodConfig) (out FloodResult, err error)
 	if err != nil {
 		return out, fmt.Errorf("flood: %w", err)
 	}
-	defer c.Close()
+	defer closeQuietly(c)
 
 	slots := newContainerSlots(cfg.Clients, engine.DefaultMaxContainerSizeBytes)
 	probe := make([]byte, 4096)
@@ -257,7 +257,7 @@ func RunFlood(ctx context.Context, cfg FloodConfig) (out FloodResult, err error)
 	idle, err := openIdleConns(ctx, leaderAddr, cfg.IdleConns)
 	defer func() {
 		for _, nc := range idle {
-			nc.Close()
+			closeQuietly(nc)
 		}
 	}()
 	if err != nil {
@@ -383,11 +383,15 @@ func openIdleConns(ctx context.Context, addr string, n int) ([]net.Conn, error) 
 		if err := c.Send(&transport.GetBlock{RequestID: 1, PipelineID: idlePipeline, ContainerID: 1 << 40, LocalID: uint64(i)}); err != nil {
 			return out, fmt.Errorf("idle connection %d: %w", i, err)
 		}
-		nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if err := nc.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+			return out, fmt.Errorf("idle connection %d: %w", i, err)
+		}
 		if _, err := c.ReadFrame(); err != nil {
 			return out, fmt.Errorf("idle connection %d: no answer: %w", i, err)
 		}
-		nc.SetReadDeadline(time.Time{})
+		if err := nc.SetReadDeadline(time.Time{}); err != nil {
+			return out, fmt.Errorf("idle connection %d: %w", i, err)
+		}
 	}
 	return out, nil
 }
@@ -440,7 +444,7 @@ func (f *flooders) start(ctx context.Context, addr string, pipelineID uint64, re
 					}
 					f.conns.Add(1)
 					c = transport.NewConn(nc, transport.ConnConfig{})
-					context.AfterFunc(ctx, func() { nc.Close() })
+					context.AfterFunc(ctx, func() { closeQuietly(nc) })
 				}
 				enc.Reset()
 				if err := enc.Append(m, payload); err != nil {
@@ -449,7 +453,7 @@ func (f *flooders) start(ctx context.Context, addr string, pipelineID uint64, re
 				if err := c.SendBatch(&enc); err != nil {
 					// Closed (its reply queue overflowed, it timed
 					// out) or the flood is over: a new one, if any.
-					c.Close()
+					closeQuietly(c)
 					c = nil
 					continue
 				}
@@ -458,7 +462,7 @@ func (f *flooders) start(ctx context.Context, addr string, pipelineID uint64, re
 				f.bytes.Add(int64(enc.Len()))
 			}
 			if c != nil {
-				c.Close()
+				closeQuietly(c)
 			}
 		}()
 	}

@@ -270,10 +270,10 @@ func (d *faDirs) prepareDir(dir, what string) (string, error) {
 
 func (d *faDirs) cleanup() {
 	if d.work != "" {
-		os.RemoveAll(d.work)
+		removeScratch(d.work)
 	}
 	for _, r := range slices.Backward(d.remove) {
-		os.RemoveAll(r) // created by this run: all ours
+		removeScratch(r) // created by this run: all ours
 	}
 }
 
@@ -428,8 +428,8 @@ func runFollowerOnce(ctx context.Context, cfg FollowerAppendConfig, dirs *faDirs
 	sub := fmt.Sprintf("follower-append-%d-%s", os.Getpid(), name)
 	dataDir, logDir := filepath.Join(dirs.data, sub), filepath.Join(dirs.log, sub)
 	defer func() {
-		os.RemoveAll(dataDir)
-		os.RemoveAll(logDir)
+		removeScratch(dataDir)
+		removeScratch(logDir)
 	}()
 	for _, d := range []string{dataDir, logDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -449,12 +449,12 @@ func runFollowerOnce(ctx context.Context, cfg FollowerAppendConfig, dirs *faDirs
 	}
 	p, err := startDatanode(ctx, spec)
 	if err != nil {
-		ln.Close()
+		closeQuietly(ln)
 		return leaderStats{}, err
 	}
 	out, err := transport.DialConn(ctx, p.addr, transport.ConnConfig{})
 	if err != nil {
-		ln.Close()
+		closeQuietly(ln)
 		p.kill()
 		return leaderStats{}, fmt.Errorf("leader: %w%s", err, p.tail())
 	}
@@ -504,7 +504,7 @@ func (r FollowerAppendResult) WriteTable(w io.Writer) error {
 		for _, n := range names {
 			fmt.Fprintf(tw, "  %s\t%d\t%.3f\t\n", n, s.ByName[n], float64(s.ByName[n])/float64(max(r.Messages, 1)))
 		}
-		tw.Flush()
+		_ = tw.Flush() // into b, a strings.Builder: it cannot fail
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

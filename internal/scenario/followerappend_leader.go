@@ -290,8 +290,8 @@ func startLeader(ctx context.Context, ln net.Listener, out *transport.Conn) *lea
 	s := &leaderSession{acks: newAckTracker(), ln: ln, out: out}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.stop = context.AfterFunc(s.ctx, func() {
-		ln.Close()
-		out.Close()
+		closeQuietly(ln)
+		closeQuietly(out)
 	})
 	s.readers.Add(1)
 	go func() {
@@ -304,8 +304,8 @@ func startLeader(ctx context.Context, ln net.Listener, out *transport.Conn) *lea
 // close closes every connection and waits for the reading goroutines.
 func (s *leaderSession) close() {
 	s.cancel()
-	s.ln.Close()
-	s.out.Close()
+	closeQuietly(s.ln)
+	closeQuietly(s.out)
 	s.readers.Wait()
 }
 
@@ -378,7 +378,7 @@ func (l *leader) run(ctx context.Context, procDone <-chan struct{}) (leaderStats
 			if l.cfg.Progress != nil && now.Sub(lastProgress) >= time.Second {
 				el := now.Sub(start).Seconds()
 				done := min(s.ackedAEs*int64(l.cfg.Batch), l.cfg.Messages)
-				fmt.Fprintf(l.cfg.Progress, "\r\033[K%s %6.1fs  %d/%d messages  %.0f messages/s", l.cfg.Label, el, done, l.cfg.Messages, float64(done)/max(el, 1e-9))
+				progressf(l.cfg.Progress, "\r\033[K%s %6.1fs  %d/%d messages  %.0f messages/s", l.cfg.Label, el, done, l.cfg.Messages, float64(done)/max(el, 1e-9))
 				lastProgress = now
 			}
 		case <-procDone:
@@ -388,7 +388,7 @@ func (l *leader) run(ctx context.Context, procDone <-chan struct{}) (leaderStats
 		}
 	}
 	if l.cfg.Progress != nil {
-		fmt.Fprint(l.cfg.Progress, "\r\033[K")
+		progressf(l.cfg.Progress, "\r\033[K")
 	}
 	// Let the follower learn that everything is committed (it applies the
 	// last deletions); no answer is awaited.
@@ -519,17 +519,17 @@ func acceptFollower(ctx context.Context, ln net.Listener, acks *ackTracker, read
 			return
 		}
 		if n >= faMaxInboundConns {
-			nc.Close()
+			closeQuietly(nc)
 			acks.fail(fmt.Errorf("leader: the follower opened more than %d connections", faMaxInboundConns))
 			return
 		}
 		conn := transport.NewConn(nc, transport.ConnConfig{})
-		stop := context.AfterFunc(ctx, func() { conn.Close() })
+		stop := context.AfterFunc(ctx, func() { closeQuietly(conn) })
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
 			defer stop()
-			defer conn.Close()
+			defer closeQuietly(conn)
 			readFollower(ctx, conn, acks)
 		}()
 	}

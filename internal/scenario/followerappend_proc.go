@@ -87,7 +87,7 @@ func startDatanode(ctx context.Context, s datanodeSpec) (*datanodeProc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("datanode: output file: %w", err)
 	}
-	defer logf.Close() // the child holds its own descriptor
+	defer closeQuietly(logf) // the child holds its own descriptor
 	argv := append([]string{s.Binary}, datanodeArgs(s, readyFile)...)
 	if s.Strace != "" {
 		argv = append([]string{s.Strace, "-f", "-c", "-o", s.StraceOut, "--"}, argv...)
@@ -198,9 +198,9 @@ func (p *datanodeProc) exitErr(what string) error {
 // the child to exit.
 func (p *datanodeProc) kill() {
 	if p.pid > 0 && p.pid != p.cmd.Process.Pid && !p.exited() {
-		syscall.Kill(p.pid, syscall.SIGKILL)
+		_ = syscall.Kill(p.pid, syscall.SIGKILL) // gone already, at worst: the wait below is bounded
 	}
-	p.cmd.Process.Kill()
+	_ = p.cmd.Process.Kill() // likewise
 	t := time.NewTimer(faKillTimeout)
 	defer t.Stop()
 	select {
@@ -215,10 +215,10 @@ func (p *datanodeProc) tail() string {
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
+	defer closeQuietly(f)
 	const window = 64 << 10
 	if fi, err := f.Stat(); err == nil && fi.Size() > window {
-		f.Seek(fi.Size()-window, 0)
+		_, _ = f.Seek(fi.Size()-window, 0) // failing, the file's start is shown: still something
 	}
 	data := make([]byte, window)
 	n, _ := io.ReadFull(f, data)

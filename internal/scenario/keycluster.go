@@ -150,7 +150,7 @@ func openKeyCluster(ctx context.Context, cfg ClusterConfig, log *slog.Logger, pr
 		ReadyTimeout: clusterStartWait, Logger: quietLogger(), Insecure: !cfg.TLS,
 	})
 	if err != nil {
-		k.cleanup()
+		_ = k.cleanup() // best effort: err is the error
 		return nil, fmt.Errorf("embedded server: %w", err)
 	}
 	k.srv, k.meta, k.embedded, k.label = srv, srv.Meta(), true, "embedded server in "+filepath.Join(root, "server")

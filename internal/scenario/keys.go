@@ -190,7 +190,7 @@ func openKeyBench(ctx context.Context, name string, cfg KeyBenchConfig) (*keyBen
 	if err := cfg.defaults(name); err != nil {
 		return nil, err
 	}
-	progress := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, name+": "+format+"\n", args...) }
+	progress := func(format string, args ...any) { progressf(cfg.Progress, name+": "+format+"\n", args...) }
 	cl, err := openKeyCluster(ctx, cfg.ClusterConfig, cfg.Logger, progress)
 	if err != nil {
 		return nil, err
@@ -201,12 +201,12 @@ func openKeyBench(ctx context.Context, name string, cfg KeyBenchConfig) (*keyBen
 	}
 	kc, err := keyclient.New(cl.meta, opts)
 	if err != nil {
-		cl.cleanup()
+		_ = cl.cleanup() // best effort: err is the error
 		return nil, err
 	}
 	if err := ensureBucket(ctx, kc, cfg.Bucket); err != nil {
-		kc.Close()
-		cl.cleanup()
+		closeQuietly(kc)
+		_ = cl.cleanup() // best effort: err is the error
 		return nil, err
 	}
 	return &keyBench{cfg: cfg, name: name, cl: cl, kc: kc, written: make([]atomic.Bool, cfg.Keys)}, nil
@@ -225,7 +225,7 @@ func (b *keyBench) close(ctx context.Context) error {
 		}
 		err = deleteKeys(ctx, b.kc, b.cfg.Bucket, names)
 	}
-	b.kc.Close()
+	closeQuietly(b.kc)
 	return errors.Join(err, b.cl.cleanup())
 }
 
@@ -368,7 +368,7 @@ func RunKeyRead(ctx context.Context, cfg KeyBenchConfig) (out KeyBenchResult, er
 		}
 	}()
 	cfg = b.cfg
-	fmt.Fprintf(cfg.Progress, "key-read: writing %d keys of %s first\n", cfg.Keys, units.FormatBytes(cfg.SizeBytes))
+	progressf(cfg.Progress, "key-read: writing %d keys of %s first\n", cfg.Keys, units.FormatBytes(cfg.SizeBytes))
 	ws, err := b.loop(ctx, "key-read (writing)", 0, cfg.Progress, b.put)
 	if err != nil {
 		return out, fmt.Errorf("key-read: writing the keys: %w", err)

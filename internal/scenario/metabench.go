@@ -201,7 +201,7 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 		}
 	}()
 	metaDir := filepath.Join(root, "meta")
-	fmt.Fprintf(cfg.Progress, "meta: meta service in %s (%d replicas), %d clients\n", metaDir, cfg.Replicas, cfg.Clients)
+	progressf(cfg.Progress, "meta: meta service in %s (%d replicas), %d clients\n", metaDir, cfg.Replicas, cfg.Clients)
 	srvs, err := startMetaGroup(metaDir, cfg.Replicas, cfg.Logger)
 	if err != nil {
 		return out, fmt.Errorf("meta bench: %w", err)
@@ -429,7 +429,7 @@ func startMetaGroup(dir string, n int, log *slog.Logger) ([]*meta.Server, error)
 	closeAll := func() {
 		for _, ln := range lns {
 			if ln != nil {
-				ln.Close()
+				closeQuietly(ln)
 			}
 		}
 	}
@@ -448,10 +448,10 @@ func startMetaGroup(dir string, n int, log *slog.Logger) ([]*meta.Server, error)
 			HeartbeatInterval: metaBenchHeartbeat, Logger: log, ID: uint64(i + 1), Peers: peers})
 		if err != nil {
 			for _, s := range srvs {
-				s.Close()
+				closeQuietly(s)
 			}
 			for _, ln := range lns[i:] {
-				ln.Close()
+				closeQuietly(ln)
 			}
 			return nil, err
 		}

@@ -218,7 +218,7 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 		cfg.Progress = bench.TerminalProgress()
 	}
 	progress := func(format string, args ...any) {
-		fmt.Fprintf(cfg.Progress, "rereplicate: "+format+"\n", args...)
+		progressf(cfg.Progress, "rereplicate: "+format+"\n", args...)
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
@@ -238,7 +238,7 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 			return
 		}
 		for i := len(made) - 1; i >= 0; i-- {
-			os.RemoveAll(made[i])
+			removeScratch(made[i])
 		}
 	}()
 	cdir := filepath.Join(root, "cluster")
@@ -361,7 +361,7 @@ func Rereplicate(ctx context.Context, cfg RereplicateConfig) (*RereplicateResult
 	running := true
 	defer func() {
 		if running {
-			srv.Close()
+			_ = srv.Close() // on an early return: its error is the one
 		}
 	}()
 	var tracer *straceTracer
@@ -542,7 +542,7 @@ func checkGenKeys(ctx context.Context, mc *metaapi.Client, gcfg gen.Config, g *g
 	if err != nil {
 		return 0, 0, err
 	}
-	defer kc.Close()
+	defer closeQuietly(kc)
 	var names []metaapi.KeyInfo
 	if err := kc.List(ctx, gcfg.Bucket, "", func(k metaapi.KeyInfo) error { names = append(names, k); return nil }); err != nil {
 		return 0, 0, fmt.Errorf("listing %s: %w", gcfg.Bucket, err)

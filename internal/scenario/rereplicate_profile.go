@@ -82,15 +82,19 @@ func startSourceTrace(ctx context.Context, strace string, pid int, out string) (
 	}
 }
 
-// stop detaches strace (SIGINT) and waits for it.
+// stop detaches strace (SIGINT) and waits for it. Its errors are dropped:
+// strace may be gone already, and how it ended shows in its trace, which
+// is checked when parsed.
 func (t *straceTracer) stop() {
-	t.cmd.Process.Signal(syscall.SIGINT)
+	_ = t.cmd.Process.Signal(syscall.SIGINT)
+	var err error
 	select {
-	case <-t.done:
+	case err = <-t.done:
 	case <-time.After(10 * time.Second):
-		t.cmd.Process.Kill()
-		<-t.done
+		_ = t.cmd.Process.Kill()
+		err = <-t.done
 	}
+	_ = err
 }
 
 // straceLine matches "PID name(args) = RET" and "PID <... name resumed>...) = RET".
@@ -102,7 +106,7 @@ func parseSourceTrace(path string) (*SourceProfile, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer closeQuietly(f)
 	p := &SourceProfile{Calls: map[string]int64{}, Bytes: map[string]int64{}}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)

@@ -176,14 +176,19 @@ func startGateway(ctx context.Context, mc *metaapi.Client, log *slog.Logger) (en
 		return "", "", "", nil, err
 	}
 	addr := ln.Addr().String()
-	ln.Close() // the gateway listens itself
+	closeQuietly(ln) // the gateway listens itself
 	access, secret = meta.GenerateKeys()
 	gctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
 		done <- s3gw.Run(gctx, s3gw.Config{Meta: mc.Addr(), TLS: mc.TLS(), Listen: addr, AccessKey: access, SecretKey: secret, Logger: log})
 	}()
-	stop = func() { cancel(); <-done }
+	stop = func() {
+		cancel()
+		if err := <-done; err != nil {
+			log.Warn("s3 gateway: stopped with an error", "err", err)
+		}
+	}
 	deadline := time.Now().Add(s3GatewayStartWait)
 	for {
 		select {
@@ -193,7 +198,7 @@ func startGateway(ctx context.Context, mc *metaapi.Client, log *slog.Logger) (en
 		default:
 		}
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			c.Close()
+			closeQuietly(c)
 			return "http://" + addr, access, secret, stop, nil
 		}
 		if time.Now().After(deadline) {
@@ -255,7 +260,7 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 		return out, fmt.Errorf("s3: %w", err)
 	}
 	name := "s3-" + cfg.Op
-	progress := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, name+": "+format+"\n", args...) }
+	progress := func(format string, args ...any) { progressf(cfg.Progress, name+": "+format+"\n", args...) }
 	endpoint, access, secret := cfg.Endpoint, cfg.AccessKey, cfg.SecretKey
 	var cl *keyCluster
 	if endpoint == "" {
@@ -264,7 +269,7 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 		}
 		if cl.embedded {
 			if err := checkS3BenchRoom(cl.root, cfg); err != nil {
-				cl.cleanup()
+				_ = cl.cleanup() // best effort: err is the error
 				return out, fmt.Errorf("s3: %w", err)
 			}
 		}
@@ -304,7 +309,7 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 		if err != nil {
 			return err
 		}
-		defer o.Body.Close()
+		defer closeQuietly(o.Body) // read to its end, and checked
 		chk := newValueChecker(i)
 		if _, err := io.Copy(chk, o.Body); err != nil {
 			return err
@@ -491,7 +496,7 @@ func newKeyBaseline(ctx context.Context, cl *keyCluster, cfg S3BenchConfig, prog
 	if cfg.Op == "get" {
 		progress("baseline: writing %d keys first", cfg.Objects)
 		if _, err := b.loop(ctx, "baseline (writing)", 0, cfg.Objects, 0, b.put); err != nil {
-			kc.Close()
+			closeQuietly(kc)
 			return nil, err
 		}
 	}
@@ -546,7 +551,7 @@ func (b *keyBaseline) cleanup(ctx context.Context) error {
 	return deleteKeys(ctx, b.kc, b.cfg.Bucket, names)
 }
 
-func (b *keyBaseline) close() { b.kc.Close() }
+func (b *keyBaseline) close() { closeQuietly(b.kc) }
 
 // deleteObjects deletes the bench's objects on a server it did not start
 // (bounded by cleanupWait; errors are ignored: the run is measured).

@@ -188,7 +188,7 @@ func RunTeraGen(ctx context.Context, cfg TeraGenConfig) (out TeraGenResult, err 
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	progress := func(format string, args ...any) {
-		fmt.Fprintf(cfg.Progress, "teragen: "+format+"\n", args...)
+		progressf(cfg.Progress, "teragen: "+format+"\n", args...)
 	}
 	cl, err := openKeyCluster(ctx, cfg.ClusterConfig, cfg.Logger, progress)
 	if err != nil {
@@ -207,7 +207,7 @@ func RunTeraGen(ctx context.Context, cfg TeraGenConfig) (out TeraGenResult, err 
 	if err != nil {
 		return out, fmt.Errorf("teragen: %w", err)
 	}
-	defer kc.Close()
+	defer closeQuietly(kc)
 	if err := ensureBucket(ctx, kc, cfg.Bucket); err != nil {
 		return out, fmt.Errorf("teragen: %w", err)
 	}
@@ -461,13 +461,13 @@ func startByteProgress(w io.Writer, label string, total int64, done *atomic.Int6
 			select {
 			case <-stop:
 				if printed {
-					fmt.Fprint(w, "\r\033[K")
+					progressf(w, "\r\033[K")
 				}
 				return
 			case now := <-t.C:
 				d := done.Load()
 				dt := now.Sub(lastT).Seconds()
-				fmt.Fprintf(w, "\r\033[K%s %6.1fs  %s / %s  %.1f MB/s", label, now.Sub(start).Seconds(),
+				progressf(w, "\r\033[K%s %6.1fs  %s / %s  %.1f MB/s", label, now.Sub(start).Seconds(),
 					units.FormatBytes(d), units.FormatBytes(total), float64(d-last)/1e6/max(dt, 1e-3))
 				last, lastT, printed = d, now, true
 			}

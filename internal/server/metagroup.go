@@ -49,7 +49,7 @@ func metaAddrs(listen string, n int) ([]string, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
-			l.Close()
+			_ = l.Close() // it only held the port free until now
 		}
 	}()
 	for i := range n {
@@ -81,13 +81,13 @@ func startMetaGroup(ctx context.Context, cfg Config, addrs []string, files tlsco
 	g := &MetaProcs{cfg: cfg, tls: files, addrs: addrs, procs: make([]*exec.Cmd, len(addrs)), done: make([]chan struct{}, len(addrs))}
 	for i := range addrs {
 		if err := g.launch(i); err != nil {
-			g.stop()
+			stopQuietly(g.stop)
 			return nil, err
 		}
 	}
 	mc, err := metaapi.NewClient(strings.Join(addrs, ","), metaapi.ClientOptions{Timeout: 2 * time.Second, TLS: client})
 	if err != nil {
-		g.stop()
+		stopQuietly(g.stop)
 		return nil, err
 	}
 	deadline := time.Now().Add(cfg.ReadyTimeout)
@@ -99,13 +99,13 @@ func startMetaGroup(ctx context.Context, cfg Config, addrs []string, files tlsco
 		for i := range addrs {
 			select {
 			case <-g.done[i]:
-				g.stop()
+				stopQuietly(g.stop)
 				return nil, fmt.Errorf("server: meta member %d exited; its log ends:\n%s", i+1, metaLogTail(g.logPath(i)))
 			default:
 			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			g.stop()
+			stopQuietly(g.stop)
 			return nil, fmt.Errorf("server: no meta leader serving within %v (last error: %v); member logs in %s", cfg.ReadyTimeout, err, cfg.Dir)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -134,7 +134,8 @@ func (g *MetaProcs) launch(i int) error {
 	if err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
-	defer logf.Close() // the child has its own descriptor
+	// The child has its own descriptor; the write of the header is checked.
+	defer func() { _ = logf.Close() }()
 	args := []string{"meta", "--id", strconv.Itoa(i + 1), "--peers", g.peers(), "--listen", g.addrs[i],
 		"--dir", metaMemberDir(g.cfg.Dir, i+1), "--ready-file", metaMemberDir(g.cfg.Dir, i+1) + ".ready"}
 	args = append(args, g.tls.Args()...)
@@ -142,13 +143,15 @@ func (g *MetaProcs) launch(i int) error {
 	cmd := exec.Command(g.cfg.Binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	fmt.Fprintf(logf, "=== spindle server: %s %s\n", g.cfg.Binary, strings.Join(args, " "))
+	if _, err := fmt.Fprintf(logf, "=== spindle server: %s %s\n", g.cfg.Binary, strings.Join(args, " ")); err != nil {
+		return fmt.Errorf("server: meta member %d's log: %w", i+1, err)
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("server: start meta member %d: %w", i+1, err)
 	}
 	done := make(chan struct{})
 	go func() {
-		cmd.Wait()
+		_ = cmd.Wait() // how it ended is in its log (metaLogTail)
 		close(done)
 	}()
 	g.mu.Lock()

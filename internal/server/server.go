@@ -207,7 +207,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.metaAddr = strings.Join(st.MetaAddrs, ",")
 		if newAddrs && len(st.DatanodeAddrs) > 0 {
 			if err := saveState(cfg.Dir, st); err != nil {
-				s.closeMeta()
+				stopQuietly(s.closeMeta)
 				return nil, err
 			}
 		}
@@ -233,7 +233,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.client, err = metaapi.NewClient(s.metaAddr, metaapi.ClientOptions{TLS: s.adminTLS})
 	if err != nil {
-		s.closeMeta()
+		stopQuietly(s.closeMeta)
 		return nil, err
 	}
 	// Each datanode has a certificate of its own: the meta service binds
@@ -241,7 +241,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	var nodeTLS []tlsconf.Files
 	if !cfg.Insecure {
 		if nodeTLS, err = s.pki.EnsureDatanodes(cfg.Datanodes, localHosts(cfg)); err != nil {
-			s.closeMeta()
+			stopQuietly(s.closeMeta)
 			return nil, fmt.Errorf("server: %w", err)
 		}
 	}
@@ -261,7 +261,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		NodeTLS:   nodeTLS,
 	})
 	if err != nil {
-		s.closeMeta()
+		stopQuietly(s.closeMeta)
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	if len(st.DatanodeAddrs) == 0 {
@@ -269,17 +269,17 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			st.DatanodeAddrs = append(st.DatanodeAddrs, n.Addr)
 		}
 		if err := saveState(cfg.Dir, st); err != nil {
-			s.Close()
+			stopQuietly(s.Close)
 			return nil, err
 		}
 	}
 	if err := s.waitPipeline(ctx); err != nil {
-		s.Close()
+		stopQuietly(s.Close)
 		return nil, err
 	}
 	if cfg.ClientProfile {
 		if err := s.writeClientProfile(); err != nil {
-			s.Close()
+			stopQuietly(s.Close)
 			return nil, err
 		}
 	}
@@ -381,6 +381,11 @@ func (s *Server) closeMeta() error {
 	return s.meta.Close()
 }
 
+// stopQuietly stops, best effort, what a start that failed had started:
+// the start's error is the one returned; stop's own says at most that a
+// process was killed for not stopping in time, and it ended all the same.
+func stopQuietly(stop func() error) { _ = stop() }
+
 // MaxMetaReplicas bounds --meta-replicas.
 const MaxMetaReplicas = 7
 
@@ -430,12 +435,12 @@ func Run(ctx context.Context, cfg Config, readyFile string) error {
 	defer stopGW()
 	gw, err := s.startS3(gwCtx)
 	if err != nil {
-		s.Close()
+		stopQuietly(s.Close)
 		return err
 	}
 	if readyFile != "" {
 		if err := meta.WriteReady(readyFile, s.MetaAddr()); err != nil {
-			s.Close()
+			stopQuietly(s.Close)
 			return err
 		}
 	}

@@ -151,7 +151,7 @@ func ParseFile(path string) (Profile, error) {
 	if err != nil {
 		return Profile{}, fmt.Errorf("syscallprof: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	p, err := Parse(f)
 	if err != nil {
 		return Profile{}, fmt.Errorf("%s: %w", path, err)

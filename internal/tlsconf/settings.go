@@ -139,7 +139,7 @@ func (s *Settings) Server(ctx context.Context, c net.Conn) (net.Conn, error) {
 	}
 	tc := tls.Server(NewRecordConn(c), s.ServerConfig())
 	if err := tc.HandshakeContext(ctx); err != nil {
-		c.Close()
+		_ = c.Close() // the handshake's error is the one
 		return nil, fmt.Errorf("tls handshake with %s: %w", c.RemoteAddr(), err)
 	}
 	return tc, nil
@@ -154,7 +154,7 @@ func (s *Settings) Client(ctx context.Context, c net.Conn, addr string) (net.Con
 	}
 	tc := tls.Client(NewRecordConn(c), s.ClientConfig(addr))
 	if err := tc.HandshakeContext(ctx); err != nil {
-		c.Close()
+		_ = c.Close() // the handshake's error is the one
 		return nil, fmt.Errorf("tls handshake with %s: %w", addr, err)
 	}
 	return tc, nil

@@ -438,7 +438,7 @@ func (r *Reloader) current() (*tls.Certificate, *x509.CertPool) {
 	due := time.Since(r.checked) >= ReloadCheckInterval
 	r.mu.Unlock()
 	if due {
-		r.Reload() // a failure keeps the loaded pair; Reload reports it
+		_ = r.Reload() // a failure keeps the loaded pair; Reload reports it
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -546,7 +546,7 @@ func readPEM(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tlsconf: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	b, err := io.ReadAll(io.LimitReader(f, maxPEMBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("tlsconf: %s: %w", path, err)

@@ -56,7 +56,7 @@ func TestServerPayloadAdmission(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("payload not admitted before it was read")
 	}
-	nc.Close()
+	closeT(t, nc)
 	select {
 	case <-released:
 	case <-time.After(10 * time.Second):
@@ -67,12 +67,14 @@ func TestServerPayloadAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	defer closeT(t, nc)
 	f = frame(6000)
 	if _, err := nc.Write(f[:len(f)-6000]); err != nil {
 		t.Fatal(err)
 	}
-	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if err := nc.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	_, err = nc.Read(make([]byte, 1))
 	var ne net.Error
 	if err == nil || errors.As(err, &ne) && ne.Timeout() {
@@ -105,13 +107,15 @@ func TestServerIdleAndReadTimeouts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer nc.Close()
+			defer closeT(t, nc)
 			if _, err := nc.Write(tc.send); err != nil {
 				t.Fatal(err)
 			}
 			// Bounded wait for the server's close (EOF or reset); a
 			// read that times out means the connection stayed open.
-			nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if err := nc.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
 			_, err = nc.Read(make([]byte, 1))
 			var ne net.Error
 			if err == nil || errors.As(err, &ne) && ne.Timeout() {

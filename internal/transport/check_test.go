@@ -193,7 +193,7 @@ func TestPayloadCheckRefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	defer closeT(t, nc)
 	const piece, n = 1000, 600_500
 	step := CheckStepBytes / piece * piece
 	// Request 1: its third piece is corrupt.

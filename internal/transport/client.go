@@ -433,7 +433,7 @@ func (c *Client) fail(err error) {
 		r.done <- struct{}{}
 	}
 	c.mu.Unlock()
-	c.conn.Close()
+	closeQuietly(c.conn)
 }
 
 // Err returns the error that broke the client, or nil.

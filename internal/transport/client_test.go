@@ -32,7 +32,7 @@ func startServer(t testing.TB, cfg ServerConfig) (*Server, string) {
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(l) }()
 	t.Cleanup(func() {
-		s.Close()
+		closeT(t, s)
 		if err := <-done; !errors.Is(err, ErrServerClosed) {
 			t.Errorf("Serve = %v", err)
 		}
@@ -46,7 +46,7 @@ func dial(t testing.TB, addr string, cfg ClientConfig) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { closeT(t, c) })
 	return c
 }
 
@@ -324,7 +324,7 @@ func TestClientConnectionError(t *testing.T) {
 	}
 	h.wait(t, n)
 	h.mu.Lock()
-	h.held[0].c.Close() // the server drops the connection
+	closeT(t, h.held[0].c) // the server drops the connection
 	h.mu.Unlock()
 	var first error
 	for range n {
@@ -353,13 +353,13 @@ func TestClientServerDiesMidFrame(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	defer closeT(t, l)
 	go func() {
 		nc, err := l.Accept()
 		if err != nil {
 			return
 		}
-		defer nc.Close()
+		defer closeT(t, nc)
 		c := NewConn(nc, ConnConfig{})
 		f, err := c.ReadFrame()
 		if err != nil {
@@ -383,13 +383,13 @@ func TestClientBadFrameFromServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	defer closeT(t, l)
 	go func() {
 		nc, err := l.Accept()
 		if err != nil {
 			return
 		}
-		defer nc.Close()
+		defer closeT(t, nc)
 		NewConn(nc, ConnConfig{}).ReadFrame()
 		nc.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
 		io.Copy(io.Discard, nc)
@@ -415,12 +415,16 @@ func TestServerClosesOnBadFrame(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		nc.Write(bad)
-		nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := nc.Write(bad); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
 		if n, err := nc.Read(make([]byte, 1)); err != io.EOF {
 			t.Fatalf("after a bad frame: read %d, %v; want the server to close", n, err)
 		}
-		nc.Close()
+		closeT(t, nc)
 	}
 	if _, err := good.Call(context.Background(), &GetBlock{}); !errors.As(err, new(*StatusError)) {
 		t.Fatalf("other connection: %v", err)
@@ -864,7 +868,7 @@ func TestParkedConnectionAtTheLimit(t *testing.T) {
 	}
 	done := parkRequest(ctx, second, waiting)
 	firstClosed.Store(true)
-	first.Close()
+	closeT(t, first)
 	if err := <-done; err != nil {
 		t.Fatalf("the parked connection's request, once a place was free: %v", err)
 	}
@@ -880,7 +884,7 @@ func TestCloseEndsParkedConnections(t *testing.T) {
 	srv, ctx, _, addr := limitServer(t, waiting, nil)
 	second := dial(t, addr, ClientConfig{})
 	done := parkRequest(ctx, second, waiting)
-	srv.Close()
+	closeT(t, srv)
 	if err := <-done; err == nil {
 		t.Fatal("a parked request was answered by a closed server")
 	}

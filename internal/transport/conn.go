@@ -113,15 +113,15 @@ func (d *deadlineReader) Read(p []byte) (int, error) {
 	if d.timeout > 0 {
 		want := time.Now().Add(d.timeout)
 		if diff := want.Sub(d.deadline); d.deadline.IsZero() || diff > d.timeout/8 || diff < -d.timeout/8 {
-			d.src.SetReadDeadline(want)
+			setReadDeadline(d.src, want)
 			d.deadline = want
 			if d.interrupted.Load() {
 				// interrupt ran meanwhile: its deadline wins.
-				d.src.SetReadDeadline(time.Now())
+				setReadDeadline(d.src, time.Now())
 			}
 		}
 	} else if !d.deadline.IsZero() {
-		d.src.SetReadDeadline(time.Time{})
+		setReadDeadline(d.src, time.Time{})
 		d.deadline = time.Time{}
 	}
 	return d.src.Read(p)
@@ -130,7 +130,7 @@ func (d *deadlineReader) Read(p []byte) (int, error) {
 // interrupt makes every read, now and later, fail at once.
 func (d *deadlineReader) interrupt() {
 	d.interrupted.Store(true)
-	d.src.SetReadDeadline(time.Now())
+	setReadDeadline(d.src, time.Now())
 }
 
 // Reader reads frames from a byte stream. It is not safe for concurrent
@@ -202,7 +202,7 @@ func (r *Reader) ReadHeader() (MsgType, []byte, int, error) {
 		return 0, nil, 0, err
 	}
 	r.setTimeout(r.inTim)
-	r.br.Discard(PrefixBytes) // cannot fail: the bytes are buffered
+	_, _ = r.br.Discard(PrefixBytes) // cannot fail: the bytes are buffered
 	if pf.headerLen > cap(r.hdr) {
 		r.hdr = make([]byte, pf.headerLen) // bounded by MaxHeaderBytes
 	}
@@ -529,7 +529,8 @@ func (c *Conn) writeLocked(e *Encoder) error {
 		return nil
 	}
 	if c.wtimeout > 0 {
-		c.nc.SetWriteDeadline(time.Now().Add(c.wtimeout))
+		// Fails only on a closed connection, whose write below fails.
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.wtimeout))
 	}
 	c.wnb = e.Buffers()
 	var err error
@@ -559,7 +560,7 @@ func (c *Conn) writeLocked(e *Encoder) error {
 			err = ErrClosed
 		}
 		c.werr = fmt.Errorf("transport: write to %s: %w", c.nc.RemoteAddr(), err)
-		c.nc.Close()
+		closeQuietly(c.nc)
 		return c.werr
 	}
 	return nil
@@ -572,7 +573,7 @@ func (c *Conn) interruptReads() {
 		c.dl.interrupt()
 		return
 	}
-	c.nc.SetReadDeadline(time.Now())
+	setReadDeadline(c.nc, time.Now())
 }
 
 // Close closes the connection; a blocked read or write returns.

@@ -104,9 +104,10 @@ func TestConnLargePayload(t *testing.T) {
 			return
 		}
 		var e Encoder
-		e.Append(&Response{RequestID: 2})
-		e.Append(wc, payload)
-		e.Append(&Response{RequestID: 3})
+		if err := errors.Join(e.Append(&Response{RequestID: 2}), e.Append(wc, payload), e.Append(&Response{RequestID: 3})); err != nil {
+			errc <- err
+			return
+		}
 		errc <- ca.SendBatch(&e)
 	}()
 	check := func(f Frame) {
@@ -145,8 +146,10 @@ func TestConnDroppedMidFrame(t *testing.T) {
 	for _, cut := range []int{5, PrefixBytes + 4, len(full) - 500} {
 		a, b := tcpPair(t)
 		go func() {
-			a.Write(full[:cut])
-			a.Close()
+			if _, err := a.Write(full[:cut]); err != nil {
+				t.Errorf("writing %d bytes of the frame: %v", cut, err)
+			}
+			closeT(t, a)
 		}()
 		_, err := NewConn(b, ConnConfig{}).ReadFrame()
 		if !errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, ErrBadFrame) {

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"io"
 	"net"
 	"reflect"
 	"testing"
@@ -17,7 +18,7 @@ func tcpPair(t testing.TB) (client, server *net.TCPConn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	defer closeT(t, l)
 	type res struct {
 		c   net.Conn
 		err error
@@ -35,7 +36,8 @@ func tcpPair(t testing.TB) (client, server *net.TCPConn) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	t.Cleanup(func() { c.Close(); r.c.Close() })
+	// A test may have closed either end already: errors dropped.
+	t.Cleanup(func() { _ = c.Close(); _ = r.c.Close() })
 	return c.(*net.TCPConn), r.c.(*net.TCPConn)
 }
 
@@ -235,4 +237,13 @@ func encodeFrame(t testing.TB, m Message, payload ...[]byte) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// closeT closes c and fails the test on an error: a Close that fails is a
+// bug of the code under test (make lint's errcheck).
+func closeT(t testing.TB, c io.Closer) {
+	t.Helper()
+	if err := c.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
 }

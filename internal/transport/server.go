@@ -195,7 +195,7 @@ func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
 	if s.draining {
 		s.mu.Unlock()
-		l.Close()
+		closeQuietly(l)
 		return ErrServerClosed
 	}
 	s.listeners[l] = struct{}{}
@@ -205,7 +205,7 @@ func (s *Server) Serve(l net.Listener) error {
 		s.mu.Lock()
 		delete(s.listeners, l)
 		s.mu.Unlock()
-		l.Close()
+		closeQuietly(l)
 		s.wg.Done()
 	}()
 
@@ -256,7 +256,7 @@ func (s *Server) Serve(l net.Listener) error {
 		s.mu.Lock()
 		if s.draining {
 			s.mu.Unlock()
-			nc.Close()
+			closeQuietly(nc)
 			release()
 			return ErrServerClosed
 		}
@@ -281,7 +281,7 @@ func (s *Server) serveParked(c *Conn) {
 	promoted := false
 	defer func() {
 		if !promoted {
-			c.Close()
+			closeQuietly(c)
 			s.mu.Lock()
 			delete(s.conns, c)
 			s.mu.Unlock()
@@ -338,7 +338,7 @@ func (s *Server) serveConn(c *Conn) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer func() {
 		cancel()
-		c.Close()
+		closeQuietly(c)
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.mu.Unlock()
@@ -474,7 +474,7 @@ func (s *Server) startDrain() {
 	s.draining = true
 	close(s.quit)
 	for l := range s.listeners {
-		l.Close()
+		closeQuietly(l)
 	}
 	for c := range s.conns {
 		c.interruptReads()
@@ -499,7 +499,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.cancel()
 		return nil
 	case <-ctx.Done():
-		s.Close()
+		_ = s.Close() // always nil: Close reports nothing
 		return ctx.Err()
 	}
 }
@@ -512,7 +512,7 @@ func (s *Server) Close() error {
 	s.cancel()
 	s.mu.Lock()
 	for c := range s.conns {
-		c.Close()
+		closeQuietly(c)
 	}
 	s.mu.Unlock()
 	s.wg.Wait()

@@ -68,7 +68,7 @@ func TestClientServerOverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pc.Close()
+	defer closeT(t, pc)
 	if _, err := pc.Call(ctx, &GetBlock{ContainerID: 1, LocalID: 1}); err == nil {
 		t.Fatal("a plaintext call to a TLS server answered")
 	}
@@ -103,7 +103,7 @@ func TestTLSFrameRecordsBatched(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl := NewClient(nc, ClientConfig{})
-	t.Cleanup(func() { cl.Close() })
+	t.Cleanup(func() { closeT(t, cl) })
 	if cl.conn.rc == nil {
 		t.Fatal("a TLS connection from tlsconf.Settings without its RecordConn")
 	}
@@ -157,7 +157,7 @@ func startTLSServer(t *testing.T) (*tlsconf.Settings, string) {
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(srvTLS.Listener(l)) }()
 	t.Cleanup(func() {
-		s.Close()
+		closeT(t, s)
 		if err := <-done; !errors.Is(err, ErrServerClosed) {
 			t.Errorf("Serve = %v", err)
 		}

@@ -58,7 +58,10 @@ func WriteFileAtomicPerm(fs FS, path string, data []byte, perm os.FileMode) erro
 	var f File
 	var err error
 	if pc, ok := fs.(permCreator); ok {
-		fs.Remove(tmp) // a leftover keeps its old mode through O_TRUNC
+		// A leftover would keep its old mode through O_TRUNC: it must go.
+		if err := fs.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
 		f, err = pc.CreatePerm(tmp, perm)
 	} else {
 		f, err = fs.Create(tmp)
@@ -77,7 +80,7 @@ func WriteFileAtomicPerm(fs FS, path string, data []byte, perm os.FileMode) erro
 		err = fs.Rename(tmp, path)
 	}
 	if err != nil {
-		fs.Remove(tmp)
+		_ = fs.Remove(tmp) // best effort: err is the error; the next write replaces a leftover
 		return err
 	}
 	return fs.SyncDir(filepath.Dir(path))

@@ -288,13 +288,10 @@ func TestMemOpCount(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			defer f.Close()
-			f.Write([]byte("x"))
-			f.WriteAt([]byte("y"), 5)
-			f.Sync()
-			f.SyncData()
-			f.Preallocate(0, 100)
-			return f.Truncate(1)
+			defer closeT(t, f)
+			_, werr := f.Write([]byte("x"))
+			_, waerr := f.WriteAt([]byte("y"), 5)
+			return errors.Join(werr, waerr, f.Sync(), f.SyncData(), f.Preallocate(0, 100), f.Truncate(1))
 		}},
 		{"link+rename+remove", 3, func() error {
 			if err := fs.Link("/a/f", "/a/h"); err != nil {
@@ -310,7 +307,7 @@ func TestMemOpCount(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			defer d.Close()
+			defer closeT(t, d)
 			if err := d.Sync(); err != nil {
 				return err
 			}
@@ -676,7 +673,7 @@ func TestMemConcurrent(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			defer f.Close()
+			defer closeT(t, f)
 			buf := make([]byte, 16)
 			for i := range rounds {
 				for j := range buf {
@@ -713,7 +710,7 @@ func TestMemConcurrent(t *testing.T) {
 		for i := range rounds {
 			name := fmt.Sprintf("/m/%d", i%7)
 			if f, err := fs.Create(name); err == nil {
-				f.Close()
+				closeT(t, f)
 			}
 			_ = fs.Rename(name, "/m/x")
 			_ = fs.SyncDir("/m")
@@ -755,7 +752,7 @@ func TestCrashCloneNamespacePrefix(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.Close()
+		closeT(t, f)
 	}
 	seen := map[int]bool{}
 	for seed := int64(0); seed < 200; seed++ {

@@ -82,7 +82,7 @@ func (osFS) List(dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: Readdirnames's error is the one
 	names, err := f.Readdirnames(-1)
 	if err != nil {
 		return nil, err
@@ -140,7 +140,7 @@ func (osFS) Lock(name string) (io.Closer, error) {
 		return nil, err
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
+		_ = f.Close() // nothing written; the flock's error is the one
 		osLocks.Delete(name)
 		return nil, fmt.Errorf("vfs: lock %s: held by another process: %w", name, err)
 	}

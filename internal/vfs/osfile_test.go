@@ -12,7 +12,7 @@ func TestOSFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer closeT(t, f)
 	if _, err := f.WriteAt([]byte("hello"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestOSFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mf.Close()
+	defer closeT(t, mf)
 	if of, ok := OSFile(mf); ok || of != nil {
 		t.Fatalf("OSFile of a MemFS file: %v, %v", of, ok)
 	}

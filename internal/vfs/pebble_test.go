@@ -49,7 +49,7 @@ func pebbleGet(t testing.TB, db *pebble.DB, key string) (string, bool) {
 		t.Fatalf("Get(%s): %v", key, err)
 	}
 	s := string(v)
-	closer.Close()
+	closeT(t, closer)
 	return s, true
 }
 
@@ -61,7 +61,7 @@ func TestPebbleOnOS(t *testing.T) {
 	must(t, db.Set([]byte("b"), []byte("2"), pebble.Sync))
 	must(t, db.Close())
 	db = mustOpenPebble(t, Default, dir)
-	defer db.Close()
+	defer closeT(t, db)
 	for k, want := range map[string]string{"a": "1", "b": "2"} {
 		if v, ok := pebbleGet(t, db, k); !ok || v != want {
 			t.Errorf("%s = %q, %v", k, v, ok)
@@ -108,7 +108,7 @@ func TestPebbleOnMemCrash(t *testing.T) {
 	t.Logf("files:\n%s", mem)
 
 	db = mustOpenPebble(t, crashed, "/db")
-	defer db.Close()
+	defer closeT(t, db)
 	for k, want := range map[string]string{"synced": "1", "synced2": "2"} {
 		if v, ok := pebbleGet(t, db, k); !ok || v != want {
 			t.Errorf("%s = %q, %v after crash", k, v, ok)
@@ -162,7 +162,7 @@ func pebbleCrashLoop(t *testing.T, keepUnsyncedPercent int) {
 			if err != nil {
 				t.Fatalf("crash at op %d: pebble.Open: %v\n%s", k, err, c)
 			}
-			defer db.Close()
+			defer closeT(t, db)
 			for i := range keys {
 				v, ok := pebbleGet(t, db, string(key(i)))
 				if ok && v != val(i) {

@@ -73,7 +73,7 @@ func readFile(t *testing.T, fs FS, name string) string {
 	t.Helper()
 	f, err := fs.Open(name)
 	must(t, err)
-	defer f.Close()
+	defer closeT(t, f)
 	b, err := io.ReadAll(f)
 	must(t, err)
 	return string(b)
@@ -94,7 +94,7 @@ func testCreateWriteRead(t *testing.T, fs FS, dir string) {
 	}
 	f, err := fs.Open(name)
 	must(t, err)
-	defer f.Close()
+	defer closeT(t, f)
 	buf := make([]byte, 5)
 	n, err := f.Read(buf)
 	if n != 5 || err != nil || string(buf) != "hello" {
@@ -115,7 +115,7 @@ func testReadAtEOF(t *testing.T, fs FS, dir string) {
 	writeFile(t, fs, name, "0123456789")
 	f, err := fs.Open(name)
 	must(t, err)
-	defer f.Close()
+	defer closeT(t, f)
 	buf := make([]byte, 5)
 	if n, err := f.ReadAt(buf, 2); n != 5 || err != nil || string(buf) != "23456" {
 		t.Errorf("ReadAt inside: %d %v %q", n, err, buf)
@@ -153,10 +153,10 @@ func testOffsets(t *testing.T, fs FS, dir string) {
 	// Each descriptor has its own offset.
 	f1, err := fs.Open(name)
 	must(t, err)
-	defer f1.Close()
+	defer closeT(t, f1)
 	f2, err := fs.Open(name)
 	must(t, err)
-	defer f2.Close()
+	defer closeT(t, f2)
 	b1, b2 := make([]byte, 3), make([]byte, 3)
 	_, err = f1.Read(b1)
 	must(t, err)
@@ -201,7 +201,7 @@ func testOpenIsReadOnly(t *testing.T, fs FS, dir string) {
 	writeFile(t, fs, name, "hello")
 	f, err := fs.Open(name)
 	must(t, err)
-	defer f.Close()
+	defer closeT(t, f)
 	if _, err := f.Write([]byte("x")); err == nil {
 		t.Error("Write on Open()ed file succeeded")
 	}
@@ -256,7 +256,7 @@ func testRenameReplaces(t *testing.T, fs FS, dir string) {
 	// An open descriptor follows the inode.
 	f, err := fs.Open(c)
 	must(t, err)
-	defer f.Close()
+	defer closeT(t, f)
 	must(t, fs.Rename(c, a))
 	buf := make([]byte, 1)
 	if n, err := f.ReadAt(buf, 0); n != 1 || err != nil || buf[0] != 'A' {
@@ -289,7 +289,7 @@ func testRemove(t *testing.T, fs FS, dir string) {
 	writeFile(t, fs, a, "still here")
 	f, err := fs.Open(a)
 	must(t, err)
-	defer f.Close()
+	defer closeT(t, f)
 	must(t, fs.Remove(a))
 	b, err := io.ReadAll(f)
 	must(t, err)
@@ -358,7 +358,7 @@ func testStat(t *testing.T, fs FS, dir string) {
 	}
 	f, err := fs.OpenReadWrite(name, false)
 	must(t, err)
-	defer f.Close()
+	defer closeT(t, f)
 	_, err = f.WriteAt([]byte("678"), 5)
 	must(t, err)
 	fi, err = f.Stat()
@@ -403,7 +403,7 @@ func testLock(t *testing.T, fs FS, dir string) {
 		t.Fatalf("lock file not created: %v", err)
 	}
 	if l2, err := fs.Lock(name); err == nil {
-		l2.Close()
+		closeT(t, l2)
 		t.Fatal("second Lock succeeded")
 	}
 	must(t, l.Close())
@@ -506,7 +506,7 @@ func testMisc(t *testing.T, fs FS, dir string) {
 	// Empty reads and writes.
 	f, err = fs.OpenReadWrite(name, false)
 	must(t, err)
-	defer f.Close()
+	defer closeT(t, f)
 	if n, err := f.ReadAt(nil, 0); n != 0 || err != nil {
 		t.Errorf("empty ReadAt: %d %v", n, err)
 	}
@@ -543,11 +543,20 @@ func TestWriteFileAtomic(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(f)
-	f.Close()
+	closeT(t, f)
 	if string(b) != "second, longer" {
 		t.Fatalf("after a crash: %q", b)
 	}
 	if names, _ := after.List("/d"); len(names) != 1 {
 		t.Fatalf("directory holds %v", names)
+	}
+}
+
+// closeT closes c and fails the test on an error: a Close that fails is a
+// bug of the code under test (make lint's errcheck).
+func closeT(t testing.TB, c io.Closer) {
+	t.Helper()
+	if err := c.Close(); err != nil {
+		t.Errorf("Close: %v", err)
 	}
 }

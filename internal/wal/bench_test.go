@@ -18,12 +18,16 @@ func BenchmarkAppendSync(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer os.RemoveAll(dir)
+			defer func() {
+				if err := os.RemoveAll(dir); err != nil {
+					b.Error(err)
+				}
+			}()
 			l, err := Open(Config{Dir: dir, Logger: quietLogger})
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer l.Close()
+			defer closeT(b, l)
 			payload := make([]byte, 100)
 			for i := range payload {
 				payload[i] = byte(i)

@@ -31,7 +31,7 @@ func readAll(t *testing.T, fs vfs.FS, path string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer closeT(t, f)
 	st, err := f.Stat()
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +50,7 @@ func patch(t *testing.T, fs vfs.FS, path string, off int64, b []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer closeT(t, f)
 	if _, err := f.WriteAt(b, off); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func truncateFile(t *testing.T, fs vfs.FS, path string, size int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer closeT(t, f)
 	if err := f.Truncate(size); err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func expectCorrupt(t *testing.T, cfg Config, what string) {
 	t.Helper()
 	l, err := Open(cfg)
 	if err == nil {
-		l.Close()
+		closeT(t, l)
 		t.Fatalf("%s: Open succeeded", what)
 	}
 	if !errors.Is(err, ErrCorrupt) {
@@ -184,7 +184,7 @@ func expectTruncatedTo(t *testing.T, cfg Config, ops []op, seq uint64) {
 	if err != nil {
 		t.Fatalf("reopen after appending past the repaired tail: %v", err)
 	}
-	defer l.Close()
+	defer closeT(t, l)
 	if err := checkAgainst(l, modelAt(w.ops, math.MaxUint64)); err != nil {
 		t.Fatal(err)
 	}

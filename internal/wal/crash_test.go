@@ -104,11 +104,11 @@ func verifyRecovered(img *vfs.MemFS, ops []op, acked uint64) (*Log, uint64, erro
 	}
 	p := l.Stats().LastSeq
 	if p < acked {
-		l.Close()
+		_ = l.Close() // the verdict below is the error
 		return nil, 0, fmt.Errorf("recovered up to record %d, acknowledged %d", p, acked)
 	}
 	if err := checkAgainst(l, modelAt(ops, p)); err != nil {
-		l.Close()
+		_ = l.Close() // the check's error is the one
 		return nil, 0, fmt.Errorf("recovered up to record %d (acknowledged %d): %w", p, acked, err)
 	}
 	return l, p, nil
@@ -149,7 +149,7 @@ func secondLife(l *Log, img *vfs.MemFS, ops []op, p uint64) error {
 	if err != nil {
 		return fmt.Errorf("reopen after the second crash: %w", err)
 	}
-	defer l2.Close()
+	defer func() { _ = l2.Close() }() // only read; the checks' errors are the ones
 	if err := checkAgainst(l2, modelAt(w.ops, math.MaxUint64)); err != nil {
 		return fmt.Errorf("after the second crash: %w", err)
 	}
@@ -257,7 +257,7 @@ func rollScenario(t *testing.T, fs *vfs.MemFS, crashed func() bool) (w *writer, 
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
-	defer l.Close()
+	defer closeT(t, l)
 	w = &writer{l: l}
 	ack := func(seq uint64) {
 		if !crashed() {
@@ -378,14 +378,14 @@ func TestCrashDuringRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	acked := seq
-	l.Close()
+	closeT(t, l)
 	// A torn tail: garbage after the last record, and a roll's leftover.
 	tearTail(t, base, 77)
 	f, err := base.Create(testDir + "/" + segmentName(99) + tmpSuffix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Close()
+	closeT(t, f)
 	for _, mode := range crashModes {
 		t.Run(mode.name, func(t *testing.T) {
 			k := int64(1)
@@ -408,7 +408,7 @@ func TestCrashDuringRecovery(t *testing.T) {
 				if fs.Crashed() == nil {
 					acked2 = seq
 				}
-				l.Close()
+				closeT(t, l)
 				img := fs.Crashed()
 				if img == nil {
 					break
@@ -417,7 +417,7 @@ func TestCrashDuringRecovery(t *testing.T) {
 				if err != nil {
 					t.Fatalf("k=%d: %v", k, err)
 				}
-				l2.Close()
+				closeT(t, l2)
 			}
 			t.Logf("crashed at every one of %d operations", k-1)
 		})
@@ -430,10 +430,11 @@ func abandon(l *Log) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
+	// As kill -9 does: no Close errors to see.
 	for _, s := range l.segs {
-		s.f.Close()
+		_ = s.f.Close()
 	}
-	l.lock.Close()
+	_ = l.lock.Close()
 }
 
 // TestKillNineThenPowerLoss: after a kill -9 the next Open reads records
@@ -471,9 +472,9 @@ func TestKillNineThenPowerLoss(t *testing.T) {
 		if l.Stats().Rolls == 0 {
 			t.Fatal("no roll")
 		}
-		l.Close()
+		closeT(t, l)
 		l = mustOpen(t, smallConfig(fs.CrashClone(0, nil)))
-		defer l.Close()
+		defer closeT(t, l)
 		if li, _ := l.LastIndex(1); li != 6 {
 			t.Fatalf("last index %d after power loss, want 6", li)
 		}
@@ -507,9 +508,9 @@ func TestKillNineThenPowerLoss(t *testing.T) {
 		if err != nil || l.WaitDurable(seq) != nil {
 			t.Fatal(err)
 		}
-		l.Close()
+		closeT(t, l)
 		l = mustOpen(t, smallConfig(fs.CrashClone(0, nil)))
-		defer l.Close()
+		defer closeT(t, l)
 		if li, _ := l.LastIndex(1); li != last+1 {
 			t.Fatalf("last index %d after power loss, want %d", li, last+1)
 		}

@@ -77,7 +77,7 @@ func segmentImage(f *testing.F) []byte {
 	if err := w.compact(1, 2); err != nil {
 		f.Fatal(err)
 	}
-	l.Close()
+	closeT(f, l)
 	b, err := readFileMem(fs, testDir+"/"+segmentName(1))
 	if err != nil {
 		f.Fatal(err)
@@ -93,7 +93,7 @@ func readFileMem(fs vfs.FS, path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
@@ -127,7 +127,7 @@ func FuzzRecoverSegment(f *testing.F) {
 		if _, err := wf.WriteAt(b, 0); err != nil {
 			t.Fatal(err)
 		}
-		wf.Close()
+		closeT(t, wf)
 		cfg := smallConfig(fs)
 		l, err := Open(cfg)
 		if err != nil {
@@ -158,7 +158,7 @@ func FuzzRecoverSegment(f *testing.F) {
 		if err != nil {
 			t.Fatalf("reopen after recovery and append: %v", err)
 		}
-		defer l.Close()
+		defer closeT(t, l)
 		if li, _ := l.LastIndex(g); li != 3 {
 			t.Fatalf("appended entries lost: last index %d", li)
 		}
@@ -211,8 +211,10 @@ func FuzzReplayRecords(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wf.WriteAt(img, 0)
-		wf.Close()
+		if _, err := wf.WriteAt(img, 0); err != nil {
+			t.Fatal(err)
+		}
+		closeT(t, wf)
 		cfg := smallConfig(fs)
 		cfg.SegmentSizeBytes = 64 << 10
 		l, err := Open(cfg)
@@ -243,6 +245,6 @@ func FuzzReplayRecords(f *testing.F) {
 		if err != nil {
 			t.Fatalf("reopen after recovery and appends: %v", err)
 		}
-		l.Close()
+		closeT(t, l)
 	})
 }

@@ -240,3 +240,12 @@ func entries(group, index, term uint64, n int, sizes ...int) []Record {
 	}
 	return out
 }
+
+// closeT closes c and fails the test on an error: a Close that fails is a
+// bug of the code under test (make lint's errcheck).
+func closeT(t testing.TB, c io.Closer) {
+	t.Helper()
+	if err := c.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}

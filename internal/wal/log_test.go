@@ -33,7 +33,7 @@ func TestRoundTripAndReopen(t *testing.T) {
 		t.Fatalf("append after close: %v", err)
 	}
 	l = mustOpen(t, smallConfig(fs))
-	defer l.Close()
+	defer closeT(t, l)
 	if err := checkAgainst(l, modelAt(w.ops, math.MaxUint64)); err != nil {
 		t.Fatalf("after reopen: %v", err)
 	}
@@ -94,7 +94,7 @@ func TestManyGroupsInterleavedAcrossRolls(t *testing.T) {
 		t.Fatal(err)
 	}
 	l = mustOpen(t, smallConfig(fs))
-	defer l.Close()
+	defer closeT(t, l)
 	if err := checkAgainst(l, modelAt(w.ops, math.MaxUint64)); err != nil {
 		t.Fatalf("after reopen: %v", err)
 	}
@@ -144,7 +144,7 @@ func TestTermConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	l = mustOpen(t, smallConfig(fs))
-	defer l.Close()
+	defer closeT(t, l)
 	if err := checkAgainst(l, m); err != nil {
 		t.Fatalf("after reopen: %v", err)
 	}
@@ -152,7 +152,7 @@ func TestTermConflict(t *testing.T) {
 
 func TestAppendValidation(t *testing.T) {
 	l := mustOpen(t, smallConfig(vfs.NewMem()))
-	defer l.Close()
+	defer closeT(t, l)
 	if _, err := l.Append(entries(1, 1, 2, 3, 10)...); err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestSnapshotsAndCompaction(t *testing.T) {
 	}
 	l = mustOpen(t, smallConfig(fs))
 	w.l = l
-	defer l.Close()
+	defer closeT(t, l)
 	check("after reopen")
 }
 
@@ -278,7 +278,7 @@ func TestIdleGroupDoesNotPinTheLog(t *testing.T) {
 	}
 	l = mustOpen(t, smallConfig(fs))
 	w.l = l
-	defer l.Close()
+	defer closeT(t, l)
 	if err := checkAgainst(l, modelAt(w.ops, math.MaxUint64)); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestIdleGroupDoesNotPinTheLog(t *testing.T) {
 func TestGroupCommitSharesRounds(t *testing.T) {
 	fs := vfs.NewMem()
 	l := mustOpen(t, Config{Dir: testDir, FS: fs, Logger: quietLogger, SegmentSizeBytes: 2 << 20})
-	defer l.Close()
+	defer closeT(t, l)
 	const n = 9
 	var appended sync.WaitGroup
 	appended.Add(n)
@@ -377,7 +377,7 @@ func TestBackPressure(t *testing.T) {
 		t.Fatal(err)
 	}
 	l = mustOpen(t, cfg)
-	defer l.Close()
+	defer closeT(t, l)
 	for g := uint64(1); g <= 4; g++ {
 		if li, _ := l.LastIndex(g); li != 30 {
 			t.Fatalf("group %d: last index %d after close and reopen", g, li)
@@ -436,7 +436,7 @@ func TestConcurrentUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	l = mustOpen(t, cfg)
-	defer l.Close()
+	defer closeT(t, l)
 	for g := uint64(1); g <= groups; g++ {
 		first, _ := l.FirstIndex(g)
 		last, _ := l.LastIndex(g)
@@ -493,7 +493,7 @@ func TestSyncFailureIsSticky(t *testing.T) {
 	// Recovery from what is durable: the first three entries (the fourth
 	// may or may not have reached the disk).
 	l = mustOpen(t, smallConfig(fs.CrashClone(0, nil)))
-	defer l.Close()
+	defer closeT(t, l)
 	if li, _ := l.LastIndex(1); li != 3 {
 		t.Fatalf("after reopen: last index %d, want 3", li)
 	}
@@ -537,7 +537,9 @@ func TestRollFailure(t *testing.T) {
 				t.Fatalf("roll with a failing %s: %v", kind, err)
 			}
 			fs.InjectErrors(nil)
-			l.Close()
+			if err := l.Close(); !errors.Is(err, ErrFailed) {
+				t.Errorf("Close of the failed log: %v, want ErrFailed", err)
+			}
 			for _, pct := range []int{0, 100} {
 				l2 := mustOpen(t, smallConfig(fs.CrashClone(pct, nil)))
 				if li, _ := l2.LastIndex(1); li < acked {
@@ -546,7 +548,7 @@ func TestRollFailure(t *testing.T) {
 				if err := checkReadable(l2); err != nil {
 					t.Fatalf("keep %d%%: %v", pct, err)
 				}
-				l2.Close()
+				closeT(t, l2)
 			}
 		})
 	}
@@ -592,7 +594,7 @@ func TestConfigValidation(t *testing.T) {
 	if _, err := Open(smallConfig(fs)); err == nil {
 		t.Error("second open of a locked log succeeded")
 	}
-	l.Close()
+	closeT(t, l)
 }
 
 func TestOSFilesystem(t *testing.T) {
@@ -614,7 +616,7 @@ func TestOSFilesystem(t *testing.T) {
 		t.Fatal(err)
 	}
 	l = mustOpen(t, cfg)
-	defer l.Close()
+	defer closeT(t, l)
 	if err := checkAgainst(l, modelAt(w.ops, math.MaxUint64)); err != nil {
 		t.Fatal(err)
 	}

@@ -45,10 +45,11 @@ func Open(cfg Config) (*Log, error) {
 	}
 	l.cond = sync.NewCond(&l.mu)
 	if err := l.recover(); err != nil {
+		// Best effort: recover's error is the one; the next Open recovers again.
 		for _, s := range l.segs {
-			s.f.Close()
+			_ = s.f.Close()
 		}
-		lk.Close()
+		_ = lk.Close()
 		return nil, err
 	}
 	return l, nil

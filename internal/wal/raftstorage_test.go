@@ -19,7 +19,7 @@ func TestRaftStorageContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	defer closeT(t, l)
 	const g = 7
 	var recs []Record
 	for i := uint64(1); i <= 10; i++ {

@@ -177,7 +177,7 @@ func TestSegmentGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer closeT(t, f)
 	got, err := io.ReadAll(f)
 	if err != nil {
 		t.Fatal(err)

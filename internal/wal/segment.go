@@ -184,7 +184,7 @@ func createSegment(fs vfs.FS, dir string, logID, firstSeq uint64, sizeBytes int6
 		return fail("create", err)
 	}
 	closeFail := func(step string, err error) (*segment, error) {
-		f.Close()
+		_ = f.Close() // best effort: err is the one; the next Open removes the file
 		return fail(step, err)
 	}
 	// 2. Reserve its blocks and give it its final size: zeros.

@@ -47,7 +47,7 @@ func testZeroAhead(t *testing.T, skip bool) {
 	if n, _ := f.ReadAt(tail, end); n != len(tail) {
 		t.Fatalf("read %d bytes after the records", n)
 	}
-	f.Close()
+	closeT(t, f)
 	for i, b := range tail {
 		if b != 0 {
 			t.Fatalf("byte %d after the records is %#x", i, b)
@@ -55,9 +55,9 @@ func testZeroAhead(t *testing.T, skip bool) {
 	}
 	// The log reopens on it (a crash image of the synced state) with
 	// every record and goes on in the zeroed part, across a roll.
-	l.Close()
+	closeT(t, l)
 	l2 := mustOpen(t, cfg)
-	defer l2.Close()
+	defer closeT(t, l2)
 	if err := checkAgainst(l2, modelAt(w.ops, math.MaxUint64)); err != nil {
 		t.Fatalf("after reopen: %v", err)
 	}
@@ -70,7 +70,7 @@ func testZeroAhead(t *testing.T, skip bool) {
 		t.Fatal("no roll")
 	}
 	img := mustOpen(t, Config{Dir: testDir, FS: fs.CrashClone(0, nil), SegmentSizeBytes: cfg.SegmentSizeBytes, MaxRecordBytes: cfg.MaxRecordBytes, SkipZeroAhead: skip, Logger: quietLogger})
-	defer img.Close()
+	defer closeT(t, img)
 	if err := checkAgainst(img, modelAt(w2.ops, math.MaxUint64)); err != nil {
 		t.Fatalf("crash image after the roll: %v", err)
 	}
