@@ -29,7 +29,7 @@ func (s *Service) HeartbeatFrom(caller tlsconf.Peer, hb *metaapi.Heartbeat) (*me
 	if err := hb.Validate(); err != nil {
 		return nil, err
 	}
-	return state.Mutate(s.State, func() (*metaapi.HeartbeatResponse, *pebble.Batch, error) { return s.heartbeatLocked(caller, hb) })
+	return state.MutateControl(s.State, func() (*metaapi.HeartbeatResponse, *pebble.Batch, error) { return s.heartbeatLocked(caller, hb) })
 }
 
 // heartbeatLocked is Heartbeat, validated, under s.mu.
@@ -238,7 +238,7 @@ func (s *Service) commandsFor(n *state.Node, now time.Time) []metaapi.Command {
 // mode, copies settled and scheduled). Start runs it every TickInterval;
 // tests call it.
 func (s *Service) Tick() error {
-	_, err := state.Mutate(s.State, func() (struct{}, *pebble.Batch, error) { return struct{}{}, s.tickLocked(), nil })
+	_, err := state.MutateControl(s.State, func() (struct{}, *pebble.Batch, error) { return struct{}{}, s.tickLocked(), nil })
 	return err
 }
 

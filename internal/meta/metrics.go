@@ -14,6 +14,10 @@ func newMetrics(s *Service) *state.Metrics {
 			Help: "Datanode heartbeats accepted."}),
 		ReplicaFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_meta_replica_failures_total",
 			Help: "Pipelines closed because a member reported its replica failed."}),
+		BacklogWaits: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_meta_backlog_waits_total",
+			Help: "Client writes held back while the meta leader's proposals not yet applied were at their bound."}),
+		BacklogRefusals: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_meta_backlog_refusals_total",
+			Help: "Client writes refused BUSY after waiting for the meta leader's proposal backlog to drain."}),
 		DegradedAllocations: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_meta_degraded_allocations_total",
 			Help: "Blocks allocated on a pipeline with a STALE member (a raft majority HEALTHY) because no pipeline had every member HEALTHY."}),
 		MembersBehind: prometheus.NewCounter(prometheus.CounterOpts{Name: "spindle_meta_members_behind_total",
@@ -43,7 +47,7 @@ func newMetrics(s *Service) *state.Metrics {
 	for _, r := range []string{"replaced", "deleted", "expired"} {
 		m.DeletesScheduled.WithLabelValues(r)
 	}
-	m.Reg.MustRegister(m.Heartbeats, m.ReplicaFailures, m.MembersBehind, m.DegradedAllocations, m.Registrations, m.Allocations, m.Commits, m.Commands,
+	m.Reg.MustRegister(m.BacklogWaits, m.BacklogRefusals, m.Heartbeats, m.ReplicaFailures, m.MembersBehind, m.DegradedAllocations, m.Registrations, m.Allocations, m.Commits, m.Commands,
 		m.DeletesScheduled, m.DeletesDelivered, m.DeletesAcked, m.DeletesDropped, m.Requests, m.Refused,
 		stateCollector{s},
 		opsCollector{s}, // ops_metrics.go

@@ -40,11 +40,11 @@ const (
 	// Ready (maxRaftMsgBytes, the entries of one append message, is with
 	// the meta log entry's format).
 	maxRaftCommittedBytes = 8 << 20
-	// maxRaftUncommittedBytes bounds the leader's proposals not yet
-	// committed (raft drops a proposal beyond it: the leader's stint
-	// ends, see propose).
-	maxRaftUncommittedBytes = 64 << 20
-	maxRaftInflightMsgs     = 256
+	// Raft's bound on the leader's proposals not yet committed is
+	// state.MaxUncommittedProposalBytes (raft drops a proposal beyond
+	// it: the leader's stint ends); client writes are held back well
+	// before it (state.Config.MaxProposalBacklogBytes).
+	maxRaftInflightMsgs = 256
 	// maxInboundRaftMsgs bounds the received messages not yet stepped;
 	// more are dropped (raft resends).
 	maxInboundRaftMsgs = 4096
@@ -360,7 +360,7 @@ func (r *Member) openRaft() error {
 		AsyncStorageWrites:        true,
 		MaxSizePerMsg:             state.MaxRaftMsgBytes,
 		MaxCommittedSizePerReady:  maxRaftCommittedBytes,
-		MaxUncommittedEntriesSize: maxRaftUncommittedBytes,
+		MaxUncommittedEntriesSize: state.MaxUncommittedProposalBytes,
 		MaxInflightMsgs:           maxRaftInflightMsgs,
 		CheckQuorum:               true,
 		PreVote:                   true,
@@ -1145,7 +1145,7 @@ func (r *Member) startStint(term uint64) {
 		return
 	}
 	s.Store.Overlay = r.DB.NewIndexedBatch()
-	s.Stint, s.Proposed, s.Inflight, s.Staged = term, 0, nil, nil
+	s.BeginStint(term)
 	r.stint, r.appliedSeq, r.committedSeq = term, 0, 0
 	r.wcond.Broadcast()
 	r.log.Info("meta leader serving", "term", term, "applied", r.st.Index, "nodes", len(s.NodeByID), "buckets", len(s.Buckets))
@@ -1208,4 +1208,26 @@ func (r *Member) Status() metaapi.MetaStatus {
 func (r *Member) matchMap() map[uint64]uint64 {
 	m, _ := r.match.Load().(map[uint64]uint64)
 	return m
+}
+
+// WaitApplied waits at most d until a proposal of stint past seen is
+// applied (state.State.admitLocked's wait for the backlog to drain).
+func (r *Member) WaitApplied(stint, seen uint64, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	for r.failed == nil && r.stint == stint && r.appliedSeq <= seen {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil
+		}
+		r.wcondWaitTimeout(left)
+	}
+	if r.failed != nil {
+		return r.failed
+	}
+	if r.stint != stint {
+		return fmt.Errorf("%w: meta leadership of term %d lost while a write waited for the backlog", metaapi.ErrUnavailable, stint)
+	}
+	return nil
 }

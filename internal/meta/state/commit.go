@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -200,11 +201,28 @@ func (s *State) await(p Pending) error {
 // lock, and the answer is returned once it, and every change fn may have
 // seen, is durable.
 func Mutate[T any](s *State, fn func() (T, *pebble.Batch, error)) (T, error) {
+	return mutate(s, true, fn)
+}
+
+// MutateControl is Mutate for the cluster manager's own writes
+// (heartbeats, Tick): they are not held back by the proposal backlog,
+// whose bound is for client writes; they come at the heartbeat rate and
+// keep the cluster's view of its datanodes current while clients wait.
+func MutateControl[T any](s *State, fn func() (T, *pebble.Batch, error)) (T, error) {
+	return mutate(s, false, fn)
+}
+
+func mutate[T any](s *State, admit bool, fn func() (T, *pebble.Batch, error)) (T, error) {
 	var zero T
 	s.Mu.Lock()
 	if err := s.Usable(); err != nil {
 		s.Mu.Unlock()
 		return zero, err
+	}
+	if admit {
+		if err := s.admitLocked(); err != nil {
+			return zero, err // s.Mu released
+		}
 	}
 	v, b, err := fn()
 	var p Pending
@@ -274,7 +292,7 @@ func (s *State) EndStintLocked(why error) {
 	if s.Stint != 0 {
 		s.Log.Warn("meta leader stops serving", "term", s.Stint, "why", why)
 	}
-	s.Stint, s.Proposed, s.Inflight, s.Staged = 0, 0, nil, nil
+	s.Stint, s.Proposed, s.Inflight, s.InflightBytes, s.Staged = 0, 0, nil, 0, nil
 	s.InitMemory() // it may be ahead of the log; a follower keeps none
 	if s.Store.Overlay != nil {
 		s.Store.Overlay.Close()
@@ -337,6 +355,7 @@ func (s *State) flushStaged() {
 	s.Staged = nil // never closed: repr is the proposal's now
 	s.Proposed++
 	s.Inflight = append(s.Inflight, inflight{seq: s.Proposed, repr: repr})
+	s.InflightBytes += len(repr)
 	s.Rep.Propose(Proposal{Stint: s.Stint, Seq: s.Proposed, Repr: repr})
 	s.maybeRebuildOverlay()
 }
@@ -344,9 +363,7 @@ func (s *State) flushStaged() {
 // maybeRebuildOverlay replaces a large overlay with one of the proposals
 // still in flight (those applied are in the store). Under s.mu.
 func (s *State) maybeRebuildOverlay() {
-	applied := s.Rep.AppliedSeqNow()
-	k := sort.Search(len(s.Inflight), func(i int) bool { return s.Inflight[i].seq > applied })
-	s.Inflight = s.Inflight[k:]
+	s.trimApplied()
 	if len(s.Store.Overlay.Repr()) <= MaxOverlayBytes {
 		return
 	}
@@ -408,6 +425,9 @@ func ApplyEach[T any](s *State, pre []error, fn func(i int) (T, *pebble.Batch, e
 		s.Mu.Unlock()
 		return nil, nil, nil, err
 	}
+	if err := s.admitLocked(); err != nil {
+		return nil, nil, nil, err // s.Mu released
+	}
 	var own []Pending
 	refused := false
 	for i := range pre {
@@ -464,3 +484,67 @@ func APIError(what string, err error) *metaapi.Error {
 	code, _ := metaapi.CodeOf(err)
 	return &metaapi.Error{Code: code, Reason: metaapi.ReasonOf(err), Message: fmt.Sprintf("%s: %v", what, err)}
 }
+
+// BeginStint makes the leader of term serve from an empty proposal state
+// (raftgroup, once every entry before its term is applied and memory is
+// loaded). Under s.Mu for writing.
+func (s *State) BeginStint(term uint64) {
+	s.Stint, s.Proposed, s.Inflight, s.InflightBytes, s.Staged = term, 0, nil, 0, nil
+}
+
+// trimApplied drops the proposals the store has applied from Inflight.
+// Under s.Mu for writing.
+func (s *State) trimApplied() {
+	applied := s.Rep.AppliedSeqNow()
+	k := sort.Search(len(s.Inflight), func(i int) bool { return s.Inflight[i].seq > applied })
+	for _, f := range s.Inflight[:k] {
+		s.InflightBytes -= len(f.repr)
+	}
+	s.Inflight = s.Inflight[k:]
+}
+
+// admitLocked holds a client write back while the serving leader's
+// proposals not yet applied hold Config.MaxProposalBacklogBytes or more:
+// it waits, outside s.Mu, for applies, at most ProposalBacklogWait in all,
+// then refuses the write BUSY (metaapi.ErrBusy: the client retries).
+// Called with s.Mu held for writing and the service usable; returns nil
+// with s.Mu held, or an error with s.Mu released.
+func (s *State) admitLocked() error {
+	if s.Rep == nil || s.Stint == 0 {
+		return nil
+	}
+	var deadline time.Time
+	for {
+		s.trimApplied()
+		if s.InflightBytes < s.Cfg.MaxProposalBacklogBytes {
+			return nil
+		}
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(s.Cfg.ProposalBacklogWait)
+			s.Metrics.BacklogWaits.Inc()
+		}
+		if !now.Before(deadline) {
+			held := s.InflightBytes
+			s.Mu.Unlock()
+			s.Metrics.BacklogRefusals.Inc()
+			return fmt.Errorf("%w: the meta log holds %d bytes of changes not yet applied (bound %d) after %s: retry",
+				metaapi.ErrBusy, held, s.Cfg.MaxProposalBacklogBytes, s.Cfg.ProposalBacklogWait)
+		}
+		stint, seen := s.Stint, s.Rep.AppliedSeqNow()
+		s.Mu.Unlock()
+		err := s.Rep.WaitApplied(stint, seen, min(deadline.Sub(now), backlogPollInterval))
+		s.Mu.Lock()
+		if err == nil {
+			err = s.Usable()
+		}
+		if err != nil {
+			s.Mu.Unlock()
+			return err
+		}
+	}
+}
+
+// backlogPollInterval bounds one wait of admitLocked (it looks at the
+// backlog again after each).
+const backlogPollInterval = 100 * time.Millisecond

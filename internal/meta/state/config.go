@@ -142,6 +142,15 @@ type Config struct {
 	// entries behind the checkpoint (snapshot.go).
 	SnapshotEntries  int
 	LogRetainEntries int
+	// MaxProposalBacklogBytes (DefaultMaxProposalBacklogBytes) bounds
+	// the serving leader's proposals not yet applied to its store: a
+	// client write that finds the backlog at the bound waits for it to
+	// drain, at most ProposalBacklogWait (DefaultProposalBacklogWait),
+	// then is refused BUSY (the client retries), instead of growing it
+	// until raft drops a proposal and the leader stops serving. The
+	// cluster manager's own writes (heartbeats, Tick) are not held back.
+	MaxProposalBacklogBytes int
+	ProposalBacklogWait     time.Duration
 	// Join: a member being added to a running group (spindle admin meta
 	// add) starts with an empty log instead of bootstrapping Peers as the
 	// group, and waits for the leader's snapshot.
@@ -257,6 +266,12 @@ func (c *Config) SetDefaults() {
 	if c.ElectionTicks <= 0 {
 		c.ElectionTicks = DefaultElectionTicks
 	}
+	if c.MaxProposalBacklogBytes <= 0 {
+		c.MaxProposalBacklogBytes = DefaultMaxProposalBacklogBytes
+	}
+	if c.ProposalBacklogWait <= 0 {
+		c.ProposalBacklogWait = DefaultProposalBacklogWait
+	}
 	if c.SnapshotEntries <= 0 {
 		c.SnapshotEntries = DefaultSnapshotEntries
 	}
@@ -327,6 +342,17 @@ const (
 	MaxRaftRecordBytes = wal.MaxRecordBytesLimit
 	// maxRaftMsgBytes bounds the entries of one append message.
 	MaxRaftMsgBytes = 1 << 20
+	// DefaultMaxProposalBacklogBytes: Config.MaxProposalBacklogBytes.
+	// With one proposal of at most MaxRaftRecordBytes past it, the
+	// backlog stays under raft's bound on uncommitted entries
+	// (MaxUncommittedProposalBytes), so that raft never drops a
+	// proposal for its size.
+	DefaultMaxProposalBacklogBytes = 32 << 20
+	// MaxUncommittedProposalBytes is raft's bound on a leader's
+	// uncommitted entries (raftgroup).
+	MaxUncommittedProposalBytes = 64 << 20
+	// DefaultProposalBacklogWait: Config.ProposalBacklogWait.
+	DefaultProposalBacklogWait = 10 * time.Second
 )
 
 // Checkpoints of a replicated member (snapshot.go).

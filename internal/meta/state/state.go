@@ -106,6 +106,9 @@ type State struct {
 	Stint    uint64
 	Proposed uint64
 	Inflight []inflight
+	// InflightBytes is the bytes of Inflight's proposals: the backlog
+	// that client writes are held back on (admitLocked).
+	InflightBytes int
 	// staged: the batches staged for the stint's next proposal (nil:
 	// none); flushed before s.mu is released (raft.go, stage).
 	Staged *pebble.Batch
@@ -126,6 +129,10 @@ type Group interface {
 	AppliedSeqNow() uint64
 	// StintEnded records the end of the serving stint; under s.mu.
 	StintEnded()
+	// WaitApplied waits, outside s.mu, at most d until a proposal of
+	// stint past seen is applied; an error when the stint ended or the
+	// member failed.
+	WaitApplied(stint, seen uint64, d time.Duration) error
 }
 
 // initMemory empties the in-memory state (Open, and a replicated
@@ -561,4 +568,9 @@ type Metrics struct {
 	DeletesDropped      prometheus.Counter
 	Requests            *prometheus.HistogramVec
 	Refused             *prometheus.CounterVec
+	// BacklogWaits: client writes held back while the leader's proposals
+	// not yet applied reached MaxProposalBacklogBytes; BacklogRefusals:
+	// those still held back after ProposalBacklogWait (answered BUSY).
+	BacklogWaits    prometheus.Counter
+	BacklogRefusals prometheus.Counter
 }
