@@ -6,22 +6,40 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 func TestReadProcStat(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "stat")
-	os.WriteFile(p, []byte("cpu  100 5 50 1000 20 3 2 1 0 0\ncpu0 50 2 25 500 10 1 1 0 0 0\nintr 1 2 3\n"), 0o644)
-	busy, total, err := readProcStat(p)
+	root := t.TempDir()
+	fs, err := procfs.NewFS(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(stat string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(root, "stat"), []byte(stat), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("cpu  100 5 50 1000 20 3 2 1 0 0\ncpu0 50 2 25 500 10 1 1 0 0 0\nintr 1 2 3\n")
+	busy, total, err := readProcStat(fs)
 	if err != nil || busy != 100+5+50+3+2+1 || total != busy+1000+20 {
 		t.Fatalf("busy %d total %d err %v", busy, total, err)
 	}
-	os.WriteFile(p, []byte("cpu0 1 2 3 4 5 6 7 8\n"), 0o644)
-	if _, _, err := readProcStat(p); err == nil {
+	write("cpu0 1 2 3 4 5 6 7 8\n")
+	if _, _, err := readProcStat(fs); err == nil {
 		t.Fatal("a file without the aggregate cpu line was accepted")
 	}
-	os.WriteFile(p, []byte("cpu 1 2 x 4 5 6 7 8\n"), 0o644)
-	if _, _, err := readProcStat(p); err == nil {
+	write("cpu 1 2 x 4 5 6 7 8\n")
+	if _, _, err := readProcStat(fs); err == nil {
 		t.Fatal("a bad number was accepted")
+	}
+	if err := os.Remove(filepath.Join(root, "stat")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := startCPUSampler(fs, time.Hour); err == nil {
+		t.Fatal("a sampler started without a stat file")
 	}
 	s, err := StartCPUSampler(time.Hour)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
 	"github.com/spindle-store/spindle/internal/buildinfo"
@@ -67,17 +68,20 @@ func CaptureEnvironment(dirs []string) Environment {
 	}
 	missing := func(format string, args ...any) { env.Missing = append(env.Missing, fmt.Sprintf(format, args...)) }
 
-	if b, err := os.ReadFile(filepath.Join(procRoot, "cpuinfo")); err == nil {
-		env.CPUModel = cpuModel(string(b))
-	}
-	if env.CPUModel == "" {
-		missing("cpu model (%s/cpuinfo)", procRoot)
-	}
-	if b, err := os.ReadFile(filepath.Join(procRoot, "meminfo")); err == nil {
-		env.MemoryBytes = memTotalBytes(string(b))
-	}
-	if env.MemoryBytes == 0 {
-		missing("memory (%s/meminfo)", procRoot)
+	if fs, err := procfs.NewFS(procRoot); err != nil {
+		missing("cpu model (%s/cpuinfo): %v", procRoot, err)
+		missing("memory (%s/meminfo): %v", procRoot, err)
+	} else {
+		if env.CPUModel, err = cpuModel(fs); err != nil {
+			missing("cpu model (%s/cpuinfo): %v", procRoot, err)
+		} else if env.CPUModel == "" {
+			missing("cpu model (%s/cpuinfo)", procRoot)
+		}
+		if env.MemoryBytes, err = memTotalBytes(fs); err != nil {
+			missing("memory (%s/meminfo): %v", procRoot, err)
+		} else if env.MemoryBytes == 0 {
+			missing("memory (%s/meminfo)", procRoot)
+		}
 	}
 	var u unix.Utsname
 	if err := unix.Uname(&u); err == nil {
@@ -128,34 +132,44 @@ func CaptureEnvironment(dirs []string) Environment {
 	return env
 }
 
-// cpuModel returns the first "model name" of /proc/cpuinfo.
-func cpuModel(cpuinfo string) string {
-	for _, line := range strings.Split(cpuinfo, "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
+// cpuModel returns the "model name" of the first processor of cpuinfo
+// under fs, read through procfs (trimmed, as the hand parser it replaced
+// did: TestCPUAndMemorySameFigures); "" when it has none (arm64 kernels
+// write none). procfs parses cpuinfo by architecture (x86's and ARM's
+// layouts, and others); the whole file must parse.
+func cpuModel(fs procfs.FS) (string, error) {
+	cpus, err := fs.CPUInfo()
+	if err != nil {
+		return "", err
 	}
-	return ""
+	if len(cpus) == 0 {
+		return "", nil
+	}
+	return strings.TrimSpace(cpus[0].ModelName), nil
 }
 
-// memTotalBytes returns MemTotal of /proc/meminfo in bytes.
-func memTotalBytes(meminfo string) uint64 {
-	for _, line := range strings.Split(meminfo, "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == "MemTotal:" {
-			kb, err := strconv.ParseUint(f[1], 10, 64)
-			if err == nil {
-				return kb << 10
-			}
-		}
+// memTotalBytes returns MemTotal of meminfo under fs in bytes (kB × 1024),
+// read through procfs; 0 when it has none.
+func memTotalBytes(fs procfs.FS) (uint64, error) {
+	m, err := fs.Meminfo()
+	if err != nil {
+		return 0, err
 	}
-	return 0
+	if m.MemTotalBytes == nil {
+		return 0, nil
+	}
+	return *m.MemTotalBytes, nil
 }
 
 type mountInfo struct {
 	device, mountPoint, options, fsType, source string
 }
+
+// mountinfo keeps its hand parser: procfs's (FS.GetMounts) hands the
+// per-mount and superblock options over as maps, losing the order the
+// kernel wrote them in, which DirInfo.Options reports as written; it
+// leaves the mount point and source octal-escaped; and one line it cannot
+// parse fails the whole file, where this one skips the line.
 
 // maxMountInfoLines bounds how much of mountinfo is read.
 const maxMountInfoLines = 100000
