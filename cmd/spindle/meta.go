@@ -67,8 +67,13 @@ on an empty --dir.`,
 				if !cmd.Flags().Changed("listen") {
 					cfg.Listen = m[cfg.ID]
 				}
+				if cfg.RestoreAsNewGroup && (cfg.Join || len(m) != 1) {
+					return usageErr(errors.New("--restore starts a new group of one: --peers names this member only, without --join"))
+				}
 			} else if cfg.Join {
 				return usageErr(errors.New("--join needs --peers: the members to join"))
+			} else if cfg.RestoreAsNewGroup {
+				return usageErr(errors.New("--restore needs --peers ID=ADDR (this member): a single meta service opens a restored backup as it is"))
 			} else if cfg.ID > 1 {
 				return usageErr(errors.New("--id without --peers: a single meta service is member 1"))
 			}
@@ -116,6 +121,7 @@ on an empty --dir.`,
 	f.Uint64Var(&cfg.ID, "id", 0, "this member's ID in --peers")
 	f.StringVar(&peers, "peers", "", "the members of a replicated meta service: ID=HOST:PORT,… (each member's --listen)")
 	f.BoolVar(&cfg.Join, "join", false, "join a running group as a member added by 'spindle admin meta add' (empty --dir; no bootstrap)")
+	f.BoolVar(&cfg.RestoreAsNewGroup, "restore", false, "--dir holds a restored backup (spindle admin meta backup): start a new group of this member alone from it (--peers ID=ADDR of this member only); grow it with 'spindle admin meta add'")
 	f.IntVar(&cfg.SnapshotEntries, "snapshot-entries", meta.DefaultSnapshotEntries, "checkpoint the store every this many applied raft entries")
 	f.IntVar(&cfg.LogRetainEntries, "log-retain-entries", meta.DefaultLogRetainEntries, "raft log entries kept behind the latest checkpoint, for followers a little behind (negative: none)")
 	checkReplication = addReplicationFlags(f, &cfg)

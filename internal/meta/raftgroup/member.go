@@ -312,8 +312,16 @@ func (r *Member) openRaft() error {
 		// Bootstrap: every member starts from the same snapshot at (1, 1)
 		// holding the membership (as a pipeline does).
 		if r.st.Index > 1 {
-			return fmt.Errorf("meta: the store has applied the meta log to %d but the raft log is empty", r.st.Index)
+			if !r.s.Cfg.RestoreAsNewGroup {
+				return fmt.Errorf("meta: the store has applied the meta log to %d but the raft log is empty: "+
+					"a restored backup starts a new group of this member alone with --restore (docs/OPERATIONS.md §6)", r.st.Index)
+			}
+			if err := r.bootstrapRestored(); err != nil {
+				return err
+			}
 		}
+	}
+	if last == 0 && !hasSnap && !r.s.Cfg.Join && r.st.Index <= 1 {
 		voters := slices.Sorted(maps.Keys(r.s.Cfg.Peers))
 		cs, err := proto.Marshal(&pb.ConfState{Voters: voters})
 		if err != nil {
@@ -1229,5 +1237,53 @@ func (r *Member) WaitApplied(stint, seen uint64, d time.Duration) error {
 	if r.stint != stint {
 		return fmt.Errorf("%w: meta leadership of term %d lost while a write waited for the backlog", metaapi.ErrUnavailable, stint)
 	}
+	return nil
+}
+
+// bootstrapRestored starts a new group of this member alone from a store
+// restored from a backup (Config.RestoreAsNewGroup; the raft log is
+// empty, the store has applied the old group's log to r.st.Index): the
+// store's member set becomes this member (synced), then the raft log
+// starts from a snapshot at the store's applied index holding it, so
+// that raft restarts from the store as after a snapshot install.
+// Members are then added one at a time (spindle admin meta add): each
+// gets the store as a snapshot. A crash between the two writes leaves an
+// empty log, and the same start does both again.
+func (r *Member) bootstrapRestored() error {
+	peers := r.s.Cfg.Peers
+	if len(peers) != 1 || peers[r.id] == "" {
+		return fmt.Errorf("meta: --restore starts a group of one: --peers must name this member (%d) only, not %d members", r.id, len(peers))
+	}
+	b := r.DB.NewBatch()
+	err := b.Set(membersKey, encodeMembers(peers), nil)
+	if err == nil {
+		err = b.Commit(pebble.Sync)
+	}
+	if cerr := b.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("meta: restore: record the member set: %w", err)
+	}
+	r.setMembers(peers)
+	r.hasMembers = true
+	cs, err := proto.Marshal(&pb.ConfState{Voters: []uint64{r.id}})
+	if err != nil {
+		return err
+	}
+	// The snapshot's term is the last proposal's the store applied: no
+	// other log of this new group exists to disagree with it, and the
+	// member's first election takes a term past it.
+	term := max(1, r.st.Term)
+	seq, err := r.WAL.Append(wal.SnapshotRecord(WALGroup, r.st.Index, term, cs),
+		wal.HardStateRecord(WALGroup, wal.HardState{Term: term, Commit: r.st.Index}))
+	if err == nil {
+		err = r.WAL.WaitDurable(seq)
+	}
+	if err != nil {
+		return fmt.Errorf("meta: restore: start the raft log: %w", err)
+	}
+	r.log.Info("meta raft group restored from a backup: a new group of one; add members with spindle admin meta add",
+		"member", r.id, "index", r.st.Index, "term", term)
 	return nil
 }

@@ -151,6 +151,11 @@ type Config struct {
 	// cluster manager's own writes (heartbeats, Tick) are not held back.
 	MaxProposalBacklogBytes int
 	ProposalBacklogWait     time.Duration
+	// RestoreAsNewGroup (--restore): Dir holds a store restored from a
+	// backup, of a group whose members are gone; the member starts a new
+	// group of Peers, which must be this member alone, from it (raftgroup,
+	// bootstrapRestored). Ignored once the raft log exists.
+	RestoreAsNewGroup bool
 	// Join: a member being added to a running group (spindle admin meta
 	// add) starts with an empty log instead of bootstrapping Peers as the
 	// group, and waits for the leader's snapshot.
