@@ -95,17 +95,16 @@ func CreateOffline(dir string) (*OfflineWriter, error) {
 	}
 	it, err := db.NewIter(nil)
 	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("meta: offline: %s: %w", dir, err)
+		return nil, errors.Join(fmt.Errorf("meta: offline: %s: %w", dir, err), db.Close())
 	}
 	found := it.First()
 	err = errors.Join(it.Error(), it.Close())
 	if err != nil || found {
-		db.Close()
+		cerr := db.Close()
 		if err == nil {
 			err = fmt.Errorf("%w: %s already holds a meta store: the offline writer only creates new ones", metaapi.ErrExists, dir)
 		}
-		return nil, fmt.Errorf("meta: offline: %w", err)
+		return nil, fmt.Errorf("meta: offline: %w", errors.Join(err, cerr))
 	}
 	return &OfflineWriter{
 		dir: dir, db: db, b: db.NewBatch(), now: time.Now().UTC(),
@@ -138,7 +137,7 @@ func (w *OfflineWriter) put(k, v []byte) error {
 		return nil
 	}
 	err := w.b.Commit(pebble.NoSync)
-	w.b.Close()
+	state.CloseBatch(w.b)
 	w.b = w.db.NewBatch()
 	if err != nil {
 		w.failed = err
@@ -332,7 +331,7 @@ func (w *OfflineWriter) Close() error {
 		return nil
 	}
 	w.done = true
-	defer w.b.Close()
+	defer state.CloseBatch(w.b)
 	if w.failed != nil {
 		return errors.Join(fmt.Errorf("meta: offline: store incomplete: %w", w.failed), w.db.Close())
 	}
