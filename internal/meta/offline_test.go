@@ -67,7 +67,7 @@ func TestOfflineWriterStoreOpens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer mustClose(t, s)
 	nodes, err := s.Nodes()
 	if err != nil || len(nodes.Nodes) != 4 {
 		t.Fatalf("nodes %+v %v", nodes, err)
@@ -145,7 +145,7 @@ func TestOfflineWriterRefusesBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
+	defer mustClose(t, w)
 	offlineState(t, w)
 	if err := w.AddContainer(3, 1, 50, 2); err != nil {
 		t.Fatal(err)
@@ -225,13 +225,13 @@ func TestOfflineWriterIncompleteStoreRefused(t *testing.T) {
 	if err := w.b.Commit(pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
-	w.b.Close()
+	mustClose(t, w.b)
 	if err := w.db.Close(); err != nil {
 		t.Fatal(err)
 	}
 	s, err := Open(state.Config{Dir: dir, TickInterval: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err == nil {
-		s.Close()
+		mustClose(t, s)
 		t.Fatal("Open accepted a store without counters")
 	}
 	if !errors.Is(err, state.ErrCorrupt) {
