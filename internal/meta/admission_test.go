@@ -24,8 +24,10 @@ func rawPost(t *testing.T, addr, route string, n int64, first string) net.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
-	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: meta\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", route, n, first)
+	t.Cleanup(func() { mustClose(t, c) })
+	if _, err := fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: meta\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", route, n, first); err != nil {
+		t.Fatal(err)
+	}
 	return c
 }
 
@@ -33,7 +35,7 @@ func rawPost(t *testing.T, addr, route string, n int64, first string) net.Conn {
 // fails the test instead of hanging it).
 func answer(t *testing.T, c net.Conn) (int, string) {
 	t.Helper()
-	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	mustNo(t, c.SetReadDeadline(time.Now().Add(30*time.Second)))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatalf("no answer: %v", err)
@@ -85,7 +87,7 @@ func TestBodiesInFlightAreBounded(t *testing.T) {
 		t.Fatalf("a request without a body with the room full: %v", err)
 	}
 
-	holder.Close() // its body ends short: INVALID, and the room is given back
+	mustClose(t, holder) // its body ends short: INVALID, and the room is given back
 	waitFor(t, "the first body's room given back", func() bool { return srv.svc.bodies.inFlightBytes.Load() == 0 })
 	c = rawPost(t, srv.Addr(), "/v1/allocate", 2, "{}")
 	if status, body := answer(t, c); status == http.StatusServiceUnavailable {

@@ -119,7 +119,7 @@ func serveTLS(t *testing.T, pki *testPKI) (*Server, *logBuffer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { srv.Close() })
+	t.Cleanup(func() { mustClose(t, srv) })
 	return srv, logs
 }
 
@@ -229,7 +229,7 @@ func TestAdminCallsNeedAdminCertificate(t *testing.T) {
 		{"backup", false, func(c *metaapi.Client) error {
 			rc, err := c.Backup(ctx)
 			if err == nil {
-				rc.Close()
+				mustClose(t, rc)
 			}
 			return err
 		}},
@@ -328,7 +328,7 @@ func TestJoinToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { srv.Close() })
+	t.Cleanup(func() { mustClose(t, srv) })
 	ctx := context.Background()
 	admin := clientAs(t, srv, pki.settings("alice", tlsconf.RoleAdmin))
 	client := clientAs(t, srv, pki.settings("bob", tlsconf.RoleClient))
@@ -397,7 +397,7 @@ func TestJoinToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.Body.Close()
+		mustClose(t, r.Body)
 		if r.StatusCode != http.StatusForbidden {
 			t.Errorf("GET %s without a certificate: %d, want 403", path, r.StatusCode)
 		}
@@ -407,9 +407,9 @@ func TestJoinToken(t *testing.T) {
 	c, err := tls.Dial("tcp", srv.Addr(), tc2)
 	if err == nil {
 		// TLS 1.3: the server's refusal arrives with the first read.
-		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		mustNo(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
 		_, err = c.Read(make([]byte, 1))
-		c.Close()
+		mustClose(t, c)
 	}
 	if err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("a connection without certificate nor join ALPN: %v, want the handshake refused", err)
@@ -429,7 +429,7 @@ func TestAdminTokenWithoutTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { srv.Close() })
+	t.Cleanup(func() { mustClose(t, srv) })
 	ctx := context.Background()
 	plain := must[*metaapi.Client](t)(metaapi.NewClient(srv.Addr(), metaapi.ClientOptions{Attempts: 1}))
 	wrong := must[*metaapi.Client](t)(metaapi.NewClient(srv.Addr(), metaapi.ClientOptions{Attempts: 1, AdminToken: "not-the-token-0123456789"}))
@@ -457,7 +457,7 @@ func TestAdminTokenWithoutTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { open.Close() })
+	t.Cleanup(func() { mustClose(t, open) })
 	oc := must[*metaapi.Client](t)(metaapi.NewClient(open.Addr(), metaapi.ClientOptions{Attempts: 1}))
 	must[metaapi.Bucket](t)(oc.CreateBucket(ctx, "bkt"))
 	if err := oc.DeleteBucket(ctx, "bkt"); err != nil {

@@ -169,7 +169,7 @@ func UnpackBackup(r io.Reader, dir string) (files int, total int64, err error) {
 	}
 	defer func() {
 		if err != nil {
-			os.RemoveAll(tmp)
+			err = errors.Join(err, os.RemoveAll(tmp))
 		}
 	}()
 	store := filepath.Join(tmp, backupPrefix)

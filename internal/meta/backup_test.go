@@ -25,7 +25,7 @@ func TestBackupUnpackWholeOrNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer mustClose(t, s)
 	mc, err := metaapi.NewClient(s.Addr(), metaapi.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +38,7 @@ func TestBackupUnpackWholeOrNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	stream, err := io.ReadAll(body)
-	body.Close()
+	mustClose(t, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,9 +56,11 @@ func TestBackupUnpackWholeOrNothing(t *testing.T) {
 	}
 	var evil bytes.Buffer
 	tw := tar.NewWriter(&evil)
-	tw.WriteHeader(&tar.Header{Name: "pebble/../../escape", Mode: 0o644, Size: 1, Typeflag: tar.TypeReg})
-	tw.Write([]byte("x"))
-	tw.Close()
+	mustNo(t, tw.WriteHeader(&tar.Header{Name: "pebble/../../escape", Mode: 0o644, Size: 1, Typeflag: tar.TypeReg}))
+	if _, err := tw.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, tw)
 	if _, _, err := UnpackBackup(&evil, filepath.Join(t.TempDir(), "b")); err == nil || !strings.Contains(err.Error(), "unexpected entry") {
 		t.Errorf("an entry outside pebble/: %v", err)
 	}
@@ -71,7 +73,7 @@ func TestBackupUnpackWholeOrNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer restored.Close()
+	defer mustClose(t, restored)
 	bl, err := restored.ListBuckets()
 	if err != nil || len(bl.Buckets) != 1 || bl.Buckets[0].Name != "kept" {
 		t.Errorf("the restored store has buckets %+v (%v), want [kept]", bl, err)
@@ -83,8 +85,10 @@ func TestBackupUnpackWholeOrNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			t.Fatal(err)
+		}
+		mustClose(t, resp.Body)
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("backup answered %d", resp.StatusCode)
 		}

@@ -835,7 +835,7 @@ func (r *crashRun) secondLife(s2 *Service, img *vfs.MemFS, cfg state.Config, j i
 	if err != nil {
 		r.fatalf("reopen after the second crash: %v", err)
 	}
-	defer s3.Close()
+	defer mustClose(r.t, s3)
 	got, err := readNS(s3)
 	if err != nil {
 		r.fatalf("after the second crash: %v", err)
@@ -893,7 +893,7 @@ func crashAtOp(t *testing.T, k int64, keepPct int) (finished bool) {
 	if err != nil {
 		t.Fatalf("k=%d: reopen after the crash: %v", k, err)
 	}
-	defer s2.Close()
+	defer mustClose(t, s2)
 	j := r.checkRecovered(s2)
 	r.secondLife(s2, img, cfg, j)
 	return false

@@ -77,7 +77,7 @@ func TestEndToEndWithDatanodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer kc.Close()
+	defer mustClose(t, kc)
 	if _, err := kc.CreateBucket(ctx, "bkt"); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -49,7 +50,7 @@ func open(t *testing.T, cfg state.Config) *Service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { mustClose(t, s) })
 	return s
 }
 
@@ -60,6 +61,15 @@ func must[T any](t *testing.T) func(T, error) T {
 			t.Fatal(err)
 		}
 		return v
+	}
+}
+
+// mustClose closes c, failing the test on an error (a cleanup's or a
+// deferred Close's too); a connection closed already is not one.
+func mustClose(t testing.TB, c io.Closer) {
+	t.Helper()
+	if err := c.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		t.Errorf("close: %v", err)
 	}
 }
 

@@ -256,36 +256,27 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		w.WriteHeader(status)
 		return
 	}
-	if ga, ok := v.(getsAnswer); ok {
-		b, err := metaapi.EncodeGetBatchResult(ga)
-		if err != nil {
-			metaapi.WriteError(w, http.StatusInternalServerError, metaapi.CodeInternal, "encoding the response: "+err.Error())
-			return
-		}
-		w.Header().Set("Content-Type", metaapi.InlineContentType)
-		w.WriteHeader(status)
-		w.Write(b)
-		return
+	var b []byte
+	var err error
+	ctype := metaapi.InlineContentType
+	switch a := v.(type) {
+	case getsAnswer:
+		b, err = metaapi.EncodeGetBatchResult(a)
+	case inlineAnswer:
+		b, err = metaapi.EncodeInline(a.ki, a.value)
+	default:
+		ctype = "application/json"
+		b, err = json.Marshal(v)
+		b = append(b, '\n')
 	}
-	if ia, ok := v.(inlineAnswer); ok {
-		b, err := metaapi.EncodeInline(ia.ki, ia.value)
-		if err != nil {
-			metaapi.WriteError(w, http.StatusInternalServerError, metaapi.CodeInternal, "encoding the response: "+err.Error())
-			return
-		}
-		w.Header().Set("Content-Type", metaapi.InlineContentType)
-		w.WriteHeader(status)
-		w.Write(b)
-		return
-	}
-	b, err := json.Marshal(v)
 	if err != nil {
 		metaapi.WriteError(w, http.StatusInternalServerError, metaapi.CodeInternal, "encoding the response: "+err.Error())
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Type", ctype)
 	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	// A failed write is a client gone: it has no one else to be told to.
+	_, _ = w.Write(b)
 }
 
 // decodeBody reads one JSON value of at most MaxRequestBytes.
@@ -358,8 +349,7 @@ func Start(cfg state.Config) (*Server, error) {
 	ln := cfg.Listener
 	if ln == nil {
 		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-			svc.Close()
-			return nil, fmt.Errorf("meta: listen: %w", err)
+			return nil, errors.Join(fmt.Errorf("meta: listen: %w", err), svc.Close())
 		}
 	}
 	// Addr stays the TCP listener's; every connection it accepts must
@@ -430,7 +420,9 @@ func (s *Server) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 		defer cancel()
 		if serr := s.srv.Shutdown(ctx); serr != nil {
-			s.srv.Close()
+			// Past ShutdownTimeout the connections left are cut; Close's
+			// error is the listeners', which Shutdown closed already.
+			_ = s.srv.Close()
 		}
 		s.wg.Wait()
 		err = s.svc.Close()
@@ -447,8 +439,7 @@ func Run(ctx context.Context, cfg state.Config) error {
 	}
 	if cfg.ReadyFile != "" {
 		if err := WriteReady(cfg.ReadyFile, s.Addr()); err != nil {
-			s.Close()
-			return err
+			return errors.Join(err, s.Close())
 		}
 	}
 	var serr error

@@ -27,7 +27,7 @@ func serve(t *testing.T, cfg state.Config) (*Server, *metaapi.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { srv.Close() })
+	t.Cleanup(func() { mustClose(t, srv) })
 	cl, err := metaapi.NewClient(srv.Addr(), metaapi.ClientOptions{Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -41,16 +41,16 @@ func snapshot(t *testing.T, cl *metaapi.Client) string {
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
 	nodes := must[[]metaapi.NodeInfo](t)(cl.Nodes(bg))
-	enc.Encode(nodes)
-	enc.Encode(must[[]metaapi.Pipeline](t)(cl.Pipelines(bg)))
-	enc.Encode(must[[]metaapi.ContainerInfo](t)(cl.Containers(bg)))
+	mustNo(t, enc.Encode(nodes))
+	mustNo(t, enc.Encode(must[[]metaapi.Pipeline](t)(cl.Pipelines(bg))))
+	mustNo(t, enc.Encode(must[[]metaapi.ContainerInfo](t)(cl.Containers(bg))))
 	bl := must[metaapi.BucketList](t)(cl.ListBuckets(bg))
-	enc.Encode(bl)
+	mustNo(t, enc.Encode(bl))
 	for _, bk := range bl.Buckets {
 		l := must[metaapi.KeyList](t)(cl.List(bg, bk.Name, metaapi.ListOptions{}))
-		enc.Encode(l)
+		mustNo(t, enc.Encode(l))
 		for _, k := range l.Keys {
-			enc.Encode(must[metaapi.KeyInfo](t)(cl.GetKey(bg, bk.Name, k.Key)))
+			mustNo(t, enc.Encode(must[metaapi.KeyInfo](t)(cl.GetKey(bg, bk.Name, k.Key))))
 		}
 	}
 	return b.String()
@@ -98,7 +98,7 @@ func TestMalformedHeartbeatsRefusedAndChangeNothing(t *testing.T) {
 	mod := func(f func(hb *metaapi.Heartbeat)) *metaapi.Heartbeat {
 		b, _ := json.Marshal(good)
 		var hb metaapi.Heartbeat
-		json.Unmarshal(b, &hb)
+		mustNo(t, json.Unmarshal(b, &hb))
 		f(&hb)
 		return &hb
 	}
@@ -153,7 +153,7 @@ func TestMalformedHeartbeatsRefusedAndChangeNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		mustClose(t, resp.Body)
 		var e metaapi.Error
 		if resp.StatusCode != 400 || json.Unmarshal(b, &e) != nil || e.Code != metaapi.CodeInvalid {
 			t.Fatalf("body %q: HTTP %d %s, want 400 INVALID", body, resp.StatusCode, b)
@@ -241,7 +241,7 @@ func mustDo(t *testing.T, req *http.Request) *http.Response {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { resp.Body.Close() })
+	t.Cleanup(func() { mustClose(t, resp.Body) })
 	return resp
 }
 
@@ -252,7 +252,7 @@ func TestClientUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	ln.Close()
+	mustClose(t, ln)
 	cl := must[*metaapi.Client](t)(metaapi.NewClient(addr, metaapi.ClientOptions{Attempts: 2, Backoff: time.Millisecond}))
 	_, err = cl.ListBuckets(bg)
 	wantErr(t, err, metaapi.ErrUnavailable, "unreachable meta")
@@ -292,8 +292,12 @@ func TestClientRetriesIdempotentCallsOnly(t *testing.T) {
 	}
 	f := &flaky{fails: 2, seen: map[string]int{}}
 	hs := &http.Server{Handler: f}
-	go hs.Serve(ln)
-	t.Cleanup(func() { hs.Close() })
+	go func() {
+		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	t.Cleanup(func() { mustClose(t, hs) })
 	cl := must[*metaapi.Client](t)(metaapi.NewClient("http://"+ln.Addr().String(), metaapi.ClientOptions{Attempts: 3, Backoff: time.Millisecond}))
 	l := must[metaapi.BucketList](t)(cl.ListBuckets(bg))
 	if len(l.Buckets) != 1 || f.seen["GET /v1/buckets"] != 3 {

@@ -189,7 +189,7 @@ func TestInlineOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	mustClose(t, resp.Body)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("plain JSON inline commit: HTTP %d", resp.StatusCode)
 	}
@@ -197,7 +197,7 @@ func TestInlineOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer mustClose(t, resp.Body)
 	var plain metaapi.KeyInfo
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		t.Fatalf("get without Accept: content type %q", ct)
@@ -212,7 +212,7 @@ func TestInlineOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	mustClose(t, resp.Body)
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("a framed body with a bad length: HTTP %d, want 400", resp.StatusCode)
 	}
@@ -473,13 +473,13 @@ func TestReplicatedInlineValues(t *testing.T) {
 			v, closer, err := svc.Store.Get(state.ObjectKey("inl", fmt.Sprintf("k%02d", i)))
 			mustNo(t, err)
 			rec, err := state.DecodeKey(v)
-			closer.Close()
+			mustClose(t, closer)
 			mustNo(t, err)
 			if !bytes.Equal(rec.Inline, inlineValue(int64(i), 500+100*i)) {
 				t.Fatalf("member %d's store: k%02d holds %d bytes inline", m+1, i, len(rec.Inline))
 			}
 		}
-		svc.Close()
+		mustClose(t, svc)
 	}
 }
 
@@ -589,6 +589,6 @@ func TestInlineValuesInBlobFiles(t *testing.T) {
 	mustNo(t, err)
 	restored, err := Open(state.Config{Dir: restoredDir, Logger: quiet})
 	mustNo(t, err)
-	defer restored.Close()
+	defer mustClose(t, restored)
 	check("a backup", restored)
 }

@@ -253,7 +253,9 @@ func TestAllocationsUniqueAcrossRestart(t *testing.T) {
 			lastLocal[a.Block.Container] = a.Block.Local
 			// Commit some, so that containers fill and new ones come.
 			if a.Block.Local%2 == 0 {
-				c.s.CommitKey("bkt", "k", &metaapi.CommitKey{Size: 100, Blocks: []metaapi.KeyBlock{{BlockRef: a.Block, Length: 100}}})
+				if _, err := c.s.CommitKey("bkt", "k", &metaapi.CommitKey{Size: 100, Blocks: []metaapi.KeyBlock{{BlockRef: a.Block, Length: 100}}}); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 	}

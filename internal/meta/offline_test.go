@@ -66,7 +66,7 @@ func TestOfflineWriterStoreOpens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer mustClose(t, s)
 	nodes, err := s.Nodes()
 	if err != nil || len(nodes.Nodes) != 4 {
 		t.Fatalf("nodes %+v %v", nodes, err)
@@ -144,7 +144,7 @@ func TestOfflineWriterRefusesBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
+	defer mustClose(t, w)
 	offlineState(t, w)
 	if err := w.AddContainer(3, 1, 50, 2); err != nil {
 		t.Fatal(err)

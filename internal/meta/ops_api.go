@@ -49,11 +49,11 @@ func (s *Service) NodeOp(id uint64, op string, d time.Duration) (*metaapi.NodeIn
 			s.Log.Warn("datanode DECOMMISSIONING: its containers are copied to other nodes", "node", id, "was", cur.Name())
 		case metaapi.OpMaintenance:
 			if d <= 0 || d > metaapi.MaxMaintenance {
-				b.Close()
+				state.CloseBatch(b)
 				return nil, nil, fmt.Errorf("%w: maintenance of %s: want (0, %s]", metaapi.ErrInvalid, d, metaapi.MaxMaintenance)
 			}
 			if cur.State == state.OpDecommissioning || cur.State == state.OpDecommissioned {
-				b.Close()
+				state.CloseBatch(b)
 				return nil, nil, fmt.Errorf("%w: datanode %d is %s: recommission it first", metaapi.ErrInvalid, id, cur.Name())
 			}
 			s.SetOp(b, id, state.OpState{State: state.OpMaintenance, Since: now, Until: now.Add(d)})
@@ -64,7 +64,7 @@ func (s *Service) NodeOp(id uint64, op string, d time.Duration) (*metaapi.NodeIn
 				s.Log.Warn("datanode recommissioned: IN_SERVICE again", "node", id, "was", cur.Name())
 			}
 		default:
-			b.Close()
+			state.CloseBatch(b)
 			return nil, nil, fmt.Errorf("%w: unknown operation %q (want %s, %s or %s)", metaapi.ErrInvalid, op,
 				metaapi.OpDecommission, metaapi.OpMaintenance, metaapi.OpRecommission)
 		}

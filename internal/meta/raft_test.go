@@ -222,9 +222,9 @@ func TestReplicatedFollowerRedirects(t *testing.T) {
 		_, closer, err := svc.Store.Get(state.BucketKey("via-follower"))
 		ok := err == nil
 		if ok {
-			closer.Close()
+			mustClose(t, closer)
 		}
-		svc.Close()
+		mustClose(t, svc)
 		if !ok {
 			t.Errorf("member %d: the store lacks bucket via-follower", i+1)
 		}
@@ -329,7 +329,7 @@ func TestReplicatedLeaderLossKeepsAcknowledgedKeys(t *testing.T) {
 		mustNo(t, err)
 		var keys []string
 		mustNo(t, svc.Scan(state.PrefixKey, func(k, v []byte) error { keys = append(keys, string(k)); return nil }))
-		svc.Close()
+		mustClose(t, svc)
 		lists = append(lists, strings.Join(keys, ","))
 	}
 	if lists[0] != lists[1] || lists[1] != lists[2] {
@@ -433,7 +433,7 @@ func TestRestartWithStoreAheadOfCommitIndex(t *testing.T) {
 	mustNo(t, db.Close())
 	svc, err = Open(cfg)
 	mustNo(t, err)
-	defer svc.Close()
+	defer mustClose(t, svc)
 	if got := svc.MetaStatus().AppliedIndex; got != 3 {
 		t.Fatalf("applied index %d after the restart, want 3", got)
 	}
@@ -624,7 +624,7 @@ func TestReplicatedBatchIsOneEntry(t *testing.T) {
 				t.Fatalf("member %d: key %s: %v", i+1, k.key, err)
 			}
 			kr, err := state.DecodeKey(v)
-			c.Close()
+			mustClose(t, c)
 			if err != nil || !bytes.Equal(kr.Inline, k.want) {
 				t.Fatalf("member %d: key %s: %v, %d bytes inline, want %d", i+1, k.key, err, len(kr.Inline), len(k.want))
 			}
@@ -649,7 +649,7 @@ func TestFoldProposals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	defer mustClose(t, db)
 	prop := func(stint, seq uint64, valBytes int) state.Proposal {
 		b := db.NewBatch()
 		state.Set(b, fmt.Appendf(nil, "k%d", seq), make([]byte, valBytes))
@@ -679,14 +679,14 @@ func TestFoldProposals(t *testing.T) {
 		if err != nil {
 			t.Fatalf("k%d: %v", seq, err)
 		}
-		c.Close()
+		mustClose(t, c)
 		if want := map[bool]int{true: big, false: 10}[seq == 3 || seq == 4]; len(v) != want {
 			t.Fatalf("k%d: %d bytes, want %d", seq, len(v), want)
 		}
 	}
 	if _, c, err := db.Get([]byte("k9")); !errors.Is(err, pebble.ErrNotFound) {
 		if c != nil {
-			c.Close()
+			mustClose(t, c)
 		}
 		t.Fatalf("the ended stint's proposal: %v, want not found", err)
 	}
@@ -721,7 +721,7 @@ func TestReplicatedAnswersOnceCommitted(t *testing.T) {
 	}
 	if _, c, err := ld.rep.DB.Get(state.ObjectKey("bkt", "k")); !errors.Is(err, pebble.ErrNotFound) {
 		if c != nil {
-			c.Close()
+			mustClose(t, c)
 		}
 		t.Fatalf("the leader's store holds the key before its apply: %v", err)
 	}
@@ -734,7 +734,7 @@ func TestReplicatedAnswersOnceCommitted(t *testing.T) {
 	waitFor(t, "the leader's store applies the key", func() bool {
 		_, c, err := ld.rep.DB.Get(state.ObjectKey("bkt", "k"))
 		if err == nil {
-			c.Close()
+			mustClose(t, c)
 		}
 		return err == nil
 	})

@@ -546,7 +546,7 @@ func TestReplicationOverHTTP(t *testing.T) {
 		t.Fatalf("after the exit: %+v", st)
 	}
 	resp := mustDo(t, must[*http.Request](t)(http.NewRequest(http.MethodGet, "http://"+srv.Addr()+"/v1/safemode/exit", nil)))
-	resp.Body.Close()
+	mustClose(t, resp.Body)
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("GET /v1/safemode/exit: HTTP %d", resp.StatusCode)
 	}

@@ -65,13 +65,11 @@ func Open(cfg state.Config) (*Service, error) {
 	s.InitMemory()
 	s.Dur.Init()
 	if err := s.Load(); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("meta: load %s: %w", cfg.Dir, err)
+		return nil, errors.Join(fmt.Errorf("meta: load %s: %w", cfg.Dir, err), db.Close())
 	}
 	if len(cfg.Peers) > 0 {
 		if s.rep, err = raftgroup.OpenMember(s.State, db); err != nil {
-			db.Close()
-			return nil, err
+			return nil, errors.Join(err, db.Close())
 		}
 		s.State.Rep = s.rep
 		// The load checked the store; a member holds memory only while
@@ -104,7 +102,7 @@ func (s *Service) Close() error {
 	// outside s.mu; their syncs end (or fail) without it.
 	_ = s.Dur.Wait(s.Applied)
 	if s.Store.Overlay != nil {
-		s.Store.Overlay.Close()
+		state.CloseBatch(s.Store.Overlay)
 		s.Store.Overlay = nil
 	}
 	if err := s.Store.Close(); err != nil {

@@ -279,7 +279,7 @@ func appliedIndexOf(t *testing.T, fs vfs.FS, dir string) uint64 {
 	t.Helper()
 	db, err := state.OpenStore(fs, dir, quiet)
 	mustNo(t, err)
-	defer db.Close()
+	defer mustClose(t, db)
 	st, _, err := raftgroup.ReadState(db)
 	mustNo(t, err)
 	return st.Index
@@ -290,7 +290,7 @@ func appliedIndexAt(t *testing.T, fs vfs.FS, dbDir string) uint64 {
 	t.Helper()
 	db, err := pebble.Open(dbDir, &pebble.Options{FS: vfs.ToPebble(fs), Logger: state.PebbleLogger{L: quiet}})
 	mustNo(t, err)
-	defer db.Close()
+	defer mustClose(t, db)
 	st, _, err := raftgroup.ReadState(db)
 	mustNo(t, err)
 	return st.Index

@@ -65,7 +65,7 @@ func recordCommitID(b *pebble.Batch, id, bucket, key string, rec state.KeyRecord
 
 // committedByID returns the version commit id made (found false: no
 // commit with that ID is remembered). Under s.mu.
-func (s *Namespace) committedByID(id, bucket, key string) (state.KeyRecord, bool, error) {
+func (s *Namespace) committedByID(id, bucket, key string) (_ state.KeyRecord, _ bool, err error) {
 	v, closer, err := s.Store.Get(CommitIDKey(id))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return state.KeyRecord{}, false, nil
@@ -73,7 +73,7 @@ func (s *Namespace) committedByID(id, bucket, key string) (state.KeyRecord, bool
 	if err != nil {
 		return state.KeyRecord{}, false, err
 	}
-	defer closer.Close()
+	defer state.CloseInto(closer, &err, "read commit ID record")
 	bad := fmt.Errorf("%w: commit ID record %q", state.ErrCorrupt, id)
 	if len(v) < 8+2 {
 		return state.KeyRecord{}, false, bad
@@ -119,12 +119,13 @@ func (s *Namespace) retriedCommit(bucket, key string, ck *metaapi.CommitKey, now
 // expireCommitIDs forgets, in b, the commit IDs older than
 // CommitIDRetention (the oldest first, at most maxCommitIDExpiriesPerTick).
 // Under s.mu, from Tick.
-func (s *Namespace) ExpireCommitIDs(b *pebble.Batch, now time.Time) error {
+func (s *Namespace) ExpireCommitIDs(b *pebble.Batch, now time.Time) (err error) {
 	upper := binary.BigEndian.AppendUint64(bytes.Clone(commitIDExpPrefix), uint64(now.Add(-CommitIDRetention).UnixNano()))
 	it, err := s.Store.NewIter(&pebble.IterOptions{LowerBound: commitIDExpPrefix, UpperBound: upper})
 	if err != nil {
 		return err
 	}
+	defer state.CloseInto(it, &err, "commit ID expiries")
 	n := 0
 	for ok := it.First(); ok && n < maxCommitIDExpiriesPerTick; ok = it.Next() {
 		k := it.Key()
@@ -135,9 +136,5 @@ func (s *Namespace) ExpireCommitIDs(b *pebble.Batch, now time.Time) error {
 		state.Del(b, CommitIDKey(string(k[len(commitIDExpPrefix)+8:])))
 		n++
 	}
-	if err := it.Error(); err != nil {
-		it.Close()
-		return err
-	}
-	return it.Close()
+	return it.Error()
 }

@@ -36,7 +36,7 @@ func newUploadID() string {
 }
 
 // getUpload reads an upload record (ok false: none).
-func (s *Multipart) getUpload(ref metaapi.UploadRef) (state.UploadRecord, bool, error) {
+func (s *Multipart) getUpload(ref metaapi.UploadRef) (_ state.UploadRecord, _ bool, err error) {
 	v, closer, err := s.Store.Get(state.UploadKey(ref.Bucket, ref.Key, ref.UploadID))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return state.UploadRecord{}, false, nil
@@ -44,7 +44,7 @@ func (s *Multipart) getUpload(ref metaapi.UploadRef) (state.UploadRecord, bool, 
 	if err != nil {
 		return state.UploadRecord{}, false, fmt.Errorf("meta: read upload %s: %w", ref.UploadID, err)
 	}
-	defer closer.Close()
+	defer state.CloseInto(closer, &err, "read upload record")
 	rec, err := state.DecodeUpload(v)
 	if err != nil {
 		return rec, false, fmt.Errorf("meta: upload %s/%s %s: %w", ref.Bucket, ref.Key, ref.UploadID, err)
@@ -73,7 +73,7 @@ func (s *Multipart) uploadOf(ref metaapi.UploadRef) (state.BucketRecord, state.U
 
 // parts calls fn for the upload's parts numbered above after, in order,
 // until fn returns false.
-func (s *Multipart) parts(ref metaapi.UploadRef, after uint32, fn func(n uint32, p state.PartRecord) bool) error {
+func (s *Multipart) parts(ref metaapi.UploadRef, after uint32, fn func(n uint32, p state.PartRecord) bool) (err error) {
 	if after == ^uint32(0) {
 		return nil
 	}
@@ -82,7 +82,7 @@ func (s *Multipart) parts(ref metaapi.UploadRef, after uint32, fn func(n uint32,
 	if err != nil {
 		return fmt.Errorf("meta: parts of %s: %w", ref.UploadID, err)
 	}
-	defer it.Close()
+	defer state.CloseInto(it, &err, "parts of "+ref.UploadID)
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
 		if len(k) != len(pp)+4 {
@@ -168,7 +168,7 @@ func (s *Multipart) CommitPart(req *metaapi.CommitPart) (*metaapi.Part, error) {
 			return nil, nil, fmt.Errorf("meta: read part %d of %s: %w", req.Number, req.UploadID, err)
 		default:
 			p, derr := state.DecodePart(v)
-			closer.Close()
+			state.CloseInto(closer, &derr, fmt.Sprintf("read part %d of %s", req.Number, req.UploadID))
 			if derr != nil {
 				return nil, nil, derr
 			}
@@ -362,7 +362,7 @@ func (s *Multipart) ListUploads(req *metaapi.ListUploads) (*metaapi.UploadList, 
 	if limit <= 0 || limit > metaapi.MaxUploadPage {
 		limit = metaapi.MaxUploadPage
 	}
-	return state.Read(s.State, func() (*metaapi.UploadList, error) {
+	return state.Read(s.State, func() (_ *metaapi.UploadList, err error) {
 		if _, ok := s.Buckets[req.Bucket]; !ok {
 			return nil, fmt.Errorf("%w %s", metaapi.ErrNoSuchBucket, req.Bucket)
 		}
@@ -372,7 +372,7 @@ func (s *Multipart) ListUploads(req *metaapi.ListUploads) (*metaapi.UploadList, 
 		if err != nil {
 			return nil, fmt.Errorf("meta: uploads of %s: %w", req.Bucket, err)
 		}
-		defer it.Close()
+		defer state.CloseInto(it, &err, "uploads of "+req.Bucket)
 		ok := it.First()
 		if req.KeyMarker != "" {
 			seek := append(append(slices.Clone(up), req.KeyMarker...), 0)
@@ -419,27 +419,9 @@ const (
 // bucket, as S3 does when the bucket is deleted: their records go, their
 // parts' blocks are scheduled for deletion.
 func (s *Multipart) dropBucketUploads(b *pebble.Batch, bucket string, now time.Time) error {
-	up := state.UploadPrefix(bucket)
-	it, err := s.Store.NewIter(&pebble.IterOptions{LowerBound: up, UpperBound: state.PrefixEnd(up)})
+	refs, err := s.bucketUploads(bucket)
 	if err != nil {
-		return fmt.Errorf("meta: uploads of %s: %w", bucket, err)
-	}
-	var refs []metaapi.UploadRef
-	for ok := it.First(); ok; ok = it.Next() {
-		key, id, found := bytes.Cut(it.Key()[len(up):], []byte{0})
-		if !found {
-			it.Close()
-			return fmt.Errorf("%w: upload key %x", state.ErrCorrupt, it.Key())
-		}
-		if len(refs) == MaxUploadsDroppedWithBucket {
-			it.Close()
-			return fmt.Errorf("%w: bucket %s has more than %d multipart uploads in progress: abort them first",
-				metaapi.ErrNotEmpty, bucket, MaxUploadsDroppedWithBucket)
-		}
-		refs = append(refs, metaapi.UploadRef{Bucket: bucket, Key: string(key), UploadID: string(id)})
-	}
-	if err := it.Close(); err != nil {
-		return fmt.Errorf("meta: uploads of %s: %w", bucket, err)
+		return err
 	}
 	parts := 0
 	for _, ref := range refs {
@@ -454,6 +436,29 @@ func (s *Multipart) dropBucketUploads(b *pebble.Batch, bucket string, now time.T
 		s.dropUpload(b, ref, all, nil, now)
 	}
 	return nil
+}
+
+// bucketUploads lists the bucket's uploads in progress for
+// dropBucketUploads: ErrNotEmpty past MaxUploadsDroppedWithBucket.
+func (s *Multipart) bucketUploads(bucket string) (refs []metaapi.UploadRef, err error) {
+	up := state.UploadPrefix(bucket)
+	it, err := s.Store.NewIter(&pebble.IterOptions{LowerBound: up, UpperBound: state.PrefixEnd(up)})
+	if err != nil {
+		return nil, fmt.Errorf("meta: uploads of %s: %w", bucket, err)
+	}
+	defer state.CloseInto(it, &err, "uploads of "+bucket) // after the key is read into an error below
+	for ok := it.First(); ok; ok = it.Next() {
+		key, id, found := bytes.Cut(it.Key()[len(up):], []byte{0})
+		if !found {
+			return nil, fmt.Errorf("%w: upload key %x", state.ErrCorrupt, it.Key())
+		}
+		if len(refs) == MaxUploadsDroppedWithBucket {
+			return nil, fmt.Errorf("%w: bucket %s has more than %d multipart uploads in progress: abort them first",
+				metaapi.ErrNotEmpty, bucket, MaxUploadsDroppedWithBucket)
+		}
+		refs = append(refs, metaapi.UploadRef{Bucket: bucket, Key: string(key), UploadID: string(id)})
+	}
+	return refs, nil
 }
 
 // Multipart holds the S3 multipart uploads.

@@ -74,7 +74,7 @@ func (s *Namespace) DeleteBucket(name string) error {
 		}
 		b := s.Store.NewBatch()
 		if err := s.mp.dropBucketUploads(b, name, s.Cfg.Now()); err != nil {
-			b.Close()
+			state.CloseBatch(b)
 			return struct{}{}, nil, err
 		}
 		state.Del(b, state.BucketKey(name))
@@ -84,13 +84,13 @@ func (s *Namespace) DeleteBucket(name string) error {
 	return err
 }
 
-func (s *Namespace) firstKey(bucket string) (string, error) {
+func (s *Namespace) firstKey(bucket string) (_ string, err error) {
 	p := state.KeyPrefix(bucket)
 	it, err := s.Store.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: state.PrefixEnd(p)})
 	if err != nil {
 		return "", err
 	}
-	defer it.Close()
+	defer state.CloseInto(it, &err, "keys of "+bucket)
 	if it.First() {
 		return string(it.Key()[len(p):]), nil
 	}
@@ -98,7 +98,7 @@ func (s *Namespace) firstKey(bucket string) (string, error) {
 }
 
 // getKey reads a key record (ok false: no such key).
-func (s *Namespace) getKey(bucket, key string) (state.KeyRecord, bool, error) {
+func (s *Namespace) getKey(bucket, key string) (_ state.KeyRecord, _ bool, err error) {
 	v, closer, err := s.Store.Get(state.ObjectKey(bucket, key))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return state.KeyRecord{}, false, nil
@@ -106,7 +106,7 @@ func (s *Namespace) getKey(bucket, key string) (state.KeyRecord, bool, error) {
 	if err != nil {
 		return state.KeyRecord{}, false, fmt.Errorf("meta: read key %s/%s: %w", bucket, key, err)
 	}
-	defer closer.Close()
+	defer state.CloseInto(closer, &err, "read key record") // no formatting: every commit reads its key
 	rec, err := state.DecodeKey(v)
 	if err != nil {
 		return rec, false, fmt.Errorf("meta: key %s/%s: %w", bucket, key, err)
@@ -484,7 +484,7 @@ func (s *Namespace) List(bucket string, o ListOptions) (*metaapi.KeyList, error)
 }
 
 // listLocked is List, validated, under s.mu.
-func (s *Namespace) listLocked(bucket string, o ListOptions) (*metaapi.KeyList, error) {
+func (s *Namespace) listLocked(bucket string, o ListOptions) (_ *metaapi.KeyList, err error) {
 	if _, ok := s.Buckets[bucket]; !ok {
 		return nil, fmt.Errorf("%w %s", metaapi.ErrNoSuchBucket, bucket)
 	}
@@ -498,7 +498,7 @@ func (s *Namespace) listLocked(bucket string, o ListOptions) (*metaapi.KeyList, 
 	if err != nil {
 		return nil, fmt.Errorf("meta: list %s: %w", bucket, err)
 	}
-	defer it.Close()
+	defer state.CloseInto(it, &err, "list "+bucket)
 	var ok bool
 	if o.StartAfter != "" {
 		// The first key after StartAfter: StartAfter + 0x00 is its

@@ -292,7 +292,9 @@ func OpenMember(s *state.State, db *pebble.DB) (*Member, error) {
 	}
 	r.WAL = l
 	if err := r.openRaft(); err != nil {
-		l.Close()
+		if cerr := l.Close(); cerr != nil {
+			err = fmt.Errorf("%w (and closing the raft log: %v)", err, cerr)
+		}
 		return nil, err
 	}
 	r.net = newRaftNet(r)
@@ -1000,7 +1002,7 @@ func roleName(s raft.StateType) string {
 // the leader starts serving once an entry of its own term is applied.
 func (r *Member) applyEntries(ents []*pb.Entry) error {
 	b := r.DB.NewBatch()
-	defer b.Close()
+	defer state.CloseBatch(b)
 	st := r.st
 	var startTerm, lastTerm uint64
 	var members map[uint64]string // changed by the round (nil: unchanged)

@@ -90,8 +90,7 @@ func decodeMembers(v []byte) (map[uint64]string, error) {
 
 // readRaftState reads a store's applied state (Index 0: none) and member
 // set (nil: none recorded).
-func ReadState(db *pebble.DB) (AppliedState, map[uint64]string, error) {
-	var st AppliedState
+func ReadState(db *pebble.DB) (st AppliedState, _ map[uint64]string, err error) {
 	v, closer, err := db.Get(AppliedKey)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
@@ -99,7 +98,7 @@ func ReadState(db *pebble.DB) (AppliedState, map[uint64]string, error) {
 		return st, nil, fmt.Errorf("meta: read applied state: %w", err)
 	default:
 		st, err = DecodeAppliedState(v)
-		closer.Close()
+		state.CloseInto(closer, &err, "read applied state")
 		if err != nil {
 			return st, nil, err
 		}
@@ -111,7 +110,7 @@ func ReadState(db *pebble.DB) (AppliedState, map[uint64]string, error) {
 	case err != nil:
 		return st, nil, fmt.Errorf("meta: read member set: %w", err)
 	}
-	defer closer.Close()
+	defer state.CloseInto(closer, &err, "read member set")
 	m, err := decodeMembers(v)
 	return st, m, err
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"sync"
@@ -307,7 +308,7 @@ func (n *raftNet) stream(ctx context.Context, p *raftPeer, body io.Reader) error
 	if err != nil {
 		return fmt.Errorf("meta member %d: %s: %w", p.id, p.url, err)
 	}
-	defer resp.Body.Close()
+	defer closeBody(n.r.log, resp.Body)
 	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBodyBytes))
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("meta member %d: %s: HTTP %d", p.id, p.url, resp.StatusCode)
@@ -341,11 +342,30 @@ func (st *raftStream) write(frame []byte) error {
 // request is cancelled raftWriteTimeout later if it is stuck.
 func (st *raftStream) close() {
 	st.closing.Store(true)
-	st.w.Close()
+	_ = st.w.Close() // (*io.PipeWriter).Close always returns nil
 	time.AfterFunc(raftWriteTimeout, st.cancel)
 }
 
 const maxErrorBodyBytes = 1 << 16
+
+// closeBody closes an HTTP response body once its answer is read (for a
+// snapshot, verified): an error then is the connection's, not the
+// answer's, and is logged, not returned, so that what the caller reports
+// does not change.
+func closeBody(log *slog.Logger, body io.Closer) {
+	if err := body.Close(); err != nil {
+		log.Debug("meta: closing a response body", "err", err)
+	}
+}
+
+// cutRead makes a stream's pending and next reads fail now. It fails only
+// on a connection that takes no deadline (http.ErrNotSupported): logged,
+// the stream then ends when its sender ends it or the server stops.
+func cutRead(rc *http.ResponseController, log *slog.Logger) {
+	if err := rc.SetReadDeadline(time.Now()); err != nil {
+		log.Warn("meta raft stream: cannot cut its read", "err", err)
+	}
+}
 
 // decodeRaftMessages splits a POST body into messages.
 func decodeRaftMessages(body []byte) ([]*pb.Message, error) {
@@ -392,14 +412,14 @@ func (r *Member) StreamHandler(w http.ResponseWriter, req *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
 		if !finished {
-			rc.SetReadDeadline(time.Now()) // the read below fails
+			cutRead(rc, r.log) // the read below fails
 		}
 	})
 	defer stop()
 	// refuse ends the stream without reading the rest of it (the server
 	// would read some before closing).
 	refuse := func(why string) {
-		rc.SetReadDeadline(time.Now())
+		cutRead(rc, r.log)
 		r.log.Warn("meta raft stream refused", "from", req.RemoteAddr, "why", why)
 	}
 	br := bufio.NewReaderSize(req.Body, raftStreamBufferBytes)

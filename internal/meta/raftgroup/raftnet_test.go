@@ -2,6 +2,7 @@ package raftgroup
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"testing"
@@ -34,9 +35,22 @@ func serveStreams(t *testing.T, ln net.Listener) (*Member, *http.Server) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+StreamRoute, rcv.StreamHandler)
 	srv := &http.Server{Handler: mux}
-	go srv.Serve(ln)
-	t.Cleanup(func() { rcv.StopStreams(); srv.Close() })
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	t.Cleanup(func() { rcv.StopStreams(); closeServer(t, srv) })
 	return rcv, srv
+}
+
+// closeServer closes srv, failing the test on an error but that of a
+// listener closed already (a test that closed srv itself).
+func closeServer(t *testing.T, srv *http.Server) {
+	t.Helper()
+	if err := srv.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		t.Errorf("close: %v", err)
+	}
 }
 
 // received waits for a message delivered to rcv and returns what it has.
@@ -85,7 +99,7 @@ func TestRaftStreamSenderSeesPeerRestart(t *testing.T) {
 	// The peer goes away (its connections closed), another starts on
 	// its address.
 	rcv.StopStreams()
-	srv.Close()
+	closeServer(t, srv)
 	// The sender's stream ended: reported unreachable once it knows.
 	waitUntil(t, "the sender to see its stream end", func() bool {
 		snd.in.mu.Lock()

@@ -426,7 +426,7 @@ func (sn *snapshots) fetchSnapshot(m, min uint64) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
+	defer closeBody(r.log, resp.Body)
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
 		return 0, fmt.Errorf("member %d: HTTP %d: %s", m, resp.StatusCode, strings.TrimSpace(string(b)))

@@ -232,14 +232,14 @@ func (s *Damage) damageStatus(now time.Time) (*metaapi.DamageStatus, error) {
 
 // keysHolding scans every key of every bucket for the blocks of lost, at
 // most metaapi.MaxDamagedKeys keys.
-func (s *Damage) keysHolding(lost map[metaapi.BlockRef]bool) ([]metaapi.DamagedKey, bool, error) {
+func (s *Damage) keysHolding(lost map[metaapi.BlockRef]bool) (_ []metaapi.DamagedKey, _ bool, err error) {
 	out := []metaapi.DamagedKey{}
 	lo := []byte{state.PrefixKey}
 	it, err := s.Store.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: state.PrefixEnd(lo)})
 	if err != nil {
 		return nil, false, fmt.Errorf("meta: scanning keys for lost blocks: %w", err)
 	}
-	defer it.Close()
+	defer state.CloseInto(it, &err, "scanning keys for lost blocks")
 	for it.First(); it.Valid(); it.Next() {
 		rec, err := state.DecodeKey(it.Value())
 		if err != nil {

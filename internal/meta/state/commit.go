@@ -140,7 +140,7 @@ func (s *State) frontier() Pending {
 func (s *State) apply(b *pebble.Batch) (Pending, error) {
 	if b == nil || b.Empty() {
 		if b != nil {
-			b.Close()
+			CloseBatch(b)
 		}
 		return s.frontier(), nil
 	}
@@ -148,7 +148,7 @@ func (s *State) apply(b *pebble.Batch) (Pending, error) {
 		return s.propose(b)
 	}
 	if err := s.Store.ApplyNoSyncWait(b, pebble.Sync); err != nil {
-		b.Close()
+		CloseBatch(b)
 		err = fmt.Errorf("meta: store commit: %w", err)
 		s.Dur.fail(err)
 		s.Log.Error("meta store commit failed; refusing every later request", "err", err)
@@ -182,7 +182,7 @@ func (s *State) await(p Pending) error {
 	}
 	if p.b != nil {
 		err := p.b.SyncWait()
-		p.b.Close()
+		CloseBatch(p.b)
 		if err != nil {
 			err = fmt.Errorf("meta: store sync: %w", err)
 			s.Log.Error("meta store sync failed; refusing every later request", "err", err)
@@ -228,7 +228,7 @@ func mutate[T any](s *State, admit bool, fn func() (T, *pebble.Batch, error)) (T
 	var p Pending
 	if err != nil {
 		if b != nil {
-			b.Close()
+			CloseBatch(b)
 		}
 		p = s.frontier()
 	} else if p, err = s.apply(b); err != nil {
@@ -295,7 +295,7 @@ func (s *State) EndStintLocked(why error) {
 	s.Stint, s.Proposed, s.Inflight, s.InflightBytes, s.Staged = 0, 0, nil, 0, nil
 	s.InitMemory() // it may be ahead of the log; a follower keeps none
 	if s.Store.Overlay != nil {
-		s.Store.Overlay.Close()
+		CloseBatch(s.Store.Overlay)
 		s.Store.Overlay = nil
 	}
 	s.Rep.StintEnded()
@@ -319,7 +319,7 @@ func (s *State) propose(b *pebble.Batch) (Pending, error) {
 // flushed first. Under s.mu for writing; a failure ends the stint
 // (memory is ahead of the log), dropping what was staged.
 func (s *State) stage(b *pebble.Batch) (Pending, error) {
-	defer b.Close()
+	defer CloseBatch(b)
 	repr := b.Repr()
 	if len(repr)+EntryFoldedOverheadBytes+64 > MaxRaftRecordBytes {
 		err := fmt.Errorf("meta: a change of %d bytes is over the meta log's record limit", len(repr))
@@ -438,7 +438,7 @@ func ApplyEach[T any](s *State, pre []error, fn func(i int) (T, *pebble.Batch, e
 		v, b, err := fn(i)
 		if err != nil {
 			if b != nil {
-				b.Close()
+				CloseBatch(b)
 			}
 			errs[i], refused = err, true
 			continue

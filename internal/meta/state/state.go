@@ -147,22 +147,18 @@ func (s *State) InitMemory() {
 }
 
 // scan calls fn for every key/value with the given one-byte prefix.
-func (s *State) Scan(prefix byte, fn func(k, v []byte) error) error {
+func (s *State) Scan(prefix byte, fn func(k, v []byte) error) (err error) {
 	it, err := s.Store.NewIter(&pebble.IterOptions{LowerBound: []byte{prefix}, UpperBound: []byte{prefix + 1}})
 	if err != nil {
 		return err
 	}
+	defer CloseInto(it, &err, fmt.Sprintf("scan of prefix %#x", prefix))
 	for ok := it.First(); ok; ok = it.Next() {
 		if err := fn(it.Key(), it.Value()); err != nil {
-			it.Close()
 			return err
 		}
 	}
-	if err := it.Error(); err != nil {
-		it.Close()
-		return err
-	}
-	return it.Close()
+	return it.Error()
 }
 
 func (s *State) Load() error {
@@ -174,7 +170,7 @@ func (s *State) Load() error {
 		return err
 	default:
 		s.Ctr, err = DecodeCounters(v)
-		closer.Close()
+		CloseInto(closer, &err, "read counters")
 		if err != nil {
 			return err
 		}

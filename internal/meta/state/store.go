@@ -62,8 +62,7 @@ func OpenStore(fs vfs.FS, dir string, log *slog.Logger) (*pebble.DB, error) {
 		return nil, fmt.Errorf("open store in %s: %w", dir, err)
 	}
 	if err := fs.SyncDir(dir); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open store in %s: %w", dir, err)
+		return nil, errors.Join(fmt.Errorf("open store in %s: %w", dir, err), db.Close())
 	}
 	return db, nil
 }
@@ -135,6 +134,24 @@ func (st *Store) NewIter(o *pebble.IterOptions) (*pebble.Iterator, error) {
 		return st.Overlay.NewIter(o)
 	}
 	return st.DB.NewIter(o)
+}
+
+// CloseBatch gives b's memory back to Pebble once b is committed, applied
+// elsewhere (the overlay, a proposal) or dropped. (*pebble.Batch).Close
+// fails only on a batch already closed (pebble.ErrClosed), when there is
+// nothing left to release and no store state depends on it: the error is
+// dropped here, in one place, not at each batch.
+func CloseBatch(b *pebble.Batch) { _ = b.Close() }
+
+// CloseInto closes c, an iterator or a Get's closer, and keeps its error,
+// wrapped with what, in *err when *err is nil: an iterator's Close returns
+// its error (it.Error(), which *err may already hold) and any of releasing
+// its readers. Deferred, with a named error result: defer
+// CloseInto(it, &err, "list "+bucket).
+func CloseInto(c io.Closer, err *error, what string) {
+	if cerr := c.Close(); cerr != nil && *err == nil {
+		*err = fmt.Errorf("meta: %s: %w", what, cerr)
+	}
 }
 
 // Names under Config.Dir: the store, a store being installed from a
