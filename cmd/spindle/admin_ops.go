@@ -111,6 +111,9 @@ func nodeState(n metaapi.NodeInfo) string {
 	if len(n.FailedVolumes) > 0 {
 		st += fmt.Sprintf(", %d failed volume(s)", len(n.FailedVolumes))
 	}
+	if len(n.ReadOnlyVolumes) > 0 {
+		st += fmt.Sprintf(", %d volume(s) READ-ONLY (full at start)", len(n.ReadOnlyVolumes))
+	}
 	return st
 }
 

@@ -219,7 +219,8 @@ func (h *heartbeater) report() *metaapi.Heartbeat {
 	}
 	hb.Copying = h.copier.copying()
 	hb.Scrub = h.scrub.progress()
-	hb.FailedVolumes = failedVolumeReports(h.eng)
+	hb.FailedVolumes = failedVolumeReports(h.eng.FailedVolumes())
+	hb.ReadOnlyVolumes = failedVolumeReports(h.eng.ReadOnlyVolumes())
 	for _, f := range h.node.FailedPipelines() {
 		reason := f.Reason
 		if len(reason) > metaapi.MaxCopyErrorBytes {

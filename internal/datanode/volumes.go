@@ -55,7 +55,10 @@ func newVolumeChecker(eng *engine.Engine, cfg Config, log *slog.Logger) *volumeC
 func (v *volumeChecker) register(reg *prometheus.Registry) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_datanode_failed_volumes",
 		Help: "Data directories out of use (failed at start or since)."},
-		func() float64 { return float64(len(v.eng.FailedVolumes())) }))
+		func() float64 { return float64(len(v.eng.FailedVolumes())) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_datanode_read_only_volumes",
+			Help: "Data directories full when the datanode started, served read-only (reads only, every write refused) until it restarts with room on them."},
+			func() float64 { return float64(len(v.eng.ReadOnlyVolumes())) }))
 }
 
 // tooMany says why the datanode must stop with failed volumes failed, or "".
@@ -94,10 +97,11 @@ func (v *volumeChecker) run(ctx context.Context) {
 	}
 }
 
-// failedVolumeReports is the heartbeat's FailedVolumes.
-func failedVolumeReports(eng *engine.Engine) []metaapi.FailedVolume {
+// failedVolumeReports is the heartbeat's FailedVolumes (or
+// ReadOnlyVolumes) of vols.
+func failedVolumeReports(vols []engine.VolumeFailure) []metaapi.FailedVolume {
 	var out []metaapi.FailedVolume
-	for _, f := range eng.FailedVolumes() {
+	for _, f := range vols {
 		if len(out) == metaapi.MaxFailedVolumesReport {
 			break
 		}

@@ -468,6 +468,10 @@ func (e *Engine) DeleteBlock(b BlockID) error {
 	if bs != nil {
 		length = bs.nextOffset
 	}
+	if err := c.vol.writable(); err != nil {
+		c.mu.Unlock()
+		return blockErr("delete block", b, err)
+	}
 	if err := c.vol.db.Delete(blockKey(b), pebble.NoSync); err != nil {
 		c.mu.Unlock()
 		return blockErr("delete block", b, err)

@@ -1,10 +1,13 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // committer is the engine's group commit. Writers mark what they dirtied
@@ -378,6 +381,10 @@ func parallelEach(n, workers int, fn func(i int) error) error {
 // through here, so that "a sync failed" always means the same thing: nothing
 // more is acknowledged until the engine is reopened.
 func (c *committer) poison(err error) error {
+	if errors.Is(err, ErrVolumeFull) || errors.Is(err, pebble.ErrReadOnly) {
+		// A volume opened read-only refused a write: nothing was lost.
+		return fmt.Errorf("%w: %w", ErrVolumeFull, err)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err == nil {

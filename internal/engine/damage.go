@@ -233,6 +233,9 @@ func damageKey(b BlockID) []byte { return markKey(keyPrefixDamage, b) }
 // c's volume store, NoSync (made durable by the next sync round; see
 // above: marks are advisory). A failure is logged, not returned.
 func (e *Engine) persistMark(c *container, b BlockID, reason string) {
+	if c.vol.readOnly != nil {
+		return // kept in memory only, as a failed store would
+	}
 	var err error
 	if reason != "" {
 		err = c.vol.db.Set(damageKey(b), []byte(reason[:min(len(reason), maxMarkBytes)]), pebble.NoSync)
@@ -290,6 +293,9 @@ func (e *Engine) loadBlockMarks(v *volume, prefix byte, what string, keep func(c
 	}
 	if err := it.Error(); err != nil {
 		return fmt.Errorf("engine: volume %s: %s: %w", v.dir, what, err)
+	}
+	if v.readOnly != nil {
+		stale = nil // left for a restart with room
 	}
 	for _, k := range stale {
 		if err := v.db.Delete(k, pebble.NoSync); err != nil {

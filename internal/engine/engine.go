@@ -78,7 +78,7 @@ func (c *container) writableLocked() error {
 	if c.busy != "" {
 		return fmt.Errorf("%w: %s", ErrNotOpen, c.busy)
 	}
-	return nil
+	return c.vol.writable()
 }
 
 // empty says whether bs holds nothing: no committed length, no chunk
@@ -197,7 +197,12 @@ func Open(cfg Config) (*Engine, error) {
 			return bf.f.SyncData()
 		},
 		e.dirs.sync,
-		func(v *volume) error { return v.db.LogData(nil, pebble.Sync) })
+		func(v *volume) error {
+			if v.readOnly != nil {
+				return nil // nothing written: every write was refused
+			}
+			return v.db.LogData(nil, pebble.Sync)
+		})
 	seen := map[[16]byte]string{}
 	// tolerate leaves out a volume that fails to open or load while fewer
 	// than FailedVolumesTolerated have (volfail.go); a directory that is
@@ -260,6 +265,11 @@ func Open(cfg Config) (*Engine, error) {
 		}
 	}
 	for _, v := range e.vols {
+		if v.readOnly != nil {
+			e.log.Error("engine: volume is full: opened read-only: it serves reads of what it holds and refuses every write until the datanode restarts with room on it",
+				"volume", v.dir, "reason", v.readOnly.Reason, "containers", v.containers)
+			continue
+		}
 		if !e.hasRoom(v, 1) {
 			e.log.Warn("engine: volume is full: it serves reads and takes no new writes until space is freed or a volume added",
 				"volume", v.dir, "avail_bytes", v.space.avail, "reserve_bytes", v.space.reserve)
@@ -336,6 +346,10 @@ func (e *Engine) loadVolume(v *volume) error {
 		return err
 	}
 	for _, c := range deleting {
+		if v.readOnly != nil {
+			e.log.Warn("engine: interrupted delete left for a restart with room (volume read-only)", "container", c.id)
+			continue
+		}
 		e.log.Info("engine: finishing interrupted delete", "container", c.id)
 		if err := e.finishDelete(c); err != nil {
 			return err
@@ -543,6 +557,9 @@ func (c *container) record(s ContainerState, bcsid uint64) containerRecord {
 // persistStateLocked writes c's state durably (with its BCSID: the record
 // always carries the latest). c.mu must be held.
 func (e *Engine) persistStateLocked(c *container, s ContainerState) error {
+	if err := c.vol.writable(); err != nil {
+		return containerErr("persist state", c.id, err)
+	}
 	if err := c.vol.db.Set(containerKey(c.id), encodeContainerRecord(c.record(s, c.bcsid)), pebble.Sync); err != nil {
 		return containerErr("persist state", c.id, e.commit.poison(err))
 	}
@@ -577,6 +594,12 @@ func (e *Engine) markUnhealthyLocked(c *container, reason string) error {
 	e.log.Error("engine: container marked UNHEALTHY", "container", c.id, "reason", reason)
 	c.reason = reason
 	c.blocks = make(map[uint64]*blockState)
+	if c.vol.readOnly != nil {
+		// Not stored: the volume takes no write. UNHEALTHY until the
+		// restart, which finds the damage again.
+		c.state = StateUnhealthy
+		return nil
+	}
 	return e.persistStateLocked(c, StateUnhealthy)
 }
 
@@ -656,6 +679,9 @@ func (e *Engine) DeleteContainer(id ContainerID, force bool) error {
 // finishDelete removes a DELETING container: files, directory, then its
 // records. Each step is idempotent, so recovery repeats it after a crash.
 func (e *Engine) finishDelete(c *container) error {
+	if err := c.vol.writable(); err != nil {
+		return containerErr("delete", c.id, err)
+	}
 	e.files.dropContainer(c.id)
 	e.records.dropContainer(c.id)
 	e.dirs.drop(c.dir)

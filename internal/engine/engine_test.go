@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/spindle-store/spindle/internal/lograte"
 	"github.com/spindle-store/spindle/internal/vfs"
 )
 
@@ -201,7 +202,7 @@ func TestCorruptMetadataRecord(t *testing.T) {
 	mustNo(t, e.Close())
 
 	// Flip a byte in one block record of container 1, behind the engine.
-	db, err := pebble.Open("/vol1/meta", &pebble.Options{FS: vfs.ToPebble(fs), Logger: pebbleLogger{quietLogger}})
+	db, err := pebble.Open("/vol1/meta", &pebble.Options{FS: vfs.ToPebble(fs), Logger: pebbleLogger{l: quietLogger, rate: lograte.New(0, nil)}})
 	mustNo(t, err)
 	key := blockKey(BlockID{Container: 1, Local: 2})
 	val, closer, err := db.Get(key)

@@ -72,6 +72,10 @@ func (e *Engine) MarkGone(b BlockID, deleteIndex uint64) error {
 		c.mu.Unlock()
 		return nil
 	}
+	if err := c.vol.writable(); err != nil {
+		c.mu.Unlock()
+		return blockErr("mark gone", b, err)
+	}
 	if err := c.vol.db.Set(goneKey(b), encodeGoneValue(deleteIndex), pebble.NoSync); err != nil {
 		c.mu.Unlock()
 		return blockErr("mark gone", b, err)

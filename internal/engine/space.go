@@ -71,6 +71,9 @@ func (s *volumeSpace) freeLocked() uint64 {
 // admitWrite takes n bytes of v's free space for a write, or refuses with
 // ErrVolumeFull when they would eat into the reserve.
 func (e *Engine) admitWrite(v *volume, n uint64) error {
+	if err := v.writable(); err != nil {
+		return err
+	}
 	s := &v.space
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -98,7 +101,7 @@ func (e *Engine) admitWrite(v *volume, n uint64) error {
 // hasRoom says whether v has at least n bytes above its reserve (for
 // placing a new container).
 func (e *Engine) hasRoom(v *volume, n uint64) bool {
-	if v.failed.Load() {
+	if v.failed.Load() || v.readOnly != nil {
 		return false
 	}
 	s := &v.space
@@ -119,8 +122,26 @@ type Space struct {
 	// AvailableBytes is what new data may still take: free space above
 	// every volume's reserve.
 	AvailableBytes uint64
-	// FullVolumes counts the volumes with no room above their reserve.
+	// FullVolumes counts the volumes with no room above their reserve
+	// (the read-only ones included).
 	FullVolumes int
+}
+
+// ReadOnlyVolumes lists the volumes that were full at Open: their metadata
+// stores are open read-only, they serve reads and refuse every write
+// (ErrVolumeFull) until the engine is opened again with room on them.
+func (e *Engine) ReadOnlyVolumes() []VolumeFailure {
+	var out []VolumeFailure
+	for _, v := range e.vols {
+		if v.readOnly != nil && !v.failed.Load() {
+			f := *v.readOnly
+			e.mu.RLock()
+			f.Containers = v.containers
+			e.mu.RUnlock()
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // Space reads every volume's usage now (one statfs per volume).
@@ -134,6 +155,9 @@ func (e *Engine) Space() (Space, error) {
 		s.mu.Lock()
 		err := e.refreshLocked(v, time.Now())
 		total, free := s.total, s.freeLocked()
+		if v.readOnly != nil {
+			free = 0 // takes nothing new, whatever is freed meanwhile
+		}
 		s.mu.Unlock()
 		if err != nil {
 			return Space{}, err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 )
 
@@ -15,7 +16,8 @@ import (
 //
 // A volume fails when its probe fails (CheckVolumes: its identity file
 // unreadable or another volume's — removed, unmounted, replaced —, or a
-// small file cannot be written, synced and removed in its tmp directory),
+// small file cannot be written, synced and removed in its directory; a
+// write refused with ENOSPC is a full volume, not a failed one),
 // or, at Open, when it cannot be opened or loaded and the engine tolerates
 // that many failed volumes (Config.FailedVolumesTolerated). A failed
 // volume's containers leave the engine at once: they are no longer
@@ -85,10 +87,16 @@ func (e *Engine) probeVolume(v *volume) error {
 	rand.Read(suffix[:])
 	path := filepath.Join(v.dir, "PROBE-"+hex.EncodeToString(suffix[:]))
 	f, err := e.fs.Create(path)
+	if errors.Is(err, syscall.ENOSPC) {
+		return nil // full (no inode left), not failed: the identity read
+	}
 	if err != nil {
 		return fmt.Errorf("probe file: %w", err)
 	}
 	_, werr := f.WriteAt(make([]byte, probeBytes), 0)
+	if errors.Is(werr, syscall.ENOSPC) {
+		werr = nil // a full disk is not a failed one: reads still work
+	}
 	serr := f.SyncData()
 	cerr := f.Close()
 	rerr := e.fs.Remove(path)

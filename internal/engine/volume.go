@@ -13,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/spindle-store/spindle/internal/lograte"
 	"github.com/spindle-store/spindle/internal/vfs"
 )
 
@@ -54,6 +55,49 @@ type volume struct {
 	space volumeSpace
 	// failed: the volume is out of use (volfail.go).
 	failed atomic.Bool
+	// readOnly: the volume was full at open (its metadata store is open
+	// read-only; see fullAtOpen); fixed at open.
+	readOnly *VolumeFailure
+}
+
+// pebbleOpenHeadroomBytes is the room the metadata store needs at open
+// beyond the size of its write-ahead logs, which it flushes to tables
+// then: a new WAL, MANIFEST and OPTIONS file and the tables' overhead.
+const pebbleOpenHeadroomBytes = 4 << 20
+
+// fullAtOpen says why the volume in dir has no room for its metadata store
+// to open writable ("": it has): less free space than the store's logs to
+// flush plus pebbleOpenHeadroomBytes. Opened writable on a full disk,
+// Pebble retries the flush of its logs forever (each try a new table that
+// fails with ENOSPC, an error logged each time) and its Open never returns.
+func fullAtOpen(fs vfs.FS, dir string) string {
+	u, err := fs.GetDiskUsage(dir)
+	if err != nil {
+		return "" // the open reports what is wrong
+	}
+	need := uint64(pebbleOpenHeadroomBytes)
+	meta := filepath.Join(dir, volumeMetaDir)
+	names, _ := fs.List(meta) // best effort: no list, no logs counted
+	for _, n := range names {
+		if filepath.Ext(n) != ".log" {
+			continue
+		}
+		if fi, err := fs.Stat(filepath.Join(meta, n)); err == nil {
+			need += uint64(fi.Size())
+		}
+	}
+	if u.AvailBytes >= need {
+		return ""
+	}
+	return fmt.Sprintf("full at start: %d bytes free, its metadata store needs %d to open writable; read-only until restarted with room", u.AvailBytes, need)
+}
+
+// writable refuses a write to a volume opened read-only.
+func (v *volume) writable() error {
+	if v.readOnly != nil {
+		return fmt.Errorf("%w: volume %s is read-only: %s", ErrVolumeFull, v.dir, v.readOnly.Reason)
+	}
+	return nil
 }
 
 // openVolume opens (formatting on first use) the volume in dir.
@@ -88,7 +132,12 @@ func openVolume(fs vfs.FS, dir string, logger *slog.Logger) (*volume, error) {
 		return nil, err
 	}
 	v.uuid = rec.UUID
-	db, err := pebble.Open(filepath.Join(dir, volumeMetaDir), pebbleOptions(fs, dir, logger))
+	opts := pebbleOptions(fs, dir, logger)
+	if why := fullAtOpen(fs, dir); why != "" {
+		v.readOnly = &VolumeFailure{Dir: dir, Reason: why, At: time.Now()}
+		opts.ReadOnly = true
+	}
+	db, err := pebble.Open(filepath.Join(dir, volumeMetaDir), opts)
 	if err != nil {
 		return nil, fmt.Errorf("engine: volume %s: open metadata store: %w", dir, err)
 	}
@@ -263,20 +312,26 @@ func FlipBlockByte(dir string, b BlockID, off int64, x byte) (err error) {
 func pebbleOptions(fs vfs.FS, dir string, logger *slog.Logger) *pebble.Options {
 	return &pebble.Options{
 		FS:     vfs.ToPebble(fs),
-		Logger: pebbleLogger{logger.With("volume", dir)},
+		Logger: pebbleLogger{l: logger.With("volume", dir), rate: lograte.New(lograte.DefaultInterval, nil)},
 	}
 }
 
-// pebbleLogger routes Pebble's logs to slog. Pebble calls Fatalf on
-// unrecoverable errors; the default would exit the process, this panics so
-// that the failure carries a stack and tests see it.
-type pebbleLogger struct{ l *slog.Logger }
+// pebbleLogger routes Pebble's logs to slog. Its errors are rate-limited
+// (lograte: one line a minute per message, digits aside, with the count
+// held back): a store that cannot flush (a full disk) retries at once,
+// thousands of times a second, each failure an error. Pebble calls Fatalf
+// on unrecoverable errors; the default would exit the process, this panics
+// so that the failure carries a stack and tests see it.
+type pebbleLogger struct {
+	l    *slog.Logger
+	rate *lograte.Limiter
+}
 
 func (p pebbleLogger) Infof(format string, args ...interface{}) {
 	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
 }
 func (p pebbleLogger) Errorf(format string, args ...interface{}) {
-	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+	p.rate.Log(p.l, slog.LevelError, fmt.Sprintf(format, args...), "component", "pebble")
 }
 func (p pebbleLogger) Fatalf(format string, args ...interface{}) {
 	msg := fmt.Sprintf(format, args...)

@@ -87,7 +87,7 @@ func (s *Service) heartbeatLocked(caller tlsconf.Peer, hb *metaapi.Heartbeat) (*
 		s.Log.Info("datanode healthy again", "node", id, "was", n.Health)
 	}
 	n.Last, n.Seen, n.Health = now, true, metaapi.HealthHealthy
-	n.Capacity, n.Used, n.Available = hb.Capacity, hb.Used, hb.Available
+	n.Capacity, n.Used, n.Available, n.ReadOnly = hb.Capacity, hb.Used, hb.Available, hb.ReadOnlyVolumes
 	n.Containers = make(map[uint64]metaapi.ContainerReport, len(hb.Containers))
 	for _, c := range hb.Containers {
 		n.Containers[c.ID] = c

@@ -79,7 +79,7 @@ func (s *Service) nodeInfo(id uint64, now time.Time) metaapi.NodeInfo {
 	n := s.NodeByID[id]
 	ni := metaapi.NodeInfo{NodeID: id, UUID: n.Rec.UUID, Addr: n.Rec.Addr, Health: s.HealthOf(n, now),
 		LastHeartbeat: n.Last, Pipelines: []uint64{}, Containers: len(n.Containers), UsedBytes: n.Used,
-		CapacityBytes: n.Capacity, AvailableBytes: n.Available, Full: s.Full(n), MetricsURL: n.Rec.MetricsURL}
+		CapacityBytes: n.Capacity, AvailableBytes: n.Available, Full: s.Full(n), MetricsURL: n.Rec.MetricsURL, ReadOnlyVolumes: n.ReadOnly}
 	for _, pid := range s.SortedPipelines() {
 		p := s.PipelineByID[pid]
 		if p.Rec.State == state.PipelineOpen && slices.Contains(p.Rec.Members, id) {

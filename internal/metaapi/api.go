@@ -156,6 +156,11 @@ type Heartbeat struct {
 	// FailedVolumes: the node's data directories out of use, at most
 	// MaxFailedVolumesReport; their replicas are no longer reported.
 	FailedVolumes []FailedVolume `json:"failed_volumes,omitempty"`
+	// ReadOnlyVolumes: the node's data directories that were full when it
+	// started, served read-only (their replicas are reported and readable;
+	// they take no write) until it restarts with room on them; at most
+	// MaxFailedVolumesReport.
+	ReadOnlyVolumes []FailedVolume `json:"read_only_volumes,omitempty"`
 }
 
 // PipelineFailure is a pipeline a datanode left after a local failure.
@@ -603,6 +608,9 @@ type NodeInfo struct {
 	// FailedVolumes: its data directories out of use, as its last
 	// heartbeat reported them.
 	FailedVolumes []FailedVolume `json:"failed_volumes,omitempty"`
+	// ReadOnlyVolumes: its data directories full at its start, served
+	// read-only, as its last heartbeat reported them.
+	ReadOnlyVolumes []FailedVolume `json:"read_only_volumes,omitempty"`
 	// OpState is the node's operational state (NodeInService,
 	// NodeDecommissioning, NodeDecommissioned, NodeInMaintenance), set by
 	// an operator (ops.go), since OpSince; MaintenanceUntil ends a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 )
 
@@ -134,7 +135,10 @@ func (hb *Heartbeat) validateDamage() error {
 	if len(hb.FailedVolumes) > MaxFailedVolumesReport {
 		return fmt.Errorf("%w: heartbeat: %d failed volumes, at most %d", ErrInvalid, len(hb.FailedVolumes), MaxFailedVolumesReport)
 	}
-	for _, v := range hb.FailedVolumes {
+	if len(hb.ReadOnlyVolumes) > MaxFailedVolumesReport {
+		return fmt.Errorf("%w: heartbeat: %d read-only volumes, at most %d", ErrInvalid, len(hb.ReadOnlyVolumes), MaxFailedVolumesReport)
+	}
+	for _, v := range append(slices.Clip(hb.FailedVolumes), hb.ReadOnlyVolumes...) {
 		if len(v.Reason) > MaxCopyErrorBytes || len(v.Dir) > MaxCopyErrorBytes {
 			return fmt.Errorf("%w: heartbeat: failed volume: directory or reason over %d bytes", ErrInvalid, MaxCopyErrorBytes)
 		}

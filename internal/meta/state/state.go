@@ -28,7 +28,8 @@ type Node struct {
 	Available  uint64
 	Containers map[uint64]metaapi.ContainerReport
 	Pipelines  map[uint64]metaapi.PipelineReport
-	Copying    map[uint64]bool // containers being copied to it (Heartbeat.Copying)
+	Copying    map[uint64]bool        // containers being copied to it (Heartbeat.Copying)
+	ReadOnly   []metaapi.FailedVolume // Heartbeat.ReadOnlyVolumes
 }
 
 // pipelineState is a pipeline's record plus what reports say of it.
