@@ -49,7 +49,7 @@ CODESIZE_SKIP ?=
 # make lint's packages: the whole module.
 LINT_PKGS = ./...
 
-.PHONY: help deps build test test-race vet lint codesize fmt fmt-check demo fuzz bench report clean check-full-disk check-crash check-chaos soak-meta accept-meta-ha test-s3 test-s3-full test-s3-suite bench-s3-versitygw
+.PHONY: help deps build test test-race vet lint codesize docs-check fmt fmt-check demo fuzz bench report clean check-full-disk check-crash check-chaos soak-meta accept-meta-ha test-s3 test-s3-full test-s3-suite bench-s3-versitygw
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -77,7 +77,10 @@ lint: ## staticcheck (staticcheck.conf) and errcheck, pinned Go tools, over LINT
 codesize: ## lines of Go by package, the largest method sets; fails past 3,000 non-test lines a package or 40 methods a type, beyond scripts/codesize/baseline.txt
 	$(GO) run ./scripts/codesize$(foreach p,$(CODESIZE_SKIP), -skip $(p))
 
-test: deps fmt-check vet lint codesize ## gofmt check, go vet, lint, code size bounds, all tests, then the concurrent packages under -race -short
+docs-check: ## every `spindle ...` command line of README.md and docs/*.md names a real command and its real flags; the README lists every command (cmd/spindle/docs_test.go)
+	$(GO) test -count=1 -run '^(TestDocs|TestReadme)' ./cmd/spindle/
+
+test: deps fmt-check vet lint codesize docs-check ## gofmt check, go vet, lint, code size bounds, docs check, all tests, then the concurrent packages under -race -short
 	GO=$(GO) scripts/gotest.sh -count=1 ./...
 	GO=$(GO) scripts/gotest.sh -count=1 -tags spindle_testhooks -run '$(HOOK_TESTS)' $(HOOK_TEST_PKGS)
 	GO=$(GO) scripts/gotest.sh -count=1 -race -short $(RACE_TEST_PKGS)

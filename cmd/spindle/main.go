@@ -58,11 +58,11 @@ func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "spindle",
 		Short: "Spindle: a replicated object store with its performance lab built in",
-		Long: `Spindle stores files as keys in buckets, each byte on three datanodes,
-fsynced before a write is acknowledged. One binary runs the cluster (spindle
-server, or spindle meta and spindle datanode on separate hosts), moves files
-(put, get, ls, rm, stat, bucket), shows its state (admin), and measures
-itself (bench, report).
+		Long: `Spindle stores files as keys in buckets: a value over 64 KiB in blocks on
+three datanodes (fsynced on two before the ack), smaller ones and all metadata
+in the meta service (one copy per member; spindle meta --peers: three). One
+binary runs the cluster (server; or meta, datanode, s3), moves files (put, get,
+ls, rm, stat, bucket), administers (admin, cert), measures itself (bench, report).
 
 Try it: spindle server --dir /tmp/spindle & then spindle bucket create b,
 spindle put b/notes.txt notes.txt, spindle get b/notes.txt copy.txt.
