@@ -34,7 +34,7 @@ RACE_PKGS      ?= ./cmd/... ./internal/bench/... ./internal/units/... ./internal
 # release builds have none): the meta raft member's isolation, which
 # partitions a member in-process. make test runs them in a pass of their
 # own, so that the main pass tests the release build.
-HOOK_TESTS     ?= TestPartitionedLeaderAcknowledgesNothing|TestCommitOutcomeUnknownAfterFailover
+HOOK_TESTS     ?= TestPartitionedLeaderAcknowledgesNothing|TestCommitOutcomeUnknownAfterFailover|TestEmptiedMemberDoesNotVoteBeforeCatchingUp
 HOOK_TEST_PKGS ?= ./internal/meta/
 
 # Go sources to format-check: everything but testdata, vendor and bin.

@@ -8,6 +8,7 @@ package meta
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -166,4 +167,48 @@ func TestCommitOutcomeUnknownAfterFailover(t *testing.T) {
 	if now.Size != 50 {
 		t.Fatalf("key is %+v, want the other client's later version (size 50)", now)
 	}
+}
+
+// TestEmptiedMemberDoesNotVoteBeforeCatchingUp: keys acknowledged by the
+// leader A and member C while B was cut off are on A and C only; C then
+// loses its directory and A stops. C, restarted empty, must not vote:
+// B, which lacks the keys, would be elected by B and C and the keys lost
+// when A comes back (today's rejoinTerm gave C a higher term, not a
+// missing vote). C refuses B's vote requests until A is back, A is
+// elected (its log is the longest), and every key is there; C catches up
+// and votes again.
+func TestEmptiedMemberDoesNotVoteBeforeCatchingUp(t *testing.T) {
+	g := newRGroup(t, 3)
+	if _, err := g.cl.CreateBucket(bg, "bkt"); err != nil {
+		t.Fatal(err)
+	}
+	a := g.leader()
+	b, c := (a+1)%3, (a+2)%3
+	g.srvs[b].Service().rep.Isolate(true)
+	keys := putInline(t, g.cl, "acked-by-a-and-c-", 20)
+	g.stop(c)
+	mustNo(t, os.RemoveAll(g.dirs[c]))
+	g.stop(a)
+	g.srvs[b].Service().rep.Isolate(false)
+	g.restart(c)
+	cs := g.srvs[c].Service()
+	waitFor(t, "B elected, or three vote requests refused by the emptied C", func() bool {
+		return g.srvs[b].Service().Serving() || cs.MetaStatus().VotesRefused >= 3
+	})
+	if g.srvs[b].Service().Serving() {
+		t.Errorf("B, which lacks the keys acknowledged by A and C, was elected with the emptied C's vote")
+	}
+	if st := cs.MetaStatus(); st.Role != "recovering" {
+		t.Errorf("the emptied member's role %q, want recovering", st.Role)
+	}
+	g.restart(a)
+	ld := g.leader()
+	for _, k := range keys {
+		if _, err := g.srvs[ld].Service().GetKey("bkt", k); err != nil {
+			t.Fatalf("acknowledged key %s: %v", k, err)
+		}
+	}
+	waitFor(t, "the emptied member caught up and votes again", func() bool {
+		return cs.MetaStatus().Role != "recovering"
+	})
 }

@@ -39,6 +39,9 @@ type MetaStatus struct {
 	// it received from other members since it started.
 	SnapshotIndex      uint64 `json:"snapshot_index"`
 	SnapshotsInstalled uint64 `json:"snapshots_installed,omitempty"`
+	// VotesRefused counts the vote requests a recovering member (Role
+	// "recovering": it lost its directory and has not caught up) dropped.
+	VotesRefused uint64 `json:"votes_refused,omitempty"`
 	// Match is, on the leader, the last log index each member is known
 	// to hold (raft's progress, as of the last tick).
 	Match map[uint64]uint64 `json:"match,omitempty"`

@@ -214,6 +214,11 @@ type Member struct {
 	streamsCtx  context.Context
 	streamsStop context.CancelFunc
 
+	// rec: the member started from an empty directory in a group with
+	// a history (raftconf.go, rejoinTerm) neither grants nor asks votes
+	// until it has caught up (recovery.go).
+	rec recovery
+
 	// iso: with -tags spindle_testhooks, a test may cut the member off
 	// (isolation_hook.go); a release build's iso is empty and never
 	// drops a message (isolation_release.go).
@@ -240,6 +245,7 @@ func OpenMember(s *state.State, db *pebble.DB) (*Member, error) {
 		tick: cfg.RaftTickInterval, notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		readBatches: map[uint64][]readReq{}}
 	r.Snap.r = r
+	r.rec.r = r
 	r.appendq, r.applyq = raftqueue.New[*pb.Message](), raftqueue.New[*pb.Message]()
 	r.wcond.L = &r.wmu
 	r.streamsCtx, r.streamsStop = context.WithCancel(context.Background())
@@ -280,6 +286,9 @@ func OpenMember(s *state.State, db *pebble.DB) (*Member, error) {
 		}
 	default:
 		r.st = st
+	}
+	if err := r.rec.load(); err != nil {
+		return nil, err
 	}
 	if r.ckpts, err = openCheckpoints(cfg.FS, cfg.Dir); err != nil {
 		return nil, err
@@ -334,7 +343,15 @@ func (r *Member) openRaft() error {
 		// votes again in a term its lost self may have voted in, and the
 		// leader, deposed by the higher term, forgets how far it had
 		// replicated to it (raftconf.go, rejoinTerm).
-		term := max(1, rejoinTerm(r.s.Cfg.Peers, r.s.Cfg.TLS, r.id, r.log))
+		rejoin, history := rejoinTerm(r.s.Cfg.Peers, r.s.Cfg.TLS, r.id, r.log)
+		term := max(1, rejoin)
+		if history {
+			// Before the log exists: a crash after the bootstrap below
+			// still finds the marker and the member still does not vote.
+			if err := r.rec.start(); err != nil {
+				return err
+			}
+		}
 		seq, err := r.WAL.Append(wal.SnapshotRecord(WALGroup, 1, 1, cs), wal.HardStateRecord(WALGroup, wal.HardState{Term: term, Commit: 1}))
 		if err == nil {
 			err = r.WAL.WaitDurable(seq)
@@ -593,6 +610,9 @@ func (r *Member) run() {
 			_ = r.rn.Step(m)
 		}
 		for _, m := range msgs {
+			if r.rec.on.Load() && !r.rec.step(m) {
+				continue
+			}
 			_ = r.rn.Step(m) // a stale or foreign message is dropped
 		}
 		r.wmu.Lock()
@@ -1081,6 +1101,7 @@ func (r *Member) applyEntries(ents []*pb.Entry) error {
 	}
 	r.st = st
 	r.Applied.Store(st.Index)
+	r.rec.caughtUp(st.Index)
 	if members == nil && len(confs) > 0 {
 		// Only changes the installed store held before raft did.
 		r.in.mu.Lock()
@@ -1207,11 +1228,14 @@ func (r *Member) Status() metaapi.MetaStatus {
 	members := r.memberSet()
 	if _, ok := members[r.id]; !ok && len(members) > 0 {
 		role = "removed" // it applied its own removal: stop its process
+	} else if r.rec.on.Load() {
+		role = "recovering" // catching up; no vote until it has
 	}
 	return metaapi.MetaStatus{ID: r.id, LeaderID: lead, LeaderAddr: r.peerAddr(lead), Role: role, Serving: serving,
 		Term: r.Term.Load(), AppliedIndex: r.Applied.Load(), CommitIndex: r.commit.Load(), LastIndex: r.Last.Load(),
 		Members: sortedMembers(members), SnapshotIndex: r.SnapIndex.Load(), SnapshotsInstalled: r.Installed.Load(),
-		Match: r.matchMap()}
+		VotesRefused: r.rec.votesRefused.Load(),
+		Match:        r.matchMap()}
 }
 
 // matchMap is the leader's progress as of its last tick (nil: none).

@@ -304,10 +304,10 @@ const rejoinProbeTimeout = time.Second
 // higher term, steps down: the next one starts with no memory of what the
 // member held, probes it and sends it a snapshot (raft's leader would
 // otherwise fail on it: tocommit out of range).
-func rejoinTerm(peers map[uint64]string, sec *tlsconf.Settings, self uint64, log *slog.Logger) uint64 {
+func rejoinTerm(peers map[uint64]string, sec *tlsconf.Settings, self uint64, log *slog.Logger) (term uint64, history bool) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	var highest, held uint64
+	var highest, held, indexSeen uint64
 	for id, addr := range peers {
 		if id == self {
 			continue
@@ -328,13 +328,18 @@ func rejoinTerm(peers map[uint64]string, sec *tlsconf.Settings, self uint64, log
 			mu.Lock()
 			highest = max(highest, st.Term)
 			held = max(held, st.Match[self])
+			indexSeen = max(indexSeen, st.LastIndex, st.AppliedIndex)
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
+	// A peer whose log is past the bootstrap: the group has a history
+	// this member's empty directory does not hold (lost, or it starts
+	// late): it must not vote before it has caught up (Member.recovering).
+	history = indexSeen > 1
 	if held <= 1 {
-		return 0
+		return 0, history
 	}
 	log.Warn("meta member starts from an empty directory but its group's leader says it held the log to "+fmt.Sprint(held)+": it rejoins in a later term and catches up from a snapshot", "group_term", highest, "term", highest+1)
-	return highest + 1
+	return highest + 1, history
 }

@@ -363,6 +363,7 @@ func (sn *snapshots) installSnapshot(md *pb.SnapshotMetadata) error {
 		r.stTerm = md.GetTerm()
 	}
 	r.Applied.Store(st.Index)
+	r.rec.caughtUp(st.Index)
 	if members != nil {
 		r.setMembers(members)
 		r.hasMembers = true
