@@ -16,9 +16,10 @@
 //	datanodes/dn<i>/   datanode i's volume; its log in datanodes/log/dn<i>
 //	datanodes/dn<i>.log  its stdout and stderr
 //	server.json        {"datanode_addrs": ["127.0.0.1:P1", …], "meta_addrs":
-//	                   […]}: the datanodes and meta members keep their
-//	                   addresses across restarts (pipelines and the meta
-//	                   raft group name their members by address)
+//	                   […]}: the datanodes' addresses at the last start
+//	                   (each start binds new ones, port 0; they register
+//	                   them) and the meta members', kept across restarts
+//	                   (the meta raft group names its members by address)
 //	s3-credentials.json  the S3 root user, when generated (0600)
 //	tls/ca/ca.crt, ca.key  the cluster CA (key 0600; never replaced)
 //	tls/local-ROLE.{crt,key}  a pair per role: meta, datanode, s3, admin
