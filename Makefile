@@ -71,7 +71,7 @@ fmt: ## gofmt -w all sources
 vet: ## go vet ./...
 	$(GO) vet ./...
 
-lint: ## staticcheck (staticcheck.conf) and errcheck, pinned Go tools, over LINT_PKGS; errcheck's not yet fixed findings are held by scripts/lint/errcheck-known.txt
+lint: ## staticcheck (staticcheck.conf) and errcheck, pinned Go tools, over LINT_PKGS, and scripts/lint/portpick (no port picked by listening and closing); errcheck's not yet fixed findings are held by scripts/lint/errcheck-known.txt
 	GO=$(GO) scripts/lint/lint.sh $(LINT_PKGS)
 
 codesize: ## lines of Go by package, the largest method sets; fails past 3,000 non-test lines a package or 40 methods a type, beyond scripts/codesize/baseline.txt

@@ -42,6 +42,7 @@ func newDatanodeCmd() *cobra.Command {
 	var cfg datanode.Config
 	var pipelines []string
 	var metaAddr, joinToken string
+	var listenFD int
 	var tf tlsFlags
 	clientBudget := units.ByteSize(pipeline.DefaultMaxInflightPayloadBytes)
 	raftBudget := units.ByteSize(pipeline.DefaultMaxInflightRaftPayloadBytes)
@@ -121,6 +122,11 @@ SIGTERM or SIGINT stops it cleanly.`,
 			if memLimit.Int64() > 0 {
 				debug.SetMemoryLimit(memLimit.Int64())
 			}
+			ln, err := inheritedListener(listenFD)
+			if err != nil {
+				return err
+			}
+			cfg.Listener = ln
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return datanode.Run(ctx, cfg)
@@ -133,6 +139,7 @@ SIGTERM or SIGINT stops it cleanly.`,
 	f.StringVar(&metaAddr, "meta", "", "meta service address (host:port), or every member of a replicated one, comma-separated: register, heartbeat, and serve the pipelines it assigns")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", metaapi.DefaultHeartbeatInterval, "heartbeat period (with --meta)")
 	f.StringVar(&cfg.ListenAddr, "listen", "127.0.0.1:0", "address for peers and clients")
+	f.IntVar(&listenFD, "listen-fd", 0, listenFDHelp)
 	f.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "address other hosts reach this datanode at (host or host:port; default: --listen's; required when --listen is 0.0.0.0 or [::])")
 	f.StringSliceVar(&cfg.DataDirs, "data-dir", nil, "volume directory (repeat or comma-separate for several)")
 	f.StringVar(&cfg.LogDir, "log-dir", "", "raft log directory")

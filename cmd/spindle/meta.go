@@ -24,6 +24,7 @@ func newMetaCmd() *cobra.Command {
 	var peers string
 	var tf tlsFlags
 	var joinCADir, adminTokenFile string
+	var listenFD int
 	cmd := &cobra.Command{
 		Use:   "meta",
 		Short: "Run the meta service: datanode registry, pipelines, containers, buckets and keys",
@@ -98,6 +99,9 @@ on an empty --dir.`,
 					return usageErr(fmt.Errorf("--join-ca-dir: %w", err))
 				}
 			}
+			if cfg.Listener, err = inheritedListener(listenFD); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return meta.Run(ctx, cfg)
@@ -108,6 +112,7 @@ on an empty --dir.`,
 	f.StringVar(&adminTokenFile, "admin-token-file", "", adminTokenHelp)
 	f.StringVar(&joinCADir, "join-ca-dir", "", "the cluster CA's directory (ca.crt and ca.key, spindle cert init): datanodes may then join with a one-time token (spindle admin join-token) and get a certificate signed by it")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:9860", "HTTP address of the meta service")
+	f.IntVar(&listenFD, "listen-fd", 0, listenFDHelp)
 	f.StringVar(&cfg.Dir, "dir", "", "directory of the meta service's store (required)")
 	f.StringVar(&cfg.ReadyFile, "ready-file", "", "write ADDR and PID here once serving")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", metaapi.DefaultHeartbeatInterval, "datanode heartbeat interval (the cluster manager's tick)")

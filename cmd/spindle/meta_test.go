@@ -116,6 +116,18 @@ func TestMetaCommandNeedsDir(t *testing.T) {
 	}
 }
 
+// --listen-fd takes a listening socket (localcluster and the server's meta
+// group hand theirs so): stdin, stdout and stderr are refused.
+func TestListenFDIsChecked(t *testing.T) {
+	for _, args := range [][]string{
+		{"meta", "--insecure", "--dir", t.TempDir()},
+		{"datanode", "--insecure", "--data-dir", t.TempDir(), "--log-dir", t.TempDir(), "--id", "1", "--pipeline", "1:1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3"},
+	} {
+		_, _, err := run(t, append(args, "--listen-fd", "2"))
+		wantExit(t, err, exitUsage, "--listen-fd 2: want a descriptor ≥ 3")
+	}
+}
+
 // The replication flags reach the service (GET /v1/replication shows the
 // limits in force; admin replication prints them), and the defaults are
 // meta's.

@@ -29,7 +29,7 @@ func newServerCmd() *cobra.Command {
 		Long: `Runs Spindle's embedded default: the meta service in this process and
 --datanodes datanode processes (default 3), all on 127.0.0.1, all under --dir
 (meta/, datanodes/dn<i>/, server.json). Started again on the same --dir it
-comes back with the same datanodes, pipelines, namespace and data. Clients
+comes back with the same datanodes (on new ports), pipelines, namespace and data. Clients
 use --meta-listen (default 127.0.0.1:9860): spindle put, get, ls, ... .
 S3 clients use --s3-listen (default 127.0.0.1:9878, "off": none) with the
 root user of --s3-access-key/--s3-secret-key, or one generated at the first

@@ -43,9 +43,8 @@ func TestDefaultServerRefusesConnectionsWithoutValidCert(t *testing.T) {
 	}
 	dir := t.TempDir()
 	ready := filepath.Join(dir, "ready")
-	s3Addr := freeAddr(t)
 	cmd := exec.Command(exe, "server", "--dir", filepath.Join(dir, "srv"), "--meta-listen", "127.0.0.1:0",
-		"--s3-listen", s3Addr, "--ready-file", ready, "--log-level", "warn")
+		"--s3-listen", "127.0.0.1:0", "--ready-file", ready, "--log-level", "warn")
 	cmd.Env = append(os.Environ(), asSpindleEnv+"=1")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -65,7 +64,7 @@ func TestDefaultServerRefusesConnectionsWithoutValidCert(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	waitListening(t, s3Addr)
+	s3Addr := s3ListenAddr(t, cmd.Process.Pid, metaAddr)
 
 	// The server's own client certificate, as the commands find it.
 	p, _, found, err := tlsconf.LoadClientProfile(metaAddr)
@@ -252,28 +251,28 @@ func probePort(addr, kind string, cfg *tls.Config) probeResult {
 	return probeResult(fmt.Sprintf("not answered: %q", strings.TrimSpace(line)))
 }
 
-// freeAddr is a 127.0.0.1 address with a port free just now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// waitListening waits (bounded) until addr accepts connections.
-func waitListening(t *testing.T, addr string) {
+// s3ListenAddr waits (bounded) until the server process pid listens on
+// one address besides the meta service's, and returns it: the S3 gateway
+// (in the server's process, as the meta service; the datanodes are its
+// children) binds port 0 and reports it nowhere else, its embedded
+// server taking an address, not a listener.
+func s3ListenAddr(t *testing.T, pid int, metaAddr string) string {
 	t.Helper()
 	for i := 0; ; i++ {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return
+		var others []string
+		for _, a := range listeningAddrsOf(t, pid, false) {
+			if a != metaAddr {
+				others = append(others, a)
+			}
+		}
+		if len(others) > 1 {
+			t.Fatalf("the server process listens on %v besides the meta service (%s): want the S3 gateway alone", others, metaAddr)
+		}
+		if len(others) == 1 {
+			return others[0]
 		}
 		if i == 300 {
-			t.Fatalf("%s not listening after 30 s: %v", addr, err)
+			t.Fatalf("the server's S3 gateway not listening after 30 s")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -284,8 +283,14 @@ func waitListening(t *testing.T, addr string) {
 // the kernel's table of listening sockets).
 func listeningAddrs(t *testing.T, pid int) []string {
 	t.Helper()
+	return listeningAddrsOf(t, pid, true)
+}
+
+// listeningAddrsOf is listeningAddrs of pid alone, or with its descendants.
+func listeningAddrsOf(t *testing.T, pid int, descendants bool) []string {
+	t.Helper()
 	pids := []int{pid}
-	for i := 0; i < len(pids); i++ { // descendants, breadth first
+	for i := 0; descendants && i < len(pids); i++ { // descendants, breadth first
 		ents, _ := os.ReadDir("/proc")
 		for _, e := range ents {
 			p, err := strconv.Atoi(e.Name())

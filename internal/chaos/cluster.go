@@ -66,16 +66,15 @@ func startCluster(ctx context.Context, bin, root string, datanodes int, metaArgs
 	if lab != nil {
 		host = lab.BridgeAddr()
 	}
-	l, err := net.Listen("tcp", host+":0")
-	if err != nil {
-		return nil, fmt.Errorf("chaos: free port: %w", err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close() // it only held the port free until now
-	c := &cluster{bin: bin, root: root, metaArgs: metaArgs, metaAddr: addr}
+	// The meta service binds port 0 at its first start and its ready file
+	// says what it got; its restarts bind that address again (the
+	// datanodes know it).
+	c := &cluster{bin: bin, root: root, metaArgs: metaArgs, metaAddr: net.JoinHostPort(host, "0")}
 	if err := c.startMeta(ctx); err != nil {
 		return nil, err
 	}
+	addr := c.metaAddr
+	var err error
 	if c.meta, err = metaapi.NewClient(addr, metaapi.ClientOptions{Timeout: 10 * time.Second}); err != nil {
 		_ = c.stop() // best effort: err is the error
 		return nil, err
@@ -101,7 +100,8 @@ func startCluster(ctx context.Context, bin, root string, datanodes int, metaArgs
 }
 
 // startMeta launches the meta service on c.metaAddr and its directory and
-// waits (bounded) until it is ready.
+// waits (bounded) until it is ready; when c.metaAddr's port is 0 (the first
+// start), c.metaAddr becomes the address its ready file names.
 func (c *cluster) startMeta(ctx context.Context) error {
 	var err error
 	for attempt := 1; attempt <= metaRestartAttempts; attempt++ {
@@ -144,7 +144,10 @@ func (c *cluster) launchMeta(ctx context.Context) error {
 	c.mu.Unlock()
 	deadline := time.Now().Add(processReadyTimeout)
 	for {
-		if a, pid, err := readyfile.Read(c.metaReady()); err == nil && a == c.metaAddr && pid == cmd.Process.Pid {
+		if a, pid, err := readyfile.Read(c.metaReady()); err == nil && pid == cmd.Process.Pid && (a == c.metaAddr || anyPort(c.metaAddr)) {
+			if a != c.metaAddr {
+				c.metaAddr = a // the first start, before any other goroutine reads it
+			}
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -158,6 +161,12 @@ func (c *cluster) launchMeta(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// anyPort says whether addr's port is 0: the listener picks one.
+func anyPort(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && port == "0"
 }
 
 // metaRunning reports whether the meta service's process is alive.

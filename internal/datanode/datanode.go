@@ -54,6 +54,10 @@ import (
 type Config struct {
 	ID         uint64
 	ListenAddr string
+	// Listener, when set, is the data-path listener, already bound (a
+	// socket handed over by the process that started this one: --listen-fd);
+	// ListenAddr is not used then. Run serves on it and closes it.
+	Listener net.Listener
 	// AdvertiseAddr is the address other hosts reach this datanode at
 	// (host, or host:port), registered with the meta service and handed to
 	// peers; empty: the listener's address. A listener on every interface
@@ -254,9 +258,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			err = cerr
 		}
 	}()
-	ln, err := net.Listen("tcp", cfg.ListenAddr)
-	if err != nil {
-		return fmt.Errorf("datanode: listen: %w", err)
+	ln := cfg.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.ListenAddr); err != nil {
+			return fmt.Errorf("datanode: listen: %w", err)
+		}
 	}
 	advertise, err := AdvertiseAddr(ln.Addr(), cfg.AdvertiseAddr)
 	if err != nil {

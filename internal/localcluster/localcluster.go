@@ -1,7 +1,11 @@
 // Package localcluster runs a pipeline of real `spindle datanode` child
-// processes on 127.0.0.1: it picks free ports, starts the members with their
-// data and log directories, waits until each has written its ready file,
-// and kills (SIGKILL), restarts and stops them. `spindle bench chunk-write`
+// processes on 127.0.0.1: it starts the members with their data and log
+// directories, waits until each has written its ready file, and kills
+// (SIGKILL), restarts and stops them. No port is picked and closed before
+// a member binds it: a member of a meta service binds port 0 and its ready
+// file says what it got; the members of a static pipeline, which must know
+// each other's addresses before they start, get sockets bound here on port
+// 0 (--listen-fd). `spindle bench chunk-write`
 // (replicated form) and the multi-process tests of pipelines use it.
 //
 // Layout: member i (1-based) keeps its volume in DataDir/dn<i>, its Raft
@@ -10,8 +14,9 @@
 //
 // # Invariants
 //
-//   - Only 127.0.0.1 addresses are used; a member keeps its address across
-//     restarts (the pipeline's membership names it).
+//   - Only 127.0.0.1 addresses are used (unless Config.Addrs says
+//     otherwise); a member keeps its address across restarts (the
+//     pipeline's membership names it), except by RestartOnNewPort.
 //   - With Config.ProcessGroup each child leads a process group of its own,
 //     and Kill, Pause and Resume signal that group (-pid): a signal for one
 //     member never reaches another member or the parent.
@@ -22,7 +27,9 @@
 //   - Every wait is bounded: readiness by Config.ReadyTimeout, exits by
 //     the timeouts given to Stop and by Kill's own bound.
 //   - Start fails, with the tail of the member's log, if a child exits
-//     before it is ready; it stops the members it started.
+//     before it is ready; it stops the members it started. It does not
+//     retry: with no port picked in advance, no port can be lost to
+//     another process in between.
 //
 // # Concurrency
 //
@@ -63,9 +70,9 @@ const (
 	DefaultStopTimeout = 10 * time.Second
 	// killTimeout bounds the wait for a SIGKILLed child to be reaped.
 	killTimeout = 10 * time.Second
-	// startAttempts bounds how often Start retries with fresh ports when a
-	// member exits before it is ready (a port taken meanwhile).
-	startAttempts = 3
+	// listenFD is the descriptor a member's inherited listening socket has
+	// in the member (--listen-fd): the first of exec.Cmd.ExtraFiles.
+	listenFD = 3
 	// readyPoll is the interval at which ready files are looked for.
 	readyPoll = 10 * time.Millisecond
 	// logTailBytes is how much of a member's log an error quotes.
@@ -99,12 +106,12 @@ type Config struct {
 	// MetaAddr, when set, runs the members as datanodes of that meta
 	// service (--meta) instead of one static pipeline (--id, --pipeline).
 	MetaAddr string
-	// Addrs, when set, are the members' listen addresses (one per member;
-	// a restarted cluster must keep them: pipelines name them). Without
-	// Addrs free ports are picked, and a member that dies before it is
-	// ready (a port taken meanwhile) makes Start begin afresh, removing
-	// only the directories it created (never one that held data before);
-	// with Addrs Start fails instead, and never removes a directory.
+	// Addrs, when set, are the members' listen addresses (one per member).
+	// Without Addrs every member listens on a port 0 of 127.0.0.1: with
+	// MetaAddr a member binds it (--listen 127.0.0.1:0) and its ready file
+	// gives its address; without, the cluster binds each member's socket
+	// before any starts (every member's --pipeline names them all) and
+	// hands it over (--listen-fd).
 	Addrs []string
 	// ProcessGroup starts each member in a process group of its own
 	// (Setpgid), signalled as a group by Kill, Pause and Resume.
@@ -129,12 +136,17 @@ type Config struct {
 
 // Node is one member.
 type Node struct {
-	ID        int // 1-based
+	ID int // 1-based
+	// Addr is the member's address: empty until its first ready file
+	// when it binds port 0 itself (a member of a meta service).
 	Addr      string
 	DataDir   string
 	LogDir    string
 	LogPath   string // the member's stderr and stdout
 	readyPath string
+	// ln is the member's socket, bound by the cluster, until its process
+	// has inherited it (the first launch of a static pipeline's member).
+	ln *net.TCPListener
 
 	proc   *os.Process
 	exited chan struct{} // closed once the process is reaped
@@ -171,45 +183,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if len(cfg.Addrs) > 0 && len(cfg.Addrs) != cfg.Members {
 		return nil, fmt.Errorf("localcluster: %d addresses for %d members", len(cfg.Addrs), cfg.Members)
 	}
-	// What a member's directories held before this Start is never
-	// removed: a retry begins afresh only what an attempt created. (The
-	// embedded server starts on `spindle gen`'s output, or on a directory
-	// whose addresses it no longer knows, with free ports too: before
-	// this, a port race there removed every datanode's data.)
-	held := heldDirs(cfg)
-	var lastErr error
-	for attempt := 1; attempt <= startAttempts; attempt++ {
-		c := &Cluster{cfg: cfg}
-		err := c.start(ctx)
-		if err == nil {
-			return c, nil
-		}
+	c := &Cluster{cfg: cfg}
+	if err := c.start(ctx); err != nil {
 		_ = c.Stop(DefaultStopTimeout) // best effort: err is the error (Stop's: members killed)
-		lastErr = err
-		var early *exitedEarlyError
-		if !errors.As(err, &early) || ctx.Err() != nil || len(cfg.Addrs) > 0 {
-			break
-		}
-		// A member died before it was ready: most likely its port was
-		// taken between our probe and its bind. Start afresh.
-		removeCreated(c.nodes, held)
+		return nil, err
 	}
-	return nil, lastErr
-}
-
-// heldDirs returns the members' data and log directories that exist and
-// are not empty.
-func heldDirs(cfg Config) map[string]bool {
-	held := map[string]bool{}
-	for id := 1; id <= cfg.Members; id++ {
-		data, log := memberDirs(cfg, id)
-		for _, d := range []string{data, log} {
-			if ents, err := os.ReadDir(d); err == nil && len(ents) > 0 {
-				held[d] = true
-			}
-		}
-	}
-	return held
+	return c, nil
 }
 
 // memberDirs are member id's data and log directories.
@@ -217,45 +196,12 @@ func memberDirs(cfg Config, id int) (data, log string) {
 	return filepath.Join(cfg.DataDir, fmt.Sprintf("dn%d", id)), filepath.Join(cfg.LogDir, fmt.Sprintf("dn%d", id))
 }
 
-// removeCreated removes what a failed start attempt made of the members'
-// directories, except those in held (they had data before the start) and
-// those of a member that registered with the meta service in the attempt
-// (removed, it would come back as a new node and leave its first one
-// registered for good, DEAD), and their ready files. Best effort, after
-// the attempt's error: what is left is reused by the next start (launch
-// removes a ready file itself, and checks).
-func removeCreated(nodes []*Node, held map[string]bool) {
-	for _, n := range nodes {
-		if registered(n) {
-			_ = os.Remove(n.readyPath)
-			continue
-		}
-		for _, d := range []string{n.DataDir, n.LogDir} {
-			if !held[d] {
-				_ = os.RemoveAll(d)
-			}
-		}
-		_ = os.Remove(n.readyPath)
-	}
-}
-
 func (c *Cluster) start(ctx context.Context) error {
-	addrs := c.cfg.Addrs
-	if len(addrs) == 0 {
-		ports, err := freePorts(c.cfg.Members)
-		if err != nil {
-			return err
-		}
-		for _, p := range ports {
-			addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		}
-	}
 	for i := range c.cfg.Members {
 		id := i + 1
 		dataDir, logDir := memberDirs(c.cfg, id)
 		n := &Node{
 			ID:        id,
-			Addr:      addrs[i],
 			DataDir:   dataDir,
 			LogDir:    logDir,
 			LogPath:   filepath.Join(c.cfg.DataDir, fmt.Sprintf("dn%d.log", id)),
@@ -267,6 +213,18 @@ func (c *Cluster) start(ctx context.Context) error {
 			}
 		}
 		c.nodes = append(c.nodes, n)
+		switch {
+		case len(c.cfg.Addrs) > 0:
+			n.Addr = c.cfg.Addrs[i]
+		case c.cfg.MetaAddr == "":
+			// Every member's --pipeline names every address: bound
+			// here, before any member starts, and handed over.
+			ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				return fmt.Errorf("localcluster: member %d's socket: %w", id, err)
+			}
+			n.ln, n.Addr = ln, ln.Addr().String()
+		}
 	}
 	// With a meta service, a datanode's ID is its rank among the
 	// registrations: on their first start the members start one at a
@@ -298,27 +256,6 @@ func registered(n *Node) bool {
 	return err == nil
 }
 
-// freePorts returns n distinct ports that were free on 127.0.0.1 a moment
-// ago (the listeners are closed before returning).
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close() // it only held the port free until now
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("localcluster: free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // pipelineFlag is the --pipeline value: G:1=ADDR1,2=ADDR2,...
 func (c *Cluster) pipelineFlag() string {
 	var b strings.Builder
@@ -334,12 +271,20 @@ func (c *Cluster) pipelineFlag() string {
 
 // Args returns the command line (without the binary) member n runs with.
 func (c *Cluster) args(n *Node) []string {
-	args := []string{"datanode",
-		"--listen", n.Addr,
+	args := []string{"datanode"}
+	switch {
+	case n.ln != nil:
+		args = append(args, "--listen-fd", strconv.Itoa(listenFD))
+	case n.Addr == "":
+		args = append(args, "--listen", "127.0.0.1:0")
+	default:
+		args = append(args, "--listen", n.Addr)
+	}
+	args = append(args,
 		"--data-dir", n.DataDir,
 		"--log-dir", n.LogDir,
 		"--ready-file", n.readyPath,
-	}
+	)
 	tf := c.cfg.TLS
 	if n.ID >= 1 && n.ID <= len(c.cfg.NodeTLS) {
 		tf = c.cfg.NodeTLS[n.ID-1]
@@ -382,11 +327,27 @@ func (c *Cluster) launch(n *Node) error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), c.cfg.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: c.cfg.ProcessGroup}
+	if n.ln != nil {
+		// The member inherits its socket (--listen-fd); once it has, the
+		// cluster closes its own descriptors, so that the port is free
+		// when the member dies (its peers' connections are refused) and
+		// a restart binds it again (--listen).
+		f, err := n.ln.File()
+		if err != nil {
+			return fmt.Errorf("localcluster: member %d's socket: %w", n.ID, err)
+		}
+		defer func() { _ = f.Close() }() // a dup: the member has its own once started
+		cmd.ExtraFiles = []*os.File{f}
+	}
 	if _, err := fmt.Fprintf(logf, "=== localcluster: %s\n", strings.Join(argv, " ")); err != nil {
 		return fmt.Errorf("localcluster: member %d's log: %w", n.ID, err)
 	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("localcluster: start member %d: %w", n.ID, err)
+	}
+	if n.ln != nil {
+		_ = n.ln.Close() // the member serves on its own descriptor of the socket
+		n.ln = nil
 	}
 	if c.cfg.OnLaunch != nil {
 		c.cfg.OnLaunch(n.ID, cmd.Process.Pid)
@@ -405,27 +366,23 @@ func (c *Cluster) launch(n *Node) error {
 	return nil
 }
 
-// exitedEarlyError is a member that exited before it was ready.
-type exitedEarlyError struct {
-	id   int
-	tail string
-}
-
-func (e *exitedEarlyError) Error() string {
-	return fmt.Sprintf("localcluster: member %d exited before it was ready; its log ends:\n%s", e.id, e.tail)
-}
-
 // waitReady waits, bounded by ReadyTimeout, for n's ready file to name n's
-// address and process.
+// address and process; a member that bound port 0 itself (no address yet)
+// has the address its ready file names.
 func (c *Cluster) waitReady(ctx context.Context, n *Node) error {
 	c.mu.Lock()
-	proc, exited := n.proc, n.exited
+	proc, exited, want := n.proc, n.exited, n.Addr
 	c.mu.Unlock()
 	deadline := time.Now().Add(c.cfg.ReadyTimeout)
 	tick := time.NewTicker(readyPoll)
 	defer tick.Stop()
 	for {
-		if addr, pid, err := readyfile.Read(n.readyPath); err == nil && addr == n.Addr && pid == proc.Pid {
+		if addr, pid, err := readyfile.Read(n.readyPath); err == nil && (want == "" || addr == want) && pid == proc.Pid {
+			if want == "" {
+				c.mu.Lock()
+				n.Addr = addr
+				c.mu.Unlock()
+			}
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -433,7 +390,7 @@ func (c *Cluster) waitReady(ctx context.Context, n *Node) error {
 		}
 		select {
 		case <-exited:
-			return &exitedEarlyError{id: n.ID, tail: tail(n.LogPath)}
+			return fmt.Errorf("localcluster: member %d exited before it was ready; its log ends:\n%s", n.ID, tail(n.LogPath))
 		case <-ctx.Done():
 			return fmt.Errorf("localcluster: waiting for member %d: %w", n.ID, ctx.Err())
 		case <-tick.C:
@@ -631,8 +588,9 @@ func (c *Cluster) Restart(ctx context.Context, id int) error {
 }
 
 // RestartOnNewPort starts member id again (it must have exited) with the
-// same directories on a new free 127.0.0.1 port, as a datanode started with
-// `--listen 127.0.0.1:0` comes back, and waits until it is ready. Only for
+// same directories on a port 0 of 127.0.0.1 (--listen 127.0.0.1:0), as a
+// datanode started so comes back, and waits until it is ready: its address
+// is then the one its ready file names. Only for
 // clusters with a meta service (a static --pipeline names the old address).
 func (c *Cluster) RestartOnNewPort(ctx context.Context, id int) error {
 	if c.cfg.MetaAddr == "" {
@@ -642,13 +600,9 @@ func (c *Cluster) RestartOnNewPort(ctx context.Context, id int) error {
 	if c.Running(id) {
 		return fmt.Errorf("localcluster: member %d is running", id)
 	}
-	ports, err := freePorts(1)
-	if err != nil {
-		return err
-	}
 	c.mu.Lock()
-	n.Addr = fmt.Sprintf("127.0.0.1:%d", ports[0])
-	err = c.launch(n)
+	n.Addr = ""
+	err := c.launch(n)
 	c.mu.Unlock()
 	if err != nil {
 		return err
@@ -675,6 +629,10 @@ func (c *Cluster) Stop(timeout time.Duration) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, n := range c.nodes {
+		if n.ln != nil { // a socket never handed over (a failed Start)
+			_ = n.ln.Close() // never served: nothing to report
+			n.ln = nil
+		}
 		// Errors dropped: signalAndWait below signals again and reports.
 		_ = c.signal(n, syscall.SIGCONT) // a paused member could not act on SIGTERM
 		_ = c.signal(n, syscall.SIGTERM)

@@ -379,8 +379,7 @@ func newCrashCluster(t *testing.T, smallLog bool) *crashCluster {
 			t.Fatal(err)
 		}
 		addr := ln.Addr().String()
-		closeT(t, ln)
-		c.members = append(c.members, &crashMember{tn: &testNode{id: i, addr: addr}})
+		c.members = append(c.members, &crashMember{tn: &testNode{id: i, addr: addr, ln: ln}})
 		c.pc.Members = append(c.pc.Members, Member{ID: i, Addr: addr})
 	}
 	for _, m := range c.members {
@@ -447,7 +446,12 @@ func (c *crashCluster) start(m *crashMember, mem *vfs.MemFS, mustExist bool) err
 	}
 	// Back on its address; if the port was taken since the dead life's
 	// listener closed (an outgoing connection's ephemeral port), elsewhere.
-	ln, err := net.Listen("tcp", m.tn.addr)
+	// The first start serves on the socket bound with the address.
+	ln, err := m.tn.ln, error(nil)
+	m.tn.ln = nil
+	if ln == nil {
+		ln, err = net.Listen("tcp", m.tn.addr)
+	}
 	moved := false
 	if err != nil {
 		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {

@@ -25,8 +25,12 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // testNode is one in-process datanode on real directories and a real
 // 127.0.0.1 listener.
 type testNode struct {
-	id      uint64
-	addr    string
+	id   uint64
+	addr string
+	// ln, when set, is the socket bound for the node's next start (its
+	// peers must know its address before it starts: bound on port 0 and
+	// kept, not picked and closed).
+	ln      net.Listener
 	dataDir string
 	logDir  string
 	eng     *engine.Engine
@@ -73,12 +77,17 @@ func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
 	}
 }
 
-// listen listens on tn.addr; if that port was taken since the node's last
+// listen returns tn.ln if set, else listens on tn.addr; if that port was taken since the node's last
 // life closed it (an outgoing connection's ephemeral port, from this or any
 // other process), on a new port, which becomes tn.addr: the caller tells the
 // other members with announce.
 func (tn *testNode) listen(t testing.TB) net.Listener {
 	t.Helper()
+	if tn.ln != nil {
+		ln := tn.ln
+		tn.ln = nil
+		return ln
+	}
 	ln, err := net.Listen("tcp", tn.addr)
 	if err == nil {
 		return ln
@@ -154,9 +163,8 @@ func startClusterWith(t testing.TB, set func(*testNode)) ([]*testNode, PipelineC
 			t.Fatal(err)
 		}
 		addr := ln.Addr().String()
-		closeT(t, ln)
 		dir := t.TempDir()
-		nodes = append(nodes, &testNode{id: i, addr: addr, dataDir: dir + "/data", logDir: dir + "/log"})
+		nodes = append(nodes, &testNode{id: i, addr: addr, ln: ln, dataDir: dir + "/data", logDir: dir + "/log"})
 		pc.Members = append(pc.Members, Member{ID: i, Addr: addr})
 	}
 	for i, tn := range nodes {
@@ -493,10 +501,8 @@ func TestSeveralPipelinesPerDatanode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr := ln.Addr().String()
-		closeT(t, ln)
 		dir := t.TempDir()
-		nodes = append(nodes, &testNode{id: i, addr: addr, dataDir: dir + "/data", logDir: dir + "/log"})
+		nodes = append(nodes, &testNode{id: i, addr: ln.Addr().String(), ln: ln, dataDir: dir + "/data", logDir: dir + "/log"})
 	}
 	member := func(ids ...int) PipelineConfig {
 		pc := PipelineConfig{ID: uint64(ids[0])}
@@ -772,8 +778,7 @@ func TestPeerRestartedOnANewAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	follower.addr = ln.Addr().String()
-	closeT(t, ln)
+	follower.addr, follower.ln = ln.Addr().String(), ln
 	// Its own pipeline list still names the others where they are.
 	follower.start(t, pc)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -36,11 +36,10 @@ func memCluster(t *testing.T, opts ...func(*testNode)) ([]*testNode, []*vfs.MemF
 			t.Fatal(err)
 		}
 		fs := vfs.NewMem()
-		nodes = append(nodes, &testNode{id: i, addr: ln.Addr().String(), dataDir: "/data", fs: fs, logDir: t.TempDir()})
+		nodes = append(nodes, &testNode{id: i, addr: ln.Addr().String(), ln: ln, dataDir: "/data", fs: fs, logDir: t.TempDir()})
 		for _, o := range opts {
 			o(nodes[i-1])
 		}
-		closeT(t, ln)
 		fss = append(fss, fs)
 		pc.Members = append(pc.Members, Member{ID: i, Addr: nodes[i-1].addr})
 	}

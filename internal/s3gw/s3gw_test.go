@@ -81,6 +81,8 @@ func run(m *testing.M) int {
 	}
 	defer srv.Close()
 	metaCli = srv.Meta()
+	// portpick:allow the gateway (versitygw's embedgw) binds an address
+	// itself and reports no port 0's: no listener to hand it.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

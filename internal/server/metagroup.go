@@ -6,6 +6,11 @@ package server
 // member can crash (kill -9) and restart without the others; the members'
 // addresses are chosen at the first start and kept in server.json (a
 // member's raft identity is its address). Member 1 listens on MetaListen.
+// At the first start every member's --peers names every address before
+// any member runs: the server binds the members' sockets (port 0 unless
+// MetaListen gives member 1's) and hands each over (--listen-fd), so no
+// port is picked, closed and lost in between. A restart binds the kept
+// address again (--listen).
 // The children die with the server (parent-death signal).
 
 import (
@@ -42,45 +47,47 @@ type MetaProcs struct {
 // metaMemberDir is member id's directory under Dir.
 func metaMemberDir(dir string, id int) string { return filepath.Join(dir, fmt.Sprintf("meta%d", id)) }
 
-// metaAddrs picks the members' addresses at the first start: member 1 on
-// MetaListen (a free port when it is :0), the others on free ports.
-func metaAddrs(listen string, n int) ([]string, error) {
-	var out []string
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close() // it only held the port free until now
-		}
-	}()
+// metaListeners binds the members' sockets at the first start: member 1's
+// on MetaListen, the others on port 0 of its host.
+func metaListeners(listen string, n int) ([]*net.TCPListener, error) {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("server: --meta-listen %q: %w", listen, err)
+	}
+	var out []*net.TCPListener
 	for i := range n {
-		a := "127.0.0.1:0"
+		a := net.JoinHostPort(host, "0")
 		if i == 0 {
 			a = listen
 		}
-		host, port, err := net.SplitHostPort(a)
+		ln, err := net.Listen("tcp", a)
 		if err != nil {
-			return nil, fmt.Errorf("server: --meta-listen %q: %w", listen, err)
+			for _, l := range out {
+				_ = l.Close() // never served
+			}
+			return nil, fmt.Errorf("server: meta member %d's socket: %w", i+1, err)
 		}
-		if port != "0" {
-			out = append(out, a)
-			continue
-		}
-		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			return nil, fmt.Errorf("server: a free port for meta member %d: %w", i+1, err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
+		out = append(out, ln.(*net.TCPListener))
 	}
 	return out, nil
 }
 
 // startMetaGroup starts the members and waits (ReadyTimeout) until one
-// serves as leader.
-func startMetaGroup(ctx context.Context, cfg Config, addrs []string, files tlsconf.Files, client *tlsconf.Settings) (*MetaProcs, error) {
+// serves as leader. lns, when given (the first start), are the members'
+// sockets, handed over and closed here.
+func startMetaGroup(ctx context.Context, cfg Config, addrs []string, lns []*net.TCPListener, files tlsconf.Files, client *tlsconf.Settings) (*MetaProcs, error) {
 	g := &MetaProcs{cfg: cfg, tls: files, addrs: addrs, procs: make([]*exec.Cmd, len(addrs)), done: make([]chan struct{}, len(addrs))}
+	defer func() {
+		for _, ln := range lns {
+			_ = ln.Close() // each member has its own descriptor once started; unstarted ones never served
+		}
+	}()
 	for i := range addrs {
-		if err := g.launch(i); err != nil {
+		var ln *net.TCPListener
+		if i < len(lns) {
+			ln = lns[i]
+		}
+		if err := g.launch(i, ln); err != nil {
 			stopQuietly(g.stop)
 			return nil, err
 		}
@@ -128,20 +135,32 @@ func (g *MetaProcs) peers() string {
 	return b.String()
 }
 
-// launch starts member i+1's process.
-func (g *MetaProcs) launch(i int) error {
+// launch starts member i+1's process: on ln, handed over (--listen-fd),
+// when given, else on its address (--listen).
+func (g *MetaProcs) launch(i int, ln *net.TCPListener) error {
 	logf, err := os.OpenFile(g.logPath(i), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
 	// The child has its own descriptor; the write of the header is checked.
 	defer func() { _ = logf.Close() }()
-	args := []string{"meta", "--id", strconv.Itoa(i + 1), "--peers", g.peers(), "--listen", g.addrs[i],
-		"--dir", metaMemberDir(g.cfg.Dir, i+1), "--ready-file", metaMemberDir(g.cfg.Dir, i+1) + ".ready"}
+	listen := []string{"--listen", g.addrs[i]}
+	var extra []*os.File
+	if ln != nil {
+		f, err := ln.File()
+		if err != nil {
+			return fmt.Errorf("server: meta member %d's socket: %w", i+1, err)
+		}
+		defer func() { _ = f.Close() }() // a dup: the member has its own once started
+		listen, extra = []string{"--listen-fd", "3"}, []*os.File{f}
+	}
+	args := append([]string{"meta", "--id", strconv.Itoa(i + 1), "--peers", g.peers()}, listen...)
+	args = append(args, "--dir", metaMemberDir(g.cfg.Dir, i+1), "--ready-file", metaMemberDir(g.cfg.Dir, i+1)+".ready")
 	args = append(args, g.tls.Args()...)
 	args = append(args, g.cfg.MetaArgs...)
 	cmd := exec.Command(g.cfg.Binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = extra // fd 3: --listen-fd
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if _, err := fmt.Fprintf(logf, "=== spindle server: %s %s\n", g.cfg.Binary, strings.Join(args, " ")); err != nil {
 		return fmt.Errorf("server: meta member %d's log: %w", i+1, err)
@@ -176,7 +195,7 @@ func (g *MetaProcs) Kill(id int) error {
 }
 
 // Restart starts member id (1-based) again, after Kill.
-func (g *MetaProcs) Restart(id int) error { return g.launch(id - 1) }
+func (g *MetaProcs) Restart(id int) error { return g.launch(id-1, nil) }
 
 // PID is member id's process ID (1-based).
 func (g *MetaProcs) PID(id int) int {

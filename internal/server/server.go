@@ -16,9 +16,10 @@
 //	datanodes/dn<i>/   datanode i's volume; its log in datanodes/log/dn<i>
 //	datanodes/dn<i>.log  its stdout and stderr
 //	server.json        {"datanode_addrs": ["127.0.0.1:P1", …], "meta_addrs":
-//	                   […]}: the datanodes and meta members keep their
-//	                   addresses across restarts (pipelines and the meta
-//	                   raft group name their members by address)
+//	                   […]}: the datanodes' addresses at the last start
+//	                   (each start binds new ones, port 0; they register
+//	                   them) and the meta members', kept across restarts
+//	                   (the meta raft group names its members by address)
 //	s3-credentials.json  the S3 root user, when generated (0600)
 //	tls/ca/ca.crt, ca.key  the cluster CA (key 0600; never replaced)
 //	tls/local-ROLE.{crt,key}  a pair per role: meta, datanode, s3, admin
@@ -74,7 +75,8 @@ type Config struct {
 	// Datanodes is the number of datanode processes (≥ 3).
 	Datanodes int
 	// MetaListen is the meta service's address (default 127.0.0.1:9860;
-	// 127.0.0.1:0 picks a free port); member 1's with MetaReplicas > 1.
+	// with port 0 the service binds a port of its own: MetaAddr says
+	// which); member 1's with MetaReplicas > 1.
 	MetaListen string
 	// MetaReplicas is the number of meta members (default 1: the meta
 	// service in this process; more: child processes, metagroup.go).
@@ -130,6 +132,11 @@ type Server struct {
 	client   *metaapi.Client
 }
 
+// state is server.json. DatanodeAddrs are the datanodes' addresses at the
+// last start (their count is checked; each start binds new ports, port 0:
+// the datanodes register their addresses with the meta service);
+// MetaAddrs are the meta members' (MetaReplicas > 1), kept: a member's
+// raft identity is its address.
 type state struct {
 	DatanodeAddrs []string `json:"datanode_addrs"`
 	MetaAddrs     []string `json:"meta_addrs,omitempty"`
@@ -196,12 +203,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.MetaReplicas > 1 {
 		newAddrs := len(st.MetaAddrs) == 0
+		var lns []*net.TCPListener
 		if newAddrs {
-			if st.MetaAddrs, err = metaAddrs(cfg.MetaListen, cfg.MetaReplicas); err != nil {
+			if lns, err = metaListeners(cfg.MetaListen, cfg.MetaReplicas); err != nil {
 				return nil, err
 			}
+			for _, ln := range lns {
+				st.MetaAddrs = append(st.MetaAddrs, ln.Addr().String())
+			}
 		}
-		if s.group, err = startMetaGroup(ctx, cfg, st.MetaAddrs, s.files(tlsconf.RoleMeta), s.adminTLS); err != nil {
+		if s.group, err = startMetaGroup(ctx, cfg, st.MetaAddrs, lns, s.files(tlsconf.RoleMeta), s.adminTLS); err != nil {
 			return nil, err
 		}
 		s.metaAddr = strings.Join(st.MetaAddrs, ",")
@@ -252,7 +263,6 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		DataDir:   dn,
 		LogDir:    filepath.Join(dn, "log"),
 		MetaAddr:  s.metaAddr,
-		Addrs:     st.DatanodeAddrs,
 		ExtraArgs: cfg.DatanodeArgs,
 		NodeArgs:  cfg.DatanodeNodeArgs,
 		OnLaunch:  cfg.DatanodeOnLaunch,
@@ -264,14 +274,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		stopQuietly(s.closeMeta)
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	if len(st.DatanodeAddrs) == 0 {
-		for _, n := range s.cluster.Nodes() {
-			st.DatanodeAddrs = append(st.DatanodeAddrs, n.Addr)
-		}
-		if err := saveState(cfg.Dir, st); err != nil {
-			stopQuietly(s.Close)
-			return nil, err
-		}
+	// The datanodes bound port 0 (localcluster): their addresses are new.
+	st.DatanodeAddrs = s.cluster.Addrs()
+	if err := saveState(cfg.Dir, st); err != nil {
+		stopQuietly(s.Close)
+		return nil, err
 	}
 	if err := s.waitPipeline(ctx); err != nil {
 		stopQuietly(s.Close)

@@ -2,7 +2,8 @@
 # make lint: staticcheck (its checks set in staticcheck.conf at the module
 # root) and errcheck (dropped errors; scripts/lint/errcheck-excludes.txt)
 # over the packages named as arguments, both pinned in go.mod as Go tools
-# (`go tool staticcheck`, `go tool errcheck`).
+# (`go tool staticcheck`, `go tool errcheck`); and portpick over the whole
+# module (no port picked by listening and closing: scripts/lint/portpick).
 #
 # errcheck is a ratchet: the dropped errors it found when it came in and
 # that are not fixed yet are listed in scripts/lint/errcheck-known.txt, as
@@ -22,6 +23,10 @@ status=0
 if [[ $update -eq 0 ]]; then
   echo "staticcheck"
   "$GO" tool staticcheck "$@" || status=1
+  # No port picked by listening and closing, anywhere in the module
+  # (portpick/main.go says why and what to do instead).
+  echo "portpick"
+  (cd "$dir/../.." && "$GO" run ./scripts/lint/portpick) || status=1
 fi
 
 echo "errcheck"
