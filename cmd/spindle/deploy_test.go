@@ -165,3 +165,33 @@ func TestDeployConfigs(t *testing.T) {
 		}
 	}
 }
+
+// issueHostPairs issues host number n's pairs as §4 "Certificates" does
+// (meta-N and dn-HOST for the address addr, into out) and installs them,
+// with the CA's certificate from caDir, at the paths of the host's
+// environment file env.
+func issueHostPairs(t *testing.T, caDir, out string, env map[string]string, n int, host, addr string) {
+	t.Helper()
+	meta, dn := fmt.Sprintf("meta-%d", n), "dn-"+host
+	for _, c := range [][2]string{{meta, "meta"}, {dn, "datanode"}} {
+		if _, errOut, err := runIn(t, nil, "cert", "issue", "--ca-dir", caDir, "--name", c[0], "--role", c[1], "--host", addr, "--out", out); err != nil {
+			t.Fatalf("cert issue %s: %v\n%s", c[0], err, errOut)
+		}
+	}
+	for from, to := range map[string]string{
+		filepath.Join(caDir, "ca.crt"):  env["TLS_CA"],
+		filepath.Join(out, meta+".crt"): env["META_TLS_CERT"], filepath.Join(out, meta+".key"): env["META_TLS_KEY"],
+		filepath.Join(out, dn+".crt"): env["DATANODE_TLS_CERT"], filepath.Join(out, dn+".key"): env["DATANODE_TLS_KEY"],
+	} {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(to), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
