@@ -153,6 +153,30 @@ func TestDeployConfigs(t *testing.T) {
 	if _, err := resolveFlags(t, "meta", filepath.Join(deployDir, "meta.json"), map[string]string{}); err == nil || !strings.Contains(err.Error(), "$HOST_ID not set") {
 		t.Errorf("meta.json without its environment: %v, want $HOST_ID not set", err)
 	}
+	// The guide issues and installs what TestThreeHosts does
+	// (issueHostPairs): the same commands, host by host.
+	guide, err := os.ReadFile(filepath.Join("..", "..", "docs", "OPERATIONS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range deployHosts {
+		for _, line := range []string{
+			fmt.Sprintf("spindle cert issue --ca-dir ~/spindle-ca --name meta-%d --role meta --host %s --out out/%s\n", i+1, h.addr, h.name),
+			fmt.Sprintf("spindle cert issue --ca-dir ~/spindle-ca --name dn-%s --role datanode --host %s --out out/%s\n", h.name, h.addr, h.name),
+		} {
+			if !strings.Contains(string(guide), line) {
+				t.Errorf("OPERATIONS.md lacks %q", line)
+			}
+		}
+	}
+	for _, line := range []string{"install -m 0644 deploy/hosts/spindle2.env /etc/spindle/host.env ",
+		"install -m 0644 meta-2.crt /etc/spindle/tls/meta.crt\n", "install -m 0640 -o root -g spindle meta-2.key /etc/spindle/tls/meta.key\n",
+		"install -m 0644 dn-spindle2.crt /etc/spindle/tls/datanode.crt\n", "install -m 0640 -o root -g spindle dn-spindle2.key /etc/spindle/tls/datanode.key\n",
+		"install -m 0644 deploy/meta.json deploy/datanode.json /etc/spindle/\n"} {
+		if !strings.Contains(string(guide), line) {
+			t.Errorf("OPERATIONS.md lacks %q", line)
+		}
+	}
 	for _, unit := range []string{"spindle-meta.service", "spindle-datanode.service"} {
 		b, err := os.ReadFile(filepath.Join(deployDir, unit))
 		if err != nil {
