@@ -209,19 +209,9 @@ func (file configFile) validate(root *cobra.Command) error {
 }
 
 func findCommand(root *cobra.Command, sec string) *cobra.Command {
-	c := root
-	for _, w := range strings.Fields(sec) {
-		var next *cobra.Command
-		for _, sub := range c.Commands() {
-			if sub.Name() == w {
-				next = sub
-				break
-			}
-		}
-		if next == nil {
-			return nil
-		}
-		c = next
+	c, rest, err := root.Find(strings.Fields(sec)) // rest: the words naming no command below c
+	if err != nil || len(rest) > 0 {
+		return nil
 	}
 	return c
 }
@@ -229,15 +219,8 @@ func findCommand(root *cobra.Command, sec string) *cobra.Command {
 // subtreeHasFlag reports whether c or a command below it has the flag.
 // The depth of the command tree bounds the recursion.
 func subtreeHasFlag(c *cobra.Command, name string) bool {
-	if c.Flags().Lookup(name) != nil || c.InheritedFlags().Lookup(name) != nil {
-		return true
-	}
-	for _, sub := range c.Commands() {
-		if subtreeHasFlag(sub, name) {
-			return true
-		}
-	}
-	return false
+	return c.Flags().Lookup(name) != nil || c.InheritedFlags().Lookup(name) != nil ||
+		slices.ContainsFunc(c.Commands(), func(sub *cobra.Command) bool { return subtreeHasFlag(sub, name) })
 }
 
 // setFromConfig sets flag f from a decoded JSON value and returns the value
