@@ -33,6 +33,8 @@ import (
 //
 //     The most specific section wins ("bench chunk-write" over "bench" over
 //     ""). Values are strings, numbers, booleans, or lists for list flags.
+//     $NAME and ${NAME} in a string are the environment variable NAME (a
+//     host's values in deploy/'s files); an unset one is an error.
 //  3. otherwise the flag's default.
 //
 // Unknown sections and unknown flags are errors (they are typos); a flag in
@@ -106,7 +108,7 @@ func applyConfig(cmd *cobra.Command, lookupEnv func(string) (string, bool)) ([]f
 			if !ok {
 				continue
 			}
-			v, err := setFromConfig(fs, f, raw)
+			v, err := setFromConfig(fs, f, raw, lookupEnv)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("config %s: [%s] %s: %w", path, sec, f.Name, err))
 			} else {
@@ -207,19 +209,9 @@ func (file configFile) validate(root *cobra.Command) error {
 }
 
 func findCommand(root *cobra.Command, sec string) *cobra.Command {
-	c := root
-	for _, w := range strings.Fields(sec) {
-		var next *cobra.Command
-		for _, sub := range c.Commands() {
-			if sub.Name() == w {
-				next = sub
-				break
-			}
-		}
-		if next == nil {
-			return nil
-		}
-		c = next
+	c, rest, err := root.Find(strings.Fields(sec)) // rest: the words naming no command below c
+	if err != nil || len(rest) > 0 {
+		return nil
 	}
 	return c
 }
@@ -227,20 +219,13 @@ func findCommand(root *cobra.Command, sec string) *cobra.Command {
 // subtreeHasFlag reports whether c or a command below it has the flag.
 // The depth of the command tree bounds the recursion.
 func subtreeHasFlag(c *cobra.Command, name string) bool {
-	if c.Flags().Lookup(name) != nil || c.InheritedFlags().Lookup(name) != nil {
-		return true
-	}
-	for _, sub := range c.Commands() {
-		if subtreeHasFlag(sub, name) {
-			return true
-		}
-	}
-	return false
+	return c.Flags().Lookup(name) != nil || c.InheritedFlags().Lookup(name) != nil ||
+		slices.ContainsFunc(c.Commands(), func(sub *cobra.Command) bool { return subtreeHasFlag(sub, name) })
 }
 
 // setFromConfig sets flag f from a decoded JSON value and returns the value
 // as text.
-func setFromConfig(fs *pflag.FlagSet, f *pflag.Flag, raw any) (string, error) {
+func setFromConfig(fs *pflag.FlagSet, f *pflag.Flag, raw any, lookupEnv func(string) (string, bool)) (string, error) {
 	if list, ok := raw.([]any); ok {
 		sv, ok := f.Value.(pflag.SliceValue)
 		if !ok {
@@ -248,7 +233,7 @@ func setFromConfig(fs *pflag.FlagSet, f *pflag.Flag, raw any) (string, error) {
 		}
 		vals := make([]string, 0, len(list))
 		for _, e := range list {
-			s, err := scalarText(e)
+			s, err := scalarText(e, lookupEnv)
 			if err != nil {
 				return "", err
 			}
@@ -260,17 +245,28 @@ func setFromConfig(fs *pflag.FlagSet, f *pflag.Flag, raw any) (string, error) {
 		f.Changed = true
 		return strings.Join(vals, ","), nil
 	}
-	s, err := scalarText(raw)
+	s, err := scalarText(raw, lookupEnv)
 	if err != nil {
 		return "", err
 	}
 	return s, fs.Set(f.Name, s)
 }
 
-func scalarText(v any) (string, error) {
+func scalarText(v any, lookupEnv func(string) (string, bool)) (string, error) {
 	switch x := v.(type) {
 	case string:
-		return x, nil
+		var unset []string
+		s := os.Expand(x, func(name string) string {
+			v, ok := lookupEnv(name)
+			if !ok {
+				unset = append(unset, "$"+name)
+			}
+			return v
+		})
+		if unset != nil {
+			return "", fmt.Errorf("%q: %s not set in the environment", x, strings.Join(unset, ", "))
+		}
+		return s, nil
 	case json.Number:
 		return x.String(), nil
 	case bool:

@@ -184,6 +184,31 @@ func TestFlagPrecedence(t *testing.T) {
 	}
 }
 
+// $NAME and ${NAME} in a config file's values are the environment's
+// (deploy/'s files take a host's values so), in lists too; a value
+// without them is taken as it is.
+func TestConfigExpandsEnvironment(t *testing.T) {
+	cfg := writeConfig(t, `{"bench probe": {"name": "${HOST_NAME}-$HOST_ID", "tags": ["${HOST_NAME}", "b"], "chunk-size": "$SIZE"}}`)
+	t.Setenv("HOST_NAME", "spindle2")
+	t.Setenv("HOST_ID", "2")
+	t.Setenv("SIZE", "4KiB")
+	p, cmd := newProbe()
+	if _, stderr, err := run(t, []string{"bench", "probe", "--config", cfg}, cmd); err != nil {
+		t.Fatalf("%v: %s", err, stderr)
+	}
+	if p.name != "spindle2-2" || strings.Join(p.tags, ",") != "spindle2,b" || p.size.Int64() != 4*units.KiB {
+		t.Errorf("name %q tags %v size %d, want spindle2-2 [spindle2 b] 4096", p.name, p.tags, p.size)
+	}
+	t.Setenv("HOST_NAME", "")
+	p, cmd = newProbe()
+	if _, stderr, err := run(t, []string{"bench", "probe", "--config", cfg}, cmd); err != nil {
+		t.Fatalf("a variable set empty: %v: %s", err, stderr)
+	}
+	if p.name != "-2" {
+		t.Errorf("name %q with HOST_NAME empty, want -2", p.name)
+	}
+}
+
 func TestConfigAppliesToRealCommand(t *testing.T) {
 	cfg := writeConfig(t, `{"bench baseline": {"max-ops": 20, "chunk-size": "1KiB", "writers": 2, "duration": "0s"}}`)
 	out, stderr, err := run(t, []string{"--config", cfg, "bench", "baseline", "--dir", t.TempDir(), "--json"})
@@ -211,6 +236,8 @@ func TestConfigErrors(t *testing.T) {
 		{"trailing data", `{} {}`, "trailing data"},
 		{"nested config", `{"": {"config": "other.json"}}`, "cannot name another config"},
 		{"built-in flag", `{"": {"help": true}}`, "built-in flag"},
+		{"unset variable", `{"bench probe": {"name": "${SPINDLE_TEST_UNSET_A}-$SPINDLE_TEST_UNSET_B"}}`, "$SPINDLE_TEST_UNSET_A, $SPINDLE_TEST_UNSET_B not set in the environment"},
+		{"unset variable in a list", `{"bench probe": {"tags": ["a", "${SPINDLE_TEST_UNSET_A}"]}}`, "[bench probe] tags"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

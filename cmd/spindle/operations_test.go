@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	stdnet "net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,28 +39,6 @@ func TestOperationsGuide(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	deploy := filepath.Join("..", "..", "deploy")
-	readJSON := func(name string) configFile {
-		t.Helper()
-		cf, err := loadConfig(filepath.Join(deploy, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cf
-	}
-	writeJSON := func(path string, cf configFile) {
-		t.Helper()
-		b, err := json.Marshal(cf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// host rebases an absolute path of deploy/ into a host's own tree.
-	host := func(h, p string) string { return filepath.Join(root, h, p) }
-
 	type proc struct {
 		cmd   *exec.Cmd
 		ready string
@@ -132,55 +111,30 @@ func TestOperationsGuide(t *testing.T) {
 	}
 
 	// Certificates (the guide's "Certificates"): a CA on the operator's
-	// machine, a certificate per process for its host's address, copied
-	// to the host with the CA's certificate, and one for the operator.
+	// machine, a pair per process for its host's address, installed where
+	// the host's environment file says, and one for the operator.
 	caDir := filepath.Join(root, "ca")
 	run("", "cert", "init", "--dir", caDir)
-	issue := func(h, name, role string) {
-		t.Helper()
-		tlsDir := host(h, "/etc/spindle/tls")
-		run("", "cert", "issue", "--ca-dir", caDir, "--name", name, "--role", role, "--host", net.addr(h), "--out", tlsDir)
-		for _, ext := range []string{".crt", ".key"} {
-			if err := os.Rename(filepath.Join(tlsDir, name+ext), filepath.Join(tlsDir, "node"+ext)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if b, err := exec.Command("cp", filepath.Join(caDir, "ca.crt"), tlsDir).CombinedOutput(); err != nil {
-			t.Fatalf("cp: %v: %s", err, b)
-		}
-	}
-	rebaseTLS := func(h string, sec map[string]any) {
-		for _, k := range []string{"tls-cert", "tls-key", "tls-ca"} {
-			sec[k] = host(h, sec[k].(string))
-		}
-	}
-	// The role files, rebased: the meta service on spindle1, a datanode
-	// on every host.
-	issue("spindle1", "meta-1", "meta")
-	metaCfg := readJSON("meta.json")
-	metaCfg["meta"]["listen"] = net.addr("spindle1") + ":0"
-	metaCfg["meta"]["dir"] = host("spindle1", metaCfg["meta"]["dir"].(string))
-	rebaseTLS("spindle1", metaCfg["meta"])
-	writeJSON(filepath.Join(root, "meta.json"), metaCfg)
+	// The hosts' environment files (deploy/hosts/), their addresses those
+	// of this test's hosts and their paths in each host's tree; the meta
+	// service of one member, on spindle1 (META_PEERS empty, the files'
+	// comment).
+	var addrs []string
 	for _, h := range hosts {
-		if h != "spindle1" {
-			issue(h, "dn-"+h, "datanode")
-		} else { // the meta service's host holds a datanode too: its own pair
-			run("", "cert", "issue", "--ca-dir", caDir, "--name", "dn-"+h, "--role", "datanode", "--host", net.addr(h), "--out", host(h, "/etc/spindle/tls-dn"))
+		addrs = append(addrs, net.addr(h))
+	}
+	envs := map[string]map[string]string{}
+	for i, h := range hosts {
+		envs[h] = hostEnv(t, i, addrs, root)
+		envs[h]["META_PEERS"], envs[h]["META_ADDRS"] = "", net.addr("spindle1")+":9860"
+		issueHostPairs(t, caDir, filepath.Join(root, "out", h), envs[h], i+1, h, net.addr(h))
+	}
+	envList := func(env map[string]string, more ...string) []string {
+		var l []string
+		for k, v := range env {
+			l = append(l, k+"="+v)
 		}
-		cf := readJSON("datanode.json")
-		var dirs []any
-		for _, d := range cf["datanode"]["data-dir"].([]any) {
-			dirs = append(dirs, host(h, d.(string)))
-		}
-		cf["datanode"]["data-dir"] = dirs
-		cf["datanode"]["log-dir"] = host(h, cf["datanode"]["log-dir"].(string))
-		rebaseTLS(h, cf["datanode"])
-		if h == "spindle1" {
-			cf["datanode"]["tls-cert"] = host(h, "/etc/spindle/tls-dn/dn-"+h+".crt")
-			cf["datanode"]["tls-key"] = host(h, "/etc/spindle/tls-dn/dn-"+h+".key")
-		}
-		writeJSON(filepath.Join(root, h+"-datanode.json"), cf)
+		return append(l, more...)
 	}
 	// The operator's: spindle put, get, admin take it from the environment.
 	run("", "cert", "issue", "--ca-dir", caDir, "--name", "ops", "--role", "admin", "--out", filepath.Join(root, "ops"))
@@ -189,19 +143,21 @@ func TestOperationsGuide(t *testing.T) {
 	t.Setenv("SPINDLE_TLS_CA", filepath.Join(caDir, "ca.crt"))
 	startCluster := func(listen map[string]string) (*proc, map[string]*proc) {
 		t.Helper()
-		m := start("spindle1", "meta", []string{"meta", "--config", filepath.Join(root, "meta.json")}, nil)
+		// Each on a port it picks (SPINDLE_LISTEN over the file's).
+		m := start("spindle1", "meta", []string{"meta", "--config", filepath.Join(deployDir, "meta.json")}, envList(envs["spindle1"], "SPINDLE_LISTEN="+net.addr("spindle1")+":0"))
 		dns := map[string]*proc{}
 		for _, h := range hosts {
-			// datanode.env's variables, and the meta address (in
-			// deploy/ the config file's; here where it listens now).
-			env := []string{"SPINDLE_LISTEN=" + listen[h], "SPINDLE_METRICS_LISTEN=" + net.addr(h) + ":0", "SPINDLE_META=" + m.addr}
+			// The host's file, and the addresses this test's processes
+			// have (in deploy/ the fixed ports of the file).
+			env := envList(envs[h], "SPINDLE_LISTEN="+listen[h], "SPINDLE_METRICS_LISTEN="+net.addr(h)+":0", "SPINDLE_META="+m.addr)
 			if h == "spindle3" && net.lab != nil {
 				// On every interface of its host, with the address the
-				// others dial advertised (deploy/datanode.env's comment).
+				// others dial advertised (LISTEN_ADDR=0.0.0.0, the host
+				// files' comment).
 				_, port, _ := strings.Cut(listen[h], ":")
 				env = append(env, "SPINDLE_LISTEN=0.0.0.0:"+port, "SPINDLE_ADVERTISE_ADDR="+net.addr(h))
 			}
-			dns[h] = start(h, h+"-datanode", []string{"datanode", "--config", filepath.Join(root, h+"-datanode.json")}, env)
+			dns[h] = start(h, h+"-datanode", []string{"datanode", "--config", filepath.Join(deployDir, "datanode.json")}, env)
 		}
 		t.Setenv("SPINDLE_META", m.addr)
 		waitWritable(t, m.addr)
@@ -234,7 +190,7 @@ func TestOperationsGuide(t *testing.T) {
 	}
 	stopCluster(m, dns)
 
-	metaDir := metaCfg["meta"]["dir"].(string)
+	metaDir := envs["spindle1"]["META_DIR"]
 	if err := os.Rename(metaDir, metaDir+".broken"); err != nil {
 		t.Fatal(err)
 	}
@@ -329,4 +285,246 @@ func (g *guideNet) wrap(h string, argv []string) []string {
 		return g.lab.Command(h, argv)
 	}
 	return argv
+}
+
+// TestThreeHosts follows docs/OPERATIONS.md §4 with the files of deploy/
+// as they are: three "hosts" on three loopback addresses (127.0.0.1-3,
+// each with its own tree), each running a meta member and a datanode
+// started from meta.json and datanode.json with its deploy/hosts/HOST.env
+// (addresses and paths those of the test's hosts, the guide's ports),
+// mutual TLS with the certificates the guide issues; files stored and read
+// with an application's (client) certificate, the cluster watched with the
+// operator's (admin); then the host of the meta leader loses both
+// processes (SIGKILL) and the two others keep serving every read, and
+// small writes.
+func TestThreeHosts(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := deployLoopback(t)
+	root := t.TempDir()
+	run := func(stdin string, args ...string) string {
+		t.Helper()
+		out, errOut, err := runIn(t, []byte(stdin), args...)
+		if err != nil {
+			t.Fatalf("spindle %s: %v\n%s", strings.Join(args, " "), err, errOut)
+		}
+		return out
+	}
+	// §4 "Certificates": the CA and the hosts' pairs, installed at their
+	// environment files' paths; the operator's and an application's.
+	caDir := filepath.Join(root, "ca")
+	run("", "cert", "init", "--dir", caDir)
+	var envs []map[string]string
+	for i, h := range deployHosts {
+		env := hostEnv(t, i, addrs, root)
+		issueHostPairs(t, caDir, filepath.Join(root, "out", h.name), env, i+1, h.name, addrs[i])
+		envs = append(envs, env)
+	}
+	run("", "cert", "issue", "--ca-dir", caDir, "--name", "ops", "--role", "admin", "--out", filepath.Join(root, "ops"))
+	run("", "cert", "issue", "--ca-dir", caDir, "--name", "app", "--role", "client", "--out", filepath.Join(root, "app"))
+
+	type proc struct {
+		name, ready, log string
+		cmd              *exec.Cmd
+		exited           chan struct{} // closed once cmd has exited, with err its Wait's
+		err              error
+	}
+	kill := func(p *proc) {
+		if err := p.cmd.Process.Kill(); err != nil {
+			t.Errorf("%s: %v", p.name, err)
+		}
+		<-p.exited
+	}
+	launch := func(i int, role string) *proc {
+		t.Helper()
+		name := deployHosts[i].name + "-" + role
+		p := &proc{name: name, ready: filepath.Join(root, name+".ready"), log: filepath.Join(root, name+".log"), exited: make(chan struct{})}
+		logf, err := os.Create(p.log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.cmd = exec.Command(exe, role, "--config", filepath.Join(deployDir, role+".json"), "--ready-file", p.ready)
+		// The host's environment: its file (as systemd's EnvironmentFile=)
+		// and nothing of the operator's.
+		p.cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "SPINDLE_") })
+		p.cmd.Env = append(p.cmd.Env, asSpindleEnv+"=1")
+		for k, v := range envs[i] {
+			p.cmd.Env = append(p.cmd.Env, k+"="+v)
+		}
+		p.cmd.Stdout, p.cmd.Stderr = logf, logf
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			p.err = p.cmd.Wait()
+			if err := logf.Close(); err != nil {
+				t.Errorf("%s: %v", p.log, err)
+			}
+			close(p.exited)
+		}()
+		t.Cleanup(func() {
+			select {
+			case <-p.exited: // killed by the test
+				return
+			default:
+			}
+			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Errorf("%s: %v", p.name, err)
+			}
+			select {
+			case <-p.exited:
+				if p.err != nil {
+					t.Errorf("%s stopped with %v", p.name, p.err)
+				}
+			case <-time.After(operationsTimeout):
+				t.Errorf("%s did not stop on SIGTERM", p.name)
+				kill(p)
+			}
+		})
+		return p
+	}
+	waitReady := func(p *proc, want string) {
+		t.Helper()
+		deadline := time.Now().Add(operationsTimeout)
+		for {
+			addr, _, err := readyfile.Read(p.ready)
+			if err == nil {
+				if addr != want {
+					t.Fatalf("%s serves at %s, want %s", p.name, addr, want)
+				}
+				return
+			}
+			select {
+			case <-p.exited:
+				b, _ := os.ReadFile(p.log)
+				t.Fatalf("%s exited before it was ready: %v\n%s", p.name, p.err, b)
+			case <-time.After(50 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				b, _ := os.ReadFile(p.log)
+				t.Fatalf("%s not ready after %v:\n%s", p.name, operationsTimeout, b)
+			}
+		}
+	}
+
+	// Start order (§4): the three meta members (all launched before any
+	// is waited for: a member alone has no quorum), then the datanodes.
+	start := time.Now()
+	var metas, dns []*proc
+	for i := range deployHosts {
+		metas = append(metas, launch(i, "meta"))
+	}
+	for i, p := range metas {
+		waitReady(p, addrs[i]+":9860")
+	}
+	for i := range deployHosts {
+		dns = append(dns, launch(i, "datanode"))
+	}
+	for i, p := range dns {
+		waitReady(p, addrs[i]+":9870")
+	}
+	// The operator's environment (§4 "Check"): every member, the admin pair.
+	metaAddrs := envs[0]["META_ADDRS"]
+	t.Setenv("SPINDLE_META", metaAddrs)
+	asRole := func(name string) {
+		t.Setenv("SPINDLE_TLS_CERT", filepath.Join(root, name, name+".crt"))
+		t.Setenv("SPINDLE_TLS_KEY", filepath.Join(root, name, name+".key"))
+		t.Setenv("SPINDLE_TLS_CA", filepath.Join(caDir, "ca.crt"))
+	}
+	asRole("ops")
+	waitWritable(t, metaAddrs)
+	if out := run("", "admin", "nodes"); strings.Count(out, "HEALTHY") != 3 {
+		t.Errorf("admin nodes: want 3 HEALTHY datanodes:\n%s", out)
+	}
+	t.Logf("three hosts serving after %v", time.Since(start).Round(time.Millisecond))
+
+	// An application: its client pair puts and gets; values of both kinds
+	// (inline in the meta store, and in blocks on the datanodes).
+	asRole("app")
+	run("", "bucket", "create", "test")
+	value := func(i int) string { return strings.Repeat(fmt.Sprintf("key %d of three hosts\n", i), 400*(i%3)+10) }
+	const keys = 9
+	for i := range keys {
+		run(value(i), "put", fmt.Sprintf("test/k%d", i), "-")
+	}
+	for i := range keys {
+		if got := run("", "get", fmt.Sprintf("test/k%d", i)); got != value(i) {
+			t.Fatalf("test/k%d: %d bytes, want %d", i, len(got), len(value(i)))
+		}
+	}
+
+	// The meta leader's host is lost: both its processes killed.
+	asRole("ops")
+	var group metaGroupView
+	if err := json.Unmarshal([]byte(run("", "admin", "meta", "--json")), &group); err != nil || group.LeaderID == 0 {
+		t.Fatalf("admin meta --json: %+v, %v", group, err)
+	}
+	lost := int(group.LeaderID) - 1
+	t.Logf("killing %s (meta leader %d and its datanode)", deployHosts[lost].name, group.LeaderID)
+	kill(metas[lost])
+	kill(dns[lost])
+	killed := time.Now()
+	asRole("app")
+	// The first read waits for a new leader (an election); the others
+	// are served at once.
+	deadline := time.Now().Add(operationsTimeout)
+	for {
+		out, errOut, err := runIn(t, nil, "get", "test/k0")
+		if err == nil && out == value(0) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no read %v after the loss of %s: %v\n%s", operationsTimeout, deployHosts[lost].name, err, errOut)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("reads served again %v after the loss", time.Since(killed).Round(time.Millisecond))
+	for i := range keys {
+		if got := run("", "get", fmt.Sprintf("test/k%d", i)); got != value(i) {
+			t.Errorf("test/k%d after the loss: %d bytes, want %d", i, len(got), len(value(i)))
+		}
+	}
+	run("small after the loss\n", "put", "test/after", "-")
+	if got := run("", "get", "test/after"); got != "small after the loss\n" {
+		t.Errorf("test/after: %q", got)
+	}
+	asRole("ops")
+	if err := json.Unmarshal([]byte(run("", "admin", "meta", "--json")), &group); err != nil || group.LeaderID == 0 || int(group.LeaderID)-1 == lost {
+		t.Errorf("admin meta --json after the loss: %+v, %v", group, err)
+	}
+}
+
+// deployLoopback returns the test's hosts' addresses: 127.0.0.1-3 with
+// the guide's ports (9860, 9870, 9871) free on each, else another three
+// of 127.0.0.0/8 (Linux routes all of it to lo). The ports are below the
+// kernel's ephemeral range, so none is handed to another socket between
+// this check and the processes' binds.
+func deployLoopback(t *testing.T) []string {
+	t.Helper()
+	for _, net3 := range []string{"127.0.0", "127.0.86", "127.0.87", "127.0.88"} {
+		var addrs []string
+		free := true
+		for h := 1; h <= 3 && free; h++ {
+			a := fmt.Sprintf("%s.%d", net3, h)
+			for _, port := range []string{"9860", "9870", "9871"} {
+				ln, err := stdnet.Listen("tcp", a+":"+port)
+				if err == nil {
+					err = ln.Close()
+				}
+				if err != nil {
+					t.Logf("%s:%s: %v", a, port, err)
+					free = false
+					break
+				}
+			}
+			addrs = append(addrs, a)
+		}
+		if free {
+			return addrs
+		}
+	}
+	t.Skip("the guide's ports are taken on every set of loopback addresses tried")
+	return nil
 }
