@@ -52,6 +52,9 @@ type Group struct {
 	mu     sync.Mutex
 	procs  []*os.Process
 	exited []chan struct{}
+	// status are Leader's clients, one per member (made once: each
+	// keeps its connections).
+	status []*metaapi.Client
 }
 
 // New returns the group of cfg, none of its members started.
@@ -183,13 +186,20 @@ func (g *Group) Leader(ctx context.Context) int {
 	if len(g.cfg.Addrs) == 1 {
 		return 1
 	}
+	g.mu.Lock()
+	for _, a := range g.cfg.Addrs[len(g.status):] {
+		mc, err := metaapi.NewClient(a, metaapi.ClientOptions{Attempts: 1, Timeout: time.Second, TLS: g.cfg.ClientTLS})
+		if err != nil {
+			g.mu.Unlock()
+			return 0
+		}
+		g.status = append(g.status, mc)
+	}
+	status := g.status
+	g.mu.Unlock()
 	deadline := time.Now().Add(LeaderTimeout)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		for i, a := range g.cfg.Addrs {
-			mc, err := metaapi.NewClient(a, metaapi.ClientOptions{Attempts: 1, Timeout: time.Second, TLS: g.cfg.ClientTLS})
-			if err != nil {
-				return 0
-			}
+		for i, mc := range status {
 			if st, err := mc.MetaStatus(ctx); err == nil && st.Serving {
 				return i + 1
 			}
