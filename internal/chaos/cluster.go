@@ -66,13 +66,15 @@ func startCluster(ctx context.Context, cfg *Config, root string, metaArgs []stri
 		}
 	}
 	defer closeListeners()
-	for i := range cfg.MetaReplicas {
+	for range cfg.MetaReplicas {
 		l, err := net.Listen("tcp", host+":0")
 		if err != nil {
 			return nil, fmt.Errorf("chaos: free port: %w", err)
 		}
 		ls = append(ls, l)
 		addrs = append(addrs, l.Addr().String())
+	}
+	for i := range cfg.Datanodes {
 		if lab != nil {
 			hosts = append(hosts, lab.Addr(fmt.Sprintf("dn%d", i+1)))
 		}
