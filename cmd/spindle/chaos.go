@@ -20,17 +20,19 @@ func newBenchChaosCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "chaos",
 		Short: "A real cluster under kill -9, pauses, meta crashes and bit rot; every byte and the history checked",
-		Long: `Starts a meta service and --datanodes datanodes, each a process in its own
-process group, under --dir (default a new directory on /dev/shm when it
-exists, removed at the end unless --keep), runs --writers and --readers
+		Long: `Starts --meta-replicas meta members (default 3, a raft group) and --datanodes
+datanodes, each a process in its own process group, every connection mutual
+TLS (--insecure: plaintext), under --dir (default a new directory in $TMPDIR,
+on its disk; removed at the end unless --keep), runs --writers and --readers
 through the key client for --duration while a nemesis injects --faults on a
-schedule drawn from --seed, one at a time:
+schedule drawn from --seed, one at a time (the old form, one member in
+plaintext in memory: --meta-replicas 1 --insecure --dir /dev/shm):
 
   kill       kill -9 of one datanode, restarted on its directories later
   kill2      kill -9 of two datanodes at once (a majority of some pipeline),
              both restarted later; not in the default --faults
   pause      SIGSTOP of one datanode, SIGCONT later
-  meta-kill  kill -9 of the meta service, restarted on its directory later
+  meta-kill  kill -9 of the meta leader, restarted on its directory later
   bitrot     one byte flipped on disk in a committed block of one replica
   partition  (root) one datanode cut from the other datanodes, its packets
              to them dropped silently; each datanode then runs in a network
@@ -59,10 +61,9 @@ violation, printing the seed to replay. See docs/CHAOS.md.`,
 			cfg.Faults = fs
 			cfg.MaxBytes = int64(maxBytes)
 			cfg.VolumeBytes = int64(volumeBytes)
-			switch {
-			case !cmd.Flags().Changed("hot-keys"):
+			if !cmd.Flags().Changed("hot-keys") {
 				cfg.HotKeys = 0 // chaos.Config's default: scaled with --duration
-			case cfg.HotKeys == 0:
+			} else if cfg.HotKeys == 0 {
 				cfg.HotKeys = -1 // none (0 is the default in chaos.Config)
 			}
 			if cfg.Binary, err = os.Executable(); err != nil {
@@ -74,12 +75,9 @@ violation, printing the seed to replay. See docs/CHAOS.md.`,
 				return err
 			}
 			asJSON, err := cmd.Flags().GetBool(jsonFlag)
-			if err != nil {
-				return err
-			}
-			if asJSON {
+			if err == nil && asJSON {
 				err = bench.WriteJSON(cmd.OutOrStdout(), rep)
-			} else {
+			} else if err == nil {
 				err = rep.WriteTable(cmd.OutOrStdout())
 			}
 			if err != nil {
@@ -93,7 +91,9 @@ violation, printing the seed to replay. See docs/CHAOS.md.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Dir, "dir", "", "parent of the run's directory (default /dev/shm when it exists, else $TMPDIR)")
+	f.StringVar(&cfg.Dir, "dir", "", "parent of the run's directory (default $TMPDIR: a disk, unless it is a tmpfs)")
+	f.IntVar(&cfg.MetaReplicas, "meta-replicas", chaos.DefaultMetaReplicas, "meta members, each a process: 1, 3 or 5 (meta-kill kills the leader)")
+	f.BoolVar(&cfg.Insecure, "insecure", false, "plaintext connections (default: mutual TLS, with certificates the run makes)")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the run's directory (data and logs)")
 	f.IntVar(&cfg.Datanodes, "datanodes", chaos.DefaultDatanodes, "datanode processes")
 	f.IntVar(&cfg.Writers, "writers", chaos.DefaultWriters, "concurrent writers")

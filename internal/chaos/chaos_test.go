@@ -8,9 +8,11 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -170,5 +172,34 @@ func TestUnreplicated(t *testing.T) {
 		if got := unreplicated([]metaapi.ContainerInfo{full, c}, 3); !strings.Contains(got, fmt.Sprintf("container %d ", c.ID)) {
 			t.Errorf("container %+v: %q, want it named", c, got)
 		}
+	}
+}
+
+// TestInconclusiveHistoryFails: a history porcupine cannot decide within
+// its bound (here 20 ms: 24 concurrent puts and a get of a version never
+// put, every order to try) fails the run, its report saying
+// "inconclusive" and why. Before, only "violation" failed a run, and a
+// check that timed out passed it (issue 31 item 7).
+func TestInconclusiveHistoryFails(t *testing.T) {
+	defer func(d time.Duration) { linearizabilityTimeout = d }(linearizabilityTimeout)
+	linearizabilityTimeout = 20 * time.Millisecond
+	cfg := Config{Writers: 1, Faults: DefaultFaults, MaxOps: 1}
+	w := &workload{cfg: &cfg, lat: bench.NewLatency(), t0: time.Now()}
+	for c := range 24 {
+		w.history = append(w.history, porcupine.Operation{ClientId: c, Input: hotInput{op: opPut, version: uint64(c + 1)}, Output: hotOutput{}, Call: 0, Return: 100})
+	}
+	w.history = append(w.history, porcupine.Operation{ClientId: 24, Input: hotInput{op: opGet}, Output: hotOutput{version: 99}, Call: 0, Return: 100})
+	r := &run{cfg: cfg, w: w, root: t.TempDir(), log: t.Logf}
+	lin := r.checkHistory()
+	rep := r.report(1, nil, nil, nil, lin, 0)
+	if lin != linUnknown {
+		t.Fatalf("the check: %s, want %s (did porcupine finish within %v?)", lin, linUnknown, linearizabilityTimeout)
+	}
+	var b strings.Builder
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Failed() || !strings.Contains(b.String(), "VIOLATION the history of the hot keys is inconclusive") {
+		t.Errorf("an inconclusive check: failed %v, report:\n%s", rep.Failed(), b.String())
 	}
 }

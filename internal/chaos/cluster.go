@@ -7,17 +7,15 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/chaos/metagroup"
 	"github.com/spindle-store/spindle/internal/localcluster"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/netlab"
-	"github.com/spindle-store/spindle/internal/readyfile"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // labDatanodePort is every datanode's port when each has a network
@@ -26,66 +24,94 @@ const labDatanodePort = "9870"
 
 // Limits of the cluster's processes.
 const (
-	processReadyTimeout = 60 * time.Second
-	processKillTimeout  = 10 * time.Second
+	processReadyTimeout = metagroup.ReadyTimeout
 	processStopTimeout  = 10 * time.Second
-	// metaRestartAttempts bounds the tries to bring the meta service back
-	// on its port (another process may hold it for a moment).
-	metaRestartAttempts = 5
 )
 
-// cluster is the meta service and the datanodes, each a child process in
-// a process group of its own, under root:
+// cluster is the meta service (one member, or a raft group of several)
+// and the datanodes, each a child process in a process group of its own,
+// under root:
 //
-//	meta/          the meta service's store; meta.log its output
+//	meta<i>/       meta member i's store; meta<i>.log its output
 //	datanodes/     localcluster's layout (dn<i>/, log/dn<i>/, dn<i>.log)
+//	tls/           the run's PKI (tlsconf.EnsureLocal), unless insecure
 type cluster struct {
-	bin, root string
-	metaArgs  []string
+	root string
+	// tls is the bench's own client settings (an admin's; nil with
+	// --insecure).
+	tls *tlsconf.Settings
 
-	mu         sync.Mutex
-	metaAddr   string
-	metaProc   *os.Process
-	metaExited chan struct{}
-	metaPaused bool
-
-	dns  *localcluster.Cluster
-	meta *metaapi.Client
+	metas *metagroup.Group
+	dns   *localcluster.Cluster
+	meta  *metaapi.Client
 }
 
-func (c *cluster) metaDir() string   { return filepath.Join(c.root, "meta") }
-func (c *cluster) metaLog() string   { return filepath.Join(c.root, "meta.log") }
-func (c *cluster) metaReady() string { return filepath.Join(c.root, "meta.ready") }
-
-// startCluster starts the meta service, then datanodes datanodes.
-// With lab, datanode i runs on lab's host "dn<i>" (its own network
-// namespace, listening on that host's address) and the meta service on
-// the bridge's address, where the datanodes reach it.
-func startCluster(ctx context.Context, bin, root string, datanodes int, metaArgs, dnArgs []string, lab *netlab.Net) (*cluster, error) {
-	host := "127.0.0.1"
+// startCluster starts the meta members (mutual TLS unless insecure),
+// then datanodes datanodes. With lab, datanode i runs on lab's host
+// "dn<i>" (its own network namespace, listening on that host's address)
+// and the meta members on the bridge's address, where the datanodes
+// reach them.
+func startCluster(ctx context.Context, cfg *Config, root string, metaArgs []string, lab *netlab.Net) (*cluster, error) {
+	host, hosts := "127.0.0.1", []string{"127.0.0.1", "::1", "localhost"}
+	c := &cluster{root: root}
+	var addrs []string
 	if lab != nil {
 		host = lab.BridgeAddr()
+		hosts = append(hosts, host)
 	}
-	// The meta service binds port 0 at its first start and its ready file
-	// says what it got; its restarts bind that address again (the
-	// datanodes know it).
-	c := &cluster{bin: bin, root: root, metaArgs: metaArgs, metaAddr: net.JoinHostPort(host, "0")}
-	if err := c.startMeta(ctx); err != nil {
-		return nil, err
+	// The members' sockets, bound here and handed over at their first
+	// start (--listen-fd): their addresses are in every member's --peers.
+	var ls []*net.TCPListener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close() // on an error before the handover; closed already after it
+		}
+	}()
+	for range cfg.MetaReplicas {
+		// portpick:allow handed over to the member (metagroup.Config.Listeners, --listen-fd), not closed
+		l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.ParseIP(host)})
+		if err != nil {
+			return nil, fmt.Errorf("chaos: meta member's socket: %w", err)
+		}
+		ls = append(ls, l)
+		addrs = append(addrs, l.Addr().String())
 	}
-	addr := c.metaAddr
-	var err error
-	if c.meta, err = metaapi.NewClient(addr, metaapi.ClientOptions{Timeout: 10 * time.Second}); err != nil {
+	for i := range cfg.Datanodes {
+		if lab != nil {
+			hosts = append(hosts, lab.Addr(fmt.Sprintf("dn%d", i+1)))
+		}
+	}
+	mcfg := metagroup.Config{Binary: cfg.Binary, Dir: root, Addrs: addrs, Args: metaArgs, Listeners: ls}
+	var nodeTLS []tlsconf.Files
+	if !cfg.Insecure {
+		pki, err := tlsconf.EnsureLocal(root, hosts)
+		if err == nil {
+			if c.tls, err = pki.Settings(tlsconf.RoleAdmin); err == nil {
+				nodeTLS, err = pki.EnsureDatanodes(cfg.Datanodes, hosts)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("chaos: the run's certificates: %w", err)
+		}
+		mcfg.TLS, mcfg.ClientTLS = pki.Files(tlsconf.RoleMeta), c.tls
+	}
+	metaAddr := strings.Join(addrs, ",")
+	c.metas = metagroup.New(mcfg)
+	err := c.metas.Start(ctx, 0)
+	if err == nil {
+		c.meta, err = metaapi.NewClient(metaAddr, metaapi.ClientOptions{Timeout: 10 * time.Second, TLS: c.tls})
+	}
+	if err != nil {
 		_ = c.stop() // best effort: err is the error
 		return nil, err
 	}
 	dn := filepath.Join(root, "datanodes")
 	lc := localcluster.Config{
-		Binary: bin, Members: datanodes, DataDir: dn, LogDir: filepath.Join(dn, "log"),
-		MetaAddr: addr, ExtraArgs: dnArgs, ProcessGroup: true, ReadyTimeout: processReadyTimeout,
+		Binary: cfg.Binary, Members: cfg.Datanodes, DataDir: dn, LogDir: filepath.Join(dn, "log"),
+		MetaAddr: metaAddr, ProcessGroup: true, ReadyTimeout: processReadyTimeout, NodeTLS: nodeTLS,
 	}
 	if lab != nil {
-		for i := 1; i <= datanodes; i++ {
+		for i := 1; i <= cfg.Datanodes; i++ {
 			// One namespace per datanode: the same port on every host.
 			lc.Addrs = append(lc.Addrs, net.JoinHostPort(lab.Addr(fmt.Sprintf("dn%d", i)), labDatanodePort))
 		}
@@ -99,126 +125,6 @@ func startCluster(ctx context.Context, bin, root string, datanodes int, metaArgs
 	return c, nil
 }
 
-// startMeta launches the meta service on c.metaAddr and its directory and
-// waits (bounded) until it is ready; when c.metaAddr's port is 0 (the first
-// start), c.metaAddr becomes the address its ready file names.
-func (c *cluster) startMeta(ctx context.Context) error {
-	var err error
-	for attempt := 1; attempt <= metaRestartAttempts; attempt++ {
-		if err = c.launchMeta(ctx); err == nil || ctx.Err() != nil {
-			return err
-		}
-		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond) // the port may be held for a moment
-	}
-	return err
-}
-
-func (c *cluster) launchMeta(ctx context.Context) error {
-	if err := os.MkdirAll(c.metaDir(), 0o755); err != nil {
-		return fmt.Errorf("chaos: %w", err)
-	}
-	if err := os.Remove(c.metaReady()); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("chaos: %w", err)
-	}
-	logf, err := os.OpenFile(c.metaLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("chaos: %w", err)
-	}
-	defer func() { _ = logf.Close() }() // the child has its own descriptor; the header's write is checked
-	// Plaintext, as its datanodes (localcluster without TLS): the chaos
-	// bench judges replication and recovery, not the transport.
-	args := append([]string{"meta", "--insecure", "--listen", c.metaAddr, "--dir", c.metaDir(), "--ready-file", c.metaReady()}, c.metaArgs...)
-	cmd := exec.Command(c.bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if _, err := fmt.Fprintf(logf, "=== chaos: %s %s\n", c.bin, strings.Join(args, " ")); err != nil {
-		return fmt.Errorf("chaos: meta service log: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("chaos: start meta service: %w", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }() // how it ended is in its log
-	c.mu.Lock()
-	c.metaProc, c.metaExited, c.metaPaused = cmd.Process, exited, false
-	c.mu.Unlock()
-	deadline := time.Now().Add(processReadyTimeout)
-	for {
-		if a, pid, err := readyfile.Read(c.metaReady()); err == nil && pid == cmd.Process.Pid && (a == c.metaAddr || anyPort(c.metaAddr)) {
-			if a != c.metaAddr {
-				c.metaAddr = a // the first start, before any other goroutine reads it
-			}
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errors.Join(fmt.Errorf("chaos: meta service not ready within %v (log %s)", processReadyTimeout, c.metaLog()), c.killMeta())
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("chaos: meta service exited before it was ready (log %s)", c.metaLog())
-		case <-ctx.Done():
-			return errors.Join(ctx.Err(), c.killMeta())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// anyPort says whether addr's port is 0: the listener picks one.
-func anyPort(addr string) bool {
-	_, port, err := net.SplitHostPort(addr)
-	return err == nil && port == "0"
-}
-
-// metaRunning reports whether the meta service's process is alive.
-func (c *cluster) metaRunning() bool {
-	c.mu.Lock()
-	exited := c.metaExited
-	c.mu.Unlock()
-	if exited == nil {
-		return false
-	}
-	select {
-	case <-exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// killMeta sends SIGKILL to the meta service's process group and waits
-// (bounded) until it is reaped.
-func (c *cluster) killMeta() error {
-	return c.signalMeta(syscall.SIGKILL, processKillTimeout)
-}
-
-// signalMeta signals the meta service's process group; with wait > 0 it
-// waits that long for the exit.
-func (c *cluster) signalMeta(sig syscall.Signal, wait time.Duration) error {
-	c.mu.Lock()
-	proc, exited := c.metaProc, c.metaExited
-	c.mu.Unlock()
-	if proc == nil {
-		return nil
-	}
-	select {
-	case <-exited:
-		return nil
-	default:
-	}
-	if err := syscall.Kill(-proc.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("chaos: signal %v to the meta service: %w", sig, err)
-	}
-	if wait <= 0 {
-		return nil
-	}
-	select {
-	case <-exited:
-		return nil
-	case <-time.After(wait):
-		return fmt.Errorf("chaos: meta service (pid %d) still running %v after %v", proc.Pid, wait, sig)
-	}
-}
-
 // stop stops every process: SIGCONT, SIGTERM, then SIGKILL after a
 // bounded wait.
 func (c *cluster) stop() error {
@@ -226,11 +132,7 @@ func (c *cluster) stop() error {
 	if c.dns != nil {
 		errs = append(errs, c.dns.Stop(processStopTimeout))
 	}
-	_ = c.signalMeta(syscall.SIGCONT, 0) // SIGTERM's, just below, is reported
-	if err := c.signalMeta(syscall.SIGTERM, processStopTimeout); err != nil {
-		errs = append(errs, err, c.killMeta())
-	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, c.metas.Stop(processStopTimeout))...)
 }
 
 // restartDatanode restarts datanode id on its directories and address;

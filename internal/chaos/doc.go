@@ -6,11 +6,14 @@
 //
 // # The run
 //
-//  1. Start the meta service (`spindle meta`, --dead-after 10 s scaled as
+//  1. Start the meta service (MetaReplicas `spindle meta` members, default
+//     3, package metagroup; --dead-after 10 s scaled as
 //     the holds below, at least 4 s, and --stale-after half of it, so that
 //     about half the kills and pauses outlast it: the node is DEAD, its
 //     pipelines closed and its containers copied elsewhere) and the
-//     datanodes (internal/localcluster, ProcessGroup), wait for a pipeline.
+//     datanodes (internal/localcluster, ProcessGroup), every connection
+//     mutual TLS unless Insecure, under a directory on $TMPDIR's disk by
+//     default; wait for a pipeline.
 //  2. Writers put values of mixed sizes (log-uniform, 1 KiB .. 4 MiB) under
 //     keys written once ("cold/N"), and puts (≤ 256 KiB, a quarter above the
 //     64 KiB inline limit) and deletes of a few
@@ -24,7 +27,7 @@
 //     next: kill -9 of one datanode (a minority of every pipeline) and its
 //     restart on the same directories (kill2: two at once, a majority of
 //     some pipeline, both restarted); SIGSTOP/SIGCONT of one; kill -9 of
-//     the meta service and its restart on the same directory and port; a
+//     the meta leader and its restart on the same directory and port; a
 //     byte flipped on disk in the committed part of a block file of one
 //     replica (only ever one replica per container, so a good copy of every
 //     block remains); (root) one datanode's data volume, a tmpfs of its

@@ -300,11 +300,19 @@ func injectDelay(ctx context.Context, r *run, rng *rand.Rand) (string, func(cont
 // roleTimeout bounds asking the meta service for a datanode's pipelines.
 const roleTimeout = 5 * time.Second
 
-func injectMetaKill(ctx context.Context, r *run, rng *rand.Rand) (string, func(context.Context) error, error) {
-	if err := r.cl.killMeta(); err != nil {
+// injectMetaKill kills -9 the meta leader (with one member, the meta
+// service); the heal restarts it on its directory and address.
+func injectMetaKill(ctx context.Context, r *run, _ *rand.Rand) (string, func(context.Context) error, error) {
+	id := r.cl.metas.Leader(ctx)
+	if id == 0 {
+		return "", nil, errors.New("no meta member serving as the leader")
+	}
+	if err := r.cl.metas.Kill(id); err != nil {
 		return "", nil, err
 	}
-	return "kill -9 meta service", r.cl.startMeta, nil
+	return fmt.Sprintf("kill -9 meta leader %d of %d", id, r.cl.metas.Size()), func(ctx context.Context) error {
+		return r.cl.metas.Start(ctx, id)
+	}, nil
 }
 
 // injectBitrot flips one byte inside the committed part of a block of an
@@ -357,7 +365,7 @@ func (r *run) probeBitrot(ctx context.Context, rec coldRec, node int, off int64)
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	addr := r.cl.dns.Nodes()[node-1].Addr
-	pc, err := client.New([]string{addr}, rec.pipeline, client.Options{})
+	pc, err := client.New([]string{addr}, rec.pipeline, client.Options{Conn: transport.ConnConfig{TLS: r.cl.tls}})
 	if err != nil {
 		return fmt.Sprintf("probe: %v", err)
 	}

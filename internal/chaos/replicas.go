@@ -13,6 +13,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/client"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/transport"
 )
 
 // Limits of the replica check.
@@ -70,7 +71,7 @@ func (r *run) checkReplicas(ctx context.Context) (replicaCheck, error) {
 	if len(addrs) == 0 {
 		return res, errors.New("replica check: the meta service lists no datanode")
 	}
-	pc, err := client.New(addrs, 0, client.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxAttempts: 2})
+	pc, err := client.New(addrs, 0, client.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxAttempts: 2, Conn: transport.ConnConfig{TLS: r.cl.tls}})
 	if err != nil {
 		return res, fmt.Errorf("replica check: %w", err)
 	}

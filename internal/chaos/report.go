@@ -102,10 +102,11 @@ type Report struct {
 }
 
 // Failed reports whether the run found a loss, a wrong byte, a partial
-// put or a history that is not linearizable (or broke another invariant).
+// put or a history not shown linearizable: a violation, or a check that
+// did not finish (or broke another invariant).
 func (r *Report) Failed() bool {
 	return r.Lost > 0 || r.Unreadable > 0 || r.WrongReads > 0 || r.PartialPuts > 0 || r.ReplicasMissing > 0 ||
-		r.Linearizable == string(linIllegal) || len(r.Violations) > 0
+		r.Linearizable != string(linOK) || len(r.Violations) > 0
 }
 
 func (r *Report) violation(format string, args ...any) {
@@ -187,8 +188,11 @@ func (r *run) report(runSeconds float64, lost, partial, unreadable []int, lin li
 	for _, v := range w.violations {
 		rep.violation("%s", v)
 	}
-	if lin == linIllegal {
+	switch lin {
+	case linIllegal:
 		rep.violation("the history of the hot keys is not linearizable")
+	case linUnknown:
+		rep.violation("the history of the hot keys is inconclusive: porcupine's search did not end within %v (%d operations), so nothing shows it linearizable", linearizabilityTimeout, len(w.history))
 	}
 	sort.Slice(putDone, func(i, j int) bool { return putDone[i] < putDone[j] })
 	runEnd := int64(runSeconds * 1e9)
