@@ -30,7 +30,11 @@ func TestWritesThroughADeadDatanode(t *testing.T) {
 		c.Meta.StaleAfter = 1 * time.Second
 		c.Meta.DeadAfter = deadAfter
 	})
-	defer s.Close()
+	defer func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("closing the server: %v", err)
+		}
+	}()
 	kc := keyClient(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
