@@ -806,7 +806,7 @@ func newAdminCmd() *cobra.Command {
 				}
 				return ps, nil
 			}),
-		view("containers", "Containers: ID, pipeline, state, bytes used, blocks, BCSID, replicas (node:state@BCSID)",
+		view("containers", "Containers: ID, pipeline, state, bytes used, blocks, BCSID, replicas (node:state@BCSID, node:DEAD missing, UNDER-REPLICATED)",
 			func(ctx context.Context, mc *metaapi.Client, w *tabwriter.Writer) (any, error) {
 				cs, err := mc.Containers(ctx)
 				if err != nil {
@@ -815,7 +815,7 @@ func newAdminCmd() *cobra.Command {
 				fmt.Fprintln(w, "ID\tPIPELINE\tSTATE\tUSED\tBLOCKS\tBCSID\tREPLICAS")
 				for _, c := range cs {
 					fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\t%d\t%s\n", c.ID, c.Pipeline, c.State, units.FormatBytes(int64(c.UsedBytes)), c.Blocks,
-						c.BCSID, replicaList(c.ReplicaDetails))
+						c.BCSID, replicaList(c))
 				}
 				return cs, nil
 			}),
@@ -830,15 +830,22 @@ func newAdminCmd() *cobra.Command {
 }
 
 // replicaList formats replicas as node:state@BCSID, a replica behind the
-// highest BCSID marked "(behind)".
-func replicaList(rs []metaapi.ReplicaInfo) string {
+// highest BCSID marked "(behind)", then the missing ones (a DEAD member of
+// an OPEN container's pipeline) as node:DEAD, and "UNDER-REPLICATED".
+func replicaList(c metaapi.ContainerInfo) string {
 	var out []string
-	for _, r := range rs {
+	for _, r := range c.ReplicaDetails {
 		s := fmt.Sprintf("%d:%s@%d", r.Node, r.State, r.BCSID)
 		if r.Behind {
 			s += "(behind)"
 		}
 		out = append(out, s)
+	}
+	for _, id := range c.Missing {
+		out = append(out, fmt.Sprintf("%d:DEAD", id))
+	}
+	if c.UnderReplicated {
+		out = append(out, "UNDER-REPLICATED")
 	}
 	return strings.Join(out, " ")
 }

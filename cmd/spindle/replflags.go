@@ -26,6 +26,8 @@ func addReplicationFlags(f *pflag.FlagSet, cfg *meta.Config) func() error {
 	f.IntVar(&cfg.MaxInflightCopies, "max-inflight-copies", cfg.MaxInflightCopies, "re-replication: container copies in flight in the whole cluster, at most")
 	f.DurationVar(&cfg.CopyRetryAfter, "copy-retry-after", cfg.CopyRetryAfter, "re-replication: a source whose copy failed is not chosen again for this long")
 	f.DurationVar(&cfg.CopyTimeoutMin, "copy-timeout", cfg.CopyTimeoutMin, "re-replication: a copy older than this and than its size at 20 MB/s is taken as lost and scheduled again")
+	cfg.MinLiveReplicas = meta.DefaultMinLiveReplicas
+	f.IntVar(&cfg.MinLiveReplicas, "min-live-replicas", cfg.MinLiveReplicas, "writes go to a pipeline with at least this many HEALTHY members (2..3): one missing a DEAD member stays open while no replacement datanode exists; fewer: writes are refused")
 	f.IntVar(&cfg.SafeModeMinNodes, "safe-mode-min-nodes", 0, "after a start, no replication decision until this many datanodes reported (0: min(3, registered)) ...")
 	f.Float64Var(&cfg.SafeModeContainerFraction, "safe-mode-fraction", cfg.SafeModeContainerFraction, "... and this fraction of the closed containers has a replica reported (or 'spindle admin safemode exit')")
 	return func() error {
@@ -44,6 +46,9 @@ func addReplicationFlags(f *pflag.FlagSet, cfg *meta.Config) func() error {
 			if d.v <= 0 {
 				return usageErr(fmt.Errorf("%s %s: want a positive duration", d.name, d.v))
 			}
+		}
+		if cfg.MinLiveReplicas < meta.DefaultMinLiveReplicas || cfg.MinLiveReplicas > meta.PipelineSize {
+			return usageErr(fmt.Errorf("--min-live-replicas %d: want %d (a raft majority of a pipeline) to %d", cfg.MinLiveReplicas, meta.DefaultMinLiveReplicas, meta.PipelineSize))
 		}
 		if cfg.SafeModeMinNodes < 0 {
 			return usageErr(fmt.Errorf("--safe-mode-min-nodes %d: want 0 (min(3, registered)) or more", cfg.SafeModeMinNodes))

@@ -53,10 +53,32 @@
 // some close. A member
 // learns its pipelines from join_pipeline commands, repeated in every
 // heartbeat response until its heartbeat reports the pipeline. A pipeline
-// with a DEAD member is CLOSED (for good); its OPEN containers become
+// with a DEAD member is CLOSED (for good) unless kept degraded (below);
+// its OPEN containers become
 // CLOSING; new pipelines are made from the healthy nodes when possible.
 // The survivors are told to leave it (leave_pipeline) once none of its
 // containers is OPEN on a live replica, or LeaveTimeout after the close.
+//
+// Degraded pipelines (cluster/degraded.go): while no replacement member
+// exists, a pipeline with a DEAD member stays OPEN and takes writes on
+// its live members, when every other member is HEALTHY, at least
+// MinLiveReplicas of them (default 2, never below a raft majority: each
+// write is committed on them, fsynced on each, so the durability
+// contract holds for what they acknowledge), and fewer than PipelineSize
+// datanodes could be members of a new pipeline (seen, HEALTHY, not full,
+// IN_SERVICE: with three datanodes and one dead, two). Its OPEN and
+// CLOSING containers are under-replicated (ReplicationStatus's
+// UnderReplicated and UnderReplicatedOpen, ContainerInfo.Missing, the
+// metric spindle_meta_replication_under_replicated_open). When the
+// member comes back it rejoins the raft group, which catches its
+// replicas up (or, past the leader's compacted log, reports it behind:
+// the pipeline is closed, its containers copied), and the pipeline is
+// whole again; once PipelineSize placeable datanodes exist (one joined)
+// it is closed, the same Tick makes its replacement, and its CLOSED
+// containers are re-replicated as any. The same holds in a larger
+// cluster once fewer than PipelineSize placeable datanodes are left. The
+// decision reads the members' health and the registry only: the same at
+// every Tick and on a new meta leader.
 //
 // Containers: every OPEN pipeline has ContainersPerPipeline OPEN
 // containers (made on demand by Allocate; IDs global, never reused). A
@@ -76,11 +98,14 @@
 // Allocation picks, round robin, an OPEN pipeline whose members are all
 // HEALTHY and report it (a member not heard from since the start counts
 // as serving it, as before the restart), skipping the pipelines the
-// client excludes; when there is none, an OPEN pipeline with a raft
-// majority of its members HEALTHY and serving it and none DEAD (a member
-// just killed is STALE for a while: its pipeline's quorum still commits,
-// fsynced on each member of it; spindle_meta_degraded_allocations_total);
-// none: NO_PIPELINE. A node reporting less than MinAvailableBytes
+// client excludes; when there is none, an OPEN pipeline with at least
+// MinLiveReplicas (and a raft majority) of its members HEALTHY and
+// serving it, the others STALE (a member just killed is STALE for a
+// while: its pipeline's quorum still commits, fsynced on each member of
+// it) or DEAD with the pipeline kept degraded (above);
+// spindle_meta_degraded_allocations_total; none: NO_PIPELINE. With
+// MinLiveReplicas = PipelineSize no block goes to a pipeline missing a
+// member. A node reporting less than MinAvailableBytes
 // available gets no new pipeline and its OPEN ones are closed.
 //
 // # Replicas of a CLOSED container

@@ -32,6 +32,7 @@ const (
 	DefaultSafeModeContainerFraction = state.DefaultSafeModeContainerFraction
 	DefaultSnapshotEntries           = state.DefaultSnapshotEntries
 	DefaultLogRetainEntries          = state.DefaultLogRetainEntries
+	DefaultMinLiveReplicas           = state.DefaultMinLiveReplicas
 )
 
 // The multipart errors the S3 gateway tells apart (namespace).

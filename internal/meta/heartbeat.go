@@ -229,9 +229,9 @@ func (s *Service) commandsFor(n *state.Node, now time.Time) []metaapi.Command {
 }
 
 // Tick runs one round of the cluster manager at the clock's time: health
-// from the last heartbeats, pipelines with a DEAD member, or a majority of
-// members STALE, closed (their
-// OPEN containers closing), new pipelines where possible, CLOSING
+// from the last heartbeats, pipelines with a DEAD member (unless kept
+// degraded: cluster/degraded.go), or a majority of members STALE, closed
+// (their OPEN containers closing), new pipelines where possible, CLOSING
 // containers no live replica reports OPEN marked CLOSED, allocations
 // older than AllocationGrace scheduled for deletion, deletions that ran
 // out of attempts dropped, then the replication manager's round (safe
@@ -274,13 +274,14 @@ func (s *Service) tickLocked() *pebble.Batch {
 			s.ClosePipeline(b, p, now, fmt.Sprintf("members %v of %v silent (STALE or DEAD): a raft majority lost", silent, p.Rec.Members))
 			continue
 		}
+		// A DEAD member: closed, unless no replacement exists and
+		// enough members live (cluster/degraded.go).
+		if s.CloseDead(b, p, now) && p.Rec.State != state.PipelineOpen {
+			continue
+		}
 		for _, m := range p.Rec.Members {
 			n := s.NodeByID[m]
-			if s.HealthOf(n, now) == metaapi.HealthDead {
-				s.ClosePipeline(b, p, now, fmt.Sprintf("member %d is DEAD", m))
-				break
-			}
-			if s.Full(n) {
+			if s.Full(n) && s.HealthOf(n, now) != metaapi.HealthDead { // (a DEAD one's report is old)
 				s.ClosePipeline(b, p, now, fmt.Sprintf("member %d is full: %d bytes available, below %d", m, n.Available, s.Cfg.MinAvailableBytes))
 				break
 			}

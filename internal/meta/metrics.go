@@ -68,7 +68,8 @@ var (
 	descAllocs      = prometheus.NewDesc("spindle_meta_pending_allocations", "Blocks allocated and not committed yet.", nil, nil)
 	descDeletes     = prometheus.NewDesc("spindle_meta_pending_deletes", "Blocks scheduled for deletion and not acknowledged yet.", nil, nil)
 	descSafeMode    = prometheus.NewDesc("spindle_meta_safe_mode", "1 while the meta service is in safe mode (no replication decisions), else 0.", nil, nil)
-	descUnder       = prometheus.NewDesc("spindle_meta_replication_under_replicated", "CLOSED containers with fewer healthy replicas than the replication factor.", nil, nil)
+	descUnder       = prometheus.NewDesc("spindle_meta_replication_under_replicated", "CLOSED containers with fewer healthy replicas than the replication factor, and OPEN or CLOSING ones of a pipeline with a DEAD member.", nil, nil)
+	descUnderOpen   = prometheus.NewDesc("spindle_meta_replication_under_replicated_open", "OPEN or CLOSING containers of a pipeline with a DEAD member (kept OPEN while no replacement exists): writes acknowledged by fewer replicas than the pipeline has.", nil, nil)
 	descUnrecov     = prometheus.NewDesc("spindle_meta_replication_unrecoverable", "CLOSED containers with no healthy replica reported.", nil, nil)
 	descPending     = prometheus.NewDesc("spindle_meta_replication_pending_bytes", "Bytes of the container copies still needed (size × missing replicas).", nil, nil)
 	descInflight    = prometheus.NewDesc("spindle_meta_replication_inflight", "Container copies in flight.", nil, nil)
@@ -79,7 +80,7 @@ var (
 	descBehind      = prometheus.NewDesc("spindle_meta_replication_behind_replicas", "CLOSED replicas below their CLOSED container's highest BCSID (missed block commits; not counted healthy).", nil, nil)
 	descCopyFailed  = prometheus.NewDesc("spindle_meta_replication_failed_copies_total", "Container copies failed, lost or timed out (each scheduled again).", nil, nil)
 	stateCollectors = []*prometheus.Desc{descNodes, descPipelines, descContainers, descBuckets, descKeys, descKeyBytes, descAllocs, descDeletes,
-		descSafeMode, descUnder, descUnrecov, descPending, descInflight, descCopiedBytes, descCopied, descCopyFailed, descOver, descTrimmed, descBehind}
+		descSafeMode, descUnder, descUnderOpen, descUnrecov, descPending, descInflight, descCopiedBytes, descCopied, descCopyFailed, descOver, descTrimmed, descBehind}
 )
 
 // stateCollector reads the gauges from the service's state at scrape time.
@@ -142,6 +143,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	under, unrecoverable, pending := s.UnderReplicated(idx)
 	ch <- prometheus.MustNewConstMetric(descSafeMode, prometheus.GaugeValue, safe)
 	ch <- prometheus.MustNewConstMetric(descUnder, prometheus.GaugeValue, float64(under))
+	ch <- prometheus.MustNewConstMetric(descUnderOpen, prometheus.GaugeValue, float64(len(s.UnderReplicatedOpen(now))))
 	ch <- prometheus.MustNewConstMetric(descUnrecov, prometheus.GaugeValue, float64(unrecoverable))
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(pending))
 	ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(len(s.Repair.Tasks)))

@@ -37,7 +37,8 @@ func (s *Service) Pipelines() (*metaapi.PipelineList, error) {
 // blocks are the largest any live replica reports; Replicas lists the
 // live nodes whose report holds it (members of its pipeline or copies),
 // ReplicaDetails each one's state, bytes and BCSID; BCSID is the highest
-// a CLOSED replica reports (any replica's when none is CLOSED).
+// a CLOSED replica reports (any replica's when none is CLOSED); Missing
+// and UnderReplicated say what it lacks.
 func (s *Service) Containers() (*metaapi.ContainerList, error) {
 	return state.Read(s.State, func() (*metaapi.ContainerList, error) {
 		now := s.Cfg.Now()
@@ -57,11 +58,15 @@ func (s *Service) Containers() (*metaapi.ContainerList, error) {
 			}
 		}
 		_, top := s.ClosedIndex(now)
+		idx := s.ReplicaIndex(now)
 		l := &metaapi.ContainerList{Containers: []metaapi.ContainerInfo{}}
 		for _, id := range ids {
 			c := s.ContainerByID[id]
 			ci := metaapi.ContainerInfo{ID: id, Pipeline: c.Rec.Pipeline, State: state.ContainerStateName(c.Rec.State), BCSID: top[id],
-				CommittedBytes: c.Rec.Committed}
+				CommittedBytes: c.Rec.Committed, Missing: s.MissingReplicas(c, now)}
+			h := len(idx[id]) // (UnderReplicated's rule, repair/rerepl.go)
+			ci.UnderReplicated = len(ci.Missing) > 0 ||
+				c.Rec.State == state.ContainerClosed && h < s.Cfg.ReplicationFactor && (h > 0 || c.Rec.Committed > 0)
 			for _, m := range holders[id] {
 				r := s.NodeByID[m].Containers[id]
 				ci.UsedBytes = max(ci.UsedBytes, r.UsedBytes)

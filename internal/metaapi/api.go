@@ -641,6 +641,11 @@ type ContainerInfo struct {
 	BCSID uint64 `json:"bcsid"`
 	// ReplicaDetails: each of Replicas as its last report has it.
 	ReplicaDetails []ReplicaInfo `json:"replica_details,omitempty"`
+	// Missing: an OPEN or CLOSING container's pipeline's DEAD members;
+	// UnderReplicated: Missing ones, or CLOSED with too few healthy
+	// replicas (as ReplicationStatus counts them).
+	Missing         []uint64 `json:"missing,omitempty"`
+	UnderReplicated bool     `json:"under_replicated,omitempty"`
 }
 
 // ReplicaInfo is one replica of a container, as its datanode last
@@ -667,9 +672,15 @@ type ReplicationStatus struct {
 	SafeModeReason    string `json:"safe_mode_reason,omitempty"`
 	ReplicationFactor int    `json:"replication_factor"`
 	// UnderReplicated: CLOSED containers with fewer healthy replicas than
-	// wanted; Unrecoverable: those of them with no healthy replica left.
+	// wanted, and OPEN or CLOSING ones of a pipeline with a DEAD member;
+	// Unrecoverable: those with no healthy replica left.
 	UnderReplicated int `json:"under_replicated"`
 	Unrecoverable   int `json:"unrecoverable"`
+	// UnderReplicatedOpen: those OPEN or CLOSING (their pipeline kept
+	// OPEN without a DEAD member, or not yet settled); MinLiveReplicas:
+	// the fewest HEALTHY members of a pipeline taking writes.
+	UnderReplicatedOpen int `json:"under_replicated_open"`
+	MinLiveReplicas     int `json:"min_live_replicas"`
 	// AtRisk: containers (any state) with a replica on a STALE node — it
 	// missed heartbeats but is not DEAD yet, so it still counts as a
 	// replica above, and copies start only once it is DEAD.

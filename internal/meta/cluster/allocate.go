@@ -55,32 +55,41 @@ func (s *Allocator) leaderless(p *state.PipelineState, now time.Time) bool {
 	return found && lead == 0
 }
 
-// degradedAllocatable: OPEN, a raft majority of its members HEALTHY and
-// serving it, none DEAD (the others STALE: a datanode just killed, not yet
-// declared dead). Its writes commit on that majority, fsynced on each, as
+// degradedAllocatable: OPEN, at least MinLive (Config.MinLiveReplicas,
+// never below a raft majority) of its members HEALTHY and serving it, and
+// the others STALE (a datanode just killed, not yet declared dead) or
+// DEAD with the pipeline kept degraded (KeepDegraded: no replacement
+// member exists). Its writes commit on that majority, fsynced on each, as
 // raft's quorum has it; used only when no pipeline is allocatable, so that
 // puts go on through the seconds between a datanode's death and its
-// pipelines' closing (with 3 datanodes every pipeline holds each of them).
+// pipelines' closing, and after it while no pipeline of PipelineSize
+// HEALTHY members can be made (with 3 datanodes every pipeline holds each
+// of them).
 func (s *Allocator) degradedAllocatable(p *state.PipelineState, now time.Time) bool {
 	if p.Rec.State != state.PipelineOpen {
 		return false
 	}
-	ok := 0
+	ok, dead := 0, false
 	for _, m := range p.Rec.Members {
 		n := s.NodeByID[m]
 		switch h := s.cl.HealthOf(n, now); {
 		case h == metaapi.HealthDead:
-			return false
+			dead = true
 		case h == metaapi.HealthHealthy && (!n.Seen || s.cl.Reports(m, p.Rec.ID)):
 			ok++
 		}
 	}
-	return ok > len(p.Rec.Members)/2 && !s.leaderless(p, now)
+	if dead {
+		if keep, _ := s.cl.KeepDegraded(p, now); !keep {
+			return false // closed at the next Tick
+		}
+	}
+	return ok >= s.cl.MinLive() && !s.leaderless(p, now)
 }
 
 // Allocate hands out a new block for bucket/key: a fresh local ID in an
 // OPEN container of an allocatable pipeline (round robin over them; when
-// there is none, of a pipeline with a majority of HEALTHY members),
+// there is none, of a degraded one: degradedAllocatable),
 // recorded with its time so that it can be committed once, or deleted
 // after AllocationGrace.
 func (s *Allocator) Allocate(req *metaapi.AllocateRequest) (*metaapi.AllocateResponse, error) {

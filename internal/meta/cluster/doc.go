@@ -3,7 +3,9 @@
 // and closed, containers and their CLOSING/CLOSED life, and the views of
 // a CLOSED container's replicas — healthy, behind, read members — that
 // re-replication, damage and reads share), Allocator (allocate.go: block
-// allocation on allocatable, then degraded, pipelines), BlockGC (gc.go:
+// allocation on allocatable, then degraded, pipelines; degraded.go: a
+// pipeline with a DEAD member kept OPEN while no replacement exists, and
+// its containers reported under-replicated), BlockGC (gc.go:
 // pending block deletions, their delivery and acknowledgement, expired
 // allocations) and Ops (ops.go: decommission, maintenance, failed
 // volumes).

@@ -578,6 +578,8 @@ func (s *Rerepl) replicationStatus(now time.Time) *metaapi.ReplicationStatus {
 		}
 	}
 	st.UnderReplicated, st.Unrecoverable, st.PendingBytes = s.UnderReplicated(idx)
+	st.UnderReplicatedOpen = len(s.cl.UnderReplicatedOpen(now))
+	st.MinLiveReplicas = s.cl.MinLive()
 	st.AtRisk = s.atRisk(idx, now)
 	st.OverReplicated, st.Trimming, st.TrimmedReplicas = len(s.OverReplicated(idx)), len(s.Repair.Trims), s.Repair.Trimmed
 	st.BehindReplicas = s.cl.BehindReplicas(now)
@@ -593,8 +595,12 @@ func (s *Rerepl) replicationStatus(now time.Time) *metaapi.ReplicationStatus {
 }
 
 // underReplicated counts the CLOSED containers with fewer healthy
-// replicas than wanted, those with none, and the bytes still to copy.
+// replicas than wanted and the OPEN or CLOSING ones of a pipeline with a
+// DEAD member (cluster.UnderReplicatedOpen: taking or having taken writes
+// without it), those with none, and the bytes still to copy (of CLOSED
+// containers).
 func (s *Rerepl) UnderReplicated(idx map[uint64][]uint64) (under, unrecoverable int, pending uint64) {
+	under = len(s.cl.UnderReplicatedOpen(s.Cfg.Now()))
 	for cid, c := range s.ContainerByID {
 		h := len(idx[cid])
 		if c.Rec.State != state.ContainerClosed || h >= s.Cfg.ReplicationFactor || (h == 0 && c.Rec.Committed == 0) {

@@ -59,6 +59,9 @@ const (
 	// for a few heartbeat intervals of writes before the volumes' own
 	// reserve refuses them.
 	DefaultMinAvailableBytes = 64 << 20
+	// DefaultMinLiveReplicas is Config.MinLiveReplicas' default: a
+	// pipeline's raft majority, as Ceph's min_size 2 of size 3.
+	DefaultMinLiveReplicas = PipelineSize/2 + 1
 )
 
 // Config configures a meta service. Zero values take the defaults.
@@ -96,6 +99,14 @@ type Config struct {
 	// its OPEN pipelines are closed, so that puts go to nodes with room
 	// (DefaultMinAvailableBytes).
 	MinAvailableBytes uint64
+	// MinLiveReplicas (DefaultMinLiveReplicas): the fewest HEALTHY members
+	// of a pipeline that blocks are allocated on. A pipeline with a DEAD
+	// member stays OPEN, and takes writes, only while at least this many
+	// of its members are HEALTHY and no replacement member exists
+	// (cluster/degraded.go); below it the pipeline is closed and writes
+	// are refused rather than acknowledged by fewer replicas. From a raft
+	// majority (PipelineSize/2+1) to PipelineSize (never degraded).
+	MinLiveReplicas int
 
 	// Replication manager (replication.go; zero: the Default* values).
 	ReplicationFactor  int
@@ -184,6 +195,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.MinAvailableBytes == 0 {
 		c.MinAvailableBytes = DefaultMinAvailableBytes
+	}
+	if c.MinLiveReplicas == 0 {
+		c.MinLiveReplicas = DefaultMinLiveReplicas
 	}
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = metaapi.DefaultHeartbeatInterval
@@ -293,6 +307,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DeadAfter <= c.StaleAfter {
 		return fmt.Errorf("meta: dead-after %s must exceed stale-after %s", c.DeadAfter, c.StaleAfter)
+	}
+	if c.MinLiveReplicas < DefaultMinLiveReplicas || c.MinLiveReplicas > PipelineSize {
+		return fmt.Errorf("meta: min-live-replicas %d: want %d (a raft majority of a pipeline) to %d", c.MinLiveReplicas, DefaultMinLiveReplicas, PipelineSize)
 	}
 	if c.SafeModeContainerFraction < 0 || c.SafeModeContainerFraction > 1 {
 		return fmt.Errorf("meta: safe-mode container fraction %g: want 0..1", c.SafeModeContainerFraction)

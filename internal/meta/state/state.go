@@ -41,6 +41,9 @@ type PipelineState struct {
 	// (memory only): told to leave at once, their replicas closed
 	// locally, ranked behind by their BCSID and replaced.
 	Behind map[uint64]bool
+	// Degraded: kept OPEN with a DEAD member at the last Tick
+	// (cluster/degraded.go; memory only: says it once in the log).
+	Degraded bool
 }
 
 // containerState is a container's record plus memory-only bookkeeping.
