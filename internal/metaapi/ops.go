@@ -68,3 +68,46 @@ func (c *Client) NodeOp(ctx context.Context, id uint64, op string, d time.Durati
 	}
 	return &out, nil
 }
+
+// NodeRemoved is the state of a datanode removed for good (RemoveNode): it
+// is in no listing any more; NodeRemoval reports it.
+const NodeRemoved = "REMOVED"
+
+// NodeRemoval is the answer of DELETE /v1/nodes/{id}: the datanode removed
+// for good, as it was. A removal is refused (ErrPrecondition, the message
+// naming the containers or pipelines in the way) while the node:
+//
+//   - is alive (not DEAD) and not DECOMMISSIONED, or IN_MAINTENANCE;
+//   - is a member of an OPEN pipeline, or of a CLOSED one with a container
+//     not CLOSED yet, or still serves (reports) a CLOSED pipeline;
+//   - may hold the last healthy replica of a container (no counted
+//     replica elsewhere), or, DEAD and not DECOMMISSIONED, of a container
+//     without its replication factor of counted replicas elsewhere yet
+//     (it is not emptied: re-replication is under way).
+//
+// The removal is durable and replicated; the node's ID is never handed
+// out again, and a heartbeat under its UUID is refused (INVALID): the
+// datanode must be wiped to join again, as a new node. Removing a node
+// removed already answers it again (AlreadyRemoved).
+type NodeRemoval struct {
+	NodeID uint64 `json:"node_id"`
+	UUID   string `json:"uuid"`
+	Addr   string `json:"addr"`
+	// Health and OpState: what the node was when removed.
+	Health         string    `json:"health,omitempty"`
+	OpState        string    `json:"op_state,omitempty"`
+	RemovedAt      time.Time `json:"removed_at"`
+	AlreadyRemoved bool      `json:"already_removed,omitempty"`
+	// Pipelines: the CLOSED pipelines it was a past member of (it is no
+	// longer listed among their members).
+	Pipelines []uint64 `json:"pipelines,omitempty"`
+}
+
+// RemoveNode removes node id for good (see NodeRemoval).
+func (c *Client) RemoveNode(ctx context.Context, id uint64) (*NodeRemoval, error) {
+	var out NodeRemoval
+	if err := c.do(ctx, http.MethodDelete, fmt.Sprintf("/v1/nodes/%d", id), nil, &out, true); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
