@@ -5,8 +5,8 @@
 // re-replication, damage and reads share), Allocator (allocate.go: block
 // allocation on allocatable, then degraded, pipelines), BlockGC (gc.go:
 // pending block deletions, their delivery and acknowledgement, expired
-// allocations) and Ops (ops.go: decommission, maintenance, failed
-// volumes).
+// allocations), Ops (ops.go: decommission, maintenance, failed
+// volumes) and Removal (remove.go: a datanode removed for good).
 //
 // Invariants: see "Cluster manager", "Replicas of a CLOSED container",
 // "Deleting blocks, garbage" and "Datanode operations" in package meta's
