@@ -23,7 +23,11 @@ func TestAdminDatanodeRemove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { srv.Close() })
+	t.Cleanup(func() {
+		if err := srv.Close(); err != nil {
+			t.Errorf("close the meta service: %v", err)
+		}
+	})
 	addr := srv.Addr()
 	mc, err := metaapi.NewClient(addr, metaapi.ClientOptions{Timeout: 5 * time.Second, Attempts: 1})
 	if err != nil {

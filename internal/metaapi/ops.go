@@ -74,21 +74,10 @@ func (c *Client) NodeOp(ctx context.Context, id uint64, op string, d time.Durati
 const NodeRemoved = "REMOVED"
 
 // NodeRemoval is the answer of DELETE /v1/nodes/{id}: the datanode removed
-// for good, as it was. A removal is refused (ErrPrecondition, the message
-// naming the containers or pipelines in the way) while the node:
-//
-//   - is alive (not DEAD) and not DECOMMISSIONED, or IN_MAINTENANCE;
-//   - is a member of an OPEN pipeline, or of a CLOSED one with a container
-//     not CLOSED yet, or still serves (reports) a CLOSED pipeline;
-//   - may hold the last healthy replica of a container (no counted
-//     replica elsewhere), or, DEAD and not DECOMMISSIONED, of a container
-//     without its replication factor of counted replicas elsewhere yet
-//     (it is not emptied: re-replication is under way).
-//
-// The removal is durable and replicated; the node's ID is never handed
-// out again, and a heartbeat under its UUID is refused (INVALID): the
-// datanode must be wiped to join again, as a new node. Removing a node
-// removed already answers it again (AlreadyRemoved).
+// for good (a DECOMMISSIONED one, or a DEAD one emptied), as it was. A
+// refusal is ErrPrecondition naming what is in the way (package meta's
+// "Datanode operations"). Its ID is never reused; its UUID's heartbeats
+// are refused (INVALID). A second removal answers AlreadyRemoved.
 type NodeRemoval struct {
 	NodeID uint64 `json:"node_id"`
 	UUID   string `json:"uuid"`
