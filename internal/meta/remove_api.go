@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/spindle-store/spindle/internal/meta/cluster"
@@ -39,8 +40,12 @@ func (s *Service) removedHeartbeat(hb *metaapi.Heartbeat) error {
 	if !ok {
 		return nil
 	}
-	s.Log.Warn("heartbeat refused: the datanode was removed for good", "node", r.Rec.ID, "uuid", hb.UUID, "addr", hb.Addr,
-		"removed", r.Removed.Since)
+	if now := s.Cfg.Now(); now.Sub(r.Logged) >= time.Minute { // (under s.mu for writing)
+		s.Log.Warn("heartbeat refused: the datanode was removed for good (stop it, or wipe it to join as a new datanode); logged once a minute",
+			"node", r.Rec.ID, "uuid", hb.UUID, "addr", hb.Addr, "removed", r.Removed.Since)
+		r.Logged = now
+		s.Repair.Removed[hb.UUID] = r
+	}
 	return fmt.Errorf("%w: datanode %s was node %d, removed from the cluster at %s (spindle admin datanode remove): it cannot join again under this identity; wipe its data and log directories to join as a new datanode",
 		metaapi.ErrInvalid, hb.UUID, r.Rec.ID, r.Removed.Since.UTC().Format("2006-01-02 15:04:05Z"))
 }

@@ -1,7 +1,9 @@
 package meta
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -203,6 +205,27 @@ func TestRemoveNode(t *testing.T) {
 		wantErr(t, err, metaapi.ErrNotFound, when+": recommission of the removed node")
 	}
 	check("after the removal")
+	// The refused heartbeats of a removed node still running: one log
+	// line a minute, not one a heartbeat (check's was logged: none
+	// more in the same minute, one in the next).
+	var logBuf bytes.Buffer
+	c.s.Log = slog.New(slog.NewTextHandler(&logBuf, nil))
+	for range 3 {
+		_, err := c.s.Heartbeat(n1.report())
+		wantErr(t, err, metaapi.ErrInvalid, "heartbeat of the removed node")
+	}
+	if logBuf.Len() != 0 {
+		t.Fatalf("refused heartbeats logged again within the minute:\n%s", logBuf.String())
+	}
+	c.clk.Advance(time.Minute)
+	for range 2 {
+		_, err := c.s.Heartbeat(n1.report())
+		wantErr(t, err, metaapi.ErrInvalid, "heartbeat of the removed node")
+	}
+	if got := strings.Count(logBuf.String(), "heartbeat refused: the datanode was removed"); got != 1 {
+		t.Fatalf("%d log lines of refused heartbeats in the next minute, want 1:\n%s", got, logBuf.String())
+	}
+	c.s.Log = quiet
 	if got := memberIDs(pipelineByID(c.pipelines(), p).Members); !slices.Equal(got, []uint64{2, 3}) {
 		t.Fatalf("pipeline %d's members: %v, want [2 3]", p, got)
 	}

@@ -3,6 +3,7 @@ package state
 import (
 	"fmt"
 	"slices"
+	"time"
 )
 
 // A datanode removed for good (an operator's `spindle admin datanode
@@ -19,6 +20,9 @@ import (
 type RemovedNode struct {
 	Rec     NodeRecord
 	Removed OpState
+	// Logged: when a heartbeat of it was last logged as refused (memory
+	// only: one line a minute, not one a heartbeat, while it runs).
+	Logged time.Time
 }
 
 // loadRemoved moves node id, removed for good, from the registry loaded
