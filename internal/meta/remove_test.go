@@ -255,3 +255,37 @@ func gauges(t *testing.T, s *Service, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+// TestRemovalSurvivesMetaFailover: with a replicated meta service, a
+// removal decided on the leader (a DEAD datanode that holds nothing) is
+// the new leader's after the old one stops: the node is not listed, its
+// heartbeat is refused, a second removal answers the first (it went
+// through raft, and the new leader's load takes it out of the registry).
+func TestRemovalSurvivesMetaFailover(t *testing.T) {
+	g := newRGroupWith(t, 3, func(cfg *state.Config) {
+		cfg.StaleAfter, cfg.DeadAfter = 100*time.Millisecond, 300*time.Millisecond
+	})
+	hb := &metaapi.Heartbeat{UUID: "0123456789abcdef0123456789abcdef", Addr: "127.0.0.1:7001"}
+	resp, err := g.cl.Heartbeat(bg, hb)
+	mustNo(t, err)
+	hb.NodeID = resp.NodeID
+	time.Sleep(400 * time.Millisecond) // DEAD
+	nr, err := g.cl.RemoveNode(bg, hb.NodeID)
+	mustNo(t, err)
+	old := g.leader()
+	g.stop(old)
+	if g.leader() == old {
+		t.Fatal("no new leader")
+	}
+	ns, err := g.cl.Nodes(bg)
+	mustNo(t, err)
+	if len(ns) != 0 {
+		t.Fatalf("nodes after the failover: %+v, want none", ns)
+	}
+	_, err = g.cl.Heartbeat(bg, hb)
+	wantErr(t, err, metaapi.ErrInvalid, "heartbeat of the removed node on the new leader")
+	again, err := g.cl.RemoveNode(bg, hb.NodeID)
+	if err != nil || !again.AlreadyRemoved || !again.RemovedAt.Equal(nr.RemovedAt) {
+		t.Fatalf("second removal on the new leader: %+v, %v", again, err)
+	}
+}

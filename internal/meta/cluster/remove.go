@@ -150,6 +150,7 @@ func named(ids []uint64) string {
 // lock): its records in b, memory changed; the answer describes it.
 func (s *Removal) Remove(b *pebble.Batch, id uint64, now time.Time) *metaapi.NodeRemoval {
 	n := s.NodeByID[id]
+	now = time.UnixMilli(now.UnixMilli()) // as stored: a second removal answers the same time
 	o := state.OpState{State: state.OpRemoved, Since: now}
 	out := &metaapi.NodeRemoval{NodeID: id, UUID: n.Rec.UUID, Addr: n.Rec.Addr, Health: s.cl.HealthOf(n, now),
 		OpState: s.Repair.Ops[id].Name(), RemovedAt: now}
