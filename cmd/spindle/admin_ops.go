@@ -18,7 +18,7 @@ import (
 
 // `spindle admin damaged` (blocks the datanodes found damaged, the keys
 // that lost data, the scrubbers' progress) and `spindle admin datanode
-// decommission|maintenance|recommission`. No logic here beyond
+// decommission|maintenance|recommission|remove`. No logic here beyond
 // formatting.
 
 // newAdminOpsCmds returns the commands of `admin` for damage and datanode
@@ -117,14 +117,14 @@ func nodeState(n metaapi.NodeInfo) string {
 	return st
 }
 
-// newAdminDatanodeCmd is `admin datanode decommission|maintenance|recommission ID`.
+// newAdminDatanodeCmd is `admin datanode decommission|maintenance|recommission|remove ID`.
 func newAdminDatanodeCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "datanode decommission|maintenance|recommission ID",
-		Short: "Take a datanode out of service (decommission: its replicas copied elsewhere; maintenance: restart it without copies) or back",
+		Use:   "datanode decommission|maintenance|recommission|remove ID",
+		Short: "Take a datanode out of service (decommission: its replicas copied elsewhere; maintenance: restart it without copies) or back, or remove it for good",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr(errors.New("want admin datanode decommission|maintenance|recommission ID"))
+			return usageErr(errors.New("want admin datanode decommission|maintenance|recommission|remove ID"))
 		},
 	}
 	var wait bool
@@ -201,6 +201,53 @@ func newAdminDatanodeCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 		Args:  exactArgs(1),
 		RunE:  run(metaapi.OpRecommission),
 	}
-	cmd.AddCommand(decom, maint, recom)
+	cmd.AddCommand(decom, maint, recom, newAdminDatanodeRemoveCmd(env, asJSON))
 	return cmd
+}
+
+// newAdminDatanodeRemoveCmd is `admin datanode remove ID`.
+func newAdminDatanodeRemoveCmd(env *keyEnv, asJSON *bool) *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove ID",
+		Short: "Remove a DECOMMISSIONED datanode, or a DEAD one whose containers are copied elsewhere, for good: it leaves every listing and metric",
+		Long: `Removes the datanode for good: it leaves 'spindle admin nodes', the
+pipelines' member lists and the metrics; its node ID is never given again,
+and the meta service refuses its heartbeats (to use the host again, wipe
+the datanode's directories: it joins as a new datanode with a new ID).
+
+Allowed for a DECOMMISSIONED datanode (stop it first), or a DEAD one whose
+containers all have their replication factor of replicas elsewhere.
+Refused (exit status 1, naming what is in the way) while the datanode is
+alive and not DECOMMISSIONED, IN_MAINTENANCE, a member of an OPEN pipeline
+or of one still closing, or may hold the last healthy replica of a
+container.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil || id == 0 {
+				return usageErr(fmt.Errorf("datanode ID %q: want a node ID (spindle admin nodes)", args[0]))
+			}
+			mc, err := env.metaClient()
+			if err != nil {
+				return err
+			}
+			nr, err := mc.RemoveNode(cmd.Context(), id)
+			if errors.Is(err, metaapi.ErrPrecondition) {
+				return &exitError{exitFailure, err}
+			}
+			if err != nil {
+				return keyExit(err, "", "")
+			}
+			out := cmd.OutOrStdout()
+			if *asJSON {
+				return json.NewEncoder(out).Encode(nr)
+			}
+			if nr.AlreadyRemoved {
+				_, err = fmt.Fprintf(out, "datanode %d (%s) was removed already, at %s\n", nr.NodeID, nr.Addr, nr.RemovedAt.Local().Format("2006-01-02 15:04:05"))
+				return err
+			}
+			_, err = fmt.Fprintf(out, "datanode %d (%s, %s %s) removed; past member of CLOSED pipelines %v\n", nr.NodeID, nr.Addr, nr.Health, nr.OpState, nr.Pipelines)
+			return err
+		},
+	}
 }

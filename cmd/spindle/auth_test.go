@@ -133,6 +133,7 @@ func TestAdminCommandsNeedAdminCertificate(t *testing.T) {
 		{"delete_bucket", []string{"bucket", "rm", "photos"}},
 		{"safemode_exit", []string{"admin", "safemode", "exit"}},
 		{"node_op", []string{"admin", "datanode", "decommission", "1"}},
+		{"node_remove", []string{"admin", "datanode", "remove", "1"}},
 		{"create_user", []string{"admin", "user", "create", "eve"}},
 		{"list_users", []string{"admin", "user", "ls"}},
 		{"delete_user", []string{"admin", "user", "rm", "eve"}},

@@ -94,6 +94,7 @@ var routeAccess = map[string]accessClass{
 
 	"safemode_exit": accessAdmin,
 	"node_op":       accessAdmin,
+	"node_remove":   accessAdmin,
 	"create_user":   accessAdminOrGateway,
 	"list_users":    accessAdminOrGateway,
 	"delete_user":   accessAdminOrGateway,

@@ -146,6 +146,7 @@ func TestGuardRoles(t *testing.T) {
 		"delete_bucket": {tlsconf.RoleS3, tlsconf.RoleAdmin},
 		"safemode_exit": {tlsconf.RoleAdmin},
 		"node_op":       {tlsconf.RoleAdmin},
+		"node_remove":   {tlsconf.RoleAdmin},
 		"create_user":   {tlsconf.RoleS3, tlsconf.RoleAdmin},
 		"delete_user":   {tlsconf.RoleS3, tlsconf.RoleAdmin},
 		"meta_members":  {tlsconf.RoleAdmin},
@@ -218,6 +219,10 @@ func TestAdminCallsNeedAdminCertificate(t *testing.T) {
 		{"safemode_exit", false, func(c *metaapi.Client) error { _, err := c.ExitSafeMode(ctx); return err }},
 		{"node_op", false, func(c *metaapi.Client) error {
 			_, err := c.NodeOp(ctx, 1, metaapi.OpDecommission, 0)
+			return err
+		}},
+		{"node_remove", false, func(c *metaapi.Client) error {
+			_, err := c.RemoveNode(ctx, 1)
 			return err
 		}},
 		{"create_user", true, func(c *metaapi.Client) error {

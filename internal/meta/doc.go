@@ -154,6 +154,26 @@
 // survives restarts and failovers); a node not IN_SERVICE gets no pipeline
 // and no copy and its OPEN pipelines are closed (cluster/ops.go).
 //
+// An operator removes a node for good (DELETE /v1/nodes/{id}, `spindle
+// admin datanode remove`; cluster/remove.go, state/removed.go): a
+// DECOMMISSIONED node, or a DEAD one (not IN_MAINTENANCE) whose every
+// container has ReplicationFactor counted replicas elsewhere. Refused
+// (PRECONDITION_FAILED, naming them) while it is a member of an OPEN
+// pipeline or of one whose containers are still closing, still serves a
+// CLOSED pipeline, or may hold a container's last counted replica (its
+// last report's containers and its pipelines'). One batch: its 'O' record
+// says REMOVED, the CLOSED pipelines it was a member of are rewritten
+// without it; memory forgets it (registry, copies to it, trims, repairs,
+// delete deliveries), so it leaves every listing and metric, and a
+// deletion in replica mode completes with the live holders' acks alone.
+// Decided: node IDs are never reused (its 'N' record stays, below the
+// counter) and a removed UUID never comes back: its heartbeat, with its
+// node ID or as a registration (ID 0), is refused INVALID, which stops
+// a datanode at registration; a wiped datanode has a new UUID and
+// registers as a new node. (Treating the UUID as a new node would bring
+// the old replicas on its disks back as unknown extra copies.) A second
+// removal answers the first again.
+//
 // # Safe mode
 //
 // See package repair (internal/meta/repair), whose comment holds this
@@ -238,7 +258,7 @@
 //	counters (29 bytes):  version u8 | next node ID u64 | next pipeline ID u64 | next container ID u64 | crc u32
 //	node:                 version u8 | node ID u64 | registered u64 | uuid str | addr str | metrics URL str | crc u32
 //	pipeline (31+8n):     version u8 | pipeline ID u64 | state u8 (1 OPEN, 2 CLOSED) | created u64 | closed u64 |
-//	                      member count n u8 | n × node ID u64 | crc u32
+//	                      member count n u8 (0 only when CLOSED: members removed) | n × node ID u64 | crc u32
 //	container (46 bytes): version u8 | container ID u64 | pipeline ID u64 | state u8 (1 OPEN, 2 CLOSING, 3 CLOSED) |
 //	                      created u64 | next local ID u64 | committed bytes u64 | crc u32
 //	bucket (29 bytes):    version u8 | created u64 | keys u64 | bytes u64 | [owner str | ACL str] | crc u32

@@ -35,6 +35,9 @@ func (s *Service) HeartbeatFrom(caller tlsconf.Peer, hb *metaapi.Heartbeat) (*me
 // heartbeatLocked is Heartbeat, validated, under s.mu.
 func (s *Service) heartbeatLocked(caller tlsconf.Peer, hb *metaapi.Heartbeat) (*metaapi.HeartbeatResponse, *pebble.Batch, error) {
 	now := s.Cfg.Now()
+	if err := s.removedHeartbeat(hb); err != nil { // remove_api.go
+		return nil, nil, err
+	}
 	id, known := s.NodeByUUID[hb.UUID]
 	if known && caller.Authenticated() {
 		if bound := s.NodeByID[id].Rec.CertName; bound != "" && bound != caller.Name {

@@ -124,4 +124,5 @@ func (s *Service) routeOps(route func(pattern, name string, h func(w http.Respon
 		ni, err := s.NodeOp(id, r.PathValue("op"), time.Duration(req.DurationMs)*time.Millisecond)
 		return ni, http.StatusOK, err
 	})
+	s.routeRemove(route) // remove_api.go
 }

@@ -848,7 +848,8 @@ const (
 	// and any call may be tried again.
 	CodeBusy     = "BUSY"
 	CodeInternal = "INTERNAL" // 500
-	// CodePrecondition: 412, a commit's Conditions do not hold.
+	// CodePrecondition: 412, a commit's Conditions do not hold, or a
+	// datanode's removal is refused (NodeRemoval).
 	CodePrecondition = "PRECONDITION_FAILED"
 	// CodeForbidden: 403, the caller's certificate (its role, or the
 	// datanode it may speak for) does not allow the call.
@@ -867,7 +868,8 @@ var (
 	// ErrBusy (an ErrUnavailable): refused before anything was done.
 	ErrBusy     = fmt.Errorf("%w: busy", ErrUnavailable)
 	ErrInternal = errors.New("meta service internal error")
-	// ErrPrecondition: a commit's Conditions did not hold.
+	// ErrPrecondition: a commit's Conditions did not hold, or a
+	// datanode's removal was refused (NodeRemoval).
 	ErrPrecondition = errors.New("precondition failed")
 	ErrForbidden    = errors.New("forbidden")
 )

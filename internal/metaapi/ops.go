@@ -68,3 +68,35 @@ func (c *Client) NodeOp(ctx context.Context, id uint64, op string, d time.Durati
 	}
 	return &out, nil
 }
+
+// NodeRemoved is the state of a datanode removed for good (RemoveNode): it
+// is in no listing any more; NodeRemoval reports it.
+const NodeRemoved = "REMOVED"
+
+// NodeRemoval is the answer of DELETE /v1/nodes/{id}: the datanode removed
+// for good (a DECOMMISSIONED one, or a DEAD one emptied), as it was. A
+// refusal is ErrPrecondition naming what is in the way (package meta's
+// "Datanode operations"). Its ID is never reused; its UUID's heartbeats
+// are refused (INVALID). A second removal answers AlreadyRemoved.
+type NodeRemoval struct {
+	NodeID uint64 `json:"node_id"`
+	UUID   string `json:"uuid"`
+	Addr   string `json:"addr"`
+	// Health and OpState: what the node was when removed.
+	Health         string    `json:"health,omitempty"`
+	OpState        string    `json:"op_state,omitempty"`
+	RemovedAt      time.Time `json:"removed_at"`
+	AlreadyRemoved bool      `json:"already_removed,omitempty"`
+	// Pipelines: the CLOSED pipelines it was a past member of (it is no
+	// longer listed among their members).
+	Pipelines []uint64 `json:"pipelines,omitempty"`
+}
+
+// RemoveNode removes node id for good (see NodeRemoval).
+func (c *Client) RemoveNode(ctx context.Context, id uint64) (*NodeRemoval, error) {
+	var out NodeRemoval
+	if err := c.do(ctx, http.MethodDelete, fmt.Sprintf("/v1/nodes/%d", id), nil, &out, true); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

@@ -7,8 +7,8 @@
 // pipeline with a DEAD member kept OPEN while no replacement exists, and
 // its containers reported under-replicated), BlockGC (gc.go:
 // pending block deletions, their delivery and acknowledgement, expired
-// allocations) and Ops (ops.go: decommission, maintenance, failed
-// volumes).
+// allocations), Ops (ops.go: decommission, maintenance, failed
+// volumes) and Removal (remove.go: a datanode removed for good).
 //
 // Invariants: see "Cluster manager", "Replicas of a CLOSED container",
 // "Deleting blocks, garbage" and "Datanode operations" in package meta's

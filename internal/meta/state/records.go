@@ -346,7 +346,8 @@ func DecodePipeline(v []byte) (PipelineRecord, error) {
 	d := newDec("pipeline", v)
 	p := PipelineRecord{ID: d.u64(), State: d.u8(), Created: d.tm(), Closed: d.tm()}
 	n := int(d.u8())
-	if n == 0 || n > pipelineMaxMembers {
+	// (none: a CLOSED pipeline whose every member was removed for good)
+	if (n == 0 && p.State != PipelineClosed) || n > pipelineMaxMembers {
 		d.fail("%d members", n)
 	}
 	for i := 0; i < n && d.err == nil; i++ {

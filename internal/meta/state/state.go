@@ -396,12 +396,15 @@ type RepairState struct {
 	// ops: the operational state of the nodes not IN_SERVICE (ops.go;
 	// loaded from the store).
 	Ops map[uint64]OpState
+	// removed: the datanodes removed for good, by UUID (removed.go;
+	// loaded from the store).
+	Removed map[string]RemovedNode
 }
 
 func newReplication(cfg *Config) RepairState {
 	return RepairState{SafeMode: !cfg.DisableSafeMode, Tasks: map[uint64]*CopyTask{},
 		Attempts: map[uint64]int{}, Failed: map[SourceFailure]time.Time{}, Trims: map[uint64]*TrimTask{},
-		Damage: newDamageState(), Ops: map[uint64]OpState{}}
+		Damage: newDamageState(), Ops: map[uint64]OpState{}, Removed: map[string]RemovedNode{}}
 }
 
 // repairKey names one replica: a container on a node.
@@ -444,6 +447,10 @@ const (
 	OpDecommissioning
 	OpDecommissioned
 	OpMaintenance
+	// OpRemoved: removed for good (removed.go); the node record stays
+	// (its ID and UUID are never used again), the node is in no memory
+	// map but RepairState.Removed.
+	OpRemoved
 )
 
 // opState is a node's operational state.
@@ -463,7 +470,7 @@ func (o OpState) Encode() []byte {
 func decodeOpState(v []byte) (OpState, error) {
 	d := newDec("node operational state", v)
 	o := OpState{State: d.u8(), Since: d.tm(), Until: d.tm()}
-	if o.State > OpMaintenance {
+	if o.State > OpRemoved {
 		d.fail("state %d", o.State)
 	}
 	return o, d.done()
@@ -471,7 +478,7 @@ func decodeOpState(v []byte) (OpState, error) {
 
 // loadOps reads the operational states (called by load).
 func (s *State) loadOps() error {
-	s.Repair.Ops = map[uint64]OpState{}
+	s.Repair.Ops, s.Repair.Removed = map[uint64]OpState{}, map[string]RemovedNode{}
 	return s.Scan(PrefixOps, func(k, v []byte) error {
 		id, ok := parseU64Key(k)
 		o, err := decodeOpState(v)
@@ -480,6 +487,9 @@ func (s *State) loadOps() error {
 		}
 		if !ok || s.NodeByID[id] == nil {
 			return fmt.Errorf("%w: operational state %x of no registered node", ErrCorrupt, k)
+		}
+		if o.State == OpRemoved {
+			return s.loadRemoved(id, o) // removed.go
 		}
 		s.Repair.Ops[id] = o
 		return nil
@@ -544,6 +554,8 @@ func (o OpState) Name() string {
 		return metaapi.NodeDecommissioned
 	case OpMaintenance:
 		return metaapi.NodeInMaintenance
+	case OpRemoved:
+		return metaapi.NodeRemoved
 	}
 	return metaapi.NodeInService
 }
