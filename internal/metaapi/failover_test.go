@@ -2,7 +2,6 @@ package metaapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -35,16 +34,16 @@ func newMember(t *testing.T) *member {
 		switch {
 		case m.busy.Add(-1) >= 0:
 			w.WriteHeader(http.StatusServiceUnavailable)
-			json.NewEncoder(w).Encode(Error{Code: CodeBusy, Message: "request bodies in flight at their bound"})
+			encodeT(t, w, Error{Code: CodeBusy, Message: "request bodies in flight at their bound"})
 		case m.unknown.Load():
 			w.WriteHeader(http.StatusServiceUnavailable)
-			json.NewEncoder(w).Encode(Error{Code: CodeUnavailable, Message: "leadership lost, outcome unknown"})
+			encodeT(t, w, Error{Code: CodeUnavailable, Message: "leadership lost, outcome unknown"})
 		case !m.serving.Load():
 			w.WriteHeader(http.StatusServiceUnavailable)
-			json.NewEncoder(w).Encode(Error{Code: CodeUnavailable, Message: "not the leader", NotLeader: true, Leader: m.leaderAddr.Load().(string)})
+			encodeT(t, w, Error{Code: CodeUnavailable, Message: "not the leader", NotLeader: true, Leader: m.leaderAddr.Load().(string)})
 		default:
 			w.WriteHeader(http.StatusCreated)
-			json.NewEncoder(w).Encode(Bucket{Name: "b01"})
+			encodeT(t, w, Bucket{Name: "b01"})
 		}
 	}))
 	t.Cleanup(m.srv.Close)
@@ -85,7 +84,9 @@ func TestClientTriesTheNextMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead := ln.Addr().String()
-	ln.Close()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
 	noLeader, leader := newMember(t), newMember(t)
 	leader.serving.Store(true)
 	c, err := NewClient(dead+","+noLeader.addr()+","+leader.addr(), ClientOptions{})
