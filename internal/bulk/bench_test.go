@@ -22,12 +22,16 @@ func BenchmarkFetch(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { os.RemoveAll(d) })
+		b.Cleanup(func() {
+			if err := os.RemoveAll(d); err != nil {
+				b.Error(err)
+			}
+		})
 		e, err := engine.Open(engine.Config{DataDirs: []string{d}, Logger: quiet})
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { e.Close() })
+		b.Cleanup(func() { closeT(b, e) })
 		return e
 	}
 	src := mk()

@@ -42,7 +42,7 @@ func openEngine(t *testing.T) *engine.Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.Close() })
+	t.Cleanup(func() { closeT(t, e) })
 	return e
 }
 
@@ -90,7 +90,7 @@ func serve(t testing.TB, e *engine.Engine, maxExports int) (*Server, *Demux) {
 	}
 	s := NewServer(e, maxExports, quiet)
 	d := NewDemux(ln, nil, s.Handle, 0)
-	t.Cleanup(func() { d.Close(); d.Wait(); s.Close() })
+	t.Cleanup(func() { stopDemux(t, d, s) })
 	return s, d
 }
 
@@ -102,8 +102,8 @@ func bulkClosingDemux(t *testing.T, firstBytes time.Duration, maxPeeking int) *D
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := newDemux(ln, nil, func(c net.Conn) { c.Close() }, firstBytes, maxPeeking)
-	t.Cleanup(func() { d.Close(); d.Wait() })
+	d := newDemux(ln, nil, func(c net.Conn) { closeT(t, c) }, firstBytes, maxPeeking)
+	t.Cleanup(func() { stopDemux(t, d, nil) })
 	return d
 }
 
@@ -117,8 +117,8 @@ func importFrom(ctx context.Context, dst *engine.Engine, addr string, id uint64)
 	if err == nil {
 		err = im.Commit()
 	}
-	if err != nil && im != nil {
-		im.Abort()
+	if err != nil {
+		err = abortInto(err, im)
 	}
 	return res, err
 }
@@ -198,9 +198,11 @@ func fakeSource(t *testing.T, e *engine.Engine, id uint64, mangle func([]byte) [
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Write(request{op: OpExportContainer, container: id}.encode())
+	if _, err := c.Write(request{op: OpExportContainer, container: id}.encode()); err != nil {
+		t.Fatal(err)
+	}
 	stream, err := io.ReadAll(c)
-	c.Close()
+	closeT(t, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,16 +210,29 @@ func fakeSource(t *testing.T, e *engine.Engine, id uint64, mangle func([]byte) [
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
+	done := make(chan error, 1)
+	t.Cleanup(func() {
+		closeT(t, ln)
+		if err := <-done; err != nil {
+			t.Errorf("fake source: %v", err)
+		}
+	})
 	go func() {
 		c, err := ln.Accept()
 		if err != nil {
+			done <- nil // closed by the cleanup: no fetch came
 			return
 		}
-		defer c.Close()
 		var rb [requestBytes]byte
-		io.ReadFull(c, rb[:])
-		c.Write(mangle(stream))
+		if _, err := io.ReadFull(c, rb[:]); err != nil {
+			done <- errors.Join(err, c.Close())
+			return
+		}
+		_, err = c.Write(mangle(stream))
+		if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+			err = nil // the fetch stops at the first record it refuses and hangs up on the rest
+		}
+		done <- errors.Join(err, c.Close())
 	}()
 	return ln.Addr().String()
 }
@@ -267,14 +282,16 @@ func TestDemuxPassesDataPathConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer closeT(t, c)
 	var enc transport.Encoder
 	if err := enc.Append(&transport.GetBlock{RequestID: 1, ContainerID: 1, LocalID: 1}); err != nil {
 		t.Fatal(err)
 	}
 	var fb bytes.Buffer
 	bufs := enc.Buffers()
-	bufs.WriteTo(&fb)
+	if _, err := bufs.WriteTo(&fb); err != nil {
+		t.Fatal(err)
+	}
 	frame := fb.Bytes()
 	if _, err := c.Write(frame); err != nil {
 		t.Fatal(err)
@@ -283,7 +300,7 @@ func TestDemuxPassesDataPathConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer got.Close()
+	defer closeT(t, got)
 	if _, ok := got.(*net.TCPConn); !ok {
 		t.Fatalf("data-path connection came out as %T, want *net.TCPConn (writev and sendfile need it)", got)
 	}
@@ -411,8 +428,10 @@ func TestDemuxFirstBytesTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer silent.Close()
-	silent.SetReadDeadline(time.Now().Add(30 * time.Second)) // the test's own bound
+	defer closeT(t, silent)
+	if err := silent.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil { // the test's own bound
+		t.Fatal(err)
+	}
 	if n, err := silent.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("silent connection: read %d, %v; want EOF (closed by the demux)", n, err)
 	}
@@ -421,7 +440,7 @@ func TestDemuxFirstBytesTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer closeT(t, c)
 	frame := []byte("data-path bytes")
 	if _, err := c.Write(frame); err != nil {
 		t.Fatal(err)
@@ -430,7 +449,7 @@ func TestDemuxFirstBytesTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer got.Close()
+	defer closeT(t, got)
 	time.Sleep(2 * timeout) // past the first bytes deadline, had it been left set
 	buf := make([]byte, len(frame))
 	if _, err := io.ReadFull(got, buf); err != nil || !bytes.Equal(buf, frame) {
@@ -464,14 +483,13 @@ func TestDemuxSurvivesEMFILE(t *testing.T) {
 	}
 	fl := &emfileListener{Listener: ln}
 	fl.failures.Store(3)
-	d := NewDemux(fl, nil, func(c net.Conn) { c.Close() }, 0)
-	defer d.Wait()
-	defer d.Close()
+	d := NewDemux(fl, nil, func(c net.Conn) { closeT(t, c) }, 0)
+	defer stopDemux(t, d, nil)
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer closeT(t, c)
 	if _, err := c.Write([]byte{0, 0, 0, 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -479,7 +497,7 @@ func TestDemuxSurvivesEMFILE(t *testing.T) {
 	if err != nil {
 		t.Fatalf("accept after EMFILE: %v", err)
 	}
-	got.Close()
+	closeT(t, got)
 	if fl.failures.Load() >= 0 {
 		t.Fatalf("the injected failures were not all seen (%d left)", fl.failures.Load()+1)
 	}
@@ -512,7 +530,7 @@ func TestCopyOverTLS(t *testing.T) {
 	s := NewServer(src, 0, quiet)
 	cl := &writeCountingListener{Listener: ln}
 	d := NewDemux(cl, srvTLS, s.Handle, 0)
-	t.Cleanup(func() { d.Close(); d.Wait(); s.Close() })
+	t.Cleanup(func() { stopDemux(t, d, s) })
 	addr := d.Addr().String()
 
 	// Refused: plaintext, and another CA's certificate.
@@ -526,8 +544,8 @@ func TestCopyOverTLS(t *testing.T) {
 		if err == nil {
 			err = im.Commit()
 		}
-		if err != nil && im != nil {
-			im.Abort()
+		if err != nil {
+			err = abortInto(err, im)
 		}
 		return res, err
 	}
@@ -590,24 +608,30 @@ func TestCopyOverTLS(t *testing.T) {
 
 	// A data-path connection keeps its first bytes.
 	read := make(chan struct{})
+	sent := make(chan error, 1)
 	go func() {
 		c, err := peer.Dial(context.Background(), addr)
-		if err == nil {
-			c.Write([]byte("SWdata-path"))
-			<-read // open until the test has read it
-			c.Close()
+		if err != nil {
+			sent <- err
+			return
 		}
+		_, err = c.Write([]byte("SWdata-path"))
+		<-read // open until the test has read it
+		sent <- errors.Join(err, c.Close())
 	}()
 	c, err := d.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer closeT(t, c)
 	b := make([]byte, len("SWdata-path"))
 	_, err = io.ReadFull(c, b)
 	close(read)
 	if err != nil || string(b) != "SWdata-path" {
 		t.Fatalf("data-path connection read %q, %v", b, err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatalf("data-path client: %v", err)
 	}
 }
 
@@ -649,7 +673,7 @@ func TestDemuxEvictsTheOldestSilentConnection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		defer closeT(t, c)
 		silent = append(silent, c)
 		for deadline := time.Now().Add(10 * time.Second); held() < i+1; time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {
@@ -661,7 +685,7 @@ func TestDemuxEvictsTheOldestSilentConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer closeT(t, c)
 	if _, err := c.Write([]byte("data-path bytes")); err != nil {
 		t.Fatal(err)
 	}
@@ -673,11 +697,13 @@ func TestDemuxEvictsTheOldestSilentConnection(t *testing.T) {
 	}()
 	select {
 	case got := <-accepted:
-		got.Close()
+		closeT(t, got)
 	case <-time.After(10 * time.Second): // the test's own bound
 		t.Fatal("a connection that sent at once was not served while silent ones held every slot")
 	}
-	silent[0].SetReadDeadline(time.Now().Add(10 * time.Second))
+	if err := silent[0].SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	if n, err := silent[0].Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("oldest silent connection: read %d, %v; want EOF (evicted)", n, err)
 	}
@@ -699,11 +725,13 @@ func TestDemuxBoundsTheWaitForTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer closeT(t, c)
 	if _, err := c.Write([]byte("data-path bytes")); err != nil {
 		t.Fatal(err)
 	}
-	c.SetReadDeadline(time.Now().Add(10 * time.Second)) // the test's own bound
+	if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil { // the test's own bound
+		t.Fatal(err)
+	}
 	// Closed with its bytes unread: a reset, or an end of file.
 	if n, err := c.Read(make([]byte, 1)); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("a connection never taken: read %d, %v; want it closed", n, err)

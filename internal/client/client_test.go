@@ -81,14 +81,16 @@ func newFakePipelineConn(t *testing.T, n int, cc transport.ConnConfig) *fakePipe
 			Conn:    cc,
 			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
-		go nd.srv.Serve(countingListener{l, &nd.conns})
+		served := make(chan error, 1)
+		go func() { served <- nd.srv.Serve(countingListener{l, &nd.conns}) }()
 		p.nodes = append(p.nodes, nd)
+		t.Cleanup(func() {
+			closeT(t, nd.srv) // a second Close (after kill) is nil
+			if err := <-served; !errors.Is(err, transport.ErrServerClosed) {
+				t.Errorf("fake node %d: Serve: %v", i, err)
+			}
+		})
 	}
-	t.Cleanup(func() {
-		for _, nd := range p.nodes {
-			nd.srv.Close()
-		}
-	})
 	return p
 }
 
@@ -129,7 +131,7 @@ func (p *fakePipeline) setLeader(i int) {
 // kill closes node i's server: its connections break, dials are refused.
 func (p *fakePipeline) kill(i int) {
 	p.nodes[i].down.Store(true)
-	p.nodes[i].srv.Close()
+	closeT(p.t, p.nodes[i].srv)
 }
 
 func (nd *fakeNode) handle(ctx context.Context, c *transport.Conn, f transport.Frame) (transport.Message, []byte) {
@@ -257,7 +259,7 @@ func newTestClient(t *testing.T, addrs []string, o Options) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { closeT(t, c) })
 	return c
 }
 
@@ -683,7 +685,7 @@ func TestClosedClientRefuses(t *testing.T) {
 	if _, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	c.Close()
+	closeT(t, c)
 	if _, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 1, []byte("x")); !errors.Is(err, ErrClosed) {
 		t.Fatalf("err %v, want ErrClosed", err)
 	}
@@ -766,11 +768,11 @@ func frozenMember(t *testing.T) string {
 		}
 	}()
 	t.Cleanup(func() {
-		l.Close()
+		closeT(t, l)
 		mu.Lock()
 		defer mu.Unlock()
 		for _, c := range held {
-			c.Close()
+			closeT(t, c)
 		}
 	})
 	return l.Addr().String()

@@ -18,7 +18,7 @@ func TestContainerReportsCountBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close()
+	defer closeT(t, e)
 	bcsid := uint64(0)
 	put := func(cid engine.ContainerID, local uint64) {
 		t.Helper()

@@ -23,7 +23,7 @@ func TestCopyOfAContainerPastItsMaximumSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer src.Close()
+	defer closeT(t, src)
 	if err := src.CreateContainer(3); err != nil {
 		t.Fatal(err)
 	}
@@ -49,13 +49,13 @@ func TestCopyOfAContainerPastItsMaximumSize(t *testing.T) {
 	}
 	s := bulk.NewServer(src, 0, quiet)
 	d := bulk.NewDemux(ln, nil, s.Handle, 0)
-	defer func() { d.Close(); d.Wait(); s.Close() }()
+	defer func() { closeT(t, d); d.Wait(); s.Close() }()
 
 	dst, err := engine.Open(engine.Config{DataDirs: []string{t.TempDir()}, Logger: quiet, MaxContainerSizeBytes: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dst.Close()
+	defer closeT(t, dst)
 	cc := newContainerCopier(dst, nil, 2, 1, quiet)
 	defer cc.cancel()
 	if err := cc.copyFrom(3, metaapi.Member{NodeID: 1, Addr: ln.Addr().String()}); err != nil {

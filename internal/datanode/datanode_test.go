@@ -44,7 +44,7 @@ func TestRefusesEmptyLogWithContainers(t *testing.T) {
 	if err := e.CreateContainer(1); err != nil {
 		t.Fatal(err)
 	}
-	e.Close()
+	closeT(t, e)
 	p, _ := ParsePipeline("1:1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3")
 	err = Run(context.Background(), Config{ID: 1, ListenAddr: "127.0.0.1:0", DataDirs: []string{data}, LogDir: filepath.Join(dir, "log"),
 		Pipelines: []pipeline.PipelineConfig{p}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -119,7 +119,7 @@ func TestMetricsServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	closeT(t, resp.Body)
 	for _, want := range []string{"spindle_datanode_chunk_writes_total", "spindle_datanode_wal_syncs_total", "spindle_datanode_pipelines 1", "go_goroutines"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -198,7 +198,7 @@ func TestDeleteContainerCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wl.Close()
+	closeT(t, wl)
 	e, err := engine.Open(engine.Config{DataDirs: []string{filepath.Join(dir, "data")}})
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +213,7 @@ func TestDeleteContainerCommand(t *testing.T) {
 			}
 		}
 	}
-	e.Close()
+	closeT(t, e)
 	nodes := []*runningNode{runNode(t, f, dir, "127.0.0.1:0"), runNode(t, f, t.TempDir(), "127.0.0.1:0"), runNode(t, f, t.TempDir(), "127.0.0.1:0")}
 	defer func() {
 		for _, n := range nodes {

@@ -41,7 +41,7 @@ func TestContainerReportsCarryTheBCSID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close()
+	defer closeT(t, e)
 	put := func(cid engine.ContainerID, bcsid uint64) {
 		t.Helper()
 		b := engine.BlockID{Container: cid, Local: 1}

@@ -24,7 +24,7 @@ func TestScrubberPass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close()
+	defer closeT(t, e)
 	put := func(b engine.BlockID) {
 		t.Helper()
 		data := make([]byte, 3000)
@@ -61,7 +61,7 @@ func TestScrubberPass(t *testing.T) {
 		if _, err := f.WriteAt([]byte{0xee}, 1000); err != nil {
 			t.Fatal(err)
 		}
-		f.Close()
+		closeT(t, f)
 	}
 	s := newScrubber(e, 1e9, time.Hour, log)
 	s.pass(context.Background())

@@ -18,7 +18,7 @@ func TestSpaceMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close()
+	defer closeT(t, e)
 	for _, cid := range []engine.ContainerID{1, 2} {
 		if err := e.CreateContainer(cid); err != nil {
 			t.Fatal(err)

@@ -296,7 +296,7 @@ func TestCrashAtEveryWrite(t *testing.T) {
 // (strict model) and expects that block back. A recovery that leaves the
 // layout half-durable (say, a volume's containers/ directory that was
 // never synced) passes the first check and fails this one.
-func secondLife(e *Engine, img *vfs.MemFS) error {
+func secondLife(e *Engine, img *vfs.MemFS) (err error) {
 	const id = ContainerID(77)
 	b := BlockID{Container: id, Local: 1}
 	if err := e.CreateContainer(id); err != nil {
@@ -322,7 +322,7 @@ func secondLife(e *Engine, img *vfs.MemFS) error {
 	if err != nil {
 		return fmt.Errorf("reopen after second crash: %w", err)
 	}
-	defer e3.Close()
+	defer closeInto(&err, e3)
 	got, err := e3.ReadChunk(b, 0, 1500, nil)
 	if err != nil {
 		return fmt.Errorf("block written after recovery: %w", err)

@@ -87,7 +87,15 @@ func TestWriteReadReopen(t *testing.T) {
 func TestBadInputChangesNothing(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs, func(c *Config) { c.MaxContainerSizeBytes = 10_000 })
-	defer e.Close()
+	// Its Close fails after the force delete below of an OPEN container
+	// written to ("engine failed: open /vol2/containers/c4/2: no such file
+	// or directory": container 2's directory, gone, still synced at Close),
+	// an engine finding left to its owners: logged, not asserted.
+	defer func() {
+		if err := e.Close(); err != nil {
+			t.Logf("Close (known engine finding): %v", err)
+		}
+	}()
 	mustNo(t, e.CreateContainer(1))
 	mustNo(t, e.CreateContainer(2))
 	b := BlockID{Container: 1, Local: 1}
@@ -472,7 +480,11 @@ func TestVolumeChecks(t *testing.T) {
 func ExampleEngine() {
 	fs := vfs.NewMem()
 	e, _ := Open(Config{DataDirs: []string{"/data"}, FS: fs, Logger: quietLogger})
-	defer e.Close()
+	defer func() {
+		if err := e.Close(); err != nil {
+			fmt.Println(err)
+		}
+	}()
 	_ = e.CreateContainer(1)
 	b := BlockID{Container: 1, Local: 1}
 	data := []byte("hello, durable world")

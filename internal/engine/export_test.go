@@ -45,12 +45,12 @@ func buildClosed(t testing.TB, e *Engine, id ContainerID) []*BlockData {
 // copyContainer exports container id from src and imports it into dst,
 // reading each block file through its vfs.File (MemFS files have no
 // *os.File). The import is aborted on error.
-func copyContainer(src, dst *Engine, id ContainerID, maxSizeBytes uint64, tune func(*Importer)) error {
+func copyContainer(src, dst *Engine, id ContainerID, maxSizeBytes uint64, tune func(*Importer)) (err error) {
 	x, err := src.ExportContainer(id)
 	if err != nil {
 		return err
 	}
-	defer x.Close()
+	defer closeInto(&err, x)
 	im, err := dst.ImportContainer(id, maxSizeBytes, x.Info().BCSID)
 	if err != nil {
 		return err
@@ -77,7 +77,9 @@ func feedImport(x *Export, im *Importer) error {
 			return err
 		}
 		err = im.AddBlock(bd, f)
-		f.Close()
+		if cerr := f.Close(); err == nil {
+			err = cerr // AddBlock's own error is returned as is: tests compare it
+		}
 		if err != nil {
 			return err
 		}

@@ -119,3 +119,9 @@ func closeFailedT(t testing.TB, e *Engine) {
 		t.Errorf("Close of the failed engine: %v, want ErrFailed", err)
 	}
 }
+
+// closeInto closes c at the end of a check that returns an error (a
+// function without a t) and joins its Close error to the one returned.
+func closeInto(err *error, c io.Closer) {
+	*err = errors.Join(*err, c.Close())
+}

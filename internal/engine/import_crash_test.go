@@ -90,12 +90,12 @@ func TestCrashDuringImport(t *testing.T) {
 // checkImportCrash opens an engine on a crash image and checks container 9
 // against the rules of TestCrashDuringImport; mayExist says the crash came
 // after the Pebble commit started, mustExist that Commit had returned.
-func checkImportCrash(src *Engine, img *vfs.MemFS, mayExist, mustExist bool) error {
+func checkImportCrash(src *Engine, img *vfs.MemFS, mayExist, mustExist bool) (err error) {
 	e, err := Open(Config{DataDirs: []string{"/vol1", "/vol2"}, FS: img, Logger: quietLogger})
 	if err != nil {
 		return fmt.Errorf("reopen after crash: %w", err)
 	}
-	defer e.Close()
+	defer closeInto(&err, e)
 	_, err = e.Container(9)
 	present := err == nil
 	switch {
@@ -132,7 +132,7 @@ func checkImportCrash(src *Engine, img *vfs.MemFS, mayExist, mustExist bool) err
 	if err != nil {
 		return fmt.Errorf("reopen after second crash: %w", err)
 	}
-	defer e2.Close()
+	defer closeInto(&err, e2)
 	if err := sameContainer(src, e2, 9); err != nil {
 		return fmt.Errorf("after second crash: %w", err)
 	}

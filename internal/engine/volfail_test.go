@@ -18,7 +18,7 @@ func TestFailedVolume(t *testing.T) {
 	d1, d2 := filepath.Join(root, "v1"), filepath.Join(root, "v2")
 	e, err := Open(Config{DataDirs: []string{d1, d2}, FS: vfs.Default})
 	mustNo(t, err)
-	defer func() { e.Close() }()
+	defer func() { closeT(t, e) }() // the engine open last: the test reopens it
 	for id := ContainerID(1); id <= 4; id++ {
 		mustNo(t, e.CreateContainer(id))
 		mustNo(t, e.PutBlock(writeBlock(t, e, BlockID{id, 1}, 1000), 0))

@@ -33,7 +33,7 @@ func BenchmarkPut(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
+	b.Cleanup(func() { removeAllT(b, dir) })
 	_, p := startPipeline(b, dir, 1)
 	meta := fakemeta.New(p) // shared: block IDs stay unique on the pipeline
 	if _, err := meta.CreateBucket(context.Background(), bkt); err != nil {
@@ -50,7 +50,7 @@ func BenchmarkPut(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer kc.Close()
+			defer closeT(b, kc)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			// One put to dial and find the leader, outside the timing.

@@ -32,13 +32,18 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
-func run(m *testing.M) int {
+func run(m *testing.M) (code int) {
 	dir, err := os.MkdirTemp("", "spindle-keyclient-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}()
 	spindleBin = filepath.Join(dir, "spindle")
 	cmd := exec.Command("go", "build", "-o", spindleBin, "github.com/spindle-store/spindle/cmd/spindle")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -110,7 +115,7 @@ func realSetup(t testing.TB, opts keyclient.Options, ps ...metaapi.Pipeline) (*k
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { kc.Close() })
+	t.Cleanup(func() { closeT(t, kc) })
 	return kc, meta
 }
 
@@ -180,7 +185,7 @@ func leaderOf(t *testing.T, cl *localcluster.Cluster) *localcluster.Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer closeT(t, c)
 	if _, err := c.WriteChunk(testCtx(t), client.BlockID{Container: 999, Local: uint64(time.Now().UnixNano())}, 0, []byte("probe")); err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +355,7 @@ func TestClusterGetOfAReplacedVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer kc.Close()
+	defer closeT(t, kc)
 	ctx := testCtx(t)
 	data := randomBytes(601, 5000)
 	if _, err := kc.Put(ctx, bkt, "k", bytes.NewReader(data), keyclient.PutOptions{}); err != nil {

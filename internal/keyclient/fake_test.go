@@ -3,6 +3,7 @@ package keyclient_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -53,10 +54,11 @@ type fakePipeline struct {
 	// later, from another goroutine; overlaps counts a PutBlock of a block
 	// arriving while writes of it are unanswered, and writes of a block
 	// arriving while its PutBlock is unanswered.
-	replyDelay time.Duration
-	unanswered map[metaapi.BlockRef]int
-	putPending map[metaapi.BlockRef]bool
-	overlaps   int
+	replyDelay  time.Duration
+	lateReplies sync.WaitGroup // the goroutines sending delayed answers
+	unanswered  map[metaapi.BlockRef]int
+	putPending  map[metaapi.BlockRef]bool
+	overlaps    int
 	// counters
 	writes, holes, putBlocks, reads int
 }
@@ -98,15 +100,20 @@ func newFakePipeline(t *testing.T, id uint64, members int) *fakePipeline {
 			},
 			Logger: quiet(),
 		})
-		go srv.Serve(l)
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(l) }()
 		p.addrs = append(p.addrs, l.Addr().String())
 		p.srvs = append(p.srvs, srv)
+		t.Cleanup(func() {
+			closeT(t, srv) // a second Close (a test stopped it) is nil
+			if err := <-served; !errors.Is(err, transport.ErrServerClosed) {
+				t.Errorf("fake datanode %d: Serve: %v", i, err)
+			}
+		})
 	}
-	t.Cleanup(func() {
-		for _, s := range p.srvs {
-			s.Close()
-		}
-	})
+	// Registered last, run first: the delayed answers are sent before the
+	// servers close.
+	t.Cleanup(p.lateReplies.Wait)
 	return p
 }
 
@@ -247,12 +254,16 @@ func (p *fakePipeline) handle(member int, c *transport.Conn, f transport.Frame) 
 // later sends resp after replyDelay, calling done (under the lock) just
 // before.
 func (p *fakePipeline) later(c *transport.Conn, resp *transport.Response, done func()) {
+	p.lateReplies.Add(1)
 	go func() {
+		defer p.lateReplies.Done()
 		time.Sleep(p.replyDelay) // a slow datanode: only makes overlaps possible
 		p.mu.Lock()
 		done()
 		p.mu.Unlock()
-		c.Send(resp) // a closed connection: the client gave up
+		if err := c.Send(resp); err != nil && !connGone(err) { // gone: the client gave up
+			p.t.Errorf("late answer: %v", err)
+		}
 	}()
 }
 

@@ -59,7 +59,7 @@ func setup(t *testing.T, opts keyclient.Options, pipes ...*fakePipeline) (*keycl
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { kc.Close() })
+	t.Cleanup(func() { closeT(t, kc) })
 	return kc, meta
 }
 
@@ -456,7 +456,7 @@ func TestPutWaitsForAPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer kc.Close()
+	defer closeT(t, kc)
 	ctx := testCtx(t)
 	data := randomBytes(3, fChunk)
 	if _, err := kc.Put(ctx, bkt, "late", bytes.NewReader(data), keyclient.PutOptions{}); err != nil {
@@ -475,7 +475,7 @@ func TestPutWaitsForAPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer kc2.Close()
+	defer closeT(t, kc2)
 	if _, err := kc2.Put(ctx, bkt, "late", bytes.NewReader(data), keyclient.PutOptions{}); !errors.Is(err, metaapi.ErrNoPipeline) || meta2.calls != 1 {
 		t.Fatalf("put without waiting: %v after %d allocations, want ErrNoPipeline after 1", err, meta2.calls)
 	}
@@ -618,7 +618,7 @@ func TestGetReadsAnotherReplica(t *testing.T) {
 	}
 	// A replica that is down: the others serve.
 	p.set(func() { clear(p.corrupt) })
-	p.srvs[0].Close()
+	closeT(t, p.srvs[0])
 	mustGet(t, ctx, kc, "k", data)
 }
 
@@ -643,7 +643,7 @@ func TestGetChecksWholeValueCRC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bad.Close()
+	defer closeT(t, bad)
 	if _, err := bad.Get(ctx, bkt, "k", io.Discard, keyclient.GetOptions{}); !errors.Is(err, keyclient.ErrCorrupt) {
 		t.Fatalf("get with a wrong crc32c: %v; want ErrCorrupt", err)
 	}

@@ -2,7 +2,6 @@ package metaapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -34,16 +33,16 @@ func newMember(t *testing.T) *member {
 		switch {
 		case m.busy.Add(-1) >= 0:
 			w.WriteHeader(http.StatusServiceUnavailable)
-			json.NewEncoder(w).Encode(Error{Code: CodeBusy, Message: "request bodies in flight at their bound"})
+			encodeT(t, w, Error{Code: CodeBusy, Message: "request bodies in flight at their bound"})
 		case m.unknown.Load():
 			w.WriteHeader(http.StatusServiceUnavailable)
-			json.NewEncoder(w).Encode(Error{Code: CodeUnavailable, Message: "leadership lost, outcome unknown"})
+			encodeT(t, w, Error{Code: CodeUnavailable, Message: "leadership lost, outcome unknown"})
 		case !m.serving.Load():
 			w.WriteHeader(http.StatusServiceUnavailable)
-			json.NewEncoder(w).Encode(Error{Code: CodeUnavailable, Message: "not the leader", NotLeader: true, Leader: m.leaderAddr.Load().(string)})
+			encodeT(t, w, Error{Code: CodeUnavailable, Message: "not the leader", NotLeader: true, Leader: m.leaderAddr.Load().(string)})
 		default:
 			w.WriteHeader(http.StatusCreated)
-			json.NewEncoder(w).Encode(Bucket{Name: "b01"})
+			encodeT(t, w, Bucket{Name: "b01"})
 		}
 	}))
 	t.Cleanup(m.srv.Close)

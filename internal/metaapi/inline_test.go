@@ -3,7 +3,6 @@ package metaapi
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -75,10 +74,10 @@ func TestBatchItemUnavailableRetriedAlone(t *testing.T) {
 					res.Results = append(res.Results, CommitResult{Key: &KeyInfo{Bucket: it.Bucket, Key: it.Key, Size: it.Size}})
 				}
 			}
-			json.NewEncoder(w).Encode(res)
+			encodeT(t, w, res)
 		case strings.HasPrefix(r.URL.Path, "/v1/keys/bkt/lost"):
 			alone.Add(1)
-			json.NewEncoder(w).Encode(KeyInfo{Bucket: "bkt", Key: "lost", Size: 1})
+			encodeT(t, w, KeyInfo{Bucket: "bkt", Key: "lost", Size: 1})
 		default:
 			http.Error(w, "unexpected "+r.URL.Path, 500)
 		}

@@ -49,7 +49,7 @@ func TestMinioClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, err := io.ReadAll(o)
-		o.Close()
+		closeT(t, o)
 		if err != nil || !bytes.Equal(got, v) {
 			t.Fatalf("get %s: %d bytes, %v", k, len(got), err)
 		}
@@ -73,7 +73,7 @@ func TestMinioClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	closeT(t, resp.Body)
 	if resp.StatusCode != 200 || !bytes.Equal(got, objs["m/small"]) {
 		t.Fatalf("presigned GET: %d, %d bytes", resp.StatusCode, len(got))
 	}
@@ -101,7 +101,9 @@ func (p *prngReader) Read(b []byte) (int, error) {
 	if int64(len(b)) > p.n {
 		b = b[:p.n]
 	}
-	p.r.Read(b)
+	if _, err := p.r.Read(b); err != nil { // ChaCha8 fills b whole, never fails
+		return 0, err
+	}
 	p.n -= int64(len(b))
 	return len(b), nil
 }
@@ -149,7 +151,7 @@ func TestMinioFull(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, err := sha(o)
-		o.Close()
+		closeT(t, o)
 		if err != nil || got != want {
 			t.Fatalf("get %s: sha256 %s, want %s (%v)", key, got, want, err)
 		}
@@ -164,13 +166,15 @@ func TestMinioFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := io.ReadAll(o)
-	o.Close()
+	closeT(t, o)
 	full := prng(5, 1<<30)
 	if _, err := io.CopyN(io.Discard, full, r0); err != nil {
 		t.Fatal(err)
 	}
 	want := make([]byte, rl)
-	io.ReadFull(full, want)
+	if _, err := io.ReadFull(full, want); err != nil {
+		t.Fatal(err)
+	}
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("range %d+%d: %d bytes, differ (%v)", r0, rl, len(got), err)
 	}
@@ -232,7 +236,7 @@ func TestMinioFull(t *testing.T) {
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("presigned PUT: %v %v", resp, err)
 	} else {
-		resp.Body.Close()
+		closeT(t, resp.Body)
 	}
 	u, err := mc.PresignedGetObject(ctx, b, "presigned", time.Minute, nil)
 	if err != nil {
@@ -243,7 +247,7 @@ func TestMinioFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
+	closeT(t, resp.Body)
 	if !bytes.Equal(got, body) {
 		t.Fatal("presigned PUT then GET differs")
 	}

@@ -107,7 +107,7 @@ func streamingPut(t *testing.T, mode, bucket, key string, body []byte, chunkByte
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer closeT(t, resp.Body)
 	out, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(out)
 }
@@ -195,7 +195,7 @@ func TestExpiredPresignedURL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
+		defer closeT(t, resp.Body)
 		out, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(out)
 	}

@@ -52,13 +52,13 @@ const (
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
-func run(m *testing.M) int {
+func run(m *testing.M) (code int) {
 	dir, err := os.MkdirTemp("", "spindle-s3gw-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() { code = atExit(code, "removing the test directory", os.RemoveAll(dir)) }()
 	bin := filepath.Join(dir, "spindle")
 	cmd := exec.Command("go", "build", "-o", bin, "github.com/spindle-store/spindle/cmd/spindle")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -79,7 +79,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer srv.Close()
+	defer func() { code = atExit(code, "stopping the server", srv.Close()) }()
 	metaCli = srv.Meta()
 	// portpick:allow the gateway (versitygw's embedgw) binds an address
 	// itself and reports no port 0's: no listener to hand it.
@@ -89,7 +89,10 @@ func run(m *testing.M) int {
 		return 1
 	}
 	addr := ln.Addr().String()
-	ln.Close() // the gateway listens itself; the port was free a moment ago
+	if err := ln.Close(); err != nil { // the gateway listens itself; the port was free a moment ago
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	endpoint = "http://" + addr
 	done := make(chan error, 1)
 	go func() {
@@ -99,10 +102,9 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	code := m.Run()
+	code = m.Run()
 	cancel()
-	<-done
-	return code
+	return atExit(code, "the s3 gateway", <-done)
 }
 
 // waitListening dials addr until it answers (bounded: 100 × 100 ms) or the
@@ -115,8 +117,7 @@ func waitListening(addr string, done <-chan error) error {
 		default:
 		}
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			c.Close()
-			return nil
+			return c.Close()
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -165,7 +166,7 @@ func get(t *testing.T, c *s3.Client, bucket, key, rng string) []byte {
 	if err != nil {
 		t.Fatalf("get %s/%s %s: %v", bucket, key, rng, err)
 	}
-	defer out.Body.Close()
+	defer closeT(t, out.Body)
 	b, err := io.ReadAll(out.Body)
 	if err != nil {
 		t.Fatalf("get %s/%s body: %v", bucket, key, err)
@@ -419,7 +420,7 @@ func TestAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	closeT(t, resp.Body)
 	if resp.StatusCode != 200 || string(body) != "hello" {
 		t.Fatalf("presigned GET: %d %q", resp.StatusCode, body)
 	}
@@ -446,7 +447,7 @@ func TestAuth(t *testing.T) {
 			t.Fatal(err)
 		}
 		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		closeT(t, resp.Body)
 		if resp.StatusCode != tc.code || (tc.code == 200 && string(body) != "hello") {
 			t.Fatalf("V2 presigned GET %s: %d %q, want %d", tc.url, resp.StatusCode, body, tc.code)
 		}
@@ -466,7 +467,7 @@ func TestAuth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		closeT(t, resp.Body)
 		return resp.StatusCode
 	}
 	if code := v2put(time.Now().Unix()-1, "application/x-signed"); code != 403 {

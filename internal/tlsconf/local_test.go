@@ -2,6 +2,7 @@ package tlsconf
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -54,18 +55,21 @@ func TestEnsureLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer closeT(t, ln)
+	served := make(chan error, 1)
 	go func() {
 		c, err := ln.Accept()
 		if err != nil {
+			served <- err
 			return
 		}
 		tc, err := srv.Server(context.Background(), c)
 		if err != nil {
+			served <- err
 			return
 		}
-		tc.Write([]byte("ok"))
-		tc.Close()
+		_, err = tc.Write([]byte("ok"))
+		served <- errors.Join(err, tc.Close())
 	}()
 	c, err := cli.Dial(context.Background(), ln.Addr().String())
 	if err != nil {
@@ -75,7 +79,10 @@ func TestEnsureLocal(t *testing.T) {
 	if _, err := c.Read(b); err != nil || string(b) != "ok" {
 		t.Fatalf("read %q, %v", b, err)
 	}
-	c.Close()
+	if err := <-served; err != nil { // before the client's Close: its close_notify then finds the client there
+		t.Fatalf("server: %v", err)
+	}
+	closeT(t, c)
 	var plain *Settings
 	if plain.Enabled() || plain.Mode() != ModeInsecure || plain.Scheme() != "http" || plain.Listener(ln) != ln || !(Files{}).IsZero() {
 		t.Fatal("nil Settings is not plaintext")

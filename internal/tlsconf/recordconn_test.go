@@ -60,19 +60,21 @@ func tlsPair(t *testing.T) (cli, srv *tls.Conn, cliCount, srvCount *countingConn
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
+	t.Cleanup(func() { closeT(t, l) })
 	srvCount = &countingConn{}
 	accepted := make(chan *tls.Conn, 1)
+	var acceptErr error // set before accepted is closed
 	go func() {
 		c, err := l.Accept()
 		if err != nil {
+			acceptErr = err
 			close(accepted)
 			return
 		}
 		srvCount.Conn = c
 		tc := tls.Server(NewRecordConn(srvCount), srvSet.ServerConfig())
-		if tc.HandshakeContext(context.Background()) != nil {
-			tc.Close()
+		if err := tc.HandshakeContext(context.Background()); err != nil {
+			acceptErr = errors.Join(err, tc.Close())
 			close(accepted)
 			return
 		}
@@ -89,10 +91,10 @@ func tlsPair(t *testing.T) (cli, srv *tls.Conn, cliCount, srvCount *countingConn
 	}
 	srv, ok := <-accepted
 	if !ok {
-		t.Fatal("server handshake failed")
+		t.Fatalf("server handshake failed: %v", acceptErr)
 	}
 	cli = c.(*tls.Conn)
-	t.Cleanup(func() { cli.Close(); srv.Close() })
+	t.Cleanup(func() { closeT(t, cli); closeT(t, srv) })
 	return cli, srv, cliCount, srvCount
 }
 
@@ -195,7 +197,9 @@ func TestRecordConnCollectsOtherWritesInOrder(t *testing.T) {
 	// closeNotify leaves a write deadline of now behind it (crypto/tls:
 	// "any subsequent writes will fail"); clear it so that the flush
 	// can write what was collected.
-	cli.SetWriteDeadline(time.Time{})
+	if err := cli.SetWriteDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
 	w0, _ := cliCount.counts()
 	if err := rc.FlushBatch(); err != nil {
 		t.Fatal(err)

@@ -61,19 +61,23 @@ func serve(t *testing.T, cfg *tls.Config) (string, <-chan string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
+	stopped := make(chan struct{})
+	t.Cleanup(func() { closeT(t, ln); <-stopped }) // no t.Errorf from the loop after its test
 	seen := make(chan string, 16)
 	go func() {
+		defer close(stopped)
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
 			tc := c.(*tls.Conn)
-			tc.SetDeadline(time.Now().Add(10 * time.Second))
+			if err := tc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+				t.Errorf("serve: %v", err)
+			}
 			if err := tc.Handshake(); err != nil {
 				seen <- "refused: " + err.Error()
-				tc.Close()
+				closeT(t, tc)
 				continue
 			}
 			name, role, err := PeerIdentity(tc.ConnectionState())
@@ -82,24 +86,27 @@ func serve(t *testing.T, cfg *tls.Config) (string, <-chan string) {
 			} else {
 				seen <- name + "/" + string(role)
 			}
-			tc.Write([]byte("ok"))
-			tc.Close()
+			if _, err := tc.Write([]byte("ok")); err != nil {
+				t.Errorf("serve: write: %v", err)
+			}
+			closeT(t, tc)
 		}
 	}()
 	return ln.Addr().String(), seen
 }
 
 // dial connects with cfg and reads the server's "ok"; the error of the
-// handshake or of the read.
+// handshake or of the read, with the Close's.
 func dial(addr string, cfg *tls.Config) (string, error) {
 	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, cfg)
 	if err != nil {
 		return "", err
 	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	b, err := io.ReadAll(c)
-	return string(b), err
+	var b []byte
+	if err = c.SetDeadline(time.Now().Add(10 * time.Second)); err == nil {
+		b, err = io.ReadAll(c)
+	}
+	return string(b), errors.Join(err, c.Close())
 }
 
 // TestMutualTLS: a client with a certificate of the cluster CA is served

@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -87,11 +88,15 @@ func (s *storeHandler) handle(ctx context.Context, c *Conn, f Frame) (Message, [
 			Checksums: []uint32{crc32c.Checksum(data)}}, data
 	case TypeGetBlock:
 		var gb GetBlock
-		f.Decode(&gb)
+		if err := f.Decode(&gb); err != nil {
+			return &Response{Status: StatusInvalid, Message: err.Error()}, nil
+		}
 		return &Response{RequestID: gb.RequestID, Status: StatusNotLeader, Leader: "127.0.0.1:1"}, nil
 	case TypePutBlock:
 		var pb PutBlock
-		f.Decode(&pb)
+		if err := f.Decode(&pb); err != nil {
+			return &Response{Status: StatusInvalid, Message: err.Error()}, nil
+		}
 		return &Response{RequestID: pb.RequestID, HasBlock: true, Block: pb.Block}, nil
 	}
 	return &Response{Status: StatusUnsupported}, nil
@@ -354,27 +359,39 @@ func TestClientServerDiesMidFrame(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeT(t, l)
+	served := make(chan error, 1)
 	go func() {
 		nc, err := l.Accept()
 		if err != nil {
+			served <- err
 			return
 		}
-		defer closeT(t, nc)
-		c := NewConn(nc, ConnConfig{})
-		f, err := c.ReadFrame()
-		if err != nil {
-			return
-		}
-		var rc ReadChunk
-		f.Decode(&rc)
-		whole := encodeFrame(t, &Response{RequestID: rc.RequestID}, make([]byte, 100000))
-		nc.Write(whole[:50000])
+		served <- errors.Join(halfResponse(t, nc), nc.Close())
 	}()
 	cl := dial(t, l.Addr().String(), ClientConfig{})
 	_, err = cl.Call(context.Background(), &ReadChunk{Length: 100000})
 	if !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("Call = %v, want io.ErrUnexpectedEOF", err)
 	}
+	if err := <-served; err != nil {
+		t.Fatalf("server: %v", err)
+	}
+}
+
+// halfResponse reads a ReadChunk from nc and writes the first half of the
+// frame of its answer.
+func halfResponse(t testing.TB, nc net.Conn) error {
+	f, err := NewConn(nc, ConnConfig{}).ReadFrame()
+	if err != nil {
+		return err
+	}
+	var rc ReadChunk
+	if err := f.Decode(&rc); err != nil {
+		return err
+	}
+	whole := encodeFrame(t, &Response{RequestID: rc.RequestID}, make([]byte, 100000))
+	_, err = nc.Write(whole[:50000])
+	return err
 }
 
 // A server that sends garbage breaks the client with ErrBadFrame.
@@ -384,15 +401,29 @@ func TestClientBadFrameFromServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeT(t, l)
+	served := make(chan error, 1)
+	// Run after the client's Close (cleanups run last first), which ends
+	// the server's drain.
+	t.Cleanup(func() {
+		if err := <-served; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	})
 	go func() {
 		nc, err := l.Accept()
 		if err != nil {
+			served <- err
 			return
 		}
-		defer closeT(t, nc)
-		NewConn(nc, ConnConfig{}).ReadFrame()
-		nc.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
-		io.Copy(io.Discard, nc)
+		if _, err = NewConn(nc, ConnConfig{}).ReadFrame(); err == nil {
+			if _, err = nc.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n")); err == nil {
+				_, err = io.Copy(io.Discard, nc)
+				if errors.Is(err, syscall.ECONNRESET) {
+					err = nil // the client hung up on the garbage
+				}
+			}
+		}
+		served <- errors.Join(err, nc.Close())
 	}()
 	cl := dial(t, l.Addr().String(), ClientConfig{})
 	if _, err := cl.Call(context.Background(), &GetBlock{}); !errors.Is(err, ErrBadFrame) {
@@ -441,7 +472,9 @@ func TestServerPayloadAlloc(t *testing.T) {
 		},
 		Handler: func(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
 			var wc WriteChunk
-			f.Decode(&wc)
+			if err := f.Decode(&wc); err != nil {
+				return &Response{Status: StatusInvalid, Message: err.Error()}, nil
+			}
 			mu.Lock()
 			kept = append(kept, f.Payload)
 			mu.Unlock()
@@ -472,7 +505,9 @@ func TestServerGracefulShutdown(t *testing.T) {
 	var ctxDone atomic.Bool
 	s := NewServer(ServerConfig{Logger: quietLogger, Handler: func(ctx context.Context, c *Conn, f Frame) (Message, []byte) {
 		var gb GetBlock
-		f.Decode(&gb)
+		if err := f.Decode(&gb); err != nil {
+			t.Errorf("handler: %v", err) // Shutdown waits for the handler: within the test
+		}
 		close(entered)
 		<-release
 		ctxDone.Store(ctx.Err() != nil)
@@ -541,14 +576,28 @@ func TestServerShutdownTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go s.Serve(l)
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(l) }()
 	cl := dial(t, l.Addr().String(), ClientConfig{})
-	go cl.Call(context.Background(), &GetBlock{})
+	called := make(chan error, 1)
+	go func() {
+		res, err := cl.Call(context.Background(), &GetBlock{})
+		if err == nil {
+			res.Release()
+		}
+		called <- err
+	}()
 	<-entered
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Shutdown = %v", err)
+	}
+	if err := <-served; !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve = %v, want ErrServerClosed", err)
+	}
+	if err := <-called; err == nil {
+		t.Fatal("the call whose handler never answered succeeded")
 	}
 }
 
@@ -782,8 +831,22 @@ func TestPingAnsweredWhileHandlerBlocks(t *testing.T) {
 		}
 		return &Response{Status: StatusUnavailable}, nil
 	}})
+	busyDone := make(chan error, 1)
+	// Registered before the busy client's cleanup, run after its Close:
+	// the held call's answer carries no request ID, so it ends only then.
+	t.Cleanup(func() {
+		if err := <-busyDone; err == nil {
+			t.Error("the held call succeeded; want it failed by its client's Close")
+		}
+	})
 	busy := dial(t, addr, ClientConfig{RequestTimeout: -1})
-	go busy.Call(context.Background(), &GetBlock{ContainerID: 1, LocalID: 1})
+	go func() {
+		res, err := busy.Call(context.Background(), &GetBlock{ContainerID: 1, LocalID: 1})
+		if err == nil {
+			res.Release()
+		}
+		busyDone <- err
+	}()
 	<-entered // the handler holds the request
 	prober := dial(t, addr, ClientConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -253,7 +253,17 @@ func TestConnSteadyStateAllocs(t *testing.T) {
 	}
 	a, b := tcpPair(t)
 	ca := NewConn(a, ConnConfig{})
-	go io.Copy(io.Discard, b)
+	drained := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, b)
+		drained <- err
+	}()
+	defer func() {
+		closeT(t, a) // ends the drain (tcpPair's cleanup closes again, dropped)
+		if err := <-drained; err != nil {
+			t.Errorf("drain: %v", err)
+		}
+	}()
 	wc := sampleWriteChunk()
 	payload := make([]byte, wc.Length)
 	if n := testing.AllocsPerRun(200, func() {
