@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,10 @@ type committer struct {
 	// logged write promoted before is durable once durableSeq reaches it.
 	lastPromote uint64
 	spare       []*dirtySets // emptied sets, reused so that a round allocates nothing
+	// removedDirs: directories removed (a deleted container's, forgetDir)
+	// while rounds were in flight: a round that had taken one in its set
+	// finds it gone, which is no failure. Cleared once no round runs.
+	removedDirs map[string]struct{}
 
 	// fileSyncNs is a moving average of one fdatasync's latency, updated
 	// atomically by concurrent rounds. Files are synced in parallel only
@@ -186,6 +191,34 @@ func (c *committer) markDir(dir string) uint64 {
 	return c.seq
 }
 
+// forgetDir drops dir (a deleted container's directory, about to be
+// removed) from the dirty set: nothing in it needs to be durable any more,
+// and syncing it once it is gone would fail the round and poison the
+// engine. A round already in flight that holds it ignores its absence.
+func (c *committer) forgetDir(dir string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.dirty.dirs, dir)
+	if len(c.inflight) > 0 {
+		if c.removedDirs == nil {
+			c.removedDirs = make(map[string]struct{})
+		}
+		c.removedDirs[dir] = struct{}{}
+	}
+}
+
+// removedDuringRound says whether err, of a round's sync of dir, is dir's
+// removal by forgetDir's caller.
+func (c *committer) removedDuringRound(dir string, err error) bool {
+	if !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.removedDirs[dir]
+	return ok
+}
+
 // markVolume records an unsynced metadata commit on v.
 func (c *committer) markVolume(v *volume) uint64 {
 	c.mu.Lock()
@@ -281,6 +314,9 @@ func (c *committer) runRound() {
 		}
 		c.inflight = c.inflight[1:]
 	}
+	if len(c.inflight) == 0 {
+		c.removedDirs = nil // no round left that could hold one
+	}
 	// Waiters of rounds still running wake when those end and then see a
 	// failure in c.err: every waiter sleeps on a round that is running.
 }
@@ -304,7 +340,7 @@ func (c *committer) round(files map[*blockFile]struct{}, dirs map[string]struct{
 		firstErr = c.parallelFiles(files)
 	}
 	for d := range dirs {
-		if err := c.syncDirFn(d); err != nil && firstErr == nil {
+		if err := c.syncDirFn(d); err != nil && firstErr == nil && !c.removedDuringRound(d, err) {
 			firstErr = err
 		}
 	}

@@ -685,6 +685,7 @@ func (e *Engine) finishDelete(c *container) error {
 	e.files.dropContainer(c.id)
 	e.records.dropContainer(c.id)
 	e.dirs.drop(c.dir)
+	e.commit.forgetDir(c.dir)
 	if err := e.fs.RemoveAll(c.dir); err != nil {
 		return containerErr("delete", c.id, err)
 	}
