@@ -130,8 +130,10 @@ votes from then on. Add ADDR to every --meta list. One change at a time;
 adding a member already there at ADDR succeeds. A member whose --dir was
 lost rejoins this way under a new ID (after remove of the old one).`
 	}
+	var force bool
+	cmd.Flags().BoolVar(&force, "force", false, "make the change even if it leaves fewer members up than a quorum of the new member set (refused otherwise)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		ch := metaapi.MemberChange{Op: "remove"}
+		ch := metaapi.MemberChange{Op: "remove", Force: force}
 		idArg := args[0]
 		if add {
 			ch.Op = "add"

@@ -16,7 +16,7 @@ func (s *Service) membersHandler(w http.ResponseWriter, req *http.Request) (any,
 	if body.Op != "add" && body.Op != "remove" {
 		return nil, 0, fmt.Errorf("%w: members: op %q: want add or remove", metaapi.ErrInvalid, body.Op)
 	}
-	st, err := s.ChangeMembers(body.Op == "add", body.ID, body.Addr)
+	st, err := s.ChangeMembers(body.Op == "add", body.ID, body.Addr, body.Force)
 	return st, http.StatusOK, err
 }
 

@@ -153,9 +153,9 @@ func (s *Service) WALSyncs() (syncs uint64, seconds float64, err error) {
 // ChangeMembers adds member id at addr (add) or removes member id (not
 // add) of the meta raft group, one change at a time, and returns once
 // the leader applied it (raftconf.go).
-func (s *Service) ChangeMembers(add bool, id uint64, addr string) (metaapi.MetaStatus, error) {
+func (s *Service) ChangeMembers(add bool, id uint64, addr string, force bool) (metaapi.MetaStatus, error) {
 	if s.rep == nil {
 		return metaapi.MetaStatus{}, fmt.Errorf("%w: a single meta service has no members to change (start members with --peers)", metaapi.ErrInvalid)
 	}
-	return s.rep.ChangeMembers(add, id, addr)
+	return s.rep.ChangeMembers(add, id, addr, force)
 }

@@ -45,6 +45,9 @@ type MetaStatus struct {
 	// Match is, on the leader, the last log index each member is known
 	// to hold (raft's progress, as of the last tick).
 	Match map[uint64]uint64 `json:"match,omitempty"`
+	// Down lists, on the leader, the members it has not heard from within
+	// two election timeouts.
+	Down []uint64 `json:"down,omitempty"`
 	// TLS is how the member's connections are secured: "mtls", or
 	// "insecure" (plaintext, --insecure).
 	TLS string `json:"tls"`
@@ -60,6 +63,9 @@ type MemberChange struct {
 	Op   string `json:"op"`
 	ID   uint64 `json:"id"`
 	Addr string `json:"addr,omitempty"`
+	// Force: make the change even if it leaves fewer members up than a
+	// quorum of the new member set.
+	Force bool `json:"force,omitempty"`
 }
 
 // NotLeaderError is what a member of a replicated meta service that does

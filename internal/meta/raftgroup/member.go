@@ -110,6 +110,10 @@ type membership struct {
 	members    map[uint64]string
 	addrs      map[uint64]string
 	hasMembers bool
+	// active: on the leader, the members up (heard from within two
+	// election timeouts, itself included) as of its last tick
+	// (map[uint64]bool, never changed once stored; nil on a follower).
+	active atomic.Value
 }
 
 // snapshots is the member's checkpoints as snapshots: taken, streamed to
@@ -231,6 +235,8 @@ type Member struct {
 	// last tick, nil on a follower (map[uint64]uint64, never changed once
 	// stored).
 	match atomic.Value
+	// lastActive: when each member was last RecentActive (run goroutine).
+	lastActive map[uint64]time.Time
 }
 
 // OpenMember opens the meta raft log in dir/raft (bootstrapping the
@@ -243,7 +249,7 @@ func OpenMember(s *state.State, db *pebble.DB) (*Member, error) {
 	}
 	r := &Member{s: s, id: cfg.ID, log: s.Log.With("member", cfg.ID), DB: db,
 		tick: cfg.RaftTickInterval, notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		readBatches: map[uint64][]readReq{}}
+		readBatches: map[uint64][]readReq{}, lastActive: map[uint64]time.Time{}}
 	r.Snap.r = r
 	r.rec.r = r
 	r.appendq, r.applyq = raftqueue.New[*pb.Message](), raftqueue.New[*pb.Message]()
@@ -552,11 +558,24 @@ func (r *Member) run() {
 			r.rn.Tick()
 			r.handOver()
 			var m map[uint64]uint64
+			var act map[uint64]bool
 			if r.leading {
-				m = map[uint64]uint64{}
-				r.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) { m[id] = pr.Match })
+				// RecentActive is cleared at each quorum check and set again
+				// by the member's next answer: a member is up if it was
+				// active within the last two election timeouts.
+				now := time.Now()
+				upWithin := 2 * time.Duration(r.s.Cfg.ElectionTicks) * r.tick
+				m, act = map[uint64]uint64{}, map[uint64]bool{}
+				r.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+					m[id] = pr.Match
+					if pr.RecentActive || id == r.id {
+						r.lastActive[id] = now
+					}
+					act[id] = now.Sub(r.lastActive[id]) < upWithin
+				})
 			}
 			r.match.Store(m)
+			r.active.Store(act)
 		case <-r.notify:
 			// Yield once before taking the inbox: goroutines about to
 			// hand something in (concurrent requests staging their
@@ -1234,8 +1253,8 @@ func (r *Member) Status() metaapi.MetaStatus {
 	return metaapi.MetaStatus{ID: r.id, LeaderID: lead, LeaderAddr: r.peerAddr(lead), Role: role, Serving: serving,
 		Term: r.Term.Load(), AppliedIndex: r.Applied.Load(), CommitIndex: r.commit.Load(), LastIndex: r.Last.Load(),
 		Members: sortedMembers(members), SnapshotIndex: r.SnapIndex.Load(), SnapshotsInstalled: r.Installed.Load(),
-		VotesRefused: r.rec.votesRefused.Load(),
-		Match:        r.matchMap()}
+		VotesRefused: r.rec.votesRefused.Load(), Down: r.down(members),
+		Match: r.matchMap()}
 }
 
 // matchMap is the leader's progress as of its last tick (nil: none).
@@ -1312,4 +1331,21 @@ func (r *Member) bootstrapRestored() error {
 	r.log.Info("meta raft group restored from a backup: a new group of one; add members with spindle admin meta add",
 		"member", r.id, "index", r.st.Index, "term", term)
 	return nil
+}
+
+// down lists the members of members the leader has not heard from
+// lately (nil on a follower).
+func (m *membership) down(members map[uint64]string) []uint64 {
+	active, ok := m.active.Load().(map[uint64]bool)
+	if !ok || active == nil {
+		return nil
+	}
+	var out []uint64
+	for id := range members {
+		if !active[id] {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

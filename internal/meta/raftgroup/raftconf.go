@@ -195,8 +195,9 @@ func applyConfChange(m map[uint64]string, cc *pb.ConfChange) error {
 // ChangeMembers adds member id at addr (add) or removes member id (not
 // add), one change at a time, and returns once the leader applied it. A
 // change already in effect succeeds at once. Only the serving leader
-// takes it.
-func (r *Member) ChangeMembers(add bool, id uint64, addr string) (metaapi.MetaStatus, error) {
+// takes it. Unless forced, a change that would leave fewer members up
+// than a quorum of the new member set is refused (quorumAfter).
+func (r *Member) ChangeMembers(add bool, id uint64, addr string, force bool) (metaapi.MetaStatus, error) {
 	s := r.s
 	if id == 0 || (add && (addr == "" || len(addr) > maxMemberAddrBytes)) {
 		return metaapi.MetaStatus{}, fmt.Errorf("%w: member %d at %q", metaapi.ErrInvalid, id, addr)
@@ -224,6 +225,11 @@ func (r *Member) ChangeMembers(add bool, id uint64, addr string) (metaapi.MetaSt
 	}
 	if ok, err := done(); ok || err != nil {
 		return r.Status(), err
+	}
+	if !force {
+		if err := r.quorumAfter(add, id); err != nil {
+			return metaapi.MetaStatus{}, err
+		}
 	}
 	t := pb.ConfChangeType_ConfChangeAddNode
 	if !add {
@@ -342,4 +348,45 @@ func rejoinTerm(peers map[uint64]string, sec *tlsconf.Settings, self uint64, log
 	}
 	log.Warn("meta member starts from an empty directory but its group's leader says it held the log to "+fmt.Sprint(held)+": it rejoins in a later term and catches up from a snapshot", "group_term", highest, "term", highest+1)
 	return highest + 1, history
+}
+
+// quorumAfter refuses a membership change that would leave fewer members
+// up than a quorum of the new member set (etcd's strict reconfiguration
+// check): a member added counts as down until it has caught up, so adding
+// one while another is down takes the group to the edge of losing its
+// quorum (with 1 of 3 down, 2 of 4 up: one more failure stops it). "Up"
+// is the leader's view: the members raft heard from within the last
+// election timeout. A group of one may always grow: it tolerates no
+// failure either way.
+func (ms *membership) quorumAfter(add bool, id uint64) error {
+	members := ms.memberSet()
+	active, _ := ms.active.Load().(map[uint64]bool)
+	up := 0
+	for m := range members {
+		if active[m] {
+			up++
+		}
+	}
+	n := len(members)
+	switch {
+	case add && n <= 1:
+		return nil
+	case add:
+		n++
+	default:
+		if active[id] {
+			up--
+		}
+		n--
+	}
+	if quorum := n/2 + 1; up < quorum {
+		what := fmt.Sprintf("removing member %d", id)
+		if add {
+			what = fmt.Sprintf("adding member %d (down until it has caught up)", id)
+		}
+		return fmt.Errorf("%w: %s would leave %d of %d members up, fewer than the %d of a quorum: "+
+			"bring the down members back or remove them first, or force the change (spindle admin meta … --force)",
+			metaapi.ErrPrecondition, what, up, n, quorum)
+	}
+	return nil
 }
