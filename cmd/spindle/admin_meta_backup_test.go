@@ -77,7 +77,7 @@ func TestAdminMetaBackupRestore(t *testing.T) {
 		t.Fatalf("cp -a: %v: %s", err, b)
 	}
 	s = start()
-	defer s.Close()
+	defer closeT(t, s)
 	t.Setenv("SPINDLE_META", s.MetaAddr())
 	for i := range keys {
 		if got, want := run("", "get", fmt.Sprintf("photos/k%02d", i)), strings.Repeat(fmt.Sprint(i), 1000+i); got != want {

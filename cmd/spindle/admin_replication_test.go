@@ -16,7 +16,7 @@ func TestAdminReplicationAndSafeMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { srv.Close() })
+	t.Cleanup(func() { closeT(t, srv) })
 	addr := srv.Addr()
 	run := func(args ...string) string {
 		t.Helper()

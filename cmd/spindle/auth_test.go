@@ -81,7 +81,7 @@ func startLogged(t *testing.T) (srv *server.Server, dir string, logs *lockedBuff
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { closeT(t, s) })
 	return s, dir, logs
 }
 
@@ -165,7 +165,9 @@ func TestAdminCommandsNeedAdminCertificate(t *testing.T) {
 
 	// The local operator: the client profile's admin certificate.
 	for _, k := range []string{"SPINDLE_TLS_CERT", "SPINDLE_TLS_KEY", "SPINDLE_TLS_CA"} {
-		os.Unsetenv(k) // t.Setenv restores them
+		if err := os.Unsetenv(k); err != nil { // t.Setenv restores them
+			t.Fatal(err)
+		}
 	}
 	admin := "caller=admin:" + tlsconf.LocalName(tlsconf.RoleAdmin)
 	for _, c := range []struct {
@@ -334,7 +336,7 @@ func metricValue(t *testing.T, sec *tlsconf.Settings, url, sample string) int {
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
-	defer resp.Body.Close()
+	defer closeT(t, resp.Body)
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -342,7 +344,9 @@ func metricValue(t *testing.T, sec *tlsconf.Settings, url, sample string) int {
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, sample+" "); ok {
 			var n float64
-			fmt.Sscan(v, &n)
+			if _, err := fmt.Sscan(v, &n); err != nil {
+				t.Fatalf("%s: sample %s %q: %v", url, sample, v, err)
+			}
 			return int(n)
 		}
 	}
@@ -419,9 +423,8 @@ func TestDatanodeJoinsWithToken(t *testing.T) {
 			t.Errorf("a second datanode with the same token: %v: %s", err, out2.String())
 		}
 	case <-time.After(60 * time.Second):
-		cmd2.Process.Kill()
-		<-exited
-		t.Fatalf("a second datanode with the same token still runs: %s", out2.String())
+		killT(t, cmd2.Process)
+		t.Fatalf("a second datanode with the same token still runs (killed: %v): %s", <-exited, out2.String())
 	}
 	if _, err := os.Stat(f2.Cert); err == nil {
 		t.Error("a certificate was written for the spent token")
@@ -448,7 +451,7 @@ func TestInsecureAdminTokenFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { srv.Close() })
+	t.Cleanup(func() { closeT(t, srv) })
 	base := []string{"--meta", srv.Addr(), "--insecure"}
 	if _, stderr, err := runIn(t, nil, append([]string{"bucket", "create", "bkt"}, base...)...); err != nil {
 		t.Fatalf("bucket create: %v: %s", err, stderr)

@@ -27,7 +27,7 @@ func readEnvFile(t *testing.T, path string) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer closeT(t, f)
 	env := map[string]string{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {

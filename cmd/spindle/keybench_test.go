@@ -33,7 +33,7 @@ func startTestServer(t *testing.T) *server.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { closeT(t, s) })
 	return s
 }
 

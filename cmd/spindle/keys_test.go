@@ -56,7 +56,7 @@ func startEmbedded(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { closeT(t, s) })
 	return s.MetaAddr()
 }
 
@@ -238,7 +238,7 @@ func TestPutWithoutPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ms.Close() })
+	t.Cleanup(func() { closeT(t, ms) })
 	addr := ms.Addr()
 	if _, _, err := runIn(t, nil, "bucket", "create", "--meta", addr, "empty"); err != nil {
 		t.Fatal(err)

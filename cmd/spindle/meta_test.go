@@ -34,8 +34,8 @@ func startMeta(t *testing.T, dir string, extra ...string) (*exec.Cmd, string) {
 	}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
+			killT(t, cmd.Process)
+			_ = cmd.Wait() // killed just above: "signal: killed" expected
 		}
 	})
 	deadline := time.Now().Add(20 * time.Second)
@@ -68,7 +68,7 @@ func stop(t *testing.T, cmd *exec.Cmd) {
 			t.Fatalf("spindle meta after SIGTERM: %v", err)
 		}
 	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
+		killT(t, cmd.Process)
 		t.Fatal("spindle meta did not stop within 20 s of SIGTERM")
 	}
 }

@@ -35,7 +35,7 @@ func TestBenchMeta(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer closeT(t, s)
 	kl, err := s.List("bench-meta", meta.ListOptions{})
 	if err != nil || len(kl.Keys) != 40 {
 		t.Fatalf("the store holds %d keys (%v), want 40", len(kl.Keys), err)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	stdnet "net"
 	"os"
 	"os/exec"
@@ -50,7 +51,9 @@ func TestOperationsGuide(t *testing.T) {
 	start := func(h, name string, args []string, env []string) *proc {
 		t.Helper()
 		p := &proc{ready: filepath.Join(root, name+".ready"), done: make(chan error, 1)}
-		os.Remove(p.ready)
+		if err := os.Remove(p.ready); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
 		logf, err := os.Create(filepath.Join(root, name+".log"))
 		if err != nil {
 			t.Fatal(err)
@@ -65,8 +68,20 @@ func TestOperationsGuide(t *testing.T) {
 		if err := p.cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		go func() { p.done <- p.cmd.Wait(); logf.Close() }()
-		t.Cleanup(func() { p.cmd.Process.Kill(); <-p.done })
+		go func() {
+			err := p.cmd.Wait()
+			if cerr := logf.Close(); err == nil && cerr != nil {
+				err = fmt.Errorf("closing its log: %w", cerr)
+			}
+			p.done <- err
+		}()
+		t.Cleanup(func() {
+			killT(t, p.cmd.Process)
+			// Reported by stop already, or "signal: killed" (just above): expected.
+			if err := <-p.done; err != nil {
+				t.Logf("%s at the test's end: %v", name, err)
+			}
+		})
 		deadline := time.Now().Add(operationsTimeout)
 		for {
 			addr, _, err := readyfile.Read(p.ready)
@@ -89,7 +104,9 @@ func TestOperationsGuide(t *testing.T) {
 	}
 	stop := func(name string, p *proc) {
 		t.Helper()
-		p.cmd.Process.Signal(syscall.SIGTERM)
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			t.Fatalf("SIGTERM %s: %v", name, err)
+		}
 		select {
 		case err := <-p.done:
 			p.done <- err
@@ -267,7 +284,11 @@ func newGuideNet(t *testing.T, hosts []string) *guideNet {
 		t.Logf("hosts on loopback addresses: %v", err)
 		return g
 	}
-	t.Cleanup(func() { lab.Close() })
+	t.Cleanup(func() {
+		if err := lab.Close(); err != nil {
+			t.Errorf("netlab close: %v", err)
+		}
+	})
 	g := &guideNet{addrs: map[string]string{}, lab: lab}
 	for _, h := range hosts {
 		g.addrs[h] = lab.Addr(h)

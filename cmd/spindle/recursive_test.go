@@ -66,8 +66,11 @@ func TestRecursivePutGet(t *testing.T) {
 	}
 	// A file whose key would be invalid stops the put before any key is stored.
 	bad := t.TempDir()
-	os.WriteFile(filepath.Join(bad, "ok"), []byte("x"), 0o644)
-	os.WriteFile(filepath.Join(bad, "tab\tname"), []byte("x"), 0o644)
+	for _, name := range []string{"ok", "tab\tname"} {
+		if err := os.WriteFile(filepath.Join(bad, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	_, _, err = runIn(t, nil, "put", "-r", "tree/bad", bad)
 	wantExit(t, err, exitUsage, "tab\tname")
 	if out := run("ls", "tree/bad/"); out != "" {

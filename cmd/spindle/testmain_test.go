@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"syscall"
@@ -27,9 +29,14 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	os.Setenv(tlsconf.ClientProfileEnv, dir)
+	if err := os.Setenv(tlsconf.ClientProfileEnv, dir); err != nil {
+		panic(err)
+	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	if err := os.RemoveAll(dir); err != nil {
+		fmt.Fprintf(os.Stderr, "removing the client profiles' directory: %v\n", err)
+		code = max(code, 1)
+	}
 	os.Exit(code)
 }
 
@@ -38,13 +45,20 @@ func TestMain(m *testing.M) {
 // within 30 s. The channel is closed once cmd has exited.
 func stopAtEnd(t *testing.T, cmd *exec.Cmd) <-chan struct{} {
 	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
+	go func() {
+		// Its exit status is the test's to check (it watches done): the
+		// process may have been refused or killed on purpose.
+		_ = cmd.Wait()
+		close(done)
+	}()
 	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			t.Errorf("SIGTERM %d: %v", cmd.Process.Pid, err)
+		}
 		select {
 		case <-done:
 		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
+			killT(t, cmd.Process)
 			<-done
 		}
 	})

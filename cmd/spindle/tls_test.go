@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -191,7 +192,7 @@ const (
 
 // probePort connects to addr (over TLS with cfg, plaintext when nil), sends a
 // request of kind's protocol and says whether the protocol answered it.
-func probePort(addr, kind string, cfg *tls.Config) probeResult {
+func probePort(addr, kind string, cfg *tls.Config) (res probeResult) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var d net.Dialer
@@ -199,8 +200,15 @@ func probePort(addr, kind string, cfg *tls.Config) probeResult {
 	if err != nil {
 		return probeResult("dial: " + err.Error())
 	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
+	raw := c // closed as is: a TLS client over it is never closed (no close_notify)
+	defer func() {
+		if err := raw.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			res = probeResult(fmt.Sprintf("%s; close: %v", res, err))
+		}
+	}()
+	if err := c.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		return probeResult("deadline: " + err.Error())
+	}
 	if cfg != nil {
 		tc := tls.Client(c, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {

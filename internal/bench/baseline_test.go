@@ -68,7 +68,11 @@ func TestBaselineWriterWrapsAtFileSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bw.close()
+	defer func() {
+		if err := bw.close(); err != nil {
+			t.Error(err)
+		}
+	}()
 	lat := NewLatency()
 	for i := range 10 {
 		if _, err := bw.write(lat); err != nil {

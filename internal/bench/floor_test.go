@@ -47,7 +47,7 @@ func TestReplicationFloorBoundsItsFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer closeT(t, f)
 	data := make([]byte, cfg.ChunkSizeBytes)
 	FillPseudoRandom(data, 3)
 	r := &floorReplica{cfg: &cfg, conn: b, file: f, fileMax: 16 << 10, sums: engine.ComputeChecksums(nil, data, cfg.BytesPerChecksum)}
@@ -62,7 +62,7 @@ func TestReplicationFloorBoundsItsFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a.Close()
+	closeT(t, a)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestReplicationFloorReplicaChecksPieces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer closeT(t, f)
 	data := make([]byte, cfg.ChunkSizeBytes)
 	r := &floorReplica{cfg: &cfg, conn: b, file: f, fileMax: 1 << 20, sums: engine.ComputeChecksums(nil, data, cfg.BytesPerChecksum)}
 	done := make(chan error, 1)
@@ -117,7 +117,7 @@ func TestReplicationFloorRefusesBadConfigs(t *testing.T) {
 // the end of the test.
 func pipePair(t *testing.T) (net.Conn, net.Conn) {
 	a, b := net.Pipe()
-	t.Cleanup(func() { a.Close(); b.Close() })
+	t.Cleanup(func() { closeT(t, a); closeT(t, b) })
 	return a, b
 }
 

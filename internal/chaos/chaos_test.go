@@ -39,7 +39,9 @@ func TestValueRoundTrip(t *testing.T) {
 	for _, piece := range []int{1, 7, 32, 4096, len(v)} {
 		c := newValueChecker(42)
 		for off := 0; off < len(v); off += piece {
-			c.Write(v[off:min(off+piece, len(v))])
+			if _, err := c.Write(v[off:min(off+piece, len(v))]); err != nil {
+				t.Fatal(err)
+			}
 		}
 		got, err := c.result(7)
 		if err != nil || got != id {
@@ -56,7 +58,9 @@ func TestValueCheckerFindsWrongBytes(t *testing.T) {
 	check := func(name string, b []byte, seed int64, key uint64) {
 		t.Helper()
 		c := newValueChecker(seed)
-		c.Write(b)
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := c.result(key); !errors.Is(err, errWrongBytes) {
 			t.Errorf("%s: %v, want wrong bytes", name, err)
 		}

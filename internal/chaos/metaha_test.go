@@ -67,7 +67,7 @@ func TestMetaHAAcceptance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
+	defer closeT(t, srv)
 	addrs := strings.Split(srv.MetaAddr(), ",")
 	if _, err := srv.Meta().CreateBucket(ctx, "metaha"); err != nil {
 		t.Fatal(err)

@@ -16,13 +16,13 @@ var spindleBin string
 
 func TestMain(m *testing.M) { os.Exit(runMain(m)) }
 
-func runMain(m *testing.M) int {
+func runMain(m *testing.M) (code int) {
 	dir, err := os.MkdirTemp("", "spindle-chaos-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() { code = atExit(code, "removing the test directory", os.RemoveAll(dir)) }()
 	spindleBin = filepath.Join(dir, "spindle")
 	cmd := exec.Command("go", "build", "-o", spindleBin, "github.com/spindle-store/spindle/cmd/spindle")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -79,7 +79,9 @@ func TestChaosShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	rep.WriteTable(&b)
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
 	t.Log("\n" + b.String())
 	if rep.Failed() {
 		t.Errorf("violations (replay: SPINDLE_CHAOS_SEED=%d SPINDLE_CHAOS_DURATION=%v): %d lost, %d unreadable, %d partial puts, %d wrong reads, history %s\n%s",

@@ -96,7 +96,11 @@ func TestPNGDecodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() {
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
 	img, err := png.Decode(f)
 	if err != nil {
 		t.Fatalf("PNG does not decode: %v", err)

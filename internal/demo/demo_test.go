@@ -16,13 +16,18 @@ var spindleBin string
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
-func run(m *testing.M) int {
+func run(m *testing.M) (code int) {
 	dir, err := os.MkdirTemp("", "spindle-demo-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			fmt.Fprintf(os.Stderr, "removing the test directory: %v\n", err)
+			code = max(code, 1)
+		}
+	}()
 	spindleBin = filepath.Join(dir, "spindle")
 	// go test puts its own GOROOT/bin first on the PATH of the tests.
 	cmd := exec.Command("go", "build", "-o", spindleBin, "github.com/spindle-store/spindle/cmd/spindle")

@@ -79,7 +79,9 @@ func TestRunWritesAReadableCluster(t *testing.T) {
 		if err != nil {
 			t.Fatalf("datanode %d: %v", i+1, err)
 		}
-		wl.Close()
+		if err := wl.Close(); err != nil {
+			t.Fatalf("datanode %d: %v", i+1, err)
+		}
 		b, err := os.ReadFile(filepath.Join(logDir, "DATANODE.json"))
 		if err != nil {
 			t.Fatal(err)
@@ -96,7 +98,7 @@ func TestRunWritesAReadableCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer e.Close()
+		defer closeT(t, e)
 		engines[i] = e
 		cs := e.ListContainers()
 		var ids []uint64
@@ -127,7 +129,7 @@ func TestRunWritesAReadableCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer closeT(t, s)
 	nodes, err := s.Nodes()
 	if err != nil || len(nodes.Nodes) != 4 {
 		t.Fatalf("nodes %+v %v", nodes, err)

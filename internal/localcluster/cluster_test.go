@@ -33,13 +33,13 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
-func run(m *testing.M) int {
+func run(m *testing.M) (code int) {
 	dir, err := os.MkdirTemp("", "spindle-localcluster-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() { code = atExit(code, "removing the test directory", os.RemoveAll(dir)) }()
 	spindleBin = filepath.Join(dir, "spindle")
 	// go test puts its own GOROOT/bin first on the PATH of the tests.
 	gobin := "go"
@@ -92,7 +92,11 @@ func startCluster(t *testing.T) (*localcluster.Cluster, *client.Client, context.
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("client close: %v", err)
+		}
+	})
 	return cl, c, ctx
 }
 
@@ -427,7 +431,9 @@ func TestProcessGroupPauseResume(t *testing.T) {
 	stopped := false
 	defer func() {
 		if !stopped {
-			cl.Stop(20 * time.Second)
+			if err := cl.Stop(20 * time.Second); err != nil {
+				t.Errorf("stop: %v", err)
+			}
 		}
 	}()
 	pid := cl.PID(1)

@@ -42,7 +42,12 @@ while time.time() < end:
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
+	t.Cleanup(func() {
+		if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil {
+			t.Errorf("kill the server on %s: %v", host, err)
+		}
+		_ = cmd.Wait() // killed just above: "signal: killed" is expected
+	})
 	line, _ := bufio.NewReader(out).ReadString('\n')
 	if strings.TrimSpace(line) != "listening" {
 		t.Fatalf("server on %s did not start: %q", host, line)
@@ -86,7 +91,11 @@ func TestPartitionDelayHeal(t *testing.T) {
 	if err != nil {
 		t.Skipf("no network namespaces here: %v", err)
 	}
-	t.Cleanup(func() { n.Close() })
+	t.Cleanup(func() {
+		if err := n.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
 	for _, h := range n.Hosts() {
 		server(t, n, h)
 	}

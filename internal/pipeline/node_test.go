@@ -414,7 +414,7 @@ func dial(t testing.TB, addr string) *transport.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cl.Close() })
+	t.Cleanup(func() { closeT(t, cl) })
 	return cl
 }
 
@@ -826,7 +826,8 @@ func TestListenerDeathFailsTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.Close()
+	// Its listener is closed under it on purpose: Close reports the node's failure.
+	defer func() { _ = n.Close() }()
 	closeT(t, ln)
 	select {
 	case <-n.Stopped():

@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,12 +50,15 @@ func memCluster(t *testing.T, opts ...func(*testNode)) ([]*testNode, []*vfs.MemF
 	announceMoved(t, nodes)
 	t.Cleanup(func() {
 		for _, tn := range nodes {
-			if tn.node != nil {
-				tn.node.Close()
-				tn.log.Close()
-				tn.eng.Close()
-				tn.node = nil
+			if tn.node == nil {
+				continue
 			}
+			// A failed node failed on purpose (its storage broken by the test): its Close errors are expected.
+			broken := tn.node.Err() != nil
+			if err := errors.Join(tn.node.Close(), tn.log.Close(), tn.eng.Close()); err != nil && !broken {
+				t.Errorf("node %d close: %v", tn.id, err)
+			}
+			tn.node = nil
 		}
 	})
 	return nodes, fss
@@ -499,15 +503,34 @@ func TestFollowerRefusesBytesItsLeaderDidNotVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeT(t, sink)
-	go func() { // the fake leader's peers: accept and discard
+	// The fake leader's peers: accept and discard. Their connections end
+	// when the node's Close (a later cleanup, so run before this one)
+	// hangs up; their Close errors are reported here.
+	var peers sync.WaitGroup
+	var peerMu sync.Mutex
+	var peerErrs []error
+	t.Cleanup(func() {
+		peers.Wait()
+		for _, err := range peerErrs {
+			t.Errorf("fake peer connection close: %v", err)
+		}
+	})
+	peers.Go(func() { // counted, so that the connections' Go happen before Wait
 		for {
 			c, err := sink.Accept()
 			if err != nil {
 				return
 			}
-			go func() { _, _ = io.Copy(io.Discard, c); c.Close() }()
+			peers.Go(func() {
+				_, _ = io.Copy(io.Discard, c)
+				if err := c.Close(); err != nil {
+					peerMu.Lock()
+					peerErrs = append(peerErrs, err)
+					peerMu.Unlock()
+				}
+			})
 		}
-	}()
+	})
 	addr := sink.Addr().String()
 	n := startLone(t, Config{TickInterval: 10 * time.Millisecond,
 		Pipelines: []PipelineConfig{{ID: 1, Members: []Member{{ID: 1, Addr: addr}, {ID: 2, Addr: addr}, {ID: 3, Addr: addr}}}}}, false)

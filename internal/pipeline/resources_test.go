@@ -93,8 +93,15 @@ func TestStalledClientDoesNotDelayOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	nc.(*net.TCPConn).SetReadBuffer(rcvbuf)
+	defer func() {
+		// Closed already when the node hung up on it (stalled's send failed).
+		if err := nc.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			t.Errorf("close: %v", err)
+		}
+	}()
+	if err := nc.(*net.TCPConn).SetReadBuffer(rcvbuf); err != nil {
+		t.Fatal(err)
+	}
 	// Every PutBlock to a pipeline not served here is answered NOT_FOUND
 	// (a reply of more than 40 bytes): enough of them to fill the
 	// stalled client's socket buffers several times over.
@@ -143,7 +150,7 @@ func TestStalledClientDoesNotDelayOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	defer closeT(t, cl)
 	ctx, cancel := context.WithTimeout(context.Background(), transport.DefaultWriteTimeout/3)
 	defer cancel()
 	_, err = cl.Call(ctx, &transport.PutBlock{RequestID: 1, PipelineID: 98})
@@ -201,7 +208,9 @@ func TestCatchUpReadBackBoundedByBytes(t *testing.T) {
 	if err := p.encode(&enc, om, flush); err != nil {
 		t.Fatal(err)
 	}
-	flush()
+	if err := flush(); err != nil {
+		t.Fatal(err)
+	}
 	if limit := maxPeerBatchBytes + maxRaftPayloadBytes; maxHeld > limit {
 		t.Fatalf("%d bytes read back before a write, want at most %d", maxHeld, limit)
 	}
@@ -256,7 +265,10 @@ func TestPayloadAdmittedBeforeAllocation(t *testing.T) {
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {
-			c.Close()
+			// Closed already when the test got to its end.
+			if err := c.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+				t.Errorf("close: %v", err)
+			}
 		}
 	}()
 	for i := 0; i < framesEach; i++ {

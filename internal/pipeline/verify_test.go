@@ -42,7 +42,9 @@ func TestCorruptChunkRefusedAsItArrives(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeT(t, nc)
-	nc.SetDeadline(time.Now().Add(30 * time.Second))
+	if err := nc.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	f1 := frame(1, bad)
 	cut := len(f1) - size + transport.CheckStepBytes // the header and the first step
 	if _, err := nc.Write(f1[:cut]); err != nil {

@@ -20,7 +20,9 @@ func TestWriteRead(t *testing.T) {
 		t.Errorf("got %q %d %v", addr, pid, err)
 	}
 	for _, bad := range []string{"127.0.0.1:4567\n", "a\nb\n", "a\n-3\n", "a\n1\nextra\n"} {
-		os.WriteFile(p, []byte(bad), 0o644)
+		if err := os.WriteFile(p, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		if _, _, err := Read(p); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

@@ -165,18 +165,18 @@ type fakeFollower struct {
 	heartbeat int
 }
 
-func (f *fakeFollower) serve(ctx context.Context) error {
+func (f *fakeFollower) serve(ctx context.Context) (err error) {
 	nc, err := f.ln.Accept()
 	if err != nil {
 		return err
 	}
 	in := transport.NewConn(nc, transport.ConnConfig{})
-	defer in.Close()
+	defer func() { err = errors.Join(err, in.Close()) }()
 	out, err := transport.DialConn(ctx, f.leaderAddr, transport.ConnConfig{})
 	if err != nil {
 		return err
 	}
-	defer out.Close()
+	defer func() { err = errors.Join(err, out.Close()) }()
 	f.last, f.lastTerm, f.written = faSnapIndex, faSnapTerm, map[[2]uint64]uint64{}
 	send := func(m *raftpb.Message) error {
 		m.From, m.Term = proto.Uint64(faFollowerID), proto.Uint64(faLeaderTerm)
@@ -299,7 +299,7 @@ func runFakeLeader(t *testing.T, cfg leaderConfig, f *fakeFollower) (leaderStats
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fln.Close()
+	defer closeT(t, fln)
 	f.ln, f.leaderAddr = fln, ln.Addr().String()
 	f.final = faSnapIndex + uint64(cfg.appendEntries())
 	ferr := make(chan error, 1)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -50,16 +51,18 @@ func TestS3BenchClientVerifiesGetChecksums(t *testing.T) {
 		modes <- r.Header.Get("X-Amz-Checksum-Mode")
 		w.Header().Set("X-Amz-Checksum-Crc32c", answer.Load().(string))
 		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-		w.Write(body)
+		if _, err := w.Write(body); err != nil {
+			t.Errorf("answer: %v", err)
+		}
 	}))
 	defer srv.Close()
 	c := s3Client(srv.URL, "AKIAEXAMPLE000000001", "example-secret", "us-east-1", 1)
-	get := func() ([]byte, error) {
+	get := func() (_ []byte, err error) {
 		o, err := c.GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String("b"), Key: aws.String("k")})
 		if err != nil {
 			return nil, err
 		}
-		defer o.Body.Close()
+		defer func() { err = errors.Join(err, o.Body.Close()) }()
 		return io.ReadAll(o.Body)
 	}
 	answer.Store(good)
@@ -84,11 +87,14 @@ func TestS3BenchClientReceiveBuffer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer closeT(t, ln)
+	accepted := make(chan error, 1) // the server side's Accept or Close error
 	go func() {
-		if c, err := ln.Accept(); err == nil {
-			c.Close()
+		c, err := ln.Accept()
+		if err == nil {
+			err = c.Close()
 		}
+		accepted <- err
 	}()
 	c := s3Client("http://"+ln.Addr().String(), "AKIAEXAMPLE000000001", "example-secret", "us-east-1", 1)
 	dial := c.Options().HTTPClient.(*http.Client).Transport.(*http.Transport).DialContext
@@ -99,14 +105,19 @@ func TestS3BenchClientReceiveBuffer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer closeT(t, conn)
+	if err := <-accepted; err != nil {
+		t.Errorf("server side: %v", err)
+	}
 	raw, err := conn.(*net.TCPConn).SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got int
 	var gerr error
-	raw.Control(func(fd uintptr) { got, gerr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF) })
+	if err := raw.Control(func(fd uintptr) { got, gerr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF) }); err != nil {
+		t.Fatal(err)
+	}
 	if gerr != nil {
 		t.Fatal(gerr)
 	}

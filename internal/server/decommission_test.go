@@ -34,7 +34,7 @@ func TestDecommissionAndMaintenance(t *testing.T) {
 		c.Meta.StaleAfter = time.Second
 		c.Meta.DeadAfter = 3 * time.Second
 	})
-	defer s.Close()
+	defer closeT(t, s)
 	kc := keyClient(t, s)
 	mc, cl := s.Meta(), s.Cluster()
 	const bucket, size, keys = "decom", 200 << 10, 40

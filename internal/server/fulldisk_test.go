@@ -56,7 +56,7 @@ func fullDatanode(t *testing.T, minAvailableBytes uint64) {
 		c.Datanodes = 5
 		c.Meta.MinAvailableBytes = minAvailableBytes
 	})
-	defer s.Close()
+	defer closeT(t, s)
 	kc := keyClient(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

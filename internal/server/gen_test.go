@@ -49,7 +49,7 @@ func TestServerStartsOnGeneratedData(t *testing.T) {
 	}
 
 	s := startServer(t, dir, func(c *Config) { c.Datanodes = datanodes })
-	defer s.Close()
+	defer closeT(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// Bounded wait until every datanode has replaced its placeholder
@@ -79,7 +79,7 @@ func TestServerStartsOnGeneratedData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer kc.Close()
+	defer closeT(t, kc)
 	var listed int
 	if err := kc.List(ctx, gen.DefaultBucket, "", func(metaapi.KeyInfo) error { listed++; return nil }); err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ func TestFollowerBackAfterTheLogMovedOn(t *testing.T) {
 			AllocationGrace: 3 * time.Second}
 		c.DatanodeArgs = append(c.DatanodeArgs, "--retain-entries", "10", "--max-retain-entries", "50")
 	})
-	defer s.Close()
+	defer closeT(t, s)
 	kc := keyClient(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -72,7 +72,9 @@ func TestFollowerBackAfterTheLogMovedOn(t *testing.T) {
 			return false, err
 		}
 		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		if cerr := resp.Body.Close(); err == nil {
+			err = cerr
+		}
 		return regexp.MustCompile(`(?m)^spindle_meta_members_behind_total [1-9]`).Match(body), err
 	})
 	waitFor(t, ctx, "the lagging member's pipelines closed and its replicas replaced", func() (bool, error) {

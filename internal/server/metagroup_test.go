@@ -49,7 +49,7 @@ func TestServerWithMetaReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { s.Close() }()
+	defer func() { closeT(t, s) }() // s is the last server started
 	if n := len(strings.Split(s.MetaAddr(), ",")); n != 3 {
 		t.Fatalf("meta address %q: want 3 members", s.MetaAddr())
 	}

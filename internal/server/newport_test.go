@@ -26,7 +26,7 @@ func TestDatanodesRestartedOnNewPorts(t *testing.T) {
 	s := startServer(t, dir, func(c *Config) {
 		c.Datanodes = 4
 	})
-	defer s.Close()
+	defer closeT(t, s)
 	kc := keyClient(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()

@@ -97,8 +97,11 @@ func TestRereplicationAfterLosingADatanode(t *testing.T) {
 
 	// Lose datanode 4 (data and log) before the cluster ever starts: it
 	// comes back empty, as a new node.
-	os.RemoveAll(filepath.Join(dir, "datanodes", "dn4"))
-	os.RemoveAll(filepath.Join(dir, "datanodes", "log", "dn4"))
+	for _, d := range []string{filepath.Join(dir, "datanodes", "dn4"), filepath.Join(dir, "datanodes", "log", "dn4")} {
+		if err := os.RemoveAll(d); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := os.WriteFile(arm, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +109,7 @@ func TestRereplicationAfterLosingADatanode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { s.Close() }()
+	defer func() { closeT(t, s) }() // s is the last server started
 	mc, cl := s.Meta(), s.Cluster()
 	idxByNode := func() map[uint64]int { // meta node ID → localcluster member
 		nodes, err := mc.Nodes(ctx)
@@ -162,7 +165,9 @@ func TestRereplicationAfterLosingADatanode(t *testing.T) {
 	if err := cl.Kill(srcIdx); err != nil {
 		t.Fatal(err)
 	}
-	os.Remove(fmt.Sprintf("%s.paused.%d.%d", arm, tgtPID, c1))
+	if err := os.Remove(fmt.Sprintf("%s.paused.%d.%d", arm, tgtPID, c1)); err != nil {
+		t.Fatal(err)
+	}
 	target := task.Target
 	waitFor(t, ctx, "the copy retried from another source", func() (bool, error) {
 		cs, err := mc.Containers(ctx)
@@ -246,7 +251,9 @@ func TestRereplicationAfterLosingADatanode(t *testing.T) {
 			t.Fatalf("container %d is reported by node %d while its copy is unfinished (replicas %v)", c.ID, victimNode, c.Replicas)
 		}
 	}
-	os.Remove(arm) // no more pauses: every paused copy resumes
+	if err := os.Remove(arm); err != nil { // no more pauses: every paused copy resumes
+		t.Fatal(err)
+	}
 
 	// 3. Replication restored.
 	var final *metaapi.ReplicationStatus
@@ -305,7 +312,7 @@ func TestRereplicationAfterLosingADatanode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer kc.Close()
+	defer closeT(t, kc)
 	keys := make([]metaapi.KeyInfo, g.Keys)
 	for k := range keys {
 		if keys[k], err = mc.GetKey(ctx, rrBucket, gen.KeyName(k)); err != nil {

@@ -54,7 +54,7 @@ func TestScrubberRepairsAndConfinesDamage(t *testing.T) {
 		c.Meta.ContainerSizeBytes = 2 << 20 // closes after ~9 keys of 200 KiB
 		c.DatanodeArgs = append(c.DatanodeArgs, "--scrub-rate", "100", "--scrub-interval", "200ms")
 	})
-	defer s.Close()
+	defer closeT(t, s)
 	kc := keyClient(t, s)
 	mc, cl := s.Meta(), s.Cluster()
 	const bucket, size = "scrubbed", 200 << 10
@@ -235,7 +235,7 @@ func TestReadThatMeetsDamageRepairsIt(t *testing.T) {
 		c.Meta.ContainerSizeBytes = 2 << 20
 		c.DatanodeArgs = append(c.DatanodeArgs, "--scrub-rate", "0")
 	})
-	defer s.Close()
+	defer closeT(t, s)
 	kc := keyClient(t, s)
 	mc, cl := s.Meta(), s.Cluster()
 	const bucket, size = "readdamage", 200 << 10

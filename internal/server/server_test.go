@@ -19,13 +19,18 @@ var spindleBin string
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
-func run(m *testing.M) int {
+func run(m *testing.M) (code int) {
 	dir, err := os.MkdirTemp("", "spindle-server-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			fmt.Fprintf(os.Stderr, "removing the test directory: %v\n", err)
+			code = max(code, 1)
+		}
+	}()
 	spindleBin = filepath.Join(dir, "spindle")
 	// go test puts its own GOROOT/bin first on the PATH of the tests.
 	// The tag compiles in the datanode's test hooks (the copy pause of
@@ -60,12 +65,12 @@ func TestServerStartsAndRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := s.Meta().CreateBucket(ctx, "photos"); err != nil {
-		s.Close()
+		closeT(t, s)
 		t.Fatal(err)
 	}
 	nodes, err := s.Meta().Nodes(ctx)
 	if err != nil || len(nodes) != 3 {
-		s.Close()
+		closeT(t, s)
 		t.Fatalf("nodes %v %v", nodes, err)
 	}
 	before, _ := s.Meta().Pipelines(ctx)
@@ -77,7 +82,7 @@ func TestServerStartsAndRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer closeT(t, s)
 	after, err := s.Meta().Nodes(ctx)
 	if err != nil || len(after) != 3 {
 		t.Fatalf("nodes after restart %v %v", after, err)

@@ -29,7 +29,11 @@ import (
 // without the right to mount, that run is skipped.
 func TestVolumeRemovedUnderARunningDatanode(t *testing.T) {
 	t.Run("rm -rf", func(t *testing.T) {
-		volumeLost(t, func(t *testing.T, dir string) { os.MkdirAll(dir, 0o755) }, func(t *testing.T, dir string) {
+		volumeLost(t, func(t *testing.T, dir string) {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, func(t *testing.T, dir string) {
 			if err := os.RemoveAll(dir); err != nil {
 				t.Fatal(err)
 			}
@@ -47,7 +51,9 @@ func TestVolumeRemovedUnderARunningDatanode(t *testing.T) {
 			mounted = true
 			t.Cleanup(func() {
 				if mounted {
-					exec.Command("umount", "-l", dir).Run()
+					if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
+						t.Errorf("umount %s: %v: %s", dir, err, out)
+					}
 				}
 			})
 		}, func(t *testing.T, dir string) {
@@ -79,7 +85,7 @@ func volumeLost(t *testing.T, setup, lose func(t *testing.T, dir string)) {
 			return nil
 		}
 	})
-	defer s.Close()
+	defer closeT(t, s)
 	kc := keyClient(t, s)
 	mc, cl := s.Meta(), s.Cluster()
 	const bucket, size, keys = "volumes", 200 << 10, 30

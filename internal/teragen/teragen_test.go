@@ -150,7 +150,9 @@ func TestChecksumAddsAndSummer(t *testing.T) {
 	for range 3000 * RowSize {
 		buf := make([]byte, 1+rng.IntN(700))
 		n, err := r.Read(buf)
-		s.Write(buf[:n])
+		if _, werr := s.Write(buf[:n]); werr != nil {
+			t.Fatal(werr)
+		}
 		if err == io.EOF {
 			break
 		}
@@ -159,7 +161,9 @@ func TestChecksumAddsAndSummer(t *testing.T) {
 	if err != nil || rows != 3000 || sum != all {
 		t.Fatalf("summer: %d rows, %d, %v; want 3000 rows, %d", rows, sum, err, all)
 	}
-	s.Write([]byte{1, 2, 3})
+	if _, err := s.Write([]byte{1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := s.Result(); !errors.Is(err, ErrPartialRow) {
 		t.Errorf("partial row: %v", err)
 	}
@@ -201,6 +205,8 @@ func BenchmarkReader(b *testing.B) {
 	buf := make([]byte, 4<<20)
 	b.SetBytes(int64(len(buf)))
 	for b.Loop() {
-		r.Read(buf)
+		if _, err := r.Read(buf); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
