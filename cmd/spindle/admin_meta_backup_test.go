@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/server"
 )
 
@@ -77,7 +79,7 @@ func TestAdminMetaBackupRestore(t *testing.T) {
 		t.Fatalf("cp -a: %v: %s", err, b)
 	}
 	s = start()
-	defer closeT(t, s)
+	defer testutil.CloseT(t, s)
 	t.Setenv("SPINDLE_META", s.MetaAddr())
 	for i := range keys {
 		if got, want := run("", "get", fmt.Sprintf("photos/k%02d", i)), strings.Repeat(fmt.Sprint(i), 1000+i); got != want {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
@@ -16,7 +18,7 @@ func TestAdminReplicationAndSafeMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeT(t, srv) })
+	t.Cleanup(func() { testutil.CloseT(t, srv) })
 	addr := srv.Addr()
 	run := func(args ...string) string {
 		t.Helper()

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/datanode"
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -81,7 +83,7 @@ func startLogged(t *testing.T) (srv *server.Server, dir string, logs *lockedBuff
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeT(t, s) })
+	t.Cleanup(func() { testutil.CloseT(t, s) })
 	return s, dir, logs
 }
 
@@ -336,7 +338,7 @@ func metricValue(t *testing.T, sec *tlsconf.Settings, url, sample string) int {
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
-	defer closeT(t, resp.Body)
+	defer testutil.CloseT(t, resp.Body)
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -451,7 +453,7 @@ func TestInsecureAdminTokenFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeT(t, srv) })
+	t.Cleanup(func() { testutil.CloseT(t, srv) })
 	base := []string{"--meta", srv.Addr(), "--insecure"}
 	if _, stderr, err := runIn(t, nil, append([]string{"bucket", "create", "bkt"}, base...)...); err != nil {
 		t.Fatalf("bucket create: %v: %s", err, stderr)

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spindle-store/spindle/internal/testutil"
 )
 
 // deployDir is the repository's deploy/, read by the tests as an operator
@@ -27,7 +29,7 @@ func readEnvFile(t *testing.T, path string) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, f)
+	defer testutil.CloseT(t, f)
 	env := map[string]string{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {

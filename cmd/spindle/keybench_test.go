@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/server"
 	"github.com/spindle-store/spindle/internal/teragen"
 )
@@ -33,7 +35,7 @@ func startTestServer(t *testing.T) *server.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeT(t, s) })
+	t.Cleanup(func() { testutil.CloseT(t, s) })
 	return s
 }
 

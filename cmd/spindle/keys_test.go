@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/spf13/cobra"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -15,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spindle-store/spindle/internal/testutil"
 
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/meta"
@@ -56,7 +58,7 @@ func startEmbedded(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeT(t, s) })
+	t.Cleanup(func() { testutil.CloseT(t, s) })
 	return s.MetaAddr()
 }
 
@@ -238,7 +240,7 @@ func TestPutWithoutPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeT(t, ms) })
+	t.Cleanup(func() { testutil.CloseT(t, ms) })
 	addr := ms.Addr()
 	if _, _, err := runIn(t, nil, "bucket", "create", "--meta", addr, "empty"); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/meta"
 )
 
@@ -35,7 +37,7 @@ func TestBenchMeta(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, s)
+	defer testutil.CloseT(t, s)
 	kl, err := s.List("bench-meta", meta.ListOptions{})
 	if err != nil || len(kl.Keys) != 40 {
 		t.Fatalf("the store holds %d keys (%v), want 40", len(kl.Keys), err)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/vfs"
 )
@@ -47,7 +49,7 @@ func TestReplicationFloorBoundsItsFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, f)
+	defer testutil.CloseT(t, f)
 	data := make([]byte, cfg.ChunkSizeBytes)
 	FillPseudoRandom(data, 3)
 	r := &floorReplica{cfg: &cfg, conn: b, file: f, fileMax: 16 << 10, sums: engine.ComputeChecksums(nil, data, cfg.BytesPerChecksum)}
@@ -62,7 +64,7 @@ func TestReplicationFloorBoundsItsFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	closeT(t, a)
+	testutil.CloseT(t, a)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +84,7 @@ func TestReplicationFloorReplicaChecksPieces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, f)
+	defer testutil.CloseT(t, f)
 	data := make([]byte, cfg.ChunkSizeBytes)
 	r := &floorReplica{cfg: &cfg, conn: b, file: f, fileMax: 1 << 20, sums: engine.ComputeChecksums(nil, data, cfg.BytesPerChecksum)}
 	done := make(chan error, 1)
@@ -117,7 +119,7 @@ func TestReplicationFloorRefusesBadConfigs(t *testing.T) {
 // the end of the test.
 func pipePair(t *testing.T) (net.Conn, net.Conn) {
 	a, b := net.Pipe()
-	t.Cleanup(func() { closeT(t, a); closeT(t, b) })
+	t.Cleanup(func() { testutil.CloseT(t, a); testutil.CloseT(t, b) })
 	return a, b
 }
 

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/engine"
 )
 
@@ -31,7 +33,7 @@ func BenchmarkFetch(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { closeT(b, e) })
+		b.Cleanup(func() { testutil.CloseT(b, e) })
 		return e
 	}
 	src := mk()

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/transport"
@@ -42,7 +44,7 @@ func openEngine(t *testing.T) *engine.Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeT(t, e) })
+	t.Cleanup(func() { testutil.CloseT(t, e) })
 	return e
 }
 
@@ -102,7 +104,7 @@ func bulkClosingDemux(t *testing.T, firstBytes time.Duration, maxPeeking int) *D
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := newDemux(ln, nil, func(c net.Conn) { closeT(t, c) }, firstBytes, maxPeeking)
+	d := newDemux(ln, nil, func(c net.Conn) { testutil.CloseT(t, c) }, firstBytes, maxPeeking)
 	t.Cleanup(func() { stopDemux(t, d, nil) })
 	return d
 }
@@ -202,7 +204,7 @@ func fakeSource(t *testing.T, e *engine.Engine, id uint64, mangle func([]byte) [
 		t.Fatal(err)
 	}
 	stream, err := io.ReadAll(c)
-	closeT(t, c)
+	testutil.CloseT(t, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +214,7 @@ func fakeSource(t *testing.T, e *engine.Engine, id uint64, mangle func([]byte) [
 	}
 	done := make(chan error, 1)
 	t.Cleanup(func() {
-		closeT(t, ln)
+		testutil.CloseT(t, ln)
 		if err := <-done; err != nil {
 			t.Errorf("fake source: %v", err)
 		}
@@ -282,7 +284,7 @@ func TestDemuxPassesDataPathConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, c)
+	defer testutil.CloseT(t, c)
 	var enc transport.Encoder
 	if err := enc.Append(&transport.GetBlock{RequestID: 1, ContainerID: 1, LocalID: 1}); err != nil {
 		t.Fatal(err)
@@ -300,7 +302,7 @@ func TestDemuxPassesDataPathConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, got)
+	defer testutil.CloseT(t, got)
 	if _, ok := got.(*net.TCPConn); !ok {
 		t.Fatalf("data-path connection came out as %T, want *net.TCPConn (writev and sendfile need it)", got)
 	}
@@ -428,7 +430,7 @@ func TestDemuxFirstBytesTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, silent)
+	defer testutil.CloseT(t, silent)
 	if err := silent.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil { // the test's own bound
 		t.Fatal(err)
 	}
@@ -440,7 +442,7 @@ func TestDemuxFirstBytesTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, c)
+	defer testutil.CloseT(t, c)
 	frame := []byte("data-path bytes")
 	if _, err := c.Write(frame); err != nil {
 		t.Fatal(err)
@@ -449,7 +451,7 @@ func TestDemuxFirstBytesTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, got)
+	defer testutil.CloseT(t, got)
 	time.Sleep(2 * timeout) // past the first bytes deadline, had it been left set
 	buf := make([]byte, len(frame))
 	if _, err := io.ReadFull(got, buf); err != nil || !bytes.Equal(buf, frame) {
@@ -483,13 +485,13 @@ func TestDemuxSurvivesEMFILE(t *testing.T) {
 	}
 	fl := &emfileListener{Listener: ln}
 	fl.failures.Store(3)
-	d := NewDemux(fl, nil, func(c net.Conn) { closeT(t, c) }, 0)
+	d := NewDemux(fl, nil, func(c net.Conn) { testutil.CloseT(t, c) }, 0)
 	defer stopDemux(t, d, nil)
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, c)
+	defer testutil.CloseT(t, c)
 	if _, err := c.Write([]byte{0, 0, 0, 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -497,7 +499,7 @@ func TestDemuxSurvivesEMFILE(t *testing.T) {
 	if err != nil {
 		t.Fatalf("accept after EMFILE: %v", err)
 	}
-	closeT(t, got)
+	testutil.CloseT(t, got)
 	if fl.failures.Load() >= 0 {
 		t.Fatalf("the injected failures were not all seen (%d left)", fl.failures.Load()+1)
 	}
@@ -623,7 +625,7 @@ func TestCopyOverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, c)
+	defer testutil.CloseT(t, c)
 	b := make([]byte, len("SWdata-path"))
 	_, err = io.ReadFull(c, b)
 	close(read)
@@ -673,7 +675,7 @@ func TestDemuxEvictsTheOldestSilentConnection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer closeT(t, c)
+		defer testutil.CloseT(t, c)
 		silent = append(silent, c)
 		for deadline := time.Now().Add(10 * time.Second); held() < i+1; time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {
@@ -685,7 +687,7 @@ func TestDemuxEvictsTheOldestSilentConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, c)
+	defer testutil.CloseT(t, c)
 	if _, err := c.Write([]byte("data-path bytes")); err != nil {
 		t.Fatal(err)
 	}
@@ -697,7 +699,7 @@ func TestDemuxEvictsTheOldestSilentConnection(t *testing.T) {
 	}()
 	select {
 	case got := <-accepted:
-		closeT(t, got)
+		testutil.CloseT(t, got)
 	case <-time.After(10 * time.Second): // the test's own bound
 		t.Fatal("a connection that sent at once was not served while silent ones held every slot")
 	}
@@ -725,7 +727,7 @@ func TestDemuxBoundsTheWaitForTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, c)
+	defer testutil.CloseT(t, c)
 	if _, err := c.Write([]byte("data-path bytes")); err != nil {
 		t.Fatal(err)
 	}

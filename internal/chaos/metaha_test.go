@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/anishathalye/porcupine"
 
 	"github.com/spindle-store/spindle/internal/keyclient"
@@ -67,7 +69,7 @@ func TestMetaHAAcceptance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, srv)
+	defer testutil.CloseT(t, srv)
 	addrs := strings.Split(srv.MetaAddr(), ",")
 	if _, err := srv.Meta().CreateBucket(ctx, "metaha"); err != nil {
 		t.Fatal(err)

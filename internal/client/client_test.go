@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/transport"
 )
@@ -85,7 +87,7 @@ func newFakePipelineConn(t *testing.T, n int, cc transport.ConnConfig) *fakePipe
 		go func() { served <- nd.srv.Serve(countingListener{l, &nd.conns}) }()
 		p.nodes = append(p.nodes, nd)
 		t.Cleanup(func() {
-			closeT(t, nd.srv) // a second Close (after kill) is nil
+			testutil.CloseT(t, nd.srv) // a second Close (after kill) is nil
 			if err := <-served; !errors.Is(err, transport.ErrServerClosed) {
 				t.Errorf("fake node %d: Serve: %v", i, err)
 			}
@@ -131,7 +133,7 @@ func (p *fakePipeline) setLeader(i int) {
 // kill closes node i's server: its connections break, dials are refused.
 func (p *fakePipeline) kill(i int) {
 	p.nodes[i].down.Store(true)
-	closeT(p.t, p.nodes[i].srv)
+	testutil.CloseT(p.t, p.nodes[i].srv)
 }
 
 func (nd *fakeNode) handle(ctx context.Context, c *transport.Conn, f transport.Frame) (transport.Message, []byte) {
@@ -259,7 +261,7 @@ func newTestClient(t *testing.T, addrs []string, o Options) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeT(t, c) })
+	t.Cleanup(func() { testutil.CloseT(t, c) })
 	return c
 }
 
@@ -685,7 +687,7 @@ func TestClosedClientRefuses(t *testing.T) {
 	if _, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	closeT(t, c)
+	testutil.CloseT(t, c)
 	if _, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 1, []byte("x")); !errors.Is(err, ErrClosed) {
 		t.Fatalf("err %v, want ErrClosed", err)
 	}
@@ -768,11 +770,11 @@ func frozenMember(t *testing.T) string {
 		}
 	}()
 	t.Cleanup(func() {
-		closeT(t, l)
+		testutil.CloseT(t, l)
 		mu.Lock()
 		defer mu.Unlock()
 		for _, c := range held {
-			closeT(t, c)
+			testutil.CloseT(t, c)
 		}
 	})
 	return l.Addr().String()

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/meta"
@@ -98,7 +100,7 @@ func TestRunWritesAReadableCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer closeT(t, e)
+		defer testutil.CloseT(t, e)
 		engines[i] = e
 		cs := e.ListContainers()
 		var ids []uint64
@@ -129,7 +131,7 @@ func TestRunWritesAReadableCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, s)
+	defer testutil.CloseT(t, s)
 	nodes, err := s.Nodes()
 	if err != nil || len(nodes.Nodes) != 4 {
 		t.Fatalf("nodes %+v %v", nodes, err)

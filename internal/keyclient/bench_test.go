@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/client"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/keyclient/fakemeta"
@@ -50,7 +52,7 @@ func BenchmarkPut(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer closeT(b, kc)
+			defer testutil.CloseT(b, kc)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			// One put to dial and find the leader, outside the timing.

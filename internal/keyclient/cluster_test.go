@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/client"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/keyclient"
@@ -115,7 +117,7 @@ func realSetup(t testing.TB, opts keyclient.Options, ps ...metaapi.Pipeline) (*k
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeT(t, kc) })
+	t.Cleanup(func() { testutil.CloseT(t, kc) })
 	return kc, meta
 }
 
@@ -185,7 +187,7 @@ func leaderOf(t *testing.T, cl *localcluster.Cluster) *localcluster.Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, c)
+	defer testutil.CloseT(t, c)
 	if _, err := c.WriteChunk(testCtx(t), client.BlockID{Container: 999, Local: uint64(time.Now().UnixNano())}, 0, []byte("probe")); err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +357,7 @@ func TestClusterGetOfAReplacedVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, kc)
+	defer testutil.CloseT(t, kc)
 	ctx := testCtx(t)
 	data := randomBytes(601, 5000)
 	if _, err := kc.Put(ctx, bkt, "k", bytes.NewReader(data), keyclient.PutOptions{}); err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/client"
 	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/engine"
@@ -105,7 +107,7 @@ func newFakePipeline(t *testing.T, id uint64, members int) *fakePipeline {
 		p.addrs = append(p.addrs, l.Addr().String())
 		p.srvs = append(p.srvs, srv)
 		t.Cleanup(func() {
-			closeT(t, srv) // a second Close (a test stopped it) is nil
+			testutil.CloseT(t, srv) // a second Close (a test stopped it) is nil
 			if err := <-served; !errors.Is(err, transport.ErrServerClosed) {
 				t.Errorf("fake datanode %d: Serve: %v", i, err)
 			}

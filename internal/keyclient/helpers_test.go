@@ -2,21 +2,11 @@ package keyclient_test
 
 import (
 	"errors"
-	"io"
 	"net"
 	"os"
 	"syscall"
 	"testing"
 )
-
-// closeT closes what a test is done with and fails the test on a Close
-// error, but net.ErrClosed: one closed already.
-func closeT(t testing.TB, c io.Closer) {
-	t.Helper()
-	if err := c.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-		t.Errorf("close: %v", err)
-	}
-}
 
 // connGone says whether err is that of a write to a connection closed
 // meanwhile, by either end (a client that gave up on its answer, a fake

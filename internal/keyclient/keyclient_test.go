@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/client"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/keyclient/fakemeta"
@@ -59,7 +61,7 @@ func setup(t *testing.T, opts keyclient.Options, pipes ...*fakePipeline) (*keycl
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeT(t, kc) })
+	t.Cleanup(func() { testutil.CloseT(t, kc) })
 	return kc, meta
 }
 
@@ -456,7 +458,7 @@ func TestPutWaitsForAPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, kc)
+	defer testutil.CloseT(t, kc)
 	ctx := testCtx(t)
 	data := randomBytes(3, fChunk)
 	if _, err := kc.Put(ctx, bkt, "late", bytes.NewReader(data), keyclient.PutOptions{}); err != nil {
@@ -475,7 +477,7 @@ func TestPutWaitsForAPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, kc2)
+	defer testutil.CloseT(t, kc2)
 	if _, err := kc2.Put(ctx, bkt, "late", bytes.NewReader(data), keyclient.PutOptions{}); !errors.Is(err, metaapi.ErrNoPipeline) || meta2.calls != 1 {
 		t.Fatalf("put without waiting: %v after %d allocations, want ErrNoPipeline after 1", err, meta2.calls)
 	}
@@ -618,7 +620,7 @@ func TestGetReadsAnotherReplica(t *testing.T) {
 	}
 	// A replica that is down: the others serve.
 	p.set(func() { clear(p.corrupt) })
-	closeT(t, p.srvs[0])
+	testutil.CloseT(t, p.srvs[0])
 	mustGet(t, ctx, kc, "k", data)
 }
 
@@ -643,7 +645,7 @@ func TestGetChecksWholeValueCRC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, bad)
+	defer testutil.CloseT(t, bad)
 	if _, err := bad.Get(ctx, bkt, "k", io.Discard, keyclient.GetOptions{}); !errors.Is(err, keyclient.ErrCorrupt) {
 		t.Fatalf("get with a wrong crc32c: %v; want ErrCorrupt", err)
 	}

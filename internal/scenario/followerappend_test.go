@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
@@ -299,7 +301,7 @@ func runFakeLeader(t *testing.T, cfg leaderConfig, f *fakeFollower) (leaderStats
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, fln)
+	defer testutil.CloseT(t, fln)
 	f.ln, f.leaderAddr = fln, ln.Addr().String()
 	f.final = faSnapIndex + uint64(cfg.appendEntries())
 	ferr := make(chan error, 1)

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
@@ -87,7 +89,7 @@ func TestS3BenchClientReceiveBuffer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, ln)
+	defer testutil.CloseT(t, ln)
 	accepted := make(chan error, 1) // the server side's Accept or Close error
 	go func() {
 		c, err := ln.Accept()
@@ -105,7 +107,7 @@ func TestS3BenchClientReceiveBuffer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, conn)
+	defer testutil.CloseT(t, conn)
 	if err := <-accepted; err != nil {
 		t.Errorf("server side: %v", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
@@ -34,7 +36,7 @@ func TestDecommissionAndMaintenance(t *testing.T) {
 		c.Meta.StaleAfter = time.Second
 		c.Meta.DeadAfter = 3 * time.Second
 	})
-	defer closeT(t, s)
+	defer testutil.CloseT(t, s)
 	kc := keyClient(t, s)
 	mc, cl := s.Meta(), s.Cluster()
 	const bucket, size, keys = "decom", 200 << 10, 40

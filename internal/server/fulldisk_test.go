@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/spindle-store/spindle/internal/keyclient"
@@ -56,7 +58,7 @@ func fullDatanode(t *testing.T, minAvailableBytes uint64) {
 		c.Datanodes = 5
 		c.Meta.MinAvailableBytes = minAvailableBytes
 	})
-	defer closeT(t, s)
+	defer testutil.CloseT(t, s)
 	kc := keyClient(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

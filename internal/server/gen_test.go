@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/gen"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -49,7 +51,7 @@ func TestServerStartsOnGeneratedData(t *testing.T) {
 	}
 
 	s := startServer(t, dir, func(c *Config) { c.Datanodes = datanodes })
-	defer closeT(t, s)
+	defer testutil.CloseT(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// Bounded wait until every datanode has replaced its placeholder
@@ -79,7 +81,7 @@ func TestServerStartsOnGeneratedData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, kc)
+	defer testutil.CloseT(t, kc)
 	var listed int
 	if err := kc.List(ctx, gen.DefaultBucket, "", func(metaapi.KeyInfo) error { listed++; return nil }); err != nil {
 		t.Fatal(err)

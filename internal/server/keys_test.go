@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/client"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -40,7 +42,7 @@ func keyClient(t *testing.T, s *Server) *keyclient.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeT(t, kc) })
+	t.Cleanup(func() { testutil.CloseT(t, kc) })
 	return kc
 }
 
@@ -84,23 +86,23 @@ func TestKeysThroughTheEmbeddedCluster(t *testing.T) {
 	// service (they registered in the order they started: issue 18).
 	nodes, err := s.Meta().Nodes(ctx)
 	if err != nil {
-		closeT(t, s)
+		testutil.CloseT(t, s)
 		t.Fatal(err)
 	}
 	for _, n := range s.cluster.Nodes() {
 		if i := slices.IndexFunc(nodes, func(ni metaapi.NodeInfo) bool { return ni.Addr == n.Addr }); i < 0 || nodes[i].NodeID != uint64(n.ID) {
-			closeT(t, s)
+			testutil.CloseT(t, s)
 			t.Fatalf("dn%d at %s: the meta service lists %+v", n.ID, n.Addr, nodes)
 		}
 	}
 	if _, err := kc.CreateBucket(ctx, "data"); err != nil {
-		closeT(t, s)
+		testutil.CloseT(t, s)
 		t.Fatal(err)
 	}
 	sizes := []int{0, 1, testChunk - 1, testChunk, testBlock, testBlock + 1, 3*testBlock + 12345}
 	for i, n := range sizes {
 		if _, err := kc.Put(ctx, "data", fmt.Sprintf("k/%d", n), bytes.NewReader(value(i, n)), keyclient.PutOptions{}); err != nil {
-			closeT(t, s)
+			testutil.CloseT(t, s)
 			t.Fatalf("put %d bytes: %v", n, err)
 		}
 	}
@@ -131,7 +133,7 @@ func TestKeysThroughTheEmbeddedCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = startServer(t, dir)
-	defer closeT(t, s)
+	defer testutil.CloseT(t, s)
 	check(keyClient(t, s))
 }
 
@@ -164,7 +166,7 @@ func TestDatanodeKilledDuringPut(t *testing.T) {
 		c.Meta.StaleAfter = 1 * time.Second
 		c.Meta.DeadAfter = 3 * time.Second
 	})
-	defer closeT(t, s)
+	defer testutil.CloseT(t, s)
 	kc := keyClient(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()

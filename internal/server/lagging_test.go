@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -34,7 +36,7 @@ func TestFollowerBackAfterTheLogMovedOn(t *testing.T) {
 			AllocationGrace: 3 * time.Second}
 		c.DatanodeArgs = append(c.DatanodeArgs, "--retain-entries", "10", "--max-retain-entries", "50")
 	})
-	defer closeT(t, s)
+	defer testutil.CloseT(t, s)
 	kc := keyClient(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
@@ -49,7 +51,7 @@ func TestServerWithMetaReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { closeT(t, s) }() // s is the last server started
+	defer func() { testutil.CloseT(t, s) }() // s is the last server started
 	if n := len(strings.Split(s.MetaAddr(), ",")); n != 3 {
 		t.Fatalf("meta address %q: want 3 members", s.MetaAddr())
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/keyclient"
 )
 
@@ -26,7 +28,7 @@ func TestDatanodesRestartedOnNewPorts(t *testing.T) {
 	s := startServer(t, dir, func(c *Config) {
 		c.Datanodes = 4
 	})
-	defer closeT(t, s)
+	defer testutil.CloseT(t, s)
 	kc := keyClient(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()

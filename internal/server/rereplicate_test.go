@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/gen"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/meta"
@@ -109,7 +111,7 @@ func TestRereplicationAfterLosingADatanode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { closeT(t, s) }() // s is the last server started
+	defer func() { testutil.CloseT(t, s) }() // s is the last server started
 	mc, cl := s.Meta(), s.Cluster()
 	idxByNode := func() map[uint64]int { // meta node ID → localcluster member
 		nodes, err := mc.Nodes(ctx)
@@ -312,7 +314,7 @@ func TestRereplicationAfterLosingADatanode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, kc)
+	defer testutil.CloseT(t, kc)
 	keys := make([]metaapi.KeyInfo, g.Keys)
 	for k := range keys {
 		if keys[k], err = mc.GetKey(ctx, rrBucket, gen.KeyName(k)); err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -54,7 +56,7 @@ func TestScrubberRepairsAndConfinesDamage(t *testing.T) {
 		c.Meta.ContainerSizeBytes = 2 << 20 // closes after ~9 keys of 200 KiB
 		c.DatanodeArgs = append(c.DatanodeArgs, "--scrub-rate", "100", "--scrub-interval", "200ms")
 	})
-	defer closeT(t, s)
+	defer testutil.CloseT(t, s)
 	kc := keyClient(t, s)
 	mc, cl := s.Meta(), s.Cluster()
 	const bucket, size = "scrubbed", 200 << 10
@@ -235,7 +237,7 @@ func TestReadThatMeetsDamageRepairsIt(t *testing.T) {
 		c.Meta.ContainerSizeBytes = 2 << 20
 		c.DatanodeArgs = append(c.DatanodeArgs, "--scrub-rate", "0")
 	})
-	defer closeT(t, s)
+	defer testutil.CloseT(t, s)
 	kc := keyClient(t, s)
 	mc, cl := s.Meta(), s.Cluster()
 	const bucket, size = "readdamage", 200 << 10

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/meta"
 )
 
@@ -65,12 +67,12 @@ func TestServerStartsAndRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := s.Meta().CreateBucket(ctx, "photos"); err != nil {
-		closeT(t, s)
+		testutil.CloseT(t, s)
 		t.Fatal(err)
 	}
 	nodes, err := s.Meta().Nodes(ctx)
 	if err != nil || len(nodes) != 3 {
-		closeT(t, s)
+		testutil.CloseT(t, s)
 		t.Fatalf("nodes %v %v", nodes, err)
 	}
 	before, _ := s.Meta().Pipelines(ctx)
@@ -82,7 +84,7 @@ func TestServerStartsAndRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, s)
+	defer testutil.CloseT(t, s)
 	after, err := s.Meta().Nodes(ctx)
 	if err != nil || len(after) != 3 {
 		t.Fatalf("nodes after restart %v %v", after, err)

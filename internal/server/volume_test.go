@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/testutil"
+
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
@@ -85,7 +87,7 @@ func volumeLost(t *testing.T, setup, lose func(t *testing.T, dir string)) {
 			return nil
 		}
 	})
-	defer closeT(t, s)
+	defer testutil.CloseT(t, s)
 	kc := keyClient(t, s)
 	mc, cl := s.Meta(), s.Cluster()
 	const bucket, size, keys = "volumes", 200 << 10, 30

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/spindle-store/spindle/internal/testutil"
 )
 
 // EnsureLocal makes the CA and a pair per role once (keys 0600); a later
@@ -55,7 +57,7 @@ func TestEnsureLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeT(t, ln)
+	defer testutil.CloseT(t, ln)
 	served := make(chan error, 1)
 	go func() {
 		c, err := ln.Accept()
@@ -82,7 +84,7 @@ func TestEnsureLocal(t *testing.T) {
 	if err := <-served; err != nil { // before the client's Close: its close_notify then finds the client there
 		t.Fatalf("server: %v", err)
 	}
-	closeT(t, c)
+	testutil.CloseT(t, c)
 	var plain *Settings
 	if plain.Enabled() || plain.Mode() != ModeInsecure || plain.Scheme() != "http" || plain.Listener(ln) != ln || !(Files{}).IsZero() {
 		t.Fatal("nil Settings is not plaintext")

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/spindle-store/spindle/internal/testutil"
 )
 
 // countingConn counts the writes and reads that reach the socket.
@@ -60,7 +62,7 @@ func tlsPair(t *testing.T) (cli, srv *tls.Conn, cliCount, srvCount *countingConn
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeT(t, l) })
+	t.Cleanup(func() { testutil.CloseT(t, l) })
 	srvCount = &countingConn{}
 	accepted := make(chan *tls.Conn, 1)
 	var acceptErr error // set before accepted is closed
@@ -94,7 +96,7 @@ func tlsPair(t *testing.T) (cli, srv *tls.Conn, cliCount, srvCount *countingConn
 		t.Fatalf("server handshake failed: %v", acceptErr)
 	}
 	cli = c.(*tls.Conn)
-	t.Cleanup(func() { closeT(t, cli); closeT(t, srv) })
+	t.Cleanup(func() { testutil.CloseT(t, cli); testutil.CloseT(t, srv) })
 	return cli, srv, cliCount, srvCount
 }
 

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spindle-store/spindle/internal/testutil"
 )
 
 // pki is a CA in a temporary directory with helpers to issue pairs.
@@ -62,7 +64,7 @@ func serve(t *testing.T, cfg *tls.Config) (string, <-chan string) {
 		t.Fatal(err)
 	}
 	stopped := make(chan struct{})
-	t.Cleanup(func() { closeT(t, ln); <-stopped }) // no t.Errorf from the loop after its test
+	t.Cleanup(func() { testutil.CloseT(t, ln); <-stopped }) // no t.Errorf from the loop after its test
 	seen := make(chan string, 16)
 	go func() {
 		defer close(stopped)
@@ -77,7 +79,7 @@ func serve(t *testing.T, cfg *tls.Config) (string, <-chan string) {
 			}
 			if err := tc.Handshake(); err != nil {
 				seen <- "refused: " + err.Error()
-				closeT(t, tc)
+				testutil.CloseT(t, tc)
 				continue
 			}
 			name, role, err := PeerIdentity(tc.ConnectionState())
@@ -89,7 +91,7 @@ func serve(t *testing.T, cfg *tls.Config) (string, <-chan string) {
 			if _, err := tc.Write([]byte("ok")); err != nil {
 				t.Errorf("serve: write: %v", err)
 			}
-			closeT(t, tc)
+			testutil.CloseT(t, tc)
 		}
 	}()
 	return ln.Addr().String(), seen
