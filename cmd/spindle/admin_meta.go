@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
@@ -47,11 +48,11 @@ func newAdminMetaCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 		Annotations: map[string]string{runsAlone: "true"},
 		Use:         "meta [backup DIR | add ID=ADDR | remove ID]",
 		Short:       "The meta service's members: leader, role, term, applied and commit index, last snapshot of each (asks every --meta address)",
-		Args:        exactArgs(0),
+		Args:        cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			addrs := metaapi.SplitAddrs(env.meta)
 			if len(addrs) == 0 {
-				return usageErr(errors.New("--meta: no address"))
+				return cli.UsageErr(errors.New("--meta: no address"))
 			}
 			v := metaGroupView{Members: make([]metaMemberView, len(addrs))}
 			for i, a := range addrs {
@@ -115,7 +116,7 @@ and returns once the leader applied the change. A leader that removes
 itself steps down and another member is elected. Stop the removed member's
 process afterwards, and drop its address from every --meta list. One
 change at a time; removing a member that is not one succeeds.`,
-		Args: exactArgs(1),
+		Args: cli.ExactArgs(1),
 	}
 	if add {
 		cmd.Use = "add ID=ADDR"
@@ -139,13 +140,13 @@ lost rejoins this way under a new ID (after remove of the old one).`
 			ch.Op = "add"
 			id, addr, ok := strings.Cut(args[0], "=")
 			if !ok || addr == "" {
-				return usageErr(fmt.Errorf("%q: want ID=HOST:PORT", args[0]))
+				return cli.UsageErr(fmt.Errorf("%q: want ID=HOST:PORT", args[0]))
 			}
 			idArg, ch.Addr = id, addr
 		}
 		id, err := strconv.ParseUint(idArg, 10, 64)
 		if err != nil || id == 0 {
-			return usageErr(fmt.Errorf("member ID %q: want a number ≥ 1", idArg))
+			return cli.UsageErr(fmt.Errorf("member ID %q: want a number ≥ 1", idArg))
 		}
 		ch.ID = id
 		mc, err := env.metaClient()
@@ -154,7 +155,7 @@ lost rejoins this way under a new ID (after remove of the old one).`
 		}
 		st, err := mc.ChangeMembers(cmd.Context(), ch)
 		if err != nil {
-			return keyExit(fmt.Errorf("admin meta %s %s: %w", ch.Op, args[0], err), "", "")
+			return cli.KeyExit(fmt.Errorf("admin meta %s %s: %w", ch.Op, args[0], err), "", "")
 		}
 		out := cmd.OutOrStdout()
 		if *asJSON {
@@ -199,11 +200,11 @@ serving) and writes it into DIR, which must not exist. DIR appears only once
 the whole snapshot is written and fsynced. DIR is a meta store directory:
 to restore, stop the meta service and start it with --dir DIR, or copy DIR
 over its --dir (see docs/OPERATIONS.md, "Backup and restore").`,
-		Args: exactArgs(1),
+		Args: cli.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := args[0]
 			if _, err := os.Lstat(dir); err == nil {
-				return usageErr(fmt.Errorf("%s exists: a backup goes into a new directory", dir))
+				return cli.UsageErr(fmt.Errorf("%s exists: a backup goes into a new directory", dir))
 			} else if !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
@@ -214,12 +215,12 @@ over its --dir (see docs/OPERATIONS.md, "Backup and restore").`,
 			start := time.Now()
 			body, err := mc.Backup(cmd.Context())
 			if err != nil {
-				return keyExit(err, "", "")
+				return cli.KeyExit(err, "", "")
 			}
 			defer closeQuietly(body) // read to its end: UnpackBackup's error is the one
 			files, n, err := meta.UnpackBackup(body, dir)
 			if err != nil {
-				return keyExit(fmt.Errorf("backup of the meta service at %s into %s: %w", mc.Addr(), dir, err), "", "")
+				return cli.KeyExit(fmt.Errorf("backup of the meta service at %s into %s: %w", mc.Addr(), dir, err), "", "")
 			}
 			return printf(cmd.OutOrStdout(), "%s\t%d files\t%s\tin %.2fs\tfrom meta %s\n", dir, files, units.FormatBytes(n), time.Since(start).Seconds(), mc.Addr())
 		},
