@@ -56,6 +56,9 @@ func Open(cfg state.Config) (*Service, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "meta")
+	if err := loadKEK(&cfg, log); err != nil {
+		return nil, err
+	}
 	db, err := state.OpenStore(cfg.FS, cfg.Dir, log)
 	if err != nil {
 		return nil, fmt.Errorf("meta: %w", err)
