@@ -207,7 +207,8 @@ func create(fs vfs.FS, path string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	tmp := path + ".new"
+	// A name of its own: members of a group started together may race.
+	tmp := fmt.Sprintf("%s.new-%x", path, NewKey()[:8])
 	if err := vfs.WriteFileAtomicPerm(fs, tmp, b, 0o600); err != nil {
 		return false, fmt.Errorf("kek: %w", err)
 	}
