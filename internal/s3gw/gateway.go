@@ -92,6 +92,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer func() { _ = kc.Close() }() // always nil (keyclient.Client.Close)
 	iam := NewIAM(mc)
+	defer func() { _ = iam.Shutdown() }() // always nil; embedgw shuts it down too
 	v2 := &sigV2{access: cfg.AccessKey, secret: cfg.SecretKey, iam: iam, region: cfg.Region, now: time.Now}
 	cfg.Logger.Info("s3 gateway listening", "addr", cfg.Listen, "https", cfg.CertFile != "", "meta", cfg.Meta, "cluster_tls", cfg.TLS.Mode(), "region", cfg.Region, "domain", cfg.Domain)
 	if cfg.CertFile == "" {
