@@ -24,7 +24,7 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
-// TestReadmeS3SectionsLeaveOneRoot (issue 33 item 5): the README's first
+// TestS3RootAfterReadmeSections (issue 33 item 5): the README's first
 // section (spindle server: an S3 root key generated) then its S3 section
 // (the same server restarted with SPINDLE_S3_ACCESS_KEY and
 // SPINDLE_S3_SECRET_KEY) leave one user root, of the given key, listed by
@@ -33,7 +33,7 @@ import (
 // (AccessDenied) and the given one was listed nowhere: fails without
 // setting the root user's keys (checked: root listed with the generated
 // key).
-func TestReadmeS3SectionsLeaveOneRoot(t *testing.T) {
+func TestS3RootAfterReadmeSections(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts spindle server twice")
 	}

@@ -17,6 +17,11 @@
 // data (the record's identity, e.g. "s3-user/NAME") binds a sealed value
 // to its record: moved to another record, it does not open.
 //
+// In the meta service the keyring is state.Config.KEK (loaded by Open):
+// a record kind that keeps a secret seals it with Seal, its identity as
+// associated data, opens it with Open, and adds its re-sealing to the
+// rotation (package meta, Service.resealers).
+//
 // Concurrency: a Keyring is safe for concurrent use. Open rereads the
 // file once when it meets an unknown key ID (a keyring copied in by the
 // operator after a rotation elsewhere is taken without a restart).

@@ -86,13 +86,23 @@ func (s *Service) RotateKEK(ctx context.Context) (*credapi.KEKRotation, error) {
 		return nil, fmt.Errorf("%w: nothing re-sealed: every member must hold key %s first (copy the keyring to it): %s",
 			metaapi.ErrInvalid, self.Current, strings.Join(missing, "; "))
 	}
-	n, err := s.ResealUsers()
-	rot.Resealed = n
-	if err != nil {
-		return nil, err
+	for _, reseal := range s.resealers() {
+		n, err := reseal()
+		rot.Resealed += n
+		if err != nil {
+			return nil, err
+		}
 	}
-	s.Log.Info("key encryption key rotated", "key_id", rot.KeyID, "resealed", n, "members", len(rot.Members))
+	s.Log.Info("key encryption key rotated", "key_id", rot.KeyID, "resealed", rot.Resealed, "members", len(rot.Members))
 	return rot, nil
+}
+
+// resealers re-seal each kind of sealed record under the KEK's current
+// key, returning how many they sealed anew: every kind of record that
+// holds a secret sealed with s.Cfg.KEK (S3 users; a token-signing key)
+// adds its own here, so that a rotation leaves nothing under an old key.
+func (s *Service) resealers() []func() (int, error) {
+	return []func() (int, error){s.ResealUsers}
 }
 
 // peerKEK asks member m for its keyring.

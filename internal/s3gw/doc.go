@@ -18,7 +18,10 @@
 //   - IAM (iam.go): versitygw's auth.IAMService over the meta service's S3
 //     users. The root user (Config.AccessKey/SecretKey) has full access;
 //     other users reach the buckets they own (ACLs versitygw evaluates,
-//     stored with the bucket in the meta service).
+//     stored with the bucket in the meta service). An identity cache keeps
+//     the users seen, renewed in the background (a change applies within
+//     IdentityFresh and a renewal), served up to IdentityStale old while
+//     the meta service does not answer.
 //
 // Replacing the front end means rewriting Backend and IAM against another
 // library; the meta service's S3 API (metaapi/s3.go) stays.
