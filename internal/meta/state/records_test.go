@@ -33,6 +33,7 @@ func sampleRecords() []struct {
 	s3bkt := BucketRecord{Created: t0, Keys: 1, Bytes: 5, Owner: "AKIAOWNER0000000001", ACL: `{"Owner":"AKIAOWNER0000000001"}`}
 	s3key := KeyRecord{Size: 300, CRC32C: 7, Created: t0, Blocks: []StoredBlock{{5, 1, 2, 300}}, Object: om}
 	user := UserRecord{Created: t0, AccessKey: "AKIAOWNER0000000001", SecretKey: "secret-0123456789"}
+	sealedUser := UserRecord{Created: t0, AccessKey: "minioadmin", Sealed: bytes.Repeat([]byte{0xa5}, 10+29)}
 	upload := UploadRecord{Initiated: t0, Owner: "AKIAOWNER0000000001", Object: &metaapi.ObjectMeta{ContentType: "video/mp4"}}
 	inl := KeyRecord{Size: 5, CRC32C: 0x9a71bb4c, Created: t0, Inline: []byte("hello")}
 	s3inl := KeyRecord{Size: 3, CRC32C: 7, Created: t0, Inline: []byte("abc"), Object: om}
@@ -54,6 +55,7 @@ func sampleRecords() []struct {
 		{"s3 bucket", s3bkt.Encode(), func(v []byte) (any, error) { return DecodeBucket(v) }, s3bkt},
 		{"s3 key", s3key.Encode(), func(v []byte) (any, error) { return DecodeKey(v) }, s3key},
 		{"user", user.Encode(), func(v []byte) (any, error) { return DecodeUser(v) }, user},
+		{"sealed user", sealedUser.Encode(), func(v []byte) (any, error) { return DecodeUser(v) }, sealedUser},
 		{"upload", upload.Encode(), func(v []byte) (any, error) { return DecodeUpload(v) }, upload},
 		{"part", part.Encode(), func(v []byte) (any, error) { return DecodePart(v) }, part},
 		{"inline key", inl.Encode(), func(v []byte) (any, error) { return DecodeKey(v) }, inl},
@@ -193,4 +195,17 @@ func FuzzDecodeRecords(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestUserRecordHoldsOneSecret: a user record holds its secret sealed or
+// (written before sealing) in plaintext, never both, never neither.
+func TestUserRecordHoldsOneSecret(t *testing.T) {
+	for _, u := range []UserRecord{
+		{AccessKey: "minioadmin", SecretKey: "plain-secret", Sealed: []byte("sealed-secret-bytes")},
+		{AccessKey: "minioadmin"},
+	} {
+		if _, err := DecodeUser(u.Encode()); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("user record %+v: %v, want ErrCorrupt", u, err)
+		}
+	}
 }
