@@ -114,6 +114,7 @@ var routeAccess = map[string]accessClass{
 	"list_uploads":     accessGateway,
 
 	"meta_raft":     accessMetaPeer,
+	"meta_demote":   accessMetaPeer,
 	"meta_snapshot": accessMetaPeer,
 
 	"create_join_token": accessAdmin,
