@@ -98,7 +98,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.CertFile == "" {
 		cfg.Logger.Warn("s3 gateway serving plain HTTP (--insecure): requests and data travel unencrypted", "addr", cfg.Listen)
 	}
-	err = embedgw.RunVersityGW(ctx, NewBackend(mc, kc, cfg.Region, pc), &embedgw.Config{
+	be := NewBackend(mc, kc, cfg.Region, pc)
+	err = embedgw.RunVersityGW(ctx, be, &embedgw.Config{
 		RootUserAccess:    cfg.AccessKey,
 		RootUserSecret:    cfg.SecretKey,
 		Region:            cfg.Region,
@@ -110,7 +111,7 @@ func Run(ctx context.Context, cfg Config) error {
 		MultipartMaxParts: metaapi.MaxParts,
 		VirtualDomain:     cfg.Domain,
 		IAMService:        iam,
-		S3Options:         []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error { noteEncodingType(c); return v2.handle(c) })},
+		S3Options:         []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error { noteEncodingType(c); be.anonymousRead(c, cfg.Domain); return v2.handle(c) })},
 		KeepAlive:         true,
 		Quiet:             true,
 	})
