@@ -37,14 +37,10 @@ func (p *perms) anonymousRead(c fiber.Ctx, domain string) {
 	if c.Get("Authorization") != "" || (domain != "" && strings.HasSuffix(c.Hostname(), "."+domain)) {
 		return
 	}
-	unsafe := false
-	c.Request().URI().QueryArgs().VisitAll(func(k, _ []byte) {
+	for k := range c.Request().URI().QueryArgs().All() {
 		if !publicReadQuery[string(k)] {
-			unsafe = true // presigned (X-Amz-*), or a subresource
+			return // presigned (X-Amz-*), or a subresource
 		}
-	})
-	if unsafe {
-		return
 	}
 	path, err := url.PathUnescape(string(c.Request().URI().PathOriginal()))
 	if err != nil {

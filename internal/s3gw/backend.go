@@ -27,7 +27,7 @@ import (
 // Backend is versitygw's backend.Backend over Spindle (see the package
 // comment). Operations it does not implement answer NotImplemented.
 type Backend struct {
-	perms // bucket ACLs, policies, ownership, object ACLs (perms.go)
+	perms  // bucket ACLs, policies, ownership, object ACLs (perms.go)
 	meta   *metaapi.Client
 	kc     *keyclient.Client
 	region string
