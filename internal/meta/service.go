@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/spindle-store/spindle/internal/meta/authz"
 	"github.com/spindle-store/spindle/internal/meta/cluster"
 	"github.com/spindle-store/spindle/internal/meta/namespace"
 	"github.com/spindle-store/spindle/internal/meta/raftgroup"
@@ -32,6 +33,7 @@ type Service struct {
 	rep    *raftgroup.Member
 	joins  joinTokens // join.go
 	bodies *bodyGate  // admission.go
+	acc    access     // access.go: grants, audit log
 }
 
 // compose builds the concerns over st.
@@ -67,6 +69,9 @@ func Open(cfg state.Config) (*Service, error) {
 	if err := s.Load(); err != nil {
 		return nil, errors.Join(fmt.Errorf("meta: load %s: %w", cfg.Dir, err), db.Close())
 	}
+	if err := authz.Validate(s.State); err != nil { // access.go
+		return nil, errors.Join(fmt.Errorf("meta: load %s: grants: %w", cfg.Dir, err), db.Close())
+	}
 	if len(cfg.Peers) > 0 {
 		if s.rep, err = raftgroup.OpenMember(s.State, db); err != nil {
 			return nil, errors.Join(err, db.Close())
@@ -77,6 +82,9 @@ func Open(cfg state.Config) (*Service, error) {
 		s.InitMemory()
 	}
 	s.Metrics = newMetrics(s)
+	if err := s.openAccess(); err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
 	if s.rep != nil {
 		s.rep.Start()
 	}
@@ -87,10 +95,10 @@ func Open(cfg state.Config) (*Service, error) {
 
 // Close closes the store. Requests after Close fail with ErrUnavailable.
 func (s *Service) Close() error {
-	var rerr error
+	rerr := s.acc.audit.Close()
 	if s.rep != nil {
 		// Before s.mu: the raft goroutine takes it.
-		rerr = s.rep.Close()
+		rerr = errors.Join(rerr, s.rep.Close())
 	}
 	s.Mu.Lock()
 	defer s.Mu.Unlock()
