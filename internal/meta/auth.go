@@ -172,14 +172,14 @@ func (s *Service) guard(route string, h http.Handler) http.Handler {
 			s.Log.Warn("request refused", "audit", class.audit, "route", route, "method", r.Method, "path", r.URL.EscapedPath(),
 				"caller", p.String(), "remote", r.RemoteAddr, "reason", why)
 			s.Metrics.Refused.WithLabelValues(route).Inc()
-			s.record(authz.Identity{Peer: p, Remote: r.RemoteAddr, Open: !tlsOn}, route, "", "", fmt.Errorf("%w: %s", metaapi.ErrForbidden, why), r.URL.EscapedPath())
+			s.gate.Record(authz.Identity{Peer: p, Remote: r.RemoteAddr, Open: !tlsOn}, route, "", "", fmt.Errorf("%w: %s", metaapi.ErrForbidden, why), r.URL.EscapedPath())
 			metaapi.WriteError(w, http.StatusForbidden, metaapi.CodeForbidden, "forbidden: "+why)
 			return
 		}
 		if class.audit {
 			s.Log.Info("audit: allowed", "route", route, "method", r.Method, "path", r.URL.EscapedPath(),
 				"caller", p.String(), "remote", r.RemoteAddr)
-			s.acc.audit.Record(audit.Event{Who: authz.Identity{Peer: p, Open: !tlsOn}.Who(), Role: string(p.Role), Remote: r.RemoteAddr,
+			s.gate.Audit(audit.Event{Who: authz.Identity{Peer: p, Open: !tlsOn}.Who(), Role: string(p.Role), Remote: r.RemoteAddr,
 				Action: route, Outcome: "allowed", Detail: r.Method + " " + r.URL.EscapedPath()})
 		}
 		h.ServeHTTP(w, r)

@@ -44,7 +44,7 @@ func (s *Service) Handler() http.Handler {
 		return resp, http.StatusOK, err
 	})
 	route("PUT /v1/buckets/{bucket}", "create_bucket", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
-		b, err := s.createBucket(r, r.PathValue("bucket")) // access.go: owned by the caller
+		b, err := s.gate.CreateBucket(r, r.PathValue("bucket")) // owned by the caller
 		return b, http.StatusCreated, err
 	})
 	route("GET /v1/buckets", "list_buckets", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -53,11 +53,11 @@ func (s *Service) Handler() http.Handler {
 	})
 	route("DELETE /v1/buckets/{bucket}", "delete_bucket", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		bucket := r.PathValue("bucket")
-		if err := s.authorize(r, "delete_bucket", api.Admin, bucket, ""); err != nil {
+		if err := s.gate.Authorize(r, "delete_bucket", api.Admin, bucket, ""); err != nil {
 			return nil, 0, err
 		}
 		err := s.DeleteBucket(bucket)
-		s.record(s.who(r), "delete_bucket", bucket, "", err)
+		s.gate.Record(s.gate.Who(r), "delete_bucket", bucket, "", err)
 		return nil, http.StatusNoContent, err
 	})
 	route("POST /v1/allocate", "allocate", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -65,7 +65,7 @@ func (s *Service) Handler() http.Handler {
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
-		if err := s.authorize(r, "allocate", api.Write, req.Bucket, req.Key); err != nil {
+		if err := s.gate.Authorize(r, "allocate", api.Write, req.Bucket, req.Key); err != nil {
 			return nil, 0, err
 		}
 		resp, err := s.Allocate(&req)
@@ -80,13 +80,13 @@ func (s *Service) Handler() http.Handler {
 		if err != nil {
 			return nil, 0, err
 		}
-		id := s.who(r)
-		check, d := s.commitCheck(id)
+		id := s.gate.Who(r)
+		check, d := s.gate.CommitCheck(id)
 		res, err := s.CommitKeysAs(items, check)
-		s.flush(d)
+		s.gate.Flush(d)
 		for i := range res {
 			if res[i].Error == nil {
-				s.record(id, "commit_key", items[i].Bucket, items[i].Key, nil)
+				s.gate.Record(id, "commit_key", items[i].Bucket, items[i].Key, nil)
 			}
 		}
 		return &metaapi.CommitBatchResult{Results: res}, http.StatusOK, err
@@ -97,7 +97,7 @@ func (s *Service) Handler() http.Handler {
 			return nil, 0, err
 		}
 		for _, a := range req.Requests {
-			if err := s.authorize(r, "allocate", api.Write, a.Bucket, a.Key); err != nil {
+			if err := s.gate.Authorize(r, "allocate", api.Write, a.Bucket, a.Key); err != nil {
 				return nil, 0, err
 			}
 		}
@@ -111,7 +111,7 @@ func (s *Service) Handler() http.Handler {
 		}
 		refused := make([]error, len(req.Keys))
 		for i, k := range req.Keys {
-			refused[i] = s.authorize(r, "get_key", api.Read, k.Bucket, k.Key)
+			refused[i] = s.gate.Authorize(r, "get_key", api.Read, k.Bucket, k.Key)
 		}
 		res, err := s.GetKeys(req.Keys)
 		for i := range res {
@@ -131,7 +131,7 @@ func (s *Service) Handler() http.Handler {
 			}
 			o.Limit = n
 		}
-		if err := s.authorize(r, "list_keys", api.Read, r.PathValue("bucket"), o.Prefix); err != nil {
+		if err := s.gate.Authorize(r, "list_keys", api.Read, r.PathValue("bucket"), o.Prefix); err != nil {
 			return nil, 0, err
 		}
 		l, err := s.List(r.PathValue("bucket"), o)
@@ -158,9 +158,9 @@ func (s *Service) Handler() http.Handler {
 		return st, http.StatusOK, err
 	})
 	s.routeS3(route)
-	s.routeGrants(route) // access.go
-	s.routeOps(route)  // ops.go
-	s.routeJoin(route) // join.go
+	s.gate.RouteGrants(route, decodeBody) // package access
+	s.routeOps(route)    // ops.go
+	s.routeJoin(route)   // join.go
 	mux.Handle("GET /metrics", s.guard("metrics", promhttp.HandlerFor(s.Metrics.Reg, promhttp.HandlerOpts{})))
 	mux.Handle("GET /v1/admin/backup", s.guard("backup", s.backupHandler())) // backup.go
 	s.raftRoutes(mux)
@@ -178,12 +178,12 @@ func (s *Service) Handler() http.Handler {
 		if err != nil {
 			return nil, 0, err
 		}
-		id := s.who(r)
-		check, d := s.commitCheck(id)
+		id := s.gate.Who(r)
+		check, d := s.gate.CommitCheck(id)
 		ki, err := s.CommitKeyAs(bucket, key, &ck, check)
-		s.flush(d)
+		s.gate.Flush(d)
 		if err == nil {
-			s.record(id, "commit_key", bucket, key, nil)
+			s.gate.Record(id, "commit_key", bucket, key, nil)
 		}
 		return ki, http.StatusOK, err
 	})
@@ -192,7 +192,7 @@ func (s *Service) Handler() http.Handler {
 		if err != nil {
 			return nil, 0, err
 		}
-		if err := s.authorize(r, "get_key", api.Read, bucket, key); err != nil {
+		if err := s.gate.Authorize(r, "get_key", api.Read, bucket, key); err != nil {
 			return nil, 0, err
 		}
 		ki, err := s.GetKey(bucket, key)
@@ -208,11 +208,11 @@ func (s *Service) Handler() http.Handler {
 		if err != nil {
 			return nil, 0, err
 		}
-		if err := s.authorize(r, "delete_key", api.Delete, bucket, key); err != nil {
+		if err := s.gate.Authorize(r, "delete_key", api.Delete, bucket, key); err != nil {
 			return nil, 0, err
 		}
 		err = s.DeleteKey(bucket, key)
-		s.record(s.who(r), "delete_key", bucket, key, err)
+		s.gate.Record(s.gate.Who(r), "delete_key", bucket, key, err)
 		return nil, http.StatusNoContent, err
 	})
 	// Key routes bypass the mux: it would clean (redirect) key names such

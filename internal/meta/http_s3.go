@@ -45,11 +45,11 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
-		if err := s.authorize(r, "put_bucket_acl", api.Admin, r.PathValue("bucket"), ""); err != nil {
+		if err := s.gate.Authorize(r, "put_bucket_acl", api.Admin, r.PathValue("bucket"), ""); err != nil {
 			return nil, 0, err
 		}
 		err := s.PutBucketACL(r.PathValue("bucket"), req.ACL)
-		s.record(s.who(r), "put_bucket_acl", r.PathValue("bucket"), "", err)
+		s.gate.Record(s.gate.Who(r), "put_bucket_acl", r.PathValue("bucket"), "", err)
 		return nil, http.StatusNoContent, err
 	})
 	route("POST /v1/uploads/create", "create_upload", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -57,7 +57,7 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
-		if err := s.authorize(r, "create_upload", api.Write, req.Bucket, req.Key); err != nil {
+		if err := s.gate.Authorize(r, "create_upload", api.Write, req.Bucket, req.Key); err != nil {
 			return nil, 0, err
 		}
 		u, err := s.CreateUpload(&req)
@@ -68,7 +68,7 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
-		if err := s.authorize(r, "commit_part", api.Write, req.Bucket, req.Key); err != nil {
+		if err := s.gate.Authorize(r, "commit_part", api.Write, req.Bucket, req.Key); err != nil {
 			return nil, 0, err
 		}
 		p, err := s.CommitPart(&req)
@@ -79,11 +79,11 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
-		if err := s.authorizeComplete(r, req.Bucket, req.Key); err != nil {
+		if err := s.gate.AuthorizeComplete(r, req.Bucket, req.Key); err != nil {
 			return nil, 0, err
 		}
 		ki, err := s.CompleteUpload(&req)
-		s.record(s.who(r), "complete_upload", req.Bucket, req.Key, err)
+		s.gate.Record(s.gate.Who(r), "complete_upload", req.Bucket, req.Key, err)
 		return ki, http.StatusOK, err
 	})
 	route("POST /v1/uploads/abort", "abort_upload", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -91,7 +91,7 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
-		if err := s.authorize(r, "abort_upload", api.Write, req.Bucket, req.Key); err != nil {
+		if err := s.gate.Authorize(r, "abort_upload", api.Write, req.Bucket, req.Key); err != nil {
 			return nil, 0, err
 		}
 		return nil, http.StatusNoContent, s.AbortUpload(req)
@@ -101,7 +101,7 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
-		if err := s.authorize(r, "get_upload", api.Write, req.Bucket, req.Key); err != nil {
+		if err := s.gate.Authorize(r, "get_upload", api.Write, req.Bucket, req.Key); err != nil {
 			return nil, 0, err
 		}
 		u, err := s.GetUpload(req)
@@ -112,7 +112,7 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
-		if err := s.authorize(r, "list_parts", api.Write, req.Bucket, req.Key); err != nil {
+		if err := s.gate.Authorize(r, "list_parts", api.Write, req.Bucket, req.Key); err != nil {
 			return nil, 0, err
 		}
 		l, err := s.ListParts(&req)
@@ -123,7 +123,7 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
-		if err := s.authorize(r, "list_uploads", api.Read, req.Bucket, req.Prefix); err != nil {
+		if err := s.gate.Authorize(r, "list_uploads", api.Read, req.Bucket, req.Prefix); err != nil {
 			return nil, 0, err
 		}
 		l, err := s.ListUploads(&req)

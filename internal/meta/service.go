@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/spindle-store/spindle/internal/meta/access"
 	"github.com/spindle-store/spindle/internal/meta/authz"
 	"github.com/spindle-store/spindle/internal/meta/cluster"
 	"github.com/spindle-store/spindle/internal/meta/namespace"
@@ -33,7 +34,7 @@ type Service struct {
 	rep    *raftgroup.Member
 	joins  joinTokens // join.go
 	bodies *bodyGate  // admission.go
-	acc    access     // access.go: grants, audit log
+	gate   *access.Gate // grants' routes, authorization, audit log
 }
 
 // compose builds the concerns over st.
@@ -69,7 +70,7 @@ func Open(cfg state.Config) (*Service, error) {
 	if err := s.Load(); err != nil {
 		return nil, errors.Join(fmt.Errorf("meta: load %s: %w", cfg.Dir, err), db.Close())
 	}
-	if err := authz.Validate(s.State); err != nil { // access.go
+	if err := authz.Validate(s.State); err != nil { // package access
 		return nil, errors.Join(fmt.Errorf("meta: load %s: grants: %w", cfg.Dir, err), db.Close())
 	}
 	if len(cfg.Peers) > 0 {
@@ -82,7 +83,7 @@ func Open(cfg state.Config) (*Service, error) {
 		s.InitMemory()
 	}
 	s.Metrics = newMetrics(s)
-	if err := s.openAccess(); err != nil {
+	if s.gate, err = access.Open(s.State, s.Namespace, s.S3Users); err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
 	if s.rep != nil {
@@ -95,7 +96,7 @@ func Open(cfg state.Config) (*Service, error) {
 
 // Close closes the store. Requests after Close fail with ErrUnavailable.
 func (s *Service) Close() error {
-	rerr := s.acc.audit.Close()
+	rerr := s.gate.Close()
 	if s.rep != nil {
 		// Before s.mu: the raft goroutine takes it.
 		rerr = errors.Join(rerr, s.rep.Close())

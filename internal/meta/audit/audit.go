@@ -87,7 +87,7 @@ type Log struct {
 	done    chan struct{}
 	closed  atomic.Bool
 	mu      sync.RWMutex // Close (write) against Record's send (read)
-	err     error      // the writer's last error, Close's
+	err     error        // the writer's last error, Close's
 }
 
 // Open starts the log writing to o.Path (created 0600 with its
