@@ -159,8 +159,8 @@ func (s *Service) Handler() http.Handler {
 	})
 	s.routeS3(route)
 	s.gate.RouteGrants(route, decodeBody) // package access
-	s.routeOps(route)    // ops.go
-	s.routeJoin(route)   // join.go
+	s.routeOps(route)                     // ops.go
+	s.routeJoin(route)                    // join.go
 	mux.Handle("GET /metrics", s.guard("metrics", promhttp.HandlerFor(s.Metrics.Reg, promhttp.HandlerOpts{})))
 	mux.Handle("GET /v1/admin/backup", s.guard("backup", s.backupHandler())) // backup.go
 	s.raftRoutes(mux)

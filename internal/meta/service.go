@@ -32,8 +32,8 @@ type Service struct {
 	// rep is the meta raft group's member (nil: a group of one); State.rep
 	// is the same member as the state machine sees it.
 	rep    *raftgroup.Member
-	joins  joinTokens // join.go
-	bodies *bodyGate  // admission.go
+	joins  joinTokens   // join.go
+	bodies *bodyGate    // admission.go
 	gate   *access.Gate // grants' routes, authorization, audit log
 }
 
