@@ -42,9 +42,13 @@ import (
 //   - get -r with a planted "backup../x" key writes nothing outside DIR
 //     and exits non-zero, the other keys got.
 //
-// Fails with each check removed (verified by hand: authz.Check allowing
-// all, the commit's check, the delete on overwrite, cli.TreePath's
-// IsLocal).
+// Fails with each check removed (verified by hand, 2026-12-06): authz.Check
+// allowing everything (mallory's overwrite, rm, stat, get: exit 0 or 3, not
+// 6); the commit's check skipped (her overwrite and new key land); the
+// delete needed by an overwrite skipped (her write-only overwrite lands);
+// the gateway's certificate taken for root whatever user it names (bob
+// overwrites, deletes and reads alice's key); cli.TreePath without its
+// IsLocal and boundary checks (get -r exits 0 and writes DIR/../x).
 func TestAttackSuite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a spindle server")
