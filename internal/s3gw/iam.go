@@ -49,8 +49,9 @@ const (
 // Concurrency: safe for concurrent use; one refresher goroutine, started
 // with the first entry, stopped by Shutdown.
 type IAM struct {
-	meta *metaapi.Client
-	now  func() time.Time
+	meta  *metaapi.Client
+	perms *PermCache
+	now   func() time.Time
 	// lookup asks the meta service (tests stub it).
 	lookup func(ctx context.Context, access string) (metaapi.User, error)
 
@@ -72,9 +73,10 @@ type identity struct {
 
 var _ auth.IAMService = (*IAM)(nil)
 
-// NewIAM returns the IAM service of the meta service behind mc.
-func NewIAM(mc *metaapi.Client) *IAM {
-	return &IAM{meta: mc, now: time.Now, lookup: mc.UserByAccessKey, entries: map[string]*identity{},
+// NewIAM returns the IAM service of the meta service behind mc; it reads
+// bucket permissions through pc (iam_policy.go).
+func NewIAM(mc *metaapi.Client, pc *PermCache) *IAM {
+	return &IAM{meta: mc, perms: pc, now: time.Now, lookup: mc.UserByAccessKey, entries: map[string]*identity{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
 

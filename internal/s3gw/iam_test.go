@@ -55,7 +55,7 @@ func TestIdentityCache(t *testing.T) {
 	}
 	f := &fakeUsers{users: map[string]string{"alice": "secret-1", "bob": "secret-b"}}
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	m := NewIAM(nil)
+	m := NewIAM(nil, nil)
 	m.lookup, m.now = f.lookup, func() time.Time { return clock }
 	m.running = true // the test renews (refreshOnce), no goroutine
 	get := func(access string) (auth.Account, error) { return m.GetUserAccount(access) }
@@ -130,7 +130,7 @@ func mustShutdown(t *testing.T, m *IAM) {
 // without any lookup asking) and stops with Shutdown.
 func TestIdentityRefresherRenews(t *testing.T) {
 	f := &fakeUsers{users: map[string]string{"alice": "secret-1"}}
-	m := NewIAM(nil)
+	m := NewIAM(nil, nil)
 	m.lookup = f.lookup
 	if _, err := m.GetUserAccount("alice"); err != nil {
 		t.Fatal(err)

@@ -191,6 +191,13 @@ type Config struct {
 	// KEKFile (default kek.DefaultPath(Dir), created at the first start).
 	KEK     *kek.Keyring
 	KEKFile string
+	// AuditLog is the audit log's path (package meta/audit): "" is
+	// Dir + ".audit.jsonl" (beside the store) on the OS filesystem, none
+	// on another (tests on a MemFS); "off": none. AuditMaxBytes and
+	// AuditKeep bound its rotation (0: audit's defaults).
+	AuditLog      string
+	AuditMaxBytes int64
+	AuditKeep     int
 	// JoinCA, with TLS, lets datanodes join with a one-time token (join.go):
 	// it signs their certificates. Nil: no joins.
 	JoinCA *tlsconf.CA
