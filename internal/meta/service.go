@@ -7,6 +7,7 @@ import (
 	"github.com/spindle-store/spindle/internal/meta/access"
 	"github.com/spindle-store/spindle/internal/meta/authz"
 	"github.com/spindle-store/spindle/internal/meta/cluster"
+	"github.com/spindle-store/spindle/internal/meta/creds"
 	"github.com/spindle-store/spindle/internal/meta/namespace"
 	"github.com/spindle-store/spindle/internal/meta/raftgroup"
 	"github.com/spindle-store/spindle/internal/meta/repair"
@@ -60,7 +61,7 @@ func Open(cfg state.Config) (*Service, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "meta")
-	if err := loadKEK(&cfg, log); err != nil {
+	if err := creds.LoadKEK(&cfg, log); err != nil {
 		return nil, err
 	}
 	db, err := state.OpenStore(cfg.FS, cfg.Dir, log)
