@@ -113,5 +113,5 @@ func (c *Client) MetaStatus(ctx context.Context) (MetaStatus, error) {
 // change. A retry of a change that took effect succeeds.
 func (c *Client) ChangeMembers(ctx context.Context, ch MemberChange) (MetaStatus, error) {
 	var st MetaStatus
-	return st, c.do(ctx, http.MethodPost, MetaMembersRoute, ch, &st, true)
+	return st, c.Do(ctx, http.MethodPost, MetaMembersRoute, ch, &st, true)
 }
