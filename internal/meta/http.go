@@ -123,6 +123,7 @@ func (s *Service) Handler() http.Handler {
 		return st, http.StatusOK, err
 	})
 	s.routeS3(route)
+	s.routeS3Conf(route)
 	s.routeOps(route)  // ops.go
 	s.routeJoin(route) // join.go
 	mux.Handle("GET /metrics", s.guard("metrics", promhttp.HandlerFor(s.Metrics.Reg, promhttp.HandlerOpts{})))

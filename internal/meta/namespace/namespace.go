@@ -77,6 +77,7 @@ func (s *Namespace) DeleteBucket(name string) error {
 			state.CloseBatch(b)
 			return struct{}{}, nil, err
 		}
+		dropBucketConf(b, name)
 		state.Del(b, state.BucketKey(name))
 		delete(s.Buckets, name)
 		return struct{}{}, b, nil
@@ -550,11 +551,18 @@ func (s *Namespace) listLocked(bucket string, o ListOptions) (_ *metaapi.KeyList
 }
 
 // checkConditions checks a commit's S3 conditions against the key's
-// current version (exists false: none).
+// current version (exists false: none), as S3: If-None-Match refuses an
+// existing key (ErrPrecondition), If-Match a missing one (ErrNoSuchKey)
+// or another ETag (ErrPrecondition). Under s.mu, in the commit: two
+// writers racing with If-None-Match * are serialized here, and exactly
+// one commits.
 func checkConditions(bucket, key string, cur state.KeyRecord, exists bool, c metaapi.Conditions) error {
 	etag := ""
 	if exists && cur.Object != nil {
 		etag = cur.Object.ETag
+	}
+	if c.IfMatch != "" && !exists {
+		return fmt.Errorf("%w %s/%s (If-Match %s)", metaapi.ErrNoSuchKey, bucket, key, c.IfMatch)
 	}
 	if c.IfNoneMatch != "" && exists && (c.IfNoneMatch == "*" || trimETag(c.IfNoneMatch) == etag) {
 		return fmt.Errorf("%w: %s/%s exists (If-None-Match %s)", metaapi.ErrPrecondition, bucket, key, c.IfNoneMatch)
