@@ -27,8 +27,8 @@ import (
 // Backend is versitygw's backend.Backend over Spindle (see the package
 // comment). Operations it does not implement answer NotImplemented.
 type Backend struct {
-	backend.BackendUnsupported
-	meta   *metaapi.Client
+	features // tagging, CORS (features.go); the rest NotImplemented
+	meta     *metaapi.Client
 	kc     *keyclient.Client
 	region string
 	acls   aclCache
@@ -41,7 +41,8 @@ var _ backend.Backend = (*Backend)(nil)
 // NewBackend returns the backend over the meta service behind mc and the
 // key client kc (which must use mc as its Meta).
 func NewBackend(mc *metaapi.Client, kc *keyclient.Client, region string) *Backend {
-	return &Backend{meta: mc, kc: kc, region: region, acls: aclCache{m: map[string]aclEntry{}, now: time.Now}, md5s: md5batch.New()}
+	return &Backend{meta: mc, kc: kc, region: region, acls: aclCache{m: map[string]aclEntry{}, now: time.Now}, md5s: md5batch.New(),
+		features: features{meta: mc, cors: aclCache{m: map[string]aclEntry{}, now: time.Now}}}
 }
 
 // String names the backend in versitygw's banner.
@@ -181,6 +182,10 @@ func (b *Backend) CreateBucket(ctx context.Context, in *s3.CreateBucketInput, de
 	if err != nil {
 		return err
 	}
+	tags, err := createTags(in)
+	if err != nil {
+		return err
+	}
 	_, err = b.meta.CreateS3Bucket(ctx, name, metaapi.CreateS3Bucket{Owner: acl.Owner, ACL: defaultACL})
 	if errors.Is(err, metaapi.ErrExists) {
 		if bk, gerr := b.meta.GetBucket(ctx, name); gerr == nil && bk.Owner == acl.Owner {
@@ -191,7 +196,13 @@ func (b *Backend) CreateBucket(ctx context.Context, in *s3.CreateBucketInput, de
 	if errors.Is(err, metaapi.ErrInvalid) {
 		return s3err.GetBucketErr(s3err.ErrInvalidBucketName, name)
 	}
-	return toS3(err, s3err.ErrNoSuchBucket)
+	if err != nil {
+		return toS3(err, s3err.ErrNoSuchBucket)
+	}
+	if len(tags) > 0 { // S3 tags the bucket as it creates it; here just after
+		return b.PutBucketTagging(ctx, name, tags)
+	}
+	return nil
 }
 
 // PutBucketAcl replaces the bucket's ACL document.
@@ -213,6 +224,7 @@ func (b *Backend) ChangeBucketOwner(ctx context.Context, bucket, owner string) e
 // DeleteBucket deletes an empty bucket.
 func (b *Backend) DeleteBucket(ctx context.Context, bucket string) error {
 	defer b.acls.drop(bucket)
+	defer b.cors.drop(bucket)
 	err := b.meta.DeleteBucket(ctx, bucket)
 	if errors.Is(err, metaapi.ErrNotFound) {
 		return s3err.GetAPIError(s3err.ErrNoSuchBucket)
@@ -242,24 +254,6 @@ func (b *Backend) DeleteBucketPolicy(context.Context, string) error { return nil
 // GetObjectLockConfiguration: no object lock.
 func (b *Backend) GetObjectLockConfiguration(context.Context, string) ([]byte, error) {
 	return nil, s3err.GetAPIError(s3err.ErrObjectLockConfigurationNotFound)
-}
-
-// GetBucketCors: no CORS configuration.
-func (b *Backend) GetBucketCors(context.Context, string) ([]byte, error) {
-	return nil, s3err.GetAPIError(s3err.ErrNoSuchCORSConfiguration)
-}
-
-// GetBucketTagging: no tags.
-func (b *Backend) GetBucketTagging(context.Context, string) (map[string]string, error) {
-	return nil, s3err.GetAPIError(s3err.ErrBucketTaggingNotFound)
-}
-
-// GetObjectTagging: objects carry no tags.
-func (b *Backend) GetObjectTagging(ctx context.Context, bucket, object, _ string) (map[string]string, error) {
-	if _, err := b.meta.GetKey(ctx, bucket, object); err != nil {
-		return nil, toS3(err, s3err.ErrNoSuchKey)
-	}
-	return map[string]string{}, nil
 }
 
 func deref(p *string) string {

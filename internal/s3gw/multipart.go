@@ -34,6 +34,10 @@ func (b *Backend) CreateMultipartUpload(ctx context.Context, in s3response.Creat
 	if in.ChecksumAlgorithm != "" {
 		om.Checksums = map[string]string{string(in.ChecksumAlgorithm): ""}
 	}
+	var err error
+	if om.Headers, err = withTags(om.Headers, in.Tagging); err != nil {
+		return s3response.InitiateMultipartUploadResult{}, err
+	}
 	up, err := b.meta.CreateUpload(ctx, metaapi.CreateUpload{Bucket: bucket, Key: key, Object: om})
 	if err != nil {
 		return s3response.InitiateMultipartUploadResult{}, toS3(err, s3err.ErrNoSuchBucket)
@@ -146,7 +150,11 @@ func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMu
 	if in.MultipartUpload == nil || len(in.MultipartUpload.Parts) == 0 {
 		return s3response.CompleteMultipartUploadResult{}, "", s3err.GetAPIError(s3err.ErrMalformedXML)
 	}
-	req := metaapi.CompleteUpload{UploadRef: ref, Conditions: metaapi.Conditions{IfMatch: deref(in.IfMatch), IfNoneMatch: deref(in.IfNoneMatch)}}
+	cond, err := putConditions(in.IfMatch, in.IfNoneMatch)
+	if err != nil {
+		return s3response.CompleteMultipartUploadResult{}, "", err
+	}
+	req := metaapi.CompleteUpload{UploadRef: ref, Conditions: cond}
 	for _, p := range in.MultipartUpload.Parts {
 		if p.PartNumber == nil || *p.PartNumber < 1 {
 			return s3response.CompleteMultipartUploadResult{}, "", s3err.GetAPIError(s3err.ErrInvalidPart)
@@ -165,6 +173,12 @@ func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMu
 		// its ETag is the MD5 of their MD5s — answer it as S3 does.
 		if done, ok := b.completedBefore(ctx, ref, req.Parts); ok {
 			ki, err = done, nil
+		} else if cond != (metaapi.Conditions{}) && errors.Is(err, metaapi.ErrNoSuchUpload) {
+			// the upload is gone and the key is there: another request
+			// completed it meanwhile
+			if _, gerr := b.meta.GetKey(ctx, ref.Bucket, ref.Key); gerr == nil {
+				return s3response.CompleteMultipartUploadResult{}, "", errConditionalConflict
+			}
 		}
 	}
 	if err != nil {

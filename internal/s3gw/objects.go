@@ -222,7 +222,13 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 		Headers:     standardHeaders(po.ContentEncoding, po.ContentDisposition, po.ContentLanguage, po.CacheControl, po.Expires, po.WebsiteRedirectLocation),
 		UserMeta:    po.Metadata,
 	}
-	cond := metaapi.Conditions{IfMatch: deref(po.IfMatch), IfNoneMatch: deref(po.IfNoneMatch)}
+	if om.Headers, err = withTags(om.Headers, po.Tagging); err != nil {
+		return s3response.PutObjectOutput{}, err
+	}
+	cond, err := putConditions(po.IfMatch, po.IfNoneMatch)
+	if err != nil {
+		return s3response.PutObjectOutput{}, err
+	}
 	res, err := b.kc.Put(ctx, bucket, key, chk.r, keyclient.PutOptions{
 		SizeHintBytes: aws.ToInt64(po.ContentLength),
 		Commit: func(ctx context.Context, ck metaapi.CommitKey) (metaapi.KeyInfo, error) {
@@ -373,6 +379,7 @@ func (b *Backend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3.Get
 			out.PartsCount = ptr(int32(ki.Object.Parts))
 		}
 	}
+	out.TagCount = tagCount(&ki)
 	if in.ChecksumMode == types.ChecksumModeEnabled && !ranged {
 		cs := checksumsOf(&ki)
 		out.ChecksumCRC32, out.ChecksumCRC32C, out.ChecksumCRC64NVME, out.ChecksumSHA1, out.ChecksumSHA256 = cs.crc32, cs.crc32c, cs.crc64nvme, cs.sha1, cs.sha256
@@ -434,6 +441,7 @@ func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.H
 			out.PartsCount = ptr(int32(ki.Object.Parts))
 		}
 	}
+	out.TagCount = tagCount(&ki)
 	if in.ChecksumMode == types.ChecksumModeEnabled {
 		cs := checksumsOf(&ki)
 		out.ChecksumCRC32, out.ChecksumCRC32C, out.ChecksumCRC64NVME, out.ChecksumSHA1, out.ChecksumSHA256 = cs.crc32, cs.crc32c, cs.crc64nvme, cs.sha1, cs.sha256
@@ -554,6 +562,12 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 			}
 		}
 	}
+	if om.Headers, err = copyTags(om.Headers, &src, in.TaggingDirective, in.Tagging); err != nil {
+		return s3response.CopyObjectOutput{}, err
+	}
+	if src.Object != nil && (in.ChecksumAlgorithm == "" || src.Object.Checksums[string(in.ChecksumAlgorithm)] != "") {
+		om.Checksums = maps.Clone(src.Object.Checksums) // the same bytes: the source's checksums hold
+	}
 	ki, err := b.copyInto(ctx, src, 0, int64(src.Size), dstBucket, dstKey, false, func(ctx context.Context, ck metaapi.CommitKey, etag string) (metaapi.KeyInfo, error) {
 		om.ETag = etag
 		om.ChecksumType = string(types.ChecksumTypeFullObject)
@@ -563,8 +577,10 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 	if err != nil {
 		return s3response.CopyObjectOutput{}, toS3(err, s3err.ErrNoSuchKey)
 	}
+	cs := checksumsOf(&ki)
 	return s3response.CopyObjectOutput{CopyObjectResult: &s3response.CopyObjectResult{
-		ETag: ptr(etagOf(&ki)), LastModified: &ki.Created, ChecksumCRC32C: ptr(crcBase64(ki.CRC32C)), ChecksumType: types.ChecksumTypeFullObject,
+		ETag: ptr(etagOf(&ki)), LastModified: &ki.Created, ChecksumType: types.ChecksumTypeFullObject,
+		ChecksumCRC32: cs.crc32, ChecksumCRC32C: cs.crc32c, ChecksumCRC64NVME: cs.crc64nvme, ChecksumSHA1: cs.sha1, ChecksumSHA256: cs.sha256,
 	}}, nil
 }
 
