@@ -29,9 +29,9 @@ import (
 type Backend struct {
 	features // tagging, CORS (features.go); the rest NotImplemented
 	meta     *metaapi.Client
-	kc     *keyclient.Client
-	region string
-	acls   aclCache
+	kc       *keyclient.Client
+	region   string
+	acls     aclCache
 	// md5s hashes the ETags of every PUT, part and copy, batched.
 	md5s *md5batch.Batcher
 }

@@ -109,9 +109,15 @@ func Run(ctx context.Context, cfg Config) error {
 		MultipartMaxParts: metaapi.MaxParts,
 		VirtualDomain:     cfg.Domain,
 		IAMService:        iam,
-		S3Options:         []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error { noteEncodingType(c); return v2.handle(c) })},
-		KeepAlive:         true,
-		Quiet:             true,
+		S3Options: []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error {
+			noteEncodingType(c)
+			if err := postFilename(c); err != nil {
+				return err
+			}
+			return v2.handle(c)
+		})},
+		KeepAlive: true,
+		Quiet:     true,
 	})
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("s3gw: %w", err)

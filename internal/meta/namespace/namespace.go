@@ -191,7 +191,10 @@ func (s *Namespace) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (
 		return nil, nil, err
 	}
 	now := s.Cfg.Now()
-	if exists && sameVersion(old, ck) {
+	// A commit of blocks that are the key's already is a retry. Without
+	// blocks, equal bytes and metadata do not make one: a conditional put
+	// of the same bytes is checked (a retry of it is known by its ID).
+	if exists && sameVersion(old, ck) && (len(ck.Blocks) > 0 || ck.Conditions == (metaapi.Conditions{})) {
 		return s.keyInfo(bucket, key, old, now), nil, nil // a retried commit
 	}
 	if len(ck.Blocks) == 0 && ck.CommitID != "" {

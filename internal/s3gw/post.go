@@ -1,0 +1,104 @@
+package s3gw
+
+import (
+	"bytes"
+	"io"
+	"mime"
+	"regexp"
+	"strings"
+
+	"github.com/gofiber/fiber/v3"
+)
+
+// Browser form uploads (presigned POST) are versitygw's: it parses the
+// multipart/form-data body, checks the signed policy (expiration, eq,
+// starts-with, content-length-range, every field covered) and hands the
+// file to Backend.PutObject with the form's key, Content-Type and other
+// headers, x-amz-meta-* fields, tagging and checksums; it answers
+// success_action_status and success_action_redirect. What it leaves out
+// is S3's ${filename} in the key field: the name the browser gives the
+// file part. postFilename puts it in before versitygw reads the form
+// (so that the policy, the object and the answer all see the key S3
+// would).
+
+// postScanBytes bounds how much of a form's body is read ahead for the
+// file part's header (the fields before it: a policy, a few dozen fields).
+const postScanBytes = 1 << 20
+
+var (
+	// fileDisposition is the Content-Disposition line of a form part
+	// that carries a file, and the end of that part's headers.
+	fileDisposition = regexp.MustCompile(`(?i)\r\ncontent-disposition:[^\r\n]*;\s*filename="([^"\r\n]*)"[^\r\n]*\r\n(?:[^\r\n]+\r\n)*\r\n`)
+	// keyField is the form's key field: its headers, then its value.
+	keyField = regexp.MustCompile(`(?is)(content-disposition:\s*form-data;\s*name="?key"?\r\n(?:[^\r\n]+\r\n)*\r\n)(.*?)(\r\n--)`)
+)
+
+// postFilename replaces ${filename} in a form upload's key field (a POST
+// of multipart/form-data) with the file part's name, reading the form up
+// to the file's first byte ahead (at most postScanBytes; the rest streams
+// as it came) and fixing the request's Content-Length.
+func postFilename(c fiber.Ctx) error {
+	if c.Method() != fiber.MethodPost {
+		return nil
+	}
+	if mt, _, err := mime.ParseMediaType(c.Get(fiber.HeaderContentType)); err != nil || mt != fiber.MIMEMultipartForm {
+		return nil
+	}
+	req := c.Request()
+	stream := req.BodyStream()
+	var head []byte
+	if stream == nil {
+		head = req.Body()
+	} else {
+		buf := make([]byte, 0, 64<<10)
+		for len(buf) < postScanBytes && fileDisposition.FindIndex(buf) == nil {
+			if len(buf) == cap(buf) {
+				buf = append(buf, 0)[:len(buf)]
+			}
+			n, err := stream.Read(buf[len(buf):cap(buf)])
+			buf = buf[:len(buf)+n]
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return err
+			}
+		}
+		head = buf
+	}
+	newHead := rewriteKey(head)
+	if stream == nil {
+		if len(newHead) != len(head) {
+			req.SetBody(newHead)
+		}
+		return nil
+	}
+	size := req.Header.ContentLength()
+	if size >= 0 {
+		size += len(newHead) - len(head)
+		req.Header.SetContentLength(size)
+	}
+	req.SetBodyStream(io.MultiReader(bytes.NewReader(newHead), stream), size)
+	return nil
+}
+
+// rewriteKey is a form's beginning with ${filename} in its key field
+// replaced by the file part's name (its base name: some browsers send a
+// path); head as it is when either is not there.
+func rewriteKey(head []byte) []byte {
+	f := fileDisposition.FindSubmatchIndex(head)
+	if f == nil {
+		return head
+	}
+	name := string(head[f[2]:f[3]])
+	name = name[strings.LastIndexAny(name, `/\`)+1:]
+	k := keyField.FindSubmatchIndex(head[:f[0]+2])
+	if k == nil || !bytes.Contains(head[k[4]:k[5]], []byte("${filename}")) {
+		return head
+	}
+	value := bytes.ReplaceAll(head[k[4]:k[5]], []byte("${filename}"), []byte(name))
+	out := make([]byte, 0, len(head)+len(value))
+	out = append(out, head[:k[4]]...)
+	out = append(out, value...)
+	return append(out, head[k[5]:]...)
+}
