@@ -2,7 +2,6 @@ package s3gw
 
 import (
 	"bytes"
-	"io"
 	"mime"
 	"regexp"
 	"strings"
@@ -17,13 +16,24 @@ import (
 // headers, x-amz-meta-* fields, tagging and checksums; it answers
 // success_action_status and success_action_redirect. What it leaves out
 // is S3's ${filename} in the key field: the name the browser gives the
-// file part. postFilename puts it in before versitygw reads the form
-// (so that the policy, the object and the answer all see the key S3
-// would).
+// file part. postFilename puts it in before versitygw reads the form (so
+// that the policy, the object and the answer all see the key S3 would),
+// for a form of at most PostFilenameMaxBytes, read whole: the request's
+// body stream cannot be handed on once read from (fasthttp releases it),
+// so only a body held whole can be rewritten. A larger form keeps
+// ${filename} as it is in its key.
 
-// postScanBytes bounds how much of a form's body is read ahead for the
-// file part's header (the fields before it: a policy, a few dozen fields).
-const postScanBytes = 1 << 20
+// Bounds of the forms postFilename reads whole.
+const (
+	// PostFilenameMaxBytes is the largest form (Content-Length) whose
+	// ${filename} is replaced.
+	PostFilenameMaxBytes = 8 << 20
+	// postFilenameParallel bounds the forms held in memory at once
+	// (others wait for a turn).
+	postFilenameParallel = 8
+)
+
+var postFilenameTurns = make(chan struct{}, postFilenameParallel)
 
 var (
 	// fileDisposition is the Content-Disposition line of a form part
@@ -34,9 +44,8 @@ var (
 )
 
 // postFilename replaces ${filename} in a form upload's key field (a POST
-// of multipart/form-data) with the file part's name, reading the form up
-// to the file's first byte ahead (at most postScanBytes; the rest streams
-// as it came) and fixing the request's Content-Length.
+// of multipart/form-data of at most PostFilenameMaxBytes) with the file
+// part's name, and fixes the request's Content-Length.
 func postFilename(c fiber.Ctx) error {
 	if c.Method() != fiber.MethodPost {
 		return nil
@@ -45,40 +54,22 @@ func postFilename(c fiber.Ctx) error {
 		return nil
 	}
 	req := c.Request()
-	stream := req.BodyStream()
-	var head []byte
-	if stream == nil {
-		head = req.Body()
-	} else {
-		buf := make([]byte, 0, 64<<10)
-		for len(buf) < postScanBytes && fileDisposition.FindIndex(buf) == nil {
-			if len(buf) == cap(buf) {
-				buf = append(buf, 0)[:len(buf)]
-			}
-			n, err := stream.Read(buf[len(buf):cap(buf)])
-			buf = buf[:len(buf)+n]
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return err
-			}
-		}
-		head = buf
-	}
-	newHead := rewriteKey(head)
-	if stream == nil {
-		if len(newHead) != len(head) {
-			req.SetBody(newHead)
-		}
+	size := req.Header.ContentLength()
+	if size < 0 || size > PostFilenameMaxBytes {
 		return nil
 	}
-	size := req.Header.ContentLength()
-	if size >= 0 {
-		size += len(newHead) - len(head)
-		req.Header.SetContentLength(size)
+	select {
+	case postFilenameTurns <- struct{}{}:
+		defer func() { <-postFilenameTurns }()
+	case <-c.Context().Done():
+		return c.Context().Err()
 	}
-	req.SetBodyStream(io.MultiReader(bytes.NewReader(newHead), stream), size)
+	body := req.Body() // reads a stream whole (at most size bytes)
+	newBody := rewriteKey(body)
+	if len(newBody) != len(body) {
+		req.SetBody(newBody)
+		req.Header.SetContentLength(len(newBody))
+	}
 	return nil
 }
 
