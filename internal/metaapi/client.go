@@ -469,9 +469,9 @@ func (c *Client) Backup(ctx context.Context) (io.ReadCloser, error) {
 	return resp.Body, nil
 }
 
-// Do runs one call: up to c.attempts tries, where a non-idempotent call
-// is tried again only after a try that certainly did nothing; across the
-// members of a replicated meta service, until c.failover.
+// Do runs one call (JSON in and out; exported for API families kept in packages of their own): up to c.attempts
+// tries, a non-idempotent call again only after a try that certainly did
+// nothing; across the members of a replicated meta service, until c.failover.
 func (c *Client) Do(ctx context.Context, method, path string, in, out any, idempotent bool) error {
 	var body []byte
 	contentType := "application/json"

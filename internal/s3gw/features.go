@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -27,11 +29,10 @@ import (
 // Origin header (preflight OPTIONS and actual requests) from
 // GetBucketCors's document.
 type features struct {
-	backend.BackendUnsupported
 	meta *metaapi.Client
 	// cors caches the buckets' CORS documents (nil: none) for ACLCacheTTL:
 	// versitygw asks for them on every request that has an Origin.
-	cors aclCache
+	cors *docCache
 }
 
 // S3's tag limits.
@@ -256,4 +257,44 @@ func (f *features) PutBucketCors(ctx context.Context, bucket string, doc []byte)
 func (f *features) DeleteBucketCors(ctx context.Context, bucket string) error {
 	defer f.cors.drop(bucket)
 	return bucketErr(s3meta.DeleteBucketConf(ctx, f.meta, bucket, s3meta.ConfCORS))
+}
+
+// docCache holds buckets' documents (nil: none set) for ACLCacheTTL;
+// this gateway's own changes drop the entry. Safe for concurrent use.
+type docCache struct {
+	mu  sync.Mutex
+	m   map[string]docEntry
+	now func() time.Time
+}
+
+type docEntry struct {
+	doc     []byte
+	fetched time.Time
+}
+
+func newDocCache() *docCache { return &docCache{m: map[string]docEntry{}, now: time.Now} }
+
+func (c *docCache) get(bucket string) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[bucket]
+	if !ok || c.now().Sub(e.fetched) >= ACLCacheTTL {
+		return nil, false
+	}
+	return e.doc, true
+}
+
+func (c *docCache) put(bucket string, doc []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= ACLCacheMaxEntries {
+		clear(c.m)
+	}
+	c.m[bucket] = docEntry{doc: doc, fetched: c.now()}
+}
+
+func (c *docCache) drop(bucket string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, bucket)
 }

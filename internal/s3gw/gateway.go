@@ -91,13 +91,15 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("s3gw: %w", err)
 	}
 	defer func() { _ = kc.Close() }() // always nil (keyclient.Client.Close)
-	iam := NewIAM(mc)
+	pc := NewPermCache(mc)
+	iam := NewIAM(mc, pc)
 	v2 := &sigV2{access: cfg.AccessKey, secret: cfg.SecretKey, iam: iam, region: cfg.Region, now: time.Now}
 	cfg.Logger.Info("s3 gateway listening", "addr", cfg.Listen, "https", cfg.CertFile != "", "meta", cfg.Meta, "cluster_tls", cfg.TLS.Mode(), "region", cfg.Region, "domain", cfg.Domain)
 	if cfg.CertFile == "" {
 		cfg.Logger.Warn("s3 gateway serving plain HTTP (--insecure): requests and data travel unencrypted", "addr", cfg.Listen)
 	}
-	err = embedgw.RunVersityGW(ctx, NewBackend(mc, kc, cfg.Region), &embedgw.Config{
+	be := NewBackend(mc, kc, cfg.Region, pc)
+	err = embedgw.RunVersityGW(ctx, be, &embedgw.Config{
 		RootUserAccess:    cfg.AccessKey,
 		RootUserSecret:    cfg.SecretKey,
 		Region:            cfg.Region,
@@ -111,6 +113,7 @@ func Run(ctx context.Context, cfg Config) error {
 		IAMService:        iam,
 		S3Options: []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error {
 			noteEncodingType(c)
+			be.anonymousRead(c, cfg.Domain)
 			if err := postFilename(c); err != nil {
 				return err
 			}

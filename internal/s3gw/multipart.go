@@ -34,7 +34,11 @@ func (b *Backend) CreateMultipartUpload(ctx context.Context, in s3response.Creat
 	if in.ChecksumAlgorithm != "" {
 		om.Checksums = map[string]string{string(in.ChecksumAlgorithm): ""}
 	}
-	var err error
+	acl, err := b.objectACLFor(ctx, bucket)
+	if err != nil {
+		return s3response.InitiateMultipartUploadResult{}, err
+	}
+	om.Headers = withObjectACL(om.Headers, acl)
 	if om.Headers, err = withTags(om.Headers, in.Tagging); err != nil {
 		return s3response.InitiateMultipartUploadResult{}, err
 	}

@@ -207,6 +207,10 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	if err := keyErr(key); err != nil {
 		return s3response.PutObjectOutput{}, err
 	}
+	acl, err := b.objectACLFor(ctx, bucket)
+	if err != nil {
+		return s3response.PutObjectOutput{}, err
+	}
 	chk, err := newBodyCheck(b.md5s, po.Body, checksumHeaders{
 		types.ChecksumAlgorithmCrc32: po.ChecksumCRC32, types.ChecksumAlgorithmCrc32c: po.ChecksumCRC32C,
 		types.ChecksumAlgorithmCrc64nvme: po.ChecksumCRC64NVME, types.ChecksumAlgorithmSha1: po.ChecksumSHA1,
@@ -222,6 +226,7 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 		Headers:     standardHeaders(po.ContentEncoding, po.ContentDisposition, po.ContentLanguage, po.CacheControl, po.Expires, po.WebsiteRedirectLocation),
 		UserMeta:    po.Metadata,
 	}
+	om.Headers = withObjectACL(om.Headers, acl)
 	if om.Headers, err = withTags(om.Headers, po.Tagging); err != nil {
 		return s3response.PutObjectOutput{}, err
 	}
@@ -539,6 +544,10 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 		return s3response.CopyObjectOutput{}, err
 	}
 	dstBucket, dstKey := deref(in.Bucket), deref(in.Key)
+	acl, err := b.objectACLFor(ctx, dstBucket)
+	if err != nil {
+		return s3response.CopyObjectOutput{}, err
+	}
 	om := &metaapi.ObjectMeta{}
 	if in.MetadataDirective == types.MetadataDirectiveReplace {
 		om.ContentType = deref(in.ContentType)
@@ -562,6 +571,7 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 			}
 		}
 	}
+	om.Headers = withObjectACL(om.Headers, acl) // the copy's own ACL, not the source's
 	if om.Headers, err = copyTags(om.Headers, &src, in.TaggingDirective, in.Tagging); err != nil {
 		return s3response.CopyObjectOutput{}, err
 	}
