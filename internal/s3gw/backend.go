@@ -20,6 +20,7 @@ import (
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/md5batch"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
 	"github.com/spindle-store/spindle/internal/s3perm"
 	"github.com/spindle-store/spindle/internal/s3permapi"
 )
@@ -43,7 +44,7 @@ var _ backend.Backend = (*Backend)(nil)
 // The bucket permissions it caches are pc's (shared with the IAM).
 func NewBackend(mc *metaapi.Client, kc *keyclient.Client, region string, pc *PermCache) *Backend {
 	return &Backend{perms: perms{meta: mc, cache: pc}, meta: mc, kc: kc, region: region, md5s: md5batch.New(),
-		features: features{meta: mc, cors: newDocCache()}}
+		features: features{meta: mc, cors: s3extra.NewDocCache(ACLCacheTTL, ACLCacheMaxEntries)}}
 }
 
 // String names the backend in versitygw's banner.
@@ -110,7 +111,7 @@ func (b *Backend) CreateBucket(ctx context.Context, in *s3.CreateBucketInput, de
 	if err != nil {
 		return err
 	}
-	tags, err := createTags(in)
+	tags, err := s3extra.CreateTags(in)
 	if err != nil {
 		return err
 	}
@@ -150,7 +151,7 @@ func (b *Backend) ChangeBucketOwner(ctx context.Context, bucket, owner string) e
 // DeleteBucket deletes an empty bucket.
 func (b *Backend) DeleteBucket(ctx context.Context, bucket string) error {
 	defer b.cache.drop(bucket)
-	defer b.cors.drop(bucket)
+	defer b.cors.Drop(bucket)
 	err := b.meta.DeleteBucket(ctx, bucket)
 	if errors.Is(err, metaapi.ErrNotFound) {
 		return s3err.GetAPIError(s3err.ErrNoSuchBucket)

@@ -19,8 +19,10 @@
 //   - CORS evaluation (preflight OPTIONS, the headers of an actual request
 //     with an Origin) and browser form uploads (presigned POST: the
 //     policy, its conditions, success_action_*) are versitygw's, over the
-//     rules and PutObject this package supplies; post.go only puts S3's
-//     ${filename} in a form's key.
+//     rules and PutObject this package supplies; s3extra.PostFilename
+//     only puts S3's ${filename} in a form's key. s3extra holds the
+//     stateless helpers (tag sets, conditional-write shapes, the CORS
+//     documents' cache).
 //   - IAM (iam.go): versitygw's auth.IAMService over the meta service's S3
 //     users. The root user (Config.AccessKey/SecretKey) has full access;
 //     other users reach the buckets they own (ACLs versitygw evaluates,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
@@ -114,7 +115,7 @@ func Run(ctx context.Context, cfg Config) error {
 		S3Options: []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error {
 			noteEncodingType(c)
 			be.anonymousRead(c, cfg.Domain)
-			if err := postFilename(c); err != nil {
+			if err := s3extra.PostFilename(c); err != nil {
 				return err
 			}
 			return v2.handle(c)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
 )
 
 // uploadErr maps a NOT_FOUND to NoSuchUpload (unless about the bucket).
@@ -39,7 +40,7 @@ func (b *Backend) CreateMultipartUpload(ctx context.Context, in s3response.Creat
 		return s3response.InitiateMultipartUploadResult{}, err
 	}
 	om.Headers = withObjectACL(om.Headers, acl)
-	if om.Headers, err = withTags(om.Headers, in.Tagging); err != nil {
+	if om.Headers, err = s3extra.WithTags(om.Headers, in.Tagging); err != nil {
 		return s3response.InitiateMultipartUploadResult{}, err
 	}
 	up, err := b.meta.CreateUpload(ctx, metaapi.CreateUpload{Bucket: bucket, Key: key, Object: om})
@@ -154,7 +155,7 @@ func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMu
 	if in.MultipartUpload == nil || len(in.MultipartUpload.Parts) == 0 {
 		return s3response.CompleteMultipartUploadResult{}, "", s3err.GetAPIError(s3err.ErrMalformedXML)
 	}
-	cond, err := putConditions(in.IfMatch, in.IfNoneMatch)
+	cond, err := s3extra.PutConditions(in.IfMatch, in.IfNoneMatch)
 	if err != nil {
 		return s3response.CompleteMultipartUploadResult{}, "", err
 	}
@@ -181,7 +182,7 @@ func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMu
 			// the upload is gone and the key is there: another request
 			// completed it meanwhile
 			if _, gerr := b.meta.GetKey(ctx, ref.Bucket, ref.Key); gerr == nil {
-				return s3response.CompleteMultipartUploadResult{}, "", errConditionalConflict
+				return s3response.CompleteMultipartUploadResult{}, "", s3extra.ErrConditionalConflict
 			}
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/md5batch"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
 )
 
 // Limits of the object API.
@@ -227,10 +228,10 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 		UserMeta:    po.Metadata,
 	}
 	om.Headers = withObjectACL(om.Headers, acl)
-	if om.Headers, err = withTags(om.Headers, po.Tagging); err != nil {
+	if om.Headers, err = s3extra.WithTags(om.Headers, po.Tagging); err != nil {
 		return s3response.PutObjectOutput{}, err
 	}
-	cond, err := putConditions(po.IfMatch, po.IfNoneMatch)
+	cond, err := s3extra.PutConditions(po.IfMatch, po.IfNoneMatch)
 	if err != nil {
 		return s3response.PutObjectOutput{}, err
 	}
@@ -384,7 +385,7 @@ func (b *Backend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3.Get
 			out.PartsCount = ptr(int32(ki.Object.Parts))
 		}
 	}
-	out.TagCount = tagCount(&ki)
+	out.TagCount = s3extra.TagCount(&ki)
 	if in.ChecksumMode == types.ChecksumModeEnabled && !ranged {
 		cs := checksumsOf(&ki)
 		out.ChecksumCRC32, out.ChecksumCRC32C, out.ChecksumCRC64NVME, out.ChecksumSHA1, out.ChecksumSHA256 = cs.crc32, cs.crc32c, cs.crc64nvme, cs.sha1, cs.sha256
@@ -446,7 +447,7 @@ func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.H
 			out.PartsCount = ptr(int32(ki.Object.Parts))
 		}
 	}
-	out.TagCount = tagCount(&ki)
+	out.TagCount = s3extra.TagCount(&ki)
 	if in.ChecksumMode == types.ChecksumModeEnabled {
 		cs := checksumsOf(&ki)
 		out.ChecksumCRC32, out.ChecksumCRC32C, out.ChecksumCRC64NVME, out.ChecksumSHA1, out.ChecksumSHA256 = cs.crc32, cs.crc32c, cs.crc64nvme, cs.sha1, cs.sha256
@@ -572,7 +573,7 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 		}
 	}
 	om.Headers = withObjectACL(om.Headers, acl) // the copy's own ACL, not the source's
-	if om.Headers, err = copyTags(om.Headers, &src, in.TaggingDirective, in.Tagging); err != nil {
+	if om.Headers, err = s3extra.CopyTags(om.Headers, &src, in.TaggingDirective, in.Tagging); err != nil {
 		return s3response.CopyObjectOutput{}, err
 	}
 	if src.Object != nil && (in.ChecksumAlgorithm == "" || src.Object.Checksums[string(in.ChecksumAlgorithm)] != "") {

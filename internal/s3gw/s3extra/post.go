@@ -1,4 +1,4 @@
-package s3gw
+package s3extra
 
 import (
 	"bytes"
@@ -16,14 +16,14 @@ import (
 // headers, x-amz-meta-* fields, tagging and checksums; it answers
 // success_action_status and success_action_redirect. What it leaves out
 // is S3's ${filename} in the key field: the name the browser gives the
-// file part. postFilename puts it in before versitygw reads the form (so
+// file part. PostFilename puts it in before versitygw reads the form (so
 // that the policy, the object and the answer all see the key S3 would),
 // for a form of at most PostFilenameMaxBytes, read whole: the request's
 // body stream cannot be handed on once read from (fasthttp releases it),
 // so only a body held whole can be rewritten. A larger form keeps
 // ${filename} as it is in its key.
 
-// Bounds of the forms postFilename reads whole.
+// Bounds of the forms PostFilename reads whole.
 const (
 	// PostFilenameMaxBytes is the largest form (Content-Length) whose
 	// ${filename} is replaced.
@@ -43,10 +43,10 @@ var (
 	keyField = regexp.MustCompile(`(?is)(content-disposition:\s*form-data;\s*name="?key"?\r\n(?:[^\r\n]+\r\n)*\r\n)(.*?)(\r\n--)`)
 )
 
-// postFilename replaces ${filename} in a form upload's key field (a POST
+// PostFilename replaces ${filename} in a form upload's key field (a POST
 // of multipart/form-data of at most PostFilenameMaxBytes) with the file
 // part's name, and fixes the request's Content-Length.
-func postFilename(c fiber.Ctx) error {
+func PostFilename(c fiber.Ctx) error {
 	if c.Method() != fiber.MethodPost {
 		return nil
 	}
