@@ -1,9 +1,11 @@
 package meta
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/metaapi/s3meta"
@@ -99,4 +101,29 @@ func TestConditionalCommitRace(t *testing.T) {
 	_, err := s.CommitKey("bkt", "absent", &metaapi.CommitKey{Size: 10, CRC32C: 1, Blocks: []metaapi.KeyBlock{{BlockRef: a.Block, Length: 10}},
 		Conditions: metaapi.Conditions{IfMatch: `"e"`}})
 	wantErr(t, err, metaapi.ErrNoSuchKey, "If-Match on a missing key")
+}
+
+// TestReplicatedS3Conf: a bucket's CORS document and an object's tags are
+// replicated meta state: after the leader that took them stops, the new
+// leader answers them.
+func TestReplicatedS3Conf(t *testing.T) {
+	g := newRGroup(t, 3)
+	g.dns()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := g.cl.CreateBucket(ctx, "bkt"); err != nil {
+		t.Fatal(err)
+	}
+	mustNo(t, put(ctx, g.cl, "bkt", "k", 10))
+	mustNo(t, s3meta.PutBucketConf(ctx, g.cl, "bkt", s3meta.ConfCORS, []byte("<CORSConfiguration>rules</CORSConfiguration>")))
+	mustNo(t, s3meta.PutObjectTagging(ctx, g.cl, "bkt", "k", "team=storage"))
+	g.stop(g.leader())
+	doc, err := s3meta.GetBucketConf(ctx, g.cl, "bkt", s3meta.ConfCORS)
+	if err != nil || string(doc) != "<CORSConfiguration>rules</CORSConfiguration>" {
+		t.Fatalf("CORS after the leader stopped: %q, %v", doc, err)
+	}
+	ki, err := g.cl.GetKey(ctx, "bkt", "k")
+	if err != nil || ki.Object == nil || ki.Object.Headers[s3meta.TaggingHeader] != "team=storage" {
+		t.Fatalf("tags after the leader stopped: %+v, %v", ki.Object, err)
+	}
 }
