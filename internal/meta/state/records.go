@@ -36,7 +36,7 @@ const (
 	prefixUpload = 'W'
 	prefixPart   = 'X'
 	// prefixBucketConf: a bucket's S3 configuration documents (s3conf.go).
-	prefixBucketConf = 'G'
+	prefixBucketConf = 'S'
 )
 
 // Limits of stored strings (the API validates tighter ones first).

@@ -9,11 +9,11 @@ import (
 
 // A bucket's S3 configuration documents (its tag set, its CORS rules: the
 // names of s3meta.BucketConfNames) are records of their own, one per
-// document, beside the bucket record: 'G' | bucket | 0x00 | name. They
+// document, beside the bucket record: 'S' | bucket | 0x00 | name. They
 // are read when asked for (not held in memory) and deleted with the
 // bucket.
 
-// BucketConfPrefix is 'G' | bucket | 0x00: every configuration document
+// BucketConfPrefix is 'S' | bucket | 0x00: every configuration document
 // of the bucket starts with it.
 func BucketConfPrefix(bucket string) []byte {
 	return append(append([]byte{prefixBucketConf}, bucket...), 0)
