@@ -19,10 +19,7 @@
 //     a listing (namespace.go List, multipart.go ListUploads, ListParts).
 //   - raftgroup: Member, the meta raft group's member — a bug in a leader
 //     change (member.go stints and waits; state.EndStintLocked).
-//   - creds: the key encryption key (package kek) loaded at Open, a
-//     member's keyring status, the rotation that re-seals the S3 users'
-//     secrets (namespace/users.go seals and opens them) — a bug in
-//     secrets at rest.
+//   - creds: the KEK (package kek): loading, status, rotation — secrets at rest.
 //   - meta: Service composing them, Open/Close, Heartbeat and Tick, admin
 //     views, HTTP API, auth, admission, backups, the offline writer.
 //

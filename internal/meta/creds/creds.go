@@ -16,7 +16,9 @@ package creds
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -68,11 +70,42 @@ func Status(k *kek.Keyring, member uint64) credapi.KEKStatus {
 	return credapi.KEKStatus{Member: member, Current: k.Current(), Keys: k.IDs(), Source: src}
 }
 
+// SetUserKeys answers PUT credapi.UsersRoute NAME/keys with set (the
+// namespace's SetUserKeys), its JSON body of at most
+// state.MaxRequestBytes.
+func SetUserKeys(w http.ResponseWriter, r *http.Request, set func(name, access, secret string) (*metaapi.User, error)) (*metaapi.User, int, error) {
+	var req credapi.SetKeys
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, state.MaxRequestBytes))
+	if err := dec.Decode(&req); err != nil {
+		return nil, 0, fmt.Errorf("%w: bad JSON body: %v", metaapi.ErrInvalid, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, 0, fmt.Errorf("%w: bad JSON body: data after the value", metaapi.ErrInvalid)
+	}
+	u, err := set(r.PathValue("name"), req.AccessKey, req.SecretKey)
+	return u, http.StatusOK, err
+}
+
+// MemberStatus is Status after rereading the keyring file (a key the
+// operator just copied in), with the HTTP status of the answer.
+func MemberStatus(k *kek.Keyring, member uint64) (credapi.KEKStatus, int, error) {
+	if err := k.Reload(); err != nil {
+		return credapi.KEKStatus{}, 0, fmt.Errorf("%w: reread the keyring: %v", metaapi.ErrUnavailable, err)
+	}
+	return Status(k, member), http.StatusOK, nil
+}
+
 // Rotate re-seals every sealed record (each resealer a kind of them)
 // under the leader's current key, its keyring file reread first, once
-// every other member of members answers that it holds that key. st
-// refuses a member that does not lead (NOT_LEADER).
-func Rotate(ctx context.Context, st *state.State, self uint64, members []metaapi.MetaMember, resealers []func() (int, error)) (*credapi.KEKRotation, error) {
+// every other member of the group (group: this member's view) answers
+// that it holds that key; with the HTTP status of the answer. st refuses
+// a member that does not lead (NOT_LEADER).
+func Rotate(ctx context.Context, st *state.State, group metaapi.MetaStatus, resealers []func() (int, error)) (*credapi.KEKRotation, int, error) {
+	rot, err := rotate(ctx, st, group.ID, group.Members, resealers)
+	return rot, http.StatusOK, err
+}
+
+func rotate(ctx context.Context, st *state.State, self uint64, members []metaapi.MetaMember, resealers []func() (int, error)) (*credapi.KEKRotation, error) {
 	if _, err := state.Read(st, func() (struct{}, error) { return struct{}{}, nil }); err != nil {
 		return nil, err
 	}
