@@ -109,7 +109,7 @@ func Run(ctx context.Context, cfg Config) error {
 		MultipartMaxParts: metaapi.MaxParts,
 		VirtualDomain:     cfg.Domain,
 		IAMService:        iam,
-		S3Options:         []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error { noteEncodingType(c); return v2.handle(c) })},
+		S3Options:         []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error { noteListQuery(c); return v2.handle(c) })},
 		KeepAlive:         true,
 		Quiet:             true,
 	})

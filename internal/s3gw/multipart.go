@@ -29,7 +29,7 @@ func (b *Backend) CreateMultipartUpload(ctx context.Context, in s3response.Creat
 	om := &metaapi.ObjectMeta{
 		ContentType: deref(in.ContentType),
 		Headers:     standardHeaders(in.ContentEncoding, in.ContentDisposition, in.ContentLanguage, in.CacheControl, in.Expires, in.WebsiteRedirectLocation),
-		UserMeta:    in.Metadata,
+		UserMeta:    userMetaIn(in.Metadata),
 	}
 	if in.ChecksumAlgorithm != "" {
 		om.Checksums = map[string]string{string(in.ChecksumAlgorithm): ""}
@@ -116,10 +116,7 @@ func (b *Backend) UploadPartCopy(ctx context.Context, in *s3.UploadPartCopyInput
 	if err != nil {
 		return s3response.CopyPartResult{}, err
 	}
-	if err := backend.EvaluatePreconditions(etagOf(&src), src.Created, backend.PreConditions{
-		IfMatch: in.CopySourceIfMatch, IfNoneMatch: in.CopySourceIfNoneMatch,
-		IfModSince: in.CopySourceIfModifiedSince, IfUnmodeSince: in.CopySourceIfUnmodifiedSince,
-	}); err != nil {
+	if err := copyPreconditions(&src, in.CopySourceIfMatch, in.CopySourceIfNoneMatch, in.CopySourceIfModifiedSince, in.CopySourceIfUnmodifiedSince); err != nil {
 		return s3response.CopyPartResult{}, err
 	}
 	offset, length := int64(0), int64(src.Size)

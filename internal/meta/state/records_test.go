@@ -32,6 +32,9 @@ func sampleRecords() []struct {
 		Headers: map[string]string{"Cache-Control": "no-cache"}, UserMeta: map[string]string{"a": "1", "b": "2"}, Checksums: map[string]string{"CRC32": "AAAAAA=="}}
 	s3bkt := BucketRecord{Created: t0, Keys: 1, Bytes: 5, Owner: "AKIAOWNER0000000001", ACL: `{"Owner":"AKIAOWNER0000000001"}`}
 	s3key := KeyRecord{Size: 300, CRC32C: 7, Created: t0, Blocks: []StoredBlock{{5, 1, 2, 300}}, Object: om}
+	mpom := *om
+	mpom.PartSizes = []uint64{200, 100}
+	mpkey := KeyRecord{Size: 300, CRC32C: 7, Created: t0, Blocks: []StoredBlock{{5, 1, 2, 200}, {5, 2, 2, 100}}, Object: &mpom}
 	user := UserRecord{Created: t0, AccessKey: "AKIAOWNER0000000001", SecretKey: "secret-0123456789"}
 	upload := UploadRecord{Initiated: t0, Owner: "AKIAOWNER0000000001", Object: &metaapi.ObjectMeta{ContentType: "video/mp4"}}
 	inl := KeyRecord{Size: 5, CRC32C: 0x9a71bb4c, Created: t0, Inline: []byte("hello")}
@@ -53,6 +56,7 @@ func sampleRecords() []struct {
 		{"deletion", dl.Encode(), func(v []byte) (any, error) { return DecodeDelete(v) }, dl},
 		{"s3 bucket", s3bkt.Encode(), func(v []byte) (any, error) { return DecodeBucket(v) }, s3bkt},
 		{"s3 key", s3key.Encode(), func(v []byte) (any, error) { return DecodeKey(v) }, s3key},
+		{"multipart key", mpkey.Encode(), func(v []byte) (any, error) { return DecodeKey(v) }, mpkey},
 		{"user", user.Encode(), func(v []byte) (any, error) { return DecodeUser(v) }, user},
 		{"upload", upload.Encode(), func(v []byte) (any, error) { return DecodeUpload(v) }, upload},
 		{"part", part.Encode(), func(v []byte) (any, error) { return DecodePart(v) }, part},
