@@ -696,7 +696,7 @@ type listQueryKey struct{}
 
 // listQuery is what noteListQuery keeps of a request's query.
 type listQuery struct {
-	encodingType                   types.EncodingType
+	encodingType                  types.EncodingType
 	continuationToken, startAfter bool
 }
 
