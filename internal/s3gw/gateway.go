@@ -93,6 +93,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer func() { _ = kc.Close() }() // always nil (keyclient.Client.Close)
 	iam := NewIAM(mc)
 	v2 := &sigV2{access: cfg.AccessKey, secret: cfg.SecretKey, iam: iam, region: cfg.Region, now: time.Now}
+	v4c := newSigV4Compat(cfg.AccessKey, cfg.SecretKey, iam, cfg.Region)
 	cfg.Logger.Info("s3 gateway listening", "addr", cfg.Listen, "https", cfg.CertFile != "", "meta", cfg.Meta, "cluster_tls", cfg.TLS.Mode(), "region", cfg.Region, "domain", cfg.Domain)
 	if cfg.CertFile == "" {
 		cfg.Logger.Warn("s3 gateway serving plain HTTP (--insecure): requests and data travel unencrypted", "addr", cfg.Listen)
@@ -109,9 +110,12 @@ func Run(ctx context.Context, cfg Config) error {
 		MultipartMaxParts: metaapi.MaxParts,
 		VirtualDomain:     cfg.Domain,
 		IAMService:        iam,
-		S3Options:         []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error { noteListQuery(c); return v2.handle(c) })},
-		KeepAlive:         true,
-		Quiet:             true,
+		S3Options: []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error {
+			noteListQuery(c)
+			return v4c.handle(c, func() error { return v2.handle(c) })
+		})},
+		KeepAlive: true,
+		Quiet:     true,
 	})
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("s3gw: %w", err)
