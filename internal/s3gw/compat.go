@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/mail"
@@ -182,8 +183,33 @@ func (s *sigV4Compat) verify(ctx fiber.Ctx, tdate time.Time, payloadHash string)
 	if err != nil {
 		return ad, "", err
 	}
+	// versitygw verifies after its DecodeURL has set the path unescaped
+	// (its canonical request escapes it again): the same here.
+	uri := ctx.Request().URI()
+	raw := string(uri.PathOriginal())
+	path, err := url.PathUnescape(raw)
+	if err != nil {
+		return ad, "", s3err.GetAPIError(s3err.ErrInvalidRequest)
+	}
+	uri.SetPath(path)
 	_, err = utils.CheckValidSignature(ctx, ad, key, payloadHash, tdate, int64(max(ctx.Request().Header.ContentLength(), 0)))
+	uri.SetPath(raw)
 	return ad, acct.Secret, err
+}
+
+// escapePath is a path as SigV4 canonicalizes it for S3: every byte but
+// the unreserved ones and '/' percent-encoded.
+func escapePath(p string) string {
+	var b strings.Builder
+	for i := range len(p) {
+		c := p[i]
+		if 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || strings.IndexByte("-._~/", c) >= 0 {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
 }
 
 // resign signs the request again for the same user, at tdate, over the
@@ -204,16 +230,12 @@ func (s *sigV4Compat) resign(ctx fiber.Ctx, ad utils.AuthData, secret string, td
 			}
 		}
 	}
-	rawPath := string(ctx.Request().URI().PathOriginal())
-	if i := strings.IndexByte(rawPath, '?'); i >= 0 {
-		rawPath = rawPath[:i]
-	}
-	host := string(ctx.Request().Host())
-	u := &url.URL{Scheme: "http", Host: host, RawPath: rawPath, RawQuery: string(ctx.Request().URI().QueryString())}
-	var err error
-	if u.Path, err = url.PathUnescape(rawPath); err != nil {
+	path, err := url.PathUnescape(string(ctx.Request().URI().PathOriginal()))
+	if err != nil {
 		return s3err.GetAPIError(s3err.ErrInvalidRequest)
 	}
+	host := string(ctx.Request().Host())
+	u := &url.URL{Scheme: "http", Host: host, Path: path, RawPath: escapePath(path), RawQuery: string(ctx.Request().URI().QueryString())}
 	req := &http.Request{Method: ctx.Method(), URL: u, Host: host, Header: hdr, ContentLength: contentLength}
 	err = v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true }).SignHTTP(context.Background(),
 		aws.Credentials{AccessKeyID: ad.Access, SecretAccessKey: secret}, req, payloadHash, "s3", s.region, tdate)

@@ -94,6 +94,7 @@ func Run(ctx context.Context, cfg Config) error {
 	iam := NewIAM(mc)
 	v2 := &sigV2{access: cfg.AccessKey, secret: cfg.SecretKey, iam: iam, region: cfg.Region, now: time.Now}
 	v4c := newSigV4Compat(cfg.AccessKey, cfg.SecretKey, iam, cfg.Region)
+	expectOpts := expectHook(v4c, cfg.Logger)
 	cfg.Logger.Info("s3 gateway listening", "addr", cfg.Listen, "https", cfg.CertFile != "", "meta", cfg.Meta, "cluster_tls", cfg.TLS.Mode(), "region", cfg.Region, "domain", cfg.Domain)
 	if cfg.CertFile == "" {
 		cfg.Logger.Warn("s3 gateway serving plain HTTP (--insecure): requests and data travel unencrypted", "addr", cfg.Listen)
@@ -110,10 +111,10 @@ func Run(ctx context.Context, cfg Config) error {
 		MultipartMaxParts: metaapi.MaxParts,
 		VirtualDomain:     cfg.Domain,
 		IAMService:        iam,
-		S3Options: []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error {
+		S3Options: append(expectOpts, s3api.WithMiddleware("/", func(c fiber.Ctx) error {
 			noteListQuery(c)
 			return v4c.handle(c, func() error { return v2.handle(c) })
-		})},
+		})),
 		KeepAlive: true,
 		Quiet:     true,
 	})
