@@ -122,8 +122,8 @@ func (s *sigV4Compat) fixHeaderAuth(ctx fiber.Ctx) error {
 		return nil
 	}
 	amzDate, hash := ctx.Get("X-Amz-Date"), ctx.Get("X-Amz-Content-Sha256")
-	if amzDate != "" && hash != "" {
-		return nil
+	if amzDate != "" && hash != "" || utils.IsStreamingPayload(hash) {
+		return nil // as is; a streaming upload's chunks are signed from its seed signature
 	}
 	tdate, ok := requestTime(ctx)
 	if !ok {
