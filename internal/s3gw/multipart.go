@@ -145,8 +145,11 @@ func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMu
 	}
 	req := metaapi.CompleteUpload{UploadRef: ref, Conditions: metaapi.Conditions{IfMatch: deref(in.IfMatch), IfNoneMatch: deref(in.IfNoneMatch)}}
 	for _, p := range in.MultipartUpload.Parts {
-		if p.PartNumber == nil || *p.PartNumber < 1 {
+		if p.PartNumber == nil {
 			return s3response.CompleteMultipartUploadResult{}, "", s3err.GetAPIError(s3err.ErrInvalidPart)
+		}
+		if *p.PartNumber < 1 { // S3: InvalidArgument "PartNumber must be >= 1"
+			return s3response.CompleteMultipartUploadResult{}, "", s3err.GetInvalidArgumentErr(s3err.InvalidArgCompleteMpPartNumber, strconv.Itoa(int(*p.PartNumber)))
 		}
 		req.Parts = append(req.Parts, metaapi.CompletePart{Number: uint32(*p.PartNumber), ETag: deref(p.ETag)})
 	}

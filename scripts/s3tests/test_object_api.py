@@ -180,6 +180,15 @@ def test_get_object_part_number_of_a_single_part_object(s3, bucket):
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 416
 
 
+def test_complete_multipart_part_number_below_1(s3, bucket):
+    up, data, parts = multipart(s3, bucket, "mp", [1 << 20])
+    with pytest.raises(ClientError) as e:
+        s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=up,
+                                     MultipartUpload={"Parts": [{"PartNumber": -4, "ETag": parts[0]["ETag"]}]})
+    assert error_of(e.value) == (400, "InvalidArgument")
+    assert "PartNumber must be >= 1" in e.value.response["Error"]["Message"]
+
+
 def test_get_object_attributes_object_parts(s3, bucket):
     sizes = [5 << 20, 5 << 20, 1 << 20]
     up, data, parts = multipart(s3, bucket, "mp", sizes)
