@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
@@ -24,7 +25,7 @@ import (
 func splitPrefix(arg string) (bucket, prefix string, err error) {
 	bucket, prefix, _ = strings.Cut(arg, "/")
 	if err := metaapi.ValidBucket(bucket); err != nil {
-		return "", "", usageErr(err)
+		return "", "", cli.UsageErr(err)
 	}
 	return bucket, prefix, nil
 }
@@ -58,13 +59,13 @@ func treeFiles(cmd *cobra.Command, dir, prefix string) (files, keys []string, er
 		}
 		key := keyUnder(prefix, filepath.ToSlash(rel))
 		if err := metaapi.ValidKey(key); err != nil {
-			return usageErr(fmt.Errorf("%s: %w", p, err))
+			return cli.UsageErr(fmt.Errorf("%s: %w", p, err))
 		}
 		files, keys = append(files, p), append(keys, key)
 		return nil
 	})
 	if err != nil {
-		if _, ok := err.(*exitError); !ok {
+		if _, ok := err.(*cli.ExitError); !ok {
 			err = fmt.Errorf("reading %s: %w", dir, err)
 		}
 		return nil, nil, err
@@ -105,10 +106,10 @@ func getTree(cmd *cobra.Command, kc *keyclient.Client, bucket, prefix, dir strin
 		return nil
 	})
 	if err != nil {
-		if _, ok := err.(*exitError); ok {
+		if _, ok := err.(*cli.ExitError); ok {
 			return err
 		}
-		return keyExit(err, bucket, "")
+		return cli.KeyExit(err, bucket, "")
 	}
 	for i := range keys {
 		if err := os.MkdirAll(filepath.Dir(files[i]), 0o777); err != nil {

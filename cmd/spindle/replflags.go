@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/meta"
 )
 
@@ -36,7 +37,7 @@ func addReplicationFlags(f *pflag.FlagSet, cfg *meta.Config) func() error {
 			v    int
 		}{{"--max-copies-per-source", cfg.MaxCopiesPerSource}, {"--max-copies-per-target", cfg.MaxCopiesPerTarget}, {"--max-inflight-copies", cfg.MaxInflightCopies}} {
 			if c.v < 1 {
-				return usageErr(fmt.Errorf("%s %d: want at least 1", c.name, c.v))
+				return cli.UsageErr(fmt.Errorf("%s %d: want at least 1", c.name, c.v))
 			}
 		}
 		for _, d := range []struct {
@@ -44,17 +45,17 @@ func addReplicationFlags(f *pflag.FlagSet, cfg *meta.Config) func() error {
 			v    time.Duration
 		}{{"--copy-retry-after", cfg.CopyRetryAfter}, {"--copy-timeout", cfg.CopyTimeoutMin}} {
 			if d.v <= 0 {
-				return usageErr(fmt.Errorf("%s %s: want a positive duration", d.name, d.v))
+				return cli.UsageErr(fmt.Errorf("%s %s: want a positive duration", d.name, d.v))
 			}
 		}
 		if cfg.MinLiveReplicas < meta.DefaultMinLiveReplicas || cfg.MinLiveReplicas > meta.PipelineSize {
-			return usageErr(fmt.Errorf("--min-live-replicas %d: want %d (a raft majority of a pipeline) to %d", cfg.MinLiveReplicas, meta.DefaultMinLiveReplicas, meta.PipelineSize))
+			return cli.UsageErr(fmt.Errorf("--min-live-replicas %d: want %d (a raft majority of a pipeline) to %d", cfg.MinLiveReplicas, meta.DefaultMinLiveReplicas, meta.PipelineSize))
 		}
 		if cfg.SafeModeMinNodes < 0 {
-			return usageErr(fmt.Errorf("--safe-mode-min-nodes %d: want 0 (min(3, registered)) or more", cfg.SafeModeMinNodes))
+			return cli.UsageErr(fmt.Errorf("--safe-mode-min-nodes %d: want 0 (min(3, registered)) or more", cfg.SafeModeMinNodes))
 		}
 		if !(cfg.SafeModeContainerFraction > 0 && cfg.SafeModeContainerFraction <= 1) {
-			return usageErr(fmt.Errorf("--safe-mode-fraction %g: want more than 0, at most 1", cfg.SafeModeContainerFraction))
+			return cli.UsageErr(fmt.Errorf("--safe-mode-fraction %g: want more than 0, at most 1", cfg.SafeModeContainerFraction))
 		}
 		return nil
 	}

@@ -105,6 +105,9 @@ var routeAccess = map[string]accessClass{
 	"create_s3_bucket": accessGateway,
 	"get_bucket":       accessGateway,
 	"put_bucket_acl":   accessGateway,
+	"get_bucket_perms": accessGateway,
+	"put_bucket_perms": accessGateway,
+	"put_object_acl":   accessGateway,
 	"create_upload":    accessGateway,
 	"commit_part":      accessGateway,
 	"complete_upload":  accessGateway,
@@ -114,6 +117,7 @@ var routeAccess = map[string]accessClass{
 	"list_uploads":     accessGateway,
 
 	"meta_raft":     accessMetaPeer,
+	"meta_demote":   accessMetaPeer,
 	"meta_snapshot": accessMetaPeer,
 
 	"create_join_token": accessAdmin,

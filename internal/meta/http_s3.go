@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3permapi"
 )
 
 // routeS3 adds the S3 gateway's routes (metaapi/s3.go) to the mux.
@@ -28,7 +29,7 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 		return u, http.StatusOK, err
 	})
 	route("POST /v1/s3/buckets/{bucket}", "create_s3_bucket", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
-		var req metaapi.CreateS3Bucket
+		var req s3permapi.CreateBucket
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
@@ -46,6 +47,7 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 		}
 		return nil, http.StatusNoContent, s.PutBucketACL(r.PathValue("bucket"), req.ACL)
 	})
+	s.routeS3Perms(route)
 	route("POST /v1/uploads/create", "create_upload", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req metaapi.CreateUpload
 		if err := decodeBody(w, r, &req); err != nil {

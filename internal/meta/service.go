@@ -11,6 +11,7 @@ import (
 	"github.com/spindle-store/spindle/internal/meta/state"
 
 	dto "github.com/prometheus/client_model/go"
+
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -150,12 +151,12 @@ func (s *Service) WALSyncs() (syncs uint64, seconds float64, err error) {
 	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum() / 1e9, nil
 }
 
-// ChangeMembers adds member id at addr (add) or removes member id (not
-// add) of the meta raft group, one change at a time, and returns once
-// the leader applied it (raftconf.go).
-func (s *Service) ChangeMembers(add bool, id uint64, addr string, force bool) (metaapi.MetaStatus, error) {
+// ChangeMembers makes one change of the meta raft group's members (add,
+// promote, remove, replace) and returns once the leader applied it
+// (raftgroup/raftconf.go).
+func (s *Service) ChangeMembers(ch metaapi.MemberChange) (metaapi.MetaStatus, error) {
 	if s.rep == nil {
 		return metaapi.MetaStatus{}, fmt.Errorf("%w: a single meta service has no members to change (start members with --peers)", metaapi.ErrInvalid)
 	}
-	return s.rep.ChangeMembers(add, id, addr, force)
+	return s.rep.ChangeMembers(ch)
 }

@@ -22,11 +22,11 @@
 //
 // Besides, middlewares before versitygw's routes take what S3-compatible
 // servers take and versitygw refuses (sigv2.go: V2 presigned URLs;
-// compat.go: a Date header instead of X-Amz-Date, no x-amz-content-sha256,
-// a chunked body without a length), verifying the signature themselves
-// before re-signing the request for versitygw; expect.go answers Expect:
-// 100-continue only once the signature is checked (fasthttp's
-// ExpectHandler).
+// internal/s3gw/sigcompat: a Date header instead of X-Amz-Date, no
+// x-amz-content-sha256, a chunked body without a length), verifying the
+// signature themselves before re-signing the request for versitygw;
+// sigcompat also answers Expect: 100-continue only once the signature is
+// checked (fasthttp's ExpectHandler).
 //
 // Replacing the front end means rewriting Backend and IAM against another
 // library; the meta service's S3 API (metaapi/s3.go) stays.
@@ -34,10 +34,18 @@
 // # Mapping
 //
 //   - A bucket is a meta service bucket with an owner (the creator's access
-//     key) and versitygw's ACL document. versitygw reads the ACL on every
-//     request; a gateway caches it for ACLCacheTTL (1 s), so an ACL changed
-//     through another gateway applies here within that (its own changes
-//     at once).
+//     key), versitygw's ACL document, a bucket policy and an object
+//     ownership (s3permapi; perms.go). versitygw reads them on every
+//     request; a gateway caches them for ACLCacheTTL (1 s, PermCache), so a
+//     change through another gateway applies here within that (its own
+//     changes at once).
+//   - Permissions (internal/s3perm): versitygw evaluates the bucket policy
+//     (explicit Deny first) and the bucket ACL; the IAM is its
+//     PolicyEvaluator for the identity side: the bucket owner's rights and
+//     bucket and object ACL grants where ownership enables ACLs
+//     (iam_policy.go). An unsigned request is served only where a policy
+//     or ACL makes the bucket public (versitygw) or, for a GET or HEAD of
+//     an object, where the object's ACL grants everyone READ (anon.go).
 //   - An object is a key; its S3 metadata (ETag = MD5 hex, Content-Type and
 //     the standard headers, x-amz-meta-*, the client's checksum) is stored
 //     in the key's record, committed in the same batch as its blocks: a

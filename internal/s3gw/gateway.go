@@ -13,6 +13,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/sigcompat"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
@@ -91,15 +92,17 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("s3gw: %w", err)
 	}
 	defer func() { _ = kc.Close() }() // always nil (keyclient.Client.Close)
-	iam := NewIAM(mc)
+	pc := NewPermCache(mc)
+	iam := NewIAM(mc, pc)
 	v2 := &sigV2{access: cfg.AccessKey, secret: cfg.SecretKey, iam: iam, region: cfg.Region, now: time.Now}
-	v4c := newSigV4Compat(cfg.AccessKey, cfg.SecretKey, iam, cfg.Region)
-	expectOpts := expectHook(v4c, cfg.Logger)
+	v4c := sigcompat.New(cfg.AccessKey, cfg.SecretKey, iam, cfg.Region)
+	expectOpts := sigcompat.ExpectHook(v4c, cfg.Logger)
 	cfg.Logger.Info("s3 gateway listening", "addr", cfg.Listen, "https", cfg.CertFile != "", "meta", cfg.Meta, "cluster_tls", cfg.TLS.Mode(), "region", cfg.Region, "domain", cfg.Domain)
 	if cfg.CertFile == "" {
 		cfg.Logger.Warn("s3 gateway serving plain HTTP (--insecure): requests and data travel unencrypted", "addr", cfg.Listen)
 	}
-	err = embedgw.RunVersityGW(ctx, NewBackend(mc, kc, cfg.Region), &embedgw.Config{
+	be := NewBackend(mc, kc, cfg.Region, pc)
+	err = embedgw.RunVersityGW(ctx, be, &embedgw.Config{
 		RootUserAccess:    cfg.AccessKey,
 		RootUserSecret:    cfg.SecretKey,
 		Region:            cfg.Region,
@@ -113,7 +116,8 @@ func Run(ctx context.Context, cfg Config) error {
 		IAMService:        iam,
 		S3Options: append(expectOpts, s3api.WithMiddleware("/", func(c fiber.Ctx) error {
 			noteListQuery(c)
-			return v4c.handle(c, func() error { return v2.handle(c) })
+			be.anonymousRead(c, cfg.Domain)
+			return v4c.Handle(c, func() error { return v2.handle(c) })
 		})),
 		KeepAlive: true,
 		Quiet:     true,

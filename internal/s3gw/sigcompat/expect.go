@@ -1,4 +1,4 @@
-package s3gw
+package sigcompat
 
 import (
 	"log/slog"
@@ -11,22 +11,9 @@ import (
 	"github.com/versity/versitygw/s3api"
 )
 
-// A request that says Expect: 100-continue is answered 100 Continue only
-// once its signature is checked (S3's order): a header-signed SigV4
-// request whose signature fails is answered its error (403
-// SignatureDoesNotMatch, InvalidAccessKeyId, ...) instead, before the
-// client sends the body, and the connection is closed. Anonymous,
-// presigned and V2 requests are answered 100 and checked with their body
-// by versitygw.
-//
-// The hook is fasthttp's Server.ExpectHandler, set before the server
-// accepts its first connection (versitygw's OnListen). versitygw keeps
-// its fiber.App unexported: expectHook reaches it by reflection, pinned to
-// the versitygw version in go.mod (TestExpectContinueAfterSignature fails
-// if it no longer finds it; the gateway then logs and answers 100 first).
-
-// expectHook returns the s3api options that install the Expect handler.
-func expectHook(v4c *sigV4Compat, log *slog.Logger) []s3api.Option {
+// ExpectHook returns the s3api options that install the Expect handler
+// (for one gateway: its options are used once).
+func ExpectHook(v4c *Compat, log *slog.Logger) []s3api.Option {
 	var srv *s3api.S3ApiServer
 	return []s3api.Option{
 		func(s *s3api.S3ApiServer) { srv = s },
@@ -56,7 +43,7 @@ func fiberApp(s *s3api.S3ApiServer) *fiber.App {
 
 // expectHandler checks a request's signature from its headers and answers
 // 100 to go on, or the error's status with its S3 error body.
-func (s *sigV4Compat) expectHandler(app *fiber.App) func(*fasthttp.RequestCtx) int {
+func (s *Compat) expectHandler(app *fiber.App) func(*fasthttp.RequestCtx) int {
 	return func(fctx *fasthttp.RequestCtx) int {
 		c := app.AcquireCtx(fctx)
 		defer app.ReleaseCtx(c)
@@ -73,7 +60,7 @@ func (s *sigV4Compat) expectHandler(app *fiber.App) func(*fasthttp.RequestCtx) i
 
 // checkSignature verifies a header-signed SigV4 request's signature
 // (nil for the others: versitygw checks them).
-func (s *sigV4Compat) checkSignature(ctx fiber.Ctx) error {
+func (s *Compat) checkSignature(ctx fiber.Ctx) error {
 	if !strings.HasPrefix(ctx.Get("Authorization"), "AWS4-HMAC-SHA256 ") {
 		return nil
 	}

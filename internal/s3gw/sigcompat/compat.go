@@ -1,4 +1,4 @@
-package s3gw
+package sigcompat
 
 import (
 	"bytes"
@@ -20,28 +20,6 @@ import (
 	"github.com/versity/versitygw/s3err"
 )
 
-// Requests that S3-compatible servers take and versitygw's SigV4 check
-// refuses, taken here, before versitygw's routes (a middleware like
-// sigV2's):
-//
-//   - A Date header (RFC 1123) and no X-Amz-Date: what botocore's own
-//     signer sends when given a Date. The request time is the Date's.
-//   - No x-amz-content-sha256: curl --aws-sigv4 signs the empty payload's
-//     hash and sends none (MinIO and SeaweedFS take it so). The body, when
-//     there is one, is taken unverified, as with UNSIGNED-PAYLOAD; a
-//     Content-MD5 or checksum header still is verified.
-//
-// Such a request's signature is verified here (versitygw's canonical
-// request, the user's key, the 15-minute window), then the request is
-// re-signed for the same user with X-Amz-Date and x-amz-content-sha256
-// added, which versitygw verifies as usual. A request whose signature
-// fails is refused here (SignatureDoesNotMatch, InvalidAccessKeyId, ...).
-//
-// And a PUT with Transfer-Encoding: chunked and no Content-Length, which
-// versitygw refuses (MissingContentLength), has its body read first, up to
-// MaxChunkedBodyBytes (more: 411 MissingContentLength, as S3 answers every
-// such PUT), ChunkedBodiesInFlight at once (more: SlowDown).
-
 // Bounds of the bodies of unknown length read before their request.
 const (
 	MaxChunkedBodyBytes   = 16 << 20
@@ -53,19 +31,23 @@ const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 
 const amzDateFormat = "20060102T150405Z"
 
-type sigV4Compat struct {
+// Compat is the middleware (see the package comment).
+type Compat struct {
 	access, secret string // the root user
 	iam            auth.IAMService
 	region         string
 	chunked        chan struct{} // a slot per body of unknown length being held
 }
 
-func newSigV4Compat(access, secret string, iam auth.IAMService, region string) *sigV4Compat {
-	return &sigV4Compat{access: access, secret: secret, iam: iam, region: region, chunked: make(chan struct{}, ChunkedBodiesInFlight)}
+// New returns the middleware for the root user's keys, the IAM service of
+// the other users and the gateway's region.
+func New(access, secret string, iam auth.IAMService, region string) *Compat {
+	return &Compat{access: access, secret: secret, iam: iam, region: region, chunked: make(chan struct{}, ChunkedBodiesInFlight)}
 }
 
-// handle is the middleware; a refusal is answered here as an S3 error.
-func (s *sigV4Compat) handle(ctx fiber.Ctx, next func() error) error {
+// Handle is the middleware: it calls next for a request it lets go on,
+// and answers a refusal itself as an S3 error.
+func (s *Compat) Handle(ctx fiber.Ctx, next func() error) error {
 	release, err := s.readChunked(ctx)
 	if err == nil {
 		defer release()
@@ -91,7 +73,7 @@ func sendS3Error(ctx fiber.Ctx, err error) error {
 
 // readChunked reads the body of a request of unknown length (chunked, not
 // aws-chunked) and hands it on with its length; release lets its slot go.
-func (s *sigV4Compat) readChunked(ctx fiber.Ctx) (release func(), err error) {
+func (s *Compat) readChunked(ctx fiber.Ctx) (release func(), err error) {
 	release = func() {}
 	stream := ctx.Request().BodyStream()
 	if ctx.Request().Header.ContentLength() != -1 || stream == nil || utils.IsStreamingPayload(ctx.Get("X-Amz-Content-Sha256")) {
@@ -116,7 +98,7 @@ func (s *sigV4Compat) readChunked(ctx fiber.Ctx) (release func(), err error) {
 
 // fixHeaderAuth verifies and re-signs a header-signed request with a Date
 // and no X-Amz-Date, or without x-amz-content-sha256; others pass as they are.
-func (s *sigV4Compat) fixHeaderAuth(ctx fiber.Ctx) error {
+func (s *Compat) fixHeaderAuth(ctx fiber.Ctx) error {
 	authz := ctx.Get("Authorization")
 	if !strings.HasPrefix(authz, "AWS4-HMAC-SHA256 ") {
 		return nil
@@ -161,7 +143,7 @@ func requestTime(ctx fiber.Ctx) (time.Time, bool) {
 // verify checks a header-signed SigV4 request's signature, made at tdate
 // over payloadHash: versitygw's canonical request and checks, the user's
 // key. It returns the parsed authorization and the user's secret.
-func (s *sigV4Compat) verify(ctx fiber.Ctx, tdate time.Time, payloadHash string) (utils.AuthData, string, error) {
+func (s *Compat) verify(ctx fiber.Ctx, tdate time.Time, payloadHash string) (utils.AuthData, string, error) {
 	ad, err := utils.ParseAuthorization(ctx.Get("Authorization"))
 	if err != nil {
 		return ad, "", err
@@ -214,7 +196,7 @@ func escapePath(p string) string {
 
 // resign signs the request again for the same user, at tdate, over the
 // headers it signed plus X-Amz-Date and x-amz-content-sha256 (payloadHash).
-func (s *sigV4Compat) resign(ctx fiber.Ctx, ad utils.AuthData, secret string, tdate time.Time, payloadHash string) error {
+func (s *Compat) resign(ctx fiber.Ctx, ad utils.AuthData, secret string, tdate time.Time, payloadHash string) error {
 	h := &ctx.Request().Header
 	h.Set("X-Amz-Content-Sha256", payloadHash)
 	hdr := http.Header{"X-Amz-Content-Sha256": {payloadHash}}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -11,15 +11,15 @@ import (
 
 // Exit codes of spindle (documented in the root command's help).
 const (
-	exitFailure     = 1 // any other failure
-	exitUsage       = 2 // bad command line: arguments, flags, names, ranges
-	exitNotFound    = 3 // no such key, bucket or file
-	exitUnavailable = 4 // meta service unreachable, no healthy pipeline, datanodes down
-	exitCorrupt     = 5 // data read back did not match its checksums
-	exitForbidden   = 6 // the certificate's role may not make the call
+	ExitFailure     = 1 // any other failure
+	ExitUsage       = 2 // bad command line: arguments, flags, names, ranges
+	ExitNotFound    = 3 // no such key, bucket or file
+	ExitUnavailable = 4 // meta service unreachable, no healthy pipeline, datanodes down
+	ExitCorrupt     = 5 // data read back did not match its checksums
+	ExitForbidden   = 6 // the certificate's role may not make the call
 )
 
-const exitCodesHelp = `Exit status:
+const ExitCodesHelp = `Exit status:
   0 success
   1 failure
   2 usage: unknown or missing command, arguments, flags and their values in
@@ -32,42 +32,46 @@ const exitCodesHelp = `Exit status:
   6 forbidden: the certificate's role may not do this (deleting keys and
     buckets and administration need an admin certificate)`
 
-// exitError is an error with the exit status it gives.
-type exitError struct {
-	code int
-	err  error
+// ExitError is an error with the exit status it gives.
+type ExitError struct {
+	Code int
+	Err  error
 }
 
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
+func (e *ExitError) Error() string { return e.Err.Error() }
+func (e *ExitError) Unwrap() error { return e.Err }
 
-func usageErr(err error) error { return &exitError{code: exitUsage, err: err} }
+// Exit is err with the exit status code.
+func Exit(code int, err error) error { return &ExitError{Code: code, Err: err} }
 
-// exitCode is the status a command's error gives.
-func exitCode(err error) int {
+// UsageErr is err with the usage exit status.
+func UsageErr(err error) error { return Exit(ExitUsage, err) }
+
+// ExitCode is the status a command's error gives.
+func ExitCode(err error) int {
 	if err == nil {
 		return 0
 	}
-	var ee *exitError
+	var ee *ExitError
 	if errors.As(err, &ee) {
-		return ee.code
+		return ee.Code
 	}
 	if errors.Is(err, metaapi.ErrForbidden) {
-		return exitForbidden
+		return ExitForbidden
 	}
 	// cobra's own: unknown command, bad flag or argument count.
 	msg := err.Error()
 	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "invalid argument", "flag needs an argument", "accepts ", "requires at least", "requires at most"} {
 		if strings.HasPrefix(msg, p) {
-			return exitUsage
+			return ExitUsage
 		}
 	}
-	return exitFailure
+	return ExitFailure
 }
 
-// keyExit gives an error of the key or meta client its message and exit
+// KeyExit gives an error of the key or meta client its message and exit
 // status. bucket and key name what the command was about ("" when none).
-func keyExit(err error, bucket, key string) error {
+func KeyExit(err error, bucket, key string) error {
 	what := bucket
 	if key != "" {
 		what = bucket + "/" + key
@@ -76,23 +80,23 @@ func keyExit(err error, bucket, key string) error {
 	case errors.Is(err, metaapi.ErrNotFound):
 		switch {
 		case bucket != "" && errors.Is(err, metaapi.ErrNoSuchBucket):
-			return &exitError{exitNotFound, fmt.Errorf("unknown bucket %s", bucket)}
+			return Exit(ExitNotFound, fmt.Errorf("unknown bucket %s", bucket))
 		case key != "":
-			return &exitError{exitNotFound, fmt.Errorf("unknown key %s", what)}
+			return Exit(ExitNotFound, fmt.Errorf("unknown key %s", what))
 		}
-		return &exitError{exitNotFound, err}
+		return Exit(ExitNotFound, err)
 	case errors.Is(err, metaapi.ErrInvalid), errors.Is(err, keyclient.ErrRange):
-		return &exitError{exitUsage, err}
+		return Exit(ExitUsage, err)
 	case errors.Is(err, metaapi.ErrNoPipeline):
-		return &exitError{exitUnavailable, fmt.Errorf("no healthy pipeline to write %s: %w", what, err)}
+		return Exit(ExitUnavailable, fmt.Errorf("no healthy pipeline to write %s: %w", what, err))
 	case errors.Is(err, metaapi.ErrUnavailable), errors.Is(err, keyclient.ErrPipelineFailed):
-		return &exitError{exitUnavailable, err}
+		return Exit(ExitUnavailable, err)
 	case errors.Is(err, keyclient.ErrCorrupt):
-		return &exitError{exitCorrupt, fmt.Errorf("corrupt data: %w", err)}
+		return Exit(ExitCorrupt, fmt.Errorf("corrupt data: %w", err))
 	case errors.Is(err, metaapi.ErrExists):
-		return &exitError{exitFailure, fmt.Errorf("bucket %s already exists", bucket)}
+		return Exit(ExitFailure, fmt.Errorf("bucket %s already exists", bucket))
 	case errors.Is(err, metaapi.ErrNotEmpty):
-		return &exitError{exitFailure, fmt.Errorf("bucket %s is not empty: delete its keys first", bucket)}
+		return Exit(ExitFailure, fmt.Errorf("bucket %s is not empty: delete its keys first", bucket))
 	}
 	return err
 }
