@@ -76,7 +76,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	mc, err := metaapi.NewClient(cfg.Meta, metaapi.ClientOptions{TLS: cfg.TLS})
+	mc, err := metaClient(cfg.Meta, cfg.TLS) // identity.go: calls name their S3 user
 	if err != nil {
 		return fmt.Errorf("s3gw: %w", err)
 	}
