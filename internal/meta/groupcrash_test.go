@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
 	"github.com/spindle-store/spindle/internal/vfs/powerfs"
+	"github.com/spindle-store/spindle/internal/wal"
 )
 
 // The crash loop of the replicated meta service (issue 31 item 7): three
@@ -259,6 +261,7 @@ type gcGroup struct {
 	peers   map[uint64]string
 	members []*gcMember
 	cl      *metaapi.Client
+	spare   *switchboard // the fourth member's socket
 	stopped chan struct{} // closed at teardown: no more restarts
 
 	mu       sync.Mutex
@@ -267,6 +270,17 @@ type gcGroup struct {
 	restarts int
 	errs     []error // of the restarts
 	restart  time.Time
+	// applied: what the dead lives had applied (checked against the
+	// group's logs at the end).
+	applied []deadApplied
+}
+
+// deadApplied is what a dead life had applied: the entries of its log
+// (as written, synced or not) up to its applied index.
+type deadApplied struct {
+	id      uint64
+	applied uint64
+	entries []wal.Entry
 }
 
 func newGCGroup(t *testing.T, log *slog.Logger, tweak func(*state.Config)) (*gcGroup, error) {
@@ -284,11 +298,19 @@ func newGCGroup(t *testing.T, log *slog.Logger, tweak func(*state.Config)) (*gcG
 			return g, err
 		}
 	}
+	// The client knows a fourth address from the start (the member the
+	// membership scenario adds: a client follows the leader only among
+	// the addresses it was given); nothing answers there until then.
+	sw, err := newSwitchboard()
+	if err != nil {
+		return g, err
+	}
+	g.spare = sw
 	var addrs []string
 	for _, m := range g.members {
 		addrs = append(addrs, m.sw.addr())
 	}
-	var err error
+	addrs = append(addrs, sw.addr()) // last: the client starts with member 1
 	g.cl, err = metaapi.NewClient(strings.Join(addrs, ","), metaapi.ClientOptions{Timeout: 5 * time.Second, FailoverTimeout: gcWait})
 	return g, err
 }
@@ -340,6 +362,11 @@ func (g *gcGroup) watch(m *gcMember, l *gcLife) {
 		return
 	}
 	l.disk.Dead() // its network is cut
+	if err := g.recordApplied(m, l); err != nil {
+		g.mu.Lock()
+		g.errs = append(g.errs, err)
+		g.mu.Unlock()
+	}
 	g.zombie(l)
 	select {
 	case <-g.stopped:
@@ -356,6 +383,45 @@ func (g *gcGroup) watch(m *gcMember, l *gcLife) {
 		g.errs = append(g.errs, fmt.Errorf("restart of member %d on what its disk kept: %w", m.id, err))
 		g.mu.Unlock()
 	}
+}
+
+// recordApplied reads what dead life l of m had applied: its applied
+// index, and the entries up to it from its log as written (a clone of its
+// running disk keeping every write: the entries it applied are in its
+// log, synced, as raft applies only entries it has persisted).
+func (g *gcGroup) recordApplied(m *gcMember, l *gcLife) (err error) {
+	select {
+	case <-l.started:
+	default:
+		return nil // frozen in its start: applied nothing of the scenario
+	}
+	if l.srv == nil {
+		return nil
+	}
+	applied := l.srv.Service().rep.Applied.Load()
+	w, err := wal.Open(wal.Config{Dir: filepath.Join(gcDir, "raft"), FS: l.disk.Mem().CrashClone(100, nil), MaxRecordBytes: state.MaxRaftRecordBytes, Logger: quiet})
+	if err != nil {
+		return fmt.Errorf("member %d: its log as written when it died: %w", m.id, err)
+	}
+	defer func() { err = errors.Join(err, w.Close()) }()
+	first, err := w.FirstIndex(raftgroup.WALGroup)
+	if err != nil {
+		return err
+	}
+	last, err := w.LastIndex(raftgroup.WALGroup)
+	if err != nil {
+		return err
+	}
+	d := deadApplied{id: m.id, applied: applied}
+	if hi := min(applied, last); hi >= first {
+		if d.entries, err = w.Entries(raftgroup.WALGroup, first, hi+1, 1<<30); err != nil {
+			return fmt.Errorf("member %d: its log as written when it died: %w", m.id, err)
+		}
+	}
+	g.mu.Lock()
+	g.applied = append(g.applied, d)
+	g.mu.Unlock()
+	return nil
 }
 
 // zombie closes a dead life once its disk is released (teardown).
@@ -407,8 +473,16 @@ func (g *gcGroup) close() {
 		}
 	}
 	for _, m := range g.members {
+		if m.sw == g.spare {
+			continue
+		}
 		if err := m.sw.close(); err != nil {
 			g.t.Errorf("member %d: close its socket: %v", m.id, err)
+		}
+	}
+	if g.spare != nil {
+		if err := g.spare.close(); err != nil {
+			g.t.Errorf("the fourth member's socket: %v", err)
 		}
 	}
 	g.mu.Lock()
@@ -470,6 +544,8 @@ type gcRun struct {
 	maybe  map[string][]byte // not acknowledged: there or not
 	n      int
 	failed int
+	// deadChecked: entries a dead life applied, compared with the group's.
+	deadChecked int
 }
 
 // put commits key inline with a value of its own (within gcWait).
@@ -666,6 +742,32 @@ func (r *gcRun) checkLogs(live []*gcMember) error {
 	if lo > hi {
 		return nil
 	}
+	g := r.g
+	g.mu.Lock()
+	dead := g.applied
+	g.mu.Unlock()
+	// What a dead life applied is what the group committed at those
+	// indexes (where a live member's log still holds them).
+	w0 := live[0].up().rep.WAL
+	first0, err := w0.FirstIndex(raftgroup.WALGroup)
+	if err != nil {
+		return err
+	}
+	for _, d := range dead {
+		for _, e := range d.entries {
+			if e.Index < first0 || e.Index > hi {
+				continue
+			}
+			es, err := w0.Entries(raftgroup.WALGroup, e.Index, e.Index+1, 1<<30)
+			if err != nil {
+				return fmt.Errorf("member %d: entry %d: %w", live[0].id, e.Index, err)
+			}
+			r.deadChecked++
+			if es[0].Term != e.Term || es[0].Type != e.Type || !bytes.Equal(es[0].Data, e.Data) {
+				return fmt.Errorf("member %d applied entry %d of term %d before it crashed; the group committed one of term %d there", d.id, e.Index, e.Term, es[0].Term)
+			}
+		}
+	}
 	var ref []string
 	for i, m := range live {
 		es, err := m.up().rep.WAL.Entries(raftgroup.WALGroup, lo, hi+1, 1<<30)
@@ -705,6 +807,9 @@ type gcOutcome struct {
 	restarts int
 	acked    int
 	failed   int
+	// deadChecked: entries the crashed life had applied, found the same
+	// in the group's log.
+	deadChecked int
 }
 
 // runGroupCrash runs scenario sc on a new group with the disk of the
@@ -789,10 +894,7 @@ func runGroupCrash(t *testing.T, sc gcScenario, role gcRole, k int64, log *slog.
 		l := victim.life()
 		arm(l.disk.Mem())
 		go g.watch(victim, l)
-		sw, err := newSwitchboard()
-		if err != nil {
-			return out, err
-		}
+		sw := g.spare
 		m4 := &gcMember{id: 4, sw: sw, join: true}
 		g.members = append(g.members, m4)
 		g.peers[4] = sw.addr()
@@ -845,7 +947,7 @@ func runGroupCrash(t *testing.T, sc gcScenario, role gcRole, k int64, log *slog.
 	if err := r.check(want); err != nil {
 		return out, err
 	}
-	out.acked, out.failed = len(r.acked), r.failed
+	out.acked, out.failed, out.deadChecked = len(r.acked), r.failed, r.deadChecked
 	return out, nil
 }
 
