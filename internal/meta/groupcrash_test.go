@@ -995,6 +995,9 @@ func TestMetaGroupCrashAtEveryOperation(t *testing.T) {
 	for _, sc := range []gcScenario{gcApply, gcSnapshot, gcMembership} {
 		for _, role := range []gcRole{gcLeader, gcFollower} {
 			t.Run(fmt.Sprintf("%s/%s", sc, role), func(t *testing.T) {
+				// Two cases at a time (-parallel, GOMAXPROCS by
+				// default): a run mostly waits (elections, catch-ups).
+				t.Parallel()
 				start := time.Now()
 				count, err := runGroupCrash(t, sc, role, 0, log)
 				if err != nil {
@@ -1004,19 +1007,24 @@ func TestMetaGroupCrashAtEveryOperation(t *testing.T) {
 					t.Fatalf("counting run: %+v", count)
 				}
 				points := int64(gcPoints)
-				if testing.Short() && !exhaustive {
+				if testing.Short() {
 					points = gcPoints / 3
-				}
-				stride := max(1, count.ops/points)
-				if exhaustive {
-					stride = 1
 				}
 				// Odd, and different per case: the cases crash at
 				// different kinds of operation.
-				stride |= 1
-				crashes, restarts, acked, failed, misses := 0, 0, 0, 0, 0
+				stride := max(1, count.ops/points) | 1
+				// The default run takes its points within the count;
+				// the exhaustive one takes every k, past the count until
+				// the scenario ends before the k-th operation gcMisses
+				// times in a row (the count varies with how the members
+				// batch their rounds).
+				kEnd := count.ops
+				if exhaustive {
+					stride, kEnd = 1, 4*count.ops+100
+				}
+				crashes, restarts, acked, failed, checked, misses := 0, 0, 0, 0, 0, 0
 				k, lastK := int64(1), int64(0)
-				for ; misses < gcMisses && k <= 4*count.ops+100; k += stride {
+				for ; k <= kEnd && (!exhaustive || misses < gcMisses); k += stride {
 					out, err := runGroupCrash(t, sc, role, k, log)
 					if err != nil {
 						t.Fatalf("crash of the %s at k=%d (SPINDLE_META_CRASH_DEBUG=%d:%d:%d): %v", role, k, sc, role, k, err)
@@ -1030,12 +1038,16 @@ func TestMetaGroupCrashAtEveryOperation(t *testing.T) {
 					restarts += out.restarts
 					acked += out.acked
 					failed += out.failed
+					checked += out.deadChecked
 				}
-				if misses < gcMisses {
+				if exhaustive && misses < gcMisses {
 					t.Fatalf("scenario still running at k=%d (the counting run made %d operations)", k, count.ops)
 				}
-				t.Logf("%d mutating operations on the %s's disk (counting run); crashed at %d of them (k = 1..%d, stride %d), %d restarts; %d writes acknowledged and read back, %d not acknowledged; %v",
-					count.ops, role, crashes, lastK, stride, restarts, acked, failed, time.Since(start).Round(time.Millisecond))
+				if crashes == 0 {
+					t.Fatalf("no crash in the scenario (counting run: %d operations)", count.ops)
+				}
+				t.Logf("%d mutating operations on the %s's disk (counting run); crashed at %d of them (k = 1..%d, stride %d), %d restarts; %d writes acknowledged and read back, %d not acknowledged, %d entries the crashed member had applied found in the group's log; %v",
+					count.ops, role, crashes, lastK, stride, restarts, acked, failed, checked, time.Since(start).Round(time.Millisecond))
 			})
 		}
 	}
