@@ -279,7 +279,7 @@ type gcGroup struct {
 	peers   map[uint64]string
 	members []*gcMember
 	cl      *metaapi.Client
-	spare   *switchboard // the fourth member's socket
+	spare   *switchboard  // the fourth member's socket
 	stopped chan struct{} // closed at teardown: no more restarts
 
 	mu       sync.Mutex
