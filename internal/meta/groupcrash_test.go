@@ -51,11 +51,13 @@ import (
 //     (one the client was not sure of, if there, has its value);
 //   - every member knows the same member set, the one the scenario made.
 //
-// The default run (make test) takes gcPoints crash points per case,
-// strided over the N measured; SPINDLE_CRASH=1 (make check-crash) every k;
-// -short (the race pass) a third of the default's.
-// SPINDLE_META_CRASH_DEBUG=scenario:role:k runs that one point with the
-// members' logs on stderr.
+// The crash keeps strictly what was synced, or half of the unsynced
+// writes at random as well (a journaling filesystem). The default run
+// (make test) takes gcPoints crash points per case, strided over the N
+// measured, the two kinds of crash alternately; -short (the race pass) a
+// third of them; SPINDLE_CRASH=1 (make check-crash) every k, each kind.
+// SPINDLE_META_CRASH_DEBUG=scenario:role:k:keepPct runs that one point
+// with the members' logs on stderr.
 
 // Bounds of the crash loop.
 const (
@@ -834,8 +836,9 @@ type gcOutcome struct {
 
 // runGroupCrash runs scenario sc on a new group with the disk of the
 // member in role armed to lose power at its k-th operation (k 0: not
-// armed, the counting run).
-func runGroupCrash(t *testing.T, sc gcScenario, role gcRole, k int64, log *slog.Logger) (out gcOutcome, err error) {
+// armed, the counting run); keepPct of the unsynced writes survive the
+// crash (MemFS.CrashAtOp; 0: strictly what was synced).
+func runGroupCrash(t *testing.T, sc gcScenario, role gcRole, k int64, keepPct int, log *slog.Logger) (out gcOutcome, err error) {
 	g, err := newGCGroup(t, log, gcTweak(sc))
 	defer g.close()
 	if err != nil {
@@ -867,7 +870,7 @@ func runGroupCrash(t *testing.T, sc gcScenario, role gcRole, k int64, log *slog.
 	arm := func(mem *vfs.MemFS) {
 		armedMem, base = mem, mem.OpCount()
 		if k > 0 {
-			mem.CrashAtOp(k, 0, k)
+			mem.CrashAtOp(k, keepPct, k)
 		}
 	}
 	want := []uint64{1, 2, 3}
@@ -978,14 +981,15 @@ func TestMetaGroupCrashAtEveryOperation(t *testing.T) {
 	exhaustive := os.Getenv("SPINDLE_CRASH") == "1"
 	if d := os.Getenv("SPINDLE_META_CRASH_DEBUG"); d != "" {
 		f := strings.Split(d, ":")
-		if len(f) != 3 {
-			t.Fatalf("SPINDLE_META_CRASH_DEBUG=%q: want scenario:role:k (scenario 0 apply, 1 snapshot, 2 membership; role 0 leader, 1 follower)", d)
+		if len(f) != 4 {
+			t.Fatalf("SPINDLE_META_CRASH_DEBUG=%q: want scenario:role:k:keepPct (scenario 0 apply, 1 snapshot, 2 membership; role 0 leader, 1 follower)", d)
 		}
 		sc, _ := strconv.Atoi(f[0])
 		role, _ := strconv.Atoi(f[1])
 		k, _ := strconv.ParseInt(f[2], 10, 64)
+		pct, _ := strconv.Atoi(f[3])
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		out, err := runGroupCrash(t, gcScenario(sc), gcRole(role), k, log)
+		out, err := runGroupCrash(t, gcScenario(sc), gcRole(role), k, pct, log)
 		t.Logf("%+v", out)
 		if err != nil {
 			t.Fatal(err)
@@ -999,7 +1003,7 @@ func TestMetaGroupCrashAtEveryOperation(t *testing.T) {
 				// default): a run mostly waits (elections, catch-ups).
 				t.Parallel()
 				start := time.Now()
-				count, err := runGroupCrash(t, sc, role, 0, log)
+				count, err := runGroupCrash(t, sc, role, 0, 0, log)
 				if err != nil {
 					t.Fatalf("counting run: %v", err)
 				}
@@ -1022,32 +1026,52 @@ func TestMetaGroupCrashAtEveryOperation(t *testing.T) {
 				if exhaustive {
 					stride, kEnd = 1, 4*count.ops+100
 				}
-				crashes, restarts, acked, failed, checked, misses := 0, 0, 0, 0, 0, 0
-				k, lastK := int64(1), int64(0)
-				for ; k <= kEnd && (!exhaustive || misses < gcMisses); k += stride {
-					out, err := runGroupCrash(t, sc, role, k, log)
-					if err != nil {
-						t.Fatalf("crash of the %s at k=%d (SPINDLE_META_CRASH_DEBUG=%d:%d:%d): %v", role, k, sc, role, k, err)
+				// The crash images: strictly what was synced, and half
+				// of the unsynced writes kept at random (namespace
+				// operations as an in-order prefix: a journaling
+				// filesystem). The default run alternates them from
+				// point to point; the exhaustive one takes both at
+				// every k.
+				pcts := []int{0, 50}
+				if !exhaustive {
+					pcts = []int{-1}
+				}
+				for _, pct := range pcts {
+					crashes, restarts, acked, failed, checked, misses := 0, 0, 0, 0, 0, 0
+					k, lastK := int64(1), int64(0)
+					for i := 0; k <= kEnd && (!exhaustive || misses < gcMisses); i, k = i+1, k+stride {
+						keep := pct
+						if pct < 0 {
+							keep = 50 * (i % 2)
+						}
+						out, err := runGroupCrash(t, sc, role, k, keep, log)
+						if err != nil {
+							t.Fatalf("crash of the %s at k=%d, %d%% of the unsynced writes kept (SPINDLE_META_CRASH_DEBUG=%d:%d:%d:%d): %v", role, k, keep, sc, role, k, keep, err)
+						}
+						if !out.crashed {
+							misses++
+							continue
+						}
+						misses, lastK = 0, k
+						crashes++
+						restarts += out.restarts
+						acked += out.acked
+						failed += out.failed
+						checked += out.deadChecked
 					}
-					if !out.crashed {
-						misses++
-						continue
+					if exhaustive && misses < gcMisses {
+						t.Fatalf("scenario still running at k=%d (the counting run made %d operations)", k, count.ops)
 					}
-					misses, lastK = 0, k
-					crashes++
-					restarts += out.restarts
-					acked += out.acked
-					failed += out.failed
-					checked += out.deadChecked
+					if crashes == 0 {
+						t.Fatalf("no crash in the scenario (counting run: %d operations)", count.ops)
+					}
+					mode := "strict and journaled-keep-50% alternately"
+					if pct >= 0 {
+						mode = fmt.Sprintf("%d%% of the unsynced writes kept", pct)
+					}
+					t.Logf("%d mutating operations on the %s's disk (counting run); crashed at %d of them (k = 1..%d, stride %d, %s), %d restarts; %d writes acknowledged and read back, %d not acknowledged, %d entries the crashed member had applied found in the group's log; %v",
+						count.ops, role, crashes, lastK, stride, mode, restarts, acked, failed, checked, time.Since(start).Round(time.Millisecond))
 				}
-				if exhaustive && misses < gcMisses {
-					t.Fatalf("scenario still running at k=%d (the counting run made %d operations)", k, count.ops)
-				}
-				if crashes == 0 {
-					t.Fatalf("no crash in the scenario (counting run: %d operations)", count.ops)
-				}
-				t.Logf("%d mutating operations on the %s's disk (counting run); crashed at %d of them (k = 1..%d, stride %d), %d restarts; %d writes acknowledged and read back, %d not acknowledged, %d entries the crashed member had applied found in the group's log; %v",
-					count.ops, role, crashes, lastK, stride, restarts, acked, failed, checked, time.Since(start).Round(time.Millisecond))
 			})
 		}
 	}
