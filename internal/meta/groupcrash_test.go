@@ -921,7 +921,7 @@ func runGroupCrash(t *testing.T, sc gcScenario, role gcRole, k int64, keepPct in
 			l := victim.life()
 			arm(l.disk.Mem())
 			g.watchers.Add(1)
-		go g.watch(victim, l)
+			go g.watch(victim, l)
 		}
 		r.puts("behind", 20)
 		var armLag func(*vfs.MemFS)
