@@ -586,6 +586,9 @@ type gcRun struct {
 	failed int
 	// deadChecked: entries a dead life applied, compared with the group's.
 	deadChecked int
+	// slowest: the longest put (a crashed leader's: until the client
+	// reached the next one and it committed).
+	slowest time.Duration
 }
 
 // put commits key inline with a value of its own (within gcWait).
@@ -594,7 +597,10 @@ func (r *gcRun) put(key string) error {
 	v := inlineValue(int64(r.n)*7919, 64+r.n%200)
 	ctx, cancel := context.WithTimeout(context.Background(), gcWait)
 	defer cancel()
-	if _, err := r.g.cl.CommitKey(ctx, gcBucket, key, *inlineCommit(v)); err != nil {
+	start := time.Now()
+	_, err := r.g.cl.CommitKey(ctx, gcBucket, key, *inlineCommit(v))
+	r.slowest = max(r.slowest, time.Since(start))
+	if err != nil {
 		r.maybe[key] = v
 		r.failed++
 		return err
@@ -852,6 +858,7 @@ type gcOutcome struct {
 	// deadChecked: entries the crashed life had applied, found the same
 	// in the group's log.
 	deadChecked int
+	slowest     time.Duration // the longest put
 }
 
 // runGroupCrash runs scenario sc on a new group with the disk of the
@@ -993,7 +1000,7 @@ func runGroupCrash(t *testing.T, sc gcScenario, role gcRole, k int64, keepPct in
 	if err := r.check(want); err != nil {
 		return out, err
 	}
-	out.acked, out.failed, out.deadChecked = len(r.acked), r.failed, r.deadChecked
+	out.acked, out.failed, out.deadChecked, out.slowest = len(r.acked), r.failed, r.deadChecked, r.slowest
 	return out, nil
 }
 
@@ -1061,6 +1068,7 @@ func TestMetaGroupCrashAtEveryOperation(t *testing.T) {
 				}
 				for _, pct := range pcts {
 					crashes, restarts, acked, failed, checked, misses := 0, 0, 0, 0, 0, 0
+					var slowest time.Duration
 					k, lastK := int64(1), int64(0)
 					for i := 0; k <= kEnd && (!exhaustive || misses < gcMisses); i, k = i+1, k+stride {
 						keep := pct
@@ -1081,6 +1089,7 @@ func TestMetaGroupCrashAtEveryOperation(t *testing.T) {
 						acked += out.acked
 						failed += out.failed
 						checked += out.deadChecked
+						slowest = max(slowest, out.slowest)
 					}
 					if exhaustive && misses < gcMisses {
 						t.Fatalf("scenario still running at k=%d (the counting run made %d operations)", k, count.ops)
@@ -1092,8 +1101,8 @@ func TestMetaGroupCrashAtEveryOperation(t *testing.T) {
 					if pct >= 0 {
 						mode = fmt.Sprintf("%d%% of the unsynced writes kept", pct)
 					}
-					t.Logf("%d mutating operations on the %s's disk (counting run); crashed at %d of them (k = 1..%d, stride %d, %s), %d restarts; %d writes acknowledged and read back, %d not acknowledged, %d entries the crashed member had applied found in the group's log; %v",
-						count.ops, role, crashes, lastK, stride, mode, restarts, acked, failed, checked, time.Since(start).Round(time.Millisecond))
+					t.Logf("%d mutating operations on the %s's disk (counting run); crashed at %d of them (k = 1..%d, stride %d, %s), %d restarts; %d writes acknowledged and read back, %d not acknowledged, %d entries the crashed member had applied found in the group's log; longest put %v; %v",
+						count.ops, role, crashes, lastK, stride, mode, restarts, acked, failed, checked, slowest.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 				}
 			})
 		}
