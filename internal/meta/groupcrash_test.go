@@ -500,6 +500,7 @@ func (g *gcGroup) stop(m *gcMember) error {
 // are released and their frozen goroutines end.
 func (g *gcGroup) close() {
 	close(g.stopped)
+	g.watchers.Wait() // no life starts after this
 	for _, m := range g.members {
 		l := m.life()
 		if l == nil {
