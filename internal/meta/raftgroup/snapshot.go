@@ -271,11 +271,13 @@ func (sn *snapshots) recordMembership() error {
 		}
 	}
 	voters := slices.Sorted(slices.Values(logged.GetVoters()))
-	if slices.Equal(voters, r.confState().GetVoters()) {
+	learners := slices.Sorted(slices.Values(logged.GetLearners()))
+	cs := r.confState()
+	if slices.Equal(voters, cs.GetVoters()) && slices.Equal(learners, cs.GetLearners()) {
 		return nil
 	}
 	r.log.Warn("meta: the raft log's latest snapshot names other members than the store (a crash after a membership change, before its snapshot was recorded): taking it now",
-		"index", r.st.Index, "snapshot_index", meta.Index, "snapshot_members", voters, "members", r.confState().GetVoters())
+		"index", r.st.Index, "snapshot_index", meta.Index, "snapshot_voters", voters, "snapshot_learners", learners, "voters", cs.GetVoters(), "learners", cs.GetLearners())
 	return sn.takeCheckpoint(r.stTerm)
 }
 
