@@ -91,7 +91,7 @@ test-race: ## race detector on every package that has concurrency, in full (need
 check-full-disk: ## issue 12's full-disk scenario: 5 datanodes, one on a 200 MiB tmpfs (needs root: mounts it)
 	SPINDLE_TEST_TMPFS=1 $(GO) test -count=1 -v -run 'TestFullDatanode' ./internal/server/
 
-check-crash: ## the pipeline's power-loss crash loops (engine + WAL + raft on MemFS) three times under the race detector, every point (make test runs them once, a third of the points under -race); then the replicated meta service's (three members, each crashed at every operation of an apply, a snapshot and a membership change; make test: 8 points per case)
+check-crash: ## the pipeline's power-loss crash loops (engine + WAL + raft on MemFS) three times under the race detector, every point (make test runs them once, a third of the points under -race); then the replicated meta service's (three members, each crashed at every operation of an apply, a snapshot and a membership change; make test: 6 points per case)
 	SPINDLE_CRASH=1 $(GO) test -count=3 -race -timeout 60m -v -run 'TestCrashComposition' ./internal/pipeline/
 	SPINDLE_CRASH=1 $(GO) test -count=1 -timeout 60m -v -run 'TestMetaGroupCrashAtEveryOperation' ./internal/meta/
 

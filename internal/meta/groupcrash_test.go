@@ -68,7 +68,7 @@ const (
 	// gcWait bounds each wait: a leader, a catch-up, a convergence, a write.
 	gcWait = 20 * time.Second
 	// gcPoints is the default run's crash points per case.
-	gcPoints = 8
+	gcPoints = 6
 	// gcMisses: the loop ends after this many runs in a row whose
 	// scenario ended before the k-th operation (the count varies with
 	// how the members batch their rounds).
