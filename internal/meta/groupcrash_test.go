@@ -49,10 +49,18 @@ import (
 //     value of the Pebble store, the applied index and member set among
 //     them): no member applied a different entry at an index;
 //   - the members' raft logs hold the same entry at every index they all
-//     hold up to their commit index;
+//     hold up to their commit index, and every entry the crashed life had
+//     applied (read from its log as written) is the group's at its index;
 //   - every write acknowledged to the client reads back with its value
 //     (one the client was not sure of, if there, has its value);
 //   - every member knows the same member set, the one the scenario made.
+//
+// The power cut closes every connection the dead life accepted and its
+// socket; the streams it opened to the others are not cut (no dial hook):
+// frozen on its disk, it sends only what needs no write (a leader's
+// heartbeats, until CheckQuorum deposes it, as a leader whose disk hangs),
+// nothing that claims durability (raft's responses wait for the log's
+// sync).
 //
 // The crash keeps strictly what was synced, or half of the unsynced
 // writes at random as well (a journaling filesystem). The default run
