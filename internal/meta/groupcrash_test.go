@@ -397,8 +397,11 @@ func (g *gcGroup) start(m *gcMember, mem *vfs.MemFS, armed func(*vfs.MemFS)) err
 			return fmt.Errorf("member %d: %w", m.id, l.err)
 		}
 	case <-disk.Died():
+		return nil
 	}
-	return nil
+	// Its server accepts (until then a connection to it is refused with
+	// an EOF, which a client takes for an unknown outcome).
+	return poll(fmt.Sprintf("member %d accepting", m.id), func() bool { return l.ln.serving.Load() || disk.Dead() })
 }
 
 // watch restarts m when l's disk loses power.
