@@ -504,9 +504,10 @@ func TestThreeHosts(t *testing.T) {
 		}
 	}
 
-	// An application keeps writing through what follows (§5 "Losing a
-	// host"): writers of small (inline) and block-sized keys, with the
-	// client pair, from before the loss until after the host's return.
+	// An application keeps writing through what follows (§4 "Losing a
+	// host, and its return"): writers of small (inline) and block-sized
+	// keys, with the client pair, from before the loss until after the
+	// host's return.
 	load := startHostLossLoad(t, metaAddrs, filepath.Join(root, "app"), filepath.Join(caDir, "ca.crt"))
 	load.waitMore(t, 20, operationsTimeout, "before the loss")
 
