@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/spindle-store/spindle/internal/bulk"
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/units"
 )
 
@@ -23,10 +24,10 @@ uses — the datanode sends its block files with sendfile — and writes one fil
 block (<local ID in hex>.blk) and blocks.json (the block metadata) into --out,
 a new directory. Every checksum is verified as the bytes arrive; a failed or
 corrupted download leaves nothing.`,
-		Args: exactArgs(0),
+		Args: cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if addr == "" || id == 0 || out == "" {
-				return usageErr(fmt.Errorf("container-get needs --datanode, --container and --out"))
+				return cli.UsageErr(fmt.Errorf("container-get needs --datanode, --container and --out"))
 			}
 			sec, err := env.clientTLS() // the datanodes are the meta service's cluster's
 			if err != nil {

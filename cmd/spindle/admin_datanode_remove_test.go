@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
@@ -46,11 +47,11 @@ func TestAdminDatanodeRemove(t *testing.T) {
 		return out, err
 	}
 	_, err = run("admin", "datanode", "remove", "1")
-	wantExit(t, err, exitFailure, "HEALTHY and IN_SERVICE: decommission it first")
+	wantExit(t, err, cli.ExitFailure, "HEALTHY and IN_SERVICE: decommission it first")
 	_, err = run("admin", "datanode", "remove", "x")
-	wantExit(t, err, exitUsage, "want a node ID")
+	wantExit(t, err, cli.ExitUsage, "want a node ID")
 	_, err = run("admin", "datanode", "remove", "9")
-	wantExit(t, err, exitNotFound, "datanode 9")
+	wantExit(t, err, cli.ExitNotFound, "datanode 9")
 
 	time.Sleep(400 * time.Millisecond) // DEAD
 	out, err := run("admin", "datanode", "remove", "1")

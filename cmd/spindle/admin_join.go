@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -26,7 +27,7 @@ request and writes the datanode certificate it gets (its name drawn by the
 meta service) and its key there. The token is known to the meta member
 that made it only (--meta: give the datanode the same address), used once,
 and forgotten by a restart of that member.`,
-		Args: exactArgs(0),
+		Args: cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			mc, err := env.metaClient()
 			if err != nil {
@@ -34,7 +35,7 @@ and forgotten by a restart of that member.`,
 			}
 			t, err := mc.CreateJoinToken(cmd.Context(), ttl)
 			if err != nil {
-				return keyExit(err, "", "")
+				return cli.KeyExit(err, "", "")
 			}
 			out := cmd.OutOrStdout()
 			if *asJSON {

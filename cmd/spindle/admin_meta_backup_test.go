@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/testutil"
 
 	"github.com/spindle-store/spindle/internal/server"
@@ -65,7 +66,7 @@ func TestAdminMetaBackupRestore(t *testing.T) {
 	}
 	// A second backup into the same directory is refused.
 	_, _, err := runIn(t, nil, "admin", "meta", "backup", backup)
-	wantExit(t, err, exitUsage, "exists")
+	wantExit(t, err, cli.ExitUsage, "exists")
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

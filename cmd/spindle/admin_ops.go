@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/units"
 )
@@ -32,7 +33,7 @@ the keys holding a block damaged on every replica (their reads fail, exit
 status 5; delete or rewrite them), the blocks damaged on some replicas only
 (repaired from a good one, or their replica replaced), and each datanode's
 scrubber progress. Exit status 0 whatever it finds.`,
-		Args: exactArgs(0),
+		Args: cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			mc, err := env.metaClient()
 			if err != nil {
@@ -40,7 +41,7 @@ scrubber progress. Exit status 0 whatever it finds.`,
 			}
 			st, err := mc.Damaged(cmd.Context())
 			if err != nil {
-				return keyExit(err, "", "")
+				return cli.KeyExit(err, "", "")
 			}
 			if *asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(st)
@@ -122,9 +123,9 @@ func newAdminDatanodeCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "datanode decommission|maintenance|recommission|remove ID",
 		Short: "Take a datanode out of service (decommission: its replicas copied elsewhere; maintenance: restart it without copies) or back, or remove it for good",
-		Args:  exactArgs(0),
+		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr(errors.New("want admin datanode decommission|maintenance|recommission|remove ID"))
+			return cli.UsageErr(errors.New("want admin datanode decommission|maintenance|recommission|remove ID"))
 		},
 	}
 	var wait bool
@@ -134,10 +135,10 @@ func newAdminDatanodeCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 		return func(cmd *cobra.Command, args []string) error {
 			id, err := strconv.ParseUint(args[0], 10, 64)
 			if err != nil || id == 0 {
-				return usageErr(fmt.Errorf("datanode ID %q: want a node ID (spindle admin nodes)", args[0]))
+				return cli.UsageErr(fmt.Errorf("datanode ID %q: want a node ID (spindle admin nodes)", args[0]))
 			}
 			if op == metaapi.OpMaintenance && (forD <= 0 || forD > metaapi.MaxMaintenance) {
-				return usageErr(fmt.Errorf("--for %s: want a duration in (0, %s]", forD, metaapi.MaxMaintenance))
+				return cli.UsageErr(fmt.Errorf("--for %s: want a duration in (0, %s]", forD, metaapi.MaxMaintenance))
 			}
 			mc, err := env.metaClient()
 			if err != nil {
@@ -145,7 +146,7 @@ func newAdminDatanodeCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 			}
 			ni, err := mc.NodeOp(cmd.Context(), id, op, forD)
 			if err != nil {
-				return keyExit(err, "", "")
+				return cli.KeyExit(err, "", "")
 			}
 			out := cmd.OutOrStdout()
 			show := func(ni *metaapi.NodeInfo) error {
@@ -166,7 +167,7 @@ func newAdminDatanodeCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 				}
 				ns, err := mc.Nodes(cmd.Context())
 				if err != nil {
-					return keyExit(err, "", "")
+					return cli.KeyExit(err, "", "")
 				}
 				for i := range ns {
 					if ns[i].NodeID == id {
@@ -183,7 +184,7 @@ func newAdminDatanodeCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 	decom := &cobra.Command{
 		Use:   "decommission ID",
 		Short: "Copy every replica the datanode holds to other datanodes, then mark it DECOMMISSIONED (it can then be stopped)",
-		Args:  exactArgs(1),
+		Args:  cli.ExactArgs(1),
 		RunE:  run(metaapi.OpDecommission),
 	}
 	decom.Flags().BoolVar(&wait, "wait", false, "wait until DECOMMISSIONED, printing the progress (containers with their replicas elsewhere / held)")
@@ -191,14 +192,14 @@ func newAdminDatanodeCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 	maint := &cobra.Command{
 		Use:   "maintenance ID --for DURATION",
 		Short: "Let the datanode be down (restarted, upgraded) for DURATION without its replicas being copied; no new pipelines on it meanwhile",
-		Args:  exactArgs(1),
+		Args:  cli.ExactArgs(1),
 		RunE:  run(metaapi.OpMaintenance),
 	}
 	maint.Flags().DurationVar(&forD, "for", 0, "how long (e.g. 1h); at the end the datanode is IN_SERVICE again")
 	recom := &cobra.Command{
 		Use:   "recommission ID",
 		Short: "Undo decommission or maintenance: the datanode is IN_SERVICE again",
-		Args:  exactArgs(1),
+		Args:  cli.ExactArgs(1),
 		RunE:  run(metaapi.OpRecommission),
 	}
 	cmd.AddCommand(decom, maint, recom, newAdminDatanodeRemoveCmd(env, asJSON))
@@ -221,11 +222,11 @@ Refused (exit status 1, naming what is in the way) while the datanode is
 alive and not DECOMMISSIONED, IN_MAINTENANCE, a member of an OPEN pipeline
 or of one still closing, or may hold the last healthy replica of a
 container.`,
-		Args: exactArgs(1),
+		Args: cli.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := strconv.ParseUint(args[0], 10, 64)
 			if err != nil || id == 0 {
-				return usageErr(fmt.Errorf("datanode ID %q: want a node ID (spindle admin nodes)", args[0]))
+				return cli.UsageErr(fmt.Errorf("datanode ID %q: want a node ID (spindle admin nodes)", args[0]))
 			}
 			mc, err := env.metaClient()
 			if err != nil {
@@ -233,10 +234,10 @@ container.`,
 			}
 			nr, err := mc.RemoveNode(cmd.Context(), id)
 			if errors.Is(err, metaapi.ErrPrecondition) {
-				return &exitError{exitFailure, err}
+				return cli.Exit(cli.ExitFailure, err)
 			}
 			if err != nil {
-				return keyExit(err, "", "")
+				return cli.KeyExit(err, "", "")
 			}
 			out := cmd.OutOrStdout()
 			if *asJSON {

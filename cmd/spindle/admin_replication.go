@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/units"
 )
@@ -26,10 +27,10 @@ func newAdminReplicationCmds(env *keyEnv, asJSON *bool) []*cobra.Command {
 	repl := &cobra.Command{
 		Use:   "replication",
 		Short: "Re-replication: safe mode, under-replicated containers, bytes pending, copies in flight (source → target), copied, rate",
-		Args:  exactArgs(0),
+		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if watch < 0 {
-				return usageErr(fmt.Errorf("--watch %s: want a positive interval", watch))
+				return cli.UsageErr(fmt.Errorf("--watch %s: want a positive interval", watch))
 			}
 			mc, err := env.metaClient()
 			if err != nil {
@@ -39,7 +40,7 @@ func newAdminReplicationCmds(env *keyEnv, asJSON *bool) []*cobra.Command {
 			show := func() error {
 				st, err := mc.Replication(cmd.Context())
 				if err != nil {
-					return keyExit(err, "", "")
+					return cli.KeyExit(err, "", "")
 				}
 				if *asJSON {
 					return json.NewEncoder(out).Encode(st)
@@ -64,14 +65,14 @@ func newAdminReplicationCmds(env *keyEnv, asJSON *bool) []*cobra.Command {
 	safemode := &cobra.Command{
 		Use:   "safemode status|exit",
 		Short: "Safe mode after a start (no replication decisions until enough reports arrived): show it, or leave it now",
-		Args:  exactArgs(0),
+		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr(errors.New("want admin safemode status|exit"))
+			return cli.UsageErr(errors.New("want admin safemode status|exit"))
 		},
 	}
 	safemode.AddCommand(
 		&cobra.Command{
-			Use: "status", Short: "Whether the meta service is in safe mode, and what it waits for", Args: exactArgs(0),
+			Use: "status", Short: "Whether the meta service is in safe mode, and what it waits for", Args: cli.ExactArgs(0),
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				mc, err := env.metaClient()
 				if err != nil {
@@ -79,13 +80,13 @@ func newAdminReplicationCmds(env *keyEnv, asJSON *bool) []*cobra.Command {
 				}
 				st, err := mc.Replication(cmd.Context())
 				if err != nil {
-					return keyExit(err, "", "")
+					return cli.KeyExit(err, "", "")
 				}
 				return status(cmd, st, "")
 			},
 		},
 		&cobra.Command{
-			Use: "exit", Short: "Leave safe mode now, whatever the reports (replication decisions start)", Args: exactArgs(0),
+			Use: "exit", Short: "Leave safe mode now, whatever the reports (replication decisions start)", Args: cli.ExactArgs(0),
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				mc, err := env.metaClient()
 				if err != nil {
@@ -93,7 +94,7 @@ func newAdminReplicationCmds(env *keyEnv, asJSON *bool) []*cobra.Command {
 				}
 				st, err := mc.ExitSafeMode(cmd.Context())
 				if err != nil {
-					return keyExit(err, "", "")
+					return cli.KeyExit(err, "", "")
 				}
 				return status(cmd, st, " (exited)")
 			},

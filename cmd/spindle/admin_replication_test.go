@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/testutil"
 
 	"github.com/spindle-store/spindle/internal/meta"
@@ -48,9 +49,9 @@ func TestAdminReplicationAndSafeMode(t *testing.T) {
 		t.Errorf("safemode status after the exit: %q", out)
 	}
 	_, _, err = runIn(t, nil, "admin", "safemode", "--meta", addr)
-	wantExit(t, err, exitUsage, "needs a command: exit, status")
+	wantExit(t, err, cli.ExitUsage, "needs a command: exit, status")
 	_, _, err = runIn(t, nil, "admin", "replication", "--watch", "-1s", "--meta", addr)
-	wantExit(t, err, exitUsage, "--watch")
+	wantExit(t, err, cli.ExitUsage, "--watch")
 }
 
 func TestAdminContainerGetNeedsItsFlags(t *testing.T) {

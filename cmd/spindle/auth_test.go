@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/testutil"
 
 	"github.com/spindle-store/spindle/internal/datanode"
@@ -117,8 +118,11 @@ func TestAdminCommandsNeedAdminCertificate(t *testing.T) {
 	if err := os.WriteFile(value, []byte("hello"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// As the local operator (the admin certificate of the profile).
-	for _, args := range [][]string{{"bucket", "create", "photos"}, {"put", "photos/k", value}} {
+	// As the local operator (the admin certificate of the profile); the
+	// client certificate gets write and read on the bucket, not delete
+	// (issue 32's grants).
+	for _, args := range [][]string{{"bucket", "create", "photos"}, {"put", "photos/k", value},
+		{"admin", "grant", "cert:mallory", "photos", "write"}, {"admin", "grant", "cert:mallory", "photos", "read"}} {
 		if _, stderr, err := runIn(t, nil, args...); err != nil {
 			t.Fatalf("%v: %v: %s", args, err, stderr)
 		}
@@ -143,14 +147,20 @@ func TestAdminCommandsNeedAdminCertificate(t *testing.T) {
 	}
 	for _, c := range calls {
 		_, _, err := runIn(t, nil, c.args...)
-		if exitCode(err) != exitForbidden || !strings.Contains(fmt.Sprint(err), "forbidden") {
-			t.Errorf("%v with a client certificate: exit %d (%v), want %d forbidden", c.args, exitCode(err), err, exitForbidden)
+		if cli.ExitCode(err) != cli.ExitForbidden || !strings.Contains(fmt.Sprint(err), "forbidden") {
+			t.Errorf("%v with a client certificate: exit %d (%v), want %d forbidden", c.args, cli.ExitCode(err), err, cli.ExitForbidden)
+		}
+		if strings.HasPrefix(c.route, "delete_") { // refused by the grants
+			if !logs.has("audit", "action="+c.route, "who=cert:mallory", "outcome=refused", "remote=127.0.0.1:") {
+				t.Errorf("%v with a client certificate: no audit line of the refusal", c.args)
+			}
+			continue
 		}
 		if !logs.has("request refused", "route="+c.route, "caller=client:mallory", "remote=127.0.0.1:") {
 			t.Errorf("%v with a client certificate: no log line of the refusal", c.args)
 		}
 	}
-	// Data calls are a client's.
+	// Data calls are a client's, with its grants.
 	if _, stderr, err := runIn(t, nil, "put", "photos/k2", value); err != nil {
 		t.Fatalf("put with a client certificate: %v: %s", err, stderr)
 	}
@@ -161,8 +171,8 @@ func TestAdminCommandsNeedAdminCertificate(t *testing.T) {
 	if err := os.Chmod(mallory.Key, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := runIn(t, nil, "get", "photos/k", "-"); exitCode(err) != exitUsage || !strings.Contains(fmt.Sprint(err), "chmod 600") {
-		t.Errorf("a key of mode 0644: exit %d (%v), want %d and chmod 600", exitCode(err), err, exitUsage)
+	if _, _, err := runIn(t, nil, "get", "photos/k", "-"); cli.ExitCode(err) != cli.ExitUsage || !strings.Contains(fmt.Sprint(err), "chmod 600") {
+		t.Errorf("a key of mode 0644: exit %d (%v), want %d and chmod 600", cli.ExitCode(err), err, cli.ExitUsage)
 	}
 
 	// The local operator: the client profile's admin certificate.
@@ -458,8 +468,8 @@ func TestInsecureAdminTokenFile(t *testing.T) {
 	if _, stderr, err := runIn(t, nil, append([]string{"bucket", "create", "bkt"}, base...)...); err != nil {
 		t.Fatalf("bucket create: %v: %s", err, stderr)
 	}
-	if _, _, err := runIn(t, nil, append([]string{"bucket", "rm", "bkt"}, base...)...); exitCode(err) != exitForbidden {
-		t.Errorf("bucket rm without the token: exit %d (%v), want %d", exitCode(err), err, exitForbidden)
+	if _, _, err := runIn(t, nil, append([]string{"bucket", "rm", "bkt"}, base...)...); cli.ExitCode(err) != cli.ExitForbidden {
+		t.Errorf("bucket rm without the token: exit %d (%v), want %d", cli.ExitCode(err), err, cli.ExitForbidden)
 	}
 	if _, stderr, err := runIn(t, nil, append([]string{"bucket", "rm", "bkt", "--admin-token-file", tokFile}, base...)...); err != nil {
 		t.Errorf("bucket rm with the token: %v: %s", err, stderr)
@@ -467,7 +477,7 @@ func TestInsecureAdminTokenFile(t *testing.T) {
 	if err := os.Chmod(tokFile, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := runIn(t, nil, append([]string{"bucket", "ls", "--admin-token-file", tokFile}, base...)...); exitCode(err) != exitUsage || !strings.Contains(fmt.Sprint(err), "chmod 600") {
-		t.Errorf("a token file of mode 0644: exit %d (%v), want %d and chmod 600", exitCode(err), err, exitUsage)
+	if _, _, err := runIn(t, nil, append([]string{"bucket", "ls", "--admin-token-file", tokFile}, base...)...); cli.ExitCode(err) != cli.ExitUsage || !strings.Contains(fmt.Sprint(err), "chmod 600") {
+		t.Errorf("a token file of mode 0644: exit %d (%v), want %d and chmod 600", cli.ExitCode(err), err, cli.ExitUsage)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/units"
@@ -39,11 +40,11 @@ func newBucketRmCmd(env *keyEnv) *cobra.Command {
 With --force every key of the bucket is deleted first (their blocks are
 deleted on the datanodes later), then the bucket; on a terminal it asks
 first, and goes on only when the bucket's name is typed back.`,
-		Args: exactArgs(1),
+		Args: cli.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
 			if err := metaapi.ValidBucket(name); err != nil {
-				return usageErr(err)
+				return cli.UsageErr(err)
 			}
 			kc, err := env.keyClient(keyclient.Options{})
 			if err != nil {
@@ -54,9 +55,9 @@ first, and goes on only when the bucket's name is typed back.`,
 			if !force {
 				if err := kc.DeleteBucket(ctx, name); err != nil {
 					if errors.Is(err, metaapi.ErrNotEmpty) {
-						return &exitError{exitFailure, fmt.Errorf("bucket %s is not empty: delete its keys first, or use --force", name)}
+						return cli.Exit(cli.ExitFailure, fmt.Errorf("bucket %s is not empty: delete its keys first, or use --force", name))
 					}
-					return keyExit(err, name, "")
+					return cli.KeyExit(err, name, "")
 				}
 				return nil
 			}
@@ -70,18 +71,18 @@ first, and goes on only when the bucket's name is typed back.`,
 				}
 				line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
 				if strings.TrimSpace(line) != name {
-					return &exitError{exitFailure, fmt.Errorf("bucket %s not deleted: not confirmed", name)}
+					return cli.Exit(cli.ExitFailure, fmt.Errorf("bucket %s not deleted: not confirmed", name))
 				}
 			}
 			deleted := 0
 			for round := 1; ; round++ {
 				var keys []string
 				if err := kc.List(ctx, name, "", func(ki metaapi.KeyInfo) error { keys = append(keys, ki.Key); return nil }); err != nil {
-					return keyExit(err, name, "")
+					return cli.KeyExit(err, name, "")
 				}
 				for _, k := range keys {
 					if err := kc.Delete(ctx, name, k); err != nil && !errors.Is(err, metaapi.ErrNotFound) {
-						return keyExit(fmt.Errorf("bucket rm --force %s: %d keys deleted, then: %w", name, deleted, err), name, k)
+						return cli.KeyExit(fmt.Errorf("bucket rm --force %s: %d keys deleted, then: %w", name, deleted, err), name, k)
 					}
 					deleted++
 				}
@@ -90,7 +91,7 @@ first, and goes on only when the bucket's name is typed back.`,
 					return printf(cmd.OutOrStdout(), "deleted bucket %s and %d keys\n", name, deleted)
 				}
 				if !errors.Is(err, metaapi.ErrNotEmpty) || round >= maxBucketDrainRounds {
-					return keyExit(fmt.Errorf("bucket rm --force %s: %d keys deleted, then: %w", name, deleted, err), name, "")
+					return cli.KeyExit(fmt.Errorf("bucket rm --force %s: %d keys deleted, then: %w", name, deleted, err), name, "")
 				}
 			}
 		},
@@ -103,12 +104,12 @@ first, and goes on only when the bucket's name is typed back.`,
 func findBucket(cmd *cobra.Command, kc *keyclient.Client, name string) (metaapi.Bucket, error) {
 	bs, err := kc.ListBuckets(cmd.Context())
 	if err != nil {
-		return metaapi.Bucket{}, keyExit(err, "", "")
+		return metaapi.Bucket{}, cli.KeyExit(err, "", "")
 	}
 	for _, b := range bs {
 		if b.Name == name {
 			return b, nil
 		}
 	}
-	return metaapi.Bucket{}, &exitError{exitNotFound, fmt.Errorf("unknown bucket %s", name)}
+	return metaapi.Bucket{}, cli.Exit(cli.ExitNotFound, fmt.Errorf("unknown bucket %s", name))
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/spindle-store/spindle/internal/cli"
 )
 
 // bucket rm --force deletes a bucket with its keys: on a terminal only once
@@ -31,7 +33,7 @@ func TestBucketRmForce(t *testing.T) {
 	t.Cleanup(func() { stdinIsTerminal = old })
 	stdinIsTerminal = func(*cobra.Command) bool { return true }
 	_, errOut, err := runIn(t, []byte("asked-not\n"), "bucket", "rm", "--force", "asked")
-	wantExit(t, err, exitFailure, "bucket asked not deleted: not confirmed")
+	wantExit(t, err, cli.ExitFailure, "bucket asked not deleted: not confirmed")
 	if !strings.Contains(errOut, "Delete bucket asked with its 3 keys") {
 		t.Errorf("the question: %q", errOut)
 	}
@@ -50,5 +52,5 @@ func TestBucketRmForce(t *testing.T) {
 		t.Errorf("buckets left: %q", out)
 	}
 	_, _, err = runIn(t, nil, "bucket", "rm", "--force", "gone")
-	wantExit(t, err, exitNotFound, "unknown bucket gone")
+	wantExit(t, err, cli.ExitNotFound, "unknown bucket gone")
 }

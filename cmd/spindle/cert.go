@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
@@ -42,11 +44,11 @@ func newCertInitCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {
-				return usageErr(errors.New("cert init: --dir is required"))
+				return cli.UsageErr(errors.New("cert init: --dir is required"))
 			}
 			ca, err := tlsconf.CreateCA(dir, name, validity)
 			if errors.Is(err, tlsconf.ErrExists) {
-				return usageErr(fmt.Errorf("cert init: %w (a new CA would orphan every certificate it issued)", err))
+				return cli.UsageErr(fmt.Errorf("cert init: %w (a new CA would orphan every certificate it issued)", err))
 			}
 			if err != nil {
 				return err
@@ -71,7 +73,7 @@ func newCertIssueCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if caDir == "" || name == "" || role == "" {
-				return usageErr(errors.New("cert issue: --ca-dir, --name and --role are required"))
+				return cli.UsageErr(errors.New("cert issue: --ca-dir, --name and --role are required"))
 			}
 			ca, err := tlsconf.LoadCA(caDir)
 			if err != nil {
@@ -79,7 +81,7 @@ func newCertIssueCmd() *cobra.Command {
 			}
 			c, k, err := ca.Issue(tlsconf.IssueRequest{Name: name, Role: tlsconf.Role(role), Hosts: hosts, Validity: validity})
 			if err != nil {
-				return usageErr(err)
+				return cli.UsageErr(err)
 			}
 			if out == "" {
 				out = caDir

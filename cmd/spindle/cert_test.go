@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
@@ -20,7 +21,7 @@ func TestCertInitIssue(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, err := run(t, []string{"cert", "init", "--dir", ca})
-	wantExit(t, err, exitUsage, "already exists")
+	wantExit(t, err, cli.ExitUsage, "already exists")
 	if _, _, err := run(t, []string{"cert", "issue", "--ca-dir", ca, "--name", "dn-1", "--role", "datanode", "--host", "127.0.0.1", "--out", out}); err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestCertInitIssue(t *testing.T) {
 		t.Fatalf("key mode %v, %v", st.Mode().Perm(), err)
 	}
 	_, _, err = run(t, []string{"cert", "issue", "--ca-dir", ca, "--name", "x", "--role", "root"})
-	wantExit(t, err, exitUsage, "role")
+	wantExit(t, err, cli.ExitUsage, "role")
 	_, _, err = run(t, []string{"cert", "issue", "--ca-dir", ca, "--role", "client"})
-	wantExit(t, err, exitUsage, "required")
+	wantExit(t, err, cli.ExitUsage, "required")
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/chaos"
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/units"
 )
 
@@ -56,7 +57,7 @@ violation, printing the seed to replay. See docs/CHAOS.md.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fs, err := chaos.ParseFaults(faults)
 			if err != nil {
-				return usageErr(err)
+				return cli.UsageErr(err)
 			}
 			cfg.Faults = fs
 			cfg.MaxBytes = int64(maxBytes)

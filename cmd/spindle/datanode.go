@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spindle-store/spindle/internal/bulk"
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/datanode"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/pipeline"
@@ -97,7 +98,7 @@ SIGTERM or SIGINT stops it cleanly.`,
 			// for zeros written ahead to convert (wal.Config.SkipZeroAhead).
 			cfg.LogSkipZeroAhead = allTmpfs([]string{cfg.LogDir})
 			if logInline.Int64() < 0 || logInline.Int64() > pipeline.MaxLogInlineBytesLimit {
-				return usageErr(fmt.Errorf("--log-inline-max-bytes %d: want 0 .. %d", logInline.Int64(), pipeline.MaxLogInlineBytesLimit))
+				return cli.UsageErr(fmt.Errorf("--log-inline-max-bytes %d: want 0 .. %d", logInline.Int64(), pipeline.MaxLogInlineBytesLimit))
 			}
 			cfg.LogInlineMaxBytes = int(logInline.Int64())
 			if !cmd.Flags().Changed("log-inline-max-bytes") && allTmpfs(cfg.DataDirs) {
@@ -110,11 +111,11 @@ SIGTERM or SIGINT stops it cleanly.`,
 				cfg.LogInlineMaxBytes = 0
 			}
 			if scrubRateMB < 0 {
-				return usageErr(fmt.Errorf("--scrub-rate %g: want MB/s ≥ 0 (0: no scrubber)", scrubRateMB))
+				return cli.UsageErr(fmt.Errorf("--scrub-rate %g: want MB/s ≥ 0 (0: no scrubber)", scrubRateMB))
 			}
 			cfg.ScrubRateBytesPerS = uint64(scrubRateMB * 1e6)
 			if cfg.ScrubInterval <= 0 {
-				return usageErr(fmt.Errorf("--scrub-interval %s: want a positive duration", cfg.ScrubInterval))
+				return cli.UsageErr(fmt.Errorf("--scrub-interval %s: want a positive duration", cfg.ScrubInterval))
 			}
 			if memLimit.Int64() == 0 && os.Getenv("GOMEMLIMIT") == "" {
 				memLimit = units.ByteSize(datanode.MemoryLimitBytes(cfg))

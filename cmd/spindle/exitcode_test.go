@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
-// TestKeyExitNotFound: keyExit tells a missing bucket from a missing key
+// TestKeyExitNotFound: cli.KeyExit tells a missing bucket from a missing key
 // by the meta error's reason, not by its message: a no-such-bucket answer
 // whose message does not name the bucket is still "unknown bucket", and a
 // missing key whose name holds "bucket B" is still "unknown key".
@@ -27,10 +28,10 @@ func TestKeyExitNotFound(t *testing.T) {
 		{"in process", fmt.Errorf("ls: %w b01", metaapi.ErrNoSuchBucket), "b01", "", "unknown bucket b01"},
 		{"no reason, a key", wire("", "not found"), "b01", "k", "unknown key b01/k"},
 	} {
-		err := keyExit(tc.err, tc.bucket, tc.key)
-		var ee *exitError
-		if !errors.As(err, &ee) || ee.code != exitNotFound || err.Error() != tc.want {
-			t.Errorf("%s: keyExit(%v) = %v (exit %d), want %q, exit %d", tc.name, tc.err, err, exitCode(err), tc.want, exitNotFound)
+		err := cli.KeyExit(tc.err, tc.bucket, tc.key)
+		var ee *cli.ExitError
+		if !errors.As(err, &ee) || ee.Code != cli.ExitNotFound || err.Error() != tc.want {
+			t.Errorf("%s: cli.KeyExit(%v) = %v (exit %d), want %q, exit %d", tc.name, tc.err, err, cli.ExitCode(err), tc.want, cli.ExitNotFound)
 		}
 	}
 }

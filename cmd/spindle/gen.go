@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/gen"
 	"github.com/spindle-store/spindle/internal/units"
 )
@@ -37,7 +38,7 @@ it wrote. Progress goes to stderr; --json prints one JSON object on stdout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if size.Int64() <= 0 {
-				return usageErr(errors.New("gen: --size is required (total bytes of keys, e.g. 5GiB)"))
+				return cli.UsageErr(errors.New("gen: --size is required (total bytes of keys, e.g. 5GiB)"))
 			}
 			cfg.SizeBytes = uint64(size.Int64())
 			cfg.ContainerSizeBytes = uint64(containerSize.Int64())

@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spindle-store/spindle/internal/cli"
 )
 
 // TestGenJSON: spindle gen prints the benches' JSON (scenario, ops = keys,
@@ -34,7 +36,7 @@ func TestGenJSON(t *testing.T) {
 		t.Errorf("second run on %s: err %v, stderr %q", dir, err, stderr)
 	}
 	_, _, err = run(t, []string{"gen", "--dir", t.TempDir()})
-	if err == nil || exitCode(err) != exitUsage {
-		t.Errorf("no --size: err %v (exit code %d)", err, exitCode(err))
+	if err == nil || cli.ExitCode(err) != cli.ExitUsage {
+		t.Errorf("no --size: err %v (exit code %d)", err, cli.ExitCode(err))
 	}
 }

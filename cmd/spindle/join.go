@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
@@ -24,10 +25,10 @@ import (
 func joinCluster(ctx context.Context, meta, token string, tf *tlsFlags, hostAddr string) error {
 	f := tf.files()
 	if tf.insecure || f.Cert == "" || f.Key == "" || f.CA == "" {
-		return usageErr(errors.New("--join-token needs --tls-ca (the cluster CA's certificate) and --tls-cert, --tls-key (where the certificate it gets is written)"))
+		return cli.UsageErr(errors.New("--join-token needs --tls-ca (the cluster CA's certificate) and --tls-cert, --tls-key (where the certificate it gets is written)"))
 	}
 	if meta == "" {
-		return usageErr(errors.New("--join-token needs --meta"))
+		return cli.UsageErr(errors.New("--join-token needs --meta"))
 	}
 	if _, err := os.Stat(f.Cert); err == nil {
 		slog.Info("--join-token: the certificate exists already; the token is not used", "cert", f.Cert)
@@ -38,7 +39,7 @@ func joinCluster(ctx context.Context, meta, token string, tf *tlsFlags, hostAddr
 		host = h
 	}
 	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-		return usageErr(fmt.Errorf("--join-token: the certificate needs the address others dial this datanode at: give --advertise-addr (listening on %q)", hostAddr))
+		return cli.UsageErr(fmt.Errorf("--join-token: the certificate needs the address others dial this datanode at: give --advertise-addr (listening on %q)", hostAddr))
 	}
 	csr, keyPEM, err := tlsconf.NewKeyRequest()
 	if err != nil {

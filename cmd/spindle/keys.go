@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/spindle-store/spindle/internal/bench"
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
@@ -27,7 +28,7 @@ import (
 
 // The key commands: put, get, ls, rm, stat, bucket, admin. Each binds its
 // flags to keyclient (or, for admin, metaapi) calls; exit codes and
-// messages come from keyExit (exitcode.go).
+// messages come from cli.KeyExit (exitcode.go).
 
 const defaultMetaAddr = "127.0.0.1:9860"
 
@@ -76,7 +77,7 @@ func (e *keyEnv) metaClientAt(addr string, o metaapi.ClientOptions) (*metaapi.Cl
 	}
 	mc, err := metaapi.NewClient(addr, o)
 	if err != nil {
-		return nil, usageErr(fmt.Errorf("--meta: %w", err))
+		return nil, cli.UsageErr(fmt.Errorf("--meta: %w", err))
 	}
 	return mc, nil
 }
@@ -89,7 +90,7 @@ func (e *keyEnv) keyClient(o keyclient.Options) (*keyclient.Client, error) {
 	}
 	kc, err := keyclient.New(mc, o)
 	if err != nil {
-		return nil, usageErr(err)
+		return nil, cli.UsageErr(err)
 	}
 	return kc, nil
 }
@@ -98,33 +99,15 @@ func (e *keyEnv) keyClient(o keyclient.Options) (*keyclient.Client, error) {
 func splitKey(arg string) (bucket, key string, err error) {
 	bucket, key, ok := strings.Cut(arg, "/")
 	if !ok || key == "" {
-		return "", "", usageErr(fmt.Errorf("%q: want BUCKET/KEY", arg))
+		return "", "", cli.UsageErr(fmt.Errorf("%q: want BUCKET/KEY", arg))
 	}
 	if err := metaapi.ValidBucket(bucket); err != nil {
-		return "", "", usageErr(err)
+		return "", "", cli.UsageErr(err)
 	}
 	if err := metaapi.ValidKey(key); err != nil {
-		return "", "", usageErr(err)
+		return "", "", cli.UsageErr(err)
 	}
 	return bucket, key, nil
-}
-
-func exactArgs(n int) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
-			return usageErr(err)
-		}
-		return nil
-	}
-}
-
-func rangeArgs(lo, hi int) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if err := cobra.RangeArgs(lo, hi)(cmd, args); err != nil {
-			return usageErr(err)
-		}
-		return nil
-	}
 }
 
 func newPutCmd() *cobra.Command {
@@ -146,10 +129,10 @@ goes on past them, fails the put and leaves the key as it was (for "-", a
 pipe cut short is then never stored as the value). --recursive puts every
 regular file under the directory DIR as BUCKET/PREFIX/<its path below DIR>,
 checking every key's name before the first put.`,
-		Args: exactArgs(2),
+		Args: cli.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("size") && (size < 0 || recursive) {
-				return usageErr(fmt.Errorf("--size %d: want 0 or more bytes, for one file", size))
+				return cli.UsageErr(fmt.Errorf("--size %d: want 0 or more bytes, for one file", size))
 			}
 			var kc *keyclient.Client
 			put := func(bucket, key, file string) error {
@@ -160,7 +143,7 @@ checking every key's name before the first put.`,
 				defer closeIn()
 				if size >= 0 {
 					if total >= 0 && total != size.Int64() {
-						return usageErr(fmt.Errorf("%s has %d bytes, --size says %d", file, total, size.Int64()))
+						return cli.UsageErr(fmt.Errorf("%s has %d bytes, --size says %d", file, total, size.Int64()))
 					}
 					in, total = &exactReader{r: in, want: size.Int64()}, size.Int64()
 				}
@@ -169,10 +152,10 @@ checking every key's name before the first put.`,
 				res, err := kc.Put(cmd.Context(), bucket, key, in, keyclient.PutOptions{Progress: bar.set, SizeHintBytes: total})
 				bar.finish(err == nil)
 				if errors.Is(err, errSizeMismatch) {
-					return usageErr(fmt.Errorf("%w (nothing stored)", err))
+					return cli.UsageErr(fmt.Errorf("%w (nothing stored)", err))
 				}
 				if err != nil {
-					return keyExit(err, bucket, key)
+					return cli.KeyExit(err, bucket, key)
 				}
 				took := time.Since(start)
 				return printf(cmd.OutOrStdout(), "%s/%s\t%d bytes\tcrc32c %08x\t%d blocks\t%s\n", bucket, key, res.Key.Size, res.Key.CRC32C,
@@ -188,9 +171,9 @@ checking every key's name before the first put.`,
 					return err
 				}
 				if st, err := os.Stat(args[1]); err != nil {
-					return &exitError{code: exitNotFound, err: err}
+					return cli.Exit(cli.ExitNotFound, err)
 				} else if !st.IsDir() {
-					return usageErr(fmt.Errorf("--recursive: %s is not a directory", args[1]))
+					return cli.UsageErr(fmt.Errorf("--recursive: %s is not a directory", args[1]))
 				}
 				if err := connect(); err != nil {
 					return err
@@ -268,7 +251,7 @@ func openSource(cmd *cobra.Command, name string) (io.Reader, int64, func(), erro
 	}
 	f, err := os.Open(name)
 	if err != nil {
-		return nil, 0, nil, &exitError{code: exitNotFound, err: err}
+		return nil, 0, nil, cli.Exit(cli.ExitNotFound, err)
 	}
 	st, err := f.Stat()
 	if err != nil {
@@ -277,7 +260,7 @@ func openSource(cmd *cobra.Command, name string) (io.Reader, int64, func(), erro
 	}
 	if st.IsDir() {
 		closeQuietly(f)
-		return nil, 0, nil, usageErr(fmt.Errorf("%s is a directory: use --recursive to put the files under it", name))
+		return nil, 0, nil, cli.UsageErr(fmt.Errorf("%s is a directory: use --recursive to put the files under it", name))
 	}
 	total := int64(-1)
 	if st.Mode().IsRegular() {
@@ -308,16 +291,16 @@ does, and an --offset past the end is a usage error. --recursive gets every
 key under BUCKET/PREFIX into the directory DIR, at its path below PREFIX
 (creating directories), after checking that no file would be replaced
 without --force.`,
-		Args: rangeArgs(1, 2),
+		Args: cli.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if offset < 0 {
-				return usageErr(fmt.Errorf("--offset %d: want 0 or more", offset))
+				return cli.UsageErr(fmt.Errorf("--offset %d: want 0 or more", offset))
 			}
 			if length < -1 {
-				return usageErr(fmt.Errorf("--length %d: want 0 or more, or -1 for the rest of the value", length))
+				return cli.UsageErr(fmt.Errorf("--length %d: want 0 or more, or -1 for the rest of the value", length))
 			}
 			if recursive && (len(args) != 2 || args[1] == "-" || offset != 0 || length != -1) {
-				return usageErr(errors.New("--recursive: want BUCKET[/PREFIX] DIR, without --offset or --length"))
+				return cli.UsageErr(errors.New("--recursive: want BUCKET[/PREFIX] DIR, without --offset or --length"))
 			}
 			// An existing file is replaced with --force, or when no
 			// person is at the command (a script): see interactive.
@@ -354,9 +337,9 @@ without --force.`,
 				if err != nil {
 					abort()
 					if errors.Is(err, keyclient.ErrRange) {
-						return &exitError{exitUsage, fmt.Errorf("get %s/%s: --offset %d is past the end of the %d-byte value", bucket, key, offset, ki.Size)}
+						return cli.Exit(cli.ExitUsage, fmt.Errorf("get %s/%s: --offset %d is past the end of the %d-byte value", bucket, key, offset, ki.Size))
 					}
-					return keyExit(err, bucket, key)
+					return cli.KeyExit(err, bucket, key)
 				}
 				return commit()
 			}
@@ -370,7 +353,7 @@ without --force.`,
 					return err
 				}
 				if st, err := os.Stat(args[1]); err == nil && !st.IsDir() {
-					return usageErr(fmt.Errorf("--recursive: %s is not a directory", args[1]))
+					return cli.UsageErr(fmt.Errorf("--recursive: %s is not a directory", args[1]))
 				}
 				if err := connect(); err != nil {
 					return err
@@ -429,9 +412,9 @@ func checkDest(name string, force bool) error {
 	case err != nil:
 		return fmt.Errorf("output file: %w", err)
 	case st.IsDir():
-		return usageErr(fmt.Errorf("%s is a directory", name))
+		return cli.UsageErr(fmt.Errorf("%s is a directory", name))
 	case !force:
-		return usageErr(fmt.Errorf("%s exists: use --force to replace it", name))
+		return cli.UsageErr(fmt.Errorf("%s exists: use --force to replace it", name))
 	}
 	return nil
 }
@@ -467,10 +450,10 @@ func openDest(cmd *cobra.Command, name string, force bool) (w io.Writer, commit 
 		if force {
 			err = os.Rename(f.Name(), name)
 		} else if err = os.Link(f.Name(), name); errors.Is(err, fs.ErrExist) {
-			err = usageErr(fmt.Errorf("%s appeared while reading: use --force to replace it", name))
+			err = cli.UsageErr(fmt.Errorf("%s appeared while reading: use --force to replace it", name))
 		} else if err != nil { // a filesystem without hard links
 			if _, serr := os.Lstat(name); serr == nil {
-				err = usageErr(fmt.Errorf("%s appeared while reading: use --force to replace it", name))
+				err = cli.UsageErr(fmt.Errorf("%s appeared while reading: use --force to replace it", name))
 			} else {
 				err = os.Rename(f.Name(), name)
 			}
@@ -500,14 +483,14 @@ line: creation time (UTC), size in bytes and key, as aws s3 ls does; --json
 prints one JSON object per key. --max N stops after N keys and, when more
 follow, says on standard error how to list the next ones: --start-after
 KEY lists the keys after KEY.`,
-		Args: exactArgs(1),
+		Args: cli.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bucket, prefix, _ := strings.Cut(args[0], "/")
 			if err := metaapi.ValidBucket(bucket); err != nil {
-				return usageErr(err)
+				return cli.UsageErr(err)
 			}
 			if maxKeys < 0 {
-				return usageErr(fmt.Errorf("--max %d: want 0 (every key) or more", maxKeys))
+				return cli.UsageErr(fmt.Errorf("--max %d: want 0 (every key) or more", maxKeys))
 			}
 			kc, err := env.keyClient(keyclient.Options{})
 			if err != nil {
@@ -524,7 +507,7 @@ KEY lists the keys after KEY.`,
 				return err
 			})
 			if err != nil {
-				return keyExit(err, bucket, "")
+				return cli.KeyExit(err, bucket, "")
 			}
 			if more {
 				return printf(cmd.ErrOrStderr(), "%d listed, more follow: spindle ls %s --max %d --start-after %q\n", n, args[0], maxKeys, last)
@@ -579,7 +562,7 @@ func newRmCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rm BUCKET/KEY",
 		Short: "Delete a key (its blocks are deleted on the datanodes later)",
-		Args:  exactArgs(1),
+		Args:  cli.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bucket, key, err := splitKey(args[0])
 			if err != nil {
@@ -591,7 +574,7 @@ func newRmCmd() *cobra.Command {
 			}
 			defer closeQuietly(kc)
 			if err := kc.Delete(cmd.Context(), bucket, key); err != nil {
-				return keyExit(err, bucket, key)
+				return cli.KeyExit(err, bucket, key)
 			}
 			return nil
 		},
@@ -606,7 +589,7 @@ func newStatCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "stat BUCKET/KEY",
 		Short: "Show a key's metadata: size, CRC32C, blocks and where their replicas are",
-		Args:  exactArgs(1),
+		Args:  cli.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bucket, key, err := splitKey(args[0])
 			if err != nil {
@@ -619,7 +602,7 @@ func newStatCmd() *cobra.Command {
 			defer closeQuietly(kc)
 			ki, err := kc.Stat(cmd.Context(), bucket, key)
 			if err != nil {
-				return keyExit(err, bucket, key)
+				return cli.KeyExit(err, bucket, key)
 			}
 			out := cmd.OutOrStdout()
 			inline := len(ki.Inline) > 0
@@ -663,16 +646,18 @@ func newBucketCmd() *cobra.Command {
 		Long: `Buckets hold keys. Names are 3..63 characters of a-z, 0-9, '-' and '.',
 starting and ending with a letter or a digit. A bucket is deleted only when
 it holds no key, or with rm --force, which deletes its keys first.`,
-		Args: exactArgs(0),
-		RunE: func(cmd *cobra.Command, _ []string) error { return usageErr(errors.New("want bucket create|ls|rm")) },
+		Args: cli.ExactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cli.UsageErr(errors.New("want bucket create|ls|rm"))
+		},
 	}
 	env.addFlags(cmd.PersistentFlags())
 	withBucket := func(use, short string, fn func(ctx context.Context, kc *keyclient.Client, name string, out io.Writer) error) *cobra.Command {
 		return &cobra.Command{
-			Use: use + " NAME", Short: short, Args: exactArgs(1),
+			Use: use + " NAME", Short: short, Args: cli.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				if err := metaapi.ValidBucket(args[0]); err != nil {
-					return usageErr(err)
+					return cli.UsageErr(err)
 				}
 				kc, err := env.keyClient(keyclient.Options{})
 				if err != nil {
@@ -680,7 +665,7 @@ it holds no key, or with rm --force, which deletes its keys first.`,
 				}
 				defer closeQuietly(kc)
 				if err := fn(cmd.Context(), kc, args[0], cmd.OutOrStdout()); err != nil {
-					return keyExit(err, args[0], "")
+					return cli.KeyExit(err, args[0], "")
 				}
 				return nil
 			},
@@ -688,7 +673,7 @@ it holds no key, or with rm --force, which deletes its keys first.`,
 	}
 	var asJSON bool
 	ls := &cobra.Command{
-		Use: "ls", Short: "List the buckets: keys, bytes, creation time", Args: exactArgs(0),
+		Use: "ls", Short: "List the buckets: keys, bytes, creation time", Args: cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			kc, err := env.keyClient(keyclient.Options{})
 			if err != nil {
@@ -697,7 +682,7 @@ it holds no key, or with rm --force, which deletes its keys first.`,
 			defer closeQuietly(kc)
 			bs, err := kc.ListBuckets(cmd.Context())
 			if err != nil {
-				return keyExit(err, "", "")
+				return cli.KeyExit(err, "", "")
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -727,18 +712,18 @@ func newAdminCmd() *cobra.Command {
 	var env keyEnv
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|damaged|datanode|join-token",
+		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|grant|revoke-grant|grants|damaged|datanode|join-token",
 		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode, the meta service's members, S3 users, damaged blocks and keys; back up the meta store; decommission datanodes",
-		Args:  exactArgs(0),
+		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|damaged|datanode|join-token"))
+			return cli.UsageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|grant|revoke-grant|grants|damaged|datanode|join-token"))
 		},
 	}
 	env.addFlags(cmd.PersistentFlags())
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
 	view := func(use, short string, fn func(ctx context.Context, mc *metaapi.Client, tw *tabwriter.Writer) (any, error)) *cobra.Command {
 		return &cobra.Command{
-			Use: use, Short: short, Args: exactArgs(0),
+			Use: use, Short: short, Args: cli.ExactArgs(0),
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				mc, err := env.metaClient()
 				if err != nil {
@@ -757,7 +742,7 @@ func newAdminCmd() *cobra.Command {
 				}
 				v, err := fn(cmd.Context(), mc, table)
 				if err != nil {
-					return keyExit(err, "", "")
+					return cli.KeyExit(err, "", "")
 				}
 				if asJSON {
 					return json.NewEncoder(out).Encode(v)
@@ -823,7 +808,8 @@ func newAdminCmd() *cobra.Command {
 	cmd.AddCommand(newAdminReplicationCmds(&env, &asJSON)...)
 	cmd.AddCommand(newAdminMetaCmd(&env, &asJSON))
 	cmd.AddCommand(newAdminContainerGetCmd(&env))
-	cmd.AddCommand(newAdminUserCmd(&env, &asJSON))
+	cmd.AddCommand(cli.AdminUserCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}))
+	cmd.AddCommand(cli.AdminGrantCmds(cli.Env{MetaClient: env.metaClient, JSON: &asJSON})...)
 	cmd.AddCommand(newAdminJoinTokenCmd(&env, &asJSON))
 	cmd.AddCommand(newAdminOpsCmds(&env, &asJSON)...)
 	return cmd

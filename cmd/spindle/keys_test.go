@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/testutil"
 
 	"github.com/spindle-store/spindle/internal/keyclient"
@@ -39,7 +41,7 @@ func runIn(t *testing.T, stdin []byte, args ...string) (stdout, stderr string, e
 // wantExit checks a command's exit status and that its error says want.
 func wantExit(t *testing.T, err error, code int, want string) {
 	t.Helper()
-	if got := exitCode(err); got != code {
+	if got := cli.ExitCode(err); got != code {
 		t.Errorf("exit status %d (%v), want %d", got, err, code)
 	}
 	if err == nil || !strings.Contains(err.Error(), want) {
@@ -120,7 +122,7 @@ func TestKeyCommands(t *testing.T) {
 	// file again and again).
 	asPerson(t, true)
 	_, _, err := runIn(t, nil, "get", "demo/hello", dst)
-	wantExit(t, err, exitUsage, "exists: use --force")
+	wantExit(t, err, cli.ExitUsage, "exists: use --force")
 	must(nil, "get", "--force", "demo/hello", dst)
 	if got, err := os.ReadFile(dst); err != nil || string(got) != "hello, spindle\n" {
 		t.Errorf("get --force: %q, %v", got, err)
@@ -194,36 +196,36 @@ func TestKeyCommands(t *testing.T) {
 
 	// What goes wrong, and how it says so.
 	_, _, err = runIn(t, nil, "get", "demo/missing", filepath.Join(dir, "missing"))
-	wantExit(t, err, exitNotFound, "unknown key demo/missing")
+	wantExit(t, err, cli.ExitNotFound, "unknown key demo/missing")
 	if _, err := os.Stat(filepath.Join(dir, "missing")); !os.IsNotExist(err) {
 		t.Errorf("a failed get left its file: %v", err)
 	}
 	_, _, err = runIn(t, nil, "stat", "nobucket/k")
-	wantExit(t, err, exitNotFound, "unknown bucket nobucket")
+	wantExit(t, err, cli.ExitNotFound, "unknown bucket nobucket")
 	_, _, err = runIn(t, nil, "put", "Bad_Bucket/k", src)
-	wantExit(t, err, exitUsage, "bucket name")
+	wantExit(t, err, cli.ExitUsage, "bucket name")
 	_, _, err = runIn(t, nil, "put", "demo/../k", src)
-	wantExit(t, err, exitUsage, `".." segment`)
+	wantExit(t, err, cli.ExitUsage, `".." segment`)
 	_, _, err = runIn(t, nil, "put", "demo", src)
-	wantExit(t, err, exitUsage, "want BUCKET/KEY")
+	wantExit(t, err, cli.ExitUsage, "want BUCKET/KEY")
 	_, _, err = runIn(t, nil, "put", "demo/k")
-	wantExit(t, err, exitUsage, "accepts 2 arg(s)")
+	wantExit(t, err, cli.ExitUsage, "accepts 2 arg(s)")
 	_, _, err = runIn(t, nil, "put", "demo/k", filepath.Join(dir, "no-such-file"))
-	wantExit(t, err, exitNotFound, "no such file")
+	wantExit(t, err, cli.ExitNotFound, "no such file")
 	_, _, err = runIn(t, nil, "get", "--offset", "100", "demo/hello")
-	wantExit(t, err, exitUsage, "past the end")
+	wantExit(t, err, cli.ExitUsage, "past the end")
 	_, _, err = runIn(t, nil, "get", "--no-such-flag", "demo/hello")
-	wantExit(t, err, exitUsage, "unknown flag")
+	wantExit(t, err, cli.ExitUsage, "unknown flag")
 	_, _, err = runIn(t, nil, "bucket", "rm", "demo")
-	wantExit(t, err, exitFailure, "bucket demo is not empty")
+	wantExit(t, err, cli.ExitFailure, "bucket demo is not empty")
 	_, _, err = runIn(t, nil, "bucket", "create", "demo")
-	wantExit(t, err, exitFailure, "already exists")
+	wantExit(t, err, cli.ExitFailure, "already exists")
 	_, _, err = runIn(t, nil, "get", "--meta", "127.0.0.1:1", "--insecure", "demo/hello")
-	wantExit(t, err, exitUnavailable, "meta unreachable at 127.0.0.1:1")
+	wantExit(t, err, cli.ExitUnavailable, "meta unreachable at 127.0.0.1:1")
 
 	must(nil, "rm", "demo/hello")
 	_, _, err = runIn(t, nil, "rm", "demo/hello")
-	wantExit(t, err, exitNotFound, "unknown key demo/hello")
+	wantExit(t, err, cli.ExitNotFound, "unknown key demo/hello")
 	must(nil, "rm", "demo/dir/value")
 	must(nil, "bucket", "rm", "demo")
 	if out := must(nil, "bucket", "ls"); strings.Contains(out, "demo") {
@@ -246,9 +248,9 @@ func TestPutWithoutPipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, err = runIn(t, bytes.Repeat([]byte("x"), keyclient.DefaultInlineMaxBytes+1), "put", "--meta", addr, "empty/k", "-")
-	wantExit(t, err, exitUnavailable, "no healthy pipeline")
+	wantExit(t, err, cli.ExitUnavailable, "no healthy pipeline")
 	_, _, err = runIn(t, nil, "stat", "--meta", addr, "empty/k")
-	wantExit(t, err, exitNotFound, "unknown key empty/k")
+	wantExit(t, err, cli.ExitNotFound, "unknown key empty/k")
 	if _, _, err := runIn(t, []byte("some bytes"), "put", "--meta", addr, "empty/small", "-"); err != nil {
 		t.Fatalf("an inline put without datanodes: %v", err)
 	}
@@ -269,13 +271,13 @@ func TestExitCodes(t *testing.T) {
 		code int
 	}{
 		{nil, 0},
-		{errors.New("boom"), exitFailure},
-		{usageErr(errors.New("x")), exitUsage},
-		{fmt.Errorf("wrapped: %w", &exitError{exitCorrupt, errors.New("bad")}), exitCorrupt},
-		{errors.New(`unknown command "frob" for "spindle"`), exitUsage},
+		{errors.New("boom"), cli.ExitFailure},
+		{cli.UsageErr(errors.New("x")), cli.ExitUsage},
+		{fmt.Errorf("wrapped: %w", cli.Exit(cli.ExitCorrupt, errors.New("bad"))), cli.ExitCorrupt},
+		{errors.New(`unknown command "frob" for "spindle"`), cli.ExitUsage},
 	} {
-		if got := exitCode(c.err); got != c.code {
-			t.Errorf("exitCode(%v) = %d, want %d", c.err, got, c.code)
+		if got := cli.ExitCode(c.err); got != c.code {
+			t.Errorf("cli.ExitCode(%v) = %d, want %d", c.err, got, c.code)
 		}
 	}
 	if !strings.Contains(newRootCmd().Long, "4 unavailable: meta service unreachable") {

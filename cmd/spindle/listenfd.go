@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+
+	"github.com/spindle-store/spindle/internal/cli"
 )
 
 // listenFDHelp is the help of --listen-fd (datanode, meta).
@@ -17,12 +19,12 @@ func inheritedListener(fd int) (net.Listener, error) {
 		return nil, nil
 	}
 	if fd < 3 {
-		return nil, usageErr(fmt.Errorf("--listen-fd %d: want a descriptor ≥ 3", fd))
+		return nil, cli.UsageErr(fmt.Errorf("--listen-fd %d: want a descriptor ≥ 3", fd))
 	}
 	f := os.NewFile(uintptr(fd), "listen-fd")
 	ln, err := net.FileListener(f) // a dup of fd, closed just below
 	if err = errors.Join(err, f.Close()); err != nil {
-		return nil, usageErr(fmt.Errorf("--listen-fd %d: %w", fd, err))
+		return nil, cli.UsageErr(fmt.Errorf("--listen-fd %d: %w", fd, err))
 	}
 	return ln, nil
 }

@@ -28,7 +28,9 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
 	"github.com/spindle-store/spindle/internal/buildinfo"
+	"github.com/spindle-store/spindle/internal/cli"
 )
 
 func main() {
@@ -36,7 +38,7 @@ func main() {
 	err := newRootCmd().ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		os.Exit(exitCode(err)) // cobra has printed the error to stderr
+		os.Exit(cli.ExitCode(err)) // cobra has printed the error to stderr
 	}
 }
 
@@ -71,17 +73,17 @@ Every flag can also be set by the environment variable SPINDLE_<FLAG_NAME>
 (upper case, dashes as underscores) or in the --config file; the command
 line wins over the environment, which wins over the file.
 
-` + exitCodesHelp,
+` + cli.ExitCodesHelp,
 		Version:       buildinfo.String(),
 		SilenceUsage:  true,
 		SilenceErrors: false,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			sources, err := applyConfig(cmd, os.LookupEnv)
 			if err != nil {
-				return usageErr(err) // a flag's value in the environment or the config file
+				return cli.UsageErr(err) // a flag's value in the environment or the config file
 			}
 			if err := setupLogging(cmd.ErrOrStderr(), opts.logLevel); err != nil {
-				return usageErr(err)
+				return cli.UsageErr(err)
 			}
 			for _, s := range sources {
 				slog.Debug("flag set", "flag", s.flag, "value", s.value, "from", s.from)
@@ -104,7 +106,7 @@ line wins over the environment, which wins over the file.
 		c.SetOut(out)
 		_, _ = out.Write(buf.Bytes())
 	})
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cli.UsageErr(err) })
 	root.PersistentFlags().StringVar(&opts.configPath, configFlag, "", "JSON config file: {\"bench chunk-write\": {\"chunk-size\": \"1MiB\"}, ...}; $NAME or ${NAME} in a value: the environment variable NAME")
 	root.PersistentFlags().StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
 	"github.com/spindle-store/spindle/internal/buildinfo"
 	"github.com/spindle-store/spindle/internal/units"
 )

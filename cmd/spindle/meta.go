@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
@@ -50,7 +51,7 @@ on an empty --dir.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if containerSize <= 0 {
-				return usageErr(fmt.Errorf("--container-size %s: want a positive size", containerSize))
+				return cli.UsageErr(fmt.Errorf("--container-size %s: want a positive size", containerSize))
 			}
 			if err := checkReplication(); err != nil {
 				return err
@@ -59,24 +60,24 @@ on an empty --dir.`,
 			if peers != "" {
 				m, err := parsePeers(peers)
 				if err != nil {
-					return usageErr(err)
+					return cli.UsageErr(err)
 				}
 				if _, ok := m[cfg.ID]; !ok {
-					return usageErr(fmt.Errorf("--id %d: want one of the IDs of --peers", cfg.ID))
+					return cli.UsageErr(fmt.Errorf("--id %d: want one of the IDs of --peers", cfg.ID))
 				}
 				cfg.Peers = m
 				if !cmd.Flags().Changed("listen") {
 					cfg.Listen = m[cfg.ID]
 				}
 				if cfg.RestoreAsNewGroup && (cfg.Join || len(m) != 1) {
-					return usageErr(errors.New("--restore starts a new group of one: --peers names this member only, without --join"))
+					return cli.UsageErr(errors.New("--restore starts a new group of one: --peers names this member only, without --join"))
 				}
 			} else if cfg.Join {
-				return usageErr(errors.New("--join needs --peers: the members to join"))
+				return cli.UsageErr(errors.New("--join needs --peers: the members to join"))
 			} else if cfg.RestoreAsNewGroup {
-				return usageErr(errors.New("--restore needs --peers ID=ADDR (this member): a single meta service opens a restored backup as it is"))
+				return cli.UsageErr(errors.New("--restore needs --peers ID=ADDR (this member): a single meta service opens a restored backup as it is"))
 			} else if cfg.ID > 1 {
-				return usageErr(errors.New("--id without --peers: a single meta service is member 1"))
+				return cli.UsageErr(errors.New("--id without --peers: a single meta service is member 1"))
 			}
 			sec, err := tf.server("meta")
 			if err != nil {
@@ -85,7 +86,7 @@ on an empty --dir.`,
 			cfg.TLS = sec
 			if adminTokenFile != "" {
 				if sec.Enabled() {
-					return usageErr(errors.New("--admin-token-file is for --insecure: with TLS the admin credential is an admin certificate"))
+					return cli.UsageErr(errors.New("--admin-token-file is for --insecure: with TLS the admin credential is an admin certificate"))
 				}
 				if cfg.AdminToken, err = readAdminToken(adminTokenFile); err != nil {
 					return err
@@ -93,10 +94,10 @@ on an empty --dir.`,
 			}
 			if joinCADir != "" {
 				if !sec.Enabled() {
-					return usageErr(errors.New("--join-ca-dir with --insecure: joins hand out certificates, there are none without TLS"))
+					return cli.UsageErr(errors.New("--join-ca-dir with --insecure: joins hand out certificates, there are none without TLS"))
 				}
 				if cfg.JoinCA, err = tlsconf.LoadCA(joinCADir); err != nil {
-					return usageErr(fmt.Errorf("--join-ca-dir: %w", err))
+					return cli.UsageErr(fmt.Errorf("--join-ca-dir: %w", err))
 				}
 			}
 			if cfg.Listener, err = inheritedListener(listenFD); err != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
@@ -124,7 +125,7 @@ func TestListenFDIsChecked(t *testing.T) {
 		{"datanode", "--insecure", "--data-dir", t.TempDir(), "--log-dir", t.TempDir(), "--id", "1", "--pipeline", "1:1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3"},
 	} {
 		_, _, err := run(t, append(args, "--listen-fd", "2"))
-		wantExit(t, err, exitUsage, "--listen-fd 2: want a descriptor ≥ 3")
+		wantExit(t, err, cli.ExitUsage, "--listen-fd 2: want a descriptor ≥ 3")
 	}
 }
 
@@ -193,12 +194,12 @@ func TestReplicationFlagsRefused(t *testing.T) {
 		for _, sub := range []string{"meta", "server"} {
 			dir := t.TempDir()
 			_, _, err := runIn(t, nil, append([]string{sub, "--dir", dir}, c.args...)...)
-			wantExit(t, err, exitUsage, c.want)
+			wantExit(t, err, cli.ExitUsage, c.want)
 			if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 				t.Errorf("%s %v wrote %d entries in --dir", sub, c.args, len(ents))
 			}
 		}
 	}
 	_, _, err := runIn(t, nil, "server", "--dir", t.TempDir(), "--max-copies", "0")
-	wantExit(t, err, exitUsage, "--max-copies 0: want at least 1")
+	wantExit(t, err, cli.ExitUsage, "--max-copies 0: want at least 1")
 }

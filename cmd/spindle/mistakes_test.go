@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spindle-store/spindle/internal/cli"
 )
 
 // TestCLIMistakes runs the command line's common mistakes, each as a user
@@ -41,65 +43,65 @@ func TestCLIMistakes(t *testing.T) {
 		absent string
 	}{
 		// Commands that do not exist, or are missing.
-		{args: []string{"frobnicate"}, code: exitUsage, want: `unknown command "frobnicate" for "spindle"`},
-		{args: []string{"bench", "nonsense"}, code: exitUsage, want: `unknown command "nonsense" for "spindle bench"`},
-		{args: []string{"report", "runn"}, code: exitUsage, want: "did you mean run?"},
-		{args: []string{"admin", "nodez"}, code: exitUsage, want: "did you mean nodes?"},
-		{args: []string{"admin", "safemode", "leave"}, code: exitUsage, want: `unknown command "leave" for "spindle admin safemode"`},
-		{args: []string{"bucket", "destroy", "demo"}, code: exitUsage, want: `unknown command "destroy" for "spindle bucket"`},
-		{args: []string{"bench"}, code: exitUsage, want: "spindle bench needs a command: baseline,"},
-		{args: []string{"admin"}, code: exitUsage, want: "spindle admin needs a command"},
-		{args: []string{"admin", "meta", "bakup", "/tmp/x"}, code: exitUsage, want: `unknown command "bakup" for "spindle admin meta"`},
+		{args: []string{"frobnicate"}, code: cli.ExitUsage, want: `unknown command "frobnicate" for "spindle"`},
+		{args: []string{"bench", "nonsense"}, code: cli.ExitUsage, want: `unknown command "nonsense" for "spindle bench"`},
+		{args: []string{"report", "runn"}, code: cli.ExitUsage, want: "did you mean run?"},
+		{args: []string{"admin", "nodez"}, code: cli.ExitUsage, want: "did you mean nodes?"},
+		{args: []string{"admin", "safemode", "leave"}, code: cli.ExitUsage, want: `unknown command "leave" for "spindle admin safemode"`},
+		{args: []string{"bucket", "destroy", "demo"}, code: cli.ExitUsage, want: `unknown command "destroy" for "spindle bucket"`},
+		{args: []string{"bench"}, code: cli.ExitUsage, want: "spindle bench needs a command: baseline,"},
+		{args: []string{"admin"}, code: cli.ExitUsage, want: "spindle admin needs a command"},
+		{args: []string{"admin", "meta", "bakup", "/tmp/x"}, code: cli.ExitUsage, want: `unknown command "bakup" for "spindle admin meta"`},
 		// Flags.
-		{args: []string{"get", "--bogus", "demo/hello"}, code: exitUsage, want: "unknown flag: --bogus"},
-		{args: []string{"put", "-x", "demo/k", src}, code: exitUsage, want: "unknown shorthand flag: 'x'"},
-		{args: []string{"ls", "demo", "--max"}, code: exitUsage, want: "flag needs an argument: --max"},
-		{args: []string{"ls", "--max", "-3", "demo"}, code: exitUsage, want: "--max -3"},
-		{args: []string{"put", "--chunk-size", "12XB", "demo/k", src}, code: exitUsage, want: `invalid argument "12XB"`},
-		{args: []string{"--log-level", "loud", "version"}, code: exitUsage, want: `--log-level "loud"`},
-		{args: []string{"--config", filepath.Join(dir, "no-such.json"), "version"}, code: exitUsage, want: "no-such.json"},
-		{args: []string{"get", "--offset", "-1", "demo/hello"}, code: exitUsage, want: "--offset -1"},
+		{args: []string{"get", "--bogus", "demo/hello"}, code: cli.ExitUsage, want: "unknown flag: --bogus"},
+		{args: []string{"put", "-x", "demo/k", src}, code: cli.ExitUsage, want: "unknown shorthand flag: 'x'"},
+		{args: []string{"ls", "demo", "--max"}, code: cli.ExitUsage, want: "flag needs an argument: --max"},
+		{args: []string{"ls", "--max", "-3", "demo"}, code: cli.ExitUsage, want: "--max -3"},
+		{args: []string{"put", "--chunk-size", "12XB", "demo/k", src}, code: cli.ExitUsage, want: `invalid argument "12XB"`},
+		{args: []string{"--log-level", "loud", "version"}, code: cli.ExitUsage, want: `--log-level "loud"`},
+		{args: []string{"--config", filepath.Join(dir, "no-such.json"), "version"}, code: cli.ExitUsage, want: "no-such.json"},
+		{args: []string{"get", "--offset", "-1", "demo/hello"}, code: cli.ExitUsage, want: "--offset -1"},
 		// Arguments.
-		{args: []string{"put"}, code: exitUsage, want: "accepts 2 arg(s), received 0"},
-		{args: []string{"put", "demo/k"}, code: exitUsage, want: "accepts 2 arg(s), received 1"},
-		{args: []string{"get"}, code: exitUsage, want: "accepts between 1 and 2 arg(s)"},
-		{args: []string{"rm"}, code: exitUsage, want: "accepts 1 arg(s), received 0"},
-		{args: []string{"stat", "demo/a", "demo/b"}, code: exitUsage, want: "accepts 1 arg(s), received 2"},
-		{args: []string{"version", "extra"}, code: exitUsage, want: `unknown command "extra" for "spindle version"`},
+		{args: []string{"put"}, code: cli.ExitUsage, want: "accepts 2 arg(s), received 0"},
+		{args: []string{"put", "demo/k"}, code: cli.ExitUsage, want: "accepts 2 arg(s), received 1"},
+		{args: []string{"get"}, code: cli.ExitUsage, want: "accepts between 1 and 2 arg(s)"},
+		{args: []string{"rm"}, code: cli.ExitUsage, want: "accepts 1 arg(s), received 0"},
+		{args: []string{"stat", "demo/a", "demo/b"}, code: cli.ExitUsage, want: "accepts 1 arg(s), received 2"},
+		{args: []string{"version", "extra"}, code: cli.ExitUsage, want: `unknown command "extra" for "spindle version"`},
 		// Names.
-		{args: []string{"put", "demo", src}, code: exitUsage, want: "want BUCKET/KEY"},
-		{args: []string{"put", "Bad_Bucket/k", src}, code: exitUsage, want: "bucket name"},
-		{args: []string{"put", "demo/../k", src}, code: exitUsage, want: `".." segment`},
-		{args: []string{"bucket", "create", "ab"}, code: exitUsage, want: "bucket name"},
-		{args: []string{"ls", "UPPER"}, code: exitUsage, want: "bucket name"},
-		{args: []string{"--meta", "http://x/some/path", "ls", "demo"}, code: exitUsage, want: "--meta"},
+		{args: []string{"put", "demo", src}, code: cli.ExitUsage, want: "want BUCKET/KEY"},
+		{args: []string{"put", "Bad_Bucket/k", src}, code: cli.ExitUsage, want: "bucket name"},
+		{args: []string{"put", "demo/../k", src}, code: cli.ExitUsage, want: `".." segment`},
+		{args: []string{"bucket", "create", "ab"}, code: cli.ExitUsage, want: "bucket name"},
+		{args: []string{"ls", "UPPER"}, code: cli.ExitUsage, want: "bucket name"},
+		{args: []string{"--meta", "http://x/some/path", "ls", "demo"}, code: cli.ExitUsage, want: "--meta"},
 		// Files.
-		{args: []string{"get", "demo/hello", existing}, code: exitUsage, want: "exists: use --force to replace it"},
-		{args: []string{"get", "demo/hello", dir}, code: exitUsage, want: "is a directory"},
-		{args: []string{"put", "demo/k", filepath.Join(dir, "no-such-file")}, code: exitNotFound, want: "no such file", absent: "k"},
-		{args: []string{"put", "demo/k", dir}, code: exitUsage, want: "is a directory", absent: "k"},
+		{args: []string{"get", "demo/hello", existing}, code: cli.ExitUsage, want: "exists: use --force to replace it"},
+		{args: []string{"get", "demo/hello", dir}, code: cli.ExitUsage, want: "is a directory"},
+		{args: []string{"put", "demo/k", filepath.Join(dir, "no-such-file")}, code: cli.ExitNotFound, want: "no such file", absent: "k"},
+		{args: []string{"put", "demo/k", dir}, code: cli.ExitUsage, want: "is a directory", absent: "k"},
 		// Sizes and ranges.
-		{args: []string{"put", "--size", "10", "demo/short", "-"}, stdin: "12345", code: exitUsage, want: "the input ended after 5 of --size 10 bytes", absent: "short"},
-		{args: []string{"put", "--size", "3", "demo/long", "-"}, stdin: "12345", code: exitUsage, want: "the input goes on past --size 3 bytes", absent: "long"},
-		{args: []string{"put", "--size", "4", "demo/file", src}, code: exitUsage, want: "has 5 bytes, --size says 4", absent: "file"},
-		{args: []string{"put", "--size", "-4", "demo/neg", "-"}, code: exitUsage, want: "--size", absent: "neg"},
-		{args: []string{"get", "--offset", "100", "demo/hello"}, code: exitUsage, want: "--offset 100 is past the end of the 15-byte value"},
+		{args: []string{"put", "--size", "10", "demo/short", "-"}, stdin: "12345", code: cli.ExitUsage, want: "the input ended after 5 of --size 10 bytes", absent: "short"},
+		{args: []string{"put", "--size", "3", "demo/long", "-"}, stdin: "12345", code: cli.ExitUsage, want: "the input goes on past --size 3 bytes", absent: "long"},
+		{args: []string{"put", "--size", "4", "demo/file", src}, code: cli.ExitUsage, want: "has 5 bytes, --size says 4", absent: "file"},
+		{args: []string{"put", "--size", "-4", "demo/neg", "-"}, code: cli.ExitUsage, want: "--size", absent: "neg"},
+		{args: []string{"get", "--offset", "100", "demo/hello"}, code: cli.ExitUsage, want: "--offset 100 is past the end of the 15-byte value"},
 		// What is not there.
-		{args: []string{"get", "demo/missing"}, code: exitNotFound, want: "unknown key demo/missing"},
-		{args: []string{"stat", "nobucket/k"}, code: exitNotFound, want: "unknown bucket nobucket"},
-		{args: []string{"rm", "demo/missing"}, code: exitNotFound, want: "unknown key demo/missing"},
-		{args: []string{"ls", "nobucket"}, code: exitNotFound, want: "unknown bucket nobucket"},
+		{args: []string{"get", "demo/missing"}, code: cli.ExitNotFound, want: "unknown key demo/missing"},
+		{args: []string{"stat", "nobucket/k"}, code: cli.ExitNotFound, want: "unknown bucket nobucket"},
+		{args: []string{"rm", "demo/missing"}, code: cli.ExitNotFound, want: "unknown key demo/missing"},
+		{args: []string{"ls", "nobucket"}, code: cli.ExitNotFound, want: "unknown bucket nobucket"},
 		// Conflicts.
-		{args: []string{"bucket", "create", "demo"}, code: exitFailure, want: "bucket demo already exists"},
-		{args: []string{"bucket", "rm", "demo"}, code: exitFailure, want: "bucket demo is not empty"},
+		{args: []string{"bucket", "create", "demo"}, code: cli.ExitFailure, want: "bucket demo already exists"},
+		{args: []string{"bucket", "rm", "demo"}, code: cli.ExitFailure, want: "bucket demo is not empty"},
 		// An unreachable service (plaintext: no local server wrote how to
 		// reach it), and one of which nothing says how to reach it.
-		{args: []string{"--meta", unreachable, "ls", "--insecure", "demo"}, code: exitUnavailable, want: "meta unreachable at 127.0.0.1:1"},
-		{args: []string{"--meta", unreachable, "bucket", "ls", "--insecure"}, code: exitUnavailable, want: "meta unreachable at 127.0.0.1:1"},
-		{args: []string{"--meta", unreachable, "admin", "nodes", "--insecure"}, code: exitUnavailable, want: "meta unreachable at 127.0.0.1:1"},
-		{args: []string{"--meta", unreachable, "put", "--insecure", "demo/k", src}, code: exitUnavailable, want: "meta unreachable at 127.0.0.1:1"},
-		{args: []string{"--meta", unreachable, "ls", "demo"}, code: exitUsage, want: "no TLS settings for the meta service at 127.0.0.1:1: give --tls-cert, --tls-key and --tls-ca, or --insecure"},
-		{args: []string{"ls", "--insecure", "--tls-ca", "ca.crt", "demo"}, code: exitUsage, want: "--insecure with --tls-cert/--tls-key/--tls-ca: choose one"},
+		{args: []string{"--meta", unreachable, "ls", "--insecure", "demo"}, code: cli.ExitUnavailable, want: "meta unreachable at 127.0.0.1:1"},
+		{args: []string{"--meta", unreachable, "bucket", "ls", "--insecure"}, code: cli.ExitUnavailable, want: "meta unreachable at 127.0.0.1:1"},
+		{args: []string{"--meta", unreachable, "admin", "nodes", "--insecure"}, code: cli.ExitUnavailable, want: "meta unreachable at 127.0.0.1:1"},
+		{args: []string{"--meta", unreachable, "put", "--insecure", "demo/k", src}, code: cli.ExitUnavailable, want: "meta unreachable at 127.0.0.1:1"},
+		{args: []string{"--meta", unreachable, "ls", "demo"}, code: cli.ExitUsage, want: "no TLS settings for the meta service at 127.0.0.1:1: give --tls-cert, --tls-key and --tls-ca, or --insecure"},
+		{args: []string{"ls", "--insecure", "--tls-ca", "ca.crt", "demo"}, code: cli.ExitUsage, want: "--insecure with --tls-cert/--tls-key/--tls-ca: choose one"},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			// --meta given as a global flag is a flag of the key commands:
@@ -115,7 +117,7 @@ func TestCLIMistakes(t *testing.T) {
 			}
 			if c.absent != "" {
 				_, _, err := runIn(t, nil, "stat", "demo/"+c.absent)
-				wantExit(t, err, exitNotFound, "unknown key demo/"+c.absent)
+				wantExit(t, err, cli.ExitNotFound, "unknown key demo/"+c.absent)
 			}
 		})
 	}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spindle-store/spindle/internal/cli"
 )
 
 // put --recursive stores a directory tree under a prefix and get
@@ -56,7 +58,7 @@ func TestRecursivePutGet(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, err := runIn(t, nil, "get", "-r", "tree/backup", dst)
-	wantExit(t, err, exitUsage, "exists: use --force")
+	wantExit(t, err, cli.ExitUsage, "exists: use --force")
 	if got, _ := os.ReadFile(filepath.Join(dst, "a.txt")); string(got) != "mine" {
 		t.Errorf("a.txt replaced without --force: %q", got)
 	}
@@ -72,12 +74,12 @@ func TestRecursivePutGet(t *testing.T) {
 		}
 	}
 	_, _, err = runIn(t, nil, "put", "-r", "tree/bad", bad)
-	wantExit(t, err, exitUsage, "tab\tname")
+	wantExit(t, err, cli.ExitUsage, "tab\tname")
 	if out := run("ls", "tree/bad/"); out != "" {
 		t.Errorf("keys stored before the invalid name was refused: %q", out)
 	}
 	_, _, err = runIn(t, nil, "put", "-r", "tree/x", filepath.Join(src, "a.txt"))
-	wantExit(t, err, exitUsage, "is not a directory")
+	wantExit(t, err, cli.ExitUsage, "is not a directory")
 	_, _, err = runIn(t, nil, "get", "-r", "tree/backup", "-")
-	wantExit(t, err, exitUsage, "--recursive: want BUCKET[/PREFIX] DIR")
+	wantExit(t, err, cli.ExitUsage, "--recursive: want BUCKET[/PREFIX] DIR")
 }

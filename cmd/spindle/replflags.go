@@ -6,7 +6,9 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/meta"
+	"github.com/spindle-store/spindle/internal/meta/audit"
 )
 
 // addReplicationFlags binds the replication manager's settings of cfg (the
@@ -30,13 +32,16 @@ func addReplicationFlags(f *pflag.FlagSet, cfg *meta.Config) func() error {
 	f.IntVar(&cfg.MinLiveReplicas, "min-live-replicas", cfg.MinLiveReplicas, "writes go to a pipeline with at least this many HEALTHY members (2..3): one missing a DEAD member stays open while no replacement datanode exists; fewer: writes are refused")
 	f.IntVar(&cfg.SafeModeMinNodes, "safe-mode-min-nodes", 0, "after a start, no replication decision until this many datanodes reported (0: min(3, registered)) ...")
 	f.Float64Var(&cfg.SafeModeContainerFraction, "safe-mode-fraction", cfg.SafeModeContainerFraction, "... and this fraction of the closed containers has a replica reported (or 'spindle admin safemode exit')")
+	f.StringVar(&cfg.AuditLog, "audit-log", "", "the audit log: a JSON line per change and refusal, rotated (default: beside the meta store, its --dir + .audit.jsonl; off: none)")
+	f.Int64Var(&cfg.AuditMaxBytes, "audit-log-max-bytes", audit.DefaultMaxBytes, "the audit log is rotated past this size, and --audit-log-keep files kept")
+	f.IntVar(&cfg.AuditKeep, "audit-log-keep", audit.DefaultKeep, "audit log files kept (the current one and the rotated ones)")
 	return func() error {
 		for _, c := range []struct {
 			name string
 			v    int
 		}{{"--max-copies-per-source", cfg.MaxCopiesPerSource}, {"--max-copies-per-target", cfg.MaxCopiesPerTarget}, {"--max-inflight-copies", cfg.MaxInflightCopies}} {
 			if c.v < 1 {
-				return usageErr(fmt.Errorf("%s %d: want at least 1", c.name, c.v))
+				return cli.UsageErr(fmt.Errorf("%s %d: want at least 1", c.name, c.v))
 			}
 		}
 		for _, d := range []struct {
@@ -44,17 +49,17 @@ func addReplicationFlags(f *pflag.FlagSet, cfg *meta.Config) func() error {
 			v    time.Duration
 		}{{"--copy-retry-after", cfg.CopyRetryAfter}, {"--copy-timeout", cfg.CopyTimeoutMin}} {
 			if d.v <= 0 {
-				return usageErr(fmt.Errorf("%s %s: want a positive duration", d.name, d.v))
+				return cli.UsageErr(fmt.Errorf("%s %s: want a positive duration", d.name, d.v))
 			}
 		}
 		if cfg.MinLiveReplicas < meta.DefaultMinLiveReplicas || cfg.MinLiveReplicas > meta.PipelineSize {
-			return usageErr(fmt.Errorf("--min-live-replicas %d: want %d (a raft majority of a pipeline) to %d", cfg.MinLiveReplicas, meta.DefaultMinLiveReplicas, meta.PipelineSize))
+			return cli.UsageErr(fmt.Errorf("--min-live-replicas %d: want %d (a raft majority of a pipeline) to %d", cfg.MinLiveReplicas, meta.DefaultMinLiveReplicas, meta.PipelineSize))
 		}
 		if cfg.SafeModeMinNodes < 0 {
-			return usageErr(fmt.Errorf("--safe-mode-min-nodes %d: want 0 (min(3, registered)) or more", cfg.SafeModeMinNodes))
+			return cli.UsageErr(fmt.Errorf("--safe-mode-min-nodes %d: want 0 (min(3, registered)) or more", cfg.SafeModeMinNodes))
 		}
 		if !(cfg.SafeModeContainerFraction > 0 && cfg.SafeModeContainerFraction <= 1) {
-			return usageErr(fmt.Errorf("--safe-mode-fraction %g: want more than 0, at most 1", cfg.SafeModeContainerFraction))
+			return cli.UsageErr(fmt.Errorf("--safe-mode-fraction %g: want more than 0, at most 1", cfg.SafeModeContainerFraction))
 		}
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/s3gw"
 	"github.com/spindle-store/spindle/internal/server"
 )
@@ -39,7 +40,7 @@ user there). Other users: spindle admin user create.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.AccessKey == "" {
-				return usageErr(errors.New("--s3-access-key is required"))
+				return cli.UsageErr(errors.New("--s3-access-key is required"))
 			}
 			cfg.Meta = env.meta
 			sec, err := env.tls.server("s3")

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/datanode"
 	"github.com/spindle-store/spindle/internal/pipeline"
 	"github.com/spindle-store/spindle/internal/server"
@@ -58,7 +59,7 @@ settings given here (replication flags) are passed to every member.`,
 				return err
 			}
 			if maxCopies < 1 {
-				return usageErr(fmt.Errorf("--max-copies %d: want at least 1", maxCopies))
+				return cli.UsageErr(fmt.Errorf("--max-copies %d: want at least 1", maxCopies))
 			}
 			cfg.DatanodeArgs = append(cfg.DatanodeArgs, "--max-copies", fmt.Sprint(maxCopies))
 			if cmd.Flags().Changed("log-inline-max-bytes") {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
@@ -45,17 +46,17 @@ func (t *tlsFlags) explicit() (s *tlsconf.Settings, given bool, err error) {
 	some := f.Cert != "" || f.Key != "" || f.CA != ""
 	switch {
 	case t.insecure && some:
-		return nil, true, usageErr(errors.New("--insecure with --tls-cert/--tls-key/--tls-ca: choose one"))
+		return nil, true, cli.UsageErr(errors.New("--insecure with --tls-cert/--tls-key/--tls-ca: choose one"))
 	case t.insecure:
 		return nil, true, nil
 	case !some:
 		return nil, false, nil
 	case f.Cert == "" || f.Key == "" || f.CA == "":
-		return nil, true, usageErr(errors.New("--tls-cert, --tls-key and --tls-ca go together"))
+		return nil, true, cli.UsageErr(errors.New("--tls-cert, --tls-key and --tls-ca go together"))
 	}
 	s, err = tlsconf.NewSettings(f)
 	if err != nil {
-		return nil, true, usageErr(err)
+		return nil, true, cli.UsageErr(err)
 	}
 	return s, true, nil
 }
@@ -68,7 +69,7 @@ func (t *tlsFlags) server(what string) (*tlsconf.Settings, error) {
 		return nil, err
 	}
 	if !given {
-		return nil, usageErr(fmt.Errorf("%s: connections are mutual TLS: give --tls-cert, --tls-key and --tls-ca (spindle cert init|issue, see docs/OPERATIONS.md), or --insecure for plaintext", what))
+		return nil, cli.UsageErr(fmt.Errorf("%s: connections are mutual TLS: give --tls-cert, --tls-key and --tls-ca (spindle cert init|issue, see docs/OPERATIONS.md), or --insecure for plaintext", what))
 	}
 	if !s.Enabled() {
 		slog.Warn(what + " running with --insecure: plaintext connections, no TLS")
@@ -81,7 +82,7 @@ func (t *tlsFlags) server(what string) (*tlsconf.Settings, error) {
 func (t *tlsFlags) client(meta string) (*tlsconf.Settings, error) {
 	if f := t.files(); f.Key != "" && !t.insecure {
 		if err := tlsconf.CheckKeyPrivate(f.Key); err != nil {
-			return nil, usageErr(err)
+			return nil, cli.UsageErr(err)
 		}
 	}
 	s, given, err := t.explicit()
@@ -89,7 +90,7 @@ func (t *tlsFlags) client(meta string) (*tlsconf.Settings, error) {
 		return s, err
 	}
 	if err := metaapi.CheckAddrs(meta); err != nil {
-		return nil, usageErr(fmt.Errorf("--meta: %w", err))
+		return nil, cli.UsageErr(fmt.Errorf("--meta: %w", err))
 	}
 	addrs := metaapi.SplitAddrs(meta)
 	p, path, found, err := tlsconf.LoadClientProfile(addrs[0])
@@ -97,7 +98,7 @@ func (t *tlsFlags) client(meta string) (*tlsconf.Settings, error) {
 		return nil, err
 	}
 	if !found {
-		return nil, usageErr(fmt.Errorf("no TLS settings for the meta service at %s: give --tls-cert, --tls-key and --tls-ca, or --insecure for a plaintext cluster (a local spindle server writes them to %s)", addrs[0], path))
+		return nil, cli.UsageErr(fmt.Errorf("no TLS settings for the meta service at %s: give --tls-cert, --tls-key and --tls-ca, or --insecure for a plaintext cluster (a local spindle server writes them to %s)", addrs[0], path))
 	}
 	if p.Insecure {
 		return nil, nil
@@ -117,15 +118,15 @@ func (t *tlsFlags) client(meta string) (*tlsconf.Settings, error) {
 // least minAdminTokenBytes printable bytes (surrounding space trimmed).
 func readAdminToken(path string) (string, error) {
 	if err := tlsconf.CheckKeyPrivate(path); err != nil {
-		return "", usageErr(fmt.Errorf("--admin-token-file: %w", err))
+		return "", cli.UsageErr(fmt.Errorf("--admin-token-file: %w", err))
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", usageErr(fmt.Errorf("--admin-token-file: %w", err))
+		return "", cli.UsageErr(fmt.Errorf("--admin-token-file: %w", err))
 	}
 	tok := strings.TrimSpace(string(b))
 	if len(tok) < minAdminTokenBytes || strings.ContainsAny(tok, " \t\r\n") {
-		return "", usageErr(fmt.Errorf("--admin-token-file %s: want one token of at least %d characters without spaces", path, minAdminTokenBytes))
+		return "", cli.UsageErr(fmt.Errorf("--admin-token-file %s: want one token of at least %d characters without spaces", path, minAdminTokenBytes))
 	}
 	return tok, nil
 }

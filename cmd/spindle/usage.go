@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/spindle-store/spindle/internal/cli"
 )
 
 // strictSubcommands makes every command that only groups subcommands
@@ -31,13 +33,13 @@ func strictSubcommands(root *cobra.Command) {
 		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
 			msg += "; did you mean " + strings.Join(s, " or ") + "?"
 		}
-		return usageErr(fmt.Errorf("%s (commands: %s; see %s --help)", msg, subcommandNames(cmd), cmd.CommandPath()))
+		return cli.UsageErr(fmt.Errorf("%s (commands: %s; see %s --help)", msg, subcommandNames(cmd), cmd.CommandPath()))
 	}
 	if alone {
 		return // it does something itself without a subcommand (admin meta)
 	}
 	group.RunE = func(cmd *cobra.Command, _ []string) error {
-		return usageErr(fmt.Errorf("%s needs a command: %s (see %s --help)", cmd.CommandPath(), subcommandNames(cmd), cmd.CommandPath()))
+		return cli.UsageErr(fmt.Errorf("%s needs a command: %s (see %s --help)", cmd.CommandPath(), subcommandNames(cmd), cmd.CommandPath()))
 	}
 	group.Run = nil
 }

@@ -320,14 +320,14 @@ func (c *Client) initBatchers() {
 	c.gets.send = c.sendGets
 	c.gets.alone = func(q KeyName) (KeyInfo, error) {
 		var ki KeyInfo
-		return ki, c.do(context.Background(), http.MethodGet, KeyPath(q.Bucket, q.Key), nil, &ki, true)
+		return ki, c.Do(context.Background(), http.MethodGet, KeyPath(q.Bucket, q.Key), nil, &ki, true)
 	}
 }
 
 // sendGets sends one GetsRoute batch.
 func (c *Client) sendGets(names []KeyName) ([]KeyInfo, []error, error) {
 	var res []GetResult
-	if err := c.do(context.Background(), http.MethodPost, GetsRoute, GetBatch{Keys: names}, &res, true); err != nil {
+	if err := c.Do(context.Background(), http.MethodPost, GetsRoute, GetBatch{Keys: names}, &res, true); err != nil {
 		return nil, nil, err
 	}
 	kis, errs := make([]KeyInfo, len(res)), make([]error, len(res))
@@ -354,7 +354,7 @@ func (c *Client) sendCommits(items []BatchedCommit) ([]KeyInfo, []error, error) 
 		return nil, nil, fmt.Errorf("meta commit batch: encode: %w", err)
 	}
 	var res CommitBatchResult
-	if err := c.do(context.Background(), http.MethodPost, CommitsRoute, rawBody{body, InlineContentType}, &res, true); err != nil {
+	if err := c.Do(context.Background(), http.MethodPost, CommitsRoute, rawBody{body, InlineContentType}, &res, true); err != nil {
 		return nil, nil, err
 	}
 	kis, errs := make([]KeyInfo, len(res.Results)), make([]error, len(res.Results))
@@ -376,7 +376,7 @@ func (c *Client) sendCommits(items []BatchedCommit) ([]KeyInfo, []error, error) 
 // service deletes).
 func (c *Client) sendAllocations(reqs []AllocateRequest) ([]AllocateResponse, []error, error) {
 	var res AllocateBatchResult
-	if err := c.do(context.Background(), http.MethodPost, AllocationsRoute, AllocateBatch{Requests: reqs}, &res, true); err != nil {
+	if err := c.Do(context.Background(), http.MethodPost, AllocationsRoute, AllocateBatch{Requests: reqs}, &res, true); err != nil {
 		return nil, nil, err
 	}
 	out, errs := make([]AllocateResponse, len(res.Results)), make([]error, len(res.Results))

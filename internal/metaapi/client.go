@@ -233,7 +233,7 @@ func KeyPath(bucket, key string) string {
 // Heartbeat sends a heartbeat (a registration when hb.NodeID is 0).
 func (c *Client) Heartbeat(ctx context.Context, hb *Heartbeat) (*HeartbeatResponse, error) {
 	var r HeartbeatResponse
-	return &r, c.do(ctx, http.MethodPost, "/v1/heartbeat", hb, &r, true)
+	return &r, c.Do(ctx, http.MethodPost, "/v1/heartbeat", hb, &r, true)
 }
 
 // CreateBucket creates a bucket (ErrExists if it exists).
@@ -242,13 +242,13 @@ func (c *Client) CreateBucket(ctx context.Context, name string) (Bucket, error) 
 	if err := ValidBucket(name); err != nil {
 		return b, err
 	}
-	return b, c.do(ctx, http.MethodPut, "/v1/buckets/"+url.PathEscape(name), nil, &b, false)
+	return b, c.Do(ctx, http.MethodPut, "/v1/buckets/"+url.PathEscape(name), nil, &b, false)
 }
 
 // ListBuckets lists the buckets.
 func (c *Client) ListBuckets(ctx context.Context) (BucketList, error) {
 	var l BucketList
-	return l, c.do(ctx, http.MethodGet, "/v1/buckets", nil, &l, true)
+	return l, c.Do(ctx, http.MethodGet, "/v1/buckets", nil, &l, true)
 }
 
 // DeleteBucket deletes an empty bucket (ErrNotEmpty otherwise).
@@ -256,7 +256,7 @@ func (c *Client) DeleteBucket(ctx context.Context, name string) error {
 	if err := ValidBucket(name); err != nil {
 		return err
 	}
-	return c.do(ctx, http.MethodDelete, "/v1/buckets/"+url.PathEscape(name), nil, nil, false)
+	return c.Do(ctx, http.MethodDelete, "/v1/buckets/"+url.PathEscape(name), nil, nil, false)
 }
 
 // Allocate asks for a new block for bucket/key (ErrNoPipeline when no
@@ -306,9 +306,9 @@ func (c *Client) commitAlone(ctx context.Context, bucket, key string, ck CommitK
 		if err != nil {
 			return ki, fmt.Errorf("meta commit %s/%s: encode request: %w", bucket, key, err)
 		}
-		return ki, c.do(ctx, http.MethodPost, KeyPath(bucket, key), rawBody{body, InlineContentType}, &ki, true)
+		return ki, c.Do(ctx, http.MethodPost, KeyPath(bucket, key), rawBody{body, InlineContentType}, &ki, true)
 	}
-	return ki, c.do(ctx, http.MethodPost, KeyPath(bucket, key), ck, &ki, true)
+	return ki, c.Do(ctx, http.MethodPost, KeyPath(bucket, key), ck, &ki, true)
 }
 
 // rawBody is a request body already encoded, with its content type.
@@ -333,13 +333,13 @@ func (c *Client) GetKey(ctx context.Context, bucket, key string) (KeyInfo, error
 	if !c.noBatch {
 		return c.gets.call(ctx, KeyName{Bucket: bucket, Key: key})
 	}
-	return ki, c.do(ctx, http.MethodGet, KeyPath(bucket, key), nil, &ki, true)
+	return ki, c.Do(ctx, http.MethodGet, KeyPath(bucket, key), nil, &ki, true)
 }
 
 // allocateAlone sends one Allocate as its own request.
 func (c *Client) allocateAlone(ctx context.Context, req AllocateRequest) (AllocateResponse, error) {
 	var r AllocateResponse
-	return r, c.do(ctx, http.MethodPost, "/v1/allocate", req, &r, true)
+	return r, c.Do(ctx, http.MethodPost, "/v1/allocate", req, &r, true)
 }
 
 // DeleteKey deletes a key; its blocks are deleted on the datanodes later.
@@ -347,7 +347,7 @@ func (c *Client) DeleteKey(ctx context.Context, bucket, key string) error {
 	if err := validNames(bucket, key); err != nil {
 		return err
 	}
-	return c.do(ctx, http.MethodDelete, KeyPath(bucket, key), nil, nil, false)
+	return c.Do(ctx, http.MethodDelete, KeyPath(bucket, key), nil, nil, false)
 }
 
 // ListOptions select one page of List.
@@ -383,7 +383,7 @@ func (c *Client) List(ctx context.Context, bucket string, o ListOptions) (KeyLis
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	return l, c.do(ctx, http.MethodGet, path, nil, &l, true)
+	return l, c.Do(ctx, http.MethodGet, path, nil, &l, true)
 }
 
 // ListKeys is List with its options as arguments (keyclient.Meta).
@@ -394,28 +394,28 @@ func (c *Client) ListKeys(ctx context.Context, bucket, prefix, startAfter string
 // Nodes is the admin view of the datanodes.
 func (c *Client) Nodes(ctx context.Context) ([]NodeInfo, error) {
 	var l NodeList
-	err := c.do(ctx, http.MethodGet, "/v1/nodes", nil, &l, true)
+	err := c.Do(ctx, http.MethodGet, "/v1/nodes", nil, &l, true)
 	return l.Nodes, err
 }
 
 // Pipelines is the admin view of the pipelines.
 func (c *Client) Pipelines(ctx context.Context) ([]Pipeline, error) {
 	var l PipelineList
-	err := c.do(ctx, http.MethodGet, "/v1/pipelines", nil, &l, true)
+	err := c.Do(ctx, http.MethodGet, "/v1/pipelines", nil, &l, true)
 	return l.Pipelines, err
 }
 
 // Containers is the admin view of the containers.
 func (c *Client) Containers(ctx context.Context) ([]ContainerInfo, error) {
 	var l ContainerList
-	err := c.do(ctx, http.MethodGet, "/v1/containers", nil, &l, true)
+	err := c.Do(ctx, http.MethodGet, "/v1/containers", nil, &l, true)
 	return l.Containers, err
 }
 
 // Replication is the replication manager's state.
 func (c *Client) Replication(ctx context.Context) (*ReplicationStatus, error) {
 	var st ReplicationStatus
-	if err := c.do(ctx, http.MethodGet, "/v1/replication", nil, &st, true); err != nil {
+	if err := c.Do(ctx, http.MethodGet, "/v1/replication", nil, &st, true); err != nil {
 		return nil, err
 	}
 	return &st, nil
@@ -426,7 +426,7 @@ func (c *Client) Replication(ctx context.Context) (*ReplicationStatus, error) {
 // Exiting when already out of safe mode changes nothing.
 func (c *Client) ExitSafeMode(ctx context.Context) (*ReplicationStatus, error) {
 	var st ReplicationStatus
-	if err := c.do(ctx, http.MethodPost, "/v1/safemode/exit", nil, &st, true); err != nil {
+	if err := c.Do(ctx, http.MethodPost, "/v1/safemode/exit", nil, &st, true); err != nil {
 		return nil, err
 	}
 	return &st, nil
@@ -469,10 +469,10 @@ func (c *Client) Backup(ctx context.Context) (io.ReadCloser, error) {
 	return resp.Body, nil
 }
 
-// do runs one call: up to c.attempts tries, where a non-idempotent call
-// is tried again only after a try that certainly did nothing; across the
-// members of a replicated meta service, until c.failover.
-func (c *Client) do(ctx context.Context, method, path string, in, out any, idempotent bool) error {
+// Do runs one call (JSON in and out; exported for API families kept in packages of their own): up to c.attempts
+// tries, a non-idempotent call again only after a try that certainly did
+// nothing; across the members of a replicated meta service, until c.failover.
+func (c *Client) Do(ctx context.Context, method, path string, in, out any, idempotent bool) error {
 	var body []byte
 	contentType := "application/json"
 	if rb, ok := in.(rawBody); ok {

@@ -112,7 +112,7 @@ type DamageStatus struct {
 // Damaged returns GET /v1/damaged.
 func (c *Client) Damaged(ctx context.Context) (*DamageStatus, error) {
 	var out DamageStatus
-	if err := c.do(ctx, http.MethodGet, "/v1/damaged", nil, &out, true); err != nil {
+	if err := c.Do(ctx, http.MethodGet, "/v1/damaged", nil, &out, true); err != nil {
 		return nil, err
 	}
 	return &out, nil

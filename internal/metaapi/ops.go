@@ -63,7 +63,7 @@ func (c *Client) NodeOp(ctx context.Context, id uint64, op string, d time.Durati
 	if op == OpMaintenance {
 		in = &NodeOpRequest{DurationMs: d.Milliseconds()}
 	}
-	if err := c.do(ctx, http.MethodPost, fmt.Sprintf("/v1/nodes/%d/%s", id, op), in, &out, true); err != nil {
+	if err := c.Do(ctx, http.MethodPost, fmt.Sprintf("/v1/nodes/%d/%s", id, op), in, &out, true); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -95,7 +95,7 @@ type NodeRemoval struct {
 // RemoveNode removes node id for good (see NodeRemoval).
 func (c *Client) RemoveNode(ctx context.Context, id uint64) (*NodeRemoval, error) {
 	var out NodeRemoval
-	if err := c.do(ctx, http.MethodDelete, fmt.Sprintf("/v1/nodes/%d", id), nil, &out, true); err != nil {
+	if err := c.Do(ctx, http.MethodDelete, fmt.Sprintf("/v1/nodes/%d", id), nil, &out, true); err != nil {
 		return nil, err
 	}
 	return &out, nil

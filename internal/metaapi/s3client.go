@@ -10,26 +10,26 @@ import (
 // taken); the answer carries the secret. Tried once.
 func (c *Client) CreateUser(ctx context.Context, req CreateUser) (User, error) {
 	var u User
-	return u, c.do(ctx, http.MethodPost, "/v1/users", req, &u, false)
+	return u, c.Do(ctx, http.MethodPost, "/v1/users", req, &u, false)
 }
 
 // Users lists the S3 users, without secrets.
 func (c *Client) Users(ctx context.Context) ([]User, error) {
 	var l UserList
-	err := c.do(ctx, http.MethodGet, "/v1/users", nil, &l, true)
+	err := c.Do(ctx, http.MethodGet, "/v1/users", nil, &l, true)
 	return l.Users, err
 }
 
 // DeleteUser deletes an S3 user by name. Tried once.
 func (c *Client) DeleteUser(ctx context.Context, name string) error {
-	return c.do(ctx, http.MethodDelete, "/v1/users/"+url.PathEscape(name), nil, nil, false)
+	return c.Do(ctx, http.MethodDelete, "/v1/users/"+url.PathEscape(name), nil, nil, false)
 }
 
 // UserByAccessKey returns the user of an access key, with its secret
 // (ErrNotFound when none).
 func (c *Client) UserByAccessKey(ctx context.Context, access string) (User, error) {
 	var u User
-	return u, c.do(ctx, http.MethodGet, "/v1/users/by-access/"+url.PathEscape(access), nil, &u, true)
+	return u, c.Do(ctx, http.MethodGet, "/v1/users/by-access/"+url.PathEscape(access), nil, &u, true)
 }
 
 // CreateS3Bucket creates a bucket with an owner and an ACL document
@@ -39,7 +39,7 @@ func (c *Client) CreateS3Bucket(ctx context.Context, name string, req CreateS3Bu
 	if err := ValidBucket(name); err != nil {
 		return b, err
 	}
-	return b, c.do(ctx, http.MethodPost, "/v1/s3/buckets/"+url.PathEscape(name), req, &b, false)
+	return b, c.Do(ctx, http.MethodPost, "/v1/s3/buckets/"+url.PathEscape(name), req, &b, false)
 }
 
 // GetBucket returns a bucket with its owner and ACL.
@@ -48,7 +48,7 @@ func (c *Client) GetBucket(ctx context.Context, name string) (Bucket, error) {
 	if err := ValidBucket(name); err != nil {
 		return b, err
 	}
-	return b, c.do(ctx, http.MethodGet, "/v1/s3/buckets/"+url.PathEscape(name), nil, &b, true)
+	return b, c.Do(ctx, http.MethodGet, "/v1/s3/buckets/"+url.PathEscape(name), nil, &b, true)
 }
 
 // PutBucketACL replaces a bucket's ACL document.
@@ -56,48 +56,48 @@ func (c *Client) PutBucketACL(ctx context.Context, name string, acl []byte) erro
 	if err := ValidBucket(name); err != nil {
 		return err
 	}
-	return c.do(ctx, http.MethodPut, "/v1/s3/buckets/"+url.PathEscape(name)+"/acl", BucketACL{ACL: acl}, nil, true)
+	return c.Do(ctx, http.MethodPut, "/v1/s3/buckets/"+url.PathEscape(name)+"/acl", BucketACL{ACL: acl}, nil, true)
 }
 
 // CreateUpload starts a multipart upload. Tried once (a retry would start
 // a second upload).
 func (c *Client) CreateUpload(ctx context.Context, req CreateUpload) (Upload, error) {
 	var u Upload
-	return u, c.do(ctx, http.MethodPost, "/v1/uploads/create", req, &u, false)
+	return u, c.Do(ctx, http.MethodPost, "/v1/uploads/create", req, &u, false)
 }
 
 // CommitPart commits a part (idempotent: the same part again succeeds).
 func (c *Client) CommitPart(ctx context.Context, req CommitPart) (Part, error) {
 	var p Part
-	return p, c.do(ctx, http.MethodPost, "/v1/uploads/part", req, &p, true)
+	return p, c.Do(ctx, http.MethodPost, "/v1/uploads/part", req, &p, true)
 }
 
 // CompleteUpload completes an upload into its key. Tried once: a retry
 // after a lost answer finds the upload gone (ErrNotFound).
 func (c *Client) CompleteUpload(ctx context.Context, req CompleteUpload) (KeyInfo, error) {
 	var ki KeyInfo
-	return ki, c.do(ctx, http.MethodPost, "/v1/uploads/complete", req, &ki, false)
+	return ki, c.Do(ctx, http.MethodPost, "/v1/uploads/complete", req, &ki, false)
 }
 
 // AbortUpload drops an upload and schedules its parts' blocks for deletion.
 func (c *Client) AbortUpload(ctx context.Context, ref UploadRef) error {
-	return c.do(ctx, http.MethodPost, "/v1/uploads/abort", ref, nil, false)
+	return c.Do(ctx, http.MethodPost, "/v1/uploads/abort", ref, nil, false)
 }
 
 // GetUpload returns an upload in progress (ErrNotFound when none).
 func (c *Client) GetUpload(ctx context.Context, ref UploadRef) (Upload, error) {
 	var u Upload
-	return u, c.do(ctx, http.MethodPost, "/v1/uploads/get", ref, &u, true)
+	return u, c.Do(ctx, http.MethodPost, "/v1/uploads/get", ref, &u, true)
 }
 
 // ListParts returns a page of an upload's parts.
 func (c *Client) ListParts(ctx context.Context, req ListParts) (PartList, error) {
 	var l PartList
-	return l, c.do(ctx, http.MethodPost, "/v1/uploads/parts", req, &l, true)
+	return l, c.Do(ctx, http.MethodPost, "/v1/uploads/parts", req, &l, true)
 }
 
 // ListUploads returns a page of a bucket's uploads in progress.
 func (c *Client) ListUploads(ctx context.Context, req ListUploads) (UploadList, error) {
 	var l UploadList
-	return l, c.do(ctx, http.MethodPost, "/v1/uploads/list", req, &l, true)
+	return l, c.Do(ctx, http.MethodPost, "/v1/uploads/list", req, &l, true)
 }

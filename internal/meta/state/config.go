@@ -184,6 +184,13 @@ type Config struct {
 	// AdminToken". Empty: none (plaintext: every call allowed). Ignored
 	// with TLS, where the credential is an admin certificate.
 	AdminToken string
+	// AuditLog is the audit log's path (package meta/audit): "" is
+	// Dir + ".audit.jsonl" (beside the store) on the OS filesystem, none
+	// on another (tests on a MemFS); "off": none. AuditMaxBytes and
+	// AuditKeep bound its rotation (0: audit's defaults).
+	AuditLog      string
+	AuditMaxBytes int64
+	AuditKeep     int
 	// JoinCA, with TLS, lets datanodes join with a one-time token (join.go):
 	// it signs their certificates. Nil: no joins.
 	JoinCA *tlsconf.CA

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -11,37 +11,38 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
-// newAdminUserCmd is spindle admin user create|ls|rm: the S3 users of the
+// AdminUserCmd is spindle admin user create|ls|rm: the S3 users of the
 // meta service.
-func newAdminUserCmd(env *keyEnv, asJSON *bool) *cobra.Command {
+func AdminUserCmd(env Env) *cobra.Command {
+	asJSON := env.JSON
 	cmd := &cobra.Command{
 		Use:   "user create|ls|rm",
 		Short: "S3 users: create (keys generated unless given), list, remove",
-		Args:  exactArgs(0),
+		Args:  ExactArgs(0),
 		RunE: func(*cobra.Command, []string) error {
-			return usageErr(fmt.Errorf("want admin user create NAME | ls | rm NAME"))
+			return UsageErr(fmt.Errorf("want admin user create NAME | ls | rm NAME"))
 		},
 	}
 	var req metaapi.CreateUser
 	create := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create an S3 user; prints its access key and secret key",
-		Args:  exactArgs(1),
+		Args:  ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			mc, err := env.metaClient()
+			mc, err := env.MetaClient()
 			if err != nil {
 				return err
 			}
 			req.Name = args[0]
 			u, err := mc.CreateUser(cmd.Context(), req)
 			if err != nil {
-				return keyExit(err, "", "")
+				return KeyExit(err, "", "")
 			}
 			out := cmd.OutOrStdout()
 			if *asJSON {
 				return json.NewEncoder(out).Encode(u)
 			}
-			return printf(out, "user %s\naccess key %s\nsecret key %s\n", u.Name, u.AccessKey, u.SecretKey)
+			return Printf(out, "user %s\naccess key %s\nsecret key %s\n", u.Name, u.AccessKey, u.SecretKey)
 		},
 	}
 	create.Flags().StringVar(&req.AccessKey, "access-key", "", "access key (16..128 of A-Z, 0-9; default: generated)")
@@ -49,12 +50,12 @@ func newAdminUserCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List the S3 users (without their secrets)",
-		Args:  exactArgs(0),
+		Args:  ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withMeta(cmd.Context(), env, func(ctx context.Context, mc *metaapi.Client) error {
+			return env.WithMeta(cmd.Context(), func(ctx context.Context, mc *metaapi.Client) error {
 				us, err := mc.Users(ctx)
 				if err != nil {
-					return keyExit(err, "", "")
+					return KeyExit(err, "", "")
 				}
 				out := cmd.OutOrStdout()
 				if *asJSON {
@@ -72,11 +73,11 @@ func newAdminUserCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 	rm := &cobra.Command{
 		Use:   "rm NAME",
 		Short: "Remove an S3 user (its buckets stay, owned by its access key)",
-		Args:  exactArgs(1),
+		Args:  ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withMeta(cmd.Context(), env, func(ctx context.Context, mc *metaapi.Client) error {
+			return env.WithMeta(cmd.Context(), func(ctx context.Context, mc *metaapi.Client) error {
 				if err := mc.DeleteUser(ctx, args[0]); err != nil {
-					return keyExit(err, "", "")
+					return KeyExit(err, "", "")
 				}
 				return nil
 			})
@@ -84,12 +85,4 @@ func newAdminUserCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 	}
 	cmd.AddCommand(create, ls, rm)
 	return cmd
-}
-
-func withMeta(ctx context.Context, env *keyEnv, fn func(context.Context, *metaapi.Client) error) error {
-	mc, err := env.metaClient()
-	if err != nil {
-		return err
-	}
-	return fn(ctx, mc)
 }
