@@ -13,6 +13,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
@@ -111,9 +112,16 @@ func Run(ctx context.Context, cfg Config) error {
 		MultipartMaxParts: metaapi.MaxParts,
 		VirtualDomain:     cfg.Domain,
 		IAMService:        iam,
-		S3Options:         []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error { noteEncodingType(c); be.anonymousRead(c, cfg.Domain); return v2.handle(c) })},
-		KeepAlive:         true,
-		Quiet:             true,
+		S3Options: []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error {
+			noteEncodingType(c)
+			be.anonymousRead(c, cfg.Domain)
+			if err := s3extra.PostFilename(c); err != nil {
+				return err
+			}
+			return v2.handle(c)
+		})},
+		KeepAlive: true,
+		Quiet:     true,
 	})
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("s3gw: %w", err)

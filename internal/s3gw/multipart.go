@@ -14,6 +14,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
 )
 
 // uploadErr maps a NOT_FOUND to NoSuchUpload (unless about the bucket).
@@ -39,6 +40,9 @@ func (b *Backend) CreateMultipartUpload(ctx context.Context, in s3response.Creat
 		return s3response.InitiateMultipartUploadResult{}, err
 	}
 	om.Headers = withObjectACL(om.Headers, acl)
+	if om.Headers, err = s3extra.WithTags(om.Headers, in.Tagging); err != nil {
+		return s3response.InitiateMultipartUploadResult{}, err
+	}
 	up, err := b.meta.CreateUpload(ctx, metaapi.CreateUpload{Bucket: bucket, Key: key, Object: om})
 	if err != nil {
 		return s3response.InitiateMultipartUploadResult{}, toS3(err, s3err.ErrNoSuchBucket)
@@ -151,7 +155,11 @@ func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMu
 	if in.MultipartUpload == nil || len(in.MultipartUpload.Parts) == 0 {
 		return s3response.CompleteMultipartUploadResult{}, "", s3err.GetAPIError(s3err.ErrMalformedXML)
 	}
-	req := metaapi.CompleteUpload{UploadRef: ref, Conditions: metaapi.Conditions{IfMatch: deref(in.IfMatch), IfNoneMatch: deref(in.IfNoneMatch)}}
+	cond, err := s3extra.PutConditions(in.IfMatch, in.IfNoneMatch)
+	if err != nil {
+		return s3response.CompleteMultipartUploadResult{}, "", err
+	}
+	req := metaapi.CompleteUpload{UploadRef: ref, Conditions: cond}
 	for _, p := range in.MultipartUpload.Parts {
 		if p.PartNumber == nil || *p.PartNumber < 1 {
 			return s3response.CompleteMultipartUploadResult{}, "", s3err.GetAPIError(s3err.ErrInvalidPart)
@@ -170,6 +178,12 @@ func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMu
 		// its ETag is the MD5 of their MD5s — answer it as S3 does.
 		if done, ok := b.completedBefore(ctx, ref, req.Parts); ok {
 			ki, err = done, nil
+		} else if cond != (metaapi.Conditions{}) && errors.Is(err, metaapi.ErrNoSuchUpload) {
+			// the upload is gone and the key is there: another request
+			// completed it meanwhile
+			if _, gerr := b.meta.GetKey(ctx, ref.Bucket, ref.Key); gerr == nil {
+				return s3response.CompleteMultipartUploadResult{}, "", s3extra.ErrConditionalConflict
+			}
 		}
 	}
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/md5batch"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
 )
 
 // Limits of the object API.
@@ -227,7 +228,13 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 		UserMeta:    po.Metadata,
 	}
 	om.Headers = withObjectACL(om.Headers, acl)
-	cond := metaapi.Conditions{IfMatch: deref(po.IfMatch), IfNoneMatch: deref(po.IfNoneMatch)}
+	if om.Headers, err = s3extra.WithTags(om.Headers, po.Tagging); err != nil {
+		return s3response.PutObjectOutput{}, err
+	}
+	cond, err := s3extra.PutConditions(po.IfMatch, po.IfNoneMatch)
+	if err != nil {
+		return s3response.PutObjectOutput{}, err
+	}
 	res, err := b.kc.Put(ctx, bucket, key, chk.r, keyclient.PutOptions{
 		SizeHintBytes: aws.ToInt64(po.ContentLength),
 		Commit: func(ctx context.Context, ck metaapi.CommitKey) (metaapi.KeyInfo, error) {
@@ -378,6 +385,7 @@ func (b *Backend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3.Get
 			out.PartsCount = ptr(int32(ki.Object.Parts))
 		}
 	}
+	out.TagCount = s3extra.TagCount(&ki)
 	if in.ChecksumMode == types.ChecksumModeEnabled && !ranged {
 		cs := checksumsOf(&ki)
 		out.ChecksumCRC32, out.ChecksumCRC32C, out.ChecksumCRC64NVME, out.ChecksumSHA1, out.ChecksumSHA256 = cs.crc32, cs.crc32c, cs.crc64nvme, cs.sha1, cs.sha256
@@ -439,6 +447,7 @@ func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.H
 			out.PartsCount = ptr(int32(ki.Object.Parts))
 		}
 	}
+	out.TagCount = s3extra.TagCount(&ki)
 	if in.ChecksumMode == types.ChecksumModeEnabled {
 		cs := checksumsOf(&ki)
 		out.ChecksumCRC32, out.ChecksumCRC32C, out.ChecksumCRC64NVME, out.ChecksumSHA1, out.ChecksumSHA256 = cs.crc32, cs.crc32c, cs.crc64nvme, cs.sha1, cs.sha256
@@ -564,6 +573,12 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 		}
 	}
 	om.Headers = withObjectACL(om.Headers, acl) // the copy's own ACL, not the source's
+	if om.Headers, err = s3extra.CopyTags(om.Headers, &src, in.TaggingDirective, in.Tagging); err != nil {
+		return s3response.CopyObjectOutput{}, err
+	}
+	if src.Object != nil && (in.ChecksumAlgorithm == "" || src.Object.Checksums[string(in.ChecksumAlgorithm)] != "") {
+		om.Checksums = maps.Clone(src.Object.Checksums) // the same bytes: the source's checksums hold
+	}
 	ki, err := b.copyInto(ctx, src, 0, int64(src.Size), dstBucket, dstKey, false, func(ctx context.Context, ck metaapi.CommitKey, etag string) (metaapi.KeyInfo, error) {
 		om.ETag = etag
 		om.ChecksumType = string(types.ChecksumTypeFullObject)
@@ -573,8 +588,10 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 	if err != nil {
 		return s3response.CopyObjectOutput{}, toS3(err, s3err.ErrNoSuchKey)
 	}
+	cs := checksumsOf(&ki)
 	return s3response.CopyObjectOutput{CopyObjectResult: &s3response.CopyObjectResult{
-		ETag: ptr(etagOf(&ki)), LastModified: &ki.Created, ChecksumCRC32C: ptr(crcBase64(ki.CRC32C)), ChecksumType: types.ChecksumTypeFullObject,
+		ETag: ptr(etagOf(&ki)), LastModified: &ki.Created, ChecksumType: types.ChecksumTypeFullObject,
+		ChecksumCRC32: cs.crc32, ChecksumCRC32C: cs.crc32c, ChecksumCRC64NVME: cs.crc64nvme, ChecksumSHA1: cs.sha1, ChecksumSHA256: cs.sha256,
 	}}, nil
 }
 

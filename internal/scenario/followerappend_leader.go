@@ -25,7 +25,11 @@ const (
 	faLeaderID   = 1
 	faFollowerID = 2
 	faOtherID    = 3
-	faGroupID    = 1
+	// faGroupID: 3, whose designated first campaigner is voter 3 % 3 =
+	// 0, node 1, the fake leader (pipeline/node_groups.go): with group 1
+	// the follower (node 2) would campaign at its first tick when the
+	// leader's first message comes later than that (a busy machine).
+	faGroupID    = 3
 	faLeaderTerm = 2
 	faSnapIndex  = 1
 	faSnapTerm   = 1

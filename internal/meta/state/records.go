@@ -35,6 +35,8 @@ const (
 	prefixUser   = 'U'
 	prefixUpload = 'W'
 	prefixPart   = 'X'
+	// prefixBucketConf: a bucket's S3 configuration documents (s3conf.go).
+	prefixBucketConf = 'S'
 )
 
 // Limits of stored strings (the API validates tighter ones first).
