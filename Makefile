@@ -97,8 +97,9 @@ check-alerts: ## the Prometheus alert rules' unit tests (promtool test rules dep
 	cd deploy/prometheus && promtool test rules alerts_test.yml
 	$(GO) test -count=1 -run 'TestAlertRulesMatchMetrics' ./cmd/spindle/
 
-check-crash: ## the pipeline's power-loss crash loops (engine + WAL + raft on MemFS) three times under the race detector, every point (make test runs them once, a third of the points under -race)
+check-crash: ## the pipeline's power-loss crash loops (engine + WAL + raft on MemFS) three times under the race detector, every point (make test runs them once, a third of the points under -race); then the replicated meta service's (three members, each crashed at every operation of an apply, a snapshot and a membership change; make test: 6 points per case)
 	SPINDLE_CRASH=1 $(GO) test -count=3 -race -timeout 60m -v -run 'TestCrashComposition' ./internal/pipeline/
+	SPINDLE_CRASH=1 $(GO) test -count=1 -timeout 60m -v -run 'TestMetaGroupCrashAtEveryOperation' ./internal/meta/
 
 check-chaos: build ## bench chaos: its short form verbose, then a CHAOS_DURATION (default 60s) run of every implemented fault kind, partition too as root (CHAOS_SEED to replay)
 	$(GO) test -count=1 -v -run 'TestChaosShort' ./internal/chaos/

@@ -26,9 +26,9 @@ build_spindle() {
 # the default; they test compatibility, not security.
 insecure() { "$SPINDLE" "$@" --help 2>/dev/null | grep -q -- '--insecure' && echo --insecure || true; }
 S3_VENV=${S3_VENV:-/tmp/spindle-check-s3-venv}
-[[ -x "$S3_VENV/bin/aws" && -x "$S3_VENV/bin/python" ]] || {
-  python3 -m venv "$S3_VENV" && "$S3_VENV/bin/pip" install -q awscli "boto3[crt]" >"$CHECK_TMP/pip.log" 2>&1 ||
-    { tail -5 "$CHECK_TMP/pip.log"; echo "s3-clients: could not install awscli and boto3"; exit 1; }; }
+[[ -x "$S3_VENV/bin/aws" && -x "$S3_VENV/bin/python" ]] && "$S3_VENV/bin/python" -c 'import pytest' 2>/dev/null || {
+  { [[ -x "$S3_VENV/bin/python" ]] || python3 -m venv "$S3_VENV"; } && "$S3_VENV/bin/pip" install -q awscli "boto3[crt]" pytest >"$CHECK_TMP/pip.log" 2>&1 ||
+    { tail -5 "$CHECK_TMP/pip.log"; echo "s3-clients: could not install awscli, boto3 and pytest"; exit 1; }; }
 command -v rclone >/dev/null || { apt-get update -qq >/dev/null 2>&1; apt-get install -y -qq rclone >/dev/null 2>&1; } ||
   { echo "s3-clients: could not install rclone"; exit 1; }
 
@@ -183,6 +183,10 @@ if command -v chromium >/dev/null; then
 else
   echo "s3-clients: no chromium (apt-get install chromium): the browser checks are curl's only"
 fi
+# boto3: the object API as S3 answers it, a test per behaviour (scripts/s3tests)
+S3TESTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/s3tests
+check "boto3 object API (s3tests)" env S3_ENDPOINT="$S3_ENDPOINT" S3_ACCESS_KEY="$S3_ACCESS_KEY" S3_SECRET_KEY="$S3_SECRET_KEY" \
+  timeout 600 "$S3_VENV/bin/python" -m pytest -q -p no:cacheprovider "$S3TESTS"
 
 # boto3: S3 permissions (issue 32): a bucket policy that denies PutObject to one
 # user and allows GetObject to every other, a public-read object read by curl

@@ -31,6 +31,14 @@
 //     IdentityFresh and a renewal), served up to IdentityStale old while
 //     the meta service does not answer.
 //
+// Besides, middlewares before versitygw's routes take what S3-compatible
+// servers take and versitygw refuses (sigv2.go: V2 presigned URLs;
+// internal/s3gw/sigcompat: a Date header instead of X-Amz-Date, no
+// x-amz-content-sha256, a chunked body without a length), verifying the
+// signature themselves before re-signing the request for versitygw;
+// sigcompat also answers Expect: 100-continue only once the signature is
+// checked (fasthttp's ExpectHandler).
+//
 // Replacing the front end means rewriting Backend and IAM against another
 // library; the meta service's S3 API (metaapi/s3.go) stays.
 //
@@ -78,7 +86,8 @@
 //   - Multipart: each part is written like a key and committed as a part
 //     (metaapi.CommitPart); completion makes the key from the parts' block
 //     lists in the meta service, O(parts), no data copied; ETag
-//     md5-of-part-md5s-N.
+//     md5-of-part-md5s-N. The part sizes are kept with the key (GetObject
+//     and HeadObject ?partNumber=, GetObjectAttributes ObjectParts).
 //   - Listings are range scans in the meta service, delimiter included;
 //     continuation tokens are the last entry returned.
 //   - CopyObject and UploadPartCopy stream the source's bytes into a new

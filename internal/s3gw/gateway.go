@@ -14,6 +14,7 @@ import (
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
+	"github.com/spindle-store/spindle/internal/s3gw/sigcompat"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
@@ -96,6 +97,8 @@ func Run(ctx context.Context, cfg Config) error {
 	iam := NewIAM(mc, pc)
 	defer func() { _ = iam.Shutdown() }() // always nil; embedgw shuts it down too
 	v2 := &sigV2{access: cfg.AccessKey, secret: cfg.SecretKey, iam: iam, region: cfg.Region, now: time.Now}
+	v4c := sigcompat.New(cfg.AccessKey, cfg.SecretKey, iam, cfg.Region)
+	expectOpts := sigcompat.ExpectHook(v4c, cfg.Logger)
 	cfg.Logger.Info("s3 gateway listening", "addr", cfg.Listen, "https", cfg.CertFile != "", "meta", cfg.Meta, "cluster_tls", cfg.TLS.Mode(), "region", cfg.Region, "domain", cfg.Domain)
 	if cfg.CertFile == "" {
 		cfg.Logger.Warn("s3 gateway serving plain HTTP (--insecure): requests and data travel unencrypted", "addr", cfg.Listen)
@@ -113,14 +116,14 @@ func Run(ctx context.Context, cfg Config) error {
 		MultipartMaxParts: metaapi.MaxParts,
 		VirtualDomain:     cfg.Domain,
 		IAMService:        iam,
-		S3Options: []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error {
-			noteEncodingType(c)
+		S3Options: append(expectOpts, s3api.WithMiddleware("/", func(c fiber.Ctx) error {
+			noteListQuery(c)
 			be.anonymousRead(c, cfg.Domain)
 			if err := s3extra.PostFilename(c); err != nil {
 				return err
 			}
-			return v2.handle(c)
-		})},
+			return v4c.Handle(c, func() error { return v2.handle(c) })
+		})),
 		KeepAlive: true,
 		Quiet:     true,
 	})

@@ -30,7 +30,7 @@ func (b *Backend) CreateMultipartUpload(ctx context.Context, in s3response.Creat
 	om := &metaapi.ObjectMeta{
 		ContentType: deref(in.ContentType),
 		Headers:     standardHeaders(in.ContentEncoding, in.ContentDisposition, in.ContentLanguage, in.CacheControl, in.Expires, in.WebsiteRedirectLocation),
-		UserMeta:    in.Metadata,
+		UserMeta:    userMetaIn(in.Metadata),
 	}
 	if in.ChecksumAlgorithm != "" {
 		om.Checksums = map[string]string{string(in.ChecksumAlgorithm): ""}
@@ -125,10 +125,7 @@ func (b *Backend) UploadPartCopy(ctx context.Context, in *s3.UploadPartCopyInput
 	if err != nil {
 		return s3response.CopyPartResult{}, err
 	}
-	if err := backend.EvaluatePreconditions(etagOf(&src), src.Created, backend.PreConditions{
-		IfMatch: in.CopySourceIfMatch, IfNoneMatch: in.CopySourceIfNoneMatch,
-		IfModSince: in.CopySourceIfModifiedSince, IfUnmodeSince: in.CopySourceIfUnmodifiedSince,
-	}); err != nil {
+	if err := copyPreconditions(&src, in.CopySourceIfMatch, in.CopySourceIfNoneMatch, in.CopySourceIfModifiedSince, in.CopySourceIfUnmodifiedSince); err != nil {
 		return s3response.CopyPartResult{}, err
 	}
 	offset, length := int64(0), int64(src.Size)
@@ -161,8 +158,11 @@ func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMu
 	}
 	req := metaapi.CompleteUpload{UploadRef: ref, Conditions: cond}
 	for _, p := range in.MultipartUpload.Parts {
-		if p.PartNumber == nil || *p.PartNumber < 1 {
+		if p.PartNumber == nil {
 			return s3response.CompleteMultipartUploadResult{}, "", s3err.GetAPIError(s3err.ErrInvalidPart)
+		}
+		if *p.PartNumber < 1 { // S3: InvalidArgument "PartNumber must be >= 1"
+			return s3response.CompleteMultipartUploadResult{}, "", s3err.GetInvalidArgumentErr(s3err.InvalidArgCompleteMpPartNumber, strconv.Itoa(int(*p.PartNumber)))
 		}
 		req.Parts = append(req.Parts, metaapi.CompletePart{Number: uint32(*p.PartNumber), ETag: deref(p.ETag)})
 	}

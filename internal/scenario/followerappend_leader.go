@@ -25,11 +25,7 @@ const (
 	faLeaderID   = 1
 	faFollowerID = 2
 	faOtherID    = 3
-	// faGroupID: 3, whose designated first campaigner is voter 3 % 3 =
-	// 0, node 1, the fake leader (pipeline/node_groups.go): with group 1
-	// the follower (node 2) would campaign at its first tick when the
-	// leader's first message comes later than that (a busy machine).
-	faGroupID    = 3
+	faGroupID    = 3 // its eager first campaigner (pipeline/node_groups.go) is node 1, not the follower
 	faLeaderTerm = 2
 	faSnapIndex  = 1
 	faSnapTerm   = 1

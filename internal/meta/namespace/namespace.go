@@ -569,6 +569,10 @@ func (s *Namespace) listLocked(bucket string, o ListOptions) (_ *metaapi.KeyList
 		if err != nil {
 			return nil, fmt.Errorf("meta: key %s/%s: %w", bucket, name, err)
 		}
+		if rec.Object != nil && rec.Object.PartSizes != nil {
+			om := *rec.Object
+			om.PartSizes, rec.Object = nil, &om // GetKey answers them, a listing need not
+		}
 		l.Keys = append(l.Keys, metaapi.KeyInfo{Bucket: bucket, Key: name, Size: rec.Size, CRC32C: rec.CRC32C, Created: rec.Created, Object: rec.Object})
 		last = name
 		ok = it.Next()

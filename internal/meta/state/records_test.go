@@ -34,6 +34,9 @@ func sampleRecords() []struct {
 	s3pol := BucketRecord{Created: t0, Keys: 1, Bytes: 5, Owner: "AKIAOWNER0000000001", ACL: `{"Owner":"AKIAOWNER0000000001"}`,
 		Policy: `{"Statement":[]}`, Ownership: "ObjectWriter"}
 	s3key := KeyRecord{Size: 300, CRC32C: 7, Created: t0, Blocks: []StoredBlock{{5, 1, 2, 300}}, Object: om}
+	mpom := *om
+	mpom.PartSizes = []uint64{200, 100}
+	mpkey := KeyRecord{Size: 300, CRC32C: 7, Created: t0, Blocks: []StoredBlock{{5, 1, 2, 200}, {5, 2, 2, 100}}, Object: &mpom}
 	user := UserRecord{Created: t0, AccessKey: "AKIAOWNER0000000001", SecretKey: "secret-0123456789"}
 	sealedUser := UserRecord{Created: t0, AccessKey: "minioadmin", Sealed: bytes.Repeat([]byte{0xa5}, 10+29)}
 	upload := UploadRecord{Initiated: t0, Owner: "AKIAOWNER0000000001", Object: &metaapi.ObjectMeta{ContentType: "video/mp4"}}
@@ -58,6 +61,7 @@ func sampleRecords() []struct {
 		{"s3 bucket", s3bkt.Encode(), func(v []byte) (any, error) { return DecodeBucket(v) }, s3bkt},
 		{"s3 bucket with a policy", s3pol.Encode(), func(v []byte) (any, error) { return DecodeBucket(v) }, s3pol},
 		{"s3 key", s3key.Encode(), func(v []byte) (any, error) { return DecodeKey(v) }, s3key},
+		{"multipart key", mpkey.Encode(), func(v []byte) (any, error) { return DecodeKey(v) }, mpkey},
 		{"user", user.Encode(), func(v []byte) (any, error) { return DecodeUser(v) }, user},
 		{"sealed user", sealedUser.Encode(), func(v []byte) (any, error) { return DecodeUser(v) }, sealedUser},
 		{"upload", upload.Encode(), func(v []byte) (any, error) { return DecodeUpload(v) }, upload},
