@@ -33,6 +33,7 @@ package blocktoken
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -98,10 +99,10 @@ const (
 
 // Errors. Every refusal wraps ErrForbidden.
 var (
-	ErrForbidden = errors.New("block token refused")
+	ErrForbidden = errors.New("forbidden")
 	// ErrRequired: a request without a token where one is needed; its
 	// message is the reason a client sees ("block token required").
-	ErrRequired = fmt.Errorf("%w: block token required", ErrForbidden)
+	ErrRequired   = fmt.Errorf("%w: block token required", ErrForbidden)
 	ErrMalformed  = fmt.Errorf("%w: malformed block token", ErrForbidden)
 	ErrUnknownKey = fmt.Errorf("%w: block token signed by an unknown key", ErrForbidden)
 	ErrSignature  = fmt.Errorf("%w: block token signature does not match", ErrForbidden)
@@ -144,16 +145,17 @@ func Encode(t *Token) ([]byte, error) {
 	return append(b, t.Principal...), nil
 }
 
-// Sign returns t signed with k (t.KeyID is set to k.ID).
-func Sign(t Token, k Key) ([]byte, error) {
+// Sign returns t signed with k (t.KeyID is set to k.ID), as it travels:
+// the base64url text (no padding) of its bytes and their MAC.
+func Sign(t Token, k Key) (string, error) {
 	t.KeyID = k.ID
 	b, err := Encode(&t)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	m := hmac.New(sha256.New, k.Secret)
 	m.Write(b)
-	return m.Sum(b), nil
+	return base64.RawURLEncoding.EncodeToString(m.Sum(b)), nil
 }
 
 // Decode parses a signed token without checking its MAC; it returns the
@@ -186,9 +188,17 @@ func Decode(b []byte) (Token, int, error) {
 	return t, p + pl, nil
 }
 
-// Verify checks b's MAC under the key of keys its key ID names and
-// returns the token; it does not check expiry or scope (Token.Allows).
-func Verify(b []byte, keys []Key) (Token, error) {
+// Verify checks the MAC of text (as Sign returns it) under the key of keys
+// its key ID names and returns the token; it does not check expiry or
+// scope (Token.Allows).
+func Verify(text []byte, keys []Key) (Token, error) {
+	if len(text) > base64.RawURLEncoding.EncodedLen(fixedBytes+12*MaxRanges+MaxPrincipalLen+MACBytes) {
+		return Token{}, ErrMalformed
+	}
+	b := make([]byte, base64.RawURLEncoding.DecodedLen(len(text)))
+	if n, err := base64.RawURLEncoding.Decode(b, text); err != nil || n != len(b) {
+		return Token{}, ErrMalformed
+	}
 	t, n, err := Decode(b)
 	if err != nil {
 		return t, err

@@ -19,7 +19,7 @@ type Verifier struct {
 
 	mu    sync.Mutex
 	keys  []Key
-	gen   uint64 // counts the key changes
+	gen   uint64                   // counts the key changes
 	cache map[string]*list.Element // token bytes → *entry
 	lru   list.List                // front: most recently used
 }
@@ -79,6 +79,9 @@ func (v *Verifier) Check(token []byte, container, local uint64, op Op, principal
 	}
 	keys, gen := v.keys, v.gen
 	v.mu.Unlock()
+	if len(keys) == 0 {
+		return ErrNoKeys
+	}
 	t, err := Verify(token, keys) // outside the lock: keys is never changed in place
 	if err != nil {
 		return err

@@ -21,7 +21,8 @@ import (
 //     whose certificate is not known yet (a datanode run by the meta
 //     service; static --pipeline members have no binding);
 //   - client requests (chunk writes and reads, blocks) from the client,
-//     s3, admin and datanode roles (not a meta certificate).
+//     s3, admin and datanode roles (not a meta certificate); but for a
+//     datanode's, only with a block token for them (Config.BlockTokens).
 //
 // A refused raft message is dropped; a refused client's connection is
 // closed. Each refusal counts in spindle_datanode_refused_total and is

@@ -254,7 +254,7 @@ func (w *pipelineWriter) writeOne(ctx context.Context) (int, error) {
 // seal commits the current block (if it has data) and starts the next.
 func (w *pipelineWriter) seal(ctx context.Context) error {
 	if w.block.Length > 0 {
-		if err := w.c.PutBlock(ctx, w.block); err != nil {
+		if err := w.c.PutBlock(ctx, w.block, w.id.Token); err != nil {
 			return err
 		}
 		w.blocks++
