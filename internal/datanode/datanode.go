@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spindle-store/spindle/internal/blocktoken"
 	"log/slog"
 	"net"
 	"net/http"
@@ -132,6 +133,11 @@ type Config struct {
 	// volumes are probed (0: DefaultVolumeCheckInterval).
 	FailedVolumesTolerated int
 	VolumeCheckInterval    time.Duration
+	// BlockTokenKeys: a datanode outside a meta-managed cluster (static
+	// pipelines) with TLS checks clients' block tokens against these keys
+	// (nil: none checked). Run by the meta service with TLS, it always
+	// checks them, against the keys of its heartbeat responses.
+	BlockTokenKeys []blocktoken.Key
 }
 
 // DefaultMemoryOverheadBytes is what a datanode process needs beyond its
@@ -329,6 +335,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	go func() { defer bg.Done(); scrub.run(bgCtx) }()
 	go func() { defer bg.Done(); vols.run(bgCtx) }()
 	vols.register(reg)
+	var tokens *blocktoken.Verifier // issue 32: clients' chunks only with a block token
+	if cfg.TLS.Enabled() && (cfg.Meta != nil || cfg.BlockTokenKeys != nil) {
+		tokens = blocktoken.NewVerifier(0, nil)
+		tokens.SetKeys(cfg.BlockTokenKeys)
+	}
 	node, err := pipeline.Start(pipeline.Config{
 		ID: cfg.ID, Listener: dm, Engine: eng, Log: wl, Pipelines: pipelines, Metrics: reg,
 		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
@@ -336,6 +347,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		// Run by the meta service, every member's certificate comes with
 		// its pipelines and peers (heartbeats): none is taken on trust.
 		RequirePeerCertNames:    cfg.Meta != nil && cfg.TLS.Enabled(),
+		BlockTokens:             tokens,
 		LogInlineMaxBytes:       cfg.LogInlineMaxBytes,
 		MaxInflightPayloadBytes: cfg.MaxClientPayloadBytes, MaxInflightRaftPayloadBytes: cfg.MaxRaftPayloadBytes,
 		Conn:          transport.ConnConfig{IdleTimeout: cfg.IdleTimeout, ReadTimeout: cfg.ReadTimeout, TLS: cfg.TLS},
@@ -383,7 +395,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		h := &heartbeater{mc: cfg.Meta, id: id, addr: advertise, metricsURL: metricsURL, logDir: cfg.LogDir, eng: eng, node: node, log: log,
 			interval: interval, proposals: make(chan struct{}, maxConcurrentProposals), copier: copier, deleted: newReportQueue[metaapi.BlockRef](maxPendingAcks), blocks: newBlockCounter(),
-			scrub: scrub, repair: repair, bg: &bg, bgCtx: bgCtx, volFound: vols.found}
+			scrub: scrub, repair: repair, bg: &bg, bgCtx: bgCtx, volFound: vols.found, tokens: tokens}
 		go func() { defer close(hbDone); h.run(bgCtx) }()
 	} else {
 		close(hbDone)

@@ -159,7 +159,8 @@ func (s *Service) heartbeatLocked(caller tlsconf.Peer, hb *metaapi.Heartbeat) (*
 		}
 	}
 	s.AckDeletes(b, id, hb.DeletedBlocks, now)
-	return &metaapi.HeartbeatResponse{NodeID: id, Commands: s.commandsFor(n, now), Peers: s.PeersOf(n)}, b, nil
+	return &metaapi.HeartbeatResponse{NodeID: id, Commands: s.commandsFor(n, now), Peers: s.PeersOf(n),
+		BlockTokenKeys: s.tokens.rotateLocked(b, now)}, b, nil
 }
 
 // commandsFor builds the commands for node n (its heartbeat was just

@@ -59,6 +59,9 @@ func (s *Service) Handler() http.Handler {
 			return nil, 0, err
 		}
 		resp, err := s.Allocate(&req)
+		if err == nil {
+			err = s.tokens.allocation(r, req.Bucket, req.Key, resp) // blocktokens.go
+		}
 		return resp, http.StatusOK, err
 	})
 	route("POST "+metaapi.CommitsRoute, "commit_batch", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -79,6 +82,7 @@ func (s *Service) Handler() http.Handler {
 			return nil, 0, err
 		}
 		res, err := s.AllocateMany(req.Requests)
+		s.tokens.allocations(r, req.Requests, res) // blocktokens.go
 		return &metaapi.AllocateBatchResult{Results: res}, http.StatusOK, err
 	})
 	route("POST "+metaapi.GetsRoute, "get_batch", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -87,6 +91,7 @@ func (s *Service) Handler() http.Handler {
 			return nil, 0, err
 		}
 		res, err := s.GetKeys(req.Keys)
+		s.tokens.keys(r, res) // blocktokens.go
 		return getsAnswer(res), http.StatusOK, err
 	})
 	route("GET /v1/list/{bucket}", "list_keys", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -151,6 +156,9 @@ func (s *Service) Handler() http.Handler {
 			return nil, 0, err
 		}
 		ki, err := s.GetKey(bucket, key)
+		if err == nil {
+			err = s.tokens.key(r, ki) // blocktokens.go
+		}
 		if err == nil && len(ki.Inline) > 0 && strings.Contains(r.Header.Get("Accept"), metaapi.InlineContentType) {
 			value := ki.Inline
 			ki.Inline = nil

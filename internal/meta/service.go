@@ -30,8 +30,9 @@ type Service struct {
 	// rep is the meta raft group's member (nil: a group of one); State.rep
 	// is the same member as the state machine sees it.
 	rep    *raftgroup.Member
-	joins  joinTokens // join.go
-	bodies *bodyGate  // admission.go
+	joins  joinTokens   // join.go
+	bodies *bodyGate    // admission.go
+	tokens *blockTokens // blocktokens.go
 }
 
 // compose builds the concerns over st.
@@ -45,6 +46,7 @@ func compose(st *state.State) *Service {
 	s.Rerepl = repair.NewRerepl(st, s.Cluster, s.Damage, s.Ops)
 	s.Namespace, s.Multipart = namespace.New(st, s.Cluster, s.Allocator, s.BlockGC)
 	s.S3Users = namespace.NewS3Users(st)
+	s.tokens = &blockTokens{st: st}
 	return s
 }
 

@@ -1,0 +1,159 @@
+package meta
+
+import (
+	"crypto/rand"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/spindle-store/spindle/internal/blocktoken"
+	"github.com/spindle-store/spindle/internal/meta/state"
+	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
+)
+
+// Block tokens (issue 32 item 3; package blocktoken). The signing keys are
+// replicated state (records 'T', State.TokenKeys): a heartbeat finding the
+// newest older than Config.BlockKeyRotation (or none) makes a new one in
+// its batch and drops all but the newest two, so the key a token was
+// signed with outlives the token (BlockTokenLifetime ≤ BlockKeyRotation);
+// every heartbeat response carries both. The handlers of allocations
+// (write tokens) and key lookups (read tokens) mint, for the caller's
+// certificate name, one token per container of the blocks they answer,
+// signed with the newest key, after the route's role check (guard) and
+// after Authorize, the one hook for the meta-side authorization of the
+// key (per-bucket grants). Over plaintext the principal is empty (any).
+// A key used before its batch commits (a lost leadership) only makes its
+// tokens fail at the datanodes: the client asks again.
+type blockTokens struct {
+	st *state.State
+	// Authorize, when set, says whether caller may do op on bucket/key
+	// before a token is minted for it (nil: anyone the route admits).
+	Authorize func(caller tlsconf.Peer, bucket, key string, op blocktoken.Op) error
+}
+
+// rotateLocked makes a new signing key when due (into b, under State.Mu)
+// and returns the keys to hand to datanodes, oldest first.
+func (t *blockTokens) rotateLocked(b *pebble.Batch, now time.Time) []blocktoken.Key {
+	ks := t.st.TokenKeys
+	if n := len(ks); n == 0 || now.Sub(ks[n-1].Created) >= t.st.Cfg.BlockKeyRotation || now.Before(ks[n-1].Created) {
+		id := uint32(1)
+		if n > 0 {
+			id = ks[n-1].ID + 1
+		}
+		secret := make([]byte, blocktoken.SecretBytes)
+		rand.Read(secret)
+		rec := state.TokenKeyRecord{Created: now, Secret: secret}
+		state.Set(b, state.U64Key(state.PrefixTokenKey, uint64(id)), rec.Encode())
+		ks = append(slices.Clip(ks), state.TokenKey{Key: blocktoken.Key{ID: id, Secret: secret}, Created: now})
+		for len(ks) > 2 {
+			state.Del(b, state.U64Key(state.PrefixTokenKey, uint64(ks[0].ID)))
+			ks = ks[1:]
+		}
+		t.st.TokenKeys = ks
+	}
+	out := make([]blocktoken.Key, len(ks))
+	for i, k := range ks {
+		out[i] = k.Key
+	}
+	return out
+}
+
+// signer returns the newest key (ok false: none yet).
+func (t *blockTokens) signer() (blocktoken.Key, bool) {
+	t.st.Mu.RLock()
+	defer t.st.Mu.RUnlock()
+	if n := len(t.st.TokenKeys); n > 0 {
+		return t.st.TokenKeys[n-1].Key, true
+	}
+	return blocktoken.Key{}, false
+}
+
+// mint signs a token for the caller of r for op on locals of container.
+func (t *blockTokens) mint(r *http.Request, op blocktoken.Op, container uint64, locals []uint64) (string, error) {
+	k, ok := t.signer()
+	if !ok {
+		return "", fmt.Errorf("%w: no block token key yet (the first datanode heartbeat makes one)", metaapi.ErrUnavailable)
+	}
+	caller, _ := callerOf(r) // refused by guard already when it fails
+	return blocktoken.Sign(blocktoken.Token{Ops: op, Expiry: t.st.Cfg.Now().Add(t.st.Cfg.BlockTokenLifetime),
+		Container: container, Blocks: blocktoken.Ranges(locals), Principal: caller.Name}, k)
+}
+
+// authorize runs the Authorize hook.
+func (t *blockTokens) authorize(r *http.Request, bucket, key string, op blocktoken.Op) error {
+	if t.Authorize == nil {
+		return nil
+	}
+	caller, err := callerOf(r)
+	if err != nil {
+		return fmt.Errorf("%w: %v", metaapi.ErrForbidden, err)
+	}
+	return t.Authorize(caller, bucket, key, op)
+}
+
+// allocation puts a write token for its block in an allocation of
+// bucket/key.
+func (t *blockTokens) allocation(r *http.Request, bucket, key string, a *metaapi.AllocateResponse) (err error) {
+	if err = t.authorize(r, bucket, key, blocktoken.OpWrite); err == nil {
+		a.Block.Token, err = t.mint(r, blocktoken.OpWrite, a.Block.Container, []uint64{a.Block.Local})
+	}
+	return err
+}
+
+// key puts read tokens in a key lookup's blocks: one per container, for
+// the key's blocks in it (a 1 GiB key takes a token or a few, not one per
+// block or chunk).
+func (t *blockTokens) key(r *http.Request, ki *metaapi.KeyInfo) error {
+	if len(ki.Blocks) == 0 {
+		return nil
+	}
+	if err := t.authorize(r, ki.Bucket, ki.Key, blocktoken.OpRead); err != nil {
+		return err
+	}
+	locals := map[uint64][]uint64{}
+	for _, b := range ki.Blocks {
+		locals[b.Container] = append(locals[b.Container], b.Local)
+	}
+	tokens := make(map[uint64]string, len(locals))
+	for c, ls := range locals {
+		tok, err := t.mint(r, blocktoken.OpRead, c, ls)
+		if err != nil {
+			return err
+		}
+		tokens[c] = tok
+	}
+	for i := range ki.Blocks {
+		ki.Blocks[i].Token = tokens[ki.Blocks[i].Container]
+	}
+	return nil
+}
+
+// allocations is allocation for each allocation of a batch; one that
+// cannot have its token is answered with the error instead.
+func (t *blockTokens) allocations(r *http.Request, reqs []metaapi.AllocateRequest, res []metaapi.AllocateResult) {
+	for i := range res {
+		if res[i].Block == nil || i >= len(reqs) {
+			continue
+		}
+		if err := t.allocation(r, reqs[i].Bucket, reqs[i].Key, res[i].Block); err != nil {
+			e := metaapi.ErrorFor(err)
+			res[i] = metaapi.AllocateResult{Error: &e}
+		}
+	}
+}
+
+// keys is key for each key of a batch of lookups.
+func (t *blockTokens) keys(r *http.Request, res []metaapi.GetResult) {
+	for i := range res {
+		if res[i].Key == nil {
+			continue
+		}
+		if err := t.key(r, res[i].Key); err != nil {
+			e := metaapi.ErrorFor(err)
+			res[i] = metaapi.GetResult{Error: &e}
+		}
+	}
+}
