@@ -49,7 +49,14 @@ type Op uint8
 const (
 	OpRead  Op = 1 // ReadChunk, GetBlock
 	OpWrite Op = 2 // WriteChunk, PutBlock
+	// OpExport: a whole CLOSED container, by the bulk protocol, to the
+	// token's principal (the copy's target datanode); Blocks then names
+	// local ID 0 (ExportBlocks).
+	OpExport Op = 4
 )
+
+// ExportBlocks is an export token's Blocks.
+var ExportBlocks = []Range{{First: 0, Count: 1}}
 
 func (o Op) String() string {
 	var s []string
@@ -58,6 +65,9 @@ func (o Op) String() string {
 	}
 	if o&OpWrite != 0 {
 		s = append(s, "write")
+	}
+	if o&OpExport != 0 {
+		s = append(s, "export")
 	}
 	if len(s) == 0 {
 		return "none"

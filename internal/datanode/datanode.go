@@ -315,6 +315,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// hands "SB" connections to the bulk server (sendfile of CLOSED
 	// containers) and the rest to the pipeline node.
 	bsrv := bulk.NewServer(eng, cfg.MaxExports, log)
+	var tokens *blocktoken.Verifier // issue 32: clients' chunks only with a block token, exports only to the named target
+	if cfg.TLS.Enabled() && (cfg.Meta != nil || cfg.BlockTokenKeys != nil) {
+		tokens = blocktoken.NewVerifier(0, nil)
+		tokens.SetKeys(cfg.BlockTokenKeys)
+		bsrv.Tokens = tokens
+	}
 	defer bsrv.Close()
 	registerBulkMetrics(reg, bsrv)
 	reg.MustRegister(spaceCollector{eng: eng, log: log}) // space_metrics.go
@@ -335,11 +341,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	go func() { defer bg.Done(); scrub.run(bgCtx) }()
 	go func() { defer bg.Done(); vols.run(bgCtx) }()
 	vols.register(reg)
-	var tokens *blocktoken.Verifier // issue 32: clients' chunks only with a block token
-	if cfg.TLS.Enabled() && (cfg.Meta != nil || cfg.BlockTokenKeys != nil) {
-		tokens = blocktoken.NewVerifier(0, nil)
-		tokens.SetKeys(cfg.BlockTokenKeys)
-	}
 	node, err := pipeline.Start(pipeline.Config{
 		ID: cfg.ID, Listener: dm, Engine: eng, Log: wl, Pipelines: pipelines, Metrics: reg,
 		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,

@@ -34,6 +34,25 @@ type blockTokens struct {
 	Authorize func(caller tlsconf.Peer, bucket, key string, op blocktoken.Op) error
 }
 
+// heartbeatLocked gives resp the signing keys (rotated when due) and each
+// of its replicate_container commands an export token naming the caller's
+// certificate, the copy's target: its sources export only to it.
+func (t *blockTokens) heartbeatLocked(b *pebble.Batch, now time.Time, caller tlsconf.Peer, resp *metaapi.HeartbeatResponse) {
+	resp.BlockTokenKeys = t.rotateLocked(b, now)
+	k := resp.BlockTokenKeys[len(resp.BlockTokenKeys)-1]
+	for i := range resp.Commands {
+		c := &resp.Commands[i]
+		if c.Kind != metaapi.CmdReplicateContainer {
+			continue
+		}
+		tok, err := blocktoken.Sign(blocktoken.Token{Ops: blocktoken.OpExport, Expiry: now.Add(t.st.Cfg.BlockTokenLifetime),
+			Container: c.Container, Blocks: blocktoken.ExportBlocks, Principal: caller.Name}, k)
+		if err == nil {
+			c.Token = tok
+		}
+	}
+}
+
 // rotateLocked makes a new signing key when due (into b, under State.Mu)
 // and returns the keys to hand to datanodes, oldest first.
 func (t *blockTokens) rotateLocked(b *pebble.Batch, now time.Time) []blocktoken.Key {

@@ -159,8 +159,9 @@ func (s *Service) heartbeatLocked(caller tlsconf.Peer, hb *metaapi.Heartbeat) (*
 		}
 	}
 	s.AckDeletes(b, id, hb.DeletedBlocks, now)
-	return &metaapi.HeartbeatResponse{NodeID: id, Commands: s.commandsFor(n, now), Peers: s.PeersOf(n),
-		BlockTokenKeys: s.tokens.rotateLocked(b, now)}, b, nil
+	resp := &metaapi.HeartbeatResponse{NodeID: id, Commands: s.commandsFor(n, now), Peers: s.PeersOf(n)}
+	s.tokens.heartbeatLocked(b, now, caller, resp) // blocktokens.go
+	return resp, b, nil
 }
 
 // commandsFor builds the commands for node n (its heartbeat was just

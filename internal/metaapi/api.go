@@ -447,6 +447,7 @@ type Command struct {
 	Sources []Member `json:"sources,omitempty"`
 	// SizeBytes (replicate_container): the container's expected bytes.
 	SizeBytes uint64 `json:"size_bytes,omitempty"`
+	Token     string `json:"token,omitempty"` // replicate_container: the export token the sources ask for
 }
 
 // Pipeline is a raft group of datanodes.
