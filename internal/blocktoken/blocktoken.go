@@ -35,8 +35,10 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -264,4 +266,28 @@ func Ranges(locals []uint64) []Range {
 		out = append(out, Range{First: l, Count: 1})
 	}
 	return out
+}
+
+// LoadKeys reads a key file: a JSON list of keys ({"id": N, "secret":
+// base64 of SecretBytes bytes}), as `spindle datanode --block-token-keys`
+// takes for static pipelines (a meta service's datanodes get theirs from
+// the heartbeats).
+func LoadKeys(path string) ([]Key, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var keys []Key
+	if err := json.Unmarshal(b, &keys); err != nil {
+		return nil, fmt.Errorf("block token keys %s: %w", path, err)
+	}
+	for _, k := range keys {
+		if len(k.Secret) != SecretBytes {
+			return nil, fmt.Errorf("block token keys %s: key %d has %d secret bytes, want %d", path, k.ID, len(k.Secret), SecretBytes)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("block token keys %s: no key", path)
+	}
+	return keys, nil
 }

@@ -133,11 +133,12 @@ type Config struct {
 	// volumes are probed (0: DefaultVolumeCheckInterval).
 	FailedVolumesTolerated int
 	VolumeCheckInterval    time.Duration
-	// BlockTokenKeys: a datanode outside a meta-managed cluster (static
-	// pipelines) with TLS checks clients' block tokens against these keys
-	// (nil: none checked). Run by the meta service with TLS, it always
-	// checks them, against the keys of its heartbeat responses.
-	BlockTokenKeys []blocktoken.Key
+	// BlockTokenKeyFile: a datanode outside a meta-managed cluster (static
+	// pipelines) with TLS checks clients' block tokens against the keys in
+	// this file (blocktoken.LoadKeys; "": none checked). Run by the meta
+	// service with TLS, it always checks them, against the keys of its
+	// heartbeat responses.
+	BlockTokenKeyFile string
 }
 
 // DefaultMemoryOverheadBytes is what a datanode process needs beyond its
@@ -316,10 +317,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// containers) and the rest to the pipeline node.
 	bsrv := bulk.NewServer(eng, cfg.MaxExports, log)
 	var tokens *blocktoken.Verifier // issue 32: clients' chunks only with a block token, exports only to the named target
-	if cfg.TLS.Enabled() && (cfg.Meta != nil || cfg.BlockTokenKeys != nil) {
+	if cfg.TLS.Enabled() && (cfg.Meta != nil || cfg.BlockTokenKeyFile != "") {
 		tokens = blocktoken.NewVerifier(0, nil)
-		tokens.SetKeys(cfg.BlockTokenKeys)
 		bsrv.Tokens = tokens
+	}
+	if cfg.BlockTokenKeyFile != "" && tokens != nil {
+		keys, err := blocktoken.LoadKeys(cfg.BlockTokenKeyFile)
+		if err != nil {
+			closeQuietly(ln)
+			return fmt.Errorf("datanode: %w", err)
+		}
+		tokens.SetKeys(keys)
 	}
 	defer bsrv.Close()
 	registerBulkMetrics(reg, bsrv)

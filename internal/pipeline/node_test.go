@@ -1,10 +1,10 @@
 package pipeline
 
 import (
-	"github.com/spindle-store/spindle/internal/blocktoken"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spindle-store/spindle/internal/blocktoken"
 	"io"
 	"log/slog"
 	"net"
@@ -52,7 +52,7 @@ type testNode struct {
 	tls          *tlsconf.Settings
 	requireNames bool
 	tokens       *blocktoken.Verifier // Config.BlockTokens
-	certName     string // Member.CertName (startClusterWith)
+	certName     string               // Member.CertName (startClusterWith)
 	// moved: listen found tn.addr taken and moved the node to a new port
 	// that the other nodes have not been told yet (announceMoved).
 	moved bool

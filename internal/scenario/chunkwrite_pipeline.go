@@ -72,8 +72,7 @@ type ChunkWritePipelineConfig struct {
 	// (default 4); a full one (ContainerMaxBytes) is followed by the next
 	// container ID.
 	Containers int
-	// ContainerMaxBytes is the container size limit (default the engine's
-	// 5 GiB).
+	// ContainerMaxBytes is the container size limit (default 5 GiB).
 	ContainerMaxBytes int64
 	// Conns is the number of connections to each datanode, shared by
 	// every client (default DefaultPipelineConns); Window the requests in
@@ -82,17 +81,12 @@ type ChunkWritePipelineConfig struct {
 	// Tick and ElectionTicks are the datanodes' raft timing (0: theirs).
 	Tick          time.Duration
 	ElectionTicks int
-	// DatanodeArgs are added to every datanode's command line (e.g.
-	// --cpuprofile is added per node by CPUProfileDir instead).
-	DatanodeArgs []string
-	// DatanodeEnv is added to the datanodes' environment.
-	DatanodeEnv []string
+	// DatanodeArgs and DatanodeEnv are added to every datanode's command
+	// line (not --cpuprofile: CPUProfileDir) and environment.
+	DatanodeArgs, DatanodeEnv []string
 	// DatanodeProcs is each datanode's GOMAXPROCS. 0: an equal share of
-	// this machine's CPUs, max(1, NumCPU/3) — the three datanodes share
-	// one machine here, where a deployment gives each its own; on a
-	// 2-core machine, Go's default (every datanode scheduling on both
-	// cores) measured ~15% more CPU per write and ~15% fewer writes/s.
-	// Negative: Go's default.
+	// this machine's CPUs, max(1, NumCPU/3) (on 2 cores, Go's default
+	// measured ~15% more CPU per write, ~15% fewer writes/s); < 0: Go's.
 	DatanodeProcs int
 	// CPUProfileDir, when set, makes each datanode write a CPU profile
 	// dn<i>.pprof there, and the bench its own (the client side) of the
@@ -108,8 +102,10 @@ type ChunkWritePipelineConfig struct {
 	// TLS runs every connection (the writers' and the raft messages
 	// between datanodes) with mutual TLS 1.3, as spindle server does by
 	// default, with a PKI made for the run (tlsconf.EnsureLocal in a
-	// temporary directory); false: plaintext.
-	TLS bool
+	// temporary directory; the writers' certificate is the admin's);
+	// false: plaintext. BlockToken, when set, is each block's token.
+	TLS        bool
+	BlockToken func(container, local uint64) string
 	// Progress receives progress lines (nil: stderr when a terminal).
 	Progress io.Writer
 	// Logger for the client (nil: discard).
@@ -234,6 +230,7 @@ type pipelineWriter struct {
 	sums      []uint32
 	bpc       uint32
 	blocks    int64 // committed
+	token     func(container, local uint64) string
 }
 
 func (w *pipelineWriter) writeOne(ctx context.Context) (int, error) {
@@ -261,6 +258,9 @@ func (w *pipelineWriter) seal(ctx context.Context) error {
 	}
 	w.nextLocal++
 	w.id = client.BlockID{Container: w.slots.reserve(w.slot, w.blockMax), Local: w.nextLocal}
+	if w.token != nil {
+		w.id.Token = w.token(w.id.Container, w.id.Local)
+	}
 	w.block = transport.BlockData{ContainerID: w.id.Container, LocalID: w.id.Local, BytesPerChecksum: w.bpc}
 	return nil
 }
@@ -406,7 +406,7 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 			c: c, slots: slots, slot: i % cfg.Containers,
 			nextLocal: uint64(i) << 32, // disjoint local IDs per writer
 			blockMax:  cfg.BlockSizeBytes, bpc: cfg.BytesPerChecksum,
-			data: make([]byte, cfg.ChunkSizeBytes),
+			data: make([]byte, cfg.ChunkSizeBytes), token: cfg.BlockToken,
 		}
 		// Payloads and checksums are made before the clock starts, as in
 		// the local form (and the baseline's one buffer per writer).
