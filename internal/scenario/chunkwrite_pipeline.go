@@ -147,6 +147,9 @@ func (c *ChunkWritePipelineConfig) defaults() error {
 	if c.MaxBytes == 0 {
 		c.MaxBytes = DefaultPipelineMaxBytes
 	}
+	if c.BlockToken == nil {
+		c.BlockToken = func(uint64, uint64) string { return "" }
+	}
 	if c.BlockSizeBytes == 0 {
 		c.BlockSizeBytes = 64 << 20
 	}
@@ -216,8 +219,7 @@ func (s *containerSlots) reserve(slot int, size int64) uint64 {
 	return s.cur[slot]
 }
 
-// pipelineWriter is one bench client: it appends chunks to its block
-// through the pipeline and commits it (PutBlock) when full.
+// pipelineWriter is one bench client: appends chunks, PutBlock when full.
 type pipelineWriter struct {
 	c         *client.Client
 	slots     *containerSlots
@@ -257,10 +259,8 @@ func (w *pipelineWriter) seal(ctx context.Context) error {
 		w.blocks++
 	}
 	w.nextLocal++
-	w.id = client.BlockID{Container: w.slots.reserve(w.slot, w.blockMax), Local: w.nextLocal}
-	if w.token != nil {
-		w.id.Token = w.token(w.id.Container, w.id.Local)
-	}
+	cid := w.slots.reserve(w.slot, w.blockMax)
+	w.id = client.BlockID{Container: cid, Local: w.nextLocal, Token: w.token(cid, w.nextLocal)}
 	w.block = transport.BlockData{ContainerID: w.id.Container, LocalID: w.id.Local, BytesPerChecksum: w.bpc}
 	return nil
 }
@@ -378,8 +378,7 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 	}
 	defer closeQuietly(c)
 
-	// The first leader: a probe chunk in a block of its own, retried by
-	// the client until a leader answers, before the clock starts.
+	// The first leader: a probe chunk of its own block, retried till answered.
 	slots := newContainerSlots(cfg.Containers, cfg.ContainerMaxBytes)
 	probe := make([]byte, min(cfg.ChunkSizeBytes, 4096))
 	bench.FillPseudoRandom(probe, 0)
@@ -388,7 +387,8 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 		wctx, cancel := context.WithTimeout(ctx, leaderWait)
 		var perr error
 		for attempt := 0; attempt < 10; attempt++ { // the client retries within each
-			if _, perr = c.WriteChunk(wctx, client.BlockID{Container: slots.reserve(0, int64(len(probe))), Local: 0}, 0, probe); perr == nil || wctx.Err() != nil {
+			cid := slots.reserve(0, int64(len(probe)))
+			if _, perr = c.WriteChunk(wctx, client.BlockID{Container: cid, Token: cfg.BlockToken(cid, 0)}, 0, probe); perr == nil || wctx.Err() != nil {
 				break
 			}
 		}
