@@ -3,6 +3,7 @@ package blocktoken
 import (
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -154,5 +155,17 @@ func BenchmarkVerify(b *testing.B) {
 		if _, err := Verify(tok, []Key{k1}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestEncodeExample: the example of docs/FORMAT.md §15.
+func TestEncodeExample(t *testing.T) {
+	b, err := Encode(&Token{KeyID: 2, Ops: OpRead, Expiry: time.UnixMilli(1767326645000), Container: 7, Blocks: []Range{{3, 3}}, Principal: "carol"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "0101020000000" + "87be07c9b010000070000000000000001000300000000000000030000000563" + "61726f6c"
+	if got := fmt.Sprintf("%x", b); got != want {
+		t.Fatalf("%s, want %s", got, want)
 	}
 }
