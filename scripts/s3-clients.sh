@@ -123,6 +123,77 @@ except botocore.exceptions.ClientError as e:
     assert e.response["Error"]["Code"] in ("SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied"), e.response["Error"]
 PY
 
+# boto3: S3 permissions (issue 32): a bucket policy that denies PutObject to one
+# user and allows GetObject to every other, a public-read object read by curl
+# without credentials and a private one refused, the policy's removal restoring
+# the grants before it, anonymous requests refused by default. Needs two users:
+# only against the server started here.
+if [[ -n "${SRV:-}" ]]; then
+  for u in ALICE BOB; do
+    check "admin user create $u" "$SPINDLE" admin user create "check$u" $(insecure admin user create) --meta "127.0.0.1:$META_PORT" \
+      --access-key "AKIACHECK${u}00000" --secret-key "check-$u-secret-0123456789abcdef"
+  done
+  check "boto3 permissions" "$S3_VENV/bin/python" - "$S3_ENDPOINT" "$B-perm" <<'PY'
+import json, subprocess, sys, boto3, botocore
+ep, b = sys.argv[1], sys.argv[2]
+cfg = botocore.config.Config(retries={"max_attempts": 1})
+owner = boto3.client("s3", endpoint_url=ep, config=cfg)
+user = lambda u: boto3.client("s3", endpoint_url=ep, config=cfg, aws_access_key_id=f"AKIACHECK{u}00000",
+                              aws_secret_access_key=f"check-{u}-secret-0123456789abcdef")
+alice, bob = user("ALICE"), user("BOB")
+def code(f, *a, **k):
+    try:
+        f(*a, **k); return "OK"
+    except botocore.exceptions.ClientError as e:
+        return e.response["Error"]["Code"]
+def curl(key):
+    return subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"{ep}/{b}/{key}"], capture_output=True, text=True).stdout
+owner.create_bucket(Bucket=b)
+owner.put_object(Bucket=b, Key="k", Body=b"owner's")
+# by default: only the owner, and nothing anonymous
+assert code(alice.get_object, Bucket=b, Key="k") == "AccessDenied"
+assert code(bob.put_object, Bucket=b, Key="x", Body=b"x") == "AccessDenied"
+assert curl("k") == "403", curl("k")
+assert code(owner.get_bucket_policy, Bucket=b) == "NoSuchBucketPolicy"
+# ACLs are disabled (BucketOwnerEnforced) until ownership says otherwise
+assert owner.get_bucket_ownership_controls(Bucket=b)["OwnershipControls"]["Rules"][0]["ObjectOwnership"] == "BucketOwnerEnforced"
+assert code(owner.put_object, Bucket=b, Key="pub", Body=b"p", ACL="public-read") == "AccessControlListNotSupported"
+owner.put_bucket_ownership_controls(Bucket=b, OwnershipControls={"Rules": [{"ObjectOwnership": "ObjectWriter"}]})
+owner.put_object(Bucket=b, Key="pub", Body=b"public bytes", ACL="public-read")
+owner.put_object(Bucket=b, Key="priv", Body=b"private bytes", ACL="private")
+assert curl("pub") == "200" and curl("priv") == "403", (curl("pub"), curl("priv"))
+out = subprocess.run(["curl", "-s", f"{ep}/{b}/pub"], capture_output=True).stdout
+assert out == b"public bytes", out
+# the policy: bob may not put; every named user (by ARN and by access key) may get
+policy = {"Version": "2012-10-17", "Statement": [
+    {"Sid": "NoPutForBob", "Effect": "Deny", "Principal": {"AWS": ["arn:aws:iam::123456789012:user/checkBOB"]},
+     "Action": "s3:PutObject", "Resource": f"arn:aws:s3:::{b}/*"},
+    {"Sid": "PutForAll", "Effect": "Allow", "Principal": {"AWS": ["AKIACHECKALICE00000", "AKIACHECKBOB00000"]},
+     "Action": ["s3:Put*"], "Resource": f"arn:aws:s3:::{b}/*"},
+    {"Sid": "GetForUsers", "Effect": "Allow", "Principal": {"AWS": ["arn:aws:iam::1:user/checkALICE", "AKIACHECKBOB00000"]},
+     "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{b}/*"}]}
+owner.put_bucket_policy(Bucket=b, Policy=json.dumps(policy))
+assert "AKIACHECKBOB00000" in owner.get_bucket_policy(Bucket=b)["Policy"]
+assert owner.get_bucket_policy_status(Bucket=b)["PolicyStatus"]["IsPublic"] is False
+assert alice.get_object(Bucket=b, Key="k")["Body"].read() == b"owner's"
+assert bob.get_object(Bucket=b, Key="k")["Body"].read() == b"owner's"
+assert code(bob.put_object, Bucket=b, Key="bob", Body=b"x") == "AccessDenied"  # explicit Deny beats the Allow
+alice.put_object(Bucket=b, Key="alice", Body=b"a")
+owner.put_object(Bucket=b, Key="owner2", Body=b"o")  # the owner keeps its rights
+assert curl("k") == "403" and curl("pub") == "200"
+# removing the policy restores the grants before it
+owner.delete_bucket_policy(Bucket=b)
+assert code(owner.get_bucket_policy, Bucket=b) == "NoSuchBucketPolicy"
+assert code(alice.get_object, Bucket=b, Key="k") == "AccessDenied"
+assert code(alice.put_object, Bucket=b, Key="alice2", Body=b"a") == "AccessDenied"
+assert alice.get_object(Bucket=b, Key="pub")["Body"].read() == b"public bytes"
+assert curl("pub") == "200" and curl("priv") == "403"
+owner.put_object_acl(Bucket=b, Key="pub", ACL="private")
+assert curl("pub") == "403"
+assert code(boto3.client("s3", endpoint_url=ep, config=botocore.config.Config(signature_version=botocore.UNSIGNED)).list_objects_v2, Bucket=b) == "AccessDenied"
+PY
+fi
+
 # rclone: sync a tree of 200 files and check it
 for i in $(seq 200); do head -c $((RANDOM * 4)) /dev/urandom >"$D/tree/t$i"; done
 export RCLONE_CONFIG=/dev/null RCLONE_CONFIG_SPN_TYPE=s3 RCLONE_CONFIG_SPN_PROVIDER=Other RCLONE_CONFIG_SPN_ENDPOINT=$S3_ENDPOINT \

@@ -8,8 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"sort"
-	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -46,7 +44,7 @@ type metaMemberView struct {
 func newAdminMetaCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 	cmd := &cobra.Command{
 		Annotations: map[string]string{runsAlone: "true"},
-		Use:         "meta [backup DIR | add ID=ADDR | remove ID]",
+		Use:         "meta [backup DIR | add ID=ADDR | promote ID | remove ID | replace ID]",
 		Short:       "The meta service's members: leader, role, term, applied and commit index, last snapshot of each (asks every --meta address)",
 		Args:        cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -93,7 +91,8 @@ func newAdminMetaCmd(env *keyEnv, asJSON *bool) *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.AddCommand(newAdminMetaBackupCmd(env), newAdminMetaChangeCmd(env, asJSON, true), newAdminMetaChangeCmd(env, asJSON, false))
+	cmd.AddCommand(newAdminMetaBackupCmd(env))
+	cmd.AddCommand(cli.AdminMetaChangeCmds(cli.Env{MetaClient: env.metaClient, JSON: asJSON})...)
 	return cmd
 }
 
@@ -103,71 +102,6 @@ func tlsLabel(mode string) string {
 		return "INSECURE(plaintext)"
 	}
 	return mode
-}
-
-// newAdminMetaChangeCmd is spindle admin meta add ID=ADDR (add) or
-// spindle admin meta remove ID.
-func newAdminMetaChangeCmd(env *keyEnv, asJSON *bool, add bool) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "remove ID",
-		Short: "Remove member ID from the replicated meta service (a raft membership change; the group keeps serving)",
-		Long: `Removes member ID from the meta service's raft group, through the leader,
-and returns once the leader applied the change. A leader that removes
-itself steps down and another member is elected. Stop the removed member's
-process afterwards, and drop its address from every --meta list. One
-change at a time; removing a member that is not one succeeds.`,
-		Args: cli.ExactArgs(1),
-	}
-	if add {
-		cmd.Use = "add ID=ADDR"
-		cmd.Short = "Add member ID at ADDR to the replicated meta service (start it with spindle meta --join)"
-		cmd.Long = `Adds member ID, serving at ADDR (host:port, its --listen), to the meta
-service's raft group, through the leader, and returns once the leader
-applied the change. Start the new member with
-'spindle meta --id ID --join --peers ...' (its --peers naming at least
-the current members and itself) on an empty --dir, before or after this
-command: it receives a snapshot of the store, catches up from the log, and
-votes from then on. Add ADDR to every --meta list. One change at a time;
-adding a member already there at ADDR succeeds. A member whose --dir was
-lost rejoins this way under a new ID (after remove of the old one).`
-	}
-	var force bool
-	cmd.Flags().BoolVar(&force, "force", false, "make the change even if it leaves fewer members up than a quorum of the new member set (refused otherwise)")
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		ch := metaapi.MemberChange{Op: "remove", Force: force}
-		idArg := args[0]
-		if add {
-			ch.Op = "add"
-			id, addr, ok := strings.Cut(args[0], "=")
-			if !ok || addr == "" {
-				return cli.UsageErr(fmt.Errorf("%q: want ID=HOST:PORT", args[0]))
-			}
-			idArg, ch.Addr = id, addr
-		}
-		id, err := strconv.ParseUint(idArg, 10, 64)
-		if err != nil || id == 0 {
-			return cli.UsageErr(fmt.Errorf("member ID %q: want a number ≥ 1", idArg))
-		}
-		ch.ID = id
-		mc, err := env.metaClient()
-		if err != nil {
-			return err
-		}
-		st, err := mc.ChangeMembers(cmd.Context(), ch)
-		if err != nil {
-			return cli.KeyExit(fmt.Errorf("admin meta %s %s: %w", ch.Op, args[0], err), "", "")
-		}
-		out := cmd.OutOrStdout()
-		if *asJSON {
-			return json.NewEncoder(out).Encode(st)
-		}
-		var ids []string
-		for _, m := range st.Members {
-			ids = append(ids, fmt.Sprintf("%d=%s", m.ID, m.Addr))
-		}
-		return printf(out, "members: %s (leader %d, term %d)\n", strings.Join(ids, ","), st.LeaderID, st.Term)
-	}
-	return cmd
 }
 
 // metaLeader is the leader the members' answers agree on: a member that

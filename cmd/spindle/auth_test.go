@@ -118,8 +118,11 @@ func TestAdminCommandsNeedAdminCertificate(t *testing.T) {
 	if err := os.WriteFile(value, []byte("hello"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// As the local operator (the admin certificate of the profile).
-	for _, args := range [][]string{{"bucket", "create", "photos"}, {"put", "photos/k", value}} {
+	// As the local operator (the admin certificate of the profile); the
+	// client certificate gets write and read on the bucket, not delete
+	// (issue 32's grants).
+	for _, args := range [][]string{{"bucket", "create", "photos"}, {"put", "photos/k", value},
+		{"admin", "grant", "cert:mallory", "photos", "write"}, {"admin", "grant", "cert:mallory", "photos", "read"}} {
 		if _, stderr, err := runIn(t, nil, args...); err != nil {
 			t.Fatalf("%v: %v: %s", args, err, stderr)
 		}
@@ -147,11 +150,17 @@ func TestAdminCommandsNeedAdminCertificate(t *testing.T) {
 		if cli.ExitCode(err) != cli.ExitForbidden || !strings.Contains(fmt.Sprint(err), "forbidden") {
 			t.Errorf("%v with a client certificate: exit %d (%v), want %d forbidden", c.args, cli.ExitCode(err), err, cli.ExitForbidden)
 		}
+		if strings.HasPrefix(c.route, "delete_") { // refused by the grants
+			if !logs.has("audit", "action="+c.route, "who=cert:mallory", "outcome=refused", "remote=127.0.0.1:") {
+				t.Errorf("%v with a client certificate: no audit line of the refusal", c.args)
+			}
+			continue
+		}
 		if !logs.has("request refused", "route="+c.route, "caller=client:mallory", "remote=127.0.0.1:") {
 			t.Errorf("%v with a client certificate: no log line of the refusal", c.args)
 		}
 	}
-	// Data calls are a client's.
+	// Data calls are a client's, with its grants.
 	if _, stderr, err := runIn(t, nil, "put", "photos/k2", value); err != nil {
 		t.Fatalf("put with a client certificate: %v: %s", err, stderr)
 	}

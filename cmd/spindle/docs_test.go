@@ -435,7 +435,7 @@ func TestDocsCheckCatchesMistakes(t *testing.T) {
 	const doc = "# Fixture\n" +
 		"\n" +
 		"Run `spindle server --dir D --datanode 3` (a wrong flag: --datanodes),\n" +
-		"then `spindle admin meta promote 4` (no such command), or `spindle\n" +
+		"then `spindle admin meta demote 4` (no such command), or `spindle\n" +
 		"admin nodes|bogus` (wrapped: one good, one bad). Not commands:\n" +
 		"`spindle <command> --help`, `spindle`, `spindle COMMAND`, spindle put --nope (prose).\n" +
 		"\n" +
@@ -468,7 +468,7 @@ func TestDocsCheckCatchesMistakes(t *testing.T) {
 	}
 	want := []string{
 		"3: spindle server has no flag --datanode",
-		`4: spindle admin meta has no command "promote" (its commands: add, backup, remove)`,
+		`4: spindle admin meta has no command "demote" (its commands: add, backup, promote, remove, replace)`,
 		`4: spindle admin has no command "bogus" (its commands: ` + subcommandNames(findSub(root, "admin")) + `)`,
 		"10: spindle ls has no flag --maxx",
 		"12: spindle bench chunk-write has no flag --chunk-sise",

@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"io/fs"
-	"os"
-	"path"
 	"path/filepath"
 	"strings"
 
@@ -88,36 +86,14 @@ func putTree(cmd *cobra.Command, kc *keyclient.Client, bucket, prefix, dir strin
 }
 
 // getTree gets every key of bucket under prefix into dir, at the key's
-// path below the prefix.
+// path below the prefix (cli.GetTree: a key whose path would leave dir is
+// skipped, and the command fails).
 func getTree(cmd *cobra.Command, kc *keyclient.Client, bucket, prefix, dir string, force bool, get func(bucket, key, file string) error) error {
-	var keys, files []string
-	err := kc.List(cmd.Context(), bucket, prefix, func(ki metaapi.KeyInfo) error {
-		rel := strings.TrimPrefix(strings.TrimPrefix(ki.Key, prefix), "/")
-		if rel == "" {
-			rel = path.Base(ki.Key)
+	return cli.GetTree(cmd.ErrOrStderr(), func(fn func(string) error) error {
+		err := kc.List(cmd.Context(), bucket, prefix, func(ki metaapi.KeyInfo) error { return fn(ki.Key) })
+		if _, ok := err.(*cli.ExitError); err != nil && !ok {
+			return cli.KeyExit(err, bucket, "")
 		}
-		// Valid keys have no "." or ".." segment and no leading "/": rel
-		// stays below dir.
-		file := filepath.Join(dir, filepath.FromSlash(rel))
-		if err := checkDest(file, force); err != nil {
-			return err
-		}
-		keys, files = append(keys, ki.Key), append(files, file)
-		return nil
-	})
-	if err != nil {
-		if _, ok := err.(*cli.ExitError); ok {
-			return err
-		}
-		return cli.KeyExit(err, bucket, "")
-	}
-	for i := range keys {
-		if err := os.MkdirAll(filepath.Dir(files[i]), 0o777); err != nil {
-			return fmt.Errorf("after %d of %d keys: %w", i, len(keys), err)
-		}
-		if err := get(bucket, keys[i], files[i]); err != nil {
-			return fmt.Errorf("after %d of %d keys: %w", i, len(keys), err)
-		}
-	}
-	return nil
+		return err
+	}, dir, prefix, func(file string) error { return checkDest(file, force) }, func(key, file string) error { return get(bucket, key, file) })
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/meta"
+	"github.com/spindle-store/spindle/internal/meta/audit"
 )
 
 // addReplicationFlags binds the replication manager's settings of cfg (the
@@ -31,6 +32,9 @@ func addReplicationFlags(f *pflag.FlagSet, cfg *meta.Config) func() error {
 	f.IntVar(&cfg.MinLiveReplicas, "min-live-replicas", cfg.MinLiveReplicas, "writes go to a pipeline with at least this many HEALTHY members (2..3): one missing a DEAD member stays open while no replacement datanode exists; fewer: writes are refused")
 	f.IntVar(&cfg.SafeModeMinNodes, "safe-mode-min-nodes", 0, "after a start, no replication decision until this many datanodes reported (0: min(3, registered)) ...")
 	f.Float64Var(&cfg.SafeModeContainerFraction, "safe-mode-fraction", cfg.SafeModeContainerFraction, "... and this fraction of the closed containers has a replica reported (or 'spindle admin safemode exit')")
+	f.StringVar(&cfg.AuditLog, "audit-log", "", "the audit log: a JSON line per change and refusal, rotated (default: beside the meta store, its --dir + .audit.jsonl; off: none)")
+	f.Int64Var(&cfg.AuditMaxBytes, "audit-log-max-bytes", audit.DefaultMaxBytes, "the audit log is rotated past this size, and --audit-log-keep files kept")
+	f.IntVar(&cfg.AuditKeep, "audit-log-keep", audit.DefaultKeep, "audit log files kept (the current one and the rotated ones)")
 	return func() error {
 		for _, c := range []struct {
 			name string

@@ -16,7 +16,7 @@ const (
 	ExitNotFound    = 3 // no such key, bucket or file
 	ExitUnavailable = 4 // meta service unreachable, no healthy pipeline, datanodes down
 	ExitCorrupt     = 5 // data read back did not match its checksums
-	ExitForbidden   = 6 // the certificate's role may not make the call
+	ExitForbidden   = 6 // the certificate's role may not make the call, or it has no grant
 )
 
 const ExitCodesHelp = `Exit status:
@@ -29,8 +29,8 @@ const ExitCodesHelp = `Exit status:
   3 not found: key, bucket or input file
   4 unavailable: meta service unreachable, no healthy pipeline, datanodes down
   5 corrupt data: checksums did not match on every replica
-  6 forbidden: the certificate's role may not do this (deleting keys and
-    buckets and administration need an admin certificate)`
+  6 forbidden: the certificate may not do this: administration needs an
+    admin certificate; another's bucket needs a grant (spindle admin grant)`
 
 // ExitError is an error with the exit status it gives.
 type ExitError struct {

@@ -8,9 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
-	"golang.org/x/sync/semaphore"
 )
 
 // bodyGate admits request bodies (see above). Safe for concurrent use.

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/spindle-store/spindle/internal/meta/audit"
+	"github.com/spindle-store/spindle/internal/meta/authz"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
@@ -45,10 +47,14 @@ var (
 	accessViews = accessClass{roles: tlsconf.Roles}
 	// accessData: reading and writing keys and buckets (no deletion).
 	accessData = accessClass{roles: []tlsconf.Role{tlsconf.RoleClient, tlsconf.RoleS3, tlsconf.RoleAdmin}}
+	// accessDataChange: deleting keys and buckets, granting: the data
+	// roles, each call then checked against the bucket's owner and grants
+	// (access.go, package meta/authz); audited.
+	accessDataChange = accessClass{roles: []tlsconf.Role{tlsconf.RoleClient, tlsconf.RoleS3, tlsconf.RoleAdmin}, audit: true, admin: true}
 	// accessGateway: the S3 gateway's own calls (users by access key,
 	// S3 buckets and their ACLs, multipart uploads).
 	accessGateway = accessClass{roles: []tlsconf.Role{tlsconf.RoleS3, tlsconf.RoleAdmin}}
-	// accessAdminOrGateway: deleting keys and buckets, managing users:
+	// accessAdminOrGateway: managing users:
 	// an administrator, or the gateway on behalf of the S3 request whose
 	// signature it checked (versitygw lets only its root user manage
 	// users); audited.
@@ -74,7 +80,7 @@ var routeAccess = map[string]accessClass{
 	"heartbeat":      accessDatanode,
 	"create_bucket":  accessData,
 	"list_buckets":   accessData,
-	"delete_bucket":  accessAdminOrGateway,
+	"delete_bucket":  accessDataChange,
 	"allocate":       accessData,
 	"commit_batch":   accessData,
 	"allocate_batch": accessData,
@@ -82,7 +88,7 @@ var routeAccess = map[string]accessClass{
 	"list_keys":      accessData,
 	"commit_key":     accessData,
 	"get_key":        accessData,
-	"delete_key":     accessAdminOrGateway,
+	"delete_key":     accessDataChange,
 
 	"nodes":       accessViews,
 	"pipelines":   accessViews,
@@ -105,6 +111,9 @@ var routeAccess = map[string]accessClass{
 	"create_s3_bucket": accessGateway,
 	"get_bucket":       accessGateway,
 	"put_bucket_acl":   accessGateway,
+	"get_bucket_perms": accessGateway,
+	"put_bucket_perms": accessGateway,
+	"put_object_acl":   accessGateway,
 	"create_upload":    accessGateway,
 	"commit_part":      accessGateway,
 	"complete_upload":  accessGateway,
@@ -114,7 +123,12 @@ var routeAccess = map[string]accessClass{
 	"list_uploads":     accessGateway,
 
 	"meta_raft":     accessMetaPeer,
+	"meta_demote":   accessMetaPeer,
 	"meta_snapshot": accessMetaPeer,
+
+	"grant":        accessDataChange,
+	"revoke_grant": accessDataChange,
+	"grants":       accessData,
 
 	"create_join_token": accessAdmin,
 	"join":              accessJoin,
@@ -162,12 +176,15 @@ func (s *Service) guard(route string, h http.Handler) http.Handler {
 			s.Log.Warn("request refused", "audit", class.audit, "route", route, "method", r.Method, "path", r.URL.EscapedPath(),
 				"caller", p.String(), "remote", r.RemoteAddr, "reason", why)
 			s.Metrics.Refused.WithLabelValues(route).Inc()
+			s.gate.Record(authz.Identity{Peer: p, Remote: r.RemoteAddr, Open: !tlsOn}, route, "", "", fmt.Errorf("%w: %s", metaapi.ErrForbidden, why), r.URL.EscapedPath())
 			metaapi.WriteError(w, http.StatusForbidden, metaapi.CodeForbidden, "forbidden: "+why)
 			return
 		}
 		if class.audit {
 			s.Log.Info("audit: allowed", "route", route, "method", r.Method, "path", r.URL.EscapedPath(),
 				"caller", p.String(), "remote", r.RemoteAddr)
+			s.gate.Audit(audit.Event{Who: authz.Identity{Peer: p, Open: !tlsOn}.Who(), Role: string(p.Role), Remote: r.RemoteAddr,
+				Action: route, Outcome: "allowed", Detail: r.Method + " " + r.URL.EscapedPath()})
 		}
 		h.ServeHTTP(w, r)
 	})

@@ -142,8 +142,8 @@ func TestGuardRoles(t *testing.T) {
 	allowed := map[string][]tlsconf.Role{
 		"heartbeat":     {tlsconf.RoleDatanode},
 		"commit_key":    {tlsconf.RoleClient, tlsconf.RoleS3, tlsconf.RoleAdmin},
-		"delete_key":    {tlsconf.RoleS3, tlsconf.RoleAdmin},
-		"delete_bucket": {tlsconf.RoleS3, tlsconf.RoleAdmin},
+		"delete_key":    {tlsconf.RoleClient, tlsconf.RoleS3, tlsconf.RoleAdmin}, // then the grants (package access)
+		"delete_bucket": {tlsconf.RoleClient, tlsconf.RoleS3, tlsconf.RoleAdmin},
 		"safemode_exit": {tlsconf.RoleAdmin},
 		"node_op":       {tlsconf.RoleAdmin},
 		"node_remove":   {tlsconf.RoleAdmin},
@@ -204,9 +204,10 @@ func TestAdminCallsNeedAdminCertificate(t *testing.T) {
 	dn := clientAs(t, srv, pki.settings("dn-1", tlsconf.RoleDatanode))
 	gw := clientAs(t, srv, pki.settings("gw", tlsconf.RoleS3))
 
-	// A bucket with a key, made by a client (data calls are a client's).
-	must[metaapi.Bucket](t)(client.CreateBucket(ctx, "bkt"))
-	must[metaapi.KeyInfo](t)(client.CommitKey(ctx, "bkt", "k", *inlineCommit([]byte("v"))))
+	// A bucket with a key, made by the admin: bob, a client, has no
+	// grant on it (its deletions are refused by the grants, issue 32).
+	must[metaapi.Bucket](t)(admin.CreateBucket(ctx, "bkt"))
+	must[metaapi.KeyInfo](t)(admin.CommitKey(ctx, "bkt", "k", *inlineCommit([]byte("v"))))
 
 	type call struct {
 		name    string
@@ -253,7 +254,11 @@ func TestAdminCallsNeedAdminCertificate(t *testing.T) {
 			if !errors.Is(err, metaapi.ErrForbidden) {
 				t.Errorf("%s by %s: %v, want 403 forbidden", c.name, cl.who, err)
 			}
-			if len(logs.lines("request refused", "route="+c.name, "caller="+cl.who, "remote=127.0.0.1:")) == 0 {
+			byGrant := cl.who == "client:bob" && strings.HasPrefix(c.name, "delete_")
+			if byGrant && len(logs.lines("audit", "action="+c.name, "who=cert:bob", "outcome=refused", "remote=127.0.0.1:")) == 0 {
+				t.Errorf("%s by %s: no audit line of the refusal", c.name, cl.who)
+			}
+			if !byGrant && len(logs.lines("request refused", "route="+c.name, "caller="+cl.who, "remote=127.0.0.1:")) == 0 {
 				t.Errorf("%s by %s: no log line of the refusal", c.name, cl.who)
 			}
 		}

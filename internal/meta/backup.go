@@ -135,7 +135,7 @@ func (s *Service) checkpoint() (dir string, index uint64, err error) {
 		if err != nil {
 			return dir, 0, fmt.Errorf("meta: backup: open the checkpoint: %w", err)
 		}
-		st, _, err := raftgroup.ReadState(db)
+		st, _, _, err := raftgroup.ReadState(db)
 		if cerr := db.Close(); err == nil {
 			err = cerr
 		}

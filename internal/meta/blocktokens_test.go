@@ -33,7 +33,7 @@ func TestBlockTokenKeysRotate(t *testing.T) {
 	}
 	mint := func() []byte {
 		t.Helper()
-		tok, err := s.tokens.mint(httptest.NewRequest("GET", "/", nil), blocktoken.OpRead, 3, []uint64{1})
+		tok, err := s.tokens.Mint(httptest.NewRequest("GET", "/", nil), blocktoken.OpRead, 3, []uint64{1})
 		if err != nil {
 			t.Fatal(err)
 		}

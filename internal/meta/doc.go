@@ -31,7 +31,11 @@
 //
 // With TLS every route is served only to the certificate roles of its
 // access class, and administrative calls and deletions are audited
-// (auth.go); a datanode's UUID is bound to the certificate it registered
+// (auth.go); the data routes then check the bucket's owner and grants
+// (package access over package authz, whose Check is the one decision;
+// a commit inside its mutation, where an overwrite needs write and
+// delete), and every change and refusal goes to the audit log (package
+// audit, a rotated JSON-lines file beside the store); a datanode's UUID is bound to the certificate it registered
 // under, and a heartbeat for it under another is refused (FORBIDDEN).
 //
 // # Cluster manager
@@ -250,6 +254,7 @@
 //	| 'T' | key ID u64                          | 9        | block-token signing key        |
 //	| 'W' | bucket | 0x00 | key | 0x00 | upload | ≤ 1155   | multipart upload               |
 //	| 'X' | 'W' key's fields | 0x00 | part u32  | ≤ 1160   | part record                    |
+//	| 'G' | bucket | 0x00 | principal | 0x00 | prefix | ≤ 1351 | grant (package authz)  |
 //
 // Values: byte 0 is the record version (1), then the fields below
 // (integers little-endian; str = uvarint length then the bytes), then a

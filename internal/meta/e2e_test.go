@@ -12,6 +12,7 @@ import (
 	"github.com/spindle-store/spindle/internal/meta/state"
 
 	dto "github.com/prometheus/client_model/go"
+
 	"github.com/spindle-store/spindle/internal/datanode"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"

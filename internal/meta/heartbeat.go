@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
@@ -160,7 +161,7 @@ func (s *Service) heartbeatLocked(caller tlsconf.Peer, hb *metaapi.Heartbeat) (*
 	}
 	s.AckDeletes(b, id, hb.DeletedBlocks, now)
 	resp := &metaapi.HeartbeatResponse{NodeID: id, Commands: s.commandsFor(n, now), Peers: s.PeersOf(n)}
-	s.tokens.heartbeatLocked(b, now, caller, resp) // blocktokens.go
+	s.tokens.HeartbeatLocked(b, now, caller, resp) // block tokens (tokenkeys)
 	return resp, b, nil
 }
 

@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/spindle-store/spindle/internal/meta/namespace"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	api "github.com/spindle-store/spindle/internal/metaapi/authz"
 	"github.com/spindle-store/spindle/internal/readyfile"
 )
 
@@ -43,7 +45,7 @@ func (s *Service) Handler() http.Handler {
 		return resp, http.StatusOK, err
 	})
 	route("PUT /v1/buckets/{bucket}", "create_bucket", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
-		b, err := s.CreateBucket(r.PathValue("bucket"))
+		b, err := s.gate.CreateBucket(r, r.PathValue("bucket")) // owned by the caller
 		return b, http.StatusCreated, err
 	})
 	route("GET /v1/buckets", "list_buckets", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -51,16 +53,25 @@ func (s *Service) Handler() http.Handler {
 		return l, http.StatusOK, err
 	})
 	route("DELETE /v1/buckets/{bucket}", "delete_bucket", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
-		return nil, http.StatusNoContent, s.DeleteBucket(r.PathValue("bucket"))
+		bucket := r.PathValue("bucket")
+		if err := s.gate.Authorize(r, "delete_bucket", api.Admin, bucket, ""); err != nil {
+			return nil, 0, err
+		}
+		err := s.DeleteBucket(bucket)
+		s.gate.Record(s.gate.Who(r), "delete_bucket", bucket, "", err)
+		return nil, http.StatusNoContent, err
 	})
 	route("POST /v1/allocate", "allocate", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req metaapi.AllocateRequest
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
+		if err := s.gate.Authorize(r, "allocate", api.Write, req.Bucket, req.Key); err != nil {
+			return nil, 0, err
+		}
 		resp, err := s.Allocate(&req)
 		if err == nil {
-			err = s.tokens.allocation(r, req.Bucket, req.Key, resp) // blocktokens.go
+			err = s.tokens.Allocation(r, resp) // block tokens (tokenkeys)
 		}
 		return resp, http.StatusOK, err
 	})
@@ -73,7 +84,15 @@ func (s *Service) Handler() http.Handler {
 		if err != nil {
 			return nil, 0, err
 		}
-		res, err := s.CommitKeys(items)
+		id := s.gate.Who(r)
+		check, d := s.gate.CommitCheck(id)
+		res, err := s.CommitKeysAs(items, check)
+		s.gate.Flush(d)
+		for i := range res {
+			if res[i].Error == nil {
+				s.gate.Record(id, "commit_key", items[i].Bucket, items[i].Key, nil)
+			}
+		}
 		return &metaapi.CommitBatchResult{Results: res}, http.StatusOK, err
 	})
 	route("POST "+metaapi.AllocationsRoute, "allocate_batch", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -81,8 +100,13 @@ func (s *Service) Handler() http.Handler {
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
+		for _, a := range req.Requests {
+			if err := s.gate.Authorize(r, "allocate", api.Write, a.Bucket, a.Key); err != nil {
+				return nil, 0, err
+			}
+		}
 		res, err := s.AllocateMany(req.Requests)
-		s.tokens.allocations(r, req.Requests, res) // blocktokens.go
+		s.tokens.Allocations(r, res) // block tokens (tokenkeys)
 		return &metaapi.AllocateBatchResult{Results: res}, http.StatusOK, err
 	})
 	route("POST "+metaapi.GetsRoute, "get_batch", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -90,8 +114,17 @@ func (s *Service) Handler() http.Handler {
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
+		refused := make([]error, len(req.Keys))
+		for i, k := range req.Keys {
+			refused[i] = s.gate.Authorize(r, "get_key", api.Read, k.Bucket, k.Key)
+		}
 		res, err := s.GetKeys(req.Keys)
-		s.tokens.keys(r, res) // blocktokens.go
+		for i := range res {
+			if refused[i] != nil {
+				res[i] = metaapi.GetResult{Error: state.APIError("get "+req.Keys[i].Bucket+"/"+req.Keys[i].Key, refused[i])}
+			}
+		}
+		s.tokens.Keys(r, res) // block tokens (tokenkeys), for the keys the grants let through
 		return getsAnswer(res), http.StatusOK, err
 	})
 	route("GET /v1/list/{bucket}", "list_keys", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -103,6 +136,9 @@ func (s *Service) Handler() http.Handler {
 				return nil, 0, fmt.Errorf("%w: limit %q is not a number", metaapi.ErrInvalid, v)
 			}
 			o.Limit = n
+		}
+		if err := s.gate.Authorize(r, "list_keys", api.Read, r.PathValue("bucket"), o.Prefix); err != nil {
+			return nil, 0, err
 		}
 		l, err := s.List(r.PathValue("bucket"), o)
 		return l, http.StatusOK, err
@@ -128,8 +164,9 @@ func (s *Service) Handler() http.Handler {
 		return st, http.StatusOK, err
 	})
 	s.routeS3(route)
-	s.routeOps(route)  // ops.go
-	s.routeJoin(route) // join.go
+	s.gate.RouteGrants(route, decodeBody) // package access
+	s.routeOps(route)                     // ops.go
+	s.routeJoin(route)                    // join.go
 	mux.Handle("GET /metrics", s.guard("metrics", promhttp.HandlerFor(s.Metrics.Reg, promhttp.HandlerOpts{})))
 	mux.Handle("GET /v1/admin/backup", s.guard("backup", s.backupHandler())) // backup.go
 	s.raftRoutes(mux)
@@ -147,7 +184,13 @@ func (s *Service) Handler() http.Handler {
 		if err != nil {
 			return nil, 0, err
 		}
-		ki, err := s.CommitKey(bucket, key, &ck)
+		id := s.gate.Who(r)
+		check, d := s.gate.CommitCheck(id)
+		ki, err := s.CommitKeyAs(bucket, key, &ck, check)
+		s.gate.Flush(d)
+		if err == nil {
+			s.gate.Record(id, "commit_key", bucket, key, nil)
+		}
 		return ki, http.StatusOK, err
 	})
 	getKey := s.guardInstrumented("get_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -155,9 +198,12 @@ func (s *Service) Handler() http.Handler {
 		if err != nil {
 			return nil, 0, err
 		}
+		if err := s.gate.Authorize(r, "get_key", api.Read, bucket, key); err != nil {
+			return nil, 0, err
+		}
 		ki, err := s.GetKey(bucket, key)
 		if err == nil {
-			err = s.tokens.key(r, ki) // blocktokens.go
+			err = s.tokens.Key(r, ki) // block tokens (tokenkeys)
 		}
 		if err == nil && len(ki.Inline) > 0 && strings.Contains(r.Header.Get("Accept"), metaapi.InlineContentType) {
 			value := ki.Inline
@@ -171,7 +217,12 @@ func (s *Service) Handler() http.Handler {
 		if err != nil {
 			return nil, 0, err
 		}
-		return nil, http.StatusNoContent, s.DeleteKey(bucket, key)
+		if err := s.gate.Authorize(r, "delete_key", api.Delete, bucket, key); err != nil {
+			return nil, 0, err
+		}
+		err = s.DeleteKey(bucket, key)
+		s.gate.Record(s.gate.Who(r), "delete_key", bucket, key, err)
+		return nil, http.StatusNoContent, err
 	})
 	// Key routes bypass the mux: it would clean (redirect) key names such
 	// as "a//b" or "dir/", which are valid.

@@ -1,10 +1,10 @@
 package meta
 
 import (
-	"fmt"
 	"net/http"
 
 	"github.com/spindle-store/spindle/internal/meta/raftgroup"
+	"github.com/spindle-store/spindle/internal/meta/raftnet"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -13,10 +13,20 @@ func (s *Service) membersHandler(w http.ResponseWriter, req *http.Request) (any,
 	if err := decodeBody(w, req, &body); err != nil {
 		return nil, 0, err
 	}
-	if body.Op != "add" && body.Op != "remove" {
-		return nil, 0, fmt.Errorf("%w: members: op %q: want add or remove", metaapi.ErrInvalid, body.Op)
+	st, err := s.ChangeMembers(body)
+	return st, http.StatusOK, err
+}
+
+// demoteHandler makes a member that restarted on an empty directory a
+// learner, at its own request (meta peers: raftgroup/learners.go). Only
+// the demotion is open to them: it takes no vote from a member that has
+// one to lose, and the member is promoted once it has caught up.
+func (s *Service) demoteHandler(w http.ResponseWriter, req *http.Request) (any, int, error) {
+	var body raftgroup.DemoteRequest
+	if err := decodeBody(w, req, &body); err != nil {
+		return nil, 0, err
 	}
-	st, err := s.ChangeMembers(body.Op == "add", body.ID, body.Addr, body.Force)
+	st, err := s.ChangeMembers(metaapi.MemberChange{Op: "replace", ID: body.ID})
 	return st, http.StatusOK, err
 }
 
@@ -29,9 +39,10 @@ func (s *Service) raftRoutes(mux *http.ServeMux) {
 	if s.rep == nil {
 		return
 	}
-	mux.Handle("POST "+raftgroup.StreamRoute, s.guard("meta_raft", http.HandlerFunc(s.rep.StreamHandler)))
+	mux.Handle("POST "+raftnet.StreamRoute, s.guard("meta_raft", http.HandlerFunc(s.rep.StreamHandler)))
 	mux.Handle("GET "+raftgroup.SnapshotRoute, s.guard("meta_snapshot", http.HandlerFunc(s.rep.Snap.SnapshotHandler))) // snapshot.go
 	mux.Handle("POST "+metaapi.MetaMembersRoute, s.guardInstrumented("meta_members", s.membersHandler))
+	mux.Handle("POST "+raftgroup.DemoteRoute, s.guardInstrumented("meta_demote", s.demoteHandler))
 }
 
 // MetaStatus is this member's view of the meta group (a group of one:

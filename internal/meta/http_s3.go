@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
+	api "github.com/spindle-store/spindle/internal/metaapi/authz"
+	"github.com/spindle-store/spindle/internal/s3permapi"
 )
 
 // routeS3 adds the S3 gateway's routes (metaapi/s3.go) to the mux.
@@ -28,7 +30,7 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 		return u, http.StatusOK, err
 	})
 	route("POST /v1/s3/buckets/{bucket}", "create_s3_bucket", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
-		var req metaapi.CreateS3Bucket
+		var req s3permapi.CreateBucket
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
@@ -44,11 +46,20 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
-		return nil, http.StatusNoContent, s.PutBucketACL(r.PathValue("bucket"), req.ACL)
+		if err := s.gate.Authorize(r, "put_bucket_acl", api.Admin, r.PathValue("bucket"), ""); err != nil {
+			return nil, 0, err
+		}
+		err := s.PutBucketACL(r.PathValue("bucket"), req.ACL)
+		s.gate.Record(s.gate.Who(r), "put_bucket_acl", r.PathValue("bucket"), "", err)
+		return nil, http.StatusNoContent, err
 	})
+	s.routeS3Perms(route)
 	route("POST /v1/uploads/create", "create_upload", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req metaapi.CreateUpload
 		if err := decodeBody(w, r, &req); err != nil {
+			return nil, 0, err
+		}
+		if err := s.gate.Authorize(r, "create_upload", api.Write, req.Bucket, req.Key); err != nil {
 			return nil, 0, err
 		}
 		u, err := s.CreateUpload(&req)
@@ -59,6 +70,9 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
+		if err := s.gate.Authorize(r, "commit_part", api.Write, req.Bucket, req.Key); err != nil {
+			return nil, 0, err
+		}
 		p, err := s.CommitPart(&req)
 		return p, http.StatusOK, err
 	})
@@ -67,7 +81,11 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
+		if err := s.gate.AuthorizeComplete(r, req.Bucket, req.Key); err != nil {
+			return nil, 0, err
+		}
 		ki, err := s.CompleteUpload(&req)
+		s.gate.Record(s.gate.Who(r), "complete_upload", req.Bucket, req.Key, err)
 		return ki, http.StatusOK, err
 	})
 	route("POST /v1/uploads/abort", "abort_upload", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -75,11 +93,17 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
+		if err := s.gate.Authorize(r, "abort_upload", api.Write, req.Bucket, req.Key); err != nil {
+			return nil, 0, err
+		}
 		return nil, http.StatusNoContent, s.AbortUpload(req)
 	})
 	route("POST /v1/uploads/get", "get_upload", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req metaapi.UploadRef
 		if err := decodeBody(w, r, &req); err != nil {
+			return nil, 0, err
+		}
+		if err := s.gate.Authorize(r, "get_upload", api.Write, req.Bucket, req.Key); err != nil {
 			return nil, 0, err
 		}
 		u, err := s.GetUpload(req)
@@ -90,12 +114,18 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
+		if err := s.gate.Authorize(r, "list_parts", api.Write, req.Bucket, req.Key); err != nil {
+			return nil, 0, err
+		}
 		l, err := s.ListParts(&req)
 		return l, http.StatusOK, err
 	})
 	route("POST /v1/uploads/list", "list_uploads", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req metaapi.ListUploads
 		if err := decodeBody(w, r, &req); err != nil {
+			return nil, 0, err
+		}
+		if err := s.gate.Authorize(r, "list_uploads", api.Read, req.Bucket, req.Prefix); err != nil {
 			return nil, 0, err
 		}
 		l, err := s.ListUploads(&req)

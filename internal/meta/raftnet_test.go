@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spindle-store/spindle/internal/meta/raftgroup"
+	"github.com/spindle-store/spindle/internal/meta/raftnet"
 )
 
 // TestRaftStreamReopensAfterRestart: a follower stopped and started again
@@ -44,7 +44,7 @@ func openStream(t *testing.T, addr string) (*io.PipeWriter, chan int) {
 	res := make(chan int, 1)
 	go func() {
 		code := 0
-		resp, err := http.Post("http://"+addr+raftgroup.StreamRoute, "application/octet-stream", pr)
+		resp, err := http.Post("http://"+addr+raftnet.StreamRoute, "application/octet-stream", pr)
 		if err == nil {
 			// The stream may be cut, and this goroutine may outlive the
 			// test: its status is what the test reads.
@@ -75,7 +75,7 @@ func waitEnded(t *testing.T, res chan int) {
 func TestRaftStreamRefusesOversizedFrame(t *testing.T) {
 	g := newRGroup(t, 3)
 	pw, res := openStream(t, g.addrs[0])
-	if _, err := pw.Write(binary.LittleEndian.AppendUint32(nil, raftgroup.MaxRaftFrameBytes+1)); err != nil {
+	if _, err := pw.Write(binary.LittleEndian.AppendUint32(nil, raftnet.MaxRaftFrameBytes+1)); err != nil {
 		t.Fatal(err)
 	}
 	waitEnded(t, res)

@@ -10,6 +10,7 @@ import (
 	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/meta/namespace"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3permapi"
 )
 
 // TestListDelimiter: a delimiter rolls keys up into common prefixes, each
@@ -206,7 +207,7 @@ func TestUsersAndBucketOwners(t *testing.T) {
 	wantErr(t, err, metaapi.ErrExists, "the same access key")
 	_, err = c.s.CreateUser(&metaapi.CreateUser{Name: "bob", AccessKey: "short", SecretKey: "0123456789abcdef0"})
 	wantErr(t, err, metaapi.ErrInvalid, "a short access key")
-	must[*metaapi.Bucket](t)(c.s.CreateS3Bucket("owned", &metaapi.CreateS3Bucket{Owner: u.AccessKey, ACL: []byte(`{"Owner":"x"}`)}))
+	must[*metaapi.Bucket](t)(c.s.CreateS3Bucket("owned", &s3permapi.CreateBucket{CreateS3Bucket: metaapi.CreateS3Bucket{Owner: u.AccessKey, ACL: []byte(`{"Owner":"x"}`)}}))
 	cfg := c.s.Cfg
 	mustNo(t, c.s.Close())
 	c.s = open(t, cfg)

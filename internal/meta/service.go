@@ -4,13 +4,17 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/spindle-store/spindle/internal/meta/access"
+	"github.com/spindle-store/spindle/internal/meta/authz"
 	"github.com/spindle-store/spindle/internal/meta/cluster"
 	"github.com/spindle-store/spindle/internal/meta/namespace"
 	"github.com/spindle-store/spindle/internal/meta/raftgroup"
 	"github.com/spindle-store/spindle/internal/meta/repair"
 	"github.com/spindle-store/spindle/internal/meta/state"
+	"github.com/spindle-store/spindle/internal/meta/tokenkeys"
 
 	dto "github.com/prometheus/client_model/go"
+
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -30,9 +34,10 @@ type Service struct {
 	// rep is the meta raft group's member (nil: a group of one); State.rep
 	// is the same member as the state machine sees it.
 	rep    *raftgroup.Member
-	joins  joinTokens   // join.go
-	bodies *bodyGate    // admission.go
-	tokens *blockTokens // blocktokens.go
+	joins  joinTokens        // join.go
+	bodies *bodyGate         // admission.go
+	gate   *access.Gate      // grants' routes, authorization, audit log
+	tokens *tokenkeys.Minter // block tokens
 }
 
 // compose builds the concerns over st.
@@ -46,7 +51,7 @@ func compose(st *state.State) *Service {
 	s.Rerepl = repair.NewRerepl(st, s.Cluster, s.Damage, s.Ops)
 	s.Namespace, s.Multipart = namespace.New(st, s.Cluster, s.Allocator, s.BlockGC)
 	s.S3Users = namespace.NewS3Users(st)
-	s.tokens = &blockTokens{st: st}
+	s.tokens = tokenkeys.New(st)
 	return s
 }
 
@@ -69,6 +74,9 @@ func Open(cfg state.Config) (*Service, error) {
 	if err := s.Load(); err != nil {
 		return nil, errors.Join(fmt.Errorf("meta: load %s: %w", cfg.Dir, err), db.Close())
 	}
+	if err := authz.Validate(s.State); err != nil { // package access
+		return nil, errors.Join(fmt.Errorf("meta: load %s: grants: %w", cfg.Dir, err), db.Close())
+	}
 	if len(cfg.Peers) > 0 {
 		if s.rep, err = raftgroup.OpenMember(s.State, db); err != nil {
 			return nil, errors.Join(err, db.Close())
@@ -79,6 +87,9 @@ func Open(cfg state.Config) (*Service, error) {
 		s.InitMemory()
 	}
 	s.Metrics = newMetrics(s)
+	if s.gate, err = access.Open(s.State, s.Namespace, s.S3Users); err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
 	if s.rep != nil {
 		s.rep.Start()
 	}
@@ -89,10 +100,10 @@ func Open(cfg state.Config) (*Service, error) {
 
 // Close closes the store. Requests after Close fail with ErrUnavailable.
 func (s *Service) Close() error {
-	var rerr error
+	rerr := s.gate.Close()
 	if s.rep != nil {
 		// Before s.mu: the raft goroutine takes it.
-		rerr = s.rep.Close()
+		rerr = errors.Join(rerr, s.rep.Close())
 	}
 	s.Mu.Lock()
 	defer s.Mu.Unlock()
@@ -152,12 +163,12 @@ func (s *Service) WALSyncs() (syncs uint64, seconds float64, err error) {
 	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum() / 1e9, nil
 }
 
-// ChangeMembers adds member id at addr (add) or removes member id (not
-// add) of the meta raft group, one change at a time, and returns once
-// the leader applied it (raftconf.go).
-func (s *Service) ChangeMembers(add bool, id uint64, addr string, force bool) (metaapi.MetaStatus, error) {
+// ChangeMembers makes one change of the meta raft group's members (add,
+// promote, remove, replace) and returns once the leader applied it
+// (raftgroup/raftconf.go).
+func (s *Service) ChangeMembers(ch metaapi.MemberChange) (metaapi.MetaStatus, error) {
 	if s.rep == nil {
 		return metaapi.MetaStatus{}, fmt.Errorf("%w: a single meta service has no members to change (start members with --peers)", metaapi.ErrInvalid)
 	}
-	return s.rep.ChangeMembers(add, id, addr, force)
+	return s.rep.ChangeMembers(ch)
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/spindle-store/spindle/internal/meta/checkpoint"
 	"github.com/spindle-store/spindle/internal/meta/raftgroup"
 	"github.com/spindle-store/spindle/internal/meta/state"
@@ -47,7 +48,8 @@ func putKeys(t *testing.T, cl *metaapi.Client, bucket, prefix string, n int) []s
 }
 
 // addMember adds member ID len(g.srvs)+1 to the group (admin meta add)
-// on a new address and starts it with Join; it returns its index.
+// on a new address as a learner, starts it with Join and waits until the
+// leader has promoted it; it returns its index.
 func (g *rgroup) addMember(dir string) int {
 	g.t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -77,6 +79,18 @@ func (g *rgroup) addMemberOn(ln net.Listener, dir string) int {
 		c.Join = c.ID == id
 	}
 	g.start(i, ln)
+	waitFor(g.t, fmt.Sprintf("member %d promoted from learner to voter", id), func() bool {
+		st, err := g.cl.ChangeMembers(bg, metaapi.MemberChange{Op: "add", ID: id, Addr: ln.Addr().String()})
+		if err != nil {
+			return false
+		}
+		for _, m := range st.Members {
+			if m.ID == id {
+				return !m.Learner
+			}
+		}
+		return false
+	})
 	return i
 }
 
@@ -130,6 +144,18 @@ func TestEmptiedMemberCatchesUpFromSnapshot(t *testing.T) {
 	})
 	if st := g.srvs[f].Service().MetaStatus(); st.Term <= term || st.SnapshotIndex == 0 {
 		t.Fatalf("emptied member's status %+v: want a term past %d and a snapshot", st, term)
+	}
+	// The leader knew it had held entries: it asked to be made a learner,
+	// had no vote until promoted, and is a voter again (learners.go).
+	waitFor(t, "the emptied member promoted after having been a learner", func() bool {
+		st := g.srvs[f].Service().MetaStatus()
+		return st.Role != "recovering" && st.Role != "learner"
+	})
+	if !fr.Rec.WasLearner() {
+		t.Fatalf("the emptied member votes again without having been a learner")
+	}
+	if st := g.srvs[g.leader()].Service().MetaStatus(); len(st.Members) != 3 || slices.ContainsFunc(st.Members, func(m metaapi.MetaMember) bool { return m.Learner }) {
+		t.Fatalf("members at the end: %+v, want three voters", st.Members)
 	}
 	g.handOver(f)
 	fc, err := metaapi.NewClient(g.addrs[f], metaapi.ClientOptions{Attempts: 1})
@@ -280,7 +306,7 @@ func appliedIndexOf(t *testing.T, fs vfs.FS, dir string) uint64 {
 	db, err := state.OpenStore(fs, dir, quiet)
 	mustNo(t, err)
 	defer mustClose(t, db)
-	st, _, err := raftgroup.ReadState(db)
+	st, _, _, err := raftgroup.ReadState(db)
 	mustNo(t, err)
 	return st.Index
 }
@@ -291,7 +317,7 @@ func appliedIndexAt(t *testing.T, fs vfs.FS, dbDir string) uint64 {
 	db, err := pebble.Open(dbDir, &pebble.Options{FS: vfs.ToPebble(fs), Logger: state.PebbleLogger{L: quiet}})
 	mustNo(t, err)
 	defer mustClose(t, db)
-	st, _, err := raftgroup.ReadState(db)
+	st, _, _, err := raftgroup.ReadState(db)
 	mustNo(t, err)
 	return st.Index
 }

@@ -13,8 +13,9 @@ const MetaStatusRoute = "/v1/meta/status"
 
 // MetaMember is a member of the meta service's raft group.
 type MetaMember struct {
-	ID   uint64 `json:"id"`
-	Addr string `json:"addr,omitempty"`
+	ID      uint64 `json:"id"`
+	Addr    string `json:"addr,omitempty"`
+	Learner bool   `json:"learner,omitempty"` // no vote until promoted
 }
 
 // MetaStatus is one member's view of the meta service's raft group (a
@@ -23,8 +24,7 @@ type MetaStatus struct {
 	ID         uint64 `json:"id"`
 	LeaderID   uint64 `json:"leader_id"` // 0: no leader known
 	LeaderAddr string `json:"leader_addr,omitempty"`
-	// Role: leader, follower, candidate or pre-candidate; removed for a
-	// member that applied its own removal from the group.
+	// Role: leader, follower, candidate, pre-candidate, learner, recovering, or removed (it applied its own removal).
 	Role string `json:"role"`
 	// Serving: this member answers requests (the leader, once it has
 	// applied the log up to its term's first entry).
@@ -57,12 +57,12 @@ type MetaStatus struct {
 // at a time: POST MemberChange → MetaStatus (the leader's, once applied).
 const MetaMembersRoute = "/v1/meta/members"
 
-// MemberChange adds member ID at Addr (Op "add") or removes member ID
-// (Op "remove"). A change already in effect succeeds.
+// MemberChange is one change (raftgroup.ChangeMembers): add (ID at Addr, a learner unless Voter), promote, remove, replace.
 type MemberChange struct {
-	Op   string `json:"op"`
-	ID   uint64 `json:"id"`
-	Addr string `json:"addr,omitempty"`
+	Op    string `json:"op"`
+	ID    uint64 `json:"id"`
+	Addr  string `json:"addr,omitempty"`
+	Voter bool   `json:"voter,omitempty"`
 	// Force: make the change even if it leaves fewer members up than a
 	// quorum of the new member set.
 	Force bool `json:"force,omitempty"`
@@ -101,8 +101,7 @@ func SplitAddrs(list string) []string {
 	return out
 }
 
-// MetaStatus asks the member at the client's current address (one
-// attempt, no failover: it describes that member).
+// MetaStatus asks the member at the client's current address (one attempt, no failover: it describes that member).
 func (c *Client) MetaStatus(ctx context.Context) (MetaStatus, error) {
 	var st MetaStatus
 	return st, c.once(ctx, int(c.cur.Load()), http.MethodGet, MetaStatusRoute, nil, "", &st)

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
@@ -22,16 +20,17 @@ import (
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/md5batch"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3perm"
+	"github.com/spindle-store/spindle/internal/s3permapi"
 )
 
 // Backend is versitygw's backend.Backend over Spindle (see the package
 // comment). Operations it does not implement answer NotImplemented.
 type Backend struct {
-	backend.BackendUnsupported
+	perms  // bucket ACLs, policies, ownership, object ACLs (perms.go)
 	meta   *metaapi.Client
 	kc     *keyclient.Client
 	region string
-	acls   aclCache
 	// md5s hashes the ETags of every PUT, part and copy, batched.
 	md5s *md5batch.Batcher
 }
@@ -40,8 +39,9 @@ var _ backend.Backend = (*Backend)(nil)
 
 // NewBackend returns the backend over the meta service behind mc and the
 // key client kc (which must use mc as its Meta).
-func NewBackend(mc *metaapi.Client, kc *keyclient.Client, region string) *Backend {
-	return &Backend{meta: mc, kc: kc, region: region, acls: aclCache{m: map[string]aclEntry{}, now: time.Now}, md5s: md5batch.New()}
+// The bucket permissions it caches are pc's (shared with the IAM).
+func NewBackend(mc *metaapi.Client, kc *keyclient.Client, region string, pc *PermCache) *Backend {
+	return &Backend{perms: perms{meta: mc, cache: pc}, meta: mc, kc: kc, region: region, md5s: md5batch.New()}
 }
 
 // String names the backend in versitygw's banner.
@@ -100,88 +100,19 @@ func bucketErr(err error) error {
 	return toS3(err, s3err.ErrNoSuchBucket)
 }
 
-// GetBucketAcl returns the ACL document stored with the bucket (one with
-// just its owner when none was stored). versitygw asks for it on every
-// request that names a bucket (to authorize it): answers are cached for
-// ACLCacheTTL (see aclCache).
-func (b *Backend) GetBucketAcl(ctx context.Context, in *s3.GetBucketAclInput) ([]byte, error) {
-	name := deref(in.Bucket)
-	if acl, ok := b.acls.get(name); ok {
-		return acl, nil
-	}
-	bk, err := b.meta.GetBucket(ctx, name)
-	if err != nil {
-		return nil, bucketErr(err)
-	}
-	acl := bk.ACL
-	if len(acl) == 0 {
-		if acl, err = json.Marshal(auth.ACL{Owner: bk.Owner}); err != nil {
-			return nil, err
-		}
-	}
-	b.acls.put(name, acl)
-	return acl, nil
-}
-
-// Bounds of the gateway's cache of bucket ACLs.
-const (
-	// ACLCacheTTL is how long a gateway uses a bucket's ACL (its owner
-	// and grants) without asking the meta service again: a change made
-	// through another gateway applies here within it. A bucket deleted
-	// meanwhile is refused by the meta service at the object operation.
-	ACLCacheTTL = time.Second
-	// ACLCacheMaxEntries bounds the buckets cached (the cache is emptied
-	// when full).
-	ACLCacheMaxEntries = 4096
-)
-
-// aclCache holds bucket ACL documents for ACLCacheTTL; this gateway's own
-// changes (PutBucketAcl, CreateBucket, DeleteBucket) drop the entry.
-type aclCache struct {
-	mu  sync.Mutex
-	m   map[string]aclEntry
-	now func() time.Time
-}
-
-type aclEntry struct {
-	acl     []byte
-	fetched time.Time
-}
-
-func (c *aclCache) get(bucket string) ([]byte, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.m[bucket]
-	if !ok || c.now().Sub(e.fetched) >= ACLCacheTTL {
-		return nil, false
-	}
-	return e.acl, true
-}
-
-func (c *aclCache) put(bucket string, acl []byte) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.m) >= ACLCacheMaxEntries {
-		clear(c.m)
-	}
-	c.m[bucket] = aclEntry{acl: acl, fetched: c.now()}
-}
-
-func (c *aclCache) drop(bucket string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, bucket)
-}
-
 // CreateBucket creates a bucket owned by the ACL's owner (the caller).
 func (b *Backend) CreateBucket(ctx context.Context, in *s3.CreateBucketInput, defaultACL []byte) error {
 	name := deref(in.Bucket)
-	b.acls.drop(name)
+	b.cache.drop(name)
 	acl, err := auth.ParseACL(defaultACL)
 	if err != nil {
 		return err
 	}
-	_, err = b.meta.CreateS3Bucket(ctx, name, metaapi.CreateS3Bucket{Owner: acl.Owner, ACL: defaultACL})
+	ownership := string(in.ObjectOwnership)
+	if ownership == "" {
+		ownership = s3perm.OwnerEnforced
+	}
+	_, err = s3permapi.Create(ctx, b.meta, name, s3permapi.CreateBucket{CreateS3Bucket: metaapi.CreateS3Bucket{Owner: acl.Owner, ACL: defaultACL}, Ownership: ownership})
 	if errors.Is(err, metaapi.ErrExists) {
 		if bk, gerr := b.meta.GetBucket(ctx, name); gerr == nil && bk.Owner == acl.Owner {
 			return s3err.GetAPIError(s3err.ErrBucketAlreadyOwnedByYou)
@@ -194,25 +125,19 @@ func (b *Backend) CreateBucket(ctx context.Context, in *s3.CreateBucketInput, de
 	return toS3(err, s3err.ErrNoSuchBucket)
 }
 
-// PutBucketAcl replaces the bucket's ACL document.
-func (b *Backend) PutBucketAcl(ctx context.Context, bucket string, data []byte) error {
-	defer b.acls.drop(bucket)
-	return bucketErr(b.meta.PutBucketACL(ctx, bucket, data))
-}
-
 // ChangeBucketOwner gives a bucket to another user (admin API).
 func (b *Backend) ChangeBucketOwner(ctx context.Context, bucket, owner string) error {
 	acl, err := json.Marshal(auth.ACL{Owner: owner})
 	if err != nil {
 		return err
 	}
-	defer b.acls.drop(bucket)
+	defer b.cache.drop(bucket)
 	return bucketErr(b.meta.PutBucketACL(ctx, bucket, acl))
 }
 
 // DeleteBucket deletes an empty bucket.
 func (b *Backend) DeleteBucket(ctx context.Context, bucket string) error {
-	defer b.acls.drop(bucket)
+	defer b.cache.drop(bucket)
 	err := b.meta.DeleteBucket(ctx, bucket)
 	if errors.Is(err, metaapi.ErrNotFound) {
 		return s3err.GetAPIError(s3err.ErrNoSuchBucket)
@@ -230,14 +155,6 @@ func (b *Backend) GetBucketVersioning(ctx context.Context, bucket string) (s3res
 	}
 	return s3response.GetBucketVersioningOutput{}, nil
 }
-
-// GetBucketPolicy: no bucket policies.
-func (b *Backend) GetBucketPolicy(context.Context, string) ([]byte, error) {
-	return nil, s3err.GetAPIError(s3err.ErrNoSuchBucketPolicy)
-}
-
-// DeleteBucketPolicy: there is none to delete.
-func (b *Backend) DeleteBucketPolicy(context.Context, string) error { return nil }
 
 // GetObjectLockConfiguration: no object lock.
 func (b *Backend) GetObjectLockConfiguration(context.Context, string) ([]byte, error) {

@@ -26,10 +26,18 @@
 // # Mapping
 //
 //   - A bucket is a meta service bucket with an owner (the creator's access
-//     key) and versitygw's ACL document. versitygw reads the ACL on every
-//     request; a gateway caches it for ACLCacheTTL (1 s), so an ACL changed
-//     through another gateway applies here within that (its own changes
-//     at once).
+//     key), versitygw's ACL document, a bucket policy and an object
+//     ownership (s3permapi; perms.go). versitygw reads them on every
+//     request; a gateway caches them for ACLCacheTTL (1 s, PermCache), so a
+//     change through another gateway applies here within that (its own
+//     changes at once).
+//   - Permissions (internal/s3perm): versitygw evaluates the bucket policy
+//     (explicit Deny first) and the bucket ACL; the IAM is its
+//     PolicyEvaluator for the identity side: the bucket owner's rights and
+//     bucket and object ACL grants where ownership enables ACLs
+//     (iam_policy.go). An unsigned request is served only where a policy
+//     or ACL makes the bucket public (versitygw) or, for a GET or HEAD of
+//     an object, where the object's ACL grants everyone READ (anon.go).
 //   - An object is a key; its S3 metadata (ETag = MD5 hex, Content-Type and
 //     the standard headers, x-amz-meta-*, the client's checksum) is stored
 //     in the key's record, committed in the same batch as its blocks: a

@@ -75,7 +75,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	mc, err := metaapi.NewClient(cfg.Meta, metaapi.ClientOptions{TLS: cfg.TLS})
+	mc, err := metaClient(cfg.Meta, cfg.TLS) // identity.go: calls name their S3 user
 	if err != nil {
 		return fmt.Errorf("s3gw: %w", err)
 	}
@@ -91,13 +91,15 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("s3gw: %w", err)
 	}
 	defer func() { _ = kc.Close() }() // always nil (keyclient.Client.Close)
-	iam := NewIAM(mc)
+	pc := NewPermCache(mc)
+	iam := NewIAM(mc, pc)
 	v2 := &sigV2{access: cfg.AccessKey, secret: cfg.SecretKey, iam: iam, region: cfg.Region, now: time.Now}
 	cfg.Logger.Info("s3 gateway listening", "addr", cfg.Listen, "https", cfg.CertFile != "", "meta", cfg.Meta, "cluster_tls", cfg.TLS.Mode(), "region", cfg.Region, "domain", cfg.Domain)
 	if cfg.CertFile == "" {
 		cfg.Logger.Warn("s3 gateway serving plain HTTP (--insecure): requests and data travel unencrypted", "addr", cfg.Listen)
 	}
-	err = embedgw.RunVersityGW(ctx, NewBackend(mc, kc, cfg.Region), &embedgw.Config{
+	be := NewBackend(mc, kc, cfg.Region, pc)
+	err = embedgw.RunVersityGW(ctx, be, &embedgw.Config{
 		RootUserAccess:    cfg.AccessKey,
 		RootUserSecret:    cfg.SecretKey,
 		Region:            cfg.Region,
@@ -109,7 +111,7 @@ func Run(ctx context.Context, cfg Config) error {
 		MultipartMaxParts: metaapi.MaxParts,
 		VirtualDomain:     cfg.Domain,
 		IAMService:        iam,
-		S3Options:         []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error { noteEncodingType(c); return v2.handle(c) })},
+		S3Options:         []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error { noteEncodingType(c); be.anonymousRead(c, cfg.Domain); return v2.handle(c) })},
 		KeepAlive:         true,
 		Quiet:             true,
 	})

@@ -21,13 +21,15 @@ const iamTimeout = 10 * time.Second
 // buckets, which they then own; nothing else beyond their ACLs); the root
 // user is versitygw's and never stored.
 type IAM struct {
-	meta *metaapi.Client
+	meta  *metaapi.Client
+	perms *PermCache
 }
 
 var _ auth.IAMService = (*IAM)(nil)
 
-// NewIAM returns the IAM service of the meta service behind mc.
-func NewIAM(mc *metaapi.Client) *IAM { return &IAM{meta: mc} }
+// NewIAM returns the IAM service of the meta service behind mc; it reads
+// bucket permissions through pc (iam_policy.go).
+func NewIAM(mc *metaapi.Client, pc *PermCache) *IAM { return &IAM{meta: mc, perms: pc} }
 
 func iamCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), iamTimeout)

@@ -34,6 +34,11 @@ func (b *Backend) CreateMultipartUpload(ctx context.Context, in s3response.Creat
 	if in.ChecksumAlgorithm != "" {
 		om.Checksums = map[string]string{string(in.ChecksumAlgorithm): ""}
 	}
+	acl, err := b.objectACLFor(ctx, bucket)
+	if err != nil {
+		return s3response.InitiateMultipartUploadResult{}, err
+	}
+	om.Headers = withObjectACL(om.Headers, acl)
 	up, err := b.meta.CreateUpload(ctx, metaapi.CreateUpload{Bucket: bucket, Key: key, Object: om})
 	if err != nil {
 		return s3response.InitiateMultipartUploadResult{}, toS3(err, s3err.ErrNoSuchBucket)

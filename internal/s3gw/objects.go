@@ -207,6 +207,10 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	if err := keyErr(key); err != nil {
 		return s3response.PutObjectOutput{}, err
 	}
+	acl, err := b.objectACLFor(ctx, bucket)
+	if err != nil {
+		return s3response.PutObjectOutput{}, err
+	}
 	chk, err := newBodyCheck(b.md5s, po.Body, checksumHeaders{
 		types.ChecksumAlgorithmCrc32: po.ChecksumCRC32, types.ChecksumAlgorithmCrc32c: po.ChecksumCRC32C,
 		types.ChecksumAlgorithmCrc64nvme: po.ChecksumCRC64NVME, types.ChecksumAlgorithmSha1: po.ChecksumSHA1,
@@ -222,6 +226,7 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 		Headers:     standardHeaders(po.ContentEncoding, po.ContentDisposition, po.ContentLanguage, po.CacheControl, po.Expires, po.WebsiteRedirectLocation),
 		UserMeta:    po.Metadata,
 	}
+	om.Headers = withObjectACL(om.Headers, acl)
 	cond := metaapi.Conditions{IfMatch: deref(po.IfMatch), IfNoneMatch: deref(po.IfNoneMatch)}
 	res, err := b.kc.Put(ctx, bucket, key, chk.r, keyclient.PutOptions{
 		SizeHintBytes: aws.ToInt64(po.ContentLength),
@@ -531,6 +536,10 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 		return s3response.CopyObjectOutput{}, err
 	}
 	dstBucket, dstKey := deref(in.Bucket), deref(in.Key)
+	acl, err := b.objectACLFor(ctx, dstBucket)
+	if err != nil {
+		return s3response.CopyObjectOutput{}, err
+	}
 	om := &metaapi.ObjectMeta{}
 	if in.MetadataDirective == types.MetadataDirectiveReplace {
 		om.ContentType = deref(in.ContentType)
@@ -554,6 +563,7 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 			}
 		}
 	}
+	om.Headers = withObjectACL(om.Headers, acl) // the copy's own ACL, not the source's
 	ki, err := b.copyInto(ctx, src, 0, int64(src.Size), dstBucket, dstKey, false, func(ctx context.Context, ck metaapi.CommitKey, etag string) (metaapi.KeyInfo, error) {
 		om.ETag = etag
 		om.ChecksumType = string(types.ChecksumTypeFullObject)

@@ -2,6 +2,8 @@ package vfs
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -89,4 +91,26 @@ func WriteFileAtomicPerm(fs FS, path string, data []byte, perm os.FileMode) erro
 // permCreator is a filesystem whose files have permissions (the OS).
 type permCreator interface {
 	CreatePerm(name string, perm os.FileMode) (File, error)
+}
+
+// maxReadFileBytes bounds ReadFile: it is for small files written whole
+// (WriteFileAtomic), never for data.
+const maxReadFileBytes = 1 << 20
+
+// ReadFile reads the whole of a small file (at most maxReadFileBytes).
+func ReadFile(fs FS, path string) (_ []byte, err error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	b, err := io.ReadAll(io.LimitReader(f, maxReadFileBytes+1))
+	if err == nil && len(b) > maxReadFileBytes {
+		err = fmt.Errorf("vfs: %s: larger than %d bytes", path, maxReadFileBytes)
+	}
+	return b, err
 }

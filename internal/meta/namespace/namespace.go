@@ -12,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/spindle-store/spindle/internal/crc32c"
+	"github.com/spindle-store/spindle/internal/meta/authz"
 	"github.com/spindle-store/spindle/internal/meta/cluster"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -77,6 +78,10 @@ func (s *Namespace) DeleteBucket(name string) error {
 			state.CloseBatch(b)
 			return struct{}{}, nil, err
 		}
+		if err := authz.DropBucket(s.State, b, name); err != nil { // its grants go with it
+			state.CloseBatch(b)
+			return struct{}{}, nil, err
+		}
 		state.Del(b, state.BucketKey(name))
 		delete(s.Buckets, name)
 		return struct{}{}, b, nil
@@ -118,10 +123,21 @@ func (s *Namespace) getKey(bucket, key string) (_ state.KeyRecord, _ bool, err e
 // batch), replacing an older version whose blocks are scheduled for
 // deletion. See the metaapi package comment for the rules.
 func (s *Namespace) CommitKey(bucket, key string, ck *metaapi.CommitKey) (*metaapi.KeyInfo, error) {
+	return s.CommitKeyAs(bucket, key, ck, nil)
+}
+
+// Check is a commit's authorization (package meta/authz), called under
+// s.mu once the commit knows whether it replaces a key (exists): after a
+// retried commit is recognised (answered as before), before anything else
+// is looked at; its error refuses the commit. nil: none (trusted callers).
+type Check func(bucket, key string, exists bool) error
+
+// CommitKeyAs is CommitKey checked by check.
+func (s *Namespace) CommitKeyAs(bucket, key string, ck *metaapi.CommitKey, check Check) (*metaapi.KeyInfo, error) {
 	if err := s.checkCommit(ck); err != nil {
 		return nil, err
 	}
-	ki, err := state.Mutate(s.State, func() (*metaapi.KeyInfo, *pebble.Batch, error) { return s.commitKeyLocked(bucket, key, ck) })
+	ki, err := state.Mutate(s.State, func() (*metaapi.KeyInfo, *pebble.Batch, error) { return s.commitKeyLocked(bucket, key, ck, check) })
 	if err == nil {
 		s.Metrics.Commits.Inc()
 		ki.Inline = nil // the committer has the value: the answer does not carry it back
@@ -152,6 +168,11 @@ func (s *Namespace) checkCommit(ck *metaapi.CommitKey) error {
 // changes nothing and does not affect the others. A service that does
 // not serve (closed, failed, not the leader) refuses the whole batch.
 func (s *Namespace) CommitKeys(items []metaapi.BatchedCommit) ([]metaapi.CommitResult, error) {
+	return s.CommitKeysAs(items, nil)
+}
+
+// CommitKeysAs is CommitKeys, each commit checked by check.
+func (s *Namespace) CommitKeysAs(items []metaapi.BatchedCommit, check Check) ([]metaapi.CommitResult, error) {
 	if len(items) > metaapi.MaxCommitBatch {
 		return nil, fmt.Errorf("%w: %d commits in a batch, at most %d", metaapi.ErrInvalid, len(items), metaapi.MaxCommitBatch)
 	}
@@ -161,7 +182,7 @@ func (s *Namespace) CommitKeys(items []metaapi.BatchedCommit) ([]metaapi.CommitR
 	}
 	kis, errs, werr, err := state.ApplyEach(s.State, pre, func(i int) (*metaapi.KeyInfo, *pebble.Batch, error) {
 		it := &items[i]
-		return s.commitKeyLocked(it.Bucket, it.Key, &it.CommitKey)
+		return s.commitKeyLocked(it.Bucket, it.Key, &it.CommitKey, check)
 	})
 	if err != nil {
 		return nil, err
@@ -180,7 +201,7 @@ func (s *Namespace) CommitKeys(items []metaapi.BatchedCommit) ([]metaapi.CommitR
 }
 
 // commitKeyLocked is CommitKey, validated, under s.mu.
-func (s *Namespace) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (*metaapi.KeyInfo, *pebble.Batch, error) {
+func (s *Namespace) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey, check Check) (*metaapi.KeyInfo, *pebble.Batch, error) {
 	brec, err := s.BucketOf(bucket, key)
 	if err != nil {
 		return nil, nil, err
@@ -204,6 +225,11 @@ func (s *Namespace) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey) (
 		}
 		if found {
 			return s.keyInfo(bucket, key, rec, now), nil, nil
+		}
+	}
+	if check != nil {
+		if err := check(bucket, key, exists); err != nil {
+			return nil, nil, err
 		}
 	}
 	if err := checkConditions(bucket, key, old, exists, ck.Conditions); err != nil {

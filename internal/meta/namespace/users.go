@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3permapi"
 )
 
 // S3 users and bucket owners (the S3 gateway's identities). Users are
@@ -152,19 +153,20 @@ func (s *S3Users) UserByAccessKey(access string) (*metaapi.User, error) {
 }
 
 // CreateS3Bucket creates an empty bucket owned by req.Owner with its ACL
-// document (ErrExists if it exists).
-func (s *S3Users) CreateS3Bucket(name string, req *metaapi.CreateS3Bucket) (*metaapi.Bucket, error) {
+// document and object ownership (ErrExists if it exists).
+func (s *S3Users) CreateS3Bucket(name string, req *s3permapi.CreateBucket) (*metaapi.Bucket, error) {
 	if err := metaapi.ValidBucket(name); err != nil {
 		return nil, err
 	}
-	if req.Owner == "" || len(req.Owner) > metaapi.MaxAccessKeyBytes || len(req.ACL) > metaapi.MaxACLBytes {
-		return nil, fmt.Errorf("%w: bucket %s: owner of 1..%d bytes and ACL of at most %d bytes", metaapi.ErrInvalid, name, metaapi.MaxAccessKeyBytes, metaapi.MaxACLBytes)
+	if req.Owner == "" || len(req.Owner) > metaapi.MaxAccessKeyBytes || len(req.ACL) > metaapi.MaxACLBytes || len(req.Ownership) > s3permapi.MaxOwnershipBytes {
+		return nil, fmt.Errorf("%w: bucket %s: owner of 1..%d bytes, ACL of at most %d bytes, ownership of at most %d", metaapi.ErrInvalid, name,
+			metaapi.MaxAccessKeyBytes, metaapi.MaxACLBytes, s3permapi.MaxOwnershipBytes)
 	}
 	return state.Mutate(s.State, func() (*metaapi.Bucket, *pebble.Batch, error) {
 		if _, ok := s.Buckets[name]; ok {
 			return nil, nil, fmt.Errorf("%w: bucket %s", metaapi.ErrExists, name)
 		}
-		rec := state.BucketRecord{Created: s.Cfg.Now(), Owner: req.Owner, ACL: string(req.ACL)}
+		rec := state.BucketRecord{Created: s.Cfg.Now(), Owner: req.Owner, ACL: string(req.ACL), Ownership: req.Ownership}
 		b := s.Store.NewBatch()
 		state.Set(b, state.BucketKey(name), rec.Encode())
 		s.Buckets[name] = rec

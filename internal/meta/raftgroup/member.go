@@ -19,16 +19,19 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3"
+
+	"github.com/spindle-store/spindle/internal/meta/raftnet"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/raftqueue"
-	"go.etcd.io/raft/v3"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/wal"
-	pb "go.etcd.io/raft/v3/raftpb"
-	"go.etcd.io/raft/v3/tracker"
-	"google.golang.org/protobuf/proto"
 )
 
 // Raft settings and bounds of a replicated meta service.
@@ -103,11 +106,13 @@ type readReq struct {
 
 // membership is the member set of the group as this member knows it.
 type membership struct {
-	// pmu guards members (the voters: ID → host:port, API and raft) and
-	// addrs (the members plus this one: where the transport sends).
-	// hasMembers: the store records a member set (raftStorage).
+	// pmu guards members (ID → host:port, API and raft), learners (the
+	// members without a vote: learners.go) and addrs (the members plus
+	// this one: where the transport sends). hasMembers: the store records
+	// a member set (raftStorage).
 	pmu        sync.RWMutex
 	members    map[uint64]string
+	learners   map[uint64]bool
 	addrs      map[uint64]string
 	hasMembers bool
 	// active: on the leader, the members up (heard from within two
@@ -128,7 +133,7 @@ type Member struct {
 	WAL  *wal.Log
 	DB   *pebble.DB
 	tick time.Duration
-	net  *raftNet
+	net  *raftnet.Net
 
 	membership
 	// snap ships and installs checkpoints (snapshot.go).
@@ -221,7 +226,7 @@ type Member struct {
 	// rec: the member started from an empty directory in a group with
 	// a history (raftconf.go, rejoinTerm) neither grants nor asks votes
 	// until it has caught up (recovery.go).
-	rec recovery
+	Rec recovery
 
 	// iso: with -tags spindle_testhooks, a test may cut the member off
 	// (isolation_hook.go); a release build's iso is empty and never
@@ -235,8 +240,9 @@ type Member struct {
 	// last tick, nil on a follower (map[uint64]uint64, never changed once
 	// stored).
 	match atomic.Value
-	// lastActive: when each member was last RecentActive (run goroutine).
-	lastActive map[uint64]time.Time
+	// lastActive: when each member was last RecentActive; promoteTried:
+	// when each learner's promotion was last proposed (run goroutine).
+	lastActive, promoteTried map[uint64]time.Time
 }
 
 // OpenMember opens the meta raft log in dir/raft (bootstrapping the
@@ -249,27 +255,27 @@ func OpenMember(s *state.State, db *pebble.DB) (*Member, error) {
 	}
 	r := &Member{s: s, id: cfg.ID, log: s.Log.With("member", cfg.ID), DB: db,
 		tick: cfg.RaftTickInterval, notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		readBatches: map[uint64][]readReq{}, lastActive: map[uint64]time.Time{}}
+		readBatches: map[uint64][]readReq{}, lastActive: map[uint64]time.Time{}, promoteTried: map[uint64]time.Time{}}
 	r.Snap.r = r
-	r.rec.r = r
+	r.Rec.r = r
 	r.appendq, r.applyq = raftqueue.New[*pb.Message](), raftqueue.New[*pb.Message]()
 	r.wcond.L = &r.wmu
 	r.streamsCtx, r.streamsStop = context.WithCancel(context.Background())
 	r.in.unreachable = map[uint64]bool{}
 	r.in.snapSent = map[uint64]bool{}
 	r.role.Store("follower")
-	st, members, err := ReadState(db)
+	st, members, learners, err := ReadState(db)
 	if err != nil {
 		return nil, err
 	}
 	if members != nil {
 		r.hasMembers = true
-		r.setMembers(members)
+		r.setMembers(members, learners)
 	} else if cfg.Join {
-		r.setMembers(map[uint64]string{}) // a member once the snapshot says so
+		r.setMembers(map[uint64]string{}, nil) // a member once the snapshot says so
 		r.addrs = maps.Clone(cfg.Peers)
 	} else {
-		r.setMembers(cfg.Peers) // the bootstrap membership
+		r.setMembers(cfg.Peers, nil) // the bootstrap membership
 	}
 	switch {
 	case st.Index == 0:
@@ -293,7 +299,7 @@ func OpenMember(s *state.State, db *pebble.DB) (*Member, error) {
 	default:
 		r.st = st
 	}
-	if err := r.rec.load(); err != nil {
+	if err := r.Rec.load(); err != nil {
 		return nil, err
 	}
 	if r.ckpts, err = openCheckpoints(cfg.FS, cfg.Dir); err != nil {
@@ -312,7 +318,11 @@ func OpenMember(s *state.State, db *pebble.DB) (*Member, error) {
 		}
 		return nil, err
 	}
-	r.net = newRaftNet(r)
+	r.pmu.RLock()
+	addrs := maps.Clone(r.addrs)
+	r.pmu.RUnlock()
+	r.net = raftnet.New(raftnet.Host{ID: r.id, TLS: r.s.Cfg.TLS, Log: r.log, Isolated: r.iso.isolated,
+		SnapshotSent: r.snapshotSent, Unreachable: r.unreachable}, addrs)
 	return r, nil
 }
 
@@ -338,6 +348,11 @@ func (r *Member) openRaft() error {
 			}
 		}
 	}
+	if last == 0 && !hasSnap && r.s.Cfg.Join && r.st.Index == 0 {
+		if err := joinAfterLoss(r); err != nil {
+			return err
+		}
+	}
 	if last == 0 && !hasSnap && !r.s.Cfg.Join && r.st.Index <= 1 {
 		voters := slices.Sorted(maps.Keys(r.s.Cfg.Peers))
 		cs, err := proto.Marshal(&pb.ConfState{Voters: voters})
@@ -354,7 +369,7 @@ func (r *Member) openRaft() error {
 		if history {
 			// Before the log exists: a crash after the bootstrap below
 			// still finds the marker and the member still does not vote.
-			if err := r.rec.start(); err != nil {
+			if err := r.Rec.start(rejoin > 0); err != nil {
 				return err
 			}
 		}
@@ -419,11 +434,20 @@ func (r *Member) openRaft() error {
 
 // start runs the raft goroutine and the senders.
 func (r *Member) Start() {
-	r.net.start()
+	r.net.Start()
 	r.wg.Add(2)
 	go r.appendWorker()
 	go r.applyWorker()
 	go r.run()
+	if r.Rec.on.Load() && r.Rec.lost && len(r.s.Cfg.Peers) > 1 {
+		// Recovering from a lost directory: become a learner
+		// (learners.go); it stops with the member (r.stop).
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			r.Rec.demoteSelf()
+		}()
+	}
 }
 
 // close stops the raft goroutine and the senders, fails every waiter and
@@ -435,7 +459,7 @@ func (r *Member) Close() error {
 		close(r.stop)
 		<-r.done
 		r.wg.Wait()
-		r.net.close()
+		r.net.Close()
 		r.fail(fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable))
 		err = r.WAL.Close()
 	})
@@ -576,6 +600,14 @@ func (r *Member) run() {
 			}
 			r.match.Store(m)
 			r.active.Store(act)
+			if r.leading {
+				for _, cc := range r.promotions(m, r.Last.Load(), time.Now(), r.promoteTried) {
+					r.log.Info("meta learner caught up: promoted to a voter", "member", cc.GetNodeId(), "match", m[cc.GetNodeId()])
+					if err := r.rn.ProposeConfChange(cc); err != nil {
+						r.log.Warn("learner promotion not proposed", "member", cc.GetNodeId(), "err", err)
+					}
+				}
+			}
 		case <-r.notify:
 			// Yield once before taking the inbox: goroutines about to
 			// hand something in (concurrent requests staging their
@@ -629,7 +661,7 @@ func (r *Member) run() {
 			_ = r.rn.Step(m)
 		}
 		for _, m := range msgs {
-			if r.rec.on.Load() && !r.rec.step(m) {
+			if r.Rec.on.Load() && !r.Rec.step(m) {
 				continue
 			}
 			_ = r.rn.Step(m) // a stale or foreign message is dropped
@@ -747,7 +779,7 @@ func (r *Member) respond(m *pb.Message) {
 		if resp.GetTo() == r.id {
 			mine = append(mine, resp)
 		} else {
-			r.net.send(resp)
+			r.net.Send(resp)
 		}
 	}
 	if len(mine) > 0 {
@@ -969,7 +1001,7 @@ func (r *Member) handleReady() {
 			r.noteCommitted(m.GetEntries())
 			r.applyq.Push(m)
 		default:
-			r.net.send(m)
+			r.net.Send(m)
 		}
 	}
 	for _, rs := range rd.ReadStates {
@@ -1045,6 +1077,7 @@ func (r *Member) applyEntries(ents []*pb.Entry) error {
 	st := r.st
 	var startTerm, lastTerm uint64
 	var members map[uint64]string // changed by the round (nil: unchanged)
+	var learners map[uint64]bool
 	var confs []*pb.ConfChange
 	for _, e := range ents {
 		if e.GetIndex() <= st.Index {
@@ -1097,9 +1130,12 @@ func (r *Member) applyEntries(ents []*pb.Entry) error {
 				return fmt.Errorf("%w: entry %d: membership change: %v", state.ErrCorrupt, e.GetIndex(), err)
 			}
 			if members == nil {
-				members = r.memberSet()
+				members, learners = r.memberSet(), r.learnerSet()
+				if learners == nil {
+					learners = map[uint64]bool{}
+				}
 			}
-			if err := applyConfChange(members, cc); err != nil {
+			if err := applyConfChange(members, learners, cc); err != nil {
 				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
 			}
 			confs = append(confs, cc)
@@ -1110,7 +1146,7 @@ func (r *Member) applyEntries(ents []*pb.Entry) error {
 	}
 	state.Set(b, AppliedKey, st.Encode())
 	if members != nil {
-		state.Set(b, membersKey, encodeMembers(members))
+		state.Set(b, membersKey, encodeMembers(members, learners))
 	}
 	// NoSync: the log holds every applied entry durably; after a crash
 	// the store is a prefix of what was applied (batches are atomic) and
@@ -1120,7 +1156,7 @@ func (r *Member) applyEntries(ents []*pb.Entry) error {
 	}
 	r.st = st
 	r.Applied.Store(st.Index)
-	r.rec.caughtUp(st.Index)
+	r.Rec.caughtUp(st.Index)
 	if members == nil && len(confs) > 0 {
 		// Only changes the installed store held before raft did.
 		r.in.mu.Lock()
@@ -1132,7 +1168,7 @@ func (r *Member) applyEntries(ents []*pb.Entry) error {
 		// The transport knows a new member before raft sends to it, and
 		// the latest snapshot has it in its ConfState (raft sends a new
 		// member a snapshot; one from before its addition is refused).
-		r.setMembers(members)
+		r.setMembers(members, learners)
 		r.hasMembers = true
 		if err := r.Snap.takeCheckpoint(lastTerm); err != nil {
 			return fmt.Errorf("snapshot after a membership change: %w", err)
@@ -1141,7 +1177,7 @@ func (r *Member) applyEntries(ents []*pb.Entry) error {
 		r.in.confs = append(r.in.confs, confs...)
 		r.in.mu.Unlock()
 		r.wake()
-		r.log.Info("meta membership changed", "index", st.Index, "members", members)
+		r.log.Info("meta membership changed", "index", st.Index, "members", members, "learners", learners)
 	}
 	r.wmu.Lock()
 	if r.stint != 0 && st.Term == r.stint {
@@ -1247,13 +1283,15 @@ func (r *Member) Status() metaapi.MetaStatus {
 	members := r.memberSet()
 	if _, ok := members[r.id]; !ok && len(members) > 0 {
 		role = "removed" // it applied its own removal: stop its process
-	} else if r.rec.on.Load() {
+	} else if r.Rec.on.Load() {
 		role = "recovering" // catching up; no vote until it has
+	} else if r.learnerSet()[r.id] {
+		role = "learner" // no vote until the leader promotes it
 	}
 	return metaapi.MetaStatus{ID: r.id, LeaderID: lead, LeaderAddr: r.peerAddr(lead), Role: role, Serving: serving,
 		Term: r.Term.Load(), AppliedIndex: r.Applied.Load(), CommitIndex: r.commit.Load(), LastIndex: r.Last.Load(),
-		Members: sortedMembers(members), SnapshotIndex: r.SnapIndex.Load(), SnapshotsInstalled: r.Installed.Load(),
-		VotesRefused: r.rec.votesRefused.Load(), Down: r.down(members),
+		Members: sortedMembers(members, r.learnerSet()), SnapshotIndex: r.SnapIndex.Load(), SnapshotsInstalled: r.Installed.Load(),
+		VotesRefused: r.Rec.votesRefused.Load(), Down: r.down(members),
 		Match: r.matchMap()}
 }
 
@@ -1300,7 +1338,7 @@ func (r *Member) bootstrapRestored() error {
 		return fmt.Errorf("meta: --restore starts a group of one: --peers must name this member (%d) only, not %d members", r.id, len(peers))
 	}
 	b := r.DB.NewBatch()
-	err := b.Set(membersKey, encodeMembers(peers), nil)
+	err := b.Set(membersKey, encodeMembers(peers, nil), nil)
 	if err == nil {
 		err = b.Commit(pebble.Sync)
 	}
@@ -1310,7 +1348,7 @@ func (r *Member) bootstrapRestored() error {
 	if err != nil {
 		return fmt.Errorf("meta: restore: record the member set: %w", err)
 	}
-	r.setMembers(peers)
+	r.setMembers(peers, nil)
 	r.hasMembers = true
 	cs, err := proto.Marshal(&pb.ConfState{Voters: []uint64{r.id}})
 	if err != nil {

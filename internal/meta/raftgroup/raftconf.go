@@ -1,9 +1,11 @@
 package raftgroup
 
 // Membership of a replicated meta service (docs/ARCHITECTURE.md §16):
-// the members and their addresses are replicated state, changed one at a
-// time by raft ConfChange entries (AddNode with the address as context,
-// RemoveNode) that the leader proposes for `spindle admin meta add|remove`.
+// the members, their addresses and which are learners are replicated
+// state, changed one at a time by raft ConfChange entries (AddNode,
+// AddLearnerNode, with the address as context; RemoveNode) that the leader
+// proposes for `spindle admin meta add|promote|remove|replace` and for its
+// promotions of learners that caught up (learners.go).
 // Every member applies such an entry in log order: the new member set
 // goes into the store in the entry's apply batch (membersKey), the
 // transport starts or stops a sender, and raft's configuration changes
@@ -23,14 +25,16 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/spindle-store/spindle/internal/meta/state"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/wal"
-	pb "go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // membersKey holds the member set (0x00 sorts before every record prefix).
@@ -47,79 +51,104 @@ const confChangeRetryPause = 500 * time.Millisecond
 // maxMemberAddrBytes bounds a member's address.
 const maxMemberAddrBytes = 255
 
-// encodeMembers: version u8 | n u32 | n × (id u64 | addr length u16 | addr) | crc u32.
-func encodeMembers(m map[uint64]string) []byte {
+// Member set record versions: 1 holds voters only; 2 adds a flags byte
+// per member (memberLearner).
+const (
+	membersVersionVoters   = 1
+	membersVersionLearners = 2
+	memberLearner          = 1 // flags bit: the member is a learner
+)
+
+// encodeMembers: version u8 = 2 | n u32 | n × (id u64 | flags u8 |
+// addr length u16 | addr) | crc u32; flags bit 0: a learner.
+func encodeMembers(m map[uint64]string, learners map[uint64]bool) []byte {
 	ids := slices.Sorted(maps.Keys(m))
-	b := []byte{state.RecordVersion}
+	b := []byte{membersVersionLearners}
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(ids)))
 	for _, id := range ids {
 		b = binary.LittleEndian.AppendUint64(b, id)
+		var flags byte
+		if learners[id] {
+			flags = memberLearner
+		}
+		b = append(b, flags)
 		b = binary.LittleEndian.AppendUint16(b, uint16(len(m[id])))
 		b = append(b, m[id]...)
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32c.Checksum(b))
 }
 
-func decodeMembers(v []byte) (map[uint64]string, error) {
+// decodeMembers reads a member set of either version (learners: never nil).
+func decodeMembers(v []byte) (map[uint64]string, map[uint64]bool, error) {
 	bad := func(what string) error { return fmt.Errorf("%w: member set: %s", state.ErrCorrupt, what) }
-	if len(v) < 1+4+4 || v[0] != state.RecordVersion {
-		return nil, bad(fmt.Sprintf("%d bytes", len(v)))
+	if len(v) < 1+4+4 || (v[0] != membersVersionVoters && v[0] != membersVersionLearners) {
+		return nil, nil, bad(fmt.Sprintf("%d bytes", len(v)))
 	}
 	if got, want := crc32c.Checksum(v[:len(v)-4]), binary.LittleEndian.Uint32(v[len(v)-4:]); got != want {
-		return nil, bad(fmt.Sprintf("crc %08x, want %08x", got, want))
+		return nil, nil, bad(fmt.Sprintf("crc %08x, want %08x", got, want))
+	}
+	flagBytes := 0
+	if v[0] == membersVersionLearners {
+		flagBytes = 1
 	}
 	n := binary.LittleEndian.Uint32(v[1:])
 	p := v[5 : len(v)-4]
-	m := map[uint64]string{}
+	m, learners := map[uint64]string{}, map[uint64]bool{}
 	for range n {
-		if len(p) < 10 {
-			return nil, bad("truncated")
+		if len(p) < 10+flagBytes {
+			return nil, nil, bad("truncated")
 		}
-		id, l := binary.LittleEndian.Uint64(p), int(binary.LittleEndian.Uint16(p[8:]))
-		if len(p) < 10+l {
-			return nil, bad("truncated address")
+		id := binary.LittleEndian.Uint64(p)
+		if flagBytes == 1 && p[8]&memberLearner != 0 {
+			learners[id] = true
 		}
-		m[id] = string(p[10 : 10+l])
-		p = p[10+l:]
+		p = p[8+flagBytes:]
+		l := int(binary.LittleEndian.Uint16(p))
+		if len(p) < 2+l {
+			return nil, nil, bad("truncated address")
+		}
+		m[id] = string(p[2 : 2+l])
+		p = p[2+l:]
 	}
 	if len(p) != 0 {
-		return nil, bad("trailing bytes")
+		return nil, nil, bad("trailing bytes")
 	}
-	return m, nil
+	return m, learners, nil
 }
 
-// readRaftState reads a store's applied state (Index 0: none) and member
-// set (nil: none recorded).
-func ReadState(db *pebble.DB) (st AppliedState, _ map[uint64]string, err error) {
+// ReadState reads a store's applied state (Index 0: none) and member
+// set (nil: none recorded) with its learners.
+func ReadState(db *pebble.DB) (st AppliedState, _ map[uint64]string, _ map[uint64]bool, err error) {
 	v, closer, err := db.Get(AppliedKey)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
 	case err != nil:
-		return st, nil, fmt.Errorf("meta: read applied state: %w", err)
+		return st, nil, nil, fmt.Errorf("meta: read applied state: %w", err)
 	default:
 		st, err = DecodeAppliedState(v)
 		state.CloseInto(closer, &err, "read applied state")
 		if err != nil {
-			return st, nil, err
+			return st, nil, nil, err
 		}
 	}
 	v, closer, err = db.Get(membersKey)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
-		return st, nil, nil
+		return st, nil, nil, nil
 	case err != nil:
-		return st, nil, fmt.Errorf("meta: read member set: %w", err)
+		return st, nil, nil, fmt.Errorf("meta: read member set: %w", err)
 	}
 	defer state.CloseInto(closer, &err, "read member set")
-	m, err := decodeMembers(v)
-	return st, m, err
+	m, learners, err := decodeMembers(v)
+	return st, m, learners, err
 }
 
-// setMembers makes m the member set: the voters, and the addresses the
-// transport sends to (plus this member's own).
-func (r *Member) setMembers(m map[uint64]string) {
+// setMembers makes m the member set (learners among them), and the
+// addresses the transport sends to (plus this member's own).
+func (r *Member) setMembers(m map[uint64]string, learners map[uint64]bool) {
 	r.pmu.Lock()
 	r.members = maps.Clone(m)
+	r.learners = maps.Clone(learners)
 	addrs := maps.Clone(m)
 	if _, ok := addrs[r.id]; !ok {
 		addrs[r.id] = r.s.Cfg.Peers[r.id]
@@ -127,7 +156,7 @@ func (r *Member) setMembers(m map[uint64]string) {
 	r.addrs = addrs
 	r.pmu.Unlock()
 	if r.net != nil {
-		r.net.setPeers(addrs)
+		r.net.SetPeers(addrs)
 	}
 }
 
@@ -152,11 +181,26 @@ func (m *membership) memberSet() map[uint64]string {
 	return maps.Clone(m.members)
 }
 
+// learnerSet is a copy of the learners among the members.
+func (m *membership) learnerSet() map[uint64]bool {
+	m.pmu.RLock()
+	defer m.pmu.RUnlock()
+	return maps.Clone(m.learners)
+}
+
 // confState is the member set as raft's ConfState.
 func (m *membership) confState() *pb.ConfState {
 	m.pmu.RLock()
 	defer m.pmu.RUnlock()
-	return &pb.ConfState{Voters: slices.Sorted(maps.Keys(m.members))}
+	cs := &pb.ConfState{}
+	for _, id := range slices.Sorted(maps.Keys(m.members)) {
+		if m.learners[id] {
+			cs.Learners = append(cs.Learners, id)
+		} else {
+			cs.Voters = append(cs.Voters, id)
+		}
+	}
+	return cs
 }
 
 // raftStorage is the log's raft.Storage, with the store's member set as
@@ -178,29 +222,71 @@ func (s raftStorage) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	return hs, cs, nil
 }
 
-// applyConfChange applies a committed membership change to m (a copy of
-// the member set the apply round works on).
-func applyConfChange(m map[uint64]string, cc *pb.ConfChange) error {
+// applyConfChange applies a committed membership change to m and
+// learners (copies of the member set the apply round works on). AddNode
+// adds a voter or promotes a learner; AddLearnerNode adds a learner or
+// demotes a voter (replace); the context, when not empty, is the
+// member's address.
+func applyConfChange(m map[uint64]string, learners map[uint64]bool, cc *pb.ConfChange) error {
+	id := cc.GetNodeId()
 	switch cc.GetType() {
-	case pb.ConfChangeType_ConfChangeAddNode:
-		m[cc.GetNodeId()] = string(cc.GetContext())
+	case pb.ConfChangeType_ConfChangeAddNode, pb.ConfChangeType_ConfChangeAddLearnerNode:
+		if addr := string(cc.GetContext()); addr != "" {
+			m[id] = addr
+		} else if _, ok := m[id]; !ok {
+			m[id] = ""
+		}
+		if cc.GetType() == pb.ConfChangeType_ConfChangeAddLearnerNode {
+			learners[id] = true
+		} else {
+			delete(learners, id)
+		}
 	case pb.ConfChangeType_ConfChangeRemoveNode:
-		delete(m, cc.GetNodeId())
+		delete(m, id)
+		delete(learners, id)
 	default:
 		return fmt.Errorf("membership change %v is not supported", cc.GetType())
 	}
 	return nil
 }
 
-// ChangeMembers adds member id at addr (add) or removes member id (not
-// add), one change at a time, and returns once the leader applied it. A
-// change already in effect succeeds at once. Only the serving leader
-// takes it. Unless forced, a change that would leave fewer members up
-// than a quorum of the new member set is refused (quorumAfter).
-func (r *Member) ChangeMembers(add bool, id uint64, addr string, force bool) (metaapi.MetaStatus, error) {
+// ChangeMembers makes one membership change (ch.Op) and returns once
+// the leader applied it; a change already in effect succeeds at once.
+// Only the serving leader takes it.
+//
+//   - add: member ch.ID at ch.Addr joins as a learner (it gets the log
+//     and snapshots but no vote); the leader promotes it once it has
+//     caught up (promotions). ch.Voter adds it as a voter at once.
+//   - promote: learner ch.ID becomes a voter (it must have caught up,
+//     unless forced).
+//   - remove: member ch.ID leaves the group.
+//   - replace: voter ch.ID becomes a learner again (at ch.Addr when
+//     given), for a member whose directory is gone: it catches up from a
+//     snapshot and is promoted, without voting in between.
+//
+// Unless forced, a change that would leave fewer voters up than a quorum
+// of the new voter set is refused (quorumAfter).
+func (r *Member) ChangeMembers(ch metaapi.MemberChange) (metaapi.MetaStatus, error) {
 	s := r.s
-	if id == 0 || (add && (addr == "" || len(addr) > maxMemberAddrBytes)) {
+	id, addr := ch.ID, ch.Addr
+	if id == 0 || len(addr) > maxMemberAddrBytes || (ch.Op == "add" && addr == "") {
 		return metaapi.MetaStatus{}, fmt.Errorf("%w: member %d at %q", metaapi.ErrInvalid, id, addr)
+	}
+	var t pb.ConfChangeType
+	switch ch.Op {
+	case "add":
+		t = pb.ConfChangeType_ConfChangeAddLearnerNode
+		if ch.Voter {
+			t = pb.ConfChangeType_ConfChangeAddNode
+		}
+	case "promote":
+		t = pb.ConfChangeType_ConfChangeAddNode
+	case "remove":
+		t = pb.ConfChangeType_ConfChangeRemoveNode
+	case "replace":
+		t = pb.ConfChangeType_ConfChangeAddLearnerNode
+	default:
+		return metaapi.MetaStatus{}, fmt.Errorf("%w: members: op %q: want add, promote, remove or replace", metaapi.ErrInvalid, ch.Op)
 	}
 	s.Mu.RLock()
 	err := s.Usable()
@@ -208,32 +294,31 @@ func (r *Member) ChangeMembers(add bool, id uint64, addr string, force bool) (me
 	if err != nil {
 		return metaapi.MetaStatus{}, err
 	}
-	done := func() (bool, error) {
-		m := r.memberSet()
-		cur, ok := m[id]
-		switch {
-		case add && ok && cur == addr:
-			return true, nil
-		case add && ok:
-			return false, fmt.Errorf("%w: member %d is already a member, at %s", metaapi.ErrExists, id, cur)
-		case !add && !ok:
-			return true, nil
-		case !add && len(m) == 1:
-			return false, fmt.Errorf("%w: member %d is the last member", metaapi.ErrInvalid, id)
-		}
-		return false, nil
-	}
+	done := func() (bool, error) { return changeDone(ch, r.memberSet(), r.learnerSet()) }
 	if ok, err := done(); ok || err != nil {
 		return r.Status(), err
 	}
-	if !force {
-		if err := r.quorumAfter(add, id); err != nil {
+	if ch.Op == "replace" && id == r.id {
+		// The leader does not demote itself: it hands the leadership
+		// over, and the caller's retry reaches the next leader.
+		r.in.mu.Lock()
+		r.in.transfer = r.transferTarget(r.id)
+		r.in.mu.Unlock()
+		r.wake()
+		return metaapi.MetaStatus{}, fmt.Errorf("%w: member %d leads the group: leadership moves to another member first; ask again", metaapi.ErrUnavailable, id)
+	}
+	if !ch.Force {
+		if err := r.quorumAfter(t, id); err != nil {
 			return metaapi.MetaStatus{}, err
 		}
+		if ch.Op == "promote" {
+			if err := r.learnerCaughtUp(id, r.matchMap(), r.Last.Load()); err != nil {
+				return metaapi.MetaStatus{}, err
+			}
+		}
 	}
-	t := pb.ConfChangeType_ConfChangeAddNode
-	if !add {
-		t = pb.ConfChangeType_ConfChangeRemoveNode
+	if addr == "" && ch.Op != "remove" {
+		addr = r.peerAddr(id)
 	}
 	cc := &pb.ConfChange{Type: &t, NodeId: proto.Uint64(id), Context: []byte(addr)}
 	propose := func() {
@@ -285,10 +370,10 @@ func (r *Member) wcondWaitTimeout(d time.Duration) {
 }
 
 // sortedMembers lists a member set for MetaStatus.
-func sortedMembers(m map[uint64]string) []metaapi.MetaMember {
+func sortedMembers(m map[uint64]string, learners map[uint64]bool) []metaapi.MetaMember {
 	var out []metaapi.MetaMember
 	for id, addr := range m {
-		out = append(out, metaapi.MetaMember{ID: id, Addr: addr})
+		out = append(out, metaapi.MetaMember{ID: id, Addr: addr, Learner: learners[id]})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -348,45 +433,4 @@ func rejoinTerm(peers map[uint64]string, sec *tlsconf.Settings, self uint64, log
 	}
 	log.Warn("meta member starts from an empty directory but its group's leader says it held the log to "+fmt.Sprint(held)+": it rejoins in a later term and catches up from a snapshot", "group_term", highest, "term", highest+1)
 	return highest + 1, history
-}
-
-// quorumAfter refuses a membership change that would leave fewer members
-// up than a quorum of the new member set (etcd's strict reconfiguration
-// check): a member added counts as down until it has caught up, so adding
-// one while another is down takes the group to the edge of losing its
-// quorum (with 1 of 3 down, 2 of 4 up: one more failure stops it). "Up"
-// is the leader's view: the members raft heard from within the last
-// election timeout. A group of one may always grow: it tolerates no
-// failure either way.
-func (ms *membership) quorumAfter(add bool, id uint64) error {
-	members := ms.memberSet()
-	active, _ := ms.active.Load().(map[uint64]bool)
-	up := 0
-	for m := range members {
-		if active[m] {
-			up++
-		}
-	}
-	n := len(members)
-	switch {
-	case add && n <= 1:
-		return nil
-	case add:
-		n++
-	default:
-		if active[id] {
-			up--
-		}
-		n--
-	}
-	if quorum := n/2 + 1; up < quorum {
-		what := fmt.Sprintf("removing member %d", id)
-		if add {
-			what = fmt.Sprintf("adding member %d (down until it has caught up)", id)
-		}
-		return fmt.Errorf("%w: %s would leave %d of %d members up, fewer than the %d of a quorum: "+
-			"bring the down members back or remove them first, or force the change (spindle admin meta … --force)",
-			metaapi.ErrPrecondition, what, up, n, quorum)
-	}
-	return nil
 }

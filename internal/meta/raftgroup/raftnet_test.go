@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/meta/raftnet"
 	"github.com/spindle-store/spindle/internal/meta/state"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -33,7 +34,7 @@ func bareReplicator(id uint64, addrs map[uint64]string) *Member {
 func serveStreams(t *testing.T, ln net.Listener) (*Member, *http.Server) {
 	rcv := bareReplicator(2, map[uint64]string{1: "127.0.0.1:1"})
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+StreamRoute, rcv.StreamHandler)
+	mux.HandleFunc("POST "+raftnet.StreamRoute, rcv.StreamHandler)
 	srv := &http.Server{Handler: mux}
 	go func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -86,13 +87,14 @@ func TestRaftStreamSenderSeesPeerRestart(t *testing.T) {
 	addr := ln.Addr().String()
 	rcv, srv := serveStreams(t, ln)
 	snd := bareReplicator(1, map[uint64]string{1: "127.0.0.1:1", 2: addr})
-	n := newRaftNet(snd)
-	n.start()
-	defer n.close()
+	n := raftnet.New(raftnet.Host{ID: 1, TLS: snd.s.Cfg.TLS, Log: snd.log, Isolated: snd.iso.isolated, SnapshotSent: snd.snapshotSent, Unreachable: snd.unreachable},
+		map[uint64]string{2: addr})
+	n.Start()
+	defer n.Close()
 	hb := func(term uint64) *pb.Message {
 		return &pb.Message{Type: pb.MessageType_MsgHeartbeat.Enum(), From: proto.Uint64(1), To: proto.Uint64(2), Term: proto.Uint64(term)}
 	}
-	n.send(hb(1))
+	n.Send(hb(1))
 	if got := received(t, rcv); len(got) != 1 || got[0].GetTerm() != 1 {
 		t.Fatalf("received %v, want the heartbeat of term 1", got)
 	}
@@ -111,7 +113,7 @@ func TestRaftStreamSenderSeesPeerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	rcv2, _ := serveStreams(t, ln2)
-	n.send(hb(2))
+	n.Send(hb(2))
 	if got := received(t, rcv2); len(got) != 1 || got[0].GetTerm() != 2 {
 		t.Fatalf("received %v, want the heartbeat of term 2", got)
 	}

@@ -34,20 +34,38 @@ type recovery struct {
 	// yet); votesRefused counts the vote requests dropped.
 	on                   atomic.Bool
 	target, votesRefused atomic.Uint64
+	// lost: the leader said the member held entries it no longer has
+	// (not merely a member that starts late): it asks to be made a
+	// learner (learners.go, demoteSelf). Set before the member starts.
+	lost bool
+	// wasLearner: a lost member has been a learner since its start; its
+	// recovery ends once it has caught up and been promoted again.
+	wasLearner atomic.Bool
 }
+
+// Recovery marker contents: why the member is recovering.
+const (
+	markerLost = "lost: the member held entries its directory no longer has; no vote until it holds the group's log again\n"
+	markerLate = "late: catching up; no vote until it holds the group's log\n"
+)
 
 // recoveryMarker is the file that says a member is recovering.
 const recoveryMarker = "raft-recovering"
 
 // start marks the member recovering, durably, before its log is
-// bootstrapped.
-func (rc *recovery) start() error {
+// bootstrapped; lost: it held entries (rejoinTerm).
+func (rc *recovery) start(lost bool) error {
 	r := rc.r
 	fs, dir := r.s.Cfg.FS, r.s.Cfg.Dir
-	if err := vfs.WriteFileAtomic(fs, filepath.Join(dir, recoveryMarker), []byte("catching up: no vote until it holds the group's log\n")); err != nil {
+	marker := markerLate
+	if lost {
+		marker = markerLost
+	}
+	if err := vfs.WriteFileAtomic(fs, filepath.Join(dir, recoveryMarker), []byte(marker)); err != nil {
 		return fmt.Errorf("meta: mark the member recovering: %w", err)
 	}
 	rc.on.Store(true)
+	rc.lost = lost
 	r.log.Warn("meta member starts from an empty directory in a group with a history: it will not vote before it has caught up")
 	return nil
 }
@@ -55,10 +73,11 @@ func (rc *recovery) start() error {
 // load sets recovering when the marker is there (OpenMember).
 func (rc *recovery) load() error {
 	r := rc.r
-	_, err := r.s.Cfg.FS.Stat(filepath.Join(r.s.Cfg.Dir, recoveryMarker))
+	b, err := vfs.ReadFile(r.s.Cfg.FS, filepath.Join(r.s.Cfg.Dir, recoveryMarker))
 	switch {
 	case err == nil:
 		rc.on.Store(true)
+		rc.lost = string(b) == markerLost
 		r.log.Warn("meta member still recovering from a lost directory: no vote before it has caught up")
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("meta: read the recovery marker: %w", err)
@@ -92,13 +111,25 @@ func (rc *recovery) step(m *pb.Message) bool {
 	return true
 }
 
-// caughtUp ends the recovery once applied reaches the target (apply
-// worker, snapshot install). The marker is removed first: a crash in
+// caughtUp ends the recovery once applied reaches the target, and for a
+// member that lost entries once it has been a learner and is a voter again
+// (apply worker, snapshot install). The marker is removed first: a crash in
 // between leaves the member recovering, which is safe.
 func (rc *recovery) caughtUp(applied uint64) {
 	r := rc.r
 	if !rc.on.Load() {
 		return
+	}
+	if rc.lost {
+		// A member that lost entries votes again only once it has been a
+		// learner and the leader (or an operator) promoted it.
+		if r.learnerSet()[r.id] {
+			rc.wasLearner.Store(true)
+			return
+		}
+		if !rc.wasLearner.Load() {
+			return
+		}
 	}
 	target := rc.target.Load()
 	if target == 0 || applied < target {
@@ -116,3 +147,7 @@ func (rc *recovery) caughtUp(applied uint64) {
 	rc.on.Store(false)
 	r.log.Info("meta member caught up after a lost directory: it votes again", "applied", applied, "target", target)
 }
+
+// WasLearner says whether a member recovering from a lost directory has
+// been a learner since its start (it is promoted once it has caught up).
+func (rc *recovery) WasLearner() bool { return rc.wasLearner.Load() }

@@ -46,14 +46,17 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/spindle-store/spindle/internal/meta/checkpoint"
+	"github.com/spindle-store/spindle/internal/meta/raftnet"
 	"github.com/spindle-store/spindle/internal/meta/state"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
 	"github.com/spindle-store/spindle/internal/wal"
-	pb "go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // Snapshot settings and bounds.
@@ -349,7 +352,7 @@ func (sn *snapshots) installSnapshot(md *pb.SnapshotMetadata) error {
 		return fmt.Errorf("install snapshot %d: %w", got, err)
 	}
 	r.DB, s.Store.DB = db, db
-	st, members, err := ReadState(db)
+	st, members, learners, err := ReadState(db)
 	if err != nil {
 		return fmt.Errorf("install snapshot %d: %w", got, err)
 	}
@@ -363,9 +366,9 @@ func (sn *snapshots) installSnapshot(md *pb.SnapshotMetadata) error {
 		r.stTerm = md.GetTerm()
 	}
 	r.Applied.Store(st.Index)
-	r.rec.caughtUp(st.Index)
+	r.Rec.caughtUp(st.Index)
 	if members != nil {
-		r.setMembers(members)
+		r.setMembers(members, learners)
 		r.hasMembers = true
 	}
 	r.sinceSnap = 0
@@ -423,13 +426,13 @@ func (sn *snapshots) fetchSnapshot(m, min uint64) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	resp, err := r.net.snapClient.Do(req)
+	resp, err := r.net.SnapClient().Do(req)
 	if err != nil {
 		return 0, err
 	}
-	defer closeBody(r.log, resp.Body)
+	defer raftnet.CloseBody(r.log, resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, raftnet.MaxErrorBodyBytes))
 		return 0, fmt.Errorf("member %d: HTTP %d: %s", m, resp.StatusCode, strings.TrimSpace(string(b)))
 	}
 	info, err := checkpoint.Read(resp.Body, fs, recv, min)

@@ -29,7 +29,7 @@ const (
 	// DefaultBlockTokenLifetime: a block token expires this long after it
 	// was minted; DefaultBlockKeyRotation: a new signing key is made this
 	// long after the last (two kept: a token outlives no key). Both ≥ the
-	// first, package meta's blocktokens.go.
+	// first, package meta/tokenkeys.
 	DefaultBlockTokenLifetime = time.Hour
 	DefaultBlockKeyRotation   = 6 * time.Hour
 	// DefaultContainersPerPipeline: OPEN containers kept per OPEN pipeline.
@@ -96,7 +96,7 @@ type Config struct {
 	ContainerSizeBytes    uint64
 	ContainersPerPipeline int
 	AllocationGrace       time.Duration
-	// BlockTokenLifetime, BlockKeyRotation: block tokens (blocktokens.go).
+	// BlockTokenLifetime, BlockKeyRotation: block tokens (meta/tokenkeys).
 	BlockTokenLifetime, BlockKeyRotation time.Duration
 	LeaveTimeout                         time.Duration
 	DeleteRedeliverAfter                 time.Duration
@@ -192,6 +192,13 @@ type Config struct {
 	// AdminToken". Empty: none (plaintext: every call allowed). Ignored
 	// with TLS, where the credential is an admin certificate.
 	AdminToken string
+	// AuditLog is the audit log's path (package meta/audit): "" is
+	// Dir + ".audit.jsonl" (beside the store) on the OS filesystem, none
+	// on another (tests on a MemFS); "off": none. AuditMaxBytes and
+	// AuditKeep bound its rotation (0: audit's defaults).
+	AuditLog      string
+	AuditMaxBytes int64
+	AuditKeep     int
 	// JoinCA, with TLS, lets datanodes join with a one-time token (join.go):
 	// it signs their certificates. Nil: no joins.
 	JoinCA *tlsconf.CA

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3permapi"
 )
 
 // ErrCorrupt marks a record in the meta service's Pebble store that fails
@@ -416,13 +417,17 @@ func DecodeContainer(v []byte) (ContainerRecord, error) {
 
 // bucketRecord is a bucket; its name is in the Pebble key. Owner and ACL
 // (S3 buckets) are an optional trailing section: a record without them
-// ends after Bytes.
+// ends after Bytes. Policy and Ownership (the S3 gateway's bucket policy
+// and object ownership, s3permapi) are a second optional section after
+// the ACL: a record without them ends after the ACL.
 type BucketRecord struct {
-	Created time.Time
-	Keys    uint64
-	Bytes   uint64
-	Owner   string
-	ACL     string
+	Created   time.Time
+	Keys      uint64
+	Bytes     uint64
+	Owner     string
+	ACL       string
+	Policy    string
+	Ownership string
 }
 
 func (b BucketRecord) Encode() []byte {
@@ -430,9 +435,14 @@ func (b BucketRecord) Encode() []byte {
 	e.u64(ms(b.Created))
 	e.u64(b.Keys)
 	e.u64(b.Bytes)
-	if b.Owner != "" || b.ACL != "" {
+	perms := b.Policy != "" || b.Ownership != ""
+	if b.Owner != "" || b.ACL != "" || perms {
 		e.str(b.Owner)
 		e.str(b.ACL)
+	}
+	if perms {
+		e.str(b.Policy)
+		e.str(b.Ownership)
 	}
 	return e.finish()
 }
@@ -445,6 +455,13 @@ func DecodeBucket(v []byte) (BucketRecord, error) {
 		b.ACL = d.str(metaapi.MaxACLBytes)
 		if d.err == nil && b.Owner == "" && b.ACL == "" {
 			d.fail("empty owner section")
+		}
+	}
+	if d.err == nil && len(d.b) > 0 {
+		b.Policy = d.str(s3permapi.MaxPolicyBytes)
+		b.Ownership = d.str(s3permapi.MaxOwnershipBytes)
+		if d.err == nil && b.Policy == "" && b.Ownership == "" {
+			d.fail("empty policy section")
 		}
 	}
 	return b, d.done()

@@ -31,6 +31,8 @@ func sampleRecords() []struct {
 	om := &metaapi.ObjectMeta{ETag: "0123456789abcdef0123456789abcdef", ContentType: "text/plain", ChecksumType: "FULL_OBJECT", Parts: 2,
 		Headers: map[string]string{"Cache-Control": "no-cache"}, UserMeta: map[string]string{"a": "1", "b": "2"}, Checksums: map[string]string{"CRC32": "AAAAAA=="}}
 	s3bkt := BucketRecord{Created: t0, Keys: 1, Bytes: 5, Owner: "AKIAOWNER0000000001", ACL: `{"Owner":"AKIAOWNER0000000001"}`}
+	s3pol := BucketRecord{Created: t0, Keys: 1, Bytes: 5, Owner: "AKIAOWNER0000000001", ACL: `{"Owner":"AKIAOWNER0000000001"}`,
+		Policy: `{"Statement":[]}`, Ownership: "ObjectWriter"}
 	s3key := KeyRecord{Size: 300, CRC32C: 7, Created: t0, Blocks: []StoredBlock{{5, 1, 2, 300}}, Object: om}
 	user := UserRecord{Created: t0, AccessKey: "AKIAOWNER0000000001", SecretKey: "secret-0123456789"}
 	upload := UploadRecord{Initiated: t0, Owner: "AKIAOWNER0000000001", Object: &metaapi.ObjectMeta{ContentType: "video/mp4"}}
@@ -52,6 +54,7 @@ func sampleRecords() []struct {
 		{"allocation", alloc.Encode(), func(v []byte) (any, error) { return DecodeAlloc(v) }, alloc},
 		{"deletion", dl.Encode(), func(v []byte) (any, error) { return DecodeDelete(v) }, dl},
 		{"s3 bucket", s3bkt.Encode(), func(v []byte) (any, error) { return DecodeBucket(v) }, s3bkt},
+		{"s3 bucket with a policy", s3pol.Encode(), func(v []byte) (any, error) { return DecodeBucket(v) }, s3pol},
 		{"s3 key", s3key.Encode(), func(v []byte) (any, error) { return DecodeKey(v) }, s3key},
 		{"user", user.Encode(), func(v []byte) (any, error) { return DecodeUser(v) }, user},
 		{"upload", upload.Encode(), func(v []byte) (any, error) { return DecodeUpload(v) }, upload},

@@ -8,8 +8,8 @@ import (
 )
 
 // PrefixTokenKey: the block-token signing keys ('T' | key ID u64 BE),
-// docs/FORMAT.md §13. The service keeps the newest two (tokenkeys.go in
-// package meta rotates them).
+// docs/FORMAT.md §13. The service keeps the newest two (package
+// meta/tokenkeys rotates them).
 const PrefixTokenKey = 'T'
 
 // TokenKeyRecord is a block-token signing key: its ID is in the Pebble key.

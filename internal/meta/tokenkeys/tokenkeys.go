@@ -1,4 +1,20 @@
-package meta
+// Package tokenkeys is the meta service's side of block tokens (issue 32
+// item 3; package blocktoken). The signing keys are replicated state (records 'T', State.TokenKeys): a heartbeat finding the
+// newest older than Config.BlockKeyRotation (or none) makes a new one in
+// its batch and drops all but the newest two, so the key a token was
+// signed with outlives the token (BlockTokenLifetime ≤ BlockKeyRotation);
+// every heartbeat response carries both. The handlers of allocations
+// (write tokens) and key lookups (read tokens) mint, for the caller's
+// certificate name, one token per container of the blocks they answer,
+// signed with the newest key, after the route's role check (guard) and
+// the grants' check of the key (gate.Authorize, in the handler): a token
+// is minted only for what the caller may read or write. Over plaintext
+// the principal is empty (any). A key used before its batch commits (a lost leadership) only makes its
+// tokens fail at the datanodes: the client asks again.
+//
+// Concurrency: the methods named …Locked run under State.Mu held for
+// writing (the heartbeat's mutation); the others take it for reading.
+package tokenkeys
 
 import (
 	"crypto/rand"
@@ -14,30 +30,16 @@ import (
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
-// Block tokens (issue 32 item 3; package blocktoken). The signing keys are
-// replicated state (records 'T', State.TokenKeys): a heartbeat finding the
-// newest older than Config.BlockKeyRotation (or none) makes a new one in
-// its batch and drops all but the newest two, so the key a token was
-// signed with outlives the token (BlockTokenLifetime ≤ BlockKeyRotation);
-// every heartbeat response carries both. The handlers of allocations
-// (write tokens) and key lookups (read tokens) mint, for the caller's
-// certificate name, one token per container of the blocks they answer,
-// signed with the newest key, after the route's role check (guard) and
-// after Authorize, the one hook for the meta-side authorization of the
-// key (per-bucket grants). Over plaintext the principal is empty (any).
-// A key used before its batch commits (a lost leadership) only makes its
-// tokens fail at the datanodes: the client asks again.
-type blockTokens struct {
-	st *state.State
-	// Authorize, when set, says whether caller may do op on bucket/key
-	// before a token is minted for it (nil: anyone the route admits).
-	Authorize func(caller tlsconf.Peer, bucket, key string, op blocktoken.Op) error
-}
+// Minter keeps the signing keys and mints tokens.
+type Minter struct{ st *state.State }
 
-// heartbeatLocked gives resp the signing keys (rotated when due) and each
+// New returns the Minter of st.
+func New(st *state.State) *Minter { return &Minter{st: st} }
+
+// HeartbeatLocked gives resp the signing keys (rotated when due) and each
 // of its replicate_container commands an export token naming the caller's
 // certificate, the copy's target: its sources export only to it.
-func (t *blockTokens) heartbeatLocked(b *pebble.Batch, now time.Time, caller tlsconf.Peer, resp *metaapi.HeartbeatResponse) {
+func (t *Minter) HeartbeatLocked(b *pebble.Batch, now time.Time, caller tlsconf.Peer, resp *metaapi.HeartbeatResponse) {
 	resp.BlockTokenKeys = t.rotateLocked(b, now)
 	k := resp.BlockTokenKeys[len(resp.BlockTokenKeys)-1]
 	for i := range resp.Commands {
@@ -55,7 +57,7 @@ func (t *blockTokens) heartbeatLocked(b *pebble.Batch, now time.Time, caller tls
 
 // rotateLocked makes a new signing key when due (into b, under State.Mu)
 // and returns the keys to hand to datanodes, oldest first.
-func (t *blockTokens) rotateLocked(b *pebble.Batch, now time.Time) []blocktoken.Key {
+func (t *Minter) rotateLocked(b *pebble.Batch, now time.Time) []blocktoken.Key {
 	ks := t.st.TokenKeys
 	if n := len(ks); n == 0 || now.Sub(ks[n-1].Created) >= t.st.Cfg.BlockKeyRotation || now.Before(ks[n-1].Created) {
 		id := uint32(1)
@@ -81,7 +83,7 @@ func (t *blockTokens) rotateLocked(b *pebble.Batch, now time.Time) []blocktoken.
 }
 
 // signer returns the newest key (ok false: none yet).
-func (t *blockTokens) signer() (blocktoken.Key, bool) {
+func (t *Minter) signer() (blocktoken.Key, bool) {
 	t.st.Mu.RLock()
 	defer t.st.Mu.RUnlock()
 	if n := len(t.st.TokenKeys); n > 0 {
@@ -91,46 +93,28 @@ func (t *blockTokens) signer() (blocktoken.Key, bool) {
 }
 
 // mint signs a token for the caller of r for op on locals of container.
-func (t *blockTokens) mint(r *http.Request, op blocktoken.Op, container uint64, locals []uint64) (string, error) {
+func (t *Minter) Mint(r *http.Request, op blocktoken.Op, container uint64, locals []uint64) (string, error) {
 	k, ok := t.signer()
 	if !ok {
 		return "", fmt.Errorf("%w: no block token key yet (the first datanode heartbeat makes one)", metaapi.ErrUnavailable)
 	}
-	caller, _ := callerOf(r) // refused by guard already when it fails
+	caller, _ := tlsconf.PeerOfState(r.TLS) // refused by the route's guard already when it fails
 	return blocktoken.Sign(blocktoken.Token{Ops: op, Expiry: t.st.Cfg.Now().Add(t.st.Cfg.BlockTokenLifetime),
 		Container: container, Blocks: blocktoken.Ranges(locals), Principal: caller.Name}, k)
 }
 
-// authorize runs the Authorize hook.
-func (t *blockTokens) authorize(r *http.Request, bucket, key string, op blocktoken.Op) error {
-	if t.Authorize == nil {
-		return nil
-	}
-	caller, err := callerOf(r)
-	if err != nil {
-		return fmt.Errorf("%w: %v", metaapi.ErrForbidden, err)
-	}
-	return t.Authorize(caller, bucket, key, op)
-}
-
-// allocation puts a write token for its block in an allocation of
-// bucket/key.
-func (t *blockTokens) allocation(r *http.Request, bucket, key string, a *metaapi.AllocateResponse) (err error) {
-	if err = t.authorize(r, bucket, key, blocktoken.OpWrite); err == nil {
-		a.Block.Token, err = t.mint(r, blocktoken.OpWrite, a.Block.Container, []uint64{a.Block.Local})
-	}
+// allocation puts a write token for its block in an allocation.
+func (t *Minter) Allocation(r *http.Request, a *metaapi.AllocateResponse) (err error) {
+	a.Block.Token, err = t.Mint(r, blocktoken.OpWrite, a.Block.Container, []uint64{a.Block.Local})
 	return err
 }
 
 // key puts read tokens in a key lookup's blocks: one per container, for
 // the key's blocks in it (a 1 GiB key takes a token or a few, not one per
 // block or chunk).
-func (t *blockTokens) key(r *http.Request, ki *metaapi.KeyInfo) error {
+func (t *Minter) Key(r *http.Request, ki *metaapi.KeyInfo) error {
 	if len(ki.Blocks) == 0 {
 		return nil
-	}
-	if err := t.authorize(r, ki.Bucket, ki.Key, blocktoken.OpRead); err != nil {
-		return err
 	}
 	locals := map[uint64][]uint64{}
 	for _, b := range ki.Blocks {
@@ -138,7 +122,7 @@ func (t *blockTokens) key(r *http.Request, ki *metaapi.KeyInfo) error {
 	}
 	tokens := make(map[uint64]string, len(locals))
 	for c, ls := range locals {
-		tok, err := t.mint(r, blocktoken.OpRead, c, ls)
+		tok, err := t.Mint(r, blocktoken.OpRead, c, ls)
 		if err != nil {
 			return err
 		}
@@ -152,12 +136,12 @@ func (t *blockTokens) key(r *http.Request, ki *metaapi.KeyInfo) error {
 
 // allocations is allocation for each allocation of a batch; one that
 // cannot have its token is answered with the error instead.
-func (t *blockTokens) allocations(r *http.Request, reqs []metaapi.AllocateRequest, res []metaapi.AllocateResult) {
+func (t *Minter) Allocations(r *http.Request, res []metaapi.AllocateResult) {
 	for i := range res {
-		if res[i].Block == nil || i >= len(reqs) {
+		if res[i].Block == nil {
 			continue
 		}
-		if err := t.allocation(r, reqs[i].Bucket, reqs[i].Key, res[i].Block); err != nil {
+		if err := t.Allocation(r, res[i].Block); err != nil {
 			e := metaapi.ErrorFor(err)
 			res[i] = metaapi.AllocateResult{Error: &e}
 		}
@@ -165,12 +149,12 @@ func (t *blockTokens) allocations(r *http.Request, reqs []metaapi.AllocateReques
 }
 
 // keys is key for each key of a batch of lookups.
-func (t *blockTokens) keys(r *http.Request, res []metaapi.GetResult) {
+func (t *Minter) Keys(r *http.Request, res []metaapi.GetResult) {
 	for i := range res {
 		if res[i].Key == nil {
 			continue
 		}
-		if err := t.key(r, res[i].Key); err != nil {
+		if err := t.Key(r, res[i].Key); err != nil {
 			e := metaapi.ErrorFor(err)
 			res[i] = metaapi.GetResult{Error: &e}
 		}

@@ -1,0 +1,51 @@
+package s3gw
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/versity/versitygw/auth"
+	"github.com/versity/versitygw/s3api/utils"
+
+	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/metaapi/authz"
+	"github.com/spindle-store/spindle/internal/tlsconf"
+)
+
+// The gateway names, on each call to the meta service made for an S3
+// request, the user the request was signed by (authz.S3UserHeader: its
+// access key, or authz.S3Root for the root user): the meta service checks
+// that user's rights on the bucket and key (package meta/authz), and
+// believes the name only from the gateway's certificate. The user comes
+// from the request's context, where versitygw's authentication put it
+// (the Backend is called with that context, and the meta client's
+// requests carry it). Calls without one (the IAM lookups) are the
+// gateway's own: they touch no bucket.
+//
+// The meta client of the gateway sends each call alone (NoBatching): a
+// batch of concurrent calls is one request, which names one user.
+
+// requestUser is the S3 user of a request's context ("" none: an
+// anonymous request, or a call of the gateway's own).
+func requestUser(ctx context.Context) string {
+	if root, _ := ctx.Value(string(utils.ContextKeyIsRoot)).(bool); root {
+		return authz.S3Root
+	}
+	if a, ok := ctx.Value(string(utils.ContextKeyAccount)).(auth.Account); ok && a.Access != "" {
+		return a.Access
+	}
+	return ""
+}
+
+// metaClient is the gateway's client of the meta service at addr: every
+// call alone, naming its request's user.
+func metaClient(addr string, sec *tlsconf.Settings) (*metaapi.Client, error) {
+	base := sec.HTTPTransport(&http.Transport{
+		Proxy:               nil, // the meta service is on the cluster's network
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	})
+	return metaapi.NewClient(addr, metaapi.ClientOptions{TLS: sec, NoBatching: true,
+		HTTPClient: &http.Client{Transport: &authz.Transport{Base: base, Who: requestUser}}})
+}
