@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/spindle-store/spindle/internal/blocktoken"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,7 +13,9 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	jitter "github.com/spindle-store/spindle/internal/backoff"
+	"github.com/spindle-store/spindle/internal/blocktoken"
 	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/raftmsg"
 	"github.com/spindle-store/spindle/internal/transport"
 )
 
@@ -130,7 +132,9 @@ func (p *peer) push(m outMsg) bool {
 		p.mu.Unlock()
 		return false
 	}
-	p.q = append(p.q, m)
+	if !slices.ContainsFunc(p.q, func(q outMsg) bool { return q.group == m.group && raftmsg.SameProbe(q.msg, m.msg) }) {
+		p.q = append(p.q, m) // (a repeated probe is dropped: raftmsg.SameProbe)
+	}
 	p.mu.Unlock()
 	select {
 	case p.signal <- struct{}{}:
@@ -238,12 +242,11 @@ func (p *peer) run() {
 }
 
 // encode appends om to enc, split into several MsgApps when its chunk bytes
-// exceed one frame's bound (framePayloadBytes), the missing payloads read
-// back from the engine one part at a time; it calls flush (which sends and
-// resets enc) whenever enc holds maxPeerBatchBytes or more. So the chunk
-// bytes read back and held at once stay below maxPeerBatchBytes plus one
-// part, however many entries a catch-up MsgApp names. An error of flush is
-// returned as is.
+// exceed one frame's bound (framePayloadBytes), the missing payloads read back
+// from the engine one part at a time; it calls flush (which sends and resets
+// enc) whenever enc holds maxPeerBatchBytes or more. So the chunk bytes read
+// back and held at once stay below maxPeerBatchBytes plus one part, however
+// many entries a catch-up MsgApp names. An error of flush is returned as is.
 func (p *peer) encode(enc *transport.Encoder, om *outMsg, flush func() error) error {
 	m := om.msg
 	// segLen is a segment's length, read back or not.
