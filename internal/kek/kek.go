@@ -20,7 +20,7 @@
 // In the meta service the keyring is state.Config.KEK (loaded by Open):
 // a record kind that keeps a secret seals it with Seal, its identity as
 // associated data, opens it with Open, and adds its re-sealing to the
-// rotation (package meta, http_creds.go).
+// rotation (package meta/creds, Routes: its resealers).
 //
 // Concurrency: a Keyring is safe for concurrent use. Open rereads the
 // file once when it meets an unknown key ID (a keyring copied in by the

@@ -70,6 +70,23 @@ func Status(k *kek.Keyring, member uint64) credapi.KEKStatus {
 	return credapi.KEKStatus{Member: member, Current: k.Current(), Keys: k.IDs(), Source: src}
 }
 
+// Routes adds the credential routes (package credapi) with route: a
+// user's keys set (set), this member's keyring (every member answers),
+// and the rotation, which re-seals with every resealer (each a kind of
+// record sealed with the KEK: S3 users; a token-signing key adds its own).
+func Routes(route func(pattern, name string, h func(w http.ResponseWriter, r *http.Request) (any, int, error)), st *state.State,
+	group func() metaapi.MetaStatus, set func(name, access, secret string) (*metaapi.User, error), resealers ...func() (int, error)) {
+	route("PUT "+credapi.UsersRoute+"{name}/keys", "set_user_keys", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		return SetUserKeys(w, r, set)
+	})
+	route("GET "+credapi.KEKRoute, "kek_status", func(http.ResponseWriter, *http.Request) (any, int, error) {
+		return MemberStatus(st.Cfg.KEK, group().ID)
+	})
+	route("POST "+credapi.KEKRoute+"/rotate", "kek_rotate", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		return Rotate(r.Context(), st, group(), resealers)
+	})
+}
+
 // SetUserKeys answers PUT credapi.UsersRoute NAME/keys with set (the
 // namespace's SetUserKeys), its JSON body of at most
 // state.MaxRequestBytes.
