@@ -117,9 +117,9 @@ func repeatRate(minDuration time.Duration, f func() (Rate, error)) (Rate, error)
 	return total, nil
 }
 
-// selfCPUSeconds is this process's user + system time so far (0 when
+// SelfCPUSeconds is this process's user + system time so far (0 when
 // getrusage fails).
-func selfCPUSeconds() float64 {
+func SelfCPUSeconds() float64 {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
@@ -173,7 +173,7 @@ func SequentialWriteBaseline(ctx context.Context, dir string, sizeBytes int64) (
 // DiskReadRate reads the files in order (4 MiB reads) until maxBytes.
 func DiskReadRate(ctx context.Context, files []string, maxBytes int64) (Rate, error) {
 	buf := make([]byte, copyLimitBufBytes)
-	start, cpu0 := time.Now(), selfCPUSeconds()
+	start, cpu0 := time.Now(), SelfCPUSeconds()
 	var n int64
 	for _, name := range files {
 		if n >= maxBytes {
@@ -201,7 +201,7 @@ func DiskReadRate(ctx context.Context, files []string, maxBytes int64) (Rate, er
 		closeQuietly(f)
 	}
 	r := rateOf(n, time.Since(start))
-	r.CPUSeconds = selfCPUSeconds() - cpu0
+	r.CPUSeconds = SelfCPUSeconds() - cpu0
 	return r, nil
 }
 
@@ -248,7 +248,7 @@ func LoopbackRate(ctx context.Context, files []string, maxBytes int64, tune Sock
 	}
 	stop := context.AfterFunc(ctx, func() { closeQuietly(c) })
 	defer stop()
-	start, cpu0 := time.Now(), selfCPUSeconds()
+	start, cpu0 := time.Now(), SelfCPUSeconds()
 	var sent int64
 	for _, name := range files {
 		if sent >= maxBytes {
@@ -272,7 +272,7 @@ func LoopbackRate(ctx context.Context, files []string, maxBytes int64, tune Sock
 		return Rate{}, fmt.Errorf("loopback limit: %w", err)
 	}
 	n := <-got
-	elapsed, cpu := time.Since(start), selfCPUSeconds()-cpu0
+	elapsed, cpu := time.Since(start), SelfCPUSeconds()-cpu0
 	closeQuietly(c)
 	if n != sent {
 		return Rate{}, fmt.Errorf("loopback limit: sent %d bytes, received %d", sent, n)

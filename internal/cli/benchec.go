@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/klauspost/reedsolomon"
@@ -76,15 +75,6 @@ func BenchECCmd(asJSON func(*cobra.Command) bool) *cobra.Command {
 	return cmd
 }
 
-// cpuSeconds is this process's user + system time so far.
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
-}
-
 // measured is one pass: bytes, wall and CPU seconds.
 type measured struct {
 	bytes      int64
@@ -92,9 +82,9 @@ type measured struct {
 }
 
 func measure(bytes int64, f func() error) (measured, error) {
-	c0, t0 := cpuSeconds(), time.Now()
+	c0, t0 := bench.SelfCPUSeconds(), time.Now()
 	err := f()
-	return measured{bytes: bytes, wall: time.Since(t0).Seconds(), cpuS: cpuSeconds() - c0}, err
+	return measured{bytes: bytes, wall: time.Since(t0).Seconds(), cpuS: bench.SelfCPUSeconds() - c0}, err
 }
 
 func (m measured) mbPerS() float64          { return float64(m.bytes) / 1e6 / m.wall }
