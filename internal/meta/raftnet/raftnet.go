@@ -114,8 +114,8 @@ type raftPeer struct {
 // address); Start starts its senders.
 func New(h Host, addrs map[uint64]string) *Net {
 	n := &Net{h: h, peers: map[uint64]*raftPeer{}, stop: make(chan struct{}),
-		hc:         &http.Client{Transport: h.TLS.HTTPTransport(&http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2})},
-		snapClient: &http.Client{Transport: h.TLS.HTTPTransport(&http.Transport{Proxy: nil})}}
+		hc:         &http.Client{Transport: h.TLS.Pin(tlsconf.RoleMeta).HTTPTransport(&http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2})},
+		snapClient: &http.Client{Transport: h.TLS.Pin(tlsconf.RoleMeta).HTTPTransport(&http.Transport{Proxy: nil})}}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.SetPeers(addrs)
 	return n
