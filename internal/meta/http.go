@@ -162,6 +162,7 @@ func (s *Service) Handler() http.Handler {
 	s.gate.RouteGrants(route, decodeBody) // package access
 	s.routeOps(route)                     // ops.go
 	s.routeJoin(route)                    // join.go
+	s.routeCerts(route)                   // certs.go
 	mux.Handle("GET /metrics", s.guard("metrics", promhttp.HandlerFor(s.Metrics.Reg, promhttp.HandlerOpts{})))
 	mux.Handle("GET /v1/admin/backup", s.guard("backup", s.backupHandler())) // backup.go
 	s.raftRoutes(mux)

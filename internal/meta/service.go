@@ -6,6 +6,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/meta/access"
 	"github.com/spindle-store/spindle/internal/meta/authz"
+	"github.com/spindle-store/spindle/internal/meta/certreg"
 	"github.com/spindle-store/spindle/internal/meta/cluster"
 	"github.com/spindle-store/spindle/internal/meta/namespace"
 	"github.com/spindle-store/spindle/internal/meta/raftgroup"
@@ -32,10 +33,13 @@ type Service struct {
 
 	// rep is the meta raft group's member (nil: a group of one); State.rep
 	// is the same member as the state machine sees it.
-	rep    *raftgroup.Member
-	joins  joinTokens   // join.go
-	bodies *bodyGate    // admission.go
-	gate   *access.Gate // grants' routes, authorization, audit log
+	rep   *raftgroup.Member
+	joins joinTokens // join.go
+	certs *certreg.Registry
+	// joinRate and renewRate bound joins and renewals (certs.go).
+	joinRate, renewRate *certreg.Limiter
+	bodies              *bodyGate    // admission.go
+	gate                *access.Gate // grants' routes, authorization, audit log
 }
 
 // compose builds the concerns over st.
@@ -49,6 +53,8 @@ func compose(st *state.State) *Service {
 	s.Rerepl = repair.NewRerepl(st, s.Cluster, s.Damage, s.Ops)
 	s.Namespace, s.Multipart = namespace.New(st, s.Cluster, s.Allocator, s.BlockGC)
 	s.S3Users = namespace.NewS3Users(st)
+	s.certs = certreg.New(st)
+	s.joinRate, s.renewRate = certreg.NewLimiter(joinsPerSecond, joinsPerSecond), certreg.NewLimiter(renewalsPerSecond, renewalsPerSecond)
 	return s
 }
 
@@ -70,6 +76,9 @@ func Open(cfg state.Config) (*Service, error) {
 	s.Dur.Init()
 	if err := s.Load(); err != nil {
 		return nil, errors.Join(fmt.Errorf("meta: load %s: %w", cfg.Dir, err), db.Close())
+	}
+	if err := certreg.Validate(s.State); err != nil {
+		return nil, errors.Join(fmt.Errorf("meta: load %s: certificates: %w", cfg.Dir, err), db.Close())
 	}
 	if err := authz.Validate(s.State); err != nil { // package access
 		return nil, errors.Join(fmt.Errorf("meta: load %s: grants: %w", cfg.Dir, err), db.Close())

@@ -3,6 +3,7 @@ package tlsconf
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"slices"
@@ -178,3 +179,16 @@ func (s *Settings) Leaf() *x509.Certificate {
 
 // PinDatanode is s.Pin(RoleDatanode): what the data path dials.
 func (s *Settings) PinDatanode() *Settings { return s.Pin(RoleDatanode) }
+
+// ParseCert parses the first certificate of a PEM block.
+func ParseCert(certPEM []byte) (*x509.Certificate, error) {
+	blk, _ := pem.Decode(certPEM)
+	if blk == nil || blk.Type != "CERTIFICATE" {
+		return nil, errors.New("tlsconf: not a PEM certificate")
+	}
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("tlsconf: certificate: %w", err)
+	}
+	return c, nil
+}
