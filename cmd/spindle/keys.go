@@ -810,7 +810,7 @@ func newAdminCmd() *cobra.Command {
 	cmd.AddCommand(newAdminContainerGetCmd(&env))
 	cmd.AddCommand(cli.AdminUserCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}))
 	cmd.AddCommand(cli.AdminGrantCmds(cli.Env{MetaClient: env.metaClient, JSON: &asJSON})...)
-	cmd.AddCommand(newAdminJoinTokenCmd(&env, &asJSON))
+	cmd.AddCommand(cli.AdminJoinTokenCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}), cli.AdminCertCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}))
 	cmd.AddCommand(newAdminOpsCmds(&env, &asJSON)...)
 	return cmd
 }

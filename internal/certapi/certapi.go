@@ -89,32 +89,37 @@ type JoinTokenRequest struct {
 // JoinRoles are the roles a join token may name: never meta or admin.
 var JoinRoles = []string{"datanode", "s3", "client"}
 
+// Caller is what the functions need of a meta client (*metaapi.Client).
+type Caller interface {
+	Do(ctx context.Context, method, path string, in, out any, idempotent bool) error
+}
+
 // List is the registry, by name then issue time.
-func List(ctx context.Context, mc *metaapi.Client) ([]Cert, error) {
+func List(ctx context.Context, mc Caller) ([]Cert, error) {
 	var out []Cert
 	return out, mc.Do(ctx, http.MethodGet, CertsRoute, nil, &out, true)
 }
 
 // Revoke revokes target (a serial or a name).
-func Revoke(ctx context.Context, mc *metaapi.Client, target string) (RevokeResponse, error) {
+func Revoke(ctx context.Context, mc Caller, target string) (RevokeResponse, error) {
 	var out RevokeResponse
 	return out, mc.Do(ctx, http.MethodPost, RevokeRoute, RevokeRequest{Target: target}, &out, true)
 }
 
 // Denied is the deny-list.
-func Denied(ctx context.Context, mc *metaapi.Client) (DenyList, error) {
+func Denied(ctx context.Context, mc Caller) (DenyList, error) {
 	var out DenyList
 	return out, mc.Do(ctx, http.MethodGet, DeniedRoute, nil, &out, true)
 }
 
 // Renew asks for a certificate like the caller's for the key of csrPEM.
-func Renew(ctx context.Context, mc *metaapi.Client, csrPEM []byte) (RenewResponse, error) {
+func Renew(ctx context.Context, mc Caller, csrPEM []byte) (RenewResponse, error) {
 	var out RenewResponse
 	return out, mc.Do(ctx, http.MethodPost, RenewRoute, RenewRequest{CSR: string(csrPEM)}, &out, false)
 }
 
 // CreateJoinToken asks for a join token (an admin's call).
-func CreateJoinToken(ctx context.Context, mc *metaapi.Client, req JoinTokenRequest) (metaapi.JoinToken, error) {
+func CreateJoinToken(ctx context.Context, mc Caller, req JoinTokenRequest) (metaapi.JoinToken, error) {
 	var out metaapi.JoinToken
 	return out, mc.Do(ctx, http.MethodPost, JoinTokensRoute, req, &out, false)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/certapi"
+	"github.com/spindle-store/spindle/internal/meta/certreg"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
@@ -85,14 +86,14 @@ func TestJoinCannotBeStretched(t *testing.T) {
 		t.Fatalf("registry after the join: %+v, %v", l, err)
 	}
 	busy := 0
-	for range 3 * joinsPerSecond {
+	for range 3 * certreg.JoinsPerSecond {
 		_, err := metaapi.Join(ctx, srv.Addr(), caFile, metaapi.JoinRequest{Token: "00", CSR: "x"})
 		if errors.Is(err, metaapi.ErrBusy) {
 			busy++
 		}
 	}
 	if busy == 0 {
-		t.Fatalf("%d joins in a row: none refused by the rate limit", 3*joinsPerSecond)
+		t.Fatalf("%d joins in a row: none refused by the rate limit", 3*certreg.JoinsPerSecond)
 	}
 }
 

@@ -431,6 +431,9 @@ func Start(cfg state.Config) (*Server, error) {
 		s.wg.Add(1)
 		go s.tick(cfg.TickInterval)
 	}
+	if cfg.TLS.Enabled() {
+		s.watchCerts() // certs.go: renewal, the deny-list in force
+	}
 	if !cfg.TLS.Enabled() {
 		svc.Log.Warn("meta service serving WITHOUT TLS (--insecure): nobody is authenticated: anyone who reaches its address can call its API, administration and deletions included (no role is checked; with --admin-token-file, administration and deletions need its bearer token)", "addr", s.Addr(), "admin_token", cfg.AdminToken != "")
 	}

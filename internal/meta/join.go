@@ -1,229 +1,35 @@
 package meta
 
 import (
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/pem"
 	"fmt"
-	"net"
 	"net/http"
-	"slices"
-	"sync"
-	"time"
 
 	"github.com/spindle-store/spindle/internal/certapi"
 	"github.com/spindle-store/spindle/internal/meta/certreg"
 	"github.com/spindle-store/spindle/internal/metaapi"
-	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
-// Join tokens (issue 17 item 2, issue 33 item 2). An admin certificate
-// asks for a token (create_join_token) naming a role (datanode, s3 or
-// client: certapi.JoinRoles; never meta or admin) and the hosts its
-// holder serves at; a new process, without a certificate, sends it with a
-// certificate request over TLS (tlsconf.JoinALPN lets it handshake without
-// a client certificate; guard lets it call the join route only) and gets a
-// certificate of that role for exactly the token's hosts, signed by
-// Config.JoinCA, under a name the meta service draws ("dn-", "s3-" or
-// "client-" and 12 random hex digits): a joiner chooses neither its name,
-// nor its role, nor its addresses. Joins are rate-limited (joinsPerSecond,
-// before anything is read), and the token is looked up before the
-// request's signature is checked: an unauthenticated flood costs neither
-// signature checks nor certificates. Every certificate issued is recorded
-// (certreg).
-//
-// A token is random (128 bits), used once, and valid until it expires
-// (metaapi.DefaultJoinTokenTTL, at most MaxJoinTokenTTL). Only its SHA-256
-// is kept, in this member's memory: a restart forgets the tokens not yet
-// used (ask for another), and with a replicated meta service the datanode
-// joins through the member that made its token. At most maxJoinTokens are
-// pending; expired ones are dropped when a token is made.
-
-// maxJoinTokens bounds the pending tokens.
-const maxJoinTokens = 1024
-
-// joinsPerSecond bounds joins (a token bucket of as many).
-const joinsPerSecond = 10
-
-// joinGrant is what a token allows.
-type joinGrant struct {
-	expires time.Time
-	role    tlsconf.Role
-	hosts   []string
-}
-
-// joinTokens are the pending tokens, by SHA-256, with what they allow.
-type joinTokens struct {
-	mu sync.Mutex
-	m  map[[sha256.Size]byte]joinGrant
-}
-
-// create makes a token for g.
-func (j *joinTokens) create(now time.Time, g joinGrant) (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("meta: join token: %w", err)
-	}
-	tok := hex.EncodeToString(b[:])
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.m == nil {
-		j.m = map[[sha256.Size]byte]joinGrant{}
-	}
-	for h, g := range j.m {
-		if !now.Before(g.expires) {
-			delete(j.m, h)
-		}
-	}
-	if len(j.m) >= maxJoinTokens {
-		return "", fmt.Errorf("%w: %d join tokens pending already", metaapi.ErrUnavailable, maxJoinTokens)
-	}
-	j.m[sha256.Sum256([]byte(tok))] = g
-	return tok, nil
-}
-
-// peek is what tok allows, when it is pending and not expired.
-func (j *joinTokens) peek(tok string, now time.Time) (joinGrant, bool) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	g, ok := j.m[sha256.Sum256([]byte(tok))]
-	return g, ok && now.Before(g.expires)
-}
-
-// use consumes tok: true when it was pending and not expired.
-func (j *joinTokens) use(tok string, now time.Time) bool {
-	h := sha256.Sum256([]byte(tok))
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	g, ok := j.m[h]
-	delete(j.m, h)
-	return ok && now.Before(g.expires)
-}
-
+// Join tokens and joins: package certreg (issue.go). A joiner has no
+// certificate (tlsconf.JoinALPN); guard lets it call the join route only.
 func (s *Service) routeJoin(route func(pattern, name string, h func(w http.ResponseWriter, r *http.Request) (any, int, error))) {
 	route("POST "+metaapi.JoinTokensRoute, "create_join_token", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req certapi.JoinTokenRequest
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
-		t, err := s.CreateJoinToken(req)
+		t, err := s.certs.CreateJoinToken(req)
 		return t, http.StatusOK, err
 	})
 	route("POST "+metaapi.JoinRoute, "join", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
-		if !s.joinRate.Allow(time.Now()) {
-			s.Log.Warn("join refused: rate limit", "remote", r.RemoteAddr, "per_second", joinsPerSecond)
-			return nil, 0, fmt.Errorf("%w: joins are limited to %d a second: try again", metaapi.ErrBusy, joinsPerSecond)
+		if !s.certs.AllowJoin() {
+			s.Log.Warn("join refused: rate limit", "remote", r.RemoteAddr, "per_second", certreg.JoinsPerSecond)
+			return nil, 0, fmt.Errorf("%w: joins are limited to %d a second: try again", metaapi.ErrBusy, certreg.JoinsPerSecond)
 		}
 		var req metaapi.JoinRequest
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
-		resp, err := s.Join(&req, r.RemoteAddr)
+		resp, err := s.certs.Join(&req, r.RemoteAddr)
 		return resp, http.StatusOK, err
 	})
-}
-
-// CreateJoinToken makes a one-time join token for req's role and hosts,
-// valid req.TTLSeconds (0: the default).
-func (s *Service) CreateJoinToken(req certapi.JoinTokenRequest) (metaapi.JoinToken, error) {
-	if s.Cfg.JoinCA == nil {
-		return metaapi.JoinToken{}, fmt.Errorf("%w: this meta service admits no joins (it has no CA key: spindle meta --join-ca-dir)", metaapi.ErrInvalid)
-	}
-	ttl := time.Duration(req.TTLSeconds) * time.Second
-	if ttl == 0 {
-		ttl = metaapi.DefaultJoinTokenTTL
-	}
-	if ttl < time.Second || ttl > metaapi.MaxJoinTokenTTL {
-		return metaapi.JoinToken{}, fmt.Errorf("%w: join token TTL %v: want 1s..%v", metaapi.ErrInvalid, ttl, metaapi.MaxJoinTokenTTL)
-	}
-	if req.Role == "" {
-		req.Role = string(tlsconf.RoleDatanode)
-	}
-	if !slices.Contains(certapi.JoinRoles, req.Role) {
-		return metaapi.JoinToken{}, fmt.Errorf("%w: a join token for role %q: want one of %v", metaapi.ErrInvalid, req.Role, certapi.JoinRoles)
-	}
-	if err := validHosts(req.Hosts, req.Role != string(tlsconf.RoleClient)); err != nil {
-		return metaapi.JoinToken{}, err
-	}
-	now := s.Cfg.Now()
-	tok, err := s.joins.create(now, joinGrant{expires: now.Add(ttl), role: tlsconf.Role(req.Role), hosts: slices.Clone(req.Hosts)})
-	if err != nil {
-		return metaapi.JoinToken{}, err
-	}
-	s.Log.Info("join token made", "role", req.Role, "hosts", req.Hosts, "expires", now.Add(ttl))
-	return metaapi.JoinToken{Token: tok, ExpiresAt: now.Add(ttl)}, nil
-}
-
-// validHosts checks a token's hosts: 1..MaxJoinHosts IP addresses or DNS
-// names (none allowed when !need).
-func validHosts(hosts []string, need bool) error {
-	if need && len(hosts) == 0 || len(hosts) > metaapi.MaxJoinHosts {
-		return fmt.Errorf("%w: join token: %d hosts, want 1..%d (--host: the addresses the joiner is dialled at)", metaapi.ErrInvalid, len(hosts), metaapi.MaxJoinHosts)
-	}
-	for _, h := range hosts {
-		if net.ParseIP(h) == nil && !validDNSName(h) {
-			return fmt.Errorf("%w: join token: host %q is neither an IP address nor a DNS name", metaapi.ErrInvalid, h)
-		}
-	}
-	return nil
-}
-
-// Join admits a joiner (from remote) whose token is pending: it signs the
-// request's key as a certificate of the token's role for the token's
-// hosts. The token is looked up first: an unknown, used or expired token
-// is refused (ErrForbidden) and logged before the request's signature is
-// checked; hosts the request names beyond the token's are refused too.
-func (s *Service) Join(req *metaapi.JoinRequest, remote string) (*metaapi.JoinResponse, error) {
-	if s.Cfg.JoinCA == nil {
-		return nil, fmt.Errorf("%w: this meta service admits no joins", metaapi.ErrInvalid)
-	}
-	now := s.Cfg.Now()
-	g, ok := s.joins.peek(req.Token, now)
-	if !ok {
-		s.Log.Warn("join refused: unknown, used or expired token", "remote", remote)
-		return nil, fmt.Errorf("%w: join token unknown, used or expired", metaapi.ErrForbidden)
-	}
-	for _, h := range req.Hosts {
-		if !slices.Contains(g.hosts, h) {
-			s.Log.Warn("join refused: a host the token does not name", "host", h, "token_hosts", g.hosts, "remote", remote)
-			return nil, fmt.Errorf("%w: join: this token is for hosts %v, not %q", metaapi.ErrForbidden, g.hosts, h)
-		}
-	}
-	pub, err := tlsconf.RequestKey([]byte(req.CSR))
-	if err != nil {
-		return nil, fmt.Errorf("%w: join: %v", metaapi.ErrInvalid, err)
-	}
-	if !s.joins.use(req.Token, now) {
-		return nil, fmt.Errorf("%w: join token unknown, used or expired", metaapi.ErrForbidden)
-	}
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, fmt.Errorf("meta: join: %w", err)
-	}
-	name := map[tlsconf.Role]string{tlsconf.RoleDatanode: "dn-", tlsconf.RoleS3: "s3-"}[g.role]
-	if name == "" {
-		name = string(g.role) + "-"
-	}
-	name += hex.EncodeToString(b[:])
-	cert, err := s.issue(tlsconf.IssueRequest{Name: name, Role: g.role, Hosts: g.hosts}, pub, certreg.HowJoin)
-	if err != nil {
-		return nil, err
-	}
-	s.Log.Info("joined: certificate issued", "name", name, "role", g.role, "hosts", g.hosts, "remote", remote)
-	return &metaapi.JoinResponse{Name: name, Cert: string(cert), CA: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Cfg.JoinCA.Cert.Raw}))}, nil
-}
-
-// validDNSName says h looks like a DNS name: 1..253 bytes of letters,
-// digits, '-' and '.'.
-func validDNSName(h string) bool {
-	if len(h) == 0 || len(h) > 253 {
-		return false
-	}
-	for _, c := range h {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
-			return false
-		}
-	}
-	return true
 }

@@ -33,13 +33,10 @@ type Service struct {
 
 	// rep is the meta raft group's member (nil: a group of one); State.rep
 	// is the same member as the state machine sees it.
-	rep   *raftgroup.Member
-	joins joinTokens // join.go
-	certs *certreg.Registry
-	// joinRate and renewRate bound joins and renewals (certs.go).
-	joinRate, renewRate *certreg.Limiter
-	bodies              *bodyGate    // admission.go
-	gate                *access.Gate // grants' routes, authorization, audit log
+	rep    *raftgroup.Member
+	certs  *certreg.Registry // certificates and joins (certs.go, join.go)
+	bodies *bodyGate         // admission.go
+	gate   *access.Gate      // grants' routes, authorization, audit log
 }
 
 // compose builds the concerns over st.
@@ -54,7 +51,6 @@ func compose(st *state.State) *Service {
 	s.Namespace, s.Multipart = namespace.New(st, s.Cluster, s.Allocator, s.BlockGC)
 	s.S3Users = namespace.NewS3Users(st)
 	s.certs = certreg.New(st)
-	s.joinRate, s.renewRate = certreg.NewLimiter(joinsPerSecond, joinsPerSecond), certreg.NewLimiter(renewalsPerSecond, renewalsPerSecond)
 	return s
 }
 

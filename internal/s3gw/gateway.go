@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v3"
 	"github.com/versity/versitygw/embedgw"
 	"github.com/versity/versitygw/s3api"
 
+	"github.com/spindle-store/spindle/internal/certwatch"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
@@ -79,6 +81,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("s3gw: %w", err)
 	}
+	wctx, wstop := context.WithCancel(ctx)
+	var watch sync.WaitGroup
+	defer func() { wstop(); watch.Wait() }()
+	certwatch.Start(wctx, &watch, cfg.TLS, mc, cfg.Logger) // renewal, the deny-list in force (issue 33)
 	kopts := cfg.KeyClient
 	if kopts.ChunkSize == 0 {
 		kopts.ChunkSize = ChunkBytes

@@ -16,8 +16,10 @@
 // dropped by the next mutation (an expired certificate is refused anyway).
 // At most MaxRecords are kept.
 //
+// Joins and renewals: issue.go.
+//
 // Concurrency: Registry's methods go through state.Mutate and state.Read
-// (State.Mu); Limiter has its own lock.
+// (State.Mu); the join tokens and Limiter have their own locks.
 package certreg
 
 import (
@@ -58,11 +60,18 @@ const (
 
 var howNames = map[uint8]string{HowJoin: "join", HowRenew: "renew", HowRevoke: "revoke"}
 
-// Registry is the records over a State.
-type Registry struct{ *state.State }
+// Registry is the records over a State, with this member's pending join
+// tokens (issue.go) and the rates of joins and renewals.
+type Registry struct {
+	*state.State
+	joins               joinTokens
+	joinRate, renewRate *Limiter
+}
 
 // New is the registry of st.
-func New(st *state.State) *Registry { return &Registry{st} }
+func New(st *state.State) *Registry {
+	return &Registry{State: st, joinRate: NewLimiter(JoinsPerSecond, JoinsPerSecond), renewRate: NewLimiter(RenewalsPerSecond, RenewalsPerSecond)}
+}
 
 func key(serial string) []byte { return append([]byte{Prefix}, serial...) }
 
@@ -174,7 +183,9 @@ func (g *Registry) scan(fn func(serial string, r record)) error {
 }
 
 // Validate decodes every record (Open: a corrupt one refuses the store).
-func Validate(st *state.State) error { return New(st).scan(func(string, record) {}) }
+func Validate(st *state.State) error {
+	return (&Registry{State: st}).scan(func(string, record) {})
+}
 
 // expired says r can go: its certificate expired more than Retain ago
 // (a revoked serial of unknown lifetime is kept).
