@@ -3,7 +3,7 @@
 // member, S3 gateway) runs Run, which every certapi.PollInterval fetches
 // the meta service's deny-list into its Settings' Guard (refusing those
 // certificates on every port and closing their open connections) and,
-// once its own certificate is past RenewFraction of its lifetime, renews
+// once its own certificate is past tlsconf.RenewFraction of its lifetime, renews
 // it through the meta service: a new key, a certificate request, the new
 // pair written over the old files (key first, each atomically) and
 // reloaded — the listeners and dialers present it from their next
@@ -30,10 +30,6 @@ import (
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
-// RenewFraction is the part of its lifetime after which a certificate is
-// renewed: 2/3 (a 7-day certificate with 2 days and 8 hours left).
-const RenewFraction = 2.0 / 3
-
 // RetryInterval is how long a failed renewal waits to be tried again.
 const RetryInterval = 30 * time.Second
 
@@ -41,14 +37,10 @@ const RetryInterval = 30 * time.Second
 const callTimeout = 10 * time.Second
 
 // Due says the certificate s presents is past RenewFraction of its
-// lifetime at now.
+// lifetime at now (tlsconf.RenewDue).
 func Due(s *tlsconf.Settings, now time.Time) bool {
 	leaf := s.Leaf()
-	if leaf == nil {
-		return false
-	}
-	life := leaf.NotAfter.Sub(leaf.NotBefore)
-	return !now.Before(leaf.NotBefore.Add(time.Duration(float64(life) * RenewFraction)))
+	return leaf != nil && tlsconf.RenewDue(leaf, now)
 }
 
 // RenewIfDue renews s's certificate through mc (a client presenting s)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -11,7 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/spindle-store/spindle/internal/certapi"
+	"github.com/spindle-store/spindle/internal/certwatch"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // AdminCertCmd is spindle admin cert ls|revoke: the certificates the meta
@@ -133,4 +136,22 @@ used once, and forgotten by a restart of that member.`,
 	cmd.Flags().StringVar(&role, "role", "datanode", "the role of the certificate it yields: "+strings.Join(certapi.JoinRoles, ", "))
 	cmd.Flags().StringSliceVar(&hosts, "host", nil, "an IP address or DNS name the joiner is dialled at (repeatable; required but for --role client): its certificate names exactly these")
 	return cmd
+}
+
+// RenewProfile renews the certificate of a client profile (s, for the
+// meta service at meta) through the meta service when it is past 2/3 of
+// its lifetime (certwatch.RenewIfDue), so that a profile whose server
+// was down a while still works; a failure is only logged (the
+// certificate may still be valid).
+func RenewProfile(s *tlsconf.Settings, meta string) {
+	if !certwatch.Due(s, time.Now()) {
+		return
+	}
+	mc, err := metaapi.NewClient(meta, metaapi.ClientOptions{TLS: s, Timeout: 5 * time.Second})
+	if err == nil {
+		_, err = certwatch.RenewIfDue(context.Background(), s, mc, nil)
+	}
+	if err != nil {
+		slog.Warn("client profile: certificate renewal failed", "err", err)
+	}
 }

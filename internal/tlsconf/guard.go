@@ -192,3 +192,14 @@ func ParseCert(certPEM []byte) (*x509.Certificate, error) {
 	}
 	return c, nil
 }
+
+// RenewFraction is the part of its lifetime after which a certificate is
+// renewed (certwatch): 2/3, a 7-day certificate with 2 days and 8 hours
+// left.
+const RenewFraction = 2.0 / 3
+
+// RenewDue says c is past RenewFraction of its lifetime at now.
+func RenewDue(c *x509.Certificate, now time.Time) bool {
+	life := c.NotAfter.Sub(c.NotBefore)
+	return !now.Before(c.NotBefore.Add(time.Duration(float64(life) * RenewFraction)))
+}

@@ -422,3 +422,22 @@ func DecodeMessages(body []byte) ([]*pb.Message, error) {
 	}
 	return out, nil
 }
+
+// BoundSender is the meta member a raft stream's sender may speak for:
+// the member ID its verified certificate's name binds (tlsconf.MemberOf:
+// meta-ID, local-meta-ID); bound false without TLS. A meta certificate
+// that binds no member is an error: its raft messages are refused.
+func BoundSender(req *http.Request) (id uint64, bound bool, err error) {
+	if req.TLS == nil {
+		return 0, false, nil
+	}
+	p, err := tlsconf.PeerOfState(req.TLS)
+	if err != nil {
+		return 0, false, err
+	}
+	id, ok := tlsconf.MemberOf(p.Name)
+	if !ok {
+		return 0, false, fmt.Errorf("certificate %s binds no meta member (name it meta-ID)", p)
+	}
+	return id, true, nil
+}
