@@ -160,6 +160,7 @@ func (s *Service) Handler() http.Handler {
 	})
 	s.routeS3(route)
 	s.gate.RouteGrants(route, decodeBody) // package access
+	s.routeS3Conf(route)                  // http_s3conf.go
 	s.routeOps(route)                     // ops.go
 	s.routeJoin(route)                    // join.go
 	s.routeCerts(route)                   // certs.go
