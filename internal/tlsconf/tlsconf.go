@@ -24,6 +24,16 @@
 // which only help a browser render early). Peer, PeerOfState and PeerOfConn give a connection's
 // verified identity; CheckKeyPrivate refuses a key others may read.
 //
+// Beyond the CA (issue 33): every Settings has a Guard (guard.go) that
+// refuses, at both ends of a handshake, a certificate on the deny-list
+// (the meta service's, fed by certwatch) or outside its validity, tracks
+// the connections it admitted by peer serial and closes them when their
+// serial is denied; a dialer pins the role of the server it reaches
+// (Settings.Pin: the meta client RoleMeta, the data path RoleDatanode).
+// Certificates live DefaultCertValidity (7 days) and are renewed at
+// RenewFraction of their lifetime; a meta member's name binds its raft ID
+// (MemberOf).
+//
 // Every TLS connection Settings makes runs over a RecordConn, which lets
 // the data path write a batch of records with one syscall and read many
 // records per syscall (see RecordConn).
