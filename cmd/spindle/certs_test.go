@@ -127,6 +127,7 @@ func keepAlive(t *testing.T, addr, path string, cfg *tls.Config) *tls.Conn {
 //     (meta, each datanode's data address and metrics) is refused on each
 //     within 5 s of `admin cert revoke SERIAL`, and its open keep-alive
 //     connections (meta, each metrics port) are closed within 5 s;
+//   - the S3 port's HTTPS serves the renewed certificate;
 //   - admin cert ls lists the renewed certificates.
 //
 // Fails without the Guard's deny check (the probes are answered) or
@@ -227,6 +228,14 @@ func TestCertsRevokedAndRenewed(t *testing.T) {
 	for time.Now().Before(lastExpiry.Add(time.Second)) {
 		time.Sleep(200 * time.Millisecond) // until every first certificate has expired
 	}
+	// The S3 port's HTTPS (versitygw's) serves the renewed certificate:
+	// a handshake verifying it succeeds after the first one expired.
+	hs, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", s3ListenAddr(t, cmd.Process.Pid, metaAddr),
+		&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: "127.0.0.1"})
+	if err != nil {
+		t.Fatalf("the S3 port after its first certificate expired: %v", err)
+	}
+	testutil.CloseT(t, hs)
 	src := filepath.Join(t.TempDir(), "value")
 	value := bytes.Repeat([]byte("after the renewal "), 100_000) // through the datanodes, not inline
 	if err := os.WriteFile(src, value, 0o644); err != nil {

@@ -87,8 +87,9 @@ func Poll(ctx context.Context, s *tlsconf.Settings, mc certapi.Caller) (int, err
 
 // Run polls the deny-list and renews s's certificate until ctx is done;
 // mc is a client of the meta service presenting s. Plaintext: returns at
-// once.
-func Run(ctx context.Context, s *tlsconf.Settings, mc certapi.Caller, log *slog.Logger) {
+// once. renewed, when not nil, is called after each renewal (the S3
+// gateway reloads its HTTPS certificate).
+func Run(ctx context.Context, s *tlsconf.Settings, mc certapi.Caller, log *slog.Logger, renewed func()) {
 	if !s.Enabled() || mc == nil {
 		return
 	}
@@ -112,9 +113,13 @@ func Run(ctx context.Context, s *tlsconf.Settings, mc certapi.Caller, log *slog.
 			}
 		}
 		if now := time.Now(); now.After(retry) {
-			if _, err := RenewIfDue(ctx, s, mc, log); err != nil && ctx.Err() == nil {
+			ok, err := RenewIfDue(ctx, s, mc, log)
+			if err != nil && ctx.Err() == nil {
 				log.Error("certificate renewal failed: renew it before it expires (spindle cert issue)", "err", err, "retry_in", RetryInterval)
 				retry = now.Add(RetryInterval)
+			}
+			if ok && renewed != nil {
+				renewed()
 			}
 		}
 		select {
@@ -127,11 +132,11 @@ func Run(ctx context.Context, s *tlsconf.Settings, mc certapi.Caller, log *slog.
 
 // Start runs Run on a goroutine counted in wg (when s has TLS and mc is a
 // certapi.Caller).
-func Start(ctx context.Context, wg *sync.WaitGroup, s *tlsconf.Settings, mc any, log *slog.Logger) {
+func Start(ctx context.Context, wg *sync.WaitGroup, s *tlsconf.Settings, mc any, log *slog.Logger, renewed func()) {
 	c, ok := mc.(certapi.Caller)
 	if !s.Enabled() || !ok {
 		return
 	}
 	wg.Add(1)
-	go func() { defer wg.Done(); Run(ctx, s, c, log) }()
+	go func() { defer wg.Done(); Run(ctx, s, c, log, renewed) }()
 }

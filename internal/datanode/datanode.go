@@ -330,7 +330,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	bg.Add(2)
 	go func() { defer bg.Done(); scrub.run(bgCtx) }()
 	go func() { defer bg.Done(); vols.run(bgCtx) }()
-	certwatch.Start(bgCtx, &bg, cfg.TLS, cfg.Meta, log) // renewal, the deny-list in force (issue 33)
+	certwatch.Start(bgCtx, &bg, cfg.TLS, cfg.Meta, log, nil) // renewal, the deny-list in force (issue 33)
 	vols.register(reg)
 	node, err := pipeline.Start(pipeline.Config{
 		ID: cfg.ID, Listener: dm, Engine: eng, Log: wl, Pipelines: pipelines, Metrics: reg,

@@ -74,7 +74,7 @@ func (s *Server) watchCerts() {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.wg.Add(2)
 	go func() { defer s.wg.Done(); <-s.stop; cancel() }()
-	go func() { defer s.wg.Done(); certwatch.Run(ctx, cfg.TLS, c, s.svc.Log) }()
+	go func() { defer s.wg.Done(); certwatch.Run(ctx, cfg.TLS, c, s.svc.Log, nil) }()
 }
 
 // localCerts is a certapi.Caller served by the Service itself (a member

@@ -86,7 +86,13 @@ func Run(ctx context.Context, cfg Config) error {
 	wctx, wstop := context.WithCancel(ctx)
 	var watch sync.WaitGroup
 	defer func() { wstop(); watch.Wait() }()
-	certwatch.Start(wctx, &watch, cfg.TLS, mc, cfg.Logger) // renewal, the deny-list in force (issue 33)
+	reload := make(chan struct{}, 1) // the HTTPS certificate read again after a renewal (versitygw's SIGHUP)
+	certwatch.Start(wctx, &watch, cfg.TLS, mc, cfg.Logger, func() {
+		select {
+		case reload <- struct{}{}:
+		default:
+		}
+	})
 	kopts := cfg.KeyClient
 	if kopts.ChunkSize == 0 {
 		kopts.ChunkSize = ChunkBytes
@@ -115,6 +121,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Region:            cfg.Region,
 		Ports:             []string{cfg.Listen},
 		CertFile:          cfg.CertFile,
+		SigHup:            reload,
 		KeyFile:           cfg.KeyFile,
 		MaxConnections:    MaxConnections,
 		MaxRequests:       MaxRequests,

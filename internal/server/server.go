@@ -302,7 +302,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	wctx, wstop := context.WithCancel(context.Background())
 	s.stopWatch = func() { wstop(); s.watch.Wait() }
-	certwatch.Start(wctx, &s.watch, s.adminTLS, s.client, cfg.Logger) // the local operator's pair (the client profile's) renewed
+	certwatch.Start(wctx, &s.watch, s.adminTLS, s.client, cfg.Logger, nil) // the local operator's pair (the client profile's) renewed
 	if cfg.ClientProfile {
 		if err := s.writeClientProfile(); err != nil {
 			stopQuietly(s.Close)
