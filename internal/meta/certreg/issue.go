@@ -212,7 +212,7 @@ func (g *Registry) Join(req *metaapi.JoinRequest, remote string) (*metaapi.JoinR
 	if err != nil {
 		return nil, err
 	}
-	g.Log.Info("joined: certificate issued", "name", name, "role", grant.role, "hosts", grant.hosts, "remote", remote)
+	g.Log.Info(string(grant.role)+" joined: certificate issued", "name", name, "role", grant.role, "hosts", grant.hosts, "remote", remote)
 	return &metaapi.JoinResponse{Name: name, Cert: string(cert), CA: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: g.Cfg.JoinCA.Cert.Raw}))}, nil
 }
 
