@@ -218,8 +218,7 @@ type exactReader struct {
 
 func (e *exactReader) Read(p []byte) (int, error) {
 	if e.read == e.want {
-		// Past the end: one probe byte tells an input that ends here from
-		// one that goes on.
+		// Past the end: a probe byte tells whether the input goes on.
 		var probe [1]byte
 		n, err := io.ReadFull(e.r, probe[:])
 		if n > 0 {
@@ -806,9 +805,9 @@ func newAdminCmd() *cobra.Command {
 			}),
 	)
 	cmd.AddCommand(newAdminReplicationCmds(&env, &asJSON)...)
-	cmd.AddCommand(newAdminMetaCmd(&env, &asJSON))
-	cmd.AddCommand(newAdminContainerGetCmd(&env))
+	cmd.AddCommand(newAdminMetaCmd(&env, &asJSON), newAdminContainerGetCmd(&env))
 	cmd.AddCommand(cli.AdminUserCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}))
+	cmd.AddCommand(cli.AdminKEKCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}))
 	cmd.AddCommand(cli.AdminGrantCmds(cli.Env{MetaClient: env.metaClient, JSON: &asJSON})...)
 	cmd.AddCommand(cli.AdminJoinTokenCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}), cli.AdminCertCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}))
 	cmd.AddCommand(newAdminOpsCmds(&env, &asJSON)...)

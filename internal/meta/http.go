@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/spindle-store/spindle/internal/meta/creds"
 	"io"
 	"net"
 	"net/http"
@@ -70,6 +71,9 @@ func (s *Service) Handler() http.Handler {
 			return nil, 0, err
 		}
 		resp, err := s.Allocate(&req)
+		if err == nil {
+			err = s.tokens.Allocation(r, resp) // block tokens (tokenkeys)
+		}
 		return resp, http.StatusOK, err
 	})
 	route("POST "+metaapi.CommitsRoute, "commit_batch", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -103,6 +107,7 @@ func (s *Service) Handler() http.Handler {
 			}
 		}
 		res, err := s.AllocateMany(req.Requests)
+		s.tokens.Allocations(r, res) // block tokens (tokenkeys)
 		return &metaapi.AllocateBatchResult{Results: res}, http.StatusOK, err
 	})
 	route("POST "+metaapi.GetsRoute, "get_batch", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -120,6 +125,7 @@ func (s *Service) Handler() http.Handler {
 				res[i] = metaapi.GetResult{Error: state.APIError("get "+req.Keys[i].Bucket+"/"+req.Keys[i].Key, refused[i])}
 			}
 		}
+		s.tokens.Keys(r, res) // block tokens (tokenkeys), for the keys the grants let through
 		return getsAnswer(res), http.StatusOK, err
 	})
 	route("GET /v1/list/{bucket}", "list_keys", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -167,6 +173,7 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle("GET /metrics", s.guard("metrics", promhttp.HandlerFor(s.Metrics.Reg, promhttp.HandlerOpts{})))
 	mux.Handle("GET /v1/admin/backup", s.guard("backup", s.backupHandler())) // backup.go
 	s.raftRoutes(mux)
+	creds.Routes(route, s.State, s.MetaStatus, s.SetUserKeys, s.ResealUsers) // every kind of record sealed with the KEK adds its re-sealer
 	commitKey := s.guardInstrumented("commit_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		bucket, key, err := keyPath(r)
 		if err != nil {
@@ -199,6 +206,9 @@ func (s *Service) Handler() http.Handler {
 			return nil, 0, err
 		}
 		ki, err := s.GetKey(bucket, key)
+		if err == nil {
+			err = s.tokens.Key(r, ki) // block tokens (tokenkeys)
+		}
 		if err == nil && len(ki.Inline) > 0 && strings.Contains(r.Header.Get("Accept"), metaapi.InlineContentType) {
 			value := ki.Inline
 			ki.Inline = nil

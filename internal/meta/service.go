@@ -8,10 +8,12 @@ import (
 	"github.com/spindle-store/spindle/internal/meta/authz"
 	"github.com/spindle-store/spindle/internal/meta/certreg"
 	"github.com/spindle-store/spindle/internal/meta/cluster"
+	"github.com/spindle-store/spindle/internal/meta/creds"
 	"github.com/spindle-store/spindle/internal/meta/namespace"
 	"github.com/spindle-store/spindle/internal/meta/raftgroup"
 	"github.com/spindle-store/spindle/internal/meta/repair"
 	"github.com/spindle-store/spindle/internal/meta/state"
+	"github.com/spindle-store/spindle/internal/meta/tokenkeys"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -37,6 +39,7 @@ type Service struct {
 	certs  *certreg.Registry // certificates and joins (certs.go, join.go)
 	bodies *bodyGate         // admission.go
 	gate   *access.Gate      // grants' routes, authorization, audit log
+	tokens *tokenkeys.Minter // block tokens
 }
 
 // compose builds the concerns over st.
@@ -51,6 +54,7 @@ func compose(st *state.State) *Service {
 	s.Namespace, s.Multipart = namespace.New(st, s.Cluster, s.Allocator, s.BlockGC)
 	s.S3Users = namespace.NewS3Users(st)
 	s.certs = certreg.New(st)
+	s.tokens = tokenkeys.New(st)
 	return s
 }
 
@@ -62,6 +66,9 @@ func Open(cfg state.Config) (*Service, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "meta")
+	if err := creds.LoadKEK(&cfg, log); err != nil {
+		return nil, err
+	}
 	db, err := state.OpenStore(cfg.FS, cfg.Dir, log)
 	if err != nil {
 		return nil, fmt.Errorf("meta: %w", err)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/kek"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/vfs"
@@ -26,6 +27,12 @@ const (
 	// DefaultAllocationGrace: a block allocated and not committed for this
 	// long is garbage (an interrupted put) and scheduled for deletion.
 	DefaultAllocationGrace = time.Hour
+	// DefaultBlockTokenLifetime: a block token expires this long after it
+	// was minted; DefaultBlockKeyRotation: a new signing key is made this
+	// long after the last (two kept: a token outlives no key). Both ≥ the
+	// first, package meta/tokenkeys.
+	DefaultBlockTokenLifetime = time.Hour
+	DefaultBlockKeyRotation   = 6 * time.Hour
 	// DefaultContainersPerPipeline: OPEN containers kept per OPEN pipeline.
 	DefaultContainersPerPipeline = 1
 	// DefaultLeaveTimeout: a CLOSED pipeline's members are told to leave it
@@ -90,10 +97,12 @@ type Config struct {
 	ContainerSizeBytes    uint64
 	ContainersPerPipeline int
 	AllocationGrace       time.Duration
-	LeaveTimeout          time.Duration
-	DeleteRedeliverAfter  time.Duration
-	MaxDeleteAttempts     int
-	CloseResendAfter      time.Duration
+	// BlockTokenLifetime, BlockKeyRotation: block tokens (meta/tokenkeys).
+	BlockTokenLifetime, BlockKeyRotation time.Duration
+	LeaveTimeout                         time.Duration
+	DeleteRedeliverAfter                 time.Duration
+	MaxDeleteAttempts                    int
+	CloseResendAfter                     time.Duration
 	// MinAvailableBytes: a datanode reporting less space available for
 	// new data (above its volumes' reserves) gets no new pipeline, and
 	// its OPEN pipelines are closed, so that puts go to nodes with room
@@ -184,6 +193,12 @@ type Config struct {
 	// AdminToken". Empty: none (plaintext: every call allowed). Ignored
 	// with TLS, where the credential is an admin certificate.
 	AdminToken string
+	// KEK seals the secrets the store holds (S3 secret keys, token
+	// signing keys; package kek): its files, raft log, snapshots and
+	// backups hold them sealed. Nil: Open loads it from SPINDLE_KEK or
+	// KEKFile (default kek.DefaultPath(Dir), created at the first start).
+	KEK     *kek.Keyring
+	KEKFile string
 	// AuditLog is the audit log's path (package meta/audit): "" is
 	// Dir + ".audit.jsonl" (beside the store) on the OS filesystem, none
 	// on another (tests on a MemFS); "off": none. AuditMaxBytes and
@@ -229,6 +244,12 @@ func (c *Config) SetDefaults() {
 	}
 	if c.AllocationGrace <= 0 {
 		c.AllocationGrace = DefaultAllocationGrace
+	}
+	if c.BlockTokenLifetime <= 0 {
+		c.BlockTokenLifetime = DefaultBlockTokenLifetime
+	}
+	if c.BlockKeyRotation <= 0 {
+		c.BlockKeyRotation = max(DefaultBlockKeyRotation, c.BlockTokenLifetime)
 	}
 	if c.LeaveTimeout <= 0 {
 		c.LeaveTimeout = DefaultLeaveTimeout
@@ -314,6 +335,9 @@ func (c *Config) SetDefaults() {
 func (c *Config) Validate() error {
 	if c.Dir == "" {
 		return errors.New("meta: --dir is required")
+	}
+	if c.BlockKeyRotation < c.BlockTokenLifetime {
+		return fmt.Errorf("meta: block key rotation %s is shorter than the block token lifetime %s: a token would outlive its key", c.BlockKeyRotation, c.BlockTokenLifetime)
 	}
 	if c.DeadAfter <= c.StaleAfter {
 		return fmt.Errorf("meta: dead-after %s must exceed stale-after %s", c.DeadAfter, c.StaleAfter)
