@@ -375,7 +375,7 @@ func TestDatanodeJoinsWithToken(t *testing.T) {
 	srv, srvDir, logs := startLogged(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tok, stderr, err := runIn(t, nil, "admin", "join-token", "--meta", srv.MetaAddr())
+	tok, stderr, err := runIn(t, nil, "admin", "join-token", "--host", "127.0.0.1", "--meta", srv.MetaAddr())
 	if err != nil {
 		t.Fatalf("admin join-token: %v: %s", err, stderr)
 	}

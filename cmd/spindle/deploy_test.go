@@ -172,8 +172,8 @@ func TestDeployConfigs(t *testing.T) {
 		}
 	}
 	for _, line := range []string{"install -m 0644 deploy/hosts/spindle2.env /etc/spindle/host.env ",
-		"install -m 0644 meta-2.crt /etc/spindle/tls/meta.crt\n", "install -m 0640 -o root -g spindle meta-2.key /etc/spindle/tls/meta.key\n",
-		"install -m 0644 dn-spindle2.crt /etc/spindle/tls/datanode.crt\n", "install -m 0640 -o root -g spindle dn-spindle2.key /etc/spindle/tls/datanode.key\n",
+		"install -m 0644 -o spindle meta-2.crt /etc/spindle/tls/meta.crt\n", "install -m 0600 -o spindle meta-2.key /etc/spindle/tls/meta.key\n",
+		"install -m 0644 -o spindle dn-spindle2.crt /etc/spindle/tls/datanode.crt\n", "install -m 0600 -o spindle dn-spindle2.key /etc/spindle/tls/datanode.key\n",
 		"install -m 0644 deploy/meta.json deploy/datanode.json /etc/spindle/\n"} {
 		if !strings.Contains(string(guide), line) {
 			t.Errorf("OPERATIONS.md lacks %q", line)

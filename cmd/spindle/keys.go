@@ -711,11 +711,11 @@ func newAdminCmd() *cobra.Command {
 	var env keyEnv
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|grant|revoke-grant|grants|damaged|datanode|join-token",
+		Use:   "admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|grant|revoke-grant|grants|damaged|datanode|join-token|cert",
 		Short: "Show the cluster as the meta service sees it: datanodes, pipelines, containers, re-replication, safe mode, the meta service's members, S3 users, damaged blocks and keys; back up the meta store; decommission datanodes",
 		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cli.UsageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|grant|revoke-grant|grants|damaged|datanode|join-token"))
+			return cli.UsageErr(errors.New("want admin nodes|pipelines|containers|replication|safemode|container-get|meta|user|grant|revoke-grant|grants|damaged|datanode|join-token|cert"))
 		},
 	}
 	env.addFlags(cmd.PersistentFlags())
@@ -809,7 +809,7 @@ func newAdminCmd() *cobra.Command {
 	cmd.AddCommand(cli.AdminUserCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}))
 	cmd.AddCommand(cli.AdminKEKCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}))
 	cmd.AddCommand(cli.AdminGrantCmds(cli.Env{MetaClient: env.metaClient, JSON: &asJSON})...)
-	cmd.AddCommand(newAdminJoinTokenCmd(&env, &asJSON))
+	cmd.AddCommand(cli.AdminJoinTokenCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}), cli.AdminCertCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}))
 	cmd.AddCommand(newAdminOpsCmds(&env, &asJSON)...)
 	return cmd
 }

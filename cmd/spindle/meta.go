@@ -112,6 +112,7 @@ on an empty --dir.`,
 	tf.add(f)
 	f.StringVar(&adminTokenFile, "admin-token-file", "", adminTokenHelp)
 	f.StringVar(&joinCADir, "join-ca-dir", "", "the cluster CA's directory (ca.crt and ca.key, spindle cert init): datanodes may then join with a one-time token (spindle admin join-token) and get a certificate signed by it")
+	f.DurationVar(&cfg.CertValidity, "cert-validity", tlsconf.DefaultCertValidity, certValidityHelp)
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:9860", "HTTP address of the meta service")
 	f.IntVar(&listenFD, "listen-fd", 0, listenFDHelp)
 	f.StringVar(&cfg.Dir, "dir", "", "directory of the meta service's store (required)")

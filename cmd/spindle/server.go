@@ -69,6 +69,7 @@ settings given here (replication flags) are passed to every member.`,
 				// The meta settings given go to every member's command
 				// line: the flags the meta command has too.
 				mf := newMetaCmd().Flags()
+				cfg.Meta.CertValidity = cfg.CertValidity
 				cmd.Flags().Visit(func(fl *pflag.Flag) {
 					switch fl.Name {
 					case "dir", "ready-file", "listen", tlsconf.FlagInsecure: // TLS: the server's own flags for its members
@@ -94,6 +95,7 @@ settings given here (replication flags) are passed to every member.`,
 	f.IntVar(&maxCopies, "max-copies", maxCopies, "re-replication: container copies each datanode receives at once")
 	f.Var(&logInline, "log-inline-max-bytes", "datanodes: "+logInlineHelp)
 	addS3Flags(f, &cfg.S3)
+	f.DurationVar(&cfg.CertValidity, "cert-validity", tlsconf.DefaultCertValidity, certValidityHelp)
 	f.BoolVar(&cfg.Insecure, tlsconf.FlagInsecure, false, "plaintext connections everywhere, no TLS (meta, datanodes, S3 over http): anyone who reaches a port can use it")
 	checkReplication = addReplicationFlags(f, &cfg.Meta)
 	return cmd

@@ -110,6 +110,7 @@ func (t *tlsFlags) client(meta string) (*tlsconf.Settings, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client profile %s (written by spindle server; remove it if that server is gone): %w", path, err)
 	}
+	cli.RenewProfile(s, meta) // a certificate past 2/3 of its lifetime renewed (issue 33)
 	return s, nil
 }
 
@@ -136,3 +137,6 @@ const minAdminTokenBytes = 16
 
 // adminTokenHelp is --admin-token-file's help (meta service and clients).
 const adminTokenHelp = "file (0600) holding the admin bearer token of a plaintext (--insecure) cluster: the meta service then requires it for administration and deletions; ignored with TLS (the admin credential is an admin certificate)"
+
+// certValidityHelp is --cert-validity's help (server, meta).
+const certValidityHelp = "lifetime of the certificates issued (joins, renewals; spindle server: its own too); every process renews its own at 2/3 of it"

@@ -327,7 +327,7 @@ func Dial(ctx context.Context, sec *tlsconf.Settings, addr string) (net.Conn, er
 	// not wake the client for the server's few KiB of handshake, which
 	// would then wait for the server to give up (a race: TestCopyOverTLS
 	// and copies by the hundred pass or hang by timing).
-	c, err := sec.Client(ctx, raw, addr)
+	c, err := sec.Pin(tlsconf.RoleDatanode).Client(ctx, raw, addr) // datanodes only (issue 33)
 	if err != nil {
 		return nil, fmt.Errorf("bulk: %w", err)
 	}

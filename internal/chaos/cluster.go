@@ -89,6 +89,9 @@ func startCluster(ctx context.Context, cfg *Config, root string, metaArgs []stri
 			if c.tls, err = pki.Settings(tlsconf.RoleAdmin); err == nil {
 				nodeTLS, err = pki.EnsureDatanodes(cfg.Datanodes, hosts)
 			}
+			if err == nil {
+				mcfg.MemberTLS, err = pki.EnsureMembers(tlsconf.RoleMeta, len(addrs), hosts)
+			}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("chaos: the run's certificates: %w", err)

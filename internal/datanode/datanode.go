@@ -42,6 +42,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spindle-store/spindle/internal/bulk"
+	"github.com/spindle-store/spindle/internal/certwatch"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/pipeline"
@@ -349,6 +350,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	bg.Add(2)
 	go func() { defer bg.Done(); scrub.run(bgCtx) }()
 	go func() { defer bg.Done(); vols.run(bgCtx) }()
+	certwatch.Start(bgCtx, &bg, cfg.TLS, cfg.Meta, log, nil) // renewal, the deny-list in force (issue 33)
 	vols.register(reg)
 	node, err := pipeline.Start(pipeline.Config{
 		ID: cfg.ID, Listener: dm, Engine: eng, Log: wl, Pipelines: pipelines, Metrics: reg,

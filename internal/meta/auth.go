@@ -140,6 +140,11 @@ var routeAccess = map[string]accessClass{
 
 	"create_join_token": accessAdmin,
 	"join":              accessJoin,
+
+	"certs":       accessAdmin,
+	"revoke_cert": accessAdmin,
+	"cert_denied": accessViews,
+	"renew_cert":  accessViews,
 }
 
 // callerOf is the verified identity of r's caller (the zero Peer over

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/certapi"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
@@ -342,10 +343,10 @@ func TestJoinToken(t *testing.T) {
 	ctx := context.Background()
 	admin := clientAs(t, srv, pki.settings("alice", tlsconf.RoleAdmin))
 	client := clientAs(t, srv, pki.settings("bob", tlsconf.RoleClient))
-	if _, err := client.CreateJoinToken(ctx, 0); !errors.Is(err, metaapi.ErrForbidden) {
+	if _, err := certapi.CreateJoinToken(ctx, client, certapi.JoinTokenRequest{Hosts: []string{"127.0.0.1"}}); !errors.Is(err, metaapi.ErrForbidden) {
 		t.Fatalf("join token for a client certificate: %v, want 403", err)
 	}
-	tok, err := admin.CreateJoinToken(ctx, 0)
+	tok, err := certapi.CreateJoinToken(ctx, admin, certapi.JoinTokenRequest{Hosts: []string{"127.0.0.1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +360,7 @@ func TestJoinToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(resp.Name, "dn-") || !logs.has("datanode joined", "name="+resp.Name) {
+	if !strings.HasPrefix(resp.Name, "dn-") || !logs.has("joined: certificate issued", "name="+resp.Name) {
 		t.Errorf("joined as %q; logs:\n%s", resp.Name, logs.String())
 	}
 	// The certificate works: the new datanode registers under it.
@@ -383,7 +384,7 @@ func TestJoinToken(t *testing.T) {
 	if _, err := metaapi.Join(ctx, srv.Addr(), caFile, req); !errors.Is(err, metaapi.ErrForbidden) {
 		t.Errorf("an unknown token: %v, want 403", err)
 	}
-	old, err := admin.CreateJoinToken(ctx, time.Minute)
+	old, err := certapi.CreateJoinToken(ctx, admin, certapi.JoinTokenRequest{TTLSeconds: 60, Hosts: []string{"127.0.0.1"}})
 	if err != nil {
 		t.Fatal(err)
 	}

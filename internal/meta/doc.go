@@ -38,6 +38,12 @@
 // delete), and every change and refusal goes to the audit log (package
 // audit, a rotated JSON-lines file beside the store); a datanode's UUID is bound to the certificate it registered
 // under, and a heartbeat for it under another is refused (FORBIDDEN).
+// Certificates (issue 33): package certreg records every certificate the
+// service issues (joins with tokens naming role and hosts, renewals) and
+// keeps the deny-list (revocations) as replicated state (certs.go,
+// join.go); each member runs certwatch on its own certificate (renewal,
+// its Guard fed the deny-list); a raft stream is accepted only from the
+// member its sender's certificate binds (raftnet.BoundSender).
 //
 // # Cluster manager
 //

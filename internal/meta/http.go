@@ -169,6 +169,7 @@ func (s *Service) Handler() http.Handler {
 	s.routeS3Conf(route)                  // http_s3conf.go
 	s.routeOps(route)                     // ops.go
 	s.routeJoin(route)                    // join.go
+	s.routeCerts(route)                   // certs.go
 	mux.Handle("GET /metrics", s.guard("metrics", promhttp.HandlerFor(s.Metrics.Reg, promhttp.HandlerOpts{})))
 	mux.Handle("GET /v1/admin/backup", s.guard("backup", s.backupHandler())) // backup.go
 	s.raftRoutes(mux)
@@ -440,6 +441,9 @@ func Start(cfg state.Config) (*Server, error) {
 	if cfg.TickInterval > 0 {
 		s.wg.Add(1)
 		go s.tick(cfg.TickInterval)
+	}
+	if cfg.TLS.Enabled() {
+		s.watchCerts() // certs.go: renewal, the deny-list in force
 	}
 	if !cfg.TLS.Enabled() {
 		svc.Log.Warn("meta service serving WITHOUT TLS (--insecure): nobody is authenticated: anyone who reaches its address can call its API, administration and deletions included (no role is checked; with --admin-token-file, administration and deletions need its bearer token)", "addr", s.Addr(), "admin_token", cfg.AdminToken != "")

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/spindle-store/spindle/internal/meta/raftgroup"
@@ -25,6 +26,9 @@ func (s *Service) demoteHandler(w http.ResponseWriter, req *http.Request) (any, 
 	var body raftgroup.DemoteRequest
 	if err := decodeBody(w, req, &body); err != nil {
 		return nil, 0, err
+	}
+	if id, bound, err := raftnet.BoundSender(req); err != nil || bound && id != body.ID {
+		return nil, 0, fmt.Errorf("%w: a member asks its own demotion only (certificate binds member %d, asked for %d: %v)", metaapi.ErrForbidden, id, body.ID, err)
 	}
 	st, err := s.ChangeMembers(metaapi.MemberChange{Op: "replace", ID: body.ID})
 	return st, http.StatusOK, err

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/meta/access"
 	"github.com/spindle-store/spindle/internal/meta/authz"
+	"github.com/spindle-store/spindle/internal/meta/certreg"
 	"github.com/spindle-store/spindle/internal/meta/cluster"
 	"github.com/spindle-store/spindle/internal/meta/creds"
 	"github.com/spindle-store/spindle/internal/meta/namespace"
@@ -35,7 +36,7 @@ type Service struct {
 	// rep is the meta raft group's member (nil: a group of one); State.rep
 	// is the same member as the state machine sees it.
 	rep    *raftgroup.Member
-	joins  joinTokens        // join.go
+	certs  *certreg.Registry // certificates and joins (certs.go, join.go)
 	bodies *bodyGate         // admission.go
 	gate   *access.Gate      // grants' routes, authorization, audit log
 	tokens *tokenkeys.Minter // block tokens
@@ -52,6 +53,7 @@ func compose(st *state.State) *Service {
 	s.Rerepl = repair.NewRerepl(st, s.Cluster, s.Damage, s.Ops)
 	s.Namespace, s.Multipart = namespace.New(st, s.Cluster, s.Allocator, s.BlockGC)
 	s.S3Users = namespace.NewS3Users(st)
+	s.certs = certreg.New(st)
 	s.tokens = tokenkeys.New(st)
 	return s
 }
@@ -77,6 +79,9 @@ func Open(cfg state.Config) (*Service, error) {
 	s.Dur.Init()
 	if err := s.Load(); err != nil {
 		return nil, errors.Join(fmt.Errorf("meta: load %s: %w", cfg.Dir, err), db.Close())
+	}
+	if err := certreg.Validate(s.State); err != nil {
+		return nil, errors.Join(fmt.Errorf("meta: load %s: certificates: %w", cfg.Dir, err), db.Close())
 	}
 	if err := authz.Validate(s.State); err != nil { // package access
 		return nil, errors.Join(fmt.Errorf("meta: load %s: grants: %w", cfg.Dir, err), db.Close())

@@ -194,7 +194,7 @@ func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
 		c.failover = DefaultFailoverTimeout
 	}
 	if c.hc == nil {
-		c.hc = &http.Client{Transport: opts.TLS.HTTPTransport(&http.Transport{
+		c.hc = &http.Client{Transport: opts.TLS.Pin(tlsconf.RoleMeta).HTTPTransport(&http.Transport{ // the meta service only (issue 33)
 			Proxy:               nil, // the meta service is on the cluster's network, never behind a proxy
 			MaxIdleConnsPerHost: 64,
 			IdleConnTimeout:     90 * time.Second,

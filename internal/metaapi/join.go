@@ -29,10 +29,7 @@ const (
 	joinTimeout = 30 * time.Second
 )
 
-// JoinTokenRequest asks for a token valid TTLSeconds (0: the default).
-type JoinTokenRequest struct {
-	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
-}
+// The token request is certapi.JoinTokenRequest (role and hosts).
 
 // JoinToken is a one-time token for one datanode to join.
 type JoinToken struct {
@@ -55,18 +52,6 @@ type JoinResponse struct {
 	Name string `json:"name"`
 	Cert string `json:"cert"`
 	CA   string `json:"ca"`
-}
-
-// CreateJoinToken asks the member taken for the leader for a join token
-// (an admin certificate's call). The token is known to that member only
-// (kept in its memory): the datanode joins through the same address.
-func (c *Client) CreateJoinToken(ctx context.Context, ttl time.Duration) (JoinToken, error) {
-	var out JoinToken
-	body, err := json.Marshal(JoinTokenRequest{TTLSeconds: int64(ttl / time.Second)})
-	if err != nil {
-		return out, err
-	}
-	return out, c.once(ctx, int(c.cur.Load()), http.MethodPost, JoinTokensRoute, body, "application/json", &out)
 }
 
 // Join sends req to the meta service at addr (host:port), verifying it by

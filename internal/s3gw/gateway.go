@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v3"
 	"github.com/versity/versitygw/embedgw"
 	"github.com/versity/versitygw/s3api"
 
+	"github.com/spindle-store/spindle/internal/certwatch"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
@@ -81,6 +83,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("s3gw: %w", err)
 	}
+	wctx, wstop := context.WithCancel(ctx)
+	var watch sync.WaitGroup
+	defer func() { wstop(); watch.Wait() }()
+	reload := make(chan struct{}, 1) // the HTTPS certificate read again after a renewal (versitygw's SIGHUP)
+	certwatch.Start(wctx, &watch, cfg.TLS, mc, cfg.Logger, func() {
+		select {
+		case reload <- struct{}{}:
+		default:
+		}
+	})
 	kopts := cfg.KeyClient
 	if kopts.ChunkSize == 0 {
 		kopts.ChunkSize = ChunkBytes
@@ -110,6 +122,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Region:            cfg.Region,
 		Ports:             []string{cfg.Listen},
 		CertFile:          cfg.CertFile,
+		SigHup:            reload,
 		KeyFile:           cfg.KeyFile,
 		MaxConnections:    MaxConnections,
 		MaxRequests:       MaxRequests,

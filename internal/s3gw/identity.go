@@ -41,7 +41,7 @@ func requestUser(ctx context.Context) string {
 // metaClient is the gateway's client of the meta service at addr: every
 // call alone, naming its request's user.
 func metaClient(addr string, sec *tlsconf.Settings) (*metaapi.Client, error) {
-	base := sec.HTTPTransport(&http.Transport{
+	base := sec.Pin(tlsconf.RoleMeta).HTTPTransport(&http.Transport{
 		Proxy:               nil, // the meta service is on the cluster's network
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,

@@ -37,7 +37,7 @@ const metaStopTimeout = 10 * time.Second
 // MetaProcs is the meta member processes of a server with MetaReplicas > 1.
 type MetaProcs struct {
 	cfg   Config
-	tls   tlsconf.Files // the members' (zero: --insecure)
+	tls   []tlsconf.Files // each member's own (none: --insecure)
 	addrs []string
 	mu    sync.Mutex
 	procs []*exec.Cmd
@@ -75,7 +75,7 @@ func metaListeners(listen string, n int) ([]*net.TCPListener, error) {
 // startMetaGroup starts the members and waits (ReadyTimeout) until one
 // serves as leader. lns, when given (the first start), are the members'
 // sockets, handed over and closed here.
-func startMetaGroup(ctx context.Context, cfg Config, addrs []string, lns []*net.TCPListener, files tlsconf.Files, client *tlsconf.Settings) (*MetaProcs, error) {
+func startMetaGroup(ctx context.Context, cfg Config, addrs []string, lns []*net.TCPListener, files []tlsconf.Files, client *tlsconf.Settings) (*MetaProcs, error) {
 	g := &MetaProcs{cfg: cfg, tls: files, addrs: addrs, procs: make([]*exec.Cmd, len(addrs)), done: make([]chan struct{}, len(addrs))}
 	defer func() {
 		for _, ln := range lns {
@@ -156,7 +156,11 @@ func (g *MetaProcs) launch(i int, ln *net.TCPListener) error {
 	}
 	args := append([]string{"meta", "--id", strconv.Itoa(i + 1), "--peers", g.peers()}, listen...)
 	args = append(args, "--dir", metaMemberDir(g.cfg.Dir, i+1), "--ready-file", metaMemberDir(g.cfg.Dir, i+1)+".ready")
-	args = append(args, g.tls.Args()...)
+	if i < len(g.tls) { // its own pair (bound to its ID: raft), and the CA that renews it
+		args = append(append(args, g.tls[i].Args()...), "--join-ca-dir", filepath.Dir(g.tls[i].CA))
+	} else {
+		args = append(args, tlsconf.Files{}.Args()...)
+	}
 	args = append(args, g.cfg.MetaArgs...)
 	cmd := exec.Command(g.cfg.Binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf

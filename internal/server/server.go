@@ -54,8 +54,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/certwatch"
 	"github.com/spindle-store/spindle/internal/localcluster"
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -117,6 +119,10 @@ type Config struct {
 	// the command line finds by meta address (tlsconf.WriteClientProfile):
 	// after `spindle server`, `spindle put` needs no flag.
 	ClientProfile bool
+	// CertValidity is the lifetime of the certificates the server makes
+	// and its meta service issues (renewals; 0:
+	// tlsconf.DefaultCertValidity). Every process renews its own at 2/3.
+	CertValidity time.Duration
 }
 
 // Server is a running embedded cluster.
@@ -132,6 +138,9 @@ type Server struct {
 	metaAddr string
 	cluster  *localcluster.Cluster
 	client   *metaapi.Client
+	// watch renews adminTLS's pair until stopWatch.
+	watch     sync.WaitGroup
+	stopWatch func()
 }
 
 // state is server.json. DatanodeAddrs are the datanodes' addresses at the
@@ -191,7 +200,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg}
 	var metaTLS *tlsconf.Settings
 	if !cfg.Insecure {
-		if s.pki, err = tlsconf.EnsureLocal(cfg.Dir, localHosts(cfg)); err != nil {
+		if s.pki, err = tlsconf.EnsureLocalValidity(cfg.Dir, localHosts(cfg), cfg.CertValidity); err != nil {
 			return nil, fmt.Errorf("server: %w", err)
 		}
 		if metaTLS, err = s.pki.Settings(tlsconf.RoleMeta); err != nil {
@@ -214,7 +223,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 				st.MetaAddrs = append(st.MetaAddrs, ln.Addr().String())
 			}
 		}
-		if s.group, err = startMetaGroup(ctx, cfg, st.MetaAddrs, lns, s.files(tlsconf.RoleMeta), s.adminTLS); err != nil {
+		var members []tlsconf.Files
+		if !cfg.Insecure {
+			if members, err = s.pki.EnsureMembers(tlsconf.RoleMeta, cfg.MetaReplicas, localHosts(cfg)); err != nil {
+				return nil, fmt.Errorf("server: %w", err)
+			}
+		}
+		if s.group, err = startMetaGroup(ctx, cfg, st.MetaAddrs, lns, members, s.adminTLS); err != nil {
 			return nil, err
 		}
 		s.metaAddr = strings.Join(st.MetaAddrs, ",")
@@ -229,6 +244,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		mcfg.Dir = filepath.Join(cfg.Dir, "meta")
 		mcfg.Listen = cfg.MetaListen
 		mcfg.TLS = metaTLS
+		mcfg.CertValidity = cfg.CertValidity
 		if !cfg.Insecure && mcfg.JoinCA == nil {
 			// The local CA admits datanodes that join with a token
 			// (spindle admin join-token).
@@ -286,6 +302,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		stopQuietly(s.Close)
 		return nil, err
 	}
+	wctx, wstop := context.WithCancel(context.Background())
+	s.stopWatch = func() { wstop(); s.watch.Wait() }
+	certwatch.Start(wctx, &s.watch, s.adminTLS, s.client, cfg.Logger, nil) // the local operator's pair (the client profile's) renewed
 	if cfg.ClientProfile {
 		if err := s.writeClientProfile(); err != nil {
 			stopQuietly(s.Close)
@@ -423,6 +442,9 @@ func (s *Server) Cluster() *localcluster.Cluster { return s.cluster }
 // Close stops the datanodes (SIGTERM, then SIGKILL after a bounded wait) and
 // the meta service.
 func (s *Server) Close() error {
+	if s.stopWatch != nil {
+		s.stopWatch()
+	}
 	var err error
 	if s.cluster != nil {
 		err = s.cluster.Stop(localcluster.DefaultStopTimeout)

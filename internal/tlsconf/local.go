@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spindle-store/spindle/internal/vfs"
 )
@@ -21,6 +23,9 @@ const LocalDir = "tls"
 // certificate per role, all under one directory.
 type Local struct {
 	Dir string // DIR/tls
+	// Validity is the lifetime of the certificates it issues (0:
+	// DefaultCertValidity).
+	Validity time.Duration
 	// CA is the CA certificate's path (the S3 clients' CA bundle too).
 	CA string
 }
@@ -39,7 +44,15 @@ func LocalName(r Role) string { return "local-" + string(r) }
 // (addresses the server listens on or is dialled at) is issued again by
 // the same CA; the CA is never replaced.
 func EnsureLocal(dir string, hosts []string) (Local, error) {
-	l := Local{Dir: filepath.Join(dir, LocalDir)}
+	return EnsureLocalValidity(dir, hosts, 0)
+}
+
+// EnsureLocalValidity is EnsureLocal issuing certificates valid validity
+// (0: DefaultCertValidity). A certificate past its renewal point
+// (RenewDue) is issued again too: a server stopped longer than that
+// starts with fresh certificates.
+func EnsureLocalValidity(dir string, hosts []string, validity time.Duration) (Local, error) {
+	l := Local{Dir: filepath.Join(dir, LocalDir), Validity: validity}
 	caDir := filepath.Join(l.Dir, "ca")
 	l.CA = filepath.Join(caDir, CACertFile)
 	ca, err := LoadCA(caDir)
@@ -57,7 +70,7 @@ func EnsureLocal(dir string, hosts []string) (Local, error) {
 		if pairCovers(f, ca, hosts) {
 			continue
 		}
-		c, k, err := ca.Issue(IssueRequest{Name: name, Role: r, Hosts: hosts})
+		c, k, err := ca.Issue(IssueRequest{Name: name, Role: r, Hosts: hosts, Validity: validity})
 		if err != nil {
 			return l, err
 		}
@@ -66,6 +79,23 @@ func EnsureLocal(dir string, hosts []string) (Local, error) {
 		}
 	}
 	return l, nil
+}
+
+// MetaMemberName is the certificate name of a local server's meta member
+// id: each has a pair of its own (EnsureMembers), bound to its ID
+// (MemberOf) so that its peers accept its raft messages only.
+func MetaMemberName(id int) string { return fmt.Sprintf("%s-%d", LocalName(RoleMeta), id) }
+
+// MemberOf is the meta member ID a certificate name binds: the number
+// after the last '-' of "meta-ID" or "local-meta-ID"; ok false for any
+// other name.
+func MemberOf(name string) (id uint64, ok bool) {
+	i := strings.LastIndexByte(name, '-')
+	if i < 0 || (name[:i] != "meta" && name[:i] != LocalName(RoleMeta)) {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(name[i+1:], 10, 64)
+	return id, err == nil && id > 0
 }
 
 // DatanodeName is the certificate name of a local server's datanode
@@ -78,16 +108,22 @@ func DatanodeName(i int) string { return fmt.Sprintf("%s-%d", LocalName(RoleData
 // the pairs of datanode members 1..n (DatanodeName), with the CA of l,
 // and returns their files in member order.
 func (l Local) EnsureDatanodes(n int, hosts []string) ([]Files, error) {
+	return l.EnsureMembers(RoleDatanode, n, hosts)
+}
+
+// EnsureMembers makes (or issues again) the pairs of members 1..n of role
+// r (datanodes: DatanodeName; meta members: MetaMemberName).
+func (l Local) EnsureMembers(r Role, n int, hosts []string) ([]Files, error) {
 	ca, err := LoadCA(filepath.Join(l.Dir, "ca"))
 	if err != nil {
 		return nil, err
 	}
 	out := make([]Files, 0, n)
 	for i := 1; i <= n; i++ {
-		name := DatanodeName(i)
+		name := fmt.Sprintf("%s-%d", LocalName(r), i)
 		f := l.named(name)
 		if !pairCovers(f, ca, hosts) {
-			c, k, err := ca.Issue(IssueRequest{Name: name, Role: RoleDatanode, Hosts: hosts})
+			c, k, err := ca.Issue(IssueRequest{Name: name, Role: r, Hosts: hosts, Validity: l.Validity})
 			if err != nil {
 				return nil, err
 			}
@@ -126,7 +162,7 @@ func pairCovers(f Files, ca *CA, hosts []string) bool {
 		return false
 	}
 	cert, err := x509.ParseCertificate(blk.Bytes)
-	if err != nil || cert.CheckSignatureFrom(ca.Cert) != nil {
+	if err != nil || cert.CheckSignatureFrom(ca.Cert) != nil || RenewDue(cert, time.Now()) {
 		return false
 	}
 	for _, h := range hosts {

@@ -50,6 +50,16 @@ type RecordConn struct {
 
 	readBufBytes atomic.Int64  // BufferReads' size; 0: direct reads
 	br           *bufio.Reader // the read buffer, made at the first read after BufferReads
+
+	guard atomic.Pointer[Guard] // the Guard tracking this connection (set at its handshake)
+}
+
+// Close closes the connection and ends its tracking by a Guard.
+func (c *RecordConn) Close() error {
+	if g := c.guard.Load(); g != nil {
+		g.untrack(c)
+	}
+	return c.Conn.Close()
 }
 
 // MaxBatchBytes bounds the records a RecordConn collects before it writes

@@ -41,6 +41,11 @@ type Settings struct {
 	// join: a client offering JoinALPN may handshake without a
 	// certificate (WithJoin).
 	join bool
+	// g checks peers beyond the CA (guard.go), shared by the Settings
+	// derived from one NewSettings; pin: the roles a server dialed may
+	// have (Pin; empty: any).
+	g   *Guard
+	pin []Role
 }
 
 // WithJoin is s for a server that admits joining datanodes: a client
@@ -51,7 +56,9 @@ func (s *Settings) WithJoin() *Settings {
 	if !s.Enabled() {
 		return s
 	}
-	return &Settings{r: s.r, join: true}
+	c := *s
+	c.join = true
+	return &c
 }
 
 // NewSettings loads f (certificate, key, CA) for mutual TLS.
@@ -60,7 +67,7 @@ func NewSettings(f Files) (*Settings, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Settings{r: r}, nil
+	return &Settings{r: r, g: NewGuard()}, nil
 }
 
 // Enabled says connections use TLS.
@@ -103,13 +110,16 @@ func (s *Settings) ServerConfig() *tls.Config {
 	if !s.Enabled() {
 		return nil
 	}
-	return s.r.serverConfig(s.join)
+	return s.r.serverConfig(s.join, s.g)
 }
 
 // ClientConfig is the client configuration for a server at addr
 // (host:port or host), verifying the server's certificate for host (nil
 // when plaintext).
-func (s *Settings) ClientConfig(addr string) *tls.Config {
+func (s *Settings) ClientConfig(addr string) *tls.Config { return s.clientConfig(addr, nil) }
+
+// clientConfig is ClientConfig, tracking rc (when not nil) in s's Guard.
+func (s *Settings) clientConfig(addr string, rc *RecordConn) *tls.Config {
 	if !s.Enabled() {
 		return nil
 	}
@@ -117,7 +127,7 @@ func (s *Settings) ClientConfig(addr string) *tls.Config {
 	if h, _, err := net.SplitHostPort(addr); err == nil {
 		host = h
 	}
-	return s.r.ClientConfig(host)
+	return s.r.clientConfig(host, s.g, rc, s.pin)
 }
 
 // Listener wraps ln so that every accepted connection is a TLS server
@@ -152,7 +162,8 @@ func (s *Settings) Client(ctx context.Context, c net.Conn, addr string) (net.Con
 	if !s.Enabled() {
 		return c, nil
 	}
-	tc := tls.Client(NewRecordConn(c), s.ClientConfig(addr))
+	rc := NewRecordConn(c)
+	tc := tls.Client(rc, s.clientConfig(addr, rc))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = c.Close() // the handshake's error is the one
 		return nil, fmt.Errorf("tls handshake with %s: %w", addr, err)

@@ -24,6 +24,16 @@
 // which only help a browser render early). Peer, PeerOfState and PeerOfConn give a connection's
 // verified identity; CheckKeyPrivate refuses a key others may read.
 //
+// Beyond the CA (issue 33): every Settings has a Guard (guard.go) that
+// refuses, at both ends of a handshake, a certificate on the deny-list
+// (the meta service's, fed by certwatch) or outside its validity, tracks
+// the connections it admitted by peer serial and closes them when their
+// serial is denied; a dialer pins the role of the server it reaches
+// (Settings.Pin: the meta client RoleMeta, the data path RoleDatanode).
+// Certificates live DefaultCertValidity (7 days) and are renewed at
+// RenewFraction of their lifetime; a meta member's name binds its raft ID
+// (MemberOf).
+//
 // Every TLS connection Settings makes runs over a RecordConn, which lets
 // the data path write a batch of records with one syscall and read many
 // records per syscall (see RecordConn).
@@ -82,8 +92,10 @@ const (
 const (
 	// DefaultCAValidity is a cluster CA's lifetime.
 	DefaultCAValidity = 10 * 365 * 24 * time.Hour
-	// DefaultCertValidity is an issued certificate's lifetime.
-	DefaultCertValidity = 365 * 24 * time.Hour
+	// DefaultCertValidity is an issued certificate's lifetime: short, so
+	// that an identity cut off (a revocation, a datanode removed) cannot
+	// outlive it; every process renews its own well before (certwatch).
+	DefaultCertValidity = 7 * 24 * time.Hour
 	// ReloadCheckInterval bounds how often a Reloader looks at its files.
 	ReloadCheckInterval = time.Second
 	// maxPEMBytes bounds a certificate or key file read.
@@ -228,7 +240,7 @@ func (ca *CA) IssueFor(req IssueRequest, pub crypto.PublicKey) (certPEM []byte, 
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: req.Name, Organization: []string{"Spindle"}},
-		NotBefore:    now.Add(-time.Hour),
+		NotBefore:    now.Add(-backdate(req.Validity)),
 		NotAfter:     now.Add(req.Validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
@@ -447,13 +459,15 @@ func (r *Reloader) current() (*tls.Certificate, *x509.CertPool) {
 
 // ServerConfig is a TLS 1.3 server configuration that presents the current
 // certificate and requires a client certificate verified by the current CA.
-func (r *Reloader) ServerConfig() *tls.Config { return r.serverConfig(false) }
+func (r *Reloader) ServerConfig() *tls.Config { return r.serverConfig(false, nil) }
 
 // serverConfig is ServerConfig; with join, a client offering JoinALPN
 // (a datanode with a join token, no certificate yet) may handshake
 // without a client certificate: the server then serves it as an
 // unauthenticated caller (the meta service only its join route).
-func (r *Reloader) serverConfig(join bool) *tls.Config {
+// With g, every client certificate is checked by g (deny-list, validity)
+// and its connection tracked.
+func (r *Reloader) serverConfig(join bool, g *Guard) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
@@ -462,13 +476,18 @@ func (r *Reloader) serverConfig(join bool) *tls.Config {
 			if join && slices.Contains(hello.SupportedProtos, JoinALPN) {
 				auth = tls.VerifyClientCertIfGiven
 			}
-			return &tls.Config{
+			c := &tls.Config{
 				MinVersion:                  tls.VersionTLS13,
 				Certificates:                []tls.Certificate{*cert},
 				ClientAuth:                  auth,
 				ClientCAs:                   pool,
 				DynamicRecordSizingDisabled: true,
-			}, nil
+			}
+			if g != nil {
+				rc, _ := hello.Conn.(*RecordConn)
+				c.VerifyConnection = g.verifyConn(rc, nil)
+			}
+			return c, nil
 		},
 	}
 }
@@ -501,7 +520,18 @@ func JoinClientConfig(caFile, serverName string) (*tls.Config, error) {
 // serverName (an IP address or DNS name in its certificate), presenting
 // the current certificate and verifying the server by the current CA.
 func (r *Reloader) ClientConfig(serverName string) *tls.Config {
+	return r.clientConfig(serverName, nil, nil, nil)
+}
+
+// clientConfig is ClientConfig; with g, the server's certificate is
+// checked by g (deny-list, validity, a role of pin when pin is not empty)
+// and rc (when not nil) tracked.
+func (r *Reloader) clientConfig(serverName string, g *Guard, rc *RecordConn, pin []Role) *tls.Config {
 	cert, pool := r.current()
+	var verify func(tls.ConnectionState) error
+	if g != nil {
+		verify = g.verifyConn(rc, pin)
+	}
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		ServerName: serverName,
@@ -512,8 +542,15 @@ func (r *Reloader) ClientConfig(serverName string) *tls.Config {
 		},
 		Certificates:                []tls.Certificate{*cert},
 		DynamicRecordSizingDisabled: true,
+		VerifyConnection:            verify,
 	}
 }
+
+// backdate is how far before its issue a certificate of lifetime v
+// starts: an hour (clocks a little behind), at most a tenth of v, so that
+// a short-lived certificate's renewal point (a fraction of NotBefore..
+// NotAfter) is not in its past.
+func backdate(v time.Duration) time.Duration { return min(time.Hour, v/10) }
 
 func validRole(r Role) bool {
 	for _, x := range Roles {

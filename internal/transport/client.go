@@ -89,7 +89,7 @@ type sendBatch struct {
 // DialClient connects to addr over TCP (and TLS when cfg.Conn.TLS says
 // so) and returns a Client on the connection.
 func DialClient(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
-	nc, err := cfg.Conn.TLS.Dial(ctx, addr)
+	nc, err := cfg.Conn.TLS.PinDatanode().Dial(ctx, addr) // datanodes only (issue 33)
 	if err != nil {
 		return nil, fmt.Errorf("transport: dial %s: %w", addr, err)
 	}

@@ -481,7 +481,7 @@ const TLSReadBufferBytes = 256 << 10
 
 // DialConn connects to addr over TCP (and TLS when cfg.TLS says so).
 func DialConn(ctx context.Context, addr string, cfg ConnConfig) (*Conn, error) {
-	nc, err := cfg.TLS.Dial(ctx, addr)
+	nc, err := cfg.TLS.Pin(tlsconf.RoleDatanode).Dial(ctx, addr) // datanodes only (issue 33)
 	if err != nil {
 		return nil, fmt.Errorf("transport: dial %s: %w", addr, err)
 	}

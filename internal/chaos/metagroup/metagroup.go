@@ -43,6 +43,9 @@ type Config struct {
 	// ClientTLS the settings Leader asks the members with.
 	TLS       tlsconf.Files
 	ClientTLS *tlsconf.Settings
+	// MemberTLS, when set, is each member's own pair (member id:
+	// MemberTLS[id-1]), bound to its ID for raft (tlsconf.MemberOf).
+	MemberTLS []tlsconf.Files
 	// Args are added to every member's command line.
 	Args []string
 	// Listeners, when set, are the members' listening sockets on Addrs
@@ -143,7 +146,9 @@ func (g *Group) launch(id int) error {
 		}
 		args = append(args, "--id", fmt.Sprint(id), "--peers", strings.Join(peers, ","))
 	}
-	if g.cfg.TLS.IsZero() {
+	if id <= len(g.cfg.MemberTLS) {
+		args = append(args, g.cfg.MemberTLS[id-1].Args()...)
+	} else if g.cfg.TLS.IsZero() {
 		args = append(args, "--insecure")
 	} else {
 		args = append(args, g.cfg.TLS.Args()...)

@@ -45,6 +45,11 @@ func (r *Member) StreamHandler(w http.ResponseWriter, req *http.Request) {
 		raftnet.CutRead(rc, r.log)
 		r.log.Warn("meta raft stream refused", "from", req.RemoteAddr, "why", why)
 	}
+	from, bound, err := raftnet.BoundSender(req) // issue 33: its certificate's member only
+	if err != nil {
+		refuse(err.Error())
+		return
+	}
 	br := bufio.NewReaderSize(req.Body, raftnet.StreamBufferBytes)
 	var hdr [4]byte
 	for {
@@ -67,6 +72,10 @@ func (r *Member) StreamHandler(w http.ResponseWriter, req *http.Request) {
 		}
 		ok := msgs[:0]
 		for _, m := range msgs {
+			if bound && m.GetFrom() != from {
+				refuse(fmt.Sprintf("a message from member %d under the certificate of member %d", m.GetFrom(), from))
+				return
+			}
 			if r.peerAddr(m.GetFrom()) != "" && m.GetTo() == r.id {
 				ok = append(ok, m)
 			}

@@ -114,8 +114,8 @@ type raftPeer struct {
 // address); Start starts its senders.
 func New(h Host, addrs map[uint64]string) *Net {
 	n := &Net{h: h, peers: map[uint64]*raftPeer{}, stop: make(chan struct{}),
-		hc:         &http.Client{Transport: h.TLS.HTTPTransport(&http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2})},
-		snapClient: &http.Client{Transport: h.TLS.HTTPTransport(&http.Transport{Proxy: nil})}}
+		hc:         &http.Client{Transport: h.TLS.Pin(tlsconf.RoleMeta).HTTPTransport(&http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2})},
+		snapClient: &http.Client{Transport: h.TLS.Pin(tlsconf.RoleMeta).HTTPTransport(&http.Transport{Proxy: nil})}}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.SetPeers(addrs)
 	return n
@@ -421,4 +421,23 @@ func DecodeMessages(body []byte) ([]*pb.Message, error) {
 		body = body[n:]
 	}
 	return out, nil
+}
+
+// BoundSender is the meta member a raft stream's sender may speak for:
+// the member ID its verified certificate's name binds (tlsconf.MemberOf:
+// meta-ID, local-meta-ID); bound false without TLS. A meta certificate
+// that binds no member is an error: its raft messages are refused.
+func BoundSender(req *http.Request) (id uint64, bound bool, err error) {
+	if req.TLS == nil {
+		return 0, false, nil
+	}
+	p, err := tlsconf.PeerOfState(req.TLS)
+	if err != nil {
+		return 0, false, err
+	}
+	id, ok := tlsconf.MemberOf(p.Name)
+	if !ok {
+		return 0, false, fmt.Errorf("certificate %s binds no meta member (name it meta-ID)", p)
+	}
+	return id, true, nil
 }

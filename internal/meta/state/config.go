@@ -209,6 +209,9 @@ type Config struct {
 	// JoinCA, with TLS, lets datanodes join with a one-time token (join.go):
 	// it signs their certificates. Nil: no joins.
 	JoinCA *tlsconf.CA
+	// CertValidity is the lifetime of the certificates JoinCA issues
+	// (joins, renewals; 0: tlsconf.DefaultCertValidity).
+	CertValidity time.Duration
 }
 
 func (c *Config) SetDefaults() {
