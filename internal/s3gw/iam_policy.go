@@ -9,14 +9,17 @@ import (
 
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3perm"
+	"github.com/spindle-store/spindle/internal/s3permapi"
 )
 
 // The IAM is also versitygw's auth.PolicyEvaluator: the identity side of
 // every authorization (s3perm.Allowed: the bucket owner's rights, bucket
-// and object ACL grants). versitygw combines it with the bucket policy's
-// decision as AWS does: the policy's explicit Deny wins, then an Allow of
-// either; without a policy, with the bucket ACL's. And an
-// auth.PrincipalResolver: a policy may name users by IAM user ARN.
+// and object ACL grants; s3perm.ByGrant: the meta service's grants of the
+// user, cached with the bucket's permissions, PermCache). versitygw
+// combines it with the bucket policy's decision as AWS does: the policy's
+// explicit Deny wins, then an Allow of either; without a policy, with the
+// bucket ACL's. And an auth.PrincipalResolver: a policy may name users by
+// IAM user ARN.
 
 var (
 	_ auth.PolicyEvaluator   = (*IAM)(nil)
@@ -31,10 +34,10 @@ const (
 )
 
 // EvaluatePolicy decides each action on each resource for the user of
-// access: allowed (s3perm.Allowed) or no match (an implicit deny unless
+// access: allowed (s3perm.Allowed, s3perm.ByGrant) or no match (an implicit deny unless
 // the bucket policy allows). Creating a bucket and listing one's buckets
 // are every user's (the buckets listed are the caller's own).
-func (m *IAM) EvaluatePolicy(access, _ string, actions []auth.Action, resources []string, _ map[string][]string) (auth.PolicyEvaluation, error) {
+func (m *IAM) EvaluatePolicy(access, _ string, actions []auth.Action, resources []string, cond map[string][]string) (auth.PolicyEvaluation, error) {
 	ctx, cancel := iamCtx()
 	defer cancel()
 	ev := auth.PolicyEvaluation{PrincipalArn: access}
@@ -42,7 +45,7 @@ func (m *IAM) EvaluatePolicy(access, _ string, actions []auth.Action, resources 
 		ev.Decisions = append(ev.Decisions, nil)
 		row := &ev.Decisions[len(ev.Decisions)-1]
 		for _, a := range actions {
-			ok, err := m.allowed(ctx, access, a, res)
+			ok, err := m.allowed(ctx, access, a, res, cond)
 			if err != nil {
 				return auth.PolicyEvaluation{}, err
 			}
@@ -56,7 +59,7 @@ func (m *IAM) EvaluatePolicy(access, _ string, actions []auth.Action, resources 
 	return ev, nil
 }
 
-func (m *IAM) allowed(ctx context.Context, access string, a auth.Action, resource string) (bool, error) {
+func (m *IAM) allowed(ctx context.Context, access string, a auth.Action, resource string, cond map[string][]string) (bool, error) {
 	if a == auth.CreateBucketAction || a == auth.ListAllMyBucketsAction {
 		return true, nil
 	}
@@ -67,6 +70,9 @@ func (m *IAM) allowed(ctx context.Context, access string, a auth.Action, resourc
 	bk, err := m.perms.bucket(ctx, bucket)
 	if err != nil {
 		return false, nil // no such bucket: nothing to allow (the operation answers NoSuchBucket)
+	}
+	if access != "" && s3perm.ByGrant(userGrants(bk, access), string(a), grantTarget(a, key, cond)) {
+		return true, nil // the meta service's grants (s3perm.ByGrant)
 	}
 	req := s3perm.Request{Access: access, Action: string(a), Object: key != "", Owner: bk.Owner, Ownership: bk.Ownership}
 	if access == bk.Owner || !s3perm.ACLsEnabled(bk.Ownership) {
@@ -97,6 +103,31 @@ func (m *IAM) allowed(ctx context.Context, access string, a auth.Action, resourc
 		}
 	}
 	return s3perm.Allowed(req), nil
+}
+
+// userGrants are the grants of the user of access among a bucket's.
+func userGrants(bk *s3permapi.Bucket, access string) []s3perm.UserGrant {
+	var out []s3perm.UserGrant
+	for _, g := range bk.Grants {
+		if g.Access == access {
+			out = append(out, s3perm.UserGrant{Prefix: g.Prefix, Actions: g.Actions})
+		}
+	}
+	return out
+}
+
+// grantTarget is what a grant must cover for action a: the object's key,
+// a listing's prefix (s3:prefix), else the whole bucket ("").
+func grantTarget(a auth.Action, key string, cond map[string][]string) string {
+	switch {
+	case key != "":
+		return key
+	case a == auth.ListBucketAction || a == auth.ListBucketVersionsAction || a == auth.ListBucketMultipartUploadsAction:
+		if p := cond["s3:prefix"]; len(p) == 1 {
+			return p[0]
+		}
+	}
+	return ""
 }
 
 // ResolvePrincipals returns the principals of a policy that name no
