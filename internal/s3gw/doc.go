@@ -33,11 +33,19 @@
 //     changes at once).
 //   - Permissions (internal/s3perm): versitygw evaluates the bucket policy
 //     (explicit Deny first) and the bucket ACL; the IAM is its
-//     PolicyEvaluator for the identity side: the bucket owner's rights and
-//     bucket and object ACL grants where ownership enables ACLs
-//     (iam_policy.go). An unsigned request is served only where a policy
-//     or ACL makes the bucket public (versitygw) or, for a GET or HEAD of
-//     an object, where the object's ACL grants everyone READ (anon.go).
+//     PolicyEvaluator for the identity side: the bucket owner's rights,
+//     bucket and object ACL grants where ownership enables ACLs, and the
+//     meta service's grants of the user (spindle admin grant; iam_policy.go).
+//     An unsigned request is served only where a policy or ACL makes the
+//     bucket public (versitygw) or, for a GET or HEAD of an object, where
+//     the object's ACL grants everyone READ (anon.go). The meta calls made
+//     for a request name its user and say the gateway authorized it
+//     (identity.go): the meta service checks the user's grants again, and
+//     lets in a user the bucket's policy or ACLs may let in. ACLs are set
+//     canned, by x-amz-grant-* headers (id= access keys, uri= the AllUsers
+//     and AuthenticatedUsers groups) or by an AccessControlPolicy document,
+//     and answered as S3's AccessControlPolicy document (answerACL).
+//     ListBuckets shows a user the buckets it owns or holds a grant on.
 //   - An object is a key; its S3 metadata (ETag = MD5 hex, Content-Type and
 //     the standard headers, x-amz-meta-*, the client's checksum) is stored
 //     in the key's record, committed in the same batch as its blocks: a

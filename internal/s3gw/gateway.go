@@ -111,9 +111,15 @@ func Run(ctx context.Context, cfg Config) error {
 		MultipartMaxParts: metaapi.MaxParts,
 		VirtualDomain:     cfg.Domain,
 		IAMService:        iam,
-		S3Options:         []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error { noteEncodingType(c); be.anonymousRead(c, cfg.Domain); return v2.handle(c) })},
-		KeepAlive:         true,
-		Quiet:             true,
+		S3Options: []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error {
+			noteEncodingType(c)
+			be.anonymousRead(c, cfg.Domain)
+			err := v2.handle(c)
+			answerACL(c) // S3's AccessControlPolicy (perms.go)
+			return err
+		})},
+		KeepAlive: true,
+		Quiet:     true,
 	})
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("s3gw: %w", err)

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/versity/versitygw/auth"
 	"github.com/versity/versitygw/s3err"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3perm"
 )
 
 // iamTimeout bounds one call of the IAM service to the meta service.
@@ -65,6 +67,16 @@ func (m *IAM) GetUserAccount(access string) (auth.Account, error) {
 func (m *IAM) ResolveAccounts(ids []string) ([]string, error) {
 	var missing []string
 	for _, id := range ids {
+		if strings.Contains(id, "=") { // a grantee of PutBucketAcl's x-amz-grant-* headers (perms.go)
+			g, err := s3perm.ParseGrantee(id, "")
+			if err != nil || g.Type != s3perm.GranteeUser {
+				if err != nil {
+					missing = append(missing, id)
+				}
+				continue
+			}
+			id = g.ID
+		}
 		if _, err := m.GetUserAccount(id); err != nil {
 			if errors.Is(err, auth.ErrNoSuchUser) {
 				missing = append(missing, id)

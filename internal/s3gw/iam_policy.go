@@ -84,8 +84,8 @@ func (m *IAM) allowed(ctx context.Context, access string, a auth.Action, resourc
 	}
 	for _, g := range acl.Grantees {
 		switch {
-		case g.Type == types.TypeGroup && g.Access == "all-users":
-			req.BucketGrants = append(req.BucketGrants, s3perm.Grant{Type: s3perm.GranteeAllUsers, Permission: string(g.Permission)})
+		case g.Type == types.TypeGroup && (g.Access == s3perm.GranteeAllUsers || g.Access == s3perm.GranteeAuthenticated):
+			req.BucketGrants = append(req.BucketGrants, s3perm.Grant{Type: g.Access, Permission: string(g.Permission)})
 		case g.Type == types.TypeCanonicalUser:
 			req.BucketGrants = append(req.BucketGrants, s3perm.Grant{Type: s3perm.GranteeUser, ID: g.Access, Permission: string(g.Permission)})
 		}

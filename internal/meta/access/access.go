@@ -6,9 +6,11 @@
 // auth.go (package meta) lets a route's certificate roles through; the
 // data routes then ask Gate whether the caller may do the action on the
 // bucket and key (authz.Check, the one decision), and every change and
-// every refusal goes to the audit log as a JSON line. A commit is checked
-// inside its mutation (namespace.Check, CommitCheck), where it knows
-// whether it replaces a key: an overwrite needs write and delete.
+// every refusal goes to the audit log as a JSON line. A commit, and a
+// multipart completion, is checked inside its mutation (namespace.Check,
+// CommitCheck), where it knows whether it replaces a key: an overwrite
+// needs write and delete. A listing of buckets keeps those the caller may
+// see (VisibleBuckets).
 //
 // Invariants: a refusal is audited where it is decided; a change is
 // audited once its outcome is known (the check's decisions on overwrites
