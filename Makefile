@@ -49,7 +49,7 @@ CODESIZE_SKIP ?=
 # make lint's packages: the whole module.
 LINT_PKGS = ./...
 
-.PHONY: help deps build test test-race vet lint codesize docs-check fmt fmt-check demo fuzz bench report clean check-full-disk check-crash check-chaos soak-meta accept-meta-ha test-s3 test-s3-full test-s3-suite bench-s3-versitygw
+.PHONY: help deps build test test-race vet lint codesize docs-check fmt fmt-check demo fuzz bench report clean check-full-disk check-alerts check-crash check-chaos soak-meta accept-meta-ha test-s3 test-s3-full test-s3-suite bench-s3-versitygw
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -91,8 +91,15 @@ test-race: ## race detector on every package that has concurrency, in full (need
 check-full-disk: ## issue 12's full-disk scenario: 5 datanodes, one on a 200 MiB tmpfs (needs root: mounts it)
 	SPINDLE_TEST_TMPFS=1 $(GO) test -count=1 -v -run 'TestFullDatanode' ./internal/server/
 
-check-crash: ## the pipeline's power-loss crash loops (engine + WAL + raft on MemFS) three times under the race detector, every point (make test runs them once, a third of the points under -race)
+check-alerts: ## the Prometheus alert rules' unit tests (promtool test rules deploy/prometheus/alerts_test.yml; installs Debian's prometheus package for promtool when missing) and the rules and dashboard against a real server's metrics
+	@command -v promtool >/dev/null || { [ "$$(id -u)" -eq 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null; } || { echo "promtool missing (apt-get install prometheus)"; exit 1; }
+	promtool check rules deploy/prometheus/alerts.yml
+	cd deploy/prometheus && promtool test rules alerts_test.yml
+	$(GO) test -count=1 -run 'TestAlertRulesMatchMetrics' ./cmd/spindle/
+
+check-crash: ## the pipeline's power-loss crash loops (engine + WAL + raft on MemFS) three times under the race detector, every point (make test runs them once, a third of the points under -race); then the replicated meta service's (three members, each crashed at every operation of an apply, a snapshot and a membership change; make test: 6 points per case)
 	SPINDLE_CRASH=1 $(GO) test -count=3 -race -timeout 60m -v -run 'TestCrashComposition' ./internal/pipeline/
+	SPINDLE_CRASH=1 $(GO) test -count=1 -timeout 60m -v -run 'TestMetaGroupCrashAtEveryOperation' ./internal/meta/
 
 check-chaos: build ## bench chaos: its short form verbose, then a CHAOS_DURATION (default 60s) run of every implemented fault kind, partition too as root (CHAOS_SEED to replay)
 	$(GO) test -count=1 -v -run 'TestChaosShort' ./internal/chaos/

@@ -11,6 +11,7 @@ require (
 	github.com/aws/smithy-go v1.28.1
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/gofiber/fiber/v3 v3.5.0
+	github.com/klauspost/reedsolomon v1.14.2
 	github.com/minio/minio-go/v7 v7.0.95
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3

@@ -26,9 +26,9 @@ build_spindle() {
 # the default; they test compatibility, not security.
 insecure() { "$SPINDLE" "$@" --help 2>/dev/null | grep -q -- '--insecure' && echo --insecure || true; }
 S3_VENV=${S3_VENV:-/tmp/spindle-check-s3-venv}
-[[ -x "$S3_VENV/bin/aws" && -x "$S3_VENV/bin/python" ]] || {
-  python3 -m venv "$S3_VENV" && "$S3_VENV/bin/pip" install -q awscli "boto3[crt]" >"$CHECK_TMP/pip.log" 2>&1 ||
-    { tail -5 "$CHECK_TMP/pip.log"; echo "s3-clients: could not install awscli and boto3"; exit 1; }; }
+[[ -x "$S3_VENV/bin/aws" && -x "$S3_VENV/bin/python" ]] && "$S3_VENV/bin/python" -c 'import pytest' 2>/dev/null || {
+  { [[ -x "$S3_VENV/bin/python" ]] || python3 -m venv "$S3_VENV"; } && "$S3_VENV/bin/pip" install -q awscli "boto3[crt]" pytest >"$CHECK_TMP/pip.log" 2>&1 ||
+    { tail -5 "$CHECK_TMP/pip.log"; echo "s3-clients: could not install awscli, boto3 and pytest"; exit 1; }; }
 command -v rclone >/dev/null || { apt-get update -qq >/dev/null 2>&1; apt-get install -y -qq rclone >/dev/null 2>&1; } ||
   { echo "s3-clients: could not install rclone"; exit 1; }
 
@@ -122,6 +122,50 @@ try:
 except botocore.exceptions.ClientError as e:
     assert e.response["Error"]["Code"] in ("SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied"), e.response["Error"]
 PY
+
+# issue 34: tagging, CORS, conditional writes, presigned POST, metadata across copies
+check "boto3 features (s3_features.py)" "$S3_VENV/bin/python" scripts/s3_features.py "$S3_ENDPOINT" "$B-f"
+tag_cli() { aws s3api put-object --bucket "$B" --key tagged --body "$D/up/f1024" --tagging 'team=storage&tier=hot' >/dev/null &&
+  [[ $(aws s3api get-object-tagging --bucket "$B" --key tagged --query 'length(TagSet)') == 2 ]] &&
+  aws s3api put-bucket-tagging --bucket "$B" --tagging 'TagSet=[{Key=owner,Value=ops}]' &&
+  [[ $(aws s3api get-bucket-tagging --bucket "$B" --query 'TagSet[0].Value' --output text) == ops ]]; }
+cors_cli() { aws s3api put-bucket-cors --bucket "$B" --cors-configuration \
+  '{"CORSRules":[{"AllowedOrigins":["http://*.example.org"],"AllowedMethods":["GET","PUT"],"AllowedHeaders":["content-type"],"ExposeHeaders":["ETag"],"MaxAgeSeconds":120}]}' &&
+  [[ $(aws s3api get-bucket-cors --bucket "$B" --query 'CORSRules[0].MaxAgeSeconds') == 120 ]]; }
+# a real preflight: allowed (200 and the CORS headers), then an origin no rule allows (403, none)
+preflight_curl() { local h; h=$(curl -sS -o /dev/null -D - -X OPTIONS "$S3_ENDPOINT/$B/tagged" -H 'Origin: http://app.example.org' \
+    -H 'Access-Control-Request-Method: PUT' -H 'Access-Control-Request-Headers: content-type') &&
+  grep -qi '^HTTP/1.1 200' <<<"$h" && grep -qi '^access-control-allow-origin: http://app.example.org' <<<"$h" &&
+  grep -qi '^access-control-max-age: 120' <<<"$h" &&
+  [[ $(curl -sS -o /dev/null -w '%{http_code}' -X OPTIONS "$S3_ENDPOINT/$B/tagged" -H 'Origin: http://evil.test' \
+    -H 'Access-Control-Request-Method: GET') == 403 ]]; }
+# a browser form upload sent by curl -F: boto3 signs the policy, curl posts the form
+post_curl() { local f="$CHECK_TMP/post.json" args=() k
+  "$S3_VENV/bin/python" - "$S3_ENDPOINT" "$B" >"$f" <<'PY' || return 1
+import json, sys, boto3
+from botocore.config import Config
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], config=Config(signature_version="s3v4", s3={"addressing_style": "path"}))
+print(json.dumps(s3.generate_presigned_post(Bucket=sys.argv[2], Key="form/${filename}", Fields={"x-amz-meta-from": "curl"},
+      Conditions=[["starts-with", "$key", "form/"], {"x-amz-meta-from": "curl"}, ["content-length-range", 1, 1 << 20]], ExpiresIn=600)))
+PY
+  while IFS= read -r k; do args+=(-F "$k=$("$S3_VENV/bin/python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["fields"][sys.argv[2]])' "$f" "$k")"); done \
+    < <("$S3_VENV/bin/python" -c 'import json,sys; print("\n".join(json.load(open(sys.argv[1]))["fields"]))' "$f")
+  [[ $(curl -sS -o /dev/null -w '%{http_code}' "${args[@]}" -F "file=@$D/up/f1024;filename=f1024.bin" "$S3_ENDPOINT/$B") == 204 ]] &&
+    aws s3 cp "s3://$B/form/f1024.bin" "$D/down/form" >/dev/null && cmp "$D/up/f1024" "$D/down/form" &&
+    [[ $(aws s3api head-object --bucket "$B" --key form/f1024.bin --query Metadata.from --output text) == curl ]]; }
+check "aws-cli tagging" tag_cli
+check "aws-cli cors" cors_cli
+check "curl CORS preflight" preflight_curl
+check "curl -F presigned POST" post_curl
+if command -v chromium >/dev/null; then
+  check "chromium CORS, fetch and HTML form POST (s3_browser.py)" "$S3_VENV/bin/python" scripts/s3_browser.py "$S3_ENDPOINT" "$B-web"
+else
+  echo "s3-clients: no chromium (apt-get install chromium): the browser checks are curl's only"
+fi
+# boto3: the object API as S3 answers it, a test per behaviour (scripts/s3tests)
+S3TESTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/s3tests
+check "boto3 object API (s3tests)" env S3_ENDPOINT="$S3_ENDPOINT" S3_ACCESS_KEY="$S3_ACCESS_KEY" S3_SECRET_KEY="$S3_SECRET_KEY" \
+  timeout 600 "$S3_VENV/bin/python" -m pytest -q -p no:cacheprovider "$S3TESTS"
 
 # boto3: S3 permissions (issue 32): a bucket policy that denies PutObject to one
 # user and allows GetObject to every other, a public-read object read by curl

@@ -3,7 +3,7 @@
 # github.com/versity/versitygw at the version in go.mod) against Spindle's S3
 # gateway, test by test, for the groups of the S3 API that Spindle serves
 # (objects, buckets, listings, multipart, checksums, SigV4 in all its forms,
-# presigned URLs). A test that fails and is not listed in
+# presigned URLs, object and bucket tagging, CORS, browser form uploads). A test that fails and is not listed in
 # scripts/s3-versitygw-known-failures.txt (with the reason) fails the run;
 # a listed test that passes is reported, to be taken off the list.
 #   make test-s3-suite            (about 10 minutes on a 2-core VM)
@@ -38,7 +38,7 @@ for _ in $(seq 120); do
   kill -0 "$SRV" 2>/dev/null || { tail -5 "$WORK/server.log"; echo "s3-versitygw-suite: the server ended"; exit 1; }
   sleep 1
 done
-groups='Authentication|PresignedAuth|CreateBucket|HeadBucket|DeleteBucket|ListBuckets|GetBucketLocation|PutObject|GetObject|HeadObject|DeleteObject|DeleteObjects|CopyObject|ListObjects|ListObjectsV2|ListObjectVersions|CreateMultipartUpload|UploadPart|UploadPartCopy|ListParts|ListMultipartUploads|CompleteMultipartUpload|AbortMultipartUpload|GetObjectAttributes|SignedStreamingPayload|SignedStreamingPayloadTrailer|UnsignedStreamingPayloadTrailer'
+groups='Authentication|PresignedAuth|CreateBucket|HeadBucket|DeleteBucket|ListBuckets|GetBucketLocation|PutObject|GetObject|HeadObject|DeleteObject|DeleteObjects|CopyObject|ListObjects|ListObjectsV2|ListObjectVersions|CreateMultipartUpload|UploadPart|UploadPartCopy|ListParts|ListMultipartUploads|CompleteMultipartUpload|AbortMultipartUpload|GetObjectAttributes|SignedStreamingPayload|SignedStreamingPayloadTrailer|UnsignedStreamingPayloadTrailer|PutObjectTagging|GetObjectTagging|DeleteObjectTagging|PutBucketTagging|GetBucketTagging|DeleteBucketTagging|PutBucketCors|GetBucketCors|DeleteBucketCors|PreflightOPTIONS|CORSMiddleware|PostObject'
 env -u AWS_CA_BUNDLE "$cache/versitygw" test --help 2>&1 | awk '/Runs .* integration test/{print $1}' | grep -E "^($groups)_" |
   while read -r t; do if [[ $t == ${VGW_TESTS:-*} ]]; then echo "$t"; fi; done >"$WORK/tests"
 known=scripts/s3-versitygw-known-failures.txt

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/spindle-store/spindle/internal/bench"
+	"github.com/spindle-store/spindle/internal/cli"
 	"github.com/spindle-store/spindle/internal/units"
 )
 
@@ -26,7 +27,8 @@ func newBenchCmd() *cobra.Command {
 	}
 	cmd.PersistentFlags().Bool(jsonFlag, false, "print the result as one line of JSON on stdout")
 	cmd.AddCommand(newBenchBaselineCmd(), newBenchChunkWriteCmd(), newBenchFollowerAppendCmd(), newBenchQueueDirsCmd(),
-		newBenchTeraGenCmd(), newBenchKeyWriteCmd(), newBenchKeyReadCmd(), newBenchS3Cmd(), newBenchRereplicateCmd(), newBenchMetaCmd(), newBenchFloodCmd(), newBenchChaosCmd())
+		newBenchTeraGenCmd(), newBenchKeyWriteCmd(), newBenchKeyReadCmd(), newBenchS3Cmd(), newBenchRereplicateCmd(), newBenchMetaCmd(), newBenchFloodCmd(), newBenchChaosCmd(),
+		cli.BenchECCmd(func(c *cobra.Command) bool { j, _ := c.Flags().GetBool(jsonFlag); return j }))
 	return cmd
 }
 

@@ -223,7 +223,9 @@ func probePort(addr, kind string, cfg *tls.Config) (res probeResult) {
 	case "metrics":
 		req = []byte("GET /metrics HTTP/1.1\r\nHost: " + addr + "\r\nConnection: close\r\n\r\n")
 	case "s3", "s3-data":
-		req = []byte("GET /probed HTTP/1.1\r\nHost: " + addr + "\r\nConnection: close\r\n\r\n")
+		// ListBuckets: refused to an anonymous caller (S3 lets a
+		// policy or ACL open a bucket's objects, never the list of buckets).
+		req = []byte("GET / HTTP/1.1\r\nHost: " + addr + "\r\nConnection: close\r\n\r\n")
 	case "datanode": // a bulk export request for container 1 (bulk/doc.go)
 		req = make([]byte, 24)
 		req[0], req[1], req[2], req[3] = bulk.Magic0, bulk.Magic1, bulk.Version, 1

@@ -312,6 +312,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer bsrv.Close()
 	registerBulkMetrics(reg, bsrv)
 	reg.MustRegister(spaceCollector{eng: eng, log: log}) // space_metrics.go
+	reg.MustRegister(tlsconf.ExpiryGauge(cfg.TLS))
 	dm := bulk.NewDemux(ln, cfg.TLS, bsrv.Handle, 0)
 	defer dm.Wait()
 	defer closeQuietly(dm)

@@ -106,3 +106,17 @@ func TestReplicatedWriteIgnoresTheRoom(t *testing.T) {
 		t.Fatalf("adopted chunk read back: %v", err)
 	}
 }
+
+// TestCheckRoomRefusesAClosedContainer: a pipeline's leader does not
+// propose a chunk to a CLOSED container (the log would refuse it on every
+// replica, and a follower caught up later would get it without its bytes
+// and fail): CheckRoom says ErrNotOpen, however much room is left. Without
+// the state check it says nil.
+func TestCheckRoomRefusesAClosedContainer(t *testing.T) {
+	e := openMem(t, vfs.NewMem())
+	mustNo(t, e.CreateContainer(1))
+	writeBlock(t, e, BlockID{Container: 1, Local: 1}, 1024)
+	mustNo(t, e.CheckRoom(1, 1024))
+	mustNo(t, e.CloseContainer(1))
+	wantErr(t, e.CheckRoom(1, 1), ErrNotOpen)
+}

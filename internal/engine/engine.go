@@ -61,12 +61,10 @@ type container struct {
 	// file is about to be unlinked: no write, put or read may use them.
 	deleting map[uint64]struct{}
 	// damaged: blocks of this CLOSED container whose bytes failed their
-	// checksums, with the first error (damage.go; also in the volume's
-	// store, advisory).
+	// checksums, with the first error (damage.go; in the volume's store too).
 	damaged map[uint64]string
-	// gone: blocks a committed DeleteBlock not applied here yet will
-	// delete, by the index of that entry (gone.go; also in the volume's
-	// store, synced).
+	// gone: blocks a committed DeleteBlock not applied here yet will delete,
+	// by the index of that entry (gone.go; in the volume's store, synced).
 	gone map[uint64]uint64
 }
 
@@ -410,8 +408,7 @@ func (e *Engine) check() error {
 }
 
 // Sync makes durable every write, PutBlock and DeleteBlock that returned
-// before Sync was called. Concurrent callers share sync rounds (group
-// commit).
+// before Sync was called. Concurrent callers share sync rounds.
 func (e *Engine) Sync() error {
 	if e.closed.Load() {
 		return ErrClosed
@@ -433,9 +430,8 @@ func (e *Engine) SyncLogged() error {
 
 // SyncLoggedBlocks makes durable the logged writes to the blocks in ids
 // that returned before it was called (one sync round for all of them, its
-// fdatasyncs in parallel when they are slow), so that PutBlocks of those
-// blocks that follow find their data durable. Logged writes to other
-// blocks stay unsynced.
+// fdatasyncs in parallel when slow), so that PutBlocks of those blocks
+// that follow find their data durable. Other logged writes stay unsynced.
 func (e *Engine) SyncLoggedBlocks(ids map[BlockID]struct{}) error {
 	if e.closed.Load() {
 		return ErrClosed
@@ -993,17 +989,18 @@ func (e *Engine) CheckWrite(b BlockID, offset, length uint64, bytesPerChecksum u
 	return false, nil
 }
 
-// CheckRoom says whether length more bytes fit in container id now
-// (ErrContainerFull if not; nil for a container not here, which a
-// pipeline's first write creates). A pipeline's leader asks it before it
-// proposes a chunk, and is the only one to decide: its replicas write
-// what the log says without checking the room (WriteReplicatedChunk),
-// since their counts of the container's bytes can differ (chunks never
-// committed are forgotten by a replica that restarted), and a replica
-// refusing a chunk the others store would acknowledge an entry it does
-// not hold. The chunks in flight when it answers are not counted: a
-// container can pass its maximum size by what a pipeline has in flight
-// (bounded by its leader's client payload budget).
+// CheckRoom says whether a chunk of length bytes may go to container id
+// now: ErrNotOpen for a CLOSED one (a chunk the log would refuse on every
+// replica: proposed, it would reach a follower caught up later without
+// its bytes, which the leader never stored, and fail it), ErrContainerFull
+// if it does not fit, nil for a container not here (a pipeline's first
+// write creates it). A pipeline's leader asks it before it proposes a
+// chunk, and is the only one to decide the room: its replicas write what
+// the log says (WriteReplicatedChunk), their counts of the container's
+// bytes can differ (chunks never committed are forgotten at a restart),
+// and one refusing a chunk the others store would acknowledge an entry it
+// does not hold. Chunks in flight are not counted: a container can pass
+// its maximum by what a pipeline has in flight (its leader's budget).
 func (e *Engine) CheckRoom(id ContainerID, length uint64) error {
 	c, err := e.lookup(id)
 	if err != nil {
@@ -1011,6 +1008,9 @@ func (e *Engine) CheckRoom(id ContainerID, length uint64) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.state == StateClosed {
+		return containerErr("check room", id, fmt.Errorf("%w: state %s", ErrNotOpen, c.state))
+	}
 	if c.usedBytes+length > c.maxSizeBytes {
 		return containerErr("check room", id, fmt.Errorf("%w: %d bytes used + %d > max %d", ErrContainerFull, c.usedBytes, length, c.maxSizeBytes))
 	}

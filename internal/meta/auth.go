@@ -121,6 +121,11 @@ var routeAccess = map[string]accessClass{
 	"get_upload":       accessGateway,
 	"list_parts":       accessGateway,
 	"list_uploads":     accessGateway,
+	// metaapi/s3meta: object tags, bucket configuration documents
+	"put_bucket_conf":    accessGateway,
+	"get_bucket_conf":    accessGateway,
+	"delete_bucket_conf": accessGateway,
+	"put_object_tagging": accessGateway,
 
 	"meta_raft":     accessMetaPeer,
 	"meta_demote":   accessMetaPeer,

@@ -241,6 +241,58 @@ func TestDegradedPipelineReplacedWhenNodeJoins(t *testing.T) {
 	}
 }
 
+// TestReturningMemberGetsClosedContainersFromItsPipeline: three
+// datanodes, one DEAD; a container fills and closes on the two others
+// (CLOSED, two replicas) while its pipeline is kept OPEN. The node comes
+// back serving the pipeline: no copy of the container is sent to it —
+// its raft group replays the writes and the close it missed, and a copy
+// would race that replay on the same container (the real datanode's
+// replay then failed the replica, and the pipeline was closed). Once its
+// replica is reported CLOSED at the others' BCSID the container has three
+// healthy replicas. A node that does not serve the pipeline is a target
+// as before (TestDegradedPipelineReplacedWhenNodeJoins). Without
+// servesOpen (repair/rerepl.go) the returning node is sent
+// replicate_container at its first heartbeat.
+func TestReturningMemberGetsClosedContainersFromItsPipeline(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t.TempDir(), clk)
+	cfg.StaleAfter, cfg.DeadAfter = 5*time.Second, 30*time.Second
+	cfg.ContainerSizeBytes = 1000
+	c := newCluster(t, cfg, clk, 3)
+	mustNo(t, ignore(c.s.CreateBucket("bkt")))
+	dead := c.node(c.pipelines()[0].Members[2].NodeID) // the fake's leader is the lowest member
+	alive := c.runWithout(clk, dead, 35*time.Second)
+	_, as := c.putOn(alive, "bkt", "fills", 1, 950) // past 90 % of 1000: closed
+	cid, pid := as[0].Block.Container, as[0].Pipeline.ID
+	c.settle(alive...)
+	if ci := c.containers()[cid]; ci.State != metaapi.ContainerClosed || !ci.UnderReplicated || len(ci.Replicas) != 2 {
+		t.Fatalf("container %d with node %d DEAD: %+v; want CLOSED on two replicas, under-replicated", cid, dead.id, ci)
+	}
+	if p := c.s.PipelineByID[pid]; p.Rec.State != state.PipelineOpen {
+		t.Fatalf("pipeline %d: %+v, want it kept OPEN", pid, p.Rec)
+	}
+
+	clk.Advance(time.Second)
+	c.settle() // the node back, serving the pipeline
+	c.round(c.nodes...)
+	if st := c.replication(); hasCmd(dead.got, metaapi.CmdReplicateContainer, cid) || len(st.Inflight) != 0 {
+		t.Fatalf("node %d, back and serving pipeline %d, was told to copy its container %d: copies %+v", dead.id, pid, cid, st.Inflight)
+	}
+	if ci := c.containers()[cid]; !ci.UnderReplicated {
+		t.Fatalf("container %d before the replay reached node %d: %+v, want it under-replicated", cid, dead.id, ci)
+	}
+	// The replay: its replica as the others have it.
+	cp := *alive[0].conts[cid]
+	dead.conts[cid] = &cp
+	c.settle()
+	if ci := c.containers()[cid]; ci.UnderReplicated || len(ci.Replicas) != 3 {
+		t.Fatalf("container %d after node %d caught up: %+v, want 3 healthy replicas", cid, dead.id, ci)
+	}
+	if st := c.replication(); st.UnderReplicated != 0 || len(st.Inflight) != 0 {
+		t.Fatalf("replication after the catch-up: %+v", st)
+	}
+}
+
 // TestDegradedWhenFreeDatanodesRunOut: four datanodes. One DEAD: the
 // three others make a new pipeline, so the dead one's pipelines are
 // closed as before. A second DEAD: two HEALTHY datanodes are left, no

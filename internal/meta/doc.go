@@ -254,6 +254,7 @@
 //	| 'W' | bucket | 0x00 | key | 0x00 | upload | ≤ 1155   | multipart upload               |
 //	| 'X' | 'W' key's fields | 0x00 | part u32  | ≤ 1160   | part record                    |
 //	| 'G' | bucket | 0x00 | principal | 0x00 | prefix | ≤ 1351 | grant (package authz)  |
+//	| 'S' | bucket | 0x00 | tagging or cors     | ≤ 73     | bucket configuration (S3)      |
 //
 // Values: byte 0 is the record version (1), then the fields below
 // (integers little-endian; str = uvarint length then the bytes), then a
@@ -267,6 +268,7 @@
 //	container (46 bytes): version u8 | container ID u64 | pipeline ID u64 | state u8 (1 OPEN, 2 CLOSING, 3 CLOSED) |
 //	                      created u64 | next local ID u64 | committed bytes u64 | crc u32
 //	bucket (29 bytes):    version u8 | created u64 | keys u64 | bytes u64 | [owner str | ACL str] | crc u32
+//	bucket config:        version u8 | config version u8 (1) | updated u64 | document str (≤ 64 KiB) | crc u32
 //	key (29+32n):         version u8 | size u64 | value CRC32C u32 | created u64 | block count n u32 |
 //	                      n × (container u64 | local u64 | pipeline u64 | length u64) | [object] | crc u32
 //	key inline (29+size): the same with n = 0 and the value (size bytes, ≤ metaapi.MaxInlineBytes)

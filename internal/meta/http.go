@@ -163,6 +163,7 @@ func (s *Service) Handler() http.Handler {
 	})
 	s.routeS3(route)
 	s.gate.RouteGrants(route, decodeBody) // package access
+	s.routeS3Conf(route)                  // http_s3conf.go
 	s.routeOps(route)                     // ops.go
 	s.routeJoin(route)                    // join.go
 	mux.Handle("GET /metrics", s.guard("metrics", promhttp.HandlerFor(s.Metrics.Reg, promhttp.HandlerOpts{})))

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 func newMetrics(s *Service) *state.Metrics {
@@ -51,6 +52,8 @@ func newMetrics(s *Service) *state.Metrics {
 	m.Reg.MustRegister(m.BacklogWaits, m.BacklogRefusals, m.Heartbeats, m.ReplicaFailures, m.MembersBehind, m.DegradedAllocations, m.Registrations, m.Allocations, m.Commits, m.Commands,
 		m.DeletesScheduled, m.DeletesDelivered, m.DeletesAcked, m.DeletesDropped, m.Requests, m.Refused,
 		stateCollector{s},
+		raftCollector{s}, // raft_metrics.go
+		tlsconf.ExpiryGauge(s.Cfg.TLS),
 		opsCollector{s}, // ops_metrics.go
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_meta_request_body_bytes_in_flight",
 			Help: "Bytes of request bodies admitted now (admission.go; at most MaxBodyBytesInFlight, then requests wait and are refused BUSY)."},

@@ -95,20 +95,20 @@ type ObjectMeta struct {
 	// "md5-of-part-md5s-N" for a multipart object.
 	ETag        string `json:"etag"`
 	ContentType string `json:"content_type,omitempty"`
-	// Headers: the other standard headers stored with the object
-	// (Content-Encoding, Content-Disposition, Content-Language,
-	// Cache-Control, Expires), canonical names.
+	// Headers: the other standard headers stored (Content-Encoding,
+	// -Disposition, -Language, Cache-Control, Expires), canonical names.
 	Headers map[string]string `json:"headers,omitempty"`
 	// UserMeta: x-amz-meta-* without the prefix, lower case.
 	UserMeta map[string]string `json:"user_meta,omitempty"`
-	// Checksums: algorithm (CRC32, CRC32C, CRC64NVME, SHA1, SHA256) →
-	// base64 value, as verified at upload. The key's CRC32C (KeyInfo)
-	// is always known besides.
+	// Checksums: algorithm (CRC32, CRC32C, CRC64NVME, SHA1, SHA256, ...)
+	// → base64 value, as verified at upload; the key's CRC32C is known.
 	Checksums map[string]string `json:"checksums,omitempty"`
 	// ChecksumType: FULL_OBJECT or COMPOSITE (multipart).
 	ChecksumType string `json:"checksum_type,omitempty"`
-	// Parts: the number of parts of a multipart object (0: a single PUT).
-	Parts uint32 `json:"parts,omitempty"`
+	// Parts: the number of parts of a multipart object (0: a single PUT);
+	// PartSizes their sizes in order (set by completion; not in listings).
+	Parts     uint32   `json:"parts,omitempty"`
+	PartSizes []uint64 `json:"part_sizes,omitempty"`
 }
 
 // Size is the encoded size the limit applies to (the strings' bytes).

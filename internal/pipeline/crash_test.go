@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"math/rand"
 	"net"
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +16,7 @@ import (
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/transport"
 	"github.com/spindle-store/spindle/internal/vfs"
+	"github.com/spindle-store/spindle/internal/vfs/powerfs"
 	"github.com/spindle-store/spindle/internal/wal"
 )
 
@@ -32,190 +30,9 @@ import (
 // restarted member may have lost what it had made durable (and so may have
 // acknowledged). docs/CRASH_SAFETY.md §9.1 describes the test.
 
-// powerFS is a datanode's disk: a MemFS that loses power when its armed
-// crash trigger fires (MemFS.CrashAtOp) or when cut is called. What the
-// disk keeps is the image taken then; the node is frozen from that moment:
-// every mutating operation from the one that finds the power gone on — the
-// k-th itself included, although the running MemFS applied it — blocks
-// until the test releases the disk at its end, so that nothing the node
-// does after the image was taken is made durable, returns, or is
-// acknowledged. (An image alone would not ensure that: the node would run
-// on between the image and its Close, and could acknowledge what the image
-// lacks. Failing the operations instead would make the node's raft loop and
-// Pebble panic, ending the test binary; see TestFailedLogFailsTheNode.)
-// Reads go on: they make nothing durable, and the test samples the nodes'
-// state with them.
-//
-// An operation applied before the image is in it (if synced) whatever it
-// returns; one applied after it is frozen, because its check after the
-// operation sees the power gone (the image and that check are ordered by
-// the MemFS's lock, or, for cut, by off being set before the image).
-type powerFS struct {
-	mem *vfs.MemFS
-	off atomic.Bool
-	// died is closed when the power goes; released, by release; cutDone,
-	// when cut has taken its image.
-	died, released, cutDone   chan struct{}
-	dieOnce, relOnce, cutOnce sync.Once
-	// onCrash, when set, runs once, when the armed trigger has fired (the
-	// whole-cluster variant cuts the other disks from it); dead returns
-	// only once it has run.
-	onCrash func()
-	cutImg  *vfs.MemFS // the image taken by cut
-}
-
-var _ vfs.FS = (*powerFS)(nil)
-
-func newPowerFS(mem *vfs.MemFS) *powerFS {
-	return &powerFS{mem: mem, died: make(chan struct{}), released: make(chan struct{}), cutDone: make(chan struct{})}
-}
-
-// dead reports whether the disk has lost power. When it has, the
-// consequences of the loss (onCrash) are complete when it returns.
-func (p *powerFS) dead() bool {
-	if !p.off.Load() && p.mem.Crashed() == nil {
-		return false
-	}
-	p.off.Store(true)
-	p.dieOnce.Do(p.die)
-	return true
-}
-
-func (p *powerFS) die() {
-	close(p.died)
-	if p.onCrash != nil {
-		p.onCrash()
-	}
-}
-
-// cut takes the power away now: what the disk keeps is CrashClone(pct) of
-// this moment. Only the first cut counts; a disk is cut or armed, not both.
-func (p *powerFS) cut(pct int, seed int64) {
-	p.cutOnce.Do(func() {
-		p.off.Store(true) // before the image: see the type's comment
-		p.cutImg = p.mem.CrashClone(pct, rand.New(rand.NewSource(seed)))
-		close(p.cutDone)
-		p.dieOnce.Do(p.die)
-	})
-}
-
-// image is what the disk kept when it lost power (nil: it has power).
-func (p *powerFS) image() *vfs.MemFS {
-	if img := p.mem.Crashed(); img != nil {
-		return img
-	}
-	if !p.off.Load() {
-		return nil
-	}
-	<-p.cutDone
-	return p.cutImg
-}
-
-// release lets the frozen operations go on (on the running MemFS, which
-// nobody reads any more), so that the dead node's goroutines end.
-func (p *powerFS) release() { p.relOnce.Do(func() { close(p.released) }) }
-
-// powered runs a mutating op if the disk has power; otherwise, or if the
-// power went during it, it blocks until the disk is released.
-func powered[T any](p *powerFS, op func() (T, error)) (T, error) {
-	if p.dead() {
-		<-p.released
-	}
-	v, err := op()
-	if p.dead() {
-		<-p.released
-	}
-	return v, err
-}
-
-func powered0(p *powerFS, op func() error) error {
-	_, err := powered(p, func() (struct{}, error) { return struct{}{}, op() })
-	return err
-}
-
-func (p *powerFS) file(f vfs.File, err error) (vfs.File, error) {
-	if err != nil {
-		return nil, err
-	}
-	return &powerFile{p: p, f: f}, nil
-}
-
-func (p *powerFS) Create(name string) (vfs.File, error) {
-	return p.file(powered(p, func() (vfs.File, error) { return p.mem.Create(name) }))
-}
-
-func (p *powerFS) Open(name string) (vfs.File, error) { return p.file(p.mem.Open(name)) }
-
-func (p *powerFS) OpenReadWrite(name string, create bool) (vfs.File, error) {
-	return p.file(powered(p, func() (vfs.File, error) { return p.mem.OpenReadWrite(name, create) }))
-}
-
-func (p *powerFS) OpenDir(name string) (vfs.File, error) { return p.file(p.mem.OpenDir(name)) }
-
-func (p *powerFS) SyncDir(dir string) error {
-	return powered0(p, func() error { return p.mem.SyncDir(dir) })
-}
-
-func (p *powerFS) MkdirAll(dir string, perm os.FileMode) error {
-	return powered0(p, func() error { return p.mem.MkdirAll(dir, perm) })
-}
-
-func (p *powerFS) Remove(name string) error {
-	return powered0(p, func() error { return p.mem.Remove(name) })
-}
-
-func (p *powerFS) RemoveAll(name string) error {
-	return powered0(p, func() error { return p.mem.RemoveAll(name) })
-}
-
-func (p *powerFS) Rename(o, n string) error {
-	return powered0(p, func() error { return p.mem.Rename(o, n) })
-}
-
-func (p *powerFS) Link(o, n string) error {
-	return powered0(p, func() error { return p.mem.Link(o, n) })
-}
-
-func (p *powerFS) List(dir string) ([]string, error) { return p.mem.List(dir) }
-
-func (p *powerFS) Stat(name string) (os.FileInfo, error) { return p.mem.Stat(name) }
-
-func (p *powerFS) Lock(name string) (io.Closer, error) {
-	return powered(p, func() (io.Closer, error) { return p.mem.Lock(name) })
-}
-
-func (p *powerFS) GetDiskUsage(dir string) (vfs.DiskUsage, error) { return p.mem.GetDiskUsage(dir) }
-
-type powerFile struct {
-	p *powerFS
-	f vfs.File
-}
-
-func (f *powerFile) Read(b []byte) (int, error)              { return f.f.Read(b) }
-func (f *powerFile) ReadAt(b []byte, off int64) (int, error) { return f.f.ReadAt(b, off) }
-
-func (f *powerFile) Write(b []byte) (int, error) {
-	return powered(f.p, func() (int, error) { return f.f.Write(b) })
-}
-
-func (f *powerFile) WriteAt(b []byte, off int64) (int, error) {
-	return powered(f.p, func() (int, error) { return f.f.WriteAt(b, off) })
-}
-
-func (f *powerFile) Close() error    { return f.f.Close() }
-func (f *powerFile) Sync() error     { return powered0(f.p, f.f.Sync) }
-func (f *powerFile) SyncData() error { return powered0(f.p, f.f.SyncData) }
-
-func (f *powerFile) Truncate(size int64) error {
-	return powered0(f.p, func() error { return f.f.Truncate(size) })
-}
-
-func (f *powerFile) Preallocate(off, n int64) error {
-	return powered0(f.p, func() error { return f.f.Preallocate(off, n) })
-}
-
-func (f *powerFile) Stat() (os.FileInfo, error) { return f.f.Stat() }
-func (f *powerFile) Fd() uintptr                { return f.f.Fd() }
+// A datanode's disk is a powerfs.FS (internal/vfs/powerfs): a MemFS that
+// loses power at its armed crash trigger or when cut, the node frozen from
+// that moment until the test releases the disk.
 
 // Settings of the crash cluster: small log segments and records, so that
 // the workload rolls segments, and a short retention, so that it compacts
@@ -333,7 +150,7 @@ type durableMark struct {
 // crashMember is one datanode of the crash cluster.
 type crashMember struct {
 	tn   *testNode
-	disk *powerFS
+	disk *powerfs.FS
 	ln   net.Listener // the node's
 	mark durableMark
 }
@@ -342,7 +159,7 @@ type crashCluster struct {
 	t        *testing.T
 	pc       PipelineConfig
 	members  []*crashMember
-	disks    []*powerFS      // every disk of every life, released at the end
+	disks    []*powerfs.FS   // every disk of every life, released at the end
 	zombies  []chan struct{} // closed when a dead life's goroutines ended
 	cl       *transport.Client
 	clAddr   string
@@ -397,12 +214,12 @@ func (c *crashCluster) close() {
 		c.cl = nil
 	}
 	for _, d := range c.disks {
-		d.release()
+		d.Release()
 	}
 	for _, m := range c.members {
 		// A member whose disk lost power and was not recovered (a run
 		// that ended early) may fail its Close: the test cut its power.
-		if err := m.stop(); err != nil && !m.disk.dead() {
+		if err := m.stop(); err != nil && !m.disk.Dead() {
 			c.t.Errorf("node %d: close: %v", m.tn.id, err)
 		}
 	}
@@ -421,7 +238,7 @@ func (c *crashCluster) close() {
 // restarted member (mustExist) is first checked against what its last life
 // made durable.
 func (c *crashCluster) start(m *crashMember, mem *vfs.MemFS, mustExist bool) error {
-	disk := newPowerFS(mem)
+	disk := powerfs.New(mem)
 	c.disks = append(c.disks, disk)
 	eng, err := engine.Open(engine.Config{DataDirs: []string{"/data"}, FS: disk, Logger: quiet})
 	if err != nil {
@@ -529,7 +346,7 @@ func checkRecoveredLog(lg *wal.Log, mark durableMark) error {
 // count when the durable commit index covers the container's BCSID (read
 // after the blocks), the raft index of the last PutBlock applied to it.
 func (m *crashMember) sample() {
-	if m.tn.node == nil || m.disk.dead() {
+	if m.tn.node == nil || m.disk.Dead() {
 		return
 	}
 	type cblocks struct {
@@ -603,7 +420,7 @@ func (c *crashCluster) leader() (*crashMember, error) {
 	var l *crashMember
 	err := waitFor(func() bool {
 		for _, m := range c.members {
-			if m.tn.node == nil || m.disk.dead() {
+			if m.tn.node == nil || m.disk.Dead() {
 				continue
 			}
 			if id, _ := m.tn.node.Leader(1); id == m.tn.id {
@@ -630,7 +447,7 @@ func (c *crashCluster) describe() string {
 		lead, term := m.tn.node.Leader(1)
 		last, _ := m.tn.log.LastIndex(1)
 		fmt.Fprintf(&b, "node %d: leader %d term %d applied %d last %d disk dead %v err %v failed %v; ",
-			m.tn.id, lead, term, m.tn.node.Applied(1), last, m.disk.dead(), m.tn.node.Err(), m.tn.node.FailedPipelines())
+			m.tn.id, lead, term, m.tn.node.Applied(1), last, m.disk.Dead(), m.tn.node.Err(), m.tn.node.FailedPipelines())
 	}
 	return b.String()
 }
@@ -701,7 +518,7 @@ func (c *crashCluster) caughtUp() error {
 	}
 	want := l.tn.node.Applied(1)
 	for _, m := range c.members {
-		if err := waitFor(func() bool { return m.tn.node.Applied(1) >= want || m.disk.dead() }); err != nil {
+		if err := waitFor(func() bool { return m.tn.node.Applied(1) >= want || m.disk.Dead() }); err != nil {
 			return fmt.Errorf("node %d applied %d, the leader %d (%s)", m.tn.id, m.tn.node.Applied(1), want, c.describe())
 		}
 	}
@@ -715,11 +532,11 @@ func (c *crashCluster) recover() (bool, error) {
 	// whole-cluster variant cuts the other disks from the first), the
 	// second sees it all.
 	for _, m := range c.members {
-		m.disk.dead()
+		m.disk.Dead()
 	}
 	var dead []*crashMember
 	for _, m := range c.members {
-		if m.disk.dead() {
+		if m.disk.Dead() {
 			dead = append(dead, m)
 		}
 	}
@@ -744,7 +561,7 @@ func (c *crashCluster) recover() (bool, error) {
 		}()
 	}
 	for _, m := range dead {
-		img := m.disk.image()
+		img := m.disk.Image()
 		if img == nil {
 			return true, fmt.Errorf("node %d: no crash image", m.tn.id)
 		}
@@ -776,7 +593,7 @@ func (c *crashCluster) do(op crashOp) {
 				case <-ctx.Done():
 				}
 				cancel()
-			}(m.disk.died, m.tn.node.Stopped())
+			}(m.disk.Died(), m.tn.node.Stopped())
 		}
 	}
 	var err error
@@ -905,17 +722,17 @@ func runCrash(t *testing.T, victim crashVictim, k int64, pct int, seed int64) (c
 		}
 	}
 	if victim == victimAll {
-		armed.disk.onCrash = func() {
+		armed.disk.OnCrash = func() {
 			for _, m := range c.members {
 				if m != armed {
-					m.disk.cut(pct, seed+int64(m.tn.id))
+					m.disk.Cut(pct, seed+int64(m.tn.id))
 				}
 			}
 		}
 	}
 	armedDisk := armed.disk
-	base := armedDisk.mem.OpCount()
-	armedDisk.mem.CrashAtOp(k, pct, seed)
+	base := armedDisk.Mem().OpCount()
+	armedDisk.Mem().CrashAtOp(k, pct, seed)
 
 	for wave := 0; wave < crashWaves; wave++ {
 		for _, op := range crashWave(wave) {
@@ -955,9 +772,9 @@ func runCrash(t *testing.T, victim crashVictim, k int64, pct int, seed int64) (c
 			}
 		}
 	}
-	run := crashRun{crashed: armedDisk.mem.Crashed() != nil, restarts: c.restarts, puts: c.puts, writes: c.writes, failed: c.failed, leaderChanges: c.leaderChanges}
+	run := crashRun{crashed: armedDisk.Mem().Crashed() != nil, restarts: c.restarts, puts: c.puts, writes: c.writes, failed: c.failed, leaderChanges: c.leaderChanges}
 	if !run.crashed {
-		run.armedOps = armedDisk.mem.OpCount() - base
+		run.armedOps = armedDisk.Mem().OpCount() - base
 		st := armed.tn.log.Stats()
 		run.rolls, run.deleted = st.Rolls, st.SegmentsDeleted
 		run.inline = armed.tn.node.inlineWrites.Load()
@@ -967,7 +784,7 @@ func runCrash(t *testing.T, victim crashVictim, k int64, pct int, seed int64) (c
 
 func anyDead(c *crashCluster) bool {
 	for _, m := range c.members {
-		if m.disk.dead() {
+		if m.disk.Dead() {
 			return true
 		}
 	}
@@ -1167,7 +984,7 @@ func TestFailedLogFailsTheNode(t *testing.T) {
 					for i := uint64(0); i < 40; i++ {
 						if i == 10 {
 							broken.Do(func() {
-								f.disk.mem.InjectErrors(func(op vfs.Op) error {
+								f.disk.Mem().InjectErrors(func(op vfs.Op) error {
 									if op.Kind == vfs.OpWrite && strings.HasPrefix(op.Path, "/log/") {
 										return syscall.EIO
 									}
@@ -1192,7 +1009,7 @@ func TestFailedLogFailsTheNode(t *testing.T) {
 			if !errors.Is(f.tn.node.Err(), wal.ErrFailed) {
 				t.Fatalf("node error %v, want the log's failure", f.tn.node.Err())
 			}
-			f.disk.mem.InjectErrors(nil)
+			f.disk.Mem().InjectErrors(nil)
 			_ = f.stop() // its log failed on purpose: Close reports the failure
 			// The two others elect a leader. On a loaded machine the
 			// first one elected can be overturned right after (a write
@@ -1308,7 +1125,7 @@ func TestCompactionKeepsChunksPastACheckpoint(t *testing.T) {
 	if err := f.stop(); err != nil {
 		t.Fatalf("node %d: close: %v", f.tn.id, err)
 	}
-	if err := c.start(f, f.disk.mem, true); err != nil {
+	if err := c.start(f, f.disk.Mem(), true); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.connect(false); err != nil {

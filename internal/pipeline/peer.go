@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	jitter "github.com/spindle-store/spindle/internal/backoff"
 	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/raftmsg"
 	"github.com/spindle-store/spindle/internal/transport"
 )
 
@@ -129,7 +131,9 @@ func (p *peer) push(m outMsg) bool {
 		p.mu.Unlock()
 		return false
 	}
-	p.q = append(p.q, m)
+	if !slices.ContainsFunc(p.q, func(q outMsg) bool { return q.group == m.group && raftmsg.SameProbe(q.msg, m.msg) }) {
+		p.q = append(p.q, m) // (a repeated probe is dropped: raftmsg.SameProbe)
+	}
 	p.mu.Unlock()
 	select {
 	case p.signal <- struct{}{}:
@@ -237,12 +241,11 @@ func (p *peer) run() {
 }
 
 // encode appends om to enc, split into several MsgApps when its chunk bytes
-// exceed one frame's bound (framePayloadBytes), the missing payloads read
-// back from the engine one part at a time; it calls flush (which sends and
-// resets enc) whenever enc holds maxPeerBatchBytes or more. So the chunk
-// bytes read back and held at once stay below maxPeerBatchBytes plus one
-// part, however many entries a catch-up MsgApp names. An error of flush is
-// returned as is.
+// exceed one frame's bound (framePayloadBytes), the missing payloads read back
+// from the engine one part at a time; it calls flush (which sends and resets
+// enc) whenever enc holds maxPeerBatchBytes or more. So the chunk bytes read
+// back and held at once stay below maxPeerBatchBytes plus one part, however
+// many entries a catch-up MsgApp names. An error of flush is returned as is.
 func (p *peer) encode(enc *transport.Encoder, om *outMsg, flush func() error) error {
 	m := om.msg
 	// segLen is a segment's length, read back or not.
@@ -461,14 +464,12 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 			}
 		}
 		p.reqID = wc.RequestID
-		// Its pieces were verified as they arrived (payloadAlloc's
-		// chunkCheck, on this connection's goroutine): a mismatch is
-		// answered at once and never gets here (handleRefused). A chunk
-		// that passed (f.Checked) is written by this leader's append
-		// without a second pass (proposal.verified); one that was not
-		// checked (none is: every admitted chunk is) would be verified
-		// by the engine there. Each follower's engine verifies the bytes
-		// it received.
+		// Its pieces were verified as they arrived (payloadAlloc's chunkCheck, on
+		// this connection's goroutine): a mismatch is answered at once and never
+		// gets here (handleRefused). A chunk that passed (f.Checked) is written by
+		// this leader's append without a second pass (proposal.verified); one that
+		// was not checked (none is: every admitted chunk is) would be verified by
+		// the engine there. Each follower's engine verifies the bytes it received.
 		if f.Checked && engine.CheckChunkArgs(uint64(len(f.Payload)), wc.BytesPerChecksum, wc.Checksums) == nil {
 			p.verified = true
 		}
@@ -515,10 +516,9 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 			return badRequest(0, err)
 		}
 		b := engine.BlockID{Container: engine.ContainerID(rc.ContainerID), Local: rc.LocalID}
-		// The bytes go out in this reply, from the connection's scratch
-		// buffer (pooled, given back once sent): no allocation per read.
-		// A read not aligned to checksum pieces may need more; the engine
-		// then allocates.
+		// The bytes go out in this reply, from the connection's scratch buffer
+		// (pooled, given back once sent): no allocation per read. A read not aligned
+		// to checksum pieces may need more; the engine then allocates.
 		var dst []byte
 		if rc.Length <= engine.MaxChunkSizeBytes {
 			dst = c.Scratch(int(rc.Length))

@@ -20,6 +20,7 @@ import (
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/md5batch"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
 	"github.com/spindle-store/spindle/internal/s3perm"
 	"github.com/spindle-store/spindle/internal/s3permapi"
 )
@@ -27,10 +28,11 @@ import (
 // Backend is versitygw's backend.Backend over Spindle (see the package
 // comment). Operations it does not implement answer NotImplemented.
 type Backend struct {
-	perms  // bucket ACLs, policies, ownership, object ACLs (perms.go)
-	meta   *metaapi.Client
-	kc     *keyclient.Client
-	region string
+	perms    // bucket ACLs, policies, ownership, object ACLs (perms.go)
+	features // tagging, CORS (features.go)
+	meta     *metaapi.Client
+	kc       *keyclient.Client
+	region   string
 	// md5s hashes the ETags of every PUT, part and copy, batched.
 	md5s *md5batch.Batcher
 }
@@ -41,7 +43,8 @@ var _ backend.Backend = (*Backend)(nil)
 // key client kc (which must use mc as its Meta).
 // The bucket permissions it caches are pc's (shared with the IAM).
 func NewBackend(mc *metaapi.Client, kc *keyclient.Client, region string, pc *PermCache) *Backend {
-	return &Backend{perms: perms{meta: mc, cache: pc}, meta: mc, kc: kc, region: region, md5s: md5batch.New()}
+	return &Backend{perms: perms{meta: mc, cache: pc}, meta: mc, kc: kc, region: region, md5s: md5batch.New(),
+		features: features{meta: mc, cors: s3extra.NewDocCache(ACLCacheTTL, ACLCacheMaxEntries)}}
 }
 
 // String names the backend in versitygw's banner.
@@ -111,6 +114,10 @@ func (b *Backend) CreateBucket(ctx context.Context, in *s3.CreateBucketInput, de
 	if err != nil {
 		return err
 	}
+	tags, err := s3extra.CreateTags(in)
+	if err != nil {
+		return err
+	}
 	ownership := string(in.ObjectOwnership)
 	if ownership == "" {
 		ownership = s3perm.OwnerEnforced
@@ -125,7 +132,13 @@ func (b *Backend) CreateBucket(ctx context.Context, in *s3.CreateBucketInput, de
 	if errors.Is(err, metaapi.ErrInvalid) {
 		return s3err.GetBucketErr(s3err.ErrInvalidBucketName, name)
 	}
-	return toS3(err, s3err.ErrNoSuchBucket)
+	if err != nil {
+		return toS3(err, s3err.ErrNoSuchBucket)
+	}
+	if len(tags) > 0 { // S3 tags the bucket as it creates it; here just after
+		return b.PutBucketTagging(ctx, name, tags)
+	}
+	return nil
 }
 
 // ChangeBucketOwner gives a bucket to another user (admin API).
@@ -141,6 +154,7 @@ func (b *Backend) ChangeBucketOwner(ctx context.Context, bucket, owner string) e
 // DeleteBucket deletes an empty bucket.
 func (b *Backend) DeleteBucket(ctx context.Context, bucket string) error {
 	defer b.cache.drop(bucket)
+	defer b.cors.Drop(bucket)
 	err := b.meta.DeleteBucket(ctx, bucket)
 	if errors.Is(err, metaapi.ErrNotFound) {
 		return s3err.GetAPIError(s3err.ErrNoSuchBucket)
@@ -162,24 +176,6 @@ func (b *Backend) GetBucketVersioning(ctx context.Context, bucket string) (s3res
 // GetObjectLockConfiguration: no object lock.
 func (b *Backend) GetObjectLockConfiguration(context.Context, string) ([]byte, error) {
 	return nil, s3err.GetAPIError(s3err.ErrObjectLockConfigurationNotFound)
-}
-
-// GetBucketCors: no CORS configuration.
-func (b *Backend) GetBucketCors(context.Context, string) ([]byte, error) {
-	return nil, s3err.GetAPIError(s3err.ErrNoSuchCORSConfiguration)
-}
-
-// GetBucketTagging: no tags.
-func (b *Backend) GetBucketTagging(context.Context, string) (map[string]string, error) {
-	return nil, s3err.GetAPIError(s3err.ErrBucketTaggingNotFound)
-}
-
-// GetObjectTagging: objects carry no tags.
-func (b *Backend) GetObjectTagging(ctx context.Context, bucket, object, _ string) (map[string]string, error) {
-	if _, err := b.meta.GetKey(ctx, bucket, object); err != nil {
-		return nil, toS3(err, s3err.ErrNoSuchKey)
-	}
-	return map[string]string{}, nil
 }
 
 func deref(p *string) string {

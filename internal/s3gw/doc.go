@@ -12,13 +12,29 @@
 // run through its embedgw package. This package supplies the two things
 // versitygw takes from an embedder, and nothing else imports versitygw:
 //
-//   - Backend (backend.go, objects.go, multipart.go): versitygw's
+//   - Backend (backend.go, objects.go, multipart.go, and features.go for
+//     object and bucket tagging and bucket CORS): versitygw's
 //     backend.Backend over Spindle. Unsupported operations answer
 //     NotImplemented (backend.BackendUnsupported).
+//   - CORS evaluation (preflight OPTIONS, the headers of an actual request
+//     with an Origin) and browser form uploads (presigned POST: the
+//     policy, its conditions, success_action_*) are versitygw's, over the
+//     rules and PutObject this package supplies; s3extra.PostFilename
+//     only puts S3's ${filename} in a form's key. s3extra holds the
+//     stateless helpers (tag sets, conditional-write shapes, the CORS
+//     documents' cache).
 //   - IAM (iam.go): versitygw's auth.IAMService over the meta service's S3
 //     users. The root user (Config.AccessKey/SecretKey) has full access;
 //     other users reach the buckets they own (ACLs versitygw evaluates,
 //     stored with the bucket in the meta service).
+//
+// Besides, middlewares before versitygw's routes take what S3-compatible
+// servers take and versitygw refuses (sigv2.go: V2 presigned URLs;
+// internal/s3gw/sigcompat: a Date header instead of X-Amz-Date, no
+// x-amz-content-sha256, a chunked body without a length), verifying the
+// signature themselves before re-signing the request for versitygw;
+// sigcompat also answers Expect: 100-continue only once the signature is
+// checked (fasthttp's ExpectHandler).
 //
 // Replacing the front end means rewriting Backend and IAM against another
 // library; the meta service's S3 API (metaapi/s3.go) stays.
@@ -47,10 +63,15 @@
 //     and answered as S3's AccessControlPolicy document (answerACL).
 //     ListBuckets shows a user the buckets it owns or holds a grant on.
 //   - An object is a key; its S3 metadata (ETag = MD5 hex, Content-Type and
-//     the standard headers, x-amz-meta-*, the client's checksum) is stored
-//     in the key's record, committed in the same batch as its blocks: a
-//     reader sees the object completely or not at all, right after the PUT
-//     returns.
+//     the standard headers, x-amz-meta-*, the client's checksum, its tag
+//     set under s3meta.TaggingHeader) is stored in the key's record,
+//     committed in the same batch as its blocks: a reader sees the object
+//     completely or not at all, right after the PUT returns. A bucket's tag
+//     set and CORS rules are meta service records (metaapi/s3meta).
+//   - Conditional writes (If-None-Match: *, If-Match on PUT and
+//     CompleteMultipartUpload) are checked by the meta service inside the
+//     commit, under its lock: of writers racing on a key exactly one
+//     commits; the gateway never reads then writes.
 //   - A PUT streams the body through keyclient.Put (bounded memory: the key
 //     client's chunk window), verifying the client's checksum as it goes
 //     (versitygw's HashReader for header checksums, its chunk readers for
@@ -70,7 +91,8 @@
 //   - Multipart: each part is written like a key and committed as a part
 //     (metaapi.CommitPart); completion makes the key from the parts' block
 //     lists in the meta service, O(parts), no data copied; ETag
-//     md5-of-part-md5s-N.
+//     md5-of-part-md5s-N. The part sizes are kept with the key (GetObject
+//     and HeadObject ?partNumber=, GetObjectAttributes ObjectParts).
 //   - Listings are range scans in the meta service, delimiter included;
 //     continuation tokens are the last entry returned.
 //   - CopyObject and UploadPartCopy stream the source's bytes into a new

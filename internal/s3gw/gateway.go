@@ -13,6 +13,8 @@ import (
 
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
+	"github.com/spindle-store/spindle/internal/s3gw/sigcompat"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
@@ -94,6 +96,8 @@ func Run(ctx context.Context, cfg Config) error {
 	pc := NewPermCache(mc)
 	iam := NewIAM(mc, pc)
 	v2 := &sigV2{access: cfg.AccessKey, secret: cfg.SecretKey, iam: iam, region: cfg.Region, now: time.Now}
+	v4c := sigcompat.New(cfg.AccessKey, cfg.SecretKey, iam, cfg.Region)
+	expectOpts := sigcompat.ExpectHook(v4c, cfg.Logger)
 	cfg.Logger.Info("s3 gateway listening", "addr", cfg.Listen, "https", cfg.CertFile != "", "meta", cfg.Meta, "cluster_tls", cfg.TLS.Mode(), "region", cfg.Region, "domain", cfg.Domain)
 	if cfg.CertFile == "" {
 		cfg.Logger.Warn("s3 gateway serving plain HTTP (--insecure): requests and data travel unencrypted", "addr", cfg.Listen)
@@ -111,13 +115,16 @@ func Run(ctx context.Context, cfg Config) error {
 		MultipartMaxParts: metaapi.MaxParts,
 		VirtualDomain:     cfg.Domain,
 		IAMService:        iam,
-		S3Options: []s3api.Option{s3api.WithMiddleware("/", func(c fiber.Ctx) error {
-			noteEncodingType(c)
+		S3Options: append(expectOpts, s3api.WithMiddleware("/", func(c fiber.Ctx) error {
+			noteListQuery(c)
 			be.anonymousRead(c, cfg.Domain)
-			err := v2.handle(c)
+			if err := s3extra.PostFilename(c); err != nil {
+				return err
+			}
+			err := v4c.Handle(c, func() error { return v2.handle(c) })
 			answerACL(c) // S3's AccessControlPolicy (perms.go)
 			return err
-		})},
+		})),
 		KeepAlive: true,
 		Quiet:     true,
 	})

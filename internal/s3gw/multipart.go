@@ -14,6 +14,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
 )
 
 // uploadErr maps a NOT_FOUND to NoSuchUpload (unless about the bucket).
@@ -29,7 +30,7 @@ func (b *Backend) CreateMultipartUpload(ctx context.Context, in s3response.Creat
 	om := &metaapi.ObjectMeta{
 		ContentType: deref(in.ContentType),
 		Headers:     standardHeaders(in.ContentEncoding, in.ContentDisposition, in.ContentLanguage, in.CacheControl, in.Expires, in.WebsiteRedirectLocation),
-		UserMeta:    in.Metadata,
+		UserMeta:    userMetaIn(in.Metadata),
 	}
 	if in.ChecksumAlgorithm != "" {
 		om.Checksums = map[string]string{string(in.ChecksumAlgorithm): ""}
@@ -39,6 +40,9 @@ func (b *Backend) CreateMultipartUpload(ctx context.Context, in s3response.Creat
 		return s3response.InitiateMultipartUploadResult{}, err
 	}
 	om.Headers = withObjectACL(om.Headers, acl)
+	if om.Headers, err = s3extra.WithTags(om.Headers, in.Tagging); err != nil {
+		return s3response.InitiateMultipartUploadResult{}, err
+	}
 	up, err := b.meta.CreateUpload(ctx, metaapi.CreateUpload{Bucket: bucket, Key: key, Object: om})
 	if err != nil {
 		return s3response.InitiateMultipartUploadResult{}, toS3(err, s3err.ErrNoSuchBucket)
@@ -121,10 +125,7 @@ func (b *Backend) UploadPartCopy(ctx context.Context, in *s3.UploadPartCopyInput
 	if err != nil {
 		return s3response.CopyPartResult{}, err
 	}
-	if err := backend.EvaluatePreconditions(etagOf(&src), src.Created, backend.PreConditions{
-		IfMatch: in.CopySourceIfMatch, IfNoneMatch: in.CopySourceIfNoneMatch,
-		IfModSince: in.CopySourceIfModifiedSince, IfUnmodeSince: in.CopySourceIfUnmodifiedSince,
-	}); err != nil {
+	if err := copyPreconditions(&src, in.CopySourceIfMatch, in.CopySourceIfNoneMatch, in.CopySourceIfModifiedSince, in.CopySourceIfUnmodifiedSince); err != nil {
 		return s3response.CopyPartResult{}, err
 	}
 	offset, length := int64(0), int64(src.Size)
@@ -151,10 +152,17 @@ func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMu
 	if in.MultipartUpload == nil || len(in.MultipartUpload.Parts) == 0 {
 		return s3response.CompleteMultipartUploadResult{}, "", s3err.GetAPIError(s3err.ErrMalformedXML)
 	}
-	req := metaapi.CompleteUpload{UploadRef: ref, Conditions: metaapi.Conditions{IfMatch: deref(in.IfMatch), IfNoneMatch: deref(in.IfNoneMatch)}}
+	cond, err := s3extra.PutConditions(in.IfMatch, in.IfNoneMatch)
+	if err != nil {
+		return s3response.CompleteMultipartUploadResult{}, "", err
+	}
+	req := metaapi.CompleteUpload{UploadRef: ref, Conditions: cond}
 	for _, p := range in.MultipartUpload.Parts {
-		if p.PartNumber == nil || *p.PartNumber < 1 {
+		if p.PartNumber == nil {
 			return s3response.CompleteMultipartUploadResult{}, "", s3err.GetAPIError(s3err.ErrInvalidPart)
+		}
+		if *p.PartNumber < 1 { // S3: InvalidArgument "PartNumber must be >= 1"
+			return s3response.CompleteMultipartUploadResult{}, "", s3err.GetInvalidArgumentErr(s3err.InvalidArgCompleteMpPartNumber, strconv.Itoa(int(*p.PartNumber)))
 		}
 		req.Parts = append(req.Parts, metaapi.CompletePart{Number: uint32(*p.PartNumber), ETag: deref(p.ETag)})
 	}
@@ -170,6 +178,12 @@ func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMu
 		// its ETag is the MD5 of their MD5s — answer it as S3 does.
 		if done, ok := b.completedBefore(ctx, ref, req.Parts); ok {
 			ki, err = done, nil
+		} else if cond != (metaapi.Conditions{}) && errors.Is(err, metaapi.ErrNoSuchUpload) {
+			// the upload is gone and the key is there: another request
+			// completed it meanwhile
+			if _, gerr := b.meta.GetKey(ctx, ref.Bucket, ref.Key); gerr == nil {
+				return s3response.CompleteMultipartUploadResult{}, "", s3extra.ErrConditionalConflict
+			}
 		}
 	}
 	if err != nil {

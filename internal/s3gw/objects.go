@@ -13,11 +13,13 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/gofiber/fiber/v3"
+	"github.com/versity/versitygw/auth"
 	"github.com/versity/versitygw/backend"
 	"github.com/versity/versitygw/s3api/middlewares"
 	"github.com/versity/versitygw/s3api/utils"
@@ -27,6 +29,7 @@ import (
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/md5batch"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
 )
 
 // Limits of the object API.
@@ -36,6 +39,8 @@ const (
 	// DeleteObjectsParallel bounds the deletions of one DeleteObjects
 	// request in flight at once.
 	DeleteObjectsParallel = 16
+	// MaxDeleteKeys is the most keys of one DeleteObjects request (S3's).
+	MaxDeleteKeys = 1000
 	// MaxListKeys is the most entries of one listing page.
 	MaxListKeys = metaapi.MaxListLimit
 )
@@ -44,6 +49,7 @@ const (
 // canonical names, as stored.
 func standardHeaders(enc, disp, lang, cache, expires, redirect *string) map[string]string {
 	h := map[string]string{}
+	enc = contentEncoding(enc)
 	for name, v := range map[string]*string{"Content-Encoding": enc, "Content-Disposition": disp,
 		"Content-Language": lang, "Cache-Control": cache, "Expires": expires, websiteRedirect: redirect} {
 		if v != nil && *v != "" {
@@ -54,6 +60,25 @@ func standardHeaders(enc, disp, lang, cache, expires, redirect *string) map[stri
 		return nil
 	}
 	return h
+}
+
+// contentEncoding is a Content-Encoding as stored: without aws-chunked,
+// which says how the request's body was framed (SigV4 streaming), not
+// what the object is (S3 drops it; nil when nothing else is left).
+func contentEncoding(enc *string) *string {
+	if enc == nil {
+		return nil
+	}
+	var keep []string
+	for _, c := range strings.Split(*enc, ",") {
+		if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "aws-chunked") {
+			keep = append(keep, c)
+		}
+	}
+	if len(keep) == 0 {
+		return nil
+	}
+	return ptr(strings.Join(keep, ", "))
 }
 
 // bodyCheck verifies what the client said of the body as it streams: the
@@ -224,10 +249,16 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	om := &metaapi.ObjectMeta{
 		ContentType: deref(po.ContentType),
 		Headers:     standardHeaders(po.ContentEncoding, po.ContentDisposition, po.ContentLanguage, po.CacheControl, po.Expires, po.WebsiteRedirectLocation),
-		UserMeta:    po.Metadata,
+		UserMeta:    userMetaIn(po.Metadata),
 	}
 	om.Headers = withObjectACL(om.Headers, acl)
-	cond := metaapi.Conditions{IfMatch: deref(po.IfMatch), IfNoneMatch: deref(po.IfNoneMatch)}
+	if om.Headers, err = s3extra.WithTags(om.Headers, po.Tagging); err != nil {
+		return s3response.PutObjectOutput{}, err
+	}
+	cond, err := s3extra.PutConditions(po.IfMatch, po.IfNoneMatch)
+	if err != nil {
+		return s3response.PutObjectOutput{}, err
+	}
 	res, err := b.kc.Put(ctx, bucket, key, chk.r, keyclient.PutOptions{
 		SizeHintBytes: aws.ToInt64(po.ContentLength),
 		Commit: func(ctx context.Context, ck metaapi.CommitKey) (metaapi.KeyInfo, error) {
@@ -358,6 +389,13 @@ func (b *Backend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3.Get
 	if err != nil {
 		return nil, err
 	}
+	if in.PartNumber != nil {
+		var whole bool
+		if start, length, whole, err = partSpan(&ki, *in.PartNumber); err != nil {
+			return nil, err
+		}
+		ranged = !whole
+	}
 	out := &s3.GetObjectOutput{
 		AcceptRanges:  ptr("bytes"),
 		ContentLength: &length,
@@ -367,17 +405,18 @@ func (b *Backend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3.Get
 		StorageClass:  types.StorageClassStandard,
 		Body:          b.openBody(ki, start, length),
 	}
-	if ranged {
-		out.ContentRange = ptr(fmt.Sprintf("bytes %d-%d/%d", start, start+length-1, size))
+	if ranged || in.PartNumber != nil {
+		out.ContentRange = contentRange(start, length, size)
 	}
 	fillHeaders(&ki, &out.ContentEncoding, &out.ContentDisposition, &out.ContentLanguage, &out.CacheControl, &out.ExpiresString)
 	out.WebsiteRedirectLocation = header(&ki, websiteRedirect)
 	if ki.Object != nil {
-		out.Metadata = ki.Object.UserMeta
+		out.Metadata = userMetaOut(ki.Object.UserMeta)
 		if ki.Object.Parts > 0 {
 			out.PartsCount = ptr(int32(ki.Object.Parts))
 		}
 	}
+	out.TagCount = s3extra.TagCount(&ki)
 	if in.ChecksumMode == types.ChecksumModeEnabled && !ranged {
 		cs := checksumsOf(&ki)
 		out.ChecksumCRC32, out.ChecksumCRC32C, out.ChecksumCRC64NVME, out.ChecksumSHA1, out.ChecksumSHA256 = cs.crc32, cs.crc32c, cs.crc64nvme, cs.sha1, cs.sha256
@@ -421,25 +460,35 @@ func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.H
 		LastModified:  &ki.Created,
 		StorageClass:  types.StorageClassStandard,
 	}
+	whole := true
 	if in.Range != nil && *in.Range != "" {
 		start, n, ranged, err := backend.ParseObjectRange(size, *in.Range)
 		if err != nil {
 			return nil, err
 		}
 		if ranged {
-			length = n
-			out.ContentRange = ptr(fmt.Sprintf("bytes %d-%d/%d", start, start+n-1, size))
+			length, whole = n, false
+			out.ContentRange = contentRange(start, n, size)
 		}
+	}
+	if in.PartNumber != nil {
+		start, n, all, err := partSpan(&ki, *in.PartNumber)
+		if err != nil {
+			return nil, err
+		}
+		length, whole = n, all
+		out.ContentRange = contentRange(start, n, size)
 	}
 	fillHeaders(&ki, &out.ContentEncoding, &out.ContentDisposition, &out.ContentLanguage, &out.CacheControl, &out.ExpiresString)
 	out.WebsiteRedirectLocation = header(&ki, websiteRedirect)
 	if ki.Object != nil {
-		out.Metadata = ki.Object.UserMeta
+		out.Metadata = userMetaOut(ki.Object.UserMeta)
 		if ki.Object.Parts > 0 {
 			out.PartsCount = ptr(int32(ki.Object.Parts))
 		}
 	}
-	if in.ChecksumMode == types.ChecksumModeEnabled {
+	out.TagCount = s3extra.TagCount(&ki)
+	if in.ChecksumMode == types.ChecksumModeEnabled && whole {
 		cs := checksumsOf(&ki)
 		out.ChecksumCRC32, out.ChecksumCRC32C, out.ChecksumCRC64NVME, out.ChecksumSHA1, out.ChecksumSHA256 = cs.crc32, cs.crc32c, cs.crc64nvme, cs.sha1, cs.sha256
 		out.ChecksumSHA512, out.ChecksumMD5, out.ChecksumXXHASH64, out.ChecksumXXHASH3, out.ChecksumXXHASH128 = cs.sha512, cs.md5, cs.xxhash64, cs.xxhash3, cs.xxhash128
@@ -448,7 +497,8 @@ func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.H
 	return out, nil
 }
 
-// GetObjectAttributes answers ETag, size, storage class and checksum.
+// GetObjectAttributes answers ETag, size, storage class, checksum and
+// (of a multipart object) a page of its parts.
 func (b *Backend) GetObjectAttributes(ctx context.Context, in *s3.GetObjectAttributesInput) (s3response.GetObjectAttributesResponse, error) {
 	ki, err := b.lookup(ctx, deref(in.Bucket), deref(in.Key))
 	if err != nil {
@@ -456,7 +506,12 @@ func (b *Backend) GetObjectAttributes(ctx context.Context, in *s3.GetObjectAttri
 	}
 	size := int64(ki.Size)
 	cs := checksumsOf(&ki)
+	parts, err := objectParts(&ki, in.PartNumberMarker, in.MaxParts)
+	if err != nil {
+		return s3response.GetObjectAttributesResponse{}, err
+	}
 	return s3response.GetObjectAttributesResponse{
+		ObjectParts:  parts,
 		ETag:         ptr(strings.Trim(etagOf(&ki), `"`)),
 		ObjectSize:   &size,
 		StorageClass: types.StorageClassStandard,
@@ -488,6 +543,9 @@ func (b *Backend) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput) 
 		return s3response.DeleteResult{}, s3err.GetAPIError(s3err.ErrMalformedXML)
 	}
 	objs := in.Delete.Objects
+	if len(objs) > MaxDeleteKeys {
+		return s3response.DeleteResult{}, s3err.GetAPIError(s3err.ErrMalformedXML) // as S3 answers more than 1,000
+	}
 	errs := make([]error, len(objs))
 	sem := make(chan struct{}, DeleteObjectsParallel)
 	var wg sync.WaitGroup
@@ -528,11 +586,7 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 	if err != nil {
 		return s3response.CopyObjectOutput{}, err
 	}
-	srcETag := etagOf(&src)
-	if err := backend.EvaluatePreconditions(srcETag, src.Created, backend.PreConditions{
-		IfMatch: in.CopySourceIfMatch, IfNoneMatch: in.CopySourceIfNoneMatch,
-		IfModSince: in.CopySourceIfModifiedSince, IfUnmodeSince: in.CopySourceIfUnmodifiedSince,
-	}); err != nil {
+	if err := copyPreconditions(&src, in.CopySourceIfMatch, in.CopySourceIfNoneMatch, in.CopySourceIfModifiedSince, in.CopySourceIfUnmodifiedSince); err != nil {
 		return s3response.CopyObjectOutput{}, err
 	}
 	dstBucket, dstKey := deref(in.Bucket), deref(in.Key)
@@ -544,7 +598,7 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 	if in.MetadataDirective == types.MetadataDirectiveReplace {
 		om.ContentType = deref(in.ContentType)
 		om.Headers = standardHeaders(in.ContentEncoding, in.ContentDisposition, in.ContentLanguage, in.CacheControl, in.Expires, in.WebsiteRedirectLocation)
-		om.UserMeta = in.Metadata
+		om.UserMeta = userMetaIn(in.Metadata)
 	} else {
 		if srcBucket == dstBucket && srcKey == dstKey {
 			return s3response.CopyObjectOutput{}, s3err.GetAPIError(s3err.ErrInvalidCopyDest)
@@ -564,6 +618,12 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 		}
 	}
 	om.Headers = withObjectACL(om.Headers, acl) // the copy's own ACL, not the source's
+	if om.Headers, err = s3extra.CopyTags(om.Headers, &src, in.TaggingDirective, in.Tagging); err != nil {
+		return s3response.CopyObjectOutput{}, err
+	}
+	if src.Object != nil && (in.ChecksumAlgorithm == "" || src.Object.Checksums[string(in.ChecksumAlgorithm)] != "") {
+		om.Checksums = maps.Clone(src.Object.Checksums) // the same bytes: the source's checksums hold
+	}
 	ki, err := b.copyInto(ctx, src, 0, int64(src.Size), dstBucket, dstKey, false, func(ctx context.Context, ck metaapi.CommitKey, etag string) (metaapi.KeyInfo, error) {
 		om.ETag = etag
 		om.ChecksumType = string(types.ChecksumTypeFullObject)
@@ -573,9 +633,25 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 	if err != nil {
 		return s3response.CopyObjectOutput{}, toS3(err, s3err.ErrNoSuchKey)
 	}
+	cs := checksumsOf(&ki)
 	return s3response.CopyObjectOutput{CopyObjectResult: &s3response.CopyObjectResult{
-		ETag: ptr(etagOf(&ki)), LastModified: &ki.Created, ChecksumCRC32C: ptr(crcBase64(ki.CRC32C)), ChecksumType: types.ChecksumTypeFullObject,
+		ETag: ptr(etagOf(&ki)), LastModified: &ki.Created, ChecksumType: types.ChecksumTypeFullObject,
+		ChecksumCRC32: cs.crc32, ChecksumCRC32C: cs.crc32c, ChecksumCRC64NVME: cs.crc64nvme, ChecksumSHA1: cs.sha1, ChecksumSHA256: cs.sha256,
 	}}, nil
+}
+
+// copyPreconditions evaluates a copy's x-amz-copy-source-if-* headers
+// against its source. A copy is a write: where a GET would answer 304 Not
+// Modified (If-None-Match matching, If-Modified-Since not met), S3 answers
+// 412 PreconditionFailed.
+func copyPreconditions(src *metaapi.KeyInfo, ifMatch, ifNoneMatch *string, ifModSince, ifUnmodSince *time.Time) error {
+	err := backend.EvaluatePreconditions(etagOf(src), src.Created, backend.PreConditions{
+		IfMatch: ifMatch, IfNoneMatch: ifNoneMatch, IfModSince: ifModSince, IfUnmodeSince: ifUnmodSince})
+	var ae s3err.APIError
+	if errors.As(err, &ae) && ae.HTTPStatusCode == http.StatusNotModified {
+		return s3err.GetAPIError(s3err.ErrPreconditionFailed)
+	}
+	return err
 }
 
 // copyInto streams length bytes of src from offset into a Put of
@@ -639,23 +715,39 @@ func (b *Backend) list(ctx context.Context, bucket, prefix, delim, after string,
 	return p, nil
 }
 
-// encodingTypeKey is where noteEncodingType leaves a listing's
-// encoding-type query parameter in the request's context: versitygw's
-// controllers do not pass it to the backend.
-type encodingTypeKey struct{}
+// listQueryKey is where noteListQuery leaves what versitygw's listing
+// controllers do not pass to the backend: the encoding-type parameter, and
+// whether continuation-token and start-after were present at all (an empty
+// one is answered as an empty element, as S3 does).
+type listQueryKey struct{}
 
-// noteEncodingType keeps the request's encoding-type for the listings.
-func noteEncodingType(c fiber.Ctx) {
-	if v := c.Request().URI().QueryArgs().Peek("encoding-type"); len(v) > 0 {
-		c.RequestCtx().SetUserValue(encodingTypeKey{}, types.EncodingType(v))
+// listQuery is what noteListQuery keeps of a request's query.
+type listQuery struct {
+	encodingType                  types.EncodingType
+	continuationToken, startAfter bool
+}
+
+// noteListQuery keeps the request's listing parameters for the backend.
+func noteListQuery(c fiber.Ctx) {
+	args := c.Request().URI().QueryArgs()
+	q := listQuery{encodingType: types.EncodingType(args.Peek("encoding-type")),
+		continuationToken: args.Has("continuation-token"), startAfter: args.Has("start-after")}
+	if q != (listQuery{}) {
+		c.RequestCtx().SetUserValue(listQueryKey{}, q)
 	}
+}
+
+// listQueryOf is the request's listQuery (zero without one).
+func listQueryOf(ctx context.Context) listQuery {
+	q, _ := ctx.Value(listQueryKey{}).(listQuery)
+	return q
 }
 
 // encodingType is the listing's encoding-type: the input's, else the
 // request's query parameter; "url" is the one S3 knows.
 func encodingType(ctx context.Context, in types.EncodingType) (types.EncodingType, error) {
 	if in == "" {
-		in, _ = ctx.Value(encodingTypeKey{}).(types.EncodingType)
+		in = listQueryOf(ctx).encodingType
 	}
 	if in != "" && in != types.EncodingTypeUrl {
 		return "", s3err.APIError{Code: "InvalidArgument", Description: "Invalid Encoding Method specified in Request", HTTPStatusCode: http.StatusBadRequest}
@@ -664,9 +756,9 @@ func encodingType(ctx context.Context, in types.EncodingType) (types.EncodingTyp
 }
 
 // keyEncoder returns how a listing writes key names: as they are, or with
-// encoding-type=url URL-encoded as S3 does ('/' kept, space as '+'), which
-// SDKs that ask for it (boto3, minio-go) decode; the response then says
-// EncodingType url.
+// encoding-type=url percent-encoded as S3 does ('/' kept, a space as %20,
+// '+' as %2B), which SDKs that ask for it (boto3, minio-go) decode; the
+// response then says EncodingType url.
 func keyEncoder(enc types.EncodingType) func(*string) *string {
 	if enc != types.EncodingTypeUrl {
 		return func(s *string) *string { return s }
@@ -675,7 +767,7 @@ func keyEncoder(enc types.EncodingType) func(*string) *string {
 		if s == nil {
 			return nil
 		}
-		e := strings.ReplaceAll(url.QueryEscape(*s), "%2F", "/")
+		e := strings.NewReplacer("+", "%20", "%2F", "/").Replace(url.QueryEscape(*s))
 		return &e
 	}
 }
@@ -703,11 +795,21 @@ func keyErr(key string) error {
 	return nil
 }
 
-// nilIfEmpty is s, or nil when it points to "": a marker the request did
-// not set is absent from the response, as in S3.
+// nilIfEmpty is s, or nil when it points to "": a delimiter or marker the
+// request did not set is absent from the response, as in S3.
 func nilIfEmpty(s *string) *string {
 	if s == nil || *s == "" {
 		return nil
+	}
+	return s
+}
+
+// always is s, or "" for nil: the elements S3 always answers, empty when
+// the request had none (ListObjects' Prefix and Marker, ListObjectsV2's
+// Prefix).
+func always(s *string) *string {
+	if s == nil {
+		return ptr("")
 	}
 	return s
 }
@@ -720,7 +822,37 @@ func maxKeysOf(p *int32) int32 {
 	return MaxListKeys
 }
 
-// ListObjects is ListObjects v1 (marker, NextMarker).
+// owner is the Owner a listing names for the bucket's objects: the
+// bucket's owner (objects belong to it in Spindle).
+func bucketOwner(ctx context.Context, b *Backend, bucket string) (*types.Owner, error) {
+	doc, err := b.GetBucketAcl(ctx, &s3.GetBucketAclInput{Bucket: &bucket})
+	if err != nil {
+		return nil, err
+	}
+	acl, err := auth.ParseACL(doc)
+	if err != nil {
+		return nil, err
+	}
+	return &types.Owner{ID: ptr(acl.Owner), DisplayName: ptr(acl.Owner)}, nil
+}
+
+// withOwner names the bucket's owner in every object of the page.
+func withOwner(ctx context.Context, b *Backend, bucket string, p *listPage) error {
+	if len(p.objects) == 0 {
+		return nil
+	}
+	o, err := bucketOwner(ctx, b, bucket)
+	if err != nil {
+		return err
+	}
+	for i := range p.objects {
+		p.objects[i].Owner = o
+	}
+	return nil
+}
+
+// ListObjects is ListObjects v1 (marker, NextMarker); every object names
+// its owner, and Prefix and Marker are always answered, as in S3.
 func (b *Backend) ListObjects(ctx context.Context, in *s3.ListObjectsInput) (s3response.ListObjectsResult, error) {
 	maxKeys := maxKeysOf(in.MaxKeys)
 	p, err := b.list(ctx, deref(in.Bucket), deref(in.Prefix), deref(in.Delimiter), deref(in.Marker), maxKeys)
@@ -730,10 +862,13 @@ func (b *Backend) ListObjects(ctx context.Context, in *s3.ListObjectsInput) (s3r
 	if in.EncodingType, err = encodingType(ctx, in.EncodingType); err != nil {
 		return s3response.ListObjectsResult{}, err
 	}
+	if err := withOwner(ctx, b, deref(in.Bucket), &p); err != nil {
+		return s3response.ListObjectsResult{}, err
+	}
 	enc := keyEncoder(in.EncodingType)
 	p.encode(enc)
 	res := s3response.ListObjectsResult{
-		Name: in.Bucket, Prefix: enc(nilIfEmpty(in.Prefix)), Marker: enc(nilIfEmpty(in.Marker)), MaxKeys: &maxKeys, Delimiter: enc(nilIfEmpty(in.Delimiter)),
+		Name: in.Bucket, Prefix: enc(always(in.Prefix)), Marker: enc(always(in.Marker)), MaxKeys: &maxKeys, Delimiter: enc(nilIfEmpty(in.Delimiter)),
 		IsTruncated: &p.truncated, Contents: p.objects, CommonPrefixes: p.prefixes, EncodingType: in.EncodingType,
 	}
 	if p.truncated {
@@ -743,6 +878,8 @@ func (b *Backend) ListObjects(ctx context.Context, in *s3.ListObjectsInput) (s3r
 }
 
 // ListObjectsV2 pages with continuation tokens: base64 of the last entry.
+// Prefix is always answered; ContinuationToken and StartAfter when the
+// request had them (empty included); owners with fetch-owner=true.
 func (b *Backend) ListObjectsV2(ctx context.Context, in *s3.ListObjectsV2Input) (s3response.ListObjectsV2Result, error) {
 	maxKeys := maxKeysOf(in.MaxKeys)
 	after := deref(in.StartAfter)
@@ -761,14 +898,23 @@ func (b *Backend) ListObjectsV2(ctx context.Context, in *s3.ListObjectsV2Input) 
 	if in.EncodingType, err = encodingType(ctx, in.EncodingType); err != nil {
 		return s3response.ListObjectsV2Result{}, err
 	}
+	if aws.ToBool(in.FetchOwner) {
+		if err := withOwner(ctx, b, deref(in.Bucket), &p); err != nil {
+			return s3response.ListObjectsV2Result{}, err
+		}
+	}
 	enc := keyEncoder(in.EncodingType)
 	p.encode(enc) // the continuation token keeps the raw key
 	res := s3response.ListObjectsV2Result{
-		Name: in.Bucket, Prefix: enc(nilIfEmpty(in.Prefix)), StartAfter: enc(nilIfEmpty(in.StartAfter)), MaxKeys: &maxKeys, Delimiter: enc(nilIfEmpty(in.Delimiter)),
+		Name: in.Bucket, Prefix: enc(always(in.Prefix)), StartAfter: enc(nilIfEmpty(in.StartAfter)), MaxKeys: &maxKeys, Delimiter: enc(nilIfEmpty(in.Delimiter)),
 		IsTruncated: &p.truncated, Contents: p.objects, CommonPrefixes: p.prefixes, KeyCount: &count, EncodingType: in.EncodingType,
 	}
-	if deref(in.ContinuationToken) != "" {
-		res.ContinuationToken = in.ContinuationToken
+	q := listQueryOf(ctx)
+	if q.continuationToken || deref(in.ContinuationToken) != "" {
+		res.ContinuationToken = always(in.ContinuationToken)
+	}
+	if q.startAfter {
+		res.StartAfter = enc(always(in.StartAfter))
 	}
 	if p.truncated {
 		res.NextContinuationToken = ptr(base64.RawURLEncoding.EncodeToString([]byte(p.next)))

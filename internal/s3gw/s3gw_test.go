@@ -584,7 +584,7 @@ func TestListingEncodingURL(t *testing.T) {
 			}
 			got = append(got, k)
 		}
-		if want := "dir+one/a%2Bb%2541%C3%A9|dir+one/plain|x%26y%3Dz"; enc == types.EncodingTypeUrl && strings.Join(raw, "|") != want {
+		if want := "dir%20one/a%2Bb%2541%C3%A9|dir%20one/plain|x%26y%3Dz"; enc == types.EncodingTypeUrl && strings.Join(raw, "|") != want {
 			t.Fatalf("URL-encoded keys %q, want %q", raw, want)
 		}
 		if strings.Join(got, "|") != strings.Join(keys, "|") {
@@ -594,7 +594,7 @@ func TestListingEncodingURL(t *testing.T) {
 		if err != nil || len(p.CommonPrefixes) != 1 {
 			t.Fatalf("prefixes: %+v %v", p, err)
 		}
-		want := map[types.EncodingType]string{"": "dir one/", types.EncodingTypeUrl: "dir+one/"}[enc]
+		want := map[types.EncodingType]string{"": "dir one/", types.EncodingTypeUrl: "dir%20one/"}[enc]
 		if got := aws.ToString(p.CommonPrefixes[0].Prefix); got != want {
 			t.Fatalf("encoding %q: common prefix %q, want %q", enc, got, want)
 		}
@@ -664,8 +664,8 @@ func TestS3Details(t *testing.T) {
 		t.Fatalf("paged buckets %v", names)
 	}
 	l, err := c.ListObjects(testCtx(t), &s3.ListObjectsInput{Bucket: &b})
-	if err != nil || l.Marker != nil {
-		t.Fatalf("ListObjects without a marker answers Marker %q (%v)", aws.ToString(l.Marker), err)
+	if err != nil || l.Marker == nil || *l.Marker != "" || l.Prefix == nil || *l.Prefix != "" {
+		t.Fatalf("ListObjects without a marker answers Marker %v, Prefix %v (%v): S3 answers both, empty", l.Marker, l.Prefix, err)
 	}
 	l2, err := c.ListObjectsV2(testCtx(t), &s3.ListObjectsV2Input{Bucket: &b})
 	if err != nil || l2.StartAfter != nil {

@@ -25,7 +25,7 @@ const (
 	faLeaderID   = 1
 	faFollowerID = 2
 	faOtherID    = 3
-	faGroupID    = 1
+	faGroupID    = 3 // its eager first campaigner (pipeline/node_groups.go) is node 1, not the follower
 	faLeaderTerm = 2
 	faSnapIndex  = 1
 	faSnapTerm   = 1

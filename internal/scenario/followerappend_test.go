@@ -398,7 +398,7 @@ func TestLeaderReportsCampaign(t *testing.T) {
 
 func TestDatanodeArgs(t *testing.T) {
 	args := strings.Join(datanodeArgs(datanodeSpec{DataDir: "D", LogDir: "L", LeaderAddr: "127.0.0.1:9"}, "F"), " ")
-	for _, want := range []string{"datanode", "--id 2", "--data-dir D", "--log-dir L", "--pipeline 1:1=127.0.0.1:9,2=", ",3=127.0.0.1:9", "--ready-file F", "--election-ticks 1000"} {
+	for _, want := range []string{"datanode", "--id 2", "--data-dir D", "--log-dir L", "--pipeline 3:1=127.0.0.1:9,2=", ",3=127.0.0.1:9", "--ready-file F", "--election-ticks 1000"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("datanode args %q lack %q", args, want)
 		}

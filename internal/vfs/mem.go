@@ -908,6 +908,17 @@ func (fs *MemFS) CrashAtOp(k int64, keepUnsyncedPercent int, seed int64) {
 	}
 }
 
+// Disarm cancels the crash trigger armed with CrashAtOp if it has not fired
+// yet and reports whether it had fired; unlike CrashAtOp(0, …), it keeps a
+// clone already taken (Crashed still returns it), so that a test ending its
+// workload cannot lose a crash that fired just before.
+func (fs *MemFS) Disarm() (fired bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.crashAt = 0
+	return fs.crashClone != nil
+}
+
 // Crashed returns the clone taken by the trigger armed with CrashAtOp, or nil
 // if the k-th operation has not happened.
 func (fs *MemFS) Crashed() *MemFS {

@@ -416,6 +416,27 @@ func TestMemCrashAtOp(t *testing.T) {
 	}
 }
 
+// TestMemDisarm: Disarm before the k-th operation cancels the trigger
+// (nothing fires later); after it, it reports the crash and keeps its
+// clone.
+func TestMemDisarm(t *testing.T) {
+	fs := NewMem()
+	fs.CrashAtOp(2, 0, 1)
+	must(t, fs.MkdirAll("/a", 0o755))
+	if fs.Disarm() {
+		t.Fatal("Disarm after 1 of 2 operations: fired")
+	}
+	must(t, fs.MkdirAll("/b", 0o755))
+	if fs.Crashed() != nil || fs.Disarm() {
+		t.Fatal("a disarmed trigger fired")
+	}
+	fs.CrashAtOp(1, 0, 1)
+	must(t, fs.MkdirAll("/c", 0o755))
+	if !fs.Disarm() || fs.Crashed() == nil {
+		t.Fatal("Disarm after the crash: the crash or its clone lost")
+	}
+}
+
 // randomOps applies n random operations with random syncs to fs, under
 // /r; it keeps going through expected errors.
 func randomOps(t *testing.T, fs *MemFS, rng *rand.Rand, n int) {

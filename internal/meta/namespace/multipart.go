@@ -330,6 +330,10 @@ func (s *Multipart) CompleteUploadAs(req *metaapi.CompleteUpload, check Check) (
 			return nil, nil, fmt.Errorf("%w: a stored part ETag: %v", state.ErrCorrupt, err)
 		}
 		om.Parts = uint32(len(req.Parts))
+		om.PartSizes = make([]uint64, len(req.Parts))
+		for i, cp := range req.Parts {
+			om.PartSizes[i] = all[cp.Number].Size
+		}
 		om.Checksums = map[string]string{"CRC32C": base64CRC(rec.CRC32C)}
 		om.ChecksumType = "FULL_OBJECT"
 		rec.Object = &om

@@ -78,6 +78,7 @@ func (s *Namespace) DeleteBucket(name string) error {
 			state.CloseBatch(b)
 			return struct{}{}, nil, err
 		}
+		dropBucketConf(b, name)
 		if err := authz.DropBucket(s.State, b, name); err != nil { // its grants go with it
 			state.CloseBatch(b)
 			return struct{}{}, nil, err
@@ -211,7 +212,10 @@ func (s *Namespace) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey, c
 		return nil, nil, err
 	}
 	now := s.Cfg.Now()
-	if exists && sameVersion(old, ck) {
+	// A commit of blocks that are the key's already is a retry. Without
+	// blocks, equal bytes and metadata do not make one: a conditional put
+	// of the same bytes is checked (a retry of it is known by its ID).
+	if exists && sameVersion(old, ck) && (len(ck.Blocks) > 0 || ck.Conditions == (metaapi.Conditions{})) {
 		return s.keyInfo(bucket, key, old, now), nil, nil // a retried commit
 	}
 	if len(ck.Blocks) == 0 && ck.CommitID != "" {
@@ -565,6 +569,10 @@ func (s *Namespace) listLocked(bucket string, o ListOptions) (_ *metaapi.KeyList
 		if err != nil {
 			return nil, fmt.Errorf("meta: key %s/%s: %w", bucket, name, err)
 		}
+		if rec.Object != nil && rec.Object.PartSizes != nil {
+			om := *rec.Object
+			om.PartSizes, rec.Object = nil, &om // GetKey answers them, a listing need not
+		}
 		l.Keys = append(l.Keys, metaapi.KeyInfo{Bucket: bucket, Key: name, Size: rec.Size, CRC32C: rec.CRC32C, Created: rec.Created, Object: rec.Object})
 		last = name
 		ok = it.Next()
@@ -576,11 +584,18 @@ func (s *Namespace) listLocked(bucket string, o ListOptions) (_ *metaapi.KeyList
 }
 
 // checkConditions checks a commit's S3 conditions against the key's
-// current version (exists false: none).
+// current version (exists false: none), as S3: If-None-Match refuses an
+// existing key (ErrPrecondition), If-Match a missing one (ErrNoSuchKey)
+// or another ETag (ErrPrecondition). Under s.mu, in the commit: two
+// writers racing with If-None-Match * are serialized here, and exactly
+// one commits.
 func checkConditions(bucket, key string, cur state.KeyRecord, exists bool, c metaapi.Conditions) error {
 	etag := ""
 	if exists && cur.Object != nil {
 		etag = cur.Object.ETag
+	}
+	if c.IfMatch != "" && !exists {
+		return fmt.Errorf("%w %s/%s (If-Match %s)", metaapi.ErrNoSuchKey, bucket, key, c.IfMatch)
 	}
 	if c.IfNoneMatch != "" && exists && (c.IfNoneMatch == "*" || trimETag(c.IfNoneMatch) == etag) {
 		return fmt.Errorf("%w: %s/%s exists (If-None-Match %s)", metaapi.ErrPrecondition, bucket, key, c.IfNoneMatch)

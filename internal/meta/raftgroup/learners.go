@@ -137,14 +137,20 @@ func (ms *membership) quorumAfter(t pb.ConfChangeType, id uint64) error {
 }
 
 // learnerCaughtUp says why learner id may not be promoted yet (nil: it
-// may): the leader must have heard from it lately, and its match index
-// must be within promoteSlackEntries of last.
+// may): it must have acknowledged entries, the leader must have heard from
+// it lately, and its match index must be within promoteSlackEntries of
+// last.
 func (ms *membership) learnerCaughtUp(id uint64, match map[uint64]uint64, last uint64) error {
 	active, _ := ms.active.Load().(map[uint64]bool)
 	got, ok := match[id]
 	switch {
 	case !ok:
 		return fmt.Errorf("%w: member %d: no progress known (ask the leader)", metaapi.ErrPrecondition, id)
+	case got == 0:
+		// Never acknowledged an append or snapshot. (Raft counts a new
+		// member as recently active until its next quorum check: a
+		// learner that never answered looked caught up in a short log.)
+		return fmt.Errorf("%w: member %d has acknowledged nothing yet: is it started (spindle meta --join)?", metaapi.ErrPrecondition, id)
 	case !active[id]:
 		return fmt.Errorf("%w: member %d is down: it is promoted once it is up and has caught up", metaapi.ErrPrecondition, id)
 	case got+promoteSlackEntries < last:

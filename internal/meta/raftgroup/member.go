@@ -312,7 +312,11 @@ func OpenMember(s *state.State, db *pebble.DB) (*Member, error) {
 		return nil, fmt.Errorf("meta: open raft log: %w", err)
 	}
 	r.WAL = l
-	if err := r.openRaft(); err != nil {
+	err = r.openRaft()
+	if err == nil {
+		err = r.Snap.recordMembership() // snapshot.go
+	}
+	if err != nil {
 		if cerr := l.Close(); cerr != nil {
 			err = fmt.Errorf("%w (and closing the raft log: %v)", err, cerr)
 		}

@@ -39,6 +39,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -238,6 +239,46 @@ func (sn *snapshots) checkpointStore() error {
 	c.publish(idx)
 	r.SnapIndex.Store(idx)
 	return nil
+}
+
+// recordMembership restores, at open (before the raft goroutine runs),
+// what applyEntries makes true after a membership change: the latest
+// snapshot the raft log records has the store's member set in its
+// ConfState. Raft sends a member it holds no log for (one just added)
+// that snapshot, and the member refuses one whose ConfState does not
+// name it: it would never catch up. A crash after the store applied the
+// change durably (the checkpoint's first step syncs the store's WAL; a
+// later round may too) and before the checkpoint's record was durable in
+// the log leaves the new member set in the store and the old one in the
+// log; the change's entry, at or below the store's applied index, is not
+// applied (nor checkpointed) again. The checkpoint is taken now.
+func (sn *snapshots) recordMembership() error {
+	r := sn.r
+	if !r.hasMembers || r.stTerm == 0 {
+		// No member set recorded yet (the bootstrap's is the log's), or
+		// the log does not hold the store's last entry (a snapshot
+		// installed: its record carries the store's member set).
+		return nil
+	}
+	meta, ok, err := r.WAL.Snapshot(WALGroup)
+	if err != nil {
+		return err
+	}
+	logged := &pb.ConfState{}
+	if ok && len(meta.Meta) > 0 {
+		if err := proto.Unmarshal(meta.Meta, logged); err != nil {
+			return fmt.Errorf("%w: the raft log's snapshot: membership: %v", state.ErrCorrupt, err)
+		}
+	}
+	voters := slices.Sorted(slices.Values(logged.GetVoters()))
+	learners := slices.Sorted(slices.Values(logged.GetLearners()))
+	cs := r.confState()
+	if slices.Equal(voters, cs.GetVoters()) && slices.Equal(learners, cs.GetLearners()) {
+		return nil
+	}
+	r.log.Warn("meta: the raft log's latest snapshot names other members than the store (a crash after a membership change, before its snapshot was recorded): taking it now",
+		"index", r.st.Index, "snapshot_index", meta.Index, "snapshot_voters", voters, "snapshot_learners", learners, "voters", cs.GetVoters(), "learners", cs.GetLearners())
+	return sn.takeCheckpoint(r.stTerm)
 }
 
 // checkpointNow takes a checkpoint for a member that asks for a snapshot

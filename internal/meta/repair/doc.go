@@ -28,8 +28,10 @@
 // gets its second copy after the first completes):
 //
 //   - target: a HEALTHY node heard from since the start that does not
-//     hold the container in any state, with fewer than MaxCopiesPerTarget
-//     copies to it; the fewest copies in flight to it, then the fewest
+//     hold the container in any state and does not serve its pipeline
+//     while that is OPEN (a member back from the dead gets the container
+//     by replaying the pipeline's log: a copy would race the replay), with
+//     fewer than MaxCopiesPerTarget copies to it; the fewest copies in flight to it, then the fewest
 //     containers reported, then the lowest ID;
 //   - source: one of its healthy replicas that is HEALTHY (not STALE),
 //     with fewer than MaxCopiesPerSource copies from it; the fewest, then

@@ -415,7 +415,8 @@ func (s *Rerepl) undecided(c *state.ContainerState, now time.Time) bool {
 }
 
 // chooseTarget picks the node to copy container cid to: HEALTHY, heard
-// from since the start, not holding the container in any state, under
+// from since the start, not holding the container in any state, not
+// serving its pipeline while that is OPEN (servesOpen), under
 // MaxCopiesPerTarget; the fewest copies in flight to it, then the fewest
 // containers, then the lowest ID. 0: none. A node still copying the
 // container (a copy timed out here but going on there) may be chosen
@@ -427,7 +428,7 @@ func (s *Rerepl) chooseTarget(cid uint64, nodes []uint64, asTarget map[uint64]in
 		if !n.Seen || s.cl.HealthOf(n, now) != metaapi.HealthHealthy || asTarget[id] >= s.Cfg.MaxCopiesPerTarget || !s.cl.InService(id) {
 			continue
 		}
-		if _, holds := n.Containers[cid]; holds {
+		if _, holds := n.Containers[cid]; holds || s.servesOpen(id, cid) {
 			continue
 		}
 		if best == 0 || cmp.Or(cmp.Compare(asTarget[id], asTarget[best]), cmp.Compare(len(n.Containers), len(s.NodeByID[best].Containers))) < 0 {
@@ -435,6 +436,25 @@ func (s *Rerepl) chooseTarget(cid uint64, nodes []uint64, asTarget map[uint64]in
 		}
 	}
 	return best
+}
+
+// servesOpen: node id serves container cid's pipeline, OPEN. Its raft
+// group gives it the container: a member back from the dead replays the
+// log it missed, the writes and the close of a container closed without
+// it included, and ends with the replica its peers have. A copy as well
+// would race that replay on the same container (the replay's first write
+// finds the copy's import under way and fails the replica: the member
+// leaves the pipeline, which is closed, and a copy of every container is
+// needed after all). A member that cannot catch up (behind the compacted
+// log, a failed replica, a lost volume) gets its pipeline closed, and is
+// then a target like any node.
+func (s *Rerepl) servesOpen(id, cid uint64) bool {
+	c := s.ContainerByID[cid]
+	if c == nil {
+		return false
+	}
+	p := s.PipelineByID[c.Rec.Pipeline]
+	return p != nil && p.Rec.State == state.PipelineOpen && slices.Contains(p.Rec.Members, id) && s.cl.Reports(id, p.Rec.ID)
 }
 
 // recentlyFailed: a copy of cid from source failed within CopyRetryAfter.

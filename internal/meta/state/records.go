@@ -35,6 +35,8 @@ const (
 	prefixUser   = 'U'
 	prefixUpload = 'W'
 	prefixPart   = 'X'
+	// prefixBucketConf: a bucket's S3 configuration documents (s3conf.go).
+	prefixBucketConf = 'S'
 )
 
 // Limits of stored strings (the API validates tighter ones first).
@@ -612,8 +614,12 @@ func DecodeDelete(v []byte) (DeleteRecord, error) {
 
 // ---- S3 records ----
 
-// objectMetaVersion is the first byte of a key record's object section.
-const objectMetaVersion = 1
+// objectMetaVersion is the first byte of a key record's object section:
+// 1, or 2 when the part sizes of a multipart object follow.
+const (
+	objectMetaVersion      = 1
+	objectMetaPartsVersion = 2
+)
 
 // maxStrMapEntries bounds a stored string map (headers, user metadata,
 // checksums).
@@ -650,9 +656,14 @@ func (d *dec) strMap() map[string]string {
 }
 
 // objectMeta: version u8, ETag, Content-Type, checksum type, parts u32,
-// then the maps headers, user metadata, checksums.
+// then the maps headers, user metadata, checksums; in version 2 the part
+// sizes (u32 count, u64 each).
 func (e *enc) objectMeta(m *metaapi.ObjectMeta) {
-	e.u8(objectMetaVersion)
+	if len(m.PartSizes) > 0 {
+		e.u8(objectMetaPartsVersion)
+	} else {
+		e.u8(objectMetaVersion)
+	}
 	e.str(m.ETag)
 	e.str(m.ContentType)
 	e.str(m.ChecksumType)
@@ -660,10 +671,17 @@ func (e *enc) objectMeta(m *metaapi.ObjectMeta) {
 	e.strMap(m.Headers)
 	e.strMap(m.UserMeta)
 	e.strMap(m.Checksums)
+	if len(m.PartSizes) > 0 {
+		e.u32(uint32(len(m.PartSizes)))
+		for _, n := range m.PartSizes {
+			e.u64(n)
+		}
+	}
 }
 
 func (d *dec) objectMeta() *metaapi.ObjectMeta {
-	if v := d.u8(); v != objectMetaVersion {
+	v := d.u8()
+	if v != objectMetaVersion && v != objectMetaPartsVersion {
 		d.fail("object metadata version %d", v)
 		return nil
 	}
@@ -672,6 +690,16 @@ func (d *dec) objectMeta() *metaapi.ObjectMeta {
 	m.Headers = d.strMap()
 	m.UserMeta = d.strMap()
 	m.Checksums = d.strMap()
+	if v == objectMetaPartsVersion {
+		n := d.u32()
+		if n > metaapi.MaxParts || uint64(len(d.b)) < uint64(n)*8 {
+			d.fail("%d part sizes in %d bytes", n, len(d.b))
+			return nil
+		}
+		for i := uint32(0); i < n && d.err == nil; i++ {
+			m.PartSizes = append(m.PartSizes, d.u64())
+		}
+	}
 	return m
 }
 

@@ -34,10 +34,14 @@ func sampleRecords() []struct {
 	s3pol := BucketRecord{Created: t0, Keys: 1, Bytes: 5, Owner: "AKIAOWNER0000000001", ACL: `{"Owner":"AKIAOWNER0000000001"}`,
 		Policy: `{"Statement":[]}`, Ownership: "ObjectWriter"}
 	s3key := KeyRecord{Size: 300, CRC32C: 7, Created: t0, Blocks: []StoredBlock{{5, 1, 2, 300}}, Object: om}
+	mpom := *om
+	mpom.PartSizes = []uint64{200, 100}
+	mpkey := KeyRecord{Size: 300, CRC32C: 7, Created: t0, Blocks: []StoredBlock{{5, 1, 2, 200}, {5, 2, 2, 100}}, Object: &mpom}
 	user := UserRecord{Created: t0, AccessKey: "AKIAOWNER0000000001", SecretKey: "secret-0123456789"}
 	upload := UploadRecord{Initiated: t0, Owner: "AKIAOWNER0000000001", Object: &metaapi.ObjectMeta{ContentType: "video/mp4"}}
 	inl := KeyRecord{Size: 5, CRC32C: 0x9a71bb4c, Created: t0, Inline: []byte("hello")}
 	s3inl := KeyRecord{Size: 3, CRC32C: 7, Created: t0, Inline: []byte("abc"), Object: om}
+	conf := BucketConfRecord{Updated: t0, Doc: "<CORSConfiguration/>"}
 	part := PartRecord{KeyRecord: KeyRecord{Size: 100, CRC32C: 9, Created: t0, Blocks: []StoredBlock{{5, 3, 2, 100}}}, ETag: "abc", Checksums: map[string]string{"SHA256": "x"}}
 	return []struct {
 		name   string
@@ -56,9 +60,11 @@ func sampleRecords() []struct {
 		{"s3 bucket", s3bkt.Encode(), func(v []byte) (any, error) { return DecodeBucket(v) }, s3bkt},
 		{"s3 bucket with a policy", s3pol.Encode(), func(v []byte) (any, error) { return DecodeBucket(v) }, s3pol},
 		{"s3 key", s3key.Encode(), func(v []byte) (any, error) { return DecodeKey(v) }, s3key},
+		{"multipart key", mpkey.Encode(), func(v []byte) (any, error) { return DecodeKey(v) }, mpkey},
 		{"user", user.Encode(), func(v []byte) (any, error) { return DecodeUser(v) }, user},
 		{"upload", upload.Encode(), func(v []byte) (any, error) { return DecodeUpload(v) }, upload},
 		{"part", part.Encode(), func(v []byte) (any, error) { return DecodePart(v) }, part},
+		{"bucket configuration", conf.Encode(), func(v []byte) (any, error) { return DecodeBucketConf(v) }, conf},
 		{"inline key", inl.Encode(), func(v []byte) (any, error) { return DecodeKey(v) }, inl},
 		{"s3 inline key", s3inl.Encode(), func(v []byte) (any, error) { return DecodeKey(v) }, s3inl},
 	}
@@ -149,7 +155,7 @@ func FuzzDecodeRecords(f *testing.F) {
 		f.Add(uint8(i), r.value)
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, v []byte) {
-		switch kind % 11 {
+		switch kind % 12 {
 		case 0:
 			if r, err := DecodeCounters(v); err == nil && !bytes.Equal(r.Encode(), v) {
 				t.Fatal("counters do not re-encode")
@@ -193,6 +199,10 @@ func FuzzDecodeRecords(f *testing.F) {
 		case 10:
 			if r, err := DecodePart(v); err == nil && !bytes.Equal(r.Encode(), v) {
 				t.Fatal("part does not re-encode")
+			}
+		case 11:
+			if r, err := DecodeBucketConf(v); err == nil && !bytes.Equal(r.Encode(), v) {
+				t.Fatal("bucket configuration does not re-encode")
 			}
 		}
 	})
