@@ -54,14 +54,9 @@
 //     meta service's grants of the user (spindle admin grant; iam_policy.go).
 //     An unsigned request is served only where a policy or ACL makes the
 //     bucket public (versitygw) or, for a GET or HEAD of an object, where
-//     the object's ACL grants everyone READ (anon.go). The meta calls made
-//     for a request name its user and say the gateway authorized it
-//     (identity.go): the meta service checks the user's grants again, and
-//     lets in a user the bucket's policy or ACLs may let in. ACLs are set
-//     canned, by x-amz-grant-* headers (id= access keys, uri= the AllUsers
-//     and AuthenticatedUsers groups) or by an AccessControlPolicy document,
-//     and answered as S3's AccessControlPolicy document (answerACL).
-//     ListBuckets shows a user the buckets it owns or holds a grant on.
+//     the object's ACL grants everyone READ (anon.go). The meta service
+//     checks the user's grants again (identity.go). ACL requests and
+//     answers: package s3acl.
 //   - An object is a key; its S3 metadata (ETag = MD5 hex, Content-Type and
 //     the standard headers, x-amz-meta-*, the client's checksum, its tag
 //     set under s3meta.TaggingHeader) is stored in the key's record,

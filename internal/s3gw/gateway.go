@@ -13,6 +13,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3acl"
 	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
 	"github.com/spindle-store/spindle/internal/s3gw/sigcompat"
 	"github.com/spindle-store/spindle/internal/tlsconf"
@@ -122,7 +123,7 @@ func Run(ctx context.Context, cfg Config) error {
 				return err
 			}
 			err := v4c.Handle(c, func() error { return v2.handle(c) })
-			answerACL(c) // S3's AccessControlPolicy (perms.go)
+			s3acl.Answer(c) // S3's AccessControlPolicy documents
 			return err
 		})),
 		KeepAlive: true,

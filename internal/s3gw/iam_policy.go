@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/versity/versitygw/auth"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3acl"
 	"github.com/spindle-store/spindle/internal/s3perm"
-	"github.com/spindle-store/spindle/internal/s3permapi"
 )
 
 // The IAM is also versitygw's auth.PolicyEvaluator: the identity side of
@@ -71,7 +70,7 @@ func (m *IAM) allowed(ctx context.Context, access string, a auth.Action, resourc
 	if err != nil {
 		return false, nil // no such bucket: nothing to allow (the operation answers NoSuchBucket)
 	}
-	if access != "" && s3perm.ByGrant(userGrants(bk, access), string(a), grantTarget(a, key, cond)) {
+	if access != "" && s3perm.ByGrant(s3acl.UserGrants(bk, access), string(a), s3acl.GrantTarget(a, key, cond)) {
 		return true, nil // the meta service's grants (s3perm.ByGrant)
 	}
 	req := s3perm.Request{Access: access, Action: string(a), Object: key != "", Owner: bk.Owner, Ownership: bk.Ownership}
@@ -82,14 +81,7 @@ func (m *IAM) allowed(ctx context.Context, access string, a auth.Action, resourc
 	if err != nil {
 		return false, err
 	}
-	for _, g := range acl.Grantees {
-		switch {
-		case g.Type == types.TypeGroup && (g.Access == s3perm.GranteeAllUsers || g.Access == s3perm.GranteeAuthenticated):
-			req.BucketGrants = append(req.BucketGrants, s3perm.Grant{Type: g.Access, Permission: string(g.Permission)})
-		case g.Type == types.TypeCanonicalUser:
-			req.BucketGrants = append(req.BucketGrants, s3perm.Grant{Type: s3perm.GranteeUser, ID: g.Access, Permission: string(g.Permission)})
-		}
-	}
+	req.BucketGrants = s3acl.BucketGrants(acl, "")
 	if key != "" && s3perm.NeedsObjectGrants(req.Action) {
 		ki, err := m.meta.GetKey(ctx, bucket, key)
 		if err != nil {
@@ -103,31 +95,6 @@ func (m *IAM) allowed(ctx context.Context, access string, a auth.Action, resourc
 		}
 	}
 	return s3perm.Allowed(req), nil
-}
-
-// userGrants are the grants of the user of access among a bucket's.
-func userGrants(bk *s3permapi.Bucket, access string) []s3perm.UserGrant {
-	var out []s3perm.UserGrant
-	for _, g := range bk.Grants {
-		if g.Access == access {
-			out = append(out, s3perm.UserGrant{Prefix: g.Prefix, Actions: g.Actions})
-		}
-	}
-	return out
-}
-
-// grantTarget is what a grant must cover for action a: the object's key,
-// a listing's prefix (s3:prefix), else the whole bucket ("").
-func grantTarget(a auth.Action, key string, cond map[string][]string) string {
-	switch {
-	case key != "":
-		return key
-	case a == auth.ListBucketAction || a == auth.ListBucketVersionsAction || a == auth.ListBucketMultipartUploadsAction:
-		if p := cond["s3:prefix"]; len(p) == 1 {
-			return p[0]
-		}
-	}
-	return ""
 }
 
 // ResolvePrincipals returns the principals of a policy that name no

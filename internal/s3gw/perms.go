@@ -10,13 +10,13 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
-	"github.com/gofiber/fiber/v3"
 	"github.com/valyala/fasthttp"
 	"github.com/versity/versitygw/auth"
 	"github.com/versity/versitygw/backend"
 	"github.com/versity/versitygw/s3err"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3acl"
 	"github.com/spindle-store/spindle/internal/s3perm"
 	"github.com/spindle-store/spindle/internal/s3permapi"
 )
@@ -133,9 +133,7 @@ func (p *perms) GetBucketAcl(ctx context.Context, in *s3.GetBucketAclInput) ([]b
 	if err != nil {
 		return nil, err
 	}
-	if rc, ok := ctx.(*fasthttp.RequestCtx); ok {
-		rc.SetUserValue(bucketACLAnswer{}, bk) // for a GetBucketAcl's answer (answerACL)
-	}
+	s3acl.KeepBucket(ctx, bk) // for a GetBucketAcl's answer (s3acl.Answer)
 	if len(bk.ACL) > 0 {
 		return bk.ACL, nil
 	}
@@ -143,29 +141,11 @@ func (p *perms) GetBucketAcl(ctx context.Context, in *s3.GetBucketAclInput) ([]b
 }
 
 // PutBucketAcl replaces the bucket's ACL document (versitygw checked the
-// ownership: BucketOwnerEnforced refuses grants). versitygw keeps the
-// grantees of x-amz-grant-* headers as they were written (id="KEY",
-// uri="GROUP"): each is stored as the user's access key or the group
-// (all-users, authenticated-users) instead.
+// ownership: BucketOwnerEnforced refuses grants), the grantees of
+// x-amz-grant-* headers as users and groups (s3acl.NormalizeBucketACL).
 func (p *perms) PutBucketAcl(ctx context.Context, bucket string, data []byte) error {
-	acl, err := auth.ParseACL(data)
+	data, err := s3acl.NormalizeBucketACL(data)
 	if err != nil {
-		return err
-	}
-	for i, g := range acl.Grantees {
-		if !strings.Contains(g.Access, "=") {
-			continue
-		}
-		gr, err := s3perm.ParseGrantee(g.Access, string(g.Permission))
-		if err != nil {
-			return s3err.APIError{Code: "InvalidArgument", Description: err.Error(), HTTPStatusCode: 400}
-		}
-		acl.Grantees[i].Access, acl.Grantees[i].Type = gr.ID, types.TypeCanonicalUser
-		if gr.Type != s3perm.GranteeUser {
-			acl.Grantees[i].Access, acl.Grantees[i].Type = gr.Type, types.TypeGroup
-		}
-	}
-	if data, err = json.Marshal(acl); err != nil {
 		return err
 	}
 	defer p.cache.drop(bucket)
@@ -241,10 +221,7 @@ func (p *perms) DeleteBucketOwnershipControls(ctx context.Context, bucket string
 }
 
 // GetObjectAcl answers the object's ACL: the bucket owner's FULL_CONTROL
-// and the object's grants. versitygw would write the SDK's output struct
-// as XML as it is, which S3 clients do not read: the AccessControlPolicy
-// document S3 answers (s3perm.AccessControlPolicyXML) is kept with the
-// request and answered instead (answerACL).
+// and the object's grants, as S3's document (s3acl.KeepObjectAnswer).
 func (p *perms) GetObjectAcl(ctx context.Context, in *s3.GetObjectAclInput) (*s3.GetObjectAclOutput, error) {
 	bk, err := p.cache.bucket(ctx, deref(in.Bucket))
 	if err != nil {
@@ -258,113 +235,23 @@ func (p *perms) GetObjectAcl(ctx context.Context, in *s3.GetObjectAclInput) (*s3
 	if err != nil {
 		return nil, err
 	}
-	owner := bk.Owner
-	if rc, ok := ctx.(*fasthttp.RequestCtx); ok {
-		rc.SetUserValue(objectACLAnswer{}, s3perm.AccessControlPolicyXML(owner, grants))
-	}
-	out := &s3.GetObjectAclOutput{Owner: &types.Owner{ID: &owner},
-		Grants: []types.Grant{{Grantee: &types.Grantee{Type: types.TypeCanonicalUser, ID: &owner}, Permission: types.PermissionFullControl}}}
-	for _, g := range grants {
-		gr := types.Grant{Grantee: &types.Grantee{}, Permission: types.Permission(g.Permission)}
-		switch g.Type {
-		case s3perm.GranteeUser:
-			gr.Grantee.Type, gr.Grantee.ID = types.TypeCanonicalUser, ptr(g.ID)
-		case s3perm.GranteeAllUsers:
-			gr.Grantee.Type, gr.Grantee.URI = types.TypeGroup, ptr(s3perm.AllUsersURI)
-		case s3perm.GranteeAuthenticated:
-			gr.Grantee.Type, gr.Grantee.URI = types.TypeGroup, ptr(s3perm.AuthenticatedUsersURI)
-		}
-		out.Grants = append(out.Grants, gr)
-	}
-	return out, nil
+	s3acl.KeepObjectAnswer(ctx, bk.Owner, grants)
+	return s3acl.ObjectACLOutput(bk.Owner, grants), nil
 }
 
-// objectACLAnswer keys, in a request's context, the GetObjectAcl answer;
-// bucketACLAnswer the permissions of the request's bucket.
-type (
-	objectACLAnswer struct{}
-	bucketACLAnswer struct{}
-)
-
-// answerACL, run once versitygw answered a request, replaces the body of
-// a successful GetObjectAcl by the document GetObjectAcl kept, and that
-// of a GetBucketAcl (a GET with the acl parameter that is not one) by the
-// bucket's ACL as S3 writes it (versitygw names groups by ID, not URI).
-func answerACL(c fiber.Ctx) {
-	if c.Response().StatusCode() != fiber.StatusOK {
-		return
-	}
-	doc, ok := c.RequestCtx().UserValue(objectACLAnswer{}).([]byte)
-	if !ok {
-		bk, isBucket := c.RequestCtx().UserValue(bucketACLAnswer{}).(*s3permapi.Bucket)
-		if !isBucket || c.Method() != fiber.MethodGet || !c.Request().URI().QueryArgs().Has("acl") {
-			return
-		}
-		acl, err := auth.ParseACL(bk.ACL)
-		if err != nil {
-			return // versitygw's answer stands
-		}
-		doc = s3perm.AccessControlPolicyXML(bk.Owner, bucketGrants(acl, bk.Owner))
-	}
-	c.Response().Header.SetContentType(fiber.MIMEApplicationXML)
-	c.Response().SetBody(doc)
-}
-
-// bucketGrants are a bucket ACL's grants but the owner's FULL_CONTROL.
-func bucketGrants(acl auth.ACL, owner string) []s3perm.Grant {
-	var out []s3perm.Grant
-	for _, g := range acl.Grantees {
-		switch {
-		case g.Type == types.TypeGroup && (g.Access == s3perm.GranteeAllUsers || g.Access == s3perm.GranteeAuthenticated):
-			out = append(out, s3perm.Grant{Type: g.Access, Permission: string(g.Permission)})
-		case g.Type == types.TypeCanonicalUser && (g.Access != owner || g.Permission != auth.PermissionFullControl):
-			out = append(out, s3perm.Grant{Type: s3perm.GranteeUser, ID: g.Access, Permission: string(g.Permission)})
-		}
-	}
-	return out
-}
-
-// PutObjectAcl sets the object's ACL: a canned ACL (x-amz-acl), grants
-// of x-amz-grant-* headers (grantees id= of a user's access key, uri= of
-// the AllUsers or AuthenticatedUsers group) or an AccessControlPolicy
-// document (the request body, which versitygw does not pass on: read
-// from the request, requestBody), one of them. Under BucketOwnerEnforced
-// only the owner's own ACL is accepted (AccessControlListNotSupported).
+// PutObjectAcl sets the object's ACL: a canned ACL, x-amz-grant-* headers
+// or an AccessControlPolicy document (the request body, which versitygw
+// does not pass on: read from the request, requestBody), as
+// s3acl.ForPutObjectAcl reads them.
 func (p *perms) PutObjectAcl(ctx context.Context, in *s3.PutObjectAclInput) error {
 	bucket, key := deref(in.Bucket), deref(in.Key)
 	bk, err := p.cache.bucket(ctx, bucket)
 	if err != nil {
 		return err
 	}
-	headers := map[string]string{"X-Amz-Grant-Read": deref(in.GrantRead), "X-Amz-Grant-Write": deref(in.GrantWrite),
-		"X-Amz-Grant-Read-Acp": deref(in.GrantReadACP), "X-Amz-Grant-Write-Acp": deref(in.GrantWriteACP), "X-Amz-Grant-Full-Control": deref(in.GrantFullControl)}
-	headerGrants, err := p.grantHeaders(ctx, func(h string) string { return headers[h] }, string(in.ACL), bk.Ownership)
+	grants, err := s3acl.ForPutObjectAcl(in, requestBody(ctx), bk, p.knownUser(ctx))
 	if err != nil {
 		return err
-	}
-	var grants []s3perm.Grant
-	switch body := requestBody(ctx); {
-	case len(body) > 0:
-		if in.ACL != "" || headerGrants != nil {
-			return s3err.GetAPIError(s3err.ErrUnexpectedContent)
-		}
-		owner, g, err := s3perm.ParseAccessControlPolicy(body)
-		if err != nil {
-			return s3err.GetAPIError(s3err.ErrMalformedACL)
-		}
-		if owner != bk.Owner {
-			return s3err.APIError{Code: "InvalidArgument", Description: "Invalid id", HTTPStatusCode: 400}
-		}
-		if len(g) > 0 && !s3perm.ACLsEnabled(bk.Ownership) {
-			return s3err.GetAPIError(s3err.ErrAclNotSupported)
-		}
-		grants = g
-	case headerGrants != nil:
-		grants = headerGrants
-	default:
-		if grants, err = cannedObjectGrants(string(in.ACL), bk.Ownership); err != nil {
-			return err
-		}
 	}
 	if _, err := p.meta.GetKey(ctx, bucket, key); err != nil {
 		return toS3(err, s3err.ErrNoSuchKey)
@@ -372,74 +259,30 @@ func (p *perms) PutObjectAcl(ctx context.Context, in *s3.PutObjectAclInput) erro
 	return toS3(s3permapi.PutObjectACL(ctx, p.meta, s3permapi.ObjectACL{Bucket: bucket, Key: key, ACL: s3perm.EncodeGrants(grants)}), s3err.ErrNoSuchKey)
 }
 
-// grantHeaders reads the x-amz-grant-* headers header gives: their
-// grants (nil: none sent), checked — not with a canned ACL, grantees
-// Spindle knows (every id= a user's access key), ACLs enabled by the
-// bucket's ownership.
-func (p *perms) grantHeaders(ctx context.Context, header func(string) string, canned, ownership string) ([]s3perm.Grant, error) {
-	grants, err := s3perm.ParseGrantHeaders(header)
-	if err != nil {
-		return nil, s3err.APIError{Code: "InvalidArgument", Description: err.Error(), HTTPStatusCode: 400}
-	}
-	if grants == nil {
-		return nil, nil
-	}
-	if canned != "" {
-		return nil, s3err.GetAPIError(s3err.ErrBothCannedAndHeaderGrants)
-	}
-	if !s3perm.ACLsEnabled(ownership) {
-		return nil, s3err.GetAPIError(s3err.ErrAclNotSupported)
-	}
-	for _, g := range grants {
-		if g.Type != s3perm.GranteeUser {
-			continue
+// knownUser says whether an access key is a user's.
+func (p *perms) knownUser(ctx context.Context) s3acl.Known {
+	return func(access string) (bool, error) {
+		_, err := p.meta.UserByAccessKey(ctx, access)
+		if errors.Is(err, metaapi.ErrNotFound) || errors.Is(err, metaapi.ErrInvalid) {
+			return false, nil
 		}
-		if _, err := p.meta.UserByAccessKey(ctx, g.ID); err != nil {
-			if errors.Is(err, metaapi.ErrNotFound) || errors.Is(err, metaapi.ErrInvalid) {
-				return nil, s3err.APIError{Code: "InvalidArgument", Description: "Invalid id: " + g.ID, HTTPStatusCode: 400}
-			}
-			return nil, err
-		}
+		return err == nil, err
 	}
-	return grants, nil
-}
-
-// cannedObjectGrants is s3perm.CannedGrants with S3's errors.
-func cannedObjectGrants(canned, ownership string) ([]s3perm.Grant, error) {
-	g, err := s3perm.CannedGrants(canned, ownership)
-	switch {
-	case errors.Is(err, s3perm.ErrACLsDisabled):
-		return nil, s3err.GetAPIError(s3err.ErrAclNotSupported)
-	case err != nil:
-		return nil, s3err.GetInvalidArgumentErr(s3err.InvalidArgCannedAcl, canned)
-	}
-	return g, nil
 }
 
 // objectACLFor is the stored ACL of a new object put with x-amz-acl or
 // x-amz-grant-* headers (PutObject, CreateMultipartUpload, CopyObject:
 // requestHeader), checked against the bucket's ownership.
 func (p *perms) objectACLFor(ctx context.Context, bucket string) (string, error) {
-	canned := requestHeader(ctx, "X-Amz-Acl")
-	granted := false
-	for _, h := range s3perm.GrantHeaders {
-		granted = granted || requestHeader(ctx, h.Header) != ""
-	}
-	if canned == "" && !granted {
+	header := func(h string) string { return requestHeader(ctx, h) }
+	if !s3acl.Asked(header) {
 		return "", nil
 	}
 	bk, err := p.cache.bucket(ctx, bucket)
 	if err != nil {
 		return "", err
 	}
-	g, err := p.grantHeaders(ctx, func(h string) string { return requestHeader(ctx, h) }, canned, bk.Ownership)
-	if err == nil && g == nil {
-		g, err = cannedObjectGrants(canned, bk.Ownership)
-	}
-	if err != nil {
-		return "", err
-	}
-	return s3perm.EncodeGrants(g), nil
+	return s3acl.ForNewObject(header, bk.Ownership, p.knownUser(ctx))
 }
 
 // withObjectACL returns headers with the object ACL set (or removed).
@@ -466,15 +309,7 @@ func objectACL(ki *metaapi.KeyInfo) string {
 // granted says the user of access holds a grant (any) on bucket.
 func (p *perms) granted(ctx context.Context, bucket, access string) bool {
 	bk, err := p.cache.bucket(ctx, bucket)
-	if err != nil {
-		return false
-	}
-	for _, g := range bk.Grants {
-		if g.Access == access {
-			return true
-		}
-	}
-	return false
+	return err == nil && len(s3acl.UserGrants(bk, access)) > 0
 }
 
 // resolveUser is the access key of a user named by name or access key.
