@@ -13,13 +13,14 @@ import (
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/pipeline"
 	"github.com/spindle-store/spindle/internal/scenario"
+	"github.com/spindle-store/spindle/internal/tokenbench"
 	"github.com/spindle-store/spindle/internal/units"
 )
 
 func newBenchChunkWriteCmd() *cobra.Command {
 	var cfg scenario.ChunkWriteLocalConfig
 	var pcfg scenario.ChunkWritePipelineConfig
-	var local bool
+	var local, blockTokens bool
 	var logDir, placements, diskDir, tmpfsDir string
 	chunkSize := units.ByteSize(units.MiB)
 	blockSize := units.ByteSize(64 * units.MiB)
@@ -115,6 +116,10 @@ baseline.`,
 					}
 					return res.WriteTable(cmd.OutOrStdout())
 				}
+				if blockTokens {
+					asJSON, _ := cmd.Flags().GetBool(jsonFlag)
+					return tokenbench.Print(cmd.Context(), cmd.OutOrStdout(), pcfg, asJSON)
+				}
 				res, err := scenario.RunChunkWritePipeline(cmd.Context(), pcfg)
 				if err != nil {
 					return err
@@ -157,6 +162,7 @@ baseline.`,
 	f.IntVar(&cfg.SyncWorkers, "sync-workers", 0, "--local: group commit: sync rounds in flight and parallel fdatasyncs per round (0: engine default)")
 	f.BoolVar(&cfg.NoBaseline, "no-baseline", false, "skip the raw baselines")
 	f.BoolVar(&pcfg.Floor, "floor", false, "replicated: also measure the replication floor (the same writes through three replicas with none of Spindle's protocol, log or bookkeeping: receive, CRC32C check, pwrite, forward; no log, no fsync) and report Spindle's CPU per GB over it")
+	f.BoolVar(&blockTokens, "block-tokens", false, "replicated, over TLS: run four times, alternately without and with the datanodes checking a block token on every write (datanode --block-token-keys), and print each run's writes/s and CPU µs per write and the ratios")
 	f.BoolVar(&pcfg.TLS, "tls", false, "replicated form: mutual TLS 1.3 on every connection, as spindle server runs by default (default plaintext: the storage path alone)")
 	f.BoolVar(&cfg.NoOverwriteBaseline, "no-overwrite-baseline", false, "--local: skip the second (overwrite in place) baseline")
 	f.Var(&maxBytes, "max-bytes", "replicated: stop after writing this many bytes (each replica holds them all), whatever --duration says")

@@ -94,20 +94,15 @@ SIGTERM or SIGINT stops it cleanly.`,
 			}
 			cfg.MaxClientPayloadBytes, cfg.MaxRaftPayloadBytes = clientBudget.Int64(), raftBudget.Int64()
 			cfg.LogSegmentSizeBytes = logSegment.Int64()
-			// On tmpfs a preallocated segment has no unwritten extents
-			// for zeros written ahead to convert (wal.Config.SkipZeroAhead).
+			// tmpfs: no unwritten extents to convert (wal.Config.SkipZeroAhead).
 			cfg.LogSkipZeroAhead = allTmpfs([]string{cfg.LogDir})
 			if logInline.Int64() < 0 || logInline.Int64() > pipeline.MaxLogInlineBytesLimit {
 				return cli.UsageErr(fmt.Errorf("--log-inline-max-bytes %d: want 0 .. %d", logInline.Int64(), pipeline.MaxLogInlineBytesLimit))
 			}
 			cfg.LogInlineMaxBytes = int(logInline.Int64())
 			if !cmd.Flags().Changed("log-inline-max-bytes") && allTmpfs(cfg.DataDirs) {
-				// Chunks travel in the log to spare the block files'
-				// fsync of every round; on tmpfs that fsync costs nothing,
-				// and the bytes in the entries cost the leader and each
-				// follower copies (at 1 KiB the log is 15 % ahead, at
-				// 4 KiB 25 % behind: ARCHITECTURE §12.6, which says why
-				// 1 KiB is not the default either).
+				// On tmpfs a block file's fsync costs nothing and chunks in
+				// the log cost copies (ARCHITECTURE §12.6).
 				cfg.LogInlineMaxBytes = 0
 			}
 			if scrubRateMB < 0 {
@@ -155,6 +150,7 @@ SIGTERM or SIGINT stops it cleanly.`,
 	f.DurationVar(&cfg.DiskStallThreshold, "disk-stall-threshold", pipeline.DefaultDiskStallThreshold, "a write or fdatasync round of the storage taking longer fails the datanode (it exits, so that its pipelines are closed)")
 	f.IntVar(&cfg.HeartbeatTicks, "heartbeat-ticks", pipeline.DefaultHeartbeatTicks, "ticks between leader heartbeats")
 	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile here")
+	f.StringVar(&cfg.BlockTokenKeyFile, "block-token-keys", "", "static pipelines with TLS: serve clients' chunk reads and writes only with a block token signed by a key of this JSON file ([{\"id\":N,\"secret\":BASE64}]); with --meta the keys come with the heartbeats")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:0", "HTTP address of Prometheus /metrics (empty: none)")
 	f.IntVar(&cfg.MaxCopies, "max-copies", datanode.DefaultMaxCopies, "container copies (re-replication) received at once")
 	f.IntVar(&cfg.MaxExports, "max-exports", bulk.DefaultMaxExports, "whole-container reads (re-replication sources) served at once")

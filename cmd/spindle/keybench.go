@@ -50,8 +50,7 @@ func (c *clusterFlags) resolve() (scenario.ClusterConfig, error) {
 		}
 		cfg.Binary = bin
 	} else {
-		// A running cluster: as a local spindle server's client profile
-		// says (TLS or plaintext), else plaintext.
+		// A running cluster: as its client profile says, else plaintext.
 		addrs := append(metaapi.SplitAddrs(cfg.Meta), "")
 		if p, _, found, err := tlsconf.LoadClientProfile(addrs[0]); err == nil && found && !p.Insecure {
 			if cfg.MetaTLS, err = tlsconf.NewSettings(tlsconf.Files{Cert: p.Cert, Key: p.Key, CA: p.CA}); err != nil {

@@ -218,8 +218,7 @@ type exactReader struct {
 
 func (e *exactReader) Read(p []byte) (int, error) {
 	if e.read == e.want {
-		// Past the end: one probe byte tells an input that ends here from
-		// one that goes on.
+		// Past the end: a probe byte tells whether the input goes on.
 		var probe [1]byte
 		n, err := io.ReadFull(e.r, probe[:])
 		if n > 0 {

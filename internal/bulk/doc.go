@@ -21,8 +21,10 @@
 // 16 KiB record), and the target reads them through a 256 KiB buffer
 // beneath crypto/tls. Stats.Sendfile says which path the last block took.
 // Only a peer whose certificate has one of ExportRoles (datanode, admin)
-// may fetch a container; any other gets status ERROR ("forbidden") and
-// a log line.
+// may fetch a container, and with Server.Tokens (a datanode run by the
+// meta service) only with an export token for the container minted for
+// its certificate (the copy's target, package blocktoken); any other gets
+// status ERROR ("forbidden") and a log line.
 //
 // # Wire format (integers little-endian, CRC32C Castagnoli)
 //
@@ -33,10 +35,11 @@
 //	| 0      | 2    | magic "SB"                              |
 //	| 2      | 1    | version = 2                             |
 //	| 3      | 1    | op: 1 export container                  |
-//	| 4      | 4    | reserved, 0                             |
+//	| 4      | 4    | token length t, u32 (≤ MaxTokenBytes)   |
 //	| 8      | 8    | container ID (≠ 0)                      |
 //	| 16     | 4    | reserved, 0                             |
 //	| 20     | 4    | CRC32C of bytes 0..19                   |
+//	| 24     | t    | export token (text; t = 0: none)        |
 //
 // Response, source → client: a status header, then on OK the container
 // header, the blocks in ascending local ID order, and the end record.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spindle-store/spindle/internal/blocktoken"
 	"golang.org/x/sys/unix"
 	"io"
 	"log/slog"
@@ -62,6 +63,10 @@ type ServerStats struct {
 
 // Server serves whole-container reads from an engine.
 type Server struct {
+	// Tokens, when set before the first Handle, checks export tokens
+	// (authorizeExport); nil: none needed.
+	Tokens *blocktoken.Verifier
+
 	eng  *engine.Engine
 	log  *slog.Logger
 	sema chan struct{}
@@ -143,15 +148,23 @@ func (s *Server) refuse(w *bufio.Writer, status byte, msg string) error {
 var ExportRoles = []tlsconf.Role{tlsconf.RoleDatanode, tlsconf.RoleAdmin}
 
 // authorizeExport says whether conn's peer may fetch a container: over
-// TLS its verified certificate's role must be one of ExportRoles; over
-// plaintext (--insecure) nobody is authenticated and everybody may.
-func authorizeExport(conn net.Conn) error {
+// TLS its verified certificate's role must be one of ExportRoles and, with
+// Server.Tokens, token an export token for the container minted for that
+// certificate (the meta service names the copy's target so, in its
+// replicate_container command); over plaintext (--insecure) nobody is
+// authenticated and everybody may.
+func (s *Server) authorizeExport(conn net.Conn, container uint64, token []byte) error {
 	p, err := tlsconf.PeerOfConn(conn)
 	if err != nil {
 		return fmt.Errorf("forbidden: %w", err)
 	}
 	if p.Authenticated() && !p.Is(ExportRoles...) {
 		return fmt.Errorf("forbidden: certificate %s may not fetch containers (roles %v may)", p, ExportRoles)
+	}
+	if p.Authenticated() && s.Tokens != nil {
+		if err := s.Tokens.Check(token, container, 0, blocktoken.OpExport, p.Name); err != nil {
+			return fmt.Errorf("certificate %s is not the target the meta service named for container %d: %w", p, container, err)
+		}
 	}
 	return nil
 }
@@ -173,7 +186,11 @@ func (s *Server) serve(conn net.Conn) error {
 	if err != nil {
 		return s.refuse(w, StatusBadReq, err.Error())
 	}
-	if err := authorizeExport(conn); err != nil {
+	token := make([]byte, req.tokenLen)
+	if _, err := io.ReadFull(conn, token); err != nil {
+		return fmt.Errorf("reading the request's token: %w", err)
+	}
+	if err := s.authorizeExport(conn, req.container, token); err != nil {
 		s.log.Warn("bulk: export refused", "remote", conn.RemoteAddr().String(), "container", req.container, "err", err)
 		return s.refuse(w, StatusError, err.Error())
 	}
@@ -359,6 +376,12 @@ func TuneReceiver(c net.Conn) {
 // error and the caller must discard what the sink holds. ctx cancels it
 // (the connection is closed).
 func Fetch(ctx context.Context, sec *tlsconf.Settings, addr string, id uint64, begin func(ContainerHeader) (Sink, error)) (FetchResult, error) {
+	return FetchWithToken(ctx, sec, addr, id, "", begin)
+}
+
+// FetchWithToken is Fetch presenting an export token (package blocktoken:
+// the replicate_container command's, naming this node as the target).
+func FetchWithToken(ctx context.Context, sec *tlsconf.Settings, addr string, id uint64, token string, begin func(ContainerHeader) (Sink, error)) (FetchResult, error) {
 	var res FetchResult
 	start := time.Now()
 	conn, err := Dial(ctx, sec, addr)
@@ -368,7 +391,7 @@ func Fetch(ctx context.Context, sec *tlsconf.Settings, addr string, id uint64, b
 	defer closeQuietly(conn)
 	stop := context.AfterFunc(ctx, func() { closeQuietly(conn) })
 	defer stop()
-	res, err = fetch(conn, id, begin)
+	res, err = fetch(conn, request{op: OpExportContainer, container: id, token: token}, begin)
 	res.Seconds = time.Since(start).Seconds()
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -402,9 +425,9 @@ func (d directReader) Read(p []byte) (int, error) {
 // around it straight from the socket.
 const fetchBufBytes = 256 << 10
 
-func fetch(conn net.Conn, id uint64, begin func(ContainerHeader) (Sink, error)) (FetchResult, error) {
+func fetch(conn net.Conn, req request, begin func(ContainerHeader) (Sink, error)) (FetchResult, error) {
 	var res FetchResult
-	if _, err := conn.Write(request{op: OpExportContainer, container: id}.encode()); err != nil {
+	if _, err := conn.Write(req.encode()); err != nil {
 		return res, err
 	}
 	r := bufio.NewReaderSize(conn, fetchBufBytes)
@@ -462,7 +485,7 @@ func fetch(conn net.Conn, id uint64, begin func(ContainerHeader) (Sink, error)) 
 		if _, err := io.ReadFull(r, rec); err != nil {
 			return res, noEOF(err)
 		}
-		bd, err := decodeBlockRecord(engine.ContainerID(id), rec)
+		bd, err := decodeBlockRecord(engine.ContainerID(req.container), rec)
 		if err != nil {
 			return res, err
 		}

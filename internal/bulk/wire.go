@@ -67,18 +67,24 @@ var (
 	ErrBusy = errors.New("busy")
 )
 
-// request is what a client sends.
+// MaxTokenBytes bounds a request's export token.
+const MaxTokenBytes = 8192
+
+// request is what a client sends: the 24 bytes, then the token.
 type request struct {
 	op        byte
 	container uint64
+	token     string // an export token (package blocktoken); "": none
+	tokenLen  int    // decoded: the token bytes after the 24
 }
 
 func (r request) encode() []byte {
-	b := make([]byte, requestBytes)
+	b := make([]byte, requestBytes, requestBytes+len(r.token))
 	b[0], b[1], b[2], b[3] = Magic0, Magic1, Version, r.op
+	binary.LittleEndian.PutUint32(b[4:], uint32(len(r.token)))
 	binary.LittleEndian.PutUint64(b[8:], r.container)
 	binary.LittleEndian.PutUint32(b[20:], engine.CRC32C(b[:20]))
-	return b
+	return append(b, r.token...)
 }
 
 func decodeRequest(b []byte) (request, error) {
@@ -94,17 +100,15 @@ func decodeRequest(b []byte) (request, error) {
 	if got, want := binary.LittleEndian.Uint32(b[20:]), engine.CRC32C(b[:20]); got != want {
 		return request{}, fmt.Errorf("%w: request CRC %08x, want %08x", ErrProtocol, got, want)
 	}
-	r := request{op: b[3], container: binary.LittleEndian.Uint64(b[8:])}
+	r := request{op: b[3], container: binary.LittleEndian.Uint64(b[8:]), tokenLen: int(binary.LittleEndian.Uint32(b[4:]))}
 	if r.op != OpExportContainer {
 		return request{}, fmt.Errorf("%w: unknown op %d", ErrProtocol, r.op)
 	}
 	if r.container == 0 {
 		return request{}, fmt.Errorf("%w: container 0", ErrProtocol)
 	}
-	for _, x := range b[4:8] {
-		if x != 0 {
-			return request{}, fmt.Errorf("%w: reserved bytes set", ErrProtocol)
-		}
+	if r.tokenLen > MaxTokenBytes {
+		return request{}, fmt.Errorf("%w: token of %d bytes", ErrProtocol, r.tokenLen)
 	}
 	for _, x := range b[16:20] {
 		if x != 0 {

@@ -372,7 +372,15 @@ func (r *run) probeBitrot(ctx context.Context, rec coldRec, node int, off int64)
 	defer closeQuietly(pc)
 	start := uint64(off) - uint64(off)%bitrotProbeBytes
 	n := min(bitrotProbeBytes, rec.blockLen-start)
-	ch, err := pc.ReadChunk(ctx, addr, client.BlockID{Container: rec.container, Local: rec.local}, start, n)
+	id := client.BlockID{Container: rec.container, Local: rec.local}
+	if ki, err := r.w.kc.Stat(ctx, bucket, coldName(rec.index)); err == nil { // its block token
+		for _, kb := range ki.Blocks {
+			if kb.Container == id.Container && kb.Local == id.Local {
+				id.Token = kb.Token
+			}
+		}
+	}
+	ch, err := pc.ReadChunk(ctx, addr, id, start, n)
 	var verdict string
 	switch {
 	case errors.Is(err, client.ErrCorrupt) || isStatus(err, transport.StatusCorrupt):

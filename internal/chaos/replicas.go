@@ -141,7 +141,7 @@ func (r *run) checkBlockReplicas(ctx context.Context, pc *client.Client, addrOf 
 	first := true
 	for _, n := range slices.Sorted(slices.Values(nodes)) {
 		addr := addrOf[n]
-		bd, err := pc.GetBlock(ctx, addr, client.BlockID{Container: kb.Container, Local: kb.Local})
+		bd, err := pc.GetBlock(ctx, addr, client.BlockID{Container: kb.Container, Local: kb.Local, Token: kb.Token})
 		switch {
 		case err != nil:
 			whys = append(whys, fmt.Sprintf("replica on datanode %d (%s): %v", n, addr, err))

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/spindle-store/spindle/internal/backoff"
 	"github.com/spindle-store/spindle/internal/engine"
@@ -170,9 +171,16 @@ func (o Options) withDefaults() (Options, error) {
 type BlockID struct {
 	Container uint64
 	Local     uint64
+	// Token is the block token the meta service gave for the block
+	// (package blocktoken), sent with each request on it; "": none.
+	Token string
 }
 
 func (b BlockID) String() string { return fmt.Sprintf("%d/%d", b.Container, b.Local) }
+
+// tokenBytes is s's bytes without a copy (a token is sent with every
+// chunk): the encoder only reads them.
+func tokenBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // Chunk is the result of a ReadChunk: the bytes read (owned by the caller)
 // and the checksums they were verified against.
@@ -689,7 +697,7 @@ func (c *Client) WriteChunkQueued(ctx context.Context, b BlockID, offset uint64,
 	return c.do(ctx, "WriteChunk", blockTarget(b), func(ctx context.Context, tc *transport.Client) error {
 		req := transport.WriteChunk{
 			PipelineID: c.pipelineID, ContainerID: b.Container, LocalID: b.Local,
-			Offset: offset, Length: uint64(len(data)), BytesPerChecksum: bytesPerChecksum, Checksums: sums,
+			Offset: offset, Length: uint64(len(data)), BytesPerChecksum: bytesPerChecksum, Checksums: sums, Token: tokenBytes(b.Token),
 		}
 		res, err := tc.CallQueued(ctx, once, &req, data)
 		if err != nil {
@@ -700,10 +708,11 @@ func (c *Client) WriteChunkQueued(ctx context.Context, b BlockID, offset uint64,
 	})
 }
 
-// PutBlock commits a block's metadata through the pipeline.
-func (c *Client) PutBlock(ctx context.Context, bd transport.BlockData) error {
+// PutBlock commits a block's metadata through the pipeline, with the
+// block's token ("": none).
+func (c *Client) PutBlock(ctx context.Context, bd transport.BlockData, token string) error {
 	return c.do(ctx, "PutBlock", blockTarget(BlockID{Container: bd.ContainerID, Local: bd.LocalID}), func(ctx context.Context, tc *transport.Client) error {
-		req := transport.PutBlock{PipelineID: c.pipelineID, Block: bd}
+		req := transport.PutBlock{PipelineID: c.pipelineID, Block: bd, Token: tokenBytes(token)}
 		res, err := tc.Call(ctx, &req)
 		if err != nil {
 			return err
@@ -718,7 +727,7 @@ func (c *Client) PutBlock(ctx context.Context, bd transport.BlockData) error {
 func (c *Client) GetBlock(ctx context.Context, addr string, b BlockID) (transport.BlockData, error) {
 	var out transport.BlockData
 	err := c.do(ctx, "GetBlock", target{addr: addr}, func(ctx context.Context, tc *transport.Client) error {
-		req := transport.GetBlock{PipelineID: c.pipelineID, ContainerID: b.Container, LocalID: b.Local}
+		req := transport.GetBlock{PipelineID: c.pipelineID, ContainerID: b.Container, LocalID: b.Local, Token: tokenBytes(b.Token)}
 		res, err := tc.Call(ctx, &req)
 		if err != nil {
 			return err
@@ -759,7 +768,7 @@ func (c *Client) ReadChunk(ctx context.Context, addr string, b BlockID, offset, 
 // Checksums is the caller's own.
 func (c *Client) ReadChunkLent(ctx context.Context, addr string, b BlockID, offset, length uint64) (ch Chunk, release func(), err error) {
 	err = c.do(ctx, "ReadChunk", target{addr: addr}, func(ctx context.Context, tc *transport.Client) error {
-		req := transport.ReadChunk{PipelineID: c.pipelineID, ContainerID: b.Container, LocalID: b.Local, Offset: offset, Length: length}
+		req := transport.ReadChunk{PipelineID: c.pipelineID, ContainerID: b.Container, LocalID: b.Local, Offset: offset, Length: length, Token: tokenBytes(b.Token)}
 		res, err := tc.Call(ctx, &req)
 		if err != nil {
 			return err

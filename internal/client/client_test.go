@@ -188,7 +188,7 @@ func (nd *fakeNode) handle(ctx context.Context, c *transport.Conn, f transport.F
 			resp.Status = transport.StatusChecksumMismatch
 			return resp, nil
 		}
-		k := chunkKey{BlockID{m.ContainerID, m.LocalID}, m.Offset}
+		k := chunkKey{BlockID{Container: m.ContainerID, Local: m.LocalID}, m.Offset}
 		p.chunks[k] = bytes.Clone(f.Payload)
 		p.arrivals = append(p.arrivals, arrival{c, k})
 		return resp, nil
@@ -205,7 +205,7 @@ func (nd *fakeNode) handle(ctx context.Context, c *transport.Conn, f transport.F
 		if !leaderChecks() {
 			return resp, nil
 		}
-		p.blocks[BlockID{m.Block.ContainerID, m.Block.LocalID}] = cloneBlock(m.Block)
+		p.blocks[BlockID{Container: m.Block.ContainerID, Local: m.Block.LocalID}] = cloneBlock(m.Block)
 		return resp, nil
 	case transport.TypeReadChunk:
 		var m transport.ReadChunk
@@ -214,7 +214,7 @@ func (nd *fakeNode) handle(ctx context.Context, c *transport.Conn, f transport.F
 			return nil, nil
 		}
 		resp.RequestID = m.RequestID
-		data, ok := p.chunks[chunkKey{BlockID{m.ContainerID, m.LocalID}, m.Offset}]
+		data, ok := p.chunks[chunkKey{BlockID{Container: m.ContainerID, Local: m.LocalID}, m.Offset}]
 		if !ok || uint64(len(data)) != m.Length {
 			resp.Status = transport.StatusNotFound
 			return resp, nil
@@ -233,7 +233,7 @@ func (nd *fakeNode) handle(ctx context.Context, c *transport.Conn, f transport.F
 			return nil, nil
 		}
 		resp.RequestID = m.RequestID
-		bd, ok := p.blocks[BlockID{m.ContainerID, m.LocalID}]
+		bd, ok := p.blocks[BlockID{Container: m.ContainerID, Local: m.LocalID}]
 		if !ok {
 			resp.Status = transport.StatusNotFound
 			return resp, nil
@@ -277,7 +277,7 @@ func TestWriteFollowsRedirectAndRemembersLeader(t *testing.T) {
 	c := newTestClient(t, p.addrs(), quietOptions())
 	ctx := testCtx(t)
 	data := []byte("hello, pipeline")
-	ci, err := c.WriteChunk(ctx, BlockID{1, 1}, 0, data)
+	ci, err := c.WriteChunk(ctx, BlockID{Container: 1, Local: 1}, 0, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +292,7 @@ func TestWriteFollowsRedirectAndRemembersLeader(t *testing.T) {
 	}
 	before := p.nodes[0].frames.Load()
 	for i := range 10 {
-		if _, err := c.WriteChunk(ctx, BlockID{1, 1}, uint64(len(data)*(i+1)), data); err != nil {
+		if _, err := c.WriteChunk(ctx, BlockID{Container: 1, Local: 1}, uint64(len(data)*(i+1)), data); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -309,7 +309,7 @@ func TestNoLeaderHintTriesOtherMembers(t *testing.T) {
 	p.set(func() { p.hint = false })
 	p.setLeader(1)
 	c := newTestClient(t, p.addrs(), quietOptions())
-	if _, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x")); err != nil {
+	if _, err := c.WriteChunk(testCtx(t), BlockID{Container: 1, Local: 1}, 0, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	if c.Leader() != p.nodes[1].addr {
@@ -332,7 +332,7 @@ func TestWriteWithoutLeaderGivesUpWithErrNoLeader(t *testing.T) {
 	o.RetryTimeout = time.Hour
 	o.LeaderlessTimeout = 50 * time.Millisecond
 	c := newTestClient(t, p.addrs(), o)
-	_, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x"))
+	_, err := c.WriteChunk(testCtx(t), BlockID{Container: 1, Local: 1}, 0, []byte("x"))
 	if !errors.Is(err, ErrNoLeader) {
 		t.Fatalf("err %v, want ErrNoLeader", err)
 	}
@@ -342,7 +342,7 @@ func TestWriteWithoutLeaderGivesUpWithErrNoLeader(t *testing.T) {
 	// A leader elected meanwhile is found: the bound counts from an
 	// operation's own first failure.
 	p.setLeader(2)
-	if _, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x")); err != nil {
+	if _, err := c.WriteChunk(testCtx(t), BlockID{Container: 1, Local: 1}, 0, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -351,13 +351,13 @@ func TestUnavailableIsRetriedThenSucceeds(t *testing.T) {
 	p := newFakePipeline(t, 3)
 	p.set(func() { p.unavailable = 5 })
 	c := newTestClient(t, p.addrs(), quietOptions())
-	if err := c.PutBlock(testCtx(t), transport.BlockData{ContainerID: 1, LocalID: 2, BytesPerChecksum: 512}); err != nil {
+	if err := c.PutBlock(testCtx(t), transport.BlockData{ContainerID: 1, LocalID: 2, BytesPerChecksum: 512}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if st := c.Stats(); st.Unavailable != 5 {
 		t.Fatalf("stats %+v, want 5 unavailable", st)
 	}
-	bd, err := c.GetBlock(testCtx(t), p.nodes[1].addr, BlockID{1, 2})
+	bd, err := c.GetBlock(testCtx(t), p.nodes[1].addr, BlockID{Container: 1, Local: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +372,7 @@ func TestAttemptsAreBounded(t *testing.T) {
 	o := quietOptions()
 	o.MaxAttempts = 7
 	c := newTestClient(t, p.addrs(), o)
-	_, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x"))
+	_, err := c.WriteChunk(testCtx(t), BlockID{Container: 1, Local: 1}, 0, []byte("x"))
 	var se *transport.StatusError
 	if !errors.As(err, &se) || se.Status != transport.StatusUnavailable {
 		t.Fatalf("err %v, want Unavailable", err)
@@ -389,7 +389,7 @@ func TestRetryTimeoutBoundsAnOperation(t *testing.T) {
 	o.MaxAttempts = MaxMaxAttempts
 	o.RetryTimeout = 50 * time.Millisecond
 	c := newTestClient(t, p.addrs(), o)
-	_, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x"))
+	_, err := c.WriteChunk(testCtx(t), BlockID{Container: 1, Local: 1}, 0, []byte("x"))
 	var se *transport.StatusError
 	if !errors.As(err, &se) || se.Status != transport.StatusUnavailable {
 		t.Fatalf("err %v, want Unavailable", err)
@@ -403,7 +403,7 @@ func TestFinalStatusIsNotRetried(t *testing.T) {
 	p := newFakePipeline(t, 3)
 	p.set(func() { p.final = transport.StatusOverlap })
 	c := newTestClient(t, p.addrs(), quietOptions())
-	_, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x"))
+	_, err := c.WriteChunk(testCtx(t), BlockID{Container: 1, Local: 1}, 0, []byte("x"))
 	var se *transport.StatusError
 	if !errors.As(err, &se) || se.Status != transport.StatusOverlap {
 		t.Fatalf("err %v, want Overlap", err)
@@ -418,7 +418,7 @@ func TestDeadMemberIsSkipped(t *testing.T) {
 	p.setLeader(1)
 	p.kill(0)
 	c := newTestClient(t, p.addrs(), quietOptions())
-	if _, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x")); err != nil {
+	if _, err := c.WriteChunk(testCtx(t), BlockID{Container: 1, Local: 1}, 0, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	if st := c.Stats(); st.ConnErrors != 1 {
@@ -440,7 +440,7 @@ func TestLeaderLossMidStream(t *testing.T) {
 			defer wg.Done()
 			data := []byte(fmt.Sprintf("writer %d", w))
 			for i := range perWriter {
-				if _, err := c.WriteChunk(ctx, BlockID{uint64(w), 1}, uint64(i*len(data)), data); err != nil {
+				if _, err := c.WriteChunk(ctx, BlockID{Container: uint64(w), Local: 1}, uint64(i*len(data)), data); err != nil {
 					errs <- err
 					return
 				}
@@ -468,7 +468,7 @@ func TestLeaderLossMidStream(t *testing.T) {
 		for w := range writers {
 			data := []byte(fmt.Sprintf("writer %d", w))
 			for i := range perWriter {
-				ch, err := c.ReadChunk(ctx, nd.addr, BlockID{uint64(w), 1}, uint64(i*len(data)), uint64(len(data)))
+				ch, err := c.ReadChunk(ctx, nd.addr, BlockID{Container: uint64(w), Local: 1}, uint64(i*len(data)), uint64(len(data)))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -492,11 +492,11 @@ func TestAttemptTimeoutMovesOn(t *testing.T) {
 	c := newTestClient(t, p.addrs(), o)
 	// No deadline on the context: the transport's request timeout bounds
 	// the attempt.
-	if _, err := c.WriteChunk(context.Background(), BlockID{1, 1}, 0, []byte("x")); err != nil {
+	if _, err := c.WriteChunk(context.Background(), BlockID{Container: 1, Local: 1}, 0, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	// With a deadline far away, the client derives the attempt's own.
-	if _, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 1, []byte("y")); err != nil {
+	if _, err := c.WriteChunk(testCtx(t), BlockID{Container: 1, Local: 1}, 1, []byte("y")); err != nil {
 		t.Fatal(err)
 	}
 	if st := c.Stats(); st.Timeouts != 1 {
@@ -520,7 +520,7 @@ func TestConcurrentWritersShareConnections(t *testing.T) {
 			defer wg.Done()
 			data := bytes.Repeat([]byte{byte(w)}, 1000)
 			for i := range perWriter {
-				if _, err := c.WriteChunk(ctx, BlockID{1, uint64(w)}, uint64(i*len(data)), data); err != nil {
+				if _, err := c.WriteChunk(ctx, BlockID{Container: 1, Local: uint64(w)}, uint64(i*len(data)), data); err != nil {
 					errs <- err
 					return
 				}
@@ -555,13 +555,13 @@ func TestBlockWritesArriveInQueuedOrder(t *testing.T) {
 	c := newTestClient(t, p.addrs(), o)
 	ctx := testCtx(t)
 	const blocks, perBlock, size = 16, 400, 512
-	if _, err := c.WriteChunk(ctx, BlockID{2, 0}, 0, []byte("find the leader")); err != nil {
+	if _, err := c.WriteChunk(ctx, BlockID{Container: 2, Local: 0}, 0, []byte("find the leader")); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, blocks*perBlock)
 	for b := range blocks {
-		id := BlockID{1, uint64(b)}
+		id := BlockID{Container: 1, Local: uint64(b)}
 		data := bytes.Repeat([]byte{byte(b)}, size)
 		sums := engine.ComputeChecksums(nil, data, engine.DefaultBytesPerChecksum)
 		gate := make(chan struct{})
@@ -602,7 +602,7 @@ func TestBlockWritesArriveInQueuedOrder(t *testing.T) {
 		}
 	}
 	for b := range blocks {
-		if got := next[BlockID{1, uint64(b)}]; got != perBlock*size {
+		if got := next[BlockID{Container: 1, Local: uint64(b)}]; got != perBlock*size {
 			t.Fatalf("block 1/%d: %d bytes arrived, want %d", b, got, perBlock*size)
 		}
 	}
@@ -616,10 +616,10 @@ func TestReadVerifiesChecksums(t *testing.T) {
 	c := newTestClient(t, p.addrs(), quietOptions())
 	ctx := testCtx(t)
 	data := bytes.Repeat([]byte("0123456789"), 300) // 6 pieces of 512
-	if _, err := c.WriteChunk(ctx, BlockID{3, 4}, 0, data); err != nil {
+	if _, err := c.WriteChunk(ctx, BlockID{Container: 3, Local: 4}, 0, data); err != nil {
 		t.Fatal(err)
 	}
-	ch, err := c.ReadChunk(ctx, "", BlockID{3, 4}, 0, uint64(len(data)))
+	ch, err := c.ReadChunk(ctx, "", BlockID{Container: 3, Local: 4}, 0, uint64(len(data)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -627,11 +627,11 @@ func TestReadVerifiesChecksums(t *testing.T) {
 		t.Fatalf("chunk %d bytes, %d checksums, bpc %d", len(ch.Data), len(ch.Checksums), ch.BytesPerChecksum)
 	}
 	p.set(func() { p.corruptRead = true })
-	_, err = c.ReadChunk(ctx, p.nodes[2].addr, BlockID{3, 4}, 0, uint64(len(data)))
+	_, err = c.ReadChunk(ctx, p.nodes[2].addr, BlockID{Container: 3, Local: 4}, 0, uint64(len(data)))
 	if !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("err %v, want ErrCorrupt", err)
 	}
-	_, err = c.ReadChunk(ctx, p.nodes[2].addr, BlockID{3, 5}, 0, 1)
+	_, err = c.ReadChunk(ctx, p.nodes[2].addr, BlockID{Container: 3, Local: 5}, 0, 1)
 	var se *transport.StatusError
 	if !errors.As(err, &se) || se.Status != transport.StatusNotFound {
 		t.Fatalf("err %v, want NotFound", err)
@@ -647,13 +647,13 @@ func TestReadChunkLent(t *testing.T) {
 	ctx := testCtx(t)
 	data := bytes.Repeat([]byte("abcdefghij"), 300)
 	other := bytes.Repeat([]byte("ABCDEFGHIJ"), 300)
-	if _, err := c.WriteChunk(ctx, BlockID{3, 4}, 0, data); err != nil {
+	if _, err := c.WriteChunk(ctx, BlockID{Container: 3, Local: 4}, 0, data); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.WriteChunk(ctx, BlockID{3, 6}, 0, other); err != nil {
+	if _, err := c.WriteChunk(ctx, BlockID{Container: 3, Local: 6}, 0, other); err != nil {
 		t.Fatal(err)
 	}
-	ch, release, err := c.ReadChunkLent(ctx, "", BlockID{3, 4}, 0, uint64(len(data)))
+	ch, release, err := c.ReadChunkLent(ctx, "", BlockID{Container: 3, Local: 4}, 0, uint64(len(data)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -661,12 +661,12 @@ func TestReadChunkLent(t *testing.T) {
 		t.Fatalf("chunk %d bytes, %d checksums, bpc %d", len(ch.Data), len(ch.Checksums), ch.BytesPerChecksum)
 	}
 	release()
-	kept, err := c.ReadChunk(ctx, "", BlockID{3, 4}, 0, uint64(len(data)))
+	kept, err := c.ReadChunk(ctx, "", BlockID{Container: 3, Local: 4}, 0, uint64(len(data)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 4 { // the pooled buffers go round
-		ch, release, err := c.ReadChunkLent(ctx, "", BlockID{3, 6}, 0, uint64(len(other)))
+		ch, release, err := c.ReadChunkLent(ctx, "", BlockID{Container: 3, Local: 6}, 0, uint64(len(other)))
 		if err != nil || !bytes.Equal(ch.Data, other) {
 			t.Fatalf("read of the other block: %v", err)
 		}
@@ -676,7 +676,7 @@ func TestReadChunkLent(t *testing.T) {
 		t.Fatal("ReadChunk's bytes changed after later reads: they were not its own copy")
 	}
 	p.set(func() { p.corruptRead = true })
-	if _, release, err := c.ReadChunkLent(ctx, p.nodes[2].addr, BlockID{3, 4}, 0, uint64(len(data))); !errors.Is(err, ErrCorrupt) || release != nil {
+	if _, release, err := c.ReadChunkLent(ctx, p.nodes[2].addr, BlockID{Container: 3, Local: 4}, 0, uint64(len(data))); !errors.Is(err, ErrCorrupt) || release != nil {
 		t.Fatalf("err %v (release %v), want ErrCorrupt and nothing to release", err, release != nil)
 	}
 }
@@ -684,11 +684,11 @@ func TestReadChunkLent(t *testing.T) {
 func TestClosedClientRefuses(t *testing.T) {
 	p := newFakePipeline(t, 1)
 	c := newTestClient(t, p.addrs(), quietOptions())
-	if _, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x")); err != nil {
+	if _, err := c.WriteChunk(testCtx(t), BlockID{Container: 1, Local: 1}, 0, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	testutil.CloseT(t, c)
-	if _, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 1, []byte("x")); !errors.Is(err, ErrClosed) {
+	if _, err := c.WriteChunk(testCtx(t), BlockID{Container: 1, Local: 1}, 1, []byte("x")); !errors.Is(err, ErrClosed) {
 		t.Fatalf("err %v, want ErrClosed", err)
 	}
 }
@@ -717,7 +717,7 @@ func TestIdleConnectionClosedByServerIsRedialled(t *testing.T) {
 	c := newTestClient(t, p.addrs(), quietOptions())
 	ctx := testCtx(t)
 	data := []byte("idle")
-	if _, err := c.WriteChunk(ctx, BlockID{1, 1}, 0, data); err != nil {
+	if _, err := c.WriteChunk(ctx, BlockID{Container: 1, Local: 1}, 0, data); err != nil {
 		t.Fatal(err)
 	}
 	// Barrier: the server has closed the idle connection and the client
@@ -739,7 +739,7 @@ func TestIdleConnectionClosedByServerIsRedialled(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := c.WriteChunk(ctx, BlockID{1, 1}, uint64(len(data)), data); err != nil {
+	if _, err := c.WriteChunk(ctx, BlockID{Container: 1, Local: 1}, uint64(len(data)), data); err != nil {
 		t.Fatal(err)
 	}
 	if st := c.Stats(); st.Dials != 2 || st.Attempts != 2 || st.ConnErrors != 0 {
@@ -802,7 +802,7 @@ func TestFrozenLeaderIsProbedAndLeft(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := c.WriteChunk(ctx, BlockID{1, uint64(i)}, 0, []byte("x")); err != nil {
+			if _, err := c.WriteChunk(ctx, BlockID{Container: 1, Local: uint64(i)}, 0, []byte("x")); err != nil {
 				errs <- err
 			}
 		}()
@@ -820,7 +820,7 @@ func TestFrozenLeaderIsProbedAndLeft(t *testing.T) {
 		t.Fatalf("stats %+v: want the frozen member probed and found unresponsive", st)
 	}
 	// An operation addressed to the frozen member fails at once now.
-	if _, err := c.ReadChunk(ctx, frozen, BlockID{1, 0}, 0, 1); !errors.Is(err, ErrUnresponsive) {
+	if _, err := c.ReadChunk(ctx, frozen, BlockID{Container: 1, Local: 0}, 0, 1); !errors.Is(err, ErrUnresponsive) {
 		t.Fatalf("read addressed to the frozen member: %v, want ErrUnresponsive", err)
 	}
 }
@@ -838,7 +838,7 @@ func TestSlowMemberAnswersProbes(t *testing.T) {
 	o.AttemptTimeout = 400 * time.Millisecond
 	o.ProbeAfter, o.ProbeTimeout = 20*time.Millisecond, 5*time.Second
 	c := newTestClient(t, p.addrs(), o)
-	if _, err := c.WriteChunk(testCtx(t), BlockID{1, 1}, 0, []byte("x")); err != nil {
+	if _, err := c.WriteChunk(testCtx(t), BlockID{Container: 1, Local: 1}, 0, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	st := c.Stats()

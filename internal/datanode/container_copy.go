@@ -165,7 +165,7 @@ func (cc *containerCopier) run(c metaapi.Command) {
 		if src.NodeID == cc.self {
 			continue
 		}
-		err := cc.copyFrom(c.Container, src)
+		err := cc.copyFrom(c.Container, c.Token, src)
 		if err == nil || errors.Is(err, engine.ErrExists) {
 			if err != nil {
 				cc.log.Info("container copy: already here", "container", c.Container)
@@ -191,10 +191,10 @@ func (cc *containerCopier) run(c metaapi.Command) {
 
 // copyFrom pulls container id from src into an importer; on any error the
 // importer is aborted (nothing becomes visible).
-func (cc *containerCopier) copyFrom(id uint64, src metaapi.Member) error {
+func (cc *containerCopier) copyFrom(id uint64, token string, src metaapi.Member) error {
 	var im *engine.Importer
 	start := time.Now()
-	res, err := bulk.Fetch(cc.ctx, cc.tls, src.Addr, id, func(h bulk.ContainerHeader) (bulk.Sink, error) {
+	res, err := bulk.FetchWithToken(cc.ctx, cc.tls, src.Addr, id, token, func(h bulk.ContainerHeader) (bulk.Sink, error) {
 		var err error
 		im, err = cc.eng.ImportContainer(engine.ContainerID(id), h.CopyBytes(), h.BCSID)
 		if err != nil {

@@ -58,7 +58,7 @@ func TestCopyOfAContainerPastItsMaximumSize(t *testing.T) {
 	defer closeT(t, dst)
 	cc := newContainerCopier(dst, nil, 2, 1, quiet)
 	defer cc.cancel()
-	if err := cc.copyFrom(3, metaapi.Member{NodeID: 1, Addr: ln.Addr().String()}); err != nil {
+	if err := cc.copyFrom(3, "", metaapi.Member{NodeID: 1, Addr: ln.Addr().String()}); err != nil {
 		t.Fatalf("copy of a container holding 6,000 bytes of a 4,096-byte maximum: %v", err)
 	}
 	got, err := dst.ReadChunk(b, 0, 6000, nil)

@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spindle-store/spindle/internal/blocktoken"
 	"log/slog"
 	"net"
 	"net/http"
@@ -132,6 +133,12 @@ type Config struct {
 	// volumes are probed (0: DefaultVolumeCheckInterval).
 	FailedVolumesTolerated int
 	VolumeCheckInterval    time.Duration
+	// BlockTokenKeyFile: a datanode outside a meta-managed cluster (static
+	// pipelines) with TLS checks clients' block tokens against the keys in
+	// this file (blocktoken.LoadKeys; "": none checked). Run by the meta
+	// service with TLS, it always checks them, against the keys of its
+	// heartbeat responses.
+	BlockTokenKeyFile string
 }
 
 // DefaultMemoryOverheadBytes is what a datanode process needs beyond its
@@ -309,6 +316,19 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// hands "SB" connections to the bulk server (sendfile of CLOSED
 	// containers) and the rest to the pipeline node.
 	bsrv := bulk.NewServer(eng, cfg.MaxExports, log)
+	var tokens *blocktoken.Verifier // issue 32: clients' chunks only with a block token, exports only to the named target
+	if cfg.TLS.Enabled() && (cfg.Meta != nil || cfg.BlockTokenKeyFile != "") {
+		tokens = blocktoken.NewVerifier(0, nil)
+		bsrv.Tokens = tokens
+	}
+	if cfg.BlockTokenKeyFile != "" && tokens != nil {
+		keys, err := blocktoken.LoadKeys(cfg.BlockTokenKeyFile)
+		if err != nil {
+			closeQuietly(ln)
+			return fmt.Errorf("datanode: %w", err)
+		}
+		tokens.SetKeys(keys)
+	}
 	defer bsrv.Close()
 	registerBulkMetrics(reg, bsrv)
 	reg.MustRegister(spaceCollector{eng: eng, log: log}) // space_metrics.go
@@ -337,6 +357,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		// Run by the meta service, every member's certificate comes with
 		// its pipelines and peers (heartbeats): none is taken on trust.
 		RequirePeerCertNames:    cfg.Meta != nil && cfg.TLS.Enabled(),
+		BlockTokens:             tokens,
 		LogInlineMaxBytes:       cfg.LogInlineMaxBytes,
 		MaxInflightPayloadBytes: cfg.MaxClientPayloadBytes, MaxInflightRaftPayloadBytes: cfg.MaxRaftPayloadBytes,
 		Conn:          transport.ConnConfig{IdleTimeout: cfg.IdleTimeout, ReadTimeout: cfg.ReadTimeout, TLS: cfg.TLS},
@@ -384,7 +405,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		h := &heartbeater{mc: cfg.Meta, id: id, addr: advertise, metricsURL: metricsURL, logDir: cfg.LogDir, eng: eng, node: node, log: log,
 			interval: interval, proposals: make(chan struct{}, maxConcurrentProposals), copier: copier, deleted: newReportQueue[metaapi.BlockRef](maxPendingAcks), blocks: newBlockCounter(),
-			scrub: scrub, repair: repair, bg: &bg, bgCtx: bgCtx, volFound: vols.found}
+			scrub: scrub, repair: repair, bg: &bg, bgCtx: bgCtx, volFound: vols.found, tokens: tokens}
 		go func() { defer close(hbDone); h.run(bgCtx) }()
 	} else {
 		close(hbDone)

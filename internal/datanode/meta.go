@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/spindle-store/spindle/internal/blocktoken"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -125,6 +126,7 @@ func register(ctx context.Context, mc MetaClient, logDir string, id *identity, a
 // heartbeater reports to the meta service and carries out its commands.
 type heartbeater struct {
 	mc         MetaClient
+	tokens     *blocktoken.Verifier // nil: tokens not checked
 	id         identity
 	addr       string
 	metricsURL string
@@ -250,6 +252,9 @@ func (h *heartbeater) beat(ctx context.Context) bool {
 		return false
 	}
 	h.updatePeers(ctx, resp.Peers)
+	if h.tokens != nil && len(resp.BlockTokenKeys) > 0 {
+		h.tokens.SetKeys(resp.BlockTokenKeys)
+	}
 	// A replica that failed took its pipeline off the list by itself.
 	changed, joined := false, false
 	if g := h.node.PipelinesChanged(); g != h.savedChanges {

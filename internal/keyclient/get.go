@@ -303,7 +303,7 @@ func (g *getStream) start(ctx context.Context, r *readReq) error {
 // The chunk's bytes are lent (client.ReadChunkLent): release gives them
 // back once written on.
 func readReplicas(ctx context.Context, cl *client.Client, kb *metaapi.KeyBlock, pref *atomic.Int32, off, n uint64) (client.Chunk, func(), error) {
-	id := client.BlockID{Container: kb.Container, Local: kb.Local}
+	id := client.BlockID{Container: kb.Container, Local: kb.Local, Token: kb.Token}
 	members := kb.Members
 	start := int(pref.Load())
 	var errs replicaErrors

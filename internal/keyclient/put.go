@@ -474,7 +474,7 @@ func (s *putStream) sendChunk(b *blockState, ch *pchunk) {
 	b.inflight++
 	s.outstanding++
 	ctx, cl, gen := b.ctx, b.pc.c, b.gen
-	id := client.BlockID{Container: b.ref.Container, Local: b.ref.Local}
+	id := client.BlockID{Container: b.ref.Container, Local: b.ref.Local, Token: b.ref.Token}
 	data, sums, off, bpc := ch.data, ch.sums, ch.off, s.o.BytesPerChecksum
 	go func() {
 		select {
@@ -500,9 +500,9 @@ func (s *putStream) startPutBlock(b *blockState, n int) {
 	bd := transport.BlockData{ContainerID: b.ref.Container, LocalID: b.ref.Local, Length: length, BytesPerChecksum: s.o.BytesPerChecksum, Chunks: chunks}
 	b.putting = true
 	s.outstanding++
-	ctx, cl, gen := b.ctx, b.pc.c, b.gen
+	ctx, cl, gen, token := b.ctx, b.pc.c, b.gen, b.ref.Token
 	go func() {
-		err := cl.PutBlock(ctx, bd)
+		err := cl.PutBlock(ctx, bd, token)
 		s.events <- putEvent{kind: evPutBlock, gen: gen, n: n, length: length, err: err}
 	}()
 }
@@ -605,7 +605,7 @@ func (s *putStream) report(b *blockState) {
 // block.
 func (s *putStream) finishBlock() {
 	b := s.blk
-	s.blocks = append(s.blocks, metaapi.KeyBlock{BlockRef: b.ref, Pipeline: b.pipeline, Length: b.committedLen})
+	s.blocks = append(s.blocks, metaapi.KeyBlock{BlockRef: metaapi.BlockRef{Container: b.ref.Container, Local: b.ref.Local}, Pipeline: b.pipeline, Length: b.committedLen})
 	s.closeBlock()
 }
 
@@ -635,7 +635,7 @@ func (s *putStream) failover(cause error, excludePipeline bool) error {
 	carried := b.buf
 	b.buf = nil
 	if b.committedLen > 0 {
-		s.blocks = append(s.blocks, metaapi.KeyBlock{BlockRef: b.ref, Pipeline: b.pipeline, Length: b.committedLen})
+		s.blocks = append(s.blocks, metaapi.KeyBlock{BlockRef: metaapi.BlockRef{Container: b.ref.Container, Local: b.ref.Local}, Pipeline: b.pipeline, Length: b.committedLen})
 	}
 	base := b.base + b.committedLen
 	s.closeBlock()

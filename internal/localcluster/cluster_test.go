@@ -161,7 +161,7 @@ func (l *load) writer(ctx context.Context, w int) {
 			bd.Chunks = append(bd.Chunks, ci)
 			bd.Length += ci.Length
 		}
-		if err := l.c.PutBlock(ctx, bd); err != nil {
+		if err := l.c.PutBlock(ctx, bd, ""); err != nil {
 			l.fail(fmt.Errorf("writer %d: PutBlock %v: %w", w, id, err))
 			return
 		}

@@ -251,6 +251,7 @@
 //	| 'A' | container ID u64 | local ID u64     | 17       | allocation record              |
 //	| 'D' | container ID u64 | local ID u64     | 17       | pending deletion record        |
 //	| 'U' | user name                           | 2..65    | S3 user record                 |
+//	| 'T' | key ID u64                          | 9        | block-token signing key        |
 //	| 'W' | bucket | 0x00 | key | 0x00 | upload | ≤ 1155   | multipart upload               |
 //	| 'X' | 'W' key's fields | 0x00 | part u32  | ≤ 1160   | part record                    |
 //	| 'G' | bucket | 0x00 | principal | 0x00 | prefix | ≤ 1351 | grant (package authz)  |

@@ -160,7 +160,9 @@ func (s *Service) heartbeatLocked(caller tlsconf.Peer, hb *metaapi.Heartbeat) (*
 		}
 	}
 	s.AckDeletes(b, id, hb.DeletedBlocks, now)
-	return &metaapi.HeartbeatResponse{NodeID: id, Commands: s.commandsFor(n, now), Peers: s.PeersOf(n)}, b, nil
+	resp := &metaapi.HeartbeatResponse{NodeID: id, Commands: s.commandsFor(n, now), Peers: s.PeersOf(n)}
+	s.tokens.HeartbeatLocked(b, now, caller, resp) // block tokens (tokenkeys)
+	return resp, b, nil
 }
 
 // commandsFor builds the commands for node n (its heartbeat was just

@@ -73,6 +73,9 @@ func (s *Service) Handler() http.Handler {
 			return nil, 0, err
 		}
 		resp, err := s.Allocate(&req)
+		if err == nil {
+			err = s.tokens.Allocation(r, resp) // block tokens (tokenkeys)
+		}
 		return resp, http.StatusOK, err
 	})
 	route("POST "+metaapi.CommitsRoute, "commit_batch", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -106,6 +109,7 @@ func (s *Service) Handler() http.Handler {
 			}
 		}
 		res, err := s.AllocateMany(req.Requests)
+		s.tokens.Allocations(r, res) // block tokens (tokenkeys)
 		return &metaapi.AllocateBatchResult{Results: res}, http.StatusOK, err
 	})
 	route("POST "+metaapi.GetsRoute, "get_batch", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -123,6 +127,7 @@ func (s *Service) Handler() http.Handler {
 				res[i] = metaapi.GetResult{Error: state.APIError("get "+req.Keys[i].Bucket+"/"+req.Keys[i].Key, refused[i])}
 			}
 		}
+		s.tokens.Keys(r, res) // block tokens (tokenkeys), for the keys the grants let through
 		return getsAnswer(res), http.StatusOK, err
 	})
 	route("GET /v1/list/{bucket}", "list_keys", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -201,6 +206,9 @@ func (s *Service) Handler() http.Handler {
 			return nil, 0, err
 		}
 		ki, err := s.GetKey(bucket, key)
+		if err == nil {
+			err = s.tokens.Key(r, ki) // block tokens (tokenkeys)
+		}
 		if err == nil && len(ki.Inline) > 0 && strings.Contains(r.Header.Get("Accept"), metaapi.InlineContentType) {
 			value := ki.Inline
 			ki.Inline = nil

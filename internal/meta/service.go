@@ -11,6 +11,7 @@ import (
 	"github.com/spindle-store/spindle/internal/meta/raftgroup"
 	"github.com/spindle-store/spindle/internal/meta/repair"
 	"github.com/spindle-store/spindle/internal/meta/state"
+	"github.com/spindle-store/spindle/internal/meta/tokenkeys"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -33,9 +34,10 @@ type Service struct {
 	// rep is the meta raft group's member (nil: a group of one); State.rep
 	// is the same member as the state machine sees it.
 	rep    *raftgroup.Member
-	joins  joinTokens   // join.go
-	bodies *bodyGate    // admission.go
-	gate   *access.Gate // grants' routes, authorization, audit log
+	joins  joinTokens        // join.go
+	bodies *bodyGate         // admission.go
+	gate   *access.Gate      // grants' routes, authorization, audit log
+	tokens *tokenkeys.Minter // block tokens
 }
 
 // compose builds the concerns over st.
@@ -49,6 +51,7 @@ func compose(st *state.State) *Service {
 	s.Rerepl = repair.NewRerepl(st, s.Cluster, s.Damage, s.Ops)
 	s.Namespace, s.Multipart = namespace.New(st, s.Cluster, s.Allocator, s.BlockGC)
 	s.S3Users = namespace.NewS3Users(st)
+	s.tokens = tokenkeys.New(st)
 	return s
 }
 

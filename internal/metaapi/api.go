@@ -34,40 +34,39 @@
 // and follows the leader (see Client).
 //
 // Invariants: a key is visible only once CommitKey returns (an interrupted
-// put leaves no key, only unreferenced blocks the meta service deletes); a
-// committed key's blocks are never deleted while the key exists; names are
-// validated by ValidBucket and ValidKey on both sides.
+// put leaves only unreferenced blocks, which the meta service deletes); a
+// committed key's blocks are never deleted while it exists; names are
+// validated (ValidBucket, ValidKey) on both sides.
 //
 // Commit rules: every block of a CommitKey must have been handed out by
 // Allocate for the same bucket and key (or for any key of the bucket:
-// AllocateRequest.AnyKey) and not committed since (INVALID
-// otherwise: a client cannot commit blocks it never got); the lengths sum
-// to Size; no block twice; at most MaxBlocksPerKey blocks; no block of
-// length 0. A CommitKey identical to the key's current version (same size,
-// CRC32C and blocks) succeeds again, so that a commit whose answer was lost
-// can be retried. A value of at most MaxInlineBytes may instead be
-// committed inline (CommitKey.Inline, no blocks, no Allocate): it is
-// stored in the key's record, durable and replicated exactly as the
-// record is, and GetKey returns it (KeyInfo.Inline); Size must be its
-// length and CRC32C its checksum. Blocks allocated and never committed are garbage: after
-// a grace period (an hour by default) the meta service deletes them.
+// AllocateRequest.AnyKey) and not committed since (INVALID otherwise: a
+// client cannot commit blocks it never got); the lengths sum to Size; no
+// block twice; at most MaxBlocksPerKey blocks; no block of length 0. A
+// CommitKey identical to the key's current version (same size, CRC32C and
+// blocks) succeeds again, so that a commit whose answer was lost can be
+// retried. A value of at most MaxInlineBytes may instead be committed
+// inline (CommitKey.Inline, no blocks, no Allocate): stored in the key's
+// record, durable and replicated as the record is, and returned by GetKey
+// (KeyInfo.Inline); Size must be its length and CRC32C its checksum.
+// Blocks allocated and never committed are garbage: after a grace period
+// (an hour by default) the meta service deletes them.
 //
 // Deletion: replacing or deleting a key schedules its old blocks for
 // deletion. The meta service sends delete_blocks to the leader of the
 // block's pipeline (as the reports name it) while the pipeline is served;
 // once a CLOSED pipeline is served by nobody, to every live datanode
 // holding the container (re-replicated copies included), each deleting
-// its own replica. A datanode acknowledges
-// the blocks it deleted (or found already gone) in DeletedBlocks of its
-// next heartbeat; unacknowledged deletions are sent again, a bounded
-// number of times.
+// its own replica. A datanode acknowledges the blocks it deleted (or found
+// gone) in its next heartbeat's DeletedBlocks; the others are sent again,
+// a bounded number of times.
 //
 // Re-replication: the replicas of a CLOSED container are where the
-// datanodes' reports say they are (not necessarily its pipeline's
-// members). When fewer than the replication factor are healthy, the meta
-// service sends replicate_container to a target, which pulls the
-// container from a source and reports it once complete; a KeyBlock's
-// Members list the healthy replicas.
+// datanodes' reports say (not necessarily its pipeline's members). With
+// fewer than the replication factor healthy, the meta service sends
+// replicate_container to a target, which pulls the container from a
+// source and reports it once complete; KeyBlock.Members are the healthy
+// replicas.
 //
 // Concurrency: the types are plain values; Client is safe for concurrent use.
 package metaapi
@@ -80,6 +79,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spindle-store/spindle/internal/blocktoken"
 )
 
 // Health of a datanode as the meta service sees it.
@@ -106,8 +107,7 @@ const (
 	// MaxBlocksPerKey bounds a key's block list.
 	MaxBlocksPerKey = 1 << 16
 	// MaxInlineBytes bounds a value stored inline, in its key's record
-	// (CommitKey.Inline), as MinIO keeps objects up to 128 KiB in their
-	// metadata.
+	// (CommitKey.Inline), as MinIO keeps objects ≤ 128 KiB in metadata.
 	MaxInlineBytes = 128 << 10
 )
 
@@ -144,22 +144,18 @@ type Heartbeat struct {
 	// CopyStartTimeout is taken as lost.
 	Copying []uint64 `json:"copying,omitempty"`
 	// FailedPipelines: pipelines this node stopped serving because its
-	// replica could not store what they wrote (a chunk write or a block
-	// commit failed here alone: EIO, ENOSPC, an UNHEALTHY container); the
-	// entry was not acknowledged and the container's replica here is
-	// UNHEALTHY. The meta service closes each such pipeline. Reported in
-	// every heartbeat while the node remembers it; at most
-	// MaxReportedPipelines.
+	// replica could not store what they wrote (a write failed here alone:
+	// EIO, ENOSPC, an UNHEALTHY container; not acknowledged, the replica
+	// UNHEALTHY). The meta service closes each. Reported in every
+	// heartbeat while the node remembers it; at most MaxReportedPipelines.
 	FailedPipelines []PipelineFailure `json:"failed_pipelines,omitempty"`
 	// Scrub: the node's scrubber progress (nil: a datanode without one).
 	Scrub *ScrubReport `json:"scrub,omitempty"`
 	// FailedVolumes: the node's data directories out of use, at most
 	// MaxFailedVolumesReport; their replicas are no longer reported.
 	FailedVolumes []FailedVolume `json:"failed_volumes,omitempty"`
-	// ReadOnlyVolumes: the node's data directories that were full when it
-	// started, served read-only (their replicas are reported and readable;
-	// they take no write) until it restarts with room on them; at most
-	// MaxFailedVolumesReport.
+	// ReadOnlyVolumes: the node's data directories full when it started,
+	// served read-only until it restarts with room; ≤ MaxFailedVolumesReport.
 	ReadOnlyVolumes []FailedVolume `json:"read_only_volumes,omitempty"`
 }
 
@@ -396,6 +392,8 @@ type HeartbeatResponse struct {
 	// datanode restarted on another address is reached there by its
 	// peers from their next heartbeat on, without a restart.
 	Peers []Member `json:"peers,omitempty"`
+	// BlockTokenKeys: the keys block tokens are signed with (current and previous).
+	BlockTokenKeys []blocktoken.Key `json:"block_token_keys,omitempty"`
 }
 
 // Command kinds sent to datanodes.
@@ -449,6 +447,7 @@ type Command struct {
 	Sources []Member `json:"sources,omitempty"`
 	// SizeBytes (replicate_container): the container's expected bytes.
 	SizeBytes uint64 `json:"size_bytes,omitempty"`
+	Token     string `json:"token,omitempty"` // replicate_container: the export token the sources ask for
 }
 
 // Pipeline is a raft group of datanodes.
@@ -529,6 +528,7 @@ type AllocateResponse struct {
 type BlockRef struct {
 	Container uint64 `json:"container"`
 	Local     uint64 `json:"local"`
+	Token     string `json:"token,omitempty"` // with allocations and key lookups (package blocktoken)
 }
 
 // KeyBlock is one block of a key, in key order.

@@ -12,21 +12,19 @@ import (
 // connection's peer has a verified certificate (the demux handshakes
 // first); its role and name, never an ID the peer sent, decide:
 //
-//   - a raft message is accepted only from a datanode certificate, for a
-//     pipeline served here of which the message's sender (From) is a
-//     member, and — when the member's certificate is known (the meta
-//     service's binding, Member.CertName) — only under that certificate:
-//     a datanode cannot speak for another member, nor a non-member for
-//     anyone. Config.RequirePeerCertNames refuses messages from members
-//     whose certificate is not known yet (a datanode run by the meta
-//     service; static --pipeline members have no binding);
+//   - a raft message only from a datanode certificate, for a pipeline
+//     served here of which its sender (From) is a member, and under the
+//     member's certificate when known (Member.CertName, the meta
+//     service's binding): no datanode speaks for another member, nor a
+//     non-member for anyone. Config.RequirePeerCertNames refuses members
+//     whose certificate is not known yet (static members have none);
 //   - client requests (chunk writes and reads, blocks) from the client,
-//     s3, admin and datanode roles (not a meta certificate).
+//     s3, admin and datanode roles (not a meta certificate); but for a
+//     datanode's, only with a block token for them (Config.BlockTokens).
 //
-// A refused raft message is dropped; a refused client's connection is
-// closed. Each refusal counts in spindle_datanode_refused_total and is
-// logged (at most one line per authLogInterval). Over plaintext
-// (--insecure) nothing is authenticated and nothing is refused.
+// A refused raft message is dropped, a refused client's connection closed;
+// each refusal counted (spindle_datanode_refused_total) and logged (one
+// line per authLogInterval at most). Over plaintext nothing is refused.
 
 // authLogInterval bounds the log lines of refused frames.
 const authLogInterval = time.Second

@@ -2,15 +2,11 @@ package pipeline
 
 import "go.etcd.io/raft/v3/raftpb"
 
-// cachedEntry is an entry decoded once, with the chunk bytes of its
-// WriteChunk commands: the loop decodes each entry once (when a MsgApp
-// brings it, or when the leader appends its own proposal) and the append
-// worker, the peer writers and the apply worker use the result.
-//
-// Immutable once handed to another goroutine: the loop fills segs when it
-// creates the entry (from a received frame, or from the leader's pending
-// proposals in newAppendJob) and never after; readers in other goroutines
-// get it through a queue, which orders the writes before their reads.
+// cachedEntry is an entry decoded once by the loop (when a MsgApp brings
+// it, or the leader appends its own proposal), with its WriteChunks'
+// bytes, for the append worker, the peer writers and the apply worker.
+// Immutable once handed to another goroutine (through a queue, which
+// orders the loop's writes before their reads).
 type cachedEntry struct {
 	term uint64
 	cmds []Command

@@ -55,21 +55,19 @@
 // Chunk bytes arriving in a frame are admitted against a byte budget
 // before their buffer is allocated (Node.payloadAlloc, the transport
 // Server's PayloadAlloc hook, called once the frame's header is read;
-// the buffer comes from transport.NewPayload, which reuses a buffer only
-// once the garbage collector found nothing referencing it, so no path
-// that holds chunk bytes has to give them back explicitly; the buffers
-// it keeps free for reuse are at most a quarter of the two budgets
-// below, capped at 128 MiB, memory beyond what the budgets admit): a
-// connection whose payload does not fit waits, unread, so TCP pushes back
-// on its sender, until the bytes fit or the connection or the node closes.
+// buffers come from transport.NewPayload, reused only once the garbage
+// collector found nothing referencing them, the free ones at most a
+// quarter of the two budgets, ≤ 128 MiB): a connection whose payload does
+// not fit waits, unread (TCP pushes back on its sender), until the bytes
+// fit or the connection or the node closes.
 // Every admission is released exactly once, on every path: a client write
 // when it is answered (replyResult, replyErr: committed, refused, dropped,
 // leadership lost, node stopping) or refused before it is proposed; a raft
 // message when the append that makes its entries durable here is done
-// (the cached copies of its bytes are dropped then: a peer writer reads
-// them back from the engine), or at once when raft took nothing of it
-// (unknown or failed group, bad payload, rejected or duplicate entries, no
-// append in the next Ready), or when its group is removed; a payload not
+// (its cached copies dropped: a peer writer reads them back from the
+// engine), or at once when raft took nothing of it (unknown or failed
+// group, bad payload, rejected or duplicate entries, no append in the
+// next Ready), or when its group is removed; a payload not
 // read in full (the connection closed or broke mid-frame) by the transport
 // Server; a client write whose CRC32C pieces fail as they arrive (they are
 // verified a step of whole pieces at a time, ≤ 256 KiB, by the check
@@ -114,9 +112,10 @@
 // Frames without payload (heartbeats, responses, votes) take no budget.
 //
 // With TLS, a raft message is taken only from the certificate its sender
-// member is bound to (Member.CertName), and client requests only from
-// roles that may use the data path (auth.go); a refused raft message is
-// dropped on the connection's goroutine before it reaches the loop.
+// member is bound to (Member.CertName), client requests only from roles
+// that may use the data path, and a client's chunk reads and writes only
+// with a block token covering them (Config.BlockTokens; auth.go); a
+// refused raft message is dropped before it reaches the loop.
 //
 // See docs/ARCHITECTURE.md §12 for the design; the entry data format is
 // drawn in command.go.

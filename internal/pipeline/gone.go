@@ -10,10 +10,8 @@ import (
 // Catch-up over a deleted block (CHAOS_FINDINGS §1). A leader catching a
 // follower up reads back from its engine the chunks its cache no longer
 // holds; a chunk of a block deleted since cannot be read back and goes
-// without its bytes. Without more, the follower cannot tell it from a
-// chunk the leader lost, and leaves the pipeline (writeMissing): every
-// restart of a datanode then re-replicated the containers of pipelines
-// that had deleted a block meanwhile. So each node remembers, per
+// without its bytes, which the follower would take for a chunk the leader
+// lost, and leave the pipeline (writeMissing). So each node remembers, per
 // pipeline, the blocks whose DeleteBlock it applied and at which index D
 // (goneBlocks); the leader sends D with the missing chunk
 // (transport.RaftMessage.GoneAt); and the follower, for a chunk at an
@@ -42,11 +40,10 @@ type goneBlocks struct {
 func (gb *goneBlocks) note(container, local, index uint64) {
 	gb.mu.Lock()
 	defer gb.mu.Unlock()
-	if gb.at == nil {
-		gb.at = map[[2]uint64]uint64{}
-	}
 	if _, ok := gb.at[[2]uint64{container, local}]; !ok && len(gb.at) >= maxGoneBlocks {
 		return
+	} else if gb.at == nil {
+		gb.at = map[[2]uint64]uint64{}
 	}
 	gb.at[[2]uint64{container, local}] = index
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spindle-store/spindle/internal/blocktoken"
 	"log/slog"
 	"net"
 	"slices"
@@ -123,6 +124,8 @@ type Config struct {
 	// A datanode run by the meta service sets it: every member's binding
 	// comes with its pipelines and peers.
 	RequirePeerCertNames bool
+	// BlockTokens checks clients' block tokens (nil: none; auth.go).
+	BlockTokens *blocktoken.Verifier
 	// TickInterval is raft's tick; ElectionTicks and HeartbeatTicks count
 	// ticks.
 	TickInterval   time.Duration

@@ -14,11 +14,10 @@ import (
 	"github.com/spindle-store/spindle/internal/transport"
 )
 
-// payloadAlloc admits a frame's payload against its budget, then
-// allocates its buffer: a client's chunk against the client budget, a
-// peer's raft message against the raft budget; it waits (the connection
-// is not read meanwhile) until the bytes fit or the connection or the node
-// closes. A payload that will be refused whatever its bytes — a write to a
+// payloadAlloc admits a frame's payload against its budget (client or
+// raft), then allocates its buffer; it waits (the connection unread) until
+// the bytes fit or the connection or the node closes. A payload that will
+// be refused whatever its bytes — a write to a
 // pipeline not served or not led here, a raft message of a group not
 // served here, a header that does not decode or does not match its
 // payload's length — is skipped: read and dropped, nothing allocated (see

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spindle-store/spindle/internal/blocktoken"
 	"io"
 	"log/slog"
 	"net"
@@ -50,7 +51,8 @@ type testNode struct {
 	// plaintext); requireNames is Config.RequirePeerCertNames.
 	tls          *tlsconf.Settings
 	requireNames bool
-	certName     string // Member.CertName (startClusterWith)
+	tokens       *blocktoken.Verifier // Config.BlockTokens
+	certName     string               // Member.CertName (startClusterWith)
 	// moved: listen found tn.addr taken and moved the node to a new port
 	// that the other nodes have not been told yet (announceMoved).
 	moved bool
@@ -69,7 +71,7 @@ func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
 	}
 	ln := tn.tls.Listener(tn.listen(t))
 	tn.node, err = Start(Config{ID: tn.id, Listener: ln, Engine: tn.eng, Log: tn.log, Pipelines: pcs,
-		Conn: transport.ConnConfig{TLS: tn.tls}, RequirePeerCertNames: tn.requireNames,
+		Conn: transport.ConnConfig{TLS: tn.tls}, RequirePeerCertNames: tn.requireNames, BlockTokens: tn.tokens,
 		TickInterval: 20 * time.Millisecond, Logger: quiet, RetainEntries: tn.retain, CompactEveryEntries: tn.every, MaxRetainEntries: tn.maxRetain,
 		MaxInflightPayloadBytes: tn.budget, MaxInflightRaftPayloadBytes: tn.budget, LogInlineMaxBytes: tn.inline})
 	if err != nil {

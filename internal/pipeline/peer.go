@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	jitter "github.com/spindle-store/spindle/internal/backoff"
+	"github.com/spindle-store/spindle/internal/blocktoken"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/raftmsg"
 	"github.com/spindle-store/spindle/internal/transport"
@@ -447,10 +448,8 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 		}
 		return nil, nil
 	case transport.TypeWriteChunk:
-		// The payload was admitted against the client budget before it
-		// was read (payloadAlloc); the proposal holds it until answered.
-		// payloadAlloc made the proposal and decoded the header into it
-		// (Frame.Decoded); decoded here only for a frame it did not see.
+		// Admitted (payloadAlloc, which made the proposal and decoded the
+		// header: Frame.Decoded) before it was read; held until answered.
 		p, decoded := f.Decoded.(*proposal)
 		if !decoded {
 			p = &proposal{kind: KindWriteChunk}
@@ -464,20 +463,23 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 			}
 		}
 		p.reqID = wc.RequestID
-		// Its pieces were verified as they arrived (payloadAlloc's chunkCheck, on
-		// this connection's goroutine): a mismatch is answered at once and never
-		// gets here (handleRefused). A chunk that passed (f.Checked) is written by
-		// this leader's append without a second pass (proposal.verified); one that
-		// was not checked (none is: every admitted chunk is) would be verified by
-		// the engine there. Each follower's engine verifies the bytes it received.
+		if r := n.cfg.BlockTokens.Request(c, wc.Token, wc.ContainerID, wc.LocalID, blocktoken.OpWrite, wc.RequestID); r != nil {
+			p.releasePayload()
+			return r, nil
+		}
+		wc.Token = nil // aliases the frame; never in the log
+		// Its pieces were verified as they arrived (chunkCheck; a mismatch
+		// is handleRefused's): this leader's append writes a checked chunk
+		// (f.Checked) without a second pass; each follower's engine
+		// verifies the bytes it received.
 		if f.Checked && engine.CheckChunkArgs(uint64(len(f.Payload)), wc.BytesPerChecksum, wc.Checksums) == nil {
 			p.verified = true
 		}
 		// The room in the container is the leader's decision alone, made
-		// here before the chunk is proposed: the replicas write what the
-		// log says without checking it (writeChunk), since their counts
-		// of the container's bytes may differ, and one refusing a chunk
-		// the others store would acknowledge an entry it does not hold.
+		// before the chunk is proposed: the replicas write what the log
+		// says (writeChunk); their counts of the container's bytes may
+		// differ, and one refusing a chunk the others store would
+		// acknowledge an entry it does not hold.
 		if g := n.group(wc.PipelineID); g != nil && g.leader.Load() == n.cfg.ID {
 			if err := n.eng.CheckRoom(engine.ContainerID(wc.ContainerID), wc.Length); err != nil {
 				p.releasePayload()
@@ -495,6 +497,10 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 		if err := f.Decode(pb); err != nil {
 			return badRequest(0, err)
 		}
+		if r := n.cfg.BlockTokens.Request(c, pb.Token, pb.Block.ContainerID, pb.Block.LocalID, blocktoken.OpWrite, pb.RequestID); r != nil {
+			return r, nil
+		}
+		pb.Token = nil
 		// On the leader, a PutBlock naming chunks this engine does not
 		// hold is refused before it is proposed: a PutBlock in the log
 		// names chunks its leader held, so a replica that finds them
@@ -515,18 +521,18 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 		if err := f.Decode(rc); err != nil {
 			return badRequest(0, err)
 		}
+		if r := n.cfg.BlockTokens.Request(c, rc.Token, rc.ContainerID, rc.LocalID, blocktoken.OpRead, rc.RequestID); r != nil {
+			return r, nil
+		}
 		b := engine.BlockID{Container: engine.ContainerID(rc.ContainerID), Local: rc.LocalID}
-		// The bytes go out in this reply, from the connection's scratch buffer
-		// (pooled, given back once sent): no allocation per read. A read not aligned
-		// to checksum pieces may need more; the engine then allocates.
+		// The bytes go out from the connection's scratch buffer (pooled,
+		// given back once sent): no allocation per aligned read.
 		var dst []byte
 		if rc.Length <= engine.MaxChunkSizeBytes {
 			dst = c.Scratch(int(rc.Length))
 		}
-		// The pieces' checksums go with the bytes: the stored ones, which
-		// the read has just verified the bytes against, when the range
-		// lies on their grid; else computed over the bytes (a second pass,
-		// ~50 µs per MiB here: the bytes are still in cache).
+		// The pieces' checksums go with the bytes: the stored ones (just
+		// verified) on their grid, else computed (~50 µs per MiB, cached).
 		data, sums, bpc, err := n.eng.ReadChunkSums(b, rc.Offset, rc.Length, dst)
 		if err != nil {
 			n.metrics.readErrors.WithLabelValues(readErrorKind(err)).Inc()
@@ -543,6 +549,9 @@ func (n *Node) handle(ctx context.Context, c *transport.Conn, f transport.Frame)
 		gb := &transport.GetBlock{}
 		if err := f.Decode(gb); err != nil {
 			return badRequest(0, err)
+		}
+		if r := n.cfg.BlockTokens.Request(c, gb.Token, gb.ContainerID, gb.LocalID, blocktoken.OpRead, gb.RequestID); r != nil {
+			return r, nil
 		}
 		bd, err := n.eng.GetBlock(engine.BlockID{Container: engine.ContainerID(gb.ContainerID), Local: gb.LocalID})
 		if err != nil {

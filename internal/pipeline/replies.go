@@ -6,11 +6,10 @@ import (
 	"github.com/spindle-store/spindle/internal/transport"
 )
 
-// maxQueuedRepliesPerConn bounds the responses waiting to be written to one
-// client connection. A client pipelines at most its window of requests
-// (transport.MaxWindow); a connection whose queue still overflows does not
-// read its responses, and is closed (its requests in progress are still
-// carried out; their answers are dropped).
+// maxQueuedRepliesPerConn bounds the responses waiting for one client
+// connection (a client pipelines at most transport.MaxWindow): one that
+// overflows does not read them, and is closed (its requests in progress
+// are carried out, their answers dropped).
 const maxQueuedRepliesPerConn = 2 * transport.MaxWindow
 
 // reply is a response to a client request, written by its connection's
@@ -22,9 +21,9 @@ type reply struct {
 }
 
 // connReplies is one connection's queue of responses: a writer goroutine
-// runs while it is not empty (started by the push that finds it idle; it
-// exits, and the entry is forgotten, once it has written everything), so
-// that a client that stops reading stalls its own answers only.
+// runs while it is not empty (started by the push that finds it idle,
+// gone once it has written everything): a client that stops reading
+// stalls its own answers only.
 type connReplies struct {
 	q       []reply
 	running bool

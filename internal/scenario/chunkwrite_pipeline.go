@@ -72,8 +72,7 @@ type ChunkWritePipelineConfig struct {
 	// (default 4); a full one (ContainerMaxBytes) is followed by the next
 	// container ID.
 	Containers int
-	// ContainerMaxBytes is the container size limit (default the engine's
-	// 5 GiB).
+	// ContainerMaxBytes is the container size limit (default 5 GiB).
 	ContainerMaxBytes int64
 	// Conns is the number of connections to each datanode, shared by
 	// every client (default DefaultPipelineConns); Window the requests in
@@ -82,17 +81,12 @@ type ChunkWritePipelineConfig struct {
 	// Tick and ElectionTicks are the datanodes' raft timing (0: theirs).
 	Tick          time.Duration
 	ElectionTicks int
-	// DatanodeArgs are added to every datanode's command line (e.g.
-	// --cpuprofile is added per node by CPUProfileDir instead).
-	DatanodeArgs []string
-	// DatanodeEnv is added to the datanodes' environment.
-	DatanodeEnv []string
+	// DatanodeArgs and DatanodeEnv are added to every datanode's command
+	// line (not --cpuprofile: CPUProfileDir) and environment.
+	DatanodeArgs, DatanodeEnv []string
 	// DatanodeProcs is each datanode's GOMAXPROCS. 0: an equal share of
-	// this machine's CPUs, max(1, NumCPU/3) — the three datanodes share
-	// one machine here, where a deployment gives each its own; on a
-	// 2-core machine, Go's default (every datanode scheduling on both
-	// cores) measured ~15% more CPU per write and ~15% fewer writes/s.
-	// Negative: Go's default.
+	// this machine's CPUs, max(1, NumCPU/3) (on 2 cores, Go's default
+	// measured ~15% more CPU per write, ~15% fewer writes/s); < 0: Go's.
 	DatanodeProcs int
 	// CPUProfileDir, when set, makes each datanode write a CPU profile
 	// dn<i>.pprof there, and the bench its own (the client side) of the
@@ -108,8 +102,10 @@ type ChunkWritePipelineConfig struct {
 	// TLS runs every connection (the writers' and the raft messages
 	// between datanodes) with mutual TLS 1.3, as spindle server does by
 	// default, with a PKI made for the run (tlsconf.EnsureLocal in a
-	// temporary directory); false: plaintext.
-	TLS bool
+	// temporary directory; the writers' certificate is the admin's);
+	// false: plaintext. BlockToken, when set, is each block's token.
+	TLS        bool
+	BlockToken func(container, local uint64) string
 	// Progress receives progress lines (nil: stderr when a terminal).
 	Progress io.Writer
 	// Logger for the client (nil: discard).
@@ -150,6 +146,9 @@ func (c *ChunkWritePipelineConfig) defaults() error {
 	}
 	if c.MaxBytes == 0 {
 		c.MaxBytes = DefaultPipelineMaxBytes
+	}
+	if c.BlockToken == nil {
+		c.BlockToken = func(uint64, uint64) string { return "" }
 	}
 	if c.BlockSizeBytes == 0 {
 		c.BlockSizeBytes = 64 << 20
@@ -220,8 +219,7 @@ func (s *containerSlots) reserve(slot int, size int64) uint64 {
 	return s.cur[slot]
 }
 
-// pipelineWriter is one bench client: it appends chunks to its block
-// through the pipeline and commits it (PutBlock) when full.
+// pipelineWriter is one bench client: appends chunks, PutBlock when full.
 type pipelineWriter struct {
 	c         *client.Client
 	slots     *containerSlots
@@ -234,6 +232,7 @@ type pipelineWriter struct {
 	sums      []uint32
 	bpc       uint32
 	blocks    int64 // committed
+	token     func(container, local uint64) string
 }
 
 func (w *pipelineWriter) writeOne(ctx context.Context) (int, error) {
@@ -254,13 +253,14 @@ func (w *pipelineWriter) writeOne(ctx context.Context) (int, error) {
 // seal commits the current block (if it has data) and starts the next.
 func (w *pipelineWriter) seal(ctx context.Context) error {
 	if w.block.Length > 0 {
-		if err := w.c.PutBlock(ctx, w.block); err != nil {
+		if err := w.c.PutBlock(ctx, w.block, w.id.Token); err != nil {
 			return err
 		}
 		w.blocks++
 	}
 	w.nextLocal++
-	w.id = client.BlockID{Container: w.slots.reserve(w.slot, w.blockMax), Local: w.nextLocal}
+	cid := w.slots.reserve(w.slot, w.blockMax)
+	w.id = client.BlockID{Container: cid, Local: w.nextLocal, Token: w.token(cid, w.nextLocal)}
 	w.block = transport.BlockData{ContainerID: w.id.Container, LocalID: w.id.Local, BytesPerChecksum: w.bpc}
 	return nil
 }
@@ -378,8 +378,7 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 	}
 	defer closeQuietly(c)
 
-	// The first leader: a probe chunk in a block of its own, retried by
-	// the client until a leader answers, before the clock starts.
+	// The first leader: a probe chunk of its own block, retried till answered.
 	slots := newContainerSlots(cfg.Containers, cfg.ContainerMaxBytes)
 	probe := make([]byte, min(cfg.ChunkSizeBytes, 4096))
 	bench.FillPseudoRandom(probe, 0)
@@ -388,7 +387,8 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 		wctx, cancel := context.WithTimeout(ctx, leaderWait)
 		var perr error
 		for attempt := 0; attempt < 10; attempt++ { // the client retries within each
-			if _, perr = c.WriteChunk(wctx, client.BlockID{Container: slots.reserve(0, int64(len(probe))), Local: 0}, 0, probe); perr == nil || wctx.Err() != nil {
+			cid := slots.reserve(0, int64(len(probe)))
+			if _, perr = c.WriteChunk(wctx, client.BlockID{Container: cid, Token: cfg.BlockToken(cid, 0)}, 0, probe); perr == nil || wctx.Err() != nil {
 				break
 			}
 		}
@@ -406,7 +406,7 @@ func RunChunkWritePipeline(ctx context.Context, cfg ChunkWritePipelineConfig) (o
 			c: c, slots: slots, slot: i % cfg.Containers,
 			nextLocal: uint64(i) << 32, // disjoint local IDs per writer
 			blockMax:  cfg.BlockSizeBytes, bpc: cfg.BytesPerChecksum,
-			data: make([]byte, cfg.ChunkSizeBytes),
+			data: make([]byte, cfg.ChunkSizeBytes), token: cfg.BlockToken,
 		}
 		// Payloads and checksums are made before the clock starts, as in
 		// the local form (and the baseline's one buffer per writer).

@@ -307,7 +307,7 @@ func RunMetaBench(ctx context.Context, cfg MetaBenchConfig) (out MetaBenchResult
 		if err != nil {
 			return 0, err
 		}
-		if ki.Size != size || len(ki.Blocks) != 1 || ki.Blocks[0].BlockRef != a.Block {
+		if ki.Size != size || len(ki.Blocks) != 1 || ki.Blocks[0].Container != a.Block.Container || ki.Blocks[0].Local != a.Block.Local {
 			return 0, fmt.Errorf("commit of %s: the meta service answered %d bytes in %d blocks", key, ki.Size, len(ki.Blocks))
 		}
 		return int(size), nil

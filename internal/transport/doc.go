@@ -41,16 +41,16 @@
 //	WriteChunk  { uint64 request_id = 1; uint64 pipeline_id = 2;
 //	              uint64 container_id = 3; uint64 local_id = 4;
 //	              uint64 offset = 5; uint64 length = 6;
-//	              uint32 bytes_per_checksum = 7; repeated fixed32 checksums = 8; }
-//	PutBlock    { uint64 request_id = 1; uint64 pipeline_id = 2; BlockData block = 3; }
+//	              uint32 bytes_per_checksum = 7; repeated fixed32 checksums = 8; bytes token = 9; }
+//	PutBlock    { uint64 request_id = 1; uint64 pipeline_id = 2; BlockData block = 3; bytes token = 4; }
 //	BlockData   { uint64 container_id = 1; uint64 local_id = 2; uint64 length = 3;
 //	              uint32 bytes_per_checksum = 4; repeated ChunkInfo chunks = 5; }
 //	ChunkInfo   { uint64 offset = 1; uint64 length = 2; repeated fixed32 checksums = 3; }
 //	ReadChunk   { uint64 request_id = 1; uint64 pipeline_id = 2;
 //	              uint64 container_id = 3; uint64 local_id = 4;
-//	              uint64 offset = 5; uint64 length = 6; }
+//	              uint64 offset = 5; uint64 length = 6; bytes token = 7; }
 //	GetBlock    { uint64 request_id = 1; uint64 pipeline_id = 2;
-//	              uint64 container_id = 3; uint64 local_id = 4; }
+//	              uint64 container_id = 3; uint64 local_id = 4; bytes token = 5; }
 //	Response    { uint64 request_id = 1; uint32 status = 2; string message = 3;
 //	              string leader = 4; BlockData block = 5; uint64 offset = 6;
 //	              uint32 bytes_per_checksum = 7; repeated fixed32 checksums = 8; }
@@ -90,18 +90,14 @@
 //     Reader's error is sticky; Client and Server close it).
 //   - Payload bytes are never copied into a header or between buffers on
 //     send: a frame is one gathered write of [prefix+header, payload…]
-//     (writev on a *net.TCPConn). On a TLS connection (ConnConfig.TLS,
-//     mutual TLS 1.3) there is no writev: the buffers are copied into one
-//     TLSWriteBufferBytes (64 KiB) buffer and flushed per batch, payloads
-//     larger than it written straight through, so that small frames share
-//     TLS records and write syscalls; and each batch's records, which
-//     crypto/tls writes one 16 KiB record at a time, are gathered beneath it
-//     (tlsconf.RecordConn, BeginBatch…FlushBatch) into one write per
-//     tlsconf.MaxBatchBytes (1 MiB). On receive they are copied only out of
-//     the read buffer's look-ahead; the rest goes from the socket straight
-//     into the payload buffer (over TLS: from crypto/tls, which reads its
-//     records through a TLSReadBufferBytes buffer beneath it, many records
-//     per read syscall).
+//     (writev on a *net.TCPConn). Over TLS (ConnConfig.TLS, mutual TLS
+//     1.3) small frames are copied into one TLSWriteBufferBytes (64 KiB)
+//     buffer flushed per batch (larger payloads written straight through),
+//     and each batch's 16 KiB records are gathered beneath crypto/tls
+//     (tlsconf.RecordConn) into one write per tlsconf.MaxBatchBytes (1 MiB).
+//     On receive they are copied only out of the read buffer's look-ahead;
+//     the rest goes from the socket (over TLS: from crypto/tls, reading
+//     through a TLSReadBufferBytes buffer) straight into the payload buffer.
 //   - No allocation per frame in steady state on send (the prefix and
 //     header buffer and the iovec slice are reused) or on receive (header
 //     and payload buffers are reused; larger payloads come from a pool).
@@ -110,10 +106,8 @@
 //     found it unreferenced (a finalizer files it on a free list).
 //   - Decoders accept any protobuf encoding (any field order, unknown
 //     fields skipped, packed or unpacked repeated scalars); encoders write
-//     the canonical one (field order, zero scalars omitted, packed). A
-//     header decoded from canonical bytes re-encodes to the same bytes;
-//     any accepted header re-encodes to bytes that decode to the same
-//     value.
+//     the canonical one (field order, zero scalars omitted, packed), to
+//     which any accepted header re-encodes to bytes of the same value.
 //
 // # Limits
 //
@@ -135,22 +129,17 @@
 //
 // # Concurrency
 //
-// Every read of a Conn (or a Reader on a net.Conn) is bounded: waiting
-// for the next frame to begin by the idle timeout (ErrIdle), waiting for
-// more bytes of a frame that has begun by the read timeout, refreshed as
-// bytes arrive (a slow frame that keeps moving is not cut). A Server's
-// connection that times out is closed: an idle client, or a peer that
-// stalls mid-frame, holds its slot and buffers no longer than that. A
-// Server admits a frame's payload (ServerConfig.PayloadAlloc) before
-// reading or allocating it, or skips it (ErrSkipPayload: read through the
-// connection's buffer and dropped, nothing allocated, at a paced rate per
-// connection: SkipBytesPerSecond). An admitted payload may come with a
-// PayloadCheck, which the connection's goroutine calls as the payload
-// arrives, one step of whole pieces (≤ CheckStepBytes) after another,
-// before the Handler; the first error stops the read into the buffer,
-// gives the admission and the buffer back, and drops the rest of the
-// payload as a skipped one (paced alike); the Handler then gets the frame
-// with Frame.CheckErr set (see PayloadCheck).
+// Every read of a Conn (or a Reader on a net.Conn) is bounded: the wait
+// for a frame by the idle timeout (ErrIdle), for more bytes of a begun one
+// by the read timeout (refreshed as bytes arrive); a Server closes a
+// connection that times out. A Server admits a
+// frame's payload (ServerConfig.PayloadAlloc) before reading or
+// allocating it, or skips it (ErrSkipPayload: read through and dropped,
+// paced per connection: SkipBytesPerSecond). An admitted payload may come with a PayloadCheck,
+// called as the payload arrives, a step of whole pieces (≤ CheckStepBytes)
+// at a time, before the Handler; its first error stops the read, gives
+// the admission and the buffer back and skips the rest (paced alike); the
+// Handler then gets the frame with Frame.CheckErr set (see PayloadCheck).
 //
 // A Conn's reads (ReadHeader, ReadPayload, ReadFrame) come from one
 // goroutine at a time; its writes (Send, SendBatch) may come from any
@@ -158,20 +147,17 @@
 // batch) one gathered write, never interleaved. A write error or timeout
 // breaks the connection for good. Frames and headers returned by a Reader
 // alias its buffers until the next read (see Reader); decoded messages do
-// not alias the frame.
+// not alias the frame, but for their block tokens (Token: a bytes field
+// decoded in place, valid while the frame is, for the handler to check).
 //
 // A Client has one reader goroutine and one writer goroutine; each Call
 // queues its request (everything queued meanwhile goes out in one gathered
 // write) and waits for its Response by request ID, so callers pipeline up
-// to the window. Requests leave in the order they were queued; CallQueued
-// tells its caller when that happened, which is how callers on several
-// goroutines keep their requests in an order of their choosing (the key
-// client's chunks of one block). A Server runs one goroutine per
-// connection, which reads a frame, calls the Handler and writes its reply
-// (so a connection's frames are handled in the order they were sent);
-// a Handler that replies later from another goroutine (with Conn.Send)
-// lets one connection have many requests in progress. A Handler replying
-// at once may put its reply payload in Conn.Scratch (a pooled buffer the
-// Server takes back after writing the reply: ReadChunk's bytes, without
-// an allocation per read).
+// to the window. Requests leave in the order they were queued (CallQueued
+// says when: how callers on several goroutines order them, as the key
+// client orders a block's chunks). A Server runs one goroutine per
+// connection, which reads a frame, calls the Handler and writes its reply,
+// in the order frames were sent; a Handler may reply later from another
+// goroutine (Conn.Send), or at once from Conn.Scratch (a pooled buffer the
+// Server takes back after the reply: ReadChunk's bytes, no allocation).
 package transport

@@ -49,6 +49,7 @@ type WriteChunk struct {
 	// Checksums are the CRC32C of each BytesPerChecksum piece of the chunk.
 	// The transport does not check their count; the engine does.
 	Checksums []uint32
+	Token     []byte // block token (decoded in place: valid while the frame is)
 }
 
 // Type returns TypeWriteChunk.
@@ -59,7 +60,7 @@ func (m *WriteChunk) Size() int {
 	return sizeUint64(1, m.RequestID) + sizeUint64(2, m.PipelineID) +
 		sizeUint64(3, m.ContainerID) + sizeUint64(4, m.LocalID) +
 		sizeUint64(5, m.Offset) + sizeUint64(6, m.Length) +
-		sizeUint64(7, uint64(m.BytesPerChecksum)) + sizePackedFixed32(8, m.Checksums)
+		sizeUint64(7, uint64(m.BytesPerChecksum)) + sizePackedFixed32(8, m.Checksums) + sizeString(9, m.Token)
 }
 
 // AppendMarshal appends m's canonical protobuf encoding to b.
@@ -71,7 +72,7 @@ func (m *WriteChunk) AppendMarshal(b []byte) []byte {
 	b = appendUint64(b, 5, m.Offset)
 	b = appendUint64(b, 6, m.Length)
 	b = appendUint64(b, 7, uint64(m.BytesPerChecksum))
-	return appendPackedFixed32(b, 8, m.Checksums)
+	return appendString(appendPackedFixed32(b, 8, m.Checksums), 9, m.Token)
 }
 
 // Unmarshal decodes b into m (see Message).
@@ -102,6 +103,8 @@ func (m *WriteChunk) Unmarshal(b []byte) error {
 			m.BytesPerChecksum, err = d.uint32()
 		case 8:
 			cs, err = d.fixed32s(cs)
+		case 9:
+			m.Token, err = d.bytes()
 		default:
 			err = d.skip()
 		}
@@ -254,6 +257,7 @@ type PutBlock struct {
 	RequestID  uint64
 	PipelineID uint64
 	Block      BlockData
+	Token      []byte
 }
 
 // Type returns TypePutBlock.
@@ -261,7 +265,7 @@ func (*PutBlock) Type() MsgType { return TypePutBlock }
 
 // Size is the length of m's encoding.
 func (m *PutBlock) Size() int {
-	return sizeUint64(1, m.RequestID) + sizeUint64(2, m.PipelineID) + sizeMessage(3, m.Block.size())
+	return sizeUint64(1, m.RequestID) + sizeUint64(2, m.PipelineID) + sizeMessage(3, m.Block.size()) + sizeString(4, m.Token)
 }
 
 // AppendMarshal appends m's canonical protobuf encoding to b. The block
@@ -270,7 +274,7 @@ func (m *PutBlock) AppendMarshal(b []byte) []byte {
 	b = appendUint64(b, 1, m.RequestID)
 	b = appendUint64(b, 2, m.PipelineID)
 	b = appendMessageTag(b, 3, m.Block.size())
-	return m.Block.appendTo(b)
+	return appendString(m.Block.appendTo(b), 4, m.Token)
 }
 
 // Unmarshal decodes b into m (see Message). A repeated block field
@@ -302,6 +306,8 @@ func (m *PutBlock) Unmarshal(b []byte) error {
 				err = blk.unmarshal(p)
 				seen = true
 			}
+		case 4:
+			m.Token, err = d.bytes()
 		default:
 			err = d.skip()
 		}
@@ -328,6 +334,7 @@ type ReadChunk struct {
 	LocalID     uint64
 	Offset      uint64
 	Length      uint64
+	Token       []byte
 }
 
 // Type returns TypeReadChunk.
@@ -337,7 +344,7 @@ func (*ReadChunk) Type() MsgType { return TypeReadChunk }
 func (m *ReadChunk) Size() int {
 	return sizeUint64(1, m.RequestID) + sizeUint64(2, m.PipelineID) +
 		sizeUint64(3, m.ContainerID) + sizeUint64(4, m.LocalID) +
-		sizeUint64(5, m.Offset) + sizeUint64(6, m.Length)
+		sizeUint64(5, m.Offset) + sizeUint64(6, m.Length) + sizeString(7, m.Token)
 }
 
 // AppendMarshal appends m's canonical protobuf encoding to b.
@@ -347,7 +354,7 @@ func (m *ReadChunk) AppendMarshal(b []byte) []byte {
 	b = appendUint64(b, 3, m.ContainerID)
 	b = appendUint64(b, 4, m.LocalID)
 	b = appendUint64(b, 5, m.Offset)
-	return appendUint64(b, 6, m.Length)
+	return appendString(appendUint64(b, 6, m.Length), 7, m.Token)
 }
 
 // Unmarshal decodes b into m (see Message).
@@ -372,6 +379,8 @@ func (m *ReadChunk) Unmarshal(b []byte) error {
 			m.Offset, err = d.uint64()
 		case 6:
 			m.Length, err = d.uint64()
+		case 7:
+			m.Token, err = d.bytes()
 		default:
 			err = d.skip()
 		}
@@ -395,6 +404,7 @@ type GetBlock struct {
 	PipelineID  uint64
 	ContainerID uint64
 	LocalID     uint64
+	Token       []byte
 }
 
 // Type returns TypeGetBlock.
@@ -403,7 +413,7 @@ func (*GetBlock) Type() MsgType { return TypeGetBlock }
 // Size is the length of m's encoding.
 func (m *GetBlock) Size() int {
 	return sizeUint64(1, m.RequestID) + sizeUint64(2, m.PipelineID) +
-		sizeUint64(3, m.ContainerID) + sizeUint64(4, m.LocalID)
+		sizeUint64(3, m.ContainerID) + sizeUint64(4, m.LocalID) + sizeString(5, m.Token)
 }
 
 // AppendMarshal appends m's canonical protobuf encoding to b.
@@ -411,7 +421,7 @@ func (m *GetBlock) AppendMarshal(b []byte) []byte {
 	b = appendUint64(b, 1, m.RequestID)
 	b = appendUint64(b, 2, m.PipelineID)
 	b = appendUint64(b, 3, m.ContainerID)
-	return appendUint64(b, 4, m.LocalID)
+	return appendString(appendUint64(b, 4, m.LocalID), 5, m.Token)
 }
 
 // Unmarshal decodes b into m (see Message).
@@ -432,6 +442,8 @@ func (m *GetBlock) Unmarshal(b []byte) error {
 			m.ContainerID, err = d.uint64()
 		case 4:
 			m.LocalID, err = d.uint64()
+		case 5:
+			m.Token, err = d.bytes()
 		default:
 			err = d.skip()
 		}
@@ -516,6 +528,7 @@ const (
 	StatusFailed           Status = 12 // the server's storage failed; it refuses writes
 	StatusInternal         Status = 13 // a bug on the server
 	StatusUnsupported      Status = 14 // request type the server does not serve
+	StatusForbidden        Status = 15 // no valid block token for it (package blocktoken)
 )
 
 var statusNames = [...]string{
@@ -534,6 +547,7 @@ var statusNames = [...]string{
 	StatusFailed:           "FAILED",
 	StatusInternal:         "INTERNAL",
 	StatusUnsupported:      "UNSUPPORTED",
+	StatusForbidden:        "FORBIDDEN",
 }
 
 func (s Status) String() string {

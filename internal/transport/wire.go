@@ -24,12 +24,12 @@ func appendUint64(b []byte, num protowire.Number, v uint64) []byte {
 	return protowire.AppendVarint(b, v)
 }
 
-func appendString(b []byte, num protowire.Number, v string) []byte {
-	if v == "" {
+func appendString[S ~string | ~[]byte](b []byte, num protowire.Number, v S) []byte {
+	if len(v) == 0 {
 		return b
 	}
 	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendString(b, v)
+	return append(protowire.AppendVarint(b, uint64(len(v))), v...)
 }
 
 func appendPackedFixed32(b []byte, num protowire.Number, vs []uint32) []byte {
@@ -74,8 +74,8 @@ func sizeUint64(num protowire.Number, v uint64) int {
 	return protowire.SizeTag(num) + protowire.SizeVarint(v)
 }
 
-func sizeString(num protowire.Number, v string) int {
-	if v == "" {
+func sizeString[S ~string | ~[]byte](num protowire.Number, v S) int {
+	if len(v) == 0 {
 		return 0
 	}
 	return protowire.SizeTag(num) + protowire.SizeBytes(len(v))

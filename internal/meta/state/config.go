@@ -26,6 +26,12 @@ const (
 	// DefaultAllocationGrace: a block allocated and not committed for this
 	// long is garbage (an interrupted put) and scheduled for deletion.
 	DefaultAllocationGrace = time.Hour
+	// DefaultBlockTokenLifetime: a block token expires this long after it
+	// was minted; DefaultBlockKeyRotation: a new signing key is made this
+	// long after the last (two kept: a token outlives no key). Both ≥ the
+	// first, package meta/tokenkeys.
+	DefaultBlockTokenLifetime = time.Hour
+	DefaultBlockKeyRotation   = 6 * time.Hour
 	// DefaultContainersPerPipeline: OPEN containers kept per OPEN pipeline.
 	DefaultContainersPerPipeline = 1
 	// DefaultLeaveTimeout: a CLOSED pipeline's members are told to leave it
@@ -90,10 +96,12 @@ type Config struct {
 	ContainerSizeBytes    uint64
 	ContainersPerPipeline int
 	AllocationGrace       time.Duration
-	LeaveTimeout          time.Duration
-	DeleteRedeliverAfter  time.Duration
-	MaxDeleteAttempts     int
-	CloseResendAfter      time.Duration
+	// BlockTokenLifetime, BlockKeyRotation: block tokens (meta/tokenkeys).
+	BlockTokenLifetime, BlockKeyRotation time.Duration
+	LeaveTimeout                         time.Duration
+	DeleteRedeliverAfter                 time.Duration
+	MaxDeleteAttempts                    int
+	CloseResendAfter                     time.Duration
 	// MinAvailableBytes: a datanode reporting less space available for
 	// new data (above its volumes' reserves) gets no new pipeline, and
 	// its OPEN pipelines are closed, so that puts go to nodes with room
@@ -227,6 +235,12 @@ func (c *Config) SetDefaults() {
 	if c.AllocationGrace <= 0 {
 		c.AllocationGrace = DefaultAllocationGrace
 	}
+	if c.BlockTokenLifetime <= 0 {
+		c.BlockTokenLifetime = DefaultBlockTokenLifetime
+	}
+	if c.BlockKeyRotation <= 0 {
+		c.BlockKeyRotation = max(DefaultBlockKeyRotation, c.BlockTokenLifetime)
+	}
 	if c.LeaveTimeout <= 0 {
 		c.LeaveTimeout = DefaultLeaveTimeout
 	}
@@ -311,6 +325,9 @@ func (c *Config) SetDefaults() {
 func (c *Config) Validate() error {
 	if c.Dir == "" {
 		return errors.New("meta: --dir is required")
+	}
+	if c.BlockKeyRotation < c.BlockTokenLifetime {
+		return fmt.Errorf("meta: block key rotation %s is shorter than the block token lifetime %s: a token would outlive its key", c.BlockKeyRotation, c.BlockTokenLifetime)
 	}
 	if c.DeadAfter <= c.StaleAfter {
 		return fmt.Errorf("meta: dead-after %s must exceed stale-after %s", c.DeadAfter, c.StaleAfter)

@@ -101,7 +101,8 @@ type State struct {
 	NDeletes      int
 	RR            uint64 // round-robin cursor over allocatable pipelines
 	Repair        RepairState
-	S3            s3State // users (users.go)
+	S3            s3State    // users (users.go)
+	TokenKeys     []TokenKey // block-token signing keys, oldest first (tokenkeys.go)
 
 	// Replicated service only (raft.go): stint is the term this member
 	// serves as leader (0: it does not serve), proposed the sequence of
@@ -248,6 +249,9 @@ func (s *State) Load() error {
 		return err
 	}
 	if err := s.loadOps(); err != nil { // ops.go
+		return err
+	}
+	if err := s.loadTokenKeys(); err != nil { // tokenkeys.go
 		return err
 	}
 	err = s.Scan(PrefixAlloc, func(k, v []byte) error {
