@@ -123,6 +123,27 @@ except botocore.exceptions.ClientError as e:
     assert e.response["Error"]["Code"] in ("SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied"), e.response["Error"]
 PY
 
+# Credentials as MinIO has them (issue 33 item 5): a user whose access key is
+# minioadmin (lower case) works with aws-cli and boto3, in a bucket it creates.
+if [[ -n "${SRV:-}" ]]; then
+  mc_user() { "$SPINDLE" admin user create minio-user --access-key minioadmin --secret-key minioadmin \
+    --meta "127.0.0.1:$META_PORT" $(insecure admin user create) >/dev/null; }
+  mc_aws() { AWS_ACCESS_KEY_ID=minioadmin AWS_SECRET_ACCESS_KEY=minioadmin aws s3 mb "s3://mn-$B" &&
+    AWS_ACCESS_KEY_ID=minioadmin AWS_SECRET_ACCESS_KEY=minioadmin aws s3 cp "$D/up/f1024" "s3://mn-$B/f" &&
+    AWS_ACCESS_KEY_ID=minioadmin AWS_SECRET_ACCESS_KEY=minioadmin aws s3 cp "s3://mn-$B/f" "$D/down/mn" && cmp "$D/up/f1024" "$D/down/mn"; }
+  check "admin user create minioadmin" mc_user
+  check "aws-cli as minioadmin" mc_aws
+  check "boto3 as minioadmin" "$S3_VENV/bin/python" - "$S3_ENDPOINT" "mn-$B" <<'PY'
+import os, sys, boto3
+ep, b = sys.argv[1:]
+s3 = boto3.client("s3", endpoint_url=ep, aws_access_key_id="minioadmin", aws_secret_access_key="minioadmin", region_name="us-east-1")
+body = os.urandom(100_000)
+s3.put_object(Bucket=b, Key="boto3", Body=body)
+assert s3.get_object(Bucket=b, Key="boto3")["Body"].read() == body
+assert "boto3" in [o["Key"] for o in s3.list_objects_v2(Bucket=b).get("Contents", [])]
+PY
+fi
+
 # issue 34: tagging, CORS, conditional writes, presigned POST, metadata across copies
 check "boto3 features (s3_features.py)" "$S3_VENV/bin/python" scripts/s3_features.py "$S3_ENDPOINT" "$B-f"
 tag_cli() { aws s3api put-object --bucket "$B" --key tagged --body "$D/up/f1024" --tagging 'team=storage&tier=hot' >/dev/null &&

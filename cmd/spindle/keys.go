@@ -805,9 +805,9 @@ func newAdminCmd() *cobra.Command {
 			}),
 	)
 	cmd.AddCommand(newAdminReplicationCmds(&env, &asJSON)...)
-	cmd.AddCommand(newAdminMetaCmd(&env, &asJSON))
-	cmd.AddCommand(newAdminContainerGetCmd(&env))
+	cmd.AddCommand(newAdminMetaCmd(&env, &asJSON), newAdminContainerGetCmd(&env))
 	cmd.AddCommand(cli.AdminUserCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}))
+	cmd.AddCommand(cli.AdminKEKCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}))
 	cmd.AddCommand(cli.AdminGrantCmds(cli.Env{MetaClient: env.metaClient, JSON: &asJSON})...)
 	cmd.AddCommand(newAdminJoinTokenCmd(&env, &asJSON))
 	cmd.AddCommand(newAdminOpsCmds(&env, &asJSON)...)

@@ -115,6 +115,7 @@ on an empty --dir.`,
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:9860", "HTTP address of the meta service")
 	f.IntVar(&listenFD, "listen-fd", 0, listenFDHelp)
 	f.StringVar(&cfg.Dir, "dir", "", "directory of the meta service's store (required)")
+	f.StringVar(&cfg.KEKFile, "kek-file", "", "keyring file of the key encryption key sealing the stored S3 secrets (0600, created if absent; default meta-kek.json beside --dir; env SPINDLE_KEK holds the keys instead; every member the same)")
 	f.StringVar(&cfg.ReadyFile, "ready-file", "", "write ADDR and PID here once serving")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", metaapi.DefaultHeartbeatInterval, "datanode heartbeat interval (the cluster manager's tick)")
 	f.DurationVar(&cfg.StaleAfter, "stale-after", metaapi.DefaultStaleAfter, "a datanode silent this long is STALE (no new blocks on it)")

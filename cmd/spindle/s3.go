@@ -31,12 +31,9 @@ func newS3Cmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "s3",
 		Short: "Run an S3 gateway in front of a Spindle cluster (stateless: run several behind a load balancer)",
-		Long: `Serves the S3 API on --listen for the cluster whose meta service is --meta.
-The gateway keeps no state: users, buckets, objects and multipart uploads live
-in the meta service and the datanodes. Its root user (full access) is
---s3-access-key with --s3-secret-key; given the access key alone, the secret is
-that of the meta service's user of that key (spindle server registers its root
-user there). Other users: spindle admin user create.`,
+		Long: `Serves the S3 API on --listen for the meta service at --meta (stateless: users, buckets, objects
+live there). Its root user (full access) is --s3-access-key with --s3-secret-key, or the meta service's
+user of that access key (spindle server's user root). Other users: spindle admin user create.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.AccessKey == "" {

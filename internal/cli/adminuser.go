@@ -16,11 +16,11 @@ import (
 func AdminUserCmd(env Env) *cobra.Command {
 	asJSON := env.JSON
 	cmd := &cobra.Command{
-		Use:   "user create|ls|rm",
-		Short: "S3 users: create (keys generated unless given), list, remove",
+		Use:   "user create|ls|rm|keys",
+		Short: "S3 users: create (keys generated unless given), list, remove, set keys",
 		Args:  ExactArgs(0),
 		RunE: func(*cobra.Command, []string) error {
-			return UsageErr(fmt.Errorf("want admin user create NAME | ls | rm NAME"))
+			return UsageErr(fmt.Errorf("want admin user create NAME | ls | rm NAME | keys NAME"))
 		},
 	}
 	var req metaapi.CreateUser
@@ -45,8 +45,8 @@ func AdminUserCmd(env Env) *cobra.Command {
 			return Printf(out, "user %s\naccess key %s\nsecret key %s\n", u.Name, u.AccessKey, u.SecretKey)
 		},
 	}
-	create.Flags().StringVar(&req.AccessKey, "access-key", "", "access key (16..128 of A-Z, 0-9; default: generated)")
-	create.Flags().StringVar(&req.SecretKey, "secret-key", "", "secret key (16..128 printable characters; default: generated)")
+	create.Flags().StringVar(&req.AccessKey, "access-key", "", accessKeyHelp+" (default: generated)")
+	create.Flags().StringVar(&req.SecretKey, "secret-key", "", secretKeyHelp)
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List the S3 users (without their secrets)",
@@ -83,6 +83,6 @@ func AdminUserCmd(env Env) *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(create, ls, rm)
+	cmd.AddCommand(create, ls, rm, userKeysCmd(env))
 	return cmd
 }

@@ -104,6 +104,9 @@ var routeAccess = map[string]accessClass{
 	"create_user":   accessAdminOrGateway,
 	"list_users":    accessAdminOrGateway,
 	"delete_user":   accessAdminOrGateway,
+	"set_user_keys": accessAdmin,
+	"kek_status":    accessViews,
+	"kek_rotate":    accessAdmin,
 	"backup":        accessAdmin,
 	"meta_members":  accessAdmin,
 

@@ -19,6 +19,7 @@
 //     a listing (namespace.go List, multipart.go ListUploads, ListParts).
 //   - raftgroup: Member, the meta raft group's member — a bug in a leader
 //     change (member.go stints and waits; state.EndStintLocked).
+//   - creds: the KEK (package kek): loading, status, rotation — secrets at rest.
 //   - meta: Service composing them, Open/Close, Heartbeat and Tick, admin
 //     views, HTTP API, auth, admission, backups, the offline writer.
 //

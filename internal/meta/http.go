@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/spindle-store/spindle/internal/meta/creds"
 	"io"
 	"net"
 	"net/http"
@@ -174,6 +175,7 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle("GET /metrics", s.guard("metrics", promhttp.HandlerFor(s.Metrics.Reg, promhttp.HandlerOpts{})))
 	mux.Handle("GET /v1/admin/backup", s.guard("backup", s.backupHandler())) // backup.go
 	s.raftRoutes(mux)
+	creds.Routes(route, s.State, s.MetaStatus, s.SetUserKeys, s.ResealUsers) // every kind of record sealed with the KEK adds its re-sealer
 	commitKey := s.guardInstrumented("commit_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		bucket, key, err := keyPath(r)
 		if err != nil {

@@ -78,8 +78,11 @@ func newRGroupWith(t *testing.T, n int, tweak func(*state.Config)) *rgroup {
 
 func (g *rgroup) start(i int, ln net.Listener) {
 	g.t.Helper()
+	// The test datanodes (dns) heartbeat when a test says so, not on a
+	// clock: they stay HEALTHY for the test's length however slow the
+	// machine (a test that wants them STALE or DEAD sets its own times).
 	cfg := state.Config{Dir: g.dirs[i], Logger: quiet, ID: uint64(i + 1), Peers: g.peers, TickInterval: -1, DisableSafeMode: true,
-		RaftTickInterval: 20 * time.Millisecond, Listener: ln}
+		RaftTickInterval: 20 * time.Millisecond, Listener: ln, StaleAfter: 10 * time.Minute, DeadAfter: 20 * time.Minute}
 	if g.tweak != nil {
 		g.tweak(&cfg)
 	}

@@ -205,7 +205,7 @@ func TestUsersAndBucketOwners(t *testing.T) {
 	wantErr(t, err, metaapi.ErrExists, "the same name")
 	_, err = c.s.CreateUser(&metaapi.CreateUser{Name: "bob", AccessKey: u.AccessKey, SecretKey: "0123456789abcdef0"})
 	wantErr(t, err, metaapi.ErrExists, "the same access key")
-	_, err = c.s.CreateUser(&metaapi.CreateUser{Name: "bob", AccessKey: "short", SecretKey: "0123456789abcdef0"})
+	_, err = c.s.CreateUser(&metaapi.CreateUser{Name: "bob", AccessKey: "ab", SecretKey: "0123456789abcdef0"})
 	wantErr(t, err, metaapi.ErrInvalid, "a short access key")
 	must[*metaapi.Bucket](t)(c.s.CreateS3Bucket("owned", &s3permapi.CreateBucket{CreateS3Bucket: metaapi.CreateS3Bucket{Owner: u.AccessKey, ACL: []byte(`{"Owner":"x"}`)}}))
 	cfg := c.s.Cfg

@@ -7,6 +7,7 @@ import (
 	"github.com/spindle-store/spindle/internal/meta/access"
 	"github.com/spindle-store/spindle/internal/meta/authz"
 	"github.com/spindle-store/spindle/internal/meta/cluster"
+	"github.com/spindle-store/spindle/internal/meta/creds"
 	"github.com/spindle-store/spindle/internal/meta/namespace"
 	"github.com/spindle-store/spindle/internal/meta/raftgroup"
 	"github.com/spindle-store/spindle/internal/meta/repair"
@@ -63,6 +64,9 @@ func Open(cfg state.Config) (*Service, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "meta")
+	if err := creds.LoadKEK(&cfg, log); err != nil {
+		return nil, err
+	}
 	db, err := state.OpenStore(cfg.FS, cfg.Dir, log)
 	if err != nil {
 		return nil, fmt.Errorf("meta: %w", err)

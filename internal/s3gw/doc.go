@@ -26,7 +26,8 @@
 //   - IAM (iam.go): versitygw's auth.IAMService over the meta service's S3
 //     users. The root user (Config.AccessKey/SecretKey) has full access;
 //     other users reach the buckets they own (ACLs versitygw evaluates,
-//     stored with the bucket in the meta service).
+//     stored with the bucket in the meta service). Users are looked up
+//     through the identity cache (package idcache).
 //
 // Besides, middlewares before versitygw's routes take what S3-compatible
 // servers take and versitygw refuses (sigv2.go: V2 presigned URLs;

@@ -96,6 +96,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer func() { _ = kc.Close() }() // always nil (keyclient.Client.Close)
 	pc := NewPermCache(mc)
 	iam := NewIAM(mc, pc)
+	defer func() { _ = iam.Shutdown() }() // always nil; embedgw shuts it down too
 	v2 := &sigV2{access: cfg.AccessKey, secret: cfg.SecretKey, iam: iam, region: cfg.Region, now: time.Now}
 	v4c := sigcompat.New(cfg.AccessKey, cfg.SecretKey, iam, cfg.Region)
 	expectOpts := sigcompat.ExpectHook(v4c, cfg.Logger)

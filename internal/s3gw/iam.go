@@ -3,7 +3,6 @@ package s3gw
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -11,27 +10,32 @@ import (
 	"github.com/versity/versitygw/s3err"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/idcache"
 	"github.com/spindle-store/spindle/internal/s3perm"
 )
 
 // iamTimeout bounds one call of the IAM service to the meta service.
 const iamTimeout = 10 * time.Second
 
-// IAM is versitygw's auth.IAMService over the meta service's S3 users:
-// every lookup asks the meta service (no cache: a deleted user is refused
-// at its next request). Users are auth.RoleUserPlus (they may create
+// IAM is versitygw's auth.IAMService over the meta service's S3 users,
+// looked up through the identity cache (package idcache: a deleted user or
+// a changed secret applies within 3 s; known users are served through a
+// meta leader change). Users are auth.RoleUserPlus (they may create
 // buckets, which they then own; nothing else beyond their ACLs); the root
 // user is versitygw's and never stored.
 type IAM struct {
 	meta  *metaapi.Client
 	perms *PermCache
+	ids   *idcache.Cache
 }
 
 var _ auth.IAMService = (*IAM)(nil)
 
 // NewIAM returns the IAM service of the meta service behind mc; it reads
 // bucket permissions through pc (iam_policy.go).
-func NewIAM(mc *metaapi.Client, pc *PermCache) *IAM { return &IAM{meta: mc, perms: pc} }
+func NewIAM(mc *metaapi.Client, pc *PermCache) *IAM {
+	return &IAM{meta: mc, perms: pc, ids: idcache.New(mc.UserByAccessKey)}
+}
 
 func iamCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), iamTimeout)
@@ -49,16 +53,14 @@ func (m *IAM) CreateAccount(a auth.Account) error {
 }
 
 // GetUserAccount returns the user of an access key (auth.ErrNoSuchUser
-// when none).
+// when none), through the identity cache.
 func (m *IAM) GetUserAccount(access string) (auth.Account, error) {
-	ctx, cancel := iamCtx()
-	defer cancel()
-	u, err := m.meta.UserByAccessKey(ctx, access)
-	if errors.Is(err, metaapi.ErrNotFound) || errors.Is(err, metaapi.ErrInvalid) {
+	u, err := m.ids.Get(access)
+	if errors.Is(err, idcache.ErrNoSuchUser) {
 		return auth.Account{}, auth.ErrNoSuchUser
 	}
 	if err != nil {
-		return auth.Account{}, fmt.Errorf("s3gw: user lookup: %w", err)
+		return auth.Account{}, err
 	}
 	return auth.Account{Access: u.AccessKey, Secret: u.SecretKey, Role: auth.RoleUserPlus}, nil
 }
@@ -103,6 +105,7 @@ func (m *IAM) DeleteUserAccount(access string) error {
 	}
 	for _, u := range users {
 		if u.AccessKey == access {
+			m.ids.Forget(access)
 			return m.meta.DeleteUser(ctx, u.Name)
 		}
 	}
@@ -124,5 +127,8 @@ func (m *IAM) ListUserAccounts() ([]auth.Account, error) {
 	return out, nil
 }
 
-// Shutdown has nothing to release.
-func (m *IAM) Shutdown() error { return nil }
+// Shutdown stops the identity cache's refresher (idempotent).
+func (m *IAM) Shutdown() error {
+	m.ids.Close()
+	return nil
+}

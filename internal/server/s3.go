@@ -8,8 +8,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/spindle-store/spindle/internal/credapi"
 	"github.com/spindle-store/spindle/internal/meta"
-	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3gw"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/vfs"
@@ -27,6 +27,9 @@ type S3Config struct {
 	// written there (0600) at the first start.
 	AccessKey, SecretKey string
 }
+
+// RootUser is the meta service's user of the server's S3 root user.
+const RootUser = "root"
 
 // S3Off is the S3Config.Listen that runs no gateway.
 const S3Off = "off"
@@ -88,9 +91,11 @@ func (s *Server) startS3(ctx context.Context) (<-chan error, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The root user is also a user of the meta service, so that a
-	// separate `spindle s3` finds its secret by its access key.
-	if _, err := s.client.CreateUser(ctx, metaapi.CreateUser{Name: "root", AccessKey: access, SecretKey: secret}); err != nil && !errors.Is(err, metaapi.ErrExists) {
+	// The root user is also the meta service's user "root", so that a
+	// separate `spindle s3` finds its secret by its access key and admin
+	// user ls lists it: its keys are set, replacing an earlier start's
+	// (a changed root key leaves no user of the old one behind).
+	if _, err := credapi.SetUserKeys(ctx, s.client, RootUser, credapi.SetKeys{AccessKey: access, SecretKey: secret}); err != nil {
 		return nil, fmt.Errorf("server: registering the S3 root user: %w", err)
 	}
 	listen := s.s3Listen()

@@ -21,6 +21,8 @@
 //	                   them) and the meta members', kept across restarts
 //	                   (the meta raft group names its members by address)
 //	s3-credentials.json  the S3 root user, when generated (0600)
+//	meta-kek.json      the key encryption key sealing the meta store's S3
+//	                   secrets (0600; every member's, package kek)
 //	tls/ca/ca.crt, ca.key  the cluster CA (key 0600; never replaced)
 //	tls/local-ROLE.{crt,key}  a pair per role: meta, datanode, s3, admin
 //

@@ -3,7 +3,9 @@
 // values, commits and batched commits, gets, deletions, listings;
 // commitid.go: commit IDs, so that a retried commit is answered once),
 // Multipart (multipart.go: the S3 gateway's multipart uploads and parts)
-// and S3Users (users.go: S3 users, bucket owners and ACLs).
+// and S3Users (users.go: S3 users, bucket owners and ACLs; a user's secret
+// stored sealed with the key encryption key, State.Cfg.KEK, package kek,
+// and opened only for the gateway's lookup by access key).
 //
 // Invariants: see "Namespace" and "Deleting blocks, garbage" in package
 // meta's comment, and the rules of a commit in package metaapi's. In

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/spindle-store/spindle/internal/kek"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3permapi"
@@ -30,19 +32,29 @@ func validUserName(name string) error {
 	return nil
 }
 
-// validAccessKey: 16..MaxAccessKeyBytes of upper-case letters and digits
-// (AWS's form); a secret 16..MaxSecretKeyBytes printable ASCII characters.
+// Access and secret keys as AWS, MinIO and Ceph accept them (issue 33
+// item 5): an access key of MinAccessKeyBytes..MaxAccessKeyBytes letters
+// (either case), digits and AccessKeyPunct (MinIO refuses only '=' and
+// ','; '/' and spaces would break a SigV4 credential scope); a secret of
+// MinSecretKeyBytes..MaxSecretKeyBytes printable ASCII characters without
+// spaces.
+const (
+	MinAccessKeyBytes = 3
+	MinSecretKeyBytes = 8
+	AccessKeyPunct    = "-_.@+"
+)
+
 func validKeys(access, secret string) error {
-	if len(access) < 16 || len(access) > metaapi.MaxAccessKeyBytes {
-		return fmt.Errorf("%w: access key: want 16..%d characters", metaapi.ErrInvalid, metaapi.MaxAccessKeyBytes)
+	if len(access) < MinAccessKeyBytes || len(access) > metaapi.MaxAccessKeyBytes {
+		return fmt.Errorf("%w: access key: want %d..%d characters", metaapi.ErrInvalid, MinAccessKeyBytes, metaapi.MaxAccessKeyBytes)
 	}
 	for _, c := range []byte(access) {
-		if !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
-			return fmt.Errorf("%w: access key %q: only A-Z and 0-9", metaapi.ErrInvalid, access)
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte(AccessKeyPunct, c) >= 0) {
+			return fmt.Errorf("%w: access key %q: only letters, digits and %q", metaapi.ErrInvalid, access, AccessKeyPunct)
 		}
 	}
-	if len(secret) < 16 || len(secret) > metaapi.MaxSecretKeyBytes {
-		return fmt.Errorf("%w: secret key: want 16..%d characters", metaapi.ErrInvalid, metaapi.MaxSecretKeyBytes)
+	if len(secret) < MinSecretKeyBytes || len(secret) > metaapi.MaxSecretKeyBytes {
+		return fmt.Errorf("%w: secret key: want %d..%d characters", metaapi.ErrInvalid, MinSecretKeyBytes, metaapi.MaxSecretKeyBytes)
 	}
 	for _, c := range []byte(secret) {
 		if c <= ' ' || c > '~' {
@@ -103,7 +115,7 @@ func (s *S3Users) CreateUser(req *metaapi.CreateUser) (*metaapi.User, error) {
 		if other, ok := s.S3.ByAccess[access]; ok {
 			return nil, nil, fmt.Errorf("%w: access key %s belongs to user %s", metaapi.ErrExists, access, other)
 		}
-		rec := state.UserRecord{Created: s.Cfg.Now(), AccessKey: access, SecretKey: secret}
+		rec := state.UserRecord{Created: s.Cfg.Now(), AccessKey: access, Sealed: s.Cfg.KEK.Seal([]byte(secret), state.UserAD(req.Name))}
 		b := s.Store.NewBatch()
 		state.Set(b, state.UserKey(req.Name), rec.Encode())
 		s.S3.Users[req.Name] = rec
@@ -140,7 +152,8 @@ func (s *S3Users) DeleteUser(name string) error {
 	return err
 }
 
-// UserByAccessKey returns the user of an access key, with its secret.
+// UserByAccessKey returns the user of an access key, with its secret
+// (opened with the KEK).
 func (s *S3Users) UserByAccessKey(access string) (*metaapi.User, error) {
 	return state.Read(s.State, func() (*metaapi.User, error) {
 		name, ok := s.S3.ByAccess[access]
@@ -148,8 +161,119 @@ func (s *S3Users) UserByAccessKey(access string) (*metaapi.User, error) {
 			return nil, fmt.Errorf("%w: access key %s", metaapi.ErrNotFound, access)
 		}
 		u := s.S3.Users[name]
-		return &metaapi.User{Name: name, AccessKey: u.AccessKey, SecretKey: u.SecretKey, Created: u.Created}, nil
+		secret, err := s.secretOf(name, u)
+		if err != nil {
+			return nil, err
+		}
+		return &metaapi.User{Name: name, AccessKey: u.AccessKey, SecretKey: secret, Created: u.Created}, nil
 	})
+}
+
+// secretOf opens a user's secret (a record written before sealing holds
+// it in plaintext).
+func (s *S3Users) secretOf(name string, u state.UserRecord) (string, error) {
+	if len(u.Sealed) == 0 {
+		return u.SecretKey, nil
+	}
+	p, err := s.Cfg.KEK.Open(u.Sealed, state.UserAD(name))
+	if err != nil {
+		s.Log.Error("an S3 secret does not open: is this member's key encryption key the group's? (docs/OPERATIONS.md §4)", "user", name, "err", err)
+		return "", fmt.Errorf("%w: user %s: %v", metaapi.ErrUnavailable, name, err)
+	}
+	return string(p), nil
+}
+
+// SetUserKeys sets user name's keys, creating the user when it does not
+// exist: an empty access key keeps the user's (a new user's is
+// generated), an empty secret is generated. The old access key is
+// released in the same batch. The server sets its root user's keys so
+// (a changed root key replaces the old one: no stray user is left).
+func (s *S3Users) SetUserKeys(name, access, secret string) (*metaapi.User, error) {
+	if err := validUserName(name); err != nil {
+		return nil, err
+	}
+	ga, gs := GenerateKeys()
+	if secret == "" {
+		secret = gs
+	}
+	return state.Mutate(s.State, func() (*metaapi.User, *pebble.Batch, error) {
+		old, exists := s.S3.Users[name]
+		access := access
+		switch {
+		case access == "" && exists:
+			access = old.AccessKey
+		case access == "":
+			access = ga
+		}
+		if err := validKeys(access, secret); err != nil {
+			return nil, nil, err
+		}
+		if other, ok := s.S3.ByAccess[access]; ok && other != name {
+			return nil, nil, fmt.Errorf("%w: access key %s belongs to user %s", metaapi.ErrExists, access, other)
+		}
+		rec := state.UserRecord{Created: s.Cfg.Now(), AccessKey: access}
+		if exists {
+			rec.Created = old.Created
+			if cur, err := s.secretOf(name, old); err == nil && cur == secret && old.AccessKey == access {
+				// The same keys: nothing to write (a restarted server).
+				return &metaapi.User{Name: name, AccessKey: access, SecretKey: secret, Created: old.Created}, nil, nil
+			}
+		}
+		rec.Sealed = s.Cfg.KEK.Seal([]byte(secret), state.UserAD(name))
+		b := s.Store.NewBatch()
+		state.Set(b, state.UserKey(name), rec.Encode())
+		if exists {
+			delete(s.S3.ByAccess, old.AccessKey)
+		}
+		s.S3.Users[name] = rec
+		s.S3.ByAccess[access] = name
+		return &metaapi.User{Name: name, AccessKey: access, SecretKey: secret, Created: rec.Created}, b, nil
+	})
+}
+
+// resealBatch bounds the users one batch of ResealUsers re-seals.
+const resealBatch = 1000
+
+// ResealUsers seals every user's secret under the KEK's current key: those
+// sealed under an older key, and plaintext ones of a store written before
+// sealing. It returns how many it sealed anew. Every secret must open
+// (ErrUnavailable otherwise, with the batches done so far kept).
+func (s *S3Users) ResealUsers() (int, error) {
+	total := 0
+	for {
+		n, err := state.Mutate(s.State, func() (int, *pebble.Batch, error) {
+			cur := s.Cfg.KEK.Current()
+			resealed := map[string]state.UserRecord{}
+			for _, name := range slices.Sorted(maps.Keys(s.S3.Users)) {
+				u := s.S3.Users[name]
+				if id, err := kek.KeyID(u.Sealed); err == nil && id == cur {
+					continue
+				}
+				secret, err := s.secretOf(name, u)
+				if err != nil {
+					return 0, nil, err // nothing changed yet
+				}
+				u.SecretKey, u.Sealed = "", s.Cfg.KEK.Seal([]byte(secret), state.UserAD(name))
+				if resealed[name] = u; len(resealed) == resealBatch {
+					break
+				}
+			}
+			if len(resealed) == 0 {
+				return 0, nil, nil
+			}
+			b := s.Store.NewBatch()
+			for name, u := range resealed {
+				state.Set(b, state.UserKey(name), u.Encode())
+				s.S3.Users[name] = u
+			}
+			n := len(resealed)
+			return n, b, nil
+		})
+		total += n
+		if err != nil || n < resealBatch {
+			return total, err
+		}
+	}
 }
 
 // CreateS3Bucket creates an empty bucket owned by req.Owner with its ACL

@@ -222,7 +222,7 @@ func (rc *recovery) demoteSelf() {
 			return
 		case <-time.After(backoff.Jitter(delay)):
 		}
-		delay = min(2*delay, 10*demoteSelfPause)
+		delay = min(2*delay, 2*demoteSelfPause) // a small request: a recovering member asks often
 	}
 }
 

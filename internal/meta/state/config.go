@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/kek"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/vfs"
@@ -192,6 +193,12 @@ type Config struct {
 	// AdminToken". Empty: none (plaintext: every call allowed). Ignored
 	// with TLS, where the credential is an admin certificate.
 	AdminToken string
+	// KEK seals the secrets the store holds (S3 secret keys, token
+	// signing keys; package kek): its files, raft log, snapshots and
+	// backups hold them sealed. Nil: Open loads it from SPINDLE_KEK or
+	// KEKFile (default kek.DefaultPath(Dir), created at the first start).
+	KEK     *kek.Keyring
+	KEKFile string
 	// AuditLog is the audit log's path (package meta/audit): "" is
 	// Dir + ".audit.jsonl" (beside the store) on the OS filesystem, none
 	// on another (tests on a MemFS); "off": none. AuditMaxBytes and

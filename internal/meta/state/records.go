@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/crc32c"
+	"github.com/spindle-store/spindle/internal/kek"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3permapi"
 )
@@ -703,32 +704,49 @@ func (d *dec) objectMeta() *metaapi.ObjectMeta {
 	return m
 }
 
-// userRecord is an S3 user; its name is in the Pebble key.
+// userRecord is an S3 user; its name is in the Pebble key. Its secret is
+// sealed (kek.Keyring.Seal, associated data UserAD(name)) in a trailing
+// field, SecretKey then empty; a record written before sealing holds
+// SecretKey in plaintext and no trailing field (sealed by the next
+// spindle admin kek rotate).
 type UserRecord struct {
 	Created   time.Time
 	AccessKey string
 	SecretKey string
+	Sealed    []byte
 }
+
+// maxSealedSecretBytes bounds a sealed secret.
+const maxSealedSecretBytes = metaapi.MaxSecretKeyBytes + kek.Overhead
 
 func (u UserRecord) Encode() []byte {
 	e := newEnc()
 	e.u64(ms(u.Created))
 	e.str(u.AccessKey)
 	e.str(u.SecretKey)
+	if len(u.Sealed) > 0 {
+		e.str(string(u.Sealed))
+	}
 	return e.finish()
 }
 
 func DecodeUser(v []byte) (UserRecord, error) {
 	d := newDec("user", v)
 	u := UserRecord{Created: d.tm(), AccessKey: d.str(metaapi.MaxAccessKeyBytes), SecretKey: d.str(metaapi.MaxSecretKeyBytes)}
+	if d.err == nil && len(d.b) > 0 {
+		u.Sealed = []byte(d.str(maxSealedSecretBytes))
+	}
 	if err := d.done(); err != nil {
 		return u, err
 	}
-	if u.AccessKey == "" || u.SecretKey == "" {
-		return u, fmt.Errorf("%w: user without keys", ErrCorrupt)
+	if u.AccessKey == "" || (u.SecretKey == "") == (len(u.Sealed) == 0) {
+		return u, fmt.Errorf("%w: user without an access key, or without one secret (plaintext or sealed)", ErrCorrupt)
 	}
 	return u, nil
 }
+
+// UserAD is the associated data a user's sealed secret is bound to.
+func UserAD(name string) []byte { return []byte("spindle/s3-user/" + name) }
 
 func UserKey(name string) []byte { return append([]byte{prefixUser}, name...) }
 

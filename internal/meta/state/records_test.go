@@ -38,6 +38,7 @@ func sampleRecords() []struct {
 	mpom.PartSizes = []uint64{200, 100}
 	mpkey := KeyRecord{Size: 300, CRC32C: 7, Created: t0, Blocks: []StoredBlock{{5, 1, 2, 200}, {5, 2, 2, 100}}, Object: &mpom}
 	user := UserRecord{Created: t0, AccessKey: "AKIAOWNER0000000001", SecretKey: "secret-0123456789"}
+	sealedUser := UserRecord{Created: t0, AccessKey: "minioadmin", Sealed: bytes.Repeat([]byte{0xa5}, 10+29)}
 	upload := UploadRecord{Initiated: t0, Owner: "AKIAOWNER0000000001", Object: &metaapi.ObjectMeta{ContentType: "video/mp4"}}
 	inl := KeyRecord{Size: 5, CRC32C: 0x9a71bb4c, Created: t0, Inline: []byte("hello")}
 	s3inl := KeyRecord{Size: 3, CRC32C: 7, Created: t0, Inline: []byte("abc"), Object: om}
@@ -62,6 +63,7 @@ func sampleRecords() []struct {
 		{"s3 key", s3key.Encode(), func(v []byte) (any, error) { return DecodeKey(v) }, s3key},
 		{"multipart key", mpkey.Encode(), func(v []byte) (any, error) { return DecodeKey(v) }, mpkey},
 		{"user", user.Encode(), func(v []byte) (any, error) { return DecodeUser(v) }, user},
+		{"sealed user", sealedUser.Encode(), func(v []byte) (any, error) { return DecodeUser(v) }, sealedUser},
 		{"upload", upload.Encode(), func(v []byte) (any, error) { return DecodeUpload(v) }, upload},
 		{"part", part.Encode(), func(v []byte) (any, error) { return DecodePart(v) }, part},
 		{"bucket configuration", conf.Encode(), func(v []byte) (any, error) { return DecodeBucketConf(v) }, conf},
@@ -206,4 +208,17 @@ func FuzzDecodeRecords(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestUserRecordHoldsOneSecret: a user record holds its secret sealed or
+// (written before sealing) in plaintext, never both, never neither.
+func TestUserRecordHoldsOneSecret(t *testing.T) {
+	for _, u := range []UserRecord{
+		{AccessKey: "minioadmin", SecretKey: "plain-secret", Sealed: []byte("sealed-secret-bytes")},
+		{AccessKey: "minioadmin"},
+	} {
+		if _, err := DecodeUser(u.Encode()); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("user record %+v: %v, want ErrCorrupt", u, err)
+		}
+	}
 }
