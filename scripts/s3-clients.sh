@@ -257,6 +257,72 @@ owner.put_object_acl(Bucket=b, Key="pub", ACL="private")
 assert curl("pub") == "403"
 assert code(boto3.client("s3", endpoint_url=ep, config=botocore.config.Config(signature_version=botocore.UNSIGNED)).list_objects_v2, Bucket=b) == "AccessDenied"
 PY
+  # ACL documents as S3 writes them; x-amz-grant-* headers; the meta service's
+  # grants (spindle admin grant) over S3; ListBuckets showing owned and granted.
+  check "boto3 acls and grants" "$S3_VENV/bin/python" - "$S3_ENDPOINT" "$B-perm" "$SPINDLE" "127.0.0.1:$META_PORT" "$(insecure admin grant)" <<'PY'
+import subprocess, sys, time, boto3, botocore
+ep, b, spindle, meta, insecure = sys.argv[1:]
+cfg = botocore.config.Config(retries={"max_attempts": 1})
+owner = boto3.client("s3", endpoint_url=ep, config=cfg)
+user = lambda u: boto3.client("s3", endpoint_url=ep, config=cfg, aws_access_key_id=f"AKIACHECK{u}00000",
+                              aws_secret_access_key=f"check-{u}-secret-0123456789abcdef")
+alice, bob = user("ALICE"), user("BOB")
+ALL = "http://acs.amazonaws.com/groups/global/AllUsers"
+def code(f, *a, **k):
+    try:
+        f(*a, **k); return "OK"
+    except botocore.exceptions.ClientError as e:
+        return e.response["Error"]["Code"]
+def curl(key):
+    return subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"{ep}/{b}/{key}"], capture_output=True, text=True).stdout
+def within(what, cond):  # the gateway's permissions cache: 1 s
+    for _ in range(100):
+        if cond(): return
+        time.sleep(0.1)
+    raise SystemExit(what + ": not within 10 s")
+me = owner.list_buckets()["Owner"]["ID"]
+# GetObjectAcl / GetBucketAcl: AccessControlPolicy, typed grantees
+owner.put_object(Bucket=b, Key="acl", Body=b"acl bytes", ACL="public-read")
+acl = owner.get_object_acl(Bucket=b, Key="acl")
+assert acl["Owner"]["ID"] == me, acl
+grants = {(g["Grantee"]["Type"], g["Grantee"].get("ID") or g["Grantee"].get("URI"), g["Permission"]) for g in acl["Grants"]}
+assert grants == {("CanonicalUser", me, "FULL_CONTROL"), ("Group", ALL, "READ")}, grants
+# x-amz-grant-* on PutObjectAcl: alice may read, bob not, nobody anonymous
+owner.put_object_acl(Bucket=b, Key="acl", GrantRead='id="AKIACHECKALICE00000"', GrantReadACP='id="AKIACHECKALICE00000"')
+assert alice.get_object(Bucket=b, Key="acl")["Body"].read() == b"acl bytes"
+assert code(bob.get_object, Bucket=b, Key="acl") == "AccessDenied" and curl("acl") == "403"
+grants = {(g["Grantee"]["Type"], g["Grantee"].get("ID") or g["Grantee"].get("URI"), g["Permission"]) for g in alice.get_object_acl(Bucket=b, Key="acl")["Grants"]}
+assert ("CanonicalUser", "AKIACHECKALICE00000", "READ") in grants and len(grants) == 3, grants
+assert code(owner.put_object_acl, Bucket=b, Key="acl", GrantRead='emailAddress="a@example.com"') == "InvalidArgument"
+assert code(owner.put_object_acl, Bucket=b, Key="acl", GrantRead='id="AKIANOSUCHUSER00000"') == "InvalidArgument"
+# x-amz-grant-* on PutObject: a group by URI
+owner.put_object(Bucket=b, Key="hdr", Body=b"hdr", GrantRead=f'uri="{ALL}"')
+assert curl("hdr") == "200", curl("hdr")
+assert code(owner.put_object, Bucket=b, Key="hdr2", Body=b"x", ACL="public-read", GrantRead=f'uri="{ALL}"') != "OK"
+# x-amz-grant-* on PutBucketAcl: bob may list; GetBucketAcl names him and the owner
+owner.put_bucket_acl(Bucket=b, GrantRead='id="AKIACHECKBOB00000"', GrantFullControl=f'id="{me}"')
+within("bob listing with a bucket ACL grant", lambda: code(bob.list_objects_v2, Bucket=b) == "OK")
+bacl = owner.get_bucket_acl(Bucket=b)
+assert bacl["Owner"]["ID"] == me, bacl
+grants = {(g["Grantee"]["Type"], g["Grantee"].get("ID") or g["Grantee"].get("URI"), g["Permission"]) for g in bacl["Grants"]}
+assert ("CanonicalUser", "AKIACHECKBOB00000", "READ") in grants and ("CanonicalUser", me, "FULL_CONTROL") in grants, grants
+owner.put_bucket_acl(Bucket=b, ACL="private")
+within("bob refused again", lambda: code(bob.list_objects_v2, Bucket=b) == "AccessDenied")
+# the meta service's grants: bob reads with a read grant, writes with write, and sees the bucket
+owner.put_object(Bucket=b, Key="g", Body=b"granted")
+assert code(bob.get_object, Bucket=b, Key="g") == "AccessDenied"
+assert b not in [x["Name"] for x in bob.list_buckets()["Buckets"]]
+def grant(action):
+    args = [spindle, "admin", "grant", "user:checkBOB", b, action, "--meta", meta] + ([insecure] if insecure else [])
+    subprocess.run(args, check=True, capture_output=True)
+grant("read")
+within("bob reading with a read grant", lambda: code(bob.get_object, Bucket=b, Key="g") == "OK")
+assert b in [x["Name"] for x in bob.list_buckets()["Buckets"]]
+assert code(bob.put_object, Bucket=b, Key="bobs", Body=b"x") == "AccessDenied"
+grant("write")
+within("bob writing with a write grant", lambda: code(bob.put_object, Bucket=b, Key="bobs", Body=b"x") == "OK")
+assert code(bob.delete_object, Bucket=b, Key="g") == "AccessDenied"
+PY
 fi
 
 # rclone: sync a tree of 200 files and check it

@@ -281,6 +281,14 @@ func TestAttackSuite(t *testing.T) {
 // child process and returns its meta address and --dir once ready.
 func startServerProcess(t *testing.T) (metaAddr, srvDir string) {
 	t.Helper()
+	metaAddr, srvDir, _ = startServerProcessPID(t)
+	return metaAddr, srvDir
+}
+
+// startServerProcessPID is startServerProcess that also returns the
+// server's process ID.
+func startServerProcessPID(t *testing.T) (metaAddr, srvDir string, pid int) {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -306,5 +314,5 @@ func startServerProcess(t *testing.T) (metaAddr, srvDir string) {
 		}
 		return false
 	})
-	return metaAddr, srvDir
+	return metaAddr, srvDir, cmd.Process.Pid
 }

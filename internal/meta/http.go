@@ -51,6 +51,9 @@ func (s *Service) Handler() http.Handler {
 	})
 	route("GET /v1/buckets", "list_buckets", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		l, err := s.ListBuckets()
+		if err == nil {
+			l, err = s.gate.VisibleBuckets(r, l) // the caller's buckets and those it has grants on
+		}
 		return l, http.StatusOK, err
 	})
 	route("DELETE /v1/buckets/{bucket}", "delete_bucket", func(w http.ResponseWriter, r *http.Request) (any, int, error) {

@@ -81,11 +81,11 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 		if err := decodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
-		if err := s.gate.AuthorizeComplete(r, req.Bucket, req.Key); err != nil {
-			return nil, 0, err
-		}
-		ki, err := s.CompleteUpload(&req)
-		s.gate.Record(s.gate.Who(r), "complete_upload", req.Bucket, req.Key, err)
+		id := s.gate.Who(r)
+		check, d := s.gate.CommitCheck(id) // write, and delete for an overwrite: inside the completion's mutation
+		ki, err := s.CompleteUploadAs(&req, check)
+		s.gate.Flush(d)
+		s.gate.Record(id, "complete_upload", req.Bucket, req.Key, err)
 		return ki, http.StatusOK, err
 	})
 	route("POST /v1/uploads/abort", "abort_upload", func(w http.ResponseWriter, r *http.Request) (any, int, error) {

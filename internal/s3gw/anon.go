@@ -53,7 +53,7 @@ func (p *perms) anonymousRead(c fiber.Ctx, domain string) {
 	if bucket == "" || key == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.Context(), iamTimeout)
+	ctx, cancel := context.WithTimeout(context.WithValue(c.Context(), anonLookup{}, true), iamTimeout)
 	defer cancel()
 	if p.publicObject(ctx, bucket, key, c.IP(), c.Secure()) {
 		utils.ContextKeyAuthenticated.Set(c, true)

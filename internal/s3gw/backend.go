@@ -50,7 +50,10 @@ func NewBackend(mc *metaapi.Client, kc *keyclient.Client, region string, pc *Per
 // String names the backend in versitygw's banner.
 func (b *Backend) String() string { return "Spindle" }
 
-// ListBuckets lists the buckets the caller owns (all of them for an admin).
+// ListBuckets lists the buckets the caller owns or holds a grant on (all
+// of them for the root user). The meta service keeps those of the user
+// the call names; the gateway checks again (its certificate may be one
+// that sees every bucket).
 func (b *Backend) ListBuckets(ctx context.Context, in s3response.ListBucketsInput) (s3response.ListAllMyBucketsResult, error) {
 	l, err := b.meta.ListBuckets(ctx)
 	if err != nil {
@@ -58,7 +61,7 @@ func (b *Backend) ListBuckets(ctx context.Context, in s3response.ListBucketsInpu
 	}
 	res := s3response.ListAllMyBucketsResult{Owner: s3response.CanonicalUser{ID: in.Owner}, Prefix: in.Prefix}
 	for _, bk := range l.Buckets {
-		if !in.IsAdmin && bk.Owner != in.Owner {
+		if !in.IsAdmin && bk.Owner != in.Owner && !b.granted(ctx, bk.Name, in.Owner) {
 			continue
 		}
 		if in.Prefix != "" && !strings.HasPrefix(bk.Name, in.Prefix) || bk.Name <= in.ContinuationToken {

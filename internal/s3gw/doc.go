@@ -50,11 +50,14 @@
 //     changes at once).
 //   - Permissions (internal/s3perm): versitygw evaluates the bucket policy
 //     (explicit Deny first) and the bucket ACL; the IAM is its
-//     PolicyEvaluator for the identity side: the bucket owner's rights and
-//     bucket and object ACL grants where ownership enables ACLs
-//     (iam_policy.go). An unsigned request is served only where a policy
-//     or ACL makes the bucket public (versitygw) or, for a GET or HEAD of
-//     an object, where the object's ACL grants everyone READ (anon.go).
+//     PolicyEvaluator for the identity side: the bucket owner's rights,
+//     bucket and object ACL grants where ownership enables ACLs, and the
+//     meta service's grants of the user (spindle admin grant; iam_policy.go).
+//     An unsigned request is served only where a policy or ACL makes the
+//     bucket public (versitygw) or, for a GET or HEAD of an object, where
+//     the object's ACL grants everyone READ (anon.go). The meta service
+//     checks the user's grants again (identity.go). ACL requests and
+//     answers: package s3acl.
 //   - An object is a key; its S3 metadata (ETag = MD5 hex, Content-Type and
 //     the standard headers, x-amz-meta-*, the client's checksum, its tag
 //     set under s3meta.TaggingHeader) is stored in the key's record,

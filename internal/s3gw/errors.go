@@ -58,6 +58,8 @@ func toS3(err error, notFound s3err.ErrorCode) error {
 		return s3err.GetAPIError(s3err.ErrEntityTooSmall)
 	case errors.Is(err, metaapi.ErrInvalid): // an invalid key name among them
 		return s3err.GetAPIError(s3err.ErrInvalidRequest)
+	case errors.Is(err, metaapi.ErrForbidden): // the meta service's grants (an overwrite with write alone)
+		return s3err.GetAPIError(s3err.ErrAccessDenied)
 	case errors.Is(err, metaapi.ErrNoPipeline), errors.Is(err, metaapi.ErrUnavailable):
 		return s3err.GetAPIError(s3err.ErrSlowDown)
 	}

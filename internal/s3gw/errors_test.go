@@ -40,6 +40,7 @@ func TestToS3(t *testing.T) {
 		{"no pipeline", wire(metaapi.CodeNoPipeline, ""), s3err.ErrNoSuchKey, s3err.ErrSlowDown},
 		{"unavailable", wire(metaapi.CodeUnavailable, ""), s3err.ErrNoSuchKey, s3err.ErrSlowDown},
 		{"busy", wire(metaapi.CodeBusy, ""), s3err.ErrNoSuchKey, s3err.ErrSlowDown},
+		{"forbidden (the grants)", wire(metaapi.CodeForbidden, ""), s3err.ErrNoSuchKey, s3err.ErrAccessDenied},
 		{"in process: no such bucket", fmt.Errorf("put: %w b01", metaapi.ErrNoSuchBucket), s3err.ErrNoSuchKey, s3err.ErrNoSuchBucket},
 		{"in process: part too small", fmt.Errorf("%w: part 1: %w", metaapi.ErrInvalid, metaapi.ErrPartTooSmall), s3err.ErrNoSuchKey, s3err.ErrEntityTooSmall},
 		{"in process: bad key", metaapi.ValidKey("a/../b"), s3err.ErrNoSuchKey, s3err.ErrInvalidRequest},

@@ -15,6 +15,7 @@ import (
 	"github.com/spindle-store/spindle/internal/certwatch"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3acl"
 	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
 	"github.com/spindle-store/spindle/internal/s3gw/sigcompat"
 	"github.com/spindle-store/spindle/internal/tlsconf"
@@ -135,7 +136,9 @@ func Run(ctx context.Context, cfg Config) error {
 			if err := s3extra.PostFilename(c); err != nil {
 				return err
 			}
-			return v4c.Handle(c, func() error { return v2.handle(c) })
+			err := v4c.Handle(c, func() error { return v2.handle(c) })
+			s3acl.Answer(c) // S3's AccessControlPolicy documents
+			return err
 		})),
 		KeepAlive: true,
 		Quiet:     true,

@@ -3,6 +3,7 @@ package s3gw
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/versity/versitygw/auth"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3gw/idcache"
+	"github.com/spindle-store/spindle/internal/s3perm"
 )
 
 // iamTimeout bounds one call of the IAM service to the meta service.
@@ -67,6 +69,16 @@ func (m *IAM) GetUserAccount(access string) (auth.Account, error) {
 func (m *IAM) ResolveAccounts(ids []string) ([]string, error) {
 	var missing []string
 	for _, id := range ids {
+		if strings.Contains(id, "=") { // a grantee of PutBucketAcl's x-amz-grant-* headers (perms.go)
+			g, err := s3perm.ParseGrantee(id, "")
+			if err != nil || g.Type != s3perm.GranteeUser {
+				if err != nil {
+					missing = append(missing, id)
+				}
+				continue
+			}
+			id = g.ID
+		}
 		if _, err := m.GetUserAccount(id); err != nil {
 			if errors.Is(err, auth.ErrNoSuchUser) {
 				missing = append(missing, id)

@@ -4,19 +4,21 @@ import (
 	"context"
 	"errors"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/versity/versitygw/auth"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3acl"
 	"github.com/spindle-store/spindle/internal/s3perm"
 )
 
 // The IAM is also versitygw's auth.PolicyEvaluator: the identity side of
 // every authorization (s3perm.Allowed: the bucket owner's rights, bucket
-// and object ACL grants). versitygw combines it with the bucket policy's
-// decision as AWS does: the policy's explicit Deny wins, then an Allow of
-// either; without a policy, with the bucket ACL's. And an
-// auth.PrincipalResolver: a policy may name users by IAM user ARN.
+// and object ACL grants; s3perm.ByGrant: the meta service's grants of the
+// user, cached with the bucket's permissions, PermCache). versitygw
+// combines it with the bucket policy's decision as AWS does: the policy's
+// explicit Deny wins, then an Allow of either; without a policy, with the
+// bucket ACL's. And an auth.PrincipalResolver: a policy may name users by
+// IAM user ARN.
 
 var (
 	_ auth.PolicyEvaluator   = (*IAM)(nil)
@@ -31,10 +33,10 @@ const (
 )
 
 // EvaluatePolicy decides each action on each resource for the user of
-// access: allowed (s3perm.Allowed) or no match (an implicit deny unless
+// access: allowed (s3perm.Allowed, s3perm.ByGrant) or no match (an implicit deny unless
 // the bucket policy allows). Creating a bucket and listing one's buckets
 // are every user's (the buckets listed are the caller's own).
-func (m *IAM) EvaluatePolicy(access, _ string, actions []auth.Action, resources []string, _ map[string][]string) (auth.PolicyEvaluation, error) {
+func (m *IAM) EvaluatePolicy(access, _ string, actions []auth.Action, resources []string, cond map[string][]string) (auth.PolicyEvaluation, error) {
 	ctx, cancel := iamCtx()
 	defer cancel()
 	ev := auth.PolicyEvaluation{PrincipalArn: access}
@@ -42,7 +44,7 @@ func (m *IAM) EvaluatePolicy(access, _ string, actions []auth.Action, resources 
 		ev.Decisions = append(ev.Decisions, nil)
 		row := &ev.Decisions[len(ev.Decisions)-1]
 		for _, a := range actions {
-			ok, err := m.allowed(ctx, access, a, res)
+			ok, err := m.allowed(ctx, access, a, res, cond)
 			if err != nil {
 				return auth.PolicyEvaluation{}, err
 			}
@@ -56,7 +58,7 @@ func (m *IAM) EvaluatePolicy(access, _ string, actions []auth.Action, resources 
 	return ev, nil
 }
 
-func (m *IAM) allowed(ctx context.Context, access string, a auth.Action, resource string) (bool, error) {
+func (m *IAM) allowed(ctx context.Context, access string, a auth.Action, resource string, cond map[string][]string) (bool, error) {
 	if a == auth.CreateBucketAction || a == auth.ListAllMyBucketsAction {
 		return true, nil
 	}
@@ -68,6 +70,9 @@ func (m *IAM) allowed(ctx context.Context, access string, a auth.Action, resourc
 	if err != nil {
 		return false, nil // no such bucket: nothing to allow (the operation answers NoSuchBucket)
 	}
+	if access != "" && s3perm.ByGrant(s3acl.UserGrants(bk, access), string(a), s3acl.GrantTarget(a, key, cond)) {
+		return true, nil // the meta service's grants (s3perm.ByGrant)
+	}
 	req := s3perm.Request{Access: access, Action: string(a), Object: key != "", Owner: bk.Owner, Ownership: bk.Ownership}
 	if access == bk.Owner || !s3perm.ACLsEnabled(bk.Ownership) {
 		return s3perm.Allowed(req), nil
@@ -76,14 +81,7 @@ func (m *IAM) allowed(ctx context.Context, access string, a auth.Action, resourc
 	if err != nil {
 		return false, err
 	}
-	for _, g := range acl.Grantees {
-		switch {
-		case g.Type == types.TypeGroup && g.Access == "all-users":
-			req.BucketGrants = append(req.BucketGrants, s3perm.Grant{Type: s3perm.GranteeAllUsers, Permission: string(g.Permission)})
-		case g.Type == types.TypeCanonicalUser:
-			req.BucketGrants = append(req.BucketGrants, s3perm.Grant{Type: s3perm.GranteeUser, ID: g.Access, Permission: string(g.Permission)})
-		}
-	}
+	req.BucketGrants = s3acl.BucketGrants(acl, "")
 	if key != "" && s3perm.NeedsObjectGrants(req.Action) {
 		ki, err := m.meta.GetKey(ctx, bucket, key)
 		if err != nil {

@@ -23,6 +23,13 @@ import (
 // requests carry it). Calls without one (the IAM lookups) are the
 // gateway's own: they touch no bucket.
 //
+// The calls made for an S3 request once versitygw authenticated its user,
+// or for an anonymous request versitygw or anonymousRead found public,
+// also say that the gateway authorizes them (authz.S3AuthorizedHeader):
+// the meta service then lets a user in whom the bucket's policy or ACLs
+// may let in, S3's decision being the gateway's (grants alone it checks
+// itself).
+//
 // The meta client of the gateway sends each call alone (NoBatching): a
 // batch of concurrent calls is one request, which names one user.
 
@@ -38,6 +45,20 @@ func requestUser(ctx context.Context) string {
 	return ""
 }
 
+// anonLookup marks the context of anonymousRead's look-up of an object's
+// ACL (an unsigned request, before versitygw: authorized to read the ACL).
+type anonLookup struct{}
+
+// requestAuthorized says ctx is an S3 request's that the gateway
+// authorizes (a user's, a public one's, or anonymousRead's look-up).
+func requestAuthorized(ctx context.Context) bool {
+	if requestUser(ctx) != "" || ctx.Value(anonLookup{}) != nil {
+		return true
+	}
+	pub, _ := ctx.Value(string(utils.ContextKeyPublicBucket)).(bool)
+	return pub
+}
+
 // metaClient is the gateway's client of the meta service at addr: every
 // call alone, naming its request's user.
 func metaClient(addr string, sec *tlsconf.Settings) (*metaapi.Client, error) {
@@ -47,5 +68,5 @@ func metaClient(addr string, sec *tlsconf.Settings) (*metaapi.Client, error) {
 		IdleConnTimeout:     90 * time.Second,
 	})
 	return metaapi.NewClient(addr, metaapi.ClientOptions{TLS: sec, NoBatching: true,
-		HTTPClient: &http.Client{Transport: &authz.Transport{Base: base, Who: requestUser}}})
+		HTTPClient: &http.Client{Transport: &authz.Transport{Base: base, Who: requestUser, Authorized: requestAuthorized}}})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/versity/versitygw/s3err"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3acl"
 	"github.com/spindle-store/spindle/internal/s3perm"
 	"github.com/spindle-store/spindle/internal/s3permapi"
 )
@@ -132,6 +133,7 @@ func (p *perms) GetBucketAcl(ctx context.Context, in *s3.GetBucketAclInput) ([]b
 	if err != nil {
 		return nil, err
 	}
+	s3acl.KeepBucket(ctx, bk) // for a GetBucketAcl's answer (s3acl.Answer)
 	if len(bk.ACL) > 0 {
 		return bk.ACL, nil
 	}
@@ -139,8 +141,13 @@ func (p *perms) GetBucketAcl(ctx context.Context, in *s3.GetBucketAclInput) ([]b
 }
 
 // PutBucketAcl replaces the bucket's ACL document (versitygw checked the
-// ownership: BucketOwnerEnforced refuses grants).
+// ownership: BucketOwnerEnforced refuses grants), the grantees of
+// x-amz-grant-* headers as users and groups (s3acl.NormalizeBucketACL).
 func (p *perms) PutBucketAcl(ctx context.Context, bucket string, data []byte) error {
+	data, err := s3acl.NormalizeBucketACL(data)
+	if err != nil {
+		return err
+	}
 	defer p.cache.drop(bucket)
 	return bucketErr(p.meta.PutBucketACL(ctx, bucket, data))
 }
@@ -214,7 +221,7 @@ func (p *perms) DeleteBucketOwnershipControls(ctx context.Context, bucket string
 }
 
 // GetObjectAcl answers the object's ACL: the bucket owner's FULL_CONTROL
-// and the object's grants.
+// and the object's grants, as S3's document (s3acl.KeepObjectAnswer).
 func (p *perms) GetObjectAcl(ctx context.Context, in *s3.GetObjectAclInput) (*s3.GetObjectAclOutput, error) {
 	bk, err := p.cache.bucket(ctx, deref(in.Bucket))
 	if err != nil {
@@ -228,55 +235,22 @@ func (p *perms) GetObjectAcl(ctx context.Context, in *s3.GetObjectAclInput) (*s3
 	if err != nil {
 		return nil, err
 	}
-	owner := bk.Owner
-	out := &s3.GetObjectAclOutput{Owner: &types.Owner{ID: &owner},
-		Grants: []types.Grant{{Grantee: &types.Grantee{Type: types.TypeCanonicalUser, ID: &owner}, Permission: types.PermissionFullControl}}}
-	for _, g := range grants {
-		gr := types.Grant{Grantee: &types.Grantee{}, Permission: types.Permission(g.Permission)}
-		switch g.Type {
-		case s3perm.GranteeUser:
-			gr.Grantee.Type, gr.Grantee.ID = types.TypeCanonicalUser, ptr(g.ID)
-		case s3perm.GranteeAllUsers:
-			gr.Grantee.Type, gr.Grantee.URI = types.TypeGroup, ptr(s3perm.AllUsersURI)
-		case s3perm.GranteeAuthenticated:
-			gr.Grantee.Type, gr.Grantee.URI = types.TypeGroup, ptr(s3perm.AuthenticatedUsersURI)
-		}
-		out.Grants = append(out.Grants, gr)
-	}
-	return out, nil
+	s3acl.KeepObjectAnswer(ctx, bk.Owner, grants)
+	return s3acl.ObjectACLOutput(bk.Owner, grants), nil
 }
 
-// PutObjectAcl sets the object's ACL: a canned ACL (x-amz-acl) or an
-// AccessControlPolicy document (the request body, which versitygw does
-// not pass on: read from the request, requestBody). Under
-// BucketOwnerEnforced only the owner's own ACL is accepted
-// (AccessControlListNotSupported).
+// PutObjectAcl sets the object's ACL: a canned ACL, x-amz-grant-* headers
+// or an AccessControlPolicy document (the request body, which versitygw
+// does not pass on: read from the request, requestBody), as
+// s3acl.ForPutObjectAcl reads them.
 func (p *perms) PutObjectAcl(ctx context.Context, in *s3.PutObjectAclInput) error {
 	bucket, key := deref(in.Bucket), deref(in.Key)
 	bk, err := p.cache.bucket(ctx, bucket)
 	if err != nil {
 		return err
 	}
-	if deref(in.GrantRead)+deref(in.GrantWrite)+deref(in.GrantFullControl)+deref(in.GrantReadACP)+deref(in.GrantWriteACP) != "" {
-		return s3err.GetAPIError(s3err.ErrNotImplemented) // x-amz-grant-* headers: not supported
-	}
-	var grants []s3perm.Grant
-	if body := requestBody(ctx); len(body) > 0 {
-		if in.ACL != "" {
-			return s3err.GetAPIError(s3err.ErrUnexpectedContent)
-		}
-		owner, g, err := s3perm.ParseAccessControlPolicy(body)
-		if err != nil {
-			return s3err.GetAPIError(s3err.ErrMalformedACL)
-		}
-		if owner != bk.Owner {
-			return s3err.APIError{Code: "InvalidArgument", Description: "Invalid id", HTTPStatusCode: 400}
-		}
-		if len(g) > 0 && !s3perm.ACLsEnabled(bk.Ownership) {
-			return s3err.GetAPIError(s3err.ErrAclNotSupported)
-		}
-		grants = g
-	} else if grants, err = cannedObjectGrants(string(in.ACL), bk.Ownership); err != nil {
+	grants, err := s3acl.ForPutObjectAcl(in, requestBody(ctx), bk, p.knownUser(ctx))
+	if err != nil {
 		return err
 	}
 	if _, err := p.meta.GetKey(ctx, bucket, key); err != nil {
@@ -285,35 +259,30 @@ func (p *perms) PutObjectAcl(ctx context.Context, in *s3.PutObjectAclInput) erro
 	return toS3(s3permapi.PutObjectACL(ctx, p.meta, s3permapi.ObjectACL{Bucket: bucket, Key: key, ACL: s3perm.EncodeGrants(grants)}), s3err.ErrNoSuchKey)
 }
 
-// cannedObjectGrants is s3perm.CannedGrants with S3's errors.
-func cannedObjectGrants(canned, ownership string) ([]s3perm.Grant, error) {
-	g, err := s3perm.CannedGrants(canned, ownership)
-	switch {
-	case errors.Is(err, s3perm.ErrACLsDisabled):
-		return nil, s3err.GetAPIError(s3err.ErrAclNotSupported)
-	case err != nil:
-		return nil, s3err.GetInvalidArgumentErr(s3err.InvalidArgCannedAcl, canned)
+// knownUser says whether an access key is a user's.
+func (p *perms) knownUser(ctx context.Context) s3acl.Known {
+	return func(access string) (bool, error) {
+		_, err := p.meta.UserByAccessKey(ctx, access)
+		if errors.Is(err, metaapi.ErrNotFound) || errors.Is(err, metaapi.ErrInvalid) {
+			return false, nil
+		}
+		return err == nil, err
 	}
-	return g, nil
 }
 
-// objectACLFor is the stored ACL of a new object put with x-amz-acl
-// (PutObject, CreateMultipartUpload, CopyObject: requestHeader), checked
-// against the bucket's ownership.
+// objectACLFor is the stored ACL of a new object put with x-amz-acl or
+// x-amz-grant-* headers (PutObject, CreateMultipartUpload, CopyObject:
+// requestHeader), checked against the bucket's ownership.
 func (p *perms) objectACLFor(ctx context.Context, bucket string) (string, error) {
-	canned := requestHeader(ctx, "X-Amz-Acl")
-	if canned == "" {
+	header := func(h string) string { return requestHeader(ctx, h) }
+	if !s3acl.Asked(header) {
 		return "", nil
 	}
 	bk, err := p.cache.bucket(ctx, bucket)
 	if err != nil {
 		return "", err
 	}
-	g, err := cannedObjectGrants(canned, bk.Ownership)
-	if err != nil {
-		return "", err
-	}
-	return s3perm.EncodeGrants(g), nil
+	return s3acl.ForNewObject(header, bk.Ownership, p.knownUser(ctx))
 }
 
 // withObjectACL returns headers with the object ACL set (or removed).
@@ -335,6 +304,12 @@ func objectACL(ki *metaapi.KeyInfo) string {
 		return ""
 	}
 	return ki.Object.Headers[s3permapi.ObjectACLHeader]
+}
+
+// granted says the user of access holds a grant (any) on bucket.
+func (p *perms) granted(ctx context.Context, bucket, access string) bool {
+	bk, err := p.cache.bucket(ctx, bucket)
+	return err == nil && len(s3acl.UserGrants(bk, access)) > 0
 }
 
 // resolveUser is the access key of a user named by name or access key.

@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Permissions of an ACL grant (S3's).
@@ -188,4 +189,90 @@ func ParseAccessControlPolicy(body []byte) (owner string, grants []Grant, err er
 		grants = append(grants, gr)
 	}
 	return acp.Owner.ID, grants, nil
+}
+
+// AccessControlPolicyXML is S3's answer to GetObjectAcl: the owner, its
+// FULL_CONTROL, then grants, each grantee typed by xsi:type
+// (CanonicalUser with its ID, Group with its URI), as S3 writes it and
+// as ParseAccessControlPolicy reads it.
+func AccessControlPolicyXML(owner string, grants []Grant) []byte {
+	var b strings.Builder
+	esc := func(s string) string {
+		var e strings.Builder
+		_ = xml.EscapeText(&e, []byte(s)) // a strings.Builder does not fail
+		return e.String()
+	}
+	grant := func(typ, inner, perm string) {
+		fmt.Fprintf(&b, `<Grant><Grantee xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:type="%s">%s</Grantee><Permission>%s</Permission></Grant>`, typ, inner, esc(perm))
+	}
+	user := func(id string) string { return "<ID>" + esc(id) + "</ID><DisplayName>" + esc(id) + "</DisplayName>" }
+	b.WriteString(xml.Header)
+	b.WriteString(`<AccessControlPolicy xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Owner>` + user(owner) + `</Owner><AccessControlList>`)
+	grant("CanonicalUser", user(owner), PermFullControl)
+	for _, g := range grants {
+		switch g.Type {
+		case GranteeUser:
+			grant("CanonicalUser", user(g.ID), g.Permission)
+		case GranteeAllUsers:
+			grant("Group", "<URI>"+AllUsersURI+"</URI>", g.Permission)
+		case GranteeAuthenticated:
+			grant("Group", "<URI>"+AuthenticatedUsersURI+"</URI>", g.Permission)
+		}
+	}
+	b.WriteString(`</AccessControlList></AccessControlPolicy>`)
+	return []byte(b.String())
+}
+
+// GrantHeaders are the x-amz-grant-* headers and the permission each
+// gives.
+var GrantHeaders = []struct{ Header, Perm string }{
+	{"X-Amz-Grant-Read", PermRead}, {"X-Amz-Grant-Write", PermWrite}, {"X-Amz-Grant-Read-Acp", PermReadACP},
+	{"X-Amz-Grant-Write-Acp", PermWriteACP}, {"X-Amz-Grant-Full-Control", PermFullControl},
+}
+
+// ErrGrantee is a grantee of an x-amz-grant-* header Spindle does not
+// know (emailAddress=, a group other than AllUsers and
+// AuthenticatedUsers, a malformed entry).
+var ErrGrantee = errors.New("unsupported grantee")
+
+// ParseGrantee reads one grantee of an x-amz-grant-* header, with perm:
+// id="ACCESS-KEY" (a user; Spindle's canonical IDs are access keys) or
+// uri="GROUP-URI" (AllUsers, AuthenticatedUsers); quotes and spaces
+// around are optional.
+func ParseGrantee(s, perm string) (Grant, error) {
+	k, v, ok := strings.Cut(strings.TrimSpace(s), "=")
+	v = strings.Trim(strings.TrimSpace(v), `"`)
+	if !ok || v == "" {
+		return Grant{}, fmt.Errorf("%w: %q", ErrGrantee, s)
+	}
+	switch {
+	case strings.EqualFold(strings.TrimSpace(k), "id"):
+		return Grant{Type: GranteeUser, ID: v, Permission: perm}, nil
+	case strings.EqualFold(strings.TrimSpace(k), "uri") && v == AllUsersURI:
+		return Grant{Type: GranteeAllUsers, Permission: perm}, nil
+	case strings.EqualFold(strings.TrimSpace(k), "uri") && v == AuthenticatedUsersURI:
+		return Grant{Type: GranteeAuthenticated, Permission: perm}, nil
+	}
+	return Grant{}, fmt.Errorf("%w: %q", ErrGrantee, s)
+}
+
+// ParseGrantHeaders reads the x-amz-grant-* headers header gives (""
+// for a header not sent): their grants (none: no header), each header a
+// comma-separated list of grantees (ParseGrantee).
+func ParseGrantHeaders(header func(name string) string) ([]Grant, error) {
+	var out []Grant
+	for _, h := range GrantHeaders {
+		v := header(h.Header)
+		if v == "" {
+			continue
+		}
+		for _, s := range strings.Split(v, ",") {
+			g, err := ParseGrantee(s, h.Perm)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, g)
+		}
+	}
+	return out, nil
 }

@@ -48,13 +48,26 @@ type CreateBucket struct {
 }
 
 // Bucket is what the gateway authorizes a request with: the owner, the
-// ACL document, the policy (empty: none) and the object ownership (empty:
-// BucketOwnerEnforced, the default of S3 since 2023).
+// ACL document, the policy (empty: none), the object ownership (empty:
+// BucketOwnerEnforced, the default of S3 since 2023) and the grants of
+// S3 users.
 type Bucket struct {
 	Owner     string `json:"owner"`
 	ACL       []byte `json:"acl,omitempty"`
 	Policy    []byte `json:"policy,omitempty"`
 	Ownership string `json:"ownership,omitempty"`
+	// Grants are the grants (package metaapi/authz) S3 users hold on
+	// the bucket: the gateway allows what they give (s3perm.ByGrant).
+	Grants []UserGrant `json:"grants,omitempty"`
+}
+
+// UserGrant is an S3 user's grant on a bucket or a key prefix of it
+// (matched on '/' boundaries): the actions of metaapi/authz (read,
+// write, delete, admin).
+type UserGrant struct {
+	Access  string   `json:"access"`
+	Prefix  string   `json:"prefix,omitempty"`
+	Actions []string `json:"actions"`
 }
 
 // PutBucket changes what is set: a nil Policy or Ownership is left as it

@@ -6,9 +6,11 @@
 // auth.go (package meta) lets a route's certificate roles through; the
 // data routes then ask Gate whether the caller may do the action on the
 // bucket and key (authz.Check, the one decision), and every change and
-// every refusal goes to the audit log as a JSON line. A commit is checked
-// inside its mutation (namespace.Check, CommitCheck), where it knows
-// whether it replaces a key: an overwrite needs write and delete.
+// every refusal goes to the audit log as a JSON line. A commit, and a
+// multipart completion, is checked inside its mutation (namespace.Check,
+// CommitCheck), where it knows whether it replaces a key: an overwrite
+// needs write and delete. A listing of buckets keeps those the caller may
+// see (VisibleBuckets).
 //
 // Invariants: a refusal is audited where it is decided; a change is
 // audited once its outcome is known (the check's decisions on overwrites
@@ -33,6 +35,7 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 	api "github.com/spindle-store/spindle/internal/metaapi/authz"
 	"github.com/spindle-store/spindle/internal/s3permapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/vfs"
 )
 
@@ -214,23 +217,27 @@ func (s *Gate) RouteGrants(route func(pattern, name string, h func(w http.Respon
 	})
 }
 
-// AuthorizeComplete checks a multipart completion: write, and delete too
-// when the key exists (an overwrite; looked up first, outside the
-// completion's mutation: a key created in between is replaced with write
-// alone, a narrow race this path accepts).
-func (s *Gate) AuthorizeComplete(r *http.Request, bucket, key string) error {
-	if err := s.Authorize(r, "complete_upload", api.Write, bucket, key); err != nil {
-		return err
-	}
-	if _, err := s.ns.GetKey(bucket, key); err != nil {
-		return nil // no such key (or bucket: the completion says so)
-	}
+// VisibleBuckets keeps of l the buckets r's caller may see
+// (authz.Visible: its own, those it holds a grant on; every bucket for an
+// admin). Without TLS everyone may do everything, but a listing the S3
+// gateway makes for a user (S3UserHeader) is still that user's view: the
+// gateway shows each user its buckets.
+func (s *Gate) VisibleBuckets(r *http.Request, l *metaapi.BucketList) (*metaapi.BucketList, error) {
 	id := s.Who(r)
-	err := authz.Authorize(s.st, id, api.Delete, bucket, key)
-	e := audit.Event{Who: id.Who(), Role: string(id.Peer.Role), Remote: id.Remote, Action: "overwrite", Bucket: bucket, Key: key, Outcome: "allowed"}
-	if err != nil {
-		e.Outcome, e.Reason = "refused", err.Error()
+	if u := r.Header.Get(api.S3UserHeader); id.Open && u != "" {
+		id = authz.Identity{Peer: tlsconf.Peer{Role: tlsconf.RoleS3}, S3User: u}
 	}
-	s.audit.Record(e)
-	return err
+	return state.Read(s.st, func() (*metaapi.BucketList, error) {
+		out := &metaapi.BucketList{Buckets: []metaapi.Bucket{}}
+		for _, b := range l.Buckets {
+			ok, err := authz.Visible(s.st, id, b.Name)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				out.Buckets = append(out.Buckets, b)
+			}
+		}
+		return out, nil
+	})
 }

@@ -8,7 +8,14 @@
 // or an admin certificate: allowed; the gateway's root user: allowed; a
 // certificate of another role than client or s3: refused; the bucket's
 // owner: allowed; a grant of the principal covering the key with the
-// action or admin: allowed; else refused. A bucket that does not exist is
+// action or admin: allowed; a call the gateway authorized
+// (api.S3AuthorizedHeader) on a bucket whose S3 permissions may give its
+// user rights (s3perm.MayAllow: a policy Allow naming the user or "*",
+// ACLs enabled): allowed, S3's decision being the gateway's; else
+// refused. So a user whose only rights are grants is held to them here
+// (an overwrite needs write and delete, decided in the commit), and one
+// a bucket policy or an ACL lets in has S3's semantics (a PutObject may
+// replace a key). A bucket that does not exist is
 // allowed through (the call then answers NoSuchBucket). The S3 gateway's
 // certificate is believed to name the user (metaapi/authz.S3UserHeader),
 // nothing else: without the header its calls are its certificate's own
@@ -42,6 +49,7 @@ import (
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	api "github.com/spindle-store/spindle/internal/metaapi/authz"
+	"github.com/spindle-store/spindle/internal/s3perm"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
@@ -67,6 +75,9 @@ type Identity struct {
 	Remote string
 	// Open: no TLS, nobody authenticated, everything allowed.
 	Open bool
+	// S3Authorized: the gateway authorized the S3 request this call is
+	// made for (api.S3AuthorizedHeader); only for callers of role s3.
+	S3Authorized bool
 }
 
 // FromRequest is the identity of r's caller; tlsOn says the service
@@ -76,6 +87,7 @@ func FromRequest(r *http.Request, tlsOn bool) Identity {
 	id := Identity{Peer: p, Remote: r.RemoteAddr, Open: !tlsOn}
 	if p.Role == tlsconf.RoleS3 {
 		id.S3User = r.Header.Get(api.S3UserHeader)
+		id.S3Authorized = r.Header.Get(api.S3AuthorizedHeader) == "1"
 	}
 	return id
 }
@@ -148,6 +160,9 @@ func Check(st *state.State, id Identity, act, bucket, key string) error {
 	granted, err := grantedTo(st, p, bit, bucket, key)
 	if err != nil {
 		return err
+	}
+	if !granted && id.S3Authorized && s3perm.MayAllow([]byte(brec.Policy), brec.Ownership, id.S3User) {
+		granted = true // the gateway's S3 decision, with the bucket's policy or ACLs
 	}
 	if !granted {
 		what := bucket

@@ -265,6 +265,13 @@ func (s *Multipart) AbortUpload(ref metaapi.UploadRef) error {
 
 // CompleteUpload makes the key from the listed parts (see metaapi).
 func (s *Multipart) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInfo, error) {
+	return s.CompleteUploadAs(req, nil)
+}
+
+// CompleteUploadAs is CompleteUpload checked by check (as CommitKeyAs:
+// under s.mu, once the completion knows whether it replaces the key, so
+// that a key created meanwhile is an overwrite to check).
+func (s *Multipart) CompleteUploadAs(req *metaapi.CompleteUpload, check Check) (*metaapi.KeyInfo, error) {
 	if len(req.Parts) == 0 || len(req.Parts) > metaapi.MaxParts {
 		return nil, fmt.Errorf("%w: %d parts: want 1..%d", metaapi.ErrInvalid, len(req.Parts), metaapi.MaxParts)
 	}
@@ -277,6 +284,15 @@ func (s *Multipart) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInf
 		brec, up, err := s.uploadOf(req.UploadRef)
 		if err != nil {
 			return nil, nil, err
+		}
+		old, exists, err := s.ns.getKey(req.Bucket, req.Key)
+		if err != nil {
+			return nil, nil, err
+		}
+		if check != nil {
+			if err := check(req.Bucket, req.Key, exists); err != nil {
+				return nil, nil, err
+			}
 		}
 		all, err := s.allParts(req.UploadRef)
 		if err != nil {
@@ -302,10 +318,6 @@ func (s *Multipart) CompleteUpload(req *metaapi.CompleteUpload) (*metaapi.KeyInf
 		}
 		if len(rec.Blocks) > state.MaxBlocksPerKey {
 			return nil, nil, fmt.Errorf("%w: %d blocks, at most %d", metaapi.ErrInvalid, len(rec.Blocks), state.MaxBlocksPerKey)
-		}
-		old, exists, err := s.ns.getKey(req.Bucket, req.Key)
-		if err != nil {
-			return nil, nil, err
 		}
 		if err := checkConditions(req.Bucket, req.Key, old, exists, req.Conditions); err != nil {
 			return nil, nil, err

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/spindle-store/spindle/internal/meta/authz"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3permapi"
@@ -15,7 +16,8 @@ import (
 // record, an object's ACL in its key record's S3 metadata. The documents
 // are the gateway's; only their bounds are checked here.
 
-// BucketPerms returns what the gateway authorizes a bucket's requests with.
+// BucketPerms returns what the gateway authorizes a bucket's requests
+// with, the grants of S3 users included.
 func (s *S3Users) BucketPerms(name string) (*s3permapi.Bucket, error) {
 	if err := metaapi.ValidBucket(name); err != nil {
 		return nil, err
@@ -32,7 +34,9 @@ func (s *S3Users) BucketPerms(name string) (*s3permapi.Bucket, error) {
 		if rec.Policy != "" {
 			b.Policy = []byte(rec.Policy)
 		}
-		return b, nil
+		var err error
+		b.Grants, err = authz.S3UserGrants(s.State, name)
+		return b, err
 	})
 }
 

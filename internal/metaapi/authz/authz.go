@@ -39,6 +39,14 @@ import (
 const (
 	S3UserHeader = "Spindle-S3-User"
 	S3Root       = "root"
+	// S3AuthorizedHeader ("1") marks the gateway's calls made for an S3
+	// request the gateway authorized (versitygw: the bucket policy, the
+	// ACLs, the owner, the grants; or a public object's anonymous read):
+	// where the bucket's S3 permissions may give the user (or everyone)
+	// rights, the meta service lets such a call through without an owner
+	// or a grant (S3's decision is the gateway's). Believed only from a
+	// certificate of role s3.
+	S3AuthorizedHeader = "Spindle-S3-Authorized"
 )
 
 // Actions a grant gives.
@@ -192,10 +200,12 @@ func UserOf(ctx context.Context) string {
 
 // Transport sends S3UserHeader with every request whose context names
 // a user (UserContext, or who when set: it reads the user from a context
-// that carries it under a key of its own, the S3 front end's).
+// that carries it under a key of its own, the S3 front end's), and
+// S3AuthorizedHeader with those Authorized says were authorized.
 type Transport struct {
-	Base http.RoundTripper
-	Who  func(context.Context) string
+	Base       http.RoundTripper
+	Who        func(context.Context) string
+	Authorized func(context.Context) bool
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -204,9 +214,15 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if u == "" && t.Who != nil {
 		u = t.Who(r.Context())
 	}
-	if u != "" {
+	vouched := t.Authorized != nil && t.Authorized(r.Context())
+	if u != "" || vouched {
 		r = r.Clone(r.Context())
+	}
+	if u != "" {
 		r.Header.Set(S3UserHeader, u)
+	}
+	if vouched {
+		r.Header.Set(S3AuthorizedHeader, "1")
 	}
 	return t.Base.RoundTrip(r)
 }
