@@ -704,7 +704,7 @@ it holds no key, or with rm --force, which deletes its keys first.`,
 		ls,
 		newBucketRmCmd(&env),
 	)
-	return cmd
+	return cli.WithEC(cmd, cli.Env{MetaClient: env.metaClient}) // bucket set-ec, get-ec, ec-default, create --ec
 }
 
 func newAdminCmd() *cobra.Command {

@@ -3,6 +3,7 @@ package meta
 import (
 	"crypto/subtle"
 	"fmt"
+	"github.com/spindle-store/spindle/internal/meta/ecmeta"
 	"net/http"
 	"strings"
 
@@ -129,6 +130,9 @@ var routeAccess = map[string]accessClass{
 	"get_bucket_conf":    accessGateway,
 	"delete_bucket_conf": accessGateway,
 	"put_object_tagging": accessGateway,
+
+	ecmeta.RouteGetDefault: accessViews, ecmeta.RouteSetDefault: accessAdmin, ecmeta.RouteGetBucket: accessData, ecmeta.RouteLayout: accessData,
+	ecmeta.RouteSetBucket: accessDataChange, ecmeta.RouteWork: accessDatanode, ecmeta.RouteConverted: accessDatanode, // package ecmeta
 
 	"meta_raft":     accessMetaPeer,
 	"meta_demote":   accessMetaPeer,

@@ -9,6 +9,7 @@ import (
 	"github.com/spindle-store/spindle/internal/meta/certreg"
 	"github.com/spindle-store/spindle/internal/meta/cluster"
 	"github.com/spindle-store/spindle/internal/meta/creds"
+	"github.com/spindle-store/spindle/internal/meta/ecmeta"
 	"github.com/spindle-store/spindle/internal/meta/namespace"
 	"github.com/spindle-store/spindle/internal/meta/raftgroup"
 	"github.com/spindle-store/spindle/internal/meta/repair"
@@ -40,6 +41,7 @@ type Service struct {
 	bodies *bodyGate         // admission.go
 	gate   *access.Gate      // grants' routes, authorization, audit log
 	tokens *tokenkeys.Minter // block tokens
+	ec     *ecmeta.Manager   // erasure coding: policies, conversions
 }
 
 // compose builds the concerns over st.
@@ -55,6 +57,8 @@ func compose(st *state.State) *Service {
 	s.S3Users = namespace.NewS3Users(st)
 	s.certs = certreg.New(st)
 	s.tokens = tokenkeys.New(st)
+	s.ec = ecmeta.New(st, s.Cluster)
+	s.Rerepl.Coded = s.ec.Coded
 	return s
 }
 

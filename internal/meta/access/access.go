@@ -127,6 +127,17 @@ func (s *Gate) Authorize(r *http.Request, route, act, bucket, key string) error 
 	return err
 }
 
+// AsBucketAdmin runs do when r's caller has the admin right on bucket
+// (as a change of its configuration needs), and audits the change.
+func (s *Gate) AsBucketAdmin(r *http.Request, route, bucket string, do func() error) error {
+	if err := s.Authorize(r, route, api.Admin, bucket, ""); err != nil {
+		return err
+	}
+	err := do()
+	s.Record(s.Who(r), route, bucket, "", err)
+	return err
+}
+
 // CommitCheck is the check of id's commits: write, and delete too when
 // the commit replaces a key. Its decisions on overwrites and its
 // refusals are kept for the audit (audited once s.mu is released).

@@ -44,7 +44,7 @@ func (s *Rerepl) safeModeReason(idx map[uint64][]uint64) string {
 	}
 	closed, with := 0, 0
 	for cid, c := range s.ContainerByID {
-		if c.Rec.State == state.ContainerClosed && (c.Rec.Committed > 0 || len(idx[cid]) > 0) {
+		if c.Rec.State == state.ContainerClosed && (c.Rec.Committed > 0 || len(idx[cid]) > 0) && !s.coded(cid) {
 			// (a container no key used, without replicas, holds
 			// nothing to wait for)
 			closed++
@@ -354,7 +354,7 @@ func (s *Rerepl) scheduleCopies(idx map[uint64][]uint64, now time.Time) {
 	}
 	var under []uint64
 	for cid, c := range s.ContainerByID {
-		if h := len(idx[cid]); c.Rec.State == state.ContainerClosed && h+s.dmg.repairing(cid) < s.Cfg.ReplicationFactor && s.Repair.Tasks[cid] == nil &&
+		if h := len(idx[cid]); c.Rec.State == state.ContainerClosed && h+s.dmg.repairing(cid) < s.Cfg.ReplicationFactor && s.Repair.Tasks[cid] == nil && !s.coded(cid) &&
 			(h > 0 || len(s.cl.ReplicasOf(cid, now)) > 0) && !s.undecided(c, now) {
 			under = append(under, cid)
 		}
@@ -623,7 +623,7 @@ func (s *Rerepl) UnderReplicated(idx map[uint64][]uint64) (under, unrecoverable 
 	under = len(s.cl.UnderReplicatedOpen(s.Cfg.Now()))
 	for cid, c := range s.ContainerByID {
 		h := len(idx[cid])
-		if c.Rec.State != state.ContainerClosed || h >= s.Cfg.ReplicationFactor || (h == 0 && c.Rec.Committed == 0) {
+		if c.Rec.State != state.ContainerClosed || h >= s.Cfg.ReplicationFactor || (h == 0 && c.Rec.Committed == 0) || s.coded(cid) {
 			// (no replica of a container no key ever used: nothing
 			// to lose — its pipeline closed before a write reached it)
 			continue
@@ -691,9 +691,16 @@ type Rerepl struct {
 	cl  *cluster.Cluster
 	dmg *Damage
 	ops *cluster.Ops
+	// Coded, when set (before the first Tick), says a container is
+	// erasure-coded (package ecmeta): its replicas are neither counted,
+	// copied nor waited for by safe mode.
+	Coded func(cid uint64) bool
 }
 
 // NewRerepl is the re-replication manager of cl's closed containers.
 func NewRerepl(st *state.State, cl *cluster.Cluster, dmg *Damage, ops *cluster.Ops) *Rerepl {
-	return &Rerepl{st, cl, dmg, ops}
+	return &Rerepl{State: st, cl: cl, dmg: dmg, ops: ops}
 }
+
+// coded says whether cid is erasure-coded (Coded).
+func (s *Rerepl) coded(cid uint64) bool { return s.Coded != nil && s.Coded(cid) }

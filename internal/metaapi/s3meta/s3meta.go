@@ -35,10 +35,11 @@ import (
 const (
 	ConfTagging = "tagging" // the bucket's tag set, as EncodeTags writes it
 	ConfCORS    = "cors"    // the bucket's CORS rules: the XML document as sent
+	ConfEC      = "ec"      // the bucket's erasure-coding policy (package ecapi; set through its routes)
 )
 
 // BucketConfNames are the configuration documents a bucket may hold.
-var BucketConfNames = []string{ConfTagging, ConfCORS}
+var BucketConfNames = []string{ConfTagging, ConfCORS, ConfEC}
 
 // TaggingHeader is where an object's tag set is kept among its stored
 // headers (metaapi.ObjectMeta.Headers), in EncodeTags's form.

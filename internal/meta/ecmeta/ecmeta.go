@@ -1,0 +1,259 @@
+package ecmeta
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/spindle-store/spindle/internal/ec"
+	"github.com/spindle-store/spindle/internal/meta/cluster"
+	"github.com/spindle-store/spindle/internal/meta/state"
+	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/metaapi/ecapi"
+	"github.com/spindle-store/spindle/internal/metaapi/s3meta"
+)
+
+// Limits of the conversions.
+const (
+	// MaxConversions bounds the conversions in flight in the cluster.
+	MaxConversions = 4
+	// TaskTimeout drops a conversion not reported done in that time (it
+	// may be scheduled again; its shards so far are garbage).
+	TaskTimeout = 10 * time.Minute
+	// ScanEvery is how often the containers' buckets are learnt again
+	// from the namespace (a scan of every key).
+	ScanEvery = 5 * time.Second
+	// ConfName is the bucket configuration document (state.BucketConfKey)
+	// holding a bucket's own policy.
+	ConfName = s3meta.ConfEC
+)
+
+// Manager keeps the erasure-coding policies and schedules and records
+// the conversions of CLOSED containers. Its memory (the EC containers
+// known, the conversions in flight, the containers' buckets) is rebuilt
+// from the store when the State's serving stint changes.
+type Manager struct {
+	st *state.State
+	cl *cluster.Cluster
+
+	mu      sync.Mutex // after State.Mu
+	stint   uint64
+	loaded  bool
+	coded   map[uint64]bool
+	tasks   map[uint64]*task
+	buckets map[uint64][]string // container → the buckets whose keys have blocks in it
+	scanned time.Time
+	refused map[uint64]string // container → why it could not be placed (logged once)
+}
+
+type task struct {
+	node    uint64
+	targets []uint64
+	started time.Time
+}
+
+// New is the erasure-coding manager of st's containers.
+func New(st *state.State, cl *cluster.Cluster) *Manager {
+	return &Manager{st: st, cl: cl, refused: map[uint64]string{}}
+}
+
+// ensureLocked (re)loads the EC containers when the stint changed; under
+// State.Mu (read or write) and m.mu.
+func (m *Manager) ensureLocked() error {
+	if m.loaded && m.stint == m.st.Stint {
+		return nil
+	}
+	coded := map[uint64]bool{}
+	err := m.st.Scan(Prefix, func(k, _ []byte) error {
+		if len(k) == containerKeyBytes && k[1] == 1 {
+			coded[uint64(k[2])<<56|uint64(k[3])<<48|uint64(k[4])<<40|uint64(k[5])<<32|uint64(k[6])<<24|uint64(k[7])<<16|uint64(k[8])<<8|uint64(k[9])] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("meta: load the EC containers: %w", err)
+	}
+	m.coded, m.tasks, m.buckets, m.scanned = coded, map[uint64]*task{}, nil, time.Time{}
+	m.loaded, m.stint = true, m.st.Stint
+	return nil
+}
+
+// Coded says whether container cid is erasure-coded (its replicas are not
+// counted, copied or waited for: the replication manager skips it). Under
+// State.Mu.
+func (m *Manager) Coded(cid uint64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.ensureLocked(); err != nil {
+		m.st.Log.Error("erasure coding", "err", err)
+		return false
+	}
+	return m.coded[cid]
+}
+
+// readDoc reads a configuration record's document (nil: none).
+func (m *Manager) readDoc(key []byte) (doc []byte, err error) {
+	v, closer, err := m.st.Store.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer state.CloseInto(closer, &err, "EC policy")
+	rec, err := state.DecodeBucketConf(v)
+	if err != nil {
+		return nil, err
+	}
+	return []byte(rec.Doc), nil
+}
+
+// policyLocked is the policy a bucket's containers get, with where it
+// comes from; under State.Mu. An unreadable document counts as absent
+// (rep3 is the safe side).
+func (m *Manager) policyLocked(bucket string) (ec.Spec, string) {
+	if bucket != "" {
+		if doc, err := m.readDoc(state.BucketConfKey(bucket, ConfName)); err == nil && doc != nil {
+			if s, err := ec.ParseSpec(string(doc)); err == nil {
+				return s, "bucket"
+			}
+		}
+		if doc, err := m.readDoc(state.BucketConfKey(bucket, s3meta.ConfTagging)); err == nil && doc != nil {
+			if tags, err := s3meta.DecodeTags(string(doc)); err == nil && tags[ecapi.TagName] != "" {
+				if s, err := ec.ParseSpec(tags[ecapi.TagName]); err == nil {
+					return s, "tag"
+				}
+			}
+		}
+	}
+	if doc, err := m.readDoc(DefaultKey()); err == nil && doc != nil {
+		if s, err := ec.ParseSpec(string(doc)); err == nil {
+			return s, "default"
+		}
+	}
+	s, _ := ec.ParseSpec("rep3")
+	return s, ""
+}
+
+// checkPlaceable refuses a coded spec the cluster has too few datanodes
+// for (registered, in service).
+func (m *Manager) checkPlaceable(s ec.Spec) error {
+	if !s.Coded() {
+		return nil
+	}
+	n := 0
+	for id := range m.st.NodeByID {
+		if m.cl.InService(id) {
+			n++
+		}
+	}
+	if n < s.Shards() {
+		return fmt.Errorf("%w: policy %s puts %d shards on %d different datanodes; the cluster has %d in service", metaapi.ErrInvalid, s.Name, s.Shards(), s.Shards(), n)
+	}
+	return nil
+}
+
+// GetDefault returns the cluster's default policy.
+func (m *Manager) GetDefault() (ecapi.Policy, error) {
+	return state.Read(m.st, func() (ecapi.Policy, error) {
+		s, src := m.policyLocked("")
+		return ecapi.Policy{Policy: s.String(), Source: src}, nil
+	})
+}
+
+// SetDefault sets the cluster's default policy (one record, replicated).
+func (m *Manager) SetDefault(text string) error {
+	s, err := ec.ParseSpec(text)
+	if err != nil {
+		return fmt.Errorf("%w: %v", metaapi.ErrInvalid, err)
+	}
+	_, err = state.Mutate(m.st, func() (struct{}, *pebble.Batch, error) {
+		if err := m.checkPlaceable(s); err != nil {
+			return struct{}{}, nil, err
+		}
+		b := m.st.Store.NewBatch()
+		state.Set(b, DefaultKey(), state.BucketConfRecord{Updated: m.st.Cfg.Now(), Doc: s.String()}.Encode())
+		return struct{}{}, b, nil
+	})
+	return err
+}
+
+// GetBucket returns the policy a bucket's containers get.
+func (m *Manager) GetBucket(bucket string) (ecapi.Policy, error) {
+	if err := metaapi.ValidBucket(bucket); err != nil {
+		return ecapi.Policy{}, err
+	}
+	return state.Read(m.st, func() (ecapi.Policy, error) {
+		if _, ok := m.st.Buckets[bucket]; !ok {
+			return ecapi.Policy{}, fmt.Errorf("%w %s", metaapi.ErrNoSuchBucket, bucket)
+		}
+		s, src := m.policyLocked(bucket)
+		return ecapi.Policy{Policy: s.String(), Source: src}, nil
+	})
+}
+
+// SetBucket sets a bucket's own policy ("" removes it), one record
+// (state.BucketConfKey(bucket, ConfName)), deleted with the bucket.
+func (m *Manager) SetBucket(bucket, text string) error {
+	if err := metaapi.ValidBucket(bucket); err != nil {
+		return err
+	}
+	var s ec.Spec
+	if text != "" {
+		var err error
+		if s, err = ec.ParseSpec(text); err != nil {
+			return fmt.Errorf("%w: %v", metaapi.ErrInvalid, err)
+		}
+	}
+	_, err := state.Mutate(m.st, func() (struct{}, *pebble.Batch, error) {
+		if _, ok := m.st.Buckets[bucket]; !ok {
+			return struct{}{}, nil, fmt.Errorf("%w %s", metaapi.ErrNoSuchBucket, bucket)
+		}
+		if err := m.checkPlaceable(s); err != nil {
+			return struct{}{}, nil, err
+		}
+		b := m.st.Store.NewBatch()
+		if text == "" {
+			state.Del(b, state.BucketConfKey(bucket, ConfName))
+			return struct{}{}, b, nil
+		}
+		state.Set(b, state.BucketConfKey(bucket, ConfName), state.BucketConfRecord{Updated: m.st.Cfg.Now(), Doc: s.String()}.Encode())
+		return struct{}{}, b, nil
+	})
+	return err
+}
+
+// scanBucketsLocked learns which buckets have blocks in which container
+// (a scan of every key; at most every ScanEvery). Under State.Mu and m.mu.
+func (m *Manager) scanBucketsLocked(now time.Time) error {
+	if m.buckets != nil && now.Sub(m.scanned) < ScanEvery {
+		return nil
+	}
+	out := map[uint64][]string{}
+	err := m.st.Scan(state.PrefixKey, func(k, v []byte) error {
+		end := slices.Index(k[1:], 0)
+		if end < 0 {
+			return nil
+		}
+		bucket := string(k[1 : 1+end])
+		rec, err := state.DecodeKey(v)
+		if err != nil {
+			return err
+		}
+		for _, b := range rec.Blocks {
+			if !slices.Contains(out[b.Container], bucket) {
+				out[b.Container] = append(out[b.Container], bucket)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("meta: the containers' buckets: %w", err)
+	}
+	m.buckets, m.scanned = out, now
+	return nil
+}

@@ -1,0 +1,109 @@
+package ecmeta_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spindle-store/spindle/internal/meta"
+	"github.com/spindle-store/spindle/internal/meta/ecmeta"
+	"github.com/spindle-store/spindle/internal/meta/state"
+	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/metaapi/ecapi"
+	"github.com/spindle-store/spindle/internal/metaapi/s3meta"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func TestRecordRoundTrip(t *testing.T) {
+	r := ecmeta.Record{Container: 7, Converted: time.UnixMilli(1234), Policy: "rs-3-2", Logical: 30, Nodes: []uint64{1, 2, 3, 4, 5},
+		Blocks: []ecapi.Block{{Local: 1, Offset: 0, Length: 10, CRC32C: 9}, {Local: 3, Offset: 10, Length: 20, CRC32C: 8}}}
+	b := r.Encode()
+	got, err := ecmeta.DecodeRecord(b)
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(r) {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	for i := range b {
+		c := append([]byte(nil), b...)
+		c[i] ^= 1
+		if _, err := ecmeta.DecodeRecord(c); !errors.Is(err, state.ErrCorrupt) {
+			t.Fatalf("byte %d flipped: %v", i, err)
+		}
+	}
+	bad := r
+	bad.Nodes = []uint64{1, 2, 3, 4, 4}
+	if _, err := ecmeta.DecodeRecord(bad.Encode()); !errors.Is(err, state.ErrCorrupt) {
+		t.Fatalf("two shards on one datanode decoded: %v", err)
+	}
+}
+
+// TestPolicies: the default, a bucket's own, its tag; a coded policy the
+// cluster has too few datanodes for is refused, clearly.
+func TestPolicies(t *testing.T) {
+	srv, err := meta.Start(state.Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", TickInterval: -1, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	mc, err := metaapi.NewClient(srv.Addr(), metaapi.ClientOptions{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := mc.CreateBucket(ctx, "bkt"); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := ecapi.GetBucket(ctx, mc, "bkt"); err != nil || p.Policy != "rep3" || p.Source != "" {
+		t.Fatalf("a new bucket: %+v %v", p, err)
+	}
+	err = ecapi.SetBucket(ctx, mc, "bkt", "rs-3-2")
+	if !errors.Is(err, metaapi.ErrInvalid) || !contains(err.Error(), "5 shards on 5 different datanodes; the cluster has 0") {
+		t.Fatalf("rs-3-2 with no datanode: %v", err)
+	}
+	for i := range 5 {
+		if _, err := mc.Heartbeat(ctx, &metaapi.Heartbeat{UUID: fmt.Sprintf("00000000-0000-4000-8000-00000000000%d", i), Addr: fmt.Sprintf("127.0.0.1:%d", 1000+i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ecapi.SetBucket(ctx, mc, "bkt", "rs-6-3"); !errors.Is(err, metaapi.ErrInvalid) {
+		t.Fatalf("rs-6-3 with 5 datanodes: %v", err)
+	}
+	if err := ecapi.SetBucket(ctx, mc, "bkt", "rs-3-2,cell=256KiB,min-age=1h"); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := ecapi.GetBucket(ctx, mc, "bkt"); err != nil || p.Policy != "rs-3-2,cell=262144,min-age=1h0m0s" || p.Source != "bucket" {
+		t.Fatalf("bucket's own: %+v %v", p, err)
+	}
+	if err := ecapi.SetDefault(ctx, mc, "rs-3-2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mc.CreateBucket(ctx, "other"); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := ecapi.GetBucket(ctx, mc, "other"); err != nil || p.Policy != "rs-3-2" || p.Source != "default" {
+		t.Fatalf("default: %+v %v", p, err)
+	}
+	if err := s3meta.PutBucketConf(ctx, mc, "other", s3meta.ConfTagging, []byte(s3meta.EncodeTags(map[string]string{ecapi.TagName: "rep3"}))); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := ecapi.GetBucket(ctx, mc, "other"); err != nil || p.Policy != "rep3" || p.Source != "tag" {
+		t.Fatalf("tag: %+v %v", p, err)
+	}
+	if err := ecapi.SetBucket(ctx, mc, "bkt", ""); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := ecapi.GetBucket(ctx, mc, "bkt"); err != nil || p.Source != "default" {
+		t.Fatalf("bucket's own removed: %+v %v", p, err)
+	}
+	if err := ecapi.SetDefault(ctx, mc, "rs-4-2"); !errors.Is(err, metaapi.ErrInvalid) {
+		t.Fatalf("an unknown policy: %v", err)
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
