@@ -168,12 +168,12 @@ func (s *Service) Handler() http.Handler {
 		return st, http.StatusOK, err
 	})
 	s.routeS3(route)
-	s.gate.RouteGrants(route, decodeBody) // package access
-	s.routeS3Conf(route)                  // http_s3conf.go
-	s.routeOps(route)                     // ops.go
-	s.routeJoin(route)                    // join.go
-	s.routeCerts(route)                   // certs.go
-	s.ec.Routes(route, s.gate.AsBucketAdmin)     // package ecmeta
+	s.gate.RouteGrants(route, decodeBody)    // package access
+	s.routeS3Conf(route)                     // http_s3conf.go
+	s.routeOps(route)                        // ops.go
+	s.routeJoin(route)                       // join.go
+	s.routeCerts(route)                      // certs.go
+	s.ec.Routes(route, s.gate.AsBucketAdmin) // package ecmeta
 	mux.Handle("GET /metrics", s.guard("metrics", promhttp.HandlerFor(s.Metrics.Reg, promhttp.HandlerOpts{})))
 	mux.Handle("GET /v1/admin/backup", s.guard("backup", s.backupHandler())) // backup.go
 	s.raftRoutes(mux)

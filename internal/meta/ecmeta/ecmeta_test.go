@@ -106,4 +106,3 @@ func TestPolicies(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
-
