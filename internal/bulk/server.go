@@ -66,6 +66,9 @@ type Server struct {
 	// Tokens, when set before the first Handle, checks export tokens
 	// (authorizeExport); nil: none needed.
 	Tokens *blocktoken.Verifier
+	// Shards, when set before the first Handle, keeps this node's
+	// erasure-coded shards (shard.go: OpPutShard, OpReadShard).
+	Shards ShardStore
 
 	eng  *engine.Engine
 	log  *slog.Logger
@@ -181,6 +184,9 @@ func (s *Server) serve(conn net.Conn) error {
 	}
 	if _, err := io.ReadFull(conn, rb[:]); err != nil {
 		return fmt.Errorf("reading the request: %w", err)
+	}
+	if rb[3] == OpPutShard || rb[3] == OpReadShard {
+		return s.serveShard(conn, w, rb[:])
 	}
 	req, err := decodeRequest(rb[:])
 	if err != nil {

@@ -43,8 +43,10 @@ import (
 
 	"github.com/spindle-store/spindle/internal/bulk"
 	"github.com/spindle-store/spindle/internal/certwatch"
+	"github.com/spindle-store/spindle/internal/ecnode"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/metaapi/ecapi"
 	"github.com/spindle-store/spindle/internal/pipeline"
 	"github.com/spindle-store/spindle/internal/readyfile"
 	"github.com/spindle-store/spindle/internal/tlsconf"
@@ -97,6 +99,9 @@ type Config struct {
 	// the pipelines it is told to (kept in PIPELINES.json for restarts).
 	Meta              MetaClient
 	HeartbeatInterval time.Duration
+	// ECHook, when set (tests), is called after each step of this node's
+	// EC conversions (ecnode.Worker.Hook).
+	ECHook func(container uint64, step string) error
 	// MetricsListen is the HTTP address of /metrics (Prometheus); empty:
 	// none. Reported to the meta service.
 	MetricsListen string
@@ -331,6 +336,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		tokens.SetKeys(keys)
 	}
 	defer bsrv.Close()
+	var shards *ecnode.Store // erasure-coded shards (issue 37): stored and served through the bulk server
+	if cfg.Meta != nil {
+		if shards, err = ecnode.OpenStore(filepath.Join(cfg.DataDirs[0], "ec")); err != nil {
+			closeQuietly(ln)
+			return fmt.Errorf("datanode: %w", err)
+		}
+		bsrv.Shards = shards
+	}
 	registerBulkMetrics(reg, bsrv)
 	reg.MustRegister(spaceCollector{eng: eng, log: log}) // space_metrics.go
 	reg.MustRegister(tlsconf.ExpiryGauge(cfg.TLS))
@@ -409,6 +422,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			interval: interval, proposals: make(chan struct{}, maxConcurrentProposals), copier: copier, deleted: newReportQueue[metaapi.BlockRef](maxPendingAcks), blocks: newBlockCounter(),
 			scrub: scrub, repair: repair, bg: &bg, bgCtx: bgCtx, volFound: vols.found, tokens: tokens}
 		go func() { defer close(hbDone); h.run(bgCtx) }()
+		if doer, ok := cfg.Meta.(ecapi.Doer); ok { // the meta service's client (not a test's fake)
+			ecw := &ecnode.Worker{Eng: eng, Store: shards, Meta: doer, TLS: cfg.TLS, Node: cfg.ID, Log: log, Interval: interval, Hook: cfg.ECHook}
+			bg.Add(1)
+			go func() { defer bg.Done(); ecw.Run(bgCtx) }()
+		}
 	} else {
 		close(hbDone)
 	}

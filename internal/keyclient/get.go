@@ -10,6 +10,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/client"
 	"github.com/spindle-store/spindle/internal/crc32c"
+	"github.com/spindle-store/spindle/internal/ecread"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/transport"
 )
@@ -289,7 +290,7 @@ func (g *getStream) start(ctx context.Context, r *readReq) error {
 	go func() {
 		defer close(r.done)
 		var ch client.Chunk
-		ch, r.release, r.err = readReplicas(ctx, pc.c, kb, pref, r.off, r.len)
+		ch, r.release, r.err = readReplicas(ctx, pc.c, g.c.ec, kb, pref, r.off, r.len)
 		r.data, r.sums, r.bpc = ch.Data, ch.Checksums, ch.BytesPerChecksum
 	}()
 	return nil
@@ -302,11 +303,17 @@ func (g *getStream) start(ctx context.Context, r *readReq) error {
 //
 // The chunk's bytes are lent (client.ReadChunkLent): release gives them
 // back once written on.
-func readReplicas(ctx context.Context, cl *client.Client, kb *metaapi.KeyBlock, pref *atomic.Int32, off, n uint64) (client.Chunk, func(), error) {
+//
+// An erasure-coded container (ecr: known coded, or every replica failed
+// and the meta service has its layout) is read from its shards instead.
+func readReplicas(ctx context.Context, cl *client.Client, ecr *ecread.Reader, kb *metaapi.KeyBlock, pref *atomic.Int32, off, n uint64) (client.Chunk, func(), error) {
 	id := client.BlockID{Container: kb.Container, Local: kb.Local, Token: kb.Token}
 	members := kb.Members
 	start := int(pref.Load())
 	var errs replicaErrors
+	if ecr != nil && ecr.Coded(kb.Container) {
+		members = nil // its replicas are gone or going
+	}
 	for i := range members {
 		k := (start + i) % len(members)
 		ch, release, err := cl.ReadChunkLent(ctx, members[k].Addr, id, off, n)
@@ -322,6 +329,15 @@ func readReplicas(ctx context.Context, cl *client.Client, kb *metaapi.KeyBlock, 
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", members[k].Addr, err))
 		pref.CompareAndSwap(int32(k), int32((k+1)%len(members)))
+	}
+	if ecr != nil {
+		data, err := ecr.ReadBlock(ctx, kb.Container, kb.Local, off, n)
+		if err == nil {
+			return client.Chunk{Offset: off, Data: data}, nil, nil
+		}
+		if !errors.Is(err, ecread.ErrNotCoded) {
+			errs = append(errs, err)
+		}
 	}
 	return client.Chunk{}, nil, fmt.Errorf("read %d bytes at %d of block %s (pipeline %d): every replica failed: %w", n, off, id, kb.Pipeline, errs)
 }

@@ -12,8 +12,10 @@ import (
 
 	"github.com/spindle-store/spindle/internal/client"
 	"github.com/spindle-store/spindle/internal/crc32c"
+	"github.com/spindle-store/spindle/internal/ecread"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/metaapi/ecapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
@@ -246,6 +248,9 @@ type Client struct {
 	// pieceShift appends a piece of BytesPerChecksum bytes to a CRC32C: a
 	// put makes the value's CRC32C from its pieces' (crc32c.Shift).
 	pieceShift *crc32c.Shift
+	// ec reads the blocks of erasure-coded containers (nil: a meta
+	// service without Do, a test's fake).
+	ec *ecread.Reader
 }
 
 // New returns a Client of the key store whose namespace is meta.
@@ -266,12 +271,16 @@ func New(meta Meta, opts Options) (*Client, error) {
 	ro.MaxAttempts = o.ReadAttempts
 	ro.RetryTimeout = o.ReadTimeout
 	ro.AttemptTimeout = min(o.ReadTimeout, max(ro.AttemptTimeout, client.DefaultAttemptTimeout))
-	return &Client{
+	c := &Client{
 		meta: meta, opts: o, log: o.Logger,
 		writes:     newPool(o.Pipeline, o.MaxPipelineClients),
 		reads:      newPool(ro, o.MaxPipelineClients),
 		pieceShift: crc32c.NewShift(uint64(o.BytesPerChecksum)),
-	}, nil
+	}
+	if d, ok := meta.(ecapi.Doer); ok {
+		c.ec = ecread.New(d, o.Pipeline.Conn.TLS)
+	}
+	return c, nil
 }
 
 // Options returns the Client's options, defaults filled in.
@@ -284,6 +293,9 @@ func (c *Client) Meta() Meta { return c.meta }
 func (c *Client) Close() error {
 	c.writes.close()
 	c.reads.close()
+	if c.ec != nil {
+		c.ec.Close()
+	}
 	return nil
 }
 
