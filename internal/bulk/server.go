@@ -324,6 +324,13 @@ type FetchResult struct {
 // Dial connects to a source (with TLS when sec says so; nil: plaintext);
 // the dialer and the handshake honour ctx.
 func Dial(ctx context.Context, sec *tlsconf.Settings, addr string) (net.Conn, error) {
+	return dial(ctx, sec, addr, true)
+}
+
+// dial is Dial; tune: TuneReceiver (not for a connection of small
+// answers awaited one by one, such as shard reads: SO_RCVLOWAT would hold
+// each until the read deadline).
+func dial(ctx context.Context, sec *tlsconf.Settings, addr string, tune bool) (net.Conn, error) {
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -336,6 +343,9 @@ func Dial(ctx context.Context, sec *tlsconf.Settings, addr string) (net.Conn, er
 	c, err := sec.Pin(tlsconf.RoleDatanode).Client(ctx, raw, addr) // datanodes only (issue 33)
 	if err != nil {
 		return nil, fmt.Errorf("bulk: %w", err)
+	}
+	if !tune {
+		return c, nil
 	}
 	TuneReceiver(raw)
 	if rc := tlsconf.RecordConnOf(c); rc != nil {

@@ -181,7 +181,7 @@ func (s *Server) serveShard(conn net.Conn, w *bufio.Writer, rb []byte) error {
 // the datanode at addr, and returns once that node has it verified and
 // durable. An *os.File goes by sendfile over plaintext.
 func PutShard(ctx context.Context, sec *tlsconf.Settings, addr string, container uint64, index int, src io.Reader, size int64) error {
-	conn, err := Dial(ctx, sec, addr)
+	conn, err := dial(ctx, sec, addr, false)
 	if err != nil {
 		return err
 	}
@@ -240,7 +240,7 @@ func (r *ShardReader) readLocked(p []byte, off int64) error {
 	}
 	if r.conn == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		conn, err := Dial(ctx, r.Sec, r.Addr)
+		conn, err := dial(ctx, r.Sec, r.Addr, false)
 		cancel()
 		if err != nil {
 			return err
