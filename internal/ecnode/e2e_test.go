@@ -21,6 +21,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/datanode"
 	"github.com/spindle-store/spindle/internal/ec"
+	"github.com/spindle-store/spindle/internal/ecnode"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/meta/state"
@@ -211,11 +212,13 @@ func (c *testCluster) usedContainers() []uint64 {
 func (c *testCluster) checkInvariant(where string) {
 	c.t.Helper()
 	for _, cid := range c.usedContainers() {
+		// The replicas first: they go only after the switch, so fewer
+		// than three seen here means the layout read next exists.
+		c.svc.Mu.RLock()
+		n := len(c.svc.ReplicasOf(cid, time.Now()))
+		c.svc.Mu.RUnlock()
 		l, err := ecapi.GetLayout(context.Background(), c.mc, cid)
 		if errors.Is(err, metaapi.ErrNotFound) {
-			c.svc.Mu.RLock()
-			n := len(c.svc.ReplicasOf(cid, time.Now()))
-			c.svc.Mu.RUnlock()
 			if n < 3 {
 				c.t.Fatalf("%s: container %d is not erasure-coded and has %d healthy replicas", where, cid, n)
 			}
@@ -376,4 +379,68 @@ func TestConvertAndReadWithTwoDown(t *testing.T) {
 			c.start(b)
 		}
 	}
+}
+
+// TestConversionCrashAtEachStep crashes a conversion at each of its steps
+// (the converter stops there as a kill -9 would, and is restarted): after
+// every crash, each container is either erasure-coded with its complete
+// shard set on its datanodes or still has its three replicas, never
+// neither; in the end every container is converted and every key reads
+// back with two datanodes stopped.
+func TestConversionCrashAtEachStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six datanodes")
+	}
+	c := startCluster(t, 6)
+	ctx := context.Background()
+	kc := c.keyClient()
+	if _, err := kc.CreateBucket(ctx, "cold"); err != nil {
+		t.Fatal(err)
+	}
+	vals := putKeys(t, kc, "cold", 24)
+	c.closeAll()
+	for _, step := range []string{ecnode.StepRead, ecnode.StepEncode, ecnode.StepStored, ecnode.StepReport, ecnode.StepDropped} {
+		type hit struct {
+			node      int
+			container uint64
+		}
+		crashed := make(chan hit, 1)
+		var once sync.Once
+		c.setHook(func(i int, container uint64, s string) error {
+			if s != step {
+				return nil
+			}
+			err := error(nil)
+			once.Do(func() {
+				crashed <- hit{i, container}
+				err = ecnode.ErrCrash
+			})
+			return err
+		})
+		if step == ecnode.StepRead {
+			// The policy only now: the first conversions meet the hook.
+			if err := ecapi.SetBucket(ctx, c.mc, "cold", "rs-3-2,cell=16KiB"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var h hit
+		select {
+		case h = <-crashed:
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("no conversion reached step %s", step)
+		}
+		c.setHook(nil)
+		c.checkInvariant(fmt.Sprintf("crash of datanode %d after step %s of container %d", h.node, step, h.container))
+		c.stop(h.node)
+		c.checkInvariant(fmt.Sprintf("datanode %d down after its crash at %s", h.node, step))
+		c.start(h.node)
+		t.Logf("crash after %s of container %d on datanode %d: invariant held", step, h.container, h.node)
+	}
+	waitFor(t, 3*time.Minute, "every container converted and its replicas dropped", c.convertedAndDropped)
+	c.checkInvariant("after the conversions")
+	c.stop(1)
+	c.stop(4)
+	readAll(t, c.keyClient(), "cold", vals, "datanodes 1 and 4 stopped")
+	c.start(1)
+	c.start(4)
 }
