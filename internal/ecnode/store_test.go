@@ -1,0 +1,136 @@
+package ecnode_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spindle-store/spindle/internal/bulk"
+	"github.com/spindle-store/spindle/internal/ec"
+	"github.com/spindle-store/spindle/internal/ecnode"
+	"github.com/spindle-store/spindle/internal/engine"
+)
+
+// TestShardsOverBulk: shards stored through the bulk server are verified
+// before they are kept (a corrupt one is refused and leaves nothing), read
+// back by range, and a set opened over them reads the container's bytes,
+// also with a shard gone.
+func TestShardsOverBulk(t *testing.T) {
+	eng, err := engine.Open(engine.Config{DataDirs: []string{t.TempDir()}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Close() })
+	dir := filepath.Join(t.TempDir(), "ec")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "9.0.shard.tmp-0123456789abcdef"), []byte("left by a crash"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	store, err := ecnode.OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("a crash's temporary survived OpenStore: %v", ents)
+	}
+	srv := bulk.NewServer(eng, 0, quiet)
+	srv.Shards = store
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm := bulk.NewDemux(ln, nil, srv.Handle, 0)
+	t.Cleanup(func() { _ = dm.Close(); dm.Wait(); srv.Close() })
+	addr := ln.Addr().String()
+
+	p, _ := ec.ParsePolicy("rs-3-2")
+	p.CellBytes = 16 << 10
+	data := make([]byte, 200<<10+123)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	bufs := make([]*bytes.Buffer, p.Shards())
+	dst := make([]io.Writer, p.Shards())
+	for i := range bufs {
+		bufs[i] = &bytes.Buffer{}
+		dst[i] = bufs[i]
+	}
+	if err := ec.Encode(bytes.NewReader(data), int64(len(data)), p, 42, dst); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	bad := bytes.Clone(bufs[0].Bytes())
+	bad[100] ^= 1
+	if err := bulk.PutShard(ctx, nil, addr, 42, 0, bytes.NewReader(bad), int64(len(bad))); !errors.Is(err, bulk.ErrRemote) || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("a corrupt shard: %v", err)
+	}
+	if err := bulk.PutShard(ctx, nil, addr, 42, 1, bytes.NewReader(bufs[0].Bytes()), int64(bufs[0].Len())); err == nil {
+		t.Fatal("shard 0 stored as shard 1")
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("refused shards left files: %v", ents)
+	}
+	for i, b := range bufs {
+		if err := bulk.PutShard(ctx, nil, addr, 42, i, bytes.NewReader(b.Bytes()), int64(b.Len())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readers := make([]io.ReaderAt, p.Shards())
+	for i := range readers {
+		r := &bulk.ShardReader{Addr: addr, Container: 42, Index: i}
+		t.Cleanup(func() { _ = r.Close() })
+		readers[i] = r
+	}
+	check := func(what string) {
+		s, err := ec.Open(readers)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		got := make([]byte, len(data))
+		if _, err := s.ReadAt(got, 0); err != nil && err != io.EOF || !bytes.Equal(got, data) {
+			t.Fatalf("%s: read back: equal %v, %v", what, bytes.Equal(got, data), err)
+		}
+		part := make([]byte, 5000)
+		if _, err := s.ReadAt(part, 70000); err != nil || !bytes.Equal(part, data[70000:75000]) {
+			t.Fatalf("%s: range: %v", what, err)
+		}
+	}
+	check("every shard")
+	if err := os.Remove(store.Path(42, 1)); err != nil {
+		t.Fatal(err)
+	}
+	_ = readers[1].(*bulk.ShardReader).Close()
+	check("shard 1 gone")
+	if got, err := store.Shards(); err != nil || len(got[42]) != 4 {
+		t.Fatalf("shards listed: %v %v", got, err)
+	}
+}
+
+func TestSpecs(t *testing.T) {
+	for text, want := range map[string]string{
+		"rep3": "rep3", "rs-3-2": "rs-3-2", "rs-6-3,cell=1MiB": "rs-6-3", "rs-10-4,cell=64KiB,min-age=2h,min-bytes=1GiB": "rs-10-4,cell=65536,min-age=2h0m0s,min-bytes=1073741824",
+	} {
+		s, err := ec.ParseSpec(text)
+		if err != nil || s.String() != want {
+			t.Fatalf("%q: %q, %v (want %q)", text, s.String(), err, want)
+		}
+		if back, err := ec.ParseSpec(s.String()); err != nil || back != s {
+			t.Fatalf("%q does not read back: %+v %v", s.String(), back, err)
+		}
+	}
+	for _, bad := range []string{"", "rs-4-2", "rep3,cell=1MiB", "rs-3-2,cell=1000", "rs-3-2,cell=32MiB", "rs-3-2,min-age=-1h", "rs-3-2,colour=red", "rs-3-2,cell=1MiB,cell=2MiB"} {
+		if _, err := ec.ParseSpec(bad); err == nil {
+			t.Fatalf("%q accepted", bad)
+		}
+	}
+}
