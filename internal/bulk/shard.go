@@ -14,7 +14,7 @@ import (
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
-// Erasure-coded shards (issue 37, docs/FORMAT.md §14.5): a converter
+// Erasure-coded shards (issue 37, docs/FORMAT.md §16.3): a converter
 // stores each shard on its datanode (OpPutShard) and readers read ranges
 // of them (OpReadShard), on the same address and with the same 24-byte
 // request as an export: op 2 or 3, token length 0, the container, the
