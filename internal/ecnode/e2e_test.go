@@ -362,6 +362,11 @@ func TestConvertAndReadWithTwoDown(t *testing.T) {
 	c.closeAll()
 	waitFor(t, 2*time.Minute, "every container converted and its replicas dropped", c.convertedAndDropped)
 	c.checkInvariant("after the conversions")
+	// The replication manager does not count EC containers as replicas
+	// lost (it would copy them back, and safe mode would wait for them).
+	if st, err := c.mc.Replication(ctx); err != nil || st.UnderReplicated != 0 || st.Unrecoverable != 0 || len(st.Inflight) != 0 {
+		t.Fatalf("replication status after the conversions: %+v %v", st, err)
+	}
 	blocks, shards := c.rawBytes()
 	ratio := float64(blocks+shards) / float64(logical)
 	t.Logf("logical %d bytes in %d containers; raw: %d in shards, %d in block files: %.3f× logical", logical, len(c.usedContainers()), shards, blocks, ratio)
