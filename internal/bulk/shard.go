@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -193,6 +194,9 @@ func PutShard(ctx context.Context, sec *tlsconf.Settings, addr string, container
 		return fmt.Errorf("bulk: put shard %d of container %d on %s: %w", index, container, addr, err)
 	}
 	if n, err := io.Copy(conn, io.LimitReader(src, size)); err != nil || n != size {
+		if serr := readStatus(conn); errors.Is(serr, ErrRemote) { // refused before the bytes: say why
+			return fmt.Errorf("bulk: put shard %d of container %d on %s: %w", index, container, addr, serr)
+		}
 		return fmt.Errorf("bulk: put shard %d of container %d on %s: %d of %d bytes sent: %v", index, container, addr, n, size, err)
 	}
 	if err := readStatus(conn); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/spindle-store/spindle/internal/ec"
 	"github.com/spindle-store/spindle/internal/ecnode"
 	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // TestShardsOverBulk: shards stored through the bulk server are verified
@@ -131,6 +132,93 @@ func TestSpecs(t *testing.T) {
 	for _, bad := range []string{"", "rs-4-2", "rep3,cell=1MiB", "rs-3-2,cell=1000", "rs-3-2,cell=32MiB", "rs-3-2,min-age=-1h", "rs-3-2,colour=red", "rs-3-2,cell=1MiB,cell=2MiB"} {
 		if _, err := ec.ParseSpec(bad); err == nil {
 			t.Fatalf("%q accepted", bad)
+		}
+	}
+}
+
+// TestShardRolesOverTLS: over TLS only a datanode's certificate may store
+// a shard, and a meta member's may not read one (clients, gateways and
+// datanodes may).
+func TestShardRolesOverTLS(t *testing.T) {
+	pki, err := tlsconf.EnsureLocal(t.TempDir(), []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := tlsconf.LoadCA(filepath.Join(pki.Dir, "ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	certDir := t.TempDir()
+	settings := func(r tlsconf.Role) *tlsconf.Settings {
+		c, k, err := ca.Issue(tlsconf.IssueRequest{Name: "test-" + string(r), Role: r, Hosts: []string{"127.0.0.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp, kp, err := tlsconf.WritePair(certDir, "test-"+string(r), c, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := tlsconf.NewSettings(tlsconf.Files{Cert: cp, Key: kp, CA: pki.CA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	eng, err := engine.Open(engine.Config{DataDirs: []string{t.TempDir()}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Close() })
+	store, err := ecnode.OpenStore(filepath.Join(t.TempDir(), "ec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := bulk.NewServer(eng, 0, quiet)
+	srv.Shards = store
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm := bulk.NewDemux(ln, settings(tlsconf.RoleDatanode), srv.Handle, 0)
+	t.Cleanup(func() { _ = dm.Close(); dm.Wait(); srv.Close() })
+	addr := ln.Addr().String()
+
+	p, _ := ec.ParsePolicy("rs-3-2")
+	p.CellBytes = 16 << 10
+	data := bytes.Repeat([]byte("shard"), 10000)
+	bufs := make([]*bytes.Buffer, p.Shards())
+	dst := make([]io.Writer, p.Shards())
+	for i := range bufs {
+		bufs[i] = &bytes.Buffer{}
+		dst[i] = bufs[i]
+	}
+	if err := ec.Encode(bytes.NewReader(data), int64(len(data)), p, 5, dst); err != nil {
+		t.Fatal(err)
+	}
+	put := func(r tlsconf.Role) error {
+		return bulk.PutShard(context.Background(), settings(r), addr, 5, 0, bytes.NewReader(bufs[0].Bytes()), int64(bufs[0].Len()))
+	}
+	for _, r := range []tlsconf.Role{tlsconf.RoleClient, tlsconf.RoleS3, tlsconf.RoleAdmin, tlsconf.RoleMeta} {
+		if err := put(r); err == nil || !strings.Contains(err.Error(), "forbidden") {
+			t.Fatalf("a shard stored with the %s certificate: %v, want forbidden", r, err)
+		}
+	}
+	if err := put(tlsconf.RoleDatanode); err != nil {
+		t.Fatal(err)
+	}
+	read := func(r tlsconf.Role) error {
+		sr := &bulk.ShardReader{Sec: settings(r), Addr: addr, Container: 5, Index: 0}
+		defer func() { _ = sr.Close() }()
+		b := make([]byte, 64)
+		_, err := sr.ReadAt(b, 0)
+		return err
+	}
+	if err := read(tlsconf.RoleMeta); err == nil || !strings.Contains(err.Error(), "forbidden") {
+		t.Fatalf("a shard read with the meta certificate: %v, want forbidden", err)
+	}
+	for _, r := range []tlsconf.Role{tlsconf.RoleClient, tlsconf.RoleS3, tlsconf.RoleDatanode, tlsconf.RoleAdmin} {
+		if err := read(r); err != nil {
+			t.Fatalf("a shard read with the %s certificate: %v", r, err)
 		}
 	}
 }
