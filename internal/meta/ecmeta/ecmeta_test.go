@@ -1,6 +1,7 @@
 package ecmeta_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -106,3 +107,20 @@ func TestPolicies(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// FuzzDecodeRecord: whatever the bytes, DecodeRecord does not panic, and
+// what it accepts encodes back to the same bytes.
+func FuzzDecodeRecord(f *testing.F) {
+	f.Add(ecmeta.Record{Container: 7, Converted: time.UnixMilli(1234), Policy: "rs-3-2", Logical: 30, Nodes: []uint64{1, 2, 3, 4, 5},
+		Blocks: []ecapi.Block{{Local: 1, Offset: 0, Length: 10, CRC32C: 9}, {Local: 3, Offset: 10, Length: 20, CRC32C: 8}}}.Encode())
+	f.Add([]byte{1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := ecmeta.DecodeRecord(b)
+		if err != nil {
+			return
+		}
+		if got := r.Encode(); !bytes.Equal(got, b) {
+			t.Fatalf("decoded %+v encodes to %x, was %x", r, got, b)
+		}
+	})
+}
