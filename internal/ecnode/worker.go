@@ -220,7 +220,7 @@ func (w *Worker) Convert(ctx context.Context, c ecapi.Conversion) (logical int64
 	if err := w.hook(c.Container, StepReport); err != nil {
 		return 0, err
 	}
-	rep := ecapi.Converted{Container: c.Container, Policy: spec.String(), Logical: uint64(logical), Blocks: blocks}
+	rep := ecapi.Converted{Node: w.Node, Container: c.Container, Policy: spec.String(), Logical: uint64(logical), Blocks: blocks}
 	for _, t := range c.Targets {
 		rep.Nodes = append(rep.Nodes, t.Node)
 	}

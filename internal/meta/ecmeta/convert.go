@@ -12,6 +12,7 @@ import (
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/metaapi/ecapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // Work answers a datanode's poll: the replicas of EC containers it still
@@ -20,7 +21,10 @@ import (
 // of, when the cluster runs fewer than MaxConversions. A conversion the
 // node no longer lists as running is over (failed: it may be scheduled
 // again).
-func (m *Manager) Work(req ecapi.WorkRequest) (ecapi.Work, error) {
+//
+// Over TLS the caller must be the datanode it names (the certificate its
+// node record is bound to, as for heartbeats).
+func (m *Manager) Work(req ecapi.WorkRequest, caller tlsconf.Peer) (ecapi.Work, error) {
 	return state.Read(m.st, func() (ecapi.Work, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -30,6 +34,9 @@ func (m *Manager) Work(req ecapi.WorkRequest) (ecapi.Work, error) {
 		n := m.st.NodeByID[req.Node]
 		if n == nil {
 			return ecapi.Work{}, fmt.Errorf("%w: datanode %d", metaapi.ErrNotFound, req.Node)
+		}
+		if err := speaksFor(caller, n); err != nil {
+			return ecapi.Work{}, err
 		}
 		now := m.st.Cfg.Now()
 		var w ecapi.Work
@@ -155,7 +162,9 @@ func (m *Manager) placeLocked(cid uint64, s ec.Spec, now time.Time) ([]uint64, e
 // Converted records a finished conversion: one record, the switch of the
 // container to EC, once every shard is fsynced on its node (the converter
 // reports only then). From the answer on, its replicas are dropped.
-func (m *Manager) Converted(r ecapi.Converted) error {
+//
+// Over TLS the caller must be the converter the report names.
+func (m *Manager) Converted(r ecapi.Converted, caller tlsconf.Peer) error {
 	rec := Record{Container: r.Container, Policy: r.Policy, Logical: r.Logical, Nodes: r.Nodes, Blocks: r.Blocks}
 	if err := rec.check(); err != nil {
 		return fmt.Errorf("%w: conversion of container %d: %v", metaapi.ErrInvalid, r.Container, err)
@@ -164,6 +173,13 @@ func (m *Manager) Converted(r ecapi.Converted) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if err := m.ensureLocked(); err != nil {
+			return struct{}{}, nil, err
+		}
+		conv := m.st.NodeByID[r.Node]
+		if conv == nil {
+			return struct{}{}, nil, fmt.Errorf("%w: converter %d is no datanode", metaapi.ErrInvalid, r.Node)
+		}
+		if err := speaksFor(caller, conv); err != nil {
 			return struct{}{}, nil, err
 		}
 		c := m.st.ContainerByID[r.Container]
@@ -199,6 +215,15 @@ func (m *Manager) Converted(r ecapi.Converted) error {
 	m.mu.Unlock()
 	m.st.Mu.RUnlock()
 	m.st.Log.Info("container erasure-coded", "container", r.Container, "policy", r.Policy, "logical_bytes", r.Logical, "shard_nodes", r.Nodes)
+	return nil
+}
+
+// speaksFor refuses an authenticated caller whose certificate is not the
+// one node's record is bound to (plaintext: nobody is authenticated).
+func speaksFor(caller tlsconf.Peer, n *state.Node) error {
+	if caller.Authenticated() && n.Rec.CertName != caller.Name {
+		return fmt.Errorf("%w: certificate %s does not speak for datanode %d", metaapi.ErrForbidden, caller, n.Rec.ID)
+	}
 	return nil
 }
 

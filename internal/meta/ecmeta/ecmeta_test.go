@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/metaapi/ecapi"
 	"github.com/spindle-store/spindle/internal/metaapi/s3meta"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -123,4 +125,63 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("decoded %+v encodes to %x, was %x", r, got, b)
 		}
 	})
+}
+
+// TestWorkBoundToCertificate: over TLS a datanode asks for its own
+// erasure-coding work and reports its own conversions only: another
+// datanode's certificate is refused (FORBIDDEN), as for heartbeats.
+func TestWorkBoundToCertificate(t *testing.T) {
+	pki, err := tlsconf.EnsureLocal(t.TempDir(), []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := tlsconf.LoadCA(filepath.Join(pki.Dir, "ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	certDir := t.TempDir()
+	issue := func(name string, r tlsconf.Role) *tlsconf.Settings {
+		c, k, err := ca.Issue(tlsconf.IssueRequest{Name: name, Role: r, Hosts: []string{"127.0.0.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp, kp, err := tlsconf.WritePair(certDir, name, c, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := tlsconf.NewSettings(tlsconf.Files{Cert: cp, Key: kp, CA: pki.CA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	srv, err := meta.Start(state.Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", TickInterval: -1, Logger: quiet, TLS: issue("meta-1", tlsconf.RoleMeta)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	ctx := context.Background()
+	clients := map[string]*metaapi.Client{}
+	ids := map[string]uint64{}
+	for i, name := range []string{"dn-a", "dn-b"} {
+		mc, err := metaapi.NewClient(srv.Addr(), metaapi.ClientOptions{TLS: issue(name, tlsconf.RoleDatanode), Timeout: 5 * time.Second, Attempts: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := mc.Heartbeat(ctx, &metaapi.Heartbeat{UUID: fmt.Sprintf("00000000-0000-4000-8000-00000000000%d", i), Addr: fmt.Sprintf("127.0.0.1:%d", 1000+i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients[name], ids[name] = mc, resp.NodeID
+	}
+	if _, err := ecapi.GetWork(ctx, clients["dn-a"], ecapi.WorkRequest{Node: ids["dn-a"]}); err != nil {
+		t.Fatalf("a datanode's own work: %v", err)
+	}
+	if _, err := ecapi.GetWork(ctx, clients["dn-b"], ecapi.WorkRequest{Node: ids["dn-a"]}); !errors.Is(err, metaapi.ErrForbidden) {
+		t.Fatalf("dn-b asking for dn-a's work: %v, want forbidden", err)
+	}
+	rep := ecapi.Converted{Node: ids["dn-a"], Container: 1, Policy: "rs-3-2", Nodes: []uint64{1, 2, 3, 4, 5}}
+	if err := ecapi.ReportConverted(ctx, clients["dn-b"], rep); !errors.Is(err, metaapi.ErrForbidden) {
+		t.Fatalf("dn-b reporting dn-a's conversion: %v", err)
+	}
 }

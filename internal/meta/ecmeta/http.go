@@ -10,6 +10,7 @@ import (
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/metaapi/ecapi"
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // Route names (package meta gives each its access class).
@@ -56,7 +57,11 @@ func (m *Manager) Routes(route func(pattern, name string, h func(w http.Response
 		if err := decode(w, r, &req); err != nil {
 			return nil, 0, err
 		}
-		work, err := m.Work(req)
+		caller, err := tlsconf.PeerOfState(r.TLS)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: %v", metaapi.ErrForbidden, err)
+		}
+		work, err := m.Work(req, caller)
 		return work, http.StatusOK, err
 	})
 	route("POST "+ecapi.ConvertedRoute, RouteConverted, func(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -64,7 +69,11 @@ func (m *Manager) Routes(route func(pattern, name string, h func(w http.Response
 		if err := decode(w, r, &req); err != nil {
 			return nil, 0, err
 		}
-		return nil, http.StatusNoContent, m.Converted(req)
+		caller, err := tlsconf.PeerOfState(r.TLS)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: %v", metaapi.ErrForbidden, err)
+		}
+		return nil, http.StatusNoContent, m.Converted(req, caller)
 	})
 	route("GET "+ecapi.ContainerRoute+"{id}", RouteLayout, func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)

@@ -18,7 +18,9 @@
 // unconvertible. A Converted report names a datanode for every shard, each
 // shard already fsynced there; once the meta service answered it the
 // container is erasure-coded, and only then does a Work answer list its
-// replicas to drop.
+// replicas to drop. Over TLS a datanode's work and reports are refused
+// (FORBIDDEN) unless its certificate is the one its node record is bound
+// to, as for heartbeats.
 //
 // Concurrency: the functions are safe for concurrent use when their Doer
 // is (metaapi.Client is).
@@ -91,6 +93,9 @@ type Block struct {
 
 // Converted reports a finished conversion: every shard fsynced on its node.
 type Converted struct {
+	// Node is the converter (over TLS, the caller's certificate must be
+	// bound to it).
+	Node      uint64   `json:"node"`
 	Container uint64   `json:"container"`
 	Policy    string   `json:"policy"`
 	Logical   uint64   `json:"logical"`
