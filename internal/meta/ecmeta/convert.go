@@ -120,9 +120,15 @@ func (m *Manager) scheduleLocked(node uint64, now time.Time) (ecapi.Conversion, 
 // cid wants (false: none, or they disagree — the container stays
 // replicated).
 func (m *Manager) containerPolicyLocked(cid uint64) (ec.Spec, bool) {
+	return agreed(m.buckets[cid], func(b string) ec.Spec { s, _ := m.policyLocked(b); return s })
+}
+
+// agreed is the coded policy every one of buckets wants (false: none of
+// them, one wants rep3, or two disagree).
+func agreed(buckets []string, policyOf func(bucket string) ec.Spec) (ec.Spec, bool) {
 	var want ec.Spec
-	for i, b := range m.buckets[cid] {
-		s, _ := m.policyLocked(b)
+	for i, b := range buckets {
+		s := policyOf(b)
 		if !s.Coded() || (i > 0 && s.String() != want.String()) {
 			return ec.Spec{}, false
 		}
