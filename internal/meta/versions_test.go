@@ -10,7 +10,7 @@ import (
 )
 
 // listAll lists every version of bucket, limit a page.
-func listAll(t *testing.T, s *Service, bucket string, limit int) []versionapi.Version {
+func listAll(t *testing.T, s namespace.Versions, bucket string, limit int) []versionapi.Version {
 	t.Helper()
 	var out []versionapi.Version
 	o := versionapi.ListOptions{Limit: limit}
@@ -49,7 +49,7 @@ func versionIDs(vs []versionapi.Version) []string {
 // and version markers; everything survives a restart.
 func TestVersionsStore(t *testing.T) {
 	c := threeNodes(t, nil)
-	s := c.s
+	s := vs(c.s)
 	legacy := c.put("bkt", "a", 1, 10)
 	if legacy.VersionID != "" {
 		t.Fatalf("a never versioned bucket's key has version ID %q", legacy.VersionID)
@@ -151,8 +151,8 @@ func TestVersionsStore(t *testing.T) {
 	// After a restart everything reads the same.
 	before := versionIDs(listAll(t, s, "bkt", 0))
 	cfg := s.Cfg
-	mustClose(t, s)
-	s2 := open(t, cfg)
+	mustClose(t, c.s)
+	s2 := vs(open(t, cfg))
 	if got := versionIDs(listAll(t, s2, "bkt", 0)); !slices.Equal(got, before) {
 		t.Fatalf("after a restart %v, want %v", got, before)
 	}
@@ -167,7 +167,9 @@ func TestVersionsStore(t *testing.T) {
 	mustNo(t, s2.DeleteBucket("bkt"))
 }
 
-func bucketOf(t *testing.T, s *Service, name string) metaapi.Bucket {
+func vs(s *Service) namespace.Versions { return namespace.Versions{Namespace: s.Namespace} }
+
+func bucketOf(t *testing.T, s namespace.Versions, name string) metaapi.Bucket {
 	t.Helper()
 	for _, b := range must[*metaapi.BucketList](t)(s.ListBuckets()).Buckets {
 		if b.Name == name {

@@ -338,7 +338,7 @@ func (s *Multipart) CompleteUploadAs(req *metaapi.CompleteUpload, check Check) (
 		om.ChecksumType = "FULL_OBJECT"
 		rec.Object = &om
 		b := s.Store.NewBatch()
-		if err := s.ns.placeVersion(b, &brec, req.Bucket, req.Key, old, exists, &rec, now); err != nil {
+		if err := (Versions{s.ns}).placeVersion(b, &brec, req.Bucket, req.Key, old, exists, &rec, now); err != nil {
 			state.CloseBatch(b)
 			return nil, nil, err
 		}

@@ -75,7 +75,7 @@ func (s *Namespace) DeleteBucket(name string) error {
 		if first != "" {
 			panic(fmt.Sprintf("meta: bucket %s counts 0 keys but holds key %q", name, first))
 		}
-		if older, err := s.firstVersion(name); err != nil || older != "" { // noncurrent versions, delete markers
+		if older, err := (Versions{s}).firstVersion(name); err != nil || older != "" { // noncurrent versions, delete markers
 			return struct{}{}, nil, cmp.Or(err, fmt.Errorf("%w: bucket %s holds versions of %q", metaapi.ErrNotEmpty, name, older))
 		}
 		b := s.Store.NewBatch()
@@ -95,9 +95,13 @@ func (s *Namespace) DeleteBucket(name string) error {
 	return err
 }
 
-func (s *Namespace) firstKey(bucket string) (string, error) { return s.firstIn(state.KeyPrefix(bucket)) }
+func (s *Namespace) firstKey(bucket string) (string, error) {
+	return s.firstIn(state.KeyPrefix(bucket))
+}
 
-func (s *Namespace) firstVersion(bucket string) (string, error) { return s.firstIn(verrec.KeyPrefix(bucket)) }
+func (s Versions) firstVersion(bucket string) (string, error) {
+	return s.firstIn(verrec.KeyPrefix(bucket))
+}
 
 // firstIn is the rest of the first store key starting with p ("": none).
 func (s *Namespace) firstIn(p []byte) (_ string, err error) {
@@ -257,7 +261,7 @@ func (s *Namespace) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey, c
 	// Valid: one batch makes the key visible, consumes the allocations,
 	// schedules the old blocks' deletion and updates the counts.
 	b := s.Store.NewBatch()
-	if err := s.placeVersion(b, &brec, bucket, key, old, exists, &rec, now); err != nil { // versions.go
+	if err := (Versions{s}).placeVersion(b, &brec, bucket, key, old, exists, &rec, now); err != nil { // versions.go
 		state.CloseBatch(b)
 		return nil, nil, err
 	}
@@ -465,7 +469,7 @@ func (s *Namespace) GetKeys(names []metaapi.KeyName) ([]metaapi.GetResult, error
 // DeleteKey removes a key; its blocks are scheduled for deletion. In a
 // versioned bucket it makes a delete marker (DeleteVersion).
 func (s *Namespace) DeleteKey(bucket, key string) error {
-	_, err := s.DeleteVersion(versionapi.Ref{Bucket: bucket, Key: key})
+	_, err := Versions{s}.DeleteVersion(versionapi.Ref{Bucket: bucket, Key: key})
 	return err
 }
 

@@ -21,6 +21,10 @@ import (
 // see its own writes) and changes the bucket record it is given, which
 // its caller writes.
 
+// Versions is the namespace's S3 object versions (a type of its own:
+// Namespace's method set stays small).
+type Versions struct{ *Namespace }
+
 // storedVersion is a version read from the 'V' range, with its store key.
 type storedVersion struct {
 	rec  state.KeyRecord
@@ -31,7 +35,7 @@ func isNull(v verrec.Version) bool { return v.Null || v.ID == 0 }
 
 // olderVersions returns up to n (n < 0: all) of a key's noncurrent
 // versions, newest first.
-func (s *Namespace) olderVersions(bucket, key string, n int) (_ []storedVersion, err error) {
+func (s Versions) olderVersions(bucket, key string, n int) (_ []storedVersion, err error) {
 	p := verrec.VersionsOf(bucket, key)
 	it, err := s.Store.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: state.PrefixEnd(p)})
 	if err != nil {
@@ -52,7 +56,7 @@ func (s *Namespace) olderVersions(bucket, key string, n int) (_ []storedVersion,
 // newVersionID is the ID of a key's next version: now in ns, or one more
 // than its newest version's (a clock that went back, a leader's that is
 // behind), so that a key's IDs grow.
-func (s *Namespace) newVersionID(bucket, key string, cur state.KeyRecord, exists bool, now time.Time) (uint64, error) {
+func (s Versions) newVersionID(bucket, key string, cur state.KeyRecord, exists bool, now time.Time) (uint64, error) {
 	newest := cur.Version.ID
 	if !exists {
 		vs, err := s.olderVersions(bucket, key, 1)
@@ -68,7 +72,7 @@ func (s *Namespace) newVersionID(bucket, key string, cur state.KeyRecord, exists
 
 // forget drops a version for good: its blocks to the GC, its bytes from
 // the bucket's.
-func (s *Namespace) forget(b *pebble.Batch, brec *state.BucketRecord, rec state.KeyRecord, reason uint8, now time.Time) {
+func (s Versions) forget(b *pebble.Batch, brec *state.BucketRecord, rec state.KeyRecord, reason uint8, now time.Time) {
 	for _, sb := range rec.Blocks {
 		s.gc.ScheduleDelete(b, state.BlockRef{Container: sb.Container, Local: sb.Local}, reason, now)
 	}
@@ -78,7 +82,7 @@ func (s *Namespace) forget(b *pebble.Batch, brec *state.BucketRecord, rec state.
 // dropNull drops the key's null version, current (cur, exists) or not,
 // as a write or a delete in a Suspended bucket does; keep says whether
 // the current version is to be kept (it is not the null one).
-func (s *Namespace) dropNull(b *pebble.Batch, brec *state.BucketRecord, bucket, key string, cur state.KeyRecord, exists bool, now time.Time) (keep bool, err error) {
+func (s Versions) dropNull(b *pebble.Batch, brec *state.BucketRecord, bucket, key string, cur state.KeyRecord, exists bool, now time.Time) (keep bool, err error) {
 	if exists && isNull(cur.Version) {
 		s.forget(b, brec, cur, state.ReasonReplaced, now)
 		return false, nil
@@ -102,7 +106,7 @@ func (s *Namespace) dropNull(b *pebble.Batch, brec *state.BucketRecord, bucket, 
 // cur (whose blocks go); else rec gets a version ID and cur becomes a
 // noncurrent version (unless both are the null version of a Suspended
 // bucket). brec's counts follow; the caller writes brec.
-func (s *Namespace) placeVersion(b *pebble.Batch, brec *state.BucketRecord, bucket, key string, cur state.KeyRecord, exists bool, rec *state.KeyRecord, now time.Time) error {
+func (s Versions) placeVersion(b *pebble.Batch, brec *state.BucketRecord, bucket, key string, cur state.KeyRecord, exists bool, rec *state.KeyRecord, now time.Time) error {
 	keep := exists
 	if brec.Versioning != verrec.Unversioned {
 		id, err := s.newVersionID(bucket, key, cur, exists, now)
@@ -131,7 +135,7 @@ func (s *Namespace) placeVersion(b *pebble.Batch, brec *state.BucketRecord, buck
 
 // SetVersioning sets a bucket's versioning state (versionapi.Enabled or
 // Suspended).
-func (s *Namespace) SetVersioning(bucket, status string) error {
+func (s Versions) SetVersioning(bucket, status string) error {
 	var st uint8
 	switch status {
 	case versionapi.Enabled:
@@ -159,7 +163,7 @@ func (s *Namespace) SetVersioning(bucket, status string) error {
 }
 
 // Versioning reads a bucket's versioning state ("" never versioned).
-func (s *Namespace) Versioning(bucket string) (string, error) {
+func (s Versions) Versioning(bucket string) (string, error) {
 	return state.Read(s.State, func() (string, error) {
 		brec, ok := s.Buckets[bucket]
 		if !ok {
@@ -171,7 +175,7 @@ func (s *Namespace) Versioning(bucket string) (string, error) {
 
 // findVersion finds a version of a key by its ID: the current one
 // (skey nil) or a noncurrent one.
-func (s *Namespace) findVersion(bucket, key string, cur state.KeyRecord, exists bool, vid string) (v storedVersion, found bool, err error) {
+func (s Versions) findVersion(bucket, key string, cur state.KeyRecord, exists bool, vid string) (v storedVersion, found bool, err error) {
 	id, null, err := verrec.ParseID(vid)
 	if err != nil {
 		return v, false, fmt.Errorf("%w: %v", metaapi.ErrInvalid, err)
@@ -210,7 +214,7 @@ func (s *Namespace) findVersion(bucket, key string, cur state.KeyRecord, exists 
 
 // GetVersion returns one version of a key (VersionID "": the current
 // one), with its blocks and their replicas.
-func (s *Namespace) GetVersion(ref versionapi.Ref) (*versionapi.Version, error) {
+func (s Versions) GetVersion(ref versionapi.Ref) (*versionapi.Version, error) {
 	return state.Read(s.State, func() (*versionapi.Version, error) {
 		if _, err := s.BucketOf(ref.Bucket, ref.Key); err != nil {
 			return nil, err
@@ -244,7 +248,7 @@ func (s *Namespace) GetVersion(ref versionapi.Ref) (*versionapi.Version, error) 
 	})
 }
 
-func (s *Namespace) version(bucket, key string, rec state.KeyRecord, latest bool) *versionapi.Version {
+func (s Versions) version(bucket, key string, rec state.KeyRecord, latest bool) *versionapi.Version {
 	ki := s.keyInfo(bucket, key, rec, s.Cfg.Now())
 	ki.VersionID = rec.Version.String()
 	return &versionapi.Version{KeyInfo: *ki, DeleteMarker: rec.Version.Marker, IsLatest: latest}
@@ -254,7 +258,7 @@ func (s *Namespace) version(bucket, key string, rec state.KeyRecord, latest bool
 // comment): without a version ID, in a versioned bucket, it makes a
 // delete marker; with one, it removes that version (a version that does
 // not exist is no error, as in S3).
-func (s *Namespace) DeleteVersion(ref versionapi.Ref) (*versionapi.Deleted, error) {
+func (s Versions) DeleteVersion(ref versionapi.Ref) (*versionapi.Deleted, error) {
 	return state.Mutate(s.State, func() (*versionapi.Deleted, *pebble.Batch, error) {
 		brec, err := s.BucketOf(ref.Bucket, ref.Key)
 		if err != nil {
@@ -293,7 +297,7 @@ func (s *Namespace) DeleteVersion(ref versionapi.Ref) (*versionapi.Deleted, erro
 }
 
 // addMarker makes a delete marker the key's newest version.
-func (s *Namespace) addMarker(b *pebble.Batch, brec *state.BucketRecord, bucket, key string, cur state.KeyRecord, exists bool, now time.Time) (*versionapi.Deleted, error) {
+func (s Versions) addMarker(b *pebble.Batch, brec *state.BucketRecord, bucket, key string, cur state.KeyRecord, exists bool, now time.Time) (*versionapi.Deleted, error) {
 	id, err := s.newVersionID(bucket, key, cur, exists, now)
 	if err != nil {
 		return nil, err
@@ -318,7 +322,7 @@ func (s *Namespace) addMarker(b *pebble.Batch, brec *state.BucketRecord, bucket,
 
 // removeVersion removes one version for good; when it was the newest, the
 // next newest becomes current (unless it is a delete marker).
-func (s *Namespace) removeVersion(b *pebble.Batch, brec *state.BucketRecord, ref versionapi.Ref, cur state.KeyRecord, exists bool, now time.Time) (*versionapi.Deleted, error) {
+func (s Versions) removeVersion(b *pebble.Batch, brec *state.BucketRecord, ref versionapi.Ref, cur state.KeyRecord, exists bool, now time.Time) (*versionapi.Deleted, error) {
 	v, found, err := s.findVersion(ref.Bucket, ref.Key, cur, exists, ref.VersionID)
 	if err != nil {
 		return nil, err
@@ -357,7 +361,7 @@ func (s *Namespace) removeVersion(b *pebble.Batch, brec *state.BucketRecord, ref
 }
 
 // ListVersions returns a page of a bucket's versions (versionapi.List).
-func (s *Namespace) ListVersions(bucket string, o versionapi.ListOptions) (*versionapi.List, error) {
+func (s Versions) ListVersions(bucket string, o versionapi.ListOptions) (*versionapi.List, error) {
 	if err := metaapi.ValidBucket(bucket); err != nil {
 		return nil, err
 	}
@@ -419,7 +423,7 @@ func (c *cursor) load() {
 	c.name = name
 }
 
-func (s *Namespace) openCursor(p []byte, prefix string, isVers bool) (*cursor, error) {
+func (s Versions) openCursor(p []byte, prefix string, isVers bool) (*cursor, error) {
 	lo := append(bytes.Clone(p), prefix...)
 	hi := state.PrefixEnd(lo)
 	it, err := s.Store.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
@@ -429,7 +433,7 @@ func (s *Namespace) openCursor(p []byte, prefix string, isVers bool) (*cursor, e
 	return &cursor{it: it, p: p, lo: lo, isVers: isVers}, nil
 }
 
-func (s *Namespace) listVersionsLocked(bucket string, o versionapi.ListOptions) (_ *versionapi.List, err error) {
+func (s Versions) listVersionsLocked(bucket string, o versionapi.ListOptions) (_ *versionapi.List, err error) {
 	kc, err := s.openCursor(state.KeyPrefix(bucket), o.Prefix, false)
 	if err != nil {
 		return nil, fmt.Errorf("meta: list versions of %s: %w", bucket, err)

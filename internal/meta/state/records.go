@@ -425,11 +425,11 @@ func DecodeContainer(v []byte) (ContainerRecord, error) {
 // and object ownership, s3permapi) are a second optional section after
 // the ACL: a record without them ends after the ACL.
 type BucketRecord struct {
-	Created   time.Time
-	Keys      uint64
-	Bytes     uint64
-	Owner     string
-	ACL       string
+	Created    time.Time
+	Keys       uint64
+	Bytes      uint64
+	Owner      string
+	ACL        string
 	Policy     string
 	Ownership  string
 	Versioning uint8 // third optional section: verrec.Enabled or Suspended (0: never versioned)
