@@ -89,6 +89,9 @@ var routeAccess = map[string]accessClass{
 	"commit_key":     accessData,
 	"get_key":        accessData,
 	"delete_key":     accessDataChange,
+	// metaapi/versionapi: S3 object versions (native clients read them too)
+	"get_version": accessData, "list_versions": accessData, "get_bucket_versioning": accessData,
+	"delete_version": accessDataChange, "put_bucket_versioning": accessDataChange,
 
 	"nodes":       accessViews,
 	"pipelines":   accessViews,
