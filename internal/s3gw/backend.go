@@ -31,9 +31,9 @@ type Backend struct {
 	perms    // bucket ACLs, policies, ownership, object ACLs (perms.go)
 	features // tagging, CORS (features.go)
 	s3ver.Bucket
-	meta     *metaapi.Client
-	kc       *keyclient.Client
-	region   string
+	meta   *metaapi.Client
+	kc     *keyclient.Client
+	region string
 	// md5s hashes the ETags of every PUT, part and copy, batched.
 	md5s *md5batch.Batcher
 }
