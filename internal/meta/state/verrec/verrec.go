@@ -96,7 +96,12 @@ func (v Version) String() string {
 	if v.Null || v.ID == 0 {
 		return "null"
 	}
-	return fmt.Sprintf("%016x", v.ID)
+	const digits = "0123456789abcdef"
+	var b [16]byte
+	for i, id := 15, v.ID; i >= 0; i, id = i-1, id>>4 {
+		b[i] = digits[id&0xf]
+	}
+	return string(b[:])
 }
 
 // ParseID reads a version ID as String writes it; null is true for
