@@ -38,7 +38,7 @@ for _ in $(seq 120); do
   kill -0 "$SRV" 2>/dev/null || { tail -5 "$WORK/server.log"; echo "s3-versitygw-suite: the server ended"; exit 1; }
   sleep 1
 done
-groups='Authentication|PresignedAuth|CreateBucket|HeadBucket|DeleteBucket|ListBuckets|GetBucketLocation|PutObject|GetObject|HeadObject|DeleteObject|DeleteObjects|CopyObject|ListObjects|ListObjectsV2|ListObjectVersions|CreateMultipartUpload|UploadPart|UploadPartCopy|ListParts|ListMultipartUploads|CompleteMultipartUpload|AbortMultipartUpload|GetObjectAttributes|SignedStreamingPayload|SignedStreamingPayloadTrailer|UnsignedStreamingPayloadTrailer|PutObjectTagging|GetObjectTagging|DeleteObjectTagging|PutBucketTagging|GetBucketTagging|DeleteBucketTagging|PutBucketCors|GetBucketCors|DeleteBucketCors|PreflightOPTIONS|CORSMiddleware|PostObject'
+groups='Authentication|PresignedAuth|CreateBucket|HeadBucket|DeleteBucket|ListBuckets|GetBucketLocation|PutObject|GetObject|HeadObject|DeleteObject|DeleteObjects|CopyObject|ListObjects|ListObjectsV2|ListObjectVersions|PutBucketVersioning|GetBucketVersioning|Versioning|CreateMultipartUpload|UploadPart|UploadPartCopy|ListParts|ListMultipartUploads|CompleteMultipartUpload|AbortMultipartUpload|GetObjectAttributes|SignedStreamingPayload|SignedStreamingPayloadTrailer|UnsignedStreamingPayloadTrailer|PutObjectTagging|GetObjectTagging|DeleteObjectTagging|PutBucketTagging|GetBucketTagging|DeleteBucketTagging|PutBucketCors|GetBucketCors|DeleteBucketCors|PreflightOPTIONS|CORSMiddleware|PostObject'
 env -u AWS_CA_BUNDLE "$cache/versitygw" test --help 2>&1 | awk '/Runs .* integration test/{print $1}' | grep -E "^($groups)_" |
   while read -r t; do if [[ $t == ${VGW_TESTS:-*} ]]; then echo "$t"; fi; done >"$WORK/tests"
 known=scripts/s3-versitygw-known-failures.txt

@@ -208,3 +208,28 @@ versions there are. A versioned bucket cannot become never versioned.`,
 		},
 	}
 }
+
+// DeleteVersions deletes every version of every key of bucket (its keys,
+// in a bucket never versioned: their null versions), and returns how many
+// it deleted. bucket rm --force drains a bucket with it.
+func DeleteVersions(ctx context.Context, env Env, bucket string) (n int, err error) {
+	err = env.WithMeta(ctx, func(ctx context.Context, mc *metaapi.Client) error {
+		for range keyclient.MaxListPages {
+			l, err := versionapi.ListVersions(ctx, mc, bucket, versionapi.ListOptions{})
+			if err != nil {
+				return err
+			}
+			for _, v := range l.Versions {
+				if _, err := versionapi.Delete(ctx, mc, versionapi.Ref{Bucket: bucket, Key: v.Key, VersionID: v.VersionID}); err != nil {
+					return fmt.Errorf("%s version %s: %w", v.Key, v.VersionID, err)
+				}
+				n++
+			}
+			if len(l.Versions) == 0 {
+				return nil
+			}
+		}
+		return fmt.Errorf("more than %d pages of versions", keyclient.MaxListPages)
+	})
+	return n, err
+}

@@ -75,6 +75,25 @@ func (v Bucket) Get(ctx context.Context, bucket, key, versionID string) (metaapi
 	return ver.KeyInfo, nil
 }
 
+// Current checks that versionID ("": none given) names the key's current
+// version, which alone takes a change of its tags here (NotImplemented
+// for an older version; a write racing with it may make another version
+// current meanwhile: the change applies to the current one).
+func (v Bucket) Current(ctx context.Context, bucket, key, versionID string) error {
+	if versionID == "" {
+		return nil
+	}
+	ki, err := v.Get(ctx, bucket, key, versionID)
+	if err != nil {
+		return err
+	}
+	cur, err := versionapi.Get(ctx, v.Meta, versionapi.Ref{Bucket: bucket, Key: key})
+	if err != nil || cur.VersionID != ki.VersionID {
+		return s3err.GetAPIError(s3err.ErrNotImplemented)
+	}
+	return nil
+}
+
 // Delete deletes as S3's DeleteObject: a missing key or version is no
 // error; the answer names the version made (a delete marker) or removed.
 func (v Bucket) Delete(ctx context.Context, bucket, key, versionID string) (*s3.DeleteObjectOutput, error) {
