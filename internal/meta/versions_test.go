@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/meta/namespace"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/metaapi/versionapi"
@@ -68,6 +69,18 @@ func TestVersionsStore(t *testing.T) {
 	if s.NDeletes != gc {
 		t.Fatalf("%d pending deletions after versioned overwrites, want %d (no block deleted)", s.NDeletes, gc)
 	}
+	// Equal bytes put twice are two versions (a retry is known by its
+	// commit ID); the retry itself is answered with its version.
+	same := func(id string) *metaapi.KeyInfo {
+		v := []byte("same bytes")
+		return must[*metaapi.KeyInfo](t)(s.CommitKey("bkt", "same", &metaapi.CommitKey{Size: uint64(len(v)), CRC32C: crc32c.Checksum(v), Inline: v, CommitID: id}))
+	}
+	p1, p2, p1again := same("commit-1"), same("commit-2"), same("commit-1")
+	if p1.VersionID == p2.VersionID || p1again.VersionID != p1.VersionID {
+		t.Fatalf("equal puts: versions %q and %q, the first retried %q", p1.VersionID, p2.VersionID, p1again.VersionID)
+	}
+	mustNo(t, ignore(s.DeleteVersion(versionapi.Ref{Bucket: "bkt", Key: "same", VersionID: p1.VersionID})))
+	mustNo(t, ignore(s.DeleteVersion(versionapi.Ref{Bucket: "bkt", Key: "same", VersionID: p2.VersionID})))
 	if cur := must[*metaapi.KeyInfo](t)(s.GetKey("bkt", "a")); cur.VersionID != v2.VersionID || cur.Size != 20 {
 		t.Fatalf("current version %q of %d bytes, want %q", cur.VersionID, cur.Size, v2.VersionID)
 	}

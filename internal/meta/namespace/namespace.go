@@ -229,7 +229,10 @@ func (s *Namespace) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey, c
 	// A commit of blocks that are the key's already is a retry. Without
 	// blocks, equal bytes and metadata do not make one: a conditional put
 	// of the same bytes is checked (a retry of it is known by its ID).
-	if exists && sameVersion(old, ck) && (len(ck.Blocks) > 0 || ck.Conditions == (metaapi.Conditions{})) {
+	// In a versioned bucket a put of equal bytes is a new version: a
+	// commit with an ID is known as a retry by it (below) alone.
+	inlineRetry := ck.Conditions == (metaapi.Conditions{}) && (ck.CommitID == "" || brec.Versioning == verrec.Unversioned)
+	if exists && sameVersion(old, ck) && (len(ck.Blocks) > 0 || inlineRetry) {
 		return s.keyInfo(bucket, key, old, now), nil, nil // a retried commit
 	}
 	if len(ck.Blocks) == 0 && ck.CommitID != "" {
