@@ -139,8 +139,10 @@ func TestVersionsStore(t *testing.T) {
 	}
 	_, err = s.GetVersion(versionapi.Ref{Bucket: "bkt", Key: "a", VersionID: v2.VersionID})
 	wantErr(t, err, metaapi.ErrNotFound, "get a removed version")
-	_, err = s.GetVersion(versionapi.Ref{Bucket: "bkt", Key: "a", VersionID: "zz"})
+	_, err = s.GetVersion(versionapi.Ref{Bucket: "bkt", Key: "a", VersionID: "bad_id"})
 	wantErr(t, err, metaapi.ErrInvalid, "a malformed version ID")
+	_, err = s.GetVersion(versionapi.Ref{Bucket: "bkt", Key: "a", VersionID: "01G65Z755AFWAKHE12NY0CQ9FH"})
+	wantErr(t, err, metaapi.ErrNotFound, "another server's version ID")
 
 	// Suspended: a write replaces the null version (the legacy one's
 	// block goes), keeps v1 as a noncurrent version.

@@ -160,6 +160,9 @@ func (b *Backend) DeleteBucket(ctx context.Context, bucket string) error {
 	if errors.Is(err, metaapi.ErrNotFound) {
 		return s3err.GetAPIError(s3err.ErrNoSuchBucket)
 	}
+	if errors.Is(err, metaapi.ErrNotEmpty) {
+		return b.NotEmpty(ctx, bucket) // s3ver: S3's message for a versioned bucket
+	}
 	return toS3(err, s3err.ErrNoSuchBucket)
 }
 

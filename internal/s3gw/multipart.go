@@ -143,7 +143,8 @@ func (b *Backend) UploadPartCopy(ctx context.Context, in *s3.UploadPartCopyInput
 	if err != nil {
 		return s3response.CopyPartResult{}, uploadErr(err)
 	}
-	return s3response.CopyPartResult{LastModified: part.Modified, ETag: ptr(`"` + part.ETag + `"`), ChecksumCRC32C: ptr(crcBase64(part.CRC32C))}, nil
+	return s3response.CopyPartResult{LastModified: part.Modified, ETag: ptr(`"` + part.ETag + `"`), ChecksumCRC32C: ptr(crcBase64(part.CRC32C)),
+		CopySourceVersionId: src.VersionID}, nil
 }
 
 // CompleteMultipartUpload makes the key from the listed parts.

@@ -278,7 +278,7 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	cs := checksumsOf(&res.Key)
 	size := int64(res.Key.Size)
 	return s3response.PutObjectOutput{
-		ETag: etagOf(&res.Key), Size: &size, ChecksumType: cs.typ, VersionID: res.Key.VersionID,
+		ETag: etagOf(&res.Key), Size: &size, ChecksumType: cs.typ, VersionID: strings.TrimPrefix(res.Key.VersionID, "null"), // S3 omits null
 		ChecksumCRC32: cs.crc32, ChecksumCRC32C: cs.crc32c, ChecksumCRC64NVME: cs.crc64nvme,
 		ChecksumSHA1: cs.sha1, ChecksumSHA256: cs.sha256, ChecksumSHA512: cs.sha512, ChecksumMD5: cs.md5,
 		ChecksumXXHASH64: cs.xxhash64, ChecksumXXHASH3: cs.xxhash3, ChecksumXXHASH128: cs.xxhash128,
@@ -566,8 +566,8 @@ func (b *Backend) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput) 
 	var res s3response.DeleteResult
 	for i, o := range objs {
 		if errs[i] == nil {
-			d := types.DeletedObject{Key: o.Key, VersionId: o.VersionId, DeleteMarker: outs[i].DeleteMarker}
-			if d.DeleteMarker != nil {
+			d := types.DeletedObject{Key: o.Key, VersionId: o.VersionId, DeleteMarker: ptr(aws.ToBool(outs[i].DeleteMarker))}
+			if *d.DeleteMarker && o.VersionId == nil {
 				d.DeleteMarkerVersionId = outs[i].VersionId
 			}
 			res.Deleted = append(res.Deleted, d)

@@ -177,6 +177,9 @@ func (s Versions) Versioning(bucket string) (string, error) {
 // (skey nil) or a noncurrent one.
 func (s Versions) findVersion(bucket, key string, cur state.KeyRecord, exists bool, vid string) (v storedVersion, found bool, err error) {
 	id, null, err := verrec.ParseID(vid)
+	if errors.Is(err, verrec.ErrForeignID) {
+		return v, false, nil
+	}
 	if err != nil {
 		return v, false, fmt.Errorf("%w: %v", metaapi.ErrInvalid, err)
 	}

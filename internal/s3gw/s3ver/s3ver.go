@@ -17,6 +17,8 @@ package s3ver
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
@@ -53,6 +55,15 @@ func (v Bucket) GetBucketVersioning(ctx context.Context, bucket string) (s3respo
 		out.Status = &s
 	}
 	return out, nil
+}
+
+// NotEmpty is DeleteBucket's refusal of a bucket that holds keys or
+// versions: S3's message for a bucket ever versioned names its versions.
+func (v Bucket) NotEmpty(ctx context.Context, bucket string) error {
+	if st, err := versionapi.GetState(ctx, v.Meta, bucket); err == nil && st != "" {
+		return s3err.GetAPIError(s3err.ErrVersionedBucketNotEmpty)
+	}
+	return s3err.GetAPIError(s3err.ErrBucketNotEmpty)
 }
 
 // Get reads one version of a key for a GET, HEAD or copy: NoSuchVersion
@@ -103,6 +114,8 @@ func (v Bucket) Delete(ctx context.Context, bucket, key, versionID string) (*s3.
 		return &s3.DeleteObjectOutput{}, nil
 	case errors.Is(err, metaapi.ErrInvalid) && versionID != "":
 		return nil, s3err.GetInvalidArgumentErr(s3err.InvalidArgVersionId, versionID)
+	case errors.Is(err, metaapi.ErrNotEmpty), errors.Is(err, metaapi.ErrNoSuchBucket):
+		return nil, v.ToS3(err, s3err.ErrNoSuchBucket)
 	case err != nil:
 		return nil, v.ToS3(err, s3err.ErrNoSuchKey)
 	}
@@ -141,7 +154,8 @@ func (v Bucket) List(ctx context.Context, in *s3.ListObjectVersionsInput, maxKey
 		}
 		size := int64(ver.Size)
 		res.Versions = append(res.Versions, s3response.ObjectVersion{Key: key, VersionId: id, LastModified: &mod, IsLatest: &latest, Owner: owner,
-			ETag: ptr(ETag(&ver.KeyInfo)), Size: &size, StorageClass: types.ObjectVersionStorageClassStandard, ChecksumType: types.ChecksumTypeFullObject})
+			ETag: ptr(ETag(&ver.KeyInfo)), Size: &size, StorageClass: types.ObjectVersionStorageClassStandard, ChecksumType: types.ChecksumTypeFullObject,
+			ChecksumAlgorithm: []types.ChecksumAlgorithm{algorithm(&ver.KeyInfo)}})
 	}
 	for _, cp := range l.CommonPrefixes {
 		res.CommonPrefixes = append(res.CommonPrefixes, types.CommonPrefix{Prefix: enc(&cp)})
@@ -152,6 +166,17 @@ func (v Bucket) List(ctx context.Context, in *s3.ListObjectVersionsInput, maxKey
 		res.NextVersionIdMarker = nilIfEmpty(l.NextVersionIDMarker)
 	}
 	return res, nil
+}
+
+// algorithm is the checksum a listing names for a version: the client's,
+// when it sent one, else the CRC32C every key has.
+func algorithm(ki *metaapi.KeyInfo) types.ChecksumAlgorithm {
+	if ki.Object != nil {
+		for _, a := range slices.Sorted(maps.Keys(ki.Object.Checksums)) {
+			return types.ChecksumAlgorithm(a)
+		}
+	}
+	return types.ChecksumAlgorithmCrc32c
 }
 
 // ETag is a version's ETag as S3 writes it (quoted): its stored MD5 (or

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Prefix is the first byte of a noncurrent version's key.
@@ -104,20 +105,29 @@ func (v Version) String() string {
 	return string(b[:])
 }
 
+// ErrForeignID is a version ID of a well-formed shape Spindle does not
+// make (another S3 server's: letters and digits, up to 1,024): no version
+// has it, but it is no malformed request either.
+var ErrForeignID = errors.New("no version has this ID")
+
 // ParseID reads a version ID as String writes it; null is true for
-// "null" (whose ID the caller must look up).
+// "null" (whose ID the caller must look up). An ID of letters and digits
+// in another shape is ErrForeignID; anything else is malformed.
 func ParseID(s string) (id uint64, null bool, err error) {
 	if s == "null" {
 		return 0, true, nil
 	}
-	if len(s) != 16 {
+	if len(s) == 16 {
+		if id, err = strconv.ParseUint(s, 16, 64); err == nil && id != 0 && strings.ToLower(s) == s {
+			return id, false, nil
+		}
+	}
+	if s == "" || len(s) > 1024 || strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) >= 0 {
 		return 0, false, fmt.Errorf("version ID %q: want 16 hex digits or null", s)
 	}
-	id, err = strconv.ParseUint(s, 16, 64)
-	if err != nil || id == 0 {
-		return 0, false, fmt.Errorf("version ID %q: want 16 hex digits or null", s)
-	}
-	return id, false, nil
+	return 0, false, fmt.Errorf("%w: %q", ErrForeignID, s)
 }
 
 // KeyPrefix is 'V'|bucket|0x00: every noncurrent version of the bucket
