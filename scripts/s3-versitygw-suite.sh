@@ -46,7 +46,9 @@ total=$(wc -l <"$WORK/tests"); i=0; pass=0; new=(); fixed=()
 while read -r t; do
   i=$((i+1))
   # from its own directory: some tests run ./versitygw (its admin commands)
-  if (cd "$cache" && timeout 120 env -u AWS_CA_BUNDLE ./versitygw test -a "$AK" -s "$SK" -e "$EP" "$t") >"$WORK/t.log" 2>&1; then
+  # the versioning tests clean up by listing versions (their own flag)
+  vflag=(); [[ $t == *Versioning_* || $t == ListObjectVersions_* ]] && vflag=(--versioning-enabled)
+  if (cd "$cache" && timeout 120 env -u AWS_CA_BUNDLE ./versitygw test -a "$AK" -s "$SK" -e "$EP" "$t" "${vflag[@]}") >"$WORK/t.log" 2>&1; then
     pass=$((pass+1)); echo "PASS $t" >>"$WORK/results"
     grep -q "^$t " "$known" && fixed+=("$t")
   else
