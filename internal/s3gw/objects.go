@@ -30,6 +30,7 @@ import (
 	"github.com/spindle-store/spindle/internal/md5batch"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
+	"github.com/spindle-store/spindle/internal/s3gw/s3ver"
 )
 
 // Limits of the object API.
@@ -508,7 +509,7 @@ func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.H
 func (b *Backend) GetObjectAttributes(ctx context.Context, in *s3.GetObjectAttributesInput) (s3response.GetObjectAttributesResponse, error) {
 	ki, err := b.lookup(ctx, deref(in.Bucket), deref(in.Key), in.VersionId)
 	if err != nil {
-		return s3response.GetObjectAttributesResponse{}, err
+		return s3response.GetObjectAttributesResponse{}, s3ver.NoMarker(err) // a delete marker: NoSuchKey here
 	}
 	size := int64(ki.Size)
 	cs := checksumsOf(&ki)

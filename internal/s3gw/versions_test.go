@@ -101,6 +101,10 @@ func TestVersioning(t *testing.T) {
 	if data, _, err := get("k", ids[2]); err != nil || string(data) != "three" {
 		t.Fatalf("GET of the last version under the marker: %q, %v", data, err)
 	}
+	_, err = c.PutObjectTagging(ctx, &s3.PutObjectTaggingInput{Bucket: &b, Key: aws.String("k"), VersionId: &marker, Tagging: tagSet(map[string]string{"a": "b"})})
+	wantCode(t, err, "MethodNotAllowed", "tag a delete marker")
+	_, err = c.GetObjectTagging(ctx, &s3.GetObjectTaggingInput{Bucket: &b, Key: aws.String("k"), VersionId: &marker})
+	wantCode(t, err, "MethodNotAllowed", "tags of a delete marker")
 	l, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &b})
 	if err != nil || len(l.Contents) != 2 { // pre, copy
 		t.Fatalf("ListObjectsV2 after the marker: %d keys, %v", len(l.Contents), err)

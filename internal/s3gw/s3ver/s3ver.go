@@ -86,6 +86,16 @@ func (v Bucket) Get(ctx context.Context, bucket, key, versionID string) (metaapi
 	return ver.KeyInfo, nil
 }
 
+// NoMarker is what GetObjectAttributes answers for err: NoSuchKey where
+// Get found a delete marker (MethodNotAllowed for a GET or HEAD).
+func NoMarker(err error) error {
+	var ae s3err.APIError
+	if errors.As(err, &ae) && ae.Code == s3err.GetAPIError(s3err.ErrMethodNotAllowed).Code {
+		return s3err.GetAPIError(s3err.ErrNoSuchKey)
+	}
+	return err
+}
+
 // Current checks that versionID ("": none given) names the key's current
 // version, which alone takes a change of its tags here (NotImplemented
 // for an older version; a write racing with it may make another version
