@@ -53,7 +53,7 @@ func TestVersionCommands(t *testing.T) {
 	}
 	_, _, err := runIn(t, nil, "get", "--version-id", strings.Fields(lines[0])[3], "vers/k")
 	wantExit(t, err, 3, "delete marker")
-	_, _, err = runIn(t, nil, "get", "--version-id", "bad", "vers/k")
+	_, _, err = runIn(t, nil, "get", "--version-id", "bad_id", "vers/k")
 	wantExit(t, err, 2, "version ID")
 	if out := must(nil, "ls", "vers"); out != "" {
 		t.Fatalf("ls after the delete: %q", out)
