@@ -30,7 +30,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
@@ -147,6 +146,3 @@ func ListVersions(ctx context.Context, c Doer, bucket string, o ListOptions) (*L
 	err := c.Do(ctx, http.MethodGet, "/v1/versions/"+url.PathEscape(bucket)+"/list?"+q.Encode(), nil, &l, true)
 	return &l, err
 }
-
-// Modified is when a version was made (S3's LastModified).
-func (v *Version) Modified() time.Time { return v.Created }
