@@ -50,7 +50,7 @@ func HTTPScrape(hc *http.Client, cluster Cluster, metaURLs []string, perTarget t
 			go func() {
 				tctx, cancel := context.WithTimeout(ctx, perTarget)
 				defer cancel()
-				b, err := get(tctx, hc, u)
+				b, err := fetchMetrics(tctx, hc, u)
 				ch <- answer{Scrape{Source: u, Text: b}, err}
 			}()
 		}
@@ -67,7 +67,7 @@ func HTTPScrape(hc *http.Client, cluster Cluster, metaURLs []string, perTarget t
 	}
 }
 
-func get(ctx context.Context, hc *http.Client, url string) (b []byte, err error) {
+func fetchMetrics(ctx context.Context, hc *http.Client, url string) (b []byte, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err

@@ -98,13 +98,18 @@ var (
 	mdBold  = regexp.MustCompile(`\*\*([^*]+)\*\*`)
 )
 
+// localFile says name is a file of the run directory itself.
+func localFile(name string) bool {
+	return cleanRel(name) && !strings.ContainsAny(name, "/:?#\\")
+}
+
 // inline renders a line's images (local files of the run only), links
 // (http(s) and local), code spans and bold, the rest escaped.
 func inline(s, base string) string {
 	s = html.EscapeString(s)
 	s = mdImage.ReplaceAllStringFunc(s, func(m string) string {
 		g := mdImage.FindStringSubmatch(m)
-		if !cleanRel(g[2]) || strings.Contains(g[2], "/") {
+		if !localFile(g[2]) {
 			return g[1]
 		}
 		return `<img src="` + base + g[2] + `" alt="` + g[1] + `" loading="lazy">`
@@ -114,7 +119,7 @@ func inline(s, base string) string {
 		u := g[2]
 		switch {
 		case strings.HasPrefix(u, "https://"), strings.HasPrefix(u, "http://"):
-		case cleanRel(u) && !strings.Contains(u, "/"):
+		case localFile(u):
 			u = base + u
 		default:
 			return g[1]
