@@ -22,7 +22,7 @@ type Options struct {
 // AddFlags adds --console-listen and --console-reports to f.
 func AddFlags(f *pflag.FlagSet, o *Options) {
 	f.StringVar(&o.Listen, "console-listen", DefaultListen, `HTTPS address of the web console at /ui/ (sign in with an S3 access key and secret; "off": none)`)
-	f.StringVar(&o.Reports, "console-reports", "reports", "directory of `spindle report run --out` directories the console shows")
+	f.StringVar(&o.Reports, "console-reports", "reports", "directory of report run directories (spindle report run --out) the console shows")
 }
 
 // scrapeBytes bounds one /metrics answer.
