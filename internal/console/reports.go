@@ -112,7 +112,7 @@ func inline(s, base string) string {
 		if !localFile(g[2]) {
 			return g[1]
 		}
-		return `<img src="` + base + g[2] + `" alt="` + g[1] + `" loading="lazy">`
+		return `<img src="` + base + g[2] + `" alt="` + g[1] + `">`
 	})
 	s = mdLink.ReplaceAllStringFunc(s, func(m string) string {
 		g := mdLink.FindStringSubmatch(m)

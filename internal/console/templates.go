@@ -122,7 +122,9 @@ func securityHeaders(w http.ResponseWriter) {
 	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
+	// same-origin, not no-referrer: with no-referrer browsers send
+	// "Origin: null" on the console's own form posts.
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Strict-Transport-Security", "max-age=31536000")
 }
 
