@@ -52,8 +52,8 @@ func (s *Server) startConsole() (c *console.Console, stop func(), err error) {
 	c, err = console.Start(console.Config{
 		Listen: o.Listen, CertFile: certFile, KeyFile: keyFile,
 		Cluster: s.client, Store: store, ReportsDir: o.Reports,
-		Scrape: console.HTTPScrape(hc, s.client, metaURLs, 2*time.Second),
-		Admin:  console.Credential{AccessKey: access, SecretKey: secret},
+		Scrape:      console.HTTPScrape(hc, s.client, metaURLs, 2*time.Second),
+		Admin:       console.Credential{AccessKey: access, SecretKey: secret},
 		SampleEvery: s.cfg.ConsoleSampleEvery, Logger: s.cfg.Logger,
 	})
 	if err != nil {
