@@ -140,3 +140,14 @@ func Start(ctx context.Context, wg *sync.WaitGroup, s *tlsconf.Settings, mc any,
 	wg.Add(1)
 	go func() { defer wg.Done(); Run(ctx, s, c, log, renewed) }()
 }
+
+// Notify returns a renewed callback for Start that tells ch without
+// blocking (ch has room for one: a renewal not yet taken is enough).
+func Notify(ch chan<- struct{}) func() {
+	return func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}

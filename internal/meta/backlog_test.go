@@ -22,6 +22,11 @@ func TestBacklogHoldsWritesBackNotTheLeader(t *testing.T) {
 	g := newRGroupWith(t, 3, func(c *state.Config) {
 		c.MaxProposalBacklogBytes = bound
 		c.ProposalBacklogWait = 300 * time.Millisecond
+		// An election timeout of seconds, not the group's 200 ms: what is
+		// tested is that the backlog does not depose the leader; a
+		// heartbeat late by 200 ms on a loaded machine would (make test
+		// beside two busy processes lost the term that way).
+		c.RaftTickInterval = 250 * time.Millisecond
 	})
 	if _, err := g.cl.CreateBucket(bg, "bkt"); err != nil {
 		t.Fatal(err)

@@ -88,12 +88,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var watch sync.WaitGroup
 	defer func() { wstop(); watch.Wait() }()
 	reload := make(chan struct{}, 1) // the HTTPS certificate read again after a renewal (versitygw's SIGHUP)
-	certwatch.Start(wctx, &watch, cfg.TLS, mc, cfg.Logger, func() {
-		select {
-		case reload <- struct{}{}:
-		default:
-		}
-	})
+	certwatch.Start(wctx, &watch, cfg.TLS, mc, cfg.Logger, certwatch.Notify(reload))
 	kopts := cfg.KeyClient
 	if kopts.ChunkSize == 0 {
 		kopts.ChunkSize = ChunkBytes
