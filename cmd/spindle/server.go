@@ -71,7 +71,7 @@ settings given here (replication flags) are passed to every member.`,
 				cfg.Meta.CertValidity = cfg.CertValidity
 				cmd.Flags().Visit(func(fl *pflag.Flag) {
 					switch fl.Name {
-					case "dir", "ready-file", "listen", tlsconf.FlagInsecure: // TLS: the server's own flags for its members
+					case "dir", "ready-file", "listen", tlsconf.FlagInsecure, "console-listen", "console-reports": // TLS: the server's own flags for its members; the console: the server's
 						return
 					}
 					if mf.Lookup(fl.Name) != nil {

@@ -11,12 +11,16 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/meta"
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/metaapi/authz"
 )
@@ -439,5 +443,76 @@ func TestMarkdownEscapes(t *testing.T) {
 	}
 	if !strings.Contains(got, `<img src="/ui/reports/r/chart.svg"`) || !strings.Contains(got, "<th>a</th>") {
 		t.Errorf("rendered %q", got)
+	}
+}
+
+// syncBuffer is a log sink safe for the console's and the service's
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// `spindle meta --console-listen`: WithMeta serves the console beside a
+// plaintext meta service on port 0 (its URL logged), and an S3 user of
+// that service signs in and sees its views.
+func TestWithMeta(t *testing.T) {
+	logs := &syncBuffer{}
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	cfg := state.Config{Dir: filepath.Join(dir, "meta"), Listen: "127.0.0.1:0", ReadyFile: ready, Logger: slog.New(slog.NewTextHandler(logs, nil))}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- WithMeta(ctx, &MetaOptions{Options: Options{Listen: "127.0.0.1:0"}}, cfg, meta.Run)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	urlRE := regexp.MustCompile(`web console serving.* url=(https://\S+/ui/)`)
+	var consoleURL, metaAddr string
+	deadline := time.Now().Add(30 * time.Second)
+	for consoleURL == "" || metaAddr == "" {
+		if m := urlRE.FindStringSubmatch(logs.String()); m != nil {
+			consoleURL = m[1]
+		}
+		if b, err := os.ReadFile(ready); err == nil {
+			metaAddr, _, _ = strings.Cut(string(b), "\n")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no console URL logged or no ready file: %s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	mc, err := metaapi.NewClient(metaAddr, metaapi.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := mc.CreateUser(ctx, metaapi.CreateUser{Name: "ann"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := browser(t)
+	resp, _ := postForm(t, hc, consoleURL+"login", url.Values{"access_key": {user.AccessKey}, "secret_key": {user.SecretKey}}, nil)
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-in: %d", resp.StatusCode)
+	}
+	if resp, body := get(t, hc, consoleURL+"replication"); resp.StatusCode != http.StatusOK || !strings.Contains(body, `data-f="factor">3<`) {
+		t.Fatalf("replication page: %d %s", resp.StatusCode, body)
 	}
 }
