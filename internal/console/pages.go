@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -214,7 +215,7 @@ func (c *Console) pageContainers(w http.ResponseWriter, r *http.Request, ss *ses
 			}
 			return 1
 		}
-		return int(a.ID) - int(b.ID)
+		return cmp.Compare(a.ID, b.ID)
 	})
 	under := 0
 	for _, ct := range cs {
