@@ -573,6 +573,18 @@ func TestConsoleInBrowser(t *testing.T) {
 		return r.UnderReplicated > 0 || r.CopiedContainers > 0 || len(r.Inflight) > 0
 	}))
 	shoot("replication-after-loss")
+	// The lost replicas copied: the page's figures move with the meta
+	// service's (its pipelines closed, their containers copied to the
+	// datanode outside them).
+	b.clearErrors()
+	eventually(t, "re-replication copies on the page", 120*time.Second, func() (bool, string) {
+		b.navigate(base + "/ui/replication")
+		ok, detail := replicationMatch(func(r metaapi.ReplicationStatus) bool { return r.CopiedContainers > 0 })()
+		return ok, detail
+	})
+	copiedAt := time.Since(killed)
+	shoot("replication-copied")
+	t.Logf("re-replication: copies done on the page %v after the kill", copiedAt.Round(100*time.Millisecond))
 	b.clearErrors()
 	matches("containers after the loss", "/ui/containers", containersMatch)
 	shoot("containers-after-loss")
@@ -591,7 +603,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		fmt.Fprintf(&table, "%-24s %8d %10d %10.0f %10.0f\n", f.Page, f.Requests, f.Bytes, f.FCPms, f.DCLms)
 	}
 	t.Logf("pages (cache disabled; weight = encoded bodies of the page and its assets):\n%s", table.String())
-	summary, err := json.MarshalIndent(map[string]any{"pages": figures, "stale_after_kill_s": staleAt.Seconds(), "dead_after_kill_s": deadAt.Seconds(),
+	summary, err := json.MarshalIndent(map[string]any{"pages": figures, "stale_after_kill_s": staleAt.Seconds(), "dead_after_kill_s": deadAt.Seconds(), "copies_after_kill_s": copiedAt.Seconds(),
 		"elapsed_s": time.Since(start).Seconds()}, "", "  ")
 	if err == nil {
 		err = os.WriteFile(filepath.Join(art, "figures.json"), summary, 0o644)
