@@ -58,6 +58,14 @@ type testNode struct {
 	moved bool
 }
 
+// testElectionTicks makes the test nodes' election timeout 0.5-1 s (20 ms
+// ticks), not the default 0.2-0.4 s: under make test beside two busy
+// processes a heartbeat late by 200 ms moved a leader between a test's
+// waitLeader and its first write (NOT_LEADER in
+// TestPeerRestartedOnANewAddress); the tests of failover wait for a new
+// leader with deadlines of seconds.
+const testElectionTicks = 25
+
 func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
 	t.Helper()
 	var err error
@@ -72,7 +80,7 @@ func (tn *testNode) start(t testing.TB, pcs ...PipelineConfig) {
 	ln := tn.tls.Listener(tn.listen(t))
 	tn.node, err = Start(Config{ID: tn.id, Listener: ln, Engine: tn.eng, Log: tn.log, Pipelines: pcs,
 		Conn: transport.ConnConfig{TLS: tn.tls}, RequirePeerCertNames: tn.requireNames, BlockTokens: tn.tokens,
-		TickInterval: 20 * time.Millisecond, Logger: quiet, RetainEntries: tn.retain, CompactEveryEntries: tn.every, MaxRetainEntries: tn.maxRetain,
+		TickInterval: 20 * time.Millisecond, ElectionTicks: testElectionTicks, Logger: quiet, RetainEntries: tn.retain, CompactEveryEntries: tn.every, MaxRetainEntries: tn.maxRetain,
 		MaxInflightPayloadBytes: tn.budget, MaxInflightRaftPayloadBytes: tn.budget, LogInlineMaxBytes: tn.inline})
 	if err != nil {
 		t.Fatal(err)
