@@ -5,6 +5,11 @@
 // may see, live charts of the servers' own metrics and the benchmark
 // reports of a directory.
 //
+// `spindle server` starts it (internal/server: console.go) with the S3
+// root user as its admin credential; `spindle meta --console-listen` with
+// WithMeta, beside the meta service, identified by a certificate of role
+// s3. Both print or log its URL.
+//
 // # How it is built
 //
 // Go html/template pages and one stylesheet and one small script, all
