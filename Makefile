@@ -27,8 +27,8 @@ REPORT_OUT     ?= reports/$(REPORT_SUITE)-$(shell date +%Y%m%d-%H%M%S)
 # with a cold build cache, seconds with a warm one). The meta service
 # (raft-replicated, its commits outside its lock) and the key client add
 # about a minute (56 s and 15 s, in parallel: 63 s, 2026-11-27).
-RACE_TEST_PKGS ?= ./internal/pipeline/... ./internal/wal/... ./internal/engine/... ./internal/transport/... ./internal/client/... ./internal/bulk/... ./internal/datanode/... ./internal/meta/... ./internal/metaapi/... ./internal/keyclient/... ./internal/ec/... ./internal/ecnode/... ./internal/ecread/...
-RACE_PKGS      ?= ./cmd/... ./internal/bench/... ./internal/units/... ./internal/buildinfo/... ./internal/engine/... ./internal/vfs/... ./internal/wal/... ./internal/transport/... ./internal/client/... ./internal/localcluster/... ./internal/pipeline/... ./internal/datanode/... ./internal/meta/... ./internal/metaapi/... ./internal/keyclient/... ./internal/bulk/... ./internal/gen/... ./internal/chaos/... ./internal/ec/... ./internal/ecnode/... ./internal/ecread/...
+RACE_TEST_PKGS ?= ./internal/pipeline/... ./internal/wal/... ./internal/engine/... ./internal/transport/... ./internal/client/... ./internal/bulk/... ./internal/datanode/... ./internal/meta/... ./internal/metaapi/... ./internal/keyclient/... ./internal/console/... ./internal/ec/... ./internal/ecnode/... ./internal/ecread/...
+RACE_PKGS      ?= ./cmd/... ./internal/bench/... ./internal/units/... ./internal/buildinfo/... ./internal/engine/... ./internal/vfs/... ./internal/wal/... ./internal/transport/... ./internal/client/... ./internal/localcluster/... ./internal/pipeline/... ./internal/datanode/... ./internal/meta/... ./internal/metaapi/... ./internal/keyclient/... ./internal/bulk/... ./internal/gen/... ./internal/chaos/... ./internal/console/... ./internal/ec/... ./internal/ecnode/... ./internal/ecread/...
 
 # The tests that need a test hook compiled in (-tags spindle_testhooks;
 # release builds have none): the meta raft member's isolation, which
@@ -49,7 +49,7 @@ CODESIZE_SKIP ?=
 # make lint's packages: the whole module.
 LINT_PKGS = ./...
 
-.PHONY: help deps build test test-race vet lint codesize docs-check fmt fmt-check demo fuzz bench report clean check-full-disk check-alerts check-crash check-chaos soak-meta accept-meta-ha test-s3 test-s3-full test-s3-suite bench-s3-versitygw
+.PHONY: help deps build test test-race vet lint codesize docs-check fmt fmt-check demo fuzz bench report clean check-full-disk check-alerts check-crash check-chaos soak-meta accept-meta-ha test-ui test-s3 test-s3-full test-s3-suite bench-s3-versitygw
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -110,6 +110,10 @@ soak-meta: ## the replicated meta service: clients put keys while the leader is 
 
 accept-meta-ha: ## issue 14's acceptance: server --meta-replicas 3, 4 datanodes, 16 clients, the meta leader killed -9 five times; lost puts, linearizability, longest window without a put
 	SPINDLE_META_HA=1 $(GO) test -count=1 -v -timeout 15m -run 'TestMetaHAAcceptance' ./internal/chaos/
+
+test-ui: build ## the web console in headless Chromium (Debian's chromium, installed when missing) against spindle server with a loader writing: every page, its figures against spindle admin --json, an upload and download, a killed datanode STALE then DEAD; screenshots and page weights and first-render times in ui-artifacts/ (about 2 minutes)
+	@command -v chromium >/dev/null || { [ "$$(id -u)" -eq 0 ] && { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null; }; }; } || { echo "chromium missing (apt-get install chromium)"; exit 1; }
+	SPINDLE_UI_TEST=1 SPINDLE_BIN=$(CURDIR)/$(BIN) SPINDLE_UI_ARTIFACTS=$(CURDIR)/ui-artifacts $(GO) test -count=1 -v -timeout 6m -run 'TestConsoleInBrowser' ./internal/console/uitest/
 
 test-s3: ## the S3 gateway: Go tests with aws-sdk-go-v2, then aws-cli, boto3, rclone and curl against spindle server (installs them in a venv / with apt when missing; a few minutes)
 	$(GO) test -count=1 -p 1 ./internal/s3gw/

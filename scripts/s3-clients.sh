@@ -175,6 +175,25 @@ PY
     aws s3 cp "s3://$B/form/f1024.bin" "$D/down/form" >/dev/null && cmp "$D/up/f1024" "$D/down/form" &&
     [[ $(aws s3api head-object --bucket "$B" --key form/f1024.bin --query Metadata.from --output text) == curl ]]; }
 check "aws-cli tagging" tag_cli
+# issue 35: versioning with boto3 (s3_versions.py) and aws-cli
+check "boto3 versioning (s3_versions.py)" "$S3_VENV/bin/python" scripts/s3_versions.py "$S3_ENDPOINT" "$B-v"
+versions_cli() { local vb="$B-vcli" v1 v2 m
+  aws s3api create-bucket --bucket "$vb" >/dev/null &&
+  aws s3api put-bucket-versioning --bucket "$vb" --versioning-configuration Status=Enabled &&
+  [[ $(aws s3api get-bucket-versioning --bucket "$vb" --query Status --output text) == Enabled ]] &&
+  v1=$(aws s3api put-object --bucket "$vb" --key k --body "$D/up/f1024" --query VersionId --output text) &&
+  v2=$(aws s3api put-object --bucket "$vb" --key k --body "$D/up/f8388608" --query VersionId --output text) &&
+  [[ -n $v1 && $v1 != "$v2" ]] &&
+  aws s3api get-object --bucket "$vb" --key k --version-id "$v1" "$D/down/v1" >/dev/null && cmp "$D/up/f1024" "$D/down/v1" &&
+  m=$(aws s3api delete-object --bucket "$vb" --key k --query VersionId --output text) &&
+  [[ $(aws s3api list-object-versions --bucket "$vb" --query 'length(Versions)') == 2 ]] &&
+  [[ $(aws s3api list-object-versions --bucket "$vb" --query 'DeleteMarkers[0].IsLatest') == true ]] &&
+  ! aws s3api head-object --bucket "$vb" --key k 2>/dev/null &&
+  aws s3api delete-object --bucket "$vb" --key k --version-id "$m" >/dev/null &&
+  aws s3api get-object --bucket "$vb" --key k "$D/down/v2" >/dev/null && cmp "$D/up/f8388608" "$D/down/v2" &&
+  for v in "$v1" "$v2"; do aws s3api delete-object --bucket "$vb" --key k --version-id "$v" >/dev/null || return 1; done &&
+  aws s3api delete-bucket --bucket "$vb"; }
+check "aws-cli versioning" versions_cli
 check "aws-cli cors" cors_cli
 check "curl CORS preflight" preflight_curl
 check "curl -F presigned POST" post_curl

@@ -17,10 +17,9 @@ import (
 	"github.com/spindle-store/spindle/internal/units"
 )
 
-// `spindle admin damaged` (blocks the datanodes found damaged, the keys
-// that lost data, the scrubbers' progress) and `spindle admin datanode
-// decommission|maintenance|recommission|remove`. No logic here beyond
-// formatting.
+// `spindle admin damaged` (blocks the datanodes found damaged, the keys that
+// lost data, the scrubbers' progress) and `spindle admin datanode decommission|
+// maintenance|recommission|remove`. No logic here beyond formatting.
 
 // newAdminOpsCmds returns the commands of `admin` for damage and datanode
 // operations, sharing its --meta and --json flags.

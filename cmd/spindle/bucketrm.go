@@ -37,8 +37,8 @@ func newBucketRmCmd(env *keyEnv) *cobra.Command {
 		Use:   "rm NAME",
 		Short: "Delete a bucket: an empty one, or with --force one and all its keys",
 		Long: `Deletes the bucket NAME. Without --force the bucket must hold no key.
-With --force every key of the bucket is deleted first (their blocks are
-deleted on the datanodes later), then the bucket; on a terminal it asks
+With --force every key (every version of it) is deleted first (their blocks
+are deleted on the datanodes later), then the bucket; on a terminal it asks
 first, and goes on only when the bucket's name is typed back.`,
 		Args: cli.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -76,17 +76,11 @@ first, and goes on only when the bucket's name is typed back.`,
 			}
 			deleted := 0
 			for round := 1; ; round++ {
-				var keys []string
-				if err := kc.List(ctx, name, "", func(ki metaapi.KeyInfo) error { keys = append(keys, ki.Key); return nil }); err != nil {
-					return cli.KeyExit(err, name, "")
+				n, err := cli.DeleteVersions(ctx, cli.Env{MetaClient: env.metaClient}, name) // every version of every key (S3 versioning)
+				if deleted += n; err != nil {
+					return cli.KeyExit(fmt.Errorf("bucket rm --force %s: %d keys deleted, then: %w", name, deleted, err), name, "")
 				}
-				for _, k := range keys {
-					if err := kc.Delete(ctx, name, k); err != nil && !errors.Is(err, metaapi.ErrNotFound) {
-						return cli.KeyExit(fmt.Errorf("bucket rm --force %s: %d keys deleted, then: %w", name, deleted, err), name, k)
-					}
-					deleted++
-				}
-				err := kc.DeleteBucket(ctx, name)
+				err = kc.DeleteBucket(ctx, name)
 				if err == nil {
 					return printf(cmd.OutOrStdout(), "deleted bucket %s and %d keys\n", name, deleted)
 				}

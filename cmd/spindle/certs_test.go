@@ -34,7 +34,7 @@ func certServer(t *testing.T, validity string) (cmd *exec.Cmd, exited <-chan str
 	dir := t.TempDir()
 	ready := filepath.Join(dir, "ready")
 	srvDir = filepath.Join(dir, "srv")
-	cmd = exec.Command(exe, "server", "--dir", srvDir, "--meta-listen", "127.0.0.1:0", "--s3-listen", "127.0.0.1:0",
+	cmd = exec.Command(exe, "server", "--dir", srvDir, "--meta-listen", "127.0.0.1:0", "--s3-listen", "127.0.0.1:0", "--console-listen", "off",
 		"--ready-file", ready, "--log-level", "warn", "--cert-validity", validity)
 	cmd.Env = append(os.Environ(), asSpindleEnv+"=1")
 	stderr = &lockedBuffer{}

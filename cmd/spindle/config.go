@@ -55,9 +55,7 @@ var builtinFlags = map[string]bool{"help": true, "version": true}
 type flagSource struct{ flag, value, from string }
 
 // envName is the environment variable for a flag: chunk-size -> SPINDLE_CHUNK_SIZE.
-func envName(flag string) string {
-	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-}
+func envName(f string) string { return envPrefix + strings.ToUpper(strings.ReplaceAll(f, "-", "_")) }
 
 // configFile maps a command path ("" for the root) to flag name -> raw value.
 type configFile map[string]map[string]any

@@ -386,6 +386,7 @@ without --force.`,
 	f.BoolVar(&force, "force", false, "replace FILE when it exists")
 	f.BoolVarP(&recursive, "recursive", "r", false, "get every key under BUCKET[/PREFIX] into the directory FILE, at its path below PREFIX")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar (one is drawn on a terminal once a transfer to a FILE takes over a second)")
+	cli.AddVersions(cmd, cli.Env{MetaClient: env.metaClient}) // --version-id
 	return cmd
 }
 
@@ -518,6 +519,7 @@ KEY lists the keys after KEY.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per key")
 	cmd.Flags().IntVar(&maxKeys, "max", 0, "list at most this many keys (0: every key)")
 	cmd.Flags().StringVar(&startAfter, "start-after", "", "list the keys after this one (the full key, PREFIX included)")
+	cli.AddVersions(cmd, cli.Env{MetaClient: env.metaClient}) // --versions
 	return cmd
 }
 
@@ -640,14 +642,14 @@ func newStatCmd() *cobra.Command {
 func newBucketCmd() *cobra.Command {
 	var env keyEnv
 	cmd := &cobra.Command{
-		Use:   "bucket create|ls|rm",
+		Use:   "bucket create|ls|rm|versioning",
 		Short: "Create, list and delete buckets",
 		Long: `Buckets hold keys. Names are 3..63 characters of a-z, 0-9, '-' and '.',
 starting and ending with a letter or a digit. A bucket is deleted only when
 it holds no key, or with rm --force, which deletes its keys first.`,
 		Args: cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cli.UsageErr(errors.New("want bucket create|ls|rm"))
+			return cli.UsageErr(errors.New("want bucket create|ls|rm|versioning"))
 		},
 	}
 	env.addFlags(cmd.PersistentFlags())
@@ -703,6 +705,7 @@ it holds no key, or with rm --force, which deletes its keys first.`,
 		}),
 		ls,
 		newBucketRmCmd(&env),
+		cli.BucketVersioningCmd(cli.Env{MetaClient: env.metaClient}),
 	)
 	return cli.WithEC(cmd, cli.Env{MetaClient: env.metaClient}) // bucket set-ec, get-ec, ec-default, create --ec
 }

@@ -111,8 +111,7 @@ line wins over the environment, which wins over the file.
 	root.PersistentFlags().StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 
 	root.AddCommand(newVersionCmd(), newBenchCmd(), newDemoCmd(), newReportCmd(), newDatanodeCmd(), newMetaCmd(), newServerCmd(),
-		newPutCmd(), newGetCmd(), newLsCmd(), newRmCmd(), newStatCmd(), newBucketCmd(), newAdminCmd(), newS3Cmd())
-	root.AddCommand(newGenCmd(), newCertCmd())
+		newPutCmd(), newGetCmd(), newLsCmd(), newRmCmd(), newStatCmd(), newBucketCmd(), newAdminCmd(), newS3Cmd(), newGenCmd(), newCertCmd())
 	strictSubcommands(root)
 	return root
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/spindle-store/spindle/internal/cli"
+	"github.com/spindle-store/spindle/internal/console"
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
@@ -26,28 +27,26 @@ func newMetaCmd() *cobra.Command {
 	var tf tlsFlags
 	var joinCADir, adminTokenFile string
 	var listenFD int
+	var con console.MetaOptions
 	cmd := &cobra.Command{
 		Use:   "meta",
 		Short: "Run the meta service: datanode registry, pipelines, containers, buckets and keys",
-		Long: `Runs the meta service: the cluster manager (datanode registration and
-health, pipelines of 3 datanodes, container allocation and closing, block
-deletion on datanodes) and the namespace (buckets, keys → block lists), in a
-Pebble store under --dir, served as JSON over HTTP on --listen, with
-Prometheus metrics on /metrics. Datanodes join with
-'spindle datanode --meta ADDR'. Once serving it writes "ADDR\nPID\n" to
---ready-file. SIGTERM or SIGINT stops it cleanly.
+		Long: `Runs the meta service: the cluster manager (datanode registration and health, pipelines
+of 3 datanodes, container allocation and closing, block deletion on datanodes) and the namespace
+(buckets, keys → block lists), in a Pebble store under --dir, served as JSON over HTTP on --listen,
+with Prometheus metrics on /metrics. Datanodes join with 'spindle datanode --meta ADDR'. Once
+serving it writes "ADDR\nPID\n" to --ready-file. SIGTERM or SIGINT stops it cleanly. With
+--console-listen it serves the web console too (docs/OPERATIONS.md §11).
 
-With --peers 1=ADDR,2=ADDR,3=ADDR it is member --id of a replicated meta
-service (a raft group; ADDR is each member's --listen, which defaults to
-its own entry): the leader serves, the others answer with its address;
-clients, datanodes and the CLI take every ADDR in --meta, comma-separated.
+With --peers 1=ADDR,2=ADDR,3=ADDR it is member --id of a replicated meta service (a raft group;
+ADDR is each member's --listen, which defaults to its own entry): the leader serves, the others
+answer with its address; clients, datanodes and the CLI take every ADDR in --meta, comma-separated.
 Start every member with an empty --dir the first time.
 
-Each member checkpoints its store every --snapshot-entries applied
-entries and keeps --log-retain-entries of its raft log behind the
-checkpoint; a member further behind receives a checkpoint. A member added
-to a running group ('spindle admin meta add ID=ADDR') starts with --join
-on an empty --dir.`,
+Each member checkpoints its store every --snapshot-entries applied entries and keeps
+--log-retain-entries of its raft log behind the checkpoint; a member further behind receives a
+checkpoint. A member added to a running group ('spindle admin meta add ID=ADDR') starts with
+--join on an empty --dir.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if containerSize <= 0 {
@@ -105,7 +104,7 @@ on an empty --dir.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return meta.Run(ctx, cfg)
+			return console.WithMeta(ctx, &con, cfg, meta.Run)
 		},
 	}
 	f := cmd.Flags()
@@ -133,6 +132,7 @@ on an empty --dir.`,
 	f.IntVar(&cfg.SnapshotEntries, "snapshot-entries", meta.DefaultSnapshotEntries, "checkpoint the store every this many applied raft entries")
 	f.IntVar(&cfg.LogRetainEntries, "log-retain-entries", meta.DefaultLogRetainEntries, "raft log entries kept behind the latest checkpoint, for followers a little behind (negative: none)")
 	checkReplication = addReplicationFlags(f, &cfg)
+	console.AddMetaFlags(f, &con)
 	return cmd
 }
 

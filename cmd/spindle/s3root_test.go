@@ -47,7 +47,7 @@ func TestS3RootAfterReadmeSections(t *testing.T) {
 	start := func(n int, env ...string) (metaAddr, s3Addr string, stop func()) {
 		t.Helper()
 		ready := filepath.Join(dir, "ready"+string(rune('0'+n)))
-		cmd := exec.Command(exe, "server", "--dir", srvDir, "--meta-listen", "127.0.0.1:0", "--s3-listen", "127.0.0.1:0",
+		cmd := exec.Command(exe, "server", "--dir", srvDir, "--meta-listen", "127.0.0.1:0", "--s3-listen", "127.0.0.1:0", "--console-listen", "off",
 			"--ready-file", ready, "--log-level", "warn")
 		cmd.Env = append(append(os.Environ(), asSpindleEnv+"=1", "SPINDLE_S3_ACCESS_KEY=", "SPINDLE_S3_SECRET_KEY="), env...)
 		var stderr bytes.Buffer

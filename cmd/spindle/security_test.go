@@ -297,7 +297,7 @@ func startServerProcessPID(t *testing.T) (metaAddr, srvDir string, pid int) {
 	ready := filepath.Join(dir, "ready")
 	srvDir = filepath.Join(dir, "srv")
 	cmd := exec.Command(exe, "server", "--dir", srvDir, "--meta-listen", "127.0.0.1:0",
-		"--s3-listen", "127.0.0.1:0", "--ready-file", ready, "--log-level", "warn")
+		"--s3-listen", "127.0.0.1:0", "--console-listen", "off", "--ready-file", ready, "--log-level", "warn")
 	cmd.Env = append(os.Environ(), asSpindleEnv+"=1")
 	var stderr lockedBuffer
 	cmd.Stderr = &stderr

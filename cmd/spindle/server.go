@@ -34,8 +34,7 @@ comes back with the same datanodes (on new ports), pipelines, namespace and data
 use --meta-listen (default 127.0.0.1:9860): spindle put, get, ls, ... .
 S3 clients use --s3-listen (default 127.0.0.1:9878, "off": none) with the
 root user of --s3-access-key/--s3-secret-key, or one generated at the first
-start into --dir/s3-credentials.json (0600).
-Ctrl-C or SIGTERM stops everything cleanly.
+start into --dir/s3-credentials.json (0600). Ctrl-C or SIGTERM stops everything cleanly.
 
 Every connection is mutual TLS 1.3: at the first start the server makes a
 cluster CA and a certificate per role under --dir/tls (keys 0600), and
@@ -72,7 +71,7 @@ settings given here (replication flags) are passed to every member.`,
 				cfg.Meta.CertValidity = cfg.CertValidity
 				cmd.Flags().Visit(func(fl *pflag.Flag) {
 					switch fl.Name {
-					case "dir", "ready-file", "listen", tlsconf.FlagInsecure: // TLS: the server's own flags for its members
+					case "dir", "ready-file", "listen", tlsconf.FlagInsecure, "console-listen", "console-reports": // TLS: the server's own flags for its members; the console: the server's
 						return
 					}
 					if mf.Lookup(fl.Name) != nil {
@@ -95,6 +94,7 @@ settings given here (replication flags) are passed to every member.`,
 	f.IntVar(&maxCopies, "max-copies", maxCopies, "re-replication: container copies each datanode receives at once")
 	f.Var(&logInline, "log-inline-max-bytes", "datanodes: "+logInlineHelp)
 	addS3Flags(f, &cfg.S3)
+	server.AddConsoleFlags(f, &cfg.Console)
 	f.DurationVar(&cfg.CertValidity, "cert-validity", tlsconf.DefaultCertValidity, certValidityHelp)
 	f.BoolVar(&cfg.Insecure, tlsconf.FlagInsecure, false, "plaintext connections everywhere, no TLS (meta, datanodes, S3 over http): anyone who reaches a port can use it")
 	checkReplication = addReplicationFlags(f, &cfg.Meta)

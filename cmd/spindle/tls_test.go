@@ -45,7 +45,7 @@ func TestDefaultServerRefusesConnectionsWithoutValidCert(t *testing.T) {
 	dir := t.TempDir()
 	ready := filepath.Join(dir, "ready")
 	cmd := exec.Command(exe, "server", "--dir", filepath.Join(dir, "srv"), "--meta-listen", "127.0.0.1:0",
-		"--s3-listen", "127.0.0.1:0", "--ready-file", ready, "--log-level", "warn")
+		"--s3-listen", "127.0.0.1:0", "--console-listen", "off", "--ready-file", ready, "--log-level", "warn")
 	cmd.Env = append(os.Environ(), asSpindleEnv+"=1")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

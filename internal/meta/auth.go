@@ -90,6 +90,9 @@ var routeAccess = map[string]accessClass{
 	"commit_key":     accessData,
 	"get_key":        accessData,
 	"delete_key":     accessDataChange,
+	// metaapi/versionapi: S3 object versions (native clients read them too)
+	"get_version": accessData, "list_versions": accessData, "get_bucket_versioning": accessData,
+	"delete_version": accessDataChange, "put_bucket_versioning": accessDataChange,
 
 	"nodes":       accessViews,
 	"pipelines":   accessViews,
@@ -126,13 +129,11 @@ var routeAccess = map[string]accessClass{
 	"list_parts":       accessGateway,
 	"list_uploads":     accessGateway,
 	// metaapi/s3meta: object tags, bucket configuration documents
-	"put_bucket_conf":    accessGateway,
-	"get_bucket_conf":    accessGateway,
-	"delete_bucket_conf": accessGateway,
-	"put_object_tagging": accessGateway,
-
-	ecmeta.RouteGetDefault: accessViews, ecmeta.RouteSetDefault: accessAdmin, ecmeta.RouteGetBucket: accessData, ecmeta.RouteLayout: accessData,
-	ecmeta.RouteSetBucket: accessDataChange, ecmeta.RouteWork: accessDatanode, ecmeta.RouteConverted: accessDatanode, // package ecmeta
+	"put_bucket_conf":      accessGateway,
+	"get_bucket_conf":      accessGateway,
+	"delete_bucket_conf":   accessGateway,
+	"put_object_tagging":   accessGateway,
+	ecmeta.RouteGetDefault: accessViews, ecmeta.RouteSetDefault: accessAdmin, ecmeta.RouteGetBucket: accessData, ecmeta.RouteLayout: accessData, ecmeta.RouteSetBucket: accessDataChange, ecmeta.RouteWork: accessDatanode, ecmeta.RouteConverted: accessDatanode, // package ecmeta
 
 	"meta_raft":     accessMetaPeer,
 	"meta_demote":   accessMetaPeer,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/metaapi/versionapi"
 )
 
 func (c *fakeCluster) damage() *metaapi.DamageStatus {
@@ -84,6 +85,13 @@ func TestDamagedBlocks(t *testing.T) {
 	}
 	if rs := c.repl(); rs.UnderReplicated != 0 || rs.Unrecoverable != 0 {
 		t.Fatalf("a lost block: %+v, want nothing under-replicated or unrecoverable", rs)
+	}
+	// An older version of a key holding it is named too, key@version (S3
+	// versioning: k0 is now the null version under a new one).
+	mustNo(t, vs(c.s).SetVersioning("bkt", versionapi.Enabled))
+	c.put("bkt", "k0", 1, 10)
+	if st := c.damage(); len(st.Keys) != 1 || st.Keys[0].Key != "k0@null" {
+		t.Fatalf("damaged keys after a new version of k0: %+v, want k0@null", st.Keys)
 	}
 	rec := httptest.NewRecorder()
 	c.s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))

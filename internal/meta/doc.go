@@ -254,7 +254,8 @@
 //	| 'P' | pipeline ID u64                     | 9        | pipeline record                |
 //	| 'C' | container ID u64                    | 9        | container record               |
 //	| 'B' | bucket name                         | 4..64    | bucket record                  |
-//	| 'K' | bucket name | 0x00 | key name       | ≤ 1089   | key record                     |
+//	| 'K' | bucket name | 0x00 | key name       | ≤ 1089   | key record (current version)   |
+//	| 'V' | 'K' key's fields | 0x00 | ^ID u64   | ≤ 1098   | older version (package verrec) |
 //	| 'A' | container ID u64 | local ID u64     | 17       | allocation record              |
 //	| 'D' | container ID u64 | local ID u64     | 17       | pending deletion record        |
 //	| 'U' | user name                           | 2..65    | S3 user record                 |
@@ -278,7 +279,7 @@
 //	bucket (29 bytes):    version u8 | created u64 | keys u64 | bytes u64 | [owner str | ACL str] | crc u32
 //	bucket config:        version u8 | config version u8 (1) | updated u64 | document str (≤ 64 KiB) | crc u32
 //	key (29+32n):         version u8 | size u64 | value CRC32C u32 | created u64 | block count n u32 |
-//	                      n × (container u64 | local u64 | pipeline u64 | length u64) | [object] | crc u32
+//	                      n × (container u64 | local u64 | pipeline u64 | length u64) | [object] | [version: 'V' | flags u8 | ID u64] | crc u32
 //	key inline (29+size): the same with n = 0 and the value (size bytes, ≤ metaapi.MaxInlineBytes)
 //	                      after the block count: version | size | CRC32C | created | 0 u32 | value | [object] | crc
 //	object (S3):          version u8 (1) | ETag str | Content-Type str | checksum type str | parts u32 |

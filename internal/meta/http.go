@@ -19,6 +19,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/meta/namespace"
 	"github.com/spindle-store/spindle/internal/meta/state"
+	"github.com/spindle-store/spindle/internal/meta/versions"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	api "github.com/spindle-store/spindle/internal/metaapi/authz"
 	"github.com/spindle-store/spindle/internal/readyfile"
@@ -177,7 +178,8 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle("GET /metrics", s.guard("metrics", promhttp.HandlerFor(s.Metrics.Reg, promhttp.HandlerOpts{})))
 	mux.Handle("GET /v1/admin/backup", s.guard("backup", s.backupHandler())) // backup.go
 	s.raftRoutes(mux)
-	creds.Routes(route, s.State, s.MetaStatus, s.SetUserKeys, s.ResealUsers) // every kind of record sealed with the KEK adds its re-sealer
+	creds.Routes(route, s.State, s.MetaStatus, s.SetUserKeys, s.ResealUsers)                         // every kind of record sealed with the KEK adds its re-sealer
+	versions.Routes(route, namespace.Versions{Namespace: s.Namespace}, s.gate, s.tokens, decodeBody) // S3 object versions
 	commitKey := s.guardInstrumented("commit_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		bucket, key, err := keyPath(r)
 		if err != nil {

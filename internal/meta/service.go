@@ -57,8 +57,7 @@ func compose(st *state.State) *Service {
 	s.S3Users = namespace.NewS3Users(st)
 	s.certs = certreg.New(st)
 	s.tokens = tokenkeys.New(st)
-	s.ec = ecmeta.New(st, s.Cluster)
-	s.Rerepl.Coded = s.ec.Coded
+	s.ec = ecmeta.New(st, s.Cluster, s.Rerepl) // (sets Rerepl.Coded)
 	return s
 }
 

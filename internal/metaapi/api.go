@@ -563,17 +563,15 @@ type CommitKey struct {
 
 // KeyInfo describes a committed key.
 type KeyInfo struct {
-	Bucket  string     `json:"bucket"`
-	Key     string     `json:"key"`
-	Size    uint64     `json:"size"`
-	CRC32C  uint32     `json:"crc32c"`
-	Created time.Time  `json:"created"`
-	Blocks  []KeyBlock `json:"blocks"`
-	// Inline is the value of a key stored inline (no Blocks, Size > 0);
-	// never set in a listing.
-	Inline []byte `json:"inline,omitempty"`
-	// Object is the S3 metadata stored with the key (nil: a plain key).
-	Object *ObjectMeta `json:"object,omitempty"`
+	Bucket    string      `json:"bucket"`
+	Key       string      `json:"key"`
+	Size      uint64      `json:"size"`
+	CRC32C    uint32      `json:"crc32c"`
+	Created   time.Time   `json:"created"`
+	Blocks    []KeyBlock  `json:"blocks"`
+	Inline    []byte      `json:"inline,omitempty"`     // the value stored inline (no Blocks, Size > 0); never in a listing
+	Object    *ObjectMeta `json:"object,omitempty"`     // the S3 metadata stored with the key (nil: a plain key)
+	VersionID string      `json:"version_id,omitempty"` // its S3 version ID when it has one (package versionapi)
 }
 
 // KeyList is one page of a listing.

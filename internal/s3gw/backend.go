@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/spindle-store/spindle/internal/md5batch"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
+	"github.com/spindle-store/spindle/internal/s3gw/s3ver"
 	"github.com/spindle-store/spindle/internal/s3perm"
 	"github.com/spindle-store/spindle/internal/s3permapi"
 )
@@ -30,9 +30,10 @@ import (
 type Backend struct {
 	perms    // bucket ACLs, policies, ownership, object ACLs (perms.go)
 	features // tagging, CORS (features.go)
-	meta     *metaapi.Client
-	kc       *keyclient.Client
-	region   string
+	s3ver.Bucket
+	meta   *metaapi.Client
+	kc     *keyclient.Client
+	region string
 	// md5s hashes the ETags of every PUT, part and copy, batched.
 	md5s *md5batch.Batcher
 }
@@ -44,7 +45,7 @@ var _ backend.Backend = (*Backend)(nil)
 // The bucket permissions it caches are pc's (shared with the IAM).
 func NewBackend(mc *metaapi.Client, kc *keyclient.Client, region string, pc *PermCache) *Backend {
 	return &Backend{perms: perms{meta: mc, cache: pc}, meta: mc, kc: kc, region: region, md5s: md5batch.New(),
-		features: features{meta: mc, cors: s3extra.NewDocCache(ACLCacheTTL, ACLCacheMaxEntries)}}
+		features: features{meta: mc, cors: s3extra.NewDocCache(ACLCacheTTL, ACLCacheMaxEntries)}, Bucket: s3ver.Bucket{Meta: mc, ToS3: toS3}}
 }
 
 // String names the backend in versitygw's banner.
@@ -159,19 +160,14 @@ func (b *Backend) DeleteBucket(ctx context.Context, bucket string) error {
 	if errors.Is(err, metaapi.ErrNotFound) {
 		return s3err.GetAPIError(s3err.ErrNoSuchBucket)
 	}
+	if errors.Is(err, metaapi.ErrNotEmpty) {
+		return b.NotEmpty(ctx, bucket) // s3ver: S3's message for a versioned bucket
+	}
 	return toS3(err, s3err.ErrNoSuchBucket)
 }
 
 // The bucket features Spindle does not have answer "not configured", so
 // that versitygw's access checks (which ask for them) go on.
-
-// GetBucketVersioning: buckets are unversioned.
-func (b *Backend) GetBucketVersioning(ctx context.Context, bucket string) (s3response.GetBucketVersioningOutput, error) {
-	if _, err := b.meta.GetBucket(ctx, bucket); err != nil {
-		return s3response.GetBucketVersioningOutput{}, bucketErr(err)
-	}
-	return s3response.GetBucketVersioningOutput{}, nil
-}
 
 // GetObjectLockConfiguration: no object lock.
 func (b *Backend) GetObjectLockConfiguration(context.Context, string) ([]byte, error) {
@@ -194,12 +190,7 @@ func crcBase64(c uint32) string {
 
 // etagOf is a key's ETag, quoted: its stored MD5 (or multipart ETag); for
 // a key put outside S3 (no object metadata), its CRC32C.
-func etagOf(ki *metaapi.KeyInfo) string {
-	if ki.Object != nil && ki.Object.ETag != "" {
-		return `"` + ki.Object.ETag + `"`
-	}
-	return fmt.Sprintf(`"crc32c-%08x"`, ki.CRC32C)
-}
+func etagOf(ki *metaapi.KeyInfo) string { return s3ver.ETag(ki) }
 
 // contentType is the stored Content-Type or S3's default.
 func contentType(ki *metaapi.KeyInfo) string {

@@ -91,6 +91,10 @@
 //     and HeadObject ?partNumber=, GetObjectAttributes ObjectParts).
 //   - Listings are range scans in the meta service, delimiter included;
 //     continuation tokens are the last entry returned.
+//   - Versions (package s3ver, metaapi/versionapi): the meta service makes
+//     a version of every commit in a versioned bucket and keeps the old
+//     ones; the gateway passes version IDs through (GET, HEAD, DELETE,
+//     copy sources, ListObjectVersions) and answers in S3's shapes.
 //   - CopyObject and UploadPartCopy stream the source's bytes into a new
 //     key or part (blocks are never shared between keys: a block belongs to
 //     exactly one key, which is what the meta service's deletions assume).

@@ -1,6 +1,7 @@
 package s3gw
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/versity/versitygw/s3err"
@@ -8,6 +9,7 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/metaapi/s3meta"
 	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
+	"github.com/spindle-store/spindle/internal/s3gw/s3ver"
 )
 
 // features are the Backend's object and bucket tagging and bucket CORS
@@ -26,12 +28,17 @@ type features struct {
 	cors *s3extra.DocCache
 }
 
+func (f *features) ver() s3ver.Bucket { return s3ver.Bucket{Meta: f.meta, ToS3: toS3} }
+
 // GetObjectTagging answers the object's tag set.
-func (f *features) GetObjectTagging(ctx context.Context, bucket, object, _ string) (map[string]string, error) {
+func (f *features) GetObjectTagging(ctx context.Context, bucket, object, vid string) (map[string]string, error) {
 	if err := keyErr(object); err != nil {
 		return nil, err
 	}
 	ki, err := f.meta.GetKey(ctx, bucket, object)
+	if vid != "" {
+		ki, err = f.ver().Get(ctx, bucket, object, vid) // a version's tags (package s3ver)
+	}
 	if err != nil {
 		return nil, toS3(err, s3err.ErrNoSuchKey)
 	}
@@ -42,16 +49,16 @@ func (f *features) GetObjectTagging(ctx context.Context, bucket, object, _ strin
 }
 
 // PutObjectTagging replaces the object's tag set (versitygw validated it).
-func (f *features) PutObjectTagging(ctx context.Context, bucket, object, _ string, tags map[string]string) error {
-	if err := keyErr(object); err != nil {
+func (f *features) PutObjectTagging(ctx context.Context, bucket, object, vid string, tags map[string]string) error {
+	if err := cmp.Or(keyErr(object), f.ver().Current(ctx, bucket, object, vid)); err != nil {
 		return err
 	}
 	return toS3(s3meta.PutObjectTagging(ctx, f.meta, bucket, object, s3meta.EncodeTags(tags)), s3err.ErrNoSuchKey)
 }
 
 // DeleteObjectTagging removes the object's tag set.
-func (f *features) DeleteObjectTagging(ctx context.Context, bucket, object, _ string) error {
-	if err := keyErr(object); err != nil {
+func (f *features) DeleteObjectTagging(ctx context.Context, bucket, object, vid string) error {
+	if err := cmp.Or(keyErr(object), f.ver().Current(ctx, bucket, object, vid)); err != nil {
 		return err
 	}
 	return toS3(s3meta.PutObjectTagging(ctx, f.meta, bucket, object, ""), s3err.ErrNoSuchKey)

@@ -117,11 +117,11 @@ func (b *Backend) UploadPartCopy(ctx context.Context, in *s3.UploadPartCopyInput
 	if _, err := b.meta.GetUpload(ctx, ref); err != nil {
 		return s3response.CopyPartResult{}, uploadErr(err)
 	}
-	srcBucket, srcKey, _, err := backend.ParseCopySource(deref(in.CopySource))
+	srcBucket, srcKey, srcVersion, err := backend.ParseCopySource(deref(in.CopySource))
 	if err != nil {
 		return s3response.CopyPartResult{}, err
 	}
-	src, err := b.lookup(ctx, srcBucket, srcKey)
+	src, err := b.lookup(ctx, srcBucket, srcKey, &srcVersion)
 	if err != nil {
 		return s3response.CopyPartResult{}, err
 	}
@@ -143,7 +143,8 @@ func (b *Backend) UploadPartCopy(ctx context.Context, in *s3.UploadPartCopyInput
 	if err != nil {
 		return s3response.CopyPartResult{}, uploadErr(err)
 	}
-	return s3response.CopyPartResult{LastModified: part.Modified, ETag: ptr(`"` + part.ETag + `"`), ChecksumCRC32C: ptr(crcBase64(part.CRC32C))}, nil
+	return s3response.CopyPartResult{LastModified: part.Modified, ETag: ptr(`"` + part.ETag + `"`), ChecksumCRC32C: ptr(crcBase64(part.CRC32C)),
+		CopySourceVersionId: src.VersionID}, nil
 }
 
 // CompleteMultipartUpload makes the key from the listed parts.
@@ -193,7 +194,7 @@ func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMu
 	return s3response.CompleteMultipartUploadResult{
 		Bucket: &ref.Bucket, Key: &ref.Key, ETag: ptr(etagOf(&ki)),
 		ChecksumCRC32C: ptr(crcBase64(ki.CRC32C)), ChecksumType: &ct,
-	}, "", nil
+	}, ki.VersionID, nil
 }
 
 // completedBefore is the key ref names when it is the object that

@@ -30,6 +30,7 @@ import (
 	"github.com/spindle-store/spindle/internal/md5batch"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
+	"github.com/spindle-store/spindle/internal/s3gw/s3ver"
 )
 
 // Limits of the object API.
@@ -278,7 +279,7 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	cs := checksumsOf(&res.Key)
 	size := int64(res.Key.Size)
 	return s3response.PutObjectOutput{
-		ETag: etagOf(&res.Key), Size: &size, ChecksumType: cs.typ,
+		ETag: etagOf(&res.Key), Size: &size, ChecksumType: cs.typ, VersionID: strings.TrimPrefix(res.Key.VersionID, "null"), // S3 omits null
 		ChecksumCRC32: cs.crc32, ChecksumCRC32C: cs.crc32c, ChecksumCRC64NVME: cs.crc64nvme,
 		ChecksumSHA1: cs.sha1, ChecksumSHA256: cs.sha256, ChecksumSHA512: cs.sha512, ChecksumMD5: cs.md5,
 		ChecksumXXHASH64: cs.xxhash64, ChecksumXXHASH3: cs.xxhash3, ChecksumXXHASH128: cs.xxhash128,
@@ -354,8 +355,9 @@ func (b *Backend) openBody(ki metaapi.KeyInfo, offset, length int64) io.ReadClos
 	return &objectBody{b: b, ki: ki, offset: offset, length: length, ctx: ctx, cancel: cancel}
 }
 
-// lookup reads a key's metadata (NoSuchKey when absent).
-func (b *Backend) lookup(ctx context.Context, bucket, key string) (metaapi.KeyInfo, error) {
+// lookup reads a key's metadata (NoSuchKey when absent), or that of one
+// of its versions (vid not empty; package s3ver).
+func (b *Backend) lookup(ctx context.Context, bucket, key string, vid *string) (metaapi.KeyInfo, error) {
 	if metaapi.ValidKey(key) != nil {
 		if _, err := b.meta.GetBucket(ctx, bucket); err != nil {
 			return metaapi.KeyInfo{}, bucketErr(err)
@@ -364,6 +366,9 @@ func (b *Backend) lookup(ctx context.Context, bucket, key string) (metaapi.KeyIn
 			return metaapi.KeyInfo{}, s3err.GetAPIError(s3err.ErrKeyTooLong)
 		}
 		return metaapi.KeyInfo{}, s3err.GetAPIError(s3err.ErrNoSuchKey)
+	}
+	if deref(vid) != "" {
+		return b.Get(ctx, bucket, key, *vid)
 	}
 	ki, err := b.meta.GetKey(ctx, bucket, key)
 	if err != nil {
@@ -374,7 +379,7 @@ func (b *Backend) lookup(ctx context.Context, bucket, key string) (metaapi.KeyIn
 
 // GetObject answers the object (or a range of it), streamed.
 func (b *Backend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3.GetObjectOutput, error) {
-	ki, err := b.lookup(ctx, deref(in.Bucket), deref(in.Key))
+	ki, err := b.lookup(ctx, deref(in.Bucket), deref(in.Key), in.VersionId)
 	if err != nil {
 		return nil, err
 	}
@@ -404,6 +409,7 @@ func (b *Backend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3.Get
 		LastModified:  &ki.Created,
 		StorageClass:  types.StorageClassStandard,
 		Body:          b.openBody(ki, start, length),
+		VersionId:     nilIfEmpty(&ki.VersionID),
 	}
 	if ranged || in.PartNumber != nil {
 		out.ContentRange = contentRange(start, length, size)
@@ -440,7 +446,7 @@ func fillHeaders(ki *metaapi.KeyInfo, enc, disp, lang, cache, expires **string) 
 
 // HeadObject answers the object's metadata.
 func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.HeadObjectOutput, error) {
-	ki, err := b.lookup(ctx, deref(in.Bucket), deref(in.Key))
+	ki, err := b.lookup(ctx, deref(in.Bucket), deref(in.Key), in.VersionId)
 	if err != nil {
 		return nil, err
 	}
@@ -459,6 +465,7 @@ func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.H
 		ETag:          &etag,
 		LastModified:  &ki.Created,
 		StorageClass:  types.StorageClassStandard,
+		VersionId:     nilIfEmpty(&ki.VersionID),
 	}
 	whole := true
 	if in.Range != nil && *in.Range != "" {
@@ -500,9 +507,9 @@ func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.H
 // GetObjectAttributes answers ETag, size, storage class, checksum and
 // (of a multipart object) a page of its parts.
 func (b *Backend) GetObjectAttributes(ctx context.Context, in *s3.GetObjectAttributesInput) (s3response.GetObjectAttributesResponse, error) {
-	ki, err := b.lookup(ctx, deref(in.Bucket), deref(in.Key))
+	ki, err := b.lookup(ctx, deref(in.Bucket), deref(in.Key), in.VersionId)
 	if err != nil {
-		return s3response.GetObjectAttributesResponse{}, err
+		return s3response.GetObjectAttributesResponse{}, s3ver.NoMarker(err) // a delete marker: NoSuchKey here
 	}
 	size := int64(ki.Size)
 	cs := checksumsOf(&ki)
@@ -516,6 +523,7 @@ func (b *Backend) GetObjectAttributes(ctx context.Context, in *s3.GetObjectAttri
 		ObjectSize:   &size,
 		StorageClass: types.StorageClassStandard,
 		LastModified: &ki.Created,
+		VersionId:    nilIfEmpty(&ki.VersionID),
 		Checksum: &types.Checksum{ChecksumCRC32C: cs.crc32c, ChecksumCRC32: cs.crc32, ChecksumCRC64NVME: cs.crc64nvme,
 			ChecksumSHA1: cs.sha1, ChecksumSHA256: cs.sha256, ChecksumType: cs.typ},
 	}, nil
@@ -530,11 +538,8 @@ func (b *Backend) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput) (*
 	if metaapi.ValidKey(key) != nil {
 		return &s3.DeleteObjectOutput{}, nil
 	}
-	err := b.meta.DeleteKey(ctx, bucket, key)
-	if err != nil && !(errors.Is(err, metaapi.ErrNotFound) && !errors.Is(err, metaapi.ErrNoSuchBucket)) {
-		return nil, toS3(err, s3err.ErrNoSuchKey)
-	}
-	return &s3.DeleteObjectOutput{}, nil
+	return b.Delete(ctx, bucket, key, deref(in.VersionId)) // s3ver
+
 }
 
 // DeleteObjects deletes up to 1,000 keys, DeleteObjectsParallel at once.
@@ -546,7 +551,7 @@ func (b *Backend) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput) 
 	if len(objs) > MaxDeleteKeys {
 		return s3response.DeleteResult{}, s3err.GetAPIError(s3err.ErrMalformedXML) // as S3 answers more than 1,000
 	}
-	errs := make([]error, len(objs))
+	errs, outs := make([]error, len(objs)), make([]*s3.DeleteObjectOutput, len(objs))
 	sem := make(chan struct{}, DeleteObjectsParallel)
 	var wg sync.WaitGroup
 	for i, o := range objs {
@@ -555,14 +560,18 @@ func (b *Backend) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput) 
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			_, errs[i] = b.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: in.Bucket, Key: o.Key})
+			outs[i], errs[i] = b.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: in.Bucket, Key: o.Key, VersionId: o.VersionId})
 		}()
 	}
 	wg.Wait()
 	var res s3response.DeleteResult
 	for i, o := range objs {
 		if errs[i] == nil {
-			res.Deleted = append(res.Deleted, types.DeletedObject{Key: o.Key})
+			d := types.DeletedObject{Key: o.Key, VersionId: o.VersionId, DeleteMarker: ptr(aws.ToBool(outs[i].DeleteMarker))}
+			if *d.DeleteMarker && o.VersionId == nil {
+				d.DeleteMarkerVersionId = outs[i].VersionId
+			}
+			res.Deleted = append(res.Deleted, d)
 			continue
 		}
 		code, msg := "InternalError", errs[i].Error()
@@ -570,7 +579,7 @@ func (b *Backend) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput) 
 		if errors.As(errs[i], &se) {
 			code, msg = se.BaseError().Code, se.BaseError().Description
 		}
-		res.Error = append(res.Error, types.Error{Key: o.Key, Code: &code, Message: &msg})
+		res.Error = append(res.Error, types.Error{Key: o.Key, VersionId: o.VersionId, Code: &code, Message: &msg})
 	}
 	return res, nil
 }
@@ -578,11 +587,11 @@ func (b *Backend) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput) 
 // CopyObject copies a key's bytes into a new version of the destination
 // (metadata COPY or REPLACE), streamed.
 func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput) (s3response.CopyObjectOutput, error) {
-	srcBucket, srcKey, _, err := backend.ParseCopySource(deref(in.CopySource))
+	srcBucket, srcKey, srcVersion, err := backend.ParseCopySource(deref(in.CopySource))
 	if err != nil {
 		return s3response.CopyObjectOutput{}, err
 	}
-	src, err := b.lookup(ctx, srcBucket, srcKey)
+	src, err := b.lookup(ctx, srcBucket, srcKey, &srcVersion)
 	if err != nil {
 		return s3response.CopyObjectOutput{}, err
 	}
@@ -600,7 +609,7 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 		om.Headers = standardHeaders(in.ContentEncoding, in.ContentDisposition, in.ContentLanguage, in.CacheControl, in.Expires, in.WebsiteRedirectLocation)
 		om.UserMeta = userMetaIn(in.Metadata)
 	} else {
-		if srcBucket == dstBucket && srcKey == dstKey {
+		if srcBucket == dstBucket && srcKey == dstKey && srcVersion == "" {
 			return s3response.CopyObjectOutput{}, s3err.GetAPIError(s3err.ErrInvalidCopyDest)
 		}
 		if src.Object != nil {
@@ -634,7 +643,7 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 		return s3response.CopyObjectOutput{}, toS3(err, s3err.ErrNoSuchKey)
 	}
 	cs := checksumsOf(&ki)
-	return s3response.CopyObjectOutput{CopyObjectResult: &s3response.CopyObjectResult{
+	return s3response.CopyObjectOutput{VersionId: nilIfEmpty(&ki.VersionID), CopySourceVersionId: nilIfEmpty(&src.VersionID), CopyObjectResult: &s3response.CopyObjectResult{
 		ETag: ptr(etagOf(&ki)), LastModified: &ki.Created, ChecksumType: types.ChecksumTypeFullObject,
 		ChecksumCRC32: cs.crc32, ChecksumCRC32C: cs.crc32c, ChecksumCRC64NVME: cs.crc64nvme, ChecksumSHA1: cs.sha1, ChecksumSHA256: cs.sha256,
 	}}, nil
@@ -922,32 +931,15 @@ func (b *Backend) ListObjectsV2(ctx context.Context, in *s3.ListObjectsV2Input) 
 	return res, nil
 }
 
-// ListObjectVersions: buckets are unversioned, every key is its "null"
-// version.
+// ListObjectVersions lists a page of versions (package s3ver).
 func (b *Backend) ListObjectVersions(ctx context.Context, in *s3.ListObjectVersionsInput) (s3response.ListVersionsResult, error) {
-	maxKeys := maxKeysOf(in.MaxKeys)
-	p, err := b.list(ctx, deref(in.Bucket), deref(in.Prefix), deref(in.Delimiter), deref(in.KeyMarker), maxKeys)
-	if err != nil {
-		return s3response.ListVersionsResult{}, err
-	}
+	var err error
 	if in.EncodingType, err = encodingType(ctx, in.EncodingType); err != nil {
 		return s3response.ListVersionsResult{}, err
 	}
-	enc := keyEncoder(in.EncodingType)
-	p.encode(enc)
-	res := s3response.ListVersionsResult{
-		Name: in.Bucket, Prefix: enc(nilIfEmpty(in.Prefix)), KeyMarker: enc(nilIfEmpty(in.KeyMarker)), VersionIdMarker: nilIfEmpty(in.VersionIdMarker), MaxKeys: &maxKeys,
-		Delimiter: enc(nilIfEmpty(in.Delimiter)), IsTruncated: &p.truncated, CommonPrefixes: p.prefixes, EncodingType: in.EncodingType,
+	owner, err := bucketOwner(ctx, b, deref(in.Bucket))
+	if err != nil {
+		return s3response.ListVersionsResult{}, err
 	}
-	for _, o := range p.objects {
-		res.Versions = append(res.Versions, s3response.ObjectVersion{
-			Key: o.Key, ETag: o.ETag, Size: o.Size, LastModified: o.LastModified, IsLatest: ptr(true),
-			VersionId: ptr("null"), StorageClass: types.ObjectVersionStorageClassStandard, ChecksumType: o.ChecksumType,
-		})
-	}
-	if p.truncated {
-		res.NextKeyMarker = enc(&p.next)
-		res.NextVersionIdMarker = ptr("null")
-	}
-	return res, nil
+	return b.List(ctx, in, maxKeysOf(in.MaxKeys), owner, keyEncoder(in.EncodingType))
 }

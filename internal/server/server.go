@@ -58,6 +58,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/certwatch"
+	"github.com/spindle-store/spindle/internal/console"
 	"github.com/spindle-store/spindle/internal/localcluster"
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -108,6 +109,10 @@ type Config struct {
 	Logger           *slog.Logger
 	// S3 configures the S3 gateway Run starts (s3.go).
 	S3 S3Config
+	// Console configures the web console Run starts (console.go);
+	// ConsoleSampleEvery its metrics sampler's period (0: the default).
+	Console            console.Options
+	ConsoleSampleEvery time.Duration
 	// Insecure runs every connection in plaintext (--insecure). Otherwise
 	// (the default) the server makes its PKI under Dir/tls at the first
 	// start (tlsconf.EnsureLocal: a CA, a certificate per role, keys 0600)
@@ -469,6 +474,13 @@ func Run(ctx context.Context, cfg Config, readyFile string) error {
 		stopQuietly(s.Close)
 		return err
 	}
+	_, stopConsole, err := s.startConsole()
+	if err != nil {
+		stopGW()
+		stopQuietly(s.Close)
+		return err
+	}
+	defer stopConsole()
 	if readyFile != "" {
 		if err := meta.WriteReady(readyFile, s.MetaAddr()); err != nil {
 			stopQuietly(s.Close)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/ec"
 	"github.com/spindle-store/spindle/internal/meta/cluster"
+	"github.com/spindle-store/spindle/internal/meta/repair"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/metaapi/ecapi"
@@ -56,9 +57,12 @@ type task struct {
 	started time.Time
 }
 
-// New is the erasure-coding manager of st's containers.
-func New(st *state.State, cl *cluster.Cluster) *Manager {
-	return &Manager{st: st, cl: cl, refused: map[uint64]string{}}
+// New is the erasure-coding manager of st's containers; it makes rr
+// (the replication manager) skip the EC containers (Coded).
+func New(st *state.State, cl *cluster.Cluster, rr *repair.Rerepl) *Manager {
+	m := &Manager{st: st, cl: cl, refused: map[uint64]string{}}
+	rr.Coded = m.Coded
+	return m
 }
 
 // ensureLocked (re)loads the EC containers when the stint changed; under

@@ -338,17 +338,11 @@ func (s *Multipart) CompleteUploadAs(req *metaapi.CompleteUpload, check Check) (
 		om.ChecksumType = "FULL_OBJECT"
 		rec.Object = &om
 		b := s.Store.NewBatch()
-		state.Set(b, state.ObjectKey(req.Bucket, req.Key), rec.Encode())
-		s.dropUpload(b, req.UploadRef, all, keep, now)
-		if exists {
-			for _, sb := range old.Blocks {
-				s.gc.ScheduleDelete(b, state.BlockRef{Container: sb.Container, Local: sb.Local}, state.ReasonReplaced, now)
-			}
-			brec.Bytes -= old.Size
-		} else {
-			brec.Keys++
+		if err := (Versions{s.ns}).placeVersion(b, &brec, req.Bucket, req.Key, old, exists, &rec, now); err != nil {
+			state.CloseBatch(b)
+			return nil, nil, err
 		}
-		brec.Bytes += rec.Size
+		s.dropUpload(b, req.UploadRef, all, keep, now)
 		state.Set(b, state.BucketKey(req.Bucket), brec.Encode())
 		s.Buckets[req.Bucket] = brec
 		return s.ns.keyInfo(req.Bucket, req.Key, rec, now), b, nil

@@ -15,7 +15,9 @@ import (
 	"github.com/spindle-store/spindle/internal/meta/authz"
 	"github.com/spindle-store/spindle/internal/meta/cluster"
 	"github.com/spindle-store/spindle/internal/meta/state"
+	"github.com/spindle-store/spindle/internal/meta/state/verrec"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/metaapi/versionapi"
 )
 
 // CreateBucket creates an empty bucket (ErrExists if it exists).
@@ -73,6 +75,9 @@ func (s *Namespace) DeleteBucket(name string) error {
 		if first != "" {
 			panic(fmt.Sprintf("meta: bucket %s counts 0 keys but holds key %q", name, first))
 		}
+		if older, err := (Versions{s}).firstVersion(name); err != nil || older != "" { // noncurrent versions, delete markers
+			return struct{}{}, nil, cmp.Or(err, fmt.Errorf("%w: bucket %s holds versions of %q", metaapi.ErrNotEmpty, name, older))
+		}
 		b := s.Store.NewBatch()
 		if err := s.mp.dropBucketUploads(b, name, s.Cfg.Now()); err != nil {
 			state.CloseBatch(b)
@@ -90,8 +95,17 @@ func (s *Namespace) DeleteBucket(name string) error {
 	return err
 }
 
-func (s *Namespace) firstKey(bucket string) (_ string, err error) {
-	p := state.KeyPrefix(bucket)
+func (s *Namespace) firstKey(bucket string) (string, error) {
+	return s.firstIn(state.KeyPrefix(bucket))
+}
+
+func (s Versions) firstVersion(bucket string) (string, error) {
+	return s.firstIn(verrec.KeyPrefix(bucket))
+}
+
+// firstIn is the rest of the first store key starting with p ("": none).
+func (s *Namespace) firstIn(p []byte) (_ string, err error) {
+	bucket := string(p[1 : len(p)-1])
 	it, err := s.Store.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: state.PrefixEnd(p)})
 	if err != nil {
 		return "", err
@@ -215,7 +229,10 @@ func (s *Namespace) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey, c
 	// A commit of blocks that are the key's already is a retry. Without
 	// blocks, equal bytes and metadata do not make one: a conditional put
 	// of the same bytes is checked (a retry of it is known by its ID).
-	if exists && sameVersion(old, ck) && (len(ck.Blocks) > 0 || ck.Conditions == (metaapi.Conditions{})) {
+	// In a versioned bucket a put of equal bytes is a new version: a
+	// commit with an ID is known as a retry by it (below) alone.
+	inlineRetry := ck.Conditions == (metaapi.Conditions{}) && (ck.CommitID == "" || brec.Versioning == verrec.Unversioned)
+	if exists && sameVersion(old, ck) && (len(ck.Blocks) > 0 || inlineRetry) {
 		return s.keyInfo(bucket, key, old, now), nil, nil // a retried commit
 	}
 	if len(ck.Blocks) == 0 && ck.CommitID != "" {
@@ -247,17 +264,11 @@ func (s *Namespace) commitKeyLocked(bucket, key string, ck *metaapi.CommitKey, c
 	// Valid: one batch makes the key visible, consumes the allocations,
 	// schedules the old blocks' deletion and updates the counts.
 	b := s.Store.NewBatch()
-	state.Set(b, state.ObjectKey(bucket, key), rec.Encode())
-	s.claim(b, rec.Blocks)
-	if exists {
-		for _, sb := range old.Blocks {
-			s.gc.ScheduleDelete(b, state.BlockRef{Container: sb.Container, Local: sb.Local}, state.ReasonReplaced, now)
-		}
-		brec.Bytes -= old.Size
-	} else {
-		brec.Keys++
+	if err := (Versions{s}).placeVersion(b, &brec, bucket, key, old, exists, &rec, now); err != nil { // versions.go
+		state.CloseBatch(b)
+		return nil, nil, err
 	}
-	brec.Bytes += rec.Size
+	s.claim(b, rec.Blocks)
 	state.Set(b, state.BucketKey(bucket), brec.Encode())
 	s.Buckets[bucket] = brec
 	if ck.CommitID != "" {
@@ -390,6 +401,9 @@ func SameObjectMeta(a, b *metaapi.ObjectMeta) bool {
 // keyInfo is the API form of a key, with its blocks' replicas.
 func (s *Namespace) keyInfo(bucket, key string, rec state.KeyRecord, now time.Time) *metaapi.KeyInfo {
 	ki := &metaapi.KeyInfo{Bucket: bucket, Key: key, Size: rec.Size, CRC32C: rec.CRC32C, Created: rec.Created, Blocks: make([]metaapi.KeyBlock, 0, len(rec.Blocks)), Inline: rec.Inline, Object: rec.Object}
+	if rec.Version.Present() || s.Buckets[bucket].Versioning != verrec.Unversioned {
+		ki.VersionID = rec.Version.String()
+	}
 	members := map[uint64][]metaapi.Member{} // by container: most keys have many blocks in few containers
 	for _, sb := range rec.Blocks {
 		kb := metaapi.KeyBlock{BlockRef: metaapi.BlockRef{Container: sb.Container, Local: sb.Local}, Pipeline: sb.Pipeline, Length: sb.Length}
@@ -455,32 +469,10 @@ func (s *Namespace) GetKeys(names []metaapi.KeyName) ([]metaapi.GetResult, error
 	})
 }
 
-// DeleteKey removes a key; its blocks are scheduled for deletion.
+// DeleteKey removes a key; its blocks are scheduled for deletion. In a
+// versioned bucket it makes a delete marker (DeleteVersion).
 func (s *Namespace) DeleteKey(bucket, key string) error {
-	_, err := state.Mutate(s.State, func() (struct{}, *pebble.Batch, error) {
-		brec, err := s.BucketOf(bucket, key)
-		if err != nil {
-			return struct{}{}, nil, err
-		}
-		rec, ok, err := s.getKey(bucket, key)
-		if err != nil {
-			return struct{}{}, nil, err
-		}
-		if !ok {
-			return struct{}{}, nil, fmt.Errorf("%w %s/%s", metaapi.ErrNoSuchKey, bucket, key)
-		}
-		now := s.Cfg.Now()
-		b := s.Store.NewBatch()
-		state.Del(b, state.ObjectKey(bucket, key))
-		for _, sb := range rec.Blocks {
-			s.gc.ScheduleDelete(b, state.BlockRef{Container: sb.Container, Local: sb.Local}, state.ReasonDeleted, now)
-		}
-		brec.Keys--
-		brec.Bytes -= rec.Size
-		state.Set(b, state.BucketKey(bucket), brec.Encode())
-		s.Buckets[bucket] = brec
-		return struct{}{}, b, nil
-	})
+	_, err := Versions{s}.DeleteVersion(versionapi.Ref{Bucket: bucket, Key: key})
 	return err
 }
 

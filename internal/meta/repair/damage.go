@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/spindle-store/spindle/internal/meta/cluster"
 	"github.com/spindle-store/spindle/internal/meta/state"
+	"github.com/spindle-store/spindle/internal/meta/state/verrec"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -230,11 +231,21 @@ func (s *Damage) damageStatus(now time.Time) (*metaapi.DamageStatus, error) {
 	return st, err
 }
 
-// keysHolding scans every key of every bucket for the blocks of lost, at
-// most metaapi.MaxDamagedKeys keys.
-func (s *Damage) keysHolding(lost map[metaapi.BlockRef]bool) (_ []metaapi.DamagedKey, _ bool, err error) {
+// keysHolding scans every key of every bucket, and every older version
+// of one (S3 versioning, 'V' records: named key@version), for the blocks
+// of lost, at most metaapi.MaxDamagedKeys keys.
+func (s *Damage) keysHolding(lost map[metaapi.BlockRef]bool) (_ []metaapi.DamagedKey, truncated bool, err error) {
 	out := []metaapi.DamagedKey{}
-	lo := []byte{state.PrefixKey}
+	for _, p := range []byte{state.PrefixKey, verrec.Prefix} {
+		if out, truncated, err = s.holding(p, lost, out); err != nil || truncated {
+			return out, truncated, err
+		}
+	}
+	return out, false, nil
+}
+
+func (s *Damage) holding(prefix byte, lost map[metaapi.BlockRef]bool, out []metaapi.DamagedKey) (_ []metaapi.DamagedKey, _ bool, err error) {
+	lo := []byte{prefix}
 	it, err := s.Store.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: state.PrefixEnd(lo)})
 	if err != nil {
 		return nil, false, fmt.Errorf("meta: scanning keys for lost blocks: %w", err)
@@ -257,9 +268,14 @@ func (s *Damage) keysHolding(lost map[metaapi.BlockRef]bool) (_ []metaapi.Damage
 		if len(out) == metaapi.MaxDamagedKeys {
 			return out, true, nil
 		}
-		k := it.Key()[1:]
-		bucket, key, _ := bytes.Cut(k, []byte{0})
-		out = append(out, metaapi.DamagedKey{Bucket: string(bucket), Key: string(key), Blocks: hit})
+		bucket, key, _ := bytes.Cut(it.Key()[1:], []byte{0})
+		name := string(key)
+		if prefix == verrec.Prefix { // key | 0x00 | ^ID
+			if n, _, ok := verrec.Split(verrec.KeyPrefix(string(bucket)), it.Key()); ok {
+				name = n + "@" + rec.Version.String()
+			}
+		}
+		out = append(out, metaapi.DamagedKey{Bucket: string(bucket), Key: name, Blocks: hit})
 	}
 	return out, false, it.Error()
 }

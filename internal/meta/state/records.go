@@ -11,6 +11,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/crc32c"
 	"github.com/spindle-store/spindle/internal/kek"
+	"github.com/spindle-store/spindle/internal/meta/state/verrec"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3permapi"
 )
@@ -424,13 +425,14 @@ func DecodeContainer(v []byte) (ContainerRecord, error) {
 // and object ownership, s3permapi) are a second optional section after
 // the ACL: a record without them ends after the ACL.
 type BucketRecord struct {
-	Created   time.Time
-	Keys      uint64
-	Bytes     uint64
-	Owner     string
-	ACL       string
-	Policy    string
-	Ownership string
+	Created    time.Time
+	Keys       uint64
+	Bytes      uint64
+	Owner      string
+	ACL        string
+	Policy     string
+	Ownership  string
+	Versioning uint8 // third optional section: verrec.Enabled or Suspended (0: never versioned)
 }
 
 func (b BucketRecord) Encode() []byte {
@@ -438,7 +440,7 @@ func (b BucketRecord) Encode() []byte {
 	e.u64(ms(b.Created))
 	e.u64(b.Keys)
 	e.u64(b.Bytes)
-	perms := b.Policy != "" || b.Ownership != ""
+	perms := b.Policy != "" || b.Ownership != "" || b.Versioning != 0
 	if b.Owner != "" || b.ACL != "" || perms {
 		e.str(b.Owner)
 		e.str(b.ACL)
@@ -446,6 +448,9 @@ func (b BucketRecord) Encode() []byte {
 	if perms {
 		e.str(b.Policy)
 		e.str(b.Ownership)
+	}
+	if b.Versioning != 0 {
+		e.u8(b.Versioning)
 	}
 	return e.finish()
 }
@@ -456,15 +461,20 @@ func DecodeBucket(v []byte) (BucketRecord, error) {
 	if d.err == nil && len(d.b) > 0 {
 		b.Owner = d.str(metaapi.MaxAccessKeyBytes)
 		b.ACL = d.str(metaapi.MaxACLBytes)
-		if d.err == nil && b.Owner == "" && b.ACL == "" {
+		if d.err == nil && b.Owner == "" && b.ACL == "" && len(d.b) == 0 {
 			d.fail("empty owner section")
 		}
 	}
 	if d.err == nil && len(d.b) > 0 {
 		b.Policy = d.str(s3permapi.MaxPolicyBytes)
 		b.Ownership = d.str(s3permapi.MaxOwnershipBytes)
-		if d.err == nil && b.Policy == "" && b.Ownership == "" {
+		if d.err == nil && b.Policy == "" && b.Ownership == "" && len(d.b) == 0 {
 			d.fail("empty policy section")
+		}
+	}
+	if d.err == nil && len(d.b) > 0 {
+		if b.Versioning = d.u8(); b.Versioning != verrec.Enabled && b.Versioning != verrec.Suspended {
+			d.fail("versioning %d", b.Versioning)
 		}
 	}
 	return b, d.done()
@@ -485,6 +495,7 @@ type KeyRecord struct {
 	Blocks  []StoredBlock
 	Inline  []byte // the value when Blocks is empty (len Size)
 	Object  *metaapi.ObjectMeta
+	Version verrec.Version // last, optional: the S3 version section (package verrec)
 }
 
 // storedBlock is one block of a key as stored.
@@ -510,6 +521,7 @@ func (k KeyRecord) Encode() []byte {
 	if k.Object != nil {
 		e.objectMeta(k.Object)
 	}
+	e.b = k.Version.Append(e.b)
 	return e.finish()
 }
 
@@ -536,8 +548,14 @@ func DecodeKey(v []byte) (KeyRecord, error) {
 			sum = k.Size
 		}
 	}
-	if d.err == nil && len(d.b) > 0 {
+	if d.err == nil && len(d.b) > 0 && d.b[0] != verrec.Tag {
 		k.Object = d.objectMeta()
+	}
+	var verr error
+	if d.err == nil && len(d.b) > 0 {
+		if k.Version, d.b, verr = verrec.Decode(d.b); verr != nil {
+			d.fail("%v", verr)
+		}
 	}
 	if err := d.done(); err != nil {
 		return k, err
