@@ -13,6 +13,7 @@ import (
 	"github.com/spindle-store/spindle/internal/meta/cluster"
 	"github.com/spindle-store/spindle/internal/meta/repair"
 	"github.com/spindle-store/spindle/internal/meta/state"
+	"github.com/spindle-store/spindle/internal/meta/state/verrec"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/metaapi/ecapi"
 	"github.com/spindle-store/spindle/internal/metaapi/s3meta"
@@ -232,13 +233,14 @@ func (m *Manager) SetBucket(bucket, text string) error {
 }
 
 // scanBucketsLocked learns which buckets have blocks in which container
-// (a scan of every key; at most every ScanEvery). Under State.Mu and m.mu.
+// (a scan of every key and noncurrent version; at most every ScanEvery).
+// Under State.Mu and m.mu.
 func (m *Manager) scanBucketsLocked(now time.Time) error {
 	if m.buckets != nil && now.Sub(m.scanned) < ScanEvery {
 		return nil
 	}
 	out := map[uint64][]string{}
-	err := m.st.Scan(state.PrefixKey, func(k, v []byte) error {
+	scan := func(k, v []byte) error {
 		end := slices.Index(k[1:], 0)
 		if end < 0 {
 			return nil
@@ -254,9 +256,13 @@ func (m *Manager) scanBucketsLocked(now time.Time) error {
 			}
 		}
 		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("meta: the containers' buckets: %w", err)
+	}
+	// Current versions ('K') and noncurrent ones ('V', S3 versioning):
+	// both are key records under prefix | bucket | 0x00 | ...
+	for _, prefix := range []byte{state.PrefixKey, verrec.Prefix} {
+		if err := m.st.Scan(prefix, scan); err != nil {
+			return fmt.Errorf("meta: the containers' buckets: %w", err)
+		}
 	}
 	m.buckets, m.scanned = out, now
 	return nil
