@@ -9,35 +9,19 @@ Credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY. Each test
 makes its own bucket; the exit status is 1 when one fails."""
 import sys
 import threading
-import traceback
 import urllib.parse
 
 import boto3
 import botocore
 import urllib3
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from s3check import code, run, test
 
 EP, PREFIX = sys.argv[1], sys.argv[2]
 # s3v4: boto3 signs a presigned POST with SigV2 unless told (the gateway
 # takes SigV4 POST policies only)
 s3 = boto3.client("s3", endpoint_url=EP, config=Config(retries={"max_attempts": 1}, s3={"addressing_style": "path"}, signature_version="s3v4"))
 http = urllib3.PoolManager()
-TESTS = []
-
-
-def test(f):
-    TESTS.append(f)
-    return f
-
-
-def code(fn, *a, **kw):
-    """The S3 error code fn answers (None: it succeeded)."""
-    try:
-        fn(*a, **kw)
-    except ClientError as e:
-        return e.response["Error"]["Code"]
-    return None
 
 
 def bucket(name):
@@ -205,14 +189,4 @@ def copies_keep_metadata():
         assert src.get(f) == dst.get(f) and src.get(f), (f, src.get(f), dst.get(f))
 
 
-failed = []
-for t in TESTS:
-    try:
-        t()
-        print(f"PASS {t.__name__}")
-    except Exception:  # noqa: BLE001 - every failure is reported
-        failed.append(t.__name__)
-        print(f"FAIL {t.__name__}")
-        traceback.print_exc()
-print(f"s3_features: {len(TESTS) - len(failed)}/{len(TESTS)} passed" + (f"; failed: {' '.join(failed)}" if failed else ""))
-sys.exit(1 if failed else 0)
+run("s3_features")

@@ -12,29 +12,13 @@ makes its own bucket and empties and deletes it when it passes; the exit
 status is 1 when one fails."""
 import os
 import sys
-import traceback
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from s3check import code, run, test
 
 EP, PREFIX = sys.argv[1], sys.argv[2]
 s3 = boto3.client("s3", endpoint_url=EP, config=Config(retries={"max_attempts": 1}, s3={"addressing_style": "path"}))
-TESTS = []
-
-
-def test(f):
-    TESTS.append(f)
-    return f
-
-
-def code(fn, *a, **kw):
-    """The S3 error code fn answers (None: it succeeded)."""
-    try:
-        fn(*a, **kw)
-    except ClientError as e:
-        return e.response["Error"]["Code"]
-    return None
 
 
 def versioned(name, status="Enabled"):
@@ -161,14 +145,4 @@ def suspended_null_version():
     empty_and_delete(b)
 
 
-failed = []
-for t in TESTS:
-    try:
-        t()
-        print(f"PASS {t.__name__}")
-    except Exception:  # noqa: BLE001 - every failure is reported
-        failed.append(t.__name__)
-        print(f"FAIL {t.__name__}")
-        traceback.print_exc()
-print(f"s3_versions: {len(TESTS) - len(failed)}/{len(TESTS)} passed" + (f"; failed: {' '.join(failed)}" if failed else ""))
-sys.exit(1 if failed else 0)
+run("s3_versions")
