@@ -25,6 +25,10 @@ build_spindle() {
 # flag (plaintext), so that the compatibility checks keep working once TLS is
 # the default; they test compatibility, not security.
 insecure() { "$SPINDLE" "$@" --help 2>/dev/null | grep -q -- '--insecure' && echo --insecure || true; }
+# lifecycle_flags: a short S3 lifecycle day (2 s, runs every second) for the
+# lifecycle checks, when spindle server has the flags (LIFECYCLE_DAY: its
+# seconds, for s3_lifecycle.py; unset against another endpoint).
+lifecycle_flags() { "$SPINDLE" server --help 2>/dev/null | grep -q -- '--lifecycle-day' && echo --lifecycle-day 2s --lifecycle-interval 1s || true; }
 S3_VENV=${S3_VENV:-/tmp/spindle-check-s3-venv}
 [[ -x "$S3_VENV/bin/aws" && -x "$S3_VENV/bin/python" ]] && "$S3_VENV/bin/python" -c 'import pytest' 2>/dev/null || {
   { [[ -x "$S3_VENV/bin/python" ]] || python3 -m venv "$S3_VENV"; } && "$S3_VENV/bin/pip" install -q awscli "boto3[crt]" pytest >"$CHECK_TMP/pip.log" 2>&1 ||
@@ -40,8 +44,9 @@ s=[socket.socket() for _ in range(2)]
   read -r META_PORT S3_PORT <<<"$ports"
   export SPINDLE_S3_ACCESS_KEY=AKIACHECKCLIENTS0001 SPINDLE_S3_SECRET_KEY=check-clients-secret-key-0123456789abcdef
   setsid "$SPINDLE" server $(insecure server) --dir "$CHECK_TMP/srv" --meta-listen "127.0.0.1:$META_PORT" \
-    --s3-listen "127.0.0.1:$S3_PORT" >"$CHECK_TMP/server.log" 2>&1 &
+    --s3-listen "127.0.0.1:$S3_PORT" $(lifecycle_flags) >"$CHECK_TMP/server.log" 2>&1 &
   SRV=$!
+  [[ -n "$(lifecycle_flags)" ]] && LIFECYCLE_DAY=2
   S3_ENDPOINT="http://127.0.0.1:$S3_PORT"; S3_ACCESS_KEY=$SPINDLE_S3_ACCESS_KEY; S3_SECRET_KEY=$SPINDLE_S3_SECRET_KEY
 fi
 RESULT=""
@@ -194,6 +199,39 @@ versions_cli() { local vb="$B-vcli" v1 v2 m
   for v in "$v1" "$v2"; do aws s3api delete-object --bucket "$vb" --key k --version-id "$v" >/dev/null || return 1; done &&
   aws s3api delete-bucket --bucket "$vb"; }
 check "aws-cli versioning" versions_cli
+# issue 35 item 2: object lock with boto3 (s3_objlock.py) and aws-cli; a locked
+# version's delete is refused with AccessDenied (a COMPLIANCE bucket stays)
+check "boto3 object lock (s3_objlock.py)" "$S3_VENV/bin/python" scripts/s3_objlock.py "$S3_ENDPOINT" "$B-l"
+objlock_cli() { local lb="$B-lcli" v until err
+  until=$(date -u -d '+1 day' +%Y-%m-%dT%H:%M:%SZ) &&
+  aws s3api create-bucket --bucket "$lb" --object-lock-enabled-for-bucket >/dev/null &&
+  aws s3api put-object-lock-configuration --bucket "$lb" \
+    --object-lock-configuration 'ObjectLockEnabled=Enabled,Rule={DefaultRetention={Mode=GOVERNANCE,Days=1}}' &&
+  [[ $(aws s3api get-object-lock-configuration --bucket "$lb" --query ObjectLockConfiguration.Rule.DefaultRetention.Mode --output text) == GOVERNANCE ]] &&
+  v=$(aws s3api put-object --bucket "$lb" --key k --body "$D/up/f1024" --query VersionId --output text) &&
+  [[ $(aws s3api head-object --bucket "$lb" --key k --query ObjectLockMode --output text) == GOVERNANCE ]] &&
+  aws s3api put-object-retention --bucket "$lb" --key k --version-id "$v" --retention "Mode=COMPLIANCE,RetainUntilDate=$until" --bypass-governance-retention &&
+  [[ $(aws s3api get-object-retention --bucket "$lb" --key k --version-id "$v" --query Retention.Mode --output text) == COMPLIANCE ]] &&
+  aws s3api put-object-legal-hold --bucket "$lb" --key k --version-id "$v" --legal-hold Status=ON &&
+  [[ $(aws s3api get-object-legal-hold --bucket "$lb" --key k --version-id "$v" --query LegalHold.Status --output text) == ON ]] &&
+  err=$(aws s3api delete-object --bucket "$lb" --key k --version-id "$v" --bypass-governance-retention 2>&1 >/dev/null; true) &&
+  [[ $err == *AccessDenied* ]] &&
+  aws s3api get-object --bucket "$lb" --key k --version-id "$v" "$D/down/locked" >/dev/null && cmp "$D/up/f1024" "$D/down/locked"; }
+check "aws-cli object lock" objlock_cli
+# issue 35 item 3: lifecycle with boto3 (s3_lifecycle.py: the rules at work with the short day) and aws-cli
+check "boto3 lifecycle (s3_lifecycle.py)" env LIFECYCLE_DAY="${LIFECYCLE_DAY:-}" "$S3_VENV/bin/python" scripts/s3_lifecycle.py "$S3_ENDPOINT" "$B-lc"
+lifecycle_cli() { local lb="$B-lccli"
+  aws s3api create-bucket --bucket "$lb" >/dev/null &&
+  aws s3api put-bucket-lifecycle-configuration --bucket "$lb" --lifecycle-configuration \
+    '{"Rules":[{"ID":"tmp","Filter":{"Prefix":"tmp/"},"Status":"Enabled","Expiration":{"Days":7}},{"ID":"mpu","Filter":{},"Status":"Enabled","AbortIncompleteMultipartUpload":{"DaysAfterInitiation":1}}]}' &&
+  [[ $(aws s3api get-bucket-lifecycle-configuration --bucket "$lb" --query 'Rules[0].Expiration.Days') == 7 ]] &&
+  [[ $(aws s3api get-bucket-lifecycle-configuration --bucket "$lb" --query 'length(Rules)') == 2 ]] &&
+  ! aws s3api put-bucket-lifecycle-configuration --bucket "$lb" --lifecycle-configuration \
+    '{"Rules":[{"ID":"x","Filter":{},"Status":"Enabled","Expiration":{"Days":0}}]}' 2>"$CHECK_TMP/lc.err" && grep -q InvalidArgument "$CHECK_TMP/lc.err" &&
+  aws s3api delete-bucket-lifecycle --bucket "$lb" &&
+  ! aws s3api get-bucket-lifecycle-configuration --bucket "$lb" 2>"$CHECK_TMP/lc.err" && grep -q NoSuchLifecycleConfiguration "$CHECK_TMP/lc.err" &&
+  aws s3api delete-bucket --bucket "$lb"; }
+check "aws-cli lifecycle" lifecycle_cli
 check "aws-cli cors" cors_cli
 check "curl CORS preflight" preflight_curl
 check "curl -F presigned POST" post_curl

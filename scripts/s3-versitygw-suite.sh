@@ -8,6 +8,7 @@
 # a listed test that passes is reported, to be taken off the list.
 #   make test-s3-suite            (about 10 minutes on a 2-core VM)
 #   VGW_TESTS='PutObject_*' ...   only the tests matching that glob
+#   VGW_GROUPS='WORMProtection|PutObjectRetention' ...   only these groups
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/versitygw.sh
@@ -28,17 +29,20 @@ read -r META_PORT S3_PORT <<<"$(python3 -c 'import socket
 s=[socket.socket() for _ in range(2)]
 [x.bind(("127.0.0.1",0)) for x in s]; print(*[x.getsockname()[1] for x in s])')"
 AK=AKIAVERSITYGWSUITE01 SK=versitygw-suite-secret-0123456789abcdef
-# --insecure: plain http, as the suite is configured; it checks S3 compatibility, not TLS
-SPINDLE_S3_ACCESS_KEY=$AK SPINDLE_S3_SECRET_KEY=$SK setsid "$WORK/spindle" server --insecure --dir "$SHM/srv" \
-  --meta-listen "127.0.0.1:$META_PORT" --s3-listen "127.0.0.1:$S3_PORT" >"$WORK/server.log" 2>&1 &
-SRV=$!
 EP="http://127.0.0.1:$S3_PORT"
-for _ in $(seq 120); do
-  curl -s -o /dev/null "$EP/" && break
-  kill -0 "$SRV" 2>/dev/null || { tail -5 "$WORK/server.log"; echo "s3-versitygw-suite: the server ended"; exit 1; }
-  sleep 1
-done
-groups='Authentication|PresignedAuth|CreateBucket|HeadBucket|DeleteBucket|ListBuckets|GetBucketLocation|PutObject|GetObject|HeadObject|DeleteObject|DeleteObjects|CopyObject|ListObjects|ListObjectsV2|ListObjectVersions|PutBucketVersioning|GetBucketVersioning|Versioning|CreateMultipartUpload|UploadPart|UploadPartCopy|ListParts|ListMultipartUploads|CompleteMultipartUpload|AbortMultipartUpload|GetObjectAttributes|SignedStreamingPayload|SignedStreamingPayloadTrailer|UnsignedStreamingPayloadTrailer|PutObjectTagging|GetObjectTagging|DeleteObjectTagging|PutBucketTagging|GetBucketTagging|DeleteBucketTagging|PutBucketCors|GetBucketCors|DeleteBucketCors|PreflightOPTIONS|CORSMiddleware|PostObject'
+# --insecure: plain http, as the suite is configured; it checks S3 compatibility, not TLS
+start_server() {
+  SPINDLE_S3_ACCESS_KEY=$AK SPINDLE_S3_SECRET_KEY=$SK setsid "$WORK/spindle" server --insecure --dir "$SHM/srv" \
+    --meta-listen "127.0.0.1:$META_PORT" --s3-listen "127.0.0.1:$S3_PORT" >"$WORK/server.log" 2>&1 &
+  SRV=$!
+  for _ in $(seq 120); do
+    curl -s -o /dev/null "$EP/" && break
+    kill -0 "$SRV" 2>/dev/null || { tail -5 "$WORK/server.log"; echo "s3-versitygw-suite: the server ended"; exit 1; }
+    sleep 1
+  done
+}
+start_server
+groups=${VGW_GROUPS:-'Authentication|PresignedAuth|CreateBucket|HeadBucket|DeleteBucket|ListBuckets|GetBucketLocation|PutObject|GetObject|HeadObject|DeleteObject|DeleteObjects|CopyObject|ListObjects|ListObjectsV2|ListObjectVersions|PutBucketVersioning|GetBucketVersioning|Versioning|CreateMultipartUpload|UploadPart|UploadPartCopy|ListParts|ListMultipartUploads|CompleteMultipartUpload|AbortMultipartUpload|GetObjectAttributes|SignedStreamingPayload|SignedStreamingPayloadTrailer|UnsignedStreamingPayloadTrailer|PutObjectTagging|GetObjectTagging|DeleteObjectTagging|PutBucketTagging|GetBucketTagging|DeleteBucketTagging|PutBucketCors|GetBucketCors|DeleteBucketCors|PreflightOPTIONS|CORSMiddleware|PostObject|PutObjectLockConfiguration|GetObjectLockConfiguration|PutObjectRetention|GetObjectRetention|PutObjectLegalHold|GetObjectLegalHold|WORMProtection'}
 env -u AWS_CA_BUNDLE "$cache/versitygw" test --help 2>&1 | awk '/Runs .* integration test/{print $1}' | grep -E "^($groups)_" |
   while read -r t; do if [[ $t == ${VGW_TESTS:-*} ]]; then echo "$t"; fi; done >"$WORK/tests"
 known=scripts/s3-versitygw-known-failures.txt
@@ -47,7 +51,8 @@ while read -r t; do
   i=$((i+1))
   # from its own directory: some tests run ./versitygw (its admin commands)
   # the versioning tests clean up by listing versions (their own flag)
-  vflag=(); [[ $t == *Versioning_* || $t == ListObjectVersions_* ]] && vflag=(--versioning-enabled)
+  # and so do the object lock tests: a bucket with object lock is versioned (S3)
+  vflag=(); [[ $t == *Versioning_* || $t == ListObjectVersions_* || $t =~ [Ll]ock|[Rr]etention|[Ll]egal[Hh_]|WORM|PutObject_racey ]] && vflag=(--versioning-enabled)
   if (cd "$cache" && timeout 120 env -u AWS_CA_BUNDLE ./versitygw test -a "$AK" -s "$SK" -e "$EP" "$t" "${vflag[@]}") >"$WORK/t.log" 2>&1; then
     pass=$((pass+1)); echo "PASS $t" >>"$WORK/results"
     grep -q "^$t " "$known" && fixed+=("$t")
@@ -59,6 +64,11 @@ while read -r t; do
     # A failed test may leave its buckets behind; the next tests need them gone.
     "$WORK/spindle" bucket ls --meta "127.0.0.1:$META_PORT" 2>/dev/null | awk 'NR>1{print $1}' |
       while read -r b; do "$WORK/spindle" bucket rm --force --meta "127.0.0.1:$META_PORT" "$b" >/dev/null 2>&1 || true; done
+    # A bucket holding a locked version cannot be emptied (object lock): start
+    # the next tests on a new server.
+    if [[ -n $("$WORK/spindle" bucket ls --meta "127.0.0.1:$META_PORT" 2>/dev/null | awk 'NR>1') ]]; then
+      stop_group "$SRV"; rm -rf "$SHM/srv"; start_server
+    fi
   fi
   (( i % 50 == 0 )) && echo "$(date +%T)  $i/$total tests, $pass passed"
 done <"$WORK/tests"

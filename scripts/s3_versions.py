@@ -2,7 +2,7 @@
 on PUT, CopyObject and CompleteMultipartUpload, GET/HEAD/DELETE by
 versionId, delete markers, ListObjectVersions paged by key and version-id
 markers (boto3's paginator), the null version of never-versioned and
-Suspended buckets, DeleteObjects by version. Run by scripts/s3-clients.sh
+Suspended buckets, DeleteObjects by version, the tags of a version. Run by scripts/s3-clients.sh
 (make test-s3):
 
     python s3_versions.py ENDPOINT BUCKET-PREFIX
@@ -142,6 +142,23 @@ def suspended_null_version():
     d = s3.delete_object(Bucket=b, Key="k")  # a null delete marker replaces the null version
     assert d["DeleteMarker"] and d["VersionId"] == "null", d
     assert all_versions(b) == [("k", "null", True, True), ("k", v1, False, False)]
+    empty_and_delete(b)
+
+
+@test
+def version_tags():
+    """Put/Get/DeleteObjectTagging by VersionId: that version's tags alone,
+    an older one's as the current one's (S3)."""
+    b = versioned("tags")
+    ids = [s3.put_object(Bucket=b, Key="k", Body=body)["VersionId"] for body in (b"1", b"22", b"333")]
+    r = s3.put_object_tagging(Bucket=b, Key="k", VersionId=ids[0], Tagging={"TagSet": [{"Key": "old", "Value": "yes"}]})
+    assert r["VersionId"] == ids[0], r
+    tags = lambda vid: s3.get_object_tagging(Bucket=b, Key="k", VersionId=vid)["TagSet"]
+    assert tags(ids[0]) == [{"Key": "old", "Value": "yes"}], tags(ids[0])
+    assert tags(ids[2]) == [] and s3.get_object_tagging(Bucket=b, Key="k")["TagSet"] == []
+    assert s3.delete_object_tagging(Bucket=b, Key="k", VersionId=ids[0])["VersionId"] == ids[0]
+    assert tags(ids[0]) == []
+    assert code(lambda: s3.put_object_tagging(Bucket=b, Key="k", VersionId="0000000000000001", Tagging={"TagSet": []})) == "NoSuchVersion"
     empty_and_delete(b)
 
 

@@ -26,7 +26,7 @@ func newAdminReplicationCmds(env *keyEnv, asJSON *bool) []*cobra.Command {
 	var watch time.Duration
 	repl := &cobra.Command{
 		Use:   "replication",
-		Short: "Re-replication: safe mode, under-replicated containers, bytes pending, copies in flight (source → target), copied, rate",
+		Short: "Re-replication: safe mode, under-replicated containers, bytes pending, copies in flight (source → target), copied, rate; EC shards missing, rebuilds",
 		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if watch < 0 {
@@ -45,7 +45,7 @@ func newAdminReplicationCmds(env *keyEnv, asJSON *bool) []*cobra.Command {
 				if *asJSON {
 					return json.NewEncoder(out).Encode(st)
 				}
-				return printReplication(out, st, watch > 0)
+				return errors.Join(printReplication(out, st, watch > 0), cli.PrintECStatus(cmd.Context(), mc, out))
 			}
 			if watch == 0 {
 				return show()

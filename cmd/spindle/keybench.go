@@ -241,8 +241,7 @@ S3 server instead (with --access-key and --secret-key; no baseline).`,
 				}
 				cfg.ClusterConfig = ccfg
 			}
-			cfg.SizeBytes = size.Int64()
-			cfg.Progress = bench.TerminalProgress()
+			cfg.SizeBytes, cfg.Progress = size.Int64(), bench.TerminalProgress()
 			res, err := scenario.RunS3(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -255,6 +254,7 @@ S3 server instead (with --access-key and --secret-key; no baseline).`,
 	f.StringVar(&cfg.Endpoint, "endpoint", "", "S3 server to measure (http://host:port) instead of a gateway for the embedded server")
 	f.StringVar(&cfg.AccessKey, "access-key", "", "with --endpoint: access key")
 	f.StringVar(&cfg.SecretKey, "secret-key", "", "with --endpoint: secret key")
+	f.IntSliceVar(&cfg.ServerPIDs, "server-pid", nil, "with --endpoint: a server process (with its children: spindle server's meta members and datanodes) whose CPU per operation is reported, by process (repeatable)")
 	f.StringVar(&cfg.Region, "region", "us-east-1", "region to sign for")
 	f.StringVar(&cfg.Op, "op", "put", "put or get")
 	f.IntVar(&cfg.Objects, "objects", 1000, "number of objects (operations)")

@@ -581,7 +581,7 @@ func newRmCmd() *cobra.Command {
 		},
 	}
 	env.addFlags(cmd.Flags())
-	return cmd
+	return cli.WithVersionDelete(cmd, cli.Env{MetaClient: env.metaClient}) // --version-id (S3 versions, object lock)
 }
 
 func newStatCmd() *cobra.Command {
@@ -707,7 +707,7 @@ it holds no key, or with rm --force, which deletes its keys first.`,
 		newBucketRmCmd(&env),
 		cli.BucketVersioningCmd(cli.Env{MetaClient: env.metaClient}),
 	)
-	return cli.WithEC(cmd, cli.Env{MetaClient: env.metaClient}) // bucket set-ec, get-ec, ec-default, create --ec
+	return cli.WithObjectLock(cli.WithEC(cmd, cli.Env{MetaClient: env.metaClient}), cli.Env{MetaClient: env.metaClient}) // set-ec, get-ec, ec-default, create --ec; object-lock, retention, legal-hold, create --object-lock
 }
 
 func newAdminCmd() *cobra.Command {
@@ -754,26 +754,24 @@ func newAdminCmd() *cobra.Command {
 		}
 	}
 	cmd.AddCommand(
-		view("nodes", "Datanodes: ID, address, health, last heartbeat, pipelines, containers, bytes used",
+		view("nodes", "Datanodes: ID, address, health, last heartbeat, pipelines, containers, bytes used (replicas + EC shards); the raw and logical bytes",
 			func(ctx context.Context, mc *metaapi.Client, w *tabwriter.Writer) (any, error) {
 				ns, err := mc.Nodes(ctx)
 				if err != nil {
 					return nil, err
 				}
+				shards := cli.ECNodeSpace(ctx, mc, w) // the raw and logical bytes; each node's EC shards
 				fmt.Fprintln(w, "ID\tADDR\tHEALTH\tSTATE\tLAST HEARTBEAT\tPIPELINES\tCONTAINERS\tUSED\tAVAILABLE\tMETRICS")
 				for _, n := range ns {
 					avail := "-"
 					if n.CapacityBytes > 0 {
-						avail = fmt.Sprintf("%s of %s", units.FormatBytes(int64(n.AvailableBytes)), units.FormatBytes(int64(n.CapacityBytes)))
-						if n.Full {
-							avail += " FULL"
-						}
+						avail = fmt.Sprintf("%s of %s%s", units.FormatBytes(int64(n.AvailableBytes)), units.FormatBytes(int64(n.CapacityBytes)), map[bool]string{true: " FULL"}[n.Full])
 					}
 					metrics := n.MetricsURL
 					if metrics == "" {
 						metrics = "-"
 					}
-					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%v\t%d\t%s\t%s\t%s\n", n.NodeID, n.Addr, n.Health, nodeState(n), ago(n.LastHeartbeat), n.Pipelines, n.Containers, units.FormatBytes(int64(n.UsedBytes)), avail, metrics)
+					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%v\t%d\t%s\t%s\t%s\n", n.NodeID, n.Addr, n.Health, nodeState(n), ago(n.LastHeartbeat), n.Pipelines, n.Containers, units.FormatBytes(int64(n.UsedBytes))+shards[n.NodeID], avail, metrics)
 				}
 				return ns, nil
 			}),
@@ -793,16 +791,16 @@ func newAdminCmd() *cobra.Command {
 				}
 				return ps, nil
 			}),
-		view("containers", "Containers: ID, pipeline, state, bytes used, blocks, BCSID, replicas (node:state@BCSID, node:DEAD missing, UNDER-REPLICATED)",
+		view("containers", "Containers: ID, pipeline, state, bytes used, blocks, BCSID, replicas (node:state@BCSID, node:DEAD missing, UNDER-REPLICATED) or EC policy and shards",
 			func(ctx context.Context, mc *metaapi.Client, w *tabwriter.Writer) (any, error) {
 				cs, err := mc.Containers(ctx)
 				if err != nil {
 					return nil, err
 				}
 				fmt.Fprintln(w, "ID\tPIPELINE\tSTATE\tUSED\tBLOCKS\tBCSID\tREPLICAS")
+				ecs := cli.ECNotes(ctx, mc) // erasure-coded ones: policy, shards
 				for _, c := range cs {
-					fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\t%d\t%s\n", c.ID, c.Pipeline, c.State, units.FormatBytes(int64(c.UsedBytes)), c.Blocks,
-						c.BCSID, replicaList(c))
+					fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\t%d\t%s\n", c.ID, c.Pipeline, c.State, units.FormatBytes(int64(c.UsedBytes)), c.Blocks, c.BCSID, cli.ECOrReplicas(ecs[c.ID], replicaList(c)))
 				}
 				return cs, nil
 			}),
@@ -810,7 +808,7 @@ func newAdminCmd() *cobra.Command {
 	cmd.AddCommand(newAdminReplicationCmds(&env, &asJSON)...)
 	cmd.AddCommand(newAdminMetaCmd(&env, &asJSON), newAdminContainerGetCmd(&env))
 	cmd.AddCommand(cli.AdminUserCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}))
-	cmd.AddCommand(cli.AdminKEKCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}))
+	cmd.AddCommand(cli.AdminKEKCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}), cli.AdminLifecycleCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}))
 	cmd.AddCommand(cli.AdminGrantCmds(cli.Env{MetaClient: env.metaClient, JSON: &asJSON})...)
 	cmd.AddCommand(cli.AdminJoinTokenCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}), cli.AdminCertCmd(cli.Env{MetaClient: env.metaClient, JSON: &asJSON}))
 	cmd.AddCommand(newAdminOpsCmds(&env, &asJSON)...)

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/spindle-store/spindle/internal/cli"
+	"github.com/spindle-store/spindle/internal/lifecycle"
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/meta/audit"
 )
@@ -17,10 +18,8 @@ import (
 // negative count on the command line is refused here rather than silently
 // replaced.
 func addReplicationFlags(f *pflag.FlagSet, cfg *meta.Config) func() error {
-	cfg.MaxCopiesPerSource = meta.DefaultMaxCopiesPerSource
-	cfg.MaxCopiesPerTarget = meta.DefaultMaxCopiesPerTarget
-	cfg.MaxInflightCopies = meta.DefaultMaxInflightCopies
-	cfg.CopyRetryAfter = meta.DefaultCopyRetryAfter
+	cfg.MaxCopiesPerSource, cfg.MaxCopiesPerTarget = meta.DefaultMaxCopiesPerSource, meta.DefaultMaxCopiesPerTarget
+	cfg.MaxInflightCopies, cfg.CopyRetryAfter = meta.DefaultMaxInflightCopies, meta.DefaultCopyRetryAfter
 	cfg.CopyTimeoutMin = meta.DefaultCopyTimeoutMin
 	cfg.SafeModeContainerFraction = meta.DefaultSafeModeContainerFraction
 	f.IntVar(&cfg.MaxCopiesPerSource, "max-copies-per-source", cfg.MaxCopiesPerSource, "re-replication: container copies one datanode sends at once, at most")
@@ -35,6 +34,7 @@ func addReplicationFlags(f *pflag.FlagSet, cfg *meta.Config) func() error {
 	f.StringVar(&cfg.AuditLog, "audit-log", "", "the audit log: a JSON line per change and refusal, rotated (default: beside the meta store, its --dir + .audit.jsonl; off: none)")
 	f.Int64Var(&cfg.AuditMaxBytes, "audit-log-max-bytes", audit.DefaultMaxBytes, "the audit log is rotated past this size, and --audit-log-keep files kept")
 	f.IntVar(&cfg.AuditKeep, "audit-log-keep", audit.DefaultKeep, "audit log files kept (the current one and the rotated ones)")
+	lifecycle.AddFlags(f, &cfg.Lifecycle) // --lifecycle-*: the S3 lifecycle runner (on the meta leader)
 	return func() error {
 		for _, c := range []struct {
 			name string

@@ -24,8 +24,8 @@ import (
 // versions: spindle server --meta-replicas 3 with 4 datanodes (separate
 // processes); clients write many versions of a few keys of a versioned
 // bucket (inline values and values in blocks) and delete some (delete
-// markers) while the meta leader is killed -9 twice (restarted 2 s
-// later). Then every acknowledged version reads back by its version ID
+// markers) while the meta leader is killed -9 twice, then a datanode once
+// (each restarted 2 s later). Then every acknowledged version reads back by its version ID
 // with its bytes, every acknowledged delete marker is listed, no two
 // acknowledged writes got one version ID, and each key's versions are
 // listed newest first. Skipped with -short (about a minute).
@@ -164,6 +164,10 @@ func TestVersionsSurviveMetaLeaderKill(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Then a datanode, killed -9 while the writers put versions in blocks
+	// to its pipelines (restarted 2 s later).
+	waitProgress(count())
+	killDatanode(ctx, t, srv, 1+count()%4, count)
 	waitProgress(count())
 	close(stop)
 	wg.Wait()
@@ -211,13 +215,28 @@ func TestVersionsSurviveMetaLeaderKill(t *testing.T) {
 			t.Errorf("acknowledged version %s not listed", kv)
 		}
 	}
-	t.Logf("versions HA: %d operations, %d versions acknowledged (%d listed), %d lost, %d version IDs given twice, %d leader kills",
+	t.Logf("versions HA: %d operations, %d versions acknowledged (%d listed), %d lost, %d version IDs given twice, %d leader kills, 1 datanode kill",
 		ops, len(versions), len(listed), lost, dup, kills)
 	if dup > 0 {
 		t.Errorf("%d acknowledged writes got a version ID another write of their key had", dup)
 	}
 	if len(versions) == 0 {
 		t.Fatal("no version acknowledged")
+	}
+}
+
+// killDatanode kills datanode id -9, restarts it 2 s later and waits until
+// it is ready; count is the test's progress (operations acknowledged),
+// logged.
+func killDatanode(ctx context.Context, t *testing.T, srv *server.Server, id int, count func() int) {
+	t.Helper()
+	if err := srv.Cluster().Kill(id); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("datanode %d killed -9 after %d operations acknowledged", id, count())
+	time.Sleep(2 * time.Second)
+	if err := srv.Cluster().Restart(ctx, id); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -199,6 +199,24 @@ func runBenchEC(cmd *cobra.Command, p ec.Policy, size int64, work string) (bench
 	if err != nil {
 		return bench.Result{}, err
 	}
+	// A lost shard rebuilt whole (repair, ec.Set.Rebuild): read k
+	// shards verified, reconstruct, write the shard and its table, fsync.
+	rebuilt := filepath.Join(work, "rebuilt.shard")
+	shardBytes := ec.ShardBytes(p, size)
+	rebuild, err := measure(shardBytes, func() (err error) {
+		f, err := os.Create(rebuilt)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, f.Close(), os.Remove(rebuilt)) }()
+		if err := dset.Rebuild(0, f); err != nil {
+			return err
+		}
+		return f.Sync()
+	})
+	if err != nil {
+		return bench.Result{}, err
+	}
 	var raw int64
 	for _, pth := range paths {
 		st, err := os.Stat(pth)
@@ -232,6 +250,8 @@ func runBenchEC(cmd *cobra.Command, p ec.Policy, size int64, work string) (bench
 		"degraded_over_replicated":              round(degraded.mbPerS()/repl.mbPerS(), 0.001),
 		"degraded_stripes_rebuilt":              dset.Reconstructions(),
 		"raw_over_logical":                      round(float64(raw)/float64(size), 0.001),
+		"shard_rebuild_mb_per_s":                round(rebuild.mbPerS(), 0.1),
+		"shard_rebuild_cpu_seconds_per_gb":      round(rebuild.cpuSPerGB(), 0.001),
 	}
 	r.AddNote("ratio_to_baseline: healthy coded reads over a replica's reads of the same bytes (read + CRC32C per 16 KiB), one reader, page cache")
 	return r, nil

@@ -7,7 +7,11 @@
 // Invariants: the log directory is never created silently empty for a
 // datanode whose engine already holds containers (it would forget votes and
 // acknowledged entries: Open refuses); the ready file appears only once the
-// node serves, written atomically (temporary file, fsync, rename).
+// node serves, written atomically (temporary file, fsync, rename); a block
+// an object lock holds is never deleted while the hold is in force, and a
+// hold is acknowledged to the meta service only once durable (package
+// holds, lockholds.go; the engine's deletions are refused until the holds
+// are loaded).
 //
 // In the background it scrubs its CLOSED containers (scrub.go), repairs
 // damaged blocks from other replicas when told to (repair.go), and probes
@@ -43,10 +47,12 @@ import (
 
 	"github.com/spindle-store/spindle/internal/bulk"
 	"github.com/spindle-store/spindle/internal/certwatch"
+	"github.com/spindle-store/spindle/internal/datanode/holds"
 	"github.com/spindle-store/spindle/internal/ecnode"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/metaapi/ecapi"
+	"github.com/spindle-store/spindle/internal/metaapi/holdapi"
 	"github.com/spindle-store/spindle/internal/pipeline"
 	"github.com/spindle-store/spindle/internal/readyfile"
 	"github.com/spindle-store/spindle/internal/tlsconf"
@@ -229,7 +235,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			}
 		}()
 	}
-	eng, err := engine.Open(engine.Config{DataDirs: cfg.DataDirs, Logger: log, FailedVolumesTolerated: cfg.FailedVolumesTolerated})
+	guard := &lockGuard{} // object lock holds (lockholds.go)
+	eng, err := engine.Open(engine.Config{DataDirs: cfg.DataDirs, Logger: log, FailedVolumesTolerated: cfg.FailedVolumesTolerated, DeleteGuard: guard.check})
 	if err != nil {
 		return fmt.Errorf("datanode: %w", err)
 	}
@@ -271,6 +278,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			err = cerr
 		}
 	}()
+	hs, err := holds.Open(nil, holds.Dir(cfg.LogDir), nil, log)
+	if err != nil {
+		return fmt.Errorf("datanode: %w", err)
+	}
+	guard.s.Store(hs)
 	ln := cfg.Listener
 	if ln == nil {
 		if ln, err = net.Listen("tcp", cfg.ListenAddr); err != nil {
@@ -347,6 +359,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	registerBulkMetrics(reg, bsrv)
 	reg.MustRegister(spaceCollector{eng: eng, log: log}) // space_metrics.go
 	reg.MustRegister(tlsconf.ExpiryGauge(cfg.TLS))
+	reg.MustRegister(hs.Collectors()...)
 	dm := bulk.NewDemux(ln, cfg.TLS, bsrv.Handle, 0)
 	defer dm.Wait()
 	defer closeQuietly(dm)
@@ -420,10 +433,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		h := &heartbeater{mc: cfg.Meta, id: id, addr: advertise, metricsURL: metricsURL, logDir: cfg.LogDir, eng: eng, node: node, log: log,
 			interval: interval, proposals: make(chan struct{}, maxConcurrentProposals), copier: copier, deleted: newReportQueue[metaapi.BlockRef](maxPendingAcks), blocks: newBlockCounter(),
+			holds: hs, held: newReportQueue[holdapi.Ack](maxPendingHoldAcks),
 			scrub: scrub, repair: repair, bg: &bg, bgCtx: bgCtx, volFound: vols.found, tokens: tokens}
 		go func() { defer close(hbDone); h.run(bgCtx) }()
 		if doer, ok := cfg.Meta.(ecapi.Doer); ok { // the meta service's client (not a test's fake)
-			ecw := &ecnode.Worker{Eng: eng, Store: shards, Meta: doer, TLS: cfg.TLS, Node: cfg.ID, Log: log, Interval: interval, Hook: cfg.ECHook}
+			ecw := &ecnode.Worker{Eng: eng, Store: shards, Meta: doer, TLS: cfg.TLS, Node: cfg.ID, Log: log, Interval: interval, Hook: cfg.ECHook, ScrubInterval: scrub.interval * time.Duration(min(cfg.ScrubRateBytesPerS, 1))} // (no scrubber: no shard scrubs)
 			bg.Add(1)
 			go func() { defer bg.Done(); ecw.Run(bgCtx) }()
 		}

@@ -15,8 +15,10 @@ import (
 	"time"
 
 	jitter "github.com/spindle-store/spindle/internal/backoff"
+	"github.com/spindle-store/spindle/internal/datanode/holds"
 	"github.com/spindle-store/spindle/internal/engine"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/metaapi/holdapi"
 	"github.com/spindle-store/spindle/internal/pipeline"
 	"github.com/spindle-store/spindle/internal/transport"
 	"github.com/spindle-store/spindle/internal/vfs"
@@ -145,6 +147,11 @@ type heartbeater struct {
 	// deleted holds the acknowledgements for the next heartbeats (at most
 	// maxPendingAcks).
 	deleted *reportQueue[metaapi.BlockRef]
+	// holds are the object lock holds (nil: none kept); held the
+	// acknowledgements of hold_blocks for the next heartbeats
+	// (lockholds.go).
+	holds *holds.Store
+	held  *reportQueue[holdapi.Ack]
 	// blocks counts the containers' blocks for the reports (blockcount.go).
 	blocks *blockCounter
 	// savedChanges is node.PipelinesChanged() when the pipeline list was
@@ -153,7 +160,8 @@ type heartbeater struct {
 	savedChanges uint64
 	peerAddrs    map[uint64]metaapi.Member
 	// scrub is the scrubber (its progress goes in the reports), repair
-	// runs repair_blocks; bg tracks their goroutines, bgCtx ends them.
+	// runs repair_blocks; bg tracks their goroutines and inBackground's,
+	// bgCtx ends them.
 	scrub  *scrubber
 	repair *repairer
 	bg     *sync.WaitGroup
@@ -244,8 +252,14 @@ func (h *heartbeater) beat(ctx context.Context) bool {
 	hb := h.report()
 	hb.DeletedBlocks = h.deleted.take(metaapi.MaxDeletedBlocksReport)
 	hb.CopyFailures = h.copier.failures.take(metaapi.MaxCopyFailuresReport)
+	if h.held != nil {
+		hb.HeldBlocks = h.held.take(holdapi.MaxAcks)
+	}
 	resp, err := h.mc.Heartbeat(cctx, hb)
 	if err != nil {
+		if h.held != nil {
+			h.held.putBack(hb.HeldBlocks)
+		}
 		h.deleted.putBack(hb.DeletedBlocks)
 		h.copier.failures.putBack(hb.CopyFailures)
 		h.log.Warn("heartbeat failed", "err", err)
@@ -260,6 +274,7 @@ func (h *heartbeater) beat(ctx context.Context) bool {
 	if g := h.node.PipelinesChanged(); g != h.savedChanges {
 		h.savedChanges, changed = g, true
 	}
+	h.hold(resp.Commands) // object lock holds first (lockholds.go)
 	for _, c := range resp.Commands {
 		switch c.Kind {
 		case metaapi.CmdJoinPipeline:
@@ -289,6 +304,7 @@ func (h *heartbeater) beat(ctx context.Context) bool {
 			h.deleteReplica(c)
 		case metaapi.CmdRepairBlocks:
 			h.repair.submit(h.bgCtx, h.bg, c)
+		case holdapi.Kind: // kept before this loop
 		default:
 			h.log.Warn("unknown command from the meta service", "kind", c.Kind)
 		}
@@ -365,7 +381,9 @@ func (h *heartbeater) serves(pid uint64) bool {
 // inBackground runs f on a goroutine of its own, at most cap(h.proposals)
 // at once (the commands of the meta service that take long: proposals,
 // replica deletions); with every slot taken it drops the command, which
-// the meta service sends again.
+// the meta service sends again. h.bg tracks the goroutine, so that Run
+// closes the engine only after f returned (a replica deletion still
+// running when the engine closed crashed the datanode in Pebble).
 func (h *heartbeater) inBackground(kind string, f func()) {
 	select {
 	case h.proposals <- struct{}{}:
@@ -373,8 +391,16 @@ func (h *heartbeater) inBackground(kind string, f func()) {
 		h.log.Warn("too many commands in progress; the meta service will resend", "kind", kind)
 		return
 	}
+	if h.bg != nil {
+		h.bg.Add(1)
+	}
 	go func() {
-		defer func() { <-h.proposals }()
+		defer func() {
+			<-h.proposals
+			if h.bg != nil {
+				h.bg.Done()
+			}
+		}()
 		f()
 	}()
 }
@@ -424,6 +450,9 @@ func (h *heartbeater) deleteReplica(c metaapi.Command) {
 	}
 	if err != nil || (info.State != engine.StateClosed && info.State != engine.StateUnhealthy) {
 		h.log.Warn("not deleting a replica that is neither CLOSED nor UNHEALTHY", "container", c.Container, "state", info.State, "err", err)
+		return
+	}
+	if h.heldReplica(c.Container) { // lockholds.go
 		return
 	}
 	h.inBackground(c.Kind, func() {

@@ -17,12 +17,24 @@
 // the replicas (the shards stored so far are garbage); after it, the
 // complete shard set.
 //
+// Repair (rebuild.go): every poll lists the node's shards (with their
+// mtimes) and the rebuilds it runs; a Rebuild reads k other shards, each
+// 16 KiB verified, reconstructs the shard (ec.Set.Rebuild), stores it as
+// Put does and only then reports it (ecapi.Rebuilt). A DropShards entry
+// is deleted only if the file still has the listed mtime. The scrubber
+// (ScrubInterval > 0) verifies one shard whole per poll and quarantines a
+// corrupt one (renamed .corrupt: never served or listed as held, so the
+// meta service has it rebuilt, here or elsewhere; the copy is deleted by
+// the rebuild here, or when a poll that lists it as quarantined is
+// answered that no record names it here any more: DropQuarantined).
+//
 // Invariants: a shard file under its final name is complete, verified
 // and durable (written to a temporary name, checked, fsynced, renamed,
 // the directory fsynced); temporaries are removed at start. Memory is
 // bounded by one stripe (ec.Encode) and one 4 MiB read.
 //
-// Concurrency: a Store may be used from any goroutine; the Worker runs
-// its polls on one goroutine and each conversion on its own (at most
-// one at a time per node, the meta service's choice).
+// Concurrency: a Store may be used from any goroutine (its mutex orders
+// a rename into place, a drop and a quarantine); the Worker runs its
+// polls and scrubs on one goroutine and each conversion and rebuild on
+// its own (the meta service bounds them).
 package ecnode

@@ -29,7 +29,17 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi/ecapi"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+// quiet is the logger of the tests' meta services, datanodes and key
+// clients: nothing, or with SPINDLE_EC_TEST_LOG=FILE, their INFO and
+// worse lines in FILE (the chaos test's conversions, rebuilds, failures).
+var quiet = func() *slog.Logger {
+	if p := os.Getenv("SPINDLE_EC_TEST_LOG"); p != "" {
+		if f, err := os.Create(p); err == nil {
+			return slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		}
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}()
 
 // waitFor polls cond every 20 ms until it holds, failing after limit.
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
@@ -59,13 +69,22 @@ type testCluster struct {
 	dns  []*dn
 	mu   sync.Mutex
 	hook func(i int, container uint64, step string) error
+	// dnCfg, when set, adjusts each datanode's configuration.
+	dnCfg func(*datanode.Config)
 }
 
-func startCluster(t *testing.T, n int) *testCluster {
+func startCluster(t *testing.T, n int) *testCluster { return startClusterWith(t, n, nil, nil) }
+
+// startClusterWith starts a cluster whose meta and datanode
+// configurations metaCfg and dnCfg adjust (nil: as they are).
+func startClusterWith(t *testing.T, n int, metaCfg func(*state.Config), dnCfg func(*datanode.Config)) *testCluster {
 	t.Helper()
 	cfg := state.Config{Dir: filepath.Join(t.TempDir(), "meta"), Listen: "127.0.0.1:0", Logger: quiet, PipelinesPerNode: 1,
 		HeartbeatInterval: 50 * time.Millisecond, StaleAfter: 10 * time.Second, DeadAfter: 10 * time.Minute,
 		TickInterval: 50 * time.Millisecond, ContainerSizeBytes: 2 << 20}
+	if metaCfg != nil {
+		metaCfg(&cfg)
+	}
 	srv, err := meta.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +93,7 @@ func startCluster(t *testing.T, n int) *testCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &testCluster{t: t, srv: srv, svc: srv.Service(), mc: mc}
+	c := &testCluster{t: t, srv: srv, svc: srv.Service(), mc: mc, dnCfg: dnCfg}
 	t.Cleanup(func() {
 		for i := range c.dns {
 			c.stop(i)
@@ -112,19 +131,21 @@ func (c *testCluster) start(i int) {
 	data, log := datanode.DefaultDirs(d.dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel, d.done = cancel, make(chan error, 1)
-	go func() {
-		d.done <- datanode.Run(ctx, datanode.Config{Listener: ln, DataDirs: []string{data}, LogDir: log, Meta: c.mc,
-			HeartbeatInterval: 50 * time.Millisecond, Logger: quiet,
-			ECHook: func(container uint64, step string) error {
-				c.mu.Lock()
-				h := c.hook
-				c.mu.Unlock()
-				if h == nil {
-					return nil
-				}
-				return h(i, container, step)
-			}})
-	}()
+	dcfg := datanode.Config{Listener: ln, DataDirs: []string{data}, LogDir: log, Meta: c.mc,
+		HeartbeatInterval: 50 * time.Millisecond, Logger: quiet,
+		ECHook: func(container uint64, step string) error {
+			c.mu.Lock()
+			h := c.hook
+			c.mu.Unlock()
+			if h == nil {
+				return nil
+			}
+			return h(i, container, step)
+		}}
+	if c.dnCfg != nil {
+		c.dnCfg(&dcfg)
+	}
+	go func() { d.done <- datanode.Run(ctx, dcfg) }()
 	waitFor(c.t, 30*time.Second, fmt.Sprintf("datanode %d known at %s", i, d.addr), func() bool { return c.nodeID(i) != 0 })
 }
 
@@ -340,7 +361,8 @@ func (c *testCluster) convertedAndDropped() bool {
 // TestConvertAndReadWithTwoDown is issue 37's acceptance at test scale: 6
 // datanodes, a bucket with rs-3-2, keys written, their containers closed
 // and converted (replicas dropped), then every key read back byte for
-// byte with each pair of datanodes stopped; raw bytes ≤ 1.7× logical.
+// byte with each pair of datanodes stopped; raw bytes ≤ 5/3 of the
+// logical plus one stripe's padding a container.
 func TestConvertAndReadWithTwoDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts six datanodes")
@@ -369,9 +391,18 @@ func TestConvertAndReadWithTwoDown(t *testing.T) {
 	}
 	blocks, shards := c.rawBytes()
 	ratio := float64(blocks+shards) / float64(logical)
-	t.Logf("logical %d bytes in %d containers; raw: %d in shards, %d in block files: %.3f× logical", logical, len(c.usedContainers()), shards, blocks, ratio)
-	if blocks != 0 || ratio > 1.7 {
-		t.Fatalf("raw bytes %.3f× logical (%d block bytes left), want ≤ 1.7 and none", ratio, blocks)
+	n := int64(len(c.usedContainers()))
+	// At most 5/3 of the logical bytes, plus each container's last
+	// stripe's padding (under a cell a shard), the cells' CRC table and a
+	// header (docs/FORMAT.md §16.1). At this size the padding is a few %:
+	// how many containers the keys spread over (more under load) decides
+	// whether the ratio is under 1.7 (a run had 1.702 with 6 containers);
+	// the acceptance's 1.7 at 2 GiB is make check-ec-scale's.
+	const cell, k, km = 16 << 10, 3, 5
+	bound := (km*logical/k+n*km*cell)*(cell+4)/cell + n*km*68
+	t.Logf("logical %d bytes in %d containers; raw: %d in shards, %d in block files: %.3f× logical (bound %d)", logical, n, shards, blocks, ratio, bound)
+	if blocks != 0 || shards > bound {
+		t.Fatalf("raw bytes %d, %.3f× logical (%d block bytes left), want ≤ %d (5/3 and one stripe's padding a container) and none", shards, ratio, blocks, bound)
 	}
 	readAll(t, kc, "cold", vals, "all up")
 	for a := range c.dns {
@@ -443,6 +474,8 @@ func TestConversionCrashAtEachStep(t *testing.T) {
 	}
 	waitFor(t, 3*time.Minute, "every container converted and its replicas dropped", c.convertedAndDropped)
 	c.checkInvariant("after the conversions")
+	// The shards the crashed conversions stored are no layout's: dropped.
+	waitFor(t, time.Minute, "no shard file no layout names", func() bool { return len(c.leftovers()) == 0 })
 	c.stop(1)
 	c.stop(4)
 	readAll(t, c.keyClient(), "cold", vals, "datanodes 1 and 4 stopped")

@@ -10,16 +10,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/spindle-store/spindle/internal/bulk"
 	"github.com/spindle-store/spindle/internal/ec"
 	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/metaapi/ecapi"
 )
 
 // Store keeps a datanode's shards in one directory: <cid>.<index>.shard
 // (the container ID in decimal), written as <name>.tmp-<16 hex> first.
 type Store struct {
 	Dir string
+	mu  sync.Mutex // a rename into place, a drop and a quarantine one at a time
 }
 
 // OpenStore opens (creating) the shard directory dir and removes the
@@ -50,7 +53,19 @@ func (s *Store) Path(container uint64, index int) string {
 // Put stores a shard: written to a temporary, fsynced, verified whole
 // (ec.VerifyShard: its header must name this container and index), renamed
 // into place, the directory fsynced. An error leaves nothing.
-func (s *Store) Put(container uint64, index int, size int64, r io.Reader) (err error) {
+func (s *Store) Put(container uint64, index int, size int64, r io.Reader) error {
+	return s.put(container, index, func(f *os.File) error {
+		n, err := io.Copy(f, r)
+		if err != nil || n != size {
+			return fmt.Errorf("ecnode: shard %d of container %d: %d of %d bytes received: %v", index, container, n, size, err)
+		}
+		return nil
+	})
+}
+
+// put stores the shard fill writes to f as Put does (a quarantined copy
+// of it, if any, removed once it is in place).
+func (s *Store) put(container uint64, index int, fill func(f *os.File) error) (err error) {
 	var rnd [8]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return err
@@ -69,21 +84,29 @@ func (s *Store) Put(container uint64, index int, size int64, r io.Reader) (err e
 			_ = os.Remove(tmp) // nothing under the final name; the next start removes it too
 		}
 	}()
-	n, err := io.Copy(f, r)
-	if err != nil || n != size {
-		return fmt.Errorf("ecnode: shard %d of container %d: %d of %d bytes received: %v", index, container, n, size, err)
+	if err := fill(f); err != nil {
+		return err
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("ecnode: fsync shard: %w", err)
 	}
-	info, err := ec.VerifyShard(f, size)
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("ecnode: %w", err)
+	}
+	info, err := ec.VerifyShard(f, st.Size())
 	if err != nil {
 		return fmt.Errorf("ecnode: shard %d of container %d: %w", index, container, err)
 	}
 	if info.Container != container || info.Index != index {
 		return fmt.Errorf("ecnode: shard received as %d of container %d holds shard %d of container %d", index, container, info.Index, info.Container)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err := os.Rename(tmp, final); err != nil {
+		return fmt.Errorf("ecnode: %w", err)
+	}
+	if err := os.Remove(final + corruptSuffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("ecnode: %w", err)
 	}
 	return syncDir(s.Dir)
@@ -100,19 +123,108 @@ func (s *Store) Open(container uint64, index int) (bulk.ShardFile, error) {
 
 // Shards lists the stored shards: container → indexes.
 func (s *Store) Shards() (map[uint64][]int, error) {
-	ents, err := os.ReadDir(s.Dir)
+	held, err := s.Held()
 	if err != nil {
 		return nil, err
 	}
 	out := map[uint64][]int{}
+	for _, h := range held {
+		out[h.Container] = append(out[h.Container], h.Index)
+	}
+	return out, nil
+}
+
+// Held lists the stored shards with their files' modification times
+// (quarantined ones are not).
+func (s *Store) Held() ([]ecapi.HeldShard, error) {
+	ents, err := os.ReadDir(s.Dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []ecapi.HeldShard
 	for _, e := range ents {
 		var cid uint64
 		var idx int
 		if n, err := fmt.Sscanf(e.Name(), "%d.%d.shard", &cid, &idx); err == nil && n == 2 && strings.HasSuffix(e.Name(), ".shard") {
-			out[cid] = append(out[cid], idx)
+			info, err := e.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // dropped meanwhile
+			}
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ecapi.HeldShard{ShardRef: ecapi.ShardRef{Container: cid, Index: idx}, MTime: info.ModTime().UnixNano()})
 		}
 	}
 	return out, nil
+}
+
+// Quarantined lists the quarantined shards (their copies kept until
+// they are rebuilt here or the meta service says they are elsewhere).
+func (s *Store) Quarantined() ([]ecapi.ShardRef, error) {
+	ents, err := os.ReadDir(s.Dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []ecapi.ShardRef
+	for _, e := range ents {
+		var cid uint64
+		var idx int
+		if n, err := fmt.Sscanf(e.Name(), "%d.%d.shard"+corruptSuffix, &cid, &idx); err == nil && n == 2 && strings.HasSuffix(e.Name(), ".shard"+corruptSuffix) {
+			out = append(out, ecapi.ShardRef{Container: cid, Index: idx})
+		}
+	}
+	return out, nil
+}
+
+// DropQuarantined deletes the quarantined copy of a shard (none: nothing
+// to do).
+func (s *Store) DropQuarantined(container uint64, index int) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := os.Remove(s.Path(container, index) + corruptSuffix)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("ecnode: %w", err)
+	}
+	return true, syncDir(s.Dir)
+}
+
+// Drop deletes a shard if its file still has modification time mtime (a
+// later file of the same shard — a rebuild or conversion since — stays).
+func (s *Store) Drop(container uint64, index int, mtime int64) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.Path(container, index)
+	info, err := os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil || info.ModTime().UnixNano() != mtime {
+		return false, err
+	}
+	if err := os.Remove(p); err != nil {
+		return false, fmt.Errorf("ecnode: %w", err)
+	}
+	return true, syncDir(s.Dir)
+}
+
+// corruptSuffix names a quarantined shard (the scrubber found it
+// corrupt): never served or listed, removed once the shard is rebuilt.
+const corruptSuffix = ".corrupt"
+
+// Quarantine takes a corrupt shard out of service (renamed: reads and
+// the inventory no longer see it, so the meta service has it rebuilt).
+func (s *Store) Quarantine(container uint64, index int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.Path(container, index)
+	if err := os.Rename(p, p+corruptSuffix); err != nil {
+		return fmt.Errorf("ecnode: %w", err)
+	}
+	return syncDir(s.Dir)
 }
 
 func syncDir(dir string) error {

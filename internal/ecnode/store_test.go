@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/spindle-store/spindle/internal/ec"
 	"github.com/spindle-store/spindle/internal/ecnode"
 	"github.com/spindle-store/spindle/internal/engine"
+	"github.com/spindle-store/spindle/internal/metaapi/ecapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
@@ -114,6 +116,27 @@ func TestShardsOverBulk(t *testing.T) {
 	check("shard 1 gone")
 	if got, err := store.Shards(); err != nil || len(got[42]) != 4 {
 		t.Fatalf("shards listed: %v %v", got, err)
+	}
+	// A quarantined shard: not held, listed as quarantined, its copy
+	// deleted by DropQuarantined (the meta service's answer once it was
+	// rebuilt elsewhere).
+	if err := store.Quarantine(42, 2); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := store.Shards(); err != nil || len(got[42]) != 3 {
+		t.Fatalf("shards listed with one quarantined: %v %v", got, err)
+	}
+	if q, err := store.Quarantined(); err != nil || len(q) != 1 || q[0] != (ecapi.ShardRef{Container: 42, Index: 2}) {
+		t.Fatalf("quarantined: %v %v", q, err)
+	}
+	if ok, err := store.DropQuarantined(42, 2); !ok || err != nil {
+		t.Fatalf("drop the quarantined copy: %v %v", ok, err)
+	}
+	if q, err := store.Quarantined(); err != nil || len(q) != 0 {
+		t.Fatalf("quarantined after the drop: %v %v", q, err)
+	}
+	if _, err := os.Stat(store.Path(42, 2) + ".corrupt"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the quarantined copy is still there: %v", err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spindle-store/spindle/internal/bulk"
@@ -27,7 +28,12 @@ const (
 	StepStored  = "stored"  // one shard stored on its node (the Hook sees it per shard)
 	StepReport  = "report"  // every shard stored; before the report
 	StepDropped = "dropped" // a replica of an EC container deleted
+	StepPolled  = "polled"  // a poll answered (container 0; before its work runs)
 )
+
+// WorkTimeout bounds a conversion or a rebuild: the meta service forgets
+// one not reported in that time (ecmeta.TaskTimeout, the same).
+const WorkTimeout = 10 * time.Minute
 
 // ErrCrash is what a Hook returns to stop a conversion where it is, as a
 // kill -9 would: nothing cleaned up, nothing reported.
@@ -47,10 +53,17 @@ type Worker struct {
 	// container and the step; an error stops the conversion there
 	// (ErrCrash: as a crash would, leaving its files).
 	Hook func(container uint64, step string) error
+	// ScrubInterval is how often each stored shard is verified whole
+	// (rebuild.go; 0: never). ScrubCorrupt counts the shards found
+	// corrupt (quarantined).
+	ScrubInterval time.Duration
+	ScrubCorrupt  atomic.Uint64
 
-	mu      sync.Mutex
-	running map[uint64]bool
-	wg      sync.WaitGroup
+	mu         sync.Mutex
+	running    map[uint64]bool
+	rebuilding map[ecapi.ShardRef]bool
+	scrubbed   map[ecapi.ShardRef]time.Time // (the poll goroutine's)
+	wg         sync.WaitGroup
 }
 
 // Run polls the meta service until ctx ends, then waits for its
@@ -61,7 +74,7 @@ func (w *Worker) Run(ctx context.Context) {
 		interval = time.Second
 	}
 	w.mu.Lock()
-	w.running = map[uint64]bool{}
+	w.running, w.rebuilding, w.scrubbed = map[uint64]bool{}, map[ecapi.ShardRef]bool{}, map[ecapi.ShardRef]time.Time{}
 	w.mu.Unlock()
 	defer w.wg.Wait()
 	t := time.NewTicker(interval)
@@ -75,14 +88,28 @@ func (w *Worker) Run(ctx context.Context) {
 		if err := w.poll(ctx); err != nil && ctx.Err() == nil {
 			w.Log.Debug("ec: poll", "err", err)
 		}
+		if w.ScrubInterval > 0 {
+			w.scrubOne(time.Now())
+		}
 	}
 }
 
 func (w *Worker) poll(ctx context.Context) error {
+	held, err := w.Store.Held()
+	if err != nil {
+		return err
+	}
+	quarantined, err := w.Store.Quarantined()
+	if err != nil {
+		return err
+	}
 	w.mu.Lock()
-	req := ecapi.WorkRequest{Node: w.Node}
+	req := ecapi.WorkRequest{Node: w.Node, Shards: held, Inventory: true, Quarantined: quarantined}
 	for cid := range w.running {
 		req.Converting = append(req.Converting, cid)
+	}
+	for ref := range w.rebuilding {
+		req.Rebuilding = append(req.Rebuilding, ref)
 	}
 	w.mu.Unlock()
 	slices.Sort(req.Converting)
@@ -92,6 +119,8 @@ func (w *Worker) poll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	_ = w.hook(0, StepPolled) // a signal for tests: nothing to stop
+	w.repairWork(ctx, work)
 	for _, cid := range work.Drop {
 		if err := w.drop(cid); err != nil {
 			w.Log.Warn("ec: drop the replica of an EC container", "container", cid, "err", err)
@@ -152,6 +181,8 @@ func (w *Worker) hook(cid uint64, step string) error {
 // Convert runs one conversion (see the package comment) and returns the
 // container's logical bytes.
 func (w *Worker) Convert(ctx context.Context, c ecapi.Conversion) (logical int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, WorkTimeout) // (a target lost without a reset does not hang it)
+	defer cancel()
 	spec, err := ec.ParseSpec(c.Policy)
 	if err != nil || !spec.Coded() || len(c.Targets) != spec.Shards() {
 		return 0, fmt.Errorf("ecnode: conversion of container %d: policy %q for %d targets: %v", c.Container, c.Policy, len(c.Targets), err)
@@ -224,8 +255,8 @@ func (w *Worker) Convert(ctx context.Context, c ecapi.Conversion) (logical int64
 	for _, t := range c.Targets {
 		rep.Nodes = append(rep.Nodes, t.Node)
 	}
-	rctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
+	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
+	defer rcancel()
 	return logical, ecapi.ReportConverted(rctx, w.Meta, rep)
 }
 

@@ -9,7 +9,9 @@
 // Invariants: every byte returned matched the CRC32C of its 16 KiB of
 // shard (ec.Set.ReadAt), and a whole block read matches the block's
 // CRC32C recorded at its conversion as well; a set that cannot answer is
-// dropped and opened again once (a datanode back, a layout changed).
+// dropped and opened again once (a datanode back, a layout changed), and
+// a degraded one (a shard missing, a stripe rebuilt) is opened again after
+// RefreshDegraded (its shard may have been rebuilt elsewhere).
 //
 // Concurrency: a Reader may be used from any goroutine; its cache of
 // open sets is guarded by its mutex, and ec.Set is safe for concurrent
@@ -51,6 +53,17 @@ type set struct {
 	s       *ec.Set
 	readers []*bulk.ShardReader
 	blocks  map[uint64]ecapi.Block
+	opened  time.Time
+}
+
+// RefreshDegraded: a set opened with a shard missing, or that rebuilt a
+// stripe since, is opened again (a fresh layout: the shard may have been
+// rebuilt elsewhere) when older than this.
+const RefreshDegraded = 30 * time.Second
+
+// stale says whether s should be opened again (RefreshDegraded).
+func (s *set) stale() bool {
+	return time.Since(s.opened) > RefreshDegraded && (len(s.s.Missing()) > 0 || s.s.Reconstructions() > 0)
 }
 
 func (s *set) close() {
@@ -117,7 +130,7 @@ func (r *Reader) open(ctx context.Context, container uint64, fresh bool) (*set, 
 	r.mu.Lock()
 	s := r.sets[container]
 	r.mu.Unlock()
-	if s != nil && !fresh {
+	if s != nil && !fresh && !s.stale() {
 		return s, nil
 	}
 	l, err := ecapi.GetLayout(ctx, r.meta, container)
@@ -127,7 +140,7 @@ func (r *Reader) open(ctx context.Context, container uint64, fresh bool) (*set, 
 	if err != nil {
 		return nil, err
 	}
-	s = &set{blocks: map[uint64]ecapi.Block{}}
+	s = &set{blocks: map[uint64]ecapi.Block{}, opened: time.Now()}
 	shards := make([]io.ReaderAt, len(l.Shards))
 	for i, sh := range l.Shards {
 		if sh.Addr == "" {

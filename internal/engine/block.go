@@ -55,8 +55,7 @@ func (e *Engine) PutBlock(bd *BlockData, bcsid uint64) error {
 		if c.goneBelowLocked(b.Local, bcsid) {
 			// A put of a block that a committed DeleteBlock later in the
 			// log deletes, and whose chunks this replica was excused
-			// from storing (gone.go): applied as the delete will leave
-			// it, only the sequence moves.
+			// from storing (gone.go): applied as the delete will leave it, only the sequence moves.
 			err := e.advanceLocked(c, bcsid)
 			c.mu.Unlock()
 			if err != nil {
@@ -90,8 +89,7 @@ func (e *Engine) PutBlock(bd *BlockData, bcsid uint64) error {
 			return nil
 		}
 		if logged {
-			// Logged chunks' file is synced now, before the record
-			// can be durable.
+			// Logged chunks' file is synced now, before the record can be durable.
 			seq = max(seq, e.commit.promoteLogged(func(id BlockID) bool { return id == b }))
 		}
 		if err := e.commit.sync(seq); err != nil {
@@ -261,8 +259,7 @@ func (e *Engine) replayedPutLocked(c *container, bd *BlockData, bcsid uint64) er
 	return fmt.Errorf("%w: sequence %d, container at %d: the put would change the block", ErrSequence, bcsid, c.bcsid)
 }
 
-// covers says whether committed record old holds everything bd says: the
-// same chunks, or more.
+// covers says whether committed record old holds everything bd says: the same chunks, or more.
 func covers(old, bd *BlockData) bool {
 	if bd.Length > old.Length || len(bd.Chunks) > len(old.Chunks) {
 		return false
@@ -310,8 +307,7 @@ func sameChunk(a, b *ChunkInfo) bool {
 
 // commitPutLocked writes the record, and the container record with its
 // BCSID raised to bcsid when that is higher, in one Pebble batch (unsynced:
-// the next Sync covers it), and trims the committed chunks from the pending
-// list.
+// the next Sync covers it), and trims the committed chunks from the pending list.
 func (e *Engine) commitPutLocked(c *container, bs *blockState, bd *BlockData, bcsid uint64) error {
 	rec := &BlockData{ID: bd.ID, Length: bd.Length, BytesPerChecksum: bd.BytesPerChecksum, Chunks: cloneChunks(bd.Chunks)}
 	batch := c.vol.db.NewBatch()
@@ -373,8 +369,7 @@ const ListBlocksMax = 10000
 
 // ListBlocks returns up to limit committed blocks of container id with a
 // local ID greater than startAfter (use 0 to start; local IDs are > 0 in
-// practice, and a block with local ID 0 is returned only on the first
-// page), in local ID order.
+// practice, and a block with local ID 0 is returned only on the first page), in local ID order.
 func (e *Engine) ListBlocks(id ContainerID, startAfter uint64, first bool, limit int) ([]*BlockData, error) {
 	if limit <= 0 || limit > ListBlocksMax {
 		limit = ListBlocksMax
@@ -417,7 +412,11 @@ func (e *Engine) ListBlocks(id ContainerID, startAfter uint64, first bool, limit
 // commit, without holding the container lock across the sync), then its
 // file. While that runs the block is neither writable nor readable.
 func (e *Engine) DeleteBlock(b BlockID) error {
-	if err := e.check(); err != nil {
+	err := e.check()
+	if g := e.cfg.DeleteGuard; err == nil && g != nil {
+		err = g(b) // refused before anything changes (Config.DeleteGuard)
+	}
+	if err != nil {
 		return blockErr("delete block", b, err)
 	}
 	c, err := e.lookup(b.Container)

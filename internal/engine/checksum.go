@@ -7,8 +7,7 @@ import (
 )
 
 // Checksum limits. A checksum covers one piece of BytesPerChecksum bytes of a
-// chunk (the last piece may be shorter); pieces start at the chunk's first
-// byte.
+// chunk (the last piece may be shorter); pieces start at the chunk's first byte.
 const (
 	DefaultBytesPerChecksum = 16 << 10
 	MinBytesPerChecksum     = 512

@@ -241,8 +241,7 @@ func (c *committer) failure() error {
 	return c.err
 }
 
-// sync returns when everything up to seq is durable, running sync rounds as
-// needed.
+// sync returns when everything up to seq is durable, running sync rounds as needed.
 func (c *committer) sync(seq uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -96,6 +96,9 @@ type Config struct {
 	FS vfs.FS
 	// Logger receives structured logs; slog.Default() when nil.
 	Logger *slog.Logger
+	// DeleteGuard, when set, may refuse a DeleteBlock (its error, returned
+	// before anything changes): the datanode's object lock holds.
+	DeleteGuard func(BlockID) error
 }
 
 func (c *Config) withDefaults() Config {

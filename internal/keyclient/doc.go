@@ -80,7 +80,9 @@
 // pipeline excluded or leaderless, or its datanodes dead and their
 // pipelines not yet replaced) is asked again with a jittered backoff
 // (50-500 ms) for up to Options.NoPipelineWait (default 8 s) before the
-// Put fails with it; the pipeline client gives up a write on a pipeline
+// Put fails with it, the second time excluding none (a pipeline that
+// failed under this Put on a timeout or an election may be back; one that
+// fails again counts against MaxFailovers); the pipeline client gives up a write on a pipeline
 // that elects no leader after its LeaderlessTimeout (client.ErrNoLeader),
 // which fails the block over like any pipeline failure.
 //

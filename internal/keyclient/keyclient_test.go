@@ -483,6 +483,63 @@ func TestPutWaitsForAPipeline(t *testing.T) {
 	}
 }
 
+// healingMeta heals pipeline a (its writes succeed again) when an
+// allocation excludes nothing after one that found no pipeline: a
+// pipeline that was leaderless for a while and came back.
+type healingMeta struct {
+	*fakemeta.Meta
+	a             *fakePipeline
+	sawNoPipeline bool
+	healed        bool
+}
+
+func (m *healingMeta) Allocate(ctx context.Context, req metaapi.AllocateRequest) (metaapi.AllocateResponse, error) {
+	if m.sawNoPipeline && len(req.ExcludePipelines) == 0 && !m.healed {
+		m.healed = true
+		m.a.set(func() { m.a.writesLeft = -1 })
+	}
+	ar, err := m.Meta.Allocate(ctx, req)
+	m.sawNoPipeline = m.sawNoPipeline || errors.Is(err, metaapi.ErrNoPipeline)
+	return ar, err
+}
+
+// A put whose pipelines all failed under it (two, on a three-datanode
+// cluster: no third to go to) asks again for any open pipeline rather
+// than failing at once: those failures were a leader election or a
+// timeout as often as for good (teragen under load: both pipelines
+// leaderless for 10 s, the put failed with "2 open pipelines, 2 excluded
+// by the client"). It fails without allocate's second chance (after
+// NoPipelineWait, with ErrNoPipeline).
+func TestPutRetriesExcludedPipelinesWhenNoneIsLeft(t *testing.T) {
+	a, b := newFakePipeline(t, 1, 1), newFakePipeline(t, 2, 1)
+	a.set(func() { a.writesLeft = 0 })
+	b.set(func() { b.writesLeft = 0 })
+	meta := &healingMeta{Meta: fakemeta.New(a.pipeline(), b.pipeline()), a: a}
+	if _, err := meta.CreateBucket(context.Background(), bkt); err != nil {
+		t.Fatal(err)
+	}
+	o := fakeOptions()
+	o.NoPipelineWait = 5 * time.Second
+	kc, err := keyclient.New(meta, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testutil.CloseT(t, kc)
+	ctx := testCtx(t)
+	data := randomBytes(8, fBlock/2)
+	res, err := kc.Put(ctx, bkt, "second-chance", bytes.NewReader(data), keyclient.PutOptions{})
+	if err != nil {
+		t.Fatalf("put after both pipelines failed once: %v", err)
+	}
+	if !meta.healed || res.Failovers != 2 {
+		t.Fatalf("result %+v, healed %v: want two failovers, then pipeline 1 again", res, meta.healed)
+	}
+	ki := mustGet(t, ctx, kc, "second-chance", data)
+	if len(ki.Blocks) != 1 || ki.Blocks[0].Pipeline != 1 {
+		t.Fatalf("blocks %+v: want the value in one block on pipeline 1", ki.Blocks)
+	}
+}
+
 // errReader returns data, then err.
 type errReader struct {
 	r   io.Reader

@@ -374,9 +374,9 @@ func (s *putStream) readChunk() (bool, error) {
 	if k := len(s.free); k > 0 && uint64(cap(s.free[k-1])) >= n {
 		data, s.free = s.free[k-1][:n], s.free[:k-1]
 	} else if s.sizeHint > 0 {
-		data = make([]byte, n)
+		data = transport.NewPayload(int(n)) // recycled: no page faults, zeroing or GC of a fresh chunk per put
 	} else {
-		data = make([]byte, n, s.o.ChunkSize)
+		data = transport.NewPayload(int(s.o.ChunkSize))[:n]
 	}
 	got, err := io.ReadFull(s.r, data)
 	switch {
@@ -421,17 +421,25 @@ func appendPieceCRCs(crc uint32, shift *crc32c.Shift, bpc int, sums []uint32, n 
 
 // allocate asks the meta service for a block on a pipeline not excluded,
 // again while it has none (ErrNoPipeline), for up to
-// Options.NoPipelineWait with a jittered backoff.
-func (s *putStream) allocate() (metaapi.AllocateResponse, error) {
+// Options.NoPipelineWait with a jittered backoff. It returns the
+// pipelines the answer had to avoid. Asked again, it excludes none: a
+// pipeline this Put excluded failed on a timeout or a leader election as
+// often as for good, and the meta service offers open pipelines only. On a
+// three-datanode cluster under load both open pipelines went leaderless
+// for 10 s, the Put excluded both and failed for want of a third (teragen);
+// one that fails again counts against MaxFailovers.
+func (s *putStream) allocate() (metaapi.AllocateResponse, []uint64, error) {
 	start, delay := time.Now(), noPipelineMinBackoff
+	exclude := slices.Clone(s.res.Excluded)
 	for {
-		ar, err := s.c.meta.Allocate(s.ctx, metaapi.AllocateRequest{Bucket: s.bucket, Key: s.key, ExcludePipelines: slices.Clone(s.res.Excluded)})
+		ar, err := s.c.meta.Allocate(s.ctx, metaapi.AllocateRequest{Bucket: s.bucket, Key: s.key, ExcludePipelines: exclude})
 		left := s.o.NoPipelineWait - time.Since(start)
 		if !errors.Is(err, metaapi.ErrNoPipeline) || left <= 0 {
-			return ar, err
+			return ar, exclude, err
 		}
+		exclude = nil
 		if !backoff.Sleep(s.ctx, min(backoff.Jitter(delay), left)) {
-			return ar, fmt.Errorf("%w (waiting %v for a pipeline after: %w)", s.ctx.Err(), time.Since(start).Round(time.Millisecond), err)
+			return ar, exclude, fmt.Errorf("%w (waiting %v for a pipeline after: %w)", s.ctx.Err(), time.Since(start).Round(time.Millisecond), err)
 		}
 		delay = min(2*delay, noPipelineMaxBackoff)
 	}
@@ -443,14 +451,14 @@ func (s *putStream) openBlock(base uint64) (*blockState, error) {
 	if len(s.blocks) >= metaapi.MaxBlocksPerKey {
 		return nil, fmt.Errorf("value needs more than %d blocks (block size %d)", metaapi.MaxBlocksPerKey, s.o.BlockSize)
 	}
-	ar, err := s.allocate()
+	ar, excluded, err := s.allocate()
 	if err != nil {
 		return nil, fmt.Errorf("allocate a block at offset %d: %w", base, err)
 	}
 	if len(ar.Pipeline.Members) == 0 {
 		return nil, fmt.Errorf("allocate a block at offset %d: pipeline %d has no members", base, ar.Pipeline.ID)
 	}
-	if slices.Contains(s.res.Excluded, ar.Pipeline.ID) {
+	if slices.Contains(excluded, ar.Pipeline.ID) {
 		return nil, fmt.Errorf("allocate a block at offset %d: meta service returned pipeline %d, which was excluded", base, ar.Pipeline.ID)
 	}
 	pc, err := s.c.writes.get(ar.Pipeline.ID, memberAddrs(ar.Pipeline.Members))

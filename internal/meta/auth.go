@@ -90,9 +90,10 @@ var routeAccess = map[string]accessClass{
 	"commit_key":     accessData,
 	"get_key":        accessData,
 	"delete_key":     accessDataChange,
-	// metaapi/versionapi: S3 object versions (native clients read them too)
-	"get_version": accessData, "list_versions": accessData, "get_bucket_versioning": accessData,
-	"delete_version": accessDataChange, "put_bucket_versioning": accessDataChange,
+	// metaapi/versionapi: S3 object versions and object lock (native clients read them too)
+	"get_version": accessData, "list_versions": accessData, "get_bucket_versioning": accessData, "get_object_lock_config": accessData, "get_object_lock": accessData,
+	"delete_version": accessDataChange, "put_bucket_versioning": accessDataChange, "put_object_lock_config": accessDataChange, "put_object_retention": accessDataChange, "put_object_legal_hold": accessDataChange,
+	"lifecycle_status": accessViews, // package lcmeta
 
 	"nodes":       accessViews,
 	"pipelines":   accessViews,
@@ -133,7 +134,7 @@ var routeAccess = map[string]accessClass{
 	"get_bucket_conf":      accessGateway,
 	"delete_bucket_conf":   accessGateway,
 	"put_object_tagging":   accessGateway,
-	ecmeta.RouteGetDefault: accessViews, ecmeta.RouteSetDefault: accessAdmin, ecmeta.RouteGetBucket: accessData, ecmeta.RouteLayout: accessData, ecmeta.RouteSetBucket: accessDataChange, ecmeta.RouteWork: accessDatanode, ecmeta.RouteConverted: accessDatanode, // package ecmeta
+	ecmeta.RouteGetDefault: accessViews, ecmeta.RouteSetDefault: accessAdmin, ecmeta.RouteGetBucket: accessData, ecmeta.RouteLayout: accessData, ecmeta.RouteSetBucket: accessDataChange, ecmeta.RouteWork: accessDatanode, ecmeta.RouteConverted: accessDatanode, ecmeta.RouteRebuilt: accessDatanode, ecmeta.RouteStatus: accessViews, // package ecmeta
 
 	"meta_raft":     accessMetaPeer,
 	"meta_demote":   accessMetaPeer,

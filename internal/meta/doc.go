@@ -375,7 +375,8 @@
 //   - Every answer waits until what it depends on is committed (its own
 //     proposal: memory and the overlay hold it, the store applies it after),
 //     or committed and confirmed by a ReadIndex round started after it
-//     looked (an answer that proposed nothing).
+//     looked, or by the leader's read lease (package readlease) valid
+//     after it looked (an answer that proposed nothing).
 //   - The leader reads the store through s.db, an overlay of its proposals
 //     in flight over Pebble; code reads records through s.db and writes
 //     them only in the batch of mutate.

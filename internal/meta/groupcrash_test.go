@@ -949,7 +949,18 @@ func runGroupCrash(t *testing.T, sc gcScenario, role gcRole, k int64, keepPct in
 		arm(l.disk.Mem())
 		g.watchers.Add(1)
 		go g.watch(victim, l)
-		r.puts("apply", 16)
+		// A quorum acknowledges a put without the armed follower, which
+		// may then take all of them in one append (CI on 022b35d: a
+		// counting run of 2 operations; five-run on b257238: 0). Each
+		// put waits for the armed member to apply it, so its appends,
+		// syncs and applies are the scenario's crash points (a crashed
+		// member is restarted by its watch and catches up).
+		for i := range 16 {
+			_ = r.put(fmt.Sprintf("apply%03d", i)) // a failed put is a "maybe"
+			if err := g.caughtUp(victim, g.leaderApplied); err != nil {
+				return out, err
+			}
+		}
 	case gcSnapshot:
 		// A member misses enough entries that the leader's log no longer
 		// holds them: it gets a snapshot. The follower armed is that

@@ -159,7 +159,7 @@ func (s *Service) heartbeatLocked(caller tlsconf.Peer, hb *metaapi.Heartbeat) (*
 			s.StartClose(b, c, fmt.Sprintf("node %d reports %d bytes used", id, r.UsedBytes))
 		}
 	}
-	s.AckDeletes(b, id, hb.DeletedBlocks, now)
+	s.AckDeletes(b, id, hb, now) // and holds (holdmeta)
 	resp := &metaapi.HeartbeatResponse{NodeID: id, Commands: s.commandsFor(n, now), Peers: s.PeersOf(n)}
 	s.tokens.HeartbeatLocked(b, now, caller, resp) // block tokens (tokenkeys)
 	return resp, b, nil

@@ -175,6 +175,7 @@ func (s *Service) Handler() http.Handler {
 	s.routeJoin(route)                       // join.go
 	s.routeCerts(route)                      // certs.go
 	s.ec.Routes(route, s.gate.AsBucketAdmin) // package ecmeta
+	s.lc.Routes(route, s.Metrics.Reg)        // package lcmeta
 	mux.Handle("GET /metrics", s.guard("metrics", promhttp.HandlerFor(s.Metrics.Reg, promhttp.HandlerOpts{})))
 	mux.Handle("GET /v1/admin/backup", s.guard("backup", s.backupHandler())) // backup.go
 	s.raftRoutes(mux)
@@ -435,19 +436,17 @@ func Start(cfg state.Config) (*Server, error) {
 		// member receives end at once.
 		s.srv.RegisterOnShutdown(svc.rep.StopStreams)
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.wg.Go(func() {
 		err := s.srv.Serve(ln)
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}
 		s.served <- err
-	}()
+	})
 	if cfg.TickInterval > 0 {
-		s.wg.Add(1)
-		go s.tick(cfg.TickInterval)
+		s.wg.Go(func() { s.tick(cfg.TickInterval) })
 	}
+	s.wg.Go(func() { svc.lc.Run(s.stop, svc.Serving) }) // S3 lifecycle rules, on the leader (package lcmeta)
 	if cfg.TLS.Enabled() {
 		s.watchCerts() // certs.go: renewal, the deny-list in force
 	}
@@ -459,7 +458,6 @@ func Start(cfg state.Config) (*Server, error) {
 }
 
 func (s *Server) tick(every time.Duration) {
-	defer s.wg.Done()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

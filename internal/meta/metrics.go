@@ -54,7 +54,7 @@ func newMetrics(s *Service) *state.Metrics {
 		stateCollector{s},
 		raftCollector{s}, // raft_metrics.go
 		tlsconf.ExpiryGauge(s.Cfg.TLS),
-		opsCollector{s}, // ops_metrics.go
+		opsCollector{s}, s.ec, // ops_metrics.go; package ecmeta
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spindle_meta_request_body_bytes_in_flight",
 			Help: "Bytes of request bodies admitted now (admission.go; at most MaxBodyBytesInFlight, then requests wait and are refused BUSY)."},
 			func() float64 { return float64(s.bodies.inFlightBytes.Load()) }),

@@ -17,6 +17,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/spindle-store/spindle/internal/meta/namespace"
+	"github.com/spindle-store/spindle/internal/meta/readlease"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -38,14 +39,20 @@ func TestPartitionedLeaderAcknowledgesNothing(t *testing.T) {
 	mustNo(t, err)
 	g.srvs[old].Service().rep.Isolate(true)
 	// Sent before the leader can notice (CheckQuorum takes an election
-	// timeout): it still takes itself for the leader.
-	if _, err := oc.GetKey(bg, "b01", "before"); !errors.Is(err, metaapi.ErrUnavailable) {
-		t.Fatalf("read on the partitioned leader: %v, want UNAVAILABLE", err)
+	// timeout): it still takes itself for the leader, and answers only
+	// within its read lease (no other leader can exist yet), with what it
+	// holds.
+	if ki, err := oc.GetKey(bg, "b01", "before"); err != nil && !errors.Is(err, metaapi.ErrUnavailable) || err == nil && ki.Size != 10 {
+		t.Fatalf("read on the partitioned leader: %+v %v, want the key or UNAVAILABLE", ki, err)
 	}
 	others := metaapi.SplitAddrs(strings.Join(append(append([]string(nil), g.addrs[:old]...), g.addrs[old+1:]...), ","))
 	cl, err := metaapi.NewClient(strings.Join(others, ","), metaapi.ClientOptions{})
 	mustNo(t, err)
 	mustNo(t, put(bg, cl, "b01", "after", 20))
+	// Another leader committed a change: the old one answers no read.
+	if ki, err := oc.GetKey(bg, "b01", "after"); !errors.Is(err, metaapi.ErrUnavailable) {
+		t.Fatalf("read on the partitioned old leader after a change elsewhere: %+v %v, want UNAVAILABLE", ki, err)
+	}
 	// The new leader, cut off in turn (with the old one still cut off):
 	// its change is not acknowledged.
 	second := g.leader()
@@ -93,6 +100,51 @@ func TestPartitionedLeaderAcknowledgesNothing(t *testing.T) {
 	if ki, err := cl.GetKey(bg, "b01", "after"); err != nil || ki.Size != 20 {
 		t.Fatalf("key after: %+v %v", ki, err)
 	}
+}
+
+// TestLeaseReadsEndBeforeAnotherLeaderCanExist: a leader cut off from
+// the others answers reads from its read lease (readlease) only while no
+// other member can have been elected: every read it answered was sent
+// less than the lease's duration after the cut (its last round started
+// before it). With a lease as long as the election timeout the reads go
+// on until the leader notices, and the test fails.
+func TestLeaseReadsEndBeforeAnotherLeaderCanExist(t *testing.T) {
+	g := newRGroup(t, 3)
+	if _, err := g.cl.CreateBucket(bg, "b01"); err != nil {
+		t.Fatal(err)
+	}
+	old := g.leader()
+	oc, err := metaapi.NewClient(g.addrs[old], metaapi.ClientOptions{Attempts: 1, Timeout: 20 * time.Second})
+	mustNo(t, err)
+	for range 20 { // reads: rounds, then a lease
+		_, err := oc.GetBucket(bg, "b01")
+		mustNo(t, err)
+	}
+	cfg := g.srvs[old].Service().Cfg
+	dur := readlease.Duration(cfg.ElectionTicks, cfg.RaftTickInterval)
+	if dur <= 0 || dur > time.Duration(cfg.ElectionTicks-2)*cfg.RaftTickInterval {
+		t.Fatalf("lease %s: want more than 0, at most ElectionTicks-2 ticks", dur)
+	}
+	g.srvs[old].Service().rep.Isolate(true)
+	cut := time.Now() // after the cut: every round confirmed started before it
+	var answered int
+	var last time.Time
+	for deadline := cut.Add(30 * time.Second); ; {
+		if time.Now().After(deadline) {
+			t.Fatal("the partitioned leader still answers reads after 30 s")
+		}
+		sent := time.Now()
+		_, err := oc.GetBucket(bg, "b01")
+		if errors.Is(err, metaapi.ErrUnavailable) {
+			break
+		}
+		mustNo(t, err)
+		answered, last = answered+1, sent
+	}
+	if answered > 0 && last.Sub(cut) >= dur {
+		t.Fatalf("a read sent %s after the cut was answered: the lease is %s", last.Sub(cut), dur)
+	}
+	t.Logf("%d reads answered from the lease after the cut (lease %s)", answered, dur)
 }
 
 // TestCommitOutcomeUnknownAfterFailover: a commit is applied by the

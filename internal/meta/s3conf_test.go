@@ -9,6 +9,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/metaapi/s3meta"
+	"github.com/spindle-store/spindle/internal/metaapi/versionapi"
 )
 
 // TestBucketConfAndObjectTags: a bucket's configuration documents and an
@@ -64,6 +65,44 @@ func TestBucketConfAndObjectTags(t *testing.T) {
 			t.Fatalf("%s of a bucket created again: %q", name, doc)
 		}
 	}
+}
+
+// TestVersionTags: a tag change by version ID rewrites that version's
+// record alone, current or noncurrent (S3's versionId of
+// Put/DeleteObjectTagging), and survives a reopen; a version the key does
+// not have is NOT_FOUND, a delete marker INVALID.
+func TestVersionTags(t *testing.T) {
+	c := threeNodes(t, nil)
+	mustNo(t, vs(c.s).SetVersioning("bkt", versionapi.Enabled))
+	v1, v2 := c.put("bkt", "k", 1, 10), c.put("bkt", "k", 1, 20)
+	tag := func(vid, tagging string) error {
+		return c.s.PutObjectTagging(&s3meta.ObjectTagging{Bucket: "bkt", Key: "k", Tagging: tagging, VersionID: vid})
+	}
+	tags := func(vid string) string {
+		v := must[*versionapi.Version](t)(vs(c.s).GetVersion(versionapi.Ref{Bucket: "bkt", Key: "k", VersionID: vid}))
+		if v.Object == nil {
+			return ""
+		}
+		return v.Object.Headers[s3meta.TaggingHeader]
+	}
+	mustNo(t, tag(v1.VersionID, "old=1"))
+	mustNo(t, tag(v2.VersionID, "cur=2"))
+	cfg := c.s.Cfg
+	mustNo(t, c.s.Close())
+	c.s = open(t, cfg)
+	if a, b := tags(v1.VersionID), tags(v2.VersionID); a != "old=1" || b != "cur=2" {
+		t.Fatalf("tags after reopen: older %q, current %q", a, b)
+	}
+	if ki := must[*metaapi.KeyInfo](t)(c.s.GetKey("bkt", "k")); ki.VersionID != v2.VersionID || ki.Size != 20 {
+		t.Fatalf("current version after tagging the older one: %+v", ki)
+	}
+	mustNo(t, tag(v1.VersionID, ""))
+	if a, b := tags(v1.VersionID), tags(v2.VersionID); a != "" || b != "cur=2" {
+		t.Fatalf("tags after the older one's delete: older %q, current %q", a, b)
+	}
+	wantErr(t, tag("0000000000000001", "x=y"), metaapi.ErrNotFound, "tagging a version the key does not have")
+	d := must[*versionapi.Deleted](t)(vs(c.s).DeleteVersion(versionapi.Ref{Bucket: "bkt", Key: "k"}))
+	wantErr(t, tag(d.VersionID, "x=y"), metaapi.ErrInvalid, "tagging a delete marker")
 }
 
 // TestConditionalCommitRace: writers racing with If-None-Match * on one

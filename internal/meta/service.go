@@ -4,20 +4,19 @@ import (
 	"errors"
 	"fmt"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/spindle-store/spindle/internal/meta/access"
 	"github.com/spindle-store/spindle/internal/meta/authz"
 	"github.com/spindle-store/spindle/internal/meta/certreg"
 	"github.com/spindle-store/spindle/internal/meta/cluster"
 	"github.com/spindle-store/spindle/internal/meta/creds"
 	"github.com/spindle-store/spindle/internal/meta/ecmeta"
+	"github.com/spindle-store/spindle/internal/meta/lcmeta"
 	"github.com/spindle-store/spindle/internal/meta/namespace"
 	"github.com/spindle-store/spindle/internal/meta/raftgroup"
 	"github.com/spindle-store/spindle/internal/meta/repair"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/meta/tokenkeys"
-
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -42,6 +41,7 @@ type Service struct {
 	gate   *access.Gate      // grants' routes, authorization, audit log
 	tokens *tokenkeys.Minter // block tokens
 	ec     *ecmeta.Manager   // erasure coding: policies, conversions
+	lc     *lcmeta.Manager   // S3 lifecycle rules, run by the leader
 }
 
 // compose builds the concerns over st.
@@ -57,7 +57,8 @@ func compose(st *state.State) *Service {
 	s.S3Users = namespace.NewS3Users(st)
 	s.certs = certreg.New(st)
 	s.tokens = tokenkeys.New(st)
-	s.ec = ecmeta.New(st, s.Cluster, s.Rerepl) // (sets Rerepl.Coded)
+	s.ec = ecmeta.New(st, s.Cluster, s.Rerepl, s.Ops) // (sets Rerepl.Coded, ShardHealth, Ops.Holds)
+	s.lc = lcmeta.New(st, s.Namespace, s.Multipart)
 	return s
 }
 

@@ -81,6 +81,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/blocktoken"
+	"github.com/spindle-store/spindle/internal/metaapi/holdapi"
 )
 
 // Health of a datanode as the meta service sees it.
@@ -138,6 +139,7 @@ type Heartbeat struct {
 	// next time). The meta service drops the copy and schedules it again,
 	// from another source when there is one.
 	CopyFailures []CopyFailure `json:"copy_failures,omitempty"`
+	HeldBlocks   []holdapi.Ack `json:"held_blocks,omitempty"` // hold_blocks made durable (holdapi), at most holdapi.MaxAcks
 	// Copying: the containers being copied to this node right now (a
 	// replicate_container under way), at most MaxCopyingReport. A copy the
 	// meta service scheduled that the target does not list here for
@@ -202,8 +204,7 @@ const (
 	// MaxPipelineMembers bounds the member lists of a pipeline report.
 	MaxPipelineMembers     = 16
 	MaxDeletedBlocksReport = 10000
-	// MaxReportBytes bounds every byte count in a report (1 PiB): larger
-	// is absurd.
+	// MaxReportBytes bounds every byte count in a report (1 PiB): larger is absurd.
 	MaxReportBytes = 1 << 50
 	// MaxCopyFailuresReport bounds Heartbeat.CopyFailures.
 	MaxCopyFailuresReport = 1024
@@ -442,12 +443,12 @@ type Command struct {
 	Pipeline  *Pipeline `json:"pipeline,omitempty"`
 	Container uint64    `json:"container,omitempty"`
 	Blocks    []uint64  `json:"blocks,omitempty"` // local IDs in Container
-	// Sources (replicate_container): the replicas to copy from, preferred
-	// first.
+	// Sources (replicate_container): the replicas to copy from, preferred first.
 	Sources []Member `json:"sources,omitempty"`
 	// SizeBytes (replicate_container): the container's expected bytes.
-	SizeBytes uint64 `json:"size_bytes,omitempty"`
-	Token     string `json:"token,omitempty"` // replicate_container: the export token the sources ask for
+	SizeBytes uint64        `json:"size_bytes,omitempty"`
+	Token     string        `json:"token,omitempty"` // replicate_container: the export token the sources ask for
+	Hold      *holdapi.Hold `json:"hold,omitempty"`  // hold_blocks: the object lock hold of Blocks
 }
 
 // Pipeline is a raft group of datanodes.
@@ -719,8 +720,7 @@ type ReplicationLimits struct {
 	MaxCopiesPerSource int `json:"max_copies_per_source"`
 	MaxCopiesPerTarget int `json:"max_copies_per_target"`
 	MaxInflightCopies  int `json:"max_inflight_copies"`
-	// CopyRetryAfterMs: a source whose copy failed is not chosen again for
-	// this long.
+	// CopyRetryAfterMs: a source whose copy failed is not chosen again for this long.
 	CopyRetryAfterMs int64 `json:"copy_retry_after_ms"`
 	// CopyTimeoutMinMs: a copy older than this (and than its size at the
 	// minimum copy rate) is taken as lost.

@@ -400,8 +400,40 @@ func (m *crashMember) stop() error {
 	return err
 }
 
-// crashLog receives the crash cluster's logs (SPINDLE_CRASH_DEBUG).
+// crashLog receives the crash cluster's logs: stderr with
+// SPINDLE_CRASH_DEBUG, else each run's logRing (runCrash), whose last
+// lines go with the run's error.
 var crashLog = quiet
+
+// crashRingLines bounds the log lines a failed crash run reports.
+const crashRingLines = 600
+
+// logRing keeps the last lines written to it (a bounded slog sink: a
+// failure seen once under load comes with what the members said).
+type logRing struct {
+	mu    sync.Mutex
+	lines []string
+	next  int
+}
+
+func (r *logRing) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.lines) < crashRingLines {
+		r.lines = append(r.lines, string(p))
+	} else {
+		r.lines[r.next] = string(p)
+		r.next = (r.next + 1) % crashRingLines
+	}
+	return len(p), nil
+}
+
+// String returns the kept lines, oldest first.
+func (r *logRing) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(append(append([]string(nil), r.lines[r.next:]...), r.lines[:r.next]...), "")
+}
 
 // waitFor polls cond (bounded by crashWaitSeconds).
 func waitFor(cond func() bool) error {
@@ -694,7 +726,17 @@ type crashRun struct {
 // runCrash runs the workload on a new cluster with the disk of victim armed
 // to lose power at its k-th mutating operation (k = 0: never), recovers
 // the dead members as soon as it sees them, and checks the end state.
-func runCrash(t *testing.T, victim crashVictim, k int64, pct int, seed int64) (crashRun, error) {
+func runCrash(t *testing.T, victim crashVictim, k int64, pct int, seed int64) (res crashRun, err error) {
+	if crashLog == quiet {
+		ring := &logRing{}
+		crashLog = slog.New(slog.NewTextHandler(ring, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		defer func() {
+			crashLog = quiet
+			if err != nil {
+				err = fmt.Errorf("%w\nthe members' last %d log lines:\n%s", err, crashRingLines, ring)
+			}
+		}()
+	}
 	c := newCrashCluster(t, true)
 	defer c.close()
 	if err := c.connect(false); err != nil {
@@ -975,22 +1017,31 @@ func TestFailedLogFailsTheNode(t *testing.T) {
 					break
 				}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			// The log breaks once a writer has made 10 writes, or as
+			// soon as one fails before that: on a loaded machine all 32
+			// could fail (a leader change, a deadline) before any
+			// reached 10, which left the log whole and the test
+			// waiting for a failure that never came.
+			ctx, cancel := context.WithTimeout(context.Background(), crashWaitSeconds*time.Second)
 			defer cancel()
 			var wg sync.WaitGroup
 			var broken sync.Once
+			breakLog := func() {
+				broken.Do(func() {
+					f.disk.Mem().InjectErrors(func(op vfs.Op) error {
+						if op.Kind == vfs.OpWrite && strings.HasPrefix(op.Path, "/log/") {
+							return syscall.EIO
+						}
+						return nil
+					})
+				})
+			}
 			for w := uint64(1); w <= 32; w++ {
 				wg.Go(func() {
+					defer breakLog()
 					for i := uint64(0); i < 40; i++ {
 						if i == 10 {
-							broken.Do(func() {
-								f.disk.Mem().InjectErrors(func(op vfs.Op) error {
-									if op.Kind == vfs.OpWrite && strings.HasPrefix(op.Path, "/log/") {
-										return syscall.EIO
-									}
-									return nil
-								})
-							})
+							breakLog()
 						}
 						data := chunkData(w, i*1000, 1000)
 						if _, err := c.cl.Call(ctx, &transport.WriteChunk{PipelineID: 1, ContainerID: 5, LocalID: 100 + w, Offset: i * 1000, Length: 1000,

@@ -37,6 +37,9 @@
 //     (voters[id % len]) campaigns at every tick while no leader is known,
 //     for at most eagerCampaignElections election timeouts; Followers and
 //     PreCandidates only (PreVote: a dropped campaign raises no term).
+//   - Proposals are never forwarded (DisableProposalForwarding): chunk bytes
+//     travel beside an entry, not in a MsgProp; a stepped-down leader's
+//     forwarded entry reached its successor without them (all replicas failed).
 //
 // # Concurrency
 //

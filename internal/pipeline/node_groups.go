@@ -125,21 +125,7 @@ func (n *Node) openGroup(p PipelineConfig) (*group, error) {
 	if err != nil {
 		return nil, err
 	}
-	rc := &raft.Config{
-		ID:                        n.cfg.ID,
-		ElectionTick:              n.cfg.ElectionTicks,
-		HeartbeatTick:             n.cfg.HeartbeatTicks,
-		Storage:                   n.wal.RaftStorage(p.ID),
-		Applied:                   first - 1,
-		AsyncStorageWrites:        true,
-		MaxSizePerMsg:             maxMsgEntriesBytes,
-		MaxCommittedSizePerReady:  8 << 20,
-		MaxUncommittedEntriesSize: 64 << 20,
-		MaxInflightMsgs:           256,
-		CheckQuorum:               true,
-		PreVote:                   true,
-		Logger:                    wal.RaftLogger{L: n.log.With("pipeline", p.ID)},
-	}
+	rc := groupRaftConfig(n.cfg, n.wal.RaftStorage(p.ID), first-1, wal.RaftLogger{L: n.log.With("pipeline", p.ID)})
 	rn, err := raft.NewRawNode(rc)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline %d: %w", p.ID, err)
@@ -148,6 +134,14 @@ func (n *Node) openGroup(p PipelineConfig) (*group, error) {
 	g.payloadLow = first
 	g.applied.Store(first - 1)
 	return g, nil
+}
+
+// groupRaftConfig is a pipeline's raft configuration (why proposals are
+// never forwarded: the package doc, TestProposalsAreNotForwarded).
+func groupRaftConfig(cfg Config, st raft.Storage, applied uint64, lg raft.Logger) *raft.Config {
+	return &raft.Config{ID: cfg.ID, ElectionTick: cfg.ElectionTicks, HeartbeatTick: cfg.HeartbeatTicks, Storage: st, Applied: applied,
+		AsyncStorageWrites: true, MaxSizePerMsg: maxMsgEntriesBytes, MaxCommittedSizePerReady: 8 << 20, MaxUncommittedEntriesSize: 64 << 20,
+		MaxInflightMsgs: 256, CheckQuorum: true, PreVote: true, DisableProposalForwarding: true, Logger: lg}
 }
 
 // adoptChunks tells the engine about the chunks of the WriteChunk entries

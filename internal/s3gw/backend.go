@@ -20,6 +20,7 @@ import (
 	"github.com/spindle-store/spindle/internal/md5batch"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
+	"github.com/spindle-store/spindle/internal/s3gw/s3lock"
 	"github.com/spindle-store/spindle/internal/s3gw/s3ver"
 	"github.com/spindle-store/spindle/internal/s3perm"
 	"github.com/spindle-store/spindle/internal/s3permapi"
@@ -31,6 +32,7 @@ type Backend struct {
 	perms    // bucket ACLs, policies, ownership, object ACLs (perms.go)
 	features // tagging, CORS (features.go)
 	s3ver.Bucket
+	s3lock.Lock
 	meta   *metaapi.Client
 	kc     *keyclient.Client
 	region string
@@ -45,7 +47,7 @@ var _ backend.Backend = (*Backend)(nil)
 // The bucket permissions it caches are pc's (shared with the IAM).
 func NewBackend(mc *metaapi.Client, kc *keyclient.Client, region string, pc *PermCache) *Backend {
 	return &Backend{perms: perms{meta: mc, cache: pc}, meta: mc, kc: kc, region: region, md5s: md5batch.New(),
-		features: features{meta: mc, cors: s3extra.NewDocCache(ACLCacheTTL, ACLCacheMaxEntries)}, Bucket: s3ver.Bucket{Meta: mc, ToS3: toS3}}
+		features: features{meta: mc, cors: s3extra.NewDocCache(ACLCacheTTL, ACLCacheMaxEntries)}, Bucket: s3ver.Bucket{Meta: mc, ToS3: toS3}, Lock: s3lock.Lock{Meta: mc, ToS3: toS3}}
 }
 
 // String names the backend in versitygw's banner.
@@ -136,6 +138,9 @@ func (b *Backend) CreateBucket(ctx context.Context, in *s3.CreateBucketInput, de
 	if err != nil {
 		return toS3(err, s3err.ErrNoSuchBucket)
 	}
+	if err := b.EnableAtCreate(ctx, name, in.ObjectLockEnabledForBucket); err != nil { // s3lock
+		return err
+	}
 	if len(tags) > 0 { // S3 tags the bucket as it creates it; here just after
 		return b.PutBucketTagging(ctx, name, tags)
 	}
@@ -164,14 +169,6 @@ func (b *Backend) DeleteBucket(ctx context.Context, bucket string) error {
 		return b.NotEmpty(ctx, bucket) // s3ver: S3's message for a versioned bucket
 	}
 	return toS3(err, s3err.ErrNoSuchBucket)
-}
-
-// The bucket features Spindle does not have answer "not configured", so
-// that versitygw's access checks (which ask for them) go on.
-
-// GetObjectLockConfiguration: no object lock.
-func (b *Backend) GetObjectLockConfiguration(context.Context, string) ([]byte, error) {
-	return nil, s3err.GetAPIError(s3err.ErrObjectLockConfigurationNotFound)
 }
 
 func deref(p *string) string {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3lock"
 )
 
 // s3Error is what versitygw renders as an S3 error body.
@@ -56,6 +57,8 @@ func toS3(err error, notFound s3err.ErrorCode) error {
 		return s3err.GetAPIError(s3err.ErrInvalidPart)
 	case errors.Is(err, metaapi.ErrPartTooSmall):
 		return s3err.GetAPIError(s3err.ErrEntityTooSmall)
+	case s3lock.MissingConfig(err): // lock headers in a bucket without object lock
+		return s3err.GetAPIError(s3err.ErrMissingObjectLockConfigurationNoSpaces)
 	case errors.Is(err, metaapi.ErrInvalid): // an invalid key name among them
 		return s3err.GetAPIError(s3err.ErrInvalidRequest)
 	case errors.Is(err, metaapi.ErrForbidden): // the meta service's grants (an overwrite with write alone)

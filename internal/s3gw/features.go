@@ -1,7 +1,6 @@
 package s3gw
 
 import (
-	"cmp"
 	"context"
 
 	"github.com/versity/versitygw/s3err"
@@ -50,18 +49,18 @@ func (f *features) GetObjectTagging(ctx context.Context, bucket, object, vid str
 
 // PutObjectTagging replaces the object's tag set (versitygw validated it).
 func (f *features) PutObjectTagging(ctx context.Context, bucket, object, vid string, tags map[string]string) error {
-	if err := cmp.Or(keyErr(object), f.ver().Current(ctx, bucket, object, vid)); err != nil {
+	if err := keyErr(object); err != nil {
 		return err
 	}
-	return toS3(s3meta.PutObjectTagging(ctx, f.meta, bucket, object, s3meta.EncodeTags(tags)), s3err.ErrNoSuchKey)
+	return f.ver().SetTags(ctx, bucket, object, vid, s3meta.EncodeTags(tags)) // of a version: package s3ver
 }
 
 // DeleteObjectTagging removes the object's tag set.
 func (f *features) DeleteObjectTagging(ctx context.Context, bucket, object, vid string) error {
-	if err := cmp.Or(keyErr(object), f.ver().Current(ctx, bucket, object, vid)); err != nil {
+	if err := keyErr(object); err != nil {
 		return err
 	}
-	return toS3(s3meta.PutObjectTagging(ctx, f.meta, bucket, object, ""), s3err.ErrNoSuchKey)
+	return f.ver().SetTags(ctx, bucket, object, vid, "")
 }
 
 // GetBucketTagging answers the bucket's tag set (NoSuchTagSet: none).

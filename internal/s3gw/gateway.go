@@ -17,6 +17,7 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3gw/s3acl"
 	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
+	"github.com/spindle-store/spindle/internal/s3gw/s3lc"
 	"github.com/spindle-store/spindle/internal/s3gw/sigcompat"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
@@ -104,14 +105,14 @@ func Run(ctx context.Context, cfg Config) error {
 	pc := NewPermCache(mc)
 	iam := NewIAM(mc, pc)
 	defer func() { _ = iam.Shutdown() }() // always nil; embedgw shuts it down too
-	v2 := &sigV2{access: cfg.AccessKey, secret: cfg.SecretKey, iam: iam, region: cfg.Region, now: time.Now}
-	v4c := sigcompat.New(cfg.AccessKey, cfg.SecretKey, iam, cfg.Region)
+	v2, v4c := &sigV2{access: cfg.AccessKey, secret: cfg.SecretKey, iam: iam, region: cfg.Region, now: time.Now}, sigcompat.New(cfg.AccessKey, cfg.SecretKey, iam, cfg.Region)
 	expectOpts := sigcompat.ExpectHook(v4c, cfg.Logger)
 	cfg.Logger.Info("s3 gateway listening", "addr", cfg.Listen, "https", cfg.CertFile != "", "meta", cfg.Meta, "cluster_tls", cfg.TLS.Mode(), "region", cfg.Region, "domain", cfg.Domain)
 	if cfg.CertFile == "" {
 		cfg.Logger.Warn("s3 gateway serving plain HTTP (--insecure): requests and data travel unencrypted", "addr", cfg.Listen)
 	}
 	be := NewBackend(mc, kc, cfg.Region, pc)
+	lc := &s3lc.Handler{Meta: mc, Be: be, IAM: iam, ToS3: bucketErr} // bucket lifecycle (package s3lc)
 	err = embedgw.RunVersityGW(ctx, be, &embedgw.Config{
 		RootUserAccess:    cfg.AccessKey,
 		RootUserSecret:    cfg.SecretKey,
@@ -133,6 +134,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			err := v4c.Handle(c, func() error { return v2.handle(c) })
 			s3acl.Answer(c) // S3's AccessControlPolicy documents
+			lc.Answer(c)    // PutBucketLifecycleConfiguration and co., which versitygw does not implement
 			return err
 		})),
 		KeepAlive: true,

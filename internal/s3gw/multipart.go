@@ -15,6 +15,7 @@ import (
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
+	"github.com/spindle-store/spindle/internal/s3gw/s3lock"
 )
 
 // uploadErr maps a NOT_FOUND to NoSuchUpload (unless about the bucket).
@@ -43,6 +44,7 @@ func (b *Backend) CreateMultipartUpload(ctx context.Context, in s3response.Creat
 	if om.Headers, err = s3extra.WithTags(om.Headers, in.Tagging); err != nil {
 		return s3response.InitiateMultipartUploadResult{}, err
 	}
+	om.Headers = s3lock.Request(om.Headers, in.ObjectLockMode, in.ObjectLockRetainUntilDate, in.ObjectLockLegalHoldStatus)
 	up, err := b.meta.CreateUpload(ctx, metaapi.CreateUpload{Bucket: bucket, Key: key, Object: om})
 	if err != nil {
 		return s3response.InitiateMultipartUploadResult{}, toS3(err, s3err.ErrNoSuchBucket)

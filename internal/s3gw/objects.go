@@ -30,6 +30,7 @@ import (
 	"github.com/spindle-store/spindle/internal/md5batch"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
+	"github.com/spindle-store/spindle/internal/s3gw/s3lock"
 	"github.com/spindle-store/spindle/internal/s3gw/s3ver"
 )
 
@@ -256,6 +257,7 @@ func (b *Backend) PutObject(ctx context.Context, po s3response.PutObjectInput) (
 	if om.Headers, err = s3extra.WithTags(om.Headers, po.Tagging); err != nil {
 		return s3response.PutObjectOutput{}, err
 	}
+	om.Headers = s3lock.Request(om.Headers, po.ObjectLockMode, po.ObjectLockRetainUntilDate, po.ObjectLockLegalHoldStatus)
 	cond, err := s3extra.PutConditions(po.IfMatch, po.IfNoneMatch)
 	if err != nil {
 		return s3response.PutObjectOutput{}, err
@@ -423,6 +425,7 @@ func (b *Backend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3.Get
 		}
 	}
 	out.TagCount = s3extra.TagCount(&ki)
+	out.ObjectLockMode, out.ObjectLockRetainUntilDate, out.ObjectLockLegalHoldStatus = s3lock.Out(&ki)
 	if in.ChecksumMode == types.ChecksumModeEnabled && !ranged {
 		cs := checksumsOf(&ki)
 		out.ChecksumCRC32, out.ChecksumCRC32C, out.ChecksumCRC64NVME, out.ChecksumSHA1, out.ChecksumSHA256 = cs.crc32, cs.crc32c, cs.crc64nvme, cs.sha1, cs.sha256
@@ -495,6 +498,7 @@ func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.H
 		}
 	}
 	out.TagCount = s3extra.TagCount(&ki)
+	out.ObjectLockMode, out.ObjectLockRetainUntilDate, out.ObjectLockLegalHoldStatus = s3lock.Out(&ki)
 	if in.ChecksumMode == types.ChecksumModeEnabled && whole {
 		cs := checksumsOf(&ki)
 		out.ChecksumCRC32, out.ChecksumCRC32C, out.ChecksumCRC64NVME, out.ChecksumSHA1, out.ChecksumSHA256 = cs.crc32, cs.crc32c, cs.crc64nvme, cs.sha1, cs.sha256
@@ -538,7 +542,7 @@ func (b *Backend) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput) (*
 	if metaapi.ValidKey(key) != nil {
 		return &s3.DeleteObjectOutput{}, nil
 	}
-	return b.Delete(ctx, bucket, key, deref(in.VersionId)) // s3ver
+	return b.Delete(ctx, bucket, key, deref(in.VersionId), aws.ToBool(in.BypassGovernanceRetention) || s3lock.Bypass(ctx)) // s3ver
 
 }
 
@@ -630,6 +634,7 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 	if om.Headers, err = s3extra.CopyTags(om.Headers, &src, in.TaggingDirective, in.Tagging); err != nil {
 		return s3response.CopyObjectOutput{}, err
 	}
+	om.Headers = s3lock.Request(om.Headers, in.ObjectLockMode, in.ObjectLockRetainUntilDate, in.ObjectLockLegalHoldStatus) // not the source's lock
 	if src.Object != nil && (in.ChecksumAlgorithm == "" || src.Object.Checksums[string(in.ChecksumAlgorithm)] != "") {
 		om.Checksums = maps.Clone(src.Object.Checksums) // the same bytes: the source's checksums hold
 	}

@@ -213,3 +213,63 @@ func listVersions(t *testing.T, c *s3.Client, bucket string, page int32) []strin
 	t.Fatal("listing does not end")
 	return nil
 }
+
+// TestVersionTagging: Put/Get/DeleteObjectTagging with a versionId change
+// and read that version's tags alone, current or not (S3's behaviour,
+// versitygw's Versioning_PutGetDeleteObjectTagging_success); a missing
+// version is NoSuchVersion, and the answer names the version.
+func TestVersionTagging(t *testing.T) {
+	c, b := root(), "vertags"
+	mkBucket(t, c, b)
+	ctx := testCtx(t)
+	if _, err := c.PutBucketVersioning(ctx, &s3.PutBucketVersioningInput{Bucket: &b,
+		VersioningConfiguration: &types.VersioningConfiguration{Status: types.BucketVersioningStatusEnabled}}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 3 {
+		out, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: &b, Key: aws.String("k"), Body: strings.NewReader(strings.Repeat("x", i+1))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, aws.ToString(out.VersionId))
+	}
+	tags := func(vid string) map[string]string {
+		t.Helper()
+		out, err := c.GetObjectTagging(ctx, &s3.GetObjectTaggingInput{Bucket: &b, Key: aws.String("k"), VersionId: aws.String(vid)})
+		if err != nil || aws.ToString(out.VersionId) != vid {
+			t.Fatalf("tags of version %s: %+v, %v", vid, out, err)
+		}
+		return tagMap(out.TagSet)
+	}
+	for _, vid := range []string{ids[1], ids[2]} { // an older version, then the current one by its ID
+		put, err := c.PutObjectTagging(ctx, &s3.PutObjectTaggingInput{Bucket: &b, Key: aws.String("k"), VersionId: aws.String(vid),
+			Tagging: tagSet(map[string]string{"v": vid})})
+		if err != nil || aws.ToString(put.VersionId) != vid {
+			t.Fatalf("tag version %s: %+v, %v", vid, put, err)
+		}
+	}
+	for i, want := range []string{"", ids[1], ids[2]} {
+		if got := tags(ids[i]); got["v"] != want || len(got) != min(len(want), 1) {
+			t.Fatalf("tags of version %d: %v, want v=%q", i, got, want)
+		}
+	}
+	del, err := c.DeleteObjectTagging(ctx, &s3.DeleteObjectTaggingInput{Bucket: &b, Key: aws.String("k"), VersionId: aws.String(ids[1])})
+	if err != nil || aws.ToString(del.VersionId) != ids[1] {
+		t.Fatalf("delete the tags of version 1: %+v, %v", del, err)
+	}
+	if got := tags(ids[1]); len(got) != 0 {
+		t.Fatalf("tags of version 1 after their delete: %v", got)
+	}
+	if got := tags(ids[2]); got["v"] != ids[2] {
+		t.Fatalf("the current version's tags after version 1's delete: %v", got)
+	}
+	if data := get(t, c, b, "k", ""); len(data) != 3 {
+		t.Fatalf("the current version after tagging: %d bytes", len(data))
+	}
+	_, err = c.PutObjectTagging(ctx, &s3.PutObjectTaggingInput{Bucket: &b, Key: aws.String("k"), VersionId: aws.String("0000000000000001"),
+		Tagging: tagSet(map[string]string{"a": "b"})})
+	wantCode(t, err, "NoSuchVersion", "tag a missing version")
+	_, err = c.DeleteObjectTagging(ctx, &s3.DeleteObjectTaggingInput{Bucket: &b, Key: aws.String("k"), VersionId: aws.String("0000000000000001")})
+	wantCode(t, err, "NoSuchVersion", "delete the tags of a missing version")
+}

@@ -33,7 +33,10 @@ type UserGrant struct {
 // grant action they need (an admin grant gives every action). Reading
 // an object or listing needs read; putting one (its parts, its tags),
 // aborting or listing an upload's parts needs write (as the meta service
-// has it for uploads); deleting needs delete.
+// has it for uploads); deleting needs delete. Object lock's changes
+// (s3:PutObjectRetention, s3:PutObjectLegalHold) and
+// s3:BypassGovernanceRetention are not here: only an admin grant gives
+// them, as the meta service asks the admin right on the bucket for them.
 var grantNeeds = map[string]string{
 	"s3:GetObject":                  GrantRead,
 	"s3:GetObjectVersion":           GrantRead,

@@ -136,3 +136,22 @@ func TestParseGrantHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestByGrantObjectLock: changing a version's lock and bypassing a
+// GOVERNANCE retention take an admin grant; write and delete grants do not
+// give them (reading the lock takes read).
+func TestByGrantObjectLock(t *testing.T) {
+	rw := []UserGrant{{Actions: []string{GrantRead, GrantWrite, GrantDelete}}}
+	admin := []UserGrant{{Actions: []string{GrantAdmin}}}
+	for _, a := range []string{"s3:BypassGovernanceRetention", "s3:PutObjectRetention", "s3:PutObjectLegalHold"} {
+		if ByGrant(rw, a, "k") {
+			t.Errorf("read, write and delete grants give %s", a)
+		}
+		if !ByGrant(admin, a, "k") {
+			t.Errorf("an admin grant does not give %s", a)
+		}
+	}
+	if !ByGrant(rw, "s3:GetObjectRetention", "k") || !ByGrant(rw, "s3:DeleteObjectVersion", "k") {
+		t.Error("read or delete grant refused a lock read or a version delete")
+	}
+}

@@ -51,8 +51,10 @@ type S3BenchConfig struct {
 	// baseline (key-write / key-read of the same objects) runs.
 	ClusterConfig
 	// Endpoint is an S3 server to measure instead (http://host:port),
-	// with AccessKey and SecretKey; no baseline then.
+	// with AccessKey and SecretKey; no baseline then. ServerPIDs: its
+	// processes (and their children), whose CPU the loops measure.
 	Endpoint, AccessKey, SecretKey, Region string
+	ServerPIDs                             []int
 	// Op is "put" or "get" (gets read objects the bench writes first,
 	// untimed, and compare every byte).
 	Op string
@@ -261,8 +263,7 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 	}
 	name := "s3-" + cfg.Op
 	progress := func(format string, args ...any) { progressf(cfg.Progress, name+": "+format+"\n", args...) }
-	endpoint, access, secret := cfg.Endpoint, cfg.AccessKey, cfg.SecretKey
-	var cl *keyCluster
+	endpoint, access, secret, cl := cfg.Endpoint, cfg.AccessKey, cfg.SecretKey, (*keyCluster)(nil)
 	if endpoint == "" {
 		if cl, err = openKeyCluster(ctx, cfg.ClusterConfig, cfg.Logger, progress); err != nil {
 			return out, fmt.Errorf("s3: %w", err)
@@ -319,7 +320,7 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 		}
 		return nil
 	}
-	var procs func() []bench.Proc
+	procs := func() []bench.Proc { return bench.ServerProcs(cfg.ServerPIDs) }
 	if cl != nil {
 		procs = cl.procs
 	}
@@ -338,10 +339,7 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 			}
 		}()
 	}
-	op := put
-	if cfg.Op == "get" {
-		op = get
-	}
+	op := map[string]func(context.Context, int, int) error{"put": put, "get": get}[cfg.Op]
 	var base *keyBaseline
 	if cl != nil && !cfg.NoBaseline {
 		if base, err = newKeyBaseline(ctx, cl, cfg, progress); err != nil {
@@ -411,8 +409,10 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 	if stats.Ops < int64(n) {
 		res.AddNote("stopped by --duration after %d of %d objects", stats.Ops, n)
 	}
-	if cl == nil {
-		res.AddNote("cpu_seconds: this process (the client) only; the endpoint was not started by the bench")
+	if n := bench.ServerCPUNote(stats.CPU, stats.Ops, stats.Bytes); n != "" {
+		res.AddNote("%s", n)
+	} else if cl == nil {
+		res.AddNote("cpu_seconds: this process (the client) only; the endpoint was not started by the bench (--server-pid)")
 	} else if n := cl.cpuNote(); n != "" {
 		res.AddNote("%s", n)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/spindle-store/spindle/internal/meta/holdmeta"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
@@ -100,9 +101,16 @@ func (m deleteMode) exhausted(pd *state.PendingDelete, maxTries int, redeliver t
 	return true
 }
 
-// deleteCommands appends the delete_blocks commands due for node id: at
-// most MaxDeleteBlocksPerHeartbeat blocks, one command per container.
+// deleteCommands appends the hold_blocks commands due for node id
+// (object lock holds, package holdmeta: before the deletions, so that a
+// release lands first), then its delete_blocks: at most
+// MaxDeleteBlocksPerHeartbeat blocks, one command per container.
 func (s *BlockGC) DeleteCommands(cmds []metaapi.Command, id uint64, now time.Time) []metaapi.Command {
+	// (at most half the slots left: deletions and leaves are not starved)
+	cmds, err := s.Holds.Commands(cmds, s.NodeByID[id], now, s.Cfg.DeleteRedeliverAfter, len(cmds)+(state.MaxCommandsPerHeartbeat-len(cmds))/2)
+	if err != nil {
+		s.Log.Error("object lock holds for a datanode", "node", id, "err", err)
+	}
 	budget := state.MaxDeleteBlocksPerHeartbeat
 	for _, cid := range slices.Sorted(maps.Keys(s.Deletes)) {
 		if budget == 0 || len(cmds) >= state.MaxCommandsPerHeartbeat {
@@ -125,7 +133,7 @@ func (s *BlockGC) DeleteCommands(cmds []metaapi.Command, id uint64, now time.Tim
 		var locals []uint64
 		for _, local := range slices.Sorted(maps.Keys(pending)) {
 			pd := pending[local]
-			if pd.Acked[id] {
+			if pd.Acked[id] || s.Holds.Releasing(state.BlockRef{Container: cid, Local: local}, mode.holders) {
 				continue
 			}
 			if served {
@@ -159,10 +167,11 @@ func (s *BlockGC) DeleteCommands(cmds []metaapi.Command, id uint64, now time.Tim
 	return cmds
 }
 
-// ackDeletes records node id's acknowledgements and removes the deletions
-// they complete.
-func (s *BlockGC) AckDeletes(b *pebble.Batch, id uint64, acks []metaapi.BlockRef, now time.Time) {
-	for _, r := range acks {
+// ackDeletes records node id's acknowledgements of hb: of holds
+// (holdmeta), and of deletions, removing those they complete.
+func (s *BlockGC) AckDeletes(b *pebble.Batch, id uint64, hb *metaapi.Heartbeat, now time.Time) {
+	s.Holds.Ack(id, hb.HeldBlocks)
+	for _, r := range hb.DeletedBlocks {
 		pd := s.Deletes[r.Container][r.Local]
 		if pd == nil {
 			continue // already complete, or never pending
@@ -188,6 +197,9 @@ func (s *BlockGC) AckDeletes(b *pebble.Batch, id uint64, acks []metaapi.BlockRef
 // replica mode: a holder died or no live member holds the container) and
 // those that ran out of attempts.
 func (s *BlockGC) DropExhaustedDeletes(b *pebble.Batch, now time.Time) {
+	if err := s.Holds.Sweep(b, now); err != nil { // object lock holds ended long ago
+		s.Log.Error("sweeping object lock holds", "err", err)
+	}
 	for _, cid := range slices.Sorted(maps.Keys(s.Deletes)) {
 		mode := s.deleteModeOf(s.ContainerByID[cid], now)
 		if !mode.served && !mode.replica {
@@ -261,7 +273,9 @@ func cmpU64(a, b uint64) int {
 type BlockGC struct {
 	*state.State
 	cl *Cluster
+	// Holds delivers the object lock holds to the datanodes (holdmeta).
+	Holds *holdmeta.Holds
 }
 
 // NewBlockGC is the block deletions of cl's cluster.
-func NewBlockGC(st *state.State, cl *Cluster) *BlockGC { return &BlockGC{st, cl} }
+func NewBlockGC(st *state.State, cl *Cluster) *BlockGC { return &BlockGC{st, cl, holdmeta.New(st)} }

@@ -59,6 +59,9 @@ func (s *Ops) DecommissionProgress(id uint64, idx map[uint64][]uint64) *metaapi.
 			p.Waiting = append(p.Waiting, cid)
 		}
 	}
+	if s.Holds != nil {
+		p.Containers += s.Holds(id) // EC shards still recorded on it: not moved yet
+	}
 	return p
 }
 
@@ -121,7 +124,11 @@ func (s *Ops) VolumesFailed(b *pebble.Batch, n *state.Node, failed []metaapi.Fai
 type Ops struct {
 	*state.State
 	cl *Cluster
+	// Holds, when set (package ecmeta), counts the erasure-coded shards
+	// recorded on a datanode: its decommission is done only when none
+	// is left. Under State.Mu.
+	Holds func(node uint64) int
 }
 
 // NewOps is the operational state of cl's datanodes.
-func NewOps(st *state.State, cl *Cluster) *Ops { return &Ops{st, cl} }
+func NewOps(st *state.State, cl *Cluster) *Ops { return &Ops{State: st, cl: cl} }

@@ -19,8 +19,8 @@ import (
 // holds (to drop: the EC record is durable, the answer waits for it), and
 // at most one conversion of a CLOSED container it holds a healthy replica
 // of, when the cluster runs fewer than MaxConversions. A conversion the
-// node no longer lists as running is over (failed: it may be scheduled
-// again).
+// node no longer lists as running, or whose node is DEAD, is over
+// (failed: it may be scheduled again).
 //
 // Over TLS the caller must be the datanode it names (the certificate its
 // node record is bound to, as for heartbeats).
@@ -46,10 +46,15 @@ func (m *Manager) Work(req ecapi.WorkRequest, caller tlsconf.Peer) (ecapi.Work, 
 			}
 		}
 		slices.Sort(w.Drop)
+		m.repairWorkLocked(n, req, now, &w)
 		busy := false
 		for cid, t := range m.tasks {
 			switch {
+			case t.reporting:
 			case now.Sub(t.started) > TaskTimeout || m.coded[cid]:
+				delete(m.tasks, cid)
+			case m.st.NodeByID[t.node] == nil || m.cl.HealthOf(m.st.NodeByID[t.node], now) == metaapi.HealthDead:
+				m.st.Log.Warn("EC conversion over: its converter is DEAD; it may be scheduled again", "container", cid, "node", t.node)
 				delete(m.tasks, cid)
 			case t.node == req.Node && !slices.Contains(req.Converting, cid):
 				m.st.Log.Warn("EC conversion over without a report (failed or restarted); it may be scheduled again", "container", cid, "node", t.node)
@@ -72,13 +77,13 @@ func (m *Manager) Work(req ecapi.WorkRequest, caller tlsconf.Peer) (ecapi.Work, 
 // a healthy replica of whose buckets all want the same coded policy and
 // which is old and big enough, and places its shards.
 func (m *Manager) scheduleLocked(node uint64, now time.Time) (ecapi.Conversion, bool) {
-	if err := m.scanBucketsLocked(now); err != nil {
+	if _, err := m.scanStepLocked(now); err != nil {
 		m.st.Log.Error("erasure coding", "err", err)
 		return ecapi.Conversion{}, false
 	}
 	var cands []uint64
 	for cid, c := range m.st.ContainerByID {
-		if c.Rec.State == state.ContainerClosed && !m.coded[cid] && m.tasks[cid] == nil && len(m.buckets[cid]) > 0 {
+		if c.Rec.State == state.ContainerClosed && !m.coded[cid] && m.tasks[cid] == nil && m.eligible(cid, now) && len(m.buckets[cid]) > 0 {
 			if _, ok := m.st.NodeByID[node].Containers[cid]; ok {
 				cands = append(cands, cid)
 			}
@@ -195,18 +200,36 @@ func (m *Manager) Converted(r ecapi.Converted, caller tlsconf.Peer) error {
 		if m.coded[r.Container] {
 			return struct{}{}, nil, errRepeated
 		}
+		// Only the conversion in flight (this stint) may switch it: a
+		// shard of one no task names is dropped as a leftover.
+		t := m.tasks[r.Container]
+		if t == nil || t.node != r.Node || t.reporting || !slices.Equal(t.targets, r.Nodes) {
+			return struct{}{}, nil, fmt.Errorf("%w: no conversion of container %d by datanode %d to %v in flight", metaapi.ErrInvalid, r.Container, r.Node, r.Nodes)
+		}
 		for _, id := range r.Nodes {
 			if m.st.NodeByID[id] == nil {
 				return struct{}{}, nil, fmt.Errorf("%w: shard on unknown datanode %d", metaapi.ErrInvalid, id)
 			}
 		}
 		rec.Converted = m.st.Cfg.Now()
+		t.reporting = true
 		b := m.st.Store.NewBatch()
 		state.Set(b, ContainerKey(r.Container), rec.Encode())
 		return struct{}{}, b, nil
 	})
 	if errors.Is(err, errRepeated) {
 		return nil
+	}
+	if err != nil && !errors.Is(err, metaapi.ErrInvalid) && !errors.Is(err, metaapi.ErrForbidden) {
+		m.st.Mu.RLock()
+		m.mu.Lock()
+		if t := m.tasks[r.Container]; m.ensureLocked() == nil && t != nil && t.node == r.Node {
+			// Not applied (a failure after the apply ends the stint or
+			// fails the store: memory is loaded again from the store).
+			t.reporting = false
+		}
+		m.mu.Unlock()
+		m.st.Mu.RUnlock()
 	}
 	if err != nil {
 		return err
@@ -216,6 +239,7 @@ func (m *Manager) Converted(r ecapi.Converted, caller tlsconf.Peer) error {
 	m.mu.Lock()
 	if m.ensureLocked() == nil {
 		m.coded[r.Container] = true
+		m.layout[r.Container], _ = loadLayout(rec.Encode(), m.st.Cfg.Now())
 		delete(m.tasks, r.Container)
 	}
 	m.mu.Unlock()

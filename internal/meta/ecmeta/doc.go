@@ -2,8 +2,10 @@
 // the policies (the cluster default, a bucket's own or its S3 tag
 // ecapi.TagName), the conversions of CLOSED containers it schedules on the
 // datanodes' polls (POST /v1/ec/work), the switch of a container to EC
-// when its converter reports every shard durable, and the layouts readers
-// ask for. Routes: package metaapi/ecapi. Records: record.go,
+// when its converter reports every shard durable, the layouts readers
+// ask for, and the repair of its shards (repair.go: missing or moving
+// shards rebuilt from k others, leftovers dropped, GET /v1/ec/status and
+// the spindle_meta_ec_* metrics). Routes: package metaapi/ecapi. Records: record.go,
 // docs/FORMAT.md §13.3 ('E').
 //
 // Invariants:
@@ -20,10 +22,26 @@
 //     and a conversion that cannot be placed is not scheduled (logged).
 //   - A container is converted only when every bucket with keys in it
 //     wants the same coded policy; mixed or unknown: it stays replicated.
-//   - The replication manager skips EC containers (Coded): their replicas
-//     are neither copied nor waited for.
+//   - The replication manager skips EC containers' replicas (Coded):
+//     neither copied nor waited for; it counts their shards (ShardHealth).
+//   - Repair (repair.go): a shard's new datanode is recorded (the record
+//     rewritten in one batch) only after that datanode reported the
+//     shard rebuilt and fsynced, only for the rebuild in flight to it and
+//     only if the shard is still recorded where the rebuild found it;
+//     until then the old record stands. A shard stored on a datanode is
+//     listed to drop only when no record, rebuild or conversion in flight
+//     names it there (a report of a conversion or rebuild not in flight
+//     is refused, so a dropped shard is never named afterwards), and the
+//     node deletes it only if its file is the one it listed (mtime).
+//   - Each shard of a container stays on its own datanode: a rebuild's
+//     target holds no shard of it and no other rebuild of it.
+//   - A decommission is done only when no record names the datanode
+//     (Holds).
+//   - The pass over the keys that learns the containers' buckets (scan.go)
+//     visits at most ScanPage keys per step under the meta lock.
 //
-// Memory (the EC containers, conversions in flight, the containers'
+// Memory (the EC containers and their shards' datanodes, conversions and
+// rebuilds in flight, the datanodes' shard inventories, the containers'
 // buckets) is rebuilt from the store whenever the State's stint changes
 // (a new leader term), so that a member serving again never trusts what
 // another leader may have changed meanwhile.

@@ -3,7 +3,6 @@ package ecmeta
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/spindle-store/spindle/internal/meta/cluster"
 	"github.com/spindle-store/spindle/internal/meta/repair"
 	"github.com/spindle-store/spindle/internal/meta/state"
-	"github.com/spindle-store/spindle/internal/meta/state/verrec"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/metaapi/ecapi"
 	"github.com/spindle-store/spindle/internal/metaapi/s3meta"
@@ -26,8 +24,8 @@ const (
 	// TaskTimeout drops a conversion not reported done in that time (it
 	// may be scheduled again; its shards so far are garbage).
 	TaskTimeout = 10 * time.Minute
-	// ScanEvery is how often the containers' buckets are learnt again
-	// from the namespace (a scan of every key).
+	// ScanEvery is how often a new pass over the namespace's keys starts
+	// (to learn the containers' buckets again, scan.go).
 	ScanEvery = 5 * time.Second
 	// ConfName is the bucket configuration document (state.BucketConfKey)
 	// holding a bucket's own policy.
@@ -47,22 +45,34 @@ type Manager struct {
 	loaded  bool
 	coded   map[uint64]bool
 	tasks   map[uint64]*task
-	buckets map[uint64][]string // container → the buckets whose keys have blocks in it
-	scanned time.Time
-	refused map[uint64]string // container → why it could not be placed (logged once)
+	buckets map[uint64][]string  // container → the buckets whose keys have blocks in it (the last complete pass)
+	scanned time.Time            // when that pass started
+	scan    *bucketScan          // the pass in progress (nil: none)
+	closed  map[uint64]time.Time // CLOSED containers: when first seen so this stint
+	// Repair (repair.go).
+	layout                     map[uint64]*layoutMem          // EC container → its shards
+	held                       map[uint64]*inventory          // datanode → the shards its last poll listed
+	repairs                    map[ecapi.ShardRef]*repairTask // rebuilds in flight
+	failedOn                   map[ecapi.ShardRef]failure     // shard → its last rebuild's failure
+	repairsDone, repairsFailed uint64
+	repairedBytes              uint64
+	refused                    map[uint64]string // container → why it could not be placed (logged once)
 }
 
 type task struct {
-	node    uint64
-	targets []uint64
-	started time.Time
+	node      uint64
+	targets   []uint64
+	started   time.Time
+	reporting bool // its report is being applied: not timed out
 }
 
 // New is the erasure-coding manager of st's containers; it makes rr
-// (the replication manager) skip the EC containers (Coded).
-func New(st *state.State, cl *cluster.Cluster, rr *repair.Rerepl) *Manager {
+// (the replication manager) skip the EC containers' replicas (Coded) and
+// count their shards (ShardHealth), and ops wait for a decommissioning
+// datanode's shards to move (Holds).
+func New(st *state.State, cl *cluster.Cluster, rr *repair.Rerepl, ops *cluster.Ops) *Manager {
 	m := &Manager{st: st, cl: cl, refused: map[uint64]string{}}
-	rr.Coded = m.Coded
+	rr.Coded, rr.ShardHealth, ops.Holds = m.Coded, m.ShardHealth, m.Holds
 	return m
 }
 
@@ -72,17 +82,24 @@ func (m *Manager) ensureLocked() error {
 	if m.loaded && m.stint == m.st.Stint {
 		return nil
 	}
-	coded := map[uint64]bool{}
-	err := m.st.Scan(Prefix, func(k, _ []byte) error {
+	coded, layout := map[uint64]bool{}, map[uint64]*layoutMem{}
+	now := m.st.Cfg.Now()
+	err := m.st.Scan(Prefix, func(k, v []byte) error {
 		if len(k) == containerKeyBytes && k[1] == 1 {
-			coded[uint64(k[2])<<56|uint64(k[3])<<48|uint64(k[4])<<40|uint64(k[5])<<32|uint64(k[6])<<24|uint64(k[7])<<16|uint64(k[8])<<8|uint64(k[9])] = true
+			cid := uint64(k[2])<<56 | uint64(k[3])<<48 | uint64(k[4])<<40 | uint64(k[5])<<32 | uint64(k[6])<<24 | uint64(k[7])<<16 | uint64(k[8])<<8 | uint64(k[9])
+			l, err := loadLayout(v, now)
+			if err != nil {
+				return err
+			}
+			coded[cid], layout[cid] = true, l
 		}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("meta: load the EC containers: %w", err)
 	}
-	m.coded, m.tasks, m.buckets, m.scanned = coded, map[uint64]*task{}, nil, time.Time{}
+	m.coded, m.tasks, m.buckets, m.scanned, m.scan, m.closed = coded, map[uint64]*task{}, nil, time.Time{}, nil, map[uint64]time.Time{}
+	m.layout, m.held, m.repairs, m.failedOn = layout, map[uint64]*inventory{}, map[ecapi.ShardRef]*repairTask{}, map[ecapi.ShardRef]failure{}
 	m.loaded, m.stint = true, m.st.Stint
 	return nil
 }
@@ -232,38 +249,10 @@ func (m *Manager) SetBucket(bucket, text string) error {
 	return err
 }
 
-// scanBucketsLocked learns which buckets have blocks in which container
-// (a scan of every key and noncurrent version; at most every ScanEvery).
-// Under State.Mu and m.mu.
-func (m *Manager) scanBucketsLocked(now time.Time) error {
-	if m.buckets != nil && now.Sub(m.scanned) < ScanEvery {
-		return nil
-	}
-	out := map[uint64][]string{}
-	scan := func(k, v []byte) error {
-		end := slices.Index(k[1:], 0)
-		if end < 0 {
-			return nil
-		}
-		bucket := string(k[1 : 1+end])
-		rec, err := state.DecodeKey(v)
-		if err != nil {
-			return err
-		}
-		for _, b := range rec.Blocks {
-			if !slices.Contains(out[b.Container], bucket) {
-				out[b.Container] = append(out[b.Container], bucket)
-			}
-		}
-		return nil
-	}
-	// Current versions ('K') and noncurrent ones ('V', S3 versioning):
-	// both are key records under prefix | bucket | 0x00 | ...
-	for _, prefix := range []byte{state.PrefixKey, verrec.Prefix} {
-		if err := m.st.Scan(prefix, scan); err != nil {
-			return fmt.Errorf("meta: the containers' buckets: %w", err)
-		}
-	}
-	m.buckets, m.scanned = out, now
-	return nil
+// bucketScan is a pass over the keys in progress (scan.go).
+type bucketScan struct {
+	prefix  int    // index in scanPrefixes
+	after   []byte // the last key visited (nil: from the prefix's start)
+	out     map[uint64][]string
+	started time.Time
 }

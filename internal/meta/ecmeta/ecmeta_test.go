@@ -185,3 +185,55 @@ func TestWorkBoundToCertificate(t *testing.T) {
 		t.Fatalf("dn-b reporting dn-a's conversion: %v", err)
 	}
 }
+
+// TestReportsNeedWorkInFlight: a conversion or rebuild report the meta
+// service did not schedule (this leader term) is refused, so that a shard
+// dropped as a leftover is never named afterwards; a leftover shard and
+// a quarantined copy no record names are listed to drop; the status of a
+// cluster without EC containers is empty.
+func TestReportsNeedWorkInFlight(t *testing.T) {
+	srv, err := meta.Start(state.Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", TickInterval: -1, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	mc, err := metaapi.NewClient(srv.Addr(), metaapi.ClientOptions{Timeout: 5 * time.Second, Attempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var ids []uint64
+	for i := range 5 {
+		resp, err := mc.Heartbeat(ctx, &metaapi.Heartbeat{UUID: fmt.Sprintf("00000000-0000-4000-8000-00000000000%d", i), Addr: fmt.Sprintf("127.0.0.1:%d", 1000+i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, resp.NodeID)
+	}
+	rep := ecapi.Converted{Node: ids[0], Container: 1, Policy: "rs-3-2", Nodes: ids}
+	if err := ecapi.ReportConverted(ctx, mc, rep); !errors.Is(err, metaapi.ErrInvalid) {
+		t.Fatalf("a conversion not in flight reported: %v, want invalid", err)
+	}
+	rb := ecapi.Rebuilt{Node: ids[1], ShardRef: ecapi.ShardRef{Container: 1, Index: 2}}
+	if err := ecapi.ReportRebuilt(ctx, mc, rb); !errors.Is(err, metaapi.ErrInvalid) {
+		t.Fatalf("a rebuild not in flight reported: %v, want invalid", err)
+	}
+	st, err := ecapi.GetStatus(ctx, mc)
+	if err != nil || st.Coded != 0 || len(st.Repairs) != 0 || st.ShardsMissing != 0 {
+		t.Fatalf("status: %+v %v", st, err)
+	}
+	// A leftover shard of a container no conversion is running for is
+	// listed to drop (with its mtime), one of a coded container's too.
+	w, err := ecapi.GetWork(ctx, mc, ecapi.WorkRequest{Node: ids[0], Inventory: true,
+		Shards: []ecapi.HeldShard{{ShardRef: ecapi.ShardRef{Container: 9, Index: 1}, MTime: 77}}})
+	if err != nil || len(w.DropShards) != 1 || w.DropShards[0].MTime != 77 {
+		t.Fatalf("work with a leftover shard: %+v %v", w, err)
+	}
+	// A quarantined copy of a shard no record names on the node (rebuilt
+	// elsewhere) is listed to drop.
+	w, err = ecapi.GetWork(ctx, mc, ecapi.WorkRequest{Node: ids[0], Inventory: true,
+		Quarantined: []ecapi.ShardRef{{Container: 9, Index: 2}}})
+	if err != nil || len(w.DropQuarantined) != 1 || w.DropQuarantined[0] != (ecapi.ShardRef{Container: 9, Index: 2}) {
+		t.Fatalf("work with a quarantined shard no record names: %+v %v", w, err)
+	}
+}

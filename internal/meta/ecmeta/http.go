@@ -22,6 +22,8 @@ const (
 	RouteWork       = "ec_work"
 	RouteConverted  = "ec_converted"
 	RouteLayout     = "ec_layout"
+	RouteRebuilt    = "ec_rebuilt"
+	RouteStatus     = "ec_status"
 )
 
 // Routes adds the routes of package ecapi. authorize checks that the
@@ -74,6 +76,21 @@ func (m *Manager) Routes(route func(pattern, name string, h func(w http.Response
 			return nil, 0, fmt.Errorf("%w: %v", metaapi.ErrForbidden, err)
 		}
 		return nil, http.StatusNoContent, m.Converted(req, caller)
+	})
+	route("POST "+ecapi.RebuiltRoute, RouteRebuilt, func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		var req ecapi.Rebuilt
+		if err := decode(w, r, &req); err != nil {
+			return nil, 0, err
+		}
+		caller, err := tlsconf.PeerOfState(r.TLS)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: %v", metaapi.ErrForbidden, err)
+		}
+		return nil, http.StatusNoContent, m.Rebuilt(req, caller)
+	})
+	route("GET "+ecapi.StatusRoute, RouteStatus, func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		st, err := m.Status()
+		return st, http.StatusOK, err
 	})
 	route("GET "+ecapi.ContainerRoute+"{id}", RouteLayout, func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)

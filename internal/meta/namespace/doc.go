@@ -5,7 +5,9 @@
 // Multipart (multipart.go: the S3 gateway's multipart uploads and parts)
 // and S3Users (users.go: S3 users, bucket owners and ACLs; a user's secret
 // stored sealed with the key encryption key, State.Cfg.KEK, package kek,
-// and opened only for the gateway's lookup by access key).
+// and opened only for the gateway's lookup by access key); versions.go and
+// lifecycle.go: S3 object versions, and the S3 lifecycle runner's scan and
+// apply (an action applies only to versions still as planned).
 //
 // Invariants: see "Namespace" and "Deleting blocks, garbage" in package
 // meta's comment, and the rules of a commit in package metaapi's. In

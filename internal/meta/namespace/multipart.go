@@ -119,8 +119,12 @@ func (s *Multipart) CreateUpload(req *metaapi.CreateUpload) (*metaapi.Upload, er
 	}
 	ref := metaapi.UploadRef{Bucket: req.Bucket, Key: req.Key, UploadID: newUploadID()}
 	return state.Mutate(s.State, func() (*metaapi.Upload, *pebble.Batch, error) {
-		if _, err := s.BucketOf(req.Bucket, req.Key); err != nil {
+		brec, err := s.BucketOf(req.Bucket, req.Key)
+		if err != nil {
 			return nil, nil, err
+		}
+		if err := (Versions{s.ns}).lockOnWrite(&brec, req.Bucket, &state.KeyRecord{Object: req.Object}, s.Cfg.Now()); err != nil {
+			return nil, nil, err // a lock asked where there is none: refused now, not at completion (objlock.go)
 		}
 		rec := state.UploadRecord{Initiated: s.Cfg.Now(), Owner: req.Owner, Object: req.Object}
 		b := s.Store.NewBatch()

@@ -6,6 +6,8 @@ import (
 	"maps"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/spindle-store/spindle/internal/lifecycle"
+	"github.com/spindle-store/spindle/internal/meta/lockmeta"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/metaapi/s3meta"
@@ -25,6 +27,11 @@ func (s *S3Users) PutBucketConf(bucket, name string, doc []byte) error {
 	}
 	if len(doc) > s3meta.MaxBucketConfBytes {
 		return fmt.Errorf("%w: %s document of %d bytes, at most %d", metaapi.ErrInvalid, name, len(doc), s3meta.MaxBucketConfBytes)
+	}
+	if name == s3meta.ConfLifecycle && len(doc) > 0 {
+		if _, err := lifecycle.Parse(doc); err != nil {
+			return fmt.Errorf("%w: %v", metaapi.ErrInvalid, err) // the runner reads only what parses
+		}
 	}
 	_, err := state.Mutate(s.State, func() (struct{}, *pebble.Batch, error) {
 		if _, ok := s.Buckets[bucket]; !ok {
@@ -76,11 +83,14 @@ func dropBucketConf(b *pebble.Batch, bucket string) {
 	for _, name := range s3meta.BucketConfNames {
 		state.Del(b, state.BucketConfKey(bucket, name))
 	}
+	state.Del(b, state.BucketConfKey(bucket, lockmeta.ConfName)) // object lock (objlock.go): not a generic document
 }
 
 // PutObjectTagging replaces the tag set of bucket/key (tagging in
 // s3meta.EncodeTags's form, "" removes it), in its record's stored
-// headers; its bytes, ETag and time are unchanged.
+// headers (req.VersionID set: in that version's record, current or
+// noncurrent; NOT_FOUND when the key has no such version); its bytes,
+// ETag and time are unchanged.
 func (s *Namespace) PutObjectTagging(req *s3meta.ObjectTagging) error {
 	if _, err := s3meta.DecodeTags(req.Tagging); err != nil {
 		return fmt.Errorf("%w: %v", metaapi.ErrInvalid, err)
@@ -93,7 +103,23 @@ func (s *Namespace) PutObjectTagging(req *s3meta.ObjectTagging) error {
 		if err != nil {
 			return struct{}{}, nil, err
 		}
-		if !ok {
+		skey := state.ObjectKey(req.Bucket, req.Key)
+		if req.VersionID != "" { // one version's tags, current or not (S3's versionId)
+			v, found, err := Versions{s}.findVersion(req.Bucket, req.Key, rec, ok, req.VersionID)
+			switch {
+			case err != nil:
+				return struct{}{}, nil, err
+			case !found:
+				return struct{}{}, nil, fmt.Errorf("%w: no version %s of %s/%s", metaapi.ErrNotFound, req.VersionID, req.Bucket, req.Key)
+			case v.rec.Version.Marker:
+				return struct{}{}, nil, fmt.Errorf("%w: version %s of %s/%s is a delete marker", metaapi.ErrInvalid, req.VersionID, req.Bucket, req.Key)
+			}
+			rec = v.rec
+			if v.skey != nil {
+				skey = v.skey
+			}
+		}
+		if !ok && req.VersionID == "" {
 			return struct{}{}, nil, fmt.Errorf("%w %s/%s", metaapi.ErrNoSuchKey, req.Bucket, req.Key)
 		}
 		if rec.Object == nil && req.Tagging == "" {
@@ -117,7 +143,7 @@ func (s *Namespace) PutObjectTagging(req *s3meta.ObjectTagging) error {
 		}
 		rec.Object = &om
 		b := s.Store.NewBatch()
-		state.Set(b, state.ObjectKey(req.Bucket, req.Key), rec.Encode())
+		state.Set(b, skey, rec.Encode())
 		return struct{}{}, b, nil
 	})
 	return err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/spindle-store/spindle/internal/meta/lockmeta"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/meta/state/verrec"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -71,12 +72,20 @@ func (s Versions) newVersionID(bucket, key string, cur state.KeyRecord, exists b
 }
 
 // forget drops a version for good: its blocks to the GC, its bytes from
-// the bucket's.
-func (s Versions) forget(b *pebble.Batch, brec *state.BucketRecord, rec state.KeyRecord, reason uint8, now time.Time) {
+// the bucket's; never a locked version's (lockmeta.CheckRemove: o is the
+// request's standing against a GOVERNANCE retention).
+func (s Versions) forget(b *pebble.Batch, brec *state.BucketRecord, rec state.KeyRecord, reason uint8, now time.Time, o lockmeta.Override) error {
+	if err := lockmeta.CheckRemoveMeta(rec.Object, now, o); err != nil {
+		return err
+	}
+	if l, err := lockmeta.Of(rec.Object); err == nil { // (parsed: CheckRemoveMeta passed)
+		s.gc.Holds.Forget(b, rec.Blocks, l, now) // the datanodes' holds
+	}
 	for _, sb := range rec.Blocks {
 		s.gc.ScheduleDelete(b, state.BlockRef{Container: sb.Container, Local: sb.Local}, reason, now)
 	}
 	brec.Bytes -= rec.Size
+	return nil
 }
 
 // dropNull drops the key's null version, current (cur, exists) or not,
@@ -84,8 +93,7 @@ func (s Versions) forget(b *pebble.Batch, brec *state.BucketRecord, rec state.Ke
 // the current version is to be kept (it is not the null one).
 func (s Versions) dropNull(b *pebble.Batch, brec *state.BucketRecord, bucket, key string, cur state.KeyRecord, exists bool, now time.Time) (keep bool, err error) {
 	if exists && isNull(cur.Version) {
-		s.forget(b, brec, cur, state.ReasonReplaced, now)
-		return false, nil
+		return false, s.forget(b, brec, cur, state.ReasonReplaced, now, lockmeta.Override{})
 	}
 	vs, err := s.olderVersions(bucket, key, -1)
 	if err != nil {
@@ -94,8 +102,7 @@ func (s Versions) dropNull(b *pebble.Batch, brec *state.BucketRecord, bucket, ke
 	for _, v := range vs {
 		if isNull(v.rec.Version) {
 			state.Del(b, v.skey)
-			s.forget(b, brec, v.rec, state.ReasonReplaced, now)
-			break
+			return exists, s.forget(b, brec, v.rec, state.ReasonReplaced, now, lockmeta.Override{})
 		}
 	}
 	return exists, nil
@@ -108,6 +115,10 @@ func (s Versions) dropNull(b *pebble.Batch, brec *state.BucketRecord, bucket, ke
 // bucket). brec's counts follow; the caller writes brec.
 func (s Versions) placeVersion(b *pebble.Batch, brec *state.BucketRecord, bucket, key string, cur state.KeyRecord, exists bool, rec *state.KeyRecord, now time.Time) error {
 	keep := exists
+	if err := s.lockOnWrite(brec, bucket, rec, now); err != nil { // objlock.go
+		return err
+	}
+	holdOnWrite(b, rec, now) // objlock.go
 	if brec.Versioning != verrec.Unversioned {
 		id, err := s.newVersionID(bucket, key, cur, exists, now)
 		if err != nil {
@@ -123,7 +134,9 @@ func (s Versions) placeVersion(b *pebble.Batch, brec *state.BucketRecord, bucket
 			state.Set(b, verrec.Key(bucket, key, cur.Version.ID), cur.Encode())
 		}
 	} else if exists {
-		s.forget(b, brec, cur, state.ReasonReplaced, now)
+		if err := s.forget(b, brec, cur, state.ReasonReplaced, now, lockmeta.Override{}); err != nil {
+			return err
+		}
 	}
 	if !exists {
 		brec.Keys++
@@ -152,6 +165,9 @@ func (s Versions) SetVersioning(bucket, status string) error {
 		}
 		if brec.Versioning == st {
 			return struct{}{}, nil, nil
+		}
+		if err := s.lockedBucket(bucket, st); err != nil { // objlock.go
+			return struct{}{}, nil, err
 		}
 		brec.Versioning = st
 		b := s.Store.NewBatch()
@@ -262,6 +278,12 @@ func (s Versions) version(bucket, key string, rec state.KeyRecord, latest bool) 
 // delete marker; with one, it removes that version (a version that does
 // not exist is no error, as in S3).
 func (s Versions) DeleteVersion(ref versionapi.Ref) (*versionapi.Deleted, error) {
+	return s.DeleteVersionAs(ref, lockmeta.Override{})
+}
+
+// DeleteVersionAs is DeleteVersion with o the request's standing against a
+// GOVERNANCE retention of the version it removes (lockmeta.Override).
+func (s Versions) DeleteVersionAs(ref versionapi.Ref, o lockmeta.Override) (*versionapi.Deleted, error) {
 	return state.Mutate(s.State, func() (*versionapi.Deleted, *pebble.Batch, error) {
 		brec, err := s.BucketOf(ref.Bucket, ref.Key)
 		if err != nil {
@@ -276,14 +298,14 @@ func (s Versions) DeleteVersion(ref versionapi.Ref) (*versionapi.Deleted, error)
 		var d *versionapi.Deleted
 		switch {
 		case ref.VersionID != "":
-			d, err = s.removeVersion(b, &brec, ref, cur, exists, now)
+			d, err = s.removeVersion(b, &brec, ref, cur, exists, now, o)
 		case brec.Versioning == verrec.Unversioned:
 			if !exists {
 				err = fmt.Errorf("%w %s/%s", metaapi.ErrNoSuchKey, ref.Bucket, ref.Key)
 				break
 			}
 			state.Del(b, state.ObjectKey(ref.Bucket, ref.Key))
-			s.forget(b, &brec, cur, state.ReasonDeleted, now)
+			err = s.forget(b, &brec, cur, state.ReasonDeleted, now, o)
 			brec.Keys--
 			d = &versionapi.Deleted{}
 		default:
@@ -325,7 +347,7 @@ func (s Versions) addMarker(b *pebble.Batch, brec *state.BucketRecord, bucket, k
 
 // removeVersion removes one version for good; when it was the newest, the
 // next newest becomes current (unless it is a delete marker).
-func (s Versions) removeVersion(b *pebble.Batch, brec *state.BucketRecord, ref versionapi.Ref, cur state.KeyRecord, exists bool, now time.Time) (*versionapi.Deleted, error) {
+func (s Versions) removeVersion(b *pebble.Batch, brec *state.BucketRecord, ref versionapi.Ref, cur state.KeyRecord, exists bool, now time.Time, o lockmeta.Override) (*versionapi.Deleted, error) {
 	v, found, err := s.findVersion(ref.Bucket, ref.Key, cur, exists, ref.VersionID)
 	if err != nil {
 		return nil, err
@@ -354,7 +376,9 @@ func (s Versions) removeVersion(b *pebble.Batch, brec *state.BucketRecord, ref v
 			}
 		}
 	}
-	s.forget(b, brec, v.rec, state.ReasonDeleted, now)
+	if err := s.forget(b, brec, v.rec, state.ReasonDeleted, now, o); err != nil {
+		return nil, err
+	}
 	if promote && len(older) > 0 && !older[0].rec.Version.Marker {
 		state.Del(b, older[0].skey)
 		state.Set(b, state.ObjectKey(ref.Bucket, ref.Key), older[0].rec.Encode())

@@ -22,6 +22,7 @@ import (
 	"go.etcd.io/raft/v3"
 
 	"github.com/spindle-store/spindle/internal/meta/raftnet"
+	"github.com/spindle-store/spindle/internal/meta/readlease"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/raftqueue"
 
@@ -156,6 +157,10 @@ type Member struct {
 	leading     bool
 	readCtx     uint64
 	readBatches map[uint64][]readReq
+	// lease answers reads without a round of their own while no other
+	// member can lead (readlease); leaseRounds: each round's start.
+	lease       readlease.Lease
+	leaseRounds map[uint64]readlease.Round
 	// st is the store's applied state, stTerm the term of the entry at
 	// st.Index (0: unknown) (guarded by storeMu).
 	st     AppliedState
@@ -255,9 +260,10 @@ func OpenMember(s *state.State, db *pebble.DB) (*Member, error) {
 	}
 	r := &Member{s: s, id: cfg.ID, log: s.Log.With("member", cfg.ID), DB: db,
 		tick: cfg.RaftTickInterval, notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		readBatches: map[uint64][]readReq{}, lastActive: map[uint64]time.Time{}, promoteTried: map[uint64]time.Time{}}
+		readBatches: map[uint64][]readReq{}, leaseRounds: map[uint64]readlease.Round{}, lastActive: map[uint64]time.Time{}, promoteTried: map[uint64]time.Time{}}
 	r.Snap.r = r
 	r.Rec.r = r
+	r.lease.Dur = readlease.Duration(cfg.ElectionTicks, cfg.RaftTickInterval) // CheckQuorum and PreVote: raft.Config below
 	r.appendq, r.applyq = raftqueue.New[*pb.Message](), raftqueue.New[*pb.Message]()
 	r.wcond.L = &r.wmu
 	r.streamsCtx, r.streamsStop = context.WithCancel(context.Background())
@@ -559,11 +565,19 @@ func (r *Member) Await(p state.Pending) error {
 }
 
 func (r *Member) readBarrier(stint uint64) error {
+	now := time.Now()
+	ok, half := r.lease.Valid(stint, now)
 	req := readReq{stint: stint, done: make(chan error, 1)}
+	if ok && (!half || !r.lease.StartRenewal(now)) {
+		return nil // no other member can lead now
+	}
 	r.in.mu.Lock()
 	r.in.reads = append(r.in.reads, req)
 	r.in.mu.Unlock()
 	r.wake()
+	if ok {
+		return nil // the round renews the lease; nobody waits for it
+	}
 	select {
 	case err := <-req.done:
 		return err
@@ -951,6 +965,7 @@ func (r *Member) startRead(reads []readReq, stint uint64) {
 	}
 	r.readCtx++
 	r.readBatches[r.readCtx] = ok
+	r.leaseRounds[r.readCtx] = r.lease.Start(stint) // before raft's heartbeats go out
 	r.rn.ReadIndex(binary.LittleEndian.AppendUint64(nil, r.readCtx))
 }
 
@@ -961,6 +976,8 @@ func (r *Member) failReads(err error) {
 		}
 		delete(r.readBatches, id)
 	}
+	clear(r.leaseRounds)
+	r.lease.Revoke()
 	r.in.mu.Lock()
 	reads := r.in.reads
 	r.in.reads = nil
@@ -981,10 +998,15 @@ func (r *Member) handleReady() {
 		was := r.leading
 		r.leading = rd.SoftState.RaftState == raft.StateLeader
 		if was != r.leading {
+			r.lease.Revoke()
 			r.log.Info("meta raft role changed", "role", roleName(rd.SoftState.RaftState), "leader", rd.SoftState.Lead, "term", r.rn.BasicStatus().GetTerm())
 		}
 	}
-	term := r.rn.BasicStatus().GetTerm()
+	bs := r.rn.BasicStatus()
+	term := bs.GetTerm()
+	if bs.LeadTransferee != 0 {
+		r.lease.NoMoreIn(term) // before its TimeoutNow goes out below: the transferee's campaign is forced
+	}
 	r.Term.Store(term)
 	if r.leading {
 		r.leaderTerm.Store(term)
@@ -1002,6 +1024,11 @@ func (r *Member) handleReady() {
 		case raft.LocalAppendThread:
 			r.appendq.Push(m)
 		case raft.LocalApplyThread:
+			for _, e := range m.GetEntries() {
+				if e.GetType() != pb.EntryNormal {
+					r.lease.Revoke() // a membership change: another quorum
+				}
+			}
 			r.noteCommitted(m.GetEntries())
 			r.applyq.Push(m)
 		default:
@@ -1016,7 +1043,11 @@ func (r *Member) handleReady() {
 		for _, q := range r.readBatches[id] {
 			q.done <- nil // the leader's memory holds every entry committed at rs.Index
 		}
+		if round, ok := r.leaseRounds[id]; ok && r.leading && bs.LeadTransferee == 0 {
+			r.lease.Granted(round)
+		}
 		delete(r.readBatches, id)
+		delete(r.leaseRounds, id)
 	}
 }
 
@@ -1142,6 +1173,7 @@ func (r *Member) applyEntries(ents []*pb.Entry) error {
 			if err := applyConfChange(members, learners, cc); err != nil {
 				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
 			}
+			r.Rec.sawLearners(learners)
 			confs = append(confs, cc)
 			r.raftCfgIndex = e.GetIndex()
 		case pb.EntryType_EntryConfChangeV2:
@@ -1160,7 +1192,6 @@ func (r *Member) applyEntries(ents []*pb.Entry) error {
 	}
 	r.st = st
 	r.Applied.Store(st.Index)
-	r.Rec.caughtUp(st.Index)
 	if members == nil && len(confs) > 0 {
 		// Only changes the installed store held before raft did.
 		r.in.mu.Lock()
@@ -1183,6 +1214,7 @@ func (r *Member) applyEntries(ents []*pb.Entry) error {
 		r.wake()
 		r.log.Info("meta membership changed", "index", st.Index, "members", members, "learners", learners)
 	}
+	r.Rec.caughtUp(st.Index)
 	r.wmu.Lock()
 	if r.stint != 0 && st.Term == r.stint {
 		r.appliedSeq = st.Seq

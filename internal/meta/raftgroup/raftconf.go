@@ -26,12 +26,11 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
-	"github.com/spindle-store/spindle/internal/meta/state"
-
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/spindle-store/spindle/internal/crc32c"
+	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 	"github.com/spindle-store/spindle/internal/wal"
@@ -379,12 +378,25 @@ func sortedMembers(m map[uint64]string, learners map[uint64]bool) []metaapi.Meta
 	return out
 }
 
-// rejoinProbeTimeout bounds the status request to each peer at a
-// bootstrap.
-const rejoinProbeTimeout = time.Second
+// rejoinProbeTimeout bounds each status request to a peer at a bootstrap
+// (rejoinProbeFirst the first round's): a peer that took the whole timeout
+// (running but slow, or listening but not serving yet) is asked again, for
+// up to rejoinProbeRounds rounds, but only once another peer has answered:
+// the group is running, so the slow one is loaded rather than starting
+// too. One round of one second was not enough on a loaded machine (the
+// leader's answer timed out, and a member that had lost its directory
+// bootstrapped as a new one, with a vote); retrying peers that were all
+// starting (a new group whose listeners exist before they serve) cost
+// every new group 9 s.
+const (
+	rejoinProbeFirst   = 2 * time.Second
+	rejoinProbeTimeout = 3 * time.Second
+	rejoinProbeRounds  = 3
+)
 
-// rejoinTerm asks the other members (in parallel, rejoinProbeTimeout
-// each) for their status, at the bootstrap of an empty directory. When
+// rejoinTerm asks the other members (in parallel, in rounds, see
+// rejoinProbeTimeout) for their status, at the bootstrap of an empty
+// directory. When
 // the leader says this member held entries past the bootstrap (its match
 // index is above 1), the member lost its directory: it returns the
 // highest term seen + 1, else 0 (a new group, or a member that never held
@@ -397,33 +409,53 @@ const rejoinProbeTimeout = time.Second
 // otherwise fail on it: tocommit out of range).
 func rejoinTerm(peers map[uint64]string, sec *tlsconf.Settings, self uint64, log *slog.Logger) (term uint64, history bool) {
 	var mu sync.Mutex
-	var wg sync.WaitGroup
 	var highest, held, indexSeen uint64
-	for id, addr := range peers {
-		if id == self {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			mc, err := metaapi.NewClient(addr, metaapi.ClientOptions{Attempts: 1, Timeout: rejoinProbeTimeout, TLS: sec})
-			if err != nil {
-				return
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), rejoinProbeTimeout)
-			defer cancel()
-			st, err := mc.MetaStatus(ctx)
-			if err != nil {
-				return
-			}
+	answered := map[uint64]bool{}
+	slow := map[uint64]bool{} // peers whose last probe took the whole timeout
+	probe := func(id uint64, addr string, timeout time.Duration) {
+		start := time.Now()
+		defer func() {
 			mu.Lock()
-			highest = max(highest, st.Term)
-			held = max(held, st.Match[self])
-			indexSeen = max(indexSeen, st.LastIndex, st.AppliedIndex)
+			slow[id] = !answered[id] && time.Since(start) >= timeout*9/10
 			mu.Unlock()
 		}()
+		mc, err := metaapi.NewClient(addr, metaapi.ClientOptions{Attempts: 1, Timeout: timeout, TLS: sec})
+		if err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		st, err := mc.MetaStatus(ctx)
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		answered[id] = true
+		highest = max(highest, st.Term)
+		held = max(held, st.Match[self])
+		indexSeen = max(indexSeen, st.LastIndex, st.AppliedIndex)
+		mu.Unlock()
 	}
-	wg.Wait()
+	ask := make([]uint64, 0, len(peers))
+	for id := range peers {
+		if id != self {
+			ask = append(ask, id)
+		}
+	}
+	timeout := rejoinProbeFirst
+	for round := 0; round < rejoinProbeRounds && len(ask) > 0 && (round == 0 || len(answered) > 0); round++ {
+		var wg sync.WaitGroup
+		for _, id := range ask {
+			wg.Go(func() { probe(id, peers[id], timeout) })
+		}
+		wg.Wait()
+		timeout, ask = rejoinProbeTimeout, ask[:0]
+		for id, s := range slow {
+			if s {
+				ask = append(ask, id)
+			}
+		}
+	}
 	// A peer whose log is past the bootstrap: the group has a history
 	// this member's empty directory does not hold (lost, or it starts
 	// late): it must not vote before it has caught up (Member.recovering).

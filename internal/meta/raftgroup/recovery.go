@@ -111,10 +111,22 @@ func (rc *recovery) step(m *pb.Message) bool {
 	return true
 }
 
+// sawLearners records that a member set applied (apply worker, at each
+// change of a batch) or installed makes this lost member a learner: its
+// demotion and promotion can be applied in one batch, and without this
+// record its recovery would never end (no vote ever: CI, -race).
+func (rc *recovery) sawLearners(learners map[uint64]bool) {
+	if rc.on.Load() && rc.lost && learners[rc.r.id] {
+		rc.wasLearner.Store(true)
+	}
+}
+
 // caughtUp ends the recovery once applied reaches the target, and for a
 // member that lost entries once it has been a learner and is a voter again
-// (apply worker, snapshot install). The marker is removed first: a crash in
-// between leaves the member recovering, which is safe.
+// (apply worker, snapshot install: after the member set of what was applied
+// is published, so that a promotion applied last ends it at once). The
+// marker is removed first: a crash in between leaves the member recovering,
+// which is safe.
 func (rc *recovery) caughtUp(applied uint64) {
 	r := rc.r
 	if !rc.on.Load() {

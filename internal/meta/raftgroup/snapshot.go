@@ -407,11 +407,12 @@ func (sn *snapshots) installSnapshot(md *pb.SnapshotMetadata) error {
 		r.stTerm = md.GetTerm()
 	}
 	r.Applied.Store(st.Index)
-	r.Rec.caughtUp(st.Index)
 	if members != nil {
+		r.Rec.sawLearners(learners)
 		r.setMembers(members, learners)
 		r.hasMembers = true
 	}
+	r.Rec.caughtUp(st.Index)
 	r.sinceSnap = 0
 	// This member can send the state it got at once (a checkpoint of the
 	// new store; hard links).

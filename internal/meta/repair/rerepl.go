@@ -623,6 +623,12 @@ func (s *Rerepl) UnderReplicated(idx map[uint64][]uint64) (under, unrecoverable 
 	under = len(s.cl.UnderReplicatedOpen(s.Cfg.Now()))
 	for cid, c := range s.ContainerByID {
 		h := len(idx[cid])
+		if s.coded(cid) && s.ShardHealth != nil {
+			if missing, lost := s.ShardHealth(cid); missing > 0 {
+				under, unrecoverable = under+1, unrecoverable+btoi(lost)
+			}
+			continue
+		}
 		if c.Rec.State != state.ContainerClosed || h >= s.Cfg.ReplicationFactor || (h == 0 && c.Rec.Committed == 0) || s.coded(cid) {
 			// (no replica of a container no key ever used: nothing
 			// to lose — its pipeline closed before a write reached it)
@@ -695,6 +701,9 @@ type Rerepl struct {
 	// erasure-coded (package ecmeta): its replicas are neither counted,
 	// copied nor waited for by safe mode.
 	Coded func(cid uint64) bool
+	// ShardHealth, when set, is an EC container's shards missing and
+	// whether fewer than k are left: counted as its replicas would be.
+	ShardHealth func(cid uint64) (missing int, unrecoverable bool)
 }
 
 // NewRerepl is the re-replication manager of cl's closed containers.

@@ -3,6 +3,7 @@ package state
 import (
 	"errors"
 	"fmt"
+	"github.com/spindle-store/spindle/internal/lifecycle"
 	"log/slog"
 	"net"
 	"time"
@@ -141,6 +142,8 @@ type Config struct {
 	// TickInterval is how often Start runs Tick (default
 	// HeartbeatInterval); negative: never (tests call Tick themselves).
 	TickInterval time.Duration
+	// Lifecycle: the S3 lifecycle runner's settings (meta/lcmeta; zero: defaults).
+	Lifecycle lifecycle.Settings
 	// Now is the clock (default time.Now); tests inject one.
 	Now    func() time.Time
 	Logger *slog.Logger

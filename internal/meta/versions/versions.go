@@ -1,13 +1,15 @@
 // Package versions serves the meta service's S3 object versions routes
 // (package metaapi/versionapi; the store's side is namespace/versions.go,
-// its layout package state/verrec). Package meta registers them
-// (http.go).
+// its layout package state/verrec) and object lock's (objlock.go; the
+// rules: package lockmeta, the state: namespace/objlock.go). Package meta
+// registers them (http.go).
 //
 // Invariants: every route is authorized as its plain-key counterpart is
 // (a version read as a key read, a version deletion as a key deletion,
 // the bucket's versioning state as its other configuration, admin) and
 // audited when it changes something; a version read carries block tokens
-// for its blocks as a key read does.
+// for its blocks as a key read does. A lock change, and a bypass of a
+// GOVERNANCE retention, need the admin right on the bucket.
 //
 // Concurrency: no state of its own; the namespace serializes.
 package versions
@@ -70,7 +72,7 @@ func Routes(route func(pattern, name string, h Handler), ns namespace.Versions, 
 		if err := gate.Authorize(r, "delete_version", api.Delete, ref.Bucket, ref.Key); err != nil {
 			return nil, 0, err
 		}
-		d, err := ns.DeleteVersion(ref)
+		d, err := ns.DeleteVersionAs(ref, override(r, gate, ref))
 		gate.Record(gate.Who(r), "delete_version", ref.Bucket, ref.Key, err, ref.VersionID)
 		return d, http.StatusOK, err
 	})
@@ -90,4 +92,5 @@ func Routes(route func(pattern, name string, h Handler), ns namespace.Versions, 
 		l, err := ns.ListVersions(r.PathValue("bucket"), o)
 		return l, http.StatusOK, err
 	})
+	lockRoutes(route, ns, gate, decode) // objlock.go
 }

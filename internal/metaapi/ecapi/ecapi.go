@@ -11,6 +11,8 @@
 //	POST /v1/ec/work                 WorkRequest → Work (a datanode: what to convert, which replicas to drop)
 //	POST /v1/ec/converted            Converted (204: the container is EC from now on)
 //	GET  /v1/ec/containers/{id}      → Layout (404 NOT_FOUND: not erasure-coded)
+//	POST /v1/ec/rebuilt              Rebuilt (204: the shard's new datanode recorded)
+//	GET  /v1/ec/status               → Status (EC containers, shards missing, repairs)
 //
 // Invariants: a policy is ec.ParseSpec's text (its canonical String on
 // the way out); a PUT of a coded policy is refused (INVALID) when fewer
@@ -18,7 +20,11 @@
 // unconvertible. A Converted report names a datanode for every shard, each
 // shard already fsynced there; once the meta service answered it the
 // container is erasure-coded, and only then does a Work answer list its
-// replicas to drop. Over TLS a datanode's work and reports are refused
+// replicas to drop. A Rebuilt report names a shard the datanode stored,
+// verified and fsynced; once answered the shard is recorded there. A
+// DropShards or DropQuarantined entry names a shard no record, rebuild or
+// conversion in flight names on that datanode. Over TLS a datanode's work and reports
+// are refused
 // (FORBIDDEN) unless its certificate is the one its node record is bound
 // to, as for heartbeats.
 //
@@ -40,6 +46,8 @@ const (
 	WorkRoute      = "/v1/ec/work"
 	ConvertedRoute = "/v1/ec/converted"
 	ContainerRoute = "/v1/ec/containers/"
+	RebuiltRoute   = "/v1/ec/rebuilt"
+	StatusRoute    = "/v1/ec/status"
 )
 
 // TagName is the S3 bucket tag that names a bucket's policy (when it has
@@ -58,6 +66,106 @@ type WorkRequest struct {
 	Node uint64 `json:"node"`
 	// Converting lists the conversions it runs now.
 	Converting []uint64 `json:"converting,omitempty"`
+	// Rebuilding lists the shard rebuilds it runs now.
+	Rebuilding []ShardRef `json:"rebuilding,omitempty"`
+	// Shards is every shard it stores (verified by its scrubber or when
+	// received), with its file's modification time.
+	Shards []HeldShard `json:"shards,omitempty"`
+	// Inventory says Shards is the node's whole shard list (false: an
+	// older datanode that does not send it).
+	Inventory bool `json:"inventory,omitempty"`
+	// Quarantined lists the shards its scrubber took out of service
+	// (found corrupt), whose copies it keeps until they are rebuilt.
+	Quarantined []ShardRef `json:"quarantined,omitempty"`
+}
+
+// ShardRef names a shard of a container.
+type ShardRef struct {
+	Container uint64 `json:"container"`
+	Index     int    `json:"index"`
+}
+
+// HeldShard is a shard a datanode stores: MTime (unix ns) tells one file
+// from a later one of the same shard.
+type HeldShard struct {
+	ShardRef
+	MTime int64 `json:"mtime"`
+}
+
+// Rebuild: reconstruct shard Index of Container from the other shards
+// (Shards: the layout, Shards[Index] the node it is rebuilt from no
+// more) and store it on this node, then report Rebuilt.
+type Rebuild struct {
+	ShardRef
+	Policy  string  `json:"policy"`
+	Logical uint64  `json:"logical"`
+	Shards  []Shard `json:"shards"`
+}
+
+// Rebuilt reports a shard rebuilt, verified and fsynced on Node.
+type Rebuilt struct {
+	Node uint64 `json:"node"`
+	ShardRef
+}
+
+// Status is the state of erasure coding (GET /v1/ec/status).
+type Status struct {
+	// Coded is the erasure-coded containers.
+	Coded int `json:"coded"`
+	// Shards, ShardsMissing, ShardsMoving: shards in all, those whose
+	// datanode is DEAD or does not list them, those on a decommissioning
+	// datanode (still readable, to move).
+	Shards        int `json:"shards"`
+	ShardsMissing int `json:"shards_missing"`
+	ShardsMoving  int `json:"shards_moving"`
+	// Degraded: containers with a shard missing; Unrecoverable: with
+	// fewer than k shards left.
+	Degraded      int `json:"degraded"`
+	Unrecoverable int `json:"unrecoverable"`
+	// Conversions and Repairs in flight; done and failed since the
+	// leader started.
+	Conversions   []Task `json:"conversions"`
+	Repairs       []Task `json:"repairs"`
+	RepairsDone   uint64 `json:"repairs_done"`
+	RepairsFailed uint64 `json:"repairs_failed"`
+	RepairedBytes uint64 `json:"repaired_bytes"`
+	// Containers: each EC container's state (policy, nodes, missing).
+	Containers []ContainerState `json:"containers"`
+	// Space: raw bytes (replicas as the datanodes report them, shards)
+	// and logical bytes (each replicated container once, at its largest
+	// replica, and each EC container's logical bytes).
+	ReplicaBytes   uint64      `json:"replica_bytes"`
+	ShardBytes     uint64      `json:"shard_bytes"`
+	LogicalBytes   uint64      `json:"logical_bytes"`
+	ECLogicalBytes uint64      `json:"ec_logical_bytes"`
+	Nodes          []NodeBytes `json:"nodes"`
+}
+
+// NodeBytes is a datanode's share of the raw bytes.
+type NodeBytes struct {
+	Node         uint64 `json:"node"`
+	ReplicaBytes uint64 `json:"replica_bytes"`
+	Shards       int    `json:"shards"`
+	ShardBytes   uint64 `json:"shard_bytes"`
+}
+
+// Task is a conversion (Index -1) or a shard rebuild in flight.
+type Task struct {
+	Container uint64 `json:"container"`
+	Index     int    `json:"index"`
+	Node      uint64 `json:"node"`           // the converter, or the rebuild's target
+	From      uint64 `json:"from,omitempty"` // a rebuild: the datanode the shard leaves
+	Why       string `json:"why,omitempty"`
+	Started   int64  `json:"started_unix_ms"`
+}
+
+// ContainerState is an EC container's shards.
+type ContainerState struct {
+	Container uint64   `json:"container"`
+	Policy    string   `json:"policy"`
+	Nodes     []uint64 `json:"nodes"`
+	Missing   []int    `json:"missing,omitempty"`
+	Moving    []int    `json:"moving,omitempty"`
 }
 
 // Work is a datanode's erasure-coding work.
@@ -66,6 +174,16 @@ type Work struct {
 	// Drop lists containers erasure-coded for good whose replica this
 	// datanode still holds: it deletes them.
 	Drop []uint64 `json:"drop,omitempty"`
+	// Rebuild lists shards to reconstruct and store here.
+	Rebuild []Rebuild `json:"rebuild,omitempty"`
+	// DropShards lists stored shards no EC record names (a crashed
+	// conversion's or rebuild's, a moved shard's old copy): the node
+	// deletes each if its file still has that MTime.
+	DropShards []HeldShard `json:"drop_shards,omitempty"`
+	// DropQuarantined lists quarantined shards (of the request's
+	// Quarantined) no EC record, rebuild or conversion in flight names
+	// on the node any more (rebuilt elsewhere): it deletes their copies.
+	DropQuarantined []ShardRef `json:"drop_quarantined,omitempty"`
 }
 
 // Conversion: encode this node's CLOSED replica of Container with Policy
@@ -159,4 +277,16 @@ func GetLayout(ctx context.Context, c Doer, container uint64) (Layout, error) {
 	var l Layout
 	err := c.Do(ctx, http.MethodGet, ContainerRoute+strconv.FormatUint(container, 10), nil, &l, true)
 	return l, err
+}
+
+// ReportRebuilt reports a shard rebuilt and durable on its new node.
+func ReportRebuilt(ctx context.Context, c Doer, r Rebuilt) error {
+	return c.Do(ctx, http.MethodPost, RebuiltRoute, r, nil, true)
+}
+
+// GetStatus returns the state of erasure coding.
+func GetStatus(ctx context.Context, c Doer) (Status, error) {
+	var s Status
+	err := c.Do(ctx, http.MethodGet, StatusRoute, nil, &s, true)
+	return s, err
 }

@@ -7,7 +7,7 @@
 //	PUT    /v1/s3/buckets/{bucket}/conf/{name}   BucketConf (204; an empty document deletes it)
 //	GET    /v1/s3/buckets/{bucket}/conf/{name}   → BucketConf (doc absent: none set)
 //	DELETE /v1/s3/buckets/{bucket}/conf/{name}   (204; none set is no error)
-//	PUT    /v1/s3/tagging                        ObjectTagging (204; 404 NO_SUCH_KEY)
+//	PUT    /v1/s3/tagging                        ObjectTagging (204; 404 NO_SUCH_KEY, NOT_FOUND: no such version)
 //
 // Invariants: an object's tag set is kept in its key record, among its
 // stored headers under TaggingHeader, in the canonical form EncodeTags
@@ -36,10 +36,13 @@ const (
 	ConfTagging = "tagging" // the bucket's tag set, as EncodeTags writes it
 	ConfCORS    = "cors"    // the bucket's CORS rules: the XML document as sent
 	ConfEC      = "ec"      // the bucket's erasure-coding policy (package ecapi; set through its routes)
+	// ConfLifecycle: the bucket's S3 lifecycle configuration, as
+	// lifecycle.Configuration.XML writes it (run by package meta/lcmeta).
+	ConfLifecycle = "lifecycle"
 )
 
 // BucketConfNames are the configuration documents a bucket may hold.
-var BucketConfNames = []string{ConfTagging, ConfCORS, ConfEC}
+var BucketConfNames = []string{ConfTagging, ConfCORS, ConfEC, ConfLifecycle}
 
 // TaggingHeader is where an object's tag set is kept among its stored
 // headers (metaapi.ObjectMeta.Headers), in EncodeTags's form.
@@ -55,11 +58,13 @@ type BucketConf struct {
 }
 
 // ObjectTagging replaces the tag set of a key (Tagging in EncodeTags's
-// form; "" removes it).
+// form; "" removes it): of its current version, or of the version
+// VersionID names (S3's versionId; 404 NOT_FOUND: no such version).
 type ObjectTagging struct {
-	Bucket  string `json:"bucket"`
-	Key     string `json:"key"`
-	Tagging string `json:"tagging,omitempty"`
+	Bucket    string `json:"bucket"`
+	Key       string `json:"key"`
+	Tagging   string `json:"tagging,omitempty"`
+	VersionID string `json:"version_id,omitempty"`
 }
 
 // Doer runs one meta service call (metaapi.Client.Do).
@@ -98,7 +103,13 @@ func DeleteBucketConf(ctx context.Context, c Doer, bucket, name string) error {
 
 // PutObjectTagging replaces a key's tag set ("" removes it).
 func PutObjectTagging(ctx context.Context, c Doer, bucket, key, tagging string) error {
-	return c.Do(ctx, http.MethodPut, "/v1/s3/tagging", ObjectTagging{Bucket: bucket, Key: key, Tagging: tagging}, nil, true)
+	return PutVersionTagging(ctx, c, bucket, key, "", tagging)
+}
+
+// PutVersionTagging replaces the tag set of one version of a key
+// (versionID "": the current one).
+func PutVersionTagging(ctx context.Context, c Doer, bucket, key, versionID, tagging string) error {
+	return c.Do(ctx, http.MethodPut, "/v1/s3/tagging", ObjectTagging{Bucket: bucket, Key: key, Tagging: tagging, VersionID: versionID}, nil, true)
 }
 
 // EncodeTags is a tag set's canonical form: x-amz-tagging's URL query

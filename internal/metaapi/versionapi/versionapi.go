@@ -9,6 +9,8 @@
 //	POST /v1/versions/delete           Ref → Deleted; delete right on the key
 //	GET  /v1/versions/{bucket}/list    ?prefix=&delimiter=&key_marker=&version_id_marker=&limit= → List; read right on the prefix
 //
+// and object lock's (objlock.go).
+//
 // Writes need no route of their own: a commit (CommitKey, CompleteUpload)
 // in a versioned bucket makes a new version and answers its ID in
 // metaapi.KeyInfo.VersionID.
@@ -54,6 +56,9 @@ type Ref struct {
 	Bucket    string `json:"bucket"`
 	Key       string `json:"key"`
 	VersionID string `json:"version_id,omitempty"`
+	// Bypass asks, on a delete, to bypass a GOVERNANCE retention of the
+	// version (x-amz-bypass-governance-retention; objlock.go).
+	Bypass bool `json:"bypass_governance,omitempty"`
 }
 
 // Version is one version of a key: a KeyInfo (blocks only from get;

@@ -26,6 +26,7 @@ import (
 	"github.com/versity/versitygw/s3response"
 
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/metaapi/s3meta"
 	"github.com/spindle-store/spindle/internal/metaapi/versionapi"
 )
 
@@ -39,7 +40,11 @@ type Bucket struct {
 
 // PutBucketVersioning sets a bucket's versioning (Enabled, Suspended).
 func (v Bucket) PutBucketVersioning(ctx context.Context, bucket string, status types.BucketVersioningStatus) error {
-	return v.ToS3(versionapi.SetState(ctx, v.Meta, bucket, string(status)), s3err.ErrNoSuchBucket)
+	err := versionapi.SetState(ctx, v.Meta, bucket, string(status))
+	if errors.Is(err, metaapi.ErrPrecondition) { // object lock: no suspending
+		return s3err.GetAPIError(s3err.ErrSuspendedVersioningNotAllowed)
+	}
+	return v.ToS3(err, s3err.ErrNoSuchBucket)
 }
 
 // GetBucketVersioning answers a bucket's versioning (no Status: never
@@ -96,29 +101,35 @@ func NoMarker(err error) error {
 	return err
 }
 
-// Current checks that versionID ("": none given) names the key's current
-// version, which alone takes a change of its tags here (NotImplemented
-// for an older version; a write racing with it may make another version
-// current meanwhile: the change applies to the current one).
-func (v Bucket) Current(ctx context.Context, bucket, key, versionID string) error {
-	if versionID == "" {
-		return nil
+// SetTags replaces the tag set (tagging in s3meta.EncodeTags's form, ""
+// removes it) of the version versionID names, current or noncurrent, as
+// S3's Put/DeleteObjectTagging with a versionId: NoSuchVersion when there
+// is none, MethodNotAllowed for a delete marker (versionID "": the
+// current version's tags).
+func (v Bucket) SetTags(ctx context.Context, bucket, key, versionID, tagging string) error {
+	if versionID != "" {
+		if _, err := v.Get(ctx, bucket, key, versionID); err != nil {
+			return err
+		}
 	}
-	ki, err := v.Get(ctx, bucket, key, versionID)
-	if err != nil {
-		return err
+	err := s3meta.PutVersionTagging(ctx, v.Meta, bucket, key, versionID, tagging)
+	switch {
+	case versionID == "":
+	case errors.Is(err, metaapi.ErrNoSuchBucket):
+	case errors.Is(err, metaapi.ErrNotFound): // removed since Get
+		return s3err.GetNoSuchVersionErr(key, versionID)
+	case errors.Is(err, metaapi.ErrInvalid): // a delete marker now (Get saw a version)
+		return s3err.GetAPIError(s3err.ErrMethodNotAllowed)
 	}
-	cur, err := versionapi.Get(ctx, v.Meta, versionapi.Ref{Bucket: bucket, Key: key})
-	if err != nil || cur.VersionID != ki.VersionID {
-		return s3err.GetAPIError(s3err.ErrNotImplemented)
-	}
-	return nil
+	return v.ToS3(err, s3err.ErrNoSuchKey)
 }
 
 // Delete deletes as S3's DeleteObject: a missing key or version is no
 // error; the answer names the version made (a delete marker) or removed.
-func (v Bucket) Delete(ctx context.Context, bucket, key, versionID string) (*s3.DeleteObjectOutput, error) {
-	d, err := versionapi.Delete(ctx, v.Meta, versionapi.Ref{Bucket: bucket, Key: key, VersionID: versionID})
+// bypass asks to bypass a GOVERNANCE retention (x-amz-bypass-governance-
+// retention): a locked version is refused (AccessDenied) otherwise.
+func (v Bucket) Delete(ctx context.Context, bucket, key, versionID string, bypass bool) (*s3.DeleteObjectOutput, error) {
+	d, err := versionapi.Delete(ctx, v.Meta, versionapi.Ref{Bucket: bucket, Key: key, VersionID: versionID, Bypass: bypass})
 	switch {
 	case errors.Is(err, metaapi.ErrNoSuchKey): // a bucket never versioned
 		return &s3.DeleteObjectOutput{}, nil
