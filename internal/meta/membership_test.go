@@ -20,8 +20,11 @@ func TestMemberAddRefusedWhileOneIsDown(t *testing.T) {
 	ld := g.leader()
 	down := (ld + 1) % 3
 	g.stop(down)
-	waitFor(t, "the leader sees the stopped member down", func() bool {
-		return slices.Contains(g.srvs[ld].Service().MetaStatus().Down, uint64(down+1))
+	// Down exactly the stopped one: the leader has heard from the other
+	// (a leader elected a moment ago has heard from no one yet, and every
+	// change below would be refused as leaving 1 of 3 up).
+	waitFor(t, "the leader sees the stopped member down and the other up", func() bool {
+		return slices.Equal(g.srvs[ld].Service().MetaStatus().Down, []uint64{uint64(down + 1)})
 	})
 	svc := g.srvs[ld].Service()
 	if _, err := svc.ChangeMembers(metaapi.MemberChange{Op: "add", ID: 4, Addr: "127.0.0.1:1", Voter: true}); !errors.Is(err, metaapi.ErrPrecondition) {

@@ -87,8 +87,9 @@ func changeDone(ch metaapi.MemberChange, m map[uint64]string, learners map[uint6
 // one more failure stops the group. A voter added straight away counts
 // as down until it has caught up; a promoted learner counts as up when
 // the leader hears from it. "Up" is the leader's view: the members raft
-// heard from within two election timeouts. Adding a learner changes no
-// quorum and is always taken; a group of one may always grow.
+// heard from within two election timeouts of its ticks. Adding or
+// removing a learner changes no quorum and is always taken; a group of
+// one may always grow.
 func (ms *membership) quorumAfter(t pb.ConfChangeType, id uint64) error {
 	members, learners := ms.memberSet(), ms.learnerSet()
 	active, _ := ms.active.Load().(map[uint64]bool)
@@ -118,6 +119,9 @@ func (ms *membership) quorumAfter(t pb.ConfChangeType, id uint64) error {
 			what = fmt.Sprintf("adding member %d as a voter (down until it has caught up)", id)
 		}
 	default:
+		if !voters[id] {
+			return nil // a learner (or no member) less: no quorum changes (as etcd's check)
+		}
 		delete(voters, id)
 		what = fmt.Sprintf("removing member %d", id)
 	}

@@ -245,9 +245,16 @@ type Member struct {
 	// last tick, nil on a follower (map[uint64]uint64, never changed once
 	// stored).
 	match atomic.Value
-	// lastActive: when each member was last RecentActive; promoteTried:
-	// when each learner's promotion was last proposed (run goroutine).
-	lastActive, promoteTried map[uint64]time.Time
+	// ticks counts this member's raft ticks; lastActiveTick: the tick at
+	// which each member was last seen RecentActive (run goroutine). "Up"
+	// is measured in raft's own clock, as its quorum check is: a stall of
+	// this goroutine (a busy machine, a GC pause) delays ticks and answers
+	// alike, and does not make an answering member look down.
+	ticks          uint64
+	lastActiveTick map[uint64]uint64
+	// promoteTried: when each learner's promotion was last proposed (run
+	// goroutine).
+	promoteTried map[uint64]time.Time
 }
 
 // OpenMember opens the meta raft log in dir/raft (bootstrapping the
@@ -260,7 +267,7 @@ func OpenMember(s *state.State, db *pebble.DB) (*Member, error) {
 	}
 	r := &Member{s: s, id: cfg.ID, log: s.Log.With("member", cfg.ID), DB: db,
 		tick: cfg.RaftTickInterval, notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		readBatches: map[uint64][]readReq{}, leaseRounds: map[uint64]readlease.Round{}, lastActive: map[uint64]time.Time{}, promoteTried: map[uint64]time.Time{}}
+		readBatches: map[uint64][]readReq{}, leaseRounds: map[uint64]readlease.Round{}, lastActiveTick: map[uint64]uint64{}, promoteTried: map[uint64]time.Time{}}
 	r.Snap.r = r
 	r.Rec.r = r
 	r.lease.Dur = readlease.Duration(cfg.ElectionTicks, cfg.RaftTickInterval) // CheckQuorum and PreVote: raft.Config below
@@ -597,6 +604,12 @@ func (r *Member) run() {
 			r.failReads(fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable))
 			return
 		case <-t.C:
+			r.ticks++
+			if r.leading {
+				// Before Tick: a quorum check in it clears RecentActive,
+				// and the answers heard since the last tick would be lost.
+				r.noteActive()
+			}
 			r.rn.Tick()
 			r.handOver()
 			var m map[uint64]uint64
@@ -604,16 +617,14 @@ func (r *Member) run() {
 			if r.leading {
 				// RecentActive is cleared at each quorum check and set again
 				// by the member's next answer: a member is up if it was
-				// active within the last two election timeouts.
-				now := time.Now()
-				upWithin := 2 * time.Duration(r.s.Cfg.ElectionTicks) * r.tick
+				// active within the last two election timeouts (in ticks).
+				r.noteActive()
+				upTicks := 2 * uint64(r.s.Cfg.ElectionTicks)
 				m, act = map[uint64]uint64{}, map[uint64]bool{}
 				r.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
 					m[id] = pr.Match
-					if pr.RecentActive || id == r.id {
-						r.lastActive[id] = now
-					}
-					act[id] = now.Sub(r.lastActive[id]) < upWithin
+					at, seen := r.lastActiveTick[id]
+					act[id] = seen && r.ticks-at < upTicks
 				})
 			}
 			r.match.Store(m)
@@ -926,6 +937,16 @@ func (r *Member) applyWorker() {
 			r.respond(m)
 		}
 	}
+}
+
+// noteActive records, on the leader, the tick at which each member was
+// last RecentActive (itself always is).
+func (r *Member) noteActive() {
+	r.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if pr.RecentActive || id == r.id {
+			r.lastActiveTick[id] = r.ticks
+		}
+	})
 }
 
 // handOver transfers the leadership of a leader whose stint ended in its
