@@ -65,6 +65,22 @@ func checkReads(t *testing.T, s *Set, data []byte) {
 			t.Fatalf("read %d at %d: %d, %v", n, off, got, err)
 		}
 	}
+	// Chunk-aligned ranges of whole chunks and cells: read (and rebuilt)
+	// in place, in the caller's buffer.
+	chunks := (len(data) + ChunkBytes - 1) / ChunkBytes
+	for range 50 {
+		off := int64(rng.IntN(chunks)) * ChunkBytes
+		n := ChunkBytes * (1 + rng.IntN(3*s.p.CellBytes/ChunkBytes))
+		if rng.IntN(2) == 0 {
+			off = off / int64(s.p.CellBytes) * int64(s.p.CellBytes)
+			n = s.p.CellBytes * (1 + rng.IntN(3))
+		}
+		n = min(n, len(data)-int(off))
+		b := make([]byte, n)
+		if got, err := s.ReadAt(b, off); got != n || (err != nil && err != io.EOF) || !bytes.Equal(b, data[off:off+int64(n)]) {
+			t.Fatalf("aligned read %d at %d: %d, %v", n, off, got, err)
+		}
+	}
 }
 
 // TestEncodeReadBack: every policy, sizes around stripe and chunk edges:

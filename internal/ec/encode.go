@@ -21,7 +21,7 @@ func Encode(src io.ReaderAt, logical int64, p Policy, container uint64, dst []io
 	if len(dst) != p.Shards() {
 		return fmt.Errorf("ec: %d shard writers for %d shards", len(dst), p.Shards())
 	}
-	enc, err := reedsolomon.New(p.Data, p.Parity)
+	enc, err := reedsolomon.New(p.Data, p.Parity, reedsolomon.WithMaxGoroutines(1)) // a background conversion: one core
 	if err != nil {
 		return fmt.Errorf("ec: %w", err)
 	}

@@ -76,7 +76,7 @@ func Open(shards []io.ReaderAt) (*Set, error) {
 	if good := len(shards) - len(s.Missing()); good < s.p.Data {
 		return nil, fmt.Errorf("%w: %d of %d shards readable, %d needed: %v", ErrUnrecoverable, good, len(shards), s.p.Data, errors.Join(errs...))
 	}
-	enc, err := reedsolomon.New(s.p.Data, s.p.Parity)
+	enc, err := reedsolomon.New(s.p.Data, s.p.Parity, reedsolomon.WithMaxGoroutines(1)) // reads run side by side: one core each
 	if err != nil {
 		return nil, fmt.Errorf("ec: %w", err)
 	}
@@ -174,10 +174,13 @@ func (s *Set) readCellRange(b []byte, j int, stripe, inCell int64) bool {
 	}
 	lo := inCell / ChunkBytes * ChunkBytes
 	hi := (inCell + int64(len(b)) + ChunkBytes - 1) / ChunkBytes * ChunkBytes
-	bp := s.cellPool.Get().(*[]byte)
-	defer s.cellPool.Put(bp)
-	buf := (*bp)[:hi-lo]
 	base := stripe * int64(s.p.CellBytes)
+	buf := b // chunk-aligned at both ends: read in place, no copy
+	if lo != inCell || hi-lo != int64(len(b)) {
+		bp := s.cellPool.Get().(*[]byte)
+		defer s.cellPool.Put(bp)
+		buf = (*bp)[:hi-lo]
+	}
 	if _, err := r.ReadAt(buf, headerBytes+base+lo); err != nil {
 		return false
 	}
@@ -187,7 +190,9 @@ func (s *Set) readCellRange(b []byte, j int, stripe, inCell int64) bool {
 			return false
 		}
 	}
-	copy(b, buf[inCell-lo:])
+	if &buf[0] != &b[0] {
+		copy(b, buf[inCell-lo:])
+	}
 	return true
 }
 
@@ -199,12 +204,24 @@ func (s *Set) readDegraded(b []byte, stripe, within int64) error {
 	all := *cp
 	cells := make([][]byte, len(all))
 	good := 0
-	base := stripe * int64(s.p.CellBytes)
+	cell := int64(s.p.CellBytes)
+	base := stripe * cell
+	// inB[i]: data cell i lies whole inside b, so it is read (or
+	// rebuilt) where it is wanted and not copied after.
+	inB := make([]bool, s.p.Data)
+	for i := range inB {
+		lo := int64(i)*cell - within
+		inB[i] = lo >= 0 && lo+cell <= int64(len(b))
+	}
 	for i, r := range s.shards {
 		if r == nil || good == s.p.Data {
 			continue
 		}
 		c := all[i]
+		if i < s.p.Data && inB[i] {
+			lo := int64(i)*cell - within
+			c = b[lo : lo+cell : lo+cell]
+		}
 		if _, err := r.ReadAt(c, headerBytes+base); err != nil {
 			continue
 		}
@@ -227,16 +244,23 @@ func (s *Set) readDegraded(b []byte, stripe, within int64) error {
 	for i := range cells {
 		if cells[i] == nil {
 			cells[i] = all[i][:0]
+			if i < s.p.Data && inB[i] { // rebuilt in place (ReconstructData uses the capacity)
+				lo := int64(i)*cell - within
+				cells[i] = b[lo : lo : lo+cell]
+			}
 		}
 	}
 	if err := s.enc.ReconstructData(cells); err != nil {
 		return fmt.Errorf("ec: reconstruct stripe %d: %w", stripe, err)
 	}
 	s.reconstructions.Add(1)
-	cell := int64(s.p.CellBytes)
 	for done := 0; done < len(b); {
 		pos := within + int64(done)
 		j, inCell := int(pos/cell), pos%cell
+		if j < s.p.Data && inB[j] {
+			done += int(cell) // already in place
+			continue
+		}
 		done += copy(b[done:], cells[j][inCell:])
 	}
 	return nil
