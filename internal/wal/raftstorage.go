@@ -47,7 +47,17 @@ func (s *RaftStorage) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return &pb.HardState{Term: proto.Uint64(hs.Term), Vote: proto.Uint64(hs.Vote), Commit: proto.Uint64(hs.Commit)}, cs, nil
+	// The compaction point was applied, so committed, but its marker may
+	// be durable before the HardState that carried that commit index: the
+	// apply runs ahead of the HardState's append (asynchronous storage
+	// writes), and a crash between the two left commit < first index - 1,
+	// which raft refuses at start (state.commit out of range).
+	first, err := s.FirstIndex()
+	if err != nil {
+		return nil, nil, err
+	}
+	commit := max(hs.Commit, first-1)
+	return &pb.HardState{Term: proto.Uint64(hs.Term), Vote: proto.Uint64(hs.Vote), Commit: proto.Uint64(commit)}, cs, nil
 }
 
 func (s *RaftStorage) confState() (*pb.ConfState, error) {

@@ -90,3 +90,53 @@ func TestRaftStorageContract(t *testing.T) {
 		t.Fatalf("unknown group last index %d", li)
 	}
 }
+
+// TestRaftStorageCommitAtLeastCompactionPoint: a compaction marker made
+// durable before the HardState that carried its commit index (the apply
+// runs ahead of the HardState's append) leaves commit below the
+// compaction point; the storage answers the compaction point as committed
+// (it was applied), and raft starts instead of panicking with "state.commit
+// 6 is out of range [8, 10]" (as it did without it).
+func TestRaftStorageCommitAtLeastCompactionPoint(t *testing.T) {
+	l, err := Open(Config{Dir: "/log", FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeT(t, l)
+	const g = 3
+	cs, err := proto.Marshal(&pb.ConfState{Voters: []uint64{1, 2, 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := []Record{SnapshotRecord(g, 1, 1, cs)}
+	for i := uint64(2); i <= 10; i++ {
+		recs = append(recs, EntryRecord(g, 1, i, uint8(pb.EntryType_EntryNormal), []byte{byte(i)}))
+	}
+	recs = append(recs, HardStateRecord(g, HardState{Term: 1, Vote: 1, Commit: 6}))
+	seq, err := l.Append(recs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WaitDurable(seq); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Compact(g, 8); err != nil {
+		t.Fatal(err)
+	}
+	s := l.RaftStorage(g)
+	hs, _, err := s.InitialState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs.GetCommit() != 8 || hs.GetTerm() != 1 || hs.GetVote() != 1 {
+		t.Fatalf("initial state %v, want commit 8 (the compaction point), term 1, vote 1", hs)
+	}
+	rn, err := raft.NewRawNode(&raft.Config{ID: 1, ElectionTick: 10, HeartbeatTick: 1, Storage: s, Applied: 8,
+		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 16, Logger: RaftLogger{L: quietLogger}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := rn.Status().HardState.GetCommit(); c != 8 {
+		t.Fatalf("raft commit %d, want 8", c)
+	}
+}
