@@ -120,7 +120,7 @@ func TestShardsOverBulk(t *testing.T) {
 	// A quarantined shard: not held, listed as quarantined, its copy
 	// deleted by DropQuarantined (the meta service's answer once it was
 	// rebuilt elsewhere).
-	if err := store.Quarantine(42, 2); err != nil {
+	if err := store.Quarantine(ecapi.ShardRef{Container: 42, Index: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := store.Shards(); err != nil || len(got[42]) != 3 {
@@ -129,7 +129,7 @@ func TestShardsOverBulk(t *testing.T) {
 	if q, err := store.Quarantined(); err != nil || len(q) != 1 || q[0] != (ecapi.ShardRef{Container: 42, Index: 2}) {
 		t.Fatalf("quarantined: %v %v", q, err)
 	}
-	if ok, err := store.DropQuarantined(42, 2); !ok || err != nil {
+	if ok, err := store.DropQuarantined(ecapi.ShardRef{Container: 42, Index: 2}); !ok || err != nil {
 		t.Fatalf("drop the quarantined copy: %v %v", ok, err)
 	}
 	if q, err := store.Quarantined(); err != nil || len(q) != 0 {
