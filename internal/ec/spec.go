@@ -101,7 +101,7 @@ func (s Spec) String() string {
 
 // ShardInfo is what a shard's header says.
 type ShardInfo struct {
-	Policy    Policy
+	Policy     Policy
 	Index      int
 	Container  uint64
 	Generation uint32

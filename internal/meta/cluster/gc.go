@@ -287,4 +287,6 @@ type BlockGC struct {
 func (s *BlockGC) coded(cid uint64) bool { return s.Coded != nil && s.Coded(cid) }
 
 // NewBlockGC is the block deletions of cl's cluster.
-func NewBlockGC(st *state.State, cl *Cluster) *BlockGC { return &BlockGC{State: st, cl: cl, Holds: holdmeta.New(st)} }
+func NewBlockGC(st *state.State, cl *Cluster) *BlockGC {
+	return &BlockGC{State: st, cl: cl, Holds: holdmeta.New(st)}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -70,10 +71,28 @@ type CompactPolicy struct {
 // copies it): the meta service's flags (AddFlags) bind to it.
 var Compaction = CompactPolicy{Below: DefaultCompactBelow, MinBytes: DefaultCompactMinBytes}
 
-// AddFlags binds Compaction to f: --ec-compact-below, --ec-compact-min-bytes.
+// AddFlags binds Compaction to f: --ec-compact-below (a fraction in
+// [0, 1), refused otherwise), --ec-compact-min-bytes.
 func AddFlags(f *pflag.FlagSet) {
-	f.Float64Var(&Compaction.Below, "ec-compact-below", Compaction.Below, "an erasure-coded container is rewritten without its deleted blocks once its live bytes are under this fraction of its bytes (0: never) ...")
+	f.Var((*fraction)(&Compaction.Below), "ec-compact-below", "an erasure-coded container is rewritten without its deleted blocks once its live bytes are under this fraction of its bytes (0: never) ...")
 	f.Uint64Var(&Compaction.MinBytes, "ec-compact-min-bytes", Compaction.MinBytes, "... and that frees at least this many bytes")
+}
+
+// fraction is --ec-compact-below's value: checked when set.
+type fraction float64
+
+func (v *fraction) String() string { return strconv.FormatFloat(float64(*v), 'g', -1, 64) }
+func (v *fraction) Type() string   { return "fraction" }
+func (v *fraction) Set(s string) error {
+	x, err := strconv.ParseFloat(s, 64)
+	if err == nil {
+		err = CompactPolicy{Below: x}.Validate()
+	}
+	if err != nil {
+		return fmt.Errorf("want a fraction of at least 0 (never) and under 1: %v", err)
+	}
+	*v = fraction(x)
+	return nil
 }
 
 // Validate refuses a fraction outside [0, 1).

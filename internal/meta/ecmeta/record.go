@@ -48,10 +48,10 @@ type Record struct {
 	Container  uint64
 	Generation uint32
 	Converted  time.Time
-	Policy    string // ec.Spec's canonical text
-	Logical   uint64
-	Nodes     []uint64
-	Blocks    []ecapi.Block
+	Policy     string // ec.Spec's canonical text
+	Logical    uint64
+	Nodes      []uint64
+	Blocks     []ecapi.Block
 }
 
 // Encode: version u8 = 1 | container u64 | converted unix ms u64 | policy
