@@ -18,11 +18,12 @@ import (
 
 // Steps of a compaction, named to the Hook after each.
 const (
-	StepCompactRead   = "compact-read"   // the live blocks staged, each verified
-	StepCompactEncode = "compact-encode" // the new generation's shards staged
-	StepCompactStored = "compact-stored" // one shard stored on its node (per shard)
-	StepCompactReport = "compact-report" // every shard stored; before the report
-	StepCompacted     = "compacted"      // the report answered: the switch is durable
+	StepCompactRead    = "compact-read"    // the live blocks staged, each verified
+	StepCompactEncode  = "compact-encode"  // the new generation's shards staged
+	StepCompactStoring = "compact-storing" // one shard about to be sent (per shard; tests hold some back)
+	StepCompactStored  = "compact-stored"  // one shard stored on its node (per shard)
+	StepCompactReport  = "compact-report"  // every shard stored; before the report
+	StepCompacted      = "compacted"       // the report answered: the switch is durable
 )
 
 // runCompaction runs c on its own goroutine (one a container).
@@ -146,6 +147,9 @@ func (w *Worker) Compact(ctx context.Context, c ecapi.Compaction) (logical int64
 			defer wg.Done()
 			if _, err := f.Seek(0, io.SeekStart); err != nil {
 				errs[i] = err
+				return
+			}
+			if errs[i] = w.hook(c.Container, StepCompactStoring); errs[i] != nil {
 				return
 			}
 			if errs[i] = bulk.PutShardGeneration(ctx, w.TLS, c.Targets[i].Addr, c.Container, c.Generation, i, f, size); errs[i] == nil {

@@ -495,9 +495,10 @@ func (m *Manager) statusLocked(now time.Time) ecapi.Status {
 		if present < l.data {
 			st.Unrecoverable++
 		}
-		st.Containers = append(st.Containers, ecapi.ContainerState{Container: cid, Generation: l.gen, Policy: l.policy, Nodes: slices.Clone(l.nodes), Missing: missing, Moving: moving})
 		_, live := liveBlocks(m.st, cid, l)
 		st.DeadBytes += l.logical - live
+		st.Containers = append(st.Containers, ecapi.ContainerState{Container: cid, Generation: l.gen, Policy: l.policy, Nodes: slices.Clone(l.nodes), Missing: missing, Moving: moving,
+			Logical: l.logical, DeadBytes: l.logical - live})
 	}
 	m.spaceLocked(&st)
 	for _, cid := range slices.Sorted(maps.Keys(m.tasks)) {

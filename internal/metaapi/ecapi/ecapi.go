@@ -185,6 +185,10 @@ type ContainerState struct {
 	Nodes      []uint64 `json:"nodes"`
 	Missing    []int    `json:"missing,omitempty"`
 	Moving     []int    `json:"moving,omitempty"`
+	// Logical bytes, and those of its blocks deleted since (DeadBytes:
+	// freed by its next compaction).
+	Logical   uint64 `json:"logical"`
+	DeadBytes uint64 `json:"dead_bytes,omitempty"`
 }
 
 // Work is a datanode's erasure-coding work.
