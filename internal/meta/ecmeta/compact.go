@@ -18,6 +18,7 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/metaapi/ecapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
+	"github.com/spindle-store/spindle/internal/units"
 )
 
 // Compaction of EC containers (issue 37 item 5). A block deleted from an
@@ -64,7 +65,7 @@ type CompactPolicy struct {
 	Below float64
 	// MinBytes: ... and at least this many logical bytes would be freed
 	// (tiny containers are not rewritten for little).
-	MinBytes uint64
+	MinBytes units.ByteSize
 }
 
 // Compaction is the policy of the Managers made after it is set (New
@@ -75,7 +76,7 @@ var Compaction = CompactPolicy{Below: DefaultCompactBelow, MinBytes: DefaultComp
 // [0, 1), refused otherwise), --ec-compact-min-bytes.
 func AddFlags(f *pflag.FlagSet) {
 	f.Var((*fraction)(&Compaction.Below), "ec-compact-below", "an erasure-coded container is rewritten without its deleted blocks once its live bytes are under this fraction of its bytes (0: never) ...")
-	f.Uint64Var(&Compaction.MinBytes, "ec-compact-min-bytes", Compaction.MinBytes, "... and that frees at least this many bytes")
+	f.Var(&Compaction.MinBytes, "ec-compact-min-bytes", "... and that frees at least this many bytes (e.g. 64MiB)")
 }
 
 // fraction is --ec-compact-below's value: checked when set.
@@ -97,8 +98,8 @@ func (v *fraction) Set(s string) error {
 
 // Validate refuses a fraction outside [0, 1).
 func (p CompactPolicy) Validate() error {
-	if !(p.Below >= 0 && p.Below < 1) {
-		return fmt.Errorf("ecmeta: compaction below %v of a container's bytes: want 0 (never) up to under 1", p.Below)
+	if !(p.Below >= 0 && p.Below < 1) || p.MinBytes < 0 {
+		return fmt.Errorf("ecmeta: compaction below %v of a container's bytes, freeing %d: want 0 (never) up to under 1, and bytes ≥ 0", p.Below, p.MinBytes)
 	}
 	return nil
 }
@@ -106,7 +107,7 @@ func (p CompactPolicy) Validate() error {
 // Wants says whether a container of logical bytes with live bytes still
 // referenced is to be compacted.
 func (p CompactPolicy) Wants(logical, live uint64) bool {
-	return p.Below > 0 && live <= logical && float64(live) < p.Below*float64(logical) && logical-live >= max(p.MinBytes, 1)
+	return p.Below > 0 && live <= logical && float64(live) < p.Below*float64(logical) && logical-live >= uint64(max(p.MinBytes, 1))
 }
 
 // compactCandidate is an EC container as the policy sees it.
@@ -188,9 +189,13 @@ func scheduleCompaction(m *Manager, node uint64, now time.Time) (ecapi.Compactio
 		}
 		targets, err := m.placeLocked(cid, spec, now)
 		if err != nil {
-			m.refuseOnce(cid, "compaction not placed: "+err.Error())
+			if why := "compaction: " + err.Error(); m.refused[cid] != why {
+				m.refused[cid] = why
+				m.st.Log.Warn("EC compaction not placed", "container", cid, "policy", l.policy, "err", err)
+			}
 			continue
 		}
+		delete(m.refused, cid)
 		keep, live := liveBlocks(m.st, cid, l)
 		c := ecapi.Compaction{Container: cid, From: l.gen, Generation: gen, Policy: l.policy, Logical: l.logical, Blocks: keep}
 		for _, h := range l.nodes {
