@@ -102,7 +102,7 @@ func (w *Worker) Rebuild(ctx context.Context, r ecapi.Rebuild) error {
 	if set.Container() != r.Container || uint64(set.Size()) != r.Logical || set.Generation() != r.Generation {
 		return fmt.Errorf("ecnode: rebuild of shard %d of container %d generation %d: the shards are of container %d generation %d, %d bytes", r.Index, r.Container, r.Generation, set.Container(), set.Generation(), set.Size())
 	}
-	if err := w.Store.put(r.ShardRef, func(f *os.File) error { return set.Rebuild(r.Index, f) }); err != nil {
+	if err := w.Store.put(r.ShardRef, false, func(f *os.File) error { return set.Rebuild(r.Index, f) }); err != nil {
 		return err
 	}
 	if err := w.hook(r.Container, StepRebuilt); err != nil {

@@ -97,9 +97,11 @@ func parseShardName(name, suffix string) (ecapi.ShardRef, bool) {
 // Put stores a shard: written to a temporary, fsynced, verified whole
 // (ec.VerifyShard: its header must name this container, generation and
 // index), renamed into place, the directory fsynced. An error leaves
-// nothing.
+// nothing. A shard of a generation ≥ 1 (a compaction's) is refused when
+// its file exists: each attempt at a compaction writes a generation of
+// its own, so such a file is another attempt's, never to be replaced.
 func (s *Store) Put(container uint64, gen uint32, index int, size int64, r io.Reader) error {
-	return s.put(ecapi.ShardRef{Container: container, Generation: gen, Index: index}, func(f *os.File) error {
+	return s.put(ecapi.ShardRef{Container: container, Generation: gen, Index: index}, gen > 0, func(f *os.File) error {
 		n, err := io.Copy(f, r)
 		if err != nil || n != size {
 			return fmt.Errorf("ecnode: shard %d of container %d: %d of %d bytes received: %v", index, container, n, size, err)
@@ -109,8 +111,9 @@ func (s *Store) Put(container uint64, gen uint32, index int, size int64, r io.Re
 }
 
 // put stores the shard fill writes to f as Put does (a quarantined copy
-// of it, if any, removed once it is in place).
-func (s *Store) put(ref ecapi.ShardRef, fill func(f *os.File) error) (err error) {
+// of it, if any, removed once it is in place; once: refused when its
+// file exists).
+func (s *Store) put(ref ecapi.ShardRef, once bool, fill func(f *os.File) error) (err error) {
 	container, index := ref.Container, ref.Index
 	var rnd [8]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
@@ -149,6 +152,9 @@ func (s *Store) put(ref ecapi.ShardRef, fill func(f *os.File) error) (err error)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, err := os.Stat(final); once && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("ecnode: shard %d of container %d generation %d is here already (another attempt's): %v", index, container, ref.Generation, err)
+	}
 	if err := os.Rename(tmp, final); err != nil {
 		return fmt.Errorf("ecnode: %w", err)
 	}
