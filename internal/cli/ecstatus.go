@@ -14,7 +14,8 @@ import (
 
 // ECNotes describes each erasure-coded container for `spindle admin
 // containers`: its policy, its shards present of all, the datanode of
-// each, those missing or moving and the rebuilds in flight. Empty when
+// each, its generation once compacted, its deleted bytes not yet
+// compacted away, those missing or moving and the rebuilds in flight. Empty when
 // the meta service does not answer GET /v1/ec/status (an older one):
 // the view is then as it was.
 func ECNotes(ctx context.Context, mc ecapi.Doer) map[uint64]string {
@@ -33,6 +34,12 @@ func ECNotes(ctx context.Context, mc ecapi.Doer) map[uint64]string {
 			nodes[i] = fmt.Sprint(n)
 		}
 		s := fmt.Sprintf(" EC %s %d/%d shards on %s", c.Policy, len(c.Nodes)-len(c.Missing), len(c.Nodes), strings.Join(nodes, ","))
+		if c.Generation > 0 {
+			s += fmt.Sprintf(" generation %d", c.Generation)
+		}
+		if c.DeadBytes > 0 {
+			s += fmt.Sprintf(" %s deleted", units.FormatBytes(int64(c.DeadBytes)))
+		}
 		if len(c.Missing) > 0 {
 			s += fmt.Sprintf(" MISSING shards %v", c.Missing)
 		}
