@@ -21,6 +21,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
 
+	"github.com/spindle-store/spindle/internal/meta/liveness"
 	"github.com/spindle-store/spindle/internal/meta/raftnet"
 	"github.com/spindle-store/spindle/internal/meta/readlease"
 	"github.com/spindle-store/spindle/internal/meta/state"
@@ -245,15 +246,10 @@ type Member struct {
 	// last tick, nil on a follower (map[uint64]uint64, never changed once
 	// stored).
 	match atomic.Value
-	// ticks counts this member's raft ticks; lastActiveTick: the tick at
-	// which each member was last seen RecentActive (run goroutine). "Up"
-	// is measured in raft's own clock, as its quorum check is: a stall of
-	// this goroutine (a busy machine, a GC pause) delays ticks and answers
-	// alike, and does not make an answering member look down.
-	ticks          uint64
-	lastActiveTick map[uint64]uint64
+	// live: when each member was last RecentActive, in raft ticks;
 	// promoteTried: when each learner's promotion was last proposed (run
 	// goroutine).
+	live         *liveness.Tracker
 	promoteTried map[uint64]time.Time
 }
 
@@ -267,7 +263,7 @@ func OpenMember(s *state.State, db *pebble.DB) (*Member, error) {
 	}
 	r := &Member{s: s, id: cfg.ID, log: s.Log.With("member", cfg.ID), DB: db,
 		tick: cfg.RaftTickInterval, notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		readBatches: map[uint64][]readReq{}, leaseRounds: map[uint64]readlease.Round{}, lastActiveTick: map[uint64]uint64{}, promoteTried: map[uint64]time.Time{}}
+		readBatches: map[uint64][]readReq{}, leaseRounds: map[uint64]readlease.Round{}, live: liveness.New(), promoteTried: map[uint64]time.Time{}}
 	r.Snap.r = r
 	r.Rec.r = r
 	r.lease.Dur = readlease.Duration(cfg.ElectionTicks, cfg.RaftTickInterval) // CheckQuorum and PreVote: raft.Config below
@@ -598,17 +594,20 @@ func (r *Member) run() {
 	defer close(r.done)
 	t := time.NewTicker(r.tick)
 	defer t.Stop()
+	noteActive := func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		r.live.Note(id, pr.RecentActive || id == r.id)
+	}
 	for {
 		select {
 		case <-r.stop:
 			r.failReads(fmt.Errorf("%w: meta service closed", metaapi.ErrUnavailable))
 			return
 		case <-t.C:
-			r.ticks++
+			r.live.Tick()
 			if r.leading {
 				// Before Tick: a quorum check in it clears RecentActive,
 				// and the answers heard since the last tick would be lost.
-				r.noteActive()
+				r.rn.WithProgress(noteActive)
 			}
 			r.rn.Tick()
 			r.handOver()
@@ -618,13 +617,11 @@ func (r *Member) run() {
 				// RecentActive is cleared at each quorum check and set again
 				// by the member's next answer: a member is up if it was
 				// active within the last two election timeouts (in ticks).
-				r.noteActive()
-				upTicks := 2 * uint64(r.s.Cfg.ElectionTicks)
 				m, act = map[uint64]uint64{}, map[uint64]bool{}
-				r.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+				r.rn.WithProgress(func(id uint64, pt raft.ProgressType, pr tracker.Progress) {
+					noteActive(id, pt, pr)
 					m[id] = pr.Match
-					at, seen := r.lastActiveTick[id]
-					act[id] = seen && r.ticks-at < upTicks
+					act[id] = r.live.Up(id, 2*uint64(r.s.Cfg.ElectionTicks))
 				})
 			}
 			r.match.Store(m)
@@ -937,16 +934,6 @@ func (r *Member) applyWorker() {
 			r.respond(m)
 		}
 	}
-}
-
-// noteActive records, on the leader, the tick at which each member was
-// last RecentActive (itself always is).
-func (r *Member) noteActive() {
-	r.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
-		if pr.RecentActive || id == r.id {
-			r.lastActiveTick[id] = r.ticks
-		}
-	})
 }
 
 // handOver transfers the leadership of a leader whose stint ended in its
@@ -1348,7 +1335,7 @@ func (r *Member) Status() metaapi.MetaStatus {
 	return metaapi.MetaStatus{ID: r.id, LeaderID: lead, LeaderAddr: r.peerAddr(lead), Role: role, Serving: serving,
 		Term: r.Term.Load(), AppliedIndex: r.Applied.Load(), CommitIndex: r.commit.Load(), LastIndex: r.Last.Load(),
 		Members: sortedMembers(members, r.learnerSet()), SnapshotIndex: r.SnapIndex.Load(), SnapshotsInstalled: r.Installed.Load(),
-		VotesRefused: r.Rec.votesRefused.Load(), Down: r.down(members),
+		VotesRefused: r.Rec.votesRefused.Load(), Down: liveness.Down(r.active.Load(), members),
 		Match: r.matchMap()}
 }
 
@@ -1426,21 +1413,4 @@ func (r *Member) bootstrapRestored() error {
 	r.log.Info("meta raft group restored from a backup: a new group of one; add members with spindle admin meta add",
 		"member", r.id, "index", r.st.Index, "term", term)
 	return nil
-}
-
-// down lists the members of members the leader has not heard from
-// lately (nil on a follower).
-func (m *membership) down(members map[uint64]string) []uint64 {
-	active, ok := m.active.Load().(map[uint64]bool)
-	if !ok || active == nil {
-		return nil
-	}
-	var out []uint64
-	for id := range members {
-		if !active[id] {
-			out = append(out, id)
-		}
-	}
-	slices.Sort(out)
-	return out
 }
