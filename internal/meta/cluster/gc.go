@@ -28,9 +28,9 @@ import (
 //
 // An OPEN pipeline nobody serves yet holds its deletions back. The
 // deletions of an erasure-coded container (Coded) are neither delivered
-// nor completed here: its blocks are in its shards, and its compaction
-// (package ecmeta) completes them when it rewrites the container without
-// them. A deletion
+// nor completed here (nor those of a container being converted): its
+// blocks are in its shards, and its compaction (package ecmeta) completes
+// them when it rewrites the container without them. A deletion
 // delivered the maximum number of times and still not complete
 // RedeliverAfter after the last delivery is dropped (logged, counted in
 // spindle_meta_deletes_dropped_total): the block stays on disk.
@@ -280,7 +280,8 @@ type BlockGC struct {
 	// Holds delivers the object lock holds to the datanodes (holdmeta).
 	Holds *holdmeta.Holds
 	// Coded, when set (before the first heartbeat), says a container is
-	// erasure-coded: its deletions are its compaction's (under State.Mu).
+	// erasure-coded or being converted: its deletions are its
+	// compaction's (under State.Mu).
 	Coded func(cid uint64) bool
 }
 

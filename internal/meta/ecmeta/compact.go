@@ -156,6 +156,26 @@ func liveBlocks(st *state.State, cid uint64, l *layoutMem) ([]ecapi.Block, uint6
 	return keep, live
 }
 
+// completeDeletes adds to b the removal of cid's pending deletions of
+// blocks its new record (blocks) does not hold — done: no generation of
+// its shards holds them — and removes them from memory. Under State.Mu
+// (write), in the batch that writes the record.
+func completeDeletes(st *state.State, b *pebble.Batch, cid uint64, blocks []ecapi.Block) {
+	held := map[uint64]bool{}
+	for _, bl := range blocks {
+		held[bl.Local] = true
+	}
+	done := 0
+	for _, local := range slices.Sorted(maps.Keys(st.Deletes[cid])) {
+		if !held[local] {
+			state.Del(b, state.BlockKey(state.PrefixDelete, cid, local))
+			st.RemoveDelete(state.BlockRef{Container: cid, Local: local})
+			done++
+		}
+	}
+	st.Metrics.DeletesAcked.Add(float64(done))
+}
+
 // scheduleCompaction hands node (HEALTHY, in service, running no
 // EC task) the compaction of the EC container the policy wants most, if
 // any: no shard of it missing or moving, no rebuild or other task of it
@@ -236,7 +256,7 @@ func (c *compactions) failedAt(cid uint64, now time.Time) (int, time.Duration) {
 // Compacted records a finished compaction: one batch switches the
 // container's record to the new generation (its shards fsynced on their
 // nodes: the compactor reports only then) and removes the pending
-// deletions of the blocks it left out. Only the compaction in flight may
+// deletions of the blocks it does not hold (completeDeletes). Only the compaction in flight may
 // report, only while the record is the generation it read, and only with
 // the blocks it was given, each at the same length and CRC. From the
 // answer on, the old generation's shards are dropped.
@@ -290,20 +310,7 @@ func (m *Manager) Compacted(r ecapi.Compacted, caller tlsconf.Peer) error {
 		t.reporting = true
 		b := m.st.Store.NewBatch()
 		state.Set(b, ContainerKey(r.Container), rec.Encode())
-		kept := map[uint64]bool{}
-		for _, bl := range r.Blocks {
-			kept[bl.Local] = true
-		}
-		done := 0
-		for _, bl := range old.Blocks {
-			if !kept[bl.Local] && m.st.Deletes[r.Container][bl.Local] != nil {
-				// The block's deletion is done: no generation holds it.
-				state.Del(b, state.BlockKey(state.PrefixDelete, r.Container, bl.Local))
-				m.st.RemoveDelete(state.BlockRef{Container: r.Container, Local: bl.Local})
-				done++
-			}
-		}
-		m.st.Metrics.DeletesAcked.Add(float64(done))
+		completeDeletes(m.st, b, r.Container, rec.Blocks)
 		return struct{}{}, b, nil
 	})
 	if errors.Is(err, errRepeated) {

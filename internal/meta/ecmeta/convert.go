@@ -245,6 +245,7 @@ func (m *Manager) Converted(r ecapi.Converted, caller tlsconf.Peer) error {
 		t.reporting = true
 		b := m.st.Store.NewBatch()
 		state.Set(b, ContainerKey(r.Container), rec.Encode())
+		completeDeletes(m.st, b, r.Container, rec.Blocks)
 		return struct{}{}, b, nil
 	})
 	if errors.Is(err, errRepeated) {

@@ -46,9 +46,10 @@
 //     it read and only with the blocks it was given; the same batch
 //     completes the pending deletions of the blocks left out. Until then
 //     the old generation stands; its shards are dropped only once no
-//     record names them. The deletions of an EC container's blocks are
-//     never delivered or completed by the block GC (BlockGC.Coded): only
-//     a compaction completes them. At most MaxCompactions in flight, one
+//     record names them. The deletions of the blocks of an EC container,
+//     or of one being converted, are never delivered or completed by the
+//     block GC (BlockGC.Coded): the switch of a conversion or a
+//     compaction completes those of the blocks its record does not hold. At most MaxCompactions in flight, one
 //     conversion or compaction a datanode.
 //   - The pass over the keys that learns the containers' buckets (scan.go)
 //     visits at most ScanPage keys per step under the meta lock.

@@ -77,8 +77,10 @@ type task struct {
 
 // New is the erasure-coding manager of st's containers; it makes rr
 // (the replication manager) skip the EC containers' replicas (Coded) and
-// count their shards (ShardHealth), gc leave their block deletions to
-// their compactions (Coded), and ops wait for a decommissioning
+// count their shards (ShardHealth), gc leave the block deletions of EC
+// containers and of those being converted to their compactions (so that
+// a block deleted while its container is staged is never left in its
+// shards with its deletion done), and ops wait for a decommissioning
 // datanode's shards to move (Holds). Its compaction policy is
 // Compaction's now (an invalid one: never).
 func New(st *state.State, cl *cluster.Cluster, rr *repair.Rerepl, ops *cluster.Ops, gc *cluster.BlockGC) *Manager {
@@ -87,7 +89,12 @@ func New(st *state.State, cl *cluster.Cluster, rr *repair.Rerepl, ops *cluster.O
 		st.Log.Error("erasure coding: no compaction", "err", err)
 		m.compact.Below = 0
 	}
-	rr.Coded, rr.ShardHealth, ops.Holds, gc.Coded = m.Coded, m.ShardHealth, m.Holds, m.Coded
+	rr.Coded, rr.ShardHealth, ops.Holds = m.Coded, m.ShardHealth, m.Holds
+	gc.Coded = func(cid uint64) bool { // (under State.Mu)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.ensureLocked() == nil && (m.coded[cid] || m.tasks[cid] != nil)
+	}
 	return m
 }
 
