@@ -268,3 +268,106 @@ func TestCompactionCrashAtEachStep(t *testing.T) {
 	}
 	c.readWithPairsDown(kept, "after the crashes and the compactions")
 }
+
+// TestDeleteWhileConverting: keys deleted while their container is being
+// converted (its blocks staged, the shards not yet stored) keep their
+// pending deletions through the switch — the block GC holds them while
+// the conversion is in flight instead of completing them on the replicas
+// — so the container, every one of its keys deleted, is compacted down
+// to no block at all and its deletions completed; the other keys read.
+func TestDeleteWhileConverting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six datanodes")
+	}
+	compactionOn(t)
+	c := startCluster(t, 6)
+	ctx := context.Background()
+	kc := c.keyClient()
+	if _, err := kc.CreateBucket(ctx, "cold"); err != nil {
+		t.Fatal(err)
+	}
+	vals := putKeys(t, kc, "cold", 16)
+	c.closeAll()
+	held := make(chan uint64, 1)
+	release := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	polls := map[int]int{}
+	c.setHook(func(i int, container uint64, s string) error {
+		if s == ecnode.StepPolled {
+			mu.Lock()
+			polls[i]++
+			mu.Unlock()
+		}
+		if s != ecnode.StepRead {
+			return nil
+		}
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			held <- container
+			<-release
+		}
+		return nil
+	})
+	if err := ecapi.SetBucket(ctx, c.mc, "cold", "rs-3-2,cell=16KiB"); err != nil {
+		t.Fatal(err)
+	}
+	var cid uint64
+	select {
+	case cid = <-held:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("no conversion staged")
+	}
+	kept := map[string][]byte{}
+	deleted := 0
+	for k, v := range vals {
+		info, err := kc.Stat(ctx, "cold", k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(info.Blocks, func(b metaapi.KeyBlock) bool { return b.Container == cid }) {
+			kept[k] = v
+			continue
+		}
+		if err := kc.Delete(ctx, "cold", k); err != nil {
+			t.Fatal(err)
+		}
+		deleted++
+	}
+	// Heartbeats go on meanwhile (the block GC would deliver the
+	// deletions to the replicas and complete them within a few): wait for
+	// 20 more polls of every datanode (a heartbeat interval apart).
+	mu.Lock()
+	since := maps.Clone(polls)
+	mu.Unlock()
+	waitFor(t, time.Minute, "20 polls of every datanode with the conversion held", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range c.dns {
+			if polls[i] < since[i]+20 {
+				return false
+			}
+		}
+		return true
+	})
+	c.svc.Mu.RLock()
+	pending := len(c.svc.Deletes[cid])
+	c.svc.Mu.RUnlock()
+	close(release)
+	c.setHook(nil)
+	if pending == 0 {
+		t.Fatalf("container %d's deletions completed while its conversion was in flight (its staged blocks would stay in its shards for good)", cid)
+	}
+	t.Logf("container %d held after its staging; %d keys with blocks in it deleted (%d deletions pending at the release), %d kept", cid, deleted, pending, len(kept))
+	waitFor(t, 2*time.Minute, "every container converted and its replicas dropped", c.convertedAndDropped)
+	waitFor(t, 2*time.Minute, fmt.Sprintf("container %d compacted to no block", cid), func() bool {
+		l, err := ecapi.GetLayout(ctx, c.mc, cid)
+		return err == nil && l.Generation > 0 && len(l.Blocks) == 0 && l.Logical == 0
+	})
+	waitFor(t, 2*time.Minute, "every container the policy wants compacted", c.compactionSettled)
+	waitFor(t, time.Minute, "the old generations' shards dropped", func() bool { return len(c.leftovers()) == 0 })
+	c.checkInvariant("after the conversions and compactions")
+	c.checkBlocksGone(kc, kept)
+	readAll(t, kc, "cold", kept, "after the compactions")
+}
