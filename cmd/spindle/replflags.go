@@ -10,6 +10,7 @@ import (
 	"github.com/spindle-store/spindle/internal/lifecycle"
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/meta/audit"
+	"github.com/spindle-store/spindle/internal/meta/ecmeta"
 )
 
 // addReplicationFlags binds the replication manager's settings of cfg (the
@@ -35,6 +36,7 @@ func addReplicationFlags(f *pflag.FlagSet, cfg *meta.Config) func() error {
 	f.Int64Var(&cfg.AuditMaxBytes, "audit-log-max-bytes", audit.DefaultMaxBytes, "the audit log is rotated past this size, and --audit-log-keep files kept")
 	f.IntVar(&cfg.AuditKeep, "audit-log-keep", audit.DefaultKeep, "audit log files kept (the current one and the rotated ones)")
 	lifecycle.AddFlags(f, &cfg.Lifecycle) // --lifecycle-*: the S3 lifecycle runner (on the meta leader)
+	ecmeta.AddFlags(f)                    // --ec-compact-*: compaction of erasure-coded containers (on the meta leader)
 	return func() error {
 		for _, c := range []struct {
 			name string

@@ -19,7 +19,8 @@ import (
 // stores each shard on its datanode (OpPutShard) and readers read ranges
 // of them (OpReadShard), on the same address and with the same 24-byte
 // request as an export: op 2 or 3, token length 0, the container, the
-// shard's index in byte 16 (bytes 17..19 zero).
+// shard's index in byte 16, its generation in bytes 17..19 (u24 LE; 0, the
+// conversion's, is all an older build accepts).
 //
 // OpPutShard: then size u64 | zero u32 | CRC32C u32 of those 12 bytes,
 // then the shard's size bytes; the answer (a status header) comes once the
@@ -37,6 +38,8 @@ const (
 	OpReadShard byte = 3
 	// MaxShardBytes bounds a shard's size.
 	MaxShardBytes = 1 << 40
+	// MaxGeneration bounds a shard's generation (3 bytes of a request).
+	MaxGeneration = 1<<24 - 1
 	// MaxShardRead bounds one range of a shard read.
 	MaxShardRead = 32 << 20
 	// ShardIdleTimeout closes a shard read connection idle that long.
@@ -47,12 +50,13 @@ const (
 
 // ShardStore keeps a datanode's shards.
 type ShardStore interface {
-	// Put stores shard index of container, size bytes read from r, once
-	// verified and durable; an error leaves nothing behind.
-	Put(container uint64, index int, size int64, r io.Reader) error
+	// Put stores shard index of generation gen of container, size bytes
+	// read from r, once verified and durable; an error leaves nothing
+	// behind.
+	Put(container uint64, gen uint32, index int, size int64, r io.Reader) error
 	// Open opens a stored shard (an error wrapping engine.ErrNotFound:
 	// none).
-	Open(container uint64, index int) (ShardFile, error)
+	Open(container uint64, gen uint32, index int) (ShardFile, error)
 }
 
 // ShardFile is a stored shard open for reading.
@@ -66,27 +70,27 @@ type ShardFile interface {
 // administrators. Only datanodes may store them.
 var ShardReadRoles = []tlsconf.Role{tlsconf.RoleDatanode, tlsconf.RoleClient, tlsconf.RoleS3, tlsconf.RoleAdmin}
 
-func shardRequest(op byte, container uint64, index int) []byte {
+func shardRequest(op byte, container uint64, gen uint32, index int) []byte {
 	b := make([]byte, requestBytes)
 	b[0], b[1], b[2], b[3] = Magic0, Magic1, Version, op
 	binary.LittleEndian.PutUint64(b[8:], container)
-	b[16] = byte(index)
+	b[16], b[17], b[18], b[19] = byte(index), byte(gen), byte(gen>>8), byte(gen>>16)
 	binary.LittleEndian.PutUint32(b[20:], engine.CRC32C(b[:20]))
 	return b
 }
 
-func decodeShardRequest(b []byte) (op byte, container uint64, index int, err error) {
+func decodeShardRequest(b []byte) (op byte, container uint64, gen uint32, index int, err error) {
 	if b[0] != Magic0 || b[1] != Magic1 || b[2] != Version {
-		return 0, 0, 0, fmt.Errorf("%w: bad magic or version %q", ErrProtocol, b[:3])
+		return 0, 0, 0, 0, fmt.Errorf("%w: bad magic or version %q", ErrProtocol, b[:3])
 	}
 	if got, want := binary.LittleEndian.Uint32(b[20:]), engine.CRC32C(b[:20]); got != want {
-		return 0, 0, 0, fmt.Errorf("%w: request CRC %08x, want %08x", ErrProtocol, got, want)
+		return 0, 0, 0, 0, fmt.Errorf("%w: request CRC %08x, want %08x", ErrProtocol, got, want)
 	}
 	container = binary.LittleEndian.Uint64(b[8:])
-	if container == 0 || binary.LittleEndian.Uint32(b[4:]) != 0 || b[17]|b[18]|b[19] != 0 {
-		return 0, 0, 0, fmt.Errorf("%w: shard request: container 0, a token or reserved bytes set", ErrProtocol)
+	if container == 0 || binary.LittleEndian.Uint32(b[4:]) != 0 {
+		return 0, 0, 0, 0, fmt.Errorf("%w: shard request: container 0 or a token", ErrProtocol)
 	}
-	return b[3], container, int(b[16]), nil
+	return b[3], container, uint32(b[17]) | uint32(b[18])<<8 | uint32(b[19])<<16, int(b[16]), nil
 }
 
 // sub12 is a 16-byte sub-request: a u64, a u32 and the CRC32C of both.
@@ -110,7 +114,7 @@ func readSub12(r io.Reader) (uint64, uint32, error) {
 // serveShard serves an OpPutShard or OpReadShard request (rb: its 24
 // bytes).
 func (s *Server) serveShard(conn net.Conn, w *bufio.Writer, rb []byte) error {
-	op, container, index, err := decodeShardRequest(rb)
+	op, container, gen, index, err := decodeShardRequest(rb)
 	if err != nil || s.Shards == nil {
 		if err == nil {
 			err = fmt.Errorf("this node keeps no shards")
@@ -133,13 +137,13 @@ func (s *Server) serveShard(conn net.Conn, w *bufio.Writer, rb []byte) error {
 		if err != nil || size > MaxShardBytes {
 			return s.refuse(w, StatusBadReq, fmt.Sprintf("shard size: %v (%d bytes)", err, size))
 		}
-		if err := s.Shards.Put(container, index, int64(size), io.LimitReader(conn, int64(size))); err != nil {
+		if err := s.Shards.Put(container, gen, index, int64(size), io.LimitReader(conn, int64(size))); err != nil {
 			return s.refuse(w, StatusError, err.Error())
 		}
 		w.Write(appendStatus(nil, StatusOK, ""))
 		return w.Flush()
 	case OpReadShard:
-		f, err := s.Shards.Open(container, index)
+		f, err := s.Shards.Open(container, gen, index)
 		if err != nil {
 			return s.refuse(w, StatusNotFound, err.Error())
 		}
@@ -178,10 +182,19 @@ func (s *Server) serveShard(conn net.Conn, w *bufio.Writer, rb []byte) error {
 	return s.refuse(w, StatusBadReq, fmt.Sprintf("unknown op %d", op))
 }
 
-// PutShard stores shard index of container, the size bytes of src, on
-// the datanode at addr, and returns once that node has it verified and
-// durable. An *os.File goes by sendfile over plaintext.
+// PutShard stores shard index of container (its generation 0), the size
+// bytes of src, on the datanode at addr, and returns once that node has
+// it verified and durable. An *os.File goes by sendfile over plaintext.
 func PutShard(ctx context.Context, sec *tlsconf.Settings, addr string, container uint64, index int, src io.Reader, size int64) error {
+	return PutShardGeneration(ctx, sec, addr, container, 0, index, src, size)
+}
+
+// PutShardGeneration is PutShard of a shard of generation gen (≤
+// MaxGeneration).
+func PutShardGeneration(ctx context.Context, sec *tlsconf.Settings, addr string, container uint64, gen uint32, index int, src io.Reader, size int64) error {
+	if gen > MaxGeneration {
+		return fmt.Errorf("bulk: put shard %d of container %d: generation %d over %d", index, container, gen, MaxGeneration)
+	}
 	conn, err := dial(ctx, sec, addr, false)
 	if err != nil {
 		return err
@@ -190,7 +203,7 @@ func PutShard(ctx context.Context, sec *tlsconf.Settings, addr string, container
 	stop := context.AfterFunc(ctx, func() { closeQuietly(conn) })
 	defer stop()
 	TuneSender(conn)
-	if _, err := conn.Write(append(shardRequest(OpPutShard, container, index), sub12(uint64(size), 0)...)); err != nil {
+	if _, err := conn.Write(append(shardRequest(OpPutShard, container, gen, index), sub12(uint64(size), 0)...)); err != nil {
 		return fmt.Errorf("bulk: put shard %d of container %d on %s: %w", index, container, addr, err)
 	}
 	if n, err := io.Copy(conn, io.LimitReader(src, size)); err != nil || n != size {
@@ -212,7 +225,9 @@ type ShardReader struct {
 	Sec       *tlsconf.Settings
 	Addr      string
 	Container uint64
-	Index     int
+	// Generation is the shard's (0: its conversion's).
+	Generation uint32
+	Index      int
 	// Timeout bounds each read (dial included); 0: 30 s.
 	Timeout time.Duration
 
@@ -249,7 +264,7 @@ func (r *ShardReader) readLocked(p []byte, off int64) error {
 		if err != nil {
 			return err
 		}
-		if _, err := conn.Write(shardRequest(OpReadShard, r.Container, r.Index)); err != nil {
+		if _, err := conn.Write(shardRequest(OpReadShard, r.Container, r.Generation, r.Index)); err != nil {
 			closeQuietly(conn)
 			return err
 		}

@@ -14,7 +14,8 @@ import (
 
 // ECNotes describes each erasure-coded container for `spindle admin
 // containers`: its policy, its shards present of all, the datanode of
-// each, those missing or moving and the rebuilds in flight. Empty when
+// each, its generation once compacted, its deleted bytes not yet
+// compacted away, those missing or moving and the rebuilds in flight. Empty when
 // the meta service does not answer GET /v1/ec/status (an older one):
 // the view is then as it was.
 func ECNotes(ctx context.Context, mc ecapi.Doer) map[uint64]string {
@@ -33,6 +34,12 @@ func ECNotes(ctx context.Context, mc ecapi.Doer) map[uint64]string {
 			nodes[i] = fmt.Sprint(n)
 		}
 		s := fmt.Sprintf(" EC %s %d/%d shards on %s", c.Policy, len(c.Nodes)-len(c.Missing), len(c.Nodes), strings.Join(nodes, ","))
+		if c.Generation > 0 {
+			s += fmt.Sprintf(" generation %d", c.Generation)
+		}
+		if c.DeadBytes > 0 {
+			s += fmt.Sprintf(" %s deleted", units.FormatBytes(int64(c.DeadBytes)))
+		}
 		if len(c.Missing) > 0 {
 			s += fmt.Sprintf(" MISSING shards %v", c.Missing)
 		}
@@ -48,8 +55,9 @@ func ECNotes(ctx context.Context, mc ecapi.Doer) map[uint64]string {
 }
 
 // PrintECStatus prints the state of erasure coding for `spindle admin
-// replication`: EC containers, shards missing and moving, conversions and
-// shard rebuilds in flight (a table), done and failed. Nothing when the
+// replication`: EC containers, shards missing and moving, conversions,
+// compactions and shard rebuilds in flight (a table), done and failed,
+// the shard bytes compactions freed and the deleted bytes they have not. Nothing when the
 // meta service does not answer GET /v1/ec/status (an older one).
 func PrintECStatus(ctx context.Context, mc ecapi.Doer, w io.Writer) error {
 	st, err := ecapi.GetStatus(ctx, mc)
@@ -61,15 +69,17 @@ func PrintECStatus(ctx context.Context, mc ecapi.Doer, w io.Writer) error {
 		st.Coded, st.Shards, st.ShardsMissing, st.ShardsMoving, st.Degraded, st.Unrecoverable)
 	fmt.Fprintf(tw, "EC work:\t%d conversions, %d shard rebuilds in flight; %d shards rebuilt (%s), %d rebuilds failed\n",
 		len(st.Conversions), len(st.Repairs), st.RepairsDone, units.FormatBytes(int64(st.RepairedBytes)), st.RepairsFailed)
+	fmt.Fprintf(tw, "EC compaction:\t%d in flight; %d done (%s of shards freed), %d failed; %s of deleted blocks not yet compacted away\n",
+		len(st.Compactions), st.CompactionsDone, units.FormatBytes(int64(st.ReclaimedBytes)), st.CompactionsFailed, units.FormatBytes(int64(st.DeadBytes)))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(st.Conversions)+len(st.Repairs) == 0 {
+	if len(st.Conversions)+len(st.Repairs)+len(st.Compactions) == 0 {
 		return nil
 	}
 	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONTAINER\tEC WORK\tSHARD\tFROM → DATANODE\tSTARTED")
-	for _, t := range append(st.Conversions, st.Repairs...) {
+	for _, t := range append(append(st.Conversions, st.Compactions...), st.Repairs...) {
 		shard, from := "all", "-"
 		if t.Index >= 0 {
 			shard, from = fmt.Sprint(t.Index), fmt.Sprint(t.From)

@@ -12,8 +12,9 @@
 // shard costs a reconstruction of that stripe only.
 //
 // Invariants: Encode writes every shard of a container from one pass over
-// its bytes; a shard's header names its policy, index, container and
-// logical size, and Open refuses a set whose headers disagree; ReadAt
+// its bytes; a shard's header names its policy, index, container, its
+// generation (0 for a conversion's shards, the next for each compaction's)
+// and logical size, and Open refuses a set whose headers disagree; ReadAt
 // returns only bytes whose 16 KiB chunks matched their CRC32C (directly, or
 // after a reconstruction from shards that matched theirs), else an error
 // (ErrUnrecoverable when fewer than k shards of a stripe are good).

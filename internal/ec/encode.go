@@ -13,8 +13,17 @@ import (
 // Encode reads a container's logical bytes from src and writes its k+m
 // shards to dst (len(dst) == p.Shards(), in shard order): one pass, one
 // stripe (k cells) in memory at a time. The shards are complete once it
-// returns nil; making them durable is the writers' business.
+// returns nil; making them durable is the writers' business. They are of
+// the container's generation 0 (its conversion); EncodeGeneration writes
+// a later one (a compaction).
 func Encode(src io.ReaderAt, logical int64, p Policy, container uint64, dst []io.Writer) error {
+	return EncodeGeneration(src, logical, p, container, 0, dst)
+}
+
+// EncodeGeneration is Encode of generation gen of the container: the
+// shards' headers name it, so that shards of two generations never make
+// one set (Open).
+func EncodeGeneration(src io.ReaderAt, logical int64, p Policy, container uint64, gen uint32, dst []io.Writer) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
@@ -25,7 +34,7 @@ func Encode(src io.ReaderAt, logical int64, p Policy, container uint64, dst []io
 	if err != nil {
 		return fmt.Errorf("ec: %w", err)
 	}
-	h := header{data: p.Data, parity: p.Parity, cellBytes: p.CellBytes, container: container, logical: logical, shardBytes: p.ShardDataBytes(logical)}
+	h := header{data: p.Data, parity: p.Parity, cellBytes: p.CellBytes, container: container, generation: gen, logical: logical, shardBytes: p.ShardDataBytes(logical)}
 	for i, w := range dst {
 		h.index = i
 		if _, err := w.Write(h.encode()); err != nil {

@@ -49,7 +49,7 @@ func Open(shards []io.ReaderAt) (*Set, error) {
 		if err == nil && h.index != i {
 			err = fmt.Errorf("%w: shard %d holds index %d", ErrCorrupt, i, h.index)
 		}
-		if err == nil && first != nil && (h.data != first.data || h.parity != first.parity || h.cellBytes != first.cellBytes || h.container != first.container || h.logical != first.logical) {
+		if err == nil && first != nil && (h.data != first.data || h.parity != first.parity || h.cellBytes != first.cellBytes || h.container != first.container || h.generation != first.generation || h.logical != first.logical) {
 			err = fmt.Errorf("%w: shard %d is of another set (container %d, %d+%d)", ErrCorrupt, i, h.container, h.data, h.parity)
 		}
 		var crcs []uint32
@@ -103,6 +103,10 @@ func (s *Set) Policy() Policy { return s.p }
 
 // Container is the container the shards belong to.
 func (s *Set) Container() uint64 { return s.h.container }
+
+// Generation is the shards' generation (0: the conversion's; each
+// compaction writes the next).
+func (s *Set) Generation() uint32 { return s.h.generation }
 
 // Missing lists the shards not read (absent, or a bad header or table).
 func (s *Set) Missing() []int {

@@ -101,10 +101,11 @@ func (s Spec) String() string {
 
 // ShardInfo is what a shard's header says.
 type ShardInfo struct {
-	Policy    Policy
-	Index     int
-	Container uint64
-	Logical   int64
+	Policy     Policy
+	Index      int
+	Container  uint64
+	Generation uint32
+	Logical    int64
 }
 
 // VerifyShard reads a whole shard of size bytes from r and checks its
@@ -138,5 +139,5 @@ func VerifyShard(r io.ReaderAt, size int64) (ShardInfo, error) {
 			}
 		}
 	}
-	return ShardInfo{Policy: Policy{Data: h.data, Parity: h.parity, CellBytes: h.cellBytes}, Index: h.index, Container: h.container, Logical: h.logical}, nil
+	return ShardInfo{Policy: Policy{Data: h.data, Parity: h.parity, CellBytes: h.cellBytes}, Index: h.index, Container: h.container, Generation: h.generation, Logical: h.logical}, nil
 }

@@ -17,6 +17,17 @@
 // the replicas (the shards stored so far are garbage); after it, the
 // complete shard set.
 //
+// Compaction (compact.go), in the same order: (1) read the live blocks
+// the meta service names through the current generation's shards (every
+// 16 KiB verified, each block checked whole against its CRC32C) into a
+// staging file, one after another; (2) encode them as the next
+// generation (its shard files have names of their own, so both
+// generations coexist on a node); (3) store every shard on its target;
+// (4) report it (ecapi.Compacted), which switches the record in one meta
+// batch. The old generation's shards are dropped only after that (listed
+// in DropShards: no record names them). A crash before (4) leaves the
+// old generation, complete; after it, the new one.
+//
 // Repair (rebuild.go): every poll lists the node's shards (with their
 // mtimes) and the rebuilds it runs; a Rebuild reads k other shards, each
 // 16 KiB verified, reconstructs the shard (ec.Set.Rebuild), stores it as

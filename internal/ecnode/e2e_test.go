@@ -228,8 +228,8 @@ func (c *testCluster) usedContainers() []uint64 {
 }
 
 // checkInvariant: every container keys use is either erasure-coded with
-// every shard present and verified on its datanode, or has its three
-// healthy replicas. Never neither.
+// every shard of its recorded generation present and verified on its
+// datanode, or has its three healthy replicas. Never neither.
 func (c *testCluster) checkInvariant(where string) {
 	c.t.Helper()
 	for _, cid := range c.usedContainers() {
@@ -254,13 +254,16 @@ func (c *testCluster) checkInvariant(where string) {
 				c.t.Fatalf("%s: shard %d of container %d on unknown node %d", where, idx, cid, sh.Node)
 			}
 			data, _ := datanode.DefaultDirs(c.dns[i].dir)
-			f, err := os.Open(filepath.Join(data, "ec", fmt.Sprintf("%d.%d.shard", cid, idx)))
+			f, err := os.Open(filepath.Join(data, "ec", ecnode.ShardFileName(ecapi.ShardRef{Container: cid, Generation: l.Generation, Index: idx})))
 			if err != nil {
 				c.t.Fatalf("%s: container %d is erasure-coded but shard %d is missing on node %d: %v", where, cid, idx, sh.Node, err)
 			}
 			st, err := f.Stat()
 			if err == nil {
-				_, err = ec.VerifyShard(f, st.Size())
+				var info ec.ShardInfo
+				if info, err = ec.VerifyShard(f, st.Size()); err == nil && (info.Generation != l.Generation || info.Container != cid || info.Index != idx) {
+					err = fmt.Errorf("the file holds shard %d of container %d generation %d", info.Index, info.Container, info.Generation)
+				}
 			}
 			_ = f.Close()
 			if err != nil {

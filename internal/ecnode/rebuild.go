@@ -26,14 +26,14 @@ const (
 // started, one goroutine each.
 func (w *Worker) repairWork(ctx context.Context, work ecapi.Work) {
 	for _, d := range work.DropShards {
-		if ok, err := w.Store.Drop(d.Container, d.Index, d.MTime); err != nil {
+		if ok, err := w.Store.Drop(d.ShardRef, d.MTime); err != nil {
 			w.Log.Warn("ec: drop a shard no EC record names", "container", d.Container, "shard", d.Index, "err", err)
 		} else if ok {
 			w.Log.Info("ec: shard no EC record names deleted (a leftover or a moved shard's old copy)", "container", d.Container, "shard", d.Index)
 		}
 	}
 	for _, q := range work.DropQuarantined {
-		if ok, err := w.Store.DropQuarantined(q.Container, q.Index); err != nil {
+		if ok, err := w.Store.DropQuarantined(q); err != nil {
 			w.Log.Warn("ec: drop a quarantined shard rebuilt elsewhere", "container", q.Container, "shard", q.Index, "err", err)
 		} else if ok {
 			w.Log.Info("ec: quarantined shard deleted (rebuilt elsewhere)", "container", q.Container, "shard", q.Index)
@@ -91,7 +91,7 @@ func (w *Worker) Rebuild(ctx context.Context, r ecapi.Rebuild) error {
 		if j == r.Index || sh.Addr == "" {
 			continue
 		}
-		sr := &bulk.ShardReader{Sec: w.TLS, Addr: sh.Addr, Container: r.Container, Index: j, Timeout: 30 * time.Second}
+		sr := &bulk.ShardReader{Sec: w.TLS, Addr: sh.Addr, Container: r.Container, Generation: r.Generation, Index: j, Timeout: 30 * time.Second}
 		open = append(open, sr)
 		readers[j] = sr
 	}
@@ -99,10 +99,10 @@ func (w *Worker) Rebuild(ctx context.Context, r ecapi.Rebuild) error {
 	if err != nil {
 		return fmt.Errorf("ecnode: rebuild of shard %d of container %d: %w", r.Index, r.Container, err)
 	}
-	if set.Container() != r.Container || uint64(set.Size()) != r.Logical {
-		return fmt.Errorf("ecnode: rebuild of shard %d of container %d: the shards are of container %d, %d bytes", r.Index, r.Container, set.Container(), set.Size())
+	if set.Container() != r.Container || uint64(set.Size()) != r.Logical || set.Generation() != r.Generation {
+		return fmt.Errorf("ecnode: rebuild of shard %d of container %d generation %d: the shards are of container %d generation %d, %d bytes", r.Index, r.Container, r.Generation, set.Container(), set.Generation(), set.Size())
 	}
-	if err := w.Store.put(r.Container, r.Index, func(f *os.File) error { return set.Rebuild(r.Index, f) }); err != nil {
+	if err := w.Store.put(r.ShardRef, false, func(f *os.File) error { return set.Rebuild(r.Index, f) }); err != nil {
 		return err
 	}
 	if err := w.hook(r.Container, StepRebuilt); err != nil {
@@ -130,7 +130,7 @@ func (w *Worker) scrubOne(now time.Time) {
 	}
 	ref := held[0].ShardRef
 	w.scrubbed[ref] = now
-	f, err := os.Open(w.Store.Path(ref.Container, ref.Index))
+	f, err := os.Open(w.Store.PathOf(ref))
 	if err != nil {
 		return // dropped meanwhile
 	}
@@ -139,7 +139,7 @@ func (w *Worker) scrubOne(now time.Time) {
 	if err == nil {
 		var info ec.ShardInfo
 		info, err = ec.VerifyShard(f, st.Size())
-		if err == nil && (info.Container != ref.Container || info.Index != ref.Index) {
+		if err == nil && (info.Container != ref.Container || info.Index != ref.Index || info.Generation != ref.Generation) {
 			err = fmt.Errorf("%w: file of shard %d of container %d holds shard %d of container %d", ec.ErrCorrupt, ref.Index, ref.Container, info.Index, info.Container)
 		}
 	}
@@ -147,7 +147,7 @@ func (w *Worker) scrubOne(now time.Time) {
 		return
 	}
 	w.Log.Warn("ec: scrubber found a corrupt shard; quarantined, to be rebuilt", "container", ref.Container, "shard", ref.Index, "err", err)
-	if qerr := w.Store.Quarantine(ref.Container, ref.Index); qerr != nil {
+	if qerr := w.Store.Quarantine(ref); qerr != nil {
 		w.Log.Error("ec: quarantine a corrupt shard", "container", ref.Container, "shard", ref.Index, "err", qerr)
 		return
 	}

@@ -75,8 +75,12 @@ func (c *testCluster) status() ecapi.Status {
 }
 
 func (c *testCluster) shardPath(i int, cid uint64, idx int) string {
+	return c.shardPathGen(i, cid, 0, idx)
+}
+
+func (c *testCluster) shardPathGen(i int, cid uint64, gen uint32, idx int) string {
 	data, _ := datanode.DefaultDirs(c.dns[i].dir)
-	return filepath.Join(data, "ec", fmt.Sprintf("%d.%d.shard", cid, idx))
+	return filepath.Join(data, "ec", ecnode.ShardFileName(ecapi.ShardRef{Container: cid, Generation: gen, Index: idx}))
 }
 
 // leftovers lists the shard files on running datanodes no EC layout
@@ -88,7 +92,7 @@ func (c *testCluster) leftovers() []string {
 	for _, cs := range c.status().Containers {
 		for idx, n := range cs.Nodes {
 			if i := c.indexOf(n); i >= 0 {
-				named[c.shardPath(i, cs.Container, idx)] = true
+				named[c.shardPathGen(i, cs.Container, cs.Generation, idx)] = true
 			}
 		}
 	}

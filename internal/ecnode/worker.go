@@ -61,6 +61,7 @@ type Worker struct {
 
 	mu         sync.Mutex
 	running    map[uint64]bool
+	compacting map[uint64]bool
 	rebuilding map[ecapi.ShardRef]bool
 	scrubbed   map[ecapi.ShardRef]time.Time // (the poll goroutine's)
 	wg         sync.WaitGroup
@@ -75,6 +76,7 @@ func (w *Worker) Run(ctx context.Context) {
 	}
 	w.mu.Lock()
 	w.running, w.rebuilding, w.scrubbed = map[uint64]bool{}, map[ecapi.ShardRef]bool{}, map[ecapi.ShardRef]time.Time{}
+	w.compacting = map[uint64]bool{}
 	w.mu.Unlock()
 	defer w.wg.Wait()
 	t := time.NewTicker(interval)
@@ -111,8 +113,12 @@ func (w *Worker) poll(ctx context.Context) error {
 	for ref := range w.rebuilding {
 		req.Rebuilding = append(req.Rebuilding, ref)
 	}
+	for cid := range w.compacting {
+		req.Compacting = append(req.Compacting, cid)
+	}
 	w.mu.Unlock()
 	slices.Sort(req.Converting)
+	slices.Sort(req.Compacting)
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	work, err := ecapi.GetWork(pctx, w.Meta, req)
 	cancel()
@@ -125,6 +131,9 @@ func (w *Worker) poll(ctx context.Context) error {
 		if err := w.drop(cid); err != nil {
 			w.Log.Warn("ec: drop the replica of an EC container", "container", cid, "err", err)
 		}
+	}
+	for _, c := range work.Compact {
+		w.runCompaction(ctx, c)
 	}
 	for _, c := range work.Convert {
 		w.mu.Lock()

@@ -9,7 +9,8 @@
 // Invariants: every byte returned matched the CRC32C of its 16 KiB of
 // shard (ec.Set.ReadAt), and a whole block read matches the block's
 // CRC32C recorded at its conversion as well; a set that cannot answer is
-// dropped and opened again once (a datanode back, a layout changed), and
+// dropped and opened again once (a datanode back, a layout changed: a
+// shard rebuilt elsewhere, a new generation after a compaction), and
 // a degraded one (a shard missing, a stripe rebuilt) is opened again after
 // RefreshDegraded (its shard may have been rebuilt elsewhere).
 //
@@ -146,11 +147,14 @@ func (r *Reader) open(ctx context.Context, container uint64, fresh bool) (*set, 
 		if sh.Addr == "" {
 			continue
 		}
-		sr := &bulk.ShardReader{Sec: r.tls, Addr: sh.Addr, Container: container, Index: i, Timeout: ShardTimeout}
+		sr := &bulk.ShardReader{Sec: r.tls, Addr: sh.Addr, Container: container, Generation: l.Generation, Index: i, Timeout: ShardTimeout}
 		s.readers = append(s.readers, sr)
 		shards[i] = sr
 	}
-	if s.s, err = ec.Open(shards); err != nil {
+	if s.s, err = ec.Open(shards); err == nil && (s.s.Container() != container || s.s.Generation() != l.Generation) {
+		err = fmt.Errorf("%w: shards of container %d generation %d, the layout says %d", ec.ErrCorrupt, s.s.Container(), s.s.Generation(), l.Generation)
+	}
+	if err != nil {
 		s.close()
 		return nil, fmt.Errorf("ecread: container %d (%s): %w", container, l.Policy, err)
 	}

@@ -134,7 +134,7 @@ var routeAccess = map[string]accessClass{
 	"get_bucket_conf":      accessGateway,
 	"delete_bucket_conf":   accessGateway,
 	"put_object_tagging":   accessGateway,
-	ecmeta.RouteGetDefault: accessViews, ecmeta.RouteSetDefault: accessAdmin, ecmeta.RouteGetBucket: accessData, ecmeta.RouteLayout: accessData, ecmeta.RouteSetBucket: accessDataChange, ecmeta.RouteWork: accessDatanode, ecmeta.RouteConverted: accessDatanode, ecmeta.RouteRebuilt: accessDatanode, ecmeta.RouteStatus: accessViews, // package ecmeta
+	ecmeta.RouteGetDefault: accessViews, ecmeta.RouteSetDefault: accessAdmin, ecmeta.RouteGetBucket: accessData, ecmeta.RouteLayout: accessData, ecmeta.RouteSetBucket: accessDataChange, ecmeta.RouteWork: accessDatanode, ecmeta.RouteConverted: accessDatanode, ecmeta.RouteRebuilt: accessDatanode, ecmeta.RouteCompacted: accessDatanode, ecmeta.RouteStatus: accessViews, // package ecmeta
 
 	"meta_raft":     accessMetaPeer,
 	"meta_demote":   accessMetaPeer,

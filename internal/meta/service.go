@@ -57,7 +57,7 @@ func compose(st *state.State) *Service {
 	s.S3Users = namespace.NewS3Users(st)
 	s.certs = certreg.New(st)
 	s.tokens = tokenkeys.New(st)
-	s.ec = ecmeta.New(st, s.Cluster, s.Rerepl, s.Ops) // (sets Rerepl.Coded, ShardHealth, Ops.Holds)
+	s.ec = ecmeta.New(st, s.Cluster, s.Rerepl, s.Ops, s.BlockGC) // (sets Rerepl.Coded, ShardHealth, Ops.Holds, BlockGC.Coded)
 	s.lc = lcmeta.New(st, s.Namespace, s.Multipart)
 	return s
 }

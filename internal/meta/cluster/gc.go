@@ -26,7 +26,11 @@ import (
 //     has reported since the start. At most MaxDeleteAttempts deliveries
 //     per node.
 //
-// An OPEN pipeline nobody serves yet holds its deletions back. A deletion
+// An OPEN pipeline nobody serves yet holds its deletions back. The
+// deletions of an erasure-coded container (Coded) are neither delivered
+// nor completed here (nor those of a container being converted): its
+// blocks are in its shards, and its compaction (package ecmeta) completes
+// them when it rewrites the container without them. A deletion
 // delivered the maximum number of times and still not complete
 // RedeliverAfter after the last delivery is dropped (logged, counted in
 // spindle_meta_deletes_dropped_total): the block stays on disk.
@@ -118,7 +122,7 @@ func (s *BlockGC) DeleteCommands(cmds []metaapi.Command, id uint64, now time.Tim
 		}
 		c := s.ContainerByID[cid]
 		p := s.PipelineByID[c.Rec.Pipeline]
-		if _, holds := s.NodeByID[id].Containers[cid]; !holds && !slices.Contains(p.Rec.Members, id) {
+		if _, holds := s.NodeByID[id].Containers[cid]; !holds && !slices.Contains(p.Rec.Members, id) || s.coded(cid) {
 			continue
 		}
 		mode := s.deleteModeOf(c, now)
@@ -173,8 +177,8 @@ func (s *BlockGC) AckDeletes(b *pebble.Batch, id uint64, hb *metaapi.Heartbeat, 
 	s.Holds.Ack(id, hb.HeldBlocks)
 	for _, r := range hb.DeletedBlocks {
 		pd := s.Deletes[r.Container][r.Local]
-		if pd == nil {
-			continue // already complete, or never pending
+		if pd == nil || s.coded(r.Container) {
+			continue // already complete, or never pending; or its compaction's
 		}
 		c := s.ContainerByID[r.Container]
 		if _, holds := s.NodeByID[id].Containers[r.Container]; !holds && !slices.Contains(s.PipelineByID[c.Rec.Pipeline].Rec.Members, id) {
@@ -202,8 +206,8 @@ func (s *BlockGC) DropExhaustedDeletes(b *pebble.Batch, now time.Time) {
 	}
 	for _, cid := range slices.Sorted(maps.Keys(s.Deletes)) {
 		mode := s.deleteModeOf(s.ContainerByID[cid], now)
-		if !mode.served && !mode.replica {
-			continue // held back until the pipeline is served
+		if !mode.served && !mode.replica || s.coded(cid) {
+			continue // held back until the pipeline is served; or its compaction's
 		}
 		for local, pd := range s.Deletes[cid] {
 			switch {
@@ -275,7 +279,15 @@ type BlockGC struct {
 	cl *Cluster
 	// Holds delivers the object lock holds to the datanodes (holdmeta).
 	Holds *holdmeta.Holds
+	// Coded, when set (before the first heartbeat), says a container is
+	// erasure-coded or being converted: its deletions are its
+	// compaction's (under State.Mu).
+	Coded func(cid uint64) bool
 }
 
+func (s *BlockGC) coded(cid uint64) bool { return s.Coded != nil && s.Coded(cid) }
+
 // NewBlockGC is the block deletions of cl's cluster.
-func NewBlockGC(st *state.State, cl *Cluster) *BlockGC { return &BlockGC{st, cl, holdmeta.New(st)} }
+func NewBlockGC(st *state.State, cl *Cluster) *BlockGC {
+	return &BlockGC{State: st, cl: cl, Holds: holdmeta.New(st)}
+}

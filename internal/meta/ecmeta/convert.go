@@ -18,9 +18,11 @@ import (
 // Work answers a datanode's poll: the replicas of EC containers it still
 // holds (to drop: the EC record is durable, the answer waits for it), and
 // at most one conversion of a CLOSED container it holds a healthy replica
-// of, when the cluster runs fewer than MaxConversions. A conversion the
-// node no longer lists as running, or whose node is DEAD, is over
-// (failed: it may be scheduled again).
+// of, when the cluster runs fewer than MaxConversions, else at most one
+// compaction of an EC container (compact.go) when it runs fewer than
+// MaxCompactions; none for a node running one. A conversion or
+// compaction the node no longer lists as running, or whose node is DEAD,
+// is over (failed: it may be scheduled again).
 //
 // Over TLS the caller must be the datanode it names (the certificate its
 // node record is bound to, as for heartbeats).
@@ -48,26 +50,54 @@ func (m *Manager) Work(req ecapi.WorkRequest, caller tlsconf.Peer) (ecapi.Work, 
 		slices.Sort(w.Drop)
 		m.repairWorkLocked(n, req, now, &w)
 		busy := false
+		over := func(cid uint64, t *task, why string) {
+			delete(m.tasks, cid)
+			if !t.compact {
+				m.st.Log.Warn("EC conversion over: "+why+"; it may be scheduled again", "container", cid, "node", t.node)
+				return
+			}
+			inRow, pause := m.cp.failedAt(cid, now)
+			m.st.Log.Warn("EC compaction over: "+why+"; the container keeps its generation, compacted again after a pause", "container", cid,
+				"node", t.node, "generation", t.gen, "failures_in_row", inRow, "pause", pause)
+		}
+		conversions, compactions := 0, 0
 		for cid, t := range m.tasks {
+			running := req.Converting
+			if t.compact {
+				running = req.Compacting
+			}
 			switch {
 			case t.reporting:
-			case now.Sub(t.started) > TaskTimeout || m.coded[cid]:
+			case m.coded[cid] && !t.compact:
 				delete(m.tasks, cid)
+			case now.Sub(t.started) > TaskTimeout:
+				over(cid, t, "timed out")
 			case m.st.NodeByID[t.node] == nil || m.cl.HealthOf(m.st.NodeByID[t.node], now) == metaapi.HealthDead:
-				m.st.Log.Warn("EC conversion over: its converter is DEAD; it may be scheduled again", "container", cid, "node", t.node)
-				delete(m.tasks, cid)
-			case t.node == req.Node && !slices.Contains(req.Converting, cid):
-				m.st.Log.Warn("EC conversion over without a report (failed or restarted); it may be scheduled again", "container", cid, "node", t.node)
-				delete(m.tasks, cid)
+				over(cid, t, "its datanode is DEAD")
+			case t.node == req.Node && !slices.Contains(running, cid):
+				over(cid, t, "no report (failed or restarted)")
 			case t.node == req.Node:
 				busy = true
 			}
+			if m.tasks[cid] != nil && t.compact {
+				compactions++
+			} else if m.tasks[cid] != nil {
+				conversions++
+			}
 		}
-		if busy || len(m.tasks) >= MaxConversions || m.st.Repair.SafeMode {
+		if busy || m.st.Repair.SafeMode {
 			return w, nil
 		}
-		if c, ok := m.scheduleLocked(req.Node, now); ok {
-			w.Convert = append(w.Convert, c)
+		if conversions < MaxConversions {
+			if c, ok := m.scheduleLocked(req.Node, now); ok {
+				w.Convert = append(w.Convert, c)
+				return w, nil
+			}
+		}
+		if compactions < MaxCompactions {
+			if c, ok := scheduleCompaction(m, req.Node, now); ok {
+				w.Compact = append(w.Compact, c)
+			}
 		}
 		return w, nil
 	})
@@ -215,6 +245,7 @@ func (m *Manager) Converted(r ecapi.Converted, caller tlsconf.Peer) error {
 		t.reporting = true
 		b := m.st.Store.NewBatch()
 		state.Set(b, ContainerKey(r.Container), rec.Encode())
+		completeDeletes(m.st, b, r.Container, rec.Blocks)
 		return struct{}{}, b, nil
 	})
 	if errors.Is(err, errRepeated) {
@@ -275,7 +306,7 @@ func (m *Manager) Layout(cid uint64) (ecapi.Layout, error) {
 		if err != nil {
 			return ecapi.Layout{}, err
 		}
-		l := ecapi.Layout{Container: cid, Policy: rec.Policy, Logical: rec.Logical, Blocks: rec.Blocks}
+		l := ecapi.Layout{Container: cid, Generation: rec.Generation, Policy: rec.Policy, Logical: rec.Logical, Blocks: rec.Blocks}
 		for _, id := range rec.Nodes {
 			sh := ecapi.Shard{Node: id}
 			if n := m.st.NodeByID[id]; n != nil {

@@ -5,7 +5,9 @@
 // when its converter reports every shard durable, the layouts readers
 // ask for, and the repair of its shards (repair.go: missing or moving
 // shards rebuilt from k others, leftovers dropped, GET /v1/ec/status and
-// the spindle_meta_ec_* metrics). Routes: package metaapi/ecapi. Records: record.go,
+// the spindle_meta_ec_* metrics) and their compaction (compact.go: an EC
+// container whose live bytes fell under CompactPolicy.Below rewritten as
+// its next generation without its deleted blocks). Routes: package metaapi/ecapi. Records: record.go,
 // docs/FORMAT.md §13.3 ('E').
 //
 // Invariants:
@@ -37,6 +39,18 @@
 //     target holds no shard of it and no other rebuild of it.
 //   - A decommission is done only when no record names the datanode
 //     (Holds).
+//   - Compaction (compact.go): a record names one generation of its
+//     container's shards; it moves to the next in one batch, after the
+//     compactor reported every shard of it fsynced, only for the
+//     compaction in flight, only if the record is still the generation
+//     it read and only with the blocks it was given; the same batch
+//     completes the pending deletions of the blocks left out. Until then
+//     the old generation stands; its shards are dropped only once no
+//     record names them. The deletions of the blocks of an EC container,
+//     or of one being converted, are never delivered or completed by the
+//     block GC (BlockGC.Coded): the switch of a conversion or a
+//     compaction completes those of the blocks its record does not hold. At most MaxCompactions in flight, one
+//     conversion or compaction a datanode.
 //   - The pass over the keys that learns the containers' buckets (scan.go)
 //     visits at most ScanPage keys per step under the meta lock.
 //

@@ -57,22 +57,44 @@ type Manager struct {
 	repairsDone, repairsFailed uint64
 	repairedBytes              uint64
 	refused                    map[uint64]string // container → why it could not be placed (logged once)
+	// Compaction (compact.go): the policy (Compaction when made), the memory.
+	compact CompactPolicy
+	cp      compactions
 }
 
+// task is a conversion or a compaction in flight (one a container).
 type task struct {
 	node      uint64
 	targets   []uint64
 	started   time.Time
 	reporting bool // its report is being applied: not timed out
+	// A compaction: the generation it writes, the one it reads and the
+	// blocks it keeps (their offsets in the one it reads).
+	compact   bool
+	gen, from uint32
+	keep      []ecapi.Block
 }
 
 // New is the erasure-coding manager of st's containers; it makes rr
 // (the replication manager) skip the EC containers' replicas (Coded) and
-// count their shards (ShardHealth), and ops wait for a decommissioning
-// datanode's shards to move (Holds).
-func New(st *state.State, cl *cluster.Cluster, rr *repair.Rerepl, ops *cluster.Ops) *Manager {
-	m := &Manager{st: st, cl: cl, refused: map[uint64]string{}}
+// count their shards (ShardHealth), gc leave the block deletions of EC
+// containers and of those being converted to their compactions (so that
+// a block deleted while its container is staged is never left in its
+// shards with its deletion done), and ops wait for a decommissioning
+// datanode's shards to move (Holds). Its compaction policy is
+// Compaction's now (an invalid one: never).
+func New(st *state.State, cl *cluster.Cluster, rr *repair.Rerepl, ops *cluster.Ops, gc *cluster.BlockGC) *Manager {
+	m := &Manager{st: st, cl: cl, refused: map[uint64]string{}, compact: Compaction}
+	if err := m.compact.Validate(); err != nil {
+		st.Log.Error("erasure coding: no compaction", "err", err)
+		m.compact.Below = 0
+	}
 	rr.Coded, rr.ShardHealth, ops.Holds = m.Coded, m.ShardHealth, m.Holds
+	gc.Coded = func(cid uint64) bool { // (under State.Mu)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.ensureLocked() == nil && (m.coded[cid] || m.tasks[cid] != nil)
+	}
 	return m
 }
 
@@ -100,6 +122,7 @@ func (m *Manager) ensureLocked() error {
 	}
 	m.coded, m.tasks, m.buckets, m.scanned, m.scan, m.closed = coded, map[uint64]*task{}, nil, time.Time{}, nil, map[uint64]time.Time{}
 	m.layout, m.held, m.repairs, m.failedOn = layout, map[uint64]*inventory{}, map[ecapi.ShardRef]*repairTask{}, map[ecapi.ShardRef]failure{}
+	m.cp = compactions{fails: map[uint64]failure{}, lastGen: map[uint64]uint32{}}
 	m.loaded, m.stint = true, m.st.Stint
 	return nil
 }

@@ -8,9 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/meta/ecmeta"
@@ -235,5 +238,65 @@ func TestReportsNeedWorkInFlight(t *testing.T) {
 		Quarantined: []ecapi.ShardRef{{Container: 9, Index: 2}}})
 	if err != nil || len(w.DropQuarantined) != 1 || w.DropQuarantined[0] != (ecapi.ShardRef{Container: 9, Index: 2}) {
 		t.Fatalf("work with a quarantined shard no record names: %+v %v", w, err)
+	}
+}
+
+// TestCompactedNeedsCompactionInFlight: a compaction report the meta
+// service did not schedule is refused (the record keeps its generation);
+// a stored shard of another generation than the record's is listed to
+// drop, the record's own is not; the status shows the container's
+// generation and bytes.
+func TestCompactedNeedsCompactionInFlight(t *testing.T) {
+	srv, err := meta.Start(state.Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", TickInterval: -1, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	mc, err := metaapi.NewClient(srv.Addr(), metaapi.ClientOptions{Timeout: 5 * time.Second, Attempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	svc := srv.Service()
+	rec := ecmeta.Record{Container: 4, Generation: 2, Converted: time.UnixMilli(1), Policy: "rs-3-2", Logical: 30, Nodes: []uint64{1, 2, 3, 4, 5},
+		Blocks: []ecapi.Block{{Local: 1, Length: 10, CRC32C: 9}, {Local: 3, Offset: 10, Length: 20, CRC32C: 8}}}
+	if _, err := state.Mutate(svc.State, func() (struct{}, *pebble.Batch, error) {
+		b := svc.Store.NewBatch()
+		state.Set(b, ecmeta.ContainerKey(4), rec.Encode())
+		return struct{}{}, b, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint64
+	for i := range 5 {
+		resp, err := mc.Heartbeat(ctx, &metaapi.Heartbeat{UUID: fmt.Sprintf("00000000-0000-4000-8000-00000000000%d", i), Addr: fmt.Sprintf("127.0.0.1:%d", 1000+i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, resp.NodeID)
+	}
+	if !slices.Equal(ids, rec.Nodes) {
+		t.Skipf("node IDs %v, the record names %v", ids, rec.Nodes)
+	}
+	rep := ecapi.Compacted{Node: ids[0], Container: 4, From: 2, Generation: 3, Logical: 10, Nodes: ids, Blocks: []ecapi.Block{{Local: 1, Length: 10, CRC32C: 9}}}
+	if err := ecapi.ReportCompacted(ctx, mc, rep); !errors.Is(err, metaapi.ErrInvalid) {
+		t.Fatalf("a compaction not in flight reported: %v, want invalid", err)
+	}
+	l, err := ecapi.GetLayout(ctx, mc, 4)
+	if err != nil || l.Generation != 2 || l.Logical != 30 || len(l.Blocks) != 2 {
+		t.Fatalf("layout after a refused report: %+v %v", l, err)
+	}
+	w, err := ecapi.GetWork(ctx, mc, ecapi.WorkRequest{Node: ids[0], Inventory: true, Shards: []ecapi.HeldShard{
+		{ShardRef: ecapi.ShardRef{Container: 4, Generation: 2, Index: 0}, MTime: 5},
+		{ShardRef: ecapi.ShardRef{Container: 4, Generation: 1, Index: 0}, MTime: 6},
+		{ShardRef: ecapi.ShardRef{Container: 4, Generation: 3, Index: 0}, MTime: 7},
+	}})
+	if err != nil || len(w.DropShards) != 2 || w.DropShards[0].Generation == 2 || w.DropShards[1].Generation == 2 {
+		t.Fatalf("work with shards of three generations: %+v %v", w, err)
+	}
+	st, err := ecapi.GetStatus(ctx, mc)
+	if err != nil || len(st.Containers) != 1 || st.Containers[0].Generation != 2 || st.Containers[0].Logical != 30 || st.Containers[0].DeadBytes != 0 ||
+		st.CompactionsDone != 0 || len(st.Compactions) != 0 {
+		t.Fatalf("status: %+v %v", st, err)
 	}
 }

@@ -23,6 +23,7 @@ const (
 	RouteConverted  = "ec_converted"
 	RouteLayout     = "ec_layout"
 	RouteRebuilt    = "ec_rebuilt"
+	RouteCompacted  = "ec_compacted"
 	RouteStatus     = "ec_status"
 )
 
@@ -87,6 +88,17 @@ func (m *Manager) Routes(route func(pattern, name string, h func(w http.Response
 			return nil, 0, fmt.Errorf("%w: %v", metaapi.ErrForbidden, err)
 		}
 		return nil, http.StatusNoContent, m.Rebuilt(req, caller)
+	})
+	route("POST "+ecapi.CompactedRoute, RouteCompacted, func(w http.ResponseWriter, r *http.Request) (any, int, error) {
+		var req ecapi.Compacted
+		if err := decode(w, r, &req); err != nil {
+			return nil, 0, err
+		}
+		caller, err := tlsconf.PeerOfState(r.TLS)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: %v", metaapi.ErrForbidden, err)
+		}
+		return nil, http.StatusNoContent, m.Compacted(req, caller)
 	})
 	route("GET "+ecapi.StatusRoute, RouteStatus, func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		st, err := m.Status()

@@ -17,11 +17,17 @@ var (
 	descRepaired      = prometheus.NewDesc("spindle_meta_ec_repairs_done_total", "Shards rebuilt and recorded (since this leader started).", nil, nil)
 	descRepairFailed  = prometheus.NewDesc("spindle_meta_ec_repairs_failed_total", "Shard rebuilds that failed or timed out.", nil, nil)
 	descRepairedBytes = prometheus.NewDesc("spindle_meta_ec_repaired_bytes_total", "Bytes of shards rebuilt and recorded.", nil, nil)
+	descCompactions   = prometheus.NewDesc("spindle_meta_ec_compactions_inflight", "Compactions of EC containers in flight.", nil, nil)
+	descCompacted     = prometheus.NewDesc("spindle_meta_ec_compactions_done_total", "EC containers compacted (a new generation recorded, since this leader started).", nil, nil)
+	descCompactFailed = prometheus.NewDesc("spindle_meta_ec_compactions_failed_total", "Compactions of EC containers that failed or timed out.", nil, nil)
+	descReclaimed     = prometheus.NewDesc("spindle_meta_ec_reclaimed_bytes_total", "Shard bytes freed by compactions (old generations' less new ones').", nil, nil)
+	descDead          = prometheus.NewDesc("spindle_meta_ec_dead_bytes", "Bytes of blocks deleted from EC containers, not yet compacted away.", nil, nil)
 )
 
 // Describe is prometheus.Collector's.
 func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCoded, descMissing, descMoving, descDegraded, descUnrecoverable, descConversions, descRepairs, descRepaired, descRepairFailed, descRepairedBytes} {
+	for _, d := range []*prometheus.Desc{descCoded, descMissing, descMoving, descDegraded, descUnrecoverable, descConversions, descRepairs, descRepaired, descRepairFailed, descRepairedBytes,
+		descCompactions, descCompacted, descCompactFailed, descReclaimed, descDead} {
 		ch <- d
 	}
 }
@@ -56,4 +62,9 @@ func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 	c(descRepaired, st.RepairsDone)
 	c(descRepairFailed, st.RepairsFailed)
 	c(descRepairedBytes, st.RepairedBytes)
+	g(descCompactions, len(st.Compactions))
+	c(descCompacted, st.CompactionsDone)
+	c(descCompactFailed, st.CompactionsFailed)
+	c(descReclaimed, st.ReclaimedBytes)
+	g(descDead, int(st.DeadBytes))
 }

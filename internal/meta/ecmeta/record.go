@@ -26,8 +26,13 @@ func ContainerKey(id uint64) []byte { return binary.BigEndian.AppendUint64([]byt
 // containerKeyBytes is the length of a ContainerKey.
 const containerKeyBytes = 10
 
-// recordVersion is the first byte of a Record.
-const recordVersion = 1
+// recordVersion is the first byte of a Record of generation 0 (its
+// conversion's shards); recordVersionGen of a later generation (a
+// compaction's), which carries it after the container ID.
+const (
+	recordVersion    = 1
+	recordVersionGen = 2
+)
 
 // Bounds of a Record.
 const (
@@ -35,25 +40,34 @@ const (
 	maxBlocks = 1 << 20
 )
 
-// Record is an erasure-coded container: its policy, its logical bytes
-// (its blocks one after another, in local ID order), the datanode of each
-// shard (Nodes[i] holds shard i) and where each block is.
+// Record is an erasure-coded container: its shards' generation (0 from
+// its conversion, the next at each compaction), its policy, its logical
+// bytes (its blocks one after another, in local ID order), the datanode
+// of each shard (Nodes[i] holds shard i) and where each block is.
 type Record struct {
-	Container uint64
-	Converted time.Time
-	Policy    string // ec.Spec's canonical text
-	Logical   uint64
-	Nodes     []uint64
-	Blocks    []ecapi.Block
+	Container  uint64
+	Generation uint32
+	Converted  time.Time
+	Policy     string // ec.Spec's canonical text
+	Logical    uint64
+	Nodes      []uint64
+	Blocks     []ecapi.Block
 }
 
 // Encode: version u8 = 1 | container u64 | converted unix ms u64 | policy
 // length u16 | policy | logical u64 | shards u16 | node ID u64 × shards |
 // blocks u32 | (local u64 | offset u64 | length u64 | crc32c u32) × blocks
-// | CRC32C u32 of everything before it. Little-endian.
+// | CRC32C u32 of everything before it. Little-endian. A later generation
+// than 0: version u8 = 2 and the generation u32 after the container.
 func (r Record) Encode() []byte {
 	b := []byte{recordVersion}
+	if r.Generation > 0 {
+		b[0] = recordVersionGen
+	}
 	b = binary.LittleEndian.AppendUint64(b, r.Container)
+	if r.Generation > 0 {
+		b = binary.LittleEndian.AppendUint32(b, r.Generation)
+	}
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.Converted.UnixMilli()))
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(r.Policy)))
 	b = append(b, r.Policy...)
@@ -87,11 +101,22 @@ func DecodeRecord(v []byte) (Record, error) {
 		return bad("crc %08x, want %08x", got, want)
 	}
 	b := v[:n]
-	if b[0] != recordVersion {
+	if b[0] != recordVersion && b[0] != recordVersionGen {
 		return bad("version %d", b[0])
 	}
-	r := Record{Container: binary.LittleEndian.Uint64(b[1:]), Converted: time.UnixMilli(int64(binary.LittleEndian.Uint64(b[9:])))}
-	b = b[17:]
+	r := Record{Container: binary.LittleEndian.Uint64(b[1:])}
+	b = b[9:]
+	if v[0] == recordVersionGen {
+		if len(b) < 4+8+2 {
+			return bad("%d bytes", len(v))
+		}
+		if r.Generation = binary.LittleEndian.Uint32(b); r.Generation == 0 {
+			return bad("version 2 of generation 0")
+		}
+		b = b[4:]
+	}
+	r.Converted = time.UnixMilli(int64(binary.LittleEndian.Uint64(b)))
+	b = b[8:]
 	pl := int(binary.LittleEndian.Uint16(b))
 	if len(b) < 2+pl+8+2 || pl > ec.MaxSpecBytes {
 		return bad("policy of %d bytes", pl)

@@ -42,12 +42,14 @@ const (
 
 // layoutMem is an EC container's shards as memory keeps them.
 type layoutMem struct {
+	gen        uint32 // the shards' generation
 	policy     string
 	data       int
 	logical    uint64
 	shardBytes uint64 // each shard file's
 	nodes      []uint64
 	since      []time.Time // when the record started naming nodes[i] (this stint)
+	blocks     []ecapi.Block
 }
 
 // inventory is a datanode's shards as its last poll listed them.
@@ -74,7 +76,7 @@ func loadLayout(v []byte, now time.Time) (*layoutMem, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &layoutMem{policy: rec.Policy, data: spec.Data, logical: rec.Logical, nodes: rec.Nodes, shardBytes: uint64(ec.ShardBytes(spec.Policy, int64(rec.Logical)))}
+	l := &layoutMem{gen: rec.Generation, blocks: rec.Blocks, policy: rec.Policy, data: spec.Data, logical: rec.Logical, nodes: rec.Nodes, shardBytes: uint64(ec.ShardBytes(spec.Policy, int64(rec.Logical)))}
 	for range rec.Nodes {
 		l.since = append(l.since, now)
 	}
@@ -91,7 +93,7 @@ func (m *Manager) shardState(cid uint64, l *layoutMem, i int, now time.Time) (mi
 		return true, false // (a datanode in maintenance is down on purpose: its shards count, as its replicas do)
 	}
 	if inv := m.held[h]; inv != nil && inv.at.After(l.since[i].Add(inventoryGrace)) {
-		if _, ok := inv.shards[ecapi.ShardRef{Container: cid, Index: i}]; !ok {
+		if _, ok := inv.shards[ecapi.ShardRef{Container: cid, Generation: l.gen, Index: i}]; !ok {
 			return true, false
 		}
 	}
@@ -181,11 +183,15 @@ func cmpRef(a, b ecapi.ShardRef) int {
 }
 
 // named says whether a shard stored on node must stay there: an EC record
-// names node for it, a rebuild of it to node is in flight, or a
-// conversion of its container is (whose report may name it). Under m.mu.
+// names node for it (its generation), a rebuild of it to node is in
+// flight, or a conversion of its container, or a compaction to its
+// generation, is (whose report may name it). Under m.mu.
 func (m *Manager) named(ref ecapi.ShardRef, node uint64) bool {
 	if l := m.layout[ref.Container]; l != nil {
-		if ref.Index < len(l.nodes) && l.nodes[ref.Index] == node {
+		if ref.Generation == l.gen && ref.Index < len(l.nodes) && l.nodes[ref.Index] == node {
+			return true
+		}
+		if t := m.tasks[ref.Container]; t != nil && t.compact && t.gen == ref.Generation {
 			return true
 		}
 		t := m.repairs[ref]
@@ -262,7 +268,7 @@ func (m *Manager) scheduleRepairsLocked(now time.Time) {
 			continue
 		}
 		for _, i := range append(missing, moving...) {
-			ref := ecapi.ShardRef{Container: cid, Index: i}
+			ref := ecapi.ShardRef{Container: cid, Generation: l.gen, Index: i}
 			if m.repairs[ref] != nil || !m.retryDue(ref, now) {
 				continue
 			}
@@ -305,7 +311,7 @@ func (m *Manager) repairTarget(cid uint64, l *layoutMem, i int, missing bool, lo
 		n := m.st.NodeByID[id]
 		return n != nil && n.Seen && m.cl.HealthOf(n, now) == metaapi.HealthHealthy && m.cl.InService(id) && !m.cl.Full(n)
 	}
-	if h := l.nodes[i]; missing && ok(h) && m.held[h] != nil && m.failedOn[ecapi.ShardRef{Container: cid, Index: i}].target != h {
+	if h := l.nodes[i]; missing && ok(h) && m.held[h] != nil && m.failedOn[ecapi.ShardRef{Container: cid, Generation: l.gen, Index: i}].target != h {
 		return h // (not again where it just failed: a volume lost, say)
 	}
 	busy := map[uint64]bool{}
@@ -362,7 +368,7 @@ func (m *Manager) Rebuilt(r ecapi.Rebuilt, caller tlsconf.Peer) error {
 		if err != nil {
 			return struct{}{}, nil, err
 		}
-		if ref.Index >= len(rec.Nodes) || rec.Nodes[ref.Index] != t.from {
+		if ref.Generation != rec.Generation || ref.Index >= len(rec.Nodes) || rec.Nodes[ref.Index] != t.from {
 			return struct{}{}, nil, fmt.Errorf("%w: shard %d of container %d moved meanwhile", metaapi.ErrInvalid, ref.Index, ref.Container)
 		}
 		rec.Nodes[ref.Index] = r.Node
@@ -410,7 +416,7 @@ func (m *Manager) settleReport(ref ecapi.ShardRef, node uint64, ok bool, size ui
 	delete(m.repairs, ref)
 	delete(m.failedOn, ref)
 	now := m.st.Cfg.Now()
-	if l := m.layout[ref.Container]; l != nil {
+	if l := m.layout[ref.Container]; l != nil && l.gen == ref.Generation {
 		l.nodes[ref.Index], l.since[ref.Index] = node, now
 	}
 	m.repairsDone++
@@ -474,8 +480,9 @@ func (m *Manager) Status() (ecapi.Status, error) {
 }
 
 func (m *Manager) statusLocked(now time.Time) ecapi.Status {
-	st := ecapi.Status{Coded: len(m.layout), Conversions: []ecapi.Task{}, Repairs: []ecapi.Task{}, Containers: []ecapi.ContainerState{},
-		RepairsDone: m.repairsDone, RepairsFailed: m.repairsFailed, RepairedBytes: m.repairedBytes}
+	st := ecapi.Status{Coded: len(m.layout), Conversions: []ecapi.Task{}, Repairs: []ecapi.Task{}, Compactions: []ecapi.Task{}, Containers: []ecapi.ContainerState{},
+		RepairsDone: m.repairsDone, RepairsFailed: m.repairsFailed, RepairedBytes: m.repairedBytes,
+		CompactionsDone: m.cp.done, CompactionsFailed: m.cp.failed, ReclaimedBytes: m.cp.reclaimed}
 	for _, cid := range slices.Sorted(maps.Keys(m.layout)) {
 		l := m.layout[cid]
 		present, missing, moving := m.counts(cid, l, now)
@@ -488,11 +495,18 @@ func (m *Manager) statusLocked(now time.Time) ecapi.Status {
 		if present < l.data {
 			st.Unrecoverable++
 		}
-		st.Containers = append(st.Containers, ecapi.ContainerState{Container: cid, Policy: l.policy, Nodes: slices.Clone(l.nodes), Missing: missing, Moving: moving})
+		_, live := liveBlocks(m.st, cid, l)
+		st.DeadBytes += l.logical - live
+		st.Containers = append(st.Containers, ecapi.ContainerState{Container: cid, Generation: l.gen, Policy: l.policy, Nodes: slices.Clone(l.nodes), Missing: missing, Moving: moving,
+			Logical: l.logical, DeadBytes: l.logical - live})
 	}
 	m.spaceLocked(&st)
 	for _, cid := range slices.Sorted(maps.Keys(m.tasks)) {
 		t := m.tasks[cid]
+		if t.compact {
+			st.Compactions = append(st.Compactions, ecapi.Task{Container: cid, Index: -1, Node: t.node, Why: "compaction", Started: t.started.UnixMilli()})
+			continue
+		}
 		st.Conversions = append(st.Conversions, ecapi.Task{Container: cid, Index: -1, Node: t.node, Why: "conversion", Started: t.started.UnixMilli()})
 	}
 	for _, ref := range slices.SortedFunc(maps.Keys(m.repairs), cmpRef) {

@@ -12,6 +12,7 @@
 //	POST /v1/ec/converted            Converted (204: the container is EC from now on)
 //	GET  /v1/ec/containers/{id}      → Layout (404 NOT_FOUND: not erasure-coded)
 //	POST /v1/ec/rebuilt              Rebuilt (204: the shard's new datanode recorded)
+//	POST /v1/ec/compacted            Compacted (204: the container's new generation recorded)
 //	GET  /v1/ec/status               → Status (EC containers, shards missing, repairs)
 //
 // Invariants: a policy is ec.ParseSpec's text (its canonical String on
@@ -23,7 +24,10 @@
 // replicas to drop. A Rebuilt report names a shard the datanode stored,
 // verified and fsynced; once answered the shard is recorded there. A
 // DropShards or DropQuarantined entry names a shard no record, rebuild or
-// conversion in flight names on that datanode. Over TLS a datanode's work and reports
+// conversion or compaction in flight names on that datanode. A
+// Compacted report names a new generation's shards, each already fsynced
+// on its datanode; once answered the container is that generation and
+// the previous one's shards are dropped (DropShards). Over TLS a datanode's work and reports
 // are refused
 // (FORBIDDEN) unless its certificate is the one its node record is bound
 // to, as for heartbeats.
@@ -47,6 +51,7 @@ const (
 	ConvertedRoute = "/v1/ec/converted"
 	ContainerRoute = "/v1/ec/containers/"
 	RebuiltRoute   = "/v1/ec/rebuilt"
+	CompactedRoute = "/v1/ec/compacted"
 	StatusRoute    = "/v1/ec/status"
 )
 
@@ -66,6 +71,8 @@ type WorkRequest struct {
 	Node uint64 `json:"node"`
 	// Converting lists the conversions it runs now.
 	Converting []uint64 `json:"converting,omitempty"`
+	// Compacting lists the compactions it runs now.
+	Compacting []uint64 `json:"compacting,omitempty"`
 	// Rebuilding lists the shard rebuilds it runs now.
 	Rebuilding []ShardRef `json:"rebuilding,omitempty"`
 	// Shards is every shard it stores (verified by its scrubber or when
@@ -79,10 +86,12 @@ type WorkRequest struct {
 	Quarantined []ShardRef `json:"quarantined,omitempty"`
 }
 
-// ShardRef names a shard of a container.
+// ShardRef names a shard of a container: of its generation Generation
+// (0, absent in JSON: the conversion's; each compaction writes the next).
 type ShardRef struct {
-	Container uint64 `json:"container"`
-	Index     int    `json:"index"`
+	Container  uint64 `json:"container"`
+	Generation uint32 `json:"generation,omitempty"`
+	Index      int    `json:"index"`
 }
 
 // HeldShard is a shard a datanode stores: MTime (unix ns) tells one file
@@ -129,6 +138,15 @@ type Status struct {
 	RepairsDone   uint64 `json:"repairs_done"`
 	RepairsFailed uint64 `json:"repairs_failed"`
 	RepairedBytes uint64 `json:"repaired_bytes"`
+	// Compactions in flight; done and failed since the leader started,
+	// the shard bytes they freed (old generations' less new ones'), and
+	// the bytes of blocks deleted from EC containers not yet compacted
+	// away (DeadBytes).
+	Compactions       []Task `json:"compactions"`
+	CompactionsDone   uint64 `json:"compactions_done"`
+	CompactionsFailed uint64 `json:"compactions_failed"`
+	ReclaimedBytes    uint64 `json:"reclaimed_bytes"`
+	DeadBytes         uint64 `json:"dead_bytes"`
 	// Containers: each EC container's state (policy, nodes, missing).
 	Containers []ContainerState `json:"containers"`
 	// Space: raw bytes (replicas as the datanodes report them, shards)
@@ -161,16 +179,23 @@ type Task struct {
 
 // ContainerState is an EC container's shards.
 type ContainerState struct {
-	Container uint64   `json:"container"`
-	Policy    string   `json:"policy"`
-	Nodes     []uint64 `json:"nodes"`
-	Missing   []int    `json:"missing,omitempty"`
-	Moving    []int    `json:"moving,omitempty"`
+	Container  uint64   `json:"container"`
+	Generation uint32   `json:"generation,omitempty"`
+	Policy     string   `json:"policy"`
+	Nodes      []uint64 `json:"nodes"`
+	Missing    []int    `json:"missing,omitempty"`
+	Moving     []int    `json:"moving,omitempty"`
+	// Logical bytes, and those of its blocks deleted since (DeadBytes:
+	// freed by its next compaction).
+	Logical   uint64 `json:"logical"`
+	DeadBytes uint64 `json:"dead_bytes,omitempty"`
 }
 
 // Work is a datanode's erasure-coding work.
 type Work struct {
 	Convert []Conversion `json:"convert,omitempty"`
+	// Compact lists compactions to run (at most one).
+	Compact []Compaction `json:"compact,omitempty"`
 	// Drop lists containers erasure-coded for good whose replica this
 	// datanode still holds: it deletes them.
 	Drop []uint64 `json:"drop,omitempty"`
@@ -193,6 +218,36 @@ type Conversion struct {
 	Policy    string   `json:"policy"`
 	Targets   []Shard  `json:"targets"`
 	Buckets   []string `json:"buckets,omitempty"`
+}
+
+// Compaction: read the live Blocks of Container (their bytes in its
+// current generation From, on Shards), lay them out one after another as
+// the logical bytes of generation Generation, encode them with Policy and
+// store shard i on Targets[i]; then report Compacted.
+type Compaction struct {
+	Container  uint64  `json:"container"`
+	From       uint32  `json:"from,omitempty"`
+	Generation uint32  `json:"generation"`
+	Policy     string  `json:"policy"`
+	Logical    uint64  `json:"logical"`
+	Shards     []Shard `json:"shards"`
+	Blocks     []Block `json:"blocks"`
+	Targets    []Shard `json:"targets"`
+}
+
+// Compacted reports a finished compaction: every shard of generation
+// Generation fsynced on its node (Nodes[i] holds shard i), the blocks at
+// their new offsets.
+type Compacted struct {
+	// Node is the compactor (over TLS, the caller's certificate must be
+	// bound to it).
+	Node       uint64   `json:"node"`
+	Container  uint64   `json:"container"`
+	From       uint32   `json:"from,omitempty"`
+	Generation uint32   `json:"generation"`
+	Logical    uint64   `json:"logical"`
+	Nodes      []uint64 `json:"nodes"`
+	Blocks     []Block  `json:"blocks"`
 }
 
 // Shard is where a shard is: a datanode and its data-path address (bulk).
@@ -223,11 +278,12 @@ type Converted struct {
 
 // Layout is an EC container as readers see it.
 type Layout struct {
-	Container uint64  `json:"container"`
-	Policy    string  `json:"policy"`
-	Logical   uint64  `json:"logical"`
-	Shards    []Shard `json:"shards"`
-	Blocks    []Block `json:"blocks"`
+	Container  uint64  `json:"container"`
+	Generation uint32  `json:"generation,omitempty"`
+	Policy     string  `json:"policy"`
+	Logical    uint64  `json:"logical"`
+	Shards     []Shard `json:"shards"`
+	Blocks     []Block `json:"blocks"`
 }
 
 // Doer runs one meta service call (metaapi.Client.Do).
@@ -282,6 +338,12 @@ func GetLayout(ctx context.Context, c Doer, container uint64) (Layout, error) {
 // ReportRebuilt reports a shard rebuilt and durable on its new node.
 func ReportRebuilt(ctx context.Context, c Doer, r Rebuilt) error {
 	return c.Do(ctx, http.MethodPost, RebuiltRoute, r, nil, true)
+}
+
+// ReportCompacted reports a finished compaction (idempotent: a report of
+// the generation recorded already is no error).
+func ReportCompacted(ctx context.Context, c Doer, r Compacted) error {
+	return c.Do(ctx, http.MethodPost, CompactedRoute, r, nil, true)
 }
 
 // GetStatus returns the state of erasure coding.
