@@ -349,43 +349,64 @@ func (m *crashMember) sample() {
 	if m.tn.node == nil || m.disk.Dead() {
 		return
 	}
+	// The reads go on beside the disk: if it loses power meanwhile, an
+	// operation frozen by the loss (until Release) may hold the engine's
+	// or the log's lock, and a read here would wait for it for ever (a
+	// make test run hung 20 minutes in ListBlocks' Container). Then the
+	// sample is dropped and the reader ends at Release.
+	eng, lg := m.tn.eng, m.tn.log // not m's fields: a restart replaces them
+	got := make(chan func(), 1)
+	go func() { got <- m.read(eng, lg) }()
+	select {
+	case apply := <-got:
+		apply()
+	case <-m.disk.Died():
+	}
+}
+
+// read reads what m has made durable and returns the update of its mark
+// (a no-op when the log has records not yet durable).
+func (m *crashMember) read(eng *engine.Engine, lg *wal.Log) func() {
 	type cblocks struct {
 		blocks []*engine.BlockData
 		bcsid  uint64
 	}
 	var cs []cblocks
 	for _, cid := range []engine.ContainerID{5, 6} {
-		bds, err := m.tn.eng.ListBlocks(cid, 0, true, 0)
+		bds, err := eng.ListBlocks(cid, 0, true, 0)
 		if err != nil {
 			continue
 		}
-		ci, err := m.tn.eng.Container(cid)
+		ci, err := eng.Container(cid)
 		if err != nil {
 			continue
 		}
 		cs = append(cs, cblocks{bds, ci.BCSID})
 	}
-	last, err := m.tn.log.LastIndex(1)
+	nothing := func() {}
+	last, err := lg.LastIndex(1)
 	if err != nil {
-		return
+		return nothing
 	}
-	hs, err := m.tn.log.HardState(1)
+	hs, err := lg.HardState(1)
 	if err != nil {
-		return
+		return nothing
 	}
-	if st := m.tn.log.Stats(); st.DurableSeq != st.LastSeq {
-		return
+	if st := lg.Stats(); st.DurableSeq != st.LastSeq {
+		return nothing
 	}
-	m.mark.lastIndex = max(m.mark.lastIndex, last)
-	if hs.Term > m.mark.hs.Term || (hs.Term == m.mark.hs.Term && hs.Commit >= m.mark.hs.Commit) {
-		m.mark.hs = hs
-	}
-	for _, c := range cs {
-		if hs.Commit < c.bcsid {
-			continue
+	return func() {
+		m.mark.lastIndex = max(m.mark.lastIndex, last)
+		if hs.Term > m.mark.hs.Term || (hs.Term == m.mark.hs.Term && hs.Commit >= m.mark.hs.Commit) {
+			m.mark.hs = hs
 		}
-		for _, bd := range c.blocks {
-			m.mark.blocks[bd.ID] = max(m.mark.blocks[bd.ID], bd.Length)
+		for _, c := range cs {
+			if hs.Commit < c.bcsid {
+				continue
+			}
+			for _, bd := range c.blocks {
+				m.mark.blocks[bd.ID] = max(m.mark.blocks[bd.ID], bd.Length)
+			}
 		}
 	}
 }
