@@ -13,7 +13,7 @@ import (
 // committed with length bytes, and returns the container's BCSID then.
 func waitCommitted(t testing.TB, tn *testNode, b, length uint64) uint64 {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for {
 		bd, err := tn.eng.GetBlock(engine.BlockID{Container: 5, Local: b})
 		if err == nil && bd.Length == length {

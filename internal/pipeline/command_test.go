@@ -151,7 +151,7 @@ func TestByteBudget(t *testing.T) {
 // waitWaiting waits (bounded) until n acquires of b are waiting.
 func waitWaiting(t *testing.T, b *byteBudget, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for _, _, w := b.stats(); w != n; _, _, w = b.stats() {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d acquires waiting, want %d", w, n)

@@ -50,7 +50,7 @@ const (
 	crashInlineBytes        = 2048
 	crashInlineRecordBytes  = 3 << 10
 	crashInlineSegmentBytes = 4 << 10
-	crashWaitSeconds        = 20 // bound of every wait for a leader or a catch-up
+	crashWaitSeconds        = 60 // bound of every wait for a leader or a catch-up
 )
 
 // crashBlock is one block of the workload: its chunk sizes, the chunk

@@ -105,7 +105,7 @@ func TestInlineChunksReplicateRecoverAndCatchUp(t *testing.T) {
 	putBlock(t, cl, 2, c2)
 	for _, tn := range nodes {
 		for _, x := range []struct{ b, n uint64 }{{1, len1}, {2, len2 + large}} {
-			deadline := time.Now().Add(10 * time.Second)
+			deadline := time.Now().Add(waitBound)
 			for {
 				bd, err := tn.eng.GetBlock(engine.BlockID{Container: 5, Local: x.b})
 				if err == nil && bd.Length == x.n {

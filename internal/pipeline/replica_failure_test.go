@@ -79,7 +79,7 @@ func failBlockFiles(fs *vfs.MemFS, kind vfs.OpKind, errno error) {
 // replica failure, or stopped altogether; it reports which.
 func waitFailed(t *testing.T, tn *testNode) (replica, node bool) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(waitBound)
 	for {
 		if len(tn.node.FailedPipelines()) > 0 {
 			return true, false
@@ -88,7 +88,7 @@ func waitFailed(t *testing.T, tn *testNode) (replica, node bool) {
 		case <-tn.node.Stopped():
 			return false, true
 		case <-deadline:
-			t.Fatalf("node %d: no failure seen within 10 s", tn.id)
+			t.Fatalf("node %d: no failure seen within %v", tn.id, waitBound)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
@@ -345,13 +345,13 @@ func TestDiskStallFailsTheNode(t *testing.T) {
 	ffs.InjectErrors(nil)
 }
 
-// waitUntil polls cond (bounded: 10 s) and fails the test if it never holds.
+// waitUntil polls cond (bounded: waitBound) and fails the test if it never holds.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10 s", what)
+			t.Fatalf("%s: not within %v", what, waitBound)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -54,7 +54,7 @@ func startLone(t *testing.T, cfg Config, solo bool) *Node {
 		closeT(t, eng)
 	})
 	if solo {
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(waitBound)
 		for l, _ := n.Leader(1); l != 1; l, _ = n.Leader(1) {
 			if time.Now().After(deadline) {
 				t.Fatal("the node does not lead its one-member pipeline")
@@ -344,7 +344,7 @@ func TestSmallBudgetsReplicate(t *testing.T) {
 			readBack(t, tn, b, 16*chunk)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for _, tn := range nodes {
 		for st := tn.node.Budgets(); st.ClientBytes != 0 || st.RaftBytes != 0; st = tn.node.Budgets() {
 			if time.Now().After(deadline) {
@@ -417,7 +417,7 @@ func TestRefusedPayloadSkipped(t *testing.T) {
 // allocated, so a flood of them held the raft budget.
 func TestStaleTermPayloadSkipped(t *testing.T) {
 	n := startLone(t, Config{}, true)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for {
 		if l, term := n.Leader(1); l == 1 && term >= 2 {
 			break
