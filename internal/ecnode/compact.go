@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/spindle-store/spindle/internal/bulk"
@@ -95,23 +93,12 @@ func (w *Worker) Compact(ctx context.Context, c ecapi.Compaction) (logical int64
 	if set.Container() != c.Container || set.Generation() != c.From || uint64(set.Size()) != c.Logical {
 		return 0, fmt.Errorf("ecnode: compaction of container %d: the shards are of container %d generation %d, %d bytes", c.Container, set.Container(), set.Generation(), set.Size())
 	}
-	dir := filepath.Join(w.Store.Dir, fmt.Sprintf("work-c%d", c.Container))
-	if err := os.RemoveAll(dir); err != nil {
-		return 0, err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, err
-	}
-	defer func() {
-		if !errors.Is(err, ErrCrash) {
-			err = errors.Join(err, os.RemoveAll(dir))
-		}
-	}()
-	lf, err := os.Create(filepath.Join(dir, "logical"))
+	wk, err := w.startWork(fmt.Sprintf("work-c%d", c.Container))
 	if err != nil {
 		return 0, err
 	}
-	defer closeInto(lf, &err)
+	defer wk.finish(&err)
+	lf := wk.logical
 	blocks, err := stageLive(set, c, lf)
 	if err != nil {
 		return 0, err
@@ -123,14 +110,9 @@ func (w *Worker) Compact(ctx context.Context, c ecapi.Compaction) (logical int64
 	if err := w.hook(c.Container, StepCompactRead); err != nil {
 		return 0, err
 	}
-	files := make([]*os.File, spec.Shards())
-	dst := make([]io.Writer, spec.Shards())
-	for i := range files {
-		if files[i], err = os.Create(filepath.Join(dir, fmt.Sprintf("shard.%d", i))); err != nil {
-			return 0, err
-		}
-		defer closeInto(files[i], &err)
-		dst[i] = files[i]
+	dst, err := wk.createShards(spec.Shards())
+	if err != nil {
+		return 0, err
 	}
 	if err := ec.EncodeGeneration(lf, logical, spec.Policy, c.Container, c.Generation, dst); err != nil {
 		return 0, err
@@ -139,26 +121,15 @@ func (w *Worker) Compact(ctx context.Context, c ecapi.Compaction) (logical int64
 		return 0, err
 	}
 	size := ec.ShardBytes(spec.Policy, logical)
-	errs := make([]error, len(files))
-	var wg sync.WaitGroup
-	for i, f := range files {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := f.Seek(0, io.SeekStart); err != nil {
-				errs[i] = err
-				return
-			}
-			if errs[i] = w.hook(c.Container, StepCompactStoring); errs[i] != nil {
-				return
-			}
-			if errs[i] = bulk.PutShardGeneration(ctx, w.TLS, c.Targets[i].Addr, c.Container, c.Generation, i, f, size); errs[i] == nil {
-				errs[i] = w.hook(c.Container, StepCompactStored)
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := wk.sendShards(func(i int, f *os.File) error {
+		if err := w.hook(c.Container, StepCompactStoring); err != nil {
+			return err
+		}
+		if err := bulk.PutShardGeneration(ctx, w.TLS, c.Targets[i].Addr, c.Container, c.Generation, i, f, size); err != nil {
+			return err
+		}
+		return w.hook(c.Container, StepCompactStored)
+	}); err != nil {
 		return 0, err
 	}
 	if err := w.hook(c.Container, StepCompactReport); err != nil {

@@ -196,23 +196,12 @@ func (w *Worker) Convert(ctx context.Context, c ecapi.Conversion) (logical int64
 	if err != nil || !spec.Coded() || len(c.Targets) != spec.Shards() {
 		return 0, fmt.Errorf("ecnode: conversion of container %d: policy %q for %d targets: %v", c.Container, c.Policy, len(c.Targets), err)
 	}
-	dir := filepath.Join(w.Store.Dir, fmt.Sprintf("work-%d", c.Container))
-	if err := os.RemoveAll(dir); err != nil {
-		return 0, err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, err
-	}
-	defer func() {
-		if !errors.Is(err, ErrCrash) {
-			err = errors.Join(err, os.RemoveAll(dir))
-		}
-	}()
-	lf, err := os.Create(filepath.Join(dir, "logical"))
+	wk, err := w.startWork(fmt.Sprintf("work-%d", c.Container))
 	if err != nil {
 		return 0, err
 	}
-	defer closeInto(lf, &err)
+	defer wk.finish(&err)
+	lf := wk.logical
 	blocks, logical, err := w.stage(c.Container, lf)
 	if err != nil {
 		return 0, err
@@ -220,14 +209,9 @@ func (w *Worker) Convert(ctx context.Context, c ecapi.Conversion) (logical int64
 	if err := w.hook(c.Container, StepRead); err != nil {
 		return 0, err
 	}
-	files := make([]*os.File, spec.Shards())
-	dst := make([]io.Writer, spec.Shards())
-	for i := range files {
-		if files[i], err = os.Create(filepath.Join(dir, fmt.Sprintf("shard.%d", i))); err != nil {
-			return 0, err
-		}
-		defer closeInto(files[i], &err)
-		dst[i] = files[i]
+	dst, err := wk.createShards(spec.Shards())
+	if err != nil {
+		return 0, err
 	}
 	if err := ec.Encode(lf, logical, spec.Policy, c.Container, dst); err != nil {
 		return 0, err
@@ -236,25 +220,12 @@ func (w *Worker) Convert(ctx context.Context, c ecapi.Conversion) (logical int64
 		return 0, err
 	}
 	size := ec.ShardBytes(spec.Policy, logical)
-	// Every shard to its node, in parallel; each answer means verified
-	// and fsynced there.
-	errs := make([]error, len(files))
-	var wg sync.WaitGroup
-	for i, f := range files {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := f.Seek(0, io.SeekStart); err != nil {
-				errs[i] = err
-				return
-			}
-			if errs[i] = bulk.PutShard(ctx, w.TLS, c.Targets[i].Addr, c.Container, i, f, size); errs[i] == nil {
-				errs[i] = w.hook(c.Container, StepStored)
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := wk.sendShards(func(i int, f *os.File) error {
+		if err := bulk.PutShard(ctx, w.TLS, c.Targets[i].Addr, c.Container, i, f, size); err != nil {
+			return err
+		}
+		return w.hook(c.Container, StepStored)
+	}); err != nil {
 		return 0, err
 	}
 	if err := w.hook(c.Container, StepReport); err != nil {
@@ -315,6 +286,81 @@ func (w *Worker) stage(cid uint64, f *os.File) ([]ecapi.Block, int64, error) {
 		first = false
 	}
 	return out, off, nil
+}
+
+// work is a conversion's or a compaction's scratch directory under the
+// store: the container's live bytes staged in "logical", then its shards
+// encoded into "shard.N" before they are sent.
+type work struct {
+	dir     string
+	logical *os.File
+	shards  []*os.File
+}
+
+// startWork empties (or makes) the work directory name under the store
+// and creates its logical file. The caller defers finish with its named
+// error.
+func (w *Worker) startWork(name string) (*work, error) {
+	wk := &work{dir: filepath.Join(w.Store.Dir, name)}
+	if err := os.RemoveAll(wk.dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(wk.dir, 0o755); err != nil {
+		return nil, err
+	}
+	lf, err := os.Create(filepath.Join(wk.dir, "logical"))
+	if err != nil {
+		return nil, errors.Join(err, os.RemoveAll(wk.dir))
+	}
+	wk.logical = lf
+	return wk, nil
+}
+
+// createShards creates the n shard files; their writers, in shard order.
+func (wk *work) createShards(n int) ([]io.Writer, error) {
+	dst := make([]io.Writer, 0, n)
+	for i := range n {
+		f, err := os.Create(filepath.Join(wk.dir, fmt.Sprintf("shard.%d", i)))
+		if err != nil {
+			return nil, err
+		}
+		wk.shards = append(wk.shards, f)
+		dst = append(dst, f)
+	}
+	return dst, nil
+}
+
+// finish closes the work's files (the first close error is kept in *errp
+// when it holds none) and removes its directory, unless *errp is ErrCrash:
+// a simulated crash leaves it as a real one would, for the restart to find.
+func (wk *work) finish(errp *error) {
+	for i := len(wk.shards) - 1; i >= 0; i-- {
+		closeInto(wk.shards[i], errp)
+	}
+	closeInto(wk.logical, errp)
+	if !errors.Is(*errp, ErrCrash) {
+		*errp = errors.Join(*errp, os.RemoveAll(wk.dir))
+	}
+}
+
+// sendShards sends every shard file, from its start, with put (to its
+// target), all in parallel; each answer means verified and fsynced there.
+func (wk *work) sendShards(put func(i int, f *os.File) error) error {
+	errs := make([]error, len(wk.shards))
+	var wg sync.WaitGroup
+	for i, f := range wk.shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := f.Seek(0, io.SeekStart); err != nil {
+				errs[i] = err
+				return
+			}
+			errs[i] = put(i, f)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func closeInto(f *os.File, err *error) {

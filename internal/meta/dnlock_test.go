@@ -9,14 +9,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/spindle-store/spindle/internal/datanode"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/meta/holdmeta"
 	"github.com/spindle-store/spindle/internal/meta/state"
@@ -44,32 +42,7 @@ func TestDatanodesKeepALockedVersionsBlocks(t *testing.T) {
 		DeleteRedeliverAfter: 200 * time.Millisecond, MaxDeleteAttempts: 2, TickInterval: 50 * time.Millisecond}
 	srv, mc := serve(t, cfg)
 	svc := srv.Service()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	errs := make(chan error, 3)
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			if err != nil {
-				t.Errorf("datanode: %v", err)
-			}
-		}
-	})
-	for i := range 3 {
-		data, log := datanode.DefaultDirs(filepath.Join(t.TempDir(), "dn", string(rune('a'+i))))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs <- datanode.Run(ctx, datanode.Config{ListenAddr: "127.0.0.1:0", DataDirs: []string{data}, LogDir: log,
-				Meta: mc, HeartbeatInterval: 50 * time.Millisecond, Logger: quiet, MetricsListen: "127.0.0.1:0"})
-		}()
-	}
-	waitFor(t, "a pipeline of 3 registered datanodes with a leader", func() bool {
-		ps, err := mc.Pipelines(ctx)
-		return err == nil && len(ps) == 1 && ps[0].Leader != 0
-	})
+	ctx := startDatanodes(t, mc, "127.0.0.1:0")
 	kc, err := keyclient.New(mc, keyclient.Options{ChunkSize: 64 << 10, BlockSize: 256 << 10, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

@@ -39,19 +39,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestEndToEndWithDatanodes: a meta service and three real datanodes in
-// this process: registration, a pipeline joined with a leader, keys put
-// and read back through the key client, and the blocks of a replaced and
-// a deleted key deleted on the datanodes and acknowledged.
-func TestEndToEndWithDatanodes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts three datanodes")
-	}
-	cfg := state.Config{Dir: filepath.Join(t.TempDir(), "meta"), Logger: quiet, PipelinesPerNode: 1,
-		HeartbeatInterval: 50 * time.Millisecond, StaleAfter: 2 * time.Second, DeadAfter: 10 * time.Second,
-		DeleteRedeliverAfter: time.Second}
-	srv, mc := serve(t, cfg)
-	svc := srv.Service()
+// startDatanodes runs three datanodes in this process, registered with mc
+// (metricsListen: their metrics' listen address, "" none), until the test
+// ends (an error of theirs fails it), and waits until they form one
+// pipeline with a leader. It returns the context they run in, cancelled at
+// the test's cleanup.
+func startDatanodes(t *testing.T, mc *metaapi.Client, metricsListen string) context.Context {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
@@ -66,19 +60,35 @@ func TestEndToEndWithDatanodes(t *testing.T) {
 		}
 	})
 	for i := range 3 {
-		dir := filepath.Join(t.TempDir(), "dn", string(rune('a'+i)))
-		data, log := datanode.DefaultDirs(dir)
+		data, log := datanode.DefaultDirs(filepath.Join(t.TempDir(), "dn", string(rune('a'+i))))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			errs <- datanode.Run(ctx, datanode.Config{ListenAddr: "127.0.0.1:0", DataDirs: []string{data}, LogDir: log,
-				Meta: mc, HeartbeatInterval: 50 * time.Millisecond, Logger: quiet})
+				Meta: mc, HeartbeatInterval: 50 * time.Millisecond, Logger: quiet, MetricsListen: metricsListen})
 		}()
 	}
 	waitFor(t, "a pipeline of 3 registered datanodes with a leader", func() bool {
 		ps, err := mc.Pipelines(ctx)
 		return err == nil && len(ps) == 1 && ps[0].Leader != 0
 	})
+	return ctx
+}
+
+// TestEndToEndWithDatanodes: a meta service and three real datanodes in
+// this process: registration, a pipeline joined with a leader, keys put
+// and read back through the key client, and the blocks of a replaced and
+// a deleted key deleted on the datanodes and acknowledged.
+func TestEndToEndWithDatanodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three datanodes")
+	}
+	cfg := state.Config{Dir: filepath.Join(t.TempDir(), "meta"), Logger: quiet, PipelinesPerNode: 1,
+		HeartbeatInterval: 50 * time.Millisecond, StaleAfter: 2 * time.Second, DeadAfter: 10 * time.Second,
+		DeleteRedeliverAfter: time.Second}
+	srv, mc := serve(t, cfg)
+	svc := srv.Service()
+	ctx := startDatanodes(t, mc, "")
 
 	kc, err := keyclient.New(mc, keyclient.Options{ChunkSize: 64 << 10, BlockSize: 256 << 10, Logger: quiet})
 	if err != nil {

@@ -268,14 +268,8 @@ func (m *Manager) Compacted(r ecapi.Compacted, caller tlsconf.Peer) error {
 	_, err := state.Mutate(m.st, func() (struct{}, *pebble.Batch, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if err := m.ensureLocked(); err != nil {
-			return struct{}{}, nil, err
-		}
-		n := m.st.NodeByID[r.Node]
-		if n == nil {
-			return struct{}{}, nil, fmt.Errorf("%w: compactor %d is no datanode", metaapi.ErrInvalid, r.Node)
-		}
-		if err := speaksFor(caller, n); err != nil {
+		_, err := m.reporterLocked(r.Node, caller, "compaction report", metaapi.ErrInvalid)
+		if err != nil {
 			return struct{}{}, nil, err
 		}
 		old, err := m.record(r.Container)

@@ -30,14 +30,8 @@ func (m *Manager) Work(req ecapi.WorkRequest, caller tlsconf.Peer) (ecapi.Work, 
 	return state.Read(m.st, func() (ecapi.Work, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if err := m.ensureLocked(); err != nil {
-			return ecapi.Work{}, err
-		}
-		n := m.st.NodeByID[req.Node]
-		if n == nil {
-			return ecapi.Work{}, fmt.Errorf("%w: datanode %d", metaapi.ErrNotFound, req.Node)
-		}
-		if err := speaksFor(caller, n); err != nil {
+		n, err := m.reporterLocked(req.Node, caller, "work request", metaapi.ErrNotFound)
+		if err != nil {
 			return ecapi.Work{}, err
 		}
 		now := m.st.Cfg.Now()
@@ -213,14 +207,8 @@ func (m *Manager) Converted(r ecapi.Converted, caller tlsconf.Peer) error {
 	_, err := state.Mutate(m.st, func() (struct{}, *pebble.Batch, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if err := m.ensureLocked(); err != nil {
-			return struct{}{}, nil, err
-		}
-		conv := m.st.NodeByID[r.Node]
-		if conv == nil {
-			return struct{}{}, nil, fmt.Errorf("%w: converter %d is no datanode", metaapi.ErrInvalid, r.Node)
-		}
-		if err := speaksFor(caller, conv); err != nil {
+		_, err := m.reporterLocked(r.Node, caller, "conversion report", metaapi.ErrInvalid)
+		if err != nil {
 			return struct{}{}, nil, err
 		}
 		c := m.st.ContainerByID[r.Container]
@@ -277,6 +265,24 @@ func (m *Manager) Converted(r ecapi.Converted, caller tlsconf.Peer) error {
 	m.st.Mu.RUnlock()
 	m.st.Log.Info("container erasure-coded", "container", r.Container, "policy", r.Policy, "logical_bytes", r.Logical, "shard_nodes", r.Nodes)
 	return nil
+}
+
+// reporterLocked loads the EC containers when the stint changed
+// (ensureLocked) and returns datanode id's record, refusing a caller that
+// does not speak for it (under mu). role names the request in the error
+// when there is none, of kind missing.
+func (m *Manager) reporterLocked(id uint64, caller tlsconf.Peer, role string, missing error) (*state.Node, error) {
+	if err := m.ensureLocked(); err != nil {
+		return nil, err
+	}
+	n := m.st.NodeByID[id]
+	if n == nil {
+		return nil, fmt.Errorf("%w: %s: no datanode %d", missing, role, id)
+	}
+	if err := speaksFor(caller, n); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 // speaksFor refuses an authenticated caller whose certificate is not the

@@ -350,14 +350,8 @@ func (m *Manager) Rebuilt(r ecapi.Rebuilt, caller tlsconf.Peer) error {
 	_, err := state.Mutate(m.st, func() (struct{}, *pebble.Batch, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if err := m.ensureLocked(); err != nil {
-			return struct{}{}, nil, err
-		}
-		n := m.st.NodeByID[r.Node]
-		if n == nil {
-			return struct{}{}, nil, fmt.Errorf("%w: datanode %d", metaapi.ErrInvalid, r.Node)
-		}
-		if err := speaksFor(caller, n); err != nil {
+		_, err := m.reporterLocked(r.Node, caller, "rebuild report", metaapi.ErrInvalid)
+		if err != nil {
 			return struct{}{}, nil, err
 		}
 		t := m.repairs[ref]
