@@ -66,14 +66,19 @@ start_peer() {
   case $1 in
   minio)
     mkdir -p "$SHM/minio"/d{1,2,3,4}
-    MINIO_ROOT_USER=$AK MINIO_ROOT_PASSWORD=$SK setsid "$PEER_BIN/minio" server --quiet --address "127.0.0.1:$port" \
+    MINIO_ROOT_USER=$AK MINIO_ROOT_PASSWORD=$SK MINIO_UPDATE=off setsid "$PEER_BIN/minio" server --quiet --address "127.0.0.1:$port" \
       --console-address "127.0.0.1:$(free_port)" "$SHM/minio/d{1...4}" >"$SHM/peer.log" 2>&1 &
     ;;
   seaweedfs)
     mkdir -p "$SHM/weed"
     printf '{"identities":[{"name":"bench","credentials":[{"accessKey":"%s","secretKey":"%s"}],"actions":["Admin","Read","Write","List","Tagging"]}]}' "$AK" "$SK" >"$SHM/weed.json"
-    setsid "$PEER_BIN/weed" server -dir="$SHM/weed" -ip=127.0.0.1 -master.port="$(free_port)" -volume.port="$(free_port)" \
-      -filer -filer.port="$(free_port)" -s3 -s3.port="$port" -s3.config="$SHM/weed.json" >"$SHM/peer.log" 2>&1 &
+    # Each gRPC port explicit: weed's default is the HTTP port + 10000,
+    # past 65535 for a port the kernel picks high (weed panicked). No
+    # telemetry: the bench sends nothing off this machine.
+    setsid "$PEER_BIN/weed" server -dir="$SHM/weed" -ip=127.0.0.1 -master.telemetry=false \
+      -master.port="$(free_port)" -master.port.grpc="$(free_port)" -volume.port="$(free_port)" -volume.port.grpc="$(free_port)" \
+      -filer -filer.port="$(free_port)" -filer.port.grpc="$(free_port)" -s3 -s3.port="$port" -s3.port.grpc="$(free_port)" \
+      -s3.config="$SHM/weed.json" >"$SHM/peer.log" 2>&1 &
     ;;
   esac
   PID=$!
