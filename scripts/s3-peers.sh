@@ -3,7 +3,7 @@
 # this machine (issue 36 item 4), one server at a time, data on /dev/shm,
 # after Spindle itself (scripts/s3-cpu.sh: 3 meta members): the same client,
 # objects per second and the server's CPU per object, by process.
-#   make bench-s3-peers   PEERS="minio seaweedfs" SIZES="1MiB 4KiB"
+#   make bench-s3-peers   PEERS="minio seaweedfs" SIZES="1MiB 4KiB" SPINDLE_AT=first|last
 # Installs the peers from the Go module proxy into $PEER_BIN (default
 # ~/.cache/spindle-s3-peers) the first time (a few minutes of compiling
 # each; never in make test):
@@ -18,6 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PEERS=${PEERS:-"minio seaweedfs"}
+SPINDLE_AT=${SPINDLE_AT:-first} # last: after the peers (alternate rounds' order)
 SIZES=${SIZES:-"1MiB 4KiB"}
 OPS=${OPS:-"put get"}
 OBJECTS_1MiB=${OBJECTS_1MiB:-1000}
@@ -90,8 +91,11 @@ start_peer() {
   echo "s3-peers: $1 not answering at $EP after 60 s"
   exit 1
 }
-echo "# spindle (scripts/s3-cpu.sh: spindle server --insecure --meta-replicas 3 on /dev/shm)"
-BIN="$SHM/spindle" SIZES="$SIZES" OPS="$OPS" OBJECTS_1MiB=$OBJECTS_1MiB OBJECTS_4KiB=$OBJECTS_4KiB CONCURRENCY=$CONCURRENCY scripts/s3-cpu.sh
+run_spindle() {
+  echo "# spindle (scripts/s3-cpu.sh: spindle server --insecure --meta-replicas 3 on /dev/shm)"
+  BIN="$SHM/spindle" SIZES="$SIZES" OPS="$OPS" OBJECTS_1MiB=$OBJECTS_1MiB OBJECTS_4KiB=$OBJECTS_4KiB CONCURRENCY=$CONCURRENCY scripts/s3-cpu.sh
+}
+[ "$SPINDLE_AT" = last ] || run_spindle
 for peer in $PEERS; do
   install_peer "$peer"
   start_peer "$peer"
@@ -108,3 +112,4 @@ for peer in $PEERS; do
   done
   stop_peer
 done
+[ "$SPINDLE_AT" != last ] || run_spindle
