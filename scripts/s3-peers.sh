@@ -3,7 +3,9 @@
 # this machine (issue 36 item 4), one server at a time, data on /dev/shm,
 # after Spindle itself (scripts/s3-cpu.sh: 3 meta members): the same client,
 # objects per second and the server's CPU per object, by process.
-#   make bench-s3-peers   PEERS="minio seaweedfs" SIZES="1MiB 4KiB" SPINDLE_AT=first|last
+#   make bench-s3-peers   PEERS="minio seaweedfs" SIZES="1MiB 4KiB" ROUNDS=3 SPINDLE_AT=first|last
+# prints each run, then the median (min-max) of each store's objects per
+# second and server CPU per object over the rounds (scripts/s3-peers-summary.py).
 # Installs the peers from the Go module proxy into $PEER_BIN (default
 # ~/.cache/spindle-s3-peers) the first time (a few minutes of compiling
 # each; never in make test):
@@ -18,7 +20,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PEERS=${PEERS:-"minio seaweedfs"}
-SPINDLE_AT=${SPINDLE_AT:-first} # last: after the peers (alternate rounds' order)
+SPINDLE_AT=${SPINDLE_AT:-first} # last: after the peers, in the first round
+ROUNDS=${ROUNDS:-1}              # rounds, in alternating order; a summary of medians after
 SIZES=${SIZES:-"1MiB 4KiB"}
 OPS=${OPS:-"put get"}
 OBJECTS_1MiB=${OBJECTS_1MiB:-1000}
@@ -35,6 +38,7 @@ stop_peer() {
     for _ in $(seq 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
   fi
   PID=""
+  rm -rf "$SHM/minio" "$SHM/weed" # (the next round's server starts empty)
 }
 cleanup() {
   rc=$?
@@ -95,21 +99,45 @@ run_spindle() {
   echo "# spindle (scripts/s3-cpu.sh: spindle server --insecure --meta-replicas 3 on /dev/shm)"
   BIN="$SHM/spindle" SIZES="$SIZES" OPS="$OPS" OBJECTS_1MiB=$OBJECTS_1MiB OBJECTS_4KiB=$OBJECTS_4KiB CONCURRENCY=$CONCURRENCY scripts/s3-cpu.sh
 }
-[ "$SPINDLE_AT" = last ] || run_spindle
-for peer in $PEERS; do
-  install_peer "$peer"
-  start_peer "$peer"
-  echo "# $(date -u +%FT%TZ) $peer at $EP, load $(cut -d' ' -f1-3 /proc/loadavg)"
-  for size in $SIZES; do
-    var="OBJECTS_${size}"
-    for op in $OPS; do
-      echo "## $op $size, ${!var} objects, concurrency $CONCURRENCY"
-      "$SHM/spindle" bench s3 --endpoint "$EP" --access-key "$AK" --secret-key "$SK" --server-pid "$PID" \
-        --op "$op" --size "$size" --objects "${!var}" --concurrency "$CONCURRENCY" --duration 40s \
-        --prefix "peers-$op-$size-$RANDOM/" 2>"$SHM/bench.err" |
-        grep -E "^ *(scenario|s3-)|server cpu" || { tail -5 "$SHM/bench.err"; exit 1; }
+run_peers() {
+  for peer in $PEERS; do
+    install_peer "$peer"
+    start_peer "$peer"
+    echo "# $(date -u +%FT%TZ) $peer at $EP, load $(cut -d' ' -f1-3 /proc/loadavg)"
+    for size in $SIZES; do
+      var="OBJECTS_${size}"
+      for op in $OPS; do
+        echo "## $op $size, ${!var} objects, concurrency $CONCURRENCY"
+        "$SHM/spindle" bench s3 --endpoint "$EP" --access-key "$AK" --secret-key "$SK" --server-pid "$PID" \
+          --op "$op" --size "$size" --objects "${!var}" --concurrency "$CONCURRENCY" --duration 40s \
+          --prefix "peers-$op-$size-$RANDOM/" 2>"$SHM/bench.err" |
+          grep -E "^ *(scenario|s3-)|server cpu" || { tail -5 "$SHM/bench.err"; exit 1; }
+      done
     done
+    stop_peer
   done
-  stop_peer
+}
+# Rounds alternate the order (Spindle first, then last, ...; SPINDLE_AT
+# gives the first round's), so that neither side always runs on a machine
+# the other just warmed or filled.
+# Everything printed from here is kept for the summary too (in this shell:
+# a pipeline's subshell would hide the peer's PID from cleanup).
+exec 3>&1 > >(tee "$SHM/rounds.log")
+TEE=$!
+for round in $(seq "$ROUNDS"); do
+  echo "# round $round of $ROUNDS"
+  first=$SPINDLE_AT
+  if [ $((round % 2)) = 0 ]; then
+    [ "$SPINDLE_AT" = last ] && first=first || first=last
+  fi
+  if [ "$first" = last ]; then
+    run_peers
+    run_spindle
+  else
+    run_spindle
+    run_peers
+  fi
 done
-[ "$SPINDLE_AT" != last ] || run_spindle
+exec >&3 3>&-
+for _ in $(seq 100); do kill -0 "$TEE" 2>/dev/null || break; sleep 0.1; done # tee wrote all
+python3 scripts/s3-peers-summary.py "$SHM/rounds.log"
