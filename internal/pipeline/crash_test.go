@@ -50,7 +50,6 @@ const (
 	crashInlineBytes        = 2048
 	crashInlineRecordBytes  = 3 << 10
 	crashInlineSegmentBytes = 4 << 10
-	crashWaitSeconds        = 60 // bound of every wait for a leader or a catch-up
 )
 
 // crashBlock is one block of the workload: its chunk sizes, the chunk
@@ -226,8 +225,8 @@ func (c *crashCluster) close() {
 	for _, z := range c.zombies {
 		select {
 		case <-z:
-		case <-time.After(crashWaitSeconds * time.Second):
-			c.t.Errorf("a dead node's goroutines still run %d s after its disk was released", crashWaitSeconds)
+		case <-time.After(waitBound):
+			c.t.Errorf("a dead node's goroutines still run %v after its disk was released", waitBound)
 			return
 		}
 	}
@@ -456,9 +455,9 @@ func (r *logRing) String() string {
 	return strings.Join(append(append([]string(nil), r.lines[r.next:]...), r.lines[:r.next]...), "")
 }
 
-// waitFor polls cond (bounded by crashWaitSeconds).
+// waitFor polls cond (bounded by waitBound).
 func waitFor(cond func() bool) error {
-	deadline := time.Now().Add(crashWaitSeconds * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for !cond() {
 		if time.Now().After(deadline) {
 			return errors.New("timed out")
@@ -484,7 +483,7 @@ func (c *crashCluster) leader() (*crashMember, error) {
 		return false
 	})
 	if err != nil {
-		return nil, fmt.Errorf("no leader within %d s (%s)", crashWaitSeconds, c.describe())
+		return nil, fmt.Errorf("no leader within %v (%s)", waitBound, c.describe())
 	}
 	return l, nil
 }
@@ -565,7 +564,7 @@ func (c *crashCluster) caughtUp() error {
 		if err == nil || !(errors.Is(err, ErrNotLeader) || errors.Is(err, errStopped) || errors.Is(err, context.DeadlineExceeded)) {
 			break // applied (a refusal is an answer too)
 		}
-		if try == crashWaitSeconds {
+		if try == int(waitBound/time.Second) { // (each try waits at most a second)
 			return fmt.Errorf("barrier not applied on the leader: %w", err)
 		}
 	}
@@ -634,7 +633,7 @@ func (c *crashCluster) do(op crashOp) {
 	if c.abandoned[op.block] {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), crashWaitSeconds*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 	defer cancel()
 	// A leader that lost power (or failed) answers nothing more.
 	for _, m := range c.members {
@@ -1043,7 +1042,7 @@ func TestFailedLogFailsTheNode(t *testing.T) {
 			// could fail (a leader change, a deadline) before any
 			// reached 10, which left the log whole and the test
 			// waiting for a failure that never came.
-			ctx, cancel := context.WithTimeout(context.Background(), crashWaitSeconds*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 			defer cancel()
 			var wg sync.WaitGroup
 			var broken sync.Once
@@ -1075,7 +1074,7 @@ func TestFailedLogFailsTheNode(t *testing.T) {
 			wg.Wait()
 			select {
 			case <-f.tn.node.Stopped():
-			case <-time.After(crashWaitSeconds * time.Second):
+			case <-time.After(waitBound):
 				t.Fatalf("node %d runs on with a failed log", f.tn.id)
 			}
 			if !errors.Is(f.tn.node.Err(), wal.ErrFailed) {
@@ -1139,7 +1138,7 @@ func TestCompactionKeepsChunksPastACheckpoint(t *testing.T) {
 	if err := c.connect(false); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), crashWaitSeconds*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 	defer cancel()
 	const size = 4096
 	write := func(local uint64, i int) transport.ChunkInfo {
