@@ -40,6 +40,8 @@ import (
 //     delete too he overwrites and deletes; a revoked grant refuses again
 //     (each within the gateway's 1 s permissions cache);
 //   - a grant on a prefix covers its keys and listings, not the others;
+//     with write on a prefix only, a put too large to be inline is
+//     allocated for its key (the gateway's pool, for any key, refused);
 //   - a bucket policy's explicit Deny beats a grant; a policy's Allow
 //     lets a user without a grant read (the meta service honours the
 //     gateway's decision for it: S3AuthorizedHeader);
@@ -53,7 +55,10 @@ import (
 // the commit check of a multipart completion skipped (bob's write-only
 // multipart overwrite lands); the meta service ignoring the gateway's
 // S3AuthorizedHeader (carol's read allowed by the policy and the anonymous
-// read of the public-read object are refused, as they were before).
+// read of the public-read object are refused, as they were before); the
+// gateway's pool refill refused with no fallback to a key's allocation
+// (carol's large put under her prefix is AccessDenied; verified
+// 2026-12-07).
 func TestAttackSuiteS3(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a spindle server")
@@ -93,6 +98,7 @@ func TestAttackSuiteS3(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const b = "alices"
+	big := strings.Repeat("0123456789abcdef", 100<<10/16) // 100 KiB: not inline (MaxInlineBytes)
 	put := func(c *s3.Client, key, v string) error {
 		_, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(b), Key: aws.String(key), Body: strings.NewReader(v)})
 		return err
@@ -216,6 +222,13 @@ func TestAttackSuiteS3(t *testing.T) {
 	denied("bob's overwrite with write alone", put(bob, "doc", "bob's"))
 	denied("bob's multipart overwrite with write alone", multipart(bob, "doc", "bob's"))
 	ok("bob's multipart new key with write", multipart(bob, "bobs-mp", "bob's parts"))
+	// Past MaxInlineBytes a put's blocks come from the gateway's
+	// allocation pool of bob's (refilled as bob: any key of the bucket).
+	ok("bob's large new key with write", put(bob, "bobs-large", big))
+	if v, err := get(alice, "bobs-large"); err != nil || v != big {
+		t.Fatalf("bob's large key read back: %d bytes, %v", len(v), err)
+	}
+	denied("bob's large overwrite with write alone", put(bob, "doc", big))
 	denied("bob's delete with write alone", del(bob, "doc"))
 	unchanged("alice's")
 
@@ -244,6 +257,15 @@ func TestAttackSuiteS3(t *testing.T) {
 	_, err = get(carol, "doc")
 	denied("carol's get beside her prefix", err)
 	denied("carol's listing of the whole bucket", list(carol, ""))
+	// Writing under her prefix only: the gateway's pool of carol's cannot
+	// be refilled (any key of the bucket is refused), so her large put is
+	// allocated for its key alone, and allowed there only.
+	asAdmin("admin", "grant", "user:carol", b+"/logs", "write")
+	within("carol's large put under her prefix", func() error { return put(carol, "logs/large", big) })
+	if v, err := get(carol, "logs/large"); err != nil || v != big {
+		t.Fatalf("carol's large key read back: %d bytes, %v", len(v), err)
+	}
+	denied("carol's large put beside her prefix", put(carol, "carols-large", big))
 
 	// 7. A bucket policy: its explicit Deny beats bob's grant; its Allow
 	// lets carol read without a grant.

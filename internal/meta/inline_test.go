@@ -2,12 +2,14 @@ package meta
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -387,7 +389,9 @@ func TestAnyKeyAllocation(t *testing.T) {
 }
 
 // With PreAllocate, the client serves Allocate from a pool filled in one
-// request per PreAllocate blocks; failovers (ExcludePipelines) bypass it.
+// request per refill, sized to the demand since the previous refill (at
+// most PreAllocate); blocks older than MaxPreAllocatedAge are dropped, not
+// handed out; failovers (ExcludePipelines) bypass the pool.
 func TestClientPreAllocates(t *testing.T) {
 	clk := newClock()
 	cfg := testConfig(t.TempDir(), clk)
@@ -398,33 +402,110 @@ func TestClientPreAllocates(t *testing.T) {
 	}
 	mustNo(t, c.s.Tick())
 	c.settle()
-	cl, err := metaapi.NewClient(srv.Addr(), metaapi.ClientOptions{Timeout: 5 * time.Second, PreAllocate: 4})
+	now := time.Unix(1_000_000, 0) // the client's clock, apart from the service's
+	cl, err := metaapi.NewClient(srv.Addr(), metaapi.ClientOptions{Timeout: 5 * time.Second, PreAllocate: 4,
+		Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	must[metaapi.Bucket](t)(cl.CreateBucket(bg, "bkt"))
 	seen := map[metaapi.BlockRef]bool{}
-	for i := range 5 {
-		a := must[metaapi.AllocateResponse](t)(cl.Allocate(bg, metaapi.AllocateRequest{Bucket: "bkt", Key: fmt.Sprintf("k%d", i)}))
+	alloc := func(key string) metaapi.AllocateResponse {
+		t.Helper()
+		a := must[metaapi.AllocateResponse](t)(cl.Allocate(bg, metaapi.AllocateRequest{Bucket: "bkt", Key: key}))
 		if seen[a.Block] {
 			t.Fatalf("block %+v handed out twice", a.Block)
 		}
 		seen[a.Block] = true
+		return a
+	}
+	requests := func(what string, wantBatches, wantAllocs uint64) {
+		t.Helper()
+		if _, _, batches, allocs := cl.BatchStats(); batches != wantBatches || allocs != wantAllocs {
+			t.Fatalf("%s: %d requests for %d blocks, want %d for %d", what, batches, allocs, wantBatches, wantAllocs)
+		}
+	}
+	for i := range 5 {
+		a := alloc(fmt.Sprintf("k%d", i))
 		must[metaapi.KeyInfo](t)(cl.CommitKey(bg, "bkt", fmt.Sprintf("k%d", i), metaapi.CommitKey{Size: 3,
 			Blocks: []metaapi.KeyBlock{{BlockRef: a.Block, Pipeline: a.Pipeline.ID, Length: 3}}}))
 	}
-	if _, _, batches, allocs := cl.BatchStats(); batches != 2 || allocs != 8 {
-		t.Fatalf("5 allocations from a pool of 4: %d requests for %d blocks, want 2 for 8", batches, allocs)
-	}
+	// The first refill asks for one; the second, at once after it, for
+	// the most (a block taken in no time); three are left for k2..k4.
+	requests("5 allocations at once", 2, 5)
+	now = now.Add(10 * time.Second) // 4 taken in 10 s: a second's worth is 1
+	alloc("slow")
+	requests("an allocation 10 s later", 3, 6)
+	now = now.Add(100 * time.Millisecond) // 1 taken in 0.1 s: 10 a second, at most 4
+	alloc("fast")
+	requests("an allocation 0.1 s later", 4, 10)
+	now = now.Add(metaapi.MaxPreAllocatedAge) // the 3 left are too old: dropped
+	alloc("late")
+	requests("an allocation after the pool's blocks aged", 5, 11)
 	p := c.pipelines()[0].ID
 	a := must[metaapi.AllocateResponse](t)(cl.Allocate(bg, metaapi.AllocateRequest{Bucket: "bkt", Key: "f", ExcludePipelines: []uint64{p}}))
 	if a.Pipeline.ID == p {
 		t.Fatalf("a failover's allocation came from the pool, on the excluded pipeline %d", p)
 	}
-	if len(c.s.Allocs) != 4 { // 3 left in the pool, 1 of the failover
-		t.Fatalf("%d allocations pending, want 4", len(c.s.Allocs))
+	requests("a failover's allocation", 6, 12) // a batch of its own (the client batches), not from the pool
+	// Pending: slow, fast, the 3 dropped, late, the failover's.
+	if len(c.s.Allocs) != 7 {
+		t.Fatalf("%d allocations pending, want 7", len(c.s.Allocs))
 	}
 }
+
+// With PoolScope, a block pre-allocated in one scope goes only to that
+// scope's calls, and a refill is sent with the context of the call that
+// needs it (the gateway's user rides on it).
+func TestClientPoolScopes(t *testing.T) {
+	clk := newClock()
+	srv, _ := serve(t, testConfig(t.TempDir(), clk))
+	c := &fakeCluster{t: t, s: srv.Service(), clk: clk}
+	for range 3 {
+		c.add()
+	}
+	mustNo(t, c.s.Tick())
+	c.settle()
+	type who struct{}
+	var mu sync.Mutex
+	var refills []string // the scope each allocation request was sent with
+	rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.URL.Path == metaapi.AllocationsRoute {
+			w, _ := r.Context().Value(who{}).(string)
+			mu.Lock()
+			refills = append(refills, w)
+			mu.Unlock()
+		}
+		return http.DefaultTransport.RoundTrip(r)
+	})
+	cl, err := metaapi.NewClient(srv.Addr(), metaapi.ClientOptions{Timeout: 5 * time.Second, PreAllocate: 4, NoBatching: true,
+		HTTPClient: &http.Client{Transport: rt},
+		PoolScope:  func(ctx context.Context) string { w, _ := ctx.Value(who{}).(string); return w }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must[metaapi.Bucket](t)(cl.CreateBucket(bg, "bkt"))
+	as := func(w string) context.Context { return context.WithValue(bg, who{}, w) }
+	seen := map[metaapi.BlockRef]string{}
+	for _, w := range []string{"alice", "alice", "bob", "alice", "bob"} {
+		a := must[metaapi.AllocateResponse](t)(cl.Allocate(as(w), metaapi.AllocateRequest{Bucket: "bkt", Key: "k"}))
+		if prev, ok := seen[a.Block]; ok {
+			t.Fatalf("block %+v handed to %s, and before to %s", a.Block, w, prev)
+		}
+		seen[a.Block] = w
+	}
+	// alice: a refill of 1, then of 4 (3 left, one taken later); bob: his
+	// own refills, not alice's blocks.
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"alice", "alice", "bob", "bob"}; !slices.Equal(refills, want) {
+		t.Fatalf("refills sent as %q, want %q", refills, want)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // Values inline in a replicated meta service: commits batched by the
 // client are acknowledged once a majority has them in its log; after the

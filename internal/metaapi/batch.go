@@ -315,7 +315,9 @@ func (c *Client) initBatchers() {
 	c.commits.alone = func(q BatchedCommit) (KeyInfo, error) {
 		return c.commitAlone(context.Background(), q.Bucket, q.Key, q.CommitKey)
 	}
-	c.allocs.send = c.sendAllocations
+	c.allocs.send = func(reqs []AllocateRequest) ([]AllocateResponse, []error, error) {
+		return c.sendAllocations(context.Background(), reqs)
+	}
 	c.allocs.alone = func(q AllocateRequest) (AllocateResponse, error) { return c.allocateAlone(context.Background(), q) }
 	c.gets.send = c.sendGets
 	c.gets.alone = func(q KeyName) (KeyInfo, error) {
@@ -374,9 +376,9 @@ func (c *Client) sendCommits(items []BatchedCommit) ([]KeyInfo, []error, error) 
 // sendAllocations sends one AllocationsRoute batch (idempotent as
 // Allocate is: a block allocated and never committed is garbage the meta
 // service deletes).
-func (c *Client) sendAllocations(reqs []AllocateRequest) ([]AllocateResponse, []error, error) {
+func (c *Client) sendAllocations(ctx context.Context, reqs []AllocateRequest) ([]AllocateResponse, []error, error) {
 	var res AllocateBatchResult
-	if err := c.Do(context.Background(), http.MethodPost, AllocationsRoute, AllocateBatch{Requests: reqs}, &res, true); err != nil {
+	if err := c.Do(ctx, http.MethodPost, AllocationsRoute, AllocateBatch{Requests: reqs}, &res, true); err != nil {
 		return nil, nil, err
 	}
 	out, errs := make([]AllocateResponse, len(res.Results)), make([]error, len(res.Results))

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/backoff"
+	"github.com/spindle-store/spindle/internal/metaapi/allocpool"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
@@ -65,9 +66,18 @@ type ClientOptions struct {
 	// of a replicated meta service (DefaultFailoverTimeout); with one
 	// address, Attempts bounds them.
 	FailoverTimeout time.Duration
-	// PreAllocate > 0: Allocate serves blocks from a pool filled that many
-	// at a time (pool.go; at most MaxPreAllocate); 0: each Allocate asks.
+	// PreAllocate > 0: Allocate serves blocks from a pool filled at most
+	// that many at a time, sized to demand (pool.go; at most
+	// MaxPreAllocate); 0: each Allocate asks.
 	PreAllocate int
+	// PoolScope, with PreAllocate, names the pool of an Allocate's ctx:
+	// blocks pre-allocated in one scope are handed out only in it (a
+	// refill is made with the ctx of the call that needs it, so as the
+	// identity that ctx carries). Nil: one scope.
+	PoolScope func(ctx context.Context) string
+	// Now, when set, is the client's clock (the pool's ages and sizing;
+	// tests). Default time.Now.
+	Now func() time.Time
 	// NoBatching sends each CommitKey, Allocate and GetKey as its own
 	// request instead of batching concurrent ones (CommitsRoute,
 	// AllocationsRoute, GetsRoute).
@@ -140,7 +150,7 @@ type Client struct {
 	allocs  batcher[AllocateRequest, AllocateResponse]
 	gets    batcher[KeyName, KeyInfo]
 	noBatch bool
-	pool    allocPool
+	pool    *allocpool.Pool[AllocateResponse] // nil: no pre-allocation
 }
 
 // CheckAddrs says whether s is a meta address NewClient takes (host:port
@@ -179,7 +189,9 @@ func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
 	if opts.PreAllocate < 0 || opts.PreAllocate > MaxPreAllocate {
 		return nil, fmt.Errorf("meta client: pre-allocate %d blocks: want 0..%d", opts.PreAllocate, MaxPreAllocate)
 	}
-	c.pool.n = opts.PreAllocate
+	if opts.PreAllocate > 0 {
+		c.pool = newPool(c, opts)
+	}
 	us, err := parseAddrs(baseURL, opts.TLS.Scheme())
 	if err != nil {
 		return nil, err
@@ -270,13 +282,12 @@ func (c *Client) Allocate(ctx context.Context, req AllocateRequest) (AllocateRes
 	} else if err := validNames(req.Bucket, req.Key); err != nil {
 		return r, err
 	}
-	if c.pool.n > 0 && len(req.ExcludePipelines) == 0 {
-		return c.allocatePooled(ctx, req)
+	if c.pool != nil && len(req.ExcludePipelines) == 0 {
+		if r, pooled, err := c.pool.Take(ctx, req.Bucket); pooled || err != nil {
+			return r, err
+		}
 	}
-	if !c.noBatch {
-		return c.allocs.call(ctx, req)
-	}
-	return c.allocateAlone(ctx, req)
+	return c.allocateUnpooled(ctx, req)
 }
 
 // CommitKey makes bucket/key visible with the given blocks, atomically.

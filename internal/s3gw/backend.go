@@ -47,7 +47,15 @@ var _ backend.Backend = (*Backend)(nil)
 // The bucket permissions it caches are pc's (shared with the IAM).
 func NewBackend(mc *metaapi.Client, kc *keyclient.Client, region string, pc *PermCache) *Backend {
 	return &Backend{perms: perms{meta: mc, cache: pc}, meta: mc, kc: kc, region: region, md5s: md5batch.New(),
-		features: features{meta: mc, cors: s3extra.NewDocCache(ACLCacheTTL, ACLCacheMaxEntries)}, Bucket: s3ver.Bucket{Meta: mc, ToS3: toS3}, Lock: s3lock.Lock{Meta: mc, ToS3: toS3}}
+		features: features{meta: mc, cors: s3extra.NewDocCache(ACLCacheTTL, ACLCacheMaxEntries)}, Bucket: s3ver.Bucket{Meta: mc, ToS3: toS3, Cache: s3extra.NewDocCache(ACLCacheTTL, ACLCacheMaxEntries)},
+		Lock: s3lock.Lock{Meta: mc, ToS3: toS3, Cache: s3extra.NewDocCache(ACLCacheTTL, ACLCacheMaxEntries)}}
+}
+
+// dropConf forgets a bucket's cached versioning and object-lock
+// configuration (it was created or deleted here).
+func (b *Backend) dropConf(bucket string) {
+	b.Bucket.Cache.Drop(bucket)
+	b.Lock.Cache.Drop(bucket)
 }
 
 // String names the backend in versitygw's banner.
@@ -113,6 +121,7 @@ func bucketErr(err error) error {
 func (b *Backend) CreateBucket(ctx context.Context, in *s3.CreateBucketInput, defaultACL []byte) error {
 	name := deref(in.Bucket)
 	b.cache.drop(name)
+	defer b.dropConf(name)
 	acl, err := auth.ParseACL(defaultACL)
 	if err != nil {
 		return err
@@ -161,6 +170,7 @@ func (b *Backend) ChangeBucketOwner(ctx context.Context, bucket, owner string) e
 func (b *Backend) DeleteBucket(ctx context.Context, bucket string) error {
 	defer b.cache.drop(bucket)
 	defer b.cors.Drop(bucket)
+	defer b.dropConf(bucket)
 	err := b.meta.DeleteBucket(ctx, bucket)
 	if errors.Is(err, metaapi.ErrNotFound) {
 		return s3err.GetAPIError(s3err.ErrNoSuchBucket)

@@ -31,7 +31,11 @@ import (
 // itself).
 //
 // The meta client of the gateway sends each call alone (NoBatching): a
-// batch of concurrent calls is one request, which names one user.
+// batch is one request, which names one user. Its allocations come from
+// pools kept by caller and bucket (callerScope, package allocpool): a
+// refill is made as the user whose put found the pool empty, and its
+// blocks go only to that user's puts in that bucket. A put above
+// MaxInlineBytes then costs the meta service one replicated step.
 
 // requestUser is the S3 user of a request's context ("" none: an
 // anonymous request, or a call of the gateway's own).
@@ -59,14 +63,27 @@ func requestAuthorized(ctx context.Context) bool {
 	return pub
 }
 
+// preAllocate bounds a refill of the gateway's allocation pools.
+const preAllocate = metaapi.MaxPreAllocate
+
+// callerScope is the allocation pool of a call's context: its user, and
+// whether the gateway authorizes it (the two things a request to the
+// meta service says of its caller).
+func callerScope(ctx context.Context) string {
+	if requestAuthorized(ctx) {
+		return "a:" + requestUser(ctx)
+	}
+	return "-:" + requestUser(ctx)
+}
+
 // metaClient is the gateway's client of the meta service at addr: every
-// call alone, naming its request's user.
+// call alone, naming its request's user; an allocation pool per caller.
 func metaClient(addr string, sec *tlsconf.Settings) (*metaapi.Client, error) {
 	base := sec.Pin(tlsconf.RoleMeta).HTTPTransport(&http.Transport{
 		Proxy:               nil, // the meta service is on the cluster's network
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 	})
-	return metaapi.NewClient(addr, metaapi.ClientOptions{TLS: sec, NoBatching: true,
+	return metaapi.NewClient(addr, metaapi.ClientOptions{TLS: sec, NoBatching: true, PreAllocate: preAllocate, PoolScope: callerScope,
 		HTTPClient: &http.Client{Transport: &authz.Transport{Base: base, Who: requestUser, Authorized: requestAuthorized}}})
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3gw/s3acl"
+	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
 	"github.com/spindle-store/spindle/internal/s3perm"
 	"github.com/spindle-store/spindle/internal/s3permapi"
 )
@@ -39,57 +39,27 @@ const (
 // concurrent use.
 type PermCache struct {
 	meta *metaapi.Client
-	mu   sync.Mutex
-	m    map[string]permEntry
-	now  func() time.Time
-}
-
-type permEntry struct {
-	b       *s3permapi.Bucket
-	fetched time.Time
+	c    *s3extra.Cache[*s3permapi.Bucket]
 }
 
 // NewPermCache returns an empty cache over the meta service behind mc.
 func NewPermCache(mc *metaapi.Client) *PermCache {
-	return &PermCache{meta: mc, m: map[string]permEntry{}, now: time.Now}
+	return &PermCache{meta: mc, c: s3extra.NewCache[*s3permapi.Bucket](ACLCacheTTL, ACLCacheMaxEntries)}
 }
 
-func (c *PermCache) get(bucket string) (*s3permapi.Bucket, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.m[bucket]
-	if !ok || c.now().Sub(e.fetched) >= ACLCacheTTL {
-		return nil, false
-	}
-	return e.b, true
-}
-
-func (c *PermCache) put(bucket string, b *s3permapi.Bucket) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.m) >= ACLCacheMaxEntries {
-		clear(c.m)
-	}
-	c.m[bucket] = permEntry{b: b, fetched: c.now()}
-}
-
-func (c *PermCache) drop(bucket string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, bucket)
-}
+func (c *PermCache) drop(bucket string) { c.c.Drop(bucket) }
 
 // bucket returns a bucket's permissions, cached (the answer is shared:
 // read only).
 func (c *PermCache) bucket(ctx context.Context, name string) (*s3permapi.Bucket, error) {
-	if b, ok := c.get(name); ok {
+	if b, ok := c.c.Get(name); ok {
 		return b, nil
 	}
 	b, err := s3permapi.Get(ctx, c.meta, name)
 	if err != nil {
 		return nil, bucketErr(err)
 	}
-	c.put(name, b)
+	c.c.Put(name, b)
 	return b, nil
 }
 

@@ -156,48 +156,72 @@ func CreateTags(in *s3.CreateBucketInput) (map[string]string, error) {
 	return backend.ParseCreateBucketTags(in.CreateBucketConfiguration.Tags)
 }
 
-// DocCache holds buckets' documents (nil: none set) for its TTL;
-// this gateway's own changes drop the entry. Safe for concurrent use.
-type DocCache struct {
+// Cache holds a value per bucket (a document, nil: none set; the
+// bucket's permissions) for its TTL; this gateway's own changes drop the
+// entry. At most its maxEntries: a full cache is emptied. Safe for
+// concurrent use; values are shared, read only.
+type Cache[V any] struct {
 	mu  sync.Mutex
-	m   map[string]docEntry
+	m   map[string]cacheEntry[V]
 	now func() time.Time
 	ttl time.Duration
 	max int
 }
 
-type docEntry struct {
-	doc     []byte
+type cacheEntry[V any] struct {
+	v       V
 	fetched time.Time
 }
 
-func NewDocCache(ttl time.Duration, maxEntries int) *DocCache {
-	return &DocCache{m: map[string]docEntry{}, now: time.Now, ttl: ttl, max: maxEntries}
+// DocCache is a Cache of documents (their CORS rules, versioning status,
+// object-lock configuration).
+type DocCache = Cache[[]byte]
+
+// NewCache returns an empty cache.
+func NewCache[V any](ttl time.Duration, maxEntries int) *Cache[V] {
+	return &Cache[V]{m: map[string]cacheEntry[V]{}, now: time.Now, ttl: ttl, max: maxEntries}
 }
 
-// Get returns a bucket's document when cached and fresh.
-func (c *DocCache) Get(bucket string) ([]byte, bool) {
+// NewDocCache returns an empty cache of documents.
+func NewDocCache(ttl time.Duration, maxEntries int) *DocCache {
+	return NewCache[[]byte](ttl, maxEntries)
+}
+
+// Get returns a bucket's value when cached and fresh (a nil cache holds
+// nothing).
+func (c *Cache[V]) Get(bucket string) (V, bool) {
+	if c == nil {
+		var zero V
+		return zero, false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[bucket]
 	if !ok || c.now().Sub(e.fetched) >= c.ttl {
-		return nil, false
+		var zero V
+		return zero, false
 	}
-	return e.doc, true
+	return e.v, true
 }
 
-// Put caches a bucket's document (nil: none set).
-func (c *DocCache) Put(bucket string, doc []byte) {
+// Put caches a bucket's value (a nil cache: nothing).
+func (c *Cache[V]) Put(bucket string, v V) {
+	if c == nil {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.m) >= c.max {
 		clear(c.m)
 	}
-	c.m[bucket] = docEntry{doc: doc, fetched: c.now()}
+	c.m[bucket] = cacheEntry[V]{v: v, fetched: c.now()}
 }
 
-// Drop forgets a bucket's document.
-func (c *DocCache) Drop(bucket string) {
+// Drop forgets a bucket's value (a nil cache: nothing).
+func (c *Cache[V]) Drop(bucket string) {
+	if c == nil {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, bucket)

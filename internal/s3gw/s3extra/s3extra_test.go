@@ -57,8 +57,8 @@ func TestRewriteKey(t *testing.T) {
 	}
 }
 
-// TestDocCache: a document is served until its TTL, nil included; Drop
-// and a full cache forget.
+// TestDocCache: a document is served until its TTL (to the nanosecond),
+// nil included; Drop and a full cache forget.
 func TestDocCache(t *testing.T) {
 	c := NewDocCache(time.Second, 2)
 	now := time.Unix(0, 0)
@@ -71,7 +71,11 @@ func TestDocCache(t *testing.T) {
 	if d, ok := c.Get("b"); !ok || d != nil {
 		t.Fatal("b: none set is cached too")
 	}
-	now = now.Add(time.Second)
+	now = now.Add(time.Second - time.Nanosecond)
+	if _, ok := c.Get("a"); !ok {
+		t.Fatal("not served within its TTL")
+	}
+	now = now.Add(time.Nanosecond)
 	if _, ok := c.Get("a"); ok {
 		t.Fatal("served past its TTL")
 	}

@@ -14,8 +14,14 @@
 // the gateway sets them on a write only from the request's own lock
 // headers (a copy never inherits its source's lock).
 //
-// Concurrency: no state but the Doer; safe for concurrent use when it is
-// (metaapi.Client is).
+// Caching: a Lock with a Cache answers GetObjectLockConfiguration from it
+// for the cache's TTL (versitygw asks on every PUT and DELETE); its own
+// PutObjectLockConfiguration drops the entry, and the gateway drops it
+// when it creates or deletes the bucket. A stale answer costs at most
+// versitygw's early check: the meta service judges every lock.
+//
+// Concurrency: no state but the Doer and the Cache; safe for concurrent
+// use when the Doer is (metaapi.Client is).
 package s3lock
 
 import (
@@ -33,6 +39,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/metaapi/versionapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
 )
 
 // Lock is the object lock half of versitygw's backend.Backend.
@@ -40,6 +47,9 @@ type Lock struct {
 	Meta versionapi.Doer
 	// ToS3 turns a meta service error into an S3 one (s3gw's toS3).
 	ToS3 func(err error, notFound s3err.ErrorCode) error
+	// Cache, when set, holds buckets' GetObjectLockConfiguration answers
+	// (nil: none configured).
+	Cache *s3extra.DocCache
 }
 
 // Bypass says the S3 request ctx serves asks to bypass a GOVERNANCE
@@ -62,6 +72,9 @@ func (l Lock) EnableAtCreate(ctx context.Context, bucket string, enabled *bool) 
 // PutObjectLockConfiguration sets a bucket's object lock configuration
 // (config: versitygw's auth.BucketLockConfig, JSON).
 func (l Lock) PutObjectLockConfiguration(ctx context.Context, bucket string, config []byte) error {
+	if l.Cache != nil {
+		defer l.Cache.Drop(bucket)
+	}
 	var c auth.BucketLockConfig
 	if err := json.Unmarshal(config, &c); err != nil {
 		return s3err.GetAPIError(s3err.ErrMalformedXML)
@@ -87,12 +100,28 @@ func (l Lock) PutObjectLockConfiguration(ctx context.Context, bucket string, con
 // versitygw's form. No CreatedAt: versitygw then applies no default
 // retention of its own (the meta service gave each version its own).
 func (l Lock) GetObjectLockConfiguration(ctx context.Context, bucket string) ([]byte, error) {
+	doc, ok := l.Cache.Get(bucket)
+	if !ok {
+		var err error
+		if doc, err = l.lockConfig(ctx, bucket); err != nil {
+			return nil, err
+		}
+		l.Cache.Put(bucket, doc)
+	}
+	if doc == nil {
+		return nil, s3err.GetAPIError(s3err.ErrObjectLockConfigurationNotFound)
+	}
+	return doc, nil
+}
+
+// lockConfig asks for a bucket's configuration (nil: none).
+func (l Lock) lockConfig(ctx context.Context, bucket string) ([]byte, error) {
 	lc, err := versionapi.GetLockConfig(ctx, l.Meta, bucket)
 	if err != nil {
 		return nil, l.ToS3(err, s3err.ErrNoSuchBucket)
 	}
 	if !lc.Enabled {
-		return nil, s3err.GetAPIError(s3err.ErrObjectLockConfigurationNotFound)
+		return nil, nil
 	}
 	c := auth.BucketLockConfig{Enabled: true}
 	if lc.Mode != "" {

@@ -10,8 +10,15 @@
 // bucket that has been versioned (KeyInfo.VersionID empty otherwise), as
 // S3 does.
 //
-// Concurrency: no state but the Doer; safe for concurrent use when it is
-// (metaapi.Client is).
+// Caching: a Bucket with a Cache answers GetBucketVersioning from it for
+// the cache's TTL (versitygw asks on every PUT and DELETE, for its
+// object-lock check: auth.CheckObjectAccess); its own
+// PutBucketVersioning drops the entry, and the gateway drops it when it
+// creates or deletes the bucket. Another gateway's change applies within
+// the TTL; the meta service, which decides every write, is not misled.
+//
+// Concurrency: no state but the Doer and the Cache; safe for concurrent
+// use when the Doer is (metaapi.Client is).
 package s3ver
 
 import (
@@ -28,6 +35,7 @@ import (
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/metaapi/s3meta"
 	"github.com/spindle-store/spindle/internal/metaapi/versionapi"
+	"github.com/spindle-store/spindle/internal/s3gw/s3extra"
 )
 
 // Bucket is the bucket versioning half of versitygw's backend.Backend.
@@ -36,10 +44,16 @@ type Bucket struct {
 	// ToS3 turns a meta service error into an S3 one (s3gw's toS3), with
 	// the code of a NOT_FOUND without a reason.
 	ToS3 func(err error, notFound s3err.ErrorCode) error
+	// Cache, when set, holds buckets' versioning status (nil: never
+	// versioned).
+	Cache *s3extra.DocCache
 }
 
 // PutBucketVersioning sets a bucket's versioning (Enabled, Suspended).
 func (v Bucket) PutBucketVersioning(ctx context.Context, bucket string, status types.BucketVersioningStatus) error {
+	if v.Cache != nil {
+		defer v.Cache.Drop(bucket)
+	}
 	err := versionapi.SetState(ctx, v.Meta, bucket, string(status))
 	if errors.Is(err, metaapi.ErrPrecondition) { // object lock: no suspending
 		return s3err.GetAPIError(s3err.ErrSuspendedVersioningNotAllowed)
@@ -50,9 +64,17 @@ func (v Bucket) PutBucketVersioning(ctx context.Context, bucket string, status t
 // GetBucketVersioning answers a bucket's versioning (no Status: never
 // versioned).
 func (v Bucket) GetBucketVersioning(ctx context.Context, bucket string) (s3response.GetBucketVersioningOutput, error) {
-	st, err := versionapi.GetState(ctx, v.Meta, bucket)
-	if err != nil {
-		return s3response.GetBucketVersioningOutput{}, v.ToS3(err, s3err.ErrNoSuchBucket)
+	doc, ok := v.Cache.Get(bucket)
+	st := string(doc)
+	if !ok {
+		var err error
+		if st, err = versionapi.GetState(ctx, v.Meta, bucket); err != nil {
+			return s3response.GetBucketVersioningOutput{}, v.ToS3(err, s3err.ErrNoSuchBucket)
+		}
+		if st != "" {
+			doc = []byte(st)
+		}
+		v.Cache.Put(bucket, doc)
 	}
 	var out s3response.GetBucketVersioningOutput
 	if st != "" {
