@@ -136,10 +136,10 @@ test-s3-full: ## issue 13's S3 acceptance at full size: aws-cli (PyPI and Debian
 bench-s3-versitygw: ## spindle bench s3 against versitygw's own posix gateway on /dev/shm, then against the embedded server with its key-client baseline (SIZES, OBJECTS, CONCURRENCY)
 	scripts/s3-bench-versitygw.sh
 
-bench-s3-cpu: ## server CPU per S3 PUT/GET, by process, with 3 meta members on /dev/shm (SIZES, OPS, OBJECTS_1MiB, OBJECTS_4KiB, SERVER_ENV; PERF=DIR: perf profiles, read with scripts/s3-stages.py)
+bench-s3-cpu: ## server CPU per S3 PUT/GET, by process, with 3 meta members on /dev/shm (SIZES, OPS, OBJECTS_1MiB, OBJECTS_4KiB, SERVER_ENV, TLS=1: default mutual TLS; PERF=DIR: perf profiles, read with scripts/s3-stages.py)
 	scripts/s3-cpu.sh
 
-bench-s3-peers: ## spindle bench s3 against Spindle, then MinIO and SeaweedFS installed from the Go module proxy on first use (PEERS, SIZES, ROUNDS in alternating order with a summary of medians, SPINDLE_AT=last: Spindle after them first; compiles them: minutes)
+bench-s3-peers: ## spindle bench s3 against Spindle, then MinIO and SeaweedFS installed from the Go module proxy on first use (PEERS, SIZES, ROUNDS in alternating order with a summary of medians, SPINDLE_AT=last: Spindle after them first, TLS=1: HTTPS; compiles them: minutes)
 	scripts/s3-peers.sh
 
 test-s3-suite: ## versitygw's own integration suite (its S3 object, bucket, listing, multipart, checksum and SigV4 groups) against the gateway, test by test; fails on a failure not listed in scripts/s3-versitygw-known-failures.txt (about 10 minutes)

@@ -8,6 +8,8 @@
 # holds still on a loaded machine where throughput does not; compare builds
 # by alternating runs (BIN=... of each).
 #   make bench-s3-cpu    SIZES="1MiB 4KiB" OBJECTS_1MiB=1000 OBJECTS_4KiB=6000
+# TLS=1 runs the server with its default mutual TLS (no --insecure): the
+# S3 endpoint is https, its certificate checked against the server's CA.
 # SERVER_ENV="NAME=VALUE ..." is the server's environment (its meta members
 # and datanodes inherit it), e.g. SERVER_ENV=GOMAXPROCS=1.
 # PERF=DIR also records `perf record -g` of the server processes during each
@@ -24,6 +26,7 @@ SIZES=${SIZES:-"1MiB 4KiB"}
 OPS=${OPS:-"put get"}
 CONCURRENCY=${CONCURRENCY:-16}
 META_REPLICAS=${META_REPLICAS:-3}
+TLS=${TLS:-}
 BIN=${BIN:-}
 PERF=${PERF:-}
 PERF_DELAY=${PERF_DELAY:-0.5}
@@ -45,7 +48,9 @@ if [ -z "$BIN" ]; then
   BIN="$SHM/spindle"
 fi
 AK=s3cpubench SK=s3cpu-bench-secret-0123456789abcdef
-setsid env ${SERVER_ENV:-} "$BIN" server --insecure --meta-replicas "$META_REPLICAS" --dir "$SHM/srv" --meta-listen 127.0.0.1:0 \
+MODE=--insecure SCHEME=http
+[ "$TLS" = 1 ] && MODE="" SCHEME=https
+setsid env ${SERVER_ENV:-} "$BIN" server ${MODE:+$MODE }--meta-replicas "$META_REPLICAS" --dir "$SHM/srv" --meta-listen 127.0.0.1:0 \
   --s3-listen 127.0.0.1:0 --console-listen off --s3-access-key "$AK" --s3-secret-key "$SK" \
   --ready-file "$SHM/ready" >"$SHM/server.log" 2>&1 &
 SRV=$!
@@ -63,10 +68,12 @@ for p in $(ss -Hltnp | grep "pid=$SRV," | awk '{print $4}' | sed 's/.*://'); do
   grep -qx "$p" <<<"$META_PORTS" || PORT=$p
 done
 [ -n "$PORT" ] || { echo "s3-cpu: no S3 port found"; exit 1; }
-EP="http://127.0.0.1:$PORT"
-echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); spindle server --insecure --meta-replicas $META_REPLICAS on /dev/shm; $("$BIN" version 2>/dev/null | head -1)"
+EP="$SCHEME://127.0.0.1:$PORT"
+CA=()
+[ "$TLS" = 1 ] && CA=(--endpoint-ca "$SHM/srv/tls/ca/ca.crt")
+echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); spindle server ${MODE:+$MODE }--meta-replicas $META_REPLICAS on /dev/shm; $("$BIN" version 2>/dev/null | head -1)"
 # A fresh cluster's first writes cost more (its first containers): warm up.
-"$BIN" bench s3 --endpoint "$EP" --access-key "$AK" --secret-key "$SK" --op put --size 1MiB \
+"$BIN" bench s3 --endpoint "$EP" "${CA[@]}" --access-key "$AK" --secret-key "$SK" --op put --size 1MiB \
   --objects "${WARMUP:-300}" --prefix "s3cpu-warmup/" >/dev/null 2>&1 || { echo "s3-cpu: the warm-up failed"; exit 1; }
 for size in $SIZES; do
   var="OBJECTS_${size}"
@@ -74,7 +81,7 @@ for size in $SIZES; do
   for op in $OPS; do
     echo "## $op $size, $objects objects, concurrency $CONCURRENCY"
     PERFPID=""
-    args=(bench s3 --endpoint "$EP" --access-key "$AK" --secret-key "$SK" --server-pid "$SRV"
+    args=(bench s3 --endpoint "$EP" "${CA[@]}" --access-key "$AK" --secret-key "$SK" --server-pid "$SRV"
       --op "$op" --size "$size" --objects "$objects" --concurrency "$CONCURRENCY" --duration 40s
       --prefix "s3cpu-$op-$size-$RANDOM/")
     if [ -n "$PERF" ]; then

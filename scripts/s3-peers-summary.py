@@ -22,7 +22,7 @@ def parse(lines):
     for line in lines:
         if line.startswith("# spindle"):
             store = "spindle"
-        m = re.match(r"# \S+ (\S+) at http", line)
+        m = re.match(r"# \S+ (\S+) at https?://", line)
         if m:
             store = m.group(1)
         m = re.match(r"## (\w+) (\w+),", line)

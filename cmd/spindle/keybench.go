@@ -251,7 +251,8 @@ S3 server instead (with --access-key and --secret-key; no baseline).`,
 	}
 	f := cmd.Flags()
 	cf.add(f)
-	f.StringVar(&cfg.Endpoint, "endpoint", "", "S3 server to measure (http://host:port) instead of a gateway for the embedded server")
+	f.StringVar(&cfg.Endpoint, "endpoint", "", "S3 server to measure (http://host:port or https://host:port) instead of a gateway for the embedded server")
+	f.StringVar(&cfg.EndpointCA, "endpoint-ca", "", "with an https:// --endpoint: the CA certificate (PEM file) its certificate is checked against (default: the system's roots)")
 	f.StringVar(&cfg.AccessKey, "access-key", "", "with --endpoint: access key")
 	f.StringVar(&cfg.SecretKey, "secret-key", "", "with --endpoint: secret key")
 	f.IntSliceVar(&cfg.ServerPIDs, "server-pid", nil, "with --endpoint: a server process (with its children: spindle server's meta members and datanodes) whose CPU per operation is reported, by process (repeatable)")

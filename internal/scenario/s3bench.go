@@ -3,6 +3,8 @@ package scenario
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +12,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -55,6 +58,9 @@ type S3BenchConfig struct {
 	// processes (and their children), whose CPU the loops measure.
 	Endpoint, AccessKey, SecretKey, Region string
 	ServerPIDs                             []int
+	// EndpointCA, with an https Endpoint: the PEM file of the CA its
+	// certificate is checked against (empty: the system's roots).
+	EndpointCA string
 	// Op is "put" or "get" (gets read objects the bench writes first,
 	// untimed, and compare every byte).
 	Op string
@@ -119,6 +125,9 @@ func (c *S3BenchConfig) defaults() error {
 	}
 	if c.Duration < 0 {
 		return errors.New("negative duration")
+	}
+	if c.EndpointCA != "" && !strings.HasPrefix(c.Endpoint, "https://") {
+		return fmt.Errorf("endpoint CA %s: for an https:// endpoint only, not %q", c.EndpointCA, c.Endpoint)
 	}
 	if c.Rounds == 0 {
 		c.Rounds = defaultS3BenchRounds
@@ -229,7 +238,7 @@ const s3ClientRcvBufBytes = 4 << 20
 // WhenSupported): ChecksumMode ENABLED, and the SDK verifies the CRC32C
 // the gateway answers (from the object's record) as the body streams.
 // Its connections have s3ClientRcvBufBytes receive buffers.
-func s3Client(endpoint, access, secret, region string, conns int) *s3.Client {
+func s3Client(endpoint, access, secret, region string, conns int, roots *x509.CertPool) *s3.Client {
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		if err := c.Control(func(fd uintptr) {
@@ -240,6 +249,9 @@ func s3Client(endpoint, access, secret, region string, conns int) *s3.Client {
 		return serr
 	}}
 	tr := &http.Transport{Proxy: nil, DialContext: dialer.DialContext, MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: 90 * time.Second}
+	if roots != nil {
+		tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	}
 	return s3.New(s3.Options{
 		BaseEndpoint: aws.String(endpoint), Region: region, UsePathStyle: true,
 		Credentials:                credentials.NewStaticCredentialsProvider(access, secret, ""),
@@ -285,7 +297,17 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 		}
 		defer stop()
 	}
-	c := s3Client(endpoint, access, secret, cfg.Region, cfg.Concurrency)
+	var roots *x509.CertPool
+	if cfg.EndpointCA != "" {
+		pem, err := os.ReadFile(cfg.EndpointCA)
+		if err != nil {
+			return out, fmt.Errorf("s3: endpoint CA: %w", err)
+		}
+		if roots = x509.NewCertPool(); !roots.AppendCertsFromPEM(pem) {
+			return out, fmt.Errorf("s3: endpoint CA %s: no PEM certificate in it", cfg.EndpointCA)
+		}
+	}
+	c := s3Client(endpoint, access, secret, cfg.Region, cfg.Concurrency, roots)
 	if _, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &cfg.Bucket}); err != nil {
 		var owned interface{ ErrorCode() string }
 		if !errors.As(err, &owned) || (owned.ErrorCode() != "BucketAlreadyOwnedByYou" && owned.ErrorCode() != "BucketAlreadyExists") {

@@ -3,6 +3,7 @@ package scenario
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
@@ -58,7 +59,7 @@ func TestS3BenchClientVerifiesGetChecksums(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	c := s3Client(srv.URL, "AKIAEXAMPLE000000001", "example-secret", "us-east-1", 1)
+	c := s3Client(srv.URL, "AKIAEXAMPLE000000001", "example-secret", "us-east-1", 1, nil)
 	get := func() (_ []byte, err error) {
 		o, err := c.GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String("b"), Key: aws.String("k")})
 		if err != nil {
@@ -98,7 +99,7 @@ func TestS3BenchClientReceiveBuffer(t *testing.T) {
 		}
 		accepted <- err
 	}()
-	c := s3Client("http://"+ln.Addr().String(), "AKIAEXAMPLE000000001", "example-secret", "us-east-1", 1)
+	c := s3Client("http://"+ln.Addr().String(), "AKIAEXAMPLE000000001", "example-secret", "us-east-1", 1, nil)
 	dial := c.Options().HTTPClient.(*http.Client).Transport.(*http.Transport).DialContext
 	if dial == nil { // http.Transport's default dialer
 		dial = (&net.Dialer{}).DialContext
@@ -133,5 +134,32 @@ func TestS3BenchClientReceiveBuffer(t *testing.T) {
 	}
 	if want := 2 * min(s3ClientRcvBufBytes, rmemMax); got != want {
 		t.Errorf("SO_RCVBUF %d, want %d (2 × min(%d, rmem_max %d))", got, want, s3ClientRcvBufBytes, rmemMax)
+	}
+}
+
+// --endpoint-ca: an https endpoint's certificate is checked against the
+// CA given (a server with a certificate of another CA is refused), and
+// the option is refused for an http endpoint.
+func TestS3BenchEndpointCA(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	head := func(roots *x509.CertPool) error {
+		_, err := s3Client(srv.URL, "AKIAEXAMPLE000000001", "example-secret", "us-east-1", 1, roots).
+			HeadBucket(context.Background(), &s3.HeadBucketInput{Bucket: aws.String("b")})
+		return err
+	}
+	if err := head(roots); err != nil {
+		t.Fatalf("HEAD with the server's CA: %v", err)
+	}
+	if err := head(x509.NewCertPool()); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("HEAD with another CA: %v, want a certificate error", err)
+	}
+	cfg := S3BenchConfig{Endpoint: "http://127.0.0.1:1", EndpointCA: "ca.pem"}
+	if err := cfg.defaults(); err == nil || !strings.Contains(err.Error(), "https://") {
+		t.Fatalf("a CA for an http endpoint: %v, want refused", err)
 	}
 }
