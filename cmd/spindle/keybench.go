@@ -228,10 +228,9 @@ By default starts an embedded spindle server in --dir (or uses the cluster at
 same operations through the key client on the same cluster (key-write or
 key-read of the same size and concurrency): ratio_to_baseline is what the S3
 layer costs. The objects go in --rounds rounds, each timed through S3 and
-through the key client one after the other, the order alternating, so that
-the two are compared on the same machine state (a first run against a
-later one drifted by ±20 % on a shared 2-core VM). --endpoint measures any
-S3 server instead (with --access-key and --secret-key; no baseline).`,
+through the key client one after the other, the order alternating: the two
+are compared on the same machine state (±20 % drift on a shared VM).
+--endpoint measures any S3 server instead (--access-key, --secret-key; no baseline).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Endpoint == "" {

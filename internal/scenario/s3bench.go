@@ -3,34 +3,27 @@ package scenario
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"net"
-	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/smithy-go/middleware"
 
 	"github.com/spindle-store/spindle/internal/bench"
 	"github.com/spindle-store/spindle/internal/keyclient"
 	"github.com/spindle-store/spindle/internal/meta"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/s3gw"
+	"github.com/spindle-store/spindle/internal/scenario/s3client"
 	"github.com/spindle-store/spindle/internal/units"
 	"github.com/spindle-store/spindle/internal/vfs"
 )
@@ -58,9 +51,7 @@ type S3BenchConfig struct {
 	// processes (and their children), whose CPU the loops measure.
 	Endpoint, AccessKey, SecretKey, Region string
 	ServerPIDs                             []int
-	// EndpointCA, with an https Endpoint: the PEM file of the CA its
-	// certificate is checked against (empty: the system's roots).
-	EndpointCA string
+	EndpointCA                             string // with an https Endpoint: its CA's PEM file (none: the system's)
 	// Op is "put" or "get" (gets read objects the bench writes first,
 	// untimed, and compare every byte).
 	Op string
@@ -125,9 +116,6 @@ func (c *S3BenchConfig) defaults() error {
 	}
 	if c.Duration < 0 {
 		return errors.New("negative duration")
-	}
-	if c.EndpointCA != "" && !strings.HasPrefix(c.Endpoint, "https://") {
-		return fmt.Errorf("endpoint CA %s: for an https:// endpoint only, not %q", c.EndpointCA, c.Endpoint)
 	}
 	if c.Rounds == 0 {
 		c.Rounds = defaultS3BenchRounds
@@ -220,48 +208,6 @@ func startGateway(ctx context.Context, mc *metaapi.Client, log *slog.Logger) (en
 	}
 }
 
-// s3ClientRcvBufBytes is the receive buffer (SO_RCVBUF, capped by the
-// kernel at net.core.rmem_max) of the S3 client's connections. The
-// kernel's autotuned buffer (128 KiB at first, about 1 MiB after a while
-// on loopback) holds less than a 1 MiB response: the gateway's write
-// stops when the window is full, and the rest crosses in pieces pushed
-// from the client's reads (each read's window update makes the kernel
-// send the next piece on the reader's time), so both ends pay more
-// segments and wakeups per object. A window that holds the whole
-// response lets the gateway's one write send it (S3.md: 150 µs less CPU
-// per 1 MiB GET). PUTs are unchanged (the client sends).
-const s3ClientRcvBufBytes = 4 << 20
-
-// s3Client is an SDK client that sends UNSIGNED-PAYLOAD and no request
-// checksums, so that the client's hashing does not cap the PUT figures.
-// GETs are what a default aws-sdk-go-v2 does (ResponseChecksumValidation
-// WhenSupported): ChecksumMode ENABLED, and the SDK verifies the CRC32C
-// the gateway answers (from the object's record) as the body streams.
-// Its connections have s3ClientRcvBufBytes receive buffers.
-func s3Client(endpoint, access, secret, region string, conns int, roots *x509.CertPool) *s3.Client {
-	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		if err := c.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, s3ClientRcvBufBytes)
-		}); err != nil {
-			return err
-		}
-		return serr
-	}}
-	tr := &http.Transport{Proxy: nil, DialContext: dialer.DialContext, MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: 90 * time.Second}
-	if roots != nil {
-		tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
-	}
-	return s3.New(s3.Options{
-		BaseEndpoint: aws.String(endpoint), Region: region, UsePathStyle: true,
-		Credentials:                credentials.NewStaticCredentialsProvider(access, secret, ""),
-		HTTPClient:                 &http.Client{Transport: tr},
-		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
-		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenSupported,
-		APIOptions:                 []func(*middleware.Stack) error{v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware},
-	})
-}
-
 // RunS3 runs `spindle bench s3`: Objects PUTs (or GETs, of objects written
 // first) of SizeBytes, Concurrency at a time, through an S3 gateway —
 // Endpoint, or one started in this process for the embedded server (or
@@ -297,17 +243,10 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 		}
 		defer stop()
 	}
-	var roots *x509.CertPool
-	if cfg.EndpointCA != "" {
-		pem, err := os.ReadFile(cfg.EndpointCA)
-		if err != nil {
-			return out, fmt.Errorf("s3: endpoint CA: %w", err)
-		}
-		if roots = x509.NewCertPool(); !roots.AppendCertsFromPEM(pem) {
-			return out, fmt.Errorf("s3: endpoint CA %s: no PEM certificate in it", cfg.EndpointCA)
-		}
+	c, err := s3client.New(endpoint, access, secret, cfg.Region, cfg.Concurrency, cfg.EndpointCA)
+	if err != nil {
+		return out, fmt.Errorf("s3: %w", err)
 	}
-	c := s3Client(endpoint, access, secret, cfg.Region, cfg.Concurrency, roots)
 	if _, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &cfg.Bucket}); err != nil {
 		var owned interface{ ErrorCode() string }
 		if !errors.As(err, &owned) || (owned.ErrorCode() != "BucketAlreadyOwnedByYou" && owned.ErrorCode() != "BucketAlreadyExists") {
@@ -438,7 +377,7 @@ func RunS3(ctx context.Context, cfg S3BenchConfig) (out S3BenchResult, err error
 	} else if n := cl.cpuNote(); n != "" {
 		res.AddNote("%s", n)
 	}
-	res.AddNote("client: aws-sdk-go-v2, path style, UNSIGNED-PAYLOAD, no request checksums; GETs verify the CRC32C answered (ChecksumMode ENABLED, the SDK's default); %d connections with %s receive buffers", cfg.Concurrency, units.FormatBytes(s3ClientRcvBufBytes))
+	res.AddNote("client: aws-sdk-go-v2, path style, UNSIGNED-PAYLOAD, no request checksums; GETs verify the CRC32C answered (ChecksumMode ENABLED, the SDK's default); %d connections with %s receive buffers", cfg.Concurrency, units.FormatBytes(s3client.RcvBufBytes))
 	if cfg.Op == "get" {
 		res.AddNote("every byte read was compared with the byte written")
 	}

@@ -414,17 +414,13 @@ func (r *Reloader) load() error {
 	if err != nil {
 		return err
 	}
-	caPEM, err := readPEM(r.files.CA)
+	pool, err := CAPool(r.files.CA)
 	if err != nil {
 		return err
 	}
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return fmt.Errorf("tlsconf: %s and %s: %w", r.files.Cert, r.files.Key, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return fmt.Errorf("tlsconf: %s holds no certificate", r.files.CA)
 	}
 	r.cert, r.pool, r.stamp = &pair, pool, stamp
 	return nil
@@ -492,6 +488,19 @@ func (r *Reloader) serverConfig(join bool, g *Guard) *tls.Config {
 	}
 }
 
+// CAPool is the certificates of the PEM file caFile (a CA bundle).
+func CAPool(caFile string) (*x509.CertPool, error) {
+	caPEM, err := readPEM(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("tlsconf: %s holds no certificate", caFile)
+	}
+	return pool, nil
+}
+
 // JoinALPN is the ALPN protocol a joining datanode offers: a server whose
 // Settings allow joins (WithJoin) then lets it handshake without a client
 // certificate. Every other connection still needs one.
@@ -501,13 +510,9 @@ const JoinALPN = "spindle-join/1"
 // token: no certificate of its own yet, the server verified by the CA in
 // caFile, JoinALPN offered.
 func JoinClientConfig(caFile, serverName string) (*tls.Config, error) {
-	caPEM, err := readPEM(caFile)
+	pool, err := CAPool(caFile)
 	if err != nil {
 		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("tlsconf: %s holds no certificate", caFile)
 	}
 	if h, _, err := net.SplitHostPort(serverName); err == nil {
 		serverName = h
