@@ -88,13 +88,13 @@ func (f *features) DeleteBucketTagging(ctx context.Context, bucket string) error
 // GetBucketCors answers the bucket's CORS document
 // (NoSuchCORSConfiguration: none), cached for ACLCacheTTL.
 func (f *features) GetBucketCors(ctx context.Context, bucket string) ([]byte, error) {
-	doc, ok := f.cors.Get(bucket)
+	doc, ok, t := f.cors.Get(bucket)
 	if !ok {
 		var err error
 		if doc, err = s3meta.GetBucketConf(ctx, f.meta, bucket, s3meta.ConfCORS); err != nil {
 			return nil, bucketErr(err)
 		}
-		f.cors.Put(bucket, doc)
+		f.cors.Put(bucket, doc, t)
 	}
 	if len(doc) == 0 {
 		return nil, s3err.GetAPIError(s3err.ErrNoSuchCORSConfiguration)

@@ -160,16 +160,26 @@ func CreateTags(in *s3.CreateBucketInput) (map[string]string, error) {
 // bucket's permissions) for its TTL; this gateway's own changes drop the
 // entry. At most its maxEntries: a full cache is emptied. Safe for
 // concurrent use; values are shared, read only.
+//
+// A value is put with the Ticket of the miss that fetched it, and not
+// kept when the bucket was dropped since: a lookup that raced this
+// gateway's own change cannot put the old answer back after the change.
 type Cache[V any] struct {
 	mu  sync.Mutex
 	m   map[string]cacheEntry[V]
+	seq Ticket // drops so far
 	now func() time.Time
 	ttl time.Duration
 	max int
 }
 
+// Ticket orders a lookup's miss against the drops (Cache.Put).
+type Ticket uint64
+
 type cacheEntry[V any] struct {
 	v       V
+	has     bool   // false: a drop's mark
+	dropped Ticket // the drop that made the mark
 	fetched time.Time
 }
 
@@ -187,44 +197,52 @@ func NewDocCache(ttl time.Duration, maxEntries int) *DocCache {
 	return NewCache[[]byte](ttl, maxEntries)
 }
 
-// Get returns a bucket's value when cached and fresh (a nil cache holds
-// nothing).
-func (c *Cache[V]) Get(bucket string) (V, bool) {
+// Get returns a bucket's value when cached and fresh; on a miss, the
+// Ticket to put what is fetched now with (a nil cache holds nothing).
+func (c *Cache[V]) Get(bucket string) (V, bool, Ticket) {
+	var zero V
 	if c == nil {
-		var zero V
-		return zero, false
+		return zero, false, 0
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[bucket]
-	if !ok || c.now().Sub(e.fetched) >= c.ttl {
-		var zero V
-		return zero, false
+	if !ok || !e.has || c.now().Sub(e.fetched) >= c.ttl {
+		return zero, false, c.seq
 	}
-	return e.v, true
+	return e.v, true, 0
 }
 
-// Put caches a bucket's value (a nil cache: nothing).
-func (c *Cache[V]) Put(bucket string, v V) {
+// Put caches a bucket's value fetched after the miss that gave t, unless
+// the bucket was dropped since (a nil cache: nothing).
+func (c *Cache[V]) Put(bucket string, v V, t Ticket) {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if e, ok := c.m[bucket]; ok && !e.has && e.dropped > t {
+		return
+	}
 	if len(c.m) >= c.max {
 		clear(c.m)
 	}
-	c.m[bucket] = cacheEntry[V]{v: v, fetched: c.now()}
+	c.m[bucket] = cacheEntry[V]{v: v, has: true, fetched: c.now()}
 }
 
-// Drop forgets a bucket's value (a nil cache: nothing).
+// Drop forgets a bucket's value, and refuses the values of lookups that
+// missed before it (a nil cache: nothing).
 func (c *Cache[V]) Drop(bucket string) {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.m, bucket)
+	c.seq++
+	if len(c.m) >= c.max {
+		clear(c.m)
+	}
+	c.m[bucket] = cacheEntry[V]{dropped: c.seq}
 }
 
 func ptr[T any](v T) *T { return &v }

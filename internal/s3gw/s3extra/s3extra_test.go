@@ -63,28 +63,58 @@ func TestDocCache(t *testing.T) {
 	c := NewDocCache(time.Second, 2)
 	now := time.Unix(0, 0)
 	c.now = func() time.Time { return now }
-	c.Put("a", []byte("x"))
-	c.Put("b", nil)
-	if d, ok := c.Get("a"); !ok || string(d) != "x" {
+	get := func(b string) ([]byte, bool) { d, ok, _ := c.Get(b); return d, ok }
+	_, _, tk := c.Get("a")
+	c.Put("a", []byte("x"), tk)
+	c.Put("b", nil, tk)
+	if d, ok := get("a"); !ok || string(d) != "x" {
 		t.Fatal("a")
 	}
-	if d, ok := c.Get("b"); !ok || d != nil {
+	if d, ok := get("b"); !ok || d != nil {
 		t.Fatal("b: none set is cached too")
 	}
 	now = now.Add(time.Second - time.Nanosecond)
-	if _, ok := c.Get("a"); !ok {
+	if _, ok := get("a"); !ok {
 		t.Fatal("not served within its TTL")
 	}
 	now = now.Add(time.Nanosecond)
-	if _, ok := c.Get("a"); ok {
+	if _, ok := get("a"); ok {
 		t.Fatal("served past its TTL")
 	}
-	c.Put("c", []byte("y")) // full: emptied first
-	if _, ok := c.Get("b"); ok {
+	c.Put("c", []byte("y"), tk) // full: emptied first
+	if _, ok := get("b"); ok {
 		t.Fatal("a full cache kept its entries")
 	}
 	c.Drop("c")
-	if _, ok := c.Get("c"); ok {
+	if _, ok := get("c"); ok {
 		t.Fatal("dropped, still served")
+	}
+}
+
+// A lookup that missed before a drop (this gateway's own change) cannot
+// put its answer back after it: the answer may predate the change. One
+// that missed after the drop can. Fails with Put ignoring its Ticket.
+func TestCachePutAfterDrop(t *testing.T) {
+	c := NewDocCache(time.Second, 8)
+	_, ok, before := c.Get("b") // a lookup starts, then the change lands
+	if ok {
+		t.Fatal("empty cache answered")
+	}
+	c.Drop("b")
+	c.Put("b", []byte("old"), before)
+	if d, ok, _ := c.Get("b"); ok {
+		t.Fatalf("the answer of a lookup older than the drop was kept: %q", d)
+	}
+	_, _, after := c.Get("b")
+	c.Put("b", []byte("new"), after)
+	if d, ok, _ := c.Get("b"); !ok || string(d) != "new" {
+		t.Fatalf("the answer of a lookup after the drop: %q %v", d, ok)
+	}
+	c.Drop("other") // drops of other buckets do not refuse b's
+	_, _, t2 := c.Get("b2")
+	c.Drop("b3")
+	c.Put("b2", []byte("v"), t2)
+	if _, ok, _ := c.Get("b2"); !ok {
+		t.Fatal("a drop of another bucket refused this one's answer")
 	}
 }

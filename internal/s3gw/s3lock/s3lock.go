@@ -72,9 +72,7 @@ func (l Lock) EnableAtCreate(ctx context.Context, bucket string, enabled *bool) 
 // PutObjectLockConfiguration sets a bucket's object lock configuration
 // (config: versitygw's auth.BucketLockConfig, JSON).
 func (l Lock) PutObjectLockConfiguration(ctx context.Context, bucket string, config []byte) error {
-	if l.Cache != nil {
-		defer l.Cache.Drop(bucket)
-	}
+	defer l.Cache.Drop(bucket)
 	var c auth.BucketLockConfig
 	if err := json.Unmarshal(config, &c); err != nil {
 		return s3err.GetAPIError(s3err.ErrMalformedXML)
@@ -100,13 +98,13 @@ func (l Lock) PutObjectLockConfiguration(ctx context.Context, bucket string, con
 // versitygw's form. No CreatedAt: versitygw then applies no default
 // retention of its own (the meta service gave each version its own).
 func (l Lock) GetObjectLockConfiguration(ctx context.Context, bucket string) ([]byte, error) {
-	doc, ok := l.Cache.Get(bucket)
+	doc, ok, t := l.Cache.Get(bucket)
 	if !ok {
 		var err error
 		if doc, err = l.lockConfig(ctx, bucket); err != nil {
 			return nil, err
 		}
-		l.Cache.Put(bucket, doc)
+		l.Cache.Put(bucket, doc, t)
 	}
 	if doc == nil {
 		return nil, s3err.GetAPIError(s3err.ErrObjectLockConfigurationNotFound)

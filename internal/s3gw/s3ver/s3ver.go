@@ -51,9 +51,7 @@ type Bucket struct {
 
 // PutBucketVersioning sets a bucket's versioning (Enabled, Suspended).
 func (v Bucket) PutBucketVersioning(ctx context.Context, bucket string, status types.BucketVersioningStatus) error {
-	if v.Cache != nil {
-		defer v.Cache.Drop(bucket)
-	}
+	defer v.Cache.Drop(bucket)
 	err := versionapi.SetState(ctx, v.Meta, bucket, string(status))
 	if errors.Is(err, metaapi.ErrPrecondition) { // object lock: no suspending
 		return s3err.GetAPIError(s3err.ErrSuspendedVersioningNotAllowed)
@@ -64,7 +62,7 @@ func (v Bucket) PutBucketVersioning(ctx context.Context, bucket string, status t
 // GetBucketVersioning answers a bucket's versioning (no Status: never
 // versioned).
 func (v Bucket) GetBucketVersioning(ctx context.Context, bucket string) (s3response.GetBucketVersioningOutput, error) {
-	doc, ok := v.Cache.Get(bucket)
+	doc, ok, t := v.Cache.Get(bucket)
 	st := string(doc)
 	if !ok {
 		var err error
@@ -74,7 +72,7 @@ func (v Bucket) GetBucketVersioning(ctx context.Context, bucket string) (s3respo
 		if st != "" {
 			doc = []byte(st)
 		}
-		v.Cache.Put(bucket, doc)
+		v.Cache.Put(bucket, doc, t)
 	}
 	var out s3response.GetBucketVersioningOutput
 	if st != "" {
