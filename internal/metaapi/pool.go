@@ -44,26 +44,24 @@ func newPool(c *Client, opts ClientOptions) *allocpool.Pool[AllocateResponse] {
 			c.allocs.calls += uint64(n)
 			c.allocs.mu.Unlock()
 			var blocks []AllocateResponse
+			var refused error // the first item's error, when no block came
 			for i := range got {
-				if errs[i] == nil {
-					blocks = append(blocks, got[i])
+				if errs[i] != nil {
+					if refused == nil {
+						refused = errs[i]
+					}
+					continue
 				}
+				blocks = append(blocks, got[i])
 			}
 			if len(blocks) == 0 {
-				return nil, cmpErr(errs)
+				if refused == nil {
+					refused = &Error{Code: CodeInternal, Message: fmt.Sprintf("meta pre-allocation: %d results for %d blocks", len(got), n)}
+				}
+				return nil, refused
 			}
 			return blocks, nil
 		}}
-}
-
-// cmpErr is the first of errs that is not nil.
-func cmpErr(errs []error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return &Error{Code: CodeInternal, Message: "meta pre-allocation: no block and no error"}
 }
 
 // allocateUnpooled is Allocate without the pool.
