@@ -88,13 +88,9 @@ func (f *features) DeleteBucketTagging(ctx context.Context, bucket string) error
 // GetBucketCors answers the bucket's CORS document
 // (NoSuchCORSConfiguration: none), cached for ACLCacheTTL.
 func (f *features) GetBucketCors(ctx context.Context, bucket string) ([]byte, error) {
-	doc, ok, t := f.cors.Get(bucket)
-	if !ok {
-		var err error
-		if doc, err = s3meta.GetBucketConf(ctx, f.meta, bucket, s3meta.ConfCORS); err != nil {
-			return nil, bucketErr(err)
-		}
-		f.cors.Put(bucket, doc, t)
+	doc, err := f.cors.Fetch(bucket, func() ([]byte, error) { return s3meta.GetBucketConf(ctx, f.meta, bucket, s3meta.ConfCORS) })
+	if err != nil {
+		return nil, bucketErr(err)
 	}
 	if len(doc) == 0 {
 		return nil, s3err.GetAPIError(s3err.ErrNoSuchCORSConfiguration)

@@ -52,15 +52,10 @@ func (c *PermCache) drop(bucket string) { c.c.Drop(bucket) }
 // bucket returns a bucket's permissions, cached (the answer is shared:
 // read only).
 func (c *PermCache) bucket(ctx context.Context, name string) (*s3permapi.Bucket, error) {
-	b, ok, t := c.c.Get(name)
-	if ok {
-		return b, nil
-	}
-	b, err := s3permapi.Get(ctx, c.meta, name)
+	b, err := c.c.Fetch(name, func() (*s3permapi.Bucket, error) { return s3permapi.Get(ctx, c.meta, name) })
 	if err != nil {
 		return nil, bucketErr(err)
 	}
-	c.c.Put(name, b, t)
 	return b, nil
 }
 

@@ -230,6 +230,22 @@ func (c *Cache[V]) Put(bucket string, v V, t Ticket) {
 	c.m[bucket] = cacheEntry[V]{v: v, has: true, fetched: c.now()}
 }
 
+// Fetch returns a bucket's value: cached and fresh, or fetched now and
+// cached (Put with the ticket of this miss); fetch's error is returned,
+// nothing cached. A nil cache fetches every time.
+func (c *Cache[V]) Fetch(bucket string, fetch func() (V, error)) (V, error) {
+	v, ok, t := c.Get(bucket)
+	if ok {
+		return v, nil
+	}
+	v, err := fetch()
+	if err != nil {
+		return v, err
+	}
+	c.Put(bucket, v, t)
+	return v, nil
+}
+
 // Drop forgets a bucket's value, and refuses the values of lookups that
 // missed before it (a nil cache: nothing).
 func (c *Cache[V]) Drop(bucket string) {

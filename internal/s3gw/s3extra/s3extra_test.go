@@ -1,6 +1,7 @@
 package s3extra
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -116,5 +117,28 @@ func TestCachePutAfterDrop(t *testing.T) {
 	c.Put("b2", []byte("v"), t2)
 	if _, ok, _ := c.Get("b2"); !ok {
 		t.Fatal("a drop of another bucket refused this one's answer")
+	}
+}
+
+// Fetch asks once within the TTL, caches no error, and a nil cache asks
+// every time.
+func TestCacheFetch(t *testing.T) {
+	asked := 0
+	fetch := func(err error) func() (int, error) {
+		return func() (int, error) { asked++; return asked, err }
+	}
+	c := NewCache[int](time.Second, 8)
+	if _, err := c.Fetch("b", fetch(errors.New("down"))); err == nil {
+		t.Fatal("fetch's error not returned")
+	}
+	for range 2 {
+		if v, err := c.Fetch("b", fetch(nil)); err != nil || v != 2 {
+			t.Fatalf("fetched %d, %v; want 2 (the error was not cached, then the value was)", v, err)
+		}
+	}
+	var none *Cache[int]
+	_, _ = none.Fetch("b", fetch(nil)) // the count is what is checked
+	if v, _ := none.Fetch("b", fetch(nil)); v != 4 {
+		t.Fatalf("a nil cache answered %d, want a fetch each time (4)", v)
 	}
 }

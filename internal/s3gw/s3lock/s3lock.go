@@ -98,13 +98,9 @@ func (l Lock) PutObjectLockConfiguration(ctx context.Context, bucket string, con
 // versitygw's form. No CreatedAt: versitygw then applies no default
 // retention of its own (the meta service gave each version its own).
 func (l Lock) GetObjectLockConfiguration(ctx context.Context, bucket string) ([]byte, error) {
-	doc, ok, t := l.Cache.Get(bucket)
-	if !ok {
-		var err error
-		if doc, err = l.lockConfig(ctx, bucket); err != nil {
-			return nil, err
-		}
-		l.Cache.Put(bucket, doc, t)
+	doc, err := l.Cache.Fetch(bucket, func() ([]byte, error) { return l.lockConfig(ctx, bucket) })
+	if err != nil {
+		return nil, err
 	}
 	if doc == nil {
 		return nil, s3err.GetAPIError(s3err.ErrObjectLockConfigurationNotFound)

@@ -62,18 +62,17 @@ func (v Bucket) PutBucketVersioning(ctx context.Context, bucket string, status t
 // GetBucketVersioning answers a bucket's versioning (no Status: never
 // versioned).
 func (v Bucket) GetBucketVersioning(ctx context.Context, bucket string) (s3response.GetBucketVersioningOutput, error) {
-	doc, ok, t := v.Cache.Get(bucket)
-	st := string(doc)
-	if !ok {
-		var err error
-		if st, err = versionapi.GetState(ctx, v.Meta, bucket); err != nil {
-			return s3response.GetBucketVersioningOutput{}, v.ToS3(err, s3err.ErrNoSuchBucket)
+	doc, err := v.Cache.Fetch(bucket, func() ([]byte, error) {
+		st, err := versionapi.GetState(ctx, v.Meta, bucket)
+		if err != nil || st == "" {
+			return nil, err
 		}
-		if st != "" {
-			doc = []byte(st)
-		}
-		v.Cache.Put(bucket, doc, t)
+		return []byte(st), nil
+	})
+	if err != nil {
+		return s3response.GetBucketVersioningOutput{}, v.ToS3(err, s3err.ErrNoSuchBucket)
 	}
+	st := string(doc)
 	var out s3response.GetBucketVersioningOutput
 	if st != "" {
 		s := types.BucketVersioningStatus(st)
