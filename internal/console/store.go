@@ -6,9 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"time"
 
 	"github.com/spindle-store/spindle/internal/keyclient"
+	"github.com/spindle-store/spindle/internal/httpdirect"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/metaapi/authz"
 	"github.com/spindle-store/spindle/internal/tlsconf"
@@ -26,11 +26,7 @@ type MetaStore struct {
 // NewMetaStore is the Store of the meta service at addr (every member's,
 // comma-separated), reached with sec (the s3 role's pair; nil: plaintext).
 func NewMetaStore(addr string, sec *tlsconf.Settings, log *slog.Logger) (*MetaStore, error) {
-	base := http.DefaultTransport.(*http.Transport).Clone()
-	base.Proxy = nil
-	if sec.Enabled() {
-		base = sec.Pin(tlsconf.RoleMeta).HTTPTransport(&http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second})
-	}
+	base := httpdirect.ForMeta(sec)
 	// No batching: a batch would carry one user's header for several.
 	mc, err := metaapi.NewClient(addr, metaapi.ClientOptions{TLS: sec, NoBatching: true,
 		HTTPClient: &http.Client{Transport: &authz.Transport{Base: base}}})

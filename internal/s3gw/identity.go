@@ -3,11 +3,11 @@ package s3gw
 import (
 	"context"
 	"net/http"
-	"time"
 
 	"github.com/versity/versitygw/auth"
 	"github.com/versity/versitygw/s3api/utils"
 
+	"github.com/spindle-store/spindle/internal/httpdirect"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/metaapi/authz"
 	"github.com/spindle-store/spindle/internal/tlsconf"
@@ -79,11 +79,7 @@ func callerScope(ctx context.Context) string {
 // metaClient is the gateway's client of the meta service at addr: every
 // call alone, naming its request's user; an allocation pool per caller.
 func metaClient(addr string, sec *tlsconf.Settings) (*metaapi.Client, error) {
-	base := sec.Pin(tlsconf.RoleMeta).HTTPTransport(&http.Transport{
-		Proxy:               nil, // the meta service is on the cluster's network
-		MaxIdleConnsPerHost: 64,
-		IdleConnTimeout:     90 * time.Second,
-	})
+	base := httpdirect.ForMeta(sec)
 	return metaapi.NewClient(addr, metaapi.ClientOptions{TLS: sec, NoBatching: true, PreAllocate: preAllocate, PoolScope: callerScope,
 		HTTPClient: &http.Client{Transport: &authz.Transport{Base: base, Who: requestUser, Authorized: requestAuthorized}}})
 }

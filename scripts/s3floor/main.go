@@ -1,9 +1,11 @@
 // Command s3floor measures the physical floor of an S3 object's bytes on
 // this machine (issue 36 item 1): the CPU time of each thing a PUT or GET
 // of one object must do at least, measured alone, with none of Spindle's
-// code: a memory copy, a loopback TCP transfer (sender and receiver), a
-// write into the page cache of a tmpfs file with fdatasync, CRC32C, and
-// MD5 (crypto/md5, and md5batch's 16 lanes at once per object). It prints
+// code: a memory copy, a loopback TCP transfer (sender and receiver), the
+// same over TLS 1.3, one AES-128-GCM pass (a TLS hop's encryption or
+// decryption alone), a write into the page cache of a tmpfs file with
+// fdatasync, CRC32C, and MD5 (crypto/md5, and md5batch's 16 lanes at once
+// per object). It prints
 // CPU µs per object for each --sizes (default 1MiB and 4KiB), from
 // getrusage of this process (every thread) over -n objects (bounded: at
 // most 2 s of wall time per line). The copies and checksums run over a
@@ -14,11 +16,19 @@
 package main
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/md5"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math/big"
 	"net"
 	"os"
 	"syscall"
@@ -143,13 +153,97 @@ func run(size int, dir string, n int) error {
 	}); err != nil {
 		return err
 	}
-	return loopback(size, n, src, line)
+	if err := gcm(size, src, dst, line); err != nil {
+		return err
+	}
+	if err := loopback("loopback TCP: object sent, read, 1 byte back", size, src, line, nil); err != nil {
+		return err
+	}
+	return loopback("loopback TLS 1.3: object sent, read, 1 byte back", size, src, line, tlsPair)
+}
+
+// gcm measures one pass of TLS 1.3's default cipher (AES-128-GCM, as Go
+// picks it with AES-NI) over an object in 16 KiB records: what each TLS
+// hop adds at each end, without the syscalls.
+func gcm(size int, src, dst [][]byte, line func(string, func(int) error) error) error {
+	key := make([]byte, 16)
+	blk, err := aes.NewCipher(key)
+	if err != nil {
+		return err
+	}
+	aead, err := cipher.NewGCM(blk)
+	if err != nil {
+		return err
+	}
+	nonce := make([]byte, aead.NonceSize())
+	const record = 16 << 10
+	out := make([]byte, 0, record+aead.Overhead())
+	seal := func(i int) error {
+		b := src[i%len(src)]
+		for off := 0; off < len(b); off += record {
+			out = aead.Seal(out[:0], nonce, b[off:min(off+record, len(b))], nil)
+		}
+		return nil
+	}
+	if err := line("AES-128-GCM seal, 16 KiB records (a TLS send)", seal); err != nil {
+		return err
+	}
+	sealed := make([][]byte, 0, 64) // a few objects' records, opened in turn
+	for i := 0; i < 4; i++ {
+		b := src[i]
+		for off := 0; off < len(b); off += record {
+			sealed = append(sealed, aead.Seal(nil, nonce, b[off:min(off+record, len(b))], nil))
+		}
+	}
+	perObject := (size + record - 1) / record
+	return line("AES-128-GCM open, 16 KiB records (a TLS receive)", func(i int) error {
+		d := dst[i%len(dst)][:0]
+		for r := 0; r < perObject; r++ {
+			var err error
+			if d, err = aead.Open(d, nonce, sealed[(i*perObject+r)%len(sealed)], nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// tlsPair wraps a loopback connection's two ends in TLS 1.3 with a
+// throw-away self-signed certificate (the handshake done before timing).
+func tlsPair(client, server net.Conn) (net.Conn, net.Conn, error) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"s3floor"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		return nil, nil, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, err
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(leaf)
+	sc := tls.Server(server, &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: k, Leaf: leaf}}})
+	cc := tls.Client(client, &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: roots, ServerName: "s3floor"})
+	errs := make(chan error, 1)
+	go func() { errs <- sc.Handshake() }()
+	if err := cc.Handshake(); err != nil {
+		return nil, nil, err
+	}
+	if err := <-errs; err != nil {
+		return nil, nil, err
+	}
+	return cc, sc, nil
 }
 
 // loopback measures a TCP transfer of one object over 127.0.0.1, both ends
 // in this process: the sender's write and the receiver's read, and for a
-// request the answer's few bytes back.
-func loopback(size, n int, src [][]byte, line func(string, func(int) error) error) error {
+// request the answer's few bytes back; wrap, when set, puts both ends in
+// TLS first.
+func loopback(name string, size int, src [][]byte, line func(string, func(int) error) error, wrap func(client, server net.Conn) (net.Conn, net.Conn, error)) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -176,6 +270,11 @@ func loopback(size, n int, src [][]byte, line func(string, func(int) error) erro
 	}
 	server := sc.c
 	defer func() { _ = server.Close() }() // best effort
+	if wrap != nil {
+		if client, server, err = wrap(client, server); err != nil {
+			return err
+		}
+	}
 	// The server reads each object and answers one byte.
 	go func() {
 		buf := make([]byte, size)
@@ -189,7 +288,7 @@ func loopback(size, n int, src [][]byte, line func(string, func(int) error) erro
 		}
 	}()
 	ack := make([]byte, 1)
-	return line("loopback TCP: object sent, read, 1 byte back", func(i int) error {
+	return line(name, func(i int) error {
 		if _, err := client.Write(src[i%len(src)]); err != nil {
 			return err
 		}

@@ -1,0 +1,15 @@
+package httpdirect
+
+import "github.com/spindle-store/spindle/internal/tlsconf"
+
+// ForMeta is the transport of a client of the meta service (the
+// gateway's, the console's, every metaapi.NewClient default): the TLS
+// peer pinned to the meta role (issue 33; sec nil or plaintext: http),
+// never through a proxy (the meta service is on the cluster's network).
+func ForMeta(sec *tlsconf.Settings) *Transport {
+	t := &Transport{}
+	if sec.Enabled() {
+		t.DialTLS = sec.Pin(tlsconf.RoleMeta).Dial
+	}
+	return t
+}
