@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand"
 	"net/http"
 	"path/filepath"
@@ -673,71 +672,4 @@ func TestInlineValuesInBlobFiles(t *testing.T) {
 	mustNo(t, err)
 	defer mustClose(t, restored)
 	check("a backup", restored)
-}
-
-// With BatchGetsBy, concurrent lookups share GetsRoute requests per
-// scope only, each sent with the context of one of its own calls (the
-// gateway's user rides on it): every request's keys are its sender's.
-// Sent with no caller's context (as unscoped batches are), the check
-// fails on the first request.
-func TestClientGetScopes(t *testing.T) {
-	clk := newClock()
-	srv, _ := serve(t, testConfig(t.TempDir(), clk))
-	type who struct{}
-	var mu sync.Mutex
-	var batches int
-	rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		if r.URL.Path == metaapi.GetsRoute {
-			w, _ := r.Context().Value(who{}).(string)
-			var b metaapi.GetBatch
-			body, err := io.ReadAll(r.Body)
-			if err == nil {
-				err = json.Unmarshal(body, &b)
-			}
-			if err != nil {
-				t.Errorf("a gets request's body: %v", err)
-			}
-			for _, k := range b.Keys {
-				if !strings.HasPrefix(k.Key, w+"-") {
-					t.Errorf("a gets request sent as %q asks for %s", w, k.Key)
-				}
-			}
-			mu.Lock()
-			batches++
-			mu.Unlock()
-			r.Body = io.NopCloser(bytes.NewReader(body))
-		}
-		return http.DefaultTransport.RoundTrip(r)
-	})
-	scope := func(ctx context.Context) string { w, _ := ctx.Value(who{}).(string); return w }
-	cl, err := metaapi.NewClient(srv.Addr(), metaapi.ClientOptions{Timeout: 5 * time.Second, NoBatching: true, BatchGetsBy: scope,
-		HTTPClient: &http.Client{Transport: rt}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	must[metaapi.Bucket](t)(cl.CreateBucket(bg, "bkt"))
-	users := []string{"alice", "bob"}
-	const n = 16
-	for _, u := range users {
-		for i := range n {
-			must[metaapi.KeyInfo](t)(cl.CommitKey(bg, "bkt", fmt.Sprintf("%s-%d", u, i), *inlineCommit(inlineValue(int64(i), 100+i))))
-		}
-	}
-	var wg sync.WaitGroup
-	for _, u := range users {
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ki, err := cl.GetKey(context.WithValue(bg, who{}, u), "bkt", fmt.Sprintf("%s-%d", u, i))
-				if err != nil || !bytes.Equal(ki.Inline, inlineValue(int64(i), 100+i)) {
-					t.Errorf("%s-%d: %d bytes, %v", u, i, len(ki.Inline), err)
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	if batches == 0 || batches > len(users)*n {
-		t.Fatalf("%d gets requests for %d lookups", batches, len(users)*n)
-	}
 }

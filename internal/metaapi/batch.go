@@ -5,8 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-
-	"github.com/spindle-store/spindle/internal/metaapi/batcher"
+	"sync"
 )
 
 // AllocationsRoute takes a batch of allocations in one request (Client
@@ -197,31 +196,140 @@ func DecodeCommitBatch(body []byte) ([]BatchedCommit, error) {
 	return b.Commits, nil
 }
 
-// initBatchers sets up the Client's batchers (package batcher).
-func (c *Client) initBatchers(getScope func(context.Context) string) {
-	again := func(err error) bool { return errors.Is(err, ErrUnavailable) }
-	c.commits = batcher.Batcher[BatchedCommit, KeyInfo]{MaxCalls: MaxCommitBatch, MaxBytes: MaxCommitBatchBytes, MaxInFlight: MaxCommitBatchesInFlight,
-		Size: func(q BatchedCommit) int { return len(q.Inline) }, Send: c.sendCommits, Again: again,
-		Alone: func(ctx context.Context, q BatchedCommit) (KeyInfo, error) {
-			return c.commitAlone(ctx, q.Bucket, q.Key, q.CommitKey)
-		}}
-	c.allocs = batcher.Batcher[AllocateRequest, AllocateResponse]{MaxCalls: MaxCommitBatch, MaxInFlight: MaxCommitBatchesInFlight,
-		Send: c.sendAllocations, Again: again, Alone: c.allocateAlone}
-	newGets := func() *batcher.Batcher[KeyName, KeyInfo] {
-		return &batcher.Batcher[KeyName, KeyInfo]{MaxCalls: MaxCommitBatch, MaxInFlight: MaxCommitBatchesInFlight, Send: c.sendGets, Again: again,
-			Alone: func(ctx context.Context, q KeyName) (KeyInfo, error) {
-				var ki KeyInfo
-				return ki, c.Do(ctx, http.MethodGet, KeyPath(q.Bucket, q.Key), nil, &ki, true)
-			}}
+// batchCall is one call waiting in a batcher.
+type batchCall[Q, R any] struct {
+	req  Q
+	done chan struct{}
+	res  R
+	err  error
+}
+
+// batcher groups a Client's concurrent calls of one kind into batch
+// requests: a call joins the queue; while fewer than
+// MaxCommitBatchesInFlight batches are in flight, a sender takes what is
+// queued (at most MaxCommitBatch calls, MaxCommitBatchBytes as counted by
+// size) and sends it. No call waits for company: a lone call goes at
+// once, in a batch of one; under load, calls queue while batches are in
+// flight.
+type batcher[Q, R any] struct {
+	// size is a call's bytes toward MaxCommitBatchBytes (nil: none); send
+	// sends one batch and returns one result or error per request, or
+	// the error of the whole request.
+	size func(Q) int
+	send func(reqs []Q) ([]R, []error, error)
+	// alone sends one request by itself: a call whose answer in a batch
+	// was UNAVAILABLE (its member stopped leading in the middle of the
+	// batch) is tried again alone, following the leader as any call.
+	alone func(req Q) (R, error)
+
+	mu       sync.Mutex
+	queue    []*batchCall[Q, R]
+	inflight int
+	// batches and calls count what was sent (the mean batch size).
+	batches, calls uint64
+}
+
+// call queues one request and waits for its answer (or ctx: the call may
+// still be made then, its outcome unknown, as with any lost answer).
+func (b *batcher[Q, R]) call(ctx context.Context, req Q) (R, error) {
+	c := &batchCall[Q, R]{req: req, done: make(chan struct{})}
+	b.mu.Lock()
+	b.queue = append(b.queue, c)
+	start := b.inflight < MaxCommitBatchesInFlight
+	if start {
+		b.inflight++
 	}
-	c.gets = *newGets()
-	c.getScope, c.scopedGets.New = getScope, newGets
+	b.mu.Unlock()
+	if start {
+		go b.run()
+	}
+	select {
+	case <-c.done:
+		return c.res, c.err
+	case <-ctx.Done():
+		var zero R
+		return zero, fmt.Errorf("%w (the call may still be made)", ctx.Err())
+	}
+}
+
+// run sends batches until the queue is empty.
+func (b *batcher[Q, R]) run() {
+	for {
+		b.mu.Lock()
+		n, bytes := 0, 0
+		for n < len(b.queue) && n < MaxCommitBatch {
+			v := 0
+			if b.size != nil {
+				v = b.size(b.queue[n].req)
+			}
+			if n > 0 && bytes+v > MaxCommitBatchBytes {
+				break
+			}
+			bytes += v
+			n++
+		}
+		if n == 0 {
+			b.inflight--
+			b.mu.Unlock()
+			return
+		}
+		calls := make([]*batchCall[Q, R], n)
+		copy(calls, b.queue)
+		b.queue = b.queue[:copy(b.queue, b.queue[n:])]
+		b.batches++
+		b.calls += uint64(n)
+		b.mu.Unlock()
+		reqs := make([]Q, n)
+		for i, c := range calls {
+			reqs[i] = c.req
+		}
+		res, errs, err := b.send(reqs)
+		if err == nil && (len(res) != n || len(errs) != n) {
+			err = &Error{Code: CodeInternal, Message: fmt.Sprintf("meta batch: %d results for %d calls", len(res), n)}
+		}
+		for i, c := range calls {
+			if err != nil {
+				c.err = err
+			} else {
+				c.res, c.err = res[i], errs[i]
+				if errors.Is(c.err, ErrUnavailable) && b.alone != nil {
+					c.res, c.err = b.alone(c.req)
+				}
+			}
+			close(c.done)
+		}
+	}
+}
+
+// stats returns the batches sent and the calls in them.
+func (b *batcher[Q, R]) stats() (batches, calls uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.batches, b.calls
+}
+
+// initBatchers sets up the Client's batchers.
+func (c *Client) initBatchers() {
+	c.commits.size = func(q BatchedCommit) int { return len(q.Inline) }
+	c.commits.send = c.sendCommits
+	c.commits.alone = func(q BatchedCommit) (KeyInfo, error) {
+		return c.commitAlone(context.Background(), q.Bucket, q.Key, q.CommitKey)
+	}
+	c.allocs.send = func(reqs []AllocateRequest) ([]AllocateResponse, []error, error) {
+		return c.sendAllocations(context.Background(), reqs)
+	}
+	c.allocs.alone = func(q AllocateRequest) (AllocateResponse, error) { return c.allocateAlone(context.Background(), q) }
+	c.gets.send = c.sendGets
+	c.gets.alone = func(q KeyName) (KeyInfo, error) {
+		var ki KeyInfo
+		return ki, c.Do(context.Background(), http.MethodGet, KeyPath(q.Bucket, q.Key), nil, &ki, true)
+	}
 }
 
 // sendGets sends one GetsRoute batch.
-func (c *Client) sendGets(ctx context.Context, names []KeyName) ([]KeyInfo, []error, error) {
+func (c *Client) sendGets(names []KeyName) ([]KeyInfo, []error, error) {
 	var res []GetResult
-	if err := c.Do(ctx, http.MethodPost, GetsRoute, GetBatch{Keys: names}, &res, true); err != nil {
+	if err := c.Do(context.Background(), http.MethodPost, GetsRoute, GetBatch{Keys: names}, &res, true); err != nil {
 		return nil, nil, err
 	}
 	kis, errs := make([]KeyInfo, len(res)), make([]error, len(res))
@@ -241,14 +349,14 @@ func (c *Client) sendGets(ctx context.Context, names []KeyName) ([]KeyInfo, []er
 // sendCommits sends one CommitsRoute batch. Every commit is idempotent
 // (an identical retry succeeds), so is the batch; it is bounded by the
 // client's attempts, timeouts and failover limit, not by one caller's
-// context (the batcher sends it with one of no caller's).
-func (c *Client) sendCommits(ctx context.Context, items []BatchedCommit) ([]KeyInfo, []error, error) {
+// context.
+func (c *Client) sendCommits(items []BatchedCommit) ([]KeyInfo, []error, error) {
 	body, err := EncodeCommitBatch(items)
 	if err != nil {
 		return nil, nil, fmt.Errorf("meta commit batch: encode: %w", err)
 	}
 	var res CommitBatchResult
-	if err := c.Do(ctx, http.MethodPost, CommitsRoute, rawBody{body, InlineContentType}, &res, true); err != nil {
+	if err := c.Do(context.Background(), http.MethodPost, CommitsRoute, rawBody{body, InlineContentType}, &res, true); err != nil {
 		return nil, nil, err
 	}
 	kis, errs := make([]KeyInfo, len(res.Results)), make([]error, len(res.Results))
@@ -290,7 +398,7 @@ func (c *Client) sendAllocations(ctx context.Context, reqs []AllocateRequest) ([
 // BatchStats returns the commit and allocation batches this client sent
 // and the calls in them.
 func (c *Client) BatchStats() (commitBatches, commits, allocBatches, allocs uint64) {
-	commitBatches, commits = c.commits.Stats()
-	allocBatches, allocs = c.allocs.Stats()
+	commitBatches, commits = c.commits.stats()
+	allocBatches, allocs = c.allocs.stats()
 	return
 }

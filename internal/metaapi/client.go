@@ -20,7 +20,6 @@ import (
 	"github.com/spindle-store/spindle/internal/backoff"
 	"github.com/spindle-store/spindle/internal/httpdirect"
 	"github.com/spindle-store/spindle/internal/metaapi/allocpool"
-	"github.com/spindle-store/spindle/internal/metaapi/batcher"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
@@ -84,12 +83,6 @@ type ClientOptions struct {
 	// request instead of batching concurrent ones (CommitsRoute,
 	// AllocationsRoute, GetsRoute).
 	NoBatching bool
-	// BatchGetsBy, when set, batches concurrent GetKeys per scope (even
-	// with NoBatching): only calls of one scope share a GetsRoute request,
-	// sent with the context values of one of them, so the scope must tell
-	// apart every context whose requests say different things of their
-	// caller (the gateway's: the S3 user, and whether it authorized).
-	BatchGetsBy func(ctx context.Context) string
 	// TLS secures the requests (mutual TLS 1.3, https; nil: plaintext
 	// http). Ignored with HTTPClient, which brings its own transport.
 	TLS *tlsconf.Settings
@@ -128,7 +121,7 @@ type ClientOptions struct {
 // call is idempotent as above (a retried Allocate may leak a block,
 // which the meta service deletes after its allocation grace).
 //
-// Batching (batch.go, package batcher): concurrent Allocate, CommitKey and GetKey calls
+// Batching (batch.go): concurrent Allocate, CommitKey and GetKey calls
 // share requests (AllocationsRoute, CommitsRoute, GetsRoute): a call
 // joins a queue, and while fewer than MaxCommitBatchesInFlight batches of
 // its kind are in flight a sender takes what is queued (at most
@@ -140,8 +133,7 @@ type ClientOptions struct {
 // call answered UNAVAILABLE inside a batch (its member stopped leading
 // midway: outcome unknown) is tried again alone, following the leader. A
 // call's ctx ends its wait, not its batch. ClientOptions.NoBatching
-// sends each call alone; BatchGetsBy batches GetKeys per scope anyway,
-// each batch sent with the context values of one of its own calls.
+// sends each call alone.
 type Client struct {
 	bases    []string // scheme://host:port, no trailing slash
 	hosts    []string
@@ -155,13 +147,11 @@ type Client struct {
 	failover time.Duration
 	// commits and allocs group concurrent CommitKeys and Allocates
 	// (batch.go); off: noBatch.
-	commits    batcher.Batcher[BatchedCommit, KeyInfo]
-	allocs     batcher.Batcher[AllocateRequest, AllocateResponse]
-	gets       batcher.Batcher[KeyName, KeyInfo]
-	getScope   func(context.Context) string // ClientOptions.BatchGetsBy
-	scopedGets batcher.Scopes[KeyName, KeyInfo]
-	noBatch    bool
-	pool       *allocpool.Pool[AllocateResponse] // nil: no pre-allocation
+	commits batcher[BatchedCommit, KeyInfo]
+	allocs  batcher[AllocateRequest, AllocateResponse]
+	gets    batcher[KeyName, KeyInfo]
+	noBatch bool
+	pool    *allocpool.Pool[AllocateResponse] // nil: no pre-allocation
 }
 
 // CheckAddrs says whether s is a meta address NewClient takes (host:port
@@ -196,7 +186,7 @@ func parseAddrs(baseURL, scheme string) ([]*url.URL, error) {
 // them (the members of a replicated meta service).
 func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
 	c := &Client{hc: opts.HTTPClient, tls: opts.TLS, token: opts.AdminToken, timeout: opts.Timeout, attempts: opts.Attempts, backoff: opts.Backoff, failover: opts.FailoverTimeout, noBatch: opts.NoBatching}
-	c.initBatchers(opts.BatchGetsBy)
+	c.initBatchers()
 	if opts.PreAllocate < 0 || opts.PreAllocate > MaxPreAllocate {
 		return nil, fmt.Errorf("meta client: pre-allocate %d blocks: want 0..%d", opts.PreAllocate, MaxPreAllocate)
 	}
@@ -309,7 +299,7 @@ func (c *Client) CommitKey(ctx context.Context, bucket, key string, ck CommitKey
 		ck.CommitID = NewCommitID()
 	}
 	if !c.noBatch {
-		return c.commits.Call(ctx, BatchedCommit{Bucket: bucket, Key: key, CommitKey: ck})
+		return c.commits.call(ctx, BatchedCommit{Bucket: bucket, Key: key, CommitKey: ck})
 	}
 	return c.commitAlone(ctx, bucket, key, ck)
 }
@@ -348,11 +338,8 @@ func (c *Client) GetKey(ctx context.Context, bucket, key string) (KeyInfo, error
 	if err := validNames(bucket, key); err != nil {
 		return ki, err
 	}
-	if c.getScope != nil {
-		return c.scopedGets.Call(ctx, c.getScope(ctx), KeyName{Bucket: bucket, Key: key})
-	}
 	if !c.noBatch {
-		return c.gets.Call(ctx, KeyName{Bucket: bucket, Key: key})
+		return c.gets.call(ctx, KeyName{Bucket: bucket, Key: key})
 	}
 	return ki, c.Do(ctx, http.MethodGet, KeyPath(bucket, key), nil, &ki, true)
 }

@@ -39,7 +39,10 @@ func newPool(c *Client, opts ClientOptions) *allocpool.Pool[AllocateResponse] {
 			if err != nil {
 				return nil, fmt.Errorf("meta pre-allocate %d blocks in %s: %w", n, bucket, err)
 			}
-			c.allocs.Count(n)
+			c.allocs.mu.Lock()
+			c.allocs.batches++
+			c.allocs.calls += uint64(n)
+			c.allocs.mu.Unlock()
 			var blocks []AllocateResponse
 			var refused error // the first item's error, when no block came
 			for i := range got {
@@ -64,7 +67,7 @@ func newPool(c *Client, opts ClientOptions) *allocpool.Pool[AllocateResponse] {
 // allocateUnpooled is Allocate without the pool.
 func (c *Client) allocateUnpooled(ctx context.Context, req AllocateRequest) (AllocateResponse, error) {
 	if !c.noBatch {
-		return c.allocs.Call(ctx, req)
+		return c.allocs.call(ctx, req)
 	}
 	return c.allocateAlone(ctx, req)
 }

@@ -31,9 +31,7 @@ import (
 // itself).
 //
 // The meta client of the gateway sends each call alone (NoBatching): a
-// batch is one request, which names one user — except key lookups, which
-// it batches per caller (BatchGetsBy: callerScope), so a batch is sent as
-// the one user all its lookups are made for. Its allocations come from
+// batch is one request, which names one user. Its allocations come from
 // pools kept by caller and bucket (callerScope, package allocpool): a
 // refill is made as the user whose put found the pool empty, and its
 // blocks go only to that user's puts in that bucket. A put above
@@ -68,27 +66,20 @@ func requestAuthorized(ctx context.Context) bool {
 // preAllocate bounds a refill of the gateway's allocation pools.
 const preAllocate = metaapi.MaxPreAllocate
 
-// callerScope is the allocation pool, and the lookup batch, of a call's
-// context: everything authz.Transport says of its caller — its user (the
-// one the context names, else the S3 front end's) and whether the gateway
-// authorizes it. Calls of one scope are interchangeable as callers.
+// callerScope is the allocation pool of a call's context: its user, and
+// whether the gateway authorizes it (the two things a request to the
+// meta service says of its caller).
 func callerScope(ctx context.Context) string {
-	u := authz.UserOf(ctx)
-	if u == "" {
-		u = requestUser(ctx)
-	}
 	if requestAuthorized(ctx) {
-		return "a:" + u
+		return "a:" + requestUser(ctx)
 	}
-	return "-:" + u
+	return "-:" + requestUser(ctx)
 }
 
 // metaClient is the gateway's client of the meta service at addr: every
-// call naming its request's user, alone — but for concurrent key lookups
-// of one caller, which share a request (GetsRoute: a 4 KiB GET's meta
-// round trip is most of its cost) — and an allocation pool per caller.
+// call alone, naming its request's user; an allocation pool per caller.
 func metaClient(addr string, sec *tlsconf.Settings) (*metaapi.Client, error) {
 	base := httpdirect.ForMeta(sec)
-	return metaapi.NewClient(addr, metaapi.ClientOptions{TLS: sec, NoBatching: true, BatchGetsBy: callerScope, PreAllocate: preAllocate, PoolScope: callerScope,
+	return metaapi.NewClient(addr, metaapi.ClientOptions{TLS: sec, NoBatching: true, PreAllocate: preAllocate, PoolScope: callerScope,
 		HTTPClient: &http.Client{Transport: &authz.Transport{Base: base, Who: requestUser, Authorized: requestAuthorized}}})
 }
