@@ -10,6 +10,10 @@
 #   make bench-s3-cpu    SIZES="1MiB 4KiB" OBJECTS_1MiB=1000 OBJECTS_4KiB=6000
 # TLS=1 runs the server with its default mutual TLS (no --insecure): the
 # S3 endpoint is https, its certificate checked against the server's CA.
+# Without TLS each run also prints the meta requests it caused, by route,
+# per object (all members' spindle_meta_request_seconds_count, before and
+# after; a GET run's objects are put first and every run deletes its
+# objects at its end, so those routes show too).
 # SERVER_ENV="NAME=VALUE ..." is the server's environment (its meta members
 # and datanodes inherit it), e.g. SERVER_ENV=GOMAXPROCS=1.
 # PERF=DIR also records `perf record -g` of the server processes during each
@@ -75,11 +79,18 @@ echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg);
 # A fresh cluster's first writes cost more (its first containers): warm up.
 "$BIN" bench s3 --endpoint "$EP" "${CA[@]}" --access-key "$AK" --secret-key "$SK" --op put --size 1MiB \
   --objects "${WARMUP:-300}" --prefix "s3cpu-warmup/" >/dev/null 2>&1 || { echo "s3-cpu: the warm-up failed"; exit 1; }
+# meta_counts prints "route count" summed over the meta members (plaintext).
+meta_counts() {
+  for a in $(head -1 "$SHM/ready" | tr ',' ' '); do curl -s --max-time 5 "http://$a/metrics" || true; done |
+    awk '/^spindle_meta_request_seconds_count/ { match($0, /route="[^"]*"/); c[substr($0, RSTART+7, RLENGTH-8)] += $NF }
+      END { for (r in c) print r, c[r] }' | sort
+}
 for size in $SIZES; do
   var="OBJECTS_${size}"
   objects=${!var:-${OBJECTS:-1000}}
   for op in $OPS; do
     echo "## $op $size, $objects objects, concurrency $CONCURRENCY"
+    [ "$TLS" = 1 ] || meta_counts >"$SHM/meta0"
     PERFPID=""
     args=(bench s3 --endpoint "$EP" "${CA[@]}" --access-key "$AK" --secret-key "$SK" --server-pid "$SRV"
       --op "$op" --size "$size" --objects "$objects" --concurrency "$CONCURRENCY" --duration 40s
@@ -101,5 +112,10 @@ for size in $SIZES; do
         grep -E "^ *(scenario|s3-)|server cpu" || { tail -5 "$SHM/bench.err"; exit 1; }
     fi
     [ -z "$PERFPID" ] || wait "$PERFPID"
+    if [ "$TLS" != 1 ]; then
+      meta_counts >"$SHM/meta1"
+      join -a2 -e0 -o 0,1.2,2.2 "$SHM/meta0" "$SHM/meta1" |
+        awk -v n="$objects" '{ d = $3 - $2; if (d > 0) s = s sprintf(" %s %.3f", $1, d / n) } END { print "note: meta requests per object, by route (the whole run):" s }'
+    fi
   done
 done
