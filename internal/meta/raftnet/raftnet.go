@@ -13,14 +13,12 @@
 package raftnet
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -86,7 +84,9 @@ type Host struct {
 // Net sends raft messages to the other members.
 type Net struct {
 	h Host
-	// ctx is the streams', cancelled at close (their connections closed).
+	// hc carries the streams (no overall timeout: a stream lasts); ctx
+	// is theirs, cancelled at close.
+	hc     *http.Client
 	ctx    context.Context
 	cancel context.CancelFunc
 	// snapClient fetches snapshot streams (no overall timeout: the
@@ -103,8 +103,7 @@ type Net struct {
 
 type raftPeer struct {
 	id   uint64
-	addr string // host:port
-	url  string // for messages
+	url  string
 	mu   sync.Mutex
 	q    []*pb.Message
 	wake chan struct{} // cap 1
@@ -115,6 +114,7 @@ type raftPeer struct {
 // address); Start starts its senders.
 func New(h Host, addrs map[uint64]string) *Net {
 	n := &Net{h: h, peers: map[uint64]*raftPeer{}, stop: make(chan struct{}),
+		hc:         &http.Client{Transport: h.TLS.Pin(tlsconf.RoleMeta).HTTPTransport(&http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2})},
 		snapClient: &http.Client{Transport: h.TLS.Pin(tlsconf.RoleMeta).HTTPTransport(&http.Transport{Proxy: nil})}}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.SetPeers(addrs)
@@ -140,7 +140,7 @@ func (n *Net) SetPeers(addrs map[uint64]string) {
 		if id == n.h.ID || n.peers[id] != nil {
 			continue
 		}
-		p := &raftPeer{id: id, addr: a, url: n.h.TLS.Scheme() + "://" + a + StreamRoute, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+		p := &raftPeer{id: id, url: n.h.TLS.Scheme() + "://" + a + StreamRoute, wake: make(chan struct{}, 1), quit: make(chan struct{})}
 		n.peers[id] = p
 		if n.started {
 			n.wg.Add(1)
@@ -165,6 +165,7 @@ func (n *Net) Close() {
 	close(n.stop)
 	n.cancel()
 	n.wg.Wait()
+	n.hc.CloseIdleConnections()
 	n.snapClient.CloseIdleConnections()
 }
 
@@ -254,18 +255,12 @@ func (n *Net) sender(p *raftPeer) {
 				st.close()
 				st = nil
 			}
-			var err error
 			if st == nil {
-				st, err = n.openStream(p)
+				st = n.openStream(p)
 			}
 			idle.Reset(raftStreamIdle)
-			if err == nil {
-				err = st.write(buf)
-			}
-			if err != nil {
-				if st != nil {
-					st.close()
-				}
+			if err := st.write(buf); err != nil {
+				st.close()
 				st = nil
 				n.h.Unreachable(p.id)
 				p.mu.Lock()
@@ -296,61 +291,52 @@ func (n *Net) sender(p *raftPeer) {
 	}
 }
 
-// raftStream is one open stream to a peer: an HTTP/1.1 POST whose
-// chunked body the sender writes itself, a frame per chunk with one write
-// on the connection (no pipe to a net/http writer goroutine: two
-// goroutine hand-offs per frame fewer, on every member, for every raft
-// message batch); a reader goroutine reads the answer and closes done
-// when it ends (the peer closed the stream, stopped or died), closing the
-// connection, which fails every later write.
+// raftStream is one open stream to a peer: frames written to w go out as
+// the request's body; done is closed when the request has ended (its
+// error, if any, then fails every write).
 type raftStream struct {
-	conn net.Conn
-	head []byte // the request's head, written with the first frame
-	out  []byte // a chunk being written
-	done chan struct{}
+	w      *io.PipeWriter
+	cancel context.CancelFunc
+	done   chan struct{}
 	// closing: the sender closed it (its end is no news).
 	closing atomic.Bool
 }
 
-// openStream dials p and starts reading the answer of a new stream (its
-// request is written with the first frame).
-func (n *Net) openStream(p *raftPeer) (*raftStream, error) {
-	ctx, cancel := context.WithTimeout(n.ctx, raftWriteTimeout)
-	defer cancel()
-	var conn net.Conn
-	var err error
-	if n.h.TLS.Enabled() {
-		conn, err = n.h.TLS.Pin(tlsconf.RoleMeta).Dial(ctx, p.addr)
-	} else {
-		var d net.Dialer
-		conn, err = d.DialContext(ctx, "tcp", p.addr)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("meta member %d: %s: %w", p.id, p.url, err)
-	}
-	st := &raftStream{conn: conn, done: make(chan struct{}),
-		head: fmt.Appendf(nil, "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: spindle-raft\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n", StreamRoute, p.addr)}
+// openStream starts a stream to p (the request runs in its own goroutine
+// until the stream is closed or fails).
+func (n *Net) openStream(p *raftPeer) *raftStream {
+	ctx, cancel := context.WithCancel(n.ctx)
+	pr, pw := io.Pipe()
+	st := &raftStream{w: pw, cancel: cancel, done: make(chan struct{})}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		defer close(st.done)
-		stop := context.AfterFunc(n.ctx, func() { _ = conn.Close() }) // Close: at once
-		defer stop()
-		_ = n.answer(p, conn) // an ended stream, whatever its end: raft resends
-		_ = conn.Close()      // ended: a write in progress or later fails
+		err := n.stream(ctx, p, pr)
+		if err == nil {
+			err = fmt.Errorf("meta member %d: raft stream ended", p.id)
+		}
+		pr.CloseWithError(err) // a write in progress or later fails
 		if !st.closing.Load() {
 			n.h.Unreachable(p.id) // it went away (stopped, restarted, died)
 		}
 	}()
-	return st, nil
+	return st
 }
 
-// answer reads a stream's answer to its end: the peer answers 200 at
-// once and writes nothing more, so the end comes when the peer closed
-// the stream, stopped or died. Without reading it, a dead peer would go
-// unnoticed until the next frame, which would be lost.
-func (n *Net) answer(p *raftPeer, conn net.Conn) error {
-	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 4<<10), &http.Request{Method: http.MethodPost})
+// stream is the request of one stream: it returns when the stream ends —
+// its answer's body ends (the peer answers 200 at once and writes nothing
+// more, so the end comes when the peer closed the stream, stopped or
+// died) or fails, or the request fails. Without reading the answer, a
+// dead peer would go unnoticed until the next frame, which the
+// transport would take from the body and lose.
+func (n *Net) stream(ctx context.Context, p *raftPeer, body io.Reader) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := n.hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("meta member %d: %s: %w", p.id, p.url, err)
 	}
@@ -359,7 +345,10 @@ func (n *Net) answer(p *raftPeer, conn net.Conn) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("meta member %d: %s: HTTP %d", p.id, p.url, resp.StatusCode)
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("meta member %d: %s: %w", p.id, p.url, err)
+	}
+	return nil
 }
 
 // ended says whether the stream has ended (its next write would fail).
@@ -372,35 +361,21 @@ func (st *raftStream) ended() bool {
 	}
 }
 
-// write writes one frame as one chunk of the body (the request's head
-// before the first), with one write within raftWriteTimeout (past it the
-// connection is broken, which fails the write).
+// write writes one frame, within raftWriteTimeout (past it the stream is
+// cancelled, which fails the write).
 func (st *raftStream) write(frame []byte) error {
-	st.out = append(append(st.out[:0], st.head...), fmt.Sprintf("%x\r\n", len(frame))...)
-	st.out = append(append(st.out, frame...), "\r\n"...)
-	st.head = nil
-	if err := st.conn.SetWriteDeadline(time.Now().Add(raftWriteTimeout)); err != nil {
-		return err
-	}
-	_, err := st.conn.Write(st.out)
-	if cap(st.out) > 1<<20 {
-		st.out = nil // a large frame's buffer is not kept
-	}
+	t := time.AfterFunc(raftWriteTimeout, st.cancel)
+	defer t.Stop()
+	_, err := st.w.Write(frame)
 	return err
 }
 
-// close ends the stream: the body's last chunk (the peer answers and the
-// reader closes the connection), or the connection closed raftWriteTimeout
-// later if the peer does not answer.
+// close ends the stream: the body ends (the peer answers), or the
+// request is cancelled raftWriteTimeout later if it is stuck.
 func (st *raftStream) close() {
 	st.closing.Store(true)
-	if st.head == nil { // the request was written: end its body
-		if st.conn.SetWriteDeadline(time.Now().Add(raftWriteTimeout)) == nil {
-			_, _ = st.conn.Write([]byte("0\r\n\r\n")) // a failure: the connection is broken, closed below anyway
-		}
-	}
-	conn := st.conn
-	time.AfterFunc(raftWriteTimeout, func() { _ = conn.Close() })
+	_ = st.w.Close() // (*io.PipeWriter).Close always returns nil
+	time.AfterFunc(raftWriteTimeout, st.cancel)
 }
 
 // MaxErrorBodyBytes bounds the body of an error answer read.
