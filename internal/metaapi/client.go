@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/backoff"
-	"github.com/spindle-store/spindle/internal/httpdirect"
 	"github.com/spindle-store/spindle/internal/metaapi/allocpool"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
@@ -207,7 +206,12 @@ func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
 		c.failover = DefaultFailoverTimeout
 	}
 	if c.hc == nil {
-		c.hc = &http.Client{Transport: httpdirect.ForMeta(opts.TLS)}
+		// Not httpdirect.ForMeta (the gateway's): docs/CHAOS_FINDINGS.md §9.
+		c.hc = &http.Client{Transport: opts.TLS.Pin(tlsconf.RoleMeta).HTTPTransport(&http.Transport{ // the meta service only (issue 33)
+			Proxy:               nil, // the meta service is on the cluster's network, never behind a proxy
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     90 * time.Second,
+		})}
 	}
 	if c.timeout <= 0 {
 		c.timeout = DefaultClientTimeout
