@@ -243,15 +243,21 @@ func alive(c *conn) bool {
 	return err == nil && ok
 }
 
-// rawOf is the socket under nc (under its TLS), nil when it has none.
+// rawOf is the socket under nc, through its wrappers (TLS, and the
+// tlsconf.RecordConn beneath it), nil when it has none.
 func rawOf(nc net.Conn) syscall.RawConn {
-	if u, ok := nc.(interface{ NetConn() net.Conn }); ok {
-		nc = u.NetConn()
-	}
-	if sc, ok := nc.(syscall.Conn); ok {
-		if rc, err := sc.SyscallConn(); err == nil {
-			return rc
+	for range 4 { // a bound on the wrappers looked through
+		if sc, ok := nc.(syscall.Conn); ok {
+			if rc, err := sc.SyscallConn(); err == nil {
+				return rc
+			}
+			return nil
 		}
+		u, ok := nc.(interface{ NetConn() net.Conn })
+		if !ok {
+			return nil
+		}
+		nc = u.NetConn()
 	}
 	return nil
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/spindle-store/spindle/internal/tlsconf"
 )
 
 // server is a real net/http server on 127.0.0.1:0 counting the
@@ -46,8 +48,15 @@ func newServer(t *testing.T, tlsOn bool, h func(n int32, w http.ResponseWriter, 
 		s.StartTLS()
 		cfg := s.Client().Transport.(*http.Transport).TLSClientConfig
 		tr.DialTLS = func(ctx context.Context, addr string) (net.Conn, error) {
-			d := tls.Dialer{Config: cfg}
-			return d.DialContext(ctx, "tcp", addr)
+			// As tlsconf dials: a RecordConn between TLS and the socket.
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			cc := cfg.Clone()
+			cc.ServerName, _, _ = net.SplitHostPort(addr)
+			return tls.Client(tlsconf.NewRecordConn(c), cc), nil
 		}
 	} else {
 		s.Start()

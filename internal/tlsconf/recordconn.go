@@ -81,6 +81,10 @@ const maxRecordBytes = 16<<10 + 256 + 5
 // NewRecordConn wraps c; Settings does it for every connection it secures.
 func NewRecordConn(c net.Conn) *RecordConn { return &RecordConn{Conn: c} }
 
+// NetConn is the connection beneath c (its socket, for callers that look
+// at the socket itself, as httpdirect's check of an idle connection).
+func (c *RecordConn) NetConn() net.Conn { return c.Conn }
+
 // RecordConnOf returns the RecordConn beneath c (a tls.Conn made by
 // Settings, or a type embedding one), nil for any other connection.
 func RecordConnOf(c net.Conn) *RecordConn {
