@@ -181,3 +181,31 @@ func TestGoneMarkBytes(t *testing.T) {
 	v[3] ^= 1
 	wantErr(t, func() error { _, err := decodeGoneValue(v); return err }(), ErrCorrupt)
 }
+
+// TestGoneMarkDoesNotExcusePutOnClosedContainer: a replica closed by
+// itself (its pipeline's log did not close it) and then caught up from
+// the log refuses the log's later puts as not open, excused or not; an
+// excused put must not move its BCSID either, or the replica would rank
+// level with the replicas that hold the puts it refused (CHAOS_FINDINGS
+// §9: a replica missing two committed blocks was counted healthy).
+func TestGoneMarkDoesNotExcusePutOnClosedContainer(t *testing.T) {
+	for _, markFirst := range []bool{true, false} {
+		e := openMem(t, vfs.NewMem())
+		mustNo(t, e.CreateContainer(1))
+		mustNo(t, e.PutBlock(writeBlock(t, e, BlockID{Container: 1, Local: 8}, 100), 10))
+		gone := goneBlock(BlockID{Container: 1, Local: 7})
+		if markFirst {
+			mustNo(t, e.MarkGone(gone.ID, 20))
+		}
+		mustNo(t, e.CloseContainer(1))
+		if !markFirst {
+			mustNo(t, e.MarkGone(gone.ID, 20))
+		}
+		wantErr(t, e.PutBlock(gone, 12), ErrNotOpen)
+		if got := bcsidOf(t, e, 1); got != 10 {
+			t.Fatalf("mark first %v: BCSID %d after a put refused on a CLOSED container, want 10", markFirst, got)
+		}
+		mustNo(t, e.DeleteBlock(gone.ID))
+		closeT(t, e)
+	}
+}
