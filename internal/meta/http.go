@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -409,17 +410,24 @@ type Server struct {
 	served chan error
 }
 
-// Start opens the service in cfg.Dir, listens on cfg.Listen and serves.
+// Start listens on cfg.Listen (or cfg.Listener), opens the service in
+// cfg.Dir and serves. The listener serves from the start: while the
+// service opens (its store loaded, its raft log replayed, and at the
+// bootstrap of an empty directory the other members asked whether it
+// lost one: raftgroup.rejoinTerm) every request is answered at once as a
+// member without a leader would be (UNAVAILABLE, not the leader), so
+// that members started together ask each other without waiting out a
+// timeout on a listener nobody serves yet (2-8 s per member before).
 func Start(cfg state.Config) (*Server, error) {
-	svc, err := Open(cfg)
-	if err != nil {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = svc.Cfg
 	ln := cfg.Listener
 	if ln == nil {
+		var err error
 		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-			return nil, errors.Join(fmt.Errorf("meta: listen: %w", err), svc.Close())
+			return nil, fmt.Errorf("meta: listen: %w", err)
 		}
 	}
 	// Addr stays the TCP listener's; every connection it accepts must
@@ -429,13 +437,9 @@ func Start(cfg state.Config) (*Server, error) {
 		tlsSettings = tlsSettings.WithJoin() // join.go: a joining datanode has no certificate yet
 	}
 	ln = tlsSettings.Listener(ln)
-	s := &Server{svc: svc, ln: ln, stop: make(chan struct{}), served: make(chan error, 1),
-		srv: &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}}
-	if svc.rep != nil {
-		// Shutdown waits for active connections: the raft streams this
-		// member receives end at once.
-		s.srv.RegisterOnShutdown(svc.rep.StopStreams)
-	}
+	h := &openingHandler{}
+	s := &Server{ln: ln, stop: make(chan struct{}), served: make(chan error, 1),
+		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}}
 	s.wg.Go(func() {
 		err := s.srv.Serve(ln)
 		if errors.Is(err, http.ErrServerClosed) {
@@ -443,6 +447,20 @@ func Start(cfg state.Config) (*Server, error) {
 		}
 		s.served <- err
 	})
+	svc, err := Open(cfg)
+	if err != nil {
+		_ = s.srv.Close() // closes the listener: nothing was served but "opening"
+		s.wg.Wait()
+		return nil, err
+	}
+	s.svc = svc
+	cfg = svc.Cfg
+	if svc.rep != nil {
+		// Shutdown waits for active connections: the raft streams this
+		// member receives end at once.
+		s.srv.RegisterOnShutdown(svc.rep.StopStreams)
+	}
+	h.serve(svc.Handler())
 	if cfg.TickInterval > 0 {
 		s.wg.Go(func() { s.tick(cfg.TickInterval) })
 	}
@@ -455,6 +473,28 @@ func Start(cfg state.Config) (*Server, error) {
 	}
 	svc.Log.Info("meta service serving", "addr", s.Addr(), "dir", cfg.Dir, "tls", cfg.TLS.Mode())
 	return s, nil
+}
+
+// openingHandler answers every request UNAVAILABLE (not the leader, no
+// leader known) until serve hands it the service's handler.
+type openingHandler struct {
+	h atomic.Pointer[http.Handler]
+}
+
+func (o *openingHandler) serve(h http.Handler) { o.h.Store(&h) }
+
+func (o *openingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := o.h.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	// Connection: close, so that net/http answers at once instead of
+	// reading up to 256 KiB of an unread body first: a raft stream's
+	// body (raftnet) sends frames only as raft has messages, and would
+	// take them in without an answer until then.
+	w.Header().Set("Connection", "close")
+	metaapi.WriteErrorBody(w, http.StatusServiceUnavailable, metaapi.Error{Code: metaapi.CodeUnavailable,
+		Message: "meta member opening its store: not serving yet", NotLeader: true})
 }
 
 func (s *Server) tick(every time.Duration) {

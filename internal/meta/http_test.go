@@ -12,11 +12,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
+	"github.com/spindle-store/spindle/internal/vfs"
 )
 
 // serve starts a Server on 127.0.0.1 and a client of it.
@@ -467,4 +469,60 @@ func TestConcurrentPutsOverHTTP(t *testing.T) {
 	if len(seen) != 2*writers*each || bl.Buckets[0].Keys != writers*each || bl.Buckets[0].Bytes != 20*writers*each {
 		t.Fatalf("%d blocks, bucket %+v", len(seen), bl.Buckets[0])
 	}
+}
+
+// openBlockedFS holds the first MkdirAll of an Open (the store's
+// directory) until release is closed.
+type openBlockedFS struct {
+	vfs.FS
+	once             sync.Once
+	entered, release chan struct{}
+}
+
+func (b *openBlockedFS) MkdirAll(dir string, perm os.FileMode) error {
+	b.once.Do(func() {
+		close(b.entered)
+		<-b.release
+	})
+	return b.FS.MkdirAll(dir, perm)
+}
+
+// TestAnswersUnavailableWhileOpening: a member serves its listener from
+// the start of Start; while its store opens every request is answered at
+// once UNAVAILABLE (not the leader, no leader known), as the members of
+// a new group ask each other at their bootstrap (raftgroup.rejoinTerm)
+// and a raft stream must learn at once that nobody reads it. Without it
+// the request waits out its timeout on a listener nobody serves, and a
+// new group's members took 2-8 s each to start.
+func TestAnswersUnavailableWhileOpening(t *testing.T) {
+	fs := &openBlockedFS{FS: vfs.Default, entered: make(chan struct{}), release: make(chan struct{})}
+	ln := must[net.Listener](t)(net.Listen("tcp", "127.0.0.1:0"))
+	started := make(chan error, 1)
+	var srv *Server
+	go func() {
+		var err error
+		srv, err = Start(state.Config{Dir: filepath.Join(t.TempDir(), "meta"), Listener: ln, FS: fs, Logger: quiet})
+		started <- err
+	}()
+	released := false
+	defer func() {
+		if !released {
+			close(fs.release)
+			<-started
+		}
+		if srv != nil {
+			mustNo(t, srv.Close())
+		}
+	}()
+	<-fs.entered // Start is inside Open, and stays there until release
+	cl := must[*metaapi.Client](t)(metaapi.NewClient(ln.Addr().String(), metaapi.ClientOptions{Attempts: 1, Timeout: time.Minute}))
+	_, err := cl.MetaStatus(bg)
+	var me *metaapi.Error
+	if !errors.As(err, &me) || me.Code != metaapi.CodeUnavailable || !me.NotLeader || !strings.Contains(me.Message, "opening") {
+		t.Fatalf("a request while the member opens: %v, want UNAVAILABLE, not the leader, opening", err)
+	}
+	close(fs.release)
+	released = true
+	mustNo(t, <-started)
+	mustNo(t, ignore(cl.CreateBucket(bg, "bkt")))
 }

@@ -61,14 +61,24 @@ func newRGroupWith(t *testing.T, n int, tweak func(*state.Config)) *rgroup {
 		g.dirs = append(g.dirs, filepath.Join(t.TempDir(), fmt.Sprintf("meta%d", i+1)))
 		g.peers[uint64(i+1)] = ln.Addr().String()
 	}
+	// Started together, as an operator starts a new group's members: each
+	// one's bootstrap asks the others (raftgroup.rejoinTerm), which answer
+	// at once while they open (Start); one after the other, a member
+	// would wait out its probes of listeners nobody serves yet.
+	errs := make([]error, n)
+	var wg sync.WaitGroup
 	for i := range n {
-		g.start(i, lns[i])
+		wg.Go(func() { g.srvs[i], errs[i] = g.open(i, lns[i]) })
 	}
+	wg.Wait()
 	t.Cleanup(func() {
 		for i := range g.srvs {
 			g.stop(i)
 		}
 	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
 	var err error
 	if g.cl, err = metaapi.NewClient(strings.Join(g.addrs, ","), metaapi.ClientOptions{Timeout: 5 * time.Second}); err != nil {
 		t.Fatal(err)
@@ -78,6 +88,15 @@ func newRGroupWith(t *testing.T, n int, tweak func(*state.Config)) *rgroup {
 
 func (g *rgroup) start(i int, ln net.Listener) {
 	g.t.Helper()
+	srv, err := g.open(i, ln)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.srvs[i] = srv
+}
+
+// open starts member i on ln (any goroutine: it does not fail the test).
+func (g *rgroup) open(i int, ln net.Listener) (*Server, error) {
 	// The test datanodes (dns) heartbeat when a test says so, not on a
 	// clock: they stay HEALTHY for the test's length however slow the
 	// machine (a test that wants them STALE or DEAD sets its own times).
@@ -88,9 +107,9 @@ func (g *rgroup) start(i int, ln net.Listener) {
 	}
 	srv, err := Start(cfg)
 	if err != nil {
-		g.t.Fatalf("member %d: %v", i+1, err)
+		return nil, fmt.Errorf("member %d: %w", i+1, err)
 	}
-	g.srvs[i] = srv
+	return srv, nil
 }
 
 func (g *rgroup) stop(i int) {
