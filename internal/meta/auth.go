@@ -196,6 +196,12 @@ func (s *Service) guard(route string, h http.Handler) http.Handler {
 				"caller", p.String(), "remote", r.RemoteAddr, "reason", why)
 			s.Metrics.Refused.WithLabelValues(route).Inc()
 			s.gate.Record(authz.Identity{Peer: p, Remote: r.RemoteAddr, Open: !tlsOn}, route, "", "", fmt.Errorf("%w: %s", metaapi.ErrForbidden, why), r.URL.EscapedPath())
+			if r.ContentLength != 0 {
+				// Answered now, the connection closed after it: net/http
+				// would first read up to 256 KiB of the unread body, and a
+				// raft stream's body sends frames only as raft has them.
+				w.Header().Set("Connection", "close")
+			}
 			metaapi.WriteError(w, http.StatusForbidden, metaapi.CodeForbidden, "forbidden: "+why)
 			return
 		}

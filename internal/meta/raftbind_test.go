@@ -63,7 +63,9 @@ func tlsStream(t *testing.T, s *tlsconf.Settings, addr string, msgs ...*pb.Messa
 // and logged, and so is one from a meta certificate that names no member;
 // the group itself elects a leader (its members' messages pass). Fails
 // without the check in the stream handler (the stream stays open: the
-// wait for its end times out).
+// wait for its end times out). A stream under a datanode's certificate
+// is answered 403 while the sender still holds it open (without the
+// guard's Connection: close the answer never came: timed out, verified).
 func TestRaftMessagesBoundToMemberCertificate(t *testing.T) {
 	pki := newTestPKI(t)
 	logs := &logBuffer{}
@@ -86,5 +88,11 @@ func TestRaftMessagesBoundToMemberCertificate(t *testing.T) {
 	}
 	if !logs.has("meta raft stream refused", "binds no meta member") {
 		t.Fatalf("no refusal logged for an unbound certificate:\n%s", logs.String())
+	}
+	// A certificate of another role is refused before the stream's
+	// handler, and answered at once while the stream is still open (the
+	// refusal closes the connection instead of reading the body first).
+	if code := tlsStream(t, pki.settings("datanode-9", tlsconf.RoleDatanode), g.addrs[0], spoof); code != http.StatusForbidden {
+		t.Fatalf("the stream's answer %d under a datanode's certificate, want 403", code)
 	}
 }
