@@ -508,7 +508,9 @@ func TestAnswersUnavailableWhileOpening(t *testing.T) {
 	defer func() {
 		if !released {
 			close(fs.release)
-			<-started
+			if err := <-started; err != nil {
+				t.Error(err)
+			}
 		}
 		if srv != nil {
 			mustNo(t, srv.Close())
