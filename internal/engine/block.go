@@ -52,18 +52,11 @@ func (e *Engine) PutBlock(bd *BlockData, bcsid uint64) error {
 	}
 	for attempt := 0; attempt < putBlockAttemptsMax; attempt++ {
 		c.mu.Lock()
-		if c.goneBelowLocked(b.Local, bcsid) {
-			// A put of a block that a committed DeleteBlock later in the
-			// log deletes, and whose chunks this replica was excused
-			// from storing (gone.go): applied as the delete will leave it, only the sequence moves.
-			// Only on a container that takes puts: the BCSID of a CLOSED
-			// replica ranks it against the others (a replica closed by
-			// itself before its catch-up, and so missing puts the log
-			// committed, must stay below them: CHAOS_FINDINGS §9).
-			err := c.writableLocked()
-			if err == nil {
-				err = e.advanceLocked(c, bcsid)
-			}
+		if c.goneBelowLocked(b.Local, bcsid) && c.writableLocked() == nil {
+			// A put of a block a later committed DeleteBlock deletes, whose chunks this replica was excused from storing
+			// (gone.go), on a container that takes puts (else refused below: a CLOSED replica's BCSID ranks it against
+			// the others, CHAOS_FINDINGS §9): applied as the delete will leave it, only the sequence moves.
+			err := e.advanceLocked(c, bcsid)
 			c.mu.Unlock()
 			if err != nil {
 				return blockErr("put block", b, err)

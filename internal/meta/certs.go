@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spindle-store/spindle/internal/certwatch"
+	"github.com/spindle-store/spindle/internal/meta/httpio"
 
 	"github.com/spindle-store/spindle/internal/certapi"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -26,7 +27,7 @@ func (s *Service) routeCerts(route func(pattern, name string, h func(w http.Resp
 	})
 	route("POST "+certapi.RevokeRoute, "revoke_cert", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req certapi.RevokeRequest
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		serials, err := s.certs.Revoke(req.Target)
@@ -41,7 +42,7 @@ func (s *Service) routeCerts(route func(pattern, name string, h func(w http.Resp
 	})
 	route("POST "+certapi.RenewRoute, "renew_cert", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req certapi.RenewRequest
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {

@@ -2,18 +2,16 @@ package meta
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/spindle-store/spindle/internal/meta/creds"
-	"io"
+	"github.com/spindle-store/spindle/internal/meta/httpio"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -37,7 +35,7 @@ func (s *Service) Handler() http.Handler {
 	}
 	route("POST /v1/heartbeat", "heartbeat", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var hb metaapi.Heartbeat
-		if err := decodeBody(w, r, &hb); err != nil {
+		if err := httpio.DecodeBody(w, r, &hb); err != nil {
 			return nil, 0, err
 		}
 		caller, err := callerOf(r)
@@ -69,7 +67,7 @@ func (s *Service) Handler() http.Handler {
 	})
 	route("POST /v1/allocate", "allocate", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req metaapi.AllocateRequest
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		if err := s.gate.Authorize(r, "allocate", api.Write, req.Bucket, req.Key); err != nil {
@@ -82,7 +80,7 @@ func (s *Service) Handler() http.Handler {
 		return resp, http.StatusOK, err
 	})
 	route("POST "+metaapi.CommitsRoute, "commit_batch", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
-		body, err := readBody(w, r)
+		body, err := httpio.ReadBody(w, r)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -103,7 +101,7 @@ func (s *Service) Handler() http.Handler {
 	})
 	route("POST "+metaapi.AllocationsRoute, "allocate_batch", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req metaapi.AllocateBatch
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		for _, a := range req.Requests {
@@ -117,7 +115,7 @@ func (s *Service) Handler() http.Handler {
 	})
 	route("POST "+metaapi.GetsRoute, "get_batch", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req metaapi.GetBatch
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		refused := make([]error, len(req.Keys))
@@ -131,7 +129,7 @@ func (s *Service) Handler() http.Handler {
 			}
 		}
 		s.tokens.Keys(r, res) // block tokens (tokenkeys), for the keys the grants let through
-		return getsAnswer(res), http.StatusOK, err
+		return httpio.GetsAnswer(res), http.StatusOK, err
 	})
 	route("GET /v1/list/{bucket}", "list_keys", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		q := r.URL.Query()
@@ -170,18 +168,18 @@ func (s *Service) Handler() http.Handler {
 		return st, http.StatusOK, err
 	})
 	s.routeS3(route)
-	s.gate.RouteGrants(route, decodeBody)    // package access
-	s.routeS3Conf(route)                     // http_s3conf.go
-	s.routeOps(route)                        // ops.go
-	s.routeJoin(route)                       // join.go
-	s.routeCerts(route)                      // certs.go
-	s.ec.Routes(route, s.gate.AsBucketAdmin) // package ecmeta
-	s.lc.Routes(route, s.Metrics.Reg)        // package lcmeta
+	s.gate.RouteGrants(route, httpio.DecodeBody) // package access
+	s.routeS3Conf(route)                         // http_s3conf.go
+	s.routeOps(route)                            // ops.go
+	s.routeJoin(route)                           // join.go
+	s.routeCerts(route)                          // certs.go
+	s.ec.Routes(route, s.gate.AsBucketAdmin)     // package ecmeta
+	s.lc.Routes(route, s.Metrics.Reg)            // package lcmeta
 	mux.Handle("GET /metrics", s.guard("metrics", promhttp.HandlerFor(s.Metrics.Reg, promhttp.HandlerOpts{})))
 	mux.Handle("GET /v1/admin/backup", s.guard("backup", s.backupHandler())) // backup.go
 	s.raftRoutes(mux)
-	creds.Routes(route, s.State, s.MetaStatus, s.SetUserKeys, s.ResealUsers)                         // every kind of record sealed with the KEK adds its re-sealer
-	versions.Routes(route, namespace.Versions{Namespace: s.Namespace}, s.gate, s.tokens, decodeBody) // S3 object versions
+	creds.Routes(route, s.State, s.MetaStatus, s.SetUserKeys, s.ResealUsers)                                // every kind of record sealed with the KEK adds its re-sealer
+	versions.Routes(route, namespace.Versions{Namespace: s.Namespace}, s.gate, s.tokens, httpio.DecodeBody) // S3 object versions
 	commitKey := s.guardInstrumented("commit_key", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		bucket, key, err := keyPath(r)
 		if err != nil {
@@ -189,9 +187,9 @@ func (s *Service) Handler() http.Handler {
 		}
 		var ck metaapi.CommitKey
 		if r.Header.Get("Content-Type") == metaapi.InlineContentType {
-			err = decodeInlineBody(w, r, &ck)
+			err = httpio.DecodeInlineBody(w, r, &ck)
 		} else {
-			err = decodeBody(w, r, &ck)
+			err = httpio.DecodeBody(w, r, &ck)
 		}
 		if err != nil {
 			return nil, 0, err
@@ -220,7 +218,7 @@ func (s *Service) Handler() http.Handler {
 		if err == nil && len(ki.Inline) > 0 && strings.Contains(r.Header.Get("Accept"), metaapi.InlineContentType) {
 			value := ki.Inline
 			ki.Inline = nil
-			return inlineAnswer{ki, value}, http.StatusOK, nil
+			return httpio.InlineAnswer{KI: ki, Value: value}, http.StatusOK, nil
 		}
 		return ki, http.StatusOK, err
 	})
@@ -307,96 +305,10 @@ func (s *Service) instrument(route string, h func(w http.ResponseWriter, r *http
 				metaapi.WriteErrorBody(w, status, metaapi.ErrorFor(err))
 			}
 		} else {
-			writeJSON(w, status, body)
+			httpio.WriteJSON(w, status, body)
 		}
 		s.Metrics.Requests.WithLabelValues(route, strconv.Itoa(status)).Observe(time.Since(start).Seconds())
 	})
-}
-
-// inlineAnswer is a GetKey answer sent as metaapi.InlineContentType.
-type inlineAnswer struct {
-	ki    *metaapi.KeyInfo // without Inline
-	value []byte
-}
-
-// getsAnswer is a GetKeys answer, sent as metaapi.InlineContentType.
-type getsAnswer []metaapi.GetResult
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	if status == http.StatusNoContent || v == nil {
-		w.WriteHeader(status)
-		return
-	}
-	var b []byte
-	var err error
-	ctype := metaapi.InlineContentType
-	switch a := v.(type) {
-	case getsAnswer:
-		b, err = metaapi.EncodeGetBatchResult(a)
-	case inlineAnswer:
-		b, err = metaapi.EncodeInline(a.ki, a.value)
-	default:
-		ctype = "application/json"
-		b, err = json.Marshal(v)
-		b = append(b, '\n')
-	}
-	if err != nil {
-		metaapi.WriteError(w, http.StatusInternalServerError, metaapi.CodeInternal, "encoding the response: "+err.Error())
-		return
-	}
-	w.Header().Set("Content-Type", ctype)
-	w.WriteHeader(status)
-	// A failed write is a client gone: it has no one else to be told to.
-	_, _ = w.Write(b)
-}
-
-// decodeBody reads one JSON value of at most MaxRequestBytes.
-func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, state.MaxRequestBytes))
-	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return fmt.Errorf("%w: body over %d bytes", metaapi.ErrInvalid, state.MaxRequestBytes)
-		}
-		return fmt.Errorf("%w: bad JSON body: %v", metaapi.ErrInvalid, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("%w: bad JSON body: data after the value", metaapi.ErrInvalid)
-	}
-	return nil
-}
-
-// readBody reads a whole body of at most MaxRequestBytes.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, state.MaxRequestBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, fmt.Errorf("%w: body over %d bytes", metaapi.ErrInvalid, state.MaxRequestBytes)
-		}
-		return nil, fmt.Errorf("%w: reading the body: %v", metaapi.ErrInvalid, err)
-	}
-	return body, nil
-}
-
-// decodeInlineBody reads a CommitKey sent as metaapi.InlineContentType (at
-// most MaxRequestBytes): the JSON without Inline, then the value.
-func decodeInlineBody(w http.ResponseWriter, r *http.Request, ck *metaapi.CommitKey) error {
-	body, err := readBody(w, r)
-	if err != nil {
-		return err
-	}
-	value, err := metaapi.DecodeInline(body, ck)
-	if err != nil {
-		return err
-	}
-	if len(ck.Inline) > 0 {
-		return fmt.Errorf("%w: inline body with a value in its JSON too", metaapi.ErrInvalid)
-	}
-	if len(value) > 0 {
-		ck.Inline = value
-	}
-	return nil
 }
 
 // Server is a Service served over HTTP, with the cluster manager ticking.
@@ -437,7 +349,7 @@ func Start(cfg state.Config) (*Server, error) {
 		tlsSettings = tlsSettings.WithJoin() // join.go: a joining datanode has no certificate yet
 	}
 	ln = tlsSettings.Listener(ln)
-	h := &openingHandler{}
+	h := &httpio.Opening{}
 	s := &Server{ln: ln, stop: make(chan struct{}), served: make(chan error, 1),
 		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}}
 	s.wg.Go(func() {
@@ -460,7 +372,7 @@ func Start(cfg state.Config) (*Server, error) {
 		// member receives end at once.
 		s.srv.RegisterOnShutdown(svc.rep.StopStreams)
 	}
-	h.serve(svc.Handler())
+	h.Serve(svc.Handler())
 	if cfg.TickInterval > 0 {
 		s.wg.Go(func() { s.tick(cfg.TickInterval) })
 	}
@@ -473,28 +385,6 @@ func Start(cfg state.Config) (*Server, error) {
 	}
 	svc.Log.Info("meta service serving", "addr", s.Addr(), "dir", cfg.Dir, "tls", cfg.TLS.Mode())
 	return s, nil
-}
-
-// openingHandler answers every request UNAVAILABLE (not the leader, no
-// leader known) until serve hands it the service's handler.
-type openingHandler struct {
-	h atomic.Pointer[http.Handler]
-}
-
-func (o *openingHandler) serve(h http.Handler) { o.h.Store(&h) }
-
-func (o *openingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if h := o.h.Load(); h != nil {
-		(*h).ServeHTTP(w, r)
-		return
-	}
-	// Connection: close, so that net/http answers at once instead of
-	// reading up to 256 KiB of an unread body first: a raft stream's
-	// body (raftnet) sends frames only as raft has messages, and would
-	// take them in without an answer until then.
-	w.Header().Set("Connection", "close")
-	metaapi.WriteErrorBody(w, http.StatusServiceUnavailable, metaapi.Error{Code: metaapi.CodeUnavailable,
-		Message: "meta member opening its store: not serving yet", NotLeader: true})
 }
 
 func (s *Server) tick(every time.Duration) {

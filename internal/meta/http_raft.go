@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/spindle-store/spindle/internal/meta/httpio"
 	"github.com/spindle-store/spindle/internal/meta/raftgroup"
 	"github.com/spindle-store/spindle/internal/meta/raftnet"
 	"github.com/spindle-store/spindle/internal/metaapi"
@@ -11,7 +12,7 @@ import (
 
 func (s *Service) membersHandler(w http.ResponseWriter, req *http.Request) (any, int, error) {
 	var body metaapi.MemberChange
-	if err := decodeBody(w, req, &body); err != nil {
+	if err := httpio.DecodeBody(w, req, &body); err != nil {
 		return nil, 0, err
 	}
 	st, err := s.ChangeMembers(body)
@@ -24,7 +25,7 @@ func (s *Service) membersHandler(w http.ResponseWriter, req *http.Request) (any,
 // one to lose, and the member is promoted once it has caught up.
 func (s *Service) demoteHandler(w http.ResponseWriter, req *http.Request) (any, int, error) {
 	var body raftgroup.DemoteRequest
-	if err := decodeBody(w, req, &body); err != nil {
+	if err := httpio.DecodeBody(w, req, &body); err != nil {
 		return nil, 0, err
 	}
 	if id, bound, err := raftnet.BoundSender(req); err != nil || bound && id != body.ID {
@@ -38,7 +39,7 @@ func (s *Service) demoteHandler(w http.ResponseWriter, req *http.Request) (any, 
 // and the member's status (served by every member, leader or not).
 func (s *Service) raftRoutes(mux *http.ServeMux) {
 	mux.Handle("GET "+metaapi.MetaStatusRoute, s.guard("meta_status", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, s.MetaStatus())
+		httpio.WriteJSON(w, http.StatusOK, s.MetaStatus())
 	})))
 	if s.rep == nil {
 		return

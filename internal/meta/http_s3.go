@@ -3,6 +3,7 @@ package meta
 import (
 	"net/http"
 
+	"github.com/spindle-store/spindle/internal/meta/httpio"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	api "github.com/spindle-store/spindle/internal/metaapi/authz"
 	"github.com/spindle-store/spindle/internal/s3permapi"
@@ -12,7 +13,7 @@ import (
 func (s *Service) routeS3(route func(pattern, name string, h func(w http.ResponseWriter, r *http.Request) (any, int, error))) {
 	route("POST /v1/users", "create_user", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req metaapi.CreateUser
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		u, err := s.CreateUser(&req)
@@ -31,7 +32,7 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 	})
 	route("POST /v1/s3/buckets/{bucket}", "create_s3_bucket", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req s3permapi.CreateBucket
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		b, err := s.CreateS3Bucket(r.PathValue("bucket"), &req)
@@ -43,7 +44,7 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 	})
 	route("PUT /v1/s3/buckets/{bucket}/acl", "put_bucket_acl", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req metaapi.BucketACL
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		if err := s.gate.Authorize(r, "put_bucket_acl", api.Admin, r.PathValue("bucket"), ""); err != nil {
@@ -56,7 +57,7 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 	s.routeS3Perms(route)
 	route("POST /v1/uploads/create", "create_upload", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req metaapi.CreateUpload
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		if err := s.gate.Authorize(r, "create_upload", api.Write, req.Bucket, req.Key); err != nil {
@@ -67,7 +68,7 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 	})
 	route("POST /v1/uploads/part", "commit_part", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req metaapi.CommitPart
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		if err := s.gate.Authorize(r, "commit_part", api.Write, req.Bucket, req.Key); err != nil {
@@ -78,7 +79,7 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 	})
 	route("POST /v1/uploads/complete", "complete_upload", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req metaapi.CompleteUpload
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		id := s.gate.Who(r)
@@ -90,7 +91,7 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 	})
 	route("POST /v1/uploads/abort", "abort_upload", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req metaapi.UploadRef
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		if err := s.gate.Authorize(r, "abort_upload", api.Write, req.Bucket, req.Key); err != nil {
@@ -100,7 +101,7 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 	})
 	route("POST /v1/uploads/get", "get_upload", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req metaapi.UploadRef
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		if err := s.gate.Authorize(r, "get_upload", api.Write, req.Bucket, req.Key); err != nil {
@@ -111,7 +112,7 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 	})
 	route("POST /v1/uploads/parts", "list_parts", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req metaapi.ListParts
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		if err := s.gate.Authorize(r, "list_parts", api.Write, req.Bucket, req.Key); err != nil {
@@ -122,7 +123,7 @@ func (s *Service) routeS3(route func(pattern, name string, h func(w http.Respons
 	})
 	route("POST /v1/uploads/list", "list_uploads", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req metaapi.ListUploads
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		if err := s.gate.Authorize(r, "list_uploads", api.Read, req.Bucket, req.Prefix); err != nil {

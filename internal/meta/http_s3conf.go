@@ -3,6 +3,7 @@ package meta
 import (
 	"net/http"
 
+	"github.com/spindle-store/spindle/internal/meta/httpio"
 	api "github.com/spindle-store/spindle/internal/metaapi/authz"
 	"github.com/spindle-store/spindle/internal/metaapi/s3meta"
 )
@@ -23,7 +24,7 @@ func (s *Service) routeS3Conf(route func(pattern, name string, h func(w http.Res
 	}
 	route("PUT /v1/s3/buckets/{bucket}/conf/{name}", "put_bucket_conf", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req s3meta.BucketConf
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		return nil, http.StatusNoContent, putConf("put_bucket_conf", r, req.Doc)
@@ -37,7 +38,7 @@ func (s *Service) routeS3Conf(route func(pattern, name string, h func(w http.Res
 	})
 	route("PUT /v1/s3/tagging", "put_object_tagging", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req s3meta.ObjectTagging
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		if err := s.gate.Authorize(r, "put_object_tagging", api.Write, req.Bucket, req.Key); err != nil {

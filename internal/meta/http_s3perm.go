@@ -3,6 +3,7 @@ package meta
 import (
 	"net/http"
 
+	"github.com/spindle-store/spindle/internal/meta/httpio"
 	"github.com/spindle-store/spindle/internal/s3permapi"
 )
 
@@ -14,14 +15,14 @@ func (s *Service) routeS3Perms(route func(pattern, name string, h func(w http.Re
 	})
 	route("PUT /v1/s3/buckets/{bucket}/perms", "put_bucket_perms", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req s3permapi.PutBucket
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		return nil, http.StatusNoContent, s.PutBucketPerms(r.PathValue("bucket"), &req)
 	})
 	route("PUT /v1/s3/object-acl", "put_object_acl", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req s3permapi.ObjectACL
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		return nil, http.StatusNoContent, s.PutObjectACL(&req)

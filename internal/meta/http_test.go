@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/meta/httpio"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/vfs"
@@ -284,7 +285,7 @@ func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		metaapi.WriteError(w, 503, metaapi.CodeUnavailable, "never for PUT")
 		return
 	}
-	writeJSON(w, 200, metaapi.BucketList{Buckets: []metaapi.Bucket{{Name: "ok"}}})
+	httpio.WriteJSON(w, 200, metaapi.BucketList{Buckets: []metaapi.Bucket{{Name: "ok"}}})
 }
 
 func TestClientRetriesIdempotentCallsOnly(t *testing.T) {

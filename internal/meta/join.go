@@ -6,6 +6,7 @@ import (
 
 	"github.com/spindle-store/spindle/internal/certapi"
 	"github.com/spindle-store/spindle/internal/meta/certreg"
+	"github.com/spindle-store/spindle/internal/meta/httpio"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 
@@ -14,7 +15,7 @@ import (
 func (s *Service) routeJoin(route func(pattern, name string, h func(w http.ResponseWriter, r *http.Request) (any, int, error))) {
 	route("POST "+metaapi.JoinTokensRoute, "create_join_token", func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		var req certapi.JoinTokenRequest
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		t, err := s.certs.CreateJoinToken(req)
@@ -26,7 +27,7 @@ func (s *Service) routeJoin(route func(pattern, name string, h func(w http.Respo
 			return nil, 0, fmt.Errorf("%w: joins are limited to %d a second: try again", metaapi.ErrBusy, certreg.JoinsPerSecond)
 		}
 		var req metaapi.JoinRequest
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httpio.DecodeBody(w, r, &req); err != nil {
 			return nil, 0, err
 		}
 		resp, err := s.certs.Join(&req, r.RemoteAddr)

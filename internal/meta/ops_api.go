@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/spindle-store/spindle/internal/meta/httpio"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
@@ -118,7 +119,7 @@ func (s *Service) routeOps(route func(pattern, name string, h func(w http.Respon
 		}
 		var req metaapi.NodeOpRequest
 		if r.ContentLength != 0 {
-			if err := decodeBody(w, r, &req); err != nil {
+			if err := httpio.DecodeBody(w, r, &req); err != nil {
 				return nil, 0, err
 			}
 		}
