@@ -167,3 +167,37 @@ func TestBehindReplicaDeletedToMakeRoom(t *testing.T) {
 		t.Fatalf("status %+v: want 3 healthy replicas after 2 copies and 2 deletions", st)
 	}
 }
+
+// An UNHEALTHY replica that holds block commits no counted replica holds
+// (its BCSID above the highest CLOSED one) is never deleted, not even to
+// make room: here every complete replica turned UNHEALTHY (a write
+// refused on a full disk fails a replica after it acknowledged what it
+// holds) and the only CLOSED one, counted healthy, missed the last
+// commits (its node was paused). Deleting the UNHEALTHY ones to make
+// room for copies of the CLOSED one lost acknowledged blocks in a chaos
+// run whose disks all filled (CHAOS_FINDINGS §10).
+func TestUnhealthyReplicaAheadIsKept(t *testing.T) {
+	c, cids := replCluster(t, 4, 1, nil)
+	cid := cids[0]
+	n1, n2, n3, n4 := c.node(1), c.node(2), c.node(3), c.node(4)
+	setBCSID(cid, 10, n1, n2, n3)
+	c.kill(n3) // the pipeline is closed; the container copied to node 4
+	c.settle(c.except(n3)...)
+	if got := c.holders(cid); !slices.Equal(got, []uint64{1, 2, 3, 4}) || n4.conts[cid].BCSID != 10 {
+		t.Fatalf("holders %v, node 4 %+v: want the copy on node 4 at BCSID 10", got, n4.conts[cid])
+	}
+	setBCSID(cid, 7, n3)
+	for _, n := range []*fakeDN{n1, n2, n4} {
+		n.conts[cid].State = metaapi.ContainerUnhealthy
+	}
+	n3.beat() // told to leave the CLOSED pipeline, which it does
+	n3.beat()
+	for range 6 {
+		c.round(c.nodes...)
+	}
+	for _, n := range []*fakeDN{n1, n2, n4} {
+		if got := deleteCmds(n); len(got) != 0 {
+			t.Fatalf("node %d told to delete %v: an UNHEALTHY replica at BCSID 10 above the only CLOSED one (7)", n.id, got)
+		}
+	}
+}

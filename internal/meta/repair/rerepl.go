@@ -112,7 +112,9 @@ func (s *Rerepl) OverReplicated(idx map[uint64][]uint64) []uint64 {
 // (chooseTarget finds none: every HEALTHY node holds the container in
 // some state; the deletion frees that node to receive a whole copy), when
 // it is safe to count (trimmable). The lowest BCSID goes first (an
-// UNHEALTHY replica before a CLOSED one of the same BCSID).
+// UNHEALTHY replica before a CLOSED one of the same BCSID). An UNHEALTHY
+// replica above the highest CLOSED BCSID is never deleted: it holds block
+// commits no counted replica holds.
 //
 // An over-replicated CLOSED container (more healthy replicas than wanted)
 // loses one when it is safe to count: no copy of it in flight, no
@@ -187,6 +189,12 @@ func (s *Rerepl) trimUncounted(idx map[uint64][]uint64, now time.Time) {
 		}
 		c := s.ContainerByID[u.container]
 		if c == nil || c.Rec.State != state.ContainerClosed || !s.trimmable(c, idx[u.container], now) || s.cl.Reports(u.node, c.Rec.Pipeline) {
+			continue
+		}
+		if u.unhealthy && u.bcsid > top[u.container] {
+			// It holds block commits no counted replica holds (every
+			// complete one turned UNHEALTHY, the CLOSED ones missed
+			// them): never deleted, even to make room (CHAOS_FINDINGS §10).
 			continue
 		}
 		healthy := len(idx[u.container])
