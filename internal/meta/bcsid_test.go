@@ -52,8 +52,8 @@ func TestBehindReplicaIsReplacedFromTheHighest(t *testing.T) {
 	if got, want := c.tasks(), []string{fmt.Sprintf("%d:2->4", cid)}; !slices.Equal(got, want) {
 		t.Fatalf("copies in flight %v, want %v (from node 2: node 1 is behind)", got, want)
 	}
-	if got := c.readMembers("k0"); !slices.Equal(got, []uint64{2, 3}) {
-		t.Fatalf("read members %v, want [2 3] (node 1 behind)", got)
+	if got := c.readMembers("k0"); !slices.Equal(got, []uint64{2, 3, 1}) {
+		t.Fatalf("read members %v, want [2 3 1] (node 1 behind: last, a last resort)", got)
 	}
 	ci := c.containers()[cid]
 	if ci.BCSID != 10 || !c.replicaDetail(cid, 1).Behind || c.replicaDetail(cid, 1).BCSID != 7 || c.replicaDetail(cid, 2).Behind {
@@ -72,8 +72,8 @@ func TestBehindReplicaIsReplacedFromTheHighest(t *testing.T) {
 	if st.CopiedContainers != 1 || st.UnderReplicated != 0 || st.OverReplicated != 0 {
 		t.Fatalf("status %+v: want the copy done, 3 healthy replicas", st)
 	}
-	if got := c.readMembers("k0"); !slices.Equal(got, []uint64{2, 3, 4}) {
-		t.Fatalf("read members %v, want [2 3 4]", got)
+	if got := c.readMembers("k0"); !slices.Equal(got, []uint64{2, 3, 4, 1}) {
+		t.Fatalf("read members %v, want [2 3 4 1]", got)
 	}
 	// Node 1 serves the container's pipeline: it keeps its replica (its
 	// raft group may still write to it), as an UNHEALTHY one is kept.
@@ -199,5 +199,30 @@ func TestUnhealthyReplicaAheadIsKept(t *testing.T) {
 		if got := deleteCmds(n); len(got) != 0 {
 			t.Fatalf("node %d told to delete %v: an UNHEALTHY replica at BCSID 10 above the only CLOSED one (7)", n.id, got)
 		}
+	}
+}
+
+// With every complete replica UNHEALTHY and the only CLOSED one behind
+// (TestUnhealthyReplicaAheadIsKept's cluster), a read lists the CLOSED
+// one, then the UNHEALTHY ones: a block the CLOSED one missed is read
+// from them (before, they were not listed and the block was unreadable:
+// CHAOS_FINDINGS §10).
+func TestReadsFallBackToUncountedReplicas(t *testing.T) {
+	c, cids := replCluster(t, 4, 1, nil)
+	cid := cids[0]
+	n1, n2, n3, n4 := c.node(1), c.node(2), c.node(3), c.node(4)
+	setBCSID(cid, 10, n1, n2, n3)
+	c.kill(n3)
+	c.settle(c.except(n3)...)
+	setBCSID(cid, 7, n3)
+	setBCSID(cid, 9, n4)
+	for _, n := range []*fakeDN{n1, n2, n4} {
+		n.conts[cid].State = metaapi.ContainerUnhealthy
+	}
+	n3.beat()
+	n3.beat()
+	c.round(c.nodes...)
+	if got := c.readMembers("k0"); !slices.Equal(got, []uint64{3, 1, 2, 4}) {
+		t.Fatalf("read members %v, want [3 1 2 4]: the counted replica, then the others, highest BCSID first", got)
 	}
 }

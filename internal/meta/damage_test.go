@@ -46,8 +46,8 @@ func TestDamagedBlocks(t *testing.T) {
 	if got := c.tasks(); len(got) != 0 {
 		t.Fatalf("copies %v while the replica is repaired block by block", got)
 	}
-	if got := c.readMembers("k0"); slices.Contains(got, 1) {
-		t.Fatalf("read members %v include the damaged replica", got)
+	if got := c.readMembers("k0"); !slices.Equal(got, []uint64{2, 3, 1}) {
+		t.Fatalf("read members %v: want the damaged replica last (a last resort)", got)
 	}
 	if st := c.damage(); len(st.Repairable) != 1 || st.Repairs != 1 || len(st.Lost) != 0 {
 		t.Fatalf("damage status %+v", st)

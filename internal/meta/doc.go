@@ -143,7 +143,10 @@
 // then the pipeline's live members not heard from since the start (their
 // replicas are unknown yet), an address listed once; with no healthy
 // replica reported at all (as right after a restart) the pipeline's
-// members. OPEN and CLOSING containers: the pipeline's members.
+// members; last, every other live node reporting a replica that does not
+// count (UNHEALTHY, behind, damaged; not DELETING), highest BCSID first,
+// which a reader reaches only when every replica before it failed. OPEN
+// and CLOSING containers: the pipeline's members.
 //
 // # Replication manager
 //

@@ -353,9 +353,9 @@ func TestUnhealthyReplicaIsReplaced(t *testing.T) {
 	if r := c.node(4).conts[cids[0]]; r == nil || r.State != metaapi.ContainerClosed || c.node(4).copied[cids[0]][0] != 1 {
 		t.Fatalf("node 4: %+v, sources %v", r, c.node(4).copied)
 	}
-	// Reads skip the UNHEALTHY replica.
-	if got := c.readMembers("k0"); !slices.Equal(got, []uint64{1, 3, 4}) {
-		t.Fatalf("read members %v, want [1 3 4]", got)
+	// Reads go to the UNHEALTHY replica last (a last resort).
+	if got := c.readMembers("k0"); !slices.Equal(got, []uint64{1, 3, 4, 2}) {
+		t.Fatalf("read members %v, want [1 3 4 2]", got)
 	}
 }
 

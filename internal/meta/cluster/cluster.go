@@ -361,7 +361,12 @@ func (s *Cluster) ContainerSize(c *state.ContainerState, holders []uint64) uint6
 // are, for reads. OPEN and CLOSING containers: p's members. CLOSED: its
 // healthy replicas, p's members first, then the members not heard from
 // since the start (their replicas are unknown yet); no healthy replica
-// reported at all (as right after a restart): p's members.
+// reported at all (as right after a restart): p's members. Last, for a
+// CLOSED container, every other live replica reported in a state that
+// does not count (UNHEALTHY, behind, damaged), highest BCSID first: a
+// reader goes on to them only when every replica before failed, and the
+// datanode verifies what it serves (CHAOS_FINDINGS §10: the complete
+// replicas UNHEALTHY on full disks, the one counted behind).
 func (s *Cluster) ReadMembers(cid uint64, p *state.PipelineState, now time.Time) []metaapi.Member {
 	all := s.PipelineView(p, now).Members
 	c := s.ContainerByID[cid]
@@ -381,7 +386,7 @@ func (s *Cluster) ReadMembers(cid uint64, p *state.PipelineState, now time.Time)
 		}
 	}
 	if len(ms) == 0 {
-		return all
+		return withUncounted(s, all, cid, now)
 	}
 	for _, m := range all {
 		// A member not heard from since the start may still hold it; but
@@ -391,6 +396,27 @@ func (s *Cluster) ReadMembers(cid uint64, p *state.PipelineState, now time.Time)
 		if !s.NodeByID[m.NodeID].Seen && s.Live(m.NodeID, now) && !dup {
 			ms = append(ms, m)
 		}
+	}
+	return withUncounted(s, ms, cid, now)
+}
+
+// withUncounted appends to ms the live nodes whose reports list container
+// cid in a state other than DELETING and that ms does not list (by
+// address), highest BCSID first (see readMembers).
+func withUncounted(s *Cluster, ms []metaapi.Member, cid uint64, now time.Time) []metaapi.Member {
+	var rest []uint64
+	for _, id := range s.SortedNodes() {
+		r, ok := s.NodeByID[id].Containers[cid]
+		addr := s.NodeByID[id].Rec.Addr
+		if ok && r.State != metaapi.ContainerDeleting && s.reportsCount(id, now) && !slices.ContainsFunc(ms, func(x metaapi.Member) bool { return x.Addr == addr }) {
+			rest = append(rest, id)
+		}
+	}
+	slices.SortStableFunc(rest, func(a, b uint64) int {
+		return cmp.Compare(s.NodeByID[b].Containers[cid].BCSID, s.NodeByID[a].Containers[cid].BCSID)
+	})
+	for _, id := range rest {
+		ms = append(ms, s.memberOf(id))
 	}
 	return ms
 }
