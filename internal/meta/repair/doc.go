@@ -66,7 +66,9 @@
 // healthy replicas, all HEALTHY, when its node is HEALTHY and does not
 // serve the pipeline; or, with fewer healthy replicas (at least one), to
 // make room when no node could take a copy (every HEALTHY node holds the
-// container in some state): the freed node then gets a whole copy.
+// container in some state): the freed node then gets a whole copy. An
+// UNHEALTHY replica above the highest CLOSED BCSID is never deleted: it
+// holds block commits no counted replica holds.
 //
 // Over-replication (a DEAD node that comes back with its replicas after
 // they were copied) is trimmed at the same Tick, one replica per
