@@ -3,12 +3,13 @@ package meta
 import (
 	"crypto/subtle"
 	"fmt"
-	"github.com/spindle-store/spindle/internal/meta/ecmeta"
 	"net/http"
 	"strings"
 
 	"github.com/spindle-store/spindle/internal/meta/audit"
 	"github.com/spindle-store/spindle/internal/meta/authz"
+	"github.com/spindle-store/spindle/internal/meta/ecmeta"
+	"github.com/spindle-store/spindle/internal/meta/httpio"
 	"github.com/spindle-store/spindle/internal/metaapi"
 	"github.com/spindle-store/spindle/internal/tlsconf"
 )
@@ -197,10 +198,7 @@ func (s *Service) guard(route string, h http.Handler) http.Handler {
 			s.Metrics.Refused.WithLabelValues(route).Inc()
 			s.gate.Record(authz.Identity{Peer: p, Remote: r.RemoteAddr, Open: !tlsOn}, route, "", "", fmt.Errorf("%w: %s", metaapi.ErrForbidden, why), r.URL.EscapedPath())
 			if r.ContentLength != 0 {
-				// Answered now, the connection closed after it: net/http
-				// would first read up to 256 KiB of the unread body, and a
-				// raft stream's body sends frames only as raft has them.
-				w.Header().Set("Connection", "close")
+				httpio.CloseAfterAnswer(w) // the body is not read
 			}
 			metaapi.WriteError(w, http.StatusForbidden, metaapi.CodeForbidden, "forbidden: "+why)
 			return

@@ -9,10 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spindle-store/spindle/internal/certapi"
 	"github.com/spindle-store/spindle/internal/certwatch"
 	"github.com/spindle-store/spindle/internal/meta/httpio"
-
-	"github.com/spindle-store/spindle/internal/certapi"
 	"github.com/spindle-store/spindle/internal/metaapi"
 )
 

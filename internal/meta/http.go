@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/spindle-store/spindle/internal/meta/creds"
-	"github.com/spindle-store/spindle/internal/meta/httpio"
 	"net"
 	"net/http"
 	"net/url"
@@ -16,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/spindle-store/spindle/internal/meta/creds"
+	"github.com/spindle-store/spindle/internal/meta/httpio"
 	"github.com/spindle-store/spindle/internal/meta/namespace"
 	"github.com/spindle-store/spindle/internal/meta/state"
 	"github.com/spindle-store/spindle/internal/meta/versions"

@@ -206,7 +206,8 @@ func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
 		c.failover = DefaultFailoverTimeout
 	}
 	if c.hc == nil {
-		// Not httpdirect.ForMeta (the gateway's): docs/CHAOS_FINDINGS.md §9.
+		// Not httpdirect.ForMeta (the gateway's): the datanodes' heartbeats
+		// and the key clients gain nothing measurable from it (ARCHITECTURE §17.1).
 		c.hc = &http.Client{Transport: opts.TLS.Pin(tlsconf.RoleMeta).HTTPTransport(&http.Transport{ // the meta service only (issue 33)
 			Proxy:               nil, // the meta service is on the cluster's network, never behind a proxy
 			MaxIdleConnsPerHost: 64,

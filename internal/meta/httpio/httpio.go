@@ -125,11 +125,14 @@ func (o *Opening) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		(*h).ServeHTTP(w, r)
 		return
 	}
-	// Connection: close, so that net/http answers at once instead of
-	// reading up to 256 KiB of an unread body first: a raft stream's
-	// body (raftnet) sends frames only as raft has messages, and would
-	// take them in without an answer until then.
-	w.Header().Set("Connection", "close")
+	CloseAfterAnswer(w)
 	metaapi.WriteErrorBody(w, http.StatusServiceUnavailable, metaapi.Error{Code: metaapi.CodeUnavailable,
 		Message: "meta member opening its store: not serving yet", NotLeader: true})
 }
+
+// CloseAfterAnswer makes the answer close its connection (Connection:
+// close), for an answer given without reading the request's body: net/http
+// would otherwise read up to 256 KiB of that body before it answers, and a
+// raft stream's body (raftnet) sends frames only as raft has messages, so
+// its sender would get no answer while its frames went nowhere.
+func CloseAfterAnswer(w http.ResponseWriter) { w.Header().Set("Connection", "close") }
